@@ -1,0 +1,305 @@
+package manifest
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// supportedFieldPaths are the downward-API fields a device can fill in.
+var supportedFieldPaths = sets.New(
+	"metadata.name", "metadata.namespace", "metadata.uid",
+	"spec.nodeName", "spec.serviceAccountName",
+	"status.hostIP", "status.podIP",
+)
+
+// Validate checks a defaulted pod the way the API server would for the
+// fields podvisor uses, and rejects what a device cannot honour.
+func Validate(p *v1.Pod) field.ErrorList {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if p.Name == "" {
+		errs = append(errs, field.Required(meta.Child("name"), ""))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(p.Name) {
+		if p.Name != "" {
+			errs = append(errs, field.Invalid(meta.Child("name"), p.Name, msg))
+		}
+	}
+	for _, msg := range validation.IsDNS1123Label(p.Namespace) {
+		errs = append(errs, field.Invalid(meta.Child("namespace"), p.Namespace, msg))
+	}
+	errs = append(errs, metavalidation.ValidateLabels(p.Labels, meta.Child("labels"))...)
+	errs = append(errs, apivalidation.ValidateAnnotations(p.Annotations, meta.Child("annotations"))...)
+	errs = append(errs, validateSpec(&p.Spec, field.NewPath("spec"))...)
+	return errs
+}
+
+func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(s.Containers) == 0 {
+		errs = append(errs, field.Required(path.Child("containers"), "a pod needs at least one container"))
+	}
+	if len(s.InitContainers) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("initContainers"), "init containers are not supported by this podvisor version"))
+	}
+	if len(s.EphemeralContainers) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "static pods cannot have ephemeral containers"))
+	}
+	switch s.RestartPolicy {
+	case v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("restartPolicy"), s.RestartPolicy,
+			[]string{string(v1.RestartPolicyAlways), string(v1.RestartPolicyOnFailure), string(v1.RestartPolicyNever)}))
+	}
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+		errs = append(errs, field.Invalid(path.Child("terminationGracePeriodSeconds"), *g, "must be >= 0"))
+	}
+	if d := s.ActiveDeadlineSeconds; d != nil && *d <= 0 {
+		errs = append(errs, field.Invalid(path.Child("activeDeadlineSeconds"), *d, "must be > 0"))
+	}
+	if rc := s.RuntimeClassName; rc != nil {
+		for _, msg := range validation.IsDNS1123Subdomain(*rc) {
+			errs = append(errs, field.Invalid(path.Child("runtimeClassName"), *rc, msg))
+		}
+	}
+	if sc := s.SecurityContext; sc != nil {
+		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
+	}
+	isProcess := s.RuntimeClassName != nil && *s.RuntimeClassName == ProcessRuntimeClass
+	names := sets.New[string]()
+	for i := range s.Containers {
+		errs = append(errs, validateContainer(&s.Containers[i], path.Child("containers").Index(i), names, isProcess)...)
+	}
+	return errs
+}
+
+func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string], isProcess bool) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case c.Name == "":
+		errs = append(errs, field.Required(path.Child("name"), ""))
+	case names.Has(c.Name):
+		errs = append(errs, field.Duplicate(path.Child("name"), c.Name))
+	default:
+		for _, msg := range validation.IsDNS1123Label(c.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), c.Name, msg))
+		}
+	}
+	names.Insert(c.Name)
+	if strings.TrimSpace(c.Image) == "" {
+		errs = append(errs, field.Required(path.Child("image"), `write "host" for runtimeClassName: process`))
+	}
+	if isProcess && len(c.Command) == 0 {
+		errs = append(errs, field.Required(path.Child("command"), "a process container has no image entrypoint: give the command to run"))
+	}
+	ports := sets.New[string]()
+	for i, port := range c.Ports {
+		pp := path.Child("ports").Index(i)
+		for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
+			errs = append(errs, field.Invalid(pp.Child("containerPort"), port.ContainerPort, msg))
+		}
+		if port.Name != "" {
+			for _, msg := range validation.IsValidPortName(port.Name) {
+				errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
+			}
+			if ports.Has(port.Name) {
+				errs = append(errs, field.Duplicate(pp.Child("name"), port.Name))
+			}
+			ports.Insert(port.Name)
+		}
+		switch port.Protocol {
+		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+		default:
+			errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []string{"TCP", "UDP", "SCTP"}))
+		}
+	}
+	for i, e := range c.Env {
+		errs = append(errs, validateEnv(e, path.Child("env").Index(i))...)
+	}
+	for i, e := range c.EnvFrom {
+		errs = append(errs, field.Forbidden(path.Child("envFrom").Index(i),
+			fmt.Sprintf("envFrom %s is not available on a device without an API server", envFromKind(e))))
+	}
+	errs = append(errs, validateResources(c.Resources, path.Child("resources"))...)
+	if sc := c.SecurityContext; sc != nil {
+		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
+	}
+	errs = append(errs, validateProbe(c.LivenessProbe, path.Child("livenessProbe"), true, ports)...)
+	errs = append(errs, validateProbe(c.ReadinessProbe, path.Child("readinessProbe"), false, ports)...)
+	errs = append(errs, validateProbe(c.StartupProbe, path.Child("startupProbe"), true, ports)...)
+	return errs
+}
+
+func envFromKind(e v1.EnvFromSource) string {
+	if e.SecretRef != nil {
+		return "secretRef"
+	}
+	return "configMapRef"
+}
+
+func validateEnv(e v1.EnvVar, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsEnvVarName(e.Name) {
+		errs = append(errs, field.Invalid(path.Child("name"), e.Name, msg))
+	}
+	f := e.ValueFrom
+	if f == nil {
+		return errs
+	}
+	vf := path.Child("valueFrom")
+	if e.Value != "" {
+		errs = append(errs, field.Invalid(vf, "", "may not be specified when `value` is not empty"))
+	}
+	switch {
+	case f.FieldRef != nil:
+		fp := f.FieldRef.FieldPath
+		if !supportedFieldPaths.Has(fp) && !isLabelOrAnnotationRef(fp) {
+			errs = append(errs, field.NotSupported(vf.Child("fieldRef", "fieldPath"), fp,
+				append(sets.List(supportedFieldPaths), "metadata.labels['<KEY>']", "metadata.annotations['<KEY>']")))
+		}
+		if f.FieldRef.APIVersion != "v1" {
+			errs = append(errs, field.NotSupported(vf.Child("fieldRef", "apiVersion"), f.FieldRef.APIVersion, []string{"v1"}))
+		}
+	case f.ResourceFieldRef != nil:
+		errs = append(errs, field.Forbidden(vf.Child("resourceFieldRef"), "not supported by this podvisor version"))
+	case f.SecretKeyRef != nil, f.ConfigMapKeyRef != nil, f.FileKeyRef != nil:
+		errs = append(errs, field.Forbidden(vf, "only fieldRef is available on a device without an API server"))
+	default:
+		errs = append(errs, field.Required(vf, "one source must be given"))
+	}
+	return errs
+}
+
+func isLabelOrAnnotationRef(fp string) bool {
+	for _, prefix := range []string{"metadata.labels['", "metadata.annotations['"} {
+		if strings.HasPrefix(fp, prefix) && strings.HasSuffix(fp, "']") && len(fp) > len(prefix)+2 {
+			return true
+		}
+	}
+	return false
+}
+
+func validateResources(r v1.ResourceRequirements, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, section := range []struct {
+		name string
+		list v1.ResourceList
+	}{{"limits", r.Limits}, {"requests", r.Requests}} {
+		for name, q := range section.list {
+			p := path.Child(section.name).Key(string(name))
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(p, q.String(), "must be greater than or equal to 0"))
+			}
+			if !validResourceName(name) {
+				errs = append(errs, field.Invalid(p, name, "must be cpu, memory, ephemeral-storage, hugepages-<size>, or a domain-prefixed extended resource"))
+			}
+		}
+	}
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			errs = append(errs, field.Invalid(path.Child("requests").Key(string(name)), req.String(),
+				fmt.Sprintf("must be less than or equal to %s limit of %s", name, lim.String())))
+		}
+	}
+	return errs
+}
+
+func validResourceName(n v1.ResourceName) bool {
+	switch {
+	case n == v1.ResourceCPU, n == v1.ResourceMemory, n == v1.ResourceEphemeralStorage:
+		return true
+	case strings.HasPrefix(string(n), v1.ResourceHugePagesPrefix):
+		return true
+	}
+	return strings.Contains(string(n), "/") && len(validation.IsQualifiedName(string(n))) == 0
+}
+
+func validateIDs(user, group *int64, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if user != nil {
+		for _, msg := range validation.IsValidUserID(*user) {
+			errs = append(errs, field.Invalid(path.Child("runAsUser"), *user, msg))
+		}
+	}
+	if group != nil {
+		for _, msg := range validation.IsValidGroupID(*group) {
+			errs = append(errs, field.Invalid(path.Child("runAsGroup"), *group, msg))
+		}
+	}
+	return errs
+}
+
+func validateProbe(p *v1.Probe, path *field.Path, mustSucceedOnce bool, ports sets.Set[string]) field.ErrorList {
+	if p == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	handlers := 0
+	if p.Exec != nil {
+		handlers++
+		if len(p.Exec.Command) == 0 {
+			errs = append(errs, field.Required(path.Child("exec", "command"), ""))
+		}
+	}
+	if p.HTTPGet != nil {
+		handlers++
+		errs = append(errs, validatePort(p.HTTPGet.Port, ports, path.Child("httpGet", "port"))...)
+		if s := p.HTTPGet.Scheme; s != v1.URISchemeHTTP && s != v1.URISchemeHTTPS {
+			errs = append(errs, field.NotSupported(path.Child("httpGet", "scheme"), s, []string{"HTTP", "HTTPS"}))
+		}
+	}
+	if p.TCPSocket != nil {
+		handlers++
+		errs = append(errs, validatePort(p.TCPSocket.Port, ports, path.Child("tcpSocket", "port"))...)
+	}
+	if p.GRPC != nil {
+		handlers++
+		for _, msg := range validation.IsValidPortNum(int(p.GRPC.Port)) {
+			errs = append(errs, field.Invalid(path.Child("grpc", "port"), p.GRPC.Port, msg))
+		}
+	}
+	if handlers != 1 {
+		errs = append(errs, field.Invalid(path, handlers, "must specify exactly one handler: exec, httpGet, tcpSocket or grpc"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int32
+		min  int32
+	}{{"initialDelaySeconds", p.InitialDelaySeconds, 0}, {"timeoutSeconds", p.TimeoutSeconds, 1},
+		{"periodSeconds", p.PeriodSeconds, 1}, {"successThreshold", p.SuccessThreshold, 1},
+		{"failureThreshold", p.FailureThreshold, 1}} {
+		if f.v < f.min {
+			errs = append(errs, field.Invalid(path.Child(f.name), f.v, fmt.Sprintf("must be >= %d", f.min)))
+		}
+	}
+	if mustSucceedOnce && p.SuccessThreshold != 1 {
+		errs = append(errs, field.Invalid(path.Child("successThreshold"), p.SuccessThreshold, "must be 1"))
+	}
+	if g := p.TerminationGracePeriodSeconds; g != nil && (*g <= 0 || !mustSucceedOnce) {
+		errs = append(errs, field.Invalid(path.Child("terminationGracePeriodSeconds"), *g,
+			"must be > 0, and is allowed only for liveness and startup probes"))
+	}
+	return errs
+}
+
+func validatePort(port intstr.IntOrString, named sets.Set[string], path *field.Path) field.ErrorList {
+	if port.Type == intstr.String {
+		if !named.Has(port.StrVal) {
+			return field.ErrorList{field.Invalid(path, port.StrVal, "must be a number or the name of a port of this container")}
+		}
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsValidPortNum(int(port.IntVal)) {
+		errs = append(errs, field.Invalid(path, port.IntVal, msg))
+	}
+	return errs
+}
