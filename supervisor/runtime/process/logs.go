@@ -1,0 +1,257 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// maxLine is the longest log line written whole; longer ones are split
+// into partial (P) records, as CRI runtimes do.
+const maxLine = 16 << 10
+
+// logWriter writes container output in the CRI log format
+// ("<RFC3339Nano> <stream> <F|P> <text>") and rotates by size. It is used
+// by the shim, the only writer of a container's log, so rotation loses no
+// line.
+type logWriter struct {
+	mu       sync.Mutex
+	path     string
+	maxBytes int64
+	maxFiles int
+	f        *os.File
+	size     int64
+	now      func() time.Time
+}
+
+func openLog(path string, maxBytes int64, maxFiles int) (*logWriter, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &logWriter{path: path, maxBytes: maxBytes, maxFiles: maxFiles, f: f, size: st.Size(), now: time.Now}, nil
+}
+
+// copyStream copies one output stream line by line until EOF.
+func (w *logWriter) copyStream(stream string, r io.Reader) {
+	br := bufio.NewReaderSize(r, maxLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			tag := "P"
+			if line[len(line)-1] == '\n' {
+				tag, line = "F", line[:len(line)-1]
+			}
+			w.write(stream, tag, line)
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+func (w *logWriter) write(stream, tag string, text []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b bytes.Buffer
+	b.WriteString(w.now().UTC().Format(time.RFC3339Nano))
+	b.WriteByte(' ')
+	b.WriteString(stream)
+	b.WriteByte(' ')
+	b.WriteString(tag)
+	b.WriteByte(' ')
+	b.Write(text)
+	b.WriteByte('\n')
+	n, _ := w.f.Write(b.Bytes())
+	w.size += int64(n)
+	if w.maxBytes > 0 && w.size >= w.maxBytes {
+		w.rotate()
+	}
+}
+
+// rotate shifts log → log.1 → log.2 … keeping maxFiles files in all.
+func (w *logWriter) rotate() {
+	w.f.Close()
+	for i := w.maxFiles - 1; i >= 1; i-- {
+		from := w.path
+		if i > 1 {
+			from = fmt.Sprintf("%s.%d", w.path, i-1)
+		}
+		os.Rename(from, fmt.Sprintf("%s.%d", w.path, i))
+	}
+	if w.maxFiles <= 1 {
+		os.Remove(w.path)
+	}
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		f, _ = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	}
+	w.f, w.size = f, 0
+}
+
+func (w *logWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.f.Close()
+}
+
+// LogFiles returns a log's files oldest first: rotated ones, then current.
+func LogFiles(path string) []string {
+	var files []string
+	for i := 64; i >= 1; i-- {
+		p := fmt.Sprintf("%s.%d", path, i)
+		if _, err := os.Stat(p); err == nil {
+			files = append(files, p)
+		}
+	}
+	return append(files, path)
+}
+
+// CopyLog writes the text of a CRI log (all its rotated files) to out.
+func CopyLog(out io.Writer, path string) error {
+	for _, f := range LogFiles(path) {
+		fh, err := os.Open(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		_, err = copyRecords(out, fh)
+		fh.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyRecords converts CRI records from r to plain text until EOF and
+// returns the bytes consumed; a trailing incomplete record is left unread.
+func copyRecords(out io.Writer, r io.Reader) (int64, error) {
+	br := bufio.NewReaderSize(r, maxLine+128)
+	var consumed int64
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return consumed, nil
+			}
+			return consumed, err
+		}
+		consumed += int64(len(line))
+		text, full := parseRecord(line)
+		if full {
+			text = append(text, '\n')
+		}
+		if _, err := out.Write(text); err != nil {
+			return consumed, err
+		}
+	}
+}
+
+// parseRecord returns the text of one CRI log line and whether it ends a
+// logical line (F) rather than continuing (P).
+func parseRecord(line []byte) ([]byte, bool) {
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	parts := bytes.SplitN(line, []byte{' '}, 4)
+	if len(parts) < 4 {
+		return line, true
+	}
+	return parts[3], string(parts[2]) != "P"
+}
+
+// FollowLog writes the log's text so far and then what is appended, across
+// rotations, until ctx ends or done closes and everything written is read.
+// It waits on inotify, not a timer.
+func FollowLog(ctx context.Context, out io.Writer, path string, done <-chan struct{}) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return err
+	}
+	files := LogFiles(path)
+	for _, f := range files[:len(files)-1] {
+		if fh, err := os.Open(f); err == nil {
+			copyRecords(out, fh)
+			fh.Close()
+		}
+	}
+	var cur *os.File
+	var offset int64
+	defer func() {
+		if cur != nil {
+			cur.Close()
+		}
+	}()
+	drain := func() error {
+		if cur == nil {
+			f, err := os.Open(path)
+			if err != nil {
+				return nil // not created yet
+			}
+			cur, offset = f, 0
+		}
+		if _, err := cur.Seek(offset, io.SeekStart); err != nil {
+			return err
+		}
+		n, err := copyRecords(out, cur)
+		offset += n
+		if fl, ok := out.(interface{ Flush() }); ok {
+			fl.Flush()
+		}
+		return err
+	}
+	finished := false
+	for {
+		if err := drain(); err != nil {
+			return err
+		}
+		if finished {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			finished, done = true, nil
+		case ev := <-w.Events:
+			if ev.Name != path {
+				continue
+			}
+			if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+				// Rotated: finish the old file, then start on the new one.
+				if err := drain(); err != nil {
+					return err
+				}
+				if cur != nil {
+					cur.Close()
+					cur = nil
+				}
+			}
+		case err := <-w.Errors:
+			return err
+		}
+	}
+}

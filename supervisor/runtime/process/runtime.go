@@ -1,0 +1,296 @@
+// Package process runs containers as host processes, each under a small
+// shim ("podvisor shim") that outlives the daemon.
+//
+// At most once: before forking a shim the daemon creates the instance
+// directory and takes an exclusive flock on its lock file, and hands the
+// locked descriptor to the shim. The lock is therefore held from before the
+// fork until the shim's last moment, whatever is killed when: "a shim is
+// alive" is exactly "the lock is held". A restarted daemon scans the
+// instance directories, adopts every instance whose lock is held and reads
+// the recorded exit status of every other.
+package process
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit reports that a container instance ended.
+type Exit struct {
+	InstanceID string
+	Status     ExitStatus
+}
+
+// Recovered is an instance directory found when the daemon starts.
+type Recovered struct {
+	Spec      Spec
+	Alive     bool        // adopted: its exit will arrive on Exits
+	StartedAt time.Time   // when the leader started, if it did
+	Exit      *ExitStatus // for instances that are gone
+}
+
+// Runtime starts, signals and watches shims.
+type Runtime struct {
+	dir   string // one directory per instance
+	exe   string // the podvisor binary, run as "podvisor shim DIR"
+	log   *slog.Logger
+	exits chan Exit
+
+	mu   sync.Mutex
+	live map[string]*instance
+}
+
+type instance struct {
+	id      string
+	shimPid int
+	child   bool // ours to reap
+	pidfd   int  // for signalling; the waiter holds its own copy
+}
+
+// StartTimeout bounds how long a shim may take to report its container
+// started.
+const StartTimeout = 10 * time.Second
+
+// New returns a runtime keeping instance directories under dir.
+func New(dir, exe string, log *slog.Logger) (*Runtime, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Runtime{dir: dir, exe: exe, log: log, exits: make(chan Exit, 256), live: map[string]*instance{}}, nil
+}
+
+// Exits delivers the end of every started or adopted instance.
+func (r *Runtime) Exits() <-chan Exit { return r.exits }
+
+func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.dir, id) }
+
+// Start runs a container instance and returns when its process runs. An
+// error means it never ran (a StartError for the caller to record).
+func (r *Runtime) Start(spec Spec) (time.Time, error) {
+	dir := r.instanceDir(spec.InstanceID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return time.Time{}, fmt.Errorf("instance directory: %w", err) // IDs are never reused
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, specFile), spec); err != nil {
+		return time.Time{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return time.Time{}, fmt.Errorf("locking new instance %s: %w", spec.InstanceID, err)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer repR.Close()
+	shimLog, err := os.OpenFile(filepath.Join(dir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		repW.Close()
+		return time.Time{}, err
+	}
+	devnull, _ := os.Open(os.DevNull)
+	proc, err := os.StartProcess(r.exe, []string{"podvisor", "shim", dir}, &os.ProcAttr{
+		Files: []*os.File{devnull, shimLog, shimLog, repW, lock},
+		// Its own session: the daemon's terminal and process group
+		// signals (Ctrl-C, kill of the daemon's group) do not reach pods.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	})
+	devnull.Close()
+	shimLog.Close()
+	repW.Close()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("starting shim: %w", err)
+	}
+	// Until we reap it the pid cannot be reused, so this pidfd is exact.
+	pidfd, err := unix.PidfdOpen(proc.Pid, unix.PIDFD_NONBLOCK)
+	proc.Release()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pidfd for shim: %w", err)
+	}
+	in := &instance{id: spec.InstanceID, shimPid: proc.Pid, child: true, pidfd: pidfd}
+
+	repR.SetReadDeadline(time.Now().Add(StartTimeout))
+	var rep startReport
+	line, readErr := bufio.NewReader(repR).ReadBytes('\n')
+	if readErr == nil {
+		readErr = json.Unmarshal(line, &rep)
+	}
+	switch {
+	case readErr != nil:
+		// A shim that cannot say whether it started must not linger.
+		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		r.reap(in)
+		return time.Time{}, fmt.Errorf("shim did not report: %v", readErr)
+	case rep.Error != "":
+		r.reap(in)
+		return time.Time{}, errors.New(rep.Error)
+	}
+	r.watch(in)
+	return rep.StartedAt, nil
+}
+
+// reap waits for a shim that is about to exit and releases it.
+func (r *Runtime) reap(in *instance) {
+	fd, err := unix.Dup(in.pidfd)
+	if err == nil {
+		waitPidfd(fd)
+	}
+	if in.child {
+		var ws unix.WaitStatus
+		unix.Wait4(in.shimPid, &ws, 0, nil)
+	}
+	unix.Close(in.pidfd)
+}
+
+// watch follows an instance until its shim exits, then reports the exit.
+func (r *Runtime) watch(in *instance) {
+	r.mu.Lock()
+	r.live[in.id] = in
+	r.mu.Unlock()
+	go func() {
+		r.reap(in)
+		r.mu.Lock()
+		delete(r.live, in.id)
+		r.mu.Unlock()
+		r.exits <- Exit{InstanceID: in.id, Status: r.exitStatus(in.id)}
+	}()
+}
+
+// exitStatus reads what a finished shim recorded. A shim that died without
+// recording (killed, crashed, power lost) leaves the status unknown; its
+// leader, if it somehow survived, is killed so no copy outlives the record.
+func (r *Runtime) exitStatus(id string) ExitStatus {
+	dir := r.instanceDir(id)
+	var st ExitStatus
+	if err := readJSON(filepath.Join(dir, exitFile), &st); err == nil {
+		return st
+	}
+	var ss shimState
+	if err := readJSON(filepath.Join(dir, shimFile), &ss); err == nil && ss.BootID == bootID() {
+		if fd, err := openPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
+			unix.Kill(-ss.LeaderPid, unix.SIGKILL)
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
+		st.StartedAt = ss.StartedAt
+	}
+	st.ExitCode = 137
+	st.Reason = "ContainerStatusUnknown"
+	st.Message = "The container could not be located when the pod was terminated"
+	st.FinishedAt = time.Now()
+	return st
+}
+
+// Signal sends sig to the instance's main process (through its shim).
+func (r *Runtime) Signal(id string, sig syscall.Signal) error {
+	r.mu.Lock()
+	in := r.live[id]
+	r.mu.Unlock()
+	if in == nil {
+		return fmt.Errorf("instance %s is not running", id)
+	}
+	if err := unix.PidfdSendSignal(in.pidfd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal %v to instance %s: %w", sig, id, err)
+	}
+	return nil
+}
+
+// Kill SIGKILLs the instance's whole process tree.
+func (r *Runtime) Kill(id string) error { return r.Signal(id, killSignal) }
+
+// Remove deletes a finished instance's directory.
+func (r *Runtime) Remove(id string) error {
+	r.mu.Lock()
+	_, alive := r.live[id]
+	r.mu.Unlock()
+	if alive {
+		return fmt.Errorf("instance %s is still running", id)
+	}
+	return os.RemoveAll(r.instanceDir(id))
+}
+
+// Recover scans the instance directories after a daemon start: live ones
+// are adopted and watched, finished ones report how they ended.
+func (r *Runtime) Recover() ([]Recovered, error) {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Recovered
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		rec, ok := r.recoverOne(e.Name())
+		if ok {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+func (r *Runtime) recoverOne(id string) (Recovered, bool) {
+	dir := r.instanceDir(id)
+	var rec Recovered
+	if err := readJSON(filepath.Join(dir, specFile), &rec.Spec); err != nil {
+		// The daemon died before the shim could exist: nothing ran.
+		r.log.Warn("removing incomplete instance directory", "instance", id, "err", err)
+		os.RemoveAll(dir)
+		return rec, false
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		os.RemoveAll(dir)
+		return rec, false
+	}
+	if err != nil {
+		r.log.Error("instance lock", "instance", id, "err", err)
+		return rec, false
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		if in, started, ok := r.adopt(id); ok {
+			rec.Alive, rec.StartedAt = true, started
+			r.watch(in)
+			return rec, true
+		}
+	}
+	// Nobody holds the lock: the shim is gone.
+	st := r.exitStatus(id)
+	rec.Exit, rec.StartedAt = &st, st.StartedAt
+	return rec, true
+}
+
+// adopt finds the live shim of an instance whose lock is held.
+func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
+	path := filepath.Join(r.instanceDir(id), shimFile)
+	// A shim that was just forked writes its state within milliseconds.
+	for wait := time.Millisecond; wait < 2*time.Second; wait *= 2 {
+		var ss shimState
+		if err := readJSON(path, &ss); err == nil {
+			fd, err := openPidfd(ss.ShimPid, ss.ShimStart)
+			if err != nil {
+				return nil, time.Time{}, false
+			}
+			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, true
+		}
+		time.Sleep(wait)
+	}
+	r.log.Error("instance is locked but its shim never described itself", "instance", id)
+	return nil, time.Time{}, false
+}

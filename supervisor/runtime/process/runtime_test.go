@@ -1,0 +1,282 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary doubles as the shim, as podvisor does.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "shim" {
+		os.Exit(RunShim(os.Args[2]))
+	}
+	os.Exit(m.Run())
+}
+
+type env struct {
+	t    *testing.T
+	root string
+	rt   *Runtime
+	n    int
+}
+
+func newEnv(t *testing.T) *env {
+	root := t.TempDir()
+	rt, err := New(filepath.Join(root, "containers"), os.Args[0], slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, root: root, rt: rt}
+}
+
+func (e *env) spec(argv ...string) Spec {
+	e.n++
+	id := fmt.Sprintf("pod_c_%d", e.n)
+	return Spec{InstanceID: id, PodUID: "pod", Container: "c", Attempt: e.n, Argv: argv,
+		Env: []string{"PATH=" + defaultPath}, LogPath: filepath.Join(e.root, "logs", id+".log"),
+		LogMaxBytes: 1 << 20, LogMaxFiles: 3}
+}
+
+func (e *env) start(s Spec) {
+	e.t.Helper()
+	if _, err := e.rt.Start(s); err != nil {
+		e.t.Fatalf("start %v: %v", s.Argv, err)
+	}
+}
+
+func (e *env) exit(id string) ExitStatus {
+	e.t.Helper()
+	select {
+	case x := <-e.rt.Exits():
+		if x.InstanceID != id {
+			e.t.Fatalf("exit of %s, want %s", x.InstanceID, id)
+		}
+		return x.Status
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("no exit of %s within 10s", id)
+		return ExitStatus{}
+	}
+}
+
+func logText(t *testing.T, path string) string {
+	var b bytes.Buffer
+	if err := CopyLog(&b, path); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestExitCodeAndLogs(t *testing.T) {
+	e := newEnv(t)
+	s := e.spec("sh", "-c", "echo out; echo err >&2; exit 3")
+	e.start(s)
+	st := e.exit(s.InstanceID)
+	if st.ExitCode != 3 || st.Reason != "" {
+		t.Fatalf("status = %+v", st)
+	}
+	got := logText(t, s.LogPath)
+	if !strings.Contains(got, "out\n") || !strings.Contains(got, "err\n") {
+		t.Fatalf("log = %q", got)
+	}
+	raw, _ := os.ReadFile(s.LogPath)
+	if !bytes.Contains(raw, []byte(" stdout F out\n")) || !bytes.Contains(raw, []byte(" stderr F err\n")) {
+		t.Fatalf("not CRI format: %q", raw)
+	}
+}
+
+func TestStartErrorForMissingCommand(t *testing.T) {
+	e := newEnv(t)
+	s := e.spec("no-such-command-podvisor")
+	_, err := e.rt.Start(s)
+	if err == nil || !strings.Contains(err.Error(), "executable file not found") {
+		t.Fatalf("err = %v", err)
+	}
+	var st ExitStatus
+	readJSON(filepath.Join(e.rt.instanceDir(s.InstanceID), exitFile), &st)
+	if st.Reason != "StartError" || st.ExitCode != 128 {
+		t.Fatalf("recorded %+v", st)
+	}
+}
+
+func TestKillTakesTheWholeTree(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(e.root, "pids")
+	// A child in the group, and one that escapes into its own session.
+	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
+	e.start(s)
+	var pids []int
+	waitFor(t, func() bool {
+		data, _ := os.ReadFile(pidfile)
+		pids = nil
+		for _, f := range strings.Fields(string(data)) {
+			p, _ := strconv.Atoi(f)
+			pids = append(pids, p)
+		}
+		return len(pids) == 2
+	})
+	if err := e.rt.Kill(s.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	st := e.exit(s.InstanceID)
+	if st.ExitCode != 137 || st.Signal != 9 {
+		t.Fatalf("status = %+v", st)
+	}
+	for _, p := range pids {
+		if unix.Kill(p, 0) == nil {
+			t.Errorf("descendant %d survived the kill", p)
+		}
+	}
+}
+
+func TestLeaderExitKillsLeftovers(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(e.root, "pid")
+	s := e.spec("sh", "-c", "setsid sleep 1000 & echo $! > "+pidfile+"; sleep 0.2; exit 0")
+	e.start(s)
+	if st := e.exit(s.InstanceID); st.ExitCode != 0 {
+		t.Fatalf("status = %+v", st)
+	}
+	data, _ := os.ReadFile(pidfile)
+	p, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	if p == 0 || unix.Kill(p, 0) == nil {
+		t.Fatalf("background process %d outlived its container", p)
+	}
+}
+
+func TestSignalIsForwardedToLeader(t *testing.T) {
+	e := newEnv(t)
+	s := e.spec("sh", "-c", "trap 'echo got-term; exit 42' TERM; echo ready; while true; do sleep 0.05; done")
+	e.start(s)
+	waitFor(t, func() bool { return strings.Contains(logText(t, s.LogPath), "ready") })
+	if err := e.rt.Signal(s.InstanceID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.exit(s.InstanceID); st.ExitCode != 42 {
+		t.Fatalf("status = %+v", st)
+	}
+	if !strings.Contains(logText(t, s.LogPath), "got-term") {
+		t.Fatal("trap did not run")
+	}
+}
+
+func TestAdoptionByANewRuntime(t *testing.T) {
+	e := newEnv(t)
+	running := e.spec("sleep", "1000")
+	done := e.spec("sh", "-c", "exit 7")
+	e.start(running)
+	e.start(done)
+	e.exit(done.InstanceID)
+
+	// A second runtime over the same directory stands for a restarted
+	// daemon: the running instance is adopted, the finished one reports
+	// its real exit code.
+	rt2, err := New(e.rt.dir, os.Args[0], slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := rt2.Recover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]Recovered{}
+	for _, r := range recs {
+		byID[r.Spec.InstanceID] = r
+	}
+	if r := byID[running.InstanceID]; !r.Alive || r.StartedAt.IsZero() {
+		t.Fatalf("running instance not adopted: %+v", r)
+	}
+	if r := byID[done.InstanceID]; r.Alive || r.Exit == nil || r.Exit.ExitCode != 7 {
+		t.Fatalf("finished instance: %+v", r)
+	}
+	if err := rt2.Kill(running.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case x := <-rt2.Exits():
+		if x.InstanceID != running.InstanceID || x.Status.ExitCode != 137 {
+			t.Fatalf("exit = %+v", x)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("adopted instance's exit never arrived")
+	}
+}
+
+func TestLogRotationKeepsEveryLine(t *testing.T) {
+	e := newEnv(t)
+	s := e.spec("sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done")
+	s.LogMaxBytes, s.LogMaxFiles = 8<<10, 40
+	e.start(s)
+	e.exit(s.InstanceID)
+	files := LogFiles(s.LogPath)
+	if len(files) < 5 {
+		t.Fatalf("expected several rotated files, got %v", files)
+	}
+	lines := strings.Split(strings.TrimSpace(logText(t, s.LogPath)), "\n")
+	if len(lines) != 2000 || lines[0] != "line-0" || lines[1999] != "line-1999" {
+		t.Fatalf("%d lines, first %q last %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+}
+
+func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
+	e := newEnv(t)
+	s := e.spec("sh", "-c", "echo one; sleep 0.3; echo two")
+	e.start(s)
+	done := make(chan struct{})
+	var out bytes.Buffer
+	finished := make(chan error)
+	go func() { finished <- FollowLog(context.Background(), &out, s.LogPath, done) }()
+	e.exit(s.InstanceID)
+	close(done)
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("follow did not end after the container did")
+	}
+	if out.String() != "one\ntwo\n" {
+		t.Fatalf("followed %q", out.String())
+	}
+}
+
+func TestBuildSpecEnv(t *testing.T) {
+	pod := testPod()
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=" + defaultPath, "HOSTNAME=web", "POD=web", "NS=prod", "UID=u-1", "NODE=dev1",
+		"GREETING=hello web", "TIER=front"}
+	if strings.Join(s.Env, "|") != strings.Join(want, "|") {
+		t.Fatalf("env =\n%v\nwant\n%v", s.Env, want)
+	}
+	if strings.Join(s.Argv, " ") != "echo hello web $(NOPE) $(POD)" {
+		t.Fatalf("argv = %q", s.Argv)
+	}
+	if s.UID == nil || *s.UID != 1000 || s.GID == nil || *s.GID != 1000 {
+		t.Fatalf("uid/gid = %v/%v", s.UID, s.GID)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

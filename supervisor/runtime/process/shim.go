@@ -1,0 +1,299 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// killSignal asks a shim to SIGKILL its container's whole process tree. A
+// real-time signal, so every ordinary signal stays free to be forwarded.
+const killSignal = syscall.Signal(40)
+
+// forwarded are the signals a shim passes on to its container's leader.
+var forwarded = []os.Signal{
+	unix.SIGTERM, unix.SIGINT, unix.SIGQUIT, unix.SIGHUP, unix.SIGUSR1,
+	unix.SIGUSR2, unix.SIGWINCH, unix.SIGPWR, unix.SIGALRM, unix.SIGCONT,
+}
+
+// shim file descriptors handed over by the daemon.
+const (
+	reportFD = 3 // one JSON line: startReport
+	lockFD   = 4 // the instance lock, held until the shim exits
+)
+
+type startReport struct {
+	Pid       int       `json:"pid,omitempty"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// RunShim is the body of "podvisor shim DIR": it runs one container
+// instance described by DIR/spec.json, logs its output, reaps it and every
+// process it leaves behind, and records how it ended in DIR/exit.json. It
+// outlives the daemon, so a restarted daemon can adopt the container and
+// still learn its exit code.
+func RunShim(dir string) int {
+	// Neither the report pipe nor the lock may leak into the container: a
+	// leader holding the lock would look like a live shim.
+	unix.CloseOnExec(reportFD)
+	unix.CloseOnExec(lockFD)
+	report := os.NewFile(reportFD, "report")
+	lock := os.NewFile(lockFD, "lock")
+	defer lock.Close() // the lock lives exactly as long as the shim
+	var spec Spec
+	if err := readJSON(filepath.Join(dir, specFile), &spec); err != nil {
+		return shimFail(dir, report, time.Now(), fmt.Errorf("reading spec: %w", err))
+	}
+	// Orphaned descendants of the container are re-parented to us, so we
+	// can find and kill them when the container ends.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return shimFail(dir, report, time.Now(), fmt.Errorf("becoming subreaper: %w", err))
+	}
+	signals := make(chan os.Signal, 16)
+	signal.Notify(signals, append(forwarded, killSignal)...)
+	logs, err := openLog(spec.LogPath, spec.LogMaxBytes, spec.LogMaxFiles)
+	if err != nil {
+		return shimFail(dir, report, time.Now(), fmt.Errorf("opening log: %w", err))
+	}
+	defer logs.close()
+
+	s := &shim{dir: dir, spec: spec, logs: logs}
+	exitc := make(chan ExitStatus, 1)
+	startc := make(chan error, 1)
+	go s.run(startc, exitc)
+	if err := <-startc; err != nil {
+		return shimFail(dir, report, s.started, err)
+	}
+	json.NewEncoder(report).Encode(startReport{Pid: s.leader, StartedAt: s.started})
+	report.Close()
+
+	for {
+		select {
+		case sig := <-signals:
+			s.signal(sig.(syscall.Signal))
+		case st := <-exitc:
+			if err := writeJSONAtomic(filepath.Join(dir, exitFile), st); err != nil {
+				fmt.Fprintf(os.Stderr, "writing exit status: %v\n", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+// shimFail records a container that never started (reason StartError, exit
+// code 128, as container runtimes report it) and tells the daemon why.
+func shimFail(dir string, report *os.File, at time.Time, err error) int {
+	st := ExitStatus{ExitCode: 128, Reason: "StartError", Message: err.Error(), StartedAt: at, FinishedAt: time.Now()}
+	writeJSONAtomic(filepath.Join(dir, exitFile), st)
+	json.NewEncoder(report).Encode(startReport{Error: err.Error()})
+	report.Close()
+	return 0
+}
+
+type shim struct {
+	dir     string
+	spec    Spec
+	logs    *logWriter
+	mu      sync.Mutex
+	leader  int
+	reaped  bool // the leader's pid is no longer ours to signal
+	started time.Time
+}
+
+// run starts the leader and reaps until no descendant is left. It keeps its
+// OS thread locked: the leader's parent-death signal fires when the thread
+// that forked it exits, and this thread lives as long as the shim.
+func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
+	runtime.LockOSThread()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		startc <- err
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		startc <- err
+		return
+	}
+	s.started = time.Now()
+	pid, err := s.fork(outW, errW)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		startc <- err
+		return
+	}
+	var copying sync.WaitGroup
+	copying.Add(2)
+	go func() { defer copying.Done(); s.logs.copyStream("stdout", outR) }()
+	go func() { defer copying.Done(); s.logs.copyStream("stderr", errR) }()
+
+	s.mu.Lock()
+	s.leader = pid
+	s.mu.Unlock()
+	leaderStart, _ := procStartTime(pid)
+	shimStart, _ := procStartTime(os.Getpid())
+	writeJSONAtomic(filepath.Join(s.dir, shimFile), shimState{
+		ShimPid: os.Getpid(), ShimStart: shimStart, LeaderPid: pid, LeaderStart: leaderStart,
+		StartedAt: s.started, BootID: bootID(),
+	})
+	startc <- nil
+
+	var status unix.WaitStatus
+	leaderGone := false
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil { // ECHILD: nothing left
+			break
+		}
+		if got == pid {
+			s.mu.Lock()
+			s.reaped = true
+			s.mu.Unlock()
+			status, leaderGone = ws, true
+		}
+		if leaderGone {
+			// The container ends with its leader: nothing it started may
+			// outlive it. Each reap may have orphaned more processes to
+			// us, so kill again until no child is left.
+			killDescendants(pid)
+		}
+	}
+	// Every writer of the pipes is gone; drain what they left, but do not
+	// hang on a descendant that escaped with a copy of the pipe.
+	drained := make(chan struct{})
+	go func() { copying.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	exitc <- exitStatusOf(status, s.started)
+}
+
+func (s *shim) fork(stdout, stderr *os.File) (int, error) {
+	argv := s.spec.Argv
+	path, err := lookPath(argv[0], s.spec.Env)
+	if err != nil {
+		return 0, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, err
+	}
+	defer devnull.Close()
+	attr := &syscall.ProcAttr{
+		Dir:   s.spec.Dir,
+		Env:   s.spec.Env,
+		Files: []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if s.spec.UID != nil || s.spec.GID != nil {
+		cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
+		if s.spec.UID != nil {
+			cred.Uid = *s.spec.UID
+		}
+		if s.spec.GID != nil {
+			cred.Gid = *s.spec.GID
+		}
+		attr.Sys.Credential = cred
+	}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("exec %s: %w", path, err)
+	}
+	return pid, nil
+}
+
+// lookPath resolves a command in the container's PATH, not the daemon's.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := defaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
+}
+
+// signal forwards a signal to the leader, or on killSignal kills the tree.
+func (s *shim) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leader == 0 || s.reaped {
+		return // until reaped the pid cannot be reused: it is our child
+	}
+	if sig == killSignal {
+		unix.Kill(-s.leader, unix.SIGKILL)
+		unix.Kill(s.leader, unix.SIGKILL)
+		return
+	}
+	unix.Kill(s.leader, sig)
+}
+
+// killDescendants SIGKILLs the leader's process group and every process
+// re-parented to this shim; the caller's wait loop reaps them.
+func killDescendants(leader int) {
+	unix.Kill(-leader, unix.SIGKILL)
+	for _, pid := range children() {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+// children lists this process's direct children, across its threads.
+func children() []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", os.Getpid()))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func exitStatusOf(ws unix.WaitStatus, started time.Time) ExitStatus {
+	st := ExitStatus{StartedAt: started, FinishedAt: time.Now()}
+	switch {
+	case ws.Exited():
+		st.ExitCode = int32(ws.ExitStatus())
+	case ws.Signaled():
+		st.Signal = int32(ws.Signal())
+		st.ExitCode = 128 + int32(ws.Signal())
+	}
+	return st
+}

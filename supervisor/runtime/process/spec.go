@@ -1,0 +1,177 @@
+package process
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Files in an instance directory.
+const (
+	specFile = "spec.json" // Spec, written by the daemon before the shim starts
+	lockFile = "lock"      // flock held by the shim for its whole life
+	shimFile = "shim.json" // shimState, written once the leader runs
+	exitFile = "exit.json" // ExitStatus, written by the shim as it ends
+)
+
+// Spec is everything a shim needs to run one container instance.
+type Spec struct {
+	InstanceID   string   `json:"instanceID"`
+	PodUID       string   `json:"podUID"`
+	PodNamespace string   `json:"podNamespace"`
+	PodName      string   `json:"podName"`
+	Container    string   `json:"container"`
+	Attempt      int      `json:"attempt"`
+	Argv         []string `json:"argv"`
+	Env          []string `json:"env"`
+	Dir          string   `json:"dir,omitempty"`
+	UID          *uint32  `json:"uid,omitempty"`
+	GID          *uint32  `json:"gid,omitempty"`
+	LogPath      string   `json:"logPath"`
+	LogMaxBytes  int64    `json:"logMaxBytes"`
+	LogMaxFiles  int      `json:"logMaxFiles"`
+}
+
+// shimState is what a running shim tells about itself.
+type shimState struct {
+	ShimPid     int       `json:"shimPid"`
+	ShimStart   uint64    `json:"shimStart"`
+	LeaderPid   int       `json:"leaderPid"`
+	LeaderStart uint64    `json:"leaderStart"`
+	StartedAt   time.Time `json:"startedAt"`
+	BootID      string    `json:"bootID"`
+}
+
+// ExitStatus is how a container instance ended.
+type ExitStatus struct {
+	ExitCode   int32     `json:"exitCode"`
+	Signal     int32     `json:"signal,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// defaultPath is PATH for containers that do not set one.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// PodEnv is what the downward API can tell a container about its pod.
+type PodEnv struct {
+	NodeName string
+	HostIP   string
+}
+
+// BuildSpec turns a container of a pod into a shim Spec: the environment
+// with fieldRef values filled in, $(VAR) references expanded in env values,
+// command and args as Kubernetes does, and the user and group to run as.
+func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (Spec, error) {
+	vars := map[string]string{"PATH": defaultPath, "HOSTNAME": pod.Name}
+	order := []string{"PATH", "HOSTNAME"}
+	for _, e := range c.Env {
+		v := expand(e.Value, vars)
+		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
+			var err error
+			if v, err = fieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
+				return Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		}
+		if _, ok := vars[e.Name]; !ok {
+			order = append(order, e.Name)
+		}
+		vars[e.Name] = v
+	}
+	env := make([]string, len(order))
+	for i, k := range order {
+		env[i] = k + "=" + vars[k]
+	}
+	var argv []string
+	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+		argv = append(argv, expand(a, vars))
+	}
+	s := Spec{
+		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
+		Container: c.Name, Argv: argv, Env: env, Dir: c.WorkingDir,
+	}
+	user, group := pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			user = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			group = sc.RunAsGroup
+		}
+	}
+	if user != nil {
+		u := uint32(*user)
+		s.UID = &u
+		if group == nil {
+			group = user // as runc does when no group is given
+		}
+	}
+	if group != nil {
+		g := uint32(*group)
+		s.GID = &g
+	}
+	return s, nil
+}
+
+func fieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return node.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.hostIP", "status.podIP":
+		return node.HostIP, nil // process pods share the host network
+	}
+	for prefix, m := range map[string]map[string]string{"metadata.labels['": pod.Labels, "metadata.annotations['": pod.Annotations} {
+		if strings.HasPrefix(path, prefix) && strings.HasSuffix(path, "']") {
+			return m[path[len(prefix):len(path)-2]], nil
+		}
+	}
+	return "", fmt.Errorf("fieldPath %q is not supported", path)
+}
+
+// expand replaces $(NAME) with the variable's value as Kubernetes does:
+// unknown references stay as written and $$ escapes a dollar.
+func expand(s string, vars map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := vars[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
