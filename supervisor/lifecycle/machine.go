@@ -80,6 +80,9 @@ func (m *Machine) TakeDirty() (changed []*Instance, forgotten []types.UID) {
 	return changed, forgotten
 }
 
+// Dirty reports whether anything changed since the last TakeDirty.
+func (m *Machine) Dirty() bool { return len(m.dirty) > 0 || len(m.forgotten) > 0 }
+
 // NextWake is when Reconcile must run again even without new observations
 // (zero: no timer needed).
 func (m *Machine) NextWake() time.Time { return m.nextWake }
@@ -147,6 +150,11 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	c := in.Container(name)
 	if c == nil {
 		return
+	}
+	if c.Phase == Exited && c.Current != nil {
+		// It was restarted before the crash, but the record was not saved.
+		c.Last, c.Current = c.Current, nil
+		c.RestartCount++
 	}
 	c.Phase = Running
 	c.InstanceID = instanceID

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+)
+
+func newClient(socket string) *api.Client { return api.NewClient(socket) }
+
+// clientFlags are the flags every client command takes.
+type clientFlags struct {
+	socket    *string
+	namespace *string
+}
+
+func addClientFlags(fs *flag.FlagSet) clientFlags {
+	return clientFlags{
+		socket:    fs.String("socket", defaultSocket, "daemon socket"),
+		namespace: fs.String("n", "", "namespace (default: any namespace with the name, preferring default)"),
+	}
+}
+
+// findPod resolves a name the way a user means it: in the namespace given,
+// else in "default", else the only pod of that name anywhere.
+func findPod(ctx context.Context, c *api.Client, ns, name string) (*v1.Pod, error) {
+	if ns != "" {
+		return c.Pod(ctx, ns, name)
+	}
+	list, err := c.Pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var matches []*v1.Pod
+	for i := range list.Items {
+		if list.Items[i].Name == name {
+			if list.Items[i].Namespace == "default" {
+				return &list.Items[i], nil
+			}
+			matches = append(matches, &list.Items[i])
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return nil, fmt.Errorf("pod %q not found", name)
+	case 1:
+		return matches[0], nil
+	}
+	return nil, fmt.Errorf("pod %q exists in several namespaces: choose one with -n", name)
+}
+
+func cmdGet(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	output := fs.String("o", "", "output format: wide, json or yaml")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || (pos[0] != "pods" && pos[0] != "pod" && pos[0] != "po") {
+		return fmt.Errorf("usage: podvisor get pods [NAME] [-o wide|json|yaml]")
+	}
+	if len(pos) > 2 {
+		return fmt.Errorf("get: unexpected argument %q", pos[2])
+	}
+	switch *output {
+	case "", "wide", "json", "yaml":
+	default:
+		return fmt.Errorf("get: unknown output format %q (want wide, json or yaml)", *output)
+	}
+	c := newClient(*cf.socket)
+	if len(pos) == 2 {
+		p, err := findPod(ctx, c, *cf.namespace, pos[1])
+		if err != nil {
+			return err
+		}
+		p.APIVersion, p.Kind = "v1", "Pod"
+		if *output == "json" || *output == "yaml" {
+			return printObject(out, p, *output)
+		}
+		return printPods(out, []v1.Pod{*p}, *output == "wide", time.Now())
+	}
+	list, err := c.Pods(ctx)
+	if err != nil {
+		return err
+	}
+	if *cf.namespace != "" {
+		kept := list.Items[:0]
+		for _, p := range list.Items {
+			if p.Namespace == *cf.namespace {
+				kept = append(kept, p)
+			}
+		}
+		list.Items = kept
+	}
+	if *output == "json" || *output == "yaml" {
+		return printObject(out, list, *output)
+	}
+	if len(list.Items) == 0 {
+		fmt.Fprintln(os.Stderr, "No pods found.")
+		return nil
+	}
+	return printPods(out, list.Items, *output == "wide", time.Now())
+}
+
+func printObject(out io.Writer, v any, format string) error {
+	if format == "yaml" {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(b)
+		return err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "    ")
+	return enc.Encode(v)
+}
+
+func printPods(out io.Writer, pods []v1.Pod, wide bool, now time.Time) error {
+	sort.SliceStable(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	header := "NAME\tREADY\tSTATUS\tRESTARTS\tAGE"
+	if wide {
+		header += "\tNAMESPACE\tIP\tNODE\tSOURCE"
+	}
+	fmt.Fprintln(w, header)
+	for i := range pods {
+		p := &pods[i]
+		row := podRow(p, now)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", p.Name, row.ready, row.status, row.restarts, row.age)
+		if wide {
+			line += fmt.Sprintf("\t%s\t%s\t%s\t%s", p.Namespace, orNone(p.Status.PodIP), orNone(p.Spec.NodeName),
+				orNone(p.Annotations["podvisor.io/source"]))
+		}
+		fmt.Fprintln(w, line)
+	}
+	return w.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+type row struct{ ready, status, restarts, age string }
+
+// podRow computes kubectl's columns: READY counts ready containers, STATUS
+// is the most telling container reason, RESTARTS adds when the last was.
+func podRow(p *v1.Pod, now time.Time) row {
+	reason := string(p.Status.Phase)
+	if p.Status.Reason != "" {
+		reason = p.Status.Reason
+	}
+	var restarts int32
+	var lastRestart time.Time
+	ready, hasRunning := 0, false
+	cs := p.Status.ContainerStatuses
+	for i := len(cs) - 1; i >= 0; i-- {
+		c := cs[i]
+		restarts += c.RestartCount
+		if t := c.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(lastRestart) {
+			lastRestart = t.FinishedAt.Time
+		}
+		switch {
+		case c.State.Waiting != nil && c.State.Waiting.Reason != "":
+			reason = c.State.Waiting.Reason
+		case c.State.Terminated != nil && c.State.Terminated.Reason != "":
+			reason = c.State.Terminated.Reason
+		case c.State.Terminated != nil && c.State.Terminated.Signal != 0:
+			reason = fmt.Sprintf("Signal:%d", c.State.Terminated.Signal)
+		case c.State.Terminated != nil:
+			reason = fmt.Sprintf("ExitCode:%d", c.State.Terminated.ExitCode)
+		case c.Ready && c.State.Running != nil:
+			hasRunning = true
+			ready++
+		}
+	}
+	if reason == "Completed" && hasRunning {
+		reason = "NotReady"
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == v1.PodReady && cond.Status == v1.ConditionTrue {
+				reason = "Running"
+			}
+		}
+	}
+	if p.DeletionTimestamp != nil {
+		reason = "Terminating"
+	}
+	r := row{
+		ready:    fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)),
+		status:   reason,
+		restarts: fmt.Sprint(restarts),
+		age:      duration.HumanDuration(now.Sub(p.CreationTimestamp.Time)),
+	}
+	if restarts > 0 && !lastRestart.IsZero() {
+		r.restarts = fmt.Sprintf("%d (%s ago)", restarts, duration.HumanDuration(now.Sub(lastRestart)))
+	}
+	return r
+}
+
+func cmdLogs(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	container := fs.String("c", "", "container (needed when the pod has several)")
+	follow := fs.Bool("f", false, "follow the log until the container ends")
+	previous := fs.Bool("previous", false, "the previous instance's log")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("usage: podvisor logs NAME [-c CONTAINER] [-f] [--previous]")
+	}
+	c := newClient(*cf.socket)
+	p, err := findPod(ctx, c, *cf.namespace, pos[0])
+	if err != nil {
+		return err
+	}
+	return c.Log(ctx, p.Namespace, p.Name, *container, *previous, *follow, out)
+}
+
+func cmdDescribe(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || (pos[0] != "pod" && pos[0] != "pods" && pos[0] != "po") {
+		return fmt.Errorf("usage: podvisor describe pod NAME")
+	}
+	c := newClient(*cf.socket)
+	p, err := findPod(ctx, c, *cf.namespace, pos[1])
+	if err != nil {
+		return err
+	}
+	events, err := c.Events(ctx, p.Namespace, p.Name)
+	if err != nil {
+		return err
+	}
+	describe(out, p, events, time.Now())
+	return nil
+}
+
+func describe(out io.Writer, p *v1.Pod, events []api.Event, now time.Time) {
+	w := tabwriter.NewWriter(out, 0, 8, 1, ' ', 0)
+	field := func(indent int, name, value string) {
+		fmt.Fprintf(w, "%s%s:\t%s\n", strings.Repeat("  ", indent), name, value)
+	}
+	field(0, "Name", p.Name)
+	field(0, "Namespace", p.Namespace)
+	field(0, "Node", orNone(p.Spec.NodeName))
+	if p.Status.StartTime != nil {
+		field(0, "Start Time", p.Status.StartTime.Format(time.RFC1123Z))
+	}
+	field(0, "Labels", mapLines(p.Labels))
+	field(0, "Annotations", mapLines(p.Annotations))
+	field(0, "Status", podRow(p, now).status)
+	if p.Status.Message != "" {
+		field(0, "Message", p.Status.Message)
+	}
+	field(0, "IP", orNone(p.Status.PodIP))
+	if p.Spec.RuntimeClassName != nil {
+		field(0, "Runtime Class Name", *p.Spec.RuntimeClassName)
+	}
+	if len(p.Spec.Containers) > 0 {
+		fmt.Fprintln(w, "Containers:")
+	}
+	statuses := map[string]v1.ContainerStatus{}
+	for _, cs := range p.Status.ContainerStatuses {
+		statuses[cs.Name] = cs
+	}
+	for _, c := range p.Spec.Containers {
+		cs := statuses[c.Name]
+		fmt.Fprintf(w, "  %s:\n", c.Name)
+		field(2, "Container ID", orNone(cs.ContainerID))
+		field(2, "Image", c.Image)
+		if len(c.Command) > 0 {
+			field(2, "Command", strings.Join(c.Command, " "))
+		}
+		if len(c.Args) > 0 {
+			field(2, "Args", strings.Join(c.Args, " "))
+		}
+		describeState(w, "State", cs.State)
+		if cs.LastTerminationState.Terminated != nil {
+			describeState(w, "Last State", cs.LastTerminationState)
+		}
+		field(2, "Ready", fmt.Sprint(cs.Ready))
+		field(2, "Restart Count", fmt.Sprint(cs.RestartCount))
+		if len(c.Env) > 0 {
+			fmt.Fprintln(w, "    Environment:")
+			for _, e := range c.Env {
+				v := e.Value
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					v = fmt.Sprintf("(%s:%s)", e.ValueFrom.FieldRef.APIVersion, e.ValueFrom.FieldRef.FieldPath)
+				}
+				field(3, e.Name, v)
+			}
+		}
+	}
+	if len(p.Status.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:\n  Type\tStatus")
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(w, "  %s\t%s\n", c.Type, c.Status)
+		}
+	}
+	if p.Status.QOSClass != "" {
+		field(0, "QoS Class", string(p.Status.QOSClass))
+	}
+	w.Flush()
+	describeEvents(out, events, now)
+}
+
+func describeState(w io.Writer, label string, s v1.ContainerState) {
+	switch {
+	case s.Running != nil:
+		fmt.Fprintf(w, "    %s:\tRunning\n      Started:\t%s\n", label, s.Running.StartedAt.Format(time.RFC1123Z))
+	case s.Waiting != nil:
+		fmt.Fprintf(w, "    %s:\tWaiting\n      Reason:\t%s\n", label, s.Waiting.Reason)
+		if s.Waiting.Message != "" {
+			fmt.Fprintf(w, "      Message:\t%s\n", s.Waiting.Message)
+		}
+	case s.Terminated != nil:
+		t := s.Terminated
+		fmt.Fprintf(w, "    %s:\tTerminated\n      Reason:\t%s\n", label, t.Reason)
+		if t.Message != "" {
+			fmt.Fprintf(w, "      Message:\t%s\n", t.Message)
+		}
+		fmt.Fprintf(w, "      Exit Code:\t%d\n", t.ExitCode)
+		if t.Signal != 0 {
+			fmt.Fprintf(w, "      Signal:\t%d\n", t.Signal)
+		}
+		fmt.Fprintf(w, "      Started:\t%s\n      Finished:\t%s\n",
+			t.StartedAt.Format(time.RFC1123Z), t.FinishedAt.Format(time.RFC1123Z))
+	default:
+		fmt.Fprintf(w, "    %s:\tUnknown\n", label)
+	}
+}
+
+func describeEvents(out io.Writer, events []api.Event, now time.Time) {
+	if len(events) == 0 {
+		fmt.Fprintln(out, "Events:  <none>")
+		return
+	}
+	fmt.Fprintln(out, "Events:")
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "  Type\tReason\tAge\tFrom\tMessage")
+	fmt.Fprintln(w, "  ----\t------\t----\t----\t-------")
+	for _, e := range events {
+		age := duration.HumanDuration(now.Sub(e.LastTime))
+		if e.Count > 1 {
+			age = fmt.Sprintf("%s (x%d over %s)", age, e.Count, duration.HumanDuration(now.Sub(e.FirstTime)))
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, age, "podvisor", e.Message)
+	}
+	w.Flush()
+}
+
+func mapLines(m map[string]string) string {
+	if len(m) == 0 {
+		return "<none>"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	lines := make([]string, len(keys))
+	for i, k := range keys {
+		lines[i] = k + "=" + m[k]
+	}
+	return strings.Join(lines, "\n\t")
+}

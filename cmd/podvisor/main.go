@@ -1,0 +1,116 @@
+// Command podvisor supervises Kubernetes static pods on one device, and is
+// the local client of its own daemon.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
+)
+
+// version is stamped at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+const defaultSocket = "/run/podvisor/podvisor.sock"
+
+const usage = `podvisor supervises Kubernetes static pods on this device.
+
+Usage:
+  podvisor run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH]
+  podvisor get pods [-o wide|json|yaml] [-n NAMESPACE]
+  podvisor get pod NAME [-o wide|json|yaml] [-n NAMESPACE]
+  podvisor describe pod NAME [-n NAMESPACE]
+  podvisor logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]
+  podvisor version
+
+Client commands take --socket PATH (default ` + defaultSocket + `).
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "shim":
+		if len(args) != 2 {
+			err = errors.New("usage: podvisor shim DIR (started by the daemon)")
+			break
+		}
+		signal.Reset() // the shim forwards signals to its container
+		return process.RunShim(args[1])
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "get":
+		err = cmdGet(ctx, args[1:], stdout)
+	case "describe":
+		err = cmdDescribe(ctx, args[1:], stdout)
+	case "logs":
+		err = cmdLogs(ctx, args[1:], stdout)
+	case "version":
+		err = cmdVersion(ctx, args[1:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = fmt.Errorf("unknown command %q (see podvisor help)", args[0])
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "error: %s\n", strings.TrimSpace(err.Error()))
+		return 1
+	}
+	return 0
+}
+
+// parseInterspersed parses flags wherever they stand among positional
+// arguments, as kubectl users expect ("logs web -f").
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func cmdVersion(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	socket := fs.String("socket", defaultSocket, "daemon socket")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "podvisor %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if v, err := newClient(*socket).Version(ctx); err == nil {
+		fmt.Fprintf(out, "daemon   %s (%s, %s)\n", v.Version, v.GoVersion, v.Platform)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+)
+
+// fileConfig is the --config file. Flags given on the command line win.
+type fileConfig struct {
+	Manifests      string           `json:"manifests,omitempty"`
+	DataDir        string           `json:"dataDir,omitempty"`
+	Socket         string           `json:"socket,omitempty"`
+	NodeName       string           `json:"nodeName,omitempty"`
+	ManifestResync *metav1.Duration `json:"manifestResync,omitempty"`
+	Backoff        struct {
+		Initial *metav1.Duration `json:"initial,omitempty"`
+		Max     *metav1.Duration `json:"max,omitempty"`
+		Reset   *metav1.Duration `json:"reset,omitempty"`
+	} `json:"backoff"`
+	Logs struct {
+		MaxSize  *resource.Quantity `json:"maxSize,omitempty"`
+		MaxFiles int                `json:"maxFiles,omitempty"`
+	} `json:"logs"`
+}
+
+func defaultConfig() fileConfig {
+	c := fileConfig{Manifests: "/etc/podvisor/manifests", DataDir: "/var/lib/podvisor", Socket: defaultSocket}
+	c.Logs.MaxFiles = 5
+	return c
+}
+
+func loadConfig(path string, into *fileConfig) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file (YAML)")
+	manifests := fs.String("manifests", "", "manifest directory (default /etc/podvisor/manifests)")
+	dataDir := fs.String("data-dir", "", "state directory (default /var/lib/podvisor)")
+	socket := fs.String("socket", "", "API socket (default "+defaultSocket+")")
+	stopPods := fs.Bool("stop-pods-on-exit", false, "stop every pod gracefully when the daemon exits")
+	verbose := fs.Bool("v", false, "log debug messages")
+	if pos, err := parseInterspersed(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return fmt.Errorf("run: unexpected argument %q", pos[0])
+	}
+	fc := defaultConfig()
+	if *configPath != "" {
+		if err := loadConfig(*configPath, &fc); err != nil {
+			return err
+		}
+	}
+	for flagValue, field := range map[*string]*string{manifests: &fc.Manifests, dataDir: &fc.DataDir, socket: &fc.Socket} {
+		if *flagValue != "" {
+			*field = *flagValue
+		}
+	}
+	cfg, err := daemonConfig(fc)
+	if err != nil {
+		return err
+	}
+	cfg.StopPodsOnExit = *stopPods
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	d := supervisor.New(cfg, log)
+	srv := &api.Server{Backend: d, Version: api.Version{Version: version, GoVersion: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH}}
+	apiCtx, stopAPI := context.WithCancel(context.Background())
+	defer stopAPI()
+	apiErr := make(chan error, 1)
+	go func() { apiErr <- srv.Serve(apiCtx, fc.Socket) }()
+	log.Info("local API listening", "socket", fc.Socket)
+
+	runErr := d.Run(ctx)
+	stopAPI()
+	if runErr != nil {
+		return runErr
+	}
+	select {
+	case err := <-apiErr:
+		return err
+	case <-time.After(2 * time.Second):
+		return nil
+	}
+}
+
+func daemonConfig(fc fileConfig) (supervisor.Config, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return supervisor.Config{}, fmt.Errorf("finding own binary for the shim: %w", err)
+	}
+	node := fc.NodeName
+	if node == "" {
+		if node, err = os.Hostname(); err != nil {
+			return supervisor.Config{}, err
+		}
+	}
+	lc := lifecycle.DefaultConfig()
+	for _, d := range []struct {
+		name string
+		v    *metav1.Duration
+		into *time.Duration
+	}{{"backoff.initial", fc.Backoff.Initial, &lc.BackoffInitial}, {"backoff.max", fc.Backoff.Max, &lc.BackoffMax},
+		{"backoff.reset", fc.Backoff.Reset, &lc.BackoffReset}} {
+		if d.v == nil {
+			continue
+		}
+		if d.v.Duration <= 0 {
+			return supervisor.Config{}, fmt.Errorf("config %s: must be a positive duration, got %s", d.name, d.v.Duration)
+		}
+		*d.into = d.v.Duration
+	}
+	if lc.BackoffInitial > lc.BackoffMax {
+		return supervisor.Config{}, fmt.Errorf("config backoff.initial (%s) is longer than backoff.max (%s)", lc.BackoffInitial, lc.BackoffMax)
+	}
+	resync := time.Minute
+	if fc.ManifestResync != nil {
+		resync = fc.ManifestResync.Duration
+	}
+	maxBytes := int64(10 << 20)
+	if q := fc.Logs.MaxSize; q != nil {
+		if maxBytes = q.Value(); maxBytes < 4096 {
+			return supervisor.Config{}, fmt.Errorf("config logs.maxSize: %s is below the 4Ki minimum", q)
+		}
+	}
+	if fc.Logs.MaxFiles < 1 {
+		return supervisor.Config{}, fmt.Errorf("config logs.maxFiles: must be at least 1, got %d", fc.Logs.MaxFiles)
+	}
+	return supervisor.Config{
+		ManifestDir:    fc.Manifests,
+		DataDir:        fc.DataDir,
+		NodeName:       node,
+		Exe:            exe,
+		Lifecycle:      lc,
+		ManifestResync: resync,
+		ManifestSettle: 5 * time.Millisecond,
+		LogMaxBytes:    maxBytes,
+		LogMaxFiles:    fc.Logs.MaxFiles,
+		PersistDelay:   100 * time.Millisecond,
+	}, nil
+}

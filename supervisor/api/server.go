@@ -1,0 +1,225 @@
+// Package api is podvisor's local HTTP+JSON API on a unix socket, and the
+// client the CLI uses.
+//
+//	GET /v1/pods[?watch=VERSION]            v1.PodList (watch: long-poll until newer)
+//	GET /v1/pods/{ns}/{name}                v1.Pod
+//	GET /v1/pods/{ns}/{name}/events         []Event
+//	GET /v1/pods/{ns}/{name}/log?container=C&previous=1&follow=1   text
+//	GET /v1/version                         Version
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
+)
+
+// Event is a Kubernetes-style event about a pod.
+type Event struct {
+	FirstTime time.Time `json:"firstTimestamp"`
+	LastTime  time.Time `json:"lastTimestamp"`
+	Count     int       `json:"count"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+}
+
+// LogRef locates one container instance's log.
+type LogRef struct {
+	Path       string
+	InstanceID string
+	Running    bool
+}
+
+// Version describes the daemon.
+type Version struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+// Backend is what the API serves from; the daemon implements it.
+type Backend interface {
+	// Pods returns the current pods, their version, and a channel closed
+	// when a newer version is published.
+	Pods() ([]*v1.Pod, uint64, <-chan struct{})
+	Events(namespace, name string) []Event
+	// Log locates a container's current or previous log.
+	Log(namespace, name, container string, previous bool) (LogRef, error)
+}
+
+// Server serves a Backend on a unix socket.
+type Server struct {
+	Backend Backend
+	Version Version
+	http    *http.Server
+}
+
+// Serve listens on the socket path until ctx ends.
+func (s *Server) Serve(ctx context.Context, socket string) error {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		return err
+	}
+	// A socket left by a daemon that died is stale: the data-dir lock
+	// already proved no other daemon runs.
+	os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", socket, err)
+	}
+	os.Chmod(socket, 0o660)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Version) })
+	mux.HandleFunc("GET /v1/pods", s.listPods)
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}", s.getPod)
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}/events", s.events)
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}/log", s.log)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.http.Shutdown(shut)
+	}()
+	err = s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
+	pods, version, changed := s.Backend.Pods()
+	if q := r.URL.Query().Get("watch"); q != "" {
+		since, err := strconv.ParseUint(q, 10, 64)
+		if err != nil {
+			httpError(w, http.StatusBadRequest, "watch: %q is not a version number", q)
+			return
+		}
+		for version <= since {
+			select {
+			case <-changed:
+			case <-r.Context().Done():
+				return
+			}
+			pods, version, changed = s.Backend.Pods()
+		}
+	}
+	list := v1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"},
+		ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(version, 10)}}
+	for _, p := range pods {
+		list.Items = append(list.Items, *p)
+	}
+	writeJSON(w, list)
+}
+
+func (s *Server) find(w http.ResponseWriter, r *http.Request) *v1.Pod {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	pods, _, _ := s.Backend.Pods()
+	for _, p := range pods {
+		if p.Namespace == ns && p.Name == name {
+			return p
+		}
+	}
+	httpError(w, http.StatusNotFound, "pod %q not found in namespace %q", name, ns)
+	return nil
+}
+
+func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
+	if p := s.find(w, r); p != nil {
+		writeJSON(w, p)
+	}
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if p := s.find(w, r); p != nil {
+		writeJSON(w, s.Backend.Events(p.Namespace, p.Name))
+	}
+}
+
+func (s *Server) log(w http.ResponseWriter, r *http.Request) {
+	p := s.find(w, r)
+	if p == nil {
+		return
+	}
+	q := r.URL.Query()
+	container := q.Get("container")
+	if container == "" {
+		if len(p.Spec.Containers) != 1 {
+			httpError(w, http.StatusBadRequest, "pod %q has %d containers: choose one with -c", p.Name, len(p.Spec.Containers))
+			return
+		}
+		container = p.Spec.Containers[0].Name
+	}
+	ref, err := s.Backend.Log(p.Namespace, p.Name, container, q.Get("previous") == "1")
+	if err != nil {
+		httpError(w, http.StatusNotFound, "%v", err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if q.Get("follow") != "1" || !ref.Running {
+		process.CopyLog(w, ref.Path)
+		return
+	}
+	fw := flushWriter{w: w}
+	process.FollowLog(r.Context(), fw, ref.Path, s.instanceEnded(r.Context(), p.Namespace, p.Name, container, ref.InstanceID))
+}
+
+// instanceEnded closes the returned channel once the followed instance is
+// no longer the running one.
+func (s *Server) instanceEnded(ctx context.Context, ns, name, container, id string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, _, changed := s.Backend.Pods()
+			ref, err := s.Backend.Log(ns, name, container, false)
+			if err != nil || ref.InstanceID != id || !ref.Running {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return done
+}
+
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(p []byte) (int, error) { return f.w.Write(p) }
+func (f flushWriter) Flush() {
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// apiError is the body of every error response.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func httpError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(apiError{Error: fmt.Sprintf(format, args...)})
+}

@@ -1,0 +1,256 @@
+// Package supervisor is the I/O shell around the lifecycle core: it feeds
+// the core manifests, runtime exits and the clock, executes the actions it
+// returns, persists its records and publishes pod status for the local API.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/state"
+)
+
+// Config is what the daemon needs to run.
+type Config struct {
+	ManifestDir    string
+	DataDir        string
+	NodeName       string
+	Exe            string // binary run as the shim
+	Lifecycle      lifecycle.Config
+	ManifestResync time.Duration
+	ManifestSettle time.Duration
+	LogMaxBytes    int64
+	LogMaxFiles    int
+	// StopPodsOnExit stops every pod gracefully before the daemon exits;
+	// by default pods keep running and the next daemon adopts them.
+	StopPodsOnExit bool
+	// PersistDelay batches state writes: flash storage wears per write.
+	PersistDelay time.Duration
+}
+
+// Daemon supervises the pods of one device.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	machine *lifecycle.Machine
+	store   *state.Store
+	rt      *process.Runtime
+	dir     *manifest.Dir
+	node    process.PodEnv
+	now     func() time.Time
+
+	manifests manifest.State
+	started   chan startResult
+	view      *view
+}
+
+type startResult struct {
+	pod        types.UID
+	container  string
+	instanceID string
+	at         time.Time
+	err        error
+}
+
+// New prepares a daemon; Run starts it.
+func New(cfg Config, log *slog.Logger) *Daemon {
+	return &Daemon{
+		cfg:     cfg,
+		log:     log,
+		machine: lifecycle.NewMachine(cfg.Lifecycle),
+		now:     time.Now,
+		started: make(chan startResult, 64),
+		node:    process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		view:    newView(),
+	}
+}
+
+// Run supervises until ctx ends. Pods keep running after it returns unless
+// StopPodsOnExit is set.
+func (d *Daemon) Run(ctx context.Context) error {
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	lock, err := lockDataDir(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if d.store, err = state.Open(filepath.Join(d.cfg.DataDir, "state.db")); err != nil {
+		return err
+	}
+	defer d.store.Close()
+	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.Exe, d.log); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
+		return fmt.Errorf("manifest directory: %w", err)
+	}
+	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
+	if err := d.restore(); err != nil {
+		return err
+	}
+	st, err := d.dir.Load()
+	if err != nil {
+		return err
+	}
+	d.setManifests(st)
+
+	manifests := make(chan manifest.State, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := d.dir.Run(watchCtx, manifests); err != nil {
+			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
+		}
+	}()
+	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
+	d.loop(ctx, manifests)
+	if d.cfg.StopPodsOnExit {
+		d.stopAll()
+	}
+	d.persist()
+	return nil
+}
+
+// loop is the one goroutine that owns the machine.
+func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
+	wake := time.NewTimer(time.Hour)
+	persist := time.NewTimer(time.Hour)
+	persist.Stop()
+	persistPending := false
+	for {
+		d.step()
+		if !persistPending && d.machine.Dirty() {
+			persist.Reset(d.cfg.PersistDelay)
+			persistPending = true
+		}
+		resetTimer(wake, d.machine.NextWake(), d.now())
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-manifests:
+			d.setManifests(st)
+		case x := <-d.rt.Exits():
+			d.exited(x)
+		case r := <-d.started:
+			d.startDone(r)
+		case <-wake.C:
+		case <-persist.C:
+			persistPending = false
+			d.persist()
+		}
+	}
+}
+
+// step reconciles, executes the actions and publishes the new status.
+func (d *Daemon) step() {
+	now := d.now()
+	d.execute(d.machine.Reconcile(now))
+	d.publish(now)
+}
+
+func (d *Daemon) persist() {
+	changed, forgotten := d.machine.TakeDirty()
+	if err := d.store.Save(changed, forgotten); err != nil {
+		d.log.Error("saving state", "err", err)
+	}
+}
+
+// stopAll terminates every pod and waits for them, bounded by the longest
+// grace period plus a margin.
+func (d *Daemon) stopAll() {
+	d.log.Info("stopping all pods before exit")
+	d.machine.SetDesired(nil)
+	deadline := time.Now().Add(d.longestGrace() + 5*time.Second)
+	for len(d.machine.Instances()) > 0 && time.Now().Before(deadline) {
+		d.step()
+		wait := time.Until(d.machine.NextWake())
+		if d.machine.NextWake().IsZero() || wait > time.Second {
+			wait = time.Second
+		}
+		select {
+		case x := <-d.rt.Exits():
+			d.exited(x)
+		case r := <-d.started:
+			d.startDone(r)
+		case <-time.After(wait):
+		}
+	}
+	d.step()
+}
+
+func (d *Daemon) longestGrace() time.Duration {
+	g := d.cfg.Lifecycle.MinGracePeriod
+	for _, in := range d.machine.Instances() {
+		if s := in.Pod.Spec.TerminationGracePeriodSeconds; s != nil && time.Duration(*s)*time.Second > g {
+			g = time.Duration(*s) * time.Second
+		}
+	}
+	return g
+}
+
+func (d *Daemon) setManifests(st manifest.State) {
+	d.noteInvalid(d.manifests, st)
+	d.manifests = st
+	d.machine.SetDesired(st.Pods)
+}
+
+func resetTimer(t *time.Timer, at, now time.Time) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	if at.IsZero() {
+		t.Reset(time.Hour)
+		return
+	}
+	t.Reset(max(at.Sub(now), 0))
+}
+
+// lockDataDir makes sure one daemon at a time uses a data directory: two
+// would each start their own copy of every pod.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "podvisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data directory %s is in use by another podvisor", dir)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// view is the published status the API reads.
+type view struct {
+	mu      sync.RWMutex
+	pods    []*v1.Pod
+	version uint64
+	changed chan struct{}
+	events  map[string][]api.Event // by namespace/name
+	logs    map[string]api.LogRef  // by namespace/name/container, and …/previous
+}
+
+func newView() *view {
+	return &view{changed: make(chan struct{}), events: map[string][]api.Event{}, logs: map[string]api.LogRef{}}
+}

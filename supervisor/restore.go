@@ -1,0 +1,74 @@
+package supervisor
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/manifest"
+)
+
+// restore rebuilds the core's records after a daemon start: pod instances
+// from the database, then what the runtime actually finds. Live instances
+// are adopted, never started again; instances that ended while the daemon
+// was away report their recorded exit code; records whose instance left no
+// trace at all (a reboot wiped the run state) end as ContainerStatusUnknown.
+func (d *Daemon) restore() error {
+	instances, err := d.store.Instances()
+	if err != nil {
+		return err
+	}
+	for _, in := range instances {
+		d.machine.Restore(in)
+	}
+	recs, err := d.rt.Recover()
+	if err != nil {
+		return err
+	}
+	found := map[string]bool{}
+	for _, r := range recs {
+		id := r.Spec.InstanceID
+		uid, name := types.UID(r.Spec.PodUID), r.Spec.Container
+		found[id] = true
+		in := d.machine.Instance(uid)
+		if in == nil || in.Container(name) == nil {
+			if r.Alive {
+				// Its pod's record was lost: stop it rather than risk a
+				// second copy when the pod is started afresh.
+				d.log.Warn("stopping an instance no record knows", "instance", id)
+				d.rt.Kill(id)
+			} else {
+				d.rt.Remove(id)
+			}
+			continue
+		}
+		d.machine.SawAttempt(uid, name, r.Spec.Attempt)
+		c := in.Container(name)
+		switch {
+		case r.Alive && r.Spec.Attempt >= c.Attempt:
+			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
+			d.machine.Adopted(uid, name, id, r.Spec.Attempt, r.StartedAt)
+		case r.Alive:
+			d.log.Warn("stopping a superseded instance", "instance", id)
+			d.rt.Kill(id)
+		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting):
+			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
+			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
+		}
+	}
+	now := d.now()
+	for _, in := range d.machine.Instances() {
+		for _, c := range in.Containers {
+			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
+				d.execute(d.machine.Exited(in.UID(), c.Name, lifecycle.Termination{
+					InstanceID: c.InstanceID, ExitCode: 137, Reason: "ContainerStatusUnknown",
+					Message: "The container could not be located when the pod was terminated", FinishedAt: now}))
+			}
+		}
+		// A file that is invalid now keeps the pods it defined before.
+		if !in.Terminating && in.Pod.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
+			d.dir.Seed(in.Pod.Annotations[manifest.AnnotationFile], []*v1.Pod{in.Pod})
+		}
+	}
+	return nil
+}

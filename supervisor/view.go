@@ -1,0 +1,193 @@
+package supervisor
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/manifest"
+)
+
+// maxEvents is how many events each pod keeps.
+const maxEvents = 50
+
+// StatusInvalid is the STATUS of a manifest file that was rejected.
+const StatusInvalid = "Invalid"
+
+// publish rebuilds the status the API serves and wakes its watchers.
+func (d *Daemon) publish(now time.Time) {
+	var pods []*v1.Pod
+	logs := map[string]api.LogRef{}
+	for _, in := range d.machine.Instances() {
+		p := d.machine.PodView(in, now)
+		p.Spec.NodeName = d.cfg.NodeName
+		p.Status.HostIP, p.Status.PodIP = d.node.HostIP, d.node.HostIP
+		pods = append(pods, p)
+		if in.Terminating && d.hasDesired(in.Key()) {
+			continue // the replacement's logs are the ones to show
+		}
+		for _, c := range in.Containers {
+			key := in.Key() + "/" + c.Name
+			if c.Attempt > 0 {
+				logs[key] = api.LogRef{Path: d.logPath(in.Pod, c.Name, c.Attempt), InstanceID: c.InstanceID,
+					Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting}
+			}
+			if prev := previousAttempt(c); prev > 0 {
+				logs[key+"/previous"] = api.LogRef{Path: d.logPath(in.Pod, c.Name, prev)}
+			}
+		}
+	}
+	for _, bad := range d.manifests.Invalid {
+		pods = append(pods, invalidRow(bad))
+	}
+	v := d.view
+	v.mu.Lock()
+	v.pods, v.logs = pods, logs
+	v.version++
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+}
+
+func (d *Daemon) hasDesired(key string) bool {
+	for _, p := range d.manifests.Pods {
+		if lifecycle.KeyOf(p) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// previousAttempt is the attempt of the instance shown as lastState: what
+// "logs --previous" reads, whatever the container is doing now.
+func previousAttempt(c *lifecycle.Container) int {
+	if c.Last == nil {
+		return 0
+	}
+	_, _, n, _ := parseInstanceID(c.Last.InstanceID)
+	return n
+}
+
+// invalidRow shows a rejected manifest file in pod listings, named after
+// the file, until it is fixed or removed.
+func invalidRow(bad manifest.Invalid) *v1.Pod {
+	return &v1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: filepath.Base(bad.File), Namespace: "default",
+			CreationTimestamp: metav1.NewTime(bad.Since),
+			Annotations: map[string]string{
+				manifest.AnnotationSource: manifest.SourceFile,
+				manifest.AnnotationFile:   bad.File,
+			},
+		},
+		Status: v1.PodStatus{Phase: v1.PodPending, Reason: StatusInvalid, Message: bad.File + ": " + bad.Err.Error()},
+	}
+}
+
+// noteInvalid records a FailedValidation event for each newly rejected
+// file, on its row and on the pods it still keeps running.
+func (d *Daemon) noteInvalid(old, cur manifest.State) {
+	before := map[string]string{}
+	for _, b := range old.Invalid {
+		before[b.File] = b.Err.Error()
+	}
+	for _, b := range cur.Invalid {
+		if before[b.File] == b.Err.Error() {
+			continue
+		}
+		msg := fmt.Sprintf("%s: %v", b.File, b.Err)
+		d.addEvent("default/"+filepath.Base(b.File), "Warning", "FailedValidation", msg)
+		for _, p := range cur.Pods {
+			if p.Annotations[manifest.AnnotationFile] == b.File {
+				d.addEvent(lifecycle.KeyOf(p), "Warning", "FailedValidation", msg+" (still running the last valid version)")
+			}
+		}
+	}
+}
+
+// record logs an event about a pod instance and keeps it for describe.
+func (d *Daemon) record(in *lifecycle.Instance, typ, reason, msg string) {
+	if in == nil {
+		return
+	}
+	d.addEvent(in.Key(), typ, reason, msg)
+}
+
+func (d *Daemon) addEvent(key, typ, reason, msg string) {
+	if typ == "Warning" {
+		d.log.Warn(msg, "pod", key, "reason", reason)
+	} else {
+		d.log.Info(msg, "pod", key, "reason", reason)
+	}
+	now := d.now()
+	v := d.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	evs := v.events[key]
+	if n := len(evs); n > 0 && evs[n-1].Reason == reason && evs[n-1].Message == msg {
+		evs[n-1].Count++
+		evs[n-1].LastTime = now
+		return
+	}
+	evs = append(evs, api.Event{FirstTime: now, LastTime: now, Count: 1, Type: typ, Reason: reason, Message: msg})
+	if len(evs) > maxEvents {
+		evs = evs[len(evs)-maxEvents:]
+	}
+	v.events[key] = evs
+}
+
+// Pods implements api.Backend.
+func (d *Daemon) Pods() ([]*v1.Pod, uint64, <-chan struct{}) {
+	v := d.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.pods, v.version, v.changed
+}
+
+// Events implements api.Backend.
+func (d *Daemon) Events(namespace, name string) []api.Event {
+	v := d.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]api.Event(nil), v.events[namespace+"/"+name]...)
+}
+
+// Log implements api.Backend.
+func (d *Daemon) Log(namespace, name, container string, previous bool) (api.LogRef, error) {
+	key := namespace + "/" + name + "/" + container
+	if previous {
+		key += "/previous"
+	}
+	v := d.view
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	ref, ok := v.logs[key]
+	if !ok {
+		if previous {
+			return ref, fmt.Errorf("previous terminated container %q in pod %q not found", container, name)
+		}
+		return ref, fmt.Errorf("container %q in pod %q has not started", container, name)
+	}
+	return ref, nil
+}
+
+// hostIP is the first non-loopback IPv4 address, for status.hostIP.
+func hostIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
