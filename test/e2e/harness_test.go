@@ -1,0 +1,273 @@
+// Package e2e runs the real podvisor binary against real processes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "podvisor-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "podvisor")
+	build := exec.Command("go", "build", "-o", binary, "github.com/podvisor/podvisor/cmd/podvisor")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requirePidfd skips where the kernel lacks pidfds, except in CI where a
+// missing prerequisite is a failure.
+func requirePidfd(t *testing.T) {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err == nil {
+		unix.Close(fd)
+		return
+	}
+	prerequisite(t, "pidfd_open unavailable: %v", err)
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+}
+
+func prerequisite(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI prerequisite missing: "+format, args...)
+	}
+	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+}
+
+// daemon is one podvisor run with its own directories.
+type daemon struct {
+	t         *testing.T
+	dir       string
+	manifests string
+	data      string
+	socket    string
+	config    string
+	cmd       *exec.Cmd
+	log       *bytes.Buffer
+	client    *api.Client
+}
+
+func newDaemon(t *testing.T) *daemon {
+	requirePidfd(t)
+	dir := t.TempDir()
+	d := &daemon{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"),
+		data: filepath.Join(dir, "data"), socket: filepath.Join(dir, "pv.sock")}
+	os.MkdirAll(d.manifests, 0o755)
+	d.client = api.NewClient(d.socket)
+	t.Cleanup(d.cleanup)
+	return d
+}
+
+// withConfig writes a config file used by later starts.
+func (d *daemon) withConfig(yaml string) {
+	d.config = filepath.Join(d.dir, "config.yaml")
+	if err := os.WriteFile(d.config, []byte(yaml), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket}
+	if d.config != "" {
+		args = append(args, "--config", d.config)
+	}
+	d.cmd = exec.Command(binary, args...)
+	d.log = &bytes.Buffer{}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := d.client.Version(context.Background()); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("daemon did not come up:\n%s", d.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop sends sig to the daemon and waits for it to exit.
+func (d *daemon) stop(sig syscall.Signal) {
+	d.t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		d.cmd.Process.Kill()
+		d.t.Fatalf("daemon did not exit on %v:\n%s", sig, d.log)
+	}
+	d.cmd = nil
+}
+
+// cleanup stops the daemon and kills every shim it left, so tests do not
+// leak processes into each other.
+func (d *daemon) cleanup() {
+	d.stop(syscall.SIGKILL)
+	out, _ := exec.Command("pgrep", "-f", "podvisor shim "+d.data).Output()
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		fmt.Sscan(f, &pid)
+		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim (pdeathsig)
+	}
+	if d.t.Failed() && d.log != nil {
+		d.t.Logf("daemon log:\n%s", d.log)
+	}
+}
+
+func (d *daemon) write(name, content string) {
+	d.t.Helper()
+	// Written whole through a rename, as configuration tools do.
+	tmp := filepath.Join(d.manifests, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.manifests, name)); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *daemon) remove(name string) {
+	if err := os.Remove(filepath.Join(d.manifests, name)); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// cli runs a client command and returns stdout, stderr and the exit code.
+func (d *daemon) cli(args ...string) (string, string, int) {
+	args = append(args, "--socket", d.socket)
+	cmd := exec.Command(binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		d.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// waitPod waits, through the API's watch, until cond holds for the pod.
+func (d *daemon) waitPod(name string, timeout time.Duration, cond func(p *v1.Pod) bool) *v1.Pod {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var version uint64
+	var last *v1.Pod
+	for {
+		list, err := d.client.WatchPods(ctx, version)
+		if err != nil {
+			d.t.Fatalf("pod %s: condition not met within %v (last seen: %s)", name, timeout, describePod(last))
+		}
+		fmt.Sscan(list.ResourceVersion, &version)
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Name == name {
+				last = p
+				if cond(p) {
+					return p
+				}
+			}
+		}
+	}
+}
+
+// waitGone waits until no pod with the name is listed.
+func (d *daemon) waitGone(name string, timeout time.Duration) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var version uint64
+	for {
+		list, err := d.client.WatchPods(ctx, version)
+		if err != nil {
+			d.t.Fatalf("pod %s still listed after %v", name, timeout)
+		}
+		fmt.Sscan(list.ResourceVersion, &version)
+		found := false
+		for _, p := range list.Items {
+			found = found || p.Name == name
+		}
+		if !found {
+			return
+		}
+	}
+}
+
+func describePod(p *v1.Pod) string {
+	if p == nil {
+		return "never listed"
+	}
+	s := fmt.Sprintf("phase=%s reason=%s", p.Status.Phase, p.Status.Reason)
+	for _, c := range p.Status.ContainerStatuses {
+		s += fmt.Sprintf(" [%s restarts=%d state=%+v]", c.Name, c.RestartCount, c.State)
+	}
+	return s
+}
+
+func running(p *v1.Pod) bool {
+	return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil
+}
+
+// processPod is a manifest for a process pod running one shell script.
+func processPod(name, restartPolicy string, grace int, script string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  runtimeClassName: process
+  restartPolicy: %s
+  terminationGracePeriodSeconds: %d
+  containers:
+  - name: main
+    image: host
+    command: ["sh", "-c", %q]
+`, name, restartPolicy, grace, script)
+}
+
+// readLines returns the lines of a file written by a test workload.
+func readLines(path string) []string {
+	data, _ := os.ReadFile(path)
+	return strings.Fields(string(data))
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
