@@ -56,6 +56,7 @@ type Daemon struct {
 	manifests manifest.State
 	started   chan startResult
 	view      *view
+	views     map[types.UID]cachedView // PodView cache, loop-owned
 }
 
 type startResult struct {
@@ -76,6 +77,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		started: make(chan startResult, 64),
 		node:    process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
 		view:    newView(),
+		views:   map[types.UID]cachedView{},
 	}
 }
 

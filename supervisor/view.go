@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
@@ -24,10 +25,10 @@ const StatusInvalid = "Invalid"
 func (d *Daemon) publish(now time.Time) {
 	var pods []*v1.Pod
 	logs := map[string]api.LogRef{}
+	seen := map[types.UID]bool{}
 	for _, in := range d.machine.Instances() {
-		p := d.machine.PodView(in, now)
-		p.Spec.NodeName = d.cfg.NodeName
-		p.Status.HostIP, p.Status.PodIP = d.node.HostIP, d.node.HostIP
+		p := d.podView(in, now)
+		seen[in.UID()] = true
 		pods = append(pods, p)
 		if in.Terminating && d.hasDesired(in.Key()) {
 			continue // the replacement's logs are the ones to show
@@ -43,6 +44,11 @@ func (d *Daemon) publish(now time.Time) {
 			}
 		}
 	}
+	for uid := range d.views {
+		if !seen[uid] {
+			delete(d.views, uid)
+		}
+	}
 	for _, bad := range d.manifests.Invalid {
 		pods = append(pods, invalidRow(bad))
 	}
@@ -53,6 +59,24 @@ func (d *Daemon) publish(now time.Time) {
 	close(v.changed)
 	v.changed = make(chan struct{})
 	v.mu.Unlock()
+}
+
+// podView returns the instance as a v1.Pod, rebuilt only when the instance
+// changed: with many pods, one event must not copy them all.
+func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
+	if v, ok := d.views[in.UID()]; ok && v.revision == in.Revision() {
+		return v.pod
+	}
+	p := d.machine.PodView(in, now)
+	p.Spec.NodeName = d.cfg.NodeName
+	p.Status.HostIP, p.Status.PodIP = d.node.HostIP, d.node.HostIP
+	d.views[in.UID()] = cachedView{revision: in.Revision(), pod: p}
+	return p
+}
+
+type cachedView struct {
+	revision uint64
+	pod      *v1.Pod
 }
 
 func (d *Daemon) hasDesired(key string) bool {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -83,6 +84,12 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	cfg.StopPodsOnExit = *stopPods
+	if os.Getenv("GOGC") == "" {
+		// The daemon's heap is a few MiB; collecting at 50% growth
+		// instead of 100% costs little CPU and keeps ~2 MiB less
+		// resident on a device where every MiB counts.
+		debug.SetGCPercent(50)
+	}
 
 	level := slog.LevelInfo
 	if *verbose {

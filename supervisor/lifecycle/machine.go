@@ -80,6 +80,14 @@ func (m *Machine) TakeDirty() (changed []*Instance, forgotten []types.UID) {
 	return changed, forgotten
 }
 
+// touch marks an instance changed: to be saved, and shown anew.
+func (m *Machine) touch(uid types.UID) {
+	m.dirty[uid] = true
+	if in := m.instances[uid]; in != nil {
+		in.revision++
+	}
+}
+
 // Dirty reports whether anything changed since the last TakeDirty.
 func (m *Machine) Dirty() bool { return len(m.dirty) > 0 || len(m.forgotten) > 0 }
 
@@ -98,7 +106,7 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	if in.StartTime.IsZero() {
 		in.StartTime = at
 	}
-	m.dirty[uid] = true
+	m.touch(uid)
 	return []Action{record(in, "Normal", "Started", "Started container "+name)}
 }
 
@@ -125,7 +133,7 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 	c.Phase = Exited
 	c.Current = &term
 	c.Stopping, c.KillSent, c.KillAt = false, false, time.Time{}
-	m.dirty[uid] = true
+	m.touch(uid)
 	if in.Terminating {
 		return nil
 	}
@@ -165,7 +173,7 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	if in.StartTime.IsZero() {
 		in.StartTime = startedAt
 	}
-	m.dirty[uid] = true
+	m.touch(uid)
 }
 
 // SawAttempt tells the machine an instance directory with this attempt
@@ -243,7 +251,7 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 			}
 			current = newInstance(want, now)
 			m.instances[current.UID()] = current
-			m.dirty[current.UID()] = true
+			m.touch(current.UID())
 		}
 		acts = append(acts, m.sync(current, now)...)
 	}
@@ -281,7 +289,7 @@ func (m *Machine) sync(in *Instance, now time.Time) []Action {
 			c.RestartCount++
 			c.NotBefore = c.Last.FinishedAt.Add(delay)
 			c.Phase = Waiting
-			m.dirty[in.UID()] = true
+			m.touch(in.UID())
 			if now.Before(c.NotBefore) {
 				acts = append(acts, record(in, "Warning", "BackOff",
 					fmt.Sprintf("Back-off %s restarting failed container %s", delay, c.Name)))
@@ -299,7 +307,7 @@ func (m *Machine) start(in *Instance, c *Container) Action {
 	c.Phase = Starting
 	c.InstanceID = InstanceID(in.UID(), c.Name, c.Attempt)
 	c.NotBefore = time.Time{}
-	m.dirty[in.UID()] = true
+	m.touch(in.UID())
 	return Action{Kind: Start, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Attempt: c.Attempt}
 }
 
@@ -317,7 +325,7 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 		in.Terminating = true
 		in.TerminationStart = now
 		in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
-		m.dirty[in.UID()] = true
+		m.touch(in.UID())
 	}
 	for _, c := range in.Containers {
 		switch c.Phase {
@@ -328,7 +336,7 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 			if !c.Stopping {
 				c.Stopping = true
 				c.KillAt = in.GraceDeadline
-				m.dirty[in.UID()] = true
+				m.touch(in.UID())
 				acts = append(acts,
 					record(in, "Normal", "Killing", "Stopping container "+c.Name),
 					Action{Kind: Stop, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID})
@@ -336,7 +344,7 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 			if !c.KillSent {
 				if !now.Before(c.KillAt) {
 					c.KillSent = true
-					m.dirty[in.UID()] = true
+					m.touch(in.UID())
 					acts = append(acts, Action{Kind: Kill, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID})
 				} else {
 					m.wakeAt(c.KillAt)

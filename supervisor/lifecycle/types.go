@@ -97,7 +97,13 @@ type Instance struct {
 	Terminating      bool      `json:"terminating,omitempty"`
 	TerminationStart time.Time `json:"terminationStart,omitzero"`
 	GraceDeadline    time.Time `json:"graceDeadline,omitzero"`
+
+	revision uint64 // bumped on every change; not persisted
 }
+
+// Revision changes whenever the instance does, so views of it can be
+// cached.
+func (in *Instance) Revision() uint64 { return in.revision }
 
 // UID returns the instance's pod UID.
 func (in *Instance) UID() types.UID { return in.Pod.UID }

@@ -1,0 +1,337 @@
+// Command bench measures podvisor on this machine: manifest-to-running and
+// exit-to-restart latencies, daemon memory with 0 and 50 pods, the shims'
+// memory, and binary size. Latencies come from timestamps the workloads
+// take themselves, so they include everything up to the workload running.
+// A bare shell restart loop, measured in the same run, is the floor any
+// supervisor pays for fork+exec; ratios are against it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+)
+
+func main() {
+	bin := flag.String("bin", "bin/podvisor", "podvisor binary")
+	samples := flag.Int("n", 30, "samples per latency")
+	pods := flag.Int("pods", 50, "pods for the memory measurement")
+	flag.Parse()
+	if err := run(*bin, *samples, *pods); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	dir, manifests, socket, marks string
+	cmd                           *exec.Cmd
+	client                        *api.Client
+	log                           bytes.Buffer
+}
+
+func run(bin string, n, podCount int) error {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "podvisor-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{dir: dir, manifests: filepath.Join(dir, "m"), socket: filepath.Join(dir, "pv.sock"), marks: filepath.Join(dir, "marks")}
+	os.MkdirAll(b.manifests, 0o755)
+	os.MkdirAll(b.marks, 0o755)
+	b.cmd = exec.Command(abs, "run", "--manifests", b.manifests, "--data-dir", filepath.Join(dir, "data"),
+		"--socket", b.socket, "--stop-pods-on-exit")
+	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
+	if err := b.cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		b.cmd.Process.Signal(syscall.SIGTERM)
+		b.cmd.Wait()
+	}()
+	b.client = api.NewClient(b.socket)
+	if err := b.waitUp(); err != nil {
+		return err
+	}
+
+	fmt.Printf("podvisor benchmark — %s, %d CPUs, kernel %s, %s\n", cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339))
+	st, _ := os.Stat(abs)
+	fmt.Printf("\nbinary size           %8.2f MiB  (%s)\n", float64(st.Size())/(1<<20), bin)
+
+	time.Sleep(time.Second)
+	idle := rss(b.cmd.Process.Pid)
+	fmt.Printf("daemon RSS, 0 pods    %8.2f MiB  (anon %.2f MiB)\n", idle.total, idle.anon)
+
+	toRun, toAPI, err := b.startLatency(n)
+	if err != nil {
+		return err
+	}
+	restart, err := b.restartLatency(n)
+	if err != nil {
+		return err
+	}
+	floor, err := shellLoopRestart(dir, n)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%-44s %8s %8s %8s\n", "latency (n="+strconv.Itoa(n)+")", "p50", "p90", "max")
+	printDist("manifest write -> workload running", toRun)
+	printDist("manifest write -> API reports Running", toAPI)
+	printDist("process exit -> restarted workload running", restart)
+	printDist("  peer: sh while-loop restart (floor)", floor)
+	fmt.Printf("  restart ratio podvisor/floor at p50: %.1fx\n", float64(pct(restart, 50))/float64(pct(floor, 50)))
+
+	if err := b.fill(podCount); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	full := rss(b.cmd.Process.Pid)
+	shims := shimRSS(filepath.Join(dir, "data", "containers"))
+	fmt.Printf("\ndaemon RSS, %d pods   %8.2f MiB  (anon %.2f MiB)\n", podCount, full.total, full.anon)
+	fmt.Printf("shims: %d, RSS each   %8.2f MiB  (anon %.2f MiB each; their text is shared page cache)\n",
+		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
+	return nil
+}
+
+func (b *bench) waitUp() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := b.client.Version(context.Background()); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("daemon did not start:\n%s", b.log.String())
+}
+
+func manifest(name, script string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec:\n  runtimeClassName: process\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: host\n    command: [\"sh\", \"-c\", %q]\n", name, script)
+}
+
+// write puts a manifest in place atomically and returns when it did.
+func (b *bench) write(name, content string) time.Time {
+	tmp := filepath.Join(b.manifests, "."+name)
+	os.WriteFile(tmp, []byte(content), 0o644)
+	at := time.Now()
+	os.Rename(tmp, filepath.Join(b.manifests, name+".yaml"))
+	return at
+}
+
+// waitRunning waits through the API watch until the pod runs.
+func (b *bench) waitRunning(name string) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var version uint64
+	for {
+		list, err := b.client.WatchPods(ctx, version)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("pod %s never ran: %w", name, err)
+		}
+		fmt.Sscan(list.ResourceVersion, &version)
+		for _, p := range list.Items {
+			if p.Name == name && isRunning(&p) {
+				return time.Now(), nil
+			}
+		}
+	}
+}
+
+func isRunning(p *v1.Pod) bool {
+	return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil
+}
+
+// mark reads a nanosecond timestamp a workload wrote, waiting for it.
+func (b *bench) mark(name string) (time.Time, error) {
+	path := filepath.Join(b.marks, name)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		data, err := os.ReadFile(path)
+		if err == nil && len(bytes.TrimSpace(data)) > 0 {
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			if err != nil {
+				return time.Time{}, err
+			}
+			return time.Unix(0, ns), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("no mark %s", name)
+}
+
+func (b *bench) startLatency(n int) (toRun, toAPI []time.Duration, err error) {
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("start-%d", i)
+		at := b.write(name, manifest(name, "date +%s%N > "+filepath.Join(b.marks, name)+"; exec sleep 100000"))
+		seen, err := b.waitRunning(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		ran, err := b.mark(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		toRun = append(toRun, ran.Sub(at))
+		toAPI = append(toAPI, seen.Sub(at))
+		os.Remove(filepath.Join(b.manifests, name+".yaml"))
+	}
+	return toRun, toAPI, nil
+}
+
+func (b *bench) restartLatency(n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("restart-%d", i)
+		m := filepath.Join(b.marks, name)
+		script := fmt.Sprintf("if [ -e %[1]s.exit ]; then date +%%s%%N > %[1]s.start; exec sleep 100000; fi; date +%%s%%N > %[1]s.exit; exit 1", m)
+		b.write(name, manifest(name, script))
+		exited, err := b.mark(name + ".exit")
+		if err != nil {
+			return nil, err
+		}
+		started, err := b.mark(name + ".start")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, started.Sub(exited))
+		os.Remove(filepath.Join(b.manifests, name+".yaml"))
+	}
+	return out, nil
+}
+
+// shellLoopRestart measures a bare "while true; do cmd; done" restarting
+// the same workload: nothing but fork, exec and wait.
+func shellLoopRestart(dir string, n int) ([]time.Duration, error) {
+	m := filepath.Join(dir, "loop")
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do sh -c 'date +%%s%%N > %s.exit.'$i'; exit 1'; sh -c 'date +%%s%%N > %s.start.'$i; i=$((i+1)); done`, n, m, m)
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("shell loop: %v: %s", err, out)
+	}
+	var d []time.Duration
+	for i := 0; i < n; i++ {
+		e, err1 := readNanos(fmt.Sprintf("%s.exit.%d", m, i))
+		s, err2 := readNanos(fmt.Sprintf("%s.start.%d", m, i))
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("shell loop marks: %v %v", err1, err2)
+		}
+		d = append(d, s.Sub(e))
+	}
+	return d, nil
+}
+
+func readNanos(path string) (time.Time, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return time.Unix(0, ns), err
+}
+
+func (b *bench) fill(count int) error {
+	for i := 0; i < count; i++ {
+		name := fmt.Sprintf("idle-%d", i)
+		b.write(name, manifest(name, "exec sleep 100000"))
+	}
+	for i := 0; i < count; i++ {
+		if _, err := b.waitRunning(fmt.Sprintf("idle-%d", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type mem struct {
+	total, anon float64 // MiB
+	count       int
+}
+
+func rss(pid int) mem {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return mem{}
+	}
+	var m mem
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			m.total = kb / 1024
+		case "RssAnon:":
+			m.anon = kb / 1024
+		}
+	}
+	return m
+}
+
+func shimRSS(containers string) mem {
+	var m mem
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(data), "shim\x00"+containers) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		r := rss(pid)
+		m.total += r.total
+		m.anon += r.anon
+		m.count++
+	}
+	return m
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func printDist(label string, d []time.Duration) {
+	ms := func(x time.Duration) string { return fmt.Sprintf("%.2fms", float64(x)/1e6) }
+	fmt.Printf("%-44s %8s %8s %8s\n", label, ms(pct(d, 50)), ms(pct(d, 90)), ms(pct(d, 100)))
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "model name") {
+			return strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+		}
+	}
+	return runtime.GOARCH
+}
+
+func kernel() string {
+	var u syscall.Utsname
+	if syscall.Uname(&u) != nil {
+		return "?"
+	}
+	var b strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	return b.String()
+}
