@@ -10,8 +10,10 @@ export CGO_ENABLED := 0
 
 all: build
 
+# podvisor-shim goes beside podvisor: the daemon runs one per container.
 build:
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor ./cmd/podvisor
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-shim ./cmd/podvisor-shim
 
 # Everything CI runs: lint, unit and integration tests (real processes),
 # and the fuzz seed corpus (part of go test).

@@ -14,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // execute carries out the core's actions. Starts run in their own goroutine
@@ -96,7 +97,7 @@ func (d *Daemon) exited(x process.Exit) {
 	}
 }
 
-func termination(id string, st process.ExitStatus) lifecycle.Termination {
+func termination(id string, st shim.ExitStatus) lifecycle.Termination {
 	return lifecycle.Termination{InstanceID: id, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
 		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
 }

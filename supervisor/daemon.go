@@ -26,10 +26,12 @@ import (
 
 // Config is what the daemon needs to run.
 type Config struct {
-	ManifestDir    string
-	DataDir        string
-	NodeName       string
-	Exe            string // binary run as the shim
+	ManifestDir string
+	DataDir     string
+	NodeName    string
+	// ShimCommand runs a container's shim; the instance directory is
+	// appended (podvisor-shim, or podvisor shim).
+	ShimCommand    []string
 	Lifecycle      lifecycle.Config
 	ManifestResync time.Duration
 	ManifestSettle time.Duration
@@ -96,7 +98,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.store.Close()
-	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.Exe, d.log); err != nil {
+	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.log); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		signal.Reset() // the shim forwards signals to its container
-		return process.RunShim(args[1])
+		return shim.Run(args[1])
 	case "run":
 		err = cmdRun(ctx, args[1:], stderr)
 	case "get":

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -26,6 +27,7 @@ type fileConfig struct {
 	DataDir        string           `json:"dataDir,omitempty"`
 	Socket         string           `json:"socket,omitempty"`
 	NodeName       string           `json:"nodeName,omitempty"`
+	Shim           string           `json:"shim,omitempty"`
 	ManifestResync *metav1.Duration `json:"manifestResync,omitempty"`
 	Backoff        struct {
 		Initial *metav1.Duration `json:"initial,omitempty"`
@@ -119,9 +121,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 func daemonConfig(fc fileConfig) (supervisor.Config, error) {
-	exe, err := os.Executable()
+	shimCmd, err := shimCommand(fc.Shim)
 	if err != nil {
-		return supervisor.Config{}, fmt.Errorf("finding own binary for the shim: %w", err)
+		return supervisor.Config{}, err
 	}
 	node := fc.NodeName
 	if node == "" {
@@ -164,7 +166,7 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 		ManifestDir:    fc.Manifests,
 		DataDir:        fc.DataDir,
 		NodeName:       node,
-		Exe:            exe,
+		ShimCommand:    shimCmd,
 		Lifecycle:      lc,
 		ManifestResync: resync,
 		ManifestSettle: 5 * time.Millisecond,
@@ -172,4 +174,25 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 		LogMaxFiles:    fc.Logs.MaxFiles,
 		PersistDelay:   100 * time.Millisecond,
 	}, nil
+}
+
+// shimCommand finds the per-container shim: the configured path, else
+// podvisor-shim beside this binary, else this binary's own "shim" command
+// (which works but costs about 1 MiB more per container).
+func shimCommand(configured string) ([]string, error) {
+	if configured != "" {
+		if _, err := os.Stat(configured); err != nil {
+			return nil, fmt.Errorf("config shim: %w", err)
+		}
+		return []string{configured}, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding own binary: %w", err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), "podvisor-shim")
+	if st, err := os.Stat(beside); err == nil && st.Mode()&0o111 != 0 {
+		return []string{beside}, nil
+	}
+	return []string{exe, "shim"}, nil
 }

@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "podvisor")
-	build := exec.Command("go", "build", "-o", binary, "github.com/podvisor/podvisor/cmd/podvisor")
+	// Both binaries, side by side as installed: the daemon finds its shim.
+	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor", "github.com/podvisor/podvisor/cmd/podvisor-shim")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
@@ -141,7 +142,7 @@ func (d *daemon) stop(sig syscall.Signal) {
 // leak processes into each other.
 func (d *daemon) cleanup() {
 	d.stop(syscall.SIGKILL)
-	out, _ := exec.Command("pgrep", "-f", "podvisor shim "+d.data).Output()
+	out, _ := exec.Command("pgrep", "-f", "podvisor-shim "+d.data).Output()
 	for _, f := range strings.Fields(string(out)) {
 		var pid int
 		fmt.Sscan(f, &pid)

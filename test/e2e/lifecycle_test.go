@@ -313,7 +313,7 @@ func countShims(t *testing.T, d *daemon) int {
 	n := 0
 	for _, e := range entries {
 		data, err := os.ReadFile(e)
-		if err == nil && strings.Contains(string(data), "shim\x00"+filepath.Join(d.data, "containers")) {
+		if err == nil && strings.Contains(string(data), "podvisor-shim\x00"+filepath.Join(d.data, "containers")) {
 			n++
 		}
 	}

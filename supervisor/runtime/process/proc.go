@@ -1,49 +1,13 @@
 package process
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
-
-// procStartTime returns a process's start time in clock ticks since boot,
-// which with the pid identifies it across pid reuse.
-func procStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses: fields start after
-	// the last ')'. starttime is field 22, the 20th after it.
-	s := string(data)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	fields := strings.Fields(s[end+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-var bootIDOnce = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-})
-
-// bootID identifies the current boot: pids from another boot mean nothing.
-func bootID() string { return bootIDOnce() }
 
 // openPidfd returns a pidfd for pid if it is still the process that started
 // at startTime; the pidfd then refers to that process even if pid is reused.
@@ -52,7 +16,7 @@ func openPidfd(pid int, startTime uint64) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	st, err := procStartTime(pid)
+	st, err := shim.ProcStartTime(pid)
 	if err != nil || st != startTime {
 		unix.Close(fd)
 		return -1, unix.ESRCH
@@ -87,29 +51,4 @@ func waitPidfd(fd int) error {
 		return err
 	}
 	return pollErr
-}
-
-// writeJSONAtomic writes v to path through a temporary file and a rename,
-// so readers never see half a file.
-func writeJSONAtomic(path string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(path), err)
-	}
-	return nil
 }

@@ -24,28 +24,30 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // Exit reports that a container instance ended.
 type Exit struct {
 	InstanceID string
-	Status     ExitStatus
+	Status     shim.ExitStatus
 }
 
 // Recovered is an instance directory found when the daemon starts.
 type Recovered struct {
-	Spec      Spec
-	Alive     bool        // adopted: its exit will arrive on Exits
-	StartedAt time.Time   // when the leader started, if it did
-	Exit      *ExitStatus // for instances that are gone
+	Spec      shim.Spec
+	Alive     bool             // adopted: its exit will arrive on Exits
+	StartedAt time.Time        // when the leader started, if it did
+	Exit      *shim.ExitStatus // for instances that are gone
 }
 
 // Runtime starts, signals and watches shims.
 type Runtime struct {
-	dir   string // one directory per instance
-	exe   string // the podvisor binary, run as "podvisor shim DIR"
-	log   *slog.Logger
-	exits chan Exit
+	dir     string   // one directory per instance
+	shimCmd []string // the shim command; the instance directory is appended
+	log     *slog.Logger
+	exits   chan Exit
 
 	mu   sync.Mutex
 	live map[string]*instance
@@ -62,12 +64,17 @@ type instance struct {
 // started.
 const StartTimeout = 10 * time.Second
 
-// New returns a runtime keeping instance directories under dir.
-func New(dir, exe string, log *slog.Logger) (*Runtime, error) {
+// New returns a runtime keeping instance directories under dir and running
+// shimCmd (podvisor-shim, or "podvisor shim") with the instance directory
+// appended for each container.
+func New(dir string, shimCmd []string, log *slog.Logger) (*Runtime, error) {
+	if len(shimCmd) == 0 {
+		return nil, errors.New("no shim command")
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{dir: dir, exe: exe, log: log, exits: make(chan Exit, 256), live: map[string]*instance{}}, nil
+	return &Runtime{dir: dir, shimCmd: shimCmd, log: log, exits: make(chan Exit, 256), live: map[string]*instance{}}, nil
 }
 
 // Exits delivers the end of every started or adopted instance.
@@ -77,15 +84,15 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.dir, id
 
 // Start runs a container instance and returns when its process runs. An
 // error means it never ran (a StartError for the caller to record).
-func (r *Runtime) Start(spec Spec) (time.Time, error) {
+func (r *Runtime) Start(spec shim.Spec) (time.Time, error) {
 	dir := r.instanceDir(spec.InstanceID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return time.Time{}, fmt.Errorf("instance directory: %w", err) // IDs are never reused
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, specFile), spec); err != nil {
+	if err := shim.WriteJSONAtomic(filepath.Join(dir, shim.SpecFile), spec); err != nil {
 		return time.Time{}, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -98,13 +105,14 @@ func (r *Runtime) Start(spec Spec) (time.Time, error) {
 		return time.Time{}, err
 	}
 	defer repR.Close()
-	shimLog, err := os.OpenFile(filepath.Join(dir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	shimLog, err := os.OpenFile(filepath.Join(dir, shim.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		repW.Close()
 		return time.Time{}, err
 	}
 	devnull, _ := os.Open(os.DevNull)
-	proc, err := os.StartProcess(r.exe, []string{"podvisor", "shim", dir}, &os.ProcAttr{
+	argv := append(append([]string{}, r.shimCmd...), dir)
+	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
 		Files: []*os.File{devnull, shimLog, shimLog, repW, lock},
 		// Its own session: the daemon's terminal and process group
 		// signals (Ctrl-C, kill of the daemon's group) do not reach pods.
@@ -125,7 +133,7 @@ func (r *Runtime) Start(spec Spec) (time.Time, error) {
 	in := &instance{id: spec.InstanceID, shimPid: proc.Pid, child: true, pidfd: pidfd}
 
 	repR.SetReadDeadline(time.Now().Add(StartTimeout))
-	var rep startReport
+	var rep shim.StartReport
 	line, readErr := bufio.NewReader(repR).ReadBytes('\n')
 	if readErr == nil {
 		readErr = json.Unmarshal(line, &rep)
@@ -174,14 +182,14 @@ func (r *Runtime) watch(in *instance) {
 // exitStatus reads what a finished shim recorded. A shim that died without
 // recording (killed, crashed, power lost) leaves the status unknown; its
 // leader, if it somehow survived, is killed so no copy outlives the record.
-func (r *Runtime) exitStatus(id string) ExitStatus {
+func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	dir := r.instanceDir(id)
-	var st ExitStatus
-	if err := readJSON(filepath.Join(dir, exitFile), &st); err == nil {
+	var st shim.ExitStatus
+	if err := shim.ReadJSON(filepath.Join(dir, shim.ExitFile), &st); err == nil {
 		return st
 	}
-	var ss shimState
-	if err := readJSON(filepath.Join(dir, shimFile), &ss); err == nil && ss.BootID == bootID() {
+	var ss shim.State
+	if err := shim.ReadJSON(filepath.Join(dir, shim.StateFile), &ss); err == nil && ss.BootID == shim.BootID() {
 		if fd, err := openPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
 			unix.Kill(-ss.LeaderPid, unix.SIGKILL)
 			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
@@ -211,7 +219,7 @@ func (r *Runtime) Signal(id string, sig syscall.Signal) error {
 }
 
 // Kill SIGKILLs the instance's whole process tree.
-func (r *Runtime) Kill(id string) error { return r.Signal(id, killSignal) }
+func (r *Runtime) Kill(id string) error { return r.Signal(id, shim.KillSignal) }
 
 // Remove deletes a finished instance's directory.
 func (r *Runtime) Remove(id string) error {
@@ -247,13 +255,13 @@ func (r *Runtime) Recover() ([]Recovered, error) {
 func (r *Runtime) recoverOne(id string) (Recovered, bool) {
 	dir := r.instanceDir(id)
 	var rec Recovered
-	if err := readJSON(filepath.Join(dir, specFile), &rec.Spec); err != nil {
+	if err := shim.ReadJSON(filepath.Join(dir, shim.SpecFile), &rec.Spec); err != nil {
 		// The daemon died before the shim could exist: nothing ran.
 		r.log.Warn("removing incomplete instance directory", "instance", id, "err", err)
 		os.RemoveAll(dir)
 		return rec, false
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR, 0)
+	lock, err := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		os.RemoveAll(dir)
 		return rec, false
@@ -278,11 +286,11 @@ func (r *Runtime) recoverOne(id string) (Recovered, bool) {
 
 // adopt finds the live shim of an instance whose lock is held.
 func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
-	path := filepath.Join(r.instanceDir(id), shimFile)
+	path := filepath.Join(r.instanceDir(id), shim.StateFile)
 	// A shim that was just forked writes its state within milliseconds.
 	for wait := time.Millisecond; wait < 2*time.Second; wait *= 2 {
-		var ss shimState
-		if err := readJSON(path, &ss); err == nil {
+		var ss shim.State
+		if err := shim.ReadJSON(path, &ss); err == nil {
 			fd, err := openPidfd(ss.ShimPid, ss.ShimStart)
 			if err != nil {
 				return nil, time.Time{}, false

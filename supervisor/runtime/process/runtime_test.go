@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	"golang.org/x/sys/unix"
 )
 
 // The test binary doubles as the shim, as podvisor does.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == "shim" {
-		os.Exit(RunShim(os.Args[2]))
+		os.Exit(shim.Run(os.Args[2]))
 	}
 	os.Exit(m.Run())
 }
@@ -33,29 +34,29 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	root := t.TempDir()
-	rt, err := New(filepath.Join(root, "containers"), os.Args[0], slog.Default())
+	rt, err := New(filepath.Join(root, "containers"), []string{os.Args[0], "shim"}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, root: root, rt: rt}
 }
 
-func (e *env) spec(argv ...string) Spec {
+func (e *env) spec(argv ...string) shim.Spec {
 	e.n++
 	id := fmt.Sprintf("pod_c_%d", e.n)
-	return Spec{InstanceID: id, PodUID: "pod", Container: "c", Attempt: e.n, Argv: argv,
-		Env: []string{"PATH=" + defaultPath}, LogPath: filepath.Join(e.root, "logs", id+".log"),
+	return shim.Spec{InstanceID: id, PodUID: "pod", Container: "c", Attempt: e.n, Argv: argv,
+		Env: []string{"PATH=" + shim.DefaultPath}, LogPath: filepath.Join(e.root, "logs", id+".log"),
 		LogMaxBytes: 1 << 20, LogMaxFiles: 3}
 }
 
-func (e *env) start(s Spec) {
+func (e *env) start(s shim.Spec) {
 	e.t.Helper()
 	if _, err := e.rt.Start(s); err != nil {
 		e.t.Fatalf("start %v: %v", s.Argv, err)
 	}
 }
 
-func (e *env) exit(id string) ExitStatus {
+func (e *env) exit(id string) shim.ExitStatus {
 	e.t.Helper()
 	select {
 	case x := <-e.rt.Exits():
@@ -65,7 +66,7 @@ func (e *env) exit(id string) ExitStatus {
 		return x.Status
 	case <-time.After(10 * time.Second):
 		e.t.Fatalf("no exit of %s within 10s", id)
-		return ExitStatus{}
+		return shim.ExitStatus{}
 	}
 }
 
@@ -102,8 +103,8 @@ func TestStartErrorForMissingCommand(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "executable file not found") {
 		t.Fatalf("err = %v", err)
 	}
-	var st ExitStatus
-	readJSON(filepath.Join(e.rt.instanceDir(s.InstanceID), exitFile), &st)
+	var st shim.ExitStatus
+	shim.ReadJSON(filepath.Join(e.rt.instanceDir(s.InstanceID), shim.ExitFile), &st)
 	if st.Reason != "StartError" || st.ExitCode != 128 {
 		t.Fatalf("recorded %+v", st)
 	}
@@ -181,7 +182,7 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	// A second runtime over the same directory stands for a restarted
 	// daemon: the running instance is adopted, the finished one reports
 	// its real exit code.
-	rt2, err := New(e.rt.dir, os.Args[0], slog.Default())
+	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestBuildSpecEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"PATH=" + defaultPath, "HOSTNAME=web", "POD=web", "NS=prod", "UID=u-1", "NODE=dev1",
+	want := []string{"PATH=" + shim.DefaultPath, "HOSTNAME=web", "POD=web", "NS=prod", "UID=u-1", "NODE=dev1",
 		"GREETING=hello web", "TIER=front"}
 	if strings.Join(s.Env, "|") != strings.Join(want, "|") {
 		t.Fatalf("env =\n%v\nwant\n%v", s.Env, want)

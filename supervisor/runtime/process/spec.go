@@ -3,59 +3,11 @@ package process
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
-
-// Files in an instance directory.
-const (
-	specFile = "spec.json" // Spec, written by the daemon before the shim starts
-	lockFile = "lock"      // flock held by the shim for its whole life
-	shimFile = "shim.json" // shimState, written once the leader runs
-	exitFile = "exit.json" // ExitStatus, written by the shim as it ends
-)
-
-// Spec is everything a shim needs to run one container instance.
-type Spec struct {
-	InstanceID   string   `json:"instanceID"`
-	PodUID       string   `json:"podUID"`
-	PodNamespace string   `json:"podNamespace"`
-	PodName      string   `json:"podName"`
-	Container    string   `json:"container"`
-	Attempt      int      `json:"attempt"`
-	Argv         []string `json:"argv"`
-	Env          []string `json:"env"`
-	Dir          string   `json:"dir,omitempty"`
-	UID          *uint32  `json:"uid,omitempty"`
-	GID          *uint32  `json:"gid,omitempty"`
-	LogPath      string   `json:"logPath"`
-	LogMaxBytes  int64    `json:"logMaxBytes"`
-	LogMaxFiles  int      `json:"logMaxFiles"`
-}
-
-// shimState is what a running shim tells about itself.
-type shimState struct {
-	ShimPid     int       `json:"shimPid"`
-	ShimStart   uint64    `json:"shimStart"`
-	LeaderPid   int       `json:"leaderPid"`
-	LeaderStart uint64    `json:"leaderStart"`
-	StartedAt   time.Time `json:"startedAt"`
-	BootID      string    `json:"bootID"`
-}
-
-// ExitStatus is how a container instance ended.
-type ExitStatus struct {
-	ExitCode   int32     `json:"exitCode"`
-	Signal     int32     `json:"signal,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	Message    string    `json:"message,omitempty"`
-	StartedAt  time.Time `json:"startedAt,omitzero"`
-	FinishedAt time.Time `json:"finishedAt"`
-}
-
-// defaultPath is PATH for containers that do not set one.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // PodEnv is what the downward API can tell a container about its pod.
 type PodEnv struct {
@@ -66,15 +18,15 @@ type PodEnv struct {
 // BuildSpec turns a container of a pod into a shim Spec: the environment
 // with fieldRef values filled in, $(VAR) references expanded in env values,
 // command and args as Kubernetes does, and the user and group to run as.
-func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (Spec, error) {
-	vars := map[string]string{"PATH": defaultPath, "HOSTNAME": pod.Name}
+func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
+	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": pod.Name}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
 		v := expand(e.Value, vars)
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
 			if v, err = fieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
-				return Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
 		if _, ok := vars[e.Name]; !ok {
@@ -90,7 +42,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (Spec, error) {
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 		argv = append(argv, expand(a, vars))
 	}
-	s := Spec{
+	s := shim.Spec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
 		Container: c.Name, Argv: argv, Env: env, Dir: c.WorkingDir,
 	}

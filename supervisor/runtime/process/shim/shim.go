@@ -1,4 +1,4 @@
-package process
+package shim
 
 import (
 	"encoding/json"
@@ -17,43 +17,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// killSignal asks a shim to SIGKILL its container's whole process tree. A
-// real-time signal, so every ordinary signal stays free to be forwarded.
-const killSignal = syscall.Signal(40)
-
 // forwarded are the signals a shim passes on to its container's leader.
 var forwarded = []os.Signal{
 	unix.SIGTERM, unix.SIGINT, unix.SIGQUIT, unix.SIGHUP, unix.SIGUSR1,
 	unix.SIGUSR2, unix.SIGWINCH, unix.SIGPWR, unix.SIGALRM, unix.SIGCONT,
 }
 
-// shim file descriptors handed over by the daemon.
-const (
-	reportFD = 3 // one JSON line: startReport
-	lockFD   = 4 // the instance lock, held until the shim exits
-)
-
-type startReport struct {
-	Pid       int       `json:"pid,omitempty"`
-	StartedAt time.Time `json:"startedAt,omitzero"`
-	Error     string    `json:"error,omitempty"`
-}
-
-// RunShim is the body of "podvisor shim DIR": it runs one container
+// Run is the body of "podvisor-shim DIR": it runs one container
 // instance described by DIR/spec.json, logs its output, reaps it and every
 // process it leaves behind, and records how it ended in DIR/exit.json. It
 // outlives the daemon, so a restarted daemon can adopt the container and
 // still learn its exit code.
-func RunShim(dir string) int {
+func Run(dir string) int {
 	// Neither the report pipe nor the lock may leak into the container: a
 	// leader holding the lock would look like a live shim.
-	unix.CloseOnExec(reportFD)
-	unix.CloseOnExec(lockFD)
-	report := os.NewFile(reportFD, "report")
-	lock := os.NewFile(lockFD, "lock")
+	unix.CloseOnExec(ReportFD)
+	unix.CloseOnExec(LockFD)
+	report := os.NewFile(ReportFD, "report")
+	lock := os.NewFile(LockFD, "lock")
 	defer lock.Close() // the lock lives exactly as long as the shim
 	var spec Spec
-	if err := readJSON(filepath.Join(dir, specFile), &spec); err != nil {
+	if err := ReadJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
 		return shimFail(dir, report, time.Now(), fmt.Errorf("reading spec: %w", err))
 	}
 	// Orphaned descendants of the container are re-parented to us, so we
@@ -62,7 +46,7 @@ func RunShim(dir string) int {
 		return shimFail(dir, report, time.Now(), fmt.Errorf("becoming subreaper: %w", err))
 	}
 	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, append(forwarded, killSignal)...)
+	signal.Notify(signals, append(forwarded, KillSignal)...)
 	logs, err := openLog(spec.LogPath, spec.LogMaxBytes, spec.LogMaxFiles)
 	if err != nil {
 		return shimFail(dir, report, time.Now(), fmt.Errorf("opening log: %w", err))
@@ -76,7 +60,7 @@ func RunShim(dir string) int {
 	if err := <-startc; err != nil {
 		return shimFail(dir, report, s.started, err)
 	}
-	json.NewEncoder(report).Encode(startReport{Pid: s.leader, StartedAt: s.started})
+	json.NewEncoder(report).Encode(StartReport{Pid: s.leader, StartedAt: s.started})
 	report.Close()
 
 	for {
@@ -84,7 +68,7 @@ func RunShim(dir string) int {
 		case sig := <-signals:
 			s.signal(sig.(syscall.Signal))
 		case st := <-exitc:
-			if err := writeJSONAtomic(filepath.Join(dir, exitFile), st); err != nil {
+			if err := WriteJSONAtomic(filepath.Join(dir, ExitFile), st); err != nil {
 				fmt.Fprintf(os.Stderr, "writing exit status: %v\n", err)
 				return 1
 			}
@@ -97,8 +81,8 @@ func RunShim(dir string) int {
 // code 128, as container runtimes report it) and tells the daemon why.
 func shimFail(dir string, report *os.File, at time.Time, err error) int {
 	st := ExitStatus{ExitCode: 128, Reason: "StartError", Message: err.Error(), StartedAt: at, FinishedAt: time.Now()}
-	writeJSONAtomic(filepath.Join(dir, exitFile), st)
-	json.NewEncoder(report).Encode(startReport{Error: err.Error()})
+	WriteJSONAtomic(filepath.Join(dir, ExitFile), st)
+	json.NewEncoder(report).Encode(StartReport{Error: err.Error()})
 	report.Close()
 	return 0
 }
@@ -144,11 +128,11 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 	s.mu.Lock()
 	s.leader = pid
 	s.mu.Unlock()
-	leaderStart, _ := procStartTime(pid)
-	shimStart, _ := procStartTime(os.Getpid())
-	writeJSONAtomic(filepath.Join(s.dir, shimFile), shimState{
+	leaderStart, _ := ProcStartTime(pid)
+	shimStart, _ := ProcStartTime(os.Getpid())
+	WriteJSONAtomic(filepath.Join(s.dir, StateFile), State{
 		ShimPid: os.Getpid(), ShimStart: shimStart, LeaderPid: pid, LeaderStart: leaderStart,
-		StartedAt: s.started, BootID: bootID(),
+		StartedAt: s.started, BootID: BootID(),
 	})
 	startc <- nil
 
@@ -229,7 +213,7 @@ func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	path := defaultPath
+	path := DefaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
@@ -244,14 +228,14 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
 }
 
-// signal forwards a signal to the leader, or on killSignal kills the tree.
+// signal forwards a signal to the leader, or on KillSignal kills the tree.
 func (s *shim) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leader == 0 || s.reaped {
 		return // until reaped the pid cannot be reused: it is our child
 	}
-	if sig == killSignal {
+	if sig == KillSignal {
 		unix.Kill(-s.leader, unix.SIGKILL)
 		unix.Kill(s.leader, unix.SIGKILL)
 		return

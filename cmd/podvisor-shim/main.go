@@ -1,0 +1,20 @@
+// Command podvisor-shim supervises one container process for the podvisor
+// daemon: "podvisor-shim DIR", started by the daemon, never by hand. It is a
+// separate binary because one runs per container: without the daemon's
+// dependencies it starts faster and holds less memory.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: podvisor-shim DIR (started by the podvisor daemon)")
+		os.Exit(2)
+	}
+	os.Exit(shim.Run(os.Args[1]))
+}

@@ -1,0 +1,147 @@
+// Package shim is the per-container supervisor process and the protocol
+// the daemon speaks with it through an instance directory. It imports only
+// the standard library and x/sys, so the podvisor-shim binary that runs
+// it stays small: one shim runs per container, and its memory is paid per
+// container.
+package shim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Files in an instance directory.
+const (
+	SpecFile  = "spec.json" // Spec, written by the daemon before the shim starts
+	LockFile  = "lock"      // flock held by the shim for its whole life
+	StateFile = "shim.json" // State, written once the leader runs
+	ExitFile  = "exit.json" // ExitStatus, written by the shim as it ends
+	LogFile   = "shim.log"  // the shim's own diagnostics
+)
+
+// File descriptors the daemon hands to a shim.
+const (
+	ReportFD = 3 // the shim writes one JSON StartReport line, then closes it
+	LockFD   = 4 // the instance lock, held until the shim exits
+)
+
+// KillSignal asks a shim to SIGKILL its container's whole process tree. It
+// is a real-time signal so every ordinary signal stays free to forward.
+const KillSignal = syscall.Signal(40)
+
+// DefaultPath is PATH for containers that do not set one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// MaxLine is the longest log line written whole; longer ones are split into
+// partial (P) records, as CRI runtimes do.
+const MaxLine = 16 << 10
+
+// Spec is everything a shim needs to run one container instance.
+type Spec struct {
+	InstanceID   string   `json:"instanceID"`
+	PodUID       string   `json:"podUID"`
+	PodNamespace string   `json:"podNamespace"`
+	PodName      string   `json:"podName"`
+	Container    string   `json:"container"`
+	Attempt      int      `json:"attempt"`
+	Argv         []string `json:"argv"`
+	Env          []string `json:"env"`
+	Dir          string   `json:"dir,omitempty"`
+	UID          *uint32  `json:"uid,omitempty"`
+	GID          *uint32  `json:"gid,omitempty"`
+	LogPath      string   `json:"logPath"`
+	LogMaxBytes  int64    `json:"logMaxBytes"`
+	LogMaxFiles  int      `json:"logMaxFiles"`
+}
+
+// State is what a running shim tells about itself.
+type State struct {
+	ShimPid     int       `json:"shimPid"`
+	ShimStart   uint64    `json:"shimStart"`
+	LeaderPid   int       `json:"leaderPid"`
+	LeaderStart uint64    `json:"leaderStart"`
+	StartedAt   time.Time `json:"startedAt"`
+	BootID      string    `json:"bootID"`
+}
+
+// ExitStatus is how a container instance ended.
+type ExitStatus struct {
+	ExitCode   int32     `json:"exitCode"`
+	Signal     int32     `json:"signal,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// StartReport tells the daemon whether the container started.
+type StartReport struct {
+	Pid       int       `json:"pid,omitempty"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// ProcStartTime returns a process's start time in clock ticks since boot,
+// which with the pid identifies it across pid reuse.
+func ProcStartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces and parentheses: fields start after
+	// the last ')'. starttime is field 22, the 20th after it.
+	s := string(data)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	fields := strings.Fields(s[end+1:])
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+var bootIDOnce = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// BootID identifies the current boot: pids from another boot mean nothing.
+func BootID() string { return bootIDOnce() }
+
+// WriteJSONAtomic writes v to path through a temporary file and a rename,
+// so readers never see half a file.
+func WriteJSONAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadJSON reads a JSON file written by WriteJSONAtomic.
+func ReadJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
