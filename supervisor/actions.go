@@ -1,39 +1,55 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// execute carries out the core's actions. Starts run in their own goroutine
-// and report back on d.started; everything else is quick.
+// execute carries out the core's actions. Starts and hooks run in their own
+// goroutines and report back to the loop; everything else is quick.
 func (d *Daemon) execute(acts []lifecycle.Action) {
 	for _, a := range acts {
 		in := d.machine.Instance(a.Pod)
 		switch a.Kind {
 		case lifecycle.Start:
 			d.start(in, a)
-		case lifecycle.Stop:
-			if err := d.rt.Signal(a.InstanceID, syscall.SIGTERM); err != nil {
-				d.log.Warn("stop", "instance", a.InstanceID, "err", err)
+		case lifecycle.Signal:
+			sig := unix.SignalNum(a.Signal)
+			if sig == 0 {
+				sig = unix.SIGTERM
+			}
+			if err := d.rt.Signal(a.InstanceID, sig); err != nil {
+				d.log.Warn("stop signal", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Kill:
-			d.record(in, "Warning", "Killing", "Grace period expired: killing container "+a.Container)
 			if err := d.rt.Kill(a.InstanceID); err != nil {
 				d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 			}
+		case lifecycle.RunHook:
+			d.runHook(in, a)
+		case lifecycle.Probe:
+			if t, err := d.target(in, a.Container); err == nil {
+				d.probes.Start(a.InstanceID, in.Spec(a.Container), t)
+			} else {
+				d.log.Error("cannot probe", "instance", a.InstanceID, "err", err)
+			}
+		case lifecycle.Unprobe:
+			d.probes.Stop(a.InstanceID)
 		case lifecycle.Forget:
 			d.forget(a.Pod)
 		case lifecycle.Record:
@@ -42,21 +58,52 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 	}
 }
 
+// target is what probes and hooks need to act on a container.
+func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target, error) {
+	spec := in.Spec(container)
+	s, err := process.BuildSpec(in.Pod, spec, d.node)
+	if err != nil {
+		return probes.Target{}, err
+	}
+	return probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}, nil
+}
+
+type hookResult struct {
+	pod        types.UID
+	container  string
+	instanceID string
+	hook       lifecycle.HookKind
+	err        error
+}
+
+func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
+	spec := in.Spec(a.Container)
+	h := spec.Lifecycle.PostStart
+	if a.Hook == lifecycle.PreStop {
+		h = spec.Lifecycle.PreStop
+	}
+	t, err := d.target(in, a.Container)
+	res := hookResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID, hook: a.Hook}
+	if err != nil {
+		res.err = err
+		d.hooks <- res
+		return
+	}
+	go func() {
+		res.err = probes.Hook(context.Background(), t, h, a.Timeout)
+		d.hooks <- res
+	}()
+}
+
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 	pod := in.Pod
-	var spec *v1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == a.Container {
-			spec = &pod.Spec.Containers[i]
-		}
-	}
 	res := startResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID}
 	if rc := pod.Spec.RuntimeClassName; rc == nil || *rc != manifest.ProcessRuntimeClass {
 		res.err = fmt.Errorf("no containerd runtime is configured on this device; set runtimeClassName: %s to run host processes", manifest.ProcessRuntimeClass)
 		d.started <- res
 		return
 	}
-	s, err := process.BuildSpec(pod, spec, d.node)
+	s, err := process.BuildSpec(pod, in.Spec(a.Container), d.node)
 	if err != nil {
 		res.err = err
 		d.started <- res
@@ -90,11 +137,27 @@ func (d *Daemon) exited(x process.Exit) {
 		return
 	}
 	st := x.Status
-	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
+	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode)
 	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))
 	if d.machine.Instance(uid) == nil {
 		d.rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
+	d.gcDevice()
+}
+
+func (d *Daemon) probed(r probes.Result) {
+	uid, name, _, ok := parseInstanceID(r.InstanceID)
+	if !ok {
+		return
+	}
+	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))
+}
+
+func (d *Daemon) hookDone(r hookResult) {
+	if r.err != nil {
+		d.log.Warn("hook failed", "instance", r.instanceID, "hook", r.hook, "err", r.err)
+	}
+	d.execute(d.machine.HookDone(r.pod, r.container, r.instanceID, r.hook, r.err, d.now()))
 }
 
 func termination(id string, st shim.ExitStatus) lifecycle.Termination {
@@ -114,11 +177,12 @@ func (d *Daemon) podLogDir(pod *v1.Pod) string {
 }
 
 // gcContainer keeps the instance directories and logs of the attempt about
-// to start and the one before it (for logs --previous); older ones go.
+// to start and of the MaxDeadPerContainer attempts before it.
 func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
+	keepFrom := attempt - d.cfg.MaxDeadPerContainer
 	dirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", fmt.Sprintf("%s_%s_*", pod.UID, container)))
 	for _, dir := range dirs {
-		if _, _, n, ok := parseInstanceID(filepath.Base(dir)); ok && n < attempt-1 {
+		if _, _, n, ok := parseInstanceID(filepath.Base(dir)); ok && n < keepFrom {
 			if err := d.rt.Remove(filepath.Base(dir)); err != nil {
 				d.log.Warn("removing old instance", "dir", dir, "err", err)
 			}
@@ -128,8 +192,62 @@ func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
 	for _, l := range logs {
 		base := filepath.Base(l)
 		n, err := strconv.Atoi(base[:strings.Index(base, ".")])
-		if err == nil && n < attempt-1 {
+		if err == nil && n < keepFrom {
 			os.Remove(l)
+		}
+	}
+}
+
+// gcDevice keeps at most MaxDeadContainers finished instances on the
+// device, removing the oldest first, but never the newest finished instance
+// of a container (what its status and logs show).
+func (d *Daemon) gcDevice() {
+	if d.cfg.MaxDeadContainers <= 0 {
+		return
+	}
+	type dead struct {
+		id       string
+		finished int64
+	}
+	var all []dead
+	exits, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", "*", shim.ExitFile))
+	if len(exits) <= d.cfg.MaxDeadContainers {
+		return
+	}
+	newest := map[string]string{} // uid_container -> instance with the highest attempt
+	for _, e := range exits {
+		id := filepath.Base(filepath.Dir(e))
+		st, err := os.Stat(e)
+		if err != nil {
+			continue
+		}
+		all = append(all, dead{id, st.ModTime().UnixNano()})
+		if uid, name, n, ok := parseInstanceID(id); ok {
+			key := string(uid) + "_" + name
+			if _, _, m, _ := parseInstanceID(newest[key]); newest[key] == "" || n > m {
+				newest[key] = id
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].finished < all[j].finished })
+	keep := map[string]bool{}
+	for _, id := range newest {
+		keep[id] = true
+	}
+	excess := len(all) - d.cfg.MaxDeadContainers
+	for _, x := range all {
+		if excess <= 0 {
+			break
+		}
+		if keep[x.id] {
+			continue
+		}
+		uid, name, n, _ := parseInstanceID(x.id)
+		if err := d.rt.Remove(x.id); err == nil {
+			excess--
+			if in := d.machine.Instance(uid); in != nil {
+				os.Remove(d.logPath(in.Pod, name, n))
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
@@ -42,6 +43,12 @@ type Config struct {
 	StopPodsOnExit bool
 	// PersistDelay batches state writes: flash storage wears per write.
 	PersistDelay time.Duration
+	// MaxDeadPerContainer is how many finished instances (directories
+	// and logs) each container keeps besides the current one.
+	MaxDeadPerContainer int
+	// MaxDeadContainers bounds finished instances on the whole device
+	// (0: no bound beyond the per-container one).
+	MaxDeadContainers int
 }
 
 // Daemon supervises the pods of one device.
@@ -56,7 +63,10 @@ type Daemon struct {
 	now     func() time.Time
 
 	manifests manifest.State
+	probes    *probes.Manager
 	started   chan startResult
+	hooks     chan hookResult
+	requests  chan request
 	view      *view
 	views     map[types.UID]cachedView // PodView cache, loop-owned
 }
@@ -72,14 +82,16 @@ type startResult struct {
 // New prepares a daemon; Run starts it.
 func New(cfg Config, log *slog.Logger) *Daemon {
 	return &Daemon{
-		cfg:     cfg,
-		log:     log,
-		machine: lifecycle.NewMachine(cfg.Lifecycle),
-		now:     time.Now,
-		started: make(chan startResult, 64),
-		node:    process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:    newView(),
-		views:   map[types.UID]cachedView{},
+		cfg:      cfg,
+		log:      log,
+		machine:  lifecycle.NewMachine(cfg.Lifecycle),
+		now:      time.Now,
+		started:  make(chan startResult, 64),
+		hooks:    make(chan hookResult, 64),
+		requests: make(chan request),
+		node:     process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		view:     newView(),
+		views:    map[types.UID]cachedView{},
 	}
 }
 
@@ -104,6 +116,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
 	}
+	d.probes = probes.NewManager(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	if err := d.restore(); err != nil {
 		return err
@@ -153,6 +166,12 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
 			d.exited(x)
 		case r := <-d.started:
 			d.startDone(r)
+		case r := <-d.hooks:
+			d.hookDone(r)
+		case r := <-d.probes.Results():
+			d.probed(r)
+		case req := <-d.requests:
+			req.reply <- req.fn()
 		case <-wake.C:
 		case <-persist.C:
 			persistPending = false
@@ -175,6 +194,23 @@ func (d *Daemon) persist() {
 	}
 }
 
+// request is work the API asks the loop to do on the machine.
+type request struct {
+	fn    func() error
+	reply chan error
+}
+
+// do runs fn on the loop goroutine, which owns the machine.
+func (d *Daemon) do(fn func() error) error {
+	r := request{fn: fn, reply: make(chan error, 1)}
+	select {
+	case d.requests <- r:
+		return <-r.reply
+	case <-time.After(10 * time.Second):
+		return errors.New("the daemon is busy; try again")
+	}
+}
+
 // stopAll terminates every pod and waits for them, bounded by the longest
 // grace period plus a margin.
 func (d *Daemon) stopAll() {
@@ -192,6 +228,8 @@ func (d *Daemon) stopAll() {
 			d.exited(x)
 		case r := <-d.started:
 			d.startDone(r)
+		case r := <-d.hooks:
+			d.hookDone(r)
 		case <-time.After(wait):
 		}
 	}

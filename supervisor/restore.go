@@ -1,6 +1,11 @@
 package supervisor
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,9 +23,11 @@ func (d *Daemon) restore() error {
 	if err != nil {
 		return err
 	}
+	now := d.now()
 	for _, in := range instances {
-		d.machine.Restore(in)
+		d.machine.Restore(in, now)
 	}
+	rebooted := d.bootChanged()
 	recs, err := d.rt.Recover()
 	if err != nil {
 		return err
@@ -47,7 +54,7 @@ func (d *Daemon) restore() error {
 		switch {
 		case r.Alive && r.Spec.Attempt >= c.Attempt:
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
-			d.machine.Adopted(uid, name, id, r.Spec.Attempt, r.StartedAt)
+			d.execute(d.machine.Adopted(uid, name, id, r.Spec.Attempt, r.StartedAt))
 		case r.Alive:
 			d.log.Warn("stopping a superseded instance", "instance", id)
 			d.rt.Kill(id)
@@ -56,14 +63,16 @@ func (d *Daemon) restore() error {
 			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
 		}
 	}
-	now := d.now()
 	for _, in := range d.machine.Instances() {
-		for _, c := range in.Containers {
+		for _, c := range in.AllContainers() {
 			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
 				d.execute(d.machine.Exited(in.UID(), c.Name, lifecycle.Termination{
 					InstanceID: c.InstanceID, ExitCode: 137, Reason: "ContainerStatusUnknown",
 					Message: "The container could not be located when the pod was terminated", FinishedAt: now}))
 			}
+		}
+		if rebooted {
+			d.machine.SandboxLost(in.UID()) // the pod restarts: init containers run again
 		}
 		// A file that is invalid now keeps the pods it defined before.
 		if !in.Terminating && in.Pod.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
@@ -71,4 +80,16 @@ func (d *Daemon) restore() error {
 		}
 	}
 	return nil
+}
+
+// bootChanged reports whether the device rebooted since the last daemon
+// run, and records the current boot.
+func (d *Daemon) bootChanged() bool {
+	path := filepath.Join(d.cfg.DataDir, "boot_id")
+	cur := shim.BootID()
+	prev, err := os.ReadFile(path)
+	if err := os.WriteFile(path, []byte(cur), 0o600); err != nil {
+		d.log.Warn("recording boot id", "err", err)
+	}
+	return err == nil && strings.TrimSpace(string(prev)) != cur
 }

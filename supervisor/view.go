@@ -33,7 +33,7 @@ func (d *Daemon) publish(now time.Time) {
 		if in.Terminating && d.hasDesired(in.Key()) {
 			continue // the replacement's logs are the ones to show
 		}
-		for _, c := range in.Containers {
+		for _, c := range in.AllContainers() {
 			key := in.Key() + "/" + c.Name
 			if c.Attempt > 0 {
 				logs[key] = api.LogRef{Path: d.logPath(in.Pod, c.Name, c.Attempt), InstanceID: c.InstanceID,
@@ -200,6 +200,58 @@ func (d *Daemon) Log(namespace, name, container string, previous bool) (api.LogR
 		return ref, fmt.Errorf("container %q in pod %q has not started", container, name)
 	}
 	return ref, nil
+}
+
+// Delete implements api.Backend: it terminates a pod instance with an
+// optional shorter grace period, or at once with force. A pod whose source
+// still asks for it is started again afterwards.
+func (d *Daemon) Delete(namespace, name string, grace *int64, force bool) (api.DeleteResult, error) {
+	var res api.DeleteResult
+	err := d.do(func() error {
+		in := d.current(namespace, name)
+		if in == nil {
+			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
+		}
+		var g *time.Duration
+		if grace != nil {
+			gd := time.Duration(*grace) * time.Second
+			g = &gd
+		}
+		res.Source = in.Pod.Annotations[manifest.AnnotationSource]
+		res.File = in.Pod.Annotations[manifest.AnnotationFile]
+		res.Recreated = d.hasDesired(in.Key())
+		return d.machine.Delete(in.UID(), g, force, d.now())
+	})
+	return res, err
+}
+
+// SetCondition implements api.Backend for readiness gates.
+func (d *Daemon) SetCondition(namespace, name string, typ v1.PodConditionType, status bool) error {
+	return d.do(func() error {
+		in := d.current(namespace, name)
+		if in == nil {
+			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
+		}
+		gated := false
+		for _, g := range in.Pod.Spec.ReadinessGates {
+			gated = gated || g.ConditionType == typ
+		}
+		if !gated {
+			return fmt.Errorf("pod %q has no readiness gate %q", name, typ)
+		}
+		return d.machine.SetCondition(in.UID(), typ, status)
+	})
+}
+
+// current is the newest instance of a pod: the one not being replaced.
+func (d *Daemon) current(namespace, name string) *lifecycle.Instance {
+	var found *lifecycle.Instance
+	for _, in := range d.machine.Instances() {
+		if in.Pod.Namespace == namespace && in.Pod.Name == name {
+			found = in // Instances is ordered by creation
+		}
+	}
+	return found
 }
 
 // hostIP is the first non-loopback IPv4 address, for status.hostIP.

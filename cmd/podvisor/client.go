@@ -160,8 +160,9 @@ func orNone(s string) string {
 
 type row struct{ ready, status, restarts, age string }
 
-// podRow computes kubectl's columns: READY counts ready containers, STATUS
-// is the most telling container reason, RESTARTS adds when the last was.
+// podRow computes kubectl's columns: READY counts ready app containers and
+// sidecars, STATUS is the most telling reason (init progress first),
+// RESTARTS adds when the last one was.
 func podRow(p *v1.Pod, now time.Time) row {
 	reason := string(p.Status.Phase)
 	if p.Status.Reason != "" {
@@ -169,13 +170,59 @@ func podRow(p *v1.Pod, now time.Time) row {
 	}
 	var restarts int32
 	var lastRestart time.Time
-	ready, hasRunning := 0, false
-	cs := p.Status.ContainerStatuses
-	for i := len(cs) - 1; i >= 0; i-- {
-		c := cs[i]
+	ready, total := 0, len(p.Spec.Containers)
+	noteRestart := func(c v1.ContainerStatus) {
 		restarts += c.RestartCount
 		if t := c.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(lastRestart) {
 			lastRestart = t.FinishedAt.Time
+		}
+	}
+	sidecars := map[string]bool{}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			sidecars[c.Name] = true
+			total++
+		}
+	}
+	initializing := false
+	for i, c := range p.Status.InitContainerStatuses {
+		noteRestart(c)
+		if sidecars[c.Name] {
+			if c.Started != nil && *c.Started && c.Ready {
+				ready++
+			}
+			continue
+		}
+		if initializing {
+			continue
+		}
+		switch {
+		case c.State.Terminated != nil && c.State.Terminated.ExitCode == 0:
+			continue
+		case c.State.Terminated != nil && c.State.Terminated.Reason != "":
+			reason = "Init:" + c.State.Terminated.Reason
+		case c.State.Terminated != nil && c.State.Terminated.Signal != 0:
+			reason = fmt.Sprintf("Init:Signal:%d", c.State.Terminated.Signal)
+		case c.State.Terminated != nil:
+			reason = fmt.Sprintf("Init:ExitCode:%d", c.State.Terminated.ExitCode)
+		case c.State.Waiting != nil && c.State.Waiting.Reason != "" && c.State.Waiting.Reason != "PodInitializing" &&
+			c.State.Waiting.Reason != "ContainerCreating":
+			reason = "Init:" + c.State.Waiting.Reason
+		default:
+			reason = fmt.Sprintf("Init:%d/%d", i, len(p.Spec.InitContainers))
+		}
+		initializing = true
+	}
+	if initializing && p.Status.Reason != "" {
+		reason = p.Status.Reason // a failure of the whole pod says more
+	}
+	hasRunning := false
+	cs := p.Status.ContainerStatuses
+	for i := len(cs) - 1; i >= 0; i-- {
+		c := cs[i]
+		noteRestart(c)
+		if initializing {
+			continue
 		}
 		switch {
 		case c.State.Waiting != nil && c.State.Waiting.Reason != "":
@@ -191,6 +238,9 @@ func podRow(p *v1.Pod, now time.Time) row {
 			ready++
 		}
 	}
+	if p.Status.Reason != "" && (p.Status.Phase == v1.PodFailed || p.Status.Reason == "Invalid") {
+		reason = p.Status.Reason
+	}
 	if reason == "Completed" && hasRunning {
 		reason = "NotReady"
 		for _, cond := range p.Status.Conditions {
@@ -203,7 +253,7 @@ func podRow(p *v1.Pod, now time.Time) row {
 		reason = "Terminating"
 	}
 	r := row{
-		ready:    fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)),
+		ready:    fmt.Sprintf("%d/%d", ready, total),
 		status:   reason,
 		restarts: fmt.Sprint(restarts),
 		age:      duration.HumanDuration(now.Sub(p.CreationTimestamp.Time)),
@@ -212,6 +262,46 @@ func podRow(p *v1.Pod, now time.Time) row {
 		r.restarts = fmt.Sprintf("%d (%s ago)", restarts, duration.HumanDuration(now.Sub(lastRestart)))
 	}
 	return r
+}
+
+func cmdDelete(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	grace := fs.Int64("grace-period", -1, "seconds to wait before SIGKILL (shorter than the pod's own only)")
+	force := fs.Bool("force", false, "with --grace-period 0: kill at once")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || (pos[0] != "pod" && pos[0] != "pods" && pos[0] != "po") {
+		return fmt.Errorf("usage: podvisor delete pod NAME [--grace-period N] [--force]")
+	}
+	var g *int64
+	if *grace >= 0 {
+		g = grace
+	}
+	if *force && (g == nil || *g != 0) {
+		return fmt.Errorf("--force needs --grace-period 0")
+	}
+	c := newClient(*cf.socket)
+	p, err := findPod(ctx, c, *cf.namespace, pos[1])
+	if err != nil {
+		return err
+	}
+	if *force {
+		fmt.Fprintln(stderr, "Warning: Immediate deletion kills the pod's containers without waiting for a graceful stop "+
+			"(no preStop hook, no grace period). podvisor still waits until every process has ended before the pod "+
+			"can run again, so at most one copy ever runs.")
+	}
+	res, err := c.Delete(ctx, p.Namespace, p.Name, g, *force)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "pod %q deleted\n", p.Name)
+	if res.Recreated {
+		fmt.Fprintf(stderr, "note: %s still defines pod %q, so it starts again; remove the file to remove the pod\n", orNone(res.File), p.Name)
+	}
+	return nil
 }
 
 func cmdLogs(ctx context.Context, args []string, out io.Writer) error {
@@ -279,16 +369,39 @@ func describe(out io.Writer, p *v1.Pod, events []api.Event, now time.Time) {
 	if p.Spec.RuntimeClassName != nil {
 		field(0, "Runtime Class Name", *p.Spec.RuntimeClassName)
 	}
-	if len(p.Spec.Containers) > 0 {
-		fmt.Fprintln(w, "Containers:")
-	}
 	statuses := map[string]v1.ContainerStatus{}
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, cs := range append(append([]v1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		statuses[cs.Name] = cs
 	}
-	for _, c := range p.Spec.Containers {
+	describeContainers(w, "Init Containers", p.Spec.InitContainers, statuses)
+	describeContainers(w, "Containers", p.Spec.Containers, statuses)
+	if len(p.Status.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:\n  Type\tStatus")
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(w, "  %s\t%s\n", c.Type, c.Status)
+		}
+	}
+	if p.Status.QOSClass != "" {
+		field(0, "QoS Class", string(p.Status.QOSClass))
+	}
+	w.Flush()
+	describeEvents(out, events, now)
+}
+
+func describeContainers(w io.Writer, title string, specs []v1.Container, statuses map[string]v1.ContainerStatus) {
+	if len(specs) == 0 {
+		return
+	}
+	field := func(indent int, name, value string) {
+		fmt.Fprintf(w, "%s%s:\t%s\n", strings.Repeat("  ", indent), name, value)
+	}
+	fmt.Fprintln(w, title+":")
+	for _, c := range specs {
 		cs := statuses[c.Name]
 		fmt.Fprintf(w, "  %s:\n", c.Name)
+		if c.RestartPolicy != nil {
+			field(2, "Restart Policy", string(*c.RestartPolicy))
+		}
 		field(2, "Container ID", orNone(cs.ContainerID))
 		field(2, "Image", c.Image)
 		if len(c.Command) > 0 {
@@ -314,17 +427,6 @@ func describe(out io.Writer, p *v1.Pod, events []api.Event, now time.Time) {
 			}
 		}
 	}
-	if len(p.Status.Conditions) > 0 {
-		fmt.Fprintln(w, "Conditions:\n  Type\tStatus")
-		for _, c := range p.Status.Conditions {
-			fmt.Fprintf(w, "  %s\t%s\n", c.Type, c.Status)
-		}
-	}
-	if p.Status.QOSClass != "" {
-		field(0, "QoS Class", string(p.Status.QOSClass))
-	}
-	w.Flush()
-	describeEvents(out, events, now)
 }
 
 func describeState(w io.Writer, label string, s v1.ContainerState) {

@@ -30,6 +30,7 @@ Usage:
   podvisor get pod NAME [-o wide|json|yaml] [-n NAMESPACE]
   podvisor describe pod NAME [-n NAMESPACE]
   podvisor logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]
+  podvisor delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]
   podvisor version
 
 Client commands take --socket PATH (default ` + defaultSocket + `).
@@ -63,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDescribe(ctx, args[1:], stdout)
 	case "logs":
 		err = cmdLogs(ctx, args[1:], stdout)
+	case "delete":
+		err = cmdDelete(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = cmdVersion(ctx, args[1:], stdout)
 	case "help", "-h", "--help":

@@ -38,6 +38,10 @@ type fileConfig struct {
 		MaxSize  *resource.Quantity `json:"maxSize,omitempty"`
 		MaxFiles int                `json:"maxFiles,omitempty"`
 	} `json:"logs"`
+	GC struct {
+		MaxDeadPerContainer *int `json:"maxDeadPerContainer,omitempty"`
+		MaxDeadContainers   *int `json:"maxDeadContainers,omitempty"`
+	} `json:"gc"`
 }
 
 func defaultConfig() fileConfig {
@@ -162,17 +166,30 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if fc.Logs.MaxFiles < 1 {
 		return supervisor.Config{}, fmt.Errorf("config logs.maxFiles: must be at least 1, got %d", fc.Logs.MaxFiles)
 	}
+	perContainer, device := 1, 100
+	if v := fc.GC.MaxDeadPerContainer; v != nil {
+		if perContainer = *v; perContainer < 1 {
+			return supervisor.Config{}, fmt.Errorf("config gc.maxDeadPerContainer: must be at least 1 (logs --previous needs it), got %d", *v)
+		}
+	}
+	if v := fc.GC.MaxDeadContainers; v != nil {
+		if device = *v; device < 0 {
+			return supervisor.Config{}, fmt.Errorf("config gc.maxDeadContainers: must be >= 0 (0: no device-wide bound), got %d", *v)
+		}
+	}
 	return supervisor.Config{
-		ManifestDir:    fc.Manifests,
-		DataDir:        fc.DataDir,
-		NodeName:       node,
-		ShimCommand:    shimCmd,
-		Lifecycle:      lc,
-		ManifestResync: resync,
-		ManifestSettle: 5 * time.Millisecond,
-		LogMaxBytes:    maxBytes,
-		LogMaxFiles:    fc.Logs.MaxFiles,
-		PersistDelay:   100 * time.Millisecond,
+		MaxDeadPerContainer: perContainer,
+		MaxDeadContainers:   device,
+		ManifestDir:         fc.Manifests,
+		DataDir:             fc.DataDir,
+		NodeName:            node,
+		ShimCommand:         shimCmd,
+		Lifecycle:           lc,
+		ManifestResync:      resync,
+		ManifestSettle:      5 * time.Millisecond,
+		LogMaxBytes:         maxBytes,
+		LogMaxFiles:         fc.Logs.MaxFiles,
+		PersistDelay:        100 * time.Millisecond,
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"fmt"
 	"context"
 	"errors"
 	"os"
@@ -22,6 +23,25 @@ type fakeBackend struct {
 	version uint64
 	changed chan struct{}
 	logs    map[string]LogRef
+	deleted []string
+	gates   map[string]bool
+}
+
+func (f *fakeBackend) Delete(ns, name string, grace *int64, force bool) (DeleteResult, error) {
+	g := "default"
+	if grace != nil {
+		g = fmt.Sprint(*grace)
+	}
+	f.deleted = append(f.deleted, fmt.Sprintf("%s/%s grace=%s force=%v", ns, name, g, force))
+	return DeleteResult{Source: "file", Recreated: true}, nil
+}
+
+func (f *fakeBackend) SetCondition(ns, name string, typ v1.PodConditionType, status bool) error {
+	if f.gates == nil {
+		f.gates = map[string]bool{}
+	}
+	f.gates[name+"/"+string(typ)] = status
+	return nil
 }
 
 func newFake(pods ...*v1.Pod) *fakeBackend {
@@ -158,5 +178,27 @@ func TestClientWithoutDaemon(t *testing.T) {
 	_, err := c.Pods(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "no podvisor daemon is listening") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDeleteAndConditions(t *testing.T) {
+	f := newFake(testPod("web", "app"))
+	c := serve(t, f)
+	ctx := context.Background()
+	five, zero := int64(5), int64(0)
+	if res, err := c.Delete(ctx, "default", "web", &five, false); err != nil || !res.Recreated {
+		t.Fatalf("delete: %+v %v", res, err)
+	}
+	if _, err := c.Delete(ctx, "default", "web", nil, true); err == nil || !strings.Contains(err.Error(), "force requires gracePeriod=0") {
+		t.Fatalf("force without grace 0: %v", err)
+	}
+	if _, err := c.Delete(ctx, "default", "web", &zero, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.deleted, "; "); got != "default/web grace=5 force=false; default/web grace=0 force=true" {
+		t.Fatalf("backend saw %q", got)
+	}
+	if err := c.SetCondition(ctx, "default", "web", "example.com/lb", true); err != nil || !f.gates["web/example.com/lb"] {
+		t.Fatalf("set condition: %v %v", err, f.gates)
 	}
 }

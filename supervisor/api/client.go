@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,11 +32,15 @@ func NewClient(socket string) *Client {
 }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values) (*http.Response, error) {
+	return c.do(ctx, http.MethodGet, path, q, nil)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
 	u := "http://podvisor" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
 	}
@@ -115,4 +120,35 @@ func (c *Client) Log(ctx context.Context, namespace, name, container string, pre
 func (c *Client) Version(ctx context.Context) (Version, error) {
 	var v Version
 	return v, c.getJSON(ctx, "/v1/version", nil, &v)
+}
+
+// Delete terminates a pod; grace (seconds) may be nil.
+func (c *Client) Delete(ctx context.Context, namespace, name string, grace *int64, force bool) (DeleteResult, error) {
+	q := url.Values{}
+	if grace != nil {
+		q.Set("gracePeriod", strconv.FormatInt(*grace, 10))
+	}
+	if force {
+		q.Set("force", "1")
+	}
+	var res DeleteResult
+	resp, err := c.do(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(namespace)+"/"+url.PathEscape(name), q, nil)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	return res, json.NewDecoder(resp.Body).Decode(&res)
+}
+
+// SetCondition sets a readiness-gate condition of a pod.
+func (c *Client) SetCondition(ctx context.Context, namespace, name, typ string, status bool) error {
+	body := `{"status":"False"}`
+	if status {
+		body = `{"status":"True"}`
+	}
+	resp, err := c.do(ctx, http.MethodPut, "/v1/pods/"+url.PathEscape(namespace)+"/"+url.PathEscape(name)+"/conditions/"+url.PathEscape(typ), nil, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
 }

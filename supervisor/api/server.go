@@ -5,6 +5,8 @@
 //	GET /v1/pods/{ns}/{name}                v1.Pod
 //	GET /v1/pods/{ns}/{name}/events         []Event
 //	GET /v1/pods/{ns}/{name}/log?container=C&previous=1&follow=1   text
+//	DELETE /v1/pods/{ns}/{name}?gracePeriod=N&force=1   DeleteResult
+//	PUT /v1/pods/{ns}/{name}/conditions/{type}  {"status":"True"|"False"}
 //	GET /v1/version                         Version
 package api
 
@@ -50,8 +52,20 @@ type Version struct {
 	Platform  string `json:"platform"`
 }
 
+// DeleteResult says what a delete did.
+type DeleteResult struct {
+	Source    string `json:"source"`
+	File      string `json:"file,omitempty"`
+	Recreated bool   `json:"recreated"` // its source still asks for it
+}
+
 // Backend is what the API serves from; the daemon implements it.
 type Backend interface {
+	// Delete terminates a pod, with an optional grace period in seconds
+	// that can only shorten, or at once with force.
+	Delete(namespace, name string, grace *int64, force bool) (DeleteResult, error)
+	// SetCondition sets a readiness-gate condition.
+	SetCondition(namespace, name string, typ v1.PodConditionType, status bool) error
 	// Pods returns the current pods, their version, and a channel closed
 	// when a newer version is published.
 	Pods() ([]*v1.Pod, uint64, <-chan struct{})
@@ -86,6 +100,8 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}", s.getPod)
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}/events", s.events)
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}/log", s.log)
+	mux.HandleFunc("DELETE /v1/pods/{ns}/{name}", s.deletePod)
+	mux.HandleFunc("PUT /v1/pods/{ns}/{name}/conditions/{type}", s.setCondition)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -141,6 +157,46 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 	if p := s.find(w, r); p != nil {
 		writeJSON(w, p)
 	}
+}
+
+func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var grace *int64
+	if g := q.Get("gracePeriod"); g != "" {
+		n, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || n < 0 {
+			httpError(w, http.StatusBadRequest, "gracePeriod: %q is not a whole number of seconds >= 0", g)
+			return
+		}
+		grace = &n
+	}
+	force := q.Get("force") == "1"
+	if force && (grace == nil || *grace != 0) {
+		httpError(w, http.StatusBadRequest, "force requires gracePeriod=0")
+		return
+	}
+	res, err := s.Backend.Delete(r.PathValue("ns"), r.PathValue("name"), grace, force)
+	if err != nil {
+		httpError(w, http.StatusNotFound, "%v", err)
+		return
+	}
+	writeJSON(w, res)
+}
+
+func (s *Server) setCondition(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Status v1.ConditionStatus `json:"status"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || (body.Status != v1.ConditionTrue && body.Status != v1.ConditionFalse) {
+		httpError(w, http.StatusBadRequest, `body must be {"status": "True"} or {"status": "False"}`)
+		return
+	}
+	err := s.Backend.SetCondition(r.PathValue("ns"), r.PathValue("name"), v1.PodConditionType(r.PathValue("type")), body.Status == v1.ConditionTrue)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {

@@ -31,10 +31,37 @@ func NewMachine(cfg Config) *Machine {
 	}
 }
 
-// Restore puts back an instance recorded before a daemon restart. Call it
-// before the first Reconcile; observations about its containers follow.
-func (m *Machine) Restore(in *Instance) {
+// Restore puts back an instance recorded before a daemon restart, before the
+// first Reconcile. A termination in progress starts over with the full grace
+// period, as the kubelet does, and its stop signals are sent again.
+func (m *Machine) Restore(in *Instance, now time.Time) {
 	m.instances[in.UID()] = in
+	if !in.Terminating {
+		return
+	}
+	in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
+	for _, c := range in.all() {
+		if c.Stop != nil && !c.Stop.Force {
+			c.Stop = &Stop{Reason: c.Stop.Reason, Deadline: in.GraceDeadline, PreStopRan: c.Stop.PreStopRan || c.Stop.PreStopActive}
+		}
+	}
+	m.touch(in.UID())
+}
+
+// SandboxLost tells the machine every process of an instance is gone
+// because the device restarted: the pod restarts, init containers included.
+func (m *Machine) SandboxLost(uid types.UID) {
+	in := m.instances[uid]
+	if in == nil || in.Terminating {
+		return
+	}
+	in.Initialized = false
+	for _, c := range in.Init {
+		if c.Phase == Exited && c.Kind == InitKind && c.Current != nil && c.Current.ExitCode == 0 {
+			c.Last, c.Current, c.Phase = c.Current, nil, Waiting
+		}
+	}
+	m.touch(uid)
 }
 
 // SetDesired replaces the desired pod set. Pods must be defaulted and carry
@@ -95,7 +122,20 @@ func (m *Machine) Dirty() bool { return len(m.dirty) > 0 || len(m.forgotten) > 0
 // (zero: no timer needed).
 func (m *Machine) NextWake() time.Time { return m.nextWake }
 
-// Started records that a container instance is running.
+func (m *Machine) lookup(uid types.UID, name, instanceID string) (*Instance, *Container) {
+	in := m.instances[uid]
+	if in == nil {
+		return nil, nil
+	}
+	c := in.Container(name)
+	if c == nil || c.InstanceID != instanceID {
+		return in, nil
+	}
+	return in, c
+}
+
+// Started records that a container instance is running. Its probes start,
+// and its postStart hook runs if it has one.
 func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) []Action {
 	in, c := m.lookup(uid, name, instanceID)
 	if c == nil || c.Phase != Starting {
@@ -103,18 +143,31 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	c.Phase = Running
 	c.StartedAt = at
-	if in.StartTime.IsZero() {
-		in.StartTime = at
-	}
+	spec := in.Spec(name)
+	c.StartupPassed = spec.StartupProbe == nil
+	c.Ready = spec.ReadinessProbe == nil
 	m.touch(uid)
-	return []Action{record(in, "Normal", "Started", "Started container "+name)}
+	acts := []Action{record(in, "Normal", "Started", "Started container "+name)}
+	if hasProbes(spec) {
+		acts = append(acts, Action{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID})
+	}
+	if hasPostStart(spec) {
+		c.PostStartActive = true
+		acts = append(acts, Action{Kind: RunHook, Pod: uid, Container: name, InstanceID: instanceID,
+			Hook: PostStart, Timeout: m.gracePeriod(in.Pod)})
+	}
+	return acts
+}
+
+func hasProbes(c *v1.Container) bool {
+	return c.StartupProbe != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil
 }
 
 // Exited records that a container instance terminated. A start that failed
 // is reported as an exit with reason StartError and exit code 128.
 func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 	in, c := m.lookup(uid, name, t.InstanceID)
-	if c == nil || (c.Phase != Running && c.Phase != Starting) {
+	if c == nil || !c.live() {
 		return nil
 	}
 	if t.StartedAt.IsZero() {
@@ -132,41 +185,173 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 	term := t
 	c.Phase = Exited
 	c.Current = &term
-	c.Stopping, c.KillSent, c.KillAt = false, false, time.Time{}
+	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed = nil, false, false, false
 	m.touch(uid)
-	if in.Terminating {
-		return nil
-	}
+	acts := []Action{{Kind: Unprobe, Pod: uid, Container: name, InstanceID: t.InstanceID}}
 	// A container that ran cleanly long enough starts its backoff afresh.
 	if t.FinishedAt.Sub(t.StartedAt) >= m.cfg.BackoffReset {
 		c.BackoffStep = 0
 	}
 	if t.Reason == "StartError" {
-		return []Action{record(in, "Warning", "Failed", fmt.Sprintf("Error: %s", t.Message))}
+		acts = append(acts, record(in, "Warning", "Failed", "Error: "+t.Message))
+	}
+	return acts
+}
+
+// HookDone records the end of a hook. A failed postStart kills the
+// container; a preStop, failed or not, lets the stop signal go out.
+func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind, err error, now time.Time) []Action {
+	in, c := m.lookup(uid, name, instanceID)
+	if c == nil || c.Phase != Running {
+		return nil
+	}
+	m.touch(uid)
+	switch hook {
+	case PostStart:
+		if !c.PostStartActive {
+			return nil
+		}
+		c.PostStartActive = false
+		if err != nil {
+			msg := fmt.Sprintf("PostStartHook failed: %v", err)
+			acts := []Action{record(in, "Warning", "FailedPostStartHook", msg)}
+			return append(acts, m.stopContainer(in, c, m.gracePeriod(in.Pod), "FailedPostStartHook", now)...)
+		}
+	case PreStop:
+		if c.Stop == nil || !c.Stop.PreStopActive {
+			return nil
+		}
+		c.Stop.PreStopActive = false
+		if err != nil {
+			return []Action{record(in, "Warning", "FailedPreStopHook", fmt.Sprintf("PreStopHook failed: %v", err))}
+		}
 	}
 	return nil
 }
 
-// Adopted marks a container as running an instance found alive after a
-// daemon restart (its start was never answered, or was answered before the
-// crash and is being restored).
-func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, startedAt time.Time) {
+// Probed records a probe's verdict, already past its success or failure
+// threshold. A failed liveness or startup probe kills the container.
+func (m *Machine) Probed(uid types.UID, name, instanceID string, probe ProbeKind, ok bool, msg string, now time.Time) []Action {
+	in, c := m.lookup(uid, name, instanceID)
+	if c == nil || c.Phase != Running || c.Stop != nil {
+		return nil
+	}
+	spec := in.Spec(name)
+	switch probe {
+	case Readiness:
+		if c.Ready == ok {
+			return nil
+		}
+		c.Ready = ok
+		m.touch(uid)
+		if !ok {
+			return []Action{record(in, "Warning", "Unhealthy", "Readiness probe failed: "+msg)}
+		}
+		return nil
+	case Startup:
+		if ok {
+			if !c.StartupPassed {
+				c.StartupPassed = true
+				m.touch(uid)
+			}
+			return nil
+		}
+		return m.probeKill(in, c, spec.StartupProbe, "Startup", msg, now)
+	case Liveness:
+		if ok {
+			return nil
+		}
+		return m.probeKill(in, c, spec.LivenessProbe, "Liveness", msg, now)
+	}
+	return nil
+}
+
+// probeKill stops a container whose liveness or startup probe failed, with
+// the probe's own grace period when it sets one.
+func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg string, now time.Time) []Action {
+	grace := m.gracePeriod(in.Pod)
+	if p != nil && p.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+	}
+	acts := []Action{
+		record(in, "Warning", "Unhealthy", what+" probe failed: "+msg),
+		record(in, "Normal", "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, what)),
+	}
+	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", now)...)
+}
+
+// Delete terminates an instance on request. grace, if set, overrides the
+// pod's termination grace period but can only shorten a termination in
+// progress; force kills at once.
+func (m *Machine) Delete(uid types.UID, grace *time.Duration, force bool, now time.Time) error {
 	in := m.instances[uid]
 	if in == nil {
-		return
+		return fmt.Errorf("no pod instance %s", uid)
+	}
+	g := m.gracePeriod(in.Pod)
+	if grace != nil {
+		g = *grace
+	}
+	deadline := now.Add(g)
+	if !in.Terminating {
+		in.Terminating = true
+		in.TerminationStart = now
+		in.GraceDeadline = deadline
+	} else if deadline.Before(in.GraceDeadline) {
+		in.GraceDeadline = deadline
+	}
+	for _, c := range in.all() {
+		if c.Stop != nil {
+			m.shorten(c, in.GraceDeadline, now)
+			c.Stop.Force = c.Stop.Force || force
+		}
+	}
+	if force {
+		in.GraceDeadline, in.Force = now, true
+	}
+	m.touch(uid)
+	return nil
+}
+
+// SetCondition sets a readiness-gate condition of a pod instance.
+func (m *Machine) SetCondition(uid types.UID, typ v1.PodConditionType, status bool) error {
+	in := m.instances[uid]
+	if in == nil {
+		return fmt.Errorf("no pod instance %s", uid)
+	}
+	if in.Conditions == nil {
+		in.Conditions = map[v1.PodConditionType]bool{}
+	}
+	in.Conditions[typ] = status
+	m.touch(uid)
+	return nil
+}
+
+// Adopted marks a container as running an instance found alive after a
+// daemon restart. Probes restart from their initial state.
+func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, startedAt time.Time) []Action {
+	in := m.instances[uid]
+	if in == nil {
+		return nil
 	}
 	c := in.Container(name)
 	if c == nil {
-		return
+		return nil
 	}
 	if c.Phase == Exited && c.Current != nil {
 		// It was restarted before the crash, but the record was not saved.
 		c.Last, c.Current = c.Current, nil
 		c.RestartCount++
 	}
+	spec := in.Spec(name)
 	c.Phase = Running
 	c.InstanceID = instanceID
 	c.StartedAt = startedAt
+	c.PostStartActive = false
+	// A restarted kubelet sets Started and Ready false until probes say
+	// otherwise; containers without probes need no wait.
+	c.StartupPassed = spec.StartupProbe == nil
+	c.Ready = spec.ReadinessProbe == nil
 	if attempt > c.Attempt {
 		c.Attempt = attempt
 	}
@@ -174,6 +359,10 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 		in.StartTime = startedAt
 	}
 	m.touch(uid)
+	if hasProbes(spec) {
+		return []Action{{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID}}
+	}
+	return nil
 }
 
 // SawAttempt tells the machine an instance directory with this attempt
@@ -184,18 +373,6 @@ func (m *Machine) SawAttempt(uid types.UID, name string, attempt int) {
 			c.Attempt = attempt
 		}
 	}
-}
-
-func (m *Machine) lookup(uid types.UID, name, instanceID string) (*Instance, *Container) {
-	in := m.instances[uid]
-	if in == nil {
-		return nil, nil
-	}
-	c := in.Container(name)
-	if c == nil || c.InstanceID != instanceID {
-		return in, nil
-	}
-	return in, c
 }
 
 // Reconcile compares desired and known instances at now and returns what to
@@ -209,20 +386,18 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 	for _, in := range m.instances {
 		byKey[in.Key()] = append(byKey[in.Key()], in)
 	}
-	keys := map[string]bool{}
+	keys := make([]string, 0, len(byKey)+len(m.desired))
 	for k := range byKey {
-		keys[k] = true
+		keys = append(keys, k)
 	}
 	for k := range m.desired {
-		keys[k] = true
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
+	sort.Strings(keys)
 
-	for _, key := range sorted {
+	for _, key := range keys {
 		want := m.desired[key]
 		var current *Instance
 		blocked := false
@@ -231,14 +406,20 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 				current = in
 				continue
 			}
+			if !in.Terminating {
+				in.Terminating = true
+				in.TerminationStart = now
+				in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
+				m.touch(in.UID())
+			}
 			acts = append(acts, m.terminate(in, now)...)
 			if in.live() {
 				blocked = true
-			} else {
-				delete(m.instances, in.UID())
-				m.forgotten[in.UID()] = true
-				acts = append(acts, Action{Kind: Forget, Pod: in.UID()})
+				continue
 			}
+			delete(m.instances, in.UID())
+			m.forgotten[in.UID()] = true
+			acts = append(acts, Action{Kind: Forget, Pod: in.UID()})
 		}
 		if want == nil {
 			continue
@@ -259,56 +440,21 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 }
 
 func newInstance(p *v1.Pod, now time.Time) *Instance {
-	in := &Instance{Pod: p, Created: now}
-	for _, c := range p.Spec.Containers {
-		in.Containers = append(in.Containers, &Container{Name: c.Name, Phase: Waiting})
-	}
-	return in
-}
-
-// sync drives one desired instance towards running per its restart policy.
-func (m *Machine) sync(in *Instance, now time.Time) []Action {
-	var acts []Action
-	policy := in.Pod.Spec.RestartPolicy
-	for _, c := range in.Containers {
-		switch c.Phase {
-		case Waiting:
-			if !c.NotBefore.IsZero() && now.Before(c.NotBefore) {
-				m.wakeAt(c.NotBefore)
-				continue
-			}
-			acts = append(acts, m.start(in, c))
-		case Exited:
-			if !shouldRestart(policy, c.Current.ExitCode) {
-				continue
-			}
-			delay := m.backoffDelay(c.BackoffStep)
-			c.BackoffStep++
-			c.Last = c.Current
-			c.Current = nil
-			c.RestartCount++
-			c.NotBefore = c.Last.FinishedAt.Add(delay)
-			c.Phase = Waiting
-			m.touch(in.UID())
-			if now.Before(c.NotBefore) {
-				acts = append(acts, record(in, "Warning", "BackOff",
-					fmt.Sprintf("Back-off %s restarting failed container %s", delay, c.Name)))
-				m.wakeAt(c.NotBefore)
-				continue
-			}
-			acts = append(acts, m.start(in, c))
+	// startTime is when the node acknowledged the pod, as in Kubernetes;
+	// activeDeadlineSeconds counts from it.
+	in := &Instance{Pod: p, Created: now, StartTime: now}
+	for i := range p.Spec.InitContainers {
+		kind := InitKind
+		if IsSidecar(&p.Spec.InitContainers[i]) {
+			kind = SidecarKind
 		}
+		in.Init = append(in.Init, &Container{Name: p.Spec.InitContainers[i].Name, Kind: kind, Phase: Waiting})
 	}
-	return acts
-}
-
-func (m *Machine) start(in *Instance, c *Container) Action {
-	c.Attempt++
-	c.Phase = Starting
-	c.InstanceID = InstanceID(in.UID(), c.Name, c.Attempt)
-	c.NotBefore = time.Time{}
-	m.touch(in.UID())
-	return Action{Kind: Start, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Attempt: c.Attempt}
+	for _, c := range p.Spec.Containers {
+		in.Containers = append(in.Containers, &Container{Name: c.Name, Kind: RegularKind, Phase: Waiting})
+	}
+	in.Initialized = len(in.Init) == 0
+	return in
 }
 
 // InstanceID names a container instance: unique per pod UID, container and
@@ -317,79 +463,11 @@ func InstanceID(uid types.UID, container string, attempt int) string {
 	return fmt.Sprintf("%s_%s_%d", uid, container, attempt)
 }
 
-// terminate stops every running container of an undesired instance and
-// kills those still running when its grace period runs out.
-func (m *Machine) terminate(in *Instance, now time.Time) []Action {
-	var acts []Action
-	if !in.Terminating {
-		in.Terminating = true
-		in.TerminationStart = now
-		in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
-		m.touch(in.UID())
-	}
-	for _, c := range in.Containers {
-		switch c.Phase {
-		case Waiting:
-			// Never started or waiting out a backoff: nothing to stop.
-			c.NotBefore = time.Time{}
-		case Running:
-			if !c.Stopping {
-				c.Stopping = true
-				c.KillAt = in.GraceDeadline
-				m.touch(in.UID())
-				acts = append(acts,
-					record(in, "Normal", "Killing", "Stopping container "+c.Name),
-					Action{Kind: Stop, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID})
-			}
-			if !c.KillSent {
-				if !now.Before(c.KillAt) {
-					c.KillSent = true
-					m.touch(in.UID())
-					acts = append(acts, Action{Kind: Kill, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID})
-				} else {
-					m.wakeAt(c.KillAt)
-				}
-			}
-		}
-	}
-	return acts
-}
-
 func (m *Machine) gracePeriod(p *v1.Pod) time.Duration {
-	g := m.cfg.MinGracePeriod
 	if s := p.Spec.TerminationGracePeriodSeconds; s != nil {
-		if d := time.Duration(*s) * time.Second; d > g {
-			g = d
-		}
+		return time.Duration(*s) * time.Second
 	}
-	return g
-}
-
-// backoffDelay is the wait before restart number step+1: none for the first
-// restart, then BackoffInitial doubling up to BackoffMax.
-func (m *Machine) backoffDelay(step int) time.Duration {
-	if step == 0 {
-		return 0
-	}
-	d := m.cfg.BackoffInitial
-	for i := 1; i < step && d < m.cfg.BackoffMax; i++ {
-		d *= 2
-	}
-	if d > m.cfg.BackoffMax {
-		d = m.cfg.BackoffMax
-	}
-	return d
-}
-
-func shouldRestart(policy v1.RestartPolicy, exitCode int32) bool {
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	default:
-		return true
-	}
+	return 30 * time.Second
 }
 
 func (m *Machine) wakeAt(t time.Time) {

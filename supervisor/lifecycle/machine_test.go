@@ -41,12 +41,12 @@ func pod(name string, uid string, policy v1.RestartPolicy, containers ...string)
 // reconcile runs the machine and acknowledges every Start immediately.
 func (h *harness) reconcile() []Action {
 	acts := h.m.Reconcile(h.now)
-	h.log = append(h.log, acts...)
 	for _, a := range acts {
 		if a.Kind == Start {
-			h.m.Started(a.Pod, a.Container, a.InstanceID, h.now)
+			acts = append(acts, h.m.Started(a.Pod, a.Container, a.InstanceID, h.now)...)
 		}
 	}
+	h.log = append(h.log, acts...)
 	return acts
 }
 
@@ -226,13 +226,13 @@ func TestRemovedPodStopsGracefullyThenKills(t *testing.T) {
 	h.reconcile()
 	h.m.SetDesired(nil)
 	acts := h.advance(time.Second)
-	if len(kinds(acts, Stop)) != 1 || len(kinds(acts, Kill)) != 0 {
+	if len(kinds(acts, Signal)) != 1 || len(kinds(acts, Kill)) != 0 {
 		t.Fatalf("want one Stop: %+v", acts)
 	}
 	if !h.m.NextWake().Equal(h.now.Add(30 * time.Second)) {
 		t.Fatalf("kill timer at %v", h.m.NextWake().Sub(h.now))
 	}
-	if acts := h.advance(29 * time.Second); len(kinds(acts, Kill))+len(kinds(acts, Stop)) != 0 {
+	if acts := h.advance(29 * time.Second); len(kinds(acts, Kill))+len(kinds(acts, Signal)) != 0 {
 		t.Fatalf("acted before the grace period ran out: %+v", acts)
 	}
 	if acts := h.advance(time.Second); len(kinds(acts, Kill)) != 1 {
@@ -264,7 +264,7 @@ func TestChangedPodWaitsForOldInstance(t *testing.T) {
 	h.reconcile()
 	h.m.SetDesired([]*v1.Pod{pod("p", "new", v1.RestartPolicyAlways, "c")})
 	acts := h.reconcile()
-	if len(kinds(acts, Start)) != 0 || len(kinds(acts, Stop)) != 1 {
+	if len(kinds(acts, Start)) != 0 || len(kinds(acts, Signal)) != 1 {
 		t.Fatalf("new instance must wait for the old one: %+v", acts)
 	}
 	if h.m.Instance("new") != nil {
@@ -287,7 +287,7 @@ func TestStopWaitsForInFlightStart(t *testing.T) {
 		t.Fatalf("forgot an instance whose start is in flight: %+v", acts)
 	}
 	h.m.Started(start.Pod, start.Container, start.InstanceID, h.now)
-	if acts := h.m.Reconcile(h.now); len(kinds(acts, Stop)) != 1 {
+	if acts := h.m.Reconcile(h.now); len(kinds(acts, Signal)) != 1 {
 		t.Fatalf("want Stop once the start is answered: %+v", acts)
 	}
 }
@@ -329,7 +329,7 @@ func TestRestoredRunningInstanceIsNotStartedAgain(t *testing.T) {
 	p := pod("p", "u", v1.RestartPolicyAlways, "c")
 	in := newInstance(p, t0)
 	in.Containers[0].RestartCount = 4
-	h.m.Restore(in)
+	h.m.Restore(in, t0)
 	h.m.Adopted("u", "c", "u_c_7", 7, t0)
 	h.m.SetDesired([]*v1.Pod{p})
 	if acts := h.reconcile(); len(kinds(acts, Start)) != 0 {

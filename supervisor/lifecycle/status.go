@@ -18,7 +18,7 @@ func (m *Machine) PodView(in *Instance, now time.Time) *v1.Pod {
 	if in.Terminating {
 		ts := metav1.NewTime(in.TerminationStart)
 		p.DeletionTimestamp = &ts
-		grace := int64(in.GraceDeadline.Sub(in.TerminationStart) / time.Second)
+		grace := int64(max(in.GraceDeadline.Sub(in.TerminationStart), 0) / time.Second)
 		p.DeletionGracePeriodSeconds = &grace
 	}
 	p.Status = m.status(in, now)
@@ -31,77 +31,107 @@ func (m *Machine) status(in *Instance, now time.Time) v1.PodStatus {
 		t := metav1.NewTime(in.StartTime)
 		st.StartTime = &t
 	}
-	allReady := len(in.Containers) > 0
-	for i, c := range in.Containers {
-		cs := m.containerStatus(in, i, c, now)
+	containersReady := true
+	for _, c := range in.Init {
+		cs := m.containerStatus(in, c, now)
+		if c.Kind == SidecarKind && !cs.Ready {
+			containersReady = false
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+	}
+	for _, c := range in.Containers {
+		cs := m.containerStatus(in, c, now)
 		if !cs.Ready {
-			allReady = false
+			containersReady = false
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
-	st.Phase = phase(in.Pod.Spec.RestartPolicy, st.ContainerStatuses)
-	if in.Terminating {
-		allReady = false
+	st.Phase = m.phase(in, st.ContainerStatuses)
+	if in.Failed != nil {
+		st.Reason, st.Message = in.Failed.Reason, in.Failed.Message
+	}
+	if in.Terminating || !in.Initialized {
+		containersReady = false
+	}
+	ready, gateMsg := containersReady, ""
+	for _, g := range in.Pod.Spec.ReadinessGates {
+		if !in.Conditions[g.ConditionType] {
+			ready = false
+			gateMsg = fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is False", g.ConditionType)
+		}
+	}
+	notReady := func(ok bool) string {
+		switch {
+		case ok:
+			return ""
+		case st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed:
+			return "PodCompleted"
+		case gateMsg != "" && containersReady:
+			return "ReadinessGatesNotReady"
+		}
+		return "ContainersNotReady"
 	}
 	created := metav1.NewTime(in.Created)
-	readyTime := created
 	cond := func(t v1.PodConditionType, ok bool, reason string) v1.PodCondition {
 		s := v1.ConditionFalse
 		if ok {
 			s = v1.ConditionTrue
 		}
-		return v1.PodCondition{Type: t, Status: s, LastTransitionTime: readyTime, Reason: reason}
+		return v1.PodCondition{Type: t, Status: s, LastTransitionTime: created, Reason: reason}
 	}
-	notReady := ""
-	if !allReady {
-		notReady = "ContainersNotReady"
-	}
-	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
-		notReady = "PodCompleted"
+	initReason := ""
+	if !in.Initialized {
+		initReason = "ContainersNotInitialized"
 	}
 	st.Conditions = []v1.PodCondition{
 		cond(v1.PodReadyToStartContainers, !in.Terminating || in.live(), ""),
-		cond(v1.PodInitialized, true, ""),
-		cond(v1.PodReady, allReady, notReady),
-		cond(v1.ContainersReady, allReady, notReady),
+		cond(v1.PodInitialized, in.Initialized, initReason),
+		cond(v1.PodReady, ready, notReady(ready)),
+		cond(v1.ContainersReady, containersReady, notReady(containersReady)),
 		cond(v1.PodScheduled, true, ""),
+	}
+	if gateMsg != "" {
+		st.Conditions[2].Message = gateMsg
+	}
+	for _, g := range in.Pod.Spec.ReadinessGates {
+		if v, ok := in.Conditions[g.ConditionType]; ok {
+			st.Conditions = append(st.Conditions, cond(g.ConditionType, v, ""))
+		}
 	}
 	return st
 }
 
-func (m *Machine) containerStatus(in *Instance, i int, c *Container, now time.Time) v1.ContainerStatus {
-	spec := in.Pod.Spec.Containers[i]
-	cs := v1.ContainerStatus{
-		Name:         c.Name,
-		Image:        spec.Image,
-		RestartCount: c.RestartCount,
-	}
-	started := false
+func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.ContainerStatus {
+	spec := in.Spec(c.Name)
+	cs := v1.ContainerStatus{Name: c.Name, Image: spec.Image, RestartCount: c.RestartCount}
 	switch c.Phase {
 	case Running:
 		cs.ContainerID = ContainerIDPrefix + c.InstanceID
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		started = true
-		// Readiness probes arrive with the probes package; until then a
-		// running container that is not being stopped is ready.
-		cs.Ready = !c.Stopping
+		cs.Ready = c.started() && c.Ready && c.Stop == nil
+		if c.Kind == InitKind {
+			cs.Ready = false
+		}
 	case Exited:
 		cs.ContainerID = ContainerIDPrefix + c.Current.InstanceID
 		cs.State.Terminated = terminated(c.Current)
-	case Starting:
-		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
-	case Waiting:
+		// A completed init container is "ready" in the kubelet's sense.
+		cs.Ready = c.Kind == InitKind && c.Current.ExitCode == 0
+	case Starting, Waiting:
 		w := &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
-		if c.Last != nil && now.Before(c.NotBefore) {
+		switch {
+		case c.Kind == RegularKind && !in.Initialized:
+			w.Reason = "PodInitializing"
+		case c.Phase == Waiting && c.Last != nil && now.Before(c.NotBefore):
 			w.Reason = "CrashLoopBackOff"
 			w.Message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
 				m.backoffDelay(c.BackoffStep-1), c.Name, in.Pod.Name, in.Pod.Namespace, in.Pod.UID)
-		}
-		if in.Terminating {
-			w.Reason, w.Message = "PodTerminating", ""
+		case in.Terminating || in.Failed != nil:
+			w.Reason = "PodTerminating"
 		}
 		cs.State.Waiting = w
 	}
+	started := c.started()
 	cs.Started = &started
 	if c.Last != nil {
 		cs.LastTerminationState.Terminated = terminated(c.Last)
@@ -121,9 +151,16 @@ func terminated(t *Termination) *v1.ContainerStateTerminated {
 	}
 }
 
-// phase follows the kubelet's getPhase for regular containers: a container
+// phase follows the kubelet's getPhase: Pending until initialized, Failed
+// when the pod failed as a whole, then by the app containers, where one
 // waiting to restart after a termination counts as stopped.
-func phase(policy v1.RestartPolicy, statuses []v1.ContainerStatus) v1.PodPhase {
+func (m *Machine) phase(in *Instance, statuses []v1.ContainerStatus) v1.PodPhase {
+	if in.Failed != nil {
+		return v1.PodFailed
+	}
+	if !in.Initialized {
+		return v1.PodPending
+	}
 	var waiting, running, stopped, succeeded int
 	for _, cs := range statuses {
 		switch {
@@ -140,6 +177,7 @@ func phase(policy v1.RestartPolicy, statuses []v1.ContainerStatus) v1.PodPhase {
 			waiting++
 		}
 	}
+	policy := in.Pod.Spec.RestartPolicy
 	switch {
 	case waiting > 0:
 		return v1.PodPending
@@ -165,7 +203,8 @@ func phase(policy v1.RestartPolicy, statuses []v1.ContainerStatus) v1.PodPhase {
 // BestEffort when none has any, Burstable otherwise.
 func QOSClass(p *v1.Pod) v1.PodQOSClass {
 	hasAny, guaranteed := false, true
-	for _, c := range p.Spec.Containers {
+	all := append(append([]v1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
+	for _, c := range all {
 		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
 			req, hasReq := c.Resources.Requests[r]
 			lim, hasLim := c.Resources.Limits[r]

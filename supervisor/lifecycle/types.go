@@ -1,9 +1,10 @@
 // Package lifecycle is podvisor's pure core: from the desired pods, what the
-// runtimes reported and the current time it decides which containers to
-// start, stop and kill, and derives every pod's Kubernetes status.
+// runtimes and probes reported and the current time it decides which
+// containers to start, stop and kill, which hooks to run, and derives every
+// pod's Kubernetes status.
 //
 // Nothing here performs I/O or reads a clock. The daemon feeds observations
-// in, executes the returned actions and calls back at NextWake.
+// in, executes the returned actions and calls Reconcile again at NextWake.
 package lifecycle
 
 import (
@@ -23,8 +24,8 @@ type Config struct {
 	// BackoffReset is how long a container must run cleanly for its
 	// backoff to start over.
 	BackoffReset time.Duration
-	// MinGracePeriod is the shortest grace a stop ever gets (the kubelet's
-	// minimumGracePeriodInSeconds).
+	// MinGracePeriod is the shortest time between a stop signal and
+	// SIGKILL (the kubelet's minimumGracePeriodInSeconds).
 	MinGracePeriod time.Duration
 }
 
@@ -53,6 +54,19 @@ const (
 	Exited ContainerPhase = "Exited"
 )
 
+// ContainerKind says how a container takes part in the pod's lifecycle.
+type ContainerKind string
+
+const (
+	// InitKind runs to completion, in order, before anything after it.
+	InitKind ContainerKind = "Init"
+	// SidecarKind is an init container with restartPolicy Always: it
+	// starts in order and keeps running beside the app containers.
+	SidecarKind ContainerKind = "Sidecar"
+	// RegularKind is an app container.
+	RegularKind ContainerKind = "Regular"
+)
+
 // Termination describes one finished container instance.
 type Termination struct {
 	InstanceID string    `json:"instanceID"`
@@ -64,11 +78,27 @@ type Termination struct {
 	FinishedAt time.Time `json:"finishedAt"`
 }
 
+// Stop is a container's way out: optional preStop hook, stop signal, and
+// SIGKILL when the grace period runs out.
+type Stop struct {
+	Reason   string    `json:"reason"`
+	Deadline time.Time `json:"deadline"` // end of the grace period
+	// Force skips the hook and the signal: SIGKILL at once.
+	Force         bool      `json:"force,omitempty"`
+	PreStopRan    bool      `json:"preStopRan,omitempty"`
+	PreStopActive bool      `json:"preStopActive,omitempty"`
+	SignalSent    bool      `json:"signalSent,omitempty"`
+	KillAt        time.Time `json:"killAt,omitzero"`
+	KillSent      bool      `json:"killSent,omitempty"`
+}
+
 // Container is the core's memory of one container of a pod instance.
 type Container struct {
 	Name  string         `json:"name"`
+	Kind  ContainerKind  `json:"kind"`
 	Phase ContainerPhase `json:"phase"`
-	// Attempt counts the instances started so far; it names log files.
+	// Attempt counts the instances started so far; it names instances
+	// and log files.
 	Attempt      int          `json:"attempt"`
 	RestartCount int32        `json:"restartCount"`
 	InstanceID   string       `json:"instanceID,omitempty"`
@@ -79,11 +109,19 @@ type Container struct {
 	// earliest time the next restart may happen.
 	BackoffStep int       `json:"backoffStep"`
 	NotBefore   time.Time `json:"notBefore,omitzero"`
-	// Stopping is set once a stop signal went out; KillAt is when the grace
-	// period runs out and KillSent whether SIGKILL followed.
-	Stopping bool      `json:"stopping,omitempty"`
-	KillAt   time.Time `json:"killAt,omitzero"`
-	KillSent bool      `json:"killSent,omitempty"`
+	// PostStartActive is set while the postStart hook runs: the container
+	// counts as not started and blocks the containers after it.
+	PostStartActive bool `json:"postStartActive,omitempty"`
+	// StartupPassed and Ready are the probe verdicts for this instance.
+	StartupPassed bool  `json:"startupPassed,omitempty"`
+	Ready         bool  `json:"ready,omitempty"`
+	Stop          *Stop `json:"stop,omitempty"`
+}
+
+// Failure is why a pod instance failed as a whole.
+type Failure struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 }
 
 // Instance is one incarnation of a pod: a UID. A changed manifest is a new
@@ -92,11 +130,24 @@ type Instance struct {
 	Pod        *v1.Pod      `json:"pod"`
 	Created    time.Time    `json:"created"`
 	StartTime  time.Time    `json:"startTime,omitzero"`
+	Init       []*Container `json:"init,omitempty"` // init containers and sidecars, in order
 	Containers []*Container `json:"containers"`
-	// Terminating is set when the instance is no longer desired.
+	// Initialized is set once every init container completed and every
+	// sidecar started.
+	Initialized   bool      `json:"initialized,omitempty"`
+	InitializedAt time.Time `json:"initializedAt,omitzero"`
+	// Failed is set when the pod as a whole failed (deadline exceeded, an
+	// init container failed under restartPolicy Never): nothing restarts.
+	Failed *Failure `json:"failed,omitempty"`
+	// Terminating is set when the instance is no longer desired or was
+	// deleted; GraceDeadline is when everything must be gone.
 	Terminating      bool      `json:"terminating,omitempty"`
 	TerminationStart time.Time `json:"terminationStart,omitzero"`
 	GraceDeadline    time.Time `json:"graceDeadline,omitzero"`
+	// Force kills every container at once (a forced delete).
+	Force bool `json:"force,omitempty"`
+	// Conditions holds the readiness-gate conditions set through the API.
+	Conditions map[v1.PodConditionType]bool `json:"conditions,omitempty"`
 
 	revision uint64 // bumped on every change; not persisted
 }
@@ -115,9 +166,9 @@ func (in *Instance) Key() string { return KeyOf(in.Pod) }
 // KeyOf returns namespace/name of a pod.
 func KeyOf(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
 
-// Container returns the named container record, or nil.
+// Container returns the named container record (init or regular), or nil.
 func (in *Instance) Container(name string) *Container {
-	for _, c := range in.Containers {
+	for _, c := range in.all() {
 		if c.Name == name {
 			return c
 		}
@@ -125,15 +176,70 @@ func (in *Instance) Container(name string) *Container {
 	return nil
 }
 
+// Spec returns the named container's spec (init or regular), or nil.
+func (in *Instance) Spec(name string) *v1.Container {
+	for i := range in.Pod.Spec.InitContainers {
+		if in.Pod.Spec.InitContainers[i].Name == name {
+			return &in.Pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range in.Pod.Spec.Containers {
+		if in.Pod.Spec.Containers[i].Name == name {
+			return &in.Pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// AllContainers returns init containers then regular ones.
+func (in *Instance) AllContainers() []*Container { return in.all() }
+
+// all returns init containers then regular ones.
+func (in *Instance) all() []*Container {
+	return append(append([]*Container{}, in.Init...), in.Containers...)
+}
+
 // live reports whether any container has a process or a start in flight.
 func (in *Instance) live() bool {
-	for _, c := range in.Containers {
-		if c.Phase == Running || c.Phase == Starting {
+	for _, c := range in.all() {
+		if c.live() {
 			return true
 		}
 	}
 	return false
 }
+
+func (c *Container) live() bool { return c.Phase == Running || c.Phase == Starting }
+
+// started is the Kubernetes "started": running, postStart done, startup
+// probe passed.
+func (c *Container) started() bool {
+	return c.Phase == Running && !c.PostStartActive && c.StartupPassed
+}
+
+// IsSidecar reports whether an init container spec is a sidecar.
+func IsSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// HookKind names a lifecycle hook.
+type HookKind string
+
+// Hooks.
+const (
+	PostStart HookKind = "PostStart"
+	PreStop   HookKind = "PreStop"
+)
+
+// ProbeKind names a probe.
+type ProbeKind string
+
+// Probes.
+const (
+	Startup   ProbeKind = "Startup"
+	Liveness  ProbeKind = "Liveness"
+	Readiness ProbeKind = "Readiness"
+)
 
 // ActionKind says what the daemon must do.
 type ActionKind string
@@ -141,10 +247,16 @@ type ActionKind string
 const (
 	// Start a container instance (InstanceID and Attempt are set).
 	Start ActionKind = "Start"
-	// Stop sends the stop signal; the daemon kills at KillAt if still running.
-	Stop ActionKind = "Stop"
+	// Signal sends Signal to the container's main process.
+	Signal ActionKind = "Signal"
 	// Kill sends SIGKILL to the container's whole process tree.
 	Kill ActionKind = "Kill"
+	// RunHook runs Hook for the container instance within Timeout and
+	// reports back through HookDone.
+	RunHook ActionKind = "RunHook"
+	// Probe starts the container instance's probes; Unprobe stops them.
+	Probe   ActionKind = "Probe"
+	Unprobe ActionKind = "Unprobe"
 	// Forget removes a fully terminated, undesired instance.
 	Forget ActionKind = "Forget"
 	// Record is a Kubernetes-style event for describe and the log.
@@ -158,6 +270,9 @@ type Action struct {
 	Container  string
 	InstanceID string
 	Attempt    int
+	Signal     string        // Kind == Signal: the signal's name, e.g. SIGTERM
+	Hook       HookKind      // Kind == RunHook
+	Timeout    time.Duration // Kind == RunHook
 	// Event fields (Kind == Record).
 	EventType string // Normal or Warning
 	Reason    string

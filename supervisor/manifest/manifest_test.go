@@ -82,7 +82,10 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"wrong kind", "kind: Pod", "kind: Deployment", []string{"kind", "Deployment"}},
 		{"duplicate key", "  name: web\n", "  name: web\n  name: web2\n", []string{"name"}},
 		{"secret env", "    image: host", "    image: host\n    env: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k}}}]", []string{"spec.containers[0].env[0].valueFrom"}},
-		{"init containers not yet", "  containers:", "  initContainers: [{name: i, image: host, command: [\"true\"]}]\n  containers:", []string{"spec.initContainers"}},
+		{"readiness on init", "  containers:", "  initContainers: [{name: i, image: host, command: [\"true\"], readinessProbe: {exec: {command: [\"true\"]}}}]\n  containers:", []string{"spec.initContainers[0].readinessProbe", "Forbidden"}},
+		{"name shared with init", "  containers:", "  initContainers: [{name: app, image: host, command: [\"true\"]}]\n  containers:", []string{"spec.containers[0].name", "Duplicate"}},
+		{"bad stop signal", "    image: host", "    image: host\n    lifecycle: {stopSignal: SIGBOGUS}", []string{"spec.containers[0].lifecycle.stopSignal"}},
+		{"hook with two handlers", "    image: host", "    image: host\n    lifecycle: {preStop: {exec: {command: [x]}, sleep: {seconds: 1}}}", []string{"spec.containers[0].lifecycle.preStop"}},
 		{"two probe handlers", "    image: host", "    image: host\n    livenessProbe: {exec: {command: [\"true\"]}, tcpSocket: {port: 80}}", []string{"spec.containers[0].livenessProbe", "exactly one handler"}},
 	}
 	for _, tc := range cases {

@@ -47,9 +47,6 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 	if len(s.Containers) == 0 {
 		errs = append(errs, field.Required(path.Child("containers"), "a pod needs at least one container"))
 	}
-	if len(s.InitContainers) > 0 {
-		errs = append(errs, field.Forbidden(path.Child("initContainers"), "init containers are not supported by this podvisor version"))
-	}
 	if len(s.EphemeralContainers) > 0 {
 		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "static pods cannot have ephemeral containers"))
 	}
@@ -75,8 +72,46 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 	}
 	isProcess := s.RuntimeClassName != nil && *s.RuntimeClassName == ProcessRuntimeClass
 	names := sets.New[string]()
+	for i := range s.InitContainers {
+		c := &s.InitContainers[i]
+		p := path.Child("initContainers").Index(i)
+		errs = append(errs, validateContainer(c, p, names, isProcess)...)
+		errs = append(errs, validateInitContainer(c, p)...)
+	}
 	for i := range s.Containers {
-		errs = append(errs, validateContainer(&s.Containers[i], path.Child("containers").Index(i), names, isProcess)...)
+		c := &s.Containers[i]
+		p := path.Child("containers").Index(i)
+		errs = append(errs, validateContainer(c, p, names, isProcess)...)
+		if c.RestartPolicy != nil {
+			errs = append(errs, field.Forbidden(p.Child("restartPolicy"), "per-container restart policies are only for init containers (sidecars)"))
+		}
+	}
+	for i, g := range s.ReadinessGates {
+		for _, msg := range validation.IsQualifiedName(string(g.ConditionType)) {
+			errs = append(errs, field.Invalid(path.Child("readinessGates").Index(i).Child("conditionType"), g.ConditionType, msg))
+		}
+	}
+	return errs
+}
+
+// validateInitContainer applies the rules for init containers: a regular
+// one runs to completion, so it may have no probes and no lifecycle hooks;
+// a sidecar (restartPolicy Always) may have both.
+func validateInitContainer(c *v1.Container, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.RestartPolicy != nil {
+		if *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
+			errs = append(errs, field.NotSupported(path.Child("restartPolicy"), *c.RestartPolicy, []string{"Always"}))
+		}
+		return errs
+	}
+	for name, set := range map[string]bool{
+		"readinessProbe": c.ReadinessProbe != nil, "livenessProbe": c.LivenessProbe != nil,
+		"startupProbe": c.StartupProbe != nil, "lifecycle": c.Lifecycle != nil,
+	} {
+		if set {
+			errs = append(errs, field.Forbidden(path.Child(name), "may not be set for init containers without restartPolicy=Always"))
+		}
 	}
 	return errs
 }
@@ -132,6 +167,7 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 	if sc := c.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
 	}
+	errs = append(errs, validateLifecycle(c.Lifecycle, path.Child("lifecycle"), ports)...)
 	errs = append(errs, validateProbe(c.LivenessProbe, path.Child("livenessProbe"), true, ports)...)
 	errs = append(errs, validateProbe(c.ReadinessProbe, path.Child("readinessProbe"), false, ports)...)
 	errs = append(errs, validateProbe(c.StartupProbe, path.Child("startupProbe"), true, ports)...)
@@ -233,6 +269,50 @@ func validateIDs(user, group *int64, path *field.Path) field.ErrorList {
 		for _, msg := range validation.IsValidGroupID(*group) {
 			errs = append(errs, field.Invalid(path.Child("runAsGroup"), *group, msg))
 		}
+	}
+	return errs
+}
+
+// stopSignals are the signals a stop may send.
+var stopSignals = sets.New("SIGABRT", "SIGALRM", "SIGHUP", "SIGINT", "SIGKILL", "SIGPWR", "SIGQUIT",
+	"SIGTERM", "SIGUSR1", "SIGUSR2", "SIGWINCH")
+
+func validateLifecycle(lc *v1.Lifecycle, path *field.Path, ports sets.Set[string]) field.ErrorList {
+	if lc == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for name, h := range map[string]*v1.LifecycleHandler{"postStart": lc.PostStart, "preStop": lc.PreStop} {
+		if h == nil {
+			continue
+		}
+		hp := path.Child(name)
+		n := 0
+		if h.Exec != nil {
+			n++
+			if len(h.Exec.Command) == 0 {
+				errs = append(errs, field.Required(hp.Child("exec", "command"), ""))
+			}
+		}
+		if h.HTTPGet != nil {
+			n++
+			errs = append(errs, validatePort(h.HTTPGet.Port, ports, hp.Child("httpGet", "port"))...)
+		}
+		if h.Sleep != nil {
+			n++
+			if h.Sleep.Seconds < 0 {
+				errs = append(errs, field.Invalid(hp.Child("sleep", "seconds"), h.Sleep.Seconds, "must be >= 0"))
+			}
+		}
+		if h.TCPSocket != nil {
+			errs = append(errs, field.Forbidden(hp.Child("tcpSocket"), "tcpSocket is deprecated and not supported as a lifecycle handler"))
+		}
+		if n != 1 {
+			errs = append(errs, field.Invalid(hp, n, "must specify exactly one handler: exec, httpGet or sleep"))
+		}
+	}
+	if s := lc.StopSignal; s != nil && !stopSignals.Has(string(*s)) {
+		errs = append(errs, field.NotSupported(path.Child("stopSignal"), *s, sets.List(stopSignals)))
 	}
 	return errs
 }

@@ -173,7 +173,7 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 
 func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 	argv := s.spec.Argv
-	path, err := lookPath(argv[0], s.spec.Env)
+	path, err := LookPath(argv[0], s.spec.Env)
 	if err != nil {
 		return 0, err
 	}
@@ -208,8 +208,8 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 	return pid, nil
 }
 
-// lookPath resolves a command in the container's PATH, not the daemon's.
-func lookPath(name string, env []string) (string, error) {
+// LookPath resolves a command in the container's PATH, not the daemon's.
+func LookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}

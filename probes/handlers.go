@@ -1,0 +1,329 @@
+// Package probes runs Kubernetes probe and lifecycle-hook handlers (exec,
+// httpGet, tcpSocket, grpc, sleep) against containers, and schedules
+// startup, liveness and readiness probes with their thresholds.
+package probes
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// Target is the container a handler acts on.
+type Target struct {
+	// Host is the default host for network handlers: process pods share
+	// the host's network, so loopback reaches them.
+	Host string
+	// Ports names the container's ports, for handlers that use a name.
+	Ports []v1.ContainerPort
+	// Exec context: the container's environment, directory and user.
+	Env []string
+	Dir string
+	UID *uint32
+	GID *uint32
+}
+
+// maxOutput bounds how much of a failing exec handler's output is kept.
+const maxOutput = 10 << 10
+
+// Exec runs a command in the container's context. It succeeds on exit code
+// 0. On timeout the whole process group is killed and reaped: no zombie and
+// no straggler outlives the timeout.
+func Exec(ctx context.Context, t Target, command []string, timeout time.Duration) error {
+	if len(command) == 0 {
+		return errors.New("exec: no command")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	path, err := shim.LookPath(command[0], t.Env)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, path, command[1:]...)
+	cmd.Env, cmd.Dir = t.Env, t.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if t.UID != nil || t.GID != nil {
+		cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
+		if t.UID != nil {
+			cred.Uid = *t.UID
+		}
+		if t.GID != nil {
+			cred.Gid = *t.GID
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	var out limitedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers of a finished command
+	}
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return fmt.Errorf("command %q timed out after %v", command[0], timeout)
+	case err != nil:
+		return fmt.Errorf("command %q: %v: %s", command[0], err, bytes.TrimSpace(out.Bytes()))
+	}
+	return nil
+}
+
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := maxOutput - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// resolvePort turns a port number or a container port name into a number.
+func resolvePort(p intstr.IntOrString, ports []v1.ContainerPort) (int, error) {
+	if p.Type == intstr.Int {
+		return int(p.IntVal), nil
+	}
+	for _, cp := range ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	return 0, fmt.Errorf("no container port named %q", p.StrVal)
+}
+
+// dialer opens probe connections with a short linger so that thousands of
+// probes do not pile up sockets in TIME-WAIT (kubernetes#89898).
+func dialer(timeout time.Duration) *net.Dialer {
+	return &net.Dialer{Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+}
+
+// TCP succeeds when a connection to the port opens.
+func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Duration) error {
+	port, err := resolvePort(a.Port, t.Ports)
+	if err != nil {
+		return err
+	}
+	host := a.Host
+	if host == "" {
+		host = t.Host
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := dialer(timeout).DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// httpTransport makes one connection per request, as the kubelet's probes
+// do, and does not verify certificates (nor does the kubelet).
+func httpTransport(timeout time.Duration) *http.Transport {
+	return &http.Transport{
+		DialContext:       dialer(timeout).DialContext,
+		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes never verify, like the kubelet
+		Proxy:             nil,
+	}
+}
+
+// HTTPGet succeeds on a status from 200 to 399.
+func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) error {
+	port, err := resolvePort(a.Port, t.Ports)
+	if err != nil {
+		return err
+	}
+	host := a.Host
+	if host == "" {
+		host = t.Host
+	}
+	scheme := "http"
+	if a.Scheme == v1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	if ref, err := url.Parse(a.Path); err == nil {
+		u = u.ResolveReference(ref)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "podvisor-probe")
+	req.Header.Set("Accept", "*/*")
+	for _, h := range a.HTTPHeaders {
+		if http.CanonicalHeaderKey(h.Name) == "Host" {
+			req.Host = h.Value
+			continue
+		}
+		req.Header.Add(h.Name, h.Value)
+	}
+	tr := httpTransport(timeout)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: timeout}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxOutput))
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// GRPC calls grpc.health.v1.Health/Check over plaintext HTTP/2 and succeeds
+// when the service reports SERVING. The two tiny protobuf messages are
+// encoded by hand: a gRPC client library would add megabytes to the binary
+// for one call.
+func GRPC(ctx context.Context, t Target, a *v1.GRPCAction, timeout time.Duration) error {
+	service := ""
+	if a.Service != nil {
+		service = *a.Service
+	}
+	// HealthCheckRequest{service = 1}.
+	var msg []byte
+	if service != "" {
+		msg = append([]byte{0x0a}, binary.AppendUvarint(nil, uint64(len(service)))...)
+		msg = append(msg, service...)
+	}
+	frame := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
+	frame = append(frame, msg...)
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	addr := net.JoinHostPort(t.Host, strconv.Itoa(int(a.Port)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{DialContext: dialer(timeout).DialContext, Protocols: &protocols}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
+	if err != nil {
+		return err
+	}
+	code := resp.Trailer.Get("Grpc-Status")
+	if code == "" {
+		code = resp.Header.Get("Grpc-Status") // trailers-only response
+	}
+	if code != "0" {
+		m := resp.Trailer.Get("Grpc-Message") + resp.Header.Get("Grpc-Message")
+		return fmt.Errorf("rpc error: code = %s desc = %s", code, m)
+	}
+	if len(body) < 5 {
+		return errors.New("gRPC health response too short")
+	}
+	// HealthCheckResponse{status = 1 (enum)}; SERVING is 1.
+	status := uint64(0)
+	payload := body[5:]
+	for len(payload) > 0 {
+		tag, n := binary.Uvarint(payload)
+		if n <= 0 {
+			return errors.New("malformed gRPC health response")
+		}
+		payload = payload[n:]
+		if tag&7 != 0 { // only varint fields appear in this message
+			return errors.New("unexpected field in gRPC health response")
+		}
+		v, n := binary.Uvarint(payload)
+		if n <= 0 {
+			return errors.New("malformed gRPC health response")
+		}
+		payload = payload[n:]
+		if tag>>3 == 1 {
+			status = v
+		}
+	}
+	if status != 1 {
+		return fmt.Errorf("service unhealthy (responded with %q)", servingStatus(status))
+	}
+	return nil
+}
+
+func servingStatus(s uint64) string {
+	switch s {
+	case 0:
+		return "UNKNOWN"
+	case 2:
+		return "NOT_SERVING"
+	case 3:
+		return "SERVICE_UNKNOWN"
+	}
+	return strconv.FormatUint(s, 10)
+}
+
+// Probe runs one probe handler.
+func Probe(ctx context.Context, t Target, h v1.ProbeHandler, timeout time.Duration) error {
+	switch {
+	case h.Exec != nil:
+		return Exec(ctx, t, h.Exec.Command, timeout)
+	case h.HTTPGet != nil:
+		return HTTPGet(ctx, t, h.HTTPGet, timeout)
+	case h.TCPSocket != nil:
+		return TCP(ctx, t, h.TCPSocket, timeout)
+	case h.GRPC != nil:
+		return GRPC(ctx, t, h.GRPC, timeout)
+	}
+	return errors.New("probe has no handler")
+}
+
+// Hook runs a lifecycle hook handler within timeout.
+func Hook(ctx context.Context, t Target, h *v1.LifecycleHandler, timeout time.Duration) error {
+	switch {
+	case h.Exec != nil:
+		return Exec(ctx, t, h.Exec.Command, timeout)
+	case h.HTTPGet != nil:
+		return HTTPGet(ctx, t, h.HTTPGet, timeout)
+	case h.Sleep != nil:
+		d := min(time.Duration(h.Sleep.Seconds)*time.Second, timeout)
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.New("hook has no handler")
+}

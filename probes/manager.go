@@ -1,0 +1,168 @@
+package probes
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+)
+
+// Result is a probe verdict that changed, past its threshold.
+type Result struct {
+	InstanceID string
+	Kind       lifecycle.ProbeKind
+	OK         bool
+	Message    string
+}
+
+// counter applies success and failure thresholds to raw results, as the
+// kubelet's probe worker does: a verdict changes only after the threshold
+// number of identical results in a row.
+type counter struct {
+	successThreshold, failureThreshold int32
+	verdict                            bool
+	last                               bool
+	run                                int32
+}
+
+func newCounter(p *v1.Probe, initial bool) *counter {
+	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold, verdict: initial, last: initial}
+}
+
+// observe records one result and reports whether the verdict changed.
+func (c *counter) observe(ok bool) bool {
+	if ok == c.last {
+		c.run++
+	} else {
+		c.last, c.run = ok, 1
+	}
+	threshold := c.failureThreshold
+	if ok {
+		threshold = c.successThreshold
+	}
+	if c.run < threshold || ok == c.verdict {
+		return false
+	}
+	c.verdict = ok
+	return true
+}
+
+// Manager runs the probes of every probed container instance.
+type Manager struct {
+	// TimeUnit is one "second" of probe settings; tests shorten it.
+	TimeUnit time.Duration
+	results  chan Result
+	ctx      context.Context
+
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc // by instance ID
+}
+
+// NewManager returns a manager; its workers stop when ctx ends.
+func NewManager(ctx context.Context) *Manager {
+	return &Manager{TimeUnit: time.Second, results: make(chan Result, 256), ctx: ctx, cancels: map[string]context.CancelFunc{}}
+}
+
+// Results delivers changed verdicts.
+func (m *Manager) Results() <-chan Result { return m.results }
+
+// Start probes a container instance: its startup probe first, then its
+// liveness and readiness probes once startup succeeded.
+func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.cancels[instanceID]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.cancels[instanceID] = cancel
+	w := &workers{m: m, ctx: ctx, id: instanceID, spec: c, target: t}
+	if c.StartupProbe != nil {
+		go w.run(lifecycle.Startup, c.StartupProbe, false)
+		return
+	}
+	w.startMain()
+}
+
+// Stop ends the probes of an instance.
+func (m *Manager) Stop(instanceID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cancel, ok := m.cancels[instanceID]; ok {
+		cancel()
+		delete(m.cancels, instanceID)
+	}
+}
+
+// Running reports how many instances are being probed.
+func (m *Manager) Running() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.cancels)
+}
+
+type workers struct {
+	m      *Manager
+	ctx    context.Context
+	id     string
+	spec   *v1.Container
+	target Target
+}
+
+func (w *workers) startMain() {
+	if p := w.spec.LivenessProbe; p != nil {
+		go w.run(lifecycle.Liveness, p, true)
+	}
+	if p := w.spec.ReadinessProbe; p != nil {
+		go w.run(lifecycle.Readiness, p, false)
+	}
+}
+
+// run probes on a timer until the instance stops. Startup ends at its first
+// success; liveness and startup pause after a failure verdict, since the
+// container is being killed and a new instance gets new workers.
+func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe, initial bool) {
+	unit := w.m.TimeUnit
+	period := time.Duration(p.PeriodSeconds) * unit
+	// Spread the first run over a tenth of the period (at most 100ms per
+	// second) so that many pods started together do not probe together.
+	jitter := time.Duration(rand.Int64N(int64(period/10) + 1))
+	timer := time.NewTimer(time.Duration(p.InitialDelaySeconds)*unit + jitter)
+	defer timer.Stop()
+	c := newCounter(p, initial)
+	timeout := time.Duration(p.TimeoutSeconds) * unit
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		err := Probe(w.ctx, w.target, p.ProbeHandler, timeout)
+		if w.ctx.Err() != nil {
+			return
+		}
+		if c.observe(err == nil) {
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			select {
+			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg}:
+			case <-w.ctx.Done():
+				return
+			}
+			switch {
+			case kind == lifecycle.Startup && err == nil:
+				w.startMain()
+				return
+			case kind != lifecycle.Readiness && err != nil:
+				return
+			}
+		}
+		timer.Reset(period)
+	}
+}

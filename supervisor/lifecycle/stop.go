@@ -1,0 +1,139 @@
+package lifecycle
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// terminate stops an instance by the kubelet's order: app containers (and a
+// running init container) first, then sidecars one at a time in reverse
+// order, all within the instance's grace deadline. Once the deadline has
+// passed, whatever still runs is stopped at once.
+func (m *Machine) terminate(in *Instance, now time.Time) []Action {
+	var acts []Action
+	appsLive := false
+	for _, c := range in.all() {
+		if c.Kind == SidecarKind {
+			continue
+		}
+		if c.Phase == Waiting {
+			c.NotBefore = time.Time{} // no restart is coming
+			continue
+		}
+		if c.live() {
+			appsLive = true
+			acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", now)...)
+			m.shorten(c, in.GraceDeadline, now)
+		}
+	}
+	past := !now.Before(in.GraceDeadline)
+	for i := len(in.Init) - 1; i >= 0; i-- {
+		c := in.Init[i]
+		if c.Kind != SidecarKind || !c.live() {
+			continue
+		}
+		if appsLive && !past {
+			break
+		}
+		acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", now)...)
+		if !past {
+			break // the next sidecar stops once this one is gone
+		}
+	}
+	if appsLive && !past {
+		m.wakeAt(in.GraceDeadline)
+	}
+	return acts
+}
+
+// stopContainer begins (or continues) stopping one container with the
+// given grace period.
+func (m *Machine) stopContainer(in *Instance, c *Container, grace time.Duration, reason string, now time.Time) []Action {
+	var acts []Action
+	if c.Stop == nil {
+		c.Stop = &Stop{Reason: reason, Deadline: now.Add(max(grace, 0)), Force: in.Force}
+		c.Ready = false
+		m.touch(in.UID())
+		acts = append(acts,
+			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID},
+			record(in, "Normal", "Killing", "Stopping container "+c.Name))
+	}
+	return append(acts, m.advanceStop(in, c, now)...)
+}
+
+// advanceStop moves a stop along: preStop hook, stop signal once the hook
+// is done or the deadline passed, SIGKILL when the grace runs out. The
+// time the hook took comes off the grace, but the signal always gets at
+// least MinGracePeriod before SIGKILL.
+func (m *Machine) advanceStop(in *Instance, c *Container, now time.Time) []Action {
+	s := c.Stop
+	if c.Phase != Running {
+		return nil // a start in flight is stopped once it is answered
+	}
+	if s.Force {
+		if s.KillSent {
+			return nil
+		}
+		s.KillSent = true
+		m.touch(in.UID())
+		return []Action{{Kind: Kill, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID}}
+	}
+	spec := in.Spec(c.Name)
+	var acts []Action
+	if !s.PreStopRan && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
+		s.PreStopRan, s.PreStopActive = true, true
+		m.touch(in.UID())
+		acts = append(acts, Action{Kind: RunHook, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID,
+			Hook: PreStop, Timeout: s.Deadline.Sub(now)})
+	}
+	if s.PreStopActive && now.Before(s.Deadline) {
+		m.wakeAt(s.Deadline)
+		return acts
+	}
+	if !s.SignalSent {
+		s.SignalSent, s.PreStopActive = true, false
+		s.KillAt = s.Deadline
+		if minimum := now.Add(m.cfg.MinGracePeriod); s.KillAt.Before(minimum) {
+			s.KillAt = minimum
+		}
+		m.touch(in.UID())
+		acts = append(acts, Action{Kind: Signal, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID,
+			Signal: stopSignal(spec)})
+	}
+	if !s.KillSent {
+		if now.Before(s.KillAt) {
+			m.wakeAt(s.KillAt)
+			return acts
+		}
+		s.KillSent = true
+		m.touch(in.UID())
+		acts = append(acts,
+			record(in, "Warning", "Killing", "Grace period expired: killing container "+c.Name),
+			Action{Kind: Kill, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID})
+	}
+	return acts
+}
+
+// shorten brings a stop's deadline forward, never back.
+func (m *Machine) shorten(c *Container, deadline, now time.Time) {
+	s := c.Stop
+	if s == nil || !deadline.Before(s.Deadline) {
+		return
+	}
+	s.Deadline = deadline
+	if s.SignalSent && !s.KillSent && deadline.Before(s.KillAt) {
+		s.KillAt = deadline
+		if deadline.Before(now) {
+			s.KillAt = now
+		}
+	}
+}
+
+// stopSignal is the container's configured stop signal, SIGTERM by default.
+func stopSignal(c *v1.Container) string {
+	if c.Lifecycle != nil && c.Lifecycle.StopSignal != nil {
+		return string(*c.Lifecycle.StopSignal)
+	}
+	return "SIGTERM"
+}
