@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,20 +268,29 @@ func resetTimer(t *time.Timer, at, now time.Time) {
 }
 
 // lockDataDir makes sure one daemon at a time uses a data directory: two
-// would each start their own copy of every pod.
+// would each start their own copy of every pod. A daemon killed while
+// forking leaves the lock with its child until that child's exec closes it,
+// so a held lock is retried for a moment before it counts as a conflict.
 func lockDataDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "podvisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data directory %s is in use by another podvisor", dir)
+	for wait := time.Millisecond; ; wait *= 2 {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
 		}
-		return nil, err
+		if !errors.Is(err, unix.EWOULDBLOCK) || wait > time.Second {
+			break
+		}
+		time.Sleep(wait)
 	}
-	return f, nil
+	f.Close()
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil, fmt.Errorf("data directory %s is in use by another podvisor%s", dir, holders(f.Name()))
+	}
+	return nil, err
 }
 
 // view is the published status the API reads.
@@ -295,4 +305,21 @@ type view struct {
 
 func newView() *view {
 	return &view{changed: make(chan struct{}), events: map[string][]api.Event{}, logs: map[string]api.LogRef{}}
+}
+
+// holders names the processes that have a file open, for error messages.
+func holders(path string) string {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	var out []string
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && target == path {
+			pid := strings.Split(fd, "/")[2]
+			cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			out = append(out, fmt.Sprintf("pid %s (%s)", pid, strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return ": held by " + strings.Join(out, ", ")
 }

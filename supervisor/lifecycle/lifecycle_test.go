@@ -430,3 +430,17 @@ func TestSandboxLostRerunsInit(t *testing.T) {
 		t.Fatalf("init must run again after a pod restart: %v", got)
 	}
 }
+
+func TestRecreatedInstanceNeverReusesContainerIDs(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	h.reconcile()
+	first := h.container("u", "app").InstanceID
+	h.m.Delete("u", nil, false, h.now)
+	h.reconcile()
+	acts := h.exit("u", "app", 143)
+	starts := kinds(acts, Start)
+	if len(kinds(acts, Forget)) != 1 || len(starts) != 1 || starts[0].InstanceID == first {
+		t.Fatalf("recreated after delete must start with a new container ID (was %s): %+v", first, acts)
+	}
+}

@@ -17,7 +17,11 @@ type Machine struct {
 	instances map[types.UID]*Instance // live or terminating instances
 	dirty     map[types.UID]bool      // changed since TakeDirty
 	forgotten map[types.UID]bool      // removed since TakeDirty
-	nextWake  time.Time
+	// attempts remembers the last attempt of each container of a
+	// forgotten instance, so a pod recreated with the same UID (deleted,
+	// same content) never reuses a container ID.
+	attempts map[types.UID]map[string]int
+	nextWake time.Time
 }
 
 // NewMachine returns an empty machine.
@@ -28,6 +32,7 @@ func NewMachine(cfg Config) *Machine {
 		instances: map[types.UID]*Instance{},
 		dirty:     map[types.UID]bool{},
 		forgotten: map[types.UID]bool{},
+		attempts:  map[types.UID]map[string]int{},
 	}
 }
 
@@ -419,6 +424,13 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 			}
 			delete(m.instances, in.UID())
 			m.forgotten[in.UID()] = true
+			if want != nil && want.UID == in.UID() {
+				last := map[string]int{}
+				for _, c := range in.all() {
+					last[c.Name] = c.Attempt
+				}
+				m.attempts[in.UID()] = last
+			}
 			acts = append(acts, Action{Kind: Forget, Pod: in.UID()})
 		}
 		if want == nil {
@@ -431,6 +443,10 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 				continue
 			}
 			current = newInstance(want, now)
+			for _, c := range current.all() {
+				c.Attempt = m.attempts[want.UID][c.Name]
+			}
+			delete(m.attempts, want.UID)
 			m.instances[current.UID()] = current
 			m.touch(current.UID())
 		}

@@ -114,6 +114,10 @@ func (d *daemon) start() {
 			return
 		}
 		if time.Now().After(deadline) {
+			// Go prints every goroutine's stack on SIGQUIT: show where
+			// the daemon is stuck.
+			d.cmd.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(500 * time.Millisecond)
 			d.t.Fatalf("daemon did not come up:\n%s", d.log)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -272,3 +276,5 @@ func readLines(path string) []string {
 }
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func writeString(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
