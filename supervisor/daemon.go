@@ -122,6 +122,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.restore(); err != nil {
 		return err
 	}
+	if err := d.dir.Watch(); err != nil {
+		d.log.Error("manifest watch unavailable; relying on the periodic re-list", "err", err)
+	}
 	st, err := d.dir.Load()
 	if err != nil {
 		return err

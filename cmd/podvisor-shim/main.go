@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -15,6 +16,9 @@ func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: podvisor-shim DIR (started by the podvisor daemon)")
 		os.Exit(2)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1) // a shim copies output and waits: one P is plenty
 	}
 	os.Exit(shim.Run(os.Args[1]))
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -90,6 +91,13 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	cfg.StopPodsOnExit = *stopPods
+	if os.Getenv("GOMAXPROCS") == "" {
+		// The daemon waits on events and does little computing at a
+		// time; one P avoids the scheduler handing wake-ups between
+		// threads. Measured with make bench: 100 TCP probes a second
+		// cost 2.1% of a core with two Ps, 1.15% with one.
+		runtime.GOMAXPROCS(1)
+	}
 	if os.Getenv("GOGC") == "" {
 		// The daemon's heap is a few MiB; collecting at 50% growth
 		// instead of 100% costs little CPU and keeps ~2 MiB less
@@ -97,6 +105,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		debug.SetGCPercent(50)
 	}
 
+	if path := os.Getenv("PODVISOR_CPUPROFILE"); path != "" {
+		// For measuring the daemon itself: a pprof CPU profile until exit.
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("PODVISOR_CPUPROFILE: %w", err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug

@@ -43,7 +43,8 @@ type Dir struct {
 	// Now is the clock for Invalid.Since.
 	Now func() time.Time
 
-	files map[string]*fileEntry // by base name
+	files   map[string]*fileEntry // by base name
+	watcher *fsnotify.Watcher
 }
 
 type fileEntry struct {
@@ -189,18 +190,33 @@ func (d *Dir) state() State {
 	return st
 }
 
-// Run watches the directory and sends a new State after every change, and
-// after every resync that found one. The initial state comes from Load.
-func (d *Dir) Run(ctx context.Context, out chan<- State) error {
-	d.init()
+// Watch starts watching the directory. Call it before the initial Load: a
+// file written between a listing and the start of a watch would otherwise
+// go unseen until the next resync.
+func (d *Dir) Watch() error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", d.Path, err)
 	}
-	defer w.Close()
 	if err := w.Add(d.Path); err != nil {
+		w.Close()
 		return fmt.Errorf("watching %s: %w", d.Path, err)
 	}
+	d.watcher = w
+	return nil
+}
+
+// Run sends a new State after every change seen by the watch, and after
+// every resync that found one. Watch and Load come first.
+func (d *Dir) Run(ctx context.Context, out chan<- State) error {
+	d.init()
+	if d.watcher == nil {
+		if err := d.Watch(); err != nil {
+			return err
+		}
+	}
+	w := d.watcher
+	defer w.Close()
 	resync := time.NewTicker(d.Resync)
 	defer resync.Stop()
 	pending := map[string]time.Time{} // file → when it may be read

@@ -221,15 +221,19 @@ func TestDirSeedKeepsPodsOfFileInvalidAtStartup(t *testing.T) {
 func TestDirWatchSeesWriteAndRemove(t *testing.T) {
 	dir := t.TempDir()
 	d := &Dir{Path: dir, Resync: time.Hour, Settle: 5 * time.Millisecond}
+	if err := d.Watch(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.Load(); err != nil {
 		t.Fatal(err)
 	}
+	// Written before Run's goroutine is even scheduled: the watch set up
+	// before Load must still see it.
+	os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(goodPod), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := make(chan State, 4)
 	go d.Run(ctx, out)
-	time.Sleep(20 * time.Millisecond) // let the watch be added
-	os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(goodPod), 0o644)
 	if st := receive(t, out); len(st.Pods) != 1 {
 		t.Fatalf("after write: %+v", st)
 	}

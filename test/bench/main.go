@@ -30,8 +30,10 @@ func main() {
 	bin := flag.String("bin", "bin/podvisor", "podvisor binary")
 	samples := flag.Int("n", 30, "samples per latency")
 	pods := flag.Int("pods", 50, "pods for the memory measurement")
+	probed := flag.Int("probed", 100, "pods for the probe cost measurement (0: skip)")
+	window := flag.Duration("window", 20*time.Second, "CPU measurement window per probe handler")
 	flag.Parse()
-	if err := run(*bin, *samples, *pods); err != nil {
+	if err := run(*bin, *samples, *pods, *probed, *window); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -44,7 +46,7 @@ type bench struct {
 	log                           bytes.Buffer
 }
 
-func run(bin string, n, podCount int) error {
+func run(bin string, n, podCount, probed int, window time.Duration) error {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -108,8 +110,16 @@ func run(bin string, n, podCount int) error {
 	fmt.Printf("\ndaemon RSS, %d pods   %8.2f MiB  (anon %.2f MiB)\n", podCount, full.total, full.anon)
 	fmt.Printf("shims: %d, RSS each   %8.2f MiB  (anon %.2f MiB each; their text is shared page cache)\n",
 		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
+	for i := 0; i < podCount; i++ {
+		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
+	}
+	if probed > 0 {
+		return b.probeCost(probed, window)
+	}
 	return nil
 }
+
+func (b *bench) ctx() context.Context { return context.Background() }
 
 func (b *bench) waitUp() error {
 	deadline := time.Now().Add(10 * time.Second)

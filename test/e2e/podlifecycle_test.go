@@ -269,9 +269,9 @@ func TestStartupProbeGatesReadiness(t *testing.T) {
 	d.write("slow.yaml", probedPod("slow", fmt.Sprintf(`    startupProbe: {exec: {command: ["test", "-e", %q]}, periodSeconds: 1, failureThreshold: 30}
     readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}
 `, started)))
-	p := d.waitPod("slow", 5*time.Second, running)
-	time.Sleep(1500 * time.Millisecond)
-	p = d.waitPod("slow", time.Second, running)
+	d.waitPod("slow", 5*time.Second, running)
+	time.Sleep(1500 * time.Millisecond) // a second and a half of failing startup probes
+	p := d.waitPod("slow", time.Second, running)
 	if cs := p.Status.ContainerStatuses[0]; *cs.Started || cs.Ready {
 		t.Fatalf("ready before the startup probe passed: %+v", cs)
 	}
