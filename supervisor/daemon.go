@@ -184,10 +184,19 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
 	}
 }
 
-// step reconciles, executes the actions and publishes the new status.
+// step reconciles, executes the actions and publishes the new status. A
+// start is recorded at once, so a daemon killed right after still knows
+// the instance and its restart count; other changes are batched.
 func (d *Daemon) step() {
 	now := d.now()
-	d.execute(d.machine.Reconcile(now))
+	acts := d.machine.Reconcile(now)
+	d.execute(acts)
+	for _, a := range acts {
+		if a.Kind == lifecycle.Start {
+			d.persist()
+			break
+		}
+	}
 	d.publish(now)
 }
 
