@@ -1,0 +1,93 @@
+// Package cgroups places pods and containers in cgroups and enforces their
+// limits: cgroup v2 (unified) as the primary target, v1 (legacy or hybrid)
+// as legacy, detected at start. Built on containerd/cgroups.
+//
+// Layout under a configurable root, as the kubelet lays out kubepods:
+//
+//	<root>/pod<uid>/<container>              Guaranteed
+//	<root>/burstable/pod<uid>/<container>
+//	<root>/besteffort/pod<uid>/<container>
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	cgroupsv3 "github.com/containerd/cgroups/v3"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/resources"
+)
+
+// Stats is one cgroup's usage.
+type Stats struct {
+	CPUUsageNanos    uint64
+	MemoryWorkingSet uint64 // usage minus inactive file cache, as the kubelet counts it
+	Pids             uint64
+}
+
+// Driver is one cgroup hierarchy version.
+type Driver interface {
+	// Version is 1 or 2.
+	Version() int
+	// Ensure creates the cgroup (and its parents) and applies limits.
+	Ensure(path string, l resources.Limits) error
+	// Placement tells a shim how to put its container into the cgroup
+	// before the container runs.
+	Placement(path string) Placement
+	// Kill SIGKILLs every process in the cgroup, descendants included.
+	Kill(path string) error
+	// Remove deletes an empty cgroup.
+	Remove(path string) error
+	// Stats reads the cgroup's usage.
+	Stats(path string) (Stats, error)
+	// Procs lists the processes in the cgroup and below.
+	Procs(path string) ([]int, error)
+}
+
+// Placement is what a shim needs to start a process inside a cgroup.
+type Placement struct {
+	// Dir is the v2 cgroup directory, for clone3(CLONE_INTO_CGROUP).
+	Dir string `json:"dir,omitempty"`
+	// Procs are the v1 cgroup.procs files, one per hierarchy, that the
+	// shim joins before forking and leaves afterwards.
+	Procs []string `json:"procs,omitempty"`
+}
+
+// Detect picks the driver for this host's hierarchy mounted at mount
+// (normally /sys/fs/cgroup).
+func Detect(mount string) (Driver, error) {
+	if _, err := os.Stat(mount); err != nil {
+		return nil, fmt.Errorf("cgroup mount %s: %w", mount, err)
+	}
+	switch cgroupsv3.Mode() {
+	case cgroupsv3.Unified:
+		return &unified{mount: mount}, nil
+	case cgroupsv3.Legacy, cgroupsv3.Hybrid:
+		return newLegacy()
+	}
+	return nil, errors.New("no cgroup hierarchy found")
+}
+
+// PodPath is the cgroup of a pod under root.
+func PodPath(root string, qos v1.PodQOSClass, uid types.UID) string {
+	pod := "pod" + string(uid)
+	switch qos {
+	case v1.PodQOSGuaranteed:
+		return filepath.Join(root, pod)
+	case v1.PodQOSBurstable:
+		return filepath.Join(root, "burstable", pod)
+	}
+	return filepath.Join(root, "besteffort", pod)
+}
+
+// QoSPaths are the tier cgroups under root, for Ensure at start.
+func QoSPaths(root string) []string {
+	return []string{root, filepath.Join(root, "burstable"), filepath.Join(root, "besteffort")}
+}
+
+func clean(path string) string { return "/" + strings.Trim(path, "/") }

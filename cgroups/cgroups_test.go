@@ -1,0 +1,155 @@
+package cgroups
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/resources"
+)
+
+// driver returns this host's driver, or skips (fails in CI) without root
+// or a cgroup hierarchy.
+func driver(t *testing.T) Driver {
+	t.Helper()
+	need := func(format string, args ...any) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI prerequisite missing: "+format, args...)
+		}
+		t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+	}
+	if os.Geteuid() != 0 {
+		need("cgroups need root")
+	}
+	d, err := Detect("/sys/fs/cgroup")
+	if err != nil {
+		need("%v", err)
+	}
+	return d
+}
+
+// readLimit reads a limit file of the driver's hierarchy.
+func readLimit(t *testing.T, d Driver, path, controller, v1File, v2File string) string {
+	t.Helper()
+	var file string
+	switch d := d.(type) {
+	case *unified:
+		file = filepath.Join(d.mount, clean(path), v2File)
+	case *legacy:
+		file = filepath.Join(d.mounts[controller], clean(path), v1File)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("reading %s: %v", file, err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func TestLimitsLandInTheCgroupFiles(t *testing.T) {
+	d := driver(t)
+	root := fmt.Sprintf("podvisor-test-%d", os.Getpid())
+	pod := PodPath(root, v1.PodQOSBurstable, "uid-1")
+	ctr := filepath.Join(pod, "app")
+	t.Cleanup(func() {
+		for _, p := range []string{ctr, pod, filepath.Join(root, "burstable"), root} {
+			d.Remove(p)
+		}
+	})
+	for _, p := range QoSPaths(root) {
+		if err := d.Ensure(p, resources.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Ensure(pod, resources.Limits{CPUShares: 512, PidsMax: 64}); err != nil {
+		t.Fatal(err)
+	}
+	l := resources.Limits{CPUShares: 256, CPUQuota: 25000, MemoryMax: 64 << 20, MemoryLow: 32 << 20}
+	if err := d.Ensure(ctr, l); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cgroup v%d", d.Version())
+	checks := []struct{ controller, v1File, v2File, want string }{
+		{"memory", "memory.limit_in_bytes", "memory.max", strconv.Itoa(64 << 20)},
+		{"cpu", "cpu.cfs_quota_us", "cpu.max", map[int]string{1: "25000", 2: "25000 100000"}[d.Version()]},
+		{"cpu", "cpu.shares", "cpu.weight", map[int]string{1: "256", 2: strconv.FormatUint(resources.CPUWeight(256), 10)}[d.Version()]},
+	}
+	for _, c := range checks {
+		if got := readLimit(t, d, ctr, c.controller, c.v1File, c.v2File); got != c.want {
+			t.Errorf("%s/%s = %q, want %q", c.v1File, c.v2File, got, c.want)
+		}
+	}
+	if got := readLimit(t, d, pod, "pids", "pids.max", "pids.max"); got != "64" {
+		t.Errorf("pod pids.max = %q", got)
+	}
+	if d.Version() == 2 {
+		if got := readLimit(t, d, ctr, "memory", "", "memory.low"); got != strconv.Itoa(32<<20) {
+			t.Errorf("memory.low = %q", got)
+		}
+	}
+}
+
+func TestPlaceStatAndKill(t *testing.T) {
+	d := driver(t)
+	path := fmt.Sprintf("podvisor-test-%d/place", os.Getpid())
+	t.Cleanup(func() { d.Remove(path); d.Remove(filepath.Dir(path)) })
+	if err := d.Ensure(path, resources.Limits{MemoryMax: 128 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	// On v2 the process starts inside the cgroup (clone3 CLONE_INTO_CGROUP);
+	// on v1 it is moved in right after it starts.
+	// Memory is charged where it is allocated, so it allocates 2 MB only
+	// once placed (told so on stdin).
+	cmd := exec.Command("sh", "-c", `read go; x=$(head -c 2000000 /dev/zero | tr '\0' a); echo ready; exec sleep 100 </dev/null`)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	p := d.Placement(path)
+	if d.Version() == 2 {
+		dir, err := os.Open(p.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dir.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for _, procs := range p.Procs {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			t.Fatalf("placing into %s: %v", procs, err)
+		}
+	}
+	var procs []int
+	stdin.Write([]byte("go\n"))
+	ready := make([]byte, 6)
+	if _, err := stdout.Read(ready); err != nil || string(ready) != "ready\n" {
+		t.Fatalf("workload did not allocate: %q %v", ready, err)
+	}
+	procs, _ = d.Procs(path)
+	if len(procs) != 1 || procs[0] != cmd.Process.Pid {
+		t.Fatalf("procs in the cgroup = %v, want [%d]", procs, cmd.Process.Pid)
+	}
+	st, err := d.Stats(path)
+	if err != nil || st.Pids != 1 || st.MemoryWorkingSet < 256<<10 || st.CPUUsageNanos == 0 {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
+	if err := d.Kill(path); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if procs, _ = d.Procs(path); len(procs) == 0 {
+			return
+		}
+	}
+	t.Fatalf("processes left after Kill: %v", procs)
+}
