@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	cgroupsv3 "github.com/containerd/cgroups/v3"
@@ -41,12 +42,14 @@ type Driver interface {
 	Placement(path string) Placement
 	// Kill SIGKILLs every process in the cgroup, descendants included.
 	Kill(path string) error
-	// Remove deletes an empty cgroup.
+	// Remove deletes an empty cgroup and its empty child cgroups.
 	Remove(path string) error
 	// Stats reads the cgroup's usage.
 	Stats(path string) (Stats, error)
 	// Procs lists the processes in the cgroup and below.
 	Procs(path string) ([]int, error)
+	// OOMKills counts the kernel's OOM kills in the cgroup so far.
+	OOMKills(path string) (uint64, error)
 }
 
 // Placement is what a shim needs to start a process inside a cgroup.
@@ -85,9 +88,56 @@ func PodPath(root string, qos v1.PodQOSClass, uid types.UID) string {
 	return filepath.Join(root, "besteffort", pod)
 }
 
+// PodPaths are the places a pod's cgroup can be, whatever its QoS.
+func PodPaths(root string, uid types.UID) []string {
+	var out []string
+	for _, q := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+		out = append(out, PodPath(root, q, uid))
+	}
+	return out
+}
+
+// removeTree removes a cgroup directory after its child cgroups (a cgroup
+// directory holds only kernel files besides its children, and rmdir takes
+// it with them once it is empty of processes).
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // QoSPaths are the tier cgroups under root, for Ensure at start.
 func QoSPaths(root string) []string {
 	return []string{root, filepath.Join(root, "burstable"), filepath.Join(root, "besteffort")}
 }
 
 func clean(path string) string { return "/" + strings.Trim(path, "/") }
+
+// counter reads "name value" from a flat-keyed cgroup file.
+func counter(file, name string) (uint64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil
+}

@@ -2,7 +2,6 @@ package cgroups
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -70,11 +69,7 @@ func (d *unified) Kill(path string) error {
 }
 
 func (d *unified) Remove(path string) error {
-	err := os.Remove(filepath.Join(d.mount, clean(path)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
+	return removeTree(filepath.Join(d.mount, clean(path)))
 }
 
 func (d *unified) Stats(path string) (Stats, error) {
@@ -110,6 +105,10 @@ func (d *unified) Procs(path string) ([]int, error) {
 		out[i] = int(p)
 	}
 	return out, err
+}
+
+func (d *unified) OOMKills(path string) (uint64, error) {
+	return counter(filepath.Join(d.mount, clean(path), "memory.events"), "oom_kill")
 }
 
 // workingSet is usage less inactive file pages, the kubelet's measure.
@@ -265,8 +264,7 @@ func (d *legacy) Remove(path string) error {
 	var first error
 	for _, c := range v1Controllers {
 		if root := d.mounts[c]; root != "" {
-			err := os.Remove(filepath.Join(root, clean(path)))
-			if err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+			if err := removeTree(filepath.Join(root, clean(path))); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -307,4 +305,8 @@ func (d *legacy) Procs(path string) ([]int, error) {
 		out[i] = p.Pid
 	}
 	return out, err
+}
+
+func (d *legacy) OOMKills(path string) (uint64, error) {
+	return counter(filepath.Join(d.mounts["memory"], clean(path), "memory.oom_control"), "oom_kill")
 }

@@ -40,6 +40,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			if err := d.rt.Kill(a.InstanceID); err != nil {
 				d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 			}
+			d.killCgroup(in, a.Container)
 		case lifecycle.RunHook:
 			d.runHook(in, a)
 		case lifecycle.Probe:
@@ -109,6 +110,11 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 		d.started <- res
 		return
 	}
+	if err := d.placeContainer(pod, in.Spec(a.Container), &s); err != nil {
+		res.err = err
+		d.started <- res
+		return
+	}
 	s.InstanceID, s.Attempt = a.InstanceID, a.Attempt
 	s.LogPath = d.logPath(pod, a.Container, a.Attempt)
 	s.LogMaxBytes, s.LogMaxFiles = d.cfg.LogMaxBytes, d.cfg.LogMaxFiles
@@ -137,7 +143,10 @@ func (d *Daemon) exited(x process.Exit) {
 		return
 	}
 	st := x.Status
-	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode)
+	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name) {
+		st.Reason = "OOMKilled"
+	}
+	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
 	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))
 	if d.machine.Instance(uid) == nil {
 		d.rt.Remove(x.InstanceID) // an orphan from a pod no record knows
@@ -254,6 +263,7 @@ func (d *Daemon) gcDevice() {
 
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
+	d.removeCgroups(uid)
 	dirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", string(uid)+"_*"))
 	for _, dir := range dirs {
 		if err := d.rt.Remove(filepath.Base(dir)); err != nil {

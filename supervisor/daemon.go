@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
@@ -50,6 +51,10 @@ type Config struct {
 	// MaxDeadContainers bounds finished instances on the whole device
 	// (0: no bound beyond the per-container one).
 	MaxDeadContainers int
+	// CgroupRoot is where pods' cgroups go ("" runs without cgroups);
+	// CgroupMount is the hierarchy's mount point.
+	CgroupRoot  string
+	CgroupMount string
 }
 
 // Daemon supervises the pods of one device.
@@ -70,6 +75,8 @@ type Daemon struct {
 	requests  chan request
 	view      *view
 	views     map[types.UID]cachedView // PodView cache, loop-owned
+	cg        cgroups.Driver           // nil without cgroups
+	memory    int64                    // the device's memory, for OOM scores
 }
 
 type startResult struct {
@@ -116,6 +123,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
+	}
+	d.memory = memTotal()
+	if err := d.setupCgroups(); err != nil {
+		return err
 	}
 	d.probes = probes.NewManager(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}

@@ -39,6 +39,10 @@ type fileConfig struct {
 		MaxSize  *resource.Quantity `json:"maxSize,omitempty"`
 		MaxFiles int                `json:"maxFiles,omitempty"`
 	} `json:"logs"`
+	Cgroups struct {
+		Root  *string `json:"root,omitempty"`
+		Mount string  `json:"mount,omitempty"`
+	} `json:"cgroups"`
 	GC struct {
 		MaxDeadPerContainer *int `json:"maxDeadPerContainer,omitempty"`
 		MaxDeadContainers   *int `json:"maxDeadContainers,omitempty"`
@@ -194,7 +198,16 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 			return supervisor.Config{}, fmt.Errorf("config gc.maxDeadContainers: must be >= 0 (0: no device-wide bound), got %d", *v)
 		}
 	}
+	cgRoot, cgMount := "podvisor", "/sys/fs/cgroup"
+	if fc.Cgroups.Root != nil {
+		cgRoot = *fc.Cgroups.Root
+	}
+	if fc.Cgroups.Mount != "" {
+		cgMount = fc.Cgroups.Mount
+	}
 	return supervisor.Config{
+		CgroupRoot:          cgRoot,
+		CgroupMount:         cgMount,
 		MaxDeadPerContainer: perContainer,
 		MaxDeadContainers:   device,
 		ManifestDir:         fc.Manifests,

@@ -59,6 +59,21 @@ type Spec struct {
 	LogPath      string   `json:"logPath"`
 	LogMaxBytes  int64    `json:"logMaxBytes"`
 	LogMaxFiles  int      `json:"logMaxFiles"`
+	// Cgroup places the container before it runs; empty: no cgroup.
+	Cgroup Cgroup `json:"cgroup,omitzero"`
+	// OOMScoreAdj is the container's oom_score_adj, inherited at fork.
+	OOMScoreAdj *int `json:"oomScoreAdj,omitempty"`
+}
+
+// Cgroup tells a shim where its container belongs.
+type Cgroup struct {
+	// Dir is the cgroup v2 directory: the container is cloned into it
+	// (clone3 CLONE_INTO_CGROUP), so not one page runs outside.
+	Dir string `json:"dir,omitempty"`
+	// Procs are cgroup v1 cgroup.procs files: the shim joins them, forks
+	// (the child inherits them), and goes back to Return.
+	Procs  []string `json:"procs,omitempty"`
+	Return []string `json:"return,omitempty"`
 }
 
 // State is what a running shim tells about itself.

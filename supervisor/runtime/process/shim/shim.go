@@ -201,11 +201,67 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		}
 		attr.Sys.Credential = cred
 	}
+	undo, err := s.prepare(attr.Sys)
+	if err != nil {
+		return 0, err
+	}
 	pid, err := syscall.ForkExec(path, argv, attr)
+	undo()
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", path, err)
 	}
 	return pid, nil
+}
+
+// prepare arranges for the next fork to land in the container's cgroup
+// with its oom_score_adj; the returned func undoes what applies to the
+// shim itself.
+func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
+	var undo []func()
+	done := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if v := s.spec.OOMScoreAdj; v != nil {
+		const file = "/proc/self/oom_score_adj"
+		old, err := os.ReadFile(file)
+		if err != nil {
+			return done, err
+		}
+		// Lowering a score needs CAP_SYS_RESOURCE; without it the
+		// container keeps the inherited score (the daemon warns once).
+		if err := os.WriteFile(file, []byte(strconv.Itoa(*v)), 0); err == nil {
+			undo = append(undo, func() { os.WriteFile(file, old, 0) })
+		} else if !errors.Is(err, os.ErrPermission) {
+			return done, fmt.Errorf("oom_score_adj %d: %w", *v, err)
+		}
+	}
+	cg := s.spec.Cgroup
+	if cg.Dir != "" {
+		dir, err := os.Open(cg.Dir)
+		if err != nil {
+			done()
+			return func() {}, fmt.Errorf("container cgroup: %w", err)
+		}
+		sys.UseCgroupFD, sys.CgroupFD = true, int(dir.Fd())
+		undo = append(undo, func() { dir.Close() })
+	}
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, procs := range cg.Procs {
+		if err := os.WriteFile(procs, self, 0); err != nil {
+			done()
+			return func() {}, fmt.Errorf("joining cgroup %s: %w", filepath.Dir(procs), err)
+		}
+	}
+	if len(cg.Procs) > 0 {
+		undo = append(undo, func() {
+			for _, procs := range cg.Return {
+				os.WriteFile(procs, self, 0)
+			}
+		})
+	}
+	return done, nil
 }
 
 // LookPath resolves a command in the container's PATH, not the daemon's.

@@ -1,0 +1,146 @@
+package supervisor
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// capSysResource is the capability needed to lower oom_score_adj.
+const capSysResource = 24
+
+// hasCapability reports whether this process has an effective capability.
+func hasCapability(bit uint) bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<bit) != 0
+		}
+	}
+	return false
+}
+
+// setupCgroups detects the hierarchy and creates the QoS tiers and the
+// cgroup shims live in (so no shim is charged to a container).
+func (d *Daemon) setupCgroups() error {
+	if !hasCapability(capSysResource) {
+		d.log.Warn("without CAP_SYS_RESOURCE, negative oom_score_adj (Guaranteed pods: -997) cannot be set; those containers keep the daemon's score")
+	}
+	if d.cfg.CgroupRoot == "" {
+		d.log.Warn("running without cgroups: resource limits are not enforced")
+		return nil
+	}
+	drv, err := cgroups.Detect(d.cfg.CgroupMount)
+	if err != nil {
+		return fmt.Errorf("cgroups: %w (set cgroups.root to \"\" to run without them)", err)
+	}
+	for _, p := range append(cgroups.QoSPaths(d.cfg.CgroupRoot), d.shimCgroup()) {
+		if err := drv.Ensure(p, resources.Limits{}); err != nil {
+			return err
+		}
+	}
+	d.cg = drv
+	d.log.Info("cgroups ready", "version", drv.Version(), "root", d.cfg.CgroupRoot)
+	return nil
+}
+
+func (d *Daemon) shimCgroup() string { return filepath.Join(d.cfg.CgroupRoot, "shims") }
+
+func (d *Daemon) podCgroup(pod *v1.Pod) string {
+	return cgroups.PodPath(d.cfg.CgroupRoot, lifecycle.QOSClass(pod), pod.UID)
+}
+
+func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
+	return filepath.Join(d.podCgroup(pod), container)
+}
+
+// placeContainer creates the pod's and the container's cgroups with the
+// kubelet's limits and tells the shim where the container goes. A
+// container's cgroup is made afresh for each instance, so its OOM counter
+// speaks of that instance only.
+func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) error {
+	score := resources.OOMScoreAdj(pod, c, d.memory)
+	s.OOMScoreAdj = &score
+	if d.cg == nil {
+		return nil
+	}
+	if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
+		return err
+	}
+	path := d.containerCgroup(pod, c.Name)
+	d.cg.Remove(path)
+	if err := d.cg.Ensure(path, resources.ContainerLimits(c)); err != nil {
+		return err
+	}
+	p := d.cg.Placement(path)
+	s.Cgroup = shim.Cgroup{Dir: p.Dir, Procs: p.Procs}
+	if len(p.Procs) > 0 {
+		s.Cgroup.Return = d.cg.Placement(d.shimCgroup()).Procs
+	}
+	return nil
+}
+
+// killCgroup kills every process of a container, wherever it forked to.
+func (d *Daemon) killCgroup(in *lifecycle.Instance, container string) {
+	if d.cg == nil || in == nil {
+		return
+	}
+	if err := d.cg.Kill(d.containerCgroup(in.Pod, container)); err != nil {
+		d.log.Warn("cgroup kill", "pod", in.Key(), "container", container, "err", err)
+	}
+}
+
+// oomKilled reports whether the kernel OOM-killed in the container's
+// cgroup.
+func (d *Daemon) oomKilled(in *lifecycle.Instance, container string) bool {
+	if d.cg == nil || in == nil {
+		return false
+	}
+	n, err := d.cg.OOMKills(d.containerCgroup(in.Pod, container))
+	return err == nil && n > 0
+}
+
+// removeCgroups deletes a pod's cgroups, containers first, wherever its
+// QoS class put them.
+func (d *Daemon) removeCgroups(uid types.UID) {
+	if d.cg == nil {
+		return
+	}
+	for _, p := range cgroups.PodPaths(d.cfg.CgroupRoot, uid) {
+		if err := d.cg.Remove(p); err != nil {
+			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)
+		}
+	}
+}
+
+// memTotal is the device's memory in bytes.
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

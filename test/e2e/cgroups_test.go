@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// cgroupFile finds a file of a pod's container cgroup on this host, in the
+// v1 controller's hierarchy or in the unified one.
+func cgroupFile(t *testing.T, controller, rel, v1File, v2File string) string {
+	for _, p := range []string{
+		filepath.Join("/sys/fs/cgroup", controller, rel, v1File),
+		filepath.Join("/sys/fs/cgroup", rel, v2File),
+	} {
+		if data, err := os.ReadFile(p); err == nil {
+			return strings.TrimSpace(string(data))
+		}
+	}
+	t.Fatalf("no %s/%s for %s", v1File, v2File, rel)
+	return ""
+}
+
+func TestContainersRunInTheirCgroupsWithLimits(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	root := cgroupRoot(t, "limits")
+	d.withConfig("cgroups: {root: " + root + "}\n")
+	d.start()
+	d.write("limited.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: limited}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: host
+    command: ["sh", "-c", "cat /proc/self/oom_score_adj; cat /proc/self/cgroup; exec sleep 1000"]
+    resources:
+      requests: {cpu: 500m, memory: 64Mi}
+      limits: {cpu: 500m, memory: 64Mi}
+`)
+	p := d.waitPod("limited", 10*time.Second, running)
+	if p.Status.QOSClass != v1.PodQOSGuaranteed {
+		t.Fatalf("qos = %s", p.Status.QOSClass)
+	}
+	rel := filepath.Join(root, "pod"+string(p.UID), "app")
+	var out string
+	waitFor(t, func() bool { out, _, _ = d.cli("logs", "limited"); return strings.Contains(out, rel) })
+	// Lowering a score needs CAP_SYS_RESOURCE, which some sandboxes drop
+	// even for root; then the container keeps the inherited score.
+	want := "0\n"
+	if hasCapSysResource() {
+		want = "-997\n"
+	}
+	if !strings.HasPrefix(out, want) {
+		t.Fatalf("a Guaranteed container's oom_score_adj must be %q here:\n%s", want, out)
+	}
+	if got := cgroupFile(t, "memory", rel, "memory.limit_in_bytes", "memory.max"); got != "67108864" {
+		t.Fatalf("memory limit = %s", got)
+	}
+	if got := cgroupFile(t, "cpu", rel, "cpu.cfs_quota_us", "cpu.max"); !strings.HasPrefix(got, "50000") {
+		t.Fatalf("cpu quota = %s", got)
+	}
+	d.remove("limited.yaml")
+	d.waitGone("limited", 10*time.Second)
+	for _, dir := range []string{filepath.Join("/sys/fs/cgroup/memory", filepath.Dir(rel)), filepath.Join("/sys/fs/cgroup", filepath.Dir(rel))} {
+		if _, err := os.Stat(dir); err == nil {
+			t.Fatalf("pod cgroup %s left behind", dir)
+		}
+	}
+}
+
+func TestOOMKilledReason(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	d.withConfig("cgroups: {root: " + cgroupRoot(t, "oom") + "}\n")
+	d.start()
+	d.write("hog.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  runtimeClassName: process
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: host
+    command: ["sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"]
+    resources:
+      limits: {memory: 32Mi}
+`)
+	p := d.waitPod("hog", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	st := p.Status.ContainerStatuses[0].State.Terminated
+	if st == nil || st.Reason != "OOMKilled" || st.ExitCode != 137 {
+		t.Fatalf("terminated = %+v", st)
+	}
+	out, _, _ := d.cli("get", "pods")
+	if !strings.Contains(out, "OOMKilled") {
+		t.Fatalf("get pods:\n%s", out)
+	}
+}
+
+func hasCapSysResource() bool {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<24) != 0
+		}
+	}
+	return false
+}
+
+// cgroupRoot is a cgroup root of this test run alone, removed afterwards
+// (with its QoS tiers), so runs never see each other's cgroups.
+func cgroupRoot(t *testing.T, name string) string {
+	root := fmt.Sprintf("podvisor-e2e-%s-%d", name, os.Getpid())
+	t.Cleanup(func() {
+		for _, base := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer"} {
+			for _, dir := range []string{"burstable", "besteffort", "shims", ""} {
+				os.Remove(filepath.Join(base, root, dir))
+			}
+		}
+	})
+	return root
+}
