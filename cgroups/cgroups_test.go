@@ -58,11 +58,7 @@ func TestLimitsLandInTheCgroupFiles(t *testing.T) {
 	root := fmt.Sprintf("podvisor-test-%d", os.Getpid())
 	pod := PodPath(root, v1.PodQOSBurstable, "uid-1")
 	ctr := filepath.Join(pod, "app")
-	t.Cleanup(func() {
-		for _, p := range []string{ctr, pod, filepath.Join(root, "burstable"), root} {
-			d.Remove(p)
-		}
-	})
+	t.Cleanup(func() { d.Remove(root) })
 	for _, p := range QoSPaths(root) {
 		if err := d.Ensure(p, resources.Limits{}); err != nil {
 			t.Fatal(err)
@@ -99,7 +95,7 @@ func TestLimitsLandInTheCgroupFiles(t *testing.T) {
 func TestPlaceStatAndKill(t *testing.T) {
 	d := driver(t)
 	path := fmt.Sprintf("podvisor-test-%d/place", os.Getpid())
-	t.Cleanup(func() { d.Remove(path); d.Remove(filepath.Dir(path)) })
+	t.Cleanup(func() { d.Remove(filepath.Dir(path)) })
 	if err := d.Ensure(path, resources.Limits{MemoryMax: 128 << 20}); err != nil {
 		t.Fatal(err)
 	}

@@ -124,10 +124,23 @@ func cgroupRoot(t *testing.T, name string) string {
 	root := fmt.Sprintf("podvisor-e2e-%s-%d", name, os.Getpid())
 	t.Cleanup(func() {
 		for _, base := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer"} {
-			for _, dir := range []string{"burstable", "besteffort", "shims", ""} {
-				os.Remove(filepath.Join(base, root, dir))
-			}
+			rmdirTree(filepath.Join(base, root))
 		}
 	})
 	return root
+}
+
+// rmdirTree removes a cgroup directory and its child cgroups, deepest
+// first (cgroup directories go with rmdir once their children are gone).
+func rmdirTree(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			rmdirTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir)
 }
