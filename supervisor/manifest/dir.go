@@ -222,7 +222,10 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 	pending := map[string]time.Time{} // file → when it may be read
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
-	var last State
+	// Changes are judged against what Load last returned, which the
+	// caller already acts on: a removal right after it must not look like
+	// "still nothing".
+	last := d.state()
 	send := func(st State) {
 		if sameState(last, st) {
 			return

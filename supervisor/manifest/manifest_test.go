@@ -288,3 +288,23 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestDirReportsRemovalOfAFileSeenOnlyByLoad(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(goodPod), 0o644)
+	d := &Dir{Path: dir, Resync: time.Hour, Settle: 5 * time.Millisecond}
+	if err := d.Watch(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := d.Load(); len(st.Pods) != 1 {
+		t.Fatalf("load: %+v", st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan State, 4)
+	go d.Run(ctx, out)
+	os.Remove(filepath.Join(dir, "web.yaml"))
+	if st := receive(t, out); len(st.Pods) != 0 {
+		t.Fatalf("after remove: %+v", st)
+	}
+}

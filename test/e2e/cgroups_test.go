@@ -121,7 +121,7 @@ func hasCapSysResource() bool {
 // cgroupRoot is a cgroup root of this test run alone, removed afterwards
 // (with its QoS tiers), so runs never see each other's cgroups.
 func cgroupRoot(t *testing.T, name string) string {
-	root := fmt.Sprintf("podvisor-e2e-%s-%d", name, os.Getpid())
+	root := fmt.Sprintf("podvisor-e2e-%d-%s", os.Getpid(), name)
 	t.Cleanup(func() {
 		for _, base := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer"} {
 			rmdirTree(filepath.Join(base, root))

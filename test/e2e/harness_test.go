@@ -66,15 +66,16 @@ func prerequisite(t *testing.T, format string, args ...any) {
 
 // daemon is one podvisor run with its own directories.
 type daemon struct {
-	t         *testing.T
-	dir       string
-	manifests string
-	data      string
-	socket    string
-	config    string
-	cmd       *exec.Cmd
-	log       *bytes.Buffer
-	client    *api.Client
+	t          *testing.T
+	dir        string
+	manifests  string
+	data       string
+	socket     string
+	config     string
+	configText string
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	client     *api.Client
 }
 
 func newDaemon(t *testing.T) *daemon {
@@ -88,20 +89,28 @@ func newDaemon(t *testing.T) *daemon {
 	return d
 }
 
-// withConfig writes a config file used by later starts.
-func (d *daemon) withConfig(yaml string) {
+// withConfig sets config file content for later starts.
+func (d *daemon) withConfig(yaml string) { d.configText = yaml }
+
+// writeConfig writes the config file, giving the daemon a cgroup root of
+// its own unless the test chose one.
+func (d *daemon) writeConfig() {
+	text := d.configText
+	if !strings.Contains(text, "cgroups:") {
+		text += "cgroups: {root: " + cgroupRoot(d.t, filepath.Base(d.dir)) + "}\n"
+	}
 	d.config = filepath.Join(d.dir, "config.yaml")
-	if err := os.WriteFile(d.config, []byte(yaml), 0o644); err != nil {
+	if err := os.WriteFile(d.config, []byte(text), 0o644); err != nil {
 		d.t.Fatal(err)
 	}
 }
 
 func (d *daemon) start() {
 	d.t.Helper()
-	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket}
-	if d.config != "" {
-		args = append(args, "--config", d.config)
+	if d.config == "" {
+		d.writeConfig()
 	}
+	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config}
 	d.cmd = exec.Command(binary, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
