@@ -1,6 +1,8 @@
 // Package cgroups places pods and containers in cgroups and enforces their
 // limits: cgroup v2 (unified) as the primary target, v1 (legacy or hybrid)
-// as legacy, detected at start. Built on containerd/cgroups.
+// as legacy, detected at start.
+//
+// The drivers write cgroup files directly (see drivers.go for why).
 //
 // Layout under a configurable root, as the kubelet lays out kubepods:
 //
@@ -17,7 +19,7 @@ import (
 	"strconv"
 	"strings"
 
-	cgroupsv3 "github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -61,19 +63,18 @@ type Placement struct {
 	Procs []string `json:"procs,omitempty"`
 }
 
-// Detect picks the driver for this host's hierarchy mounted at mount
-// (normally /sys/fs/cgroup).
+// Detect picks the driver for the hierarchy mounted at mount (normally
+// /sys/fs/cgroup): unified when it is a cgroup2 file system, else the v1
+// controllers (a hybrid host's /sys/fs/cgroup/unified has no controllers).
 func Detect(mount string) (Driver, error) {
-	if _, err := os.Stat(mount); err != nil {
+	var st unix.Statfs_t
+	if err := unix.Statfs(mount, &st); err != nil {
 		return nil, fmt.Errorf("cgroup mount %s: %w", mount, err)
 	}
-	switch cgroupsv3.Mode() {
-	case cgroupsv3.Unified:
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return &unified{mount: mount}, nil
-	case cgroupsv3.Legacy, cgroupsv3.Hybrid:
-		return newLegacy()
 	}
-	return nil, errors.New("no cgroup hierarchy found")
+	return newLegacy()
 }
 
 // PodPath is the cgroup of a pod under root.

@@ -69,24 +69,27 @@ func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
 	return filepath.Join(d.podCgroup(pod), container)
 }
 
-// placeContainer creates the pod's and the container's cgroups with the
-// kubelet's limits and tells the shim where the container goes. A
-// container's cgroup is made afresh for each instance, so its OOM counter
-// speaks of that instance only.
+// placeContainer creates the pod's (once per instance) and the
+// container's cgroups with the kubelet's limits and tells the shim where
+// the container goes. The container's OOM-kill counter is noted, so an
+// exit is judged by the kills since this start.
 func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) error {
 	score := resources.OOMScoreAdj(pod, c, d.memory)
 	s.OOMScoreAdj = &score
 	if d.cg == nil {
 		return nil
 	}
-	if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
-		return err
+	if !d.podCgroups[pod.UID] {
+		if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
+			return err
+		}
+		d.podCgroups[pod.UID] = true
 	}
 	path := d.containerCgroup(pod, c.Name)
-	d.cg.Remove(path)
 	if err := d.cg.Ensure(path, resources.ContainerLimits(c)); err != nil {
 		return err
 	}
+	d.oomBase[path], _ = d.cg.OOMKills(path)
 	p := d.cg.Placement(path)
 	s.Cgroup = shim.Cgroup{Dir: p.Dir, Procs: p.Procs}
 	if len(p.Procs) > 0 {
@@ -111,8 +114,9 @@ func (d *Daemon) oomKilled(in *lifecycle.Instance, container string) bool {
 	if d.cg == nil || in == nil {
 		return false
 	}
-	n, err := d.cg.OOMKills(d.containerCgroup(in.Pod, container))
-	return err == nil && n > 0
+	path := d.containerCgroup(in.Pod, container)
+	n, err := d.cg.OOMKills(path)
+	return err == nil && n > d.oomBase[path]
 }
 
 // removeCgroups deletes a pod's cgroups, containers first, wherever its
@@ -121,6 +125,7 @@ func (d *Daemon) removeCgroups(uid types.UID) {
 	if d.cg == nil {
 		return
 	}
+	delete(d.podCgroups, uid)
 	for _, p := range cgroups.PodPaths(d.cfg.CgroupRoot, uid) {
 		if err := d.cg.Remove(p); err != nil {
 			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)

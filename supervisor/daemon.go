@@ -76,7 +76,11 @@ type Daemon struct {
 	view      *view
 	views     map[types.UID]cachedView // PodView cache, loop-owned
 	cg        cgroups.Driver           // nil without cgroups
-	memory    int64                    // the device's memory, for OOM scores
+	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
+	// kill counts of container cgroups when their instance started.
+	podCgroups map[types.UID]bool
+	oomBase    map[string]uint64
+	memory     int64 // the device's memory, for OOM scores
 }
 
 type startResult struct {
@@ -90,16 +94,18 @@ type startResult struct {
 // New prepares a daemon; Run starts it.
 func New(cfg Config, log *slog.Logger) *Daemon {
 	return &Daemon{
-		cfg:      cfg,
-		log:      log,
-		machine:  lifecycle.NewMachine(cfg.Lifecycle),
-		now:      time.Now,
-		started:  make(chan startResult, 64),
-		hooks:    make(chan hookResult, 64),
-		requests: make(chan request),
-		node:     process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:     newView(),
-		views:    map[types.UID]cachedView{},
+		cfg:        cfg,
+		log:        log,
+		machine:    lifecycle.NewMachine(cfg.Lifecycle),
+		now:        time.Now,
+		started:    make(chan startResult, 64),
+		hooks:      make(chan hookResult, 64),
+		requests:   make(chan request),
+		node:       process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		view:       newView(),
+		views:      map[types.UID]cachedView{},
+		podCgroups: map[types.UID]bool{},
+		oomBase:    map[string]uint64{},
 	}
 }
 
