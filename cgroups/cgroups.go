@@ -30,7 +30,7 @@ import (
 type Stats struct {
 	CPUUsageNanos    uint64
 	MemoryWorkingSet uint64 // usage minus inactive file cache, as the kubelet counts it
-	Pids             uint64
+	Pids             uint64 // tasks (threads) counted by the pids controller
 }
 
 // Driver is one cgroup hierarchy version.

@@ -21,10 +21,11 @@ vmlinuz=$(ls "$work"/kernel/boot/vmlinuz-* | head -1)
 root="$work/initramfs"
 mkdir -p "$root"/{bin,proc,sys,tmp,dev,tests}
 cp "$(command -v busybox)" "$root/bin/busybox"
-for applet in sh mount mkdir cat echo poweroff sleep; do ln -s busybox "$root/bin/$applet"; done
+ln -s busybox "$root/bin/sh"
 for b in "$@"; do cp "$b" "$root/tests/"; done
 cat > "$root/init" <<'INIT'
 #!/bin/sh
+/bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs dev /dev
