@@ -23,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
@@ -55,6 +56,9 @@ type Config struct {
 	// CgroupMount is the hierarchy's mount point.
 	CgroupRoot  string
 	CgroupMount string
+	// ConfigDir holds priorityclasses/.
+	ConfigDir string
+	Node      NodeConfig
 }
 
 // Daemon supervises the pods of one device.
@@ -80,7 +84,10 @@ type Daemon struct {
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
 	oomBase    map[string]uint64
-	memory     int64 // the device's memory, for OOM scores
+	classes    priority.Classes
+	// pressure holds the node conditions currently true.
+	pressure map[v1.NodeConditionType]bool
+	memory   int64 // the device's memory, for OOM scores
 }
 
 type startResult struct {
@@ -105,6 +112,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		view:       newView(),
 		views:      map[types.UID]cachedView{},
 		podCgroups: map[types.UID]bool{},
+		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
 	}
 }
@@ -134,6 +142,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.setupCgroups(); err != nil {
 		return err
 	}
+	var errs []error
+	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
+	for _, err := range errs {
+		d.log.Error("priority class rejected", "err", err)
+	}
+	d.machine.SetAdmitter(d.admitter())
 	d.probes = probes.NewManager(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	if err := d.restore(); err != nil {
@@ -277,6 +291,11 @@ func (d *Daemon) longestGrace() time.Duration {
 }
 
 func (d *Daemon) setManifests(st manifest.State) {
+	pods, rejected := d.resolvePriorities(st.Pods)
+	st.Pods = pods
+	for p, err := range rejected {
+		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})
+	}
 	d.noteInvalid(d.manifests, st)
 	d.manifests = st
 	d.machine.SetDesired(st.Pods)

@@ -49,6 +49,10 @@ func (d *Daemon) publish(now time.Time) {
 			delete(d.views, uid)
 		}
 	}
+	for _, p := range d.machine.PendingView() {
+		p.Spec.NodeName = d.cfg.NodeName
+		pods = append(pods, p)
+	}
 	for _, bad := range d.manifests.Invalid {
 		pods = append(pods, invalidRow(bad))
 	}
@@ -252,6 +256,13 @@ func (d *Daemon) current(namespace, name string) *lifecycle.Instance {
 		}
 	}
 	return found
+}
+
+// Node implements api.Backend.
+func (d *Daemon) Node() (*v1.Node, error) {
+	var n *v1.Node
+	err := d.do(func() error { n = d.NodeView(); return nil })
+	return n, err
 }
 
 // hostIP is the first non-loopback IPv4 address, for status.hostIP.

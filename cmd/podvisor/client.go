@@ -70,8 +70,11 @@ func cmdGet(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(pos) > 0 && (pos[0] == "node" || pos[0] == "nodes" || pos[0] == "no") {
+		return getNode(ctx, newClient(*cf.socket), *output, out)
+	}
 	if len(pos) == 0 || (pos[0] != "pods" && pos[0] != "pod" && pos[0] != "po") {
-		return fmt.Errorf("usage: podvisor get pods [NAME] [-o wide|json|yaml]")
+		return fmt.Errorf("usage: podvisor get pods [NAME] [-o wide|json|yaml] | podvisor get node [-o json|yaml]")
 	}
 	if len(pos) > 2 {
 		return fmt.Errorf("get: unexpected argument %q", pos[2])
@@ -114,6 +117,35 @@ func cmdGet(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 	return printPods(out, list.Items, *output == "wide", time.Now())
+}
+
+func getNode(ctx context.Context, c *api.Client, output string, out io.Writer) error {
+	n, err := c.Node(ctx)
+	if err != nil {
+		return err
+	}
+	if output == "json" || output == "yaml" {
+		return printObject(out, n, output)
+	}
+	status := "NotReady"
+	var pressure []string
+	for _, cond := range n.Status.Conditions {
+		switch {
+		case cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue:
+			status = "Ready"
+		case cond.Type != v1.NodeReady && cond.Status == v1.ConditionTrue:
+			pressure = append(pressure, string(cond.Type))
+		}
+	}
+	if len(pressure) > 0 {
+		status += "," + strings.Join(pressure, ",")
+	}
+	a := n.Status.Allocatable
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSTATUS\tVERSION\tCPU\tMEMORY\tPODS")
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, status, n.Status.NodeInfo.KubeletVersion,
+		a.Cpu().String(), a.Memory().String(), a.Pods().String())
+	return w.Flush()
 }
 
 func printObject(out io.Writer, v any, format string) error {

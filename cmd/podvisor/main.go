@@ -28,6 +28,7 @@ Usage:
   podvisor run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH]
   podvisor get pods [-o wide|json|yaml] [-n NAMESPACE]
   podvisor get pod NAME [-o wide|json|yaml] [-n NAMESPACE]
+  podvisor get node [-o json|yaml]
   podvisor describe pod NAME [-n NAMESPACE]
   podvisor logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]
   podvisor delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]

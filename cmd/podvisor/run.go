@@ -13,12 +13,14 @@ import (
 	"runtime/pprof"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
@@ -39,6 +41,15 @@ type fileConfig struct {
 		MaxSize  *resource.Quantity `json:"maxSize,omitempty"`
 		MaxFiles int                `json:"maxFiles,omitempty"`
 	} `json:"logs"`
+	ConfigDir string `json:"configDir,omitempty"`
+	Node      struct {
+		MaxPods          int64           `json:"maxPods,omitempty"`
+		SystemReserved   v1.ResourceList `json:"systemReserved,omitempty"`
+		PodvisorReserved v1.ResourceList `json:"podvisorReserved,omitempty"`
+	} `json:"node"`
+	Eviction struct {
+		Hard map[string]string `json:"hard,omitempty"`
+	} `json:"eviction"`
 	Cgroups struct {
 		Root  *string `json:"root,omitempty"`
 		Mount string  `json:"mount,omitempty"`
@@ -205,7 +216,28 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if fc.Cgroups.Mount != "" {
 		cgMount = fc.Cgroups.Mount
 	}
+	hard := eviction.DefaultHard()
+	if fc.Eviction.Hard != nil {
+		hard = fc.Eviction.Hard // as in the kubelet, setting any drops the defaults
+	}
+	if _, err := eviction.Parse(hard, nil, nil, nil); err != nil {
+		return supervisor.Config{}, fmt.Errorf("config %w", err)
+	}
+	maxPods := fc.Node.MaxPods
+	if maxPods == 0 {
+		maxPods = 110
+	}
+	if maxPods < 0 {
+		return supervisor.Config{}, fmt.Errorf("config node.maxPods: must be positive, got %d", maxPods)
+	}
+	configDir := fc.ConfigDir
+	if configDir == "" {
+		configDir = "/etc/podvisor"
+	}
 	return supervisor.Config{
+		ConfigDir: configDir,
+		Node: supervisor.NodeConfig{MaxPods: maxPods, SystemReserved: fc.Node.SystemReserved,
+			PodvisorReserved: fc.Node.PodvisorReserved, EvictionHard: hard, Version: version},
 		CgroupRoot:          cgRoot,
 		CgroupMount:         cgMount,
 		MaxDeadPerContainer: perContainer,

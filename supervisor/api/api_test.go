@@ -36,6 +36,10 @@ func (f *fakeBackend) Delete(ns, name string, grace *int64, force bool) (DeleteR
 	return DeleteResult{Source: "file", Recreated: true}, nil
 }
 
+func (f *fakeBackend) Node() (*v1.Node, error) {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dev1"}}, nil
+}
+
 func (f *fakeBackend) SetCondition(ns, name string, typ v1.PodConditionType, status bool) error {
 	if f.gates == nil {
 		f.gates = map[string]bool{}

@@ -152,3 +152,9 @@ func (c *Client) SetCondition(ctx context.Context, namespace, name, typ string, 
 	}
 	return resp.Body.Close()
 }
+
+// Node describes the device.
+func (c *Client) Node(ctx context.Context) (*v1.Node, error) {
+	var n v1.Node
+	return &n, c.getJSON(ctx, "/v1/node", nil, &n)
+}

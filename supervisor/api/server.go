@@ -7,6 +7,7 @@
 //	GET /v1/pods/{ns}/{name}/log?container=C&previous=1&follow=1   text
 //	DELETE /v1/pods/{ns}/{name}?gracePeriod=N&force=1   DeleteResult
 //	PUT /v1/pods/{ns}/{name}/conditions/{type}  {"status":"True"|"False"}
+//	GET /v1/node                            v1.Node
 //	GET /v1/version                         Version
 package api
 
@@ -64,6 +65,8 @@ type Backend interface {
 	// Delete terminates a pod, with an optional grace period in seconds
 	// that can only shorten, or at once with force.
 	Delete(namespace, name string, grace *int64, force bool) (DeleteResult, error)
+	// Node describes the device.
+	Node() (*v1.Node, error)
 	// SetCondition sets a readiness-gate condition.
 	SetCondition(namespace, name string, typ v1.PodConditionType, status bool) error
 	// Pods returns the current pods, their version, and a channel closed
@@ -97,6 +100,14 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Version) })
 	mux.HandleFunc("GET /v1/pods", s.listPods)
+	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
+		n, err := s.Backend.Node()
+		if err != nil {
+			httpError(w, http.StatusServiceUnavailable, "%v", err)
+			return
+		}
+		writeJSON(w, n)
+	})
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}", s.getPod)
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}/events", s.events)
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}/log", s.log)

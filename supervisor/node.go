@@ -1,0 +1,154 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/admission"
+	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+)
+
+// NodeConfig is how much of the device pods may use.
+type NodeConfig struct {
+	MaxPods int64
+	// SystemReserved and PodvisorReserved are kept from pods, as the
+	// kubelet's systemReserved and kubeReserved.
+	SystemReserved   v1.ResourceList
+	PodvisorReserved v1.ResourceList
+	// Eviction thresholds (kubelet format); hard ones also come off
+	// allocatable.
+	EvictionHard map[string]string
+	// Version is reported as the node's kubelet version.
+	Version string
+}
+
+// capacity reads what the device has.
+func (d *Daemon) capacity() v1.ResourceList {
+	c := v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(d.memory, resource.BinarySI),
+		v1.ResourcePods:   *resource.NewQuantity(d.cfg.Node.MaxPods, resource.DecimalSI),
+	}
+	var st unix.Statfs_t
+	if unix.Statfs(d.cfg.DataDir, &st) == nil {
+		c[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(st.Blocks)*st.Bsize, resource.BinarySI)
+	}
+	return c
+}
+
+// allocatable is capacity less the reservations and the hard eviction
+// thresholds, as the kubelet computes it.
+func (d *Daemon) allocatable(capacity v1.ResourceList) v1.ResourceList {
+	a := capacity.DeepCopy()
+	for _, reserved := range []v1.ResourceList{d.cfg.Node.SystemReserved, d.cfg.Node.PodvisorReserved} {
+		for name, q := range reserved {
+			if v, ok := a[name]; ok {
+				v.Sub(q)
+				a[name] = v
+			}
+		}
+	}
+	if ts, err := eviction.Parse(d.cfg.Node.EvictionHard, nil, nil, nil); err == nil {
+		for _, t := range ts {
+			name := map[eviction.Signal]v1.ResourceName{eviction.MemoryAvailable: v1.ResourceMemory,
+				eviction.NodeFsAvailable: v1.ResourceEphemeralStorage}[t.Signal]
+			v, ok := a[name]
+			if name == "" || !ok {
+				continue
+			}
+			amount := t.Quantity
+			if t.Percentage > 0 {
+				c := capacity[name]
+				amount = int64(t.Percentage * float64(c.Value()))
+			}
+			v.Sub(*resource.NewQuantity(amount, resource.BinarySI))
+			a[name] = v
+		}
+	}
+	for name, v := range a {
+		if v.Sign() < 0 {
+			a[name] = resource.Quantity{}
+		}
+	}
+	return a
+}
+
+// admitter is the core's admission decision: requests against
+// allocatable, preemption by priority, and the pressure rules.
+func (d *Daemon) admitter() lifecycle.AdmitFunc {
+	alloc := d.allocatable(d.capacity())
+	return func(candidate *v1.Pod, held []*v1.Pod) lifecycle.Admission {
+		var running []admission.Pod
+		for _, p := range held {
+			running = append(running, admission.FromPod(p))
+		}
+		dec := admission.Admit(admission.FromPod(candidate), running, admission.Node{Allocatable: alloc, Pressure: d.pressure})
+		return lifecycle.Admission{Admit: dec.Admit, Reason: dec.Reason, Message: dec.Message, Victims: dec.Victims}
+	}
+}
+
+// resolvePriorities sets each pod's priority from its PriorityClass; a
+// pod naming an unknown class is rejected, named, and not run.
+func (d *Daemon) resolvePriorities(pods []*v1.Pod) (ok []*v1.Pod, rejected map[*v1.Pod]error) {
+	rejected = map[*v1.Pod]error{}
+	for _, p := range pods {
+		c := p.DeepCopy()
+		if err := d.classes.Resolve(c); err != nil {
+			rejected[p] = fmt.Errorf("pod %q: %w", p.Name, err)
+			continue
+		}
+		ok = append(ok, c)
+	}
+	return ok, rejected
+}
+
+// NodeView is the device as a v1.Node.
+func (d *Daemon) NodeView() *v1.Node {
+	capacity := d.capacity()
+	conds := []v1.NodeCondition{}
+	// The kubelet's reasons, so tools that read them keep working.
+	reasons := map[v1.NodeConditionType][2]string{
+		v1.NodeMemoryPressure: {"KubeletHasSufficientMemory", "KubeletHasInsufficientMemory"},
+		v1.NodeDiskPressure:   {"KubeletHasNoDiskPressure", "KubeletHasDiskPressure"},
+		v1.NodePIDPressure:    {"KubeletHasSufficientPID", "KubeletHasInsufficientPID"},
+	}
+	for _, t := range []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
+		st, reason := v1.ConditionFalse, reasons[t][0]
+		if d.pressure[t] {
+			st, reason = v1.ConditionTrue, reasons[t][1]
+		}
+		conds = append(conds, v1.NodeCondition{Type: t, Status: st, Reason: reason, LastHeartbeatTime: metav1.Now()})
+	}
+	conds = append(conds, v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+		Message: "podvisor is posting ready status", LastHeartbeatTime: metav1.Now()})
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	osImage := "Linux"
+	if data, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				osImage = strings.Trim(v, `"`)
+			}
+		}
+	}
+	return &v1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: d.cfg.NodeName, Labels: map[string]string{"kubernetes.io/hostname": d.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": runtime.GOARCH}},
+		Status: v1.NodeStatus{
+			Capacity: capacity, Allocatable: d.allocatable(capacity), Conditions: conds,
+			Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: d.cfg.NodeName}, {Type: v1.NodeInternalIP, Address: d.node.HostIP}},
+			NodeInfo: v1.NodeSystemInfo{
+				KernelVersion: unix.ByteSliceToString(uts.Release[:]), OSImage: osImage, OperatingSystem: "linux",
+				Architecture: runtime.GOARCH, KubeletVersion: "podvisor " + d.cfg.Node.Version,
+			},
+		},
+	}
+}
