@@ -319,3 +319,13 @@ func (d *legacy) Procs(path string) ([]int, error) { return procsBelow(d.dir("me
 func (d *legacy) OOMKills(path string) (uint64, error) {
 	return counter(filepath.Join(d.dir("memory", path), "memory.oom_control"), "oom_kill")
 }
+
+// V1MemoryMount is where the cgroup v1 memory controller is mounted, or ""
+// (cgroup v2, or no memory controller).
+func V1MemoryMount() string {
+	mounts, err := v1Mounts()
+	if err != nil {
+		return ""
+	}
+	return mounts["memory"]
+}

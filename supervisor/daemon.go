@@ -59,6 +59,7 @@ type Config struct {
 	// ConfigDir holds priorityclasses/.
 	ConfigDir string
 	Node      NodeConfig
+	Eviction  EvictionConfig
 }
 
 // Daemon supervises the pods of one device.
@@ -87,6 +88,7 @@ type Daemon struct {
 	classes    priority.Classes
 	// pressure holds the node conditions currently true.
 	pressure map[v1.NodeConditionType]bool
+	evict    *evictor
 	memory   int64 // the device's memory, for OOM scores
 }
 
@@ -148,6 +150,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Error("priority class rejected", "err", err)
 	}
 	d.machine.SetAdmitter(d.admitter())
+	if err := d.setupEviction(ctx); err != nil {
+		return err
+	}
 	d.probes = probes.NewManager(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	if err := d.restore(); err != nil {
@@ -207,6 +212,10 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
 			d.probed(r)
 		case req := <-d.requests:
 			req.reply <- req.fn()
+		case <-d.evict.notifier.C:
+			d.checkPressure(ctx)
+		case <-d.evict.recheck.C:
+			d.checkPressure(ctx)
 		case <-wake.C:
 		case <-persist.C:
 			persistPending = false

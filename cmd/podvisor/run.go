@@ -48,7 +48,13 @@ type fileConfig struct {
 		PodvisorReserved v1.ResourceList `json:"podvisorReserved,omitempty"`
 	} `json:"node"`
 	Eviction struct {
-		Hard map[string]string `json:"hard,omitempty"`
+		Hard                     map[string]string `json:"hard,omitempty"`
+		Soft                     map[string]string `json:"soft,omitempty"`
+		SoftGracePeriod          map[string]string `json:"softGracePeriod,omitempty"`
+		MinimumReclaim           map[string]string `json:"minimumReclaim,omitempty"`
+		MaxPodGracePeriod        *metav1.Duration  `json:"maxPodGracePeriod,omitempty"`
+		PressureTransitionPeriod *metav1.Duration  `json:"pressureTransitionPeriod,omitempty"`
+		MonitorPeriod            *metav1.Duration  `json:"monitorPeriod,omitempty"`
 	} `json:"eviction"`
 	Cgroups struct {
 		Root  *string `json:"root,omitempty"`
@@ -220,8 +226,23 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if fc.Eviction.Hard != nil {
 		hard = fc.Eviction.Hard // as in the kubelet, setting any drops the defaults
 	}
-	if _, err := eviction.Parse(hard, nil, nil, nil); err != nil {
+	ev := fc.Eviction
+	if _, err := eviction.Parse(hard, ev.Soft, ev.SoftGracePeriod, ev.MinimumReclaim); err != nil {
 		return supervisor.Config{}, fmt.Errorf("config %w", err)
+	}
+	evCfg := supervisor.EvictionConfig{Hard: hard, Soft: ev.Soft, SoftGracePeriod: ev.SoftGracePeriod,
+		MinimumReclaim: ev.MinimumReclaim, PressureTransitionPeriod: 5 * time.Minute, MonitorPeriod: 10 * time.Second}
+	if ev.MaxPodGracePeriod != nil {
+		evCfg.MaxPodGracePeriod = ev.MaxPodGracePeriod.Duration
+	}
+	if ev.PressureTransitionPeriod != nil {
+		evCfg.PressureTransitionPeriod = ev.PressureTransitionPeriod.Duration
+	}
+	if ev.MonitorPeriod != nil {
+		if ev.MonitorPeriod.Duration < 100*time.Millisecond {
+			return supervisor.Config{}, fmt.Errorf("config eviction.monitorPeriod: %s is below 100ms", ev.MonitorPeriod.Duration)
+		}
+		evCfg.MonitorPeriod = ev.MonitorPeriod.Duration
 	}
 	maxPods := fc.Node.MaxPods
 	if maxPods == 0 {
@@ -236,6 +257,7 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	}
 	return supervisor.Config{
 		ConfigDir: configDir,
+		Eviction:  evCfg,
 		Node: supervisor.NodeConfig{MaxPods: maxPods, SystemReserved: fc.Node.SystemReserved,
 			PodvisorReserved: fc.Node.PodvisorReserved, EvictionHard: hard, Version: version},
 		CgroupRoot:          cgRoot,

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,5 +88,23 @@ func TestAdmissionByPriority(t *testing.T) {
 	acts := h.reconcile()
 	if s := kinds(acts, Start); len(s) != 1 || s[0].Pod != "u2" {
 		t.Fatalf("the higher priority pod must be admitted first: %+v", s)
+	}
+}
+
+func TestEvictEndsThePodWithItsGrace(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("hog", "u", v1.RestartPolicyAlways, "c")})
+	h.reconcile()
+	acts := h.m.Evict("u", "The node was low on resource: memory.", time.Second, h.now)
+	if len(kinds(acts, Signal)) != 1 || !hasRecord(acts, "Evicted") {
+		t.Fatalf("evict: %+v", acts)
+	}
+	if got := h.container("u", "c").Stop.KillAt.Sub(h.now); got != 2*time.Second {
+		t.Fatalf("a 1s hard-eviction grace still gives the signal the 2s minimum: %v", got)
+	}
+	h.exit("u", "c", 143)
+	st := h.status("u")
+	if st.Phase != v1.PodFailed || st.Reason != "Evicted" || len(startedNames(h.reconcile())) != 0 {
+		t.Fatalf("evicted pods end Failed and stay down: %+v", st)
 	}
 }

@@ -524,6 +524,20 @@ func (m *Machine) holding() []*v1.Pod {
 	return out
 }
 
+// Evict ends an instance Failed with reason Evicted under node pressure,
+// giving its containers grace (1s for hard thresholds) before SIGKILL.
+func (m *Machine) Evict(uid types.UID, message string, grace time.Duration, now time.Time) []Action {
+	in := m.instances[uid]
+	if in == nil || in.Failed != nil || in.Terminating {
+		return nil
+	}
+	in.Failed = &Failure{Reason: "Evicted", Message: message}
+	in.GraceDeadline = now.Add(grace)
+	m.touch(uid)
+	acts := []Action{record(in, "Warning", "Evicted", message)}
+	return append(acts, m.sync(in, now)...)
+}
+
 // preempt ends an instance Failed with reason Preempted, gracefully.
 func (m *Machine) preempt(uid types.UID, by string, now time.Time) []Action {
 	in := m.instances[uid]

@@ -199,6 +199,9 @@ func (in *Instance) all() []*Container {
 	return append(append([]*Container{}, in.Init...), in.Containers...)
 }
 
+// Live reports whether any container has a process or a start in flight.
+func (in *Instance) Live() bool { return in.live() }
+
 // live reports whether any container has a process or a start in flight.
 func (in *Instance) live() bool {
 	for _, c := range in.all() {

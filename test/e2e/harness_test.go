@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "podvisor")
 	// Both binaries, side by side as installed: the daemon finds its shim.
-	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor", "github.com/podvisor/podvisor/cmd/podvisor-shim")
+	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor",
+		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/test/hog")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)

@@ -1,0 +1,152 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/supervisor/resources"
+)
+
+// EvictionConfig holds the kubelet-style eviction settings.
+type EvictionConfig struct {
+	Hard, Soft, SoftGracePeriod, MinimumReclaim map[string]string
+	MaxPodGracePeriod                           time.Duration
+	PressureTransitionPeriod                    time.Duration
+	// MonitorPeriod is the safety-net check behind the kernel's events.
+	MonitorPeriod time.Duration
+}
+
+// evictor is the daemon's side of node-pressure eviction: it observes the
+// signals when the kernel or the safety net says so, asks the eviction
+// manager, and evicts one pod at a time.
+type evictor struct {
+	mgr       *eviction.Manager
+	observer  pressure.Observer
+	notifier  *pressure.Notifier
+	threshold *pressure.MemoryThreshold
+	memLimit  int64 // hard memory.available threshold in bytes, for the eventfd
+	recheck   *time.Timer
+	evicting  types.UID // the last victim, until its processes are gone
+	reclaimed bool      // node-level reclaim done for the current disk pressure
+}
+
+func (d *Daemon) setupEviction(ctx context.Context) error {
+	c := d.cfg.Eviction
+	ts, err := eviction.Parse(c.Hard, c.Soft, c.SoftGracePeriod, c.MinimumReclaim)
+	if err != nil {
+		return err
+	}
+	e := &evictor{
+		mgr:      &eviction.Manager{Thresholds: ts, TransitionPeriod: c.PressureTransitionPeriod, MaxPodGracePeriod: c.MaxPodGracePeriod},
+		observer: pressure.Observer{FsPath: d.cfg.DataDir},
+		notifier: pressure.NewNotifier(d.log),
+		recheck:  time.NewTimer(time.Hour),
+	}
+	e.recheck.Stop()
+	if mem := cgroups.V1MemoryMount(); mem != "" {
+		e.observer.MemoryCgroup = mem
+		e.threshold = e.notifier.NewMemoryThreshold(mem)
+	}
+	for _, t := range ts {
+		if t.Signal == eviction.MemoryAvailable && !t.Soft {
+			e.memLimit = t.Quantity
+			if t.Percentage > 0 {
+				e.memLimit = int64(t.Percentage * float64(d.memory))
+			}
+		}
+	}
+	if err := e.notifier.PSI(ctx, 100*time.Millisecond, time.Second); err != nil {
+		d.log.Warn("no PSI trigger; memory pressure is seen through thresholds and the periodic check", "err", err)
+	}
+	e.notifier.Every(ctx, c.MonitorPeriod)
+	d.evict = e
+	d.checkPressure(ctx)
+	return nil
+}
+
+// checkPressure observes the signals, updates the node conditions and
+// evicts a pod if a threshold is met.
+func (d *Daemon) checkPressure(ctx context.Context) {
+	e := d.evict
+	now := d.now()
+	obs := e.observer.Observe()
+	st := e.mgr.Synchronize(obs, now)
+	d.pressure = st.Conditions
+	if e.threshold != nil && e.memLimit > 0 {
+		// Re-armed after every look: the kubelet's memcg notifier does
+		// so too, since inactive file pages move the crossing point.
+		if usage, inactive, err := pressure.RootUsage(e.observer.MemoryCgroup); err == nil {
+			level := obs[eviction.MemoryAvailable].Capacity - e.memLimit + inactive
+			if err := e.threshold.Set(ctx, max(level, usage+1)); err != nil {
+				d.log.Warn("memory threshold notification unavailable", "err", err)
+				e.threshold = nil
+			}
+		}
+	}
+	next := st.NextCheck
+	defer func() { resetTimer(e.recheck, next, now) }()
+	if len(st.Met) == 0 {
+		e.reclaimed = false
+		return
+	}
+	soon := now.Add(200 * time.Millisecond)
+	if next.IsZero() || soon.Before(next) {
+		next = soon // keep looking while pressure lasts
+	}
+	if e.evicting != "" {
+		if in := d.machine.Instance(e.evicting); in != nil && in.Live() {
+			return // one pod at a time: wait for the last victim to go
+		}
+		e.evicting = ""
+	}
+	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.reclaimed)
+	if reclaim {
+		d.log.Info("disk pressure: reclaiming finished containers and rotated logs first")
+		d.gcDevice()
+		e.reclaimed = true
+		return
+	}
+	if victim == nil {
+		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
+		return
+	}
+	d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message)
+	e.evicting = victim.Pod.UID
+	d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
+}
+
+// podStats describes every running pod for eviction ranking.
+func (d *Daemon) podStats() []eviction.PodStats {
+	var out []eviction.PodStats
+	for _, in := range d.machine.Instances() {
+		if in.Failed != nil || in.Terminating || !in.Live() {
+			continue
+		}
+		p := in.Pod
+		var prio int32
+		if p.Spec.Priority != nil {
+			prio = *p.Spec.Priority
+		}
+		req := resources.PodRequests(p)
+		ps := eviction.PodStats{
+			UID: p.UID, Name: in.Key(), Priority: prio, Critical: priority.IsCritical(prio),
+			MemoryReq: req.Memory().Value(), DiskReq: req.StorageEphemeral().Value(),
+		}
+		if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+			ps.GracePeriod = time.Duration(*g) * time.Second
+		}
+		if d.cg != nil {
+			if s, err := d.cg.Stats(d.podCgroup(p)); err == nil {
+				ps.MemoryUsage, ps.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
+			}
+		}
+		out = append(out, ps)
+	}
+	return out
+}

@@ -1,0 +1,262 @@
+// Package pressure observes the device's eviction signals and wakes the
+// daemon when they may have crossed a threshold: at once through the
+// kernel (a cgroup v1 memory threshold eventfd, a PSI trigger), and
+// through a slow periodic check as a safety net.
+package pressure
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/supervisor/eviction"
+)
+
+// Observer reads the eviction signals.
+type Observer struct {
+	// MemoryCgroup is the v1 root memory cgroup ("" on cgroup v2): memory
+	// is then measured as the kubelet does, capacity minus the root's
+	// working set. Without it, the kernel's MemAvailable is used.
+	MemoryCgroup string
+	// FsPath is a path on the node file system (the data directory).
+	FsPath string
+}
+
+// Observe reads every signal it can.
+func (o Observer) Observe() map[eviction.Signal]eviction.Observation {
+	obs := map[eviction.Signal]eviction.Observation{}
+	if m, err := o.memory(); err == nil {
+		obs[eviction.MemoryAvailable] = m
+	}
+	var st unix.Statfs_t
+	if o.FsPath != "" && unix.Statfs(o.FsPath, &st) == nil {
+		obs[eviction.NodeFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * st.Bsize, Capacity: int64(st.Blocks) * st.Bsize}
+		obs[eviction.NodeFsInodesFree] = eviction.Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
+	}
+	if p, err := pids(); err == nil {
+		obs[eviction.PIDAvailable] = p
+	}
+	return obs
+}
+
+func (o Observer) memory() (eviction.Observation, error) {
+	info, err := meminfo()
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	total := info["MemTotal"]
+	if o.MemoryCgroup == "" {
+		return eviction.Observation{Available: info["MemAvailable"], Capacity: total}, nil
+	}
+	usage, inactive, err := RootUsage(o.MemoryCgroup)
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	return eviction.Observation{Available: total - (usage - inactive), Capacity: total}, nil
+}
+
+// RootUsage reads the v1 root memory cgroup's usage and inactive file
+// pages.
+func RootUsage(cg string) (usage, inactive int64, err error) {
+	data, err := os.ReadFile(filepath.Join(cg, "memory.usage_in_bytes"))
+	if err != nil {
+		return 0, 0, err
+	}
+	usage, err = strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	f, err := os.Open(filepath.Join(cg, "memory.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "total_inactive_file "); ok {
+			inactive, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return usage, inactive, s.Err()
+}
+
+func meminfo() (map[string]int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		name, rest, ok := strings.Cut(s.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, _ := strconv.ParseInt(fields[0], 10, 64)
+		if len(fields) > 1 && fields[1] == "kB" {
+			v <<= 10
+		}
+		out[name] = v
+	}
+	return out, s.Err()
+}
+
+// pids is pid.available: the kernel's pid_max less the tasks running.
+func pids() (eviction.Observation, error) {
+	data, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	max, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	load, err := os.ReadFile("/proc/loadavg") // "0.00 0.01 0.05 1/123 4567"
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	fields := strings.Fields(string(load))
+	if len(fields) < 4 {
+		return eviction.Observation{}, errors.New("/proc/loadavg: malformed")
+	}
+	_, total, _ := strings.Cut(fields[3], "/")
+	running, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		return eviction.Observation{}, err
+	}
+	return eviction.Observation{Available: max - running, Capacity: max}, nil
+}
+
+// Notifier sends on C whenever the signals should be looked at again.
+type Notifier struct {
+	C   chan struct{}
+	log *slog.Logger
+}
+
+// NewNotifier returns a notifier; call its sources' Start methods.
+func NewNotifier(log *slog.Logger) *Notifier {
+	return &Notifier{C: make(chan struct{}, 1), log: log}
+}
+
+func (n *Notifier) poke() {
+	select {
+	case n.C <- struct{}{}:
+	default: // one pending wake-up is enough
+	}
+}
+
+// Every pokes on a slow period: the safety net behind the kernel events.
+func (n *Notifier) Every(ctx context.Context, d time.Duration) {
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n.poke()
+			}
+		}
+	}()
+}
+
+// PSI pokes when tasks stall on memory for stall within every window
+// (a PSI trigger on /proc/pressure/memory). The poll for POLLPRI needs a
+// thread of its own: Go's poller does not wait for priority events.
+func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
+	fd, err := unix.Open("/proc/pressure/memory", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("PSI: %w", err)
+	}
+	trigger := fmt.Sprintf("some %d %d", stall.Microseconds(), window.Microseconds())
+	if _, err := unix.Write(fd, []byte(trigger)); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("PSI trigger %q: %w", trigger, err)
+	}
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+		for ctx.Err() == nil {
+			k, err := unix.Poll(fds, 1000) // wakes each second only to notice ctx
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				n.log.Warn("PSI trigger stopped", "err", err)
+				return
+			}
+			if k > 0 && fds[0].Revents&unix.POLLERR != 0 {
+				n.log.Warn("PSI trigger source gone")
+				return
+			}
+			if k > 0 && fds[0].Revents&unix.POLLPRI != 0 {
+				n.poke()
+			}
+		}
+	}()
+	return nil
+}
+
+// MemoryThreshold pokes the moment the v1 memory cgroup's usage crosses
+// level, in either direction (cgroup.event_control with an eventfd, as the
+// kubelet's memcg notifier does). Calling it again moves the threshold.
+type MemoryThreshold struct {
+	n      *Notifier
+	cg     string
+	cancel context.CancelFunc
+}
+
+// NewMemoryThreshold watches the v1 memory cgroup at cg.
+func (n *Notifier) NewMemoryThreshold(cg string) *MemoryThreshold {
+	return &MemoryThreshold{n: n, cg: cg}
+}
+
+// Set arms the threshold at usage level bytes, replacing the previous one.
+func (t *MemoryThreshold) Set(ctx context.Context, level int64) error {
+	if t.cancel != nil {
+		t.cancel()
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return err
+	}
+	usage, err := os.Open(filepath.Join(t.cg, "memory.usage_in_bytes"))
+	if err != nil {
+		unix.Close(efd)
+		return err
+	}
+	defer usage.Close()
+	ctl := fmt.Sprintf("%d %d %d", efd, usage.Fd(), level)
+	if err := os.WriteFile(filepath.Join(t.cg, "cgroup.event_control"), []byte(ctl), 0); err != nil {
+		unix.Close(efd)
+		return fmt.Errorf("memory threshold: %w", err)
+	}
+	f := os.NewFile(uintptr(efd), "memory-threshold") // in Go's poller: no thread waits
+	ctx, t.cancel = context.WithCancel(ctx)
+	go func() {
+		<-ctx.Done()
+		f.Close()
+	}()
+	go func() {
+		buf := make([]byte, 8)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+			t.n.poke()
+		}
+	}()
+	return nil
+}

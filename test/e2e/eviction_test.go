@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/pressure"
+)
+
+func TestMemoryHogIsEvictedBeforeGuaranteedSuffers(t *testing.T) {
+	requireRoot(t)
+	obs := pressure.Observer{MemoryCgroup: cgroups.V1MemoryMount()}.Observe()[eviction.MemoryAvailable]
+	if obs.Capacity == 0 {
+		prerequisite(t, "cannot read memory.available")
+	}
+	// A threshold 400 MiB below what is available now: the hog's 800 MiB
+	// crosses it, the machine is never really short of memory.
+	threshold := obs.Available - 400<<20
+	d := newDaemon(t)
+	d.withConfig(fmt.Sprintf("eviction: {hard: {memory.available: \"%d\"}}\n", threshold))
+	d.start()
+	d.write("precious.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: precious}
+spec:
+  runtimeClassName: process
+  containers:
+  - name: app
+    image: host
+    command: ["sleep", "1000"]
+    resources:
+      limits: {cpu: 100m, memory: 64Mi}
+`)
+	d.waitPod("precious", 10*time.Second, running)
+	hog := filepath.Join(filepath.Dir(binary), "hog")
+	marks := filepath.Join(d.dir, "hog.log")
+	d.write("hog.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: app
+    image: host
+    command: [%q, "-mb", "800", "-threshold", "%d", "-log", %q]
+`, hog, threshold, marks))
+	p := d.waitPod("hog", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Reason == "Evicted" })
+	if p.Status.Phase != v1.PodFailed || !strings.Contains(p.Status.Message, "memory") {
+		t.Fatalf("evicted pod: %s %q", describePod(p), p.Status.Message)
+	}
+	d.waitPod("hog", 10*time.Second, func(p *v1.Pod) bool { return p.Status.ContainerStatuses[0].State.Terminated != nil })
+	pr := d.waitPod("precious", time.Second, running)
+	if cs := pr.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.LastTerminationState.Terminated != nil {
+		t.Fatalf("the Guaranteed pod suffered: %+v", cs)
+	}
+	// The kernel's threshold event, not the 10s safety net, must have
+	// triggered the eviction.
+	lines := readLines(marks)
+	var cross, term int64
+	for i := 0; i+1 < len(lines); i++ {
+		switch lines[i] {
+		case "cross":
+			fmt.Sscan(lines[i+1], &cross)
+		case "term":
+			fmt.Sscan(lines[i+1], &term)
+		}
+	}
+	if cross == 0 || term == 0 || term-cross > int64(time.Second) {
+		t.Fatalf("crossing to SIGTERM: cross %d term %d (log %v)", cross, term, lines)
+	}
+	t.Logf("memory threshold crossed -> SIGTERM in %v", time.Duration(term-cross))
+	out, _, _ := d.cli("get", "pods")
+	if !strings.Contains(out, "Evicted") {
+		t.Fatalf("get pods:\n%s", out)
+	}
+}
