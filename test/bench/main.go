@@ -32,8 +32,9 @@ func main() {
 	pods := flag.Int("pods", 50, "pods for the memory measurement")
 	probed := flag.Int("probed", 100, "pods for the probe cost measurement (0: skip)")
 	window := flag.Duration("window", 20*time.Second, "CPU measurement window per probe handler")
+	evictions := flag.Int("evictions", 10, "eviction rounds (0: skip)")
 	flag.Parse()
-	if err := run(*bin, *samples, *pods, *probed, *window); err != nil {
+	if err := run(*bin, *samples, *pods, *probed, *window, *evictions); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -46,7 +47,7 @@ type bench struct {
 	log                           bytes.Buffer
 }
 
-func run(bin string, n, podCount, probed int, window time.Duration) error {
+func run(bin string, n, podCount, probed int, window time.Duration, evictions int) error {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -114,7 +115,18 @@ func run(bin string, n, podCount, probed int, window time.Duration) error {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
 	}
 	if probed > 0 {
-		return b.probeCost(probed, window)
+		if err := b.probeCost(probed, window); err != nil {
+			return err
+		}
+	}
+	if evictions > 0 {
+		lat, err := evictionLatency(abs, dir, evictions)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\n%-44s %8s %8s %8s\n", fmt.Sprintf("eviction (n=%d timed of %d)", len(lat), evictions), "p50", "p90", "max")
+		printDist("memory.available crosses hard threshold -> SIGTERM", lat)
+		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
 	}
 	return nil
 }
