@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -263,6 +264,37 @@ func (d *Daemon) Node() (*v1.Node, error) {
 	var n *v1.Node
 	err := d.do(func() error { n = d.NodeView(); return nil })
 	return n, err
+}
+
+// Stats implements api.Backend: every running pod's usage from its cgroups.
+func (d *Daemon) Stats() ([]api.PodStats, error) {
+	var out []api.PodStats
+	err := d.do(func() error {
+		if d.cg == nil {
+			return errors.New("no stats: podvisor runs without cgroups (cgroups.root is empty)")
+		}
+		for _, in := range d.machine.Instances() {
+			if !in.Live() {
+				continue
+			}
+			ps := api.PodStats{Namespace: in.Pod.Namespace, Name: in.Pod.Name, Time: d.now()}
+			if s, err := d.cg.Stats(d.podCgroup(in.Pod)); err == nil {
+				ps.Usage = api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}
+			}
+			for _, c := range in.AllContainers() {
+				if c.Phase != lifecycle.Running {
+					continue
+				}
+				if s, err := d.cg.Stats(d.containerCgroup(in.Pod, c.Name)); err == nil {
+					ps.Containers = append(ps.Containers, api.ContainerStats{Name: c.Name,
+						Usage: api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}})
+				}
+			}
+			out = append(out, ps)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // hostIP is the first non-loopback IPv4 address, for status.hostIP.

@@ -521,3 +521,73 @@ func mapLines(m map[string]string) string {
 	}
 	return strings.Join(lines, "\n\t")
 }
+
+// cmdTop samples usage twice, a second apart, and prints CPU as the rate
+// over that second, as kubectl top shows a rate.
+func cmdTop(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	cf := addClientFlags(fs)
+	containers := fs.Bool("containers", false, "show each container")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (pos[0] != "pods" && pos[0] != "pod" && pos[0] != "po") {
+		return fmt.Errorf("usage: podvisor top pods [--containers]")
+	}
+	c := newClient(*cf.socket)
+	first, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	second, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	before := map[string]api.PodStats{}
+	for _, p := range first {
+		before[p.Namespace+"/"+p.Name] = p
+	}
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	if *containers {
+		fmt.Fprintln(w, "POD\tNAME\tCPU(cores)\tMEMORY(bytes)\tTASKS")
+	} else {
+		fmt.Fprintln(w, "NAME\tCPU(cores)\tMEMORY(bytes)\tTASKS")
+	}
+	for _, p := range second {
+		if *cf.namespace != "" && p.Namespace != *cf.namespace {
+			continue
+		}
+		prev, ok := before[p.Namespace+"/"+p.Name]
+		if !*containers {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Name, cpuRate(prev.Usage, p.Usage, prev.Time, p.Time, ok),
+				memory(p.Usage.MemoryWorkingSet), p.Usage.Tasks)
+			continue
+		}
+		prevC := map[string]api.Usage{}
+		for _, c := range prev.Containers {
+			prevC[c.Name] = c.Usage
+		}
+		for _, c := range p.Containers {
+			u, had := prevC[c.Name]
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", p.Name, c.Name, cpuRate(u, c.Usage, prev.Time, p.Time, had),
+				memory(c.Usage.MemoryWorkingSet), c.Usage.Tasks)
+		}
+	}
+	return w.Flush()
+}
+
+func cpuRate(a, b api.Usage, ta, tb time.Time, ok bool) string {
+	if !ok || !tb.After(ta) || b.CPUNanos < a.CPUNanos {
+		return "<unknown>"
+	}
+	milli := float64(b.CPUNanos-a.CPUNanos) / float64(tb.Sub(ta).Nanoseconds()) * 1000
+	return fmt.Sprintf("%dm", int64(milli+0.5))
+}
+
+func memory(b uint64) string { return fmt.Sprintf("%dMi", b>>20) }

@@ -31,6 +31,7 @@ Usage:
   podvisor get node [-o json|yaml]
   podvisor describe pod NAME [-n NAMESPACE]
   podvisor logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]
+  podvisor top pods [--containers] [-n NAMESPACE]
   podvisor delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]
   podvisor version
 
@@ -65,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDescribe(ctx, args[1:], stdout)
 	case "logs":
 		err = cmdLogs(ctx, args[1:], stdout)
+	case "top":
+		err = cmdTop(ctx, args[1:], stdout)
 	case "delete":
 		err = cmdDelete(ctx, args[1:], stdout, stderr)
 	case "version":

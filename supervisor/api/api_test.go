@@ -40,6 +40,10 @@ func (f *fakeBackend) Node() (*v1.Node, error) {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dev1"}}, nil
 }
 
+func (f *fakeBackend) Stats() ([]PodStats, error) {
+	return []PodStats{{Namespace: "default", Name: "web", Usage: Usage{CPUNanos: 5, MemoryWorkingSet: 7, Tasks: 1}}}, nil
+}
+
 func (f *fakeBackend) SetCondition(ns, name string, typ v1.PodConditionType, status bool) error {
 	if f.gates == nil {
 		f.gates = map[string]bool{}
@@ -201,6 +205,9 @@ func TestDeleteAndConditions(t *testing.T) {
 	}
 	if got := strings.Join(f.deleted, "; "); got != "default/web grace=5 force=false; default/web grace=0 force=true" {
 		t.Fatalf("backend saw %q", got)
+	}
+	if st, err := c.Stats(ctx); err != nil || len(st) != 1 || st[0].Usage.MemoryWorkingSet != 7 {
+		t.Fatalf("stats: %+v %v", st, err)
 	}
 	if err := c.SetCondition(ctx, "default", "web", "example.com/lb", true); err != nil || !f.gates["web/example.com/lb"] {
 		t.Fatalf("set condition: %v %v", err, f.gates)

@@ -158,3 +158,9 @@ func (c *Client) Node(ctx context.Context) (*v1.Node, error) {
 	var n v1.Node
 	return &n, c.getJSON(ctx, "/v1/node", nil, &n)
 }
+
+// Stats reads every running pod's usage.
+func (c *Client) Stats(ctx context.Context) ([]PodStats, error) {
+	var st []PodStats
+	return st, c.getJSON(ctx, "/v1/stats", nil, &st)
+}

@@ -8,6 +8,7 @@
 //	DELETE /v1/pods/{ns}/{name}?gracePeriod=N&force=1   DeleteResult
 //	PUT /v1/pods/{ns}/{name}/conditions/{type}  {"status":"True"|"False"}
 //	GET /v1/node                            v1.Node
+//	GET /v1/stats                           []PodStats
 //	GET /v1/version                         Version
 package api
 
@@ -53,6 +54,28 @@ type Version struct {
 	Platform  string `json:"platform"`
 }
 
+// PodStats is one pod's resource usage, from its cgroups.
+type PodStats struct {
+	Namespace  string           `json:"namespace"`
+	Name       string           `json:"name"`
+	Time       time.Time        `json:"time"`
+	Usage      Usage            `json:"usage"`
+	Containers []ContainerStats `json:"containers"`
+}
+
+// ContainerStats is one container's usage.
+type ContainerStats struct {
+	Name  string `json:"name"`
+	Usage Usage  `json:"usage"`
+}
+
+// Usage is cumulative CPU time, memory working set and tasks.
+type Usage struct {
+	CPUNanos         uint64 `json:"cpuNanos"`
+	MemoryWorkingSet uint64 `json:"memoryWorkingSetBytes"`
+	Tasks            uint64 `json:"tasks"`
+}
+
 // DeleteResult says what a delete did.
 type DeleteResult struct {
 	Source    string `json:"source"`
@@ -67,6 +90,8 @@ type Backend interface {
 	Delete(namespace, name string, grace *int64, force bool) (DeleteResult, error)
 	// Node describes the device.
 	Node() (*v1.Node, error)
+	// Stats reads every running pod's usage.
+	Stats() ([]PodStats, error)
 	// SetCondition sets a readiness-gate condition.
 	SetCondition(namespace, name string, typ v1.PodConditionType, status bool) error
 	// Pods returns the current pods, their version, and a channel closed
@@ -100,6 +125,14 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Version) })
 	mux.HandleFunc("GET /v1/pods", s.listPods)
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.Backend.Stats()
+		if err != nil {
+			httpError(w, http.StatusServiceUnavailable, "%v", err)
+			return
+		}
+		writeJSON(w, st)
+	})
 	mux.HandleFunc("GET /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		n, err := s.Backend.Node()
 		if err != nil {

@@ -144,3 +144,40 @@ func rmdirTree(dir string) {
 	}
 	os.Remove(dir)
 }
+
+func TestTopPods(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	d.start()
+	hog := filepath.Join(filepath.Dir(binary), "hog")
+	d.write("burner.yaml", processPod("burner", "Always", 2, "while :; do :; done"))
+	d.write("holder.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: holder}
+spec:
+  runtimeClassName: process
+  containers:
+  - {name: app, image: host, command: [%q, "-mb", "64", "-step", "16"]}
+`, hog))
+	d.waitPod("burner", 10*time.Second, running)
+	d.waitPod("holder", 10*time.Second, running)
+	time.Sleep(500 * time.Millisecond) // the holder allocates its 64 MiB
+	out, errOut, code := d.cli("top", "pods")
+	if code != 0 {
+		t.Fatalf("top pods: %s", errOut)
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Fields(line)
+		rows[f[0]] = f
+	}
+	cpu, _ := strconv.Atoi(strings.TrimSuffix(rows["burner"][1], "m"))
+	mem, _ := strconv.Atoi(strings.TrimSuffix(rows["holder"][2], "Mi"))
+	if cpu < 500 || mem < 60 {
+		t.Fatalf("burner cpu %dm (want most of a core), holder memory %dMi (want 64):\n%s", cpu, mem, out)
+	}
+	out, _, _ = d.cli("top", "pods", "--containers")
+	if !strings.Contains(out, "POD") || !strings.Contains(out, "burner") {
+		t.Fatalf("top pods --containers:\n%s", out)
+	}
+}
