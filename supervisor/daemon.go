@@ -60,6 +60,8 @@ type Config struct {
 	ConfigDir string
 	Node      NodeConfig
 	Eviction  EvictionConfig
+	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
+	ShutdownBuckets []ShutdownBucket
 }
 
 // Daemon supervises the pods of one device.
@@ -89,6 +91,7 @@ type Daemon struct {
 	// pressure holds the node conditions currently true.
 	pressure map[v1.NodeConditionType]bool
 	evict    *evictor
+	draining *drain
 	memory   int64 // the device's memory, for OOM scores
 }
 
@@ -216,12 +219,21 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
 			d.checkPressure(ctx)
 		case <-d.evict.recheck.C:
 			d.checkPressure(ctx)
+		case <-d.drainTimer():
 		case <-wake.C:
 		case <-persist.C:
 			persistPending = false
 			d.persist()
 		}
 	}
+}
+
+// drainTimer is the drain's timer channel, or nil (never ready).
+func (d *Daemon) drainTimer() <-chan time.Time {
+	if d.draining == nil {
+		return nil
+	}
+	return d.draining.timer.C
 }
 
 // step reconciles, executes the actions and publishes the new status. A
@@ -237,6 +249,7 @@ func (d *Daemon) step() {
 			break
 		}
 	}
+	d.advanceDrain()
 	d.publish(now)
 }
 

@@ -86,6 +86,9 @@ func (d *Daemon) allocatable(capacity v1.ResourceList) v1.ResourceList {
 func (d *Daemon) admitter() lifecycle.AdmitFunc {
 	alloc := d.allocatable(d.capacity())
 	return func(candidate *v1.Pod, held []*v1.Pod) lifecycle.Admission {
+		if d.draining != nil {
+			return lifecycle.Admission{Reason: "NodeShutdown", Message: "The node is draining (" + d.draining.reason + "); 'podvisor uncordon' admits pods again"}
+		}
 		var running []admission.Pod
 		for _, p := range held {
 			running = append(running, admission.FromPod(p))

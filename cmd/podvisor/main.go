@@ -32,6 +32,7 @@ Usage:
   podvisor describe pod NAME [-n NAMESPACE]
   podvisor logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]
   podvisor top pods [--containers] [-n NAMESPACE]
+  podvisor drain | uncordon
   podvisor delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]
   podvisor version
 
@@ -66,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDescribe(ctx, args[1:], stdout)
 	case "logs":
 		err = cmdLogs(ctx, args[1:], stdout)
+	case "drain", "uncordon":
+		err = cmdNode(ctx, args[0], args[1:], stdout)
 	case "top":
 		err = cmdTop(ctx, args[1:], stdout)
 	case "delete":
@@ -119,5 +122,30 @@ func cmdVersion(ctx context.Context, args []string, out io.Writer) error {
 	if v, err := newClient(*socket).Version(ctx); err == nil {
 		fmt.Fprintf(out, "daemon   %s (%s, %s)\n", v.Version, v.GoVersion, v.Platform)
 	}
+	return nil
+}
+
+// cmdNode drains the node (stops every pod by priority, lowest first, and
+// admits none) or uncordons it.
+func cmdNode(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	socket := fs.String("socket", defaultSocket, "daemon socket")
+	if pos, err := parseInterspersed(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", verb, pos[0])
+	}
+	c := newClient(*socket)
+	if verb == "drain" {
+		if err := c.Drain(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "node drained: no pod is running; 'podvisor uncordon' admits pods again")
+		return nil
+	}
+	if err := c.Uncordon(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "node uncordoned")
 	return nil
 }

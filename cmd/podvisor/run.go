@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -41,8 +43,12 @@ type fileConfig struct {
 		MaxSize  *resource.Quantity `json:"maxSize,omitempty"`
 		MaxFiles int                `json:"maxFiles,omitempty"`
 	} `json:"logs"`
-	ConfigDir string `json:"configDir,omitempty"`
-	Node      struct {
+	ConfigDir                        string `json:"configDir,omitempty"`
+	ShutdownGracePeriodByPodPriority []struct {
+		Priority                   int32 `json:"priority"`
+		ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
+	} `json:"shutdownGracePeriodByPodPriority,omitempty"`
+	Node struct {
 		MaxPods          int64           `json:"maxPods,omitempty"`
 		SystemReserved   v1.ResourceList `json:"systemReserved,omitempty"`
 		PodvisorReserved v1.ResourceList `json:"podvisorReserved,omitempty"`
@@ -149,6 +155,18 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { apiErr <- srv.Serve(apiCtx, fc.Socket) }()
 	log.Info("local API listening", "socket", fc.Socket)
 
+	// SIGPWR is how a UPS daemon or init without systemd announces a
+	// power loss: stop pods by priority while there is time.
+	power := make(chan os.Signal, 1)
+	signal.Notify(power, syscall.SIGPWR)
+	go func() {
+		for range power {
+			log.Warn("SIGPWR: draining the node")
+			if err := d.Drain("SIGPWR"); err != nil {
+				log.Error("drain", "err", err)
+			}
+		}
+	}()
 	runErr := d.Run(ctx)
 	stopAPI()
 	if runErr != nil {
@@ -251,13 +269,21 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if maxPods < 0 {
 		return supervisor.Config{}, fmt.Errorf("config node.maxPods: must be positive, got %d", maxPods)
 	}
+	var buckets []supervisor.ShutdownBucket
+	for i, b := range fc.ShutdownGracePeriodByPodPriority {
+		if b.ShutdownGracePeriodSeconds < 0 {
+			return supervisor.Config{}, fmt.Errorf("config shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds: must be >= 0", i)
+		}
+		buckets = append(buckets, supervisor.ShutdownBucket{Priority: b.Priority, GracePeriod: time.Duration(b.ShutdownGracePeriodSeconds) * time.Second})
+	}
 	configDir := fc.ConfigDir
 	if configDir == "" {
 		configDir = "/etc/podvisor"
 	}
 	return supervisor.Config{
-		ConfigDir: configDir,
-		Eviction:  evCfg,
+		ConfigDir:       configDir,
+		Eviction:        evCfg,
+		ShutdownBuckets: buckets,
 		Node: supervisor.NodeConfig{MaxPods: maxPods, SystemReserved: fc.Node.SystemReserved,
 			PodvisorReserved: fc.Node.PodvisorReserved, EvictionHard: hard, Version: version},
 		CgroupRoot:          cgRoot,

@@ -44,6 +44,9 @@ func (f *fakeBackend) Stats() ([]PodStats, error) {
 	return []PodStats{{Namespace: "default", Name: "web", Usage: Usage{CPUNanos: 5, MemoryWorkingSet: 7, Tasks: 1}}}, nil
 }
 
+func (f *fakeBackend) Drain(string) error { return nil }
+func (f *fakeBackend) Uncordon() error    { return nil }
+
 func (f *fakeBackend) SetCondition(ns, name string, typ v1.PodConditionType, status bool) error {
 	if f.gates == nil {
 		f.gates = map[string]bool{}

@@ -164,3 +164,21 @@ func (c *Client) Stats(ctx context.Context) ([]PodStats, error) {
 	var st []PodStats
 	return st, c.getJSON(ctx, "/v1/stats", nil, &st)
 }
+
+// Drain stops every pod by priority bucket; it returns when none runs.
+func (c *Client) Drain(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/node/drain", nil, nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// Uncordon admits pods again after a drain.
+func (c *Client) Uncordon(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/node/uncordon", nil, nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}

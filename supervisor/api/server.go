@@ -9,6 +9,7 @@
 //	PUT /v1/pods/{ns}/{name}/conditions/{type}  {"status":"True"|"False"}
 //	GET /v1/node                            v1.Node
 //	GET /v1/stats                           []PodStats
+//	POST /v1/node/drain, /v1/node/uncordon
 //	GET /v1/version                         Version
 package api
 
@@ -92,6 +93,10 @@ type Backend interface {
 	Node() (*v1.Node, error)
 	// Stats reads every running pod's usage.
 	Stats() ([]PodStats, error)
+	// Drain stops every pod by priority bucket and admits none until
+	// Uncordon; it returns when no pod runs.
+	Drain(reason string) error
+	Uncordon() error
 	// SetCondition sets a readiness-gate condition.
 	SetCondition(namespace, name string, typ v1.PodConditionType, status bool) error
 	// Pods returns the current pods, their version, and a channel closed
@@ -125,6 +130,20 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Version) })
 	mux.HandleFunc("GET /v1/pods", s.listPods)
+	mux.HandleFunc("POST /v1/node/drain", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Backend.Drain("podvisor drain"); err != nil {
+			httpError(w, http.StatusConflict, "%v", err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/node/uncordon", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Backend.Uncordon(); err != nil {
+			httpError(w, http.StatusConflict, "%v", err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Backend.Stats()
 		if err != nil {

@@ -527,14 +527,21 @@ func (m *Machine) holding() []*v1.Pod {
 // Evict ends an instance Failed with reason Evicted under node pressure,
 // giving its containers grace (1s for hard thresholds) before SIGKILL.
 func (m *Machine) Evict(uid types.UID, message string, grace time.Duration, now time.Time) []Action {
+	return m.Fail(uid, "Evicted", message, grace, now)
+}
+
+// Fail ends a running instance Failed with a reason (Evicted, Terminated
+// for a node shutdown), stopping its containers within grace. It does not
+// restart while its pod stays desired.
+func (m *Machine) Fail(uid types.UID, reason, message string, grace time.Duration, now time.Time) []Action {
 	in := m.instances[uid]
 	if in == nil || in.Failed != nil || in.Terminating {
 		return nil
 	}
-	in.Failed = &Failure{Reason: "Evicted", Message: message}
+	in.Failed = &Failure{Reason: reason, Message: message}
 	in.GraceDeadline = now.Add(grace)
 	m.touch(uid)
-	acts := []Action{record(in, "Warning", "Evicted", message)}
+	acts := []Action{record(in, "Warning", reason, message)}
 	return append(acts, m.sync(in, now)...)
 }
 

@@ -1,0 +1,161 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+)
+
+// ShutdownBucket is one step of a graceful node shutdown: pods with
+// priority from Priority up to the next bucket's get GracePeriod.
+type ShutdownBucket struct {
+	Priority    int32
+	GracePeriod time.Duration
+}
+
+// DefaultShutdownBuckets stops non-critical pods within 20 s, then critical
+// ones within 10 s, as shutdownGracePeriod 30s with
+// shutdownGracePeriodCriticalPods 10s do in the kubelet.
+func DefaultShutdownBuckets() []ShutdownBucket {
+	return []ShutdownBucket{{Priority: 0, GracePeriod: 20 * time.Second}, {Priority: 2000000000, GracePeriod: 10 * time.Second}}
+}
+
+// drain is a node shutdown or drain in progress.
+type drain struct {
+	reason   string
+	buckets  []ShutdownBucket
+	next     int       // bucket to start next
+	deadline time.Time // when the current bucket's time is up
+	current  []types.UID
+	timer    *time.Timer
+	done     chan struct{}
+}
+
+// shutdownMessage is the kubelet's message for pods stopped by a node
+// shutdown.
+const shutdownMessage = "Pod was terminated in response to imminent node shutdown."
+
+// Drain stops every pod, lowest priority bucket first, and admits nothing
+// until Uncordon. It returns once every pod has ended, or the buckets'
+// time is up.
+func (d *Daemon) Drain(reason string) error {
+	var done chan struct{}
+	err := d.do(func() error {
+		if d.draining != nil {
+			done = d.draining.done
+			return nil
+		}
+		buckets := append([]ShutdownBucket(nil), d.cfg.ShutdownBuckets...)
+		if len(buckets) == 0 {
+			buckets = DefaultShutdownBuckets()
+		}
+		sort.Slice(buckets, func(i, j int) bool { return buckets[i].Priority < buckets[j].Priority })
+		d.draining = &drain{reason: reason, buckets: buckets, timer: time.NewTimer(time.Hour), done: make(chan struct{})}
+		d.log.Warn("draining the node: stopping pods by priority, lowest first", "reason", reason)
+		done = d.draining.done
+		d.advanceDrain()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// Uncordon ends a drain: pods are admitted again (those stopped by it stay
+// Failed until their manifest changes, as after an eviction).
+func (d *Daemon) Uncordon() error {
+	return d.do(func() error {
+		if d.draining == nil {
+			return errors.New("the node is not draining")
+		}
+		select {
+		case <-d.draining.done:
+		default:
+			return errors.New("the drain is still in progress")
+		}
+		d.draining = nil
+		d.log.Info("node uncordoned: admitting pods again")
+		return nil
+	})
+}
+
+// advanceDrain starts the next bucket once the current one is done or out
+// of time. It runs on the loop goroutine after every step and timer.
+func (d *Daemon) advanceDrain() {
+	dr := d.draining
+	if dr == nil {
+		return
+	}
+	select {
+	case <-dr.done:
+		return
+	default:
+	}
+	now := d.now()
+	if d.anyLive(dr.current) && now.Before(dr.deadline) {
+		return
+	}
+	for dr.next < len(dr.buckets) {
+		b := dr.buckets[dr.next]
+		upper := int32(1<<31 - 1)
+		if dr.next+1 < len(dr.buckets) {
+			upper = dr.buckets[dr.next+1].Priority
+		}
+		dr.next++
+		dr.current = nil
+		for _, in := range d.machine.Instances() {
+			p := priorityOf(in)
+			if in.Live() && in.Failed == nil && !in.Terminating && (p >= b.Priority || dr.next == 1) && p < upper {
+				dr.current = append(dr.current, in.UID())
+				d.execute(d.machine.Fail(in.UID(), "Terminated", fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
+			}
+		}
+		if len(dr.current) > 0 {
+			dr.deadline = now.Add(b.GracePeriod)
+			resetTimer(dr.timer, dr.deadline, now)
+			d.log.Info("stopping a shutdown bucket", "fromPriority", b.Priority, "pods", len(dr.current), "grace", b.GracePeriod)
+			return
+		}
+	}
+	if !d.anyLive(nil) {
+		close(dr.done)
+		d.log.Warn("drain complete: no pod is running")
+		return
+	}
+	// Pods not in any bucket's range are gone through the last bucket;
+	// what still runs is being killed.
+	resetTimer(dr.timer, now.Add(100*time.Millisecond), now)
+}
+
+func priorityOf(in *lifecycle.Instance) int32 {
+	if p := in.Pod.Spec.Priority; p != nil {
+		return *p
+	}
+	return 0
+}
+
+// anyLive reports whether any of the instances (all, when uids is nil)
+// still has a process.
+func (d *Daemon) anyLive(uids []types.UID) bool {
+	if uids == nil {
+		for _, in := range d.machine.Instances() {
+			if in.Live() {
+				return true
+			}
+		}
+		return false
+	}
+	for _, uid := range uids {
+		if in := d.machine.Instance(uid); in != nil && in.Live() {
+			return true
+		}
+	}
+	return false
+}
