@@ -38,7 +38,7 @@ func hasCapability(bit uint) bool {
 // setupCgroups detects the hierarchy and creates the QoS tiers and the
 // cgroup shims live in (so no shim is charged to a container).
 func (d *Daemon) setupCgroups() error {
-	if !hasCapability(capSysResource) {
+	if !hasCapability(capSysResource) && os.Geteuid() == 0 {
 		d.log.Warn("without CAP_SYS_RESOURCE, negative oom_score_adj (Guaranteed pods: -997) cannot be set; those containers keep the daemon's score")
 	}
 	if d.cfg.CgroupRoot == "" {
@@ -46,13 +46,21 @@ func (d *Daemon) setupCgroups() error {
 		return nil
 	}
 	drv, err := cgroups.Detect(d.cfg.CgroupMount)
-	if err != nil {
-		return fmt.Errorf("cgroups: %w (set cgroups.root to \"\" to run without them)", err)
-	}
-	for _, p := range append(cgroups.QoSPaths(d.cfg.CgroupRoot), d.shimCgroup()) {
-		if err := drv.Ensure(p, resources.Limits{}); err != nil {
-			return err
+	if err == nil {
+		for _, p := range append(cgroups.QoSPaths(d.cfg.CgroupRoot), d.shimCgroup()) {
+			if err = drv.Ensure(p, resources.Limits{}); err != nil {
+				break
+			}
 		}
+	}
+	if err != nil {
+		if os.Geteuid() != 0 {
+			// A developer trying podvisor unprivileged (make demo): run,
+			// but say plainly that nothing is enforced.
+			d.log.Warn("running unprivileged without cgroups: resource limits, OOM kill detection and stats are off", "err", err)
+			return nil
+		}
+		return fmt.Errorf("cgroups: %w (set cgroups.root to \"\" to run without them)", err)
 	}
 	d.cg = drv
 	d.log.Info("cgroups ready", "version", drv.Version(), "root", d.cfg.CgroupRoot)
