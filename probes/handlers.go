@@ -128,19 +128,28 @@ func dialer(timeout time.Duration) *net.Dialer {
 	}}
 }
 
-// TCP succeeds when a connection to the port opens.
-func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Duration) error {
-	port, err := resolvePort(a.Port, t.Ports)
+// address is host:port for a handler: its own host or the target's, its
+// port by number or by the container port's name.
+func (t Target) address(host string, port intstr.IntOrString) (string, error) {
+	n, err := resolvePort(port, t.Ports)
 	if err != nil {
-		return err
+		return "", err
 	}
-	host := a.Host
 	if host == "" {
 		host = t.Host
 	}
+	return net.JoinHostPort(host, strconv.Itoa(n)), nil
+}
+
+// TCP succeeds when a connection to the port opens.
+func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Duration) error {
+	addr, err := t.address(a.Host, a.Port)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := dialer(timeout).DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	conn, err := dialer(timeout).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -160,19 +169,15 @@ func httpTransport(timeout time.Duration) *http.Transport {
 
 // HTTPGet succeeds on a status from 200 to 399.
 func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) error {
-	port, err := resolvePort(a.Port, t.Ports)
+	addr, err := t.address(a.Host, a.Port)
 	if err != nil {
 		return err
-	}
-	host := a.Host
-	if host == "" {
-		host = t.Host
 	}
 	scheme := "http"
 	if a.Scheme == v1.URISchemeHTTPS {
 		scheme = "https"
 	}
-	u := &url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}
+	u := &url.URL{Scheme: scheme, Host: addr}
 	if ref, err := url.Parse(a.Path); err == nil {
 		u = u.ResolveReference(ref)
 	}
