@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -109,6 +111,7 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 	if reclaim {
 		d.log.Info("disk pressure: reclaiming finished containers and rotated logs first")
 		d.gcDevice()
+		d.removeRotatedLogs()
 		e.reclaimed = true
 		return
 	}
@@ -146,7 +149,37 @@ func (d *Daemon) podStats() []eviction.PodStats {
 				ps.MemoryUsage, ps.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 			}
 		}
+		// A process pod's own disk use is its logs.
+		ps.DiskUsage = dirSize(d.podLogDir(p))
 		out = append(out, ps)
 	}
 	return out
+}
+
+// removeRotatedLogs deletes every rotated log file (name.log.N). Shims only
+// write the current file, so this is safe under running containers.
+func (d *Daemon) removeRotatedLogs() {
+	rotated, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*", "*", "*.log.[0-9]*"))
+	for _, f := range rotated {
+		if err := os.Remove(f); err != nil {
+			d.log.Warn("removing rotated log", "file", f, "err", err)
+		}
+	}
+	if len(rotated) > 0 {
+		d.log.Info("removed rotated logs under disk pressure", "files", len(rotated))
+	}
+}
+
+// dirSize adds up the sizes of the files below dir.
+func dirSize(dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			if info, err := e.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return total
 }

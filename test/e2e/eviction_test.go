@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,5 +81,40 @@ spec:
 	out, _, _ := d.cli("get", "pods")
 	if !strings.Contains(out, "Evicted") {
 		t.Fatalf("get pods:\n%s", out)
+	}
+}
+
+func TestDiskPressureReclaimsLogsThenEvicts(t *testing.T) {
+	d := newDaemon(t)
+	d.withConfig("logs: {maxSize: 4Ki, maxFiles: 3}\n")
+	d.start()
+	d.write("chatty.yaml", processPod("chatty", "Always", 2, "i=0; while [ $i -lt 400 ]; do echo line-$i-padding-padding-padding; i=$((i+1)); done; exec sleep 1000"))
+	d.waitPod("chatty", 10*time.Second, running)
+	waitFor(t, func() bool {
+		rotated, _ := filepath.Glob(filepath.Join(d.data, "logs", "*", "*", "*.log.[0-9]*"))
+		return len(rotated) > 0
+	})
+	// The running pod is adopted by a daemon with a threshold no disk can
+	// meet: DiskPressure from its first look.
+	d.stop(syscall.SIGTERM)
+	d.config = ""
+	d.withConfig("eviction: {hard: {nodefs.available: \"99%\"}, monitorPeriod: 200ms}\nlogs: {maxSize: 4Ki, maxFiles: 3}\n")
+	d.start()
+	p := d.waitPod("chatty", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Reason == "Evicted" })
+	if !strings.Contains(p.Status.Message, "ephemeral-storage") {
+		t.Fatalf("message = %q", p.Status.Message)
+	}
+	rotated, _ := filepath.Glob(filepath.Join(d.data, "logs", "*", "*", "*.log.[0-9]*"))
+	if len(rotated) != 0 {
+		t.Fatalf("rotated logs were not reclaimed: %v", rotated)
+	}
+	out, _, _ := d.cli("get", "node")
+	if !strings.Contains(out, "DiskPressure") {
+		t.Fatalf("get node:\n%s", out)
+	}
+	d.write("late.yaml", processPod("late", "Always", 2, "exec sleep 1000"))
+	late := d.waitPod("late", 10*time.Second, func(p *v1.Pod) bool { return p.Status.Reason != "" })
+	if late.Status.Reason != "Evicted" || !strings.Contains(late.Status.Message, "DiskPressure") {
+		t.Fatalf("admission under disk pressure: %s %q", describePod(late), late.Status.Message)
 	}
 }
