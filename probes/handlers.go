@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -156,15 +157,22 @@ func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Dura
 	return conn.Close()
 }
 
-// httpTransport makes one connection per request, as the kubelet's probes
-// do, and does not verify certificates (nor does the kubelet).
+// transports are shared by every probe with the same timeout: each makes
+// one connection per request (no keep-alive, as the kubelet's probes), so
+// sharing is safe and saves building a transport for every probe.
+var transports sync.Map // time.Duration -> *http.Transport
+
+// httpTransport does not verify certificates (nor does the kubelet).
 func httpTransport(timeout time.Duration) *http.Transport {
-	return &http.Transport{
+	if t, ok := transports.Load(timeout); ok {
+		return t.(*http.Transport)
+	}
+	t, _ := transports.LoadOrStore(timeout, &http.Transport{
 		DialContext:       dialer(timeout).DialContext,
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes never verify, like the kubelet
-		Proxy:             nil,
-	}
+	})
+	return t.(*http.Transport)
 }
 
 // HTTPGet succeeds on a status from 200 to 399.
@@ -196,9 +204,7 @@ func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 		}
 		req.Header.Add(h.Name, h.Value)
 	}
-	tr := httpTransport(timeout)
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: timeout}).Do(req)
+	resp, err := (&http.Client{Transport: httpTransport(timeout), Timeout: timeout}).Do(req)
 	if err != nil {
 		return err
 	}

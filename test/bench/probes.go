@@ -38,7 +38,7 @@ func (b *bench) probeCost(count int, window time.Duration) error {
 		if err := b.waitReady(count); err != nil {
 			return fmt.Errorf("%s: %w", h.name, err)
 		}
-		time.Sleep(2 * time.Second) // past the start-up burst
+		time.Sleep(3 * time.Second) // past the start-up burst
 		self0, kids0 := cpuTicks(b.cmd.Process.Pid)
 		time.Sleep(window)
 		self1, kids1 := cpuTicks(b.cmd.Process.Pid)
@@ -62,9 +62,13 @@ func (b *bench) waitReady(count int) error {
 		if err != nil {
 			return err
 		}
-		ready := 0
+		ready, leaving := 0, 0
 		for _, p := range list.Items {
-			if !strings.HasPrefix(p.Name, "probed-") || p.DeletionTimestamp != nil {
+			if p.DeletionTimestamp != nil {
+				leaving++ // the previous handler's pods are still stopping
+				continue
+			}
+			if !strings.HasPrefix(p.Name, "probed-") {
 				continue
 			}
 			for _, c := range p.Status.Conditions {
@@ -73,7 +77,7 @@ func (b *bench) waitReady(count int) error {
 				}
 			}
 		}
-		if ready == count {
+		if ready == count && leaving == 0 {
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
