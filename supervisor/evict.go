@@ -63,7 +63,9 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 			}
 		}
 	}
-	if err := e.notifier.PSI(ctx, 100*time.Millisecond, time.Second); err != nil {
+	// A 2 s window: without CAP_SYS_RESOURCE (dropped in some sandboxes
+	// even for root) kernels accept only multiples of 2 s.
+	if err := e.notifier.PSI(ctx, 150*time.Millisecond, 2*time.Second); err != nil {
 		d.log.Warn("no PSI trigger; memory pressure is seen through thresholds and the periodic check", "err", err)
 	}
 	e.notifier.Every(ctx, c.MonitorPeriod)

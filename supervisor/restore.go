@@ -40,10 +40,13 @@ func (d *Daemon) restore() error {
 		in := d.machine.Instance(uid)
 		if in == nil || in.Container(name) == nil {
 			if r.Alive {
-				// Its pod's record was lost: stop it rather than risk a
-				// second copy when the pod is started afresh.
-				d.log.Warn("stopping an instance no record knows", "instance", id)
-				d.rt.Kill(id)
+				// Its pod's record was lost (the daemon died between the
+				// fork and the write). It must be gone before its pod
+				// can start afresh, so it becomes an instance of its
+				// own that is being killed: that blocks the pod's name
+				// until its processes are gone, as any old instance does.
+				d.log.Warn("killing an instance no record knows", "instance", id)
+				d.machine.RestoreOrphan(uid, r.Spec.PodNamespace, r.Spec.PodName, name, id, r.Spec.Attempt, now)
 			} else {
 				d.rt.Remove(id)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -55,6 +56,25 @@ func (m *Machine) Restore(in *Instance, now time.Time) {
 		}
 	}
 	m.touch(in.UID())
+}
+
+// RestoreOrphan records a live container instance whose pod instance has
+// no record. It is killed at once, and until it is gone no instance of its
+// pod (namespace/name) starts.
+func (m *Machine) RestoreOrphan(uid types.UID, namespace, name, container, instanceID string, attempt int, now time.Time) {
+	in := m.instances[uid]
+	if in == nil {
+		in = &Instance{
+			Pod:     &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: uid}},
+			Created: now, StartTime: now, Initialized: true,
+			Terminating: true, TerminationStart: now, GraceDeadline: now, Force: true,
+		}
+		m.instances[uid] = in
+	}
+	in.Pod.Spec.Containers = append(in.Pod.Spec.Containers, v1.Container{Name: container})
+	in.Containers = append(in.Containers, &Container{Name: container, Kind: RegularKind, Phase: Running,
+		InstanceID: instanceID, Attempt: attempt, StartedAt: now, StartupPassed: true})
+	m.touch(uid)
 }
 
 // SandboxLost tells the machine every process of an instance is gone

@@ -184,7 +184,9 @@ func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
 		return fmt.Errorf("PSI: %w", err)
 	}
 	trigger := fmt.Sprintf("some %d %d", stall.Microseconds(), window.Microseconds())
-	if _, err := unix.Write(fd, []byte(trigger)); err != nil {
+	// With its NUL: the kernel overwrites the buffer's last byte with one,
+	// which would otherwise cut the window's last digit.
+	if _, err := unix.Write(fd, append([]byte(trigger), 0)); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("PSI trigger %q: %w", trigger, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,6 +41,20 @@ spec:
 // workloads counts live (non-zombie) processes per chaos tag.
 func workloads() map[string]int {
 	counts := map[string]int{}
+	for tag, owners := range workloadOwners() {
+		counts[tag] = len(owners)
+	}
+	return counts
+}
+
+// workloadOwners lists, per chaos tag, each live copy's pid and the
+// instance its parent shim runs, to say which instances overlapped. A
+// shell forking to run a command has a child with its own command line
+// until the exec: such a child of a copy is part of that copy, not a
+// second one.
+func workloadOwners() map[string][]string {
+	type proc struct{ tag, ppid, owner string }
+	copies := map[string]proc{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		data, err := os.ReadFile(p)
@@ -51,9 +66,26 @@ func workloads() map[string]int {
 		if strings.Contains(string(stat), ") Z ") {
 			continue
 		}
-		counts[args[3]]++
+		pid := filepath.Base(filepath.Dir(p))
+		owner := "pid " + pid
+		if fields := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:]); len(fields) > 1 {
+			parent, _ := os.ReadFile("/proc/" + fields[1] + "/cmdline")
+			owner += " shim " + filepath.Base(strings.TrimRight(strings.ReplaceAll(string(parent), "\x00", " "), " "))
+		}
+		ppid := ""
+		if fields := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:]); len(fields) > 1 {
+			ppid = fields[1]
+		}
+		copies[pid] = proc{tag: args[3], ppid: ppid, owner: owner}
 	}
-	return counts
+	owners := map[string][]string{}
+	for _, p := range copies {
+		if parent, ok := copies[p.ppid]; ok && parent.tag == p.tag {
+			continue // a fork of the copy, not a copy
+		}
+		owners[p.tag] = append(owners[p.tag], p.owner)
+	}
+	return owners
 }
 
 func TestChaosAtMostOnce(t *testing.T) {
@@ -80,10 +112,10 @@ func TestChaosAtMostOnce(t *testing.T) {
 				return
 			default:
 			}
-			for tag, n := range workloads() {
-				if n > 1 {
+			for tag, owners := range workloadOwners() {
+				if len(owners) > 1 {
 					mu.Lock()
-					violations = append(violations, fmt.Sprintf("%d copies of %s", n, tag))
+					violations = append(violations, fmt.Sprintf("%d copies of %s: %v", len(owners), tag, owners))
 					mu.Unlock()
 				}
 			}
@@ -149,7 +181,20 @@ func TestChaosAtMostOnce(t *testing.T) {
 			d.remove(fmt.Sprintf("chaos-%d.yaml", i))
 		}
 	}
-	waitFor(t, func() bool { return len(workloads()) == 0 && countShims(t, d) == 0 })
+	deadline := time.Now().Add(15 * time.Second)
+	for len(workloads()) > 0 || countShims(t, d) > 0 {
+		if time.Now().After(deadline) {
+			out, _ := exec.Command("ps", "-eo", "pid,ppid,stat,args").Output()
+			var left []string
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, "77770") || strings.Contains(line, "podvisor-shim") {
+					left = append(left, line)
+				}
+			}
+			t.Fatalf("left behind after every pod was removed:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	close(stop)
 	scans := <-observed
 	mu.Lock()

@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -277,6 +279,9 @@ func (r *Runtime) recoverOne(id string) (Recovered, bool) {
 			r.watch(in)
 			return rec, true
 		}
+		// A locked instance is alive, whatever it failed to say: it may
+		// not be written off while it could still start its container.
+		r.killUndescribed(id, lock)
 	}
 	// Nobody holds the lock: the shim is gone.
 	st := r.exitStatus(id)
@@ -284,11 +289,37 @@ func (r *Runtime) recoverOne(id string) (Recovered, bool) {
 	return rec, true
 }
 
+// killUndescribed kills the shim of a locked instance that never wrote its
+// state (its container dies with it through the parent-death signal), and
+// waits until the lock is free.
+func (r *Runtime) killUndescribed(id string, lock *os.File) {
+	dir := r.instanceDir(id)
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range cmdlines {
+		data, err := os.ReadFile(c)
+		if err != nil || !strings.HasSuffix(strings.TrimRight(string(data), "\x00"), "\x00"+dir) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(c))); err == nil {
+			r.log.Warn("killing a shim that never described itself", "instance", id, "pid", pid)
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			return
+		}
+		time.Sleep(wait)
+	}
+	r.log.Error("an instance lock stays held after its shim was killed", "instance", id)
+}
+
 // adopt finds the live shim of an instance whose lock is held.
 func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
 	path := filepath.Join(r.instanceDir(id), shim.StateFile)
-	// A shim that was just forked writes its state within milliseconds.
-	for wait := time.Millisecond; wait < 2*time.Second; wait *= 2 {
+	// A shim that was just forked writes its state within milliseconds;
+	// a loaded machine may take longer.
+	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
 		var ss shim.State
 		if err := shim.ReadJSON(path, &ss); err == nil {
 			fd, err := openPidfd(ss.ShimPid, ss.ShimStart)
