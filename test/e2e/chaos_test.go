@@ -90,7 +90,7 @@ func workloadOwners() map[string][]string {
 
 func TestChaosAtMostOnce(t *testing.T) {
 	if testing.Short() {
-		t.Skip("chaos test runs in the full suite (make test)")
+		t.Skip("skipped under -short (testing.Short): the chaos test runs in the full suite, make test")
 	}
 	d := newDaemon(t)
 	d.start()
