@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -139,21 +138,4 @@ func (d *Daemon) removeCgroups(uid types.UID) {
 			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)
 		}
 	}
-}
-
-// memTotal is the device's memory in bytes.
-func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

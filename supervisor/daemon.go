@@ -23,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
@@ -143,7 +144,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
 	}
-	d.memory = memTotal()
+	d.memory = pressure.MemTotal()
 	if err := d.setupCgroups(); err != nil {
 		return err
 	}

@@ -89,6 +89,15 @@ func RootUsage(cg string) (usage, inactive int64, err error) {
 	return usage, inactive, s.Err()
 }
 
+// MemTotal is the device's memory in bytes (0 if unknown).
+func MemTotal() int64 {
+	info, err := meminfo()
+	if err != nil {
+		return 0
+	}
+	return info["MemTotal"]
+}
+
 func meminfo() (map[string]int64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
