@@ -180,7 +180,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
-	d.loop(ctx, manifests)
+	d.loop(ctx, manifests, nil)
 	if d.cfg.StopPodsOnExit {
 		d.stopAll()
 	}
@@ -188,14 +188,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop is the one goroutine that owns the machine.
-func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State) {
+// loop is the one goroutine that owns the machine. It runs until ctx ends
+// or, when done is given, until done reports true after a step.
+func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done func() bool) {
 	wake := time.NewTimer(time.Hour)
 	persist := time.NewTimer(time.Hour)
 	persist.Stop()
 	persistPending := false
 	for {
 		d.step()
+		if done != nil && done() {
+			return
+		}
 		if !persistPending && d.machine.Dirty() {
 			persist.Reset(d.cfg.PersistDelay)
 			persistPending = true
@@ -279,28 +283,14 @@ func (d *Daemon) do(fn func() error) error {
 }
 
 // stopAll terminates every pod and waits for them, bounded by the longest
-// grace period plus a margin.
+// grace period plus a margin. Manifests are no longer read; everything
+// else (exits, hooks, API requests) is served as usual.
 func (d *Daemon) stopAll() {
 	d.log.Info("stopping all pods before exit")
 	d.machine.SetDesired(nil)
-	deadline := time.Now().Add(d.longestGrace() + 5*time.Second)
-	for len(d.machine.Instances()) > 0 && time.Now().Before(deadline) {
-		d.step()
-		wait := time.Until(d.machine.NextWake())
-		if d.machine.NextWake().IsZero() || wait > time.Second {
-			wait = time.Second
-		}
-		select {
-		case x := <-d.rt.Exits():
-			d.exited(x)
-		case r := <-d.started:
-			d.startDone(r)
-		case r := <-d.hooks:
-			d.hookDone(r)
-		case <-time.After(wait):
-		}
-	}
-	d.step()
+	ctx, cancel := context.WithTimeout(context.Background(), d.longestGrace()+5*time.Second)
+	defer cancel()
+	d.loop(ctx, nil, func() bool { return len(d.machine.Instances()) == 0 })
 }
 
 func (d *Daemon) longestGrace() time.Duration {
