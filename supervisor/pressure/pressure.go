@@ -186,7 +186,9 @@ func (n *Notifier) Every(ctx context.Context, d time.Duration) {
 
 // PSI pokes when tasks stall on memory for stall within every window
 // (a PSI trigger on /proc/pressure/memory). The poll for POLLPRI needs a
-// thread of its own: Go's poller does not wait for priority events.
+// thread of its own, since Go's poller does not wait for priority events;
+// it sleeps in the kernel until the trigger fires or ctx ends (an eventfd
+// in the same poll set), never on a timer.
 func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
 	fd, err := unix.Open("/proc/pressure/memory", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -199,20 +201,34 @@ func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
 		unix.Close(fd)
 		return fmt.Errorf("PSI trigger %q: %w", trigger, err)
 	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		unix.Write(stop, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	}()
 	go func() {
 		defer unix.Close(fd)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
-		for ctx.Err() == nil {
-			k, err := unix.Poll(fds, 1000) // wakes each second only to notice ctx
-			if err != nil && !errors.Is(err, unix.EINTR) {
+		defer unix.Close(stop)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}, {Fd: int32(stop), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != nil {
+				if errors.Is(err, unix.EINTR) {
+					continue
+				}
 				n.log.Warn("PSI trigger stopped", "err", err)
 				return
 			}
-			if k > 0 && fds[0].Revents&unix.POLLERR != 0 {
+			switch {
+			case fds[1].Revents != 0:
+				return
+			case fds[0].Revents&unix.POLLERR != 0:
 				n.log.Warn("PSI trigger source gone")
 				return
-			}
-			if k > 0 && fds[0].Revents&unix.POLLPRI != 0 {
+			case fds[0].Revents&unix.POLLPRI != 0:
 				n.poke()
 			}
 		}

@@ -1,0 +1,56 @@
+package pressure
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/eviction"
+)
+
+func TestObserveReadsSignals(t *testing.T) {
+	obs := Observer{FsPath: t.TempDir()}.Observe()
+	for _, s := range []eviction.Signal{eviction.MemoryAvailable, eviction.NodeFsAvailable, eviction.NodeFsInodesFree, eviction.PIDAvailable} {
+		o, ok := obs[s]
+		if !ok || o.Capacity <= 0 || o.Available <= 0 || o.Available > o.Capacity {
+			t.Errorf("%s = %+v (present %v)", s, o, ok)
+		}
+	}
+}
+
+func TestPSITriggerStopsWithItsContext(t *testing.T) {
+	if _, err := os.Stat("/proc/pressure/memory"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI prerequisite missing: PSI: %v", err)
+		}
+		t.Skipf("no PSI (fails in CI): %v", err)
+	}
+	n := NewNotifier(slog.Default())
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := n.PSI(ctx, 150*time.Millisecond, 2*time.Second); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI prerequisite missing: PSI trigger: %v", err)
+		}
+		t.Skipf("PSI trigger not permitted here (fails in CI): %v", err)
+	}
+	before := countFDs(t)
+	cancel()
+	// The watcher leaves its poll at once and closes its two descriptors.
+	deadline := time.Now().Add(2 * time.Second)
+	for countFDs(t) > before-2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the PSI watcher did not stop: %d descriptors, had %d", countFDs(t), before)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
