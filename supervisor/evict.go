@@ -10,6 +10,7 @@ import (
 
 	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/resources"
@@ -134,10 +135,7 @@ func (d *Daemon) podStats() []eviction.PodStats {
 			continue
 		}
 		p := in.Pod
-		var prio int32
-		if p.Spec.Priority != nil {
-			prio = *p.Spec.Priority
-		}
+		prio := lifecycle.PriorityOf(p)
 		req := resources.PodRequests(p)
 		ps := eviction.PodStats{
 			UID: p.UID, Name: in.Key(), Priority: prio, Critical: priority.IsCritical(prio),

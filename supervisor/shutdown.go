@@ -111,7 +111,7 @@ func (d *Daemon) advanceDrain() {
 		dr.next++
 		dr.current = nil
 		for _, in := range d.machine.Instances() {
-			p := priorityOf(in)
+			p := lifecycle.PriorityOf(in.Pod)
 			if in.Live() && in.Failed == nil && !in.Terminating && (p >= b.Priority || dr.next == 1) && p < upper {
 				dr.current = append(dr.current, in.UID())
 				d.execute(d.machine.Fail(in.UID(), "Terminated", fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
@@ -132,13 +132,6 @@ func (d *Daemon) advanceDrain() {
 	// Pods not in any bucket's range are gone through the last bucket;
 	// what still runs is being killed.
 	resetTimer(dr.timer, now.Add(100*time.Millisecond), now)
-}
-
-func priorityOf(in *lifecycle.Instance) int32 {
-	if p := in.Pod.Spec.Priority; p != nil {
-		return *p
-	}
-	return 0
 }
 
 // anyLive reports whether any of the instances (all, when uids is nil)

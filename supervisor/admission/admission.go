@@ -33,12 +33,8 @@ type Pod struct {
 
 // FromPod builds the admission view of a pod whose priority is resolved.
 func FromPod(p *v1.Pod) Pod {
-	var prio int32
-	if p.Spec.Priority != nil {
-		prio = *p.Spec.Priority
-	}
 	return Pod{
-		UID: p.UID, Name: p.Namespace + "/" + p.Name, Requests: resources.PodRequests(p), Priority: prio,
+		UID: p.UID, Name: p.Namespace + "/" + p.Name, Requests: resources.PodRequests(p), Priority: lifecycle.PriorityOf(p),
 		QoS: lifecycle.QOSClass(p), Tolerations: p.Spec.Tolerations,
 		PreemptNever: p.Spec.PreemptionPolicy != nil && *p.Spec.PreemptionPolicy == v1.PreemptNever,
 	}

@@ -17,7 +17,7 @@ func slots(n int) AdmitFunc {
 		}
 		var victim *v1.Pod
 		for _, p := range held {
-			if priorityOf(p) < priorityOf(c) && (victim == nil || priorityOf(p) < priorityOf(victim)) {
+			if PriorityOf(p) < PriorityOf(c) && (victim == nil || PriorityOf(p) < PriorityOf(victim)) {
 				victim = p
 			}
 		}

@@ -30,7 +30,7 @@ func (m *Machine) SetAdmitter(f AdmitFunc) { m.admit = f }
 // admitNew starts instances for desired pods that have none, highest
 // priority first, each only if admission lets it.
 func (m *Machine) admitNew(create []*v1.Pod, now time.Time) []Action {
-	sort.SliceStable(create, func(i, j int) bool { return priorityOf(create[i]) > priorityOf(create[j]) })
+	sort.SliceStable(create, func(i, j int) bool { return PriorityOf(create[i]) > PriorityOf(create[j]) })
 	var acts []Action
 	for _, want := range create {
 		key := KeyOf(want)
@@ -54,7 +54,7 @@ func (m *Machine) admitNew(create []*v1.Pod, now time.Time) []Action {
 		}
 		delete(m.pending, key)
 		in := newInstance(want, now)
-		for _, c := range in.all() {
+		for _, c := range in.AllContainers() {
 			c.Attempt = m.attempts[want.UID][c.Name]
 		}
 		delete(m.attempts, want.UID)
@@ -70,7 +70,7 @@ func (m *Machine) admitNew(create []*v1.Pod, now time.Time) []Action {
 func (m *Machine) holding() []*v1.Pod {
 	var out []*v1.Pod
 	for _, in := range m.Instances() {
-		if in.live() || (in.Failed == nil && !in.Terminating && !m.terminal(in)) {
+		if in.Live() || (in.Failed == nil && !in.Terminating && !m.terminal(in)) {
 			out = append(out, in.Pod)
 		}
 	}
@@ -110,7 +110,8 @@ func (m *Machine) preempt(uid types.UID, by string, now time.Time) []Action {
 	return append(acts, m.sync(in, now)...)
 }
 
-func priorityOf(p *v1.Pod) int32 {
+// PriorityOf is a pod's resolved priority (0 when unset).
+func PriorityOf(p *v1.Pod) int32 {
 	if p.Spec.Priority != nil {
 		return *p.Spec.Priority
 	}

@@ -50,7 +50,7 @@ func (m *Machine) Restore(in *Instance, now time.Time) {
 		return
 	}
 	in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
-	for _, c := range in.all() {
+	for _, c := range in.AllContainers() {
 		if c.Stop != nil && !c.Stop.Force {
 			c.Stop = &Stop{Reason: c.Stop.Reason, Deadline: in.GraceDeadline, PreStopRan: c.Stop.PreStopRan || c.Stop.PreStopActive}
 		}
@@ -329,7 +329,7 @@ func (m *Machine) Delete(uid types.UID, grace *time.Duration, force bool, now ti
 	} else if deadline.Before(in.GraceDeadline) {
 		in.GraceDeadline = deadline
 	}
-	for _, c := range in.all() {
+	for _, c := range in.AllContainers() {
 		if c.Stop != nil {
 			m.shorten(c, in.GraceDeadline, now)
 			c.Stop.Force = c.Stop.Force || force
@@ -443,7 +443,7 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 				m.touch(in.UID())
 			}
 			acts = append(acts, m.terminate(in, now)...)
-			if in.live() {
+			if in.Live() {
 				blocked = true
 				continue
 			}
@@ -451,7 +451,7 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 			m.forgotten[in.UID()] = true
 			if want != nil && want.UID == in.UID() {
 				last := map[string]int{}
-				for _, c := range in.all() {
+				for _, c := range in.AllContainers() {
 					last[c.Name] = c.Attempt
 				}
 				m.attempts[in.UID()] = last

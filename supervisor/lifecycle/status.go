@@ -84,7 +84,7 @@ func (m *Machine) status(in *Instance, now time.Time) v1.PodStatus {
 		initReason = "ContainersNotInitialized"
 	}
 	st.Conditions = []v1.PodCondition{
-		cond(v1.PodReadyToStartContainers, !in.Terminating || in.live(), ""),
+		cond(v1.PodReadyToStartContainers, !in.Terminating || in.Live(), ""),
 		cond(v1.PodInitialized, in.Initialized, initReason),
 		cond(v1.PodReady, ready, notReady(ready)),
 		cond(v1.ContainersReady, containersReady, notReady(containersReady)),

@@ -13,7 +13,7 @@ import (
 func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 	var acts []Action
 	appsLive := false
-	for _, c := range in.all() {
+	for _, c := range in.AllContainers() {
 		if c.Kind == SidecarKind {
 			continue
 		}

@@ -168,7 +168,7 @@ func KeyOf(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
 
 // Container returns the named container record (init or regular), or nil.
 func (in *Instance) Container(name string) *Container {
-	for _, c := range in.all() {
+	for _, c := range in.AllContainers() {
 		if c.Name == name {
 			return c
 		}
@@ -192,19 +192,13 @@ func (in *Instance) Spec(name string) *v1.Container {
 }
 
 // AllContainers returns init containers then regular ones.
-func (in *Instance) AllContainers() []*Container { return in.all() }
-
-// all returns init containers then regular ones.
-func (in *Instance) all() []*Container {
+func (in *Instance) AllContainers() []*Container {
 	return append(append([]*Container{}, in.Init...), in.Containers...)
 }
 
 // Live reports whether any container has a process or a start in flight.
-func (in *Instance) Live() bool { return in.live() }
-
-// live reports whether any container has a process or a start in flight.
-func (in *Instance) live() bool {
-	for _, c := range in.all() {
+func (in *Instance) Live() bool {
+	for _, c := range in.AllContainers() {
 		if c.live() {
 			return true
 		}
