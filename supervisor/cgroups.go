@@ -133,6 +133,11 @@ func (d *Daemon) removeCgroups(uid types.UID) {
 		return
 	}
 	delete(d.podCgroups, uid)
+	for path := range d.oomBase {
+		if strings.Contains(path, "/pod"+string(uid)+"/") {
+			delete(d.oomBase, path) // else every pod ever run leaves an entry
+		}
+	}
 	for _, p := range cgroups.PodPaths(d.cfg.CgroupRoot, uid) {
 		if err := d.cg.Remove(p); err != nil {
 			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)
