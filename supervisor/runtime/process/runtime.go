@@ -86,7 +86,15 @@ func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.dir, id
 
 // Start runs a container instance and returns when its process runs. An
 // error means it never ran (a StartError for the caller to record).
-func (r *Runtime) Start(spec shim.Spec) (time.Time, error) {
+func (r *Runtime) Start(spec shim.Spec) (time.Time, error) { return r.StartPlaced(spec, nil) }
+
+// StartPlaced is Start for a container that place puts into its cgroup
+// given the shim's pid (a systemd scope needs a process to exist). The
+// shim waits, with spec.Cgroup.Await set, until place has returned.
+func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (time.Time, error) {
+	if (place != nil) != spec.Cgroup.Await {
+		return time.Time{}, errors.New("a placed start needs spec.cgroup.await, and only it")
+	}
 	dir := r.instanceDir(spec.InstanceID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return time.Time{}, fmt.Errorf("instance directory: %w", err) // IDs are never reused
@@ -112,27 +120,46 @@ func (r *Runtime) Start(spec shim.Spec) (time.Time, error) {
 		repW.Close()
 		return time.Time{}, err
 	}
-	devnull, _ := os.Open(os.DevNull)
+	stdin, _ := os.Open(os.DevNull)
+	var goW *os.File // written once the shim is placed
+	if place != nil {
+		stdin.Close()
+		if stdin, goW, err = os.Pipe(); err != nil {
+			repW.Close()
+			shimLog.Close()
+			return time.Time{}, err
+		}
+		defer goW.Close()
+	}
 	argv := append(append([]string{}, r.shimCmd...), dir)
 	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
-		Files: []*os.File{devnull, shimLog, shimLog, repW, lock},
+		Files: []*os.File{stdin, shimLog, shimLog, repW, lock},
 		// Its own session: the daemon's terminal and process group
 		// signals (Ctrl-C, kill of the daemon's group) do not reach pods.
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	})
-	devnull.Close()
+	stdin.Close()
 	shimLog.Close()
 	repW.Close()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("starting shim: %w", err)
 	}
 	// Until we reap it the pid cannot be reused, so this pidfd is exact.
-	pidfd, err := unix.PidfdOpen(proc.Pid, unix.PIDFD_NONBLOCK)
+	shimPid := proc.Pid // Release forgets it
+	pidfd, err := unix.PidfdOpen(shimPid, unix.PIDFD_NONBLOCK)
 	proc.Release()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("pidfd for shim: %w", err)
 	}
-	in := &instance{id: spec.InstanceID, shimPid: proc.Pid, child: true, pidfd: pidfd}
+	in := &instance{id: spec.InstanceID, shimPid: shimPid, child: true, pidfd: pidfd}
+	if place != nil {
+		if err := place(in.shimPid); err != nil {
+			unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			r.reap(in)
+			return time.Time{}, fmt.Errorf("placing the container: %w", err)
+		}
+		goW.Write([]byte{1})
+	}
 
 	repR.SetReadDeadline(time.Now().Add(StartTimeout))
 	var rep shim.StartReport

@@ -3,6 +3,7 @@ package process
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -279,5 +280,48 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A placed start runs the container only after place has returned, and
+// hands place the shim's pid (a systemd scope is made from it).
+func TestPlacedStartWaitsForPlacement(t *testing.T) {
+	e := newEnv(t)
+	marker := filepath.Join(e.root, "placed")
+	s := e.spec("sh", "-c", "test -f "+marker+" && echo placed-first")
+	s.Cgroup.Await = true
+	var gotPid int
+	_, err := e.rt.StartPlaced(s, func(pid int) error {
+		gotPid = pid
+		time.Sleep(50 * time.Millisecond) // the container must not run meanwhile
+		return os.WriteFile(marker, nil, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := e.exit(s.InstanceID); st.ExitCode != 0 {
+		t.Fatalf("container ran before it was placed: %+v, log %q", st, logText(t, s.LogPath))
+	}
+	var state shim.State
+	shim.ReadJSON(filepath.Join(e.rt.instanceDir(s.InstanceID), shim.StateFile), &state)
+	if gotPid == 0 || gotPid != state.ShimPid {
+		t.Fatalf("place got pid %d, shim was %d", gotPid, state.ShimPid)
+	}
+
+	// A failed placement is a start error, and the shim is gone.
+	s = e.spec("sh", "-c", "echo must-not-run")
+	s.Cgroup.Await = true
+	_, err = e.rt.StartPlaced(s, func(pid int) error {
+		gotPid = pid
+		return errors.New("no scope for you")
+	})
+	if err == nil || !strings.Contains(err.Error(), "no scope for you") {
+		t.Fatalf("err = %v", err)
+	}
+	if unix.Kill(gotPid, 0) == nil {
+		t.Fatalf("shim %d still runs after a failed placement", gotPid)
+	}
+	if strings.Contains(logText(t, s.LogPath), "must-not-run") {
+		t.Fatal("the container ran though it was never placed")
 	}
 }

@@ -74,6 +74,10 @@ type Cgroup struct {
 	// (the child inherits them), and goes back to Return.
 	Procs  []string `json:"procs,omitempty"`
 	Return []string `json:"return,omitempty"`
+	// Await: the daemon places the shim itself (into a systemd scope)
+	// and says so with a byte on the shim's stdin; the shim forks then
+	// (the child inherits the cgroup) and goes back to Return.
+	Await bool `json:"await,omitempty"`
 }
 
 // State is what a running shim tells about itself.

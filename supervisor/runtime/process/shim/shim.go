@@ -247,6 +247,14 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
 		sys.UseCgroupFD, sys.CgroupFD = true, int(dir.Fd())
 		undo = append(undo, func() { dir.Close() })
 	}
+	if cg.Await {
+		var b [1]byte
+		if n, _ := os.Stdin.Read(b[:]); n != 1 {
+			done()
+			return func() {}, errors.New("the daemon did not place the container in its cgroup")
+		}
+		os.Stdin.Close()
+	}
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, procs := range cg.Procs {
 		if err := os.WriteFile(procs, self, 0); err != nil {
@@ -254,7 +262,7 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
 			return func() {}, fmt.Errorf("joining cgroup %s: %w", filepath.Dir(procs), err)
 		}
 	}
-	if len(cg.Procs) > 0 {
+	if len(cg.Procs) > 0 || cg.Await {
 		undo = append(undo, func() {
 			for _, procs := range cg.Return {
 				os.WriteFile(procs, self, 0)
