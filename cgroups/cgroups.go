@@ -4,11 +4,8 @@
 //
 // The drivers write cgroup files directly (see drivers.go for why).
 //
-// Layout under a configurable root, as the kubelet lays out kubepods:
-//
-//	<root>/pod<uid>/<container>              Guaranteed
-//	<root>/burstable/pod<uid>/<container>
-//	<root>/besteffort/pod<uid>/<container>
+// The Layout (layout.go) names the cgroups as the kubelet names kubepods,
+// as plain directories or as systemd slices and scopes.
 package cgroups
 
 import (
@@ -20,8 +17,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/supervisor/resources"
 )
@@ -77,27 +72,6 @@ func Detect(mount string) (Driver, error) {
 	return newLegacy()
 }
 
-// PodPath is the cgroup of a pod under root.
-func PodPath(root string, qos v1.PodQOSClass, uid types.UID) string {
-	pod := "pod" + string(uid)
-	switch qos {
-	case v1.PodQOSGuaranteed:
-		return filepath.Join(root, pod)
-	case v1.PodQOSBurstable:
-		return filepath.Join(root, "burstable", pod)
-	}
-	return filepath.Join(root, "besteffort", pod)
-}
-
-// PodPaths are the places a pod's cgroup can be, whatever its QoS.
-func PodPaths(root string, uid types.UID) []string {
-	var out []string
-	for _, q := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
-		out = append(out, PodPath(root, q, uid))
-	}
-	return out
-}
-
 // removeTree removes a cgroup directory after its child cgroups (a cgroup
 // directory holds only kernel files besides its children, and rmdir takes
 // it with them once it is empty of processes).
@@ -120,11 +94,6 @@ func removeTree(dir string) error {
 		return err
 	}
 	return nil
-}
-
-// QoSPaths are the tier cgroups under root, for Ensure at start.
-func QoSPaths(root string) []string {
-	return []string{root, filepath.Join(root, "burstable"), filepath.Join(root, "besteffort")}
 }
 
 func clean(path string) string { return "/" + strings.Trim(path, "/") }

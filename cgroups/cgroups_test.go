@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/supervisor/resources"
 )
@@ -57,10 +58,11 @@ func readLimit(t *testing.T, d Driver, path, controller, v1File, v2File string) 
 func TestLimitsLandInTheCgroupFiles(t *testing.T) {
 	d := driver(t)
 	root := fmt.Sprintf("podvisor-test-%d", os.Getpid())
-	pod := PodPath(root, v1.PodQOSBurstable, "uid-1")
-	ctr := filepath.Join(pod, "app")
+	layout := Layout{Root: root}
+	pod := layout.Pod(v1.PodQOSBurstable, "uid-1")
+	ctr := layout.Container(pod, "uid-1", "app")
 	t.Cleanup(func() { d.Remove(root) })
-	for _, p := range QoSPaths(root) {
+	for _, p := range layout.Tiers() {
 		if err := d.Ensure(p, resources.Limits{}); err != nil {
 			t.Fatal(err)
 		}
@@ -167,4 +169,25 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+func TestLayouts(t *testing.T) {
+	uid := types.UID("ab-cd")
+	fs := Layout{Root: "podvisor"}
+	sd := Layout{Root: "podvisor", Systemd: true}
+	for _, c := range []struct{ got, want string }{
+		{fs.Pod(v1.PodQOSGuaranteed, uid), "podvisor/podab-cd"},
+		{fs.Pod(v1.PodQOSBurstable, uid), "podvisor/burstable/podab-cd"},
+		{fs.Container(fs.Pod(v1.PodQOSBestEffort, uid), uid, "app"), "podvisor/besteffort/podab-cd/app"},
+		{strings.Join(sd.Tiers(), " "), "podvisor.slice podvisor.slice/podvisor-burstable.slice podvisor.slice/podvisor-besteffort.slice"},
+		{sd.Pod(v1.PodQOSGuaranteed, uid), "podvisor.slice/podvisor-podab_cd.slice"},
+		{sd.Pod(v1.PodQOSBurstable, uid), "podvisor.slice/podvisor-burstable.slice/podvisor-burstable-podab_cd.slice"},
+		{sd.Container(sd.Pod(v1.PodQOSBestEffort, uid), uid, "app"),
+			"podvisor.slice/podvisor-besteffort.slice/podvisor-besteffort-podab_cd.slice/podvisor-ab_cd-app.scope"},
+		{Layout{Root: "edge/pv", Systemd: true}.Pod(v1.PodQOSGuaranteed, uid), "edge.slice/edge-pv.slice/edge-pv-podab_cd.slice"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %s, want %s", c.got, c.want)
+		}
+	}
 }

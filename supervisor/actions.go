@@ -110,7 +110,8 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 		d.started <- res
 		return
 	}
-	if err := d.placeContainer(pod, in.Spec(a.Container), &s); err != nil {
+	place, err := d.placeContainer(pod, in.Spec(a.Container), &s)
+	if err != nil {
 		res.err = err
 		d.started <- res
 		return
@@ -120,7 +121,7 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 	s.LogMaxBytes, s.LogMaxFiles = d.cfg.LogMaxBytes, d.cfg.LogMaxFiles
 	d.gcContainer(pod, a.Container, a.Attempt)
 	go func() {
-		res.at, res.err = d.rt.Start(s)
+		res.at, res.err = d.rt.StartPlaced(s, place)
 		d.started <- res
 	}()
 }
@@ -145,6 +146,9 @@ func (d *Daemon) exited(x process.Exit) {
 	st := x.Status
 	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name) {
 		st.Reason = "OOMKilled"
+	}
+	if st.Reason == "OOMKilled" {
+		d.oomJudged(d.machine.Instance(uid))
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
 	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))

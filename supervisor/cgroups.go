@@ -3,6 +3,7 @@ package supervisor
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,9 +45,14 @@ func (d *Daemon) setupCgroups() error {
 		d.log.Warn("running without cgroups: resource limits are not enforced")
 		return nil
 	}
+	if d.cfg.CgroupDriver == "systemd" {
+		return d.setupSystemdCgroups()
+	}
+	d.layout = cgroups.Layout{Root: d.cfg.CgroupRoot}
+	d.shimCg = path.Join(d.cfg.CgroupRoot, "shims")
 	drv, err := cgroups.Detect(d.cfg.CgroupMount)
 	if err == nil {
-		for _, p := range append(cgroups.QoSPaths(d.cfg.CgroupRoot), d.shimCgroup()) {
+		for _, p := range append(d.layout.Tiers(), d.shimCg) {
 			if err = drv.Ensure(p, resources.Limits{}); err != nil {
 				break
 			}
@@ -66,43 +72,71 @@ func (d *Daemon) setupCgroups() error {
 	return nil
 }
 
-func (d *Daemon) shimCgroup() string { return filepath.Join(d.cfg.CgroupRoot, "shims") }
+// setupSystemdCgroups makes the tiers as systemd slices; shims live in
+// podvisor's own (delegated) service cgroup.
+func (d *Daemon) setupSystemdCgroups() error {
+	drv, err := cgroups.NewSystemd(d.cfg.CgroupMount)
+	if err != nil {
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	if d.shimCg, err = drv.ShimCgroup(); err != nil {
+		drv.Close()
+		return fmt.Errorf("cgroups: %w", err)
+	}
+	d.layout = cgroups.Layout{Root: d.cfg.CgroupRoot, Systemd: true}
+	for _, p := range d.layout.Tiers() {
+		if err := drv.Ensure(p, resources.Limits{}); err != nil {
+			drv.Close()
+			return fmt.Errorf("cgroups: %w", err)
+		}
+	}
+	d.cg = drv
+	d.log.Info("cgroups ready", "version", drv.Version(), "driver", "systemd", "root", d.layout.Tiers()[0], "shims", d.shimCg)
+	return nil
+}
 
 func (d *Daemon) podCgroup(pod *v1.Pod) string {
-	return cgroups.PodPath(d.cfg.CgroupRoot, lifecycle.QOSClass(pod), pod.UID)
+	return d.layout.Pod(lifecycle.QOSClass(pod), pod.UID)
 }
 
 func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
-	return filepath.Join(d.podCgroup(pod), container)
+	return d.layout.Container(d.podCgroup(pod), pod.UID, container)
 }
 
 // placeContainer creates the pod's (once per instance) and the
 // container's cgroups with the kubelet's limits and tells the shim where
 // the container goes. The container's OOM-kill counter is noted, so an
-// exit is judged by the kills since this start.
-func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) error {
+// exit is judged by the kills since this start. With the systemd driver
+// the container's scope can only be made from the shim's pid: the
+// returned func, given to the runtime, does that.
+func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) (place func(shimPid int) error, err error) {
 	score := resources.OOMScoreAdj(pod, c, d.memory)
 	s.OOMScoreAdj = &score
 	if d.cg == nil {
-		return nil
+		return nil, nil
 	}
 	if !d.podCgroups[pod.UID] {
 		if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
-			return err
+			return nil, err
 		}
 		d.podCgroups[pod.UID] = true
 	}
-	path := d.containerCgroup(pod, c.Name)
-	if err := d.cg.Ensure(path, resources.ContainerLimits(c)); err != nil {
-		return err
+	path, limits := d.containerCgroup(pod, c.Name), resources.ContainerLimits(c)
+	d.oomBase[path], _ = d.cg.OOMKills(d.oomCounter(pod, path))
+	if placer, ok := d.cg.(cgroups.Placer); ok {
+		s.Cgroup = shim.Cgroup{Await: true, Return: []string{filepath.Join(d.cfg.CgroupMount, d.shimCg, "cgroup.procs")},
+			OOMEvents: filepath.Join(d.cfg.CgroupMount, path, "memory.events")}
+		return func(pid int) error { return placer.Place(path, limits, pid) }, nil
 	}
-	d.oomBase[path], _ = d.cg.OOMKills(path)
+	if err := d.cg.Ensure(path, limits); err != nil {
+		return nil, err
+	}
 	p := d.cg.Placement(path)
 	s.Cgroup = shim.Cgroup{Dir: p.Dir, Procs: p.Procs}
 	if len(p.Procs) > 0 {
-		s.Cgroup.Return = d.cg.Placement(d.shimCgroup()).Procs
+		s.Cgroup.Return = d.cg.Placement(d.shimCg).Procs
 	}
-	return nil
+	return nil, nil
 }
 
 // killCgroup kills every process of a container, wherever it forked to.
@@ -116,14 +150,52 @@ func (d *Daemon) killCgroup(in *lifecycle.Instance, container string) {
 }
 
 // oomKilled reports whether the kernel OOM-killed in the container's
-// cgroup.
+// cgroup since it started.
 func (d *Daemon) oomKilled(in *lifecycle.Instance, container string) bool {
 	if d.cg == nil || in == nil {
 		return false
 	}
 	path := d.containerCgroup(in.Pod, container)
-	n, err := d.cg.OOMKills(path)
+	n, err := d.cg.OOMKills(d.oomCounter(in.Pod, path))
 	return err == nil && n > d.oomBase[path]
+}
+
+// oomCounter is the cgroup whose OOM-kill count judges a container: its
+// own, or with the systemd driver its pod's slice. The shim reads the
+// scope's own count when the container dies, but systemd may remove the
+// scope first; the slice stays, and counts its scopes' kills too (v2
+// memory.events is hierarchical). Of a pod's containers, the one that dies
+// of SIGKILL after a kill is taken for the victim.
+func (d *Daemon) oomCounter(pod *v1.Pod, path string) string {
+	if d.podCountsOOM() {
+		return d.podCgroup(pod)
+	}
+	return path
+}
+
+// podCountsOOM: containers are judged by their pod's OOM-kill counter.
+func (d *Daemon) podCountsOOM() bool {
+	_, scopes := d.cg.(cgroups.Placer)
+	return scopes
+}
+
+// oomJudged settles a pod's OOM kills so far on the container just judged
+// OOMKilled: with a counter shared by the pod (systemd), the next of its
+// containers to die of SIGKILL is not taken for a victim of the same kill.
+func (d *Daemon) oomJudged(in *lifecycle.Instance) {
+	if d.cg == nil || in == nil || !d.podCountsOOM() {
+		return // each container has its own counter
+	}
+	pod := d.podCgroup(in.Pod)
+	n, err := d.cg.OOMKills(pod)
+	if err != nil {
+		return
+	}
+	for path, base := range d.oomBase {
+		if strings.HasPrefix(path, pod+"/") && base < n {
+			d.oomBase[path] = n
+		}
+	}
 }
 
 // removeCgroups deletes a pod's cgroups, containers first, wherever its
@@ -133,12 +205,15 @@ func (d *Daemon) removeCgroups(uid types.UID) {
 		return
 	}
 	delete(d.podCgroups, uid)
+	pods := d.layout.Pods(uid)
 	for path := range d.oomBase {
-		if strings.Contains(path, "/pod"+string(uid)+"/") {
-			delete(d.oomBase, path) // else every pod ever run leaves an entry
+		for _, p := range pods {
+			if strings.HasPrefix(path, p+"/") {
+				delete(d.oomBase, path) // else every pod ever run leaves an entry
+			}
 		}
 	}
-	for _, p := range cgroups.PodPaths(d.cfg.CgroupRoot, uid) {
+	for _, p := range pods {
 		if err := d.cg.Remove(p); err != nil {
 			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)
 		}

@@ -57,6 +57,9 @@ type Config struct {
 	// CgroupMount is the hierarchy's mount point.
 	CgroupRoot  string
 	CgroupMount string
+	// CgroupDriver is "cgroupfs" (default) or "systemd": slices and
+	// scopes made through systemd.
+	CgroupDriver string
 	// ConfigDir holds priorityclasses/.
 	ConfigDir string
 	Node      NodeConfig
@@ -84,6 +87,8 @@ type Daemon struct {
 	view      *view
 	views     map[types.UID]cachedView // PodView cache, loop-owned
 	cg        cgroups.Driver           // nil without cgroups
+	layout    cgroups.Layout
+	shimCg    string // the cgroup shims live in
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool

@@ -325,3 +325,27 @@ func TestPlacedStartWaitsForPlacement(t *testing.T) {
 		t.Fatal("the container ran though it was never placed")
 	}
 }
+
+// With spec.cgroup.oomEvents the shim judges OOMKilled itself when its
+// leader dies of SIGKILL (a systemd scope is gone before the daemon could
+// read it). The file stands in for the cgroup's; the VM test
+// (test/vm/systemd.sh) checks a real OOM kill in a real scope.
+func TestShimReadsOOMKillsWhenTheLeaderDies(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		events, script, want string
+	}{
+		{"oom 1\noom_kill 1\n", "kill -9 $$", "OOMKilled"},
+		{"oom 0\noom_kill 0\n", "kill -9 $$", ""},
+		{"oom_kill 1\n", "exit 1", ""}, // not killed: not the OOM killer's doing
+	} {
+		events := filepath.Join(e.root, "memory.events")
+		os.WriteFile(events, []byte(c.events), 0o600)
+		s := e.spec("sh", "-c", c.script)
+		s.Cgroup.OOMEvents = events
+		e.start(s)
+		if st := e.exit(s.InstanceID); st.Reason != c.want {
+			t.Errorf("%q with %q: reason %q, want %q", c.script, c.events, st.Reason, c.want)
+		}
+	}
+}

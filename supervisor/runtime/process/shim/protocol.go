@@ -78,6 +78,11 @@ type Cgroup struct {
 	// and says so with a byte on the shim's stdin; the shim forks then
 	// (the child inherits the cgroup) and goes back to Return.
 	Await bool `json:"await,omitempty"`
+	// OOMEvents is the memory.events file of a cgroup made for this start
+	// alone (a systemd scope), read the moment the leader dies: systemd
+	// removes the scope with its last process, before the daemon could
+	// look, so the shim says OOMKilled itself.
+	OOMEvents string `json:"oomEvents,omitempty"`
 }
 
 // State is what a running shim tells about itself.

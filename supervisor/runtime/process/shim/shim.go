@@ -137,7 +137,7 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 	startc <- nil
 
 	var status unix.WaitStatus
-	leaderGone := false
+	leaderGone, oomKilled := false, false
 	for {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(-1, &ws, 0, nil)
@@ -152,6 +152,7 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 			s.reaped = true
 			s.mu.Unlock()
 			status, leaderGone = ws, true
+			oomKilled = ws.Signaled() && ws.Signal() == unix.SIGKILL && s.oomKilled()
 		}
 		if leaderGone {
 			// The container ends with its leader: nothing it started may
@@ -168,7 +169,31 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 	case <-drained:
 	case <-time.After(2 * time.Second):
 	}
-	exitc <- exitStatusOf(status, s.started)
+	st := exitStatusOf(status, s.started)
+	if oomKilled {
+		st.Reason = "OOMKilled"
+	}
+	exitc <- st
+}
+
+// oomKilled reads the container cgroup's OOM-kill count, if the daemon
+// asked (spec.cgroup.oomEvents).
+func (s *shim) oomKilled() bool {
+	file := s.spec.Cgroup.OOMEvents
+	if file == "" {
+		return false
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cannot tell whether the container was OOM-killed: %v\n", err)
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
 }
 
 func (s *shim) fork(stdout, stderr *os.File) (int, error) {
