@@ -66,7 +66,22 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 	}
 	// A 2 s window: without CAP_SYS_RESOURCE (dropped in some sandboxes
 	// even for root) kernels accept only multiples of 2 s.
-	if err := e.notifier.PSI(ctx, 150*time.Millisecond, 2*time.Second); err != nil {
+	psi := []string{"/proc/pressure/memory"}
+	if d.cg != nil && d.cg.Version() == 2 {
+		// The pods' own pressure and memory events: pods stalling on
+		// memory, hitting a limit or OOM-killed are looked at at once.
+		pods := filepath.Join(d.cfg.CgroupMount, d.layout.Tiers()[0])
+		psi = append(psi, filepath.Join(pods, "memory.pressure"))
+		if err := e.notifier.Modified(ctx, filepath.Join(pods, "memory.events")); err != nil {
+			d.log.Warn("no memory.events notification for the pods' cgroup", "err", err)
+		}
+	}
+	err = e.notifier.PSI(ctx, 150*time.Millisecond, 2*time.Second, psi...)
+	if err != nil && len(psi) > 1 {
+		d.log.Warn("no PSI trigger on the pods' cgroup; using the system's alone", "err", err)
+		err = e.notifier.PSI(ctx, 150*time.Millisecond, 2*time.Second, psi[0])
+	}
+	if err != nil {
 		d.log.Warn("no PSI trigger; memory pressure is seen through thresholds and the periodic check", "err", err)
 	}
 	e.notifier.Every(ctx, c.MonitorPeriod)

@@ -184,36 +184,44 @@ func (n *Notifier) Every(ctx context.Context, d time.Duration) {
 	}()
 }
 
-// PSI pokes when tasks stall on memory for stall within every window
-// (a PSI trigger on /proc/pressure/memory). The poll for POLLPRI needs a
-// thread of its own, since Go's poller does not wait for priority events;
-// it sleeps in the kernel until the trigger fires or ctx ends (an eventfd
-// in the same poll set), never on a timer.
-func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
-	fd, err := unix.Open("/proc/pressure/memory", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("PSI: %w", err)
-	}
-	trigger := fmt.Sprintf("some %d %d", stall.Microseconds(), window.Microseconds())
-	// With its NUL: the kernel overwrites the buffer's last byte with one,
-	// which would otherwise cut the window's last digit.
-	if _, err := unix.Write(fd, append([]byte(trigger), 0)); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("PSI trigger %q: %w", trigger, err)
-	}
+// PSI pokes when tasks stall on memory for stall within every window, by
+// PSI triggers on each file: /proc/pressure/memory for the whole system, a
+// cgroup v2 memory.pressure for the pods alone. The poll for POLLPRI needs
+// a thread of its own, since Go's poller does not wait for priority
+// events; it sleeps in the kernel until a trigger fires or ctx ends (an
+// eventfd in the same poll set), never on a timer.
+func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration, files ...string) error {
 	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		unix.Close(fd)
 		return err
+	}
+	fds := []unix.PollFd{{Fd: int32(stop), Events: unix.POLLIN}}
+	closeAll := func() {
+		for _, f := range fds {
+			unix.Close(int(f.Fd))
+		}
+	}
+	trigger := fmt.Sprintf("some %d %d", stall.Microseconds(), window.Microseconds())
+	for _, file := range files {
+		fd, err := unix.Open(file, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("PSI: %w", err)
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLPRI})
+		// With its NUL: the kernel overwrites the buffer's last byte with
+		// one, which would otherwise cut the window's last digit.
+		if _, err := unix.Write(fd, append([]byte(trigger), 0)); err != nil {
+			closeAll()
+			return fmt.Errorf("PSI trigger %q on %s: %w", trigger, file, err)
+		}
 	}
 	go func() {
 		<-ctx.Done()
 		unix.Write(stop, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	}()
 	go func() {
-		defer unix.Close(fd)
-		defer unix.Close(stop)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}, {Fd: int32(stop), Events: unix.POLLIN}}
+		defer closeAll()
 		for {
 			if _, err := unix.Poll(fds, -1); err != nil {
 				if errors.Is(err, unix.EINTR) {
@@ -222,15 +230,47 @@ func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration) error {
 				n.log.Warn("PSI trigger stopped", "err", err)
 				return
 			}
-			switch {
-			case fds[1].Revents != 0:
+			if fds[0].Revents != 0 {
 				return
-			case fds[0].Revents&unix.POLLERR != 0:
-				n.log.Warn("PSI trigger source gone")
-				return
-			case fds[0].Revents&unix.POLLPRI != 0:
-				n.poke()
 			}
+			for i := 1; i < len(fds); i++ {
+				switch {
+				case fds[i].Revents&unix.POLLERR != 0:
+					n.log.Warn("PSI trigger source gone", "file", files[i-1])
+					fds[i].Events, fds[i].Fd = 0, -1 // poll ignores a negative fd
+				case fds[i].Revents&unix.POLLPRI != 0:
+					n.poke()
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Modified pokes whenever the kernel notifies a change of file, such as a
+// cgroup v2 memory.events (a cgroup hit its memory.high or memory.max, or
+// the OOM killer ran in it), through inotify.
+func (n *Notifier) Modified(ctx context.Context, file string) error {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	if _, err := unix.InotifyAddWatch(fd, file, unix.IN_MODIFY); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("watching %s: %w", file, err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: read through Go's poller
+	go func() {
+		<-ctx.Done()
+		f.Close()
+	}()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return // closed
+			}
+			n.poke()
 		}
 	}()
 	return nil

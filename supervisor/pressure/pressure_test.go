@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestPSITriggerStopsWithItsContext(t *testing.T) {
 	}
 	n := NewNotifier(slog.Default())
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := n.PSI(ctx, 150*time.Millisecond, 2*time.Second); err != nil {
+	if err := n.PSI(ctx, 150*time.Millisecond, 2*time.Second, "/proc/pressure/memory"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI prerequisite missing: PSI trigger: %v", err)
 		}
@@ -53,4 +54,35 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(entries)
+}
+
+// A change of the watched file pokes at once: the kernel notifies a cgroup
+// v2 memory.events change the same way a write to a file does.
+func TestModifiedPokes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "memory.events")
+	if err := os.WriteFile(file, []byte("oom_kill 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := NewNotifier(slog.Default())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := n.Modified(ctx, file); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.C:
+		t.Fatal("poked before any change")
+	default:
+	}
+	if err := os.WriteFile(file, []byte("oom_kill 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no poke after the file changed")
+	}
+	if err := n.Modified(ctx, filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("watching a missing file succeeded")
+	}
 }
