@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build test test-cgroup2 unit lint fuzz demo bench clean
+.PHONY: all build test test-cgroup2 test-systemd unit lint fuzz demo bench clean
 
 all: build
 
@@ -20,6 +20,7 @@ build:
 test: lint build
 	go test -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory test-cgroup2
+	@$(MAKE) --no-print-directory test-systemd
 
 # The cgroup v2 driver inside a VM whose only hierarchy is cgroup2 with all
 # controllers (this project's hosts have v1 controllers). Skipped where
@@ -30,6 +31,15 @@ test-cgroup2:
 		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi
 	go test -c -o bin/cgroups.test ./cgroups/
 	test/vm/cgroup2.sh bin/cgroups.test
+
+# podvisor as the packaged systemd service in a VM running systemd, dbus
+# and logind: the systemd cgroup driver, and graceful shutdown through
+# logind. Skipped where qemu or debootstrap is missing, except in CI.
+test-systemd: build
+	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio"; exit 1; fi; \
+		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio"; exit 0; fi
+	test/vm/systemd.sh bin
 
 unit:
 	go test -count=1 ./supervisor/...

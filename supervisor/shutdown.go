@@ -25,6 +25,18 @@ func DefaultShutdownBuckets() []ShutdownBucket {
 	return []ShutdownBucket{{Priority: 0, GracePeriod: 20 * time.Second}, {Priority: 2000000000, GracePeriod: 10 * time.Second}}
 }
 
+// ShutdownTime is how long a drain by these buckets may take at most.
+func ShutdownTime(buckets []ShutdownBucket) time.Duration {
+	if len(buckets) == 0 {
+		buckets = DefaultShutdownBuckets()
+	}
+	var total time.Duration
+	for _, b := range buckets {
+		total += b.GracePeriod
+	}
+	return total
+}
+
 // drain is a node shutdown or drain in progress.
 type drain struct {
 	reason   string

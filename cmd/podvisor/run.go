@@ -24,6 +24,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/logind"
 )
 
 // fileConfig is the --config file. Flags given on the command line win.
@@ -63,8 +64,9 @@ type fileConfig struct {
 		MonitorPeriod            *metav1.Duration  `json:"monitorPeriod,omitempty"`
 	} `json:"eviction"`
 	Cgroups struct {
-		Root  *string `json:"root,omitempty"`
-		Mount string  `json:"mount,omitempty"`
+		Root   *string `json:"root,omitempty"`
+		Mount  string  `json:"mount,omitempty"`
+		Driver string  `json:"driver,omitempty"`
 	} `json:"cgroups"`
 	GC struct {
 		MaxDeadPerContainer *int `json:"maxDeadPerContainer,omitempty"`
@@ -167,6 +169,12 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 		}
 	}()
+	if logind.Available() {
+		// With systemd, a shutdown is announced by logind: hold it with
+		// a delay lock until the pods are stopped.
+		w := &logind.Watcher{Node: d, Log: log, Need: supervisor.ShutdownTime(cfg.ShutdownBuckets)}
+		go w.Run(ctx)
+	}
 	runErr := d.Run(ctx)
 	stopAPI()
 	if runErr != nil {
@@ -240,6 +248,11 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if fc.Cgroups.Mount != "" {
 		cgMount = fc.Cgroups.Mount
 	}
+	switch fc.Cgroups.Driver {
+	case "", "cgroupfs", "systemd":
+	default:
+		return supervisor.Config{}, fmt.Errorf("config cgroups.driver: %q is neither cgroupfs nor systemd", fc.Cgroups.Driver)
+	}
 	hard := eviction.DefaultHard()
 	if fc.Eviction.Hard != nil {
 		hard = fc.Eviction.Hard // as in the kubelet, setting any drops the defaults
@@ -288,6 +301,7 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 			PodvisorReserved: fc.Node.PodvisorReserved, EvictionHard: hard, Version: version},
 		CgroupRoot:          cgRoot,
 		CgroupMount:         cgMount,
+		CgroupDriver:        fc.Cgroups.Driver,
 		MaxDeadPerContainer: perContainer,
 		MaxDeadContainers:   device,
 		ManifestDir:         fc.Manifests,

@@ -12,11 +12,8 @@ set -euo pipefail
 work=$(mktemp -d /tmp/podvisor-vm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-kernel_pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/{print $2; exit}')
-[ -n "$kernel_pkg" ] || { echo "cgroup2.sh: cannot find the kernel package (run apt-get update)" >&2; exit 2; }
-(cd "$work" && apt-get download -qq "$kernel_pkg" 2>/dev/null)
-dpkg-deb -x "$work"/*.deb "$work/kernel"
-vmlinuz=$(ls "$work"/kernel/boot/vmlinuz-* | head -1)
+. "$(dirname "$0")/lib.sh"
+vmlinuz=$(fetch_kernel "$work/k")
 
 root="$work/initramfs"
 mkdir -p "$root"/{bin,proc,sys,tmp,dev,tests}
@@ -43,7 +40,6 @@ INIT
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
 
-timeout 600 qemu-system-x86_64 -m 1024 -smp 2 -nographic -no-reboot \
-  -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
-  -append "console=ttyS0 quiet psi=1 panic=-1" | tee "$work/console.log" | grep -v -E '^\s*$' | sed -n '/^VM:/,$p'
+boot_vm "$vmlinuz" "$work/initramfs.gz" "$work/console.log"
+grep -v -E '^\s*$' "$work/console.log" | sed -n '/^VM:/,$p'
 grep -q 'VMTEST-EXIT=0' "$work/console.log"

@@ -1,0 +1,77 @@
+#!/bin/sh
+# Runs inside the systemd VM (test/vm/systemd.sh) as vm-check.service, then
+# powers the VM off through logind. Prints "VM: ok ..." per check and
+# VMTEST-EXIT=0 when all passed.
+status=0
+ok() { echo "VM: ok $*"; }
+fail() { echo "FAIL $*" | sed 's/^/VM: /'; status=1; }
+# until SECONDS CMD...: retries CMD every 0.2 s.
+until_ok() {
+  n=$(($1 * 5)); shift
+  while [ "$n" -gt 0 ]; do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2; n=$((n - 1))
+  done
+  return 1
+}
+running() { podvisor get pod "$1" -o json | grep -q '"phase": "Running"'; }
+uid_of() { podvisor get pod "$1" -o json | sed -n 's/^ *"uid": "\(.*\)",$/\1/p' | head -1 | tr - _; }
+pid_of() { # the pid of the pod's shell, found by its command line
+  for p in /proc/[0-9]*; do
+    if tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q "^sh -c trap 'echo VM: stopped $1 "; then basename "$p"; return; fi
+  done
+}
+
+until_ok 60 running low && until_ok 10 running high || fail "pods low and high not Running: $(podvisor get pods 2>&1)"
+podvisor get pods
+
+# Slices and scopes, with their limits, made through systemd.
+low=$(uid_of low); high=$(uid_of high)
+lowscope=/podvisor.slice/podvisor-burstable.slice/podvisor-burstable-pod$low.slice/podvisor-$low-app.scope
+highslice=podvisor-pod$high.slice
+cg=$(sed -n 's/^0:://p' "/proc/$(pid_of low)/cgroup")
+[ "$cg" = "$lowscope" ] && ok "low's container runs in its scope $cg" || fail "low's container is in '$cg', want $lowscope"
+systemctl is-active --quiet "podvisor-burstable-pod$low.slice" "$highslice" "podvisor-$high-app.scope" &&
+  ok "pod slices and container scopes are active units" || fail "units: $(systemctl list-units 'podvisor*' --no-legend 2>&1)"
+got=$(systemctl show -P MemoryMax "$highslice"); [ "$got" = 33554432 ] && ok "MemoryMax of $highslice is 32Mi (systemd)" || fail "MemoryMax of $highslice: $got"
+got=$(cat "/sys/fs/cgroup/podvisor.slice/$highslice/podvisor-$high-app.scope/memory.max")
+[ "$got" = 33554432 ] && ok "memory.max of high's scope is 32Mi" || fail "memory.max of high's scope: $got"
+got=$(cat "/sys/fs/cgroup/podvisor.slice/$highslice/podvisor-$high-app.scope/cpu.max")
+[ "$got" = "10000 100000" ] && ok "cpu.max of high's scope is 10000 100000" || fail "cpu.max of high's scope: $got"
+shim=$(sed -n 's/^PPid:\t*//p' "/proc/$(pid_of low)/status")
+cg=$(sed -n 's/^0:://p' "/proc/$shim/cgroup")
+[ "$cg" = /system.slice/podvisor.service/shims ] && ok "shims live in podvisor.service/shims" || fail "shim $shim is in '$cg'"
+
+# A container OOM-killed in its scope: systemd removes the scope, the
+# daemon still says OOMKilled.
+until_ok 30 sh -c 'podvisor get pod hog -o json | grep -q "\"reason\": \"OOMKilled\""' &&
+  ok "hog is OOMKilled" || fail "hog: $(podvisor get pod hog -o json | grep -A6 terminated)
+    $(systemctl list-units --all --no-legend 'podvisor-*hog*' 'podvisor-*.scope' 2>&1)
+    $(systemctl show -p Result,ActiveState "podvisor-$(uid_of hog)-app.scope" 2>&1)
+    $(cat /var/lib/podvisor/containers/*/shim.log 2>&1)"
+# Which way it was judged: by the shim from the scope, or, when systemd had
+# removed the scope first, by the daemon from the pod's slice.
+if grep -qs "cannot tell whether" /var/lib/podvisor/containers/*/shim.log; then
+  echo "VM: note: hog's scope was gone before its shim looked; judged by the pod slice's count"
+else
+  echo "VM: note: hog judged by its shim from the scope's memory.events"
+fi
+
+# The daemon killed with SIGKILL: systemd restarts it alone; the pods keep
+# their processes and are adopted.
+before=$(pid_of low)
+systemctl kill -s KILL --kill-whom=main podvisor.service
+sleep 1.5
+until_ok 20 sh -c 'podvisor get pods' || fail "podvisor did not come back"
+[ "$(pid_of low)" = "$before" ] && until_ok 10 running low &&
+  ok "after kill -9 of the daemon, low runs on as pid $before, adopted" || fail "low after the daemon's restart: $(pid_of low), was $before"
+
+# logind: a delay lock held by podvisor, and room for the buckets (4+4 s).
+systemd-inhibit --list --no-pager | grep -q 'podvisor.*delay' && ok "podvisor holds a shutdown delay lock" ||
+  fail "inhibitors: $(systemd-inhibit --list --no-pager 2>&1)"
+got=$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec)
+[ "$got" = "t 8000000" ] && ok "InhibitDelayMaxSec raised to 8 s" || fail "InhibitDelayMaxUSec: $got"
+
+echo "VMTEST-EXIT=$status"
+# The shutdown itself is judged from the console by systemd.sh.
+systemctl poweroff

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Boots a minimal Debian with systemd (PID 1), dbus and logind in a VM and
+# runs podvisor there as the packaged service with the systemd cgroup
+# driver, to check what needs a real systemd:
+#   - pods in slices and containers in scopes, with their limits;
+#   - shims in podvisor.service's delegated cgroup, surviving a kill -9 of
+#     the daemon (KillMode=process) and adopted by the next one;
+#   - OOMKilled from a scope systemd has already removed;
+#   - logind: a delay inhibitor lock, InhibitDelayMaxSec raised to the
+#     shutdown buckets' sum, and on `systemctl poweroff` the pods stopped
+#     lowest priority first before the lock is released.
+#
+#   test/vm/systemd.sh BIN_DIR     (BIN_DIR holds podvisor and podvisor-shim)
+#
+# Needs debootstrap, qemu-system-x86, cpio. The root file system is
+# debootstrapped once (about a minute) and cached in $PODVISOR_VM_CACHE
+# (default ~/.cache/podvisor-vm).
+set -euo pipefail
+bin=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm}
+suite=bookworm
+work=$(mktemp -d /tmp/podvisor-sdvm.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+mkdir -p "$cache"
+if [ ! -s "$cache/rootfs-$suite.tar" ]; then
+  echo "systemd.sh: debootstrapping $suite with systemd (once; cached in $cache)"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
+    >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 2; }
+  tar -C "$work/bootstrap" -cf "$cache/rootfs-$suite.tar.tmp" .
+  mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
+  rm -rf "$work/bootstrap"
+fi
+vmlinuz=$(fetch_kernel "$work/k")
+
+root="$work/root"
+mkdir -p "$root"
+tar -C "$root" -xf "$cache/rootfs-$suite.tar"
+rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
+# The kernel runs /init from an initramfs: make it systemd. Nothing waits
+# for a serial getty (no udev here) or runs periodic jobs.
+ln -sf /lib/systemd/systemd "$root/init"
+ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
+for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
+  dpkg-db-backup.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service; do
+  ln -sf /dev/null "$root/etc/systemd/system/$u"
+done
+echo podvisor-vm > "$root/etc/hostname"
+
+install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$root/usr/bin/"
+install -m 644 "$here/../../packaging/systemd/podvisor.service" "$root/etc/systemd/system/"
+ln -sf /etc/systemd/system/podvisor.service "$root/etc/systemd/system/multi-user.target.wants/"
+mkdir -p "$root/etc/systemd/system/podvisor.service.d"
+printf '[Service]\nStandardError=journal+console\n' > "$root/etc/systemd/system/podvisor.service.d/console.conf"
+
+mkdir -p "$root/etc/podvisor/manifests" "$root/etc/podvisor/priorityclasses"
+cat > "$root/etc/podvisor/config.yaml" <<'EOF'
+cgroups:
+  driver: systemd
+shutdownGracePeriodByPodPriority:
+- {priority: 0, shutdownGracePeriodSeconds: 4}
+- {priority: 1000, shutdownGracePeriodSeconds: 4}
+EOF
+for c in low:100 high:1000; do
+  printf 'apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: %s}\nvalue: %s\n' "${c%:*}" "${c#*:}" \
+    > "$root/etc/podvisor/priorityclasses/${c%:*}.yaml"
+done
+# low: Burstable; high: Guaranteed. Each says on the console when SIGTERM
+# reaches it.
+pod() { # name class requests limits
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  runtimeClassName: process
+  priorityClassName: $2
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: app
+    image: host
+    command: ["sh", "-c", "trap 'echo VM: stopped $1 >/dev/console; exit 0' TERM; while :; do sleep 0.2; done"]
+    resources: {requests: $3, limits: $4}
+EOF
+}
+pod low low '{cpu: 100m, memory: 16Mi}' '{memory: 64Mi}' > "$root/etc/podvisor/manifests/low.yaml"
+pod high high '{cpu: 100m, memory: 32Mi}' '{cpu: 100m, memory: 32Mi}' > "$root/etc/podvisor/manifests/high.yaml"
+cat > "$root/etc/podvisor/manifests/hog.yaml" <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  runtimeClassName: process
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: host
+    command: ["tail", "/dev/zero"]
+    resources: {limits: {memory: 32Mi}}
+EOF
+
+install -m 755 "$here/systemd-check.sh" "$root/usr/local/bin/vm-check"
+cat > "$root/etc/systemd/system/vm-check.service" <<'EOF'
+[Unit]
+Description=podvisor VM checks
+After=podvisor.service
+[Service]
+Type=oneshot
+StandardOutput=journal+console
+StandardError=journal+console
+ExecStart=/usr/local/bin/vm-check
+[Install]
+WantedBy=multi-user.target
+EOF
+ln -sf /etc/systemd/system/vm-check.service "$root/etc/systemd/system/multi-user.target.wants/"
+
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+rm -rf "$root"
+echo "systemd.sh: booting (software emulation)"
+boot_vm "$vmlinuz" "$work/initramfs.gz" "$work/console.log"
+tr -d '\r' < "$work/console.log" | grep -E 'VM:|VMTEST|podvisor\[|Power down' | sed 's/^\[ *[0-9.]*\] //' | grep -v -E 'level=(DEBUG|INFO) msg="(container|pod)' || true
+
+# The checks inside passed, then the shutdown: low stopped before high, and
+# both before podvisor released its inhibitor lock.
+log=$(tr -d '\r' < "$work/console.log")
+line() { grep -n -m1 -F "$1" <<<"$log" | cut -d: -f1; }
+status=0
+grep -q 'VMTEST-EXIT=0' <<<"$log" || { echo "FAIL: the checks inside the VM failed"; status=1; }
+low=$(line 'VM: stopped low'); high=$(line 'VM: stopped high'); released=$(line 'released the shutdown lock')
+if [ -z "$low" ] || [ -z "$high" ] || [ -z "$released" ]; then
+  echo "FAIL: shutdown: stopped low at line ${low:-none}, high at ${high:-none}, lock released at ${released:-none}"
+  status=1
+elif ! [ "$low" -lt "$high" ] || ! [ "$high" -lt "$released" ]; then
+  echo "FAIL: shutdown order: low at line $low, high at $high, lock released at $released"
+  status=1
+else
+  echo "ok: on poweroff the low-priority pod stopped first, then the high one, then the lock was released"
+fi
+grep -q 'Power down' <<<"$log" || { echo "FAIL: the VM did not power down"; status=1; }
+exit $status
