@@ -27,10 +27,8 @@ type Placer interface {
 // transient slices and containers transient scopes, made and limited
 // through systemd's D-Bus API, so systemd knows every cgroup it holds
 // and `systemctl status podvisor.slice` shows the pods. The same limits
-// are systemd's to write: the five podvisor sets (cpu.weight, cpu.max,
-// memory.max, memory.low, pids.max) all have unit properties, so the
-// files are written once, by systemd. The inner file driver reads stats
-// and kills.
+// are then written to the files (the inner driver), which also reads
+// stats and kills, as runc's systemd driver does.
 //
 // It needs cgroup v2: systemd's v1 support is legacy and its own layout
 // there differs per controller.
@@ -70,7 +68,7 @@ func (s *Systemd) Version() int { return s.inner.Version() }
 
 // Ensure makes a slice (and, as systemd does, its parent slices) with the
 // limits, or updates the limits of one that exists. A scope is made by
-// Place.
+// Place; for it Ensure only writes the limits.
 func (s *Systemd) Ensure(p string, l resources.Limits) error {
 	unit := path.Base(p)
 	if strings.HasSuffix(unit, ".slice") {
@@ -84,7 +82,7 @@ func (s *Systemd) Ensure(p string, l resources.Limits) error {
 			return fmt.Errorf("systemd slice %s: %w", unit, err)
 		}
 	}
-	return nil
+	return s.inner.Ensure(p, l)
 }
 
 // Place makes the container's scope in its pod's slice from pid, with the
@@ -106,7 +104,7 @@ func (s *Systemd) Place(p string, l resources.Limits, pid int) error {
 	if err != nil {
 		return fmt.Errorf("systemd scope %s: %w", unit, err)
 	}
-	return nil
+	return s.inner.Ensure(p, l)
 }
 
 // Placement is empty: the daemon places the shim through Place.
