@@ -1,7 +1,8 @@
 // Command podvisor-shim supervises one container process for the podvisor
 // daemon: "podvisor-shim DIR", started by the daemon, never by hand. It is a
 // separate binary because one runs per container: without the daemon's
-// dependencies it starts faster and holds less memory.
+// dependencies it starts faster and holds less memory. It is also the log
+// driver of containerd pods (see shim.RunLogger).
 package main
 
 import (
@@ -13,6 +14,10 @@ import (
 )
 
 func main() {
+	if shim.IsLogger(os.Args[1:]) {
+		runtime.GOMAXPROCS(1)
+		os.Exit(shim.RunLogger(os.Args[1:]))
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: podvisor-shim DIR (started by the podvisor daemon)")
 		os.Exit(2)

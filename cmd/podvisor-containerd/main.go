@@ -1,0 +1,122 @@
+// Command podvisor-containerd is podvisor's containerd runtime plugin. The
+// daemon starts it ("podvisor-containerd serve …") and calls it over its
+// stdin and stdout; "podvisor exec" runs "podvisor-containerd exec …" to
+// attach a terminal to a command in a container. It is a separate binary
+// so that containerd's client, which is large, costs nothing on devices
+// that run only process pods.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/rpc"
+	"net/rpc/jsonrpc"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/term"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/plugin"
+)
+
+const usage = `usage:
+  podvisor-containerd serve --address SOCKET [--snapshotter S] [--runtime R] --log-driver PATH [--auth-file F]
+  podvisor-containerd exec --address SOCKET [-i] [-t] CONTAINER-ID -- COMMAND [ARG...]
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	code := 0
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "exec":
+		code, err = execCmd(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q\n%s", os.Args[1], usage)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podvisor-containerd:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func connect(fs *flag.FlagSet, args []string, cfg *plugin.Config) ([]string, *plugin.Plugin, error) {
+	fs.StringVar(&cfg.Address, "address", "/run/containerd/containerd.sock", "containerd socket")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	p, err := plugin.New(*cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "containerd"))
+	return fs.Args(), p, err
+}
+
+// serve answers the daemon until it closes stdin.
+func serve(args []string) error {
+	var cfg plugin.Config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&cfg.Snapshotter, "snapshotter", "", "snapshotter (default: containerd's)")
+	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime (default io.containerd.runc.v2)")
+	fs.StringVar(&cfg.LogDriver, "log-driver", "", "podvisor-shim, the containers' log driver")
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
+	_, p, err := connect(fs, args, &cfg)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if cfg.LogDriver == "" {
+		return errors.New("serve: --log-driver is required")
+	}
+	// The daemon owns the terminal's signals; the plugin ends with stdin.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+	srv := rpc.NewServer()
+	if err := srv.RegisterName(containerd.Service, p); err != nil {
+		return err
+	}
+	srv.ServeCodec(jsonrpc.NewServerCodec(struct {
+		io.Reader
+		io.Writer
+		io.Closer
+	}{os.Stdin, os.Stdout, os.Stdin}))
+	return nil
+}
+
+func execCmd(args []string) (int, error) {
+	var cfg plugin.Config
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	interactive := fs.Bool("i", false, "pass stdin to the command")
+	tty := fs.Bool("t", false, "allocate a terminal")
+	rest, p, err := connect(fs, args, &cfg)
+	if err != nil {
+		return 1, err
+	}
+	defer p.Close()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) < 2 {
+		return 2, errors.New("exec: need a container ID and a command")
+	}
+	var stdin io.Reader
+	if *interactive {
+		stdin = os.Stdin
+	}
+	if *tty && term.IsTerminal(int(os.Stdin.Fd())) {
+		old, err := term.MakeRaw(int(os.Stdin.Fd()))
+		if err == nil {
+			defer term.Restore(int(os.Stdin.Fd()), old)
+		}
+	}
+	return p.ExecInteractive(rest[0], rest[1:], stdin, os.Stdout, os.Stderr, *tty)
+}

@@ -1,0 +1,264 @@
+package containerd
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/rpc"
+	"net/rpc/jsonrpc"
+	"os"
+	"os/exec"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// ErrNotRunning is returned while the plugin is down (between a crash
+// and its restart).
+var ErrNotRunning = errors.New("the containerd runtime plugin is not running")
+
+// Client runs the plugin and calls it. It restarts a plugin that dies and
+// resumes every wait, so a running container is never reported gone
+// because its plugin was.
+type Client struct {
+	// Command starts the plugin; it serves on its stdin and stdout.
+	Command []string
+	Log     *slog.Logger
+
+	exits chan process.Exit
+
+	mu      sync.Mutex
+	rpc     *rpc.Client
+	up      chan struct{} // closed while a plugin is connected
+	waiting map[string]string // containerd ID → instance ID, being waited on
+	stopped bool
+	done    chan struct{}
+}
+
+// NewClient returns a client; Start runs the plugin.
+func NewClient(command []string, log *slog.Logger) *Client {
+	return &Client{Command: command, Log: log, exits: make(chan process.Exit, 256),
+		up: make(chan struct{}), waiting: map[string]string{}, done: make(chan struct{})}
+}
+
+// Exits delivers the end of every watched container.
+func (c *Client) Exits() <-chan process.Exit { return c.exits }
+
+// Start runs the plugin and keeps it running until Close.
+func (c *Client) Start() error {
+	if err := c.launch(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// launch starts one plugin process and a goroutine that restarts it when
+// it dies.
+func (c *Client) launch() error {
+	cmd := exec.Command(c.Command[0], c.Command[1:]...)
+	cmd.Stderr = os.Stderr
+	// The plugin holds nothing worth keeping without its daemon.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the containerd runtime plugin: %w", err)
+	}
+	client := jsonrpc.NewClient(struct {
+		io.Reader
+		io.WriteCloser
+	}{stdout, stdin})
+	var v VersionReply
+	if err := client.Call(Service+".Version", Empty{}, &v); err != nil {
+		client.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("containerd runtime plugin: %w", err)
+	}
+	c.Log.Info("containerd connected", "version", v.Version, "plugin", c.Command[0])
+	c.mu.Lock()
+	c.rpc = client
+	close(c.up)
+	c.mu.Unlock()
+	go c.supervise(cmd, client)
+	return nil
+}
+
+// supervise waits for the plugin to exit and starts another, with backoff.
+func (c *Client) supervise(cmd *exec.Cmd, client *rpc.Client) {
+	err := cmd.Wait()
+	client.Close()
+	c.mu.Lock()
+	c.rpc = nil
+	c.up = make(chan struct{})
+	stopped := c.stopped
+	c.mu.Unlock()
+	if stopped {
+		close(c.done)
+		return
+	}
+	c.Log.Error("the containerd runtime plugin exited; restarting it", "err", err)
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 10*time.Second) {
+		time.Sleep(delay)
+		c.mu.Lock()
+		stopped := c.stopped
+		c.mu.Unlock()
+		if stopped {
+			close(c.done)
+			return
+		}
+		if err := c.launch(); err == nil {
+			return
+		} else {
+			c.Log.Error("restarting the containerd runtime plugin", "err", err, "retry in", delay*2)
+		}
+	}
+}
+
+// Close stops the plugin. Containers keep running.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.stopped = true
+	client := c.rpc
+	c.mu.Unlock()
+	if client != nil {
+		client.Close() // the plugin exits when its stdin closes
+	}
+}
+
+func (c *Client) call(method string, args, reply any) error {
+	c.mu.Lock()
+	client := c.rpc
+	c.mu.Unlock()
+	if client == nil {
+		return ErrNotRunning
+	}
+	err := client.Call(Service+"."+method, args, reply)
+	if errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return ErrNotRunning
+	}
+	return err
+}
+
+// ready returns a channel closed while a plugin is connected.
+func (c *Client) ready() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.up
+}
+
+// Run creates and starts a container and watches it. A failure to start
+// is a reply with a reason, not an error; an error means the plugin could
+// not be asked.
+func (c *Client) Run(instanceID string, cfg ContainerConfig) (RunReply, error) {
+	var reply RunReply
+	if err := c.call("Run", RunArgs{Config: cfg}, &reply); err != nil {
+		return reply, err
+	}
+	if reply.Failure == nil {
+		c.Watch(cfg.ID, instanceID)
+	}
+	return reply, nil
+}
+
+// Watch waits for a container to exit and reports it on Exits, across
+// plugin restarts.
+func (c *Client) Watch(id, instanceID string) {
+	c.mu.Lock()
+	if _, ok := c.waiting[id]; ok {
+		c.mu.Unlock()
+		return
+	}
+	c.waiting[id] = instanceID
+	c.mu.Unlock()
+	go func() {
+		for {
+			<-c.ready()
+			var st shim.ExitStatus
+			err := c.call("Wait", IDArgs{ID: id}, &st)
+			if errors.Is(err, ErrNotRunning) {
+				time.Sleep(10 * time.Millisecond) // until the restart is seen
+				continue
+			}
+			if err != nil {
+				st = shim.ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown", Message: err.Error(), FinishedAt: time.Now()}
+			}
+			c.mu.Lock()
+			delete(c.waiting, id)
+			c.mu.Unlock()
+			c.exits <- process.Exit{InstanceID: instanceID, Status: st}
+			return
+		}
+	}()
+}
+
+// Signal sends sig to a container's main process.
+func (c *Client) Signal(id string, sig syscall.Signal) error {
+	return c.call("Signal", SignalArgs{ID: id, Signal: int(sig)}, &Empty{})
+}
+
+// Kill SIGKILLs every process of a container.
+func (c *Client) Kill(id string) error {
+	return c.call("Signal", SignalArgs{ID: id, Signal: int(syscall.SIGKILL), All: true}, &Empty{})
+}
+
+// Remove deletes a container, its task and its snapshot.
+func (c *Client) Remove(id string) error { return c.call("Remove", IDArgs{ID: id}, &Empty{}) }
+
+// List returns podvisor's containers in containerd.
+func (c *Client) List() ([]Found, error) {
+	var reply ListReply
+	err := c.call("List", Empty{}, &reply)
+	return reply.Containers, err
+}
+
+// Exec runs a command in a running container.
+func (c *Client) Exec(id string, command []string, timeout time.Duration) (ExecReply, error) {
+	var reply ExecReply
+	err := c.call("Exec", ExecArgs{ID: id, Command: command, Timeout: timeout}, &reply)
+	return reply, err
+}
+
+// Images lists images.
+func (c *Client) Images() ([]Image, error) {
+	var reply ImagesReply
+	err := c.call("Images", Empty{}, &reply)
+	return reply.Images, err
+}
+
+// Import imports an image archive on the device.
+func (c *Client) Import(path string) ([]string, error) {
+	var reply ImportReply
+	err := c.call("Import", ImportArgs{Path: path}, &reply)
+	return reply.Names, err
+}
+
+// RemoveImage deletes an unused image.
+func (c *Client) RemoveImage(name string) error {
+	return c.call("RemoveImage", NameArgs{Name: name}, &Empty{})
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
+
+// ContainerID is the containerd ID of an instance: the instance ID where
+// containerd accepts it (at most 76 characters), else a hash of it.
+func ContainerID(instanceID string) string {
+	if len(instanceID) <= 76 && validID.MatchString(instanceID) {
+		return instanceID
+	}
+	sum := sha256.Sum256([]byte(instanceID))
+	return "pv-" + hex.EncodeToString(sum[:24])
+}

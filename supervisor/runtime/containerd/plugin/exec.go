@@ -1,0 +1,119 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+)
+
+// maxExecOutput bounds what a probe or hook may print into a reply (the
+// kubelet keeps 10 KiB of a probe's output too).
+const maxExecOutput = 10 << 10
+
+// Exec runs a command in a running container, as the container's process
+// runs (user, env, cwd), and returns its exit code and output. A command
+// still running at the timeout is killed.
+func (p *Plugin) Exec(args containerd.ExecArgs, reply *containerd.ExecReply) error {
+	ctx := p.ctx()
+	out := &boundedBuffer{max: maxExecOutput}
+	code, timedOut, err := p.exec(ctx, args.ID, args.Command, args.Timeout, cio.NewCreator(cio.WithStreams(nil, out, out)), false)
+	if err != nil {
+		return err
+	}
+	reply.ExitCode, reply.TimedOut, reply.Output = code, timedOut, out.String()
+	return nil
+}
+
+// ExecInteractive runs a command in a container attached to this
+// process's stdio (podvisor exec), with a terminal if tty.
+func (p *Plugin) ExecInteractive(id string, command []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) (int, error) {
+	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr)}
+	if tty {
+		opts = append(opts, cio.WithTerminal)
+	}
+	code, _, err := p.exec(p.ctx(), id, command, 0, cio.NewCreator(opts...), tty)
+	return code, err
+}
+
+func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout time.Duration, ioc cio.Creator, tty bool) (int, bool, error) {
+	c, err := p.client.LoadContainer(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	pspec := *spec.Process
+	pspec.Args = command
+	pspec.Terminal = tty
+	proc, err := task.Exec(ctx, execID(), &pspec, ioc)
+	if err != nil {
+		return 0, false, err
+	}
+	defer proc.Delete(context.WithoutCancel(ctx), ctrd.WithProcessKill)
+	statusC, err := proc.Wait(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := proc.Start(ctx); err != nil {
+		return 0, false, err
+	}
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case st := <-statusC:
+		proc.IO().Wait()
+		return int(st.ExitCode()), false, st.Error()
+	case <-deadline:
+		proc.Kill(ctx, syscall.SIGKILL)
+		<-statusC
+		return -1, true, nil
+	}
+}
+
+func execID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "exec-" + hex.EncodeToString(b)
+}
+
+// boundedBuffer keeps the first max bytes written to it.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

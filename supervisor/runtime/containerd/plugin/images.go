@@ -1,0 +1,241 @@
+package plugin
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/images/archive"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+)
+
+// NormalizeImage turns a pod's image into the full reference containerd
+// stores ("busybox" → "docker.io/library/busybox:latest").
+func NormalizeImage(image string) (string, error) {
+	named, err := reference.ParseDockerRef(image)
+	if err != nil {
+		return "", fmt.Errorf("invalid image name %q: %w", image, err)
+	}
+	return named.String(), nil
+}
+
+// ensureImage finds or pulls the image as the pull policy says, and
+// makes sure it is unpacked for the snapshotter.
+func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Image, *containerd.Failure) {
+	ref, err := NormalizeImage(image)
+	if err != nil {
+		return nil, &containerd.Failure{Reason: containerd.InvalidImageName, Message: err.Error()}
+	}
+	var img ctrd.Image
+	if policy != "Always" {
+		img, err = p.client.GetImage(ctx, ref)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return nil, &containerd.Failure{Reason: containerd.ErrImagePull, Message: err.Error()}
+		}
+	}
+	if img == nil && policy == "Never" {
+		return nil, &containerd.Failure{Reason: containerd.ErrImageNeverPull,
+			Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", image)}
+	}
+	if img == nil {
+		p.log.Info("pulling image", "image", ref)
+		img, err = p.client.Pull(ctx, ref, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(p.cfg.Snapshotter),
+			ctrd.WithResolver(docker.NewResolver(docker.ResolverOptions{Hosts: p.registryHosts()})))
+		if err != nil {
+			return nil, &containerd.Failure{Reason: containerd.ErrImagePull,
+				Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+		}
+		return img, nil
+	}
+	if err := p.unpack(ctx, img); err != nil {
+		return nil, &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+	}
+	return img, nil
+}
+
+func (p *Plugin) unpack(ctx context.Context, img ctrd.Image) error {
+	ok, err := img.IsUnpacked(ctx, p.cfg.Snapshotter)
+	if err == nil && !ok {
+		err = img.Unpack(ctx, p.cfg.Snapshotter)
+	}
+	if err != nil {
+		return fmt.Errorf("unpacking image %s: %w", img.Name(), err)
+	}
+	return nil
+}
+
+// registryHosts are the default registries, with credentials from the
+// docker config file when one is configured.
+func (p *Plugin) registryHosts() docker.RegistryHosts {
+	var opts []docker.RegistryOpt
+	if p.cfg.AuthFile != "" {
+		creds := func(host string) (string, string, error) { return authFor(p.cfg.AuthFile, host) }
+		opts = append(opts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(creds))))
+	}
+	return docker.ConfigureDefaultRegistries(opts...)
+}
+
+// authFor reads a registry's credentials from a docker config.json
+// ({"auths": {"host": {"auth": base64("user:pass")}}}). It is read at each
+// pull, so an updated file needs no restart.
+func authFor(file, host string) (string, string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", "", fmt.Errorf("registry credentials: %w", err)
+	}
+	var cfg struct {
+		Auths map[string]struct {
+			Auth     string `json:"auth"`
+			Username string `json:"username"`
+			Password string `json:"password"`
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return "", "", fmt.Errorf("registry credentials %s: %w", file, err)
+	}
+	for _, key := range []string{host, "https://" + host, "https://" + host + "/v1/", "http://" + host} {
+		a, ok := cfg.Auths[key]
+		if !ok && host == "registry-1.docker.io" {
+			a, ok = cfg.Auths["https://index.docker.io/v1/"]
+		}
+		if !ok {
+			continue
+		}
+		if a.Auth != "" {
+			dec, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return "", "", fmt.Errorf("registry credentials %s: auth of %s: %w", file, key, err)
+			}
+			user, pass, _ := strings.Cut(string(dec), ":")
+			return user, pass, nil
+		}
+		return a.Username, a.Password, nil
+	}
+	return "", "", nil
+}
+
+// Images lists the images in podvisor's namespace.
+func (p *Plugin) Images(_ containerd.Empty, reply *containerd.ImagesReply) error {
+	ctx := p.ctx()
+	imgs, err := p.client.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	used, err := p.usedImages(ctx)
+	if err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		size, _ := img.Size(ctx)
+		reply.Images = append(reply.Images, containerd.Image{Name: img.Name(), Digest: img.Target().Digest.String(),
+			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()]})
+	}
+	sort.Slice(reply.Images, func(i, j int) bool { return reply.Images[i].Name < reply.Images[j].Name })
+	return nil
+}
+
+func (p *Plugin) usedImages(ctx context.Context) (map[string]bool, error) {
+	cs, err := p.client.ContainerService().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for _, c := range cs {
+		used[c.Image] = true
+	}
+	return used, nil
+}
+
+// Import loads an OCI or docker-archive tarball and unpacks its images.
+// Images named in the archive keep their (normalized) names; an OCI
+// archive naming only a tag is stored as import.local/<file>:<tag>, and an
+// unnamed one as import.local/<file>@<digest>.
+func (p *Plugin) Import(args containerd.ImportArgs, reply *containerd.ImportReply) error {
+	ctx := p.ctx()
+	f, err := os.Open(args.Path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	base := "import.local/" + archiveName(args.Path)
+	imgs, err := p.client.Import(ctx, f,
+		ctrd.WithImageRefTranslator(func(name string) string {
+			if strings.ContainsAny(name, "/:@") {
+				if ref, err := NormalizeImage(name); err == nil {
+					return ref
+				}
+			}
+			return base + ":" + name
+		}),
+		ctrd.WithDigestRef(archive.DigestTranslator(base)),
+		ctrd.WithSkipDigestRef(func(name string) bool { return name != "" }),
+	)
+	if err != nil {
+		return fmt.Errorf("importing %s: %w", args.Path, err)
+	}
+	for _, i := range imgs {
+		img := ctrd.NewImage(p.client, i)
+		if err := p.unpack(ctx, img); err != nil {
+			return fmt.Errorf("importing %s: %w", args.Path, err)
+		}
+		reply.Names = append(reply.Names, i.Name)
+	}
+	if len(imgs) == 0 {
+		return fmt.Errorf("importing %s: the archive holds no image", args.Path)
+	}
+	return nil
+}
+
+// archiveName is a tarball's name as a valid repository path component.
+func archiveName(path string) string {
+	name := strings.ToLower(filepath.Base(path))
+	for _, ext := range []string{".tar.gz", ".tgz", ".tar", ".oci"} {
+		name = strings.TrimSuffix(name, ext)
+	}
+	var b strings.Builder
+	for _, r := range name {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else if b.Len() > 0 {
+			b.WriteByte('-')
+		}
+	}
+	if s := strings.Trim(b.String(), "-"); s != "" {
+		return s
+	}
+	return "image"
+}
+
+// RemoveImage deletes an image that no container uses.
+func (p *Plugin) RemoveImage(args containerd.NameArgs, _ *containerd.Empty) error {
+	ctx := p.ctx()
+	ref := args.Name
+	if _, err := p.client.ImageService().Get(ctx, ref); errdefs.IsNotFound(err) {
+		if norm, nerr := NormalizeImage(ref); nerr == nil {
+			ref = norm
+		}
+	}
+	used, err := p.usedImages(ctx)
+	if err != nil {
+		return err
+	}
+	if used[ref] {
+		return fmt.Errorf("image %s is used by a container", ref)
+	}
+	err = p.client.ImageService().Delete(ctx, ref, images.SynchronousDelete())
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("image %s not found", args.Name)
+	}
+	return err
+}

@@ -1,0 +1,275 @@
+// Package plugin is the podvisor-containerd runtime plugin: it serves the
+// daemon's requests (package containerd) with containerd's own client. It
+// keeps no state: containerd holds every container, labelled with its
+// podvisor instance, and the plugin reads them back when asked.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"syscall"
+	"time"
+
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// Config is how the plugin reaches and uses containerd.
+type Config struct {
+	Address     string
+	Snapshotter string // "" is containerd's default
+	Runtime     string // "" is io.containerd.runc.v2
+	// LogDriver is podvisor-shim's path: containerd's shim runs it to
+	// write each container's log (binary:// log URI).
+	LogDriver string
+	// AuthFile is a docker config.json with registry credentials.
+	AuthFile string
+}
+
+// Plugin serves the Runtime RPC service.
+type Plugin struct {
+	cfg    Config
+	client *ctrd.Client
+	log    *slog.Logger
+}
+
+// labelStarted records when a container's task started: containerd's task
+// status does not say, and a restarted daemon reports it.
+const labelStarted = "io.podvisor.started"
+
+// New connects to containerd. The connection re-establishes itself when
+// containerd restarts; requests in between fail and are retried by the
+// daemon or, for waits, here.
+func New(cfg Config, log *slog.Logger) (*Plugin, error) {
+	if cfg.Runtime == "" {
+		cfg.Runtime = "io.containerd.runc.v2"
+	}
+	c, err := ctrd.New(cfg.Address, ctrd.WithDefaultNamespace(containerd.Namespace), ctrd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
+	}
+	return &Plugin{cfg: cfg, client: c, log: log}, nil
+}
+
+// Close drops the connection.
+func (p *Plugin) Close() error { return p.client.Close() }
+
+func (p *Plugin) ctx() context.Context {
+	return namespaces.WithNamespace(context.Background(), containerd.Namespace)
+}
+
+// Version reports containerd's version.
+func (p *Plugin) Version(_ containerd.Empty, reply *containerd.VersionReply) error {
+	v, err := p.client.Version(p.ctx())
+	if err != nil {
+		return err
+	}
+	reply.Version, reply.Revision = v.Version, v.Revision
+	return nil
+}
+
+// Run pulls the image if the policy says so, creates the container and
+// starts its task. Any failure removes what was made: the instance ends
+// and is never started again under its ID.
+func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error {
+	ctx := p.ctx()
+	cfg := args.Config
+	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy)
+	if fail != nil {
+		reply.Failure = fail
+		return nil
+	}
+	opts, stopSignal, err := p.specOpts(ctx, img, cfg)
+	if err != nil {
+		reply.Failure = &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+		return nil
+	}
+	c, err := p.client.NewContainer(ctx, cfg.ID,
+		ctrd.WithContainerLabels(cfg.Labels),
+		ctrd.WithImage(img),
+		ctrd.WithSnapshotter(p.cfg.Snapshotter),
+		ctrd.WithNewSnapshot(cfg.ID, img),
+		ctrd.WithRuntime(p.cfg.Runtime, nil),
+		ctrd.WithNewSpec(opts...),
+	)
+	if err != nil {
+		reply.Failure = &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+		return nil
+	}
+	logArgs := map[string]string{
+		shim.LoggerPath:     cfg.LogPath,
+		shim.LoggerMaxBytes: strconv.FormatInt(cfg.LogMaxBytes, 10),
+		shim.LoggerMaxFiles: strconv.Itoa(cfg.LogMaxFiles),
+	}
+	task, err := c.NewTask(ctx, cio.BinaryIO(p.cfg.LogDriver, logArgs))
+	if err == nil {
+		err = task.Start(ctx)
+		if err != nil {
+			task.Delete(ctx, ctrd.WithProcessKill)
+		}
+	}
+	if err != nil {
+		c.Delete(ctx, ctrd.WithSnapshotCleanup)
+		reply.Failure = &containerd.Failure{Reason: containerd.StartError, Message: err.Error()}
+		return nil
+	}
+	reply.StartedAt, reply.Pid, reply.StopSignal = time.Now(), int(task.Pid()), stopSignal
+	if _, err := c.SetLabels(ctx, map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano)}); err != nil {
+		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
+	}
+	return nil
+}
+
+// Wait blocks until the container's task exits and returns how. A lost
+// connection to containerd (it restarts, or is upgraded) is waited out:
+// the task runs on under its shim and the wait resumes.
+func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
+	ctx := p.ctx()
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 5*time.Second) {
+		st, err := p.waitOnce(ctx, args.ID)
+		if err == nil {
+			*reply = st
+			return nil
+		}
+		if errdefs.IsNotFound(err) {
+			*reply = lost()
+			return nil
+		}
+		p.log.Warn("waiting for a task; retrying", "id", args.ID, "err", err, "in", delay)
+		time.Sleep(delay)
+	}
+}
+
+func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, error) {
+	c, err := p.client.LoadContainer(ctx, id)
+	if err != nil {
+		return shim.ExitStatus{}, err
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return shim.ExitStatus{}, err
+	}
+	statusC, err := task.Wait(ctx)
+	if err != nil {
+		return shim.ExitStatus{}, err
+	}
+	es := <-statusC
+	if err := es.Error(); err != nil {
+		return shim.ExitStatus{}, err
+	}
+	return exitStatus(es.ExitCode(), es.ExitTime()), nil
+}
+
+// exitStatus turns containerd's exit code (128+n for a signal, as runc
+// reports it) into podvisor's.
+func exitStatus(code uint32, at time.Time) shim.ExitStatus {
+	st := shim.ExitStatus{ExitCode: int32(code), FinishedAt: at}
+	if code > 128 && code < 128+65 {
+		st.Signal = int32(code - 128)
+	}
+	return st
+}
+
+// lost is the status of a container whose task containerd no longer has.
+func lost() shim.ExitStatus {
+	return shim.ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown",
+		Message: "The container could not be located when the pod was terminated", FinishedAt: time.Now()}
+}
+
+// Signal sends a signal to a container's main process or all its
+// processes. A container that is gone is not an error.
+func (p *Plugin) Signal(args containerd.SignalArgs, _ *containerd.Empty) error {
+	ctx := p.ctx()
+	c, err := p.client.LoadContainer(ctx, args.ID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var opts []ctrd.KillOpts
+	if args.All {
+		opts = append(opts, ctrd.WithKillAll)
+	}
+	err = task.Kill(ctx, syscall.Signal(args.Signal), opts...)
+	if errdefs.IsNotFound(err) || errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// Remove deletes a container, its task (killed if it still runs) and its
+// snapshot.
+func (p *Plugin) Remove(args containerd.IDArgs, _ *containerd.Empty) error {
+	ctx := p.ctx()
+	c, err := p.client.LoadContainer(ctx, args.ID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("deleting task of %s: %w", args.ID, err)
+		}
+	}
+	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("deleting container %s: %w", args.ID, err)
+	}
+	return nil
+}
+
+// List returns every container podvisor made, with its task's state.
+func (p *Plugin) List(_ containerd.Empty, reply *containerd.ListReply) error {
+	ctx := p.ctx()
+	cs, err := p.client.Containers(ctx, `labels."`+containerd.LabelInstance+`"`)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		labels, err := c.Labels(ctx)
+		if err != nil {
+			return err
+		}
+		f := containerd.Found{ID: c.ID(), Labels: labels}
+		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])
+		task, err := c.Task(ctx, nil)
+		switch {
+		case errdefs.IsNotFound(err):
+			// Created but never started, or containerd lost the task.
+		case err != nil:
+			return err
+		default:
+			st, err := task.Status(ctx)
+			if err != nil {
+				return err
+			}
+			switch st.Status {
+			case ctrd.Stopped:
+				es := exitStatus(st.ExitStatus, st.ExitTime)
+				es.StartedAt = f.StartedAt
+				f.Exit = &es
+			default:
+				f.Running = true
+			}
+		}
+		reply.Containers = append(reply.Containers, f)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package plugin
+
+import (
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/test/ctrdtest"
+	"github.com/podvisor/podvisor/test/ociimage"
+)
+
+func TestKubernetesArgs(t *testing.T) {
+	ep, cmd := []string{"/ep"}, []string{"c1"}
+	for _, tc := range []struct {
+		command, args, want []string
+	}{
+		{nil, nil, []string{"/ep", "c1"}},
+		{nil, []string{"a"}, []string{"/ep", "a"}},
+		{[]string{"x"}, nil, []string{"x"}},
+		{[]string{"x"}, []string{"a"}, []string{"x", "a"}},
+	} {
+		if got := kubernetesArgs(ep, cmd, tc.command, tc.args); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("command %v args %v: got %v, want %v", tc.command, tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestNormalizeImage(t *testing.T) {
+	for in, want := range map[string]string{
+		"busybox":                 "docker.io/library/busybox:latest",
+		"busybox:1.36":            "docker.io/library/busybox:1.36",
+		"podvisor.test/busybox:1": "podvisor.test/busybox:1",
+	} {
+		if got, err := NormalizeImage(in); err != nil || got != want {
+			t.Errorf("%s: got %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := NormalizeImage("bad ref!"); err == nil {
+		t.Error("an invalid reference was accepted")
+	}
+}
+
+func TestArchiveName(t *testing.T) {
+	for in, want := range map[string]string{"/x/My App_v1.tar": "my-app-v1", "a.oci.tar.gz": "a", "---.tar": "image"} {
+		if got := archiveName(in); got != want {
+			t.Errorf("%s: got %q, want %q", in, got, want)
+		}
+	}
+}
+
+// newPlugin starts a private containerd and a plugin on it, with
+// podvisor-shim built as the log driver.
+func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
+	ctrd := ctrdtest.Start(t)
+	shimBin := filepath.Join(t.TempDir(), "podvisor-shim")
+	if out, err := exec.Command("go", "build", "-o", shimBin, "github.com/podvisor/podvisor/cmd/podvisor-shim").CombinedOutput(); err != nil {
+		t.Fatalf("building podvisor-shim: %v\n%s", err, out)
+	}
+	p, err := New(Config{Address: ctrd.Address, LogDriver: shimBin}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, ctrd
+}
+
+func importTestImage(t *testing.T, p *Plugin, name string) {
+	t.Helper()
+	archive := filepath.Join(t.TempDir(), "busybox.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: name, Cmd: []string{"sh"}, StopSignal: "SIGUSR1"}); err != nil {
+		t.Fatal(err)
+	}
+	var imp containerd.ImportReply
+	if err := p.Import(containerd.ImportArgs{Path: archive}, &imp); err != nil {
+		t.Fatal(err)
+	}
+	if len(imp.Names) != 1 || imp.Names[0] != name {
+		t.Fatalf("imported %v, want [%s]", imp.Names, name)
+	}
+}
+
+func TestRunWaitExecSignal(t *testing.T) {
+	p, _ := newPlugin(t)
+	const image = "podvisor.test/busybox:1"
+	importTestImage(t, p, image)
+
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	cfg := containerd.ContainerConfig{
+		ID: "c1", Labels: map[string]string{containerd.LabelInstance: "c1"}, Image: image, PullPolicy: "Never",
+		Command: []string{"sh", "-c"}, Args: []string{"echo hello $GREETING; trap 'echo bye; exit 3' TERM; while :; do sleep 1; done"},
+		Env: []string{"GREETING=world"}, Hostname: "pod-a", LogPath: logPath, LogMaxBytes: 1 << 20, LogMaxFiles: 2,
+	}
+	var run containerd.RunReply
+	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+		t.Fatalf("run: %v %+v", err, run.Failure)
+	}
+	if run.Pid <= 0 || run.StopSignal != "SIGUSR1" {
+		t.Fatalf("run reply %+v: want a pid and the image's stop signal", run)
+	}
+	waitFor(t, func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F hello world\n") })
+
+	var ex containerd.ExecReply
+	if err := p.Exec(containerd.ExecArgs{ID: "c1", Command: []string{"hostname"}, Timeout: 5 * time.Second}, &ex); err != nil {
+		t.Fatal(err)
+	}
+	if ex.ExitCode != 0 || strings.TrimSpace(ex.Output) != "pod-a" {
+		t.Fatalf("exec hostname: %+v", ex)
+	}
+	if err := p.Exec(containerd.ExecArgs{ID: "c1", Command: []string{"sleep", "10"}, Timeout: 200 * time.Millisecond}, &ex); err != nil || !ex.TimedOut {
+		t.Fatalf("exec past its timeout: %+v %v", ex, err)
+	}
+
+	var list containerd.ListReply
+	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 1 || !list.Containers[0].Running || list.Containers[0].StartedAt.IsZero() {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	waited := make(chan shim.ExitStatus, 1)
+	go func() {
+		var st shim.ExitStatus
+		p.Wait(containerd.IDArgs{ID: "c1"}, &st)
+		waited <- st
+	}()
+	if err := p.Signal(containerd.SignalArgs{ID: "c1", Signal: int(syscall.SIGTERM)}, &containerd.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-waited:
+		if st.ExitCode != 3 {
+			t.Fatalf("exit %+v, want code 3 from the TERM trap", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	waitFor(t, func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F bye\n") })
+	list = containerd.ListReply{}
+	if err := p.List(containerd.Empty{}, &list); err != nil || list.Containers[0].Running || list.Containers[0].Exit == nil || list.Containers[0].Exit.ExitCode != 3 {
+		t.Fatalf("list after exit: %+v %v", list, err)
+	}
+	if err := p.Remove(containerd.IDArgs{ID: "c1"}, &containerd.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	list = containerd.ListReply{}
+	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 0 {
+		t.Fatalf("list after remove: %+v %v", list, err)
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	p, _ := newPlugin(t)
+	for _, tc := range []struct {
+		image, policy, reason string
+	}{
+		{"podvisor.test/missing:1", "Never", containerd.ErrImageNeverPull},
+		{"Not A Ref", "IfNotPresent", containerd.InvalidImageName},
+		// No registry is reachable from tests: the pull fails.
+		{"127.0.0.1:1/missing:1", "IfNotPresent", containerd.ErrImagePull},
+	} {
+		var run containerd.RunReply
+		cfg := containerd.ContainerConfig{ID: "f", Image: tc.image, PullPolicy: tc.policy, LogPath: "/tmp/x.log"}
+		if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil {
+			t.Fatal(err)
+		}
+		if run.Failure == nil || run.Failure.Reason != tc.reason {
+			t.Errorf("%s (%s): failure %+v, want %s", tc.image, tc.policy, run.Failure, tc.reason)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met in 5s")
+}

@@ -1,0 +1,160 @@
+// Package ctrdtest starts a private containerd for tests: its own socket,
+// root and state under a temporary directory, never the system's.
+package ctrdtest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Containerd is a running private containerd.
+type Containerd struct {
+	Address string
+	Dir     string
+	config  string
+	cmd     *exec.Cmd
+	t       testing.TB
+}
+
+// Require skips the test where containerd or runc is missing or the test
+// is not root, except under CI=true, where that is a failure.
+func Require(t testing.TB) {
+	t.Helper()
+	var missing []string
+	for _, bin := range []string{"containerd", "runc", "containerd-shim-runc-v2"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI prerequisite missing: %v (install containerd and runc, run as root)", missing)
+	}
+	t.Skipf("containerd tests need %v; skipped outside CI", missing)
+}
+
+// Start runs a containerd until the test ends.
+func Start(t testing.TB) *Containerd {
+	t.Helper()
+	Require(t)
+	// Short paths: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "ctrd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Containerd{Address: filepath.Join(dir, "c.sock"), Dir: dir, config: filepath.Join(dir, "config.toml"), t: t}
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Address, c.Address+".ttrpc")
+	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.start()
+	t.Cleanup(func() {
+		c.Stop()
+		c.killShims()
+		// Snapshots are mounted while tasks live; unmount before removal.
+		exec.Command("sh", "-c", "grep "+dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		os.RemoveAll(dir)
+	})
+	return c
+}
+
+func (c *Containerd) start() {
+	c.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.cmd = exec.Command("containerd", "--config", c.config)
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	logf.Close()
+	for i := 0; i < 200; i++ {
+		if conn, err := net.Dial("unix", c.Address); err == nil {
+			conn.Close()
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
+	c.t.Fatalf("containerd did not come up:\n%s", log)
+}
+
+// Stop kills containerd (its shims and containers live on).
+func (c *Containerd) Stop() {
+	if c.cmd == nil {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+	}
+	c.cmd = nil
+}
+
+// Restart stops and starts containerd again.
+func (c *Containerd) Restart() {
+	c.Stop()
+	c.start()
+}
+
+// Log returns containerd's log so far.
+func (c *Containerd) Log() string {
+	b, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
+	return string(b)
+}
+
+// killShims ends the shims (and with them the containers) this
+// containerd started, found by their -address argument.
+func (c *Containerd) killShims() {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		data, err := os.ReadFile(f)
+		if err != nil || !containsArg(data, c.Address) {
+			continue
+		}
+		var pid int
+		fmt.Sscanf(filepath.Base(filepath.Dir(f)), "%d", &pid)
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func containsArg(cmdline []byte, arg string) bool {
+	start := 0
+	for i, b := range cmdline {
+		if b == 0 {
+			if string(cmdline[start:i]) == arg {
+				return true
+			}
+			start = i + 1
+		}
+	}
+	return false
+}
