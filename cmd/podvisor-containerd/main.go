@@ -70,6 +70,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime (default io.containerd.runc.v2)")
 	fs.StringVar(&cfg.LogDriver, "log-driver", "", "podvisor-shim, the containers' log driver")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
+	fs.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory (default: the shim's)")
 	_, p, err := connect(fs, args, &cfg)
 	if err != nil {
 		return err

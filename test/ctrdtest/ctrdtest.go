@@ -124,6 +124,10 @@ func (c *Containerd) Restart() {
 	c.start()
 }
 
+// RuncRoot is the runc state directory the test's containers use, apart
+// from the host's.
+func (c *Containerd) RuncRoot() string { return filepath.Join(c.Dir, "runc") }
+
 // Log returns containerd's log so far.
 func (c *Containerd) Log() string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -32,6 +33,9 @@ type Config struct {
 	LogDriver string
 	// AuthFile is a docker config.json with registry credentials.
 	AuthFile string
+	// RuncRoot is runc's state directory ("" is the shim's default,
+	// /run/containerd/runc): tests keep theirs apart from the host's.
+	RuncRoot string
 }
 
 // Plugin serves the Runtime RPC service.
@@ -97,7 +101,7 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		ctrd.WithImage(img),
 		ctrd.WithSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithNewSnapshot(cfg.ID, img),
-		ctrd.WithRuntime(p.cfg.Runtime, nil),
+		ctrd.WithRuntime(p.cfg.Runtime, p.runtimeOptions()),
 		ctrd.WithNewSpec(opts...),
 	)
 	if err != nil {
@@ -126,6 +130,13 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
 	}
 	return nil
+}
+
+func (p *Plugin) runtimeOptions() any {
+	if p.cfg.RuncRoot == "" {
+		return nil
+	}
+	return &options.Options{Root: p.cfg.RuncRoot}
 }
 
 // Wait blocks until the container's task exits and returns how. A lost

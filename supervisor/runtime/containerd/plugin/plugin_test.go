@@ -63,7 +63,7 @@ func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	if out, err := exec.Command("go", "build", "-o", shimBin, "github.com/podvisor/podvisor/cmd/podvisor-shim").CombinedOutput(); err != nil {
 		t.Fatalf("building podvisor-shim: %v\n%s", err, out)
 	}
-	p, err := New(Config{Address: ctrd.Address, LogDriver: shimBin}, slog.Default())
+	p, err := New(Config{Address: ctrd.Address, LogDriver: shimBin, RuncRoot: ctrd.RuncRoot()}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
