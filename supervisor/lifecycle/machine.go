@@ -172,6 +172,7 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	c.Phase = Running
 	c.StartedAt = at
+	c.WaitReason, c.WaitMessage, c.FailStep = "", "", 0
 	spec := in.Spec(name)
 	c.StartupPassed = spec.StartupProbe == nil
 	c.Ready = spec.ReadinessProbe == nil
@@ -190,6 +191,25 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 
 func hasProbes(c *v1.Container) bool {
 	return c.StartupProbe != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil
+}
+
+// StartFailed records that a container instance could not be created: its
+// image could not be pulled, or its configuration not applied. No process
+// ran, so it is not a restart: the container waits with the reason and is
+// tried again after a backoff of its own, as the kubelet retries pulls.
+func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message string, now time.Time) []Action {
+	in, c := m.lookup(uid, name, instanceID)
+	if c == nil || c.Phase != Starting {
+		return nil
+	}
+	c.FailStep++
+	delay := m.backoffDelay(c.FailStep)
+	c.Phase, c.WaitReason, c.WaitMessage = Waiting, reason, message
+	c.NotBefore = now.Add(delay)
+	m.wakeAt(c.NotBefore)
+	m.touch(uid)
+	return []Action{record(in, "Warning", "Failed", fmt.Sprintf("Error: %s: %s", reason, message)),
+		record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name))}
 }
 
 // Exited records that a container instance terminated. A start that failed

@@ -122,6 +122,14 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 		switch {
 		case c.Kind == RegularKind && !in.Initialized:
 			w.Reason = "PodInitializing"
+		case c.Phase == Waiting && c.WaitReason != "":
+			w.Reason, w.Message = c.WaitReason, c.WaitMessage
+			// After the first failed pull, the kubelet says it is
+			// backing off.
+			if c.WaitReason == ErrImagePull && c.FailStep > 1 {
+				w.Reason = ImagePullBackOff
+				w.Message = fmt.Sprintf("Back-off pulling image %q: %s", spec.Image, c.WaitMessage)
+			}
 		case c.Phase == Waiting && c.Last != nil && now.Before(c.NotBefore):
 			w.Reason = "CrashLoopBackOff"
 			w.Message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
@@ -138,6 +146,12 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 	}
 	return cs
 }
+
+// Waiting reasons of pulls, as the kubelet names them.
+const (
+	ErrImagePull     = "ErrImagePull"
+	ImagePullBackOff = "ImagePullBackOff"
+)
 
 func terminated(t *Termination) *v1.ContainerStateTerminated {
 	return &v1.ContainerStateTerminated{

@@ -116,6 +116,13 @@ type Container struct {
 	StartupPassed bool  `json:"startupPassed,omitempty"`
 	Ready         bool  `json:"ready,omitempty"`
 	Stop          *Stop `json:"stop,omitempty"`
+	// WaitReason and WaitMessage say why a container that could not be
+	// created waits (ErrImagePull, CreateContainerError, …); FailStep
+	// counts such failures in a row for their own backoff. None of them
+	// ran a process, so none counts as a restart.
+	WaitReason  string `json:"waitReason,omitempty"`
+	WaitMessage string `json:"waitMessage,omitempty"`
+	FailStep    int    `json:"failStep,omitempty"`
 }
 
 // Failure is why a pod instance failed as a whole.

@@ -36,7 +36,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	rpc     *rpc.Client
-	up      chan struct{} // closed while a plugin is connected
+	up      chan struct{}     // closed while a plugin is connected
 	waiting map[string]string // containerd ID → instance ID, being waited on
 	stopped bool
 	done    chan struct{}

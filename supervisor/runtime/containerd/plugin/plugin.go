@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/api/types/runc/options"
+	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"

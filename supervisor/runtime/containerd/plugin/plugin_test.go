@@ -104,7 +104,10 @@ func TestRunWaitExecSignal(t *testing.T) {
 	if run.Pid <= 0 || run.StopSignal != "SIGUSR1" {
 		t.Fatalf("run reply %+v: want a pid and the image's stop signal", run)
 	}
-	waitFor(t, func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F hello world\n") })
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), " stdout F hello world\n")
+	})
 
 	var ex containerd.ExecReply
 	if err := p.Exec(containerd.ExecArgs{ID: "c1", Command: []string{"hostname"}, Timeout: 5 * time.Second}, &ex); err != nil {

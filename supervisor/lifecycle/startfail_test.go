@@ -1,0 +1,85 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A container whose image cannot be pulled waits with ErrImagePull, then
+// ImagePullBackOff, retried on the backoff's schedule; none of it counts
+// as a restart, and the first successful start clears it.
+func TestStartFailedBacksOffWithoutRestarts(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	acts := h.m.Reconcile(h.now)
+	starts := kinds(acts, Start)
+	if len(starts) != 1 {
+		t.Fatalf("want one start, got %v", acts)
+	}
+	fail := func(a Action) {
+		t.Helper()
+		acts := h.m.StartFailed(types.UID("u"), "app", a.InstanceID, ErrImagePull, "registry unreachable", h.now)
+		if len(kinds(acts, Record)) == 0 {
+			t.Fatalf("no event for a failed pull: %v", acts)
+		}
+	}
+	fail(starts[0])
+	waiting := func() *v1.ContainerStateWaiting {
+		st := h.m.PodView(h.m.Instance("u"), h.now).Status
+		cs := st.ContainerStatuses[0]
+		if cs.RestartCount != 0 || cs.State.Waiting == nil || st.Phase != v1.PodPending {
+			t.Fatalf("status %+v: want Pending, waiting, no restarts", st)
+		}
+		return cs.State.Waiting
+	}
+	if w := waiting(); w.Reason != ErrImagePull || w.Message != "registry unreachable" {
+		t.Fatalf("after the first failure: %+v", w)
+	}
+	// Nothing is tried again before the backoff ends.
+	if got := kinds(h.m.Reconcile(h.now.Add(9*time.Second)), Start); len(got) != 0 {
+		t.Fatalf("retried during the backoff: %v", got)
+	}
+	if next := h.m.NextWake(); !next.Equal(h.now.Add(10 * time.Second)) {
+		t.Fatalf("next wake %v, want the end of a 10s backoff", next)
+	}
+	h.now = h.now.Add(10 * time.Second)
+	starts = kinds(h.m.Reconcile(h.now), Start)
+	if len(starts) != 1 || starts[0].Attempt != 2 {
+		t.Fatalf("want a second attempt after 10s, got %v", starts)
+	}
+	fail(starts[0])
+	if w := waiting(); w.Reason != ImagePullBackOff {
+		t.Fatalf("after the second failure: %+v, want ImagePullBackOff", w)
+	}
+	// The backoff doubles: 20s now.
+	if got := kinds(h.m.Reconcile(h.now.Add(19*time.Second)), Start); len(got) != 0 {
+		t.Fatalf("retried before 20s: %v", got)
+	}
+	h.now = h.now.Add(20 * time.Second)
+	starts = kinds(h.m.Reconcile(h.now), Start)
+	if len(starts) != 1 {
+		t.Fatalf("no third attempt: %v", starts)
+	}
+	h.m.Started("u", "app", starts[0].InstanceID, h.now)
+	c := h.container("u", "app")
+	if c.WaitReason != "" || c.FailStep != 0 || c.RestartCount != 0 || c.Phase != Running {
+		t.Fatalf("after a successful start: %+v", c)
+	}
+}
+
+// A failure reported for an instance that is no longer starting changes
+// nothing.
+func TestStartFailedIgnoresStaleInstances(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	h.reconcile()
+	if acts := h.m.StartFailed("u", "app", "u_app_9", ErrImagePull, "x", h.now); len(acts) != 0 {
+		t.Fatalf("stale failure acted on: %v", acts)
+	}
+	if c := h.container("u", "app"); c.Phase != Running {
+		t.Fatalf("phase %s, want Running", c.Phase)
+	}
+}
