@@ -10,10 +10,12 @@ export CGO_ENABLED := 0
 
 all: build
 
-# podvisor-shim goes beside podvisor: the daemon runs one per container.
+# podvisor-shim and podvisor-containerd go beside podvisor: the daemon runs
+# a shim per process container and the plugin for containerd pods.
 build:
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor ./cmd/podvisor
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-shim ./cmd/podvisor-shim
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-containerd ./cmd/podvisor-containerd
 
 # Everything CI runs: lint, unit and integration tests (real processes),
 # and the fuzz seed corpus (part of go test).

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // Target is the container a handler acts on.
@@ -39,6 +40,12 @@ type Target struct {
 	Dir string
 	UID *uint32
 	GID *uint32
+	// Netns is the pod's network namespace, for pods with a network of
+	// their own: network handlers dial from inside it, to Host there.
+	Netns string
+	// ExecIn runs a command inside the container (containerd pods);
+	// nil runs it on the host with the exec context above.
+	ExecIn func(ctx context.Context, command []string, timeout time.Duration) (exitCode int, output string, err error)
 }
 
 // maxOutput bounds how much of a failing exec handler's output is kept.
@@ -50,6 +57,16 @@ const maxOutput = 10 << 10
 func Exec(ctx context.Context, t Target, command []string, timeout time.Duration) error {
 	if len(command) == 0 {
 		return errors.New("exec: no command")
+	}
+	if t.ExecIn != nil {
+		code, out, err := t.ExecIn(ctx, command, timeout)
+		if err != nil {
+			return fmt.Errorf("command %q: %w", command[0], err)
+		}
+		if code != 0 {
+			return fmt.Errorf("command %q: exit status %d: %s", command[0], code, bytes.TrimSpace([]byte(out)))
+		}
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -129,6 +146,27 @@ func dialer(timeout time.Duration) *net.Dialer {
 	}}
 }
 
+// netnsKey carries a pod's network namespace to the shared dialers.
+type netnsKey struct{}
+
+func withNetns(ctx context.Context, netns string) context.Context {
+	if netns == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, netnsKey{}, netns)
+}
+
+// dialContext dials from the network namespace the context names, if any.
+func dialContext(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := dialer(timeout)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ns, _ := ctx.Value(netnsKey{}).(string); ns != "" {
+			return sandbox.DialContext(ctx, d, ns, network, addr)
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
 // address is host:port for a handler: its own host or the target's, its
 // port by number or by the container port's name.
 func (t Target) address(host string, port intstr.IntOrString) (string, error) {
@@ -150,7 +188,7 @@ func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Dura
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := dialer(timeout).DialContext(ctx, "tcp", addr)
+	conn, err := dialContext(timeout)(withNetns(ctx, t.Netns), "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -168,7 +206,7 @@ func httpTransport(timeout time.Duration) *http.Transport {
 		return t.(*http.Transport)
 	}
 	t, _ := transports.LoadOrStore(timeout, &http.Transport{
-		DialContext:       dialer(timeout).DialContext,
+		DialContext:       dialContext(timeout),
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes never verify, like the kubelet
 	})
@@ -191,7 +229,7 @@ func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(withNetns(ctx, t.Netns), http.MethodGet, u.String(), nil)
 	if err != nil {
 		return err
 	}
@@ -238,7 +276,7 @@ func GRPC(ctx context.Context, t Target, a *v1.GRPCAction, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	addr := net.JoinHostPort(t.Host, strconv.Itoa(int(a.Port)))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
+	req, err := http.NewRequestWithContext(withNetns(ctx, t.Netns), http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
 	if err != nil {
 		return err
 	}
@@ -246,7 +284,7 @@ func GRPC(ctx context.Context, t Target, a *v1.GRPCAction, timeout time.Duration
 	req.Header.Set("TE", "trailers")
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{DialContext: dialer(timeout).DialContext, Protocols: &protocols}
+	tr := &http.Transport{DialContext: dialContext(timeout), Protocols: &protocols}
 	defer tr.CloseIdleConnections()
 	resp, err := tr.RoundTrip(req)
 	if err != nil {

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -33,11 +34,21 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			if sig == 0 {
 				sig = unix.SIGTERM
 			}
-			if err := d.rt.Signal(a.InstanceID, sig); err != nil {
+			var err error
+			if d.onContainerd(a.InstanceID) {
+				err = d.ctrdSignal(in, a)
+			} else {
+				err = d.rt.Signal(a.InstanceID, sig)
+			}
+			if err != nil {
 				d.log.Warn("stop signal", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Kill:
-			if err := d.rt.Kill(a.InstanceID); err != nil {
+			kill := d.rt.Kill
+			if d.onContainerd(a.InstanceID) {
+				kill = func(id string) error { return d.ctrd.Kill(containerd.ContainerID(id)) }
+			}
+			if err := kill(a.InstanceID); err != nil {
 				d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 			}
 			d.killCgroup(in, a.Container)
@@ -66,7 +77,11 @@ func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target
 	if err != nil {
 		return probes.Target{}, err
 	}
-	return probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}, nil
+	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}
+	if id := in.Container(container).InstanceID; d.onContainerd(id) {
+		d.ctrdTarget(in, id, &t)
+	}
+	return t, nil
 }
 
 type hookResult struct {
@@ -99,9 +114,8 @@ func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 	pod := in.Pod
 	res := startResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID}
-	if rc := pod.Spec.RuntimeClassName; rc == nil || *rc != manifest.ProcessRuntimeClass {
-		res.err = fmt.Errorf("no containerd runtime is configured on this device; set runtimeClassName: %s to run host processes", manifest.ProcessRuntimeClass)
-		d.started <- res
+	if !isProcessPod(pod) {
+		d.startContainerd(in, a, res)
 		return
 	}
 	s, err := process.BuildSpec(pod, in.Spec(a.Container), d.node)
@@ -127,6 +141,28 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 }
 
 func (d *Daemon) startDone(r startResult) {
+	if d.onContainerd(r.instanceID) {
+		switch {
+		case r.err != nil:
+			// The plugin could not be asked, or died answering: the
+			// container may exist, so it goes once its end is saved.
+			d.removeCtrd(r.instanceID)
+		case r.failure != nil && r.failure.Reason == containerd.StartError:
+			delete(d.onCtrd, r.instanceID) // the plugin removed it
+			r.err = errors.New(r.failure.Message)
+		case r.failure != nil:
+			delete(d.onCtrd, r.instanceID)
+			d.log.Warn("container could not be created", "instance", r.instanceID, "reason", r.failure.Reason, "err", r.failure.Message)
+			d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, r.failure.Reason, r.failure.Message, d.now()))
+			return
+		default:
+			d.onCtrd[r.instanceID] = r.stopSignal
+		}
+	} else if r.failure != nil {
+		// Refused before any runtime was asked (configuration).
+		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, r.failure.Reason, r.failure.Message, d.now()))
+		return
+	}
 	if r.err != nil {
 		d.log.Warn("container failed to start", "instance", r.instanceID, "err", r.err)
 		now := d.now()
@@ -152,7 +188,9 @@ func (d *Daemon) exited(x process.Exit) {
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
 	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))
-	if d.machine.Instance(uid) == nil {
+	if d.onContainerd(x.InstanceID) {
+		d.removeCtrd(x.InstanceID)
+	} else if d.machine.Instance(uid) == nil {
 		d.rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
 	d.gcDevice()
@@ -268,6 +306,7 @@ func (d *Daemon) gcDevice() {
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
 	d.removeCgroups(uid)
+	d.removeSandbox(uid)
 	dirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", string(uid)+"_*"))
 	for _, dir := range dirs {
 		if err := d.rt.Remove(filepath.Base(dir)); err != nil {

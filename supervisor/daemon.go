@@ -25,6 +25,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
@@ -66,6 +67,7 @@ type Config struct {
 	Eviction  EvictionConfig
 	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
 	ShutdownBuckets []ShutdownBucket
+	Containerd      ContainerdConfig
 }
 
 // Daemon supervises the pods of one device.
@@ -99,6 +101,12 @@ type Daemon struct {
 	evict    *evictor
 	draining *drain
 	memory   int64 // the device's memory, for OOM scores
+	// ctrd runs containerd pods (nil: not configured). onCtrd holds the
+	// instances on containerd with their image's stop signal;
+	// ctrdRemovals the finished ones to remove once their end is saved.
+	ctrd         *containerd.Client
+	onCtrd       map[string]string
+	ctrdRemovals []string
 }
 
 type startResult struct {
@@ -107,6 +115,10 @@ type startResult struct {
 	instanceID string
 	at         time.Time
 	err        error
+	// failure: a containerd container that could not be created or
+	// started; stopSignal: its image's STOPSIGNAL.
+	failure    *containerd.Failure
+	stopSignal string
 }
 
 // New prepares a daemon; Run starts it.
@@ -125,6 +137,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		podCgroups: map[types.UID]bool{},
 		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
+		onCtrd:     map[string]string{},
 	}
 }
 
@@ -157,6 +170,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
+	}
+	d.setupContainerd()
+	if d.ctrd != nil {
+		defer d.ctrd.Close()
 	}
 	d.machine.SetAdmitter(d.admitter())
 	if err := d.setupEviction(ctx); err != nil {
@@ -209,6 +226,9 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			persist.Reset(d.cfg.PersistDelay)
 			persistPending = true
 		}
+		if !persistPending {
+			d.flushCtrdRemovals()
+		}
 		resetTimer(wake, d.machine.NextWake(), d.now())
 		select {
 		case <-ctx.Done():
@@ -217,6 +237,10 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.setManifests(st)
 		case x := <-d.rt.Exits():
 			d.exited(x)
+		case x := <-d.ctrdExits():
+			d.exited(x)
+		case <-d.ctrdConnected():
+			d.recoverContainerd()
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:

@@ -68,6 +68,9 @@ func (d *Daemon) restore() error {
 	}
 	for _, in := range d.machine.Instances() {
 		for _, c := range in.AllContainers() {
+			if !isProcessPod(in.Pod) {
+				break // containerd's are reconciled when it answers
+			}
 			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
 				d.execute(d.machine.Exited(in.UID(), c.Name, lifecycle.Termination{
 					InstanceID: c.InstanceID, ExitCode: 137, Reason: "ContainerStatusUnknown",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // maxEvents is how many events each pod keeps.
@@ -74,9 +76,38 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 	}
 	p := d.machine.PodView(in, now)
 	p.Spec.NodeName = d.cfg.NodeName
-	p.Status.HostIP, p.Status.PodIP = d.node.HostIP, d.node.HostIP
+	p.Status.HostIP = d.node.HostIP
+	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
+	if isProcessPod(p) || p.Spec.HostNetwork {
+		p.Status.PodIP = d.node.HostIP
+		p.Status.PodIPs = []v1.PodIP{{IP: d.node.HostIP}}
+	}
+	if !isProcessPod(p) {
+		containerdIDs(p.Status.InitContainerStatuses)
+		containerdIDs(p.Status.ContainerStatuses)
+	}
 	d.views[in.UID()] = cachedView{revision: in.Revision(), pod: p}
 	return p
+}
+
+// containerdIDs names containers by their containerd IDs, as kubectl shows
+// them for a CRI runtime ("containerd://…").
+func containerdIDs(statuses []v1.ContainerStatus) {
+	rename := func(id *string) {
+		if rest, ok := strings.CutPrefix(*id, lifecycle.ContainerIDPrefix); ok {
+			*id = "containerd://" + containerd.ContainerID(rest)
+		}
+	}
+	for i := range statuses {
+		cs := &statuses[i]
+		rename(&cs.ContainerID)
+		if t := cs.State.Terminated; t != nil {
+			rename(&t.ContainerID)
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			rename(&t.ContainerID)
+		}
+	}
 }
 
 type cachedView struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,15 @@ type fileConfig struct {
 		MaxDeadPerContainer *int `json:"maxDeadPerContainer,omitempty"`
 		MaxDeadContainers   *int `json:"maxDeadContainers,omitempty"`
 	} `json:"gc"`
+	Containerd struct {
+		Address          string `json:"address,omitempty"`
+		Plugin           string `json:"plugin,omitempty"`
+		Snapshotter      string `json:"snapshotter,omitempty"`
+		Runtime          string `json:"runtime,omitempty"`
+		RegistryAuthFile string `json:"registryAuthFile,omitempty"`
+		RuncRoot         string `json:"runcRoot,omitempty"`
+		SandboxDir       string `json:"sandboxDir,omitempty"`
+	} `json:"containerd"`
 }
 
 func defaultConfig() fileConfig {
@@ -293,7 +303,12 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if configDir == "" {
 		configDir = "/etc/podvisor"
 	}
+	ctrd, err := containerdConfig(fc, shimCmd)
+	if err != nil {
+		return supervisor.Config{}, err
+	}
 	return supervisor.Config{
+		Containerd:      ctrd,
 		ConfigDir:       configDir,
 		Eviction:        evCfg,
 		ShutdownBuckets: buckets,
@@ -336,4 +351,41 @@ func shimCommand(configured string) ([]string, error) {
 		return []string{beside}, nil
 	}
 	return []string{exe, "shim"}, nil
+}
+
+// defaultContainerd is containerd's own socket.
+const defaultContainerd = "/run/containerd/containerd.sock"
+
+// containerdConfig enables containerd pods where containerd is named in
+// the config, or its default socket exists. They need podvisor-containerd
+// (the plugin) and podvisor-shim (the log driver) beside this binary.
+func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdConfig, error) {
+	cc := fc.Containerd
+	cfg := supervisor.ContainerdConfig{Address: cc.Address, Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second}
+	if cfg.Address == "" {
+		if _, err := os.Stat(defaultContainerd); err != nil {
+			return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only
+		}
+		cfg.Address = defaultContainerd
+	}
+	if cfg.SandboxDir == "" {
+		cfg.SandboxDir = "/run/podvisor/sandbox"
+	}
+	plugin := cc.Plugin
+	if plugin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("finding own binary: %w", err)
+		}
+		plugin = filepath.Join(filepath.Dir(exe), "podvisor-containerd")
+	}
+	if _, err := os.Stat(plugin); err != nil {
+		return cfg, fmt.Errorf("config containerd: the runtime plugin: %w", err)
+	}
+	if len(shimCmd) != 1 {
+		return cfg, errors.New("config containerd: containerd pods need podvisor-shim (their log driver) beside podvisor, or the shim setting")
+	}
+	cfg.Plugin, cfg.LogDriver = []string{plugin}, shimCmd[0]
+	return cfg, nil
 }

@@ -34,48 +34,94 @@ type Client struct {
 
 	exits chan process.Exit
 
-	mu      sync.Mutex
-	rpc     *rpc.Client
-	up      chan struct{}     // closed while a plugin is connected
-	waiting map[string]string // containerd ID → instance ID, being waited on
-	stopped bool
-	done    chan struct{}
+	mu        sync.Mutex
+	rpc       *rpc.Client
+	up        chan struct{}     // closed while a plugin is connected
+	waiting   map[string]string // containerd ID → instance ID, being waited on
+	stopped   bool
+	done      chan struct{}
+	connected chan struct{}
 }
 
-// NewClient returns a client; Start runs the plugin.
+// NewClient returns a client for the plugin that command starts; Start
+// runs it.
 func NewClient(command []string, log *slog.Logger) *Client {
 	return &Client{Command: command, Log: log, exits: make(chan process.Exit, 256),
-		up: make(chan struct{}), waiting: map[string]string{}, done: make(chan struct{})}
+		up: make(chan struct{}), waiting: map[string]string{}, done: make(chan struct{}),
+		connected: make(chan struct{}, 1)}
 }
 
 // Exits delivers the end of every watched container.
 func (c *Client) Exits() <-chan process.Exit { return c.exits }
 
-// Start runs the plugin and keeps it running until Close.
-func (c *Client) Start() error {
-	if err := c.launch(); err != nil {
-		return err
+// Start runs the plugin and keeps it running until Close, restarting it
+// with backoff whenever it dies or cannot reach containerd. It waits up to
+// wait for the first connection and reports whether it was made.
+func (c *Client) Start(wait time.Duration) bool {
+	go c.run()
+	select {
+	case <-c.ready():
+		return true
+	case <-time.After(wait):
+		return false
 	}
-	return nil
 }
 
-// launch starts one plugin process and a goroutine that restarts it when
-// it dies.
-func (c *Client) launch() error {
+// Connected signals each (re)connection: the daemon then reconciles what
+// containerd runs with its records.
+func (c *Client) Connected() <-chan struct{} { return c.connected }
+
+func (c *Client) run() {
+	defer close(c.done)
+	delay := 100 * time.Millisecond
+	for !c.isStopped() {
+		cmd, client, err := c.launch()
+		if err != nil {
+			c.Log.Error("containerd runtime plugin", "err", err, "retry in", delay)
+			time.Sleep(delay)
+			delay = min(delay*2, 10*time.Second)
+			continue
+		}
+		delay = 100 * time.Millisecond
+		select {
+		case c.connected <- struct{}{}:
+		default:
+		}
+		err = cmd.Wait()
+		client.Close()
+		c.mu.Lock()
+		c.rpc = nil
+		c.up = make(chan struct{})
+		c.mu.Unlock()
+		if !c.isStopped() {
+			c.Log.Error("the containerd runtime plugin exited; restarting it", "err", err)
+			time.Sleep(delay)
+		}
+	}
+}
+
+func (c *Client) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+// launch starts one plugin process and checks that it reaches containerd.
+func (c *Client) launch() (*exec.Cmd, *rpc.Client, error) {
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
 	cmd.Stderr = os.Stderr
 	// The plugin holds nothing worth keeping without its daemon.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the containerd runtime plugin: %w", err)
+		return nil, nil, fmt.Errorf("starting the containerd runtime plugin: %w", err)
 	}
 	client := jsonrpc.NewClient(struct {
 		io.Reader
@@ -86,46 +132,14 @@ func (c *Client) launch() error {
 		client.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
-		return fmt.Errorf("containerd runtime plugin: %w", err)
+		return nil, nil, fmt.Errorf("the plugin cannot reach containerd: %w", err)
 	}
-	c.Log.Info("containerd connected", "version", v.Version, "plugin", c.Command[0])
+	c.Log.Info("containerd connected", "version", v.Version)
 	c.mu.Lock()
 	c.rpc = client
 	close(c.up)
 	c.mu.Unlock()
-	go c.supervise(cmd, client)
-	return nil
-}
-
-// supervise waits for the plugin to exit and starts another, with backoff.
-func (c *Client) supervise(cmd *exec.Cmd, client *rpc.Client) {
-	err := cmd.Wait()
-	client.Close()
-	c.mu.Lock()
-	c.rpc = nil
-	c.up = make(chan struct{})
-	stopped := c.stopped
-	c.mu.Unlock()
-	if stopped {
-		close(c.done)
-		return
-	}
-	c.Log.Error("the containerd runtime plugin exited; restarting it", "err", err)
-	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 10*time.Second) {
-		time.Sleep(delay)
-		c.mu.Lock()
-		stopped := c.stopped
-		c.mu.Unlock()
-		if stopped {
-			close(c.done)
-			return
-		}
-		if err := c.launch(); err == nil {
-			return
-		} else {
-			c.Log.Error("restarting the containerd runtime plugin", "err", err, "retry in", delay*2)
-		}
-	}
+	return cmd, client, nil
 }
 
 // Close stops the plugin. Containers keep running.
@@ -136,6 +150,10 @@ func (c *Client) Close() {
 	c.mu.Unlock()
 	if client != nil {
 		client.Close() // the plugin exits when its stdin closes
+	}
+	select {
+	case <-c.done:
+	case <-time.After(2 * time.Second):
 	}
 }
 

@@ -32,6 +32,8 @@ const (
 	LabelContainer    = "io.kubernetes.container.name"
 	LabelInstance     = "io.podvisor.instance"
 	LabelAttempt      = "io.podvisor.attempt"
+	// LabelStopSignal is the image's STOPSIGNAL, set by the plugin.
+	LabelStopSignal = "io.podvisor.stop-signal"
 )
 
 // Waiting reasons of a container that could not be started, as the

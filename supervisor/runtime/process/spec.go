@@ -22,10 +22,10 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": pod.Name}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
-		v := expand(e.Value, vars)
+		v := Expand(e.Value, vars)
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
-			if v, err = fieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
+			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
 				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
@@ -40,7 +40,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	}
 	var argv []string
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-		argv = append(argv, expand(a, vars))
+		argv = append(argv, Expand(a, vars))
 	}
 	s := shim.Spec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
@@ -69,7 +69,8 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	return s, nil
 }
 
-func fieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
+// FieldValue is the value of a downward-API field of a pod.
+func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 	switch path {
 	case "metadata.name":
 		return pod.Name, nil
@@ -92,9 +93,9 @@ func fieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 	return "", fmt.Errorf("fieldPath %q is not supported", path)
 }
 
-// expand replaces $(NAME) with the variable's value as Kubernetes does:
+// Expand replaces $(NAME) with the variable's value as Kubernetes does:
 // unknown references stay as written and $$ escapes a dollar.
-func expand(s string, vars map[string]string) string {
+func Expand(s string, vars map[string]string) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}

@@ -126,7 +126,11 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		return nil
 	}
 	reply.StartedAt, reply.Pid, reply.StopSignal = time.Now(), int(task.Pid()), stopSignal
-	if _, err := c.SetLabels(ctx, map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano)}); err != nil {
+	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano)}
+	if stopSignal != "" {
+		labels[containerd.LabelStopSignal] = stopSignal
+	}
+	if _, err := c.SetLabels(ctx, labels); err != nil {
 		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
 	}
 	return nil

@@ -1,0 +1,278 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
+)
+
+// podDir holds what a pod instance has on the device besides its
+// containers: volumes and the files the kubelet would manage (hosts,
+// hostname, shm). It lives and dies with the pod UID.
+func (d *Daemon) podDir(uid types.UID) string {
+	return filepath.Join(d.cfg.DataDir, "pods", string(uid))
+}
+
+// shmSize is /dev/shm's size for a pod, as container runtimes default.
+const shmSize = 64 << 20
+
+// setupVolumes prepares a pod's volumes and returns their host paths by
+// name. It is idempotent: every container start calls it.
+func (d *Daemon) setupVolumes(pod *v1.Pod) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		dir := filepath.Join(d.podDir(pod.UID), "volumes", v.Name)
+		var err error
+		switch {
+		case v.EmptyDir != nil:
+			err = emptyDir(dir, v.EmptyDir)
+			paths[v.Name] = dir
+		case v.HostPath != nil:
+			err = checkHostPath(v.HostPath)
+			paths[v.Name] = v.HostPath.Path
+		case v.DownwardAPI != nil:
+			err = d.writeDownwardAPI(dir, pod, v.DownwardAPI.Items)
+			paths[v.Name] = dir
+		case v.Projected != nil:
+			var items []v1.DownwardAPIVolumeFile
+			for _, s := range v.Projected.Sources {
+				if s.DownwardAPI != nil {
+					items = append(items, s.DownwardAPI.Items...)
+				}
+			}
+			err = d.writeDownwardAPI(dir, pod, items)
+			paths[v.Name] = dir
+		default:
+			err = errors.New("unsupported volume source") // validation rejects these earlier
+		}
+		if err != nil {
+			return nil, fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+	}
+	return paths, nil
+}
+
+func emptyDir(dir string, e *v1.EmptyDirVolumeSource) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	os.Chmod(dir, 0o777) // as the kubelet makes it: any container user may write
+	if e.Medium != v1.StorageMediumMemory || isMountPoint(dir) {
+		return nil
+	}
+	opts := "mode=1777"
+	if e.SizeLimit != nil && e.SizeLimit.Value() > 0 {
+		opts += ",size=" + strconv.FormatInt(e.SizeLimit.Value(), 10)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting tmpfs: %w", err)
+	}
+	return nil
+}
+
+// checkHostPath applies hostPath's type rules, creating what the
+// *OrCreate types ask for.
+func checkHostPath(h *v1.HostPathVolumeSource) error {
+	typ := v1.HostPathUnset
+	if h.Type != nil {
+		typ = *h.Type
+	}
+	st, err := os.Stat(h.Path)
+	switch typ {
+	case v1.HostPathUnset:
+		return nil
+	case v1.HostPathDirectoryOrCreate:
+		if os.IsNotExist(err) {
+			return os.MkdirAll(h.Path, 0o755)
+		}
+	case v1.HostPathFileOrCreate:
+		if os.IsNotExist(err) {
+			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_RDONLY, 0o644)
+			if err == nil {
+				f.Close()
+			}
+			return err
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("hostPath type check failed: %s is not a %s: %w", h.Path, strings.TrimSuffix(string(typ), "OrCreate"), err)
+	}
+	ok := true
+	switch typ {
+	case v1.HostPathDirectory, v1.HostPathDirectoryOrCreate:
+		ok = st.IsDir()
+	case v1.HostPathFile, v1.HostPathFileOrCreate:
+		ok = st.Mode().IsRegular()
+	case v1.HostPathSocket:
+		ok = st.Mode()&os.ModeSocket != 0
+	case v1.HostPathCharDev:
+		ok = st.Mode()&os.ModeCharDevice != 0
+	case v1.HostPathBlockDev:
+		ok = st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
+	}
+	if !ok {
+		return fmt.Errorf("hostPath type check failed: %s is not a %s", h.Path, strings.TrimSuffix(string(typ), "OrCreate"))
+	}
+	return nil
+}
+
+// writeDownwardAPI writes the pod fields a downwardAPI volume asks for.
+func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAPIVolumeFile) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, it := range items {
+		if it.FieldRef == nil {
+			return fmt.Errorf("item %s: only fieldRef items are supported", it.Path)
+		}
+		var val string
+		switch it.FieldRef.FieldPath {
+		case "metadata.labels":
+			val = formatMap(pod.Labels)
+		case "metadata.annotations":
+			val = formatMap(pod.Annotations)
+		default:
+			var err error
+			if val, err = process.FieldValue(pod, it.FieldRef.FieldPath, d.node); err != nil {
+				return fmt.Errorf("item %s: %w", it.Path, err)
+			}
+		}
+		path := filepath.Join(dir, filepath.Clean("/" + it.Path))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(val), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// formatMap is the downward API's key="value" lines, sorted.
+func formatMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+	}
+	return b.String()
+}
+
+// containerMounts are a container's volume mounts plus the files the
+// kubelet gives every container: /etc/hosts, /etc/hostname,
+// /etc/resolv.conf and the pod's /dev/shm.
+func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]string) ([]containerd.Mount, error) {
+	var out []containerd.Mount
+	for _, vm := range c.VolumeMounts {
+		src, ok := volumes[vm.Name]
+		if !ok {
+			return nil, fmt.Errorf("volumeMount %q: no such volume", vm.Name)
+		}
+		if vm.SubPath != "" {
+			src = filepath.Join(src, filepath.Clean("/"+vm.SubPath))
+			if _, err := os.Stat(src); os.IsNotExist(err) {
+				if err := os.MkdirAll(src, 0o755); err != nil {
+					return nil, fmt.Errorf("volumeMount %q subPath: %w", vm.Name, err)
+				}
+			}
+		}
+		mode := "rw"
+		if vm.ReadOnly {
+			mode = "ro"
+		}
+		out = append(out, containerd.Mount{Source: src, Destination: vm.MountPath, Type: "bind", Options: []string{mode}})
+	}
+	files, err := d.podFiles(pod)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, files...), nil
+}
+
+// podFiles writes (once) and mounts the pod's hosts, hostname and shm.
+func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
+	dir := d.podDir(pod.UID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	hostname := pod.Name
+	if pod.Spec.Hostname != "" {
+		hostname = pod.Spec.Hostname
+	}
+	hosts := "/etc/hosts"
+	if !pod.Spec.HostNetwork {
+		hosts = filepath.Join(dir, "hosts")
+		content := "# Kubernetes-managed hosts file (podvisor).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
+		if err := os.WriteFile(hosts, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	} else {
+		hostname, _ = os.Hostname()
+	}
+	hostnameFile := filepath.Join(dir, "hostname")
+	if err := os.WriteFile(hostnameFile, []byte(hostname+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	mounts := []containerd.Mount{
+		{Source: hosts, Destination: "/etc/hosts", Type: "bind", Options: []string{"rw"}},
+		{Source: hostnameFile, Destination: "/etc/hostname", Type: "bind", Options: []string{"rw"}},
+	}
+	if _, err := os.Stat("/etc/resolv.conf"); err == nil {
+		mounts = append(mounts, containerd.Mount{Source: "/etc/resolv.conf", Destination: "/etc/resolv.conf", Type: "bind", Options: []string{"ro"}})
+	}
+	if !pod.Spec.HostIPC {
+		shm := filepath.Join(dir, "shm")
+		if err := os.MkdirAll(shm, 0o1777); err != nil {
+			return nil, err
+		}
+		if !isMountPoint(shm) {
+			if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+strconv.Itoa(shmSize)); err != nil {
+				return nil, fmt.Errorf("mounting the pod's /dev/shm: %w", err)
+			}
+		}
+		mounts = append(mounts, containerd.Mount{Source: shm, Destination: "/dev/shm", Type: "bind", Options: []string{"rw"}})
+	}
+	return mounts, nil
+}
+
+// removePodDir unmounts the pod's tmpfs volumes and shm and deletes its
+// directory.
+func (d *Daemon) removePodDir(uid types.UID) {
+	dir := d.podDir(uid)
+	mounts, _ := filepath.Glob(filepath.Join(dir, "volumes", "*"))
+	for _, m := range append(mounts, filepath.Join(dir, "shm")) {
+		if isMountPoint(m) {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				d.log.Warn("unmounting a pod volume", "path", m, "err", err)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		d.log.Warn("removing the pod directory", "dir", dir, "err", err)
+	}
+}
+
+// isMountPoint reports whether path is mounted on (its device differs
+// from its parent's).
+func isMountPoint(path string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(path, &st) != nil || unix.Lstat(filepath.Dir(path), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
