@@ -148,7 +148,7 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 				return fmt.Errorf("item %s: %w", it.Path, err)
 			}
 		}
-		path := filepath.Join(dir, filepath.Clean("/" + it.Path))
+		path := filepath.Join(dir, filepath.Clean("/"+it.Path))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}

@@ -71,17 +71,21 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
 	}
 	isProcess := s.RuntimeClassName != nil && *s.RuntimeClassName == ProcessRuntimeClass
+	volErrs, volumes := validateVolumes(s, path, isProcess)
+	errs = append(errs, volErrs...)
 	names := sets.New[string]()
 	for i := range s.InitContainers {
 		c := &s.InitContainers[i]
 		p := path.Child("initContainers").Index(i)
 		errs = append(errs, validateContainer(c, p, names, isProcess)...)
+		errs = append(errs, validateMounts(c, p, volumes)...)
 		errs = append(errs, validateInitContainer(c, p)...)
 	}
 	for i := range s.Containers {
 		c := &s.Containers[i]
 		p := path.Child("containers").Index(i)
 		errs = append(errs, validateContainer(c, p, names, isProcess)...)
+		errs = append(errs, validateMounts(c, p, volumes)...)
 		if c.RestartPolicy != nil {
 			errs = append(errs, field.Forbidden(p.Child("restartPolicy"), "per-container restart policies are only for init containers (sidecars)"))
 		}

@@ -1,0 +1,149 @@
+package manifest
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// validateVolumes accepts the volume sources a device can provide on its
+// own: emptyDir, hostPath, downwardAPI and projected downwardAPI. Sources
+// that need an API server (configMap, secret, serviceAccountToken,
+// persistentVolumeClaim, …) are refused, as the kubelet refuses them for
+// static pods. Process pods run on the host's file system: no volumes.
+func validateVolumes(s *v1.PodSpec, path *field.Path, isProcess bool) (field.ErrorList, sets.Set[string]) {
+	var errs field.ErrorList
+	names := sets.New[string]()
+	for i, v := range s.Volumes {
+		vp := path.Child("volumes").Index(i)
+		if isProcess {
+			errs = append(errs, field.Forbidden(vp, "process pods run on the host's file system and take no volumes"))
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Label(v.Name) {
+			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, msg))
+		}
+		if names.Has(v.Name) {
+			errs = append(errs, field.Duplicate(vp.Child("name"), v.Name))
+		}
+		names.Insert(v.Name)
+		errs = append(errs, validateVolumeSource(v.VolumeSource, vp)...)
+	}
+	return errs, names
+}
+
+func validateVolumeSource(vs v1.VolumeSource, vp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case vs.EmptyDir != nil:
+		switch vs.EmptyDir.Medium {
+		case v1.StorageMediumDefault, v1.StorageMediumMemory:
+		default:
+			errs = append(errs, field.NotSupported(vp.Child("emptyDir", "medium"), vs.EmptyDir.Medium, []string{"", "Memory"}))
+		}
+		if q := vs.EmptyDir.SizeLimit; q != nil && q.Sign() < 0 {
+			errs = append(errs, field.Invalid(vp.Child("emptyDir", "sizeLimit"), q.String(), "must not be negative"))
+		}
+	case vs.HostPath != nil:
+		if !path.IsAbs(vs.HostPath.Path) {
+			errs = append(errs, field.Invalid(vp.Child("hostPath", "path"), vs.HostPath.Path, "must be an absolute path"))
+		}
+		if t := vs.HostPath.Type; t != nil {
+			switch *t {
+			case v1.HostPathUnset, v1.HostPathDirectoryOrCreate, v1.HostPathDirectory, v1.HostPathFileOrCreate,
+				v1.HostPathFile, v1.HostPathSocket, v1.HostPathCharDev, v1.HostPathBlockDev:
+			default:
+				errs = append(errs, field.NotSupported[string](vp.Child("hostPath", "type"), string(*t), nil))
+			}
+		}
+	case vs.DownwardAPI != nil:
+		errs = append(errs, validateDownwardItems(vs.DownwardAPI.Items, vp.Child("downwardAPI", "items"))...)
+	case vs.Projected != nil:
+		for j, src := range vs.Projected.Sources {
+			sp := vp.Child("projected", "sources").Index(j)
+			if src.DownwardAPI == nil || src.ConfigMap != nil || src.Secret != nil || src.ServiceAccountToken != nil || src.ClusterTrustBundle != nil {
+				errs = append(errs, field.Forbidden(sp, "only downwardAPI sources can be projected on a device without an API server"))
+				continue
+			}
+			errs = append(errs, validateDownwardItems(src.DownwardAPI.Items, sp.Child("downwardAPI", "items"))...)
+		}
+	default:
+		errs = append(errs, field.Forbidden(vp, fmt.Sprintf("%s volumes are not available to static pods (no API server); use emptyDir, hostPath, downwardAPI or projected downwardAPI", sourceKind(vs))))
+	}
+	return errs
+}
+
+func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, it := range items {
+		ip := p.Index(i)
+		if it.Path == "" || path.IsAbs(it.Path) || strings.Contains(it.Path, "..") {
+			errs = append(errs, field.Invalid(ip.Child("path"), it.Path, "must be a relative path without '..'"))
+		}
+		switch {
+		case it.ResourceFieldRef != nil:
+			errs = append(errs, field.Forbidden(ip.Child("resourceFieldRef"), "not supported; use fieldRef"))
+		case it.FieldRef == nil:
+			errs = append(errs, field.Required(ip.Child("fieldRef"), ""))
+		default:
+			fp := it.FieldRef.FieldPath
+			if fp != "metadata.labels" && fp != "metadata.annotations" && fp != "metadata.name" &&
+				fp != "metadata.namespace" && fp != "metadata.uid" && !isLabelOrAnnotationRef(fp) {
+				errs = append(errs, field.NotSupported(ip.Child("fieldRef", "fieldPath"), fp,
+					[]string{"metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.annotations"}))
+			}
+		}
+	}
+	return errs
+}
+
+// sourceKind names a volume source by its field.
+func sourceKind(vs v1.VolumeSource) string {
+	switch {
+	case vs.ConfigMap != nil:
+		return "configMap"
+	case vs.Secret != nil:
+		return "secret"
+	case vs.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case vs.NFS != nil:
+		return "nfs"
+	case vs.CSI != nil:
+		return "csi"
+	case vs.Ephemeral != nil:
+		return "ephemeral"
+	case vs.Image != nil:
+		return "image"
+	}
+	return "these"
+}
+
+// validateMounts checks a container's volume mounts against the volumes.
+func validateMounts(c *v1.Container, p *field.Path, volumes sets.Set[string]) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, m := range c.VolumeMounts {
+		mp := p.Child("volumeMounts").Index(i)
+		if !volumes.Has(m.Name) {
+			errs = append(errs, field.NotFound(mp.Child("name"), m.Name))
+		}
+		if !path.IsAbs(m.MountPath) {
+			errs = append(errs, field.Invalid(mp.Child("mountPath"), m.MountPath, "must be an absolute path"))
+		} else if seen.Has(path.Clean(m.MountPath)) {
+			errs = append(errs, field.Duplicate(mp.Child("mountPath"), m.MountPath))
+		}
+		seen.Insert(path.Clean(m.MountPath))
+		if path.IsAbs(m.SubPath) || strings.Contains(m.SubPath, "..") {
+			errs = append(errs, field.Invalid(mp.Child("subPath"), m.SubPath, "must be a relative path without '..'"))
+		}
+		if m.SubPathExpr != "" {
+			errs = append(errs, field.Forbidden(mp.Child("subPathExpr"), "not supported"))
+		}
+	}
+	return errs
+}

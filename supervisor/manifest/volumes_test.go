@@ -1,0 +1,80 @@
+package manifest
+
+import (
+	"strings"
+	"testing"
+)
+
+const containerPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  volumes:
+  - name: data
+    emptyDir: {medium: Memory, sizeLimit: 16Mi}
+  - name: host
+    hostPath: {path: /var/lib/web, type: DirectoryOrCreate}
+  - name: info
+    projected: {sources: [{downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}}]}
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {name: data, mountPath: /data}
+    - {name: host, mountPath: /host, readOnly: true}
+    - {name: info, mountPath: /etc/podinfo}
+`
+
+func TestVolumesAccepted(t *testing.T) {
+	pods, err := Decode([]byte(containerPod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods[0].Spec.Volumes) != 3 {
+		t.Fatalf("volumes %+v", pods[0].Spec.Volumes)
+	}
+}
+
+func TestVolumeErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, from, to string
+		want           []string
+	}{
+		{"configMap", "    emptyDir: {medium: Memory, sizeLimit: 16Mi}", "    configMap: {name: cfg}", []string{"spec.volumes[0]", "configMap volumes are not available to static pods"}},
+		{"secret", "    emptyDir: {medium: Memory, sizeLimit: 16Mi}", "    secret: {secretName: s}", []string{"spec.volumes[0]", "secret volumes"}},
+		{"projected secret", "[{downwardAPI:", "[{secret: {name: s}}, {downwardAPI:", []string{"spec.volumes[2].projected.sources[0]", "only downwardAPI"}},
+		{"relative hostPath", "path: /var/lib/web", "path: var/lib/web", []string{"spec.volumes[1].hostPath.path", "absolute"}},
+		{"bad hostPath type", "type: DirectoryOrCreate", "type: Folder", []string{"spec.volumes[1].hostPath.type", "Folder"}},
+		{"bad medium", "medium: Memory", "medium: HugePages", []string{"spec.volumes[0].emptyDir.medium"}},
+		{"unknown volume", "{name: data, mountPath: /data}", "{name: nope, mountPath: /data}", []string{"spec.containers[0].volumeMounts[0].name", "nope"}},
+		{"relative mount", "mountPath: /data}", "mountPath: data}", []string{"spec.containers[0].volumeMounts[0].mountPath"}},
+		{"escaping subPath", "mountPath: /data}", "mountPath: /data, subPath: ../x}", []string{"spec.containers[0].volumeMounts[0].subPath"}},
+		{"duplicate volume", "  - name: host\n", "  - name: data\n", []string{"spec.volumes[1].name", "Duplicate"}},
+		{"resource field", "fieldRef: {fieldPath: metadata.labels}", "resourceFieldRef: {resource: limits.cpu}", []string{"resourceFieldRef"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := strings.Replace(containerPod, tc.from, tc.to, 1)
+			if doc == containerPod {
+				t.Fatalf("test edit %q did not apply", tc.from)
+			}
+			_, err := Decode([]byte(doc))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestProcessPodsTakeNoVolumes(t *testing.T) {
+	doc := strings.Replace(goodPod, "  containers:", "  volumes: [{name: v, emptyDir: {}}]\n  containers:", 1)
+	_, err := Decode([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "spec.volumes[0]") || !strings.Contains(err.Error(), "process pods") {
+		t.Fatalf("error %v, want a process-pod volume refusal", err)
+	}
+}
