@@ -68,6 +68,7 @@ type Config struct {
 	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
 	ShutdownBuckets []ShutdownBucket
 	Containerd      ContainerdConfig
+	Policy          Policy
 }
 
 // Daemon supervises the pods of one device.
@@ -107,6 +108,9 @@ type Daemon struct {
 	ctrd         *containerd.Client
 	onCtrd       map[string]string
 	ctrdRemovals []string
+	sideload     *sideloader
+	rescanImages chan struct{}
+	newImages    chan struct{}
 }
 
 type startResult struct {
@@ -138,6 +142,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
 		onCtrd:     map[string]string{},
+		newImages:  make(chan struct{}, 1),
 	}
 }
 
@@ -180,6 +185,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.probes = probes.NewManager(ctx)
+	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	if err := d.restore(); err != nil {
 		return err
@@ -241,6 +247,12 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.exited(x)
 		case <-d.ctrdConnected():
 			d.recoverContainerd()
+			select {
+			case d.rescanImages <- struct{}{}:
+			default:
+			}
+		case <-d.newImages:
+			d.machine.RetryWaiting(d.now(), containerd.ErrImagePull, containerd.ErrImageNeverPull)
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:

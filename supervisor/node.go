@@ -99,10 +99,15 @@ func (d *Daemon) admitter() lifecycle.AdmitFunc {
 }
 
 // resolvePriorities sets each pod's priority from its PriorityClass; a
-// pod naming an unknown class is rejected, named, and not run.
+// pod naming an unknown class, or breaking the device's policy, is
+// rejected, named, and not run.
 func (d *Daemon) resolvePriorities(pods []*v1.Pod) (ok []*v1.Pod, rejected map[*v1.Pod]error) {
 	rejected = map[*v1.Pod]error{}
 	for _, p := range pods {
+		if err := d.cfg.Policy.Check(p); err != nil {
+			rejected[p] = err
+			continue
+		}
 		c := p.DeepCopy()
 		if err := d.classes.Resolve(c); err != nil {
 			rejected[p] = fmt.Errorf("pod %q: %w", p.Name, err)

@@ -103,8 +103,8 @@ func execCmd(args []string) (int, error) {
 		return 1, err
 	}
 	defer p.Close()
-	if len(rest) > 0 && rest[0] == "--" {
-		rest = rest[1:]
+	if len(rest) > 1 && rest[1] == "--" {
+		rest = append(rest[:1], rest[2:]...)
 	}
 	if len(rest) < 2 {
 		return 2, errors.New("exec: need a container ID and a command")

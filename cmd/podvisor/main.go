@@ -34,6 +34,8 @@ Usage:
   podvisor top pods [--containers] [-n NAMESPACE]
   podvisor drain | uncordon
   podvisor delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]
+  podvisor exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]
+  podvisor images [ls] | import FILE | rm NAME...
   podvisor version
 
 Client commands take --socket PATH (default ` + defaultSocket + `).
@@ -75,6 +77,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDelete(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = cmdVersion(ctx, args[1:], stdout)
+	case "images":
+		err = cmdImages(ctx, args[1:], stdout)
+	case "exec":
+		code, err := cmdExec(ctx, args[1:])
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %s\n", err)
+		}
+		return code
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -73,6 +73,10 @@ type fileConfig struct {
 		MaxDeadPerContainer *int `json:"maxDeadPerContainer,omitempty"`
 		MaxDeadContainers   *int `json:"maxDeadContainers,omitempty"`
 	} `json:"gc"`
+	Security struct {
+		ForbidPrivileged bool     `json:"forbidPrivileged,omitempty"`
+		AllowedHostPaths []string `json:"allowedHostPaths,omitempty"`
+	} `json:"security"`
 	Containerd struct {
 		Address          string `json:"address,omitempty"`
 		Plugin           string `json:"plugin,omitempty"`
@@ -309,6 +313,7 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	}
 	return supervisor.Config{
 		Containerd:      ctrd,
+		Policy:          supervisor.Policy{ForbidPrivileged: fc.Security.ForbidPrivileged, AllowedHostPaths: fc.Security.AllowedHostPaths},
 		ConfigDir:       configDir,
 		Eviction:        evCfg,
 		ShutdownBuckets: buckets,

@@ -105,6 +105,7 @@ type Backend interface {
 	Events(namespace, name string) []Event
 	// Log locates a container's current or previous log.
 	Log(namespace, name, container string, previous bool) (LogRef, error)
+	ImageBackend
 }
 
 // Server serves a Backend on a unix socket.
@@ -165,6 +166,7 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux.HandleFunc("GET /v1/pods/{ns}/{name}/log", s.log)
 	mux.HandleFunc("DELETE /v1/pods/{ns}/{name}", s.deletePod)
 	mux.HandleFunc("PUT /v1/pods/{ns}/{name}/conditions/{type}", s.setCondition)
+	s.imageRoutes(mux)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

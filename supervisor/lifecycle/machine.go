@@ -212,6 +212,24 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 		record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name))}
 }
 
+// RetryWaiting ends the backoff of containers waiting for one of the
+// reasons (an image now present need not wait out a pull backoff).
+func (m *Machine) RetryWaiting(now time.Time, reasons ...string) {
+	for _, in := range m.instances {
+		for _, c := range in.AllContainers() {
+			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) {
+				continue
+			}
+			for _, r := range reasons {
+				if c.WaitReason == r {
+					c.NotBefore = now
+					m.touch(in.UID())
+				}
+			}
+		}
+	}
+}
+
 // Exited records that a container instance terminated. A start that failed
 // is reported as an exit with reason StartError and exit code 128.
 func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {

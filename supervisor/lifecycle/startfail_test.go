@@ -83,3 +83,18 @@ func TestStartFailedIgnoresStaleInstances(t *testing.T) {
 		t.Fatalf("phase %s, want Running", c.Phase)
 	}
 }
+
+// A new image ends the pull backoff at once; other waits keep theirs.
+func TestRetryWaitingEndsPullBackoff(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app", "other")})
+	acts := kinds(h.m.Reconcile(h.now), Start)
+	h.m.StartFailed("u", acts[0].Container, acts[0].InstanceID, "ErrImageNeverPull", "not present", h.now)
+	h.m.StartFailed("u", acts[1].Container, acts[1].InstanceID, "CreateContainerError", "bad", h.now)
+	h.now = h.now.Add(time.Second)
+	h.m.RetryWaiting(h.now, ErrImagePull, "ErrImageNeverPull")
+	starts := kinds(h.m.Reconcile(h.now), Start)
+	if len(starts) != 1 || starts[0].Container != acts[0].Container {
+		t.Fatalf("after new images: %v, want only %s retried", starts, acts[0].Container)
+	}
+}

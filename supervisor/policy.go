@@ -1,0 +1,59 @@
+package supervisor
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Policy is what the device owner allows pods, whatever their source.
+type Policy struct {
+	// ForbidPrivileged refuses privileged containers, hostPID and
+	// hostIPC.
+	ForbidPrivileged bool
+	// AllowedHostPaths, when set, are the only host directories hostPath
+	// volumes may name (the paths themselves or below them).
+	AllowedHostPaths []string
+}
+
+// Check returns why a pod breaks the policy, or nil.
+func (p Policy) Check(pod *v1.Pod) error {
+	if p.ForbidPrivileged {
+		if pod.Spec.HostPID || pod.Spec.HostIPC {
+			return fmt.Errorf("pod %q: spec.hostPID/hostIPC: forbidden by this device's policy (security.forbidPrivileged)", pod.Name)
+		}
+		for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range list {
+				if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+					return fmt.Errorf("pod %q: container %q: securityContext.privileged: forbidden by this device's policy (security.forbidPrivileged)", pod.Name, c.Name)
+				}
+			}
+		}
+	}
+	if len(p.AllowedHostPaths) == 0 {
+		return nil
+	}
+	for i, v := range pod.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if !p.hostPathAllowed(v.HostPath.Path) {
+			return fmt.Errorf("pod %q: spec.volumes[%d].hostPath.path: %s is outside the host paths this device allows (%s)",
+				pod.Name, i, v.HostPath.Path, strings.Join(p.AllowedHostPaths, ", "))
+		}
+	}
+	return nil
+}
+
+func (p Policy) hostPathAllowed(path string) bool {
+	path = filepath.Clean(path)
+	for _, prefix := range p.AllowedHostPaths {
+		prefix = filepath.Clean(prefix)
+		if path == prefix || strings.HasPrefix(path, strings.TrimSuffix(prefix, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
