@@ -125,8 +125,9 @@ func (d *Daemon) recoverContainerd() {
 		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && (f.Running || f.Exit != nil):
 			d.machine.SawAttempt(uid, name, attempt)
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id, "runtime", "containerd")
-			d.execute(d.machine.Adopted(uid, name, id, attempt, f.StartedAt))
+			// Marked first: the probes Adopted starts must aim inside it.
 			d.watchCtrd(id, f.Labels[containerd.LabelStopSignal])
+			d.execute(d.machine.Adopted(uid, name, id, attempt, f.StartedAt))
 		case f.Running:
 			d.machine.SawAttempt(uid, name, attempt)
 			d.log.Warn("stopping a superseded containerd container", "instance", id)

@@ -110,7 +110,7 @@ type Daemon struct {
 	ctrdRemovals []string
 	sideload     *sideloader
 	rescanImages chan struct{}
-	newImages    chan struct{}
+	newImages    chan time.Time // when images last arrived
 }
 
 type startResult struct {
@@ -142,7 +142,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
 		onCtrd:     map[string]string{},
-		newImages:  make(chan struct{}, 1),
+		newImages:  make(chan time.Time, 1),
 	}
 }
 
@@ -251,8 +251,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			case d.rescanImages <- struct{}{}:
 			default:
 			}
-		case <-d.newImages:
-			d.machine.RetryWaiting(d.now(), containerd.ErrImagePull, containerd.ErrImageNeverPull)
+		case at := <-d.newImages:
+			d.machine.RetryWaiting(at, d.now(), containerd.ErrImagePull, containerd.ErrImageNeverPull)
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:

@@ -62,9 +62,17 @@ func (d *Daemon) RemoveImage(name string) error {
 // imagesChanged has the loop retry the containers waiting for an image
 // now rather than at the end of their backoff.
 func (d *Daemon) imagesChanged() {
-	select {
-	case d.newImages <- struct{}{}:
-	default:
+	at := time.Now()
+	for {
+		select {
+		case d.newImages <- at:
+			return
+		default:
+		}
+		select { // a pending, older signal is superseded
+		case <-d.newImages:
+		default:
+		}
 	}
 }
 
@@ -131,10 +139,10 @@ func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, 
 // and again only when it changes; a failed one is named in
 // "podvisor images ls" until it is replaced.
 type sideloader struct {
-	dir    string
+	dir     string
 	import_ func(path string) ([]string, error)
-	done   func() // after a successful import
-	log    interface {
+	done    func() // after a successful import
+	log     interface {
 		Info(string, ...any)
 		Error(string, ...any)
 	}

@@ -85,12 +85,26 @@ func serve(args []string) error {
 	if err := srv.RegisterName(containerd.Service, p); err != nil {
 		return err
 	}
+	// net/rpc would wait for every call in flight (waits last as long as
+	// containers) before returning: the plugin exits as soon as the daemon
+	// is gone instead. It holds no state, so nothing is lost.
 	srv.ServeCodec(jsonrpc.NewServerCodec(struct {
 		io.Reader
 		io.Writer
 		io.Closer
-	}{os.Stdin, os.Stdout, os.Stdin}))
+	}{exitOnEOF{os.Stdin}, os.Stdout, os.Stdin}))
 	return nil
+}
+
+// exitOnEOF ends the process when the daemon closes the plugin's stdin.
+type exitOnEOF struct{ r io.Reader }
+
+func (e exitOnEOF) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && n == 0 {
+		os.Exit(0)
+	}
+	return n, err
 }
 
 func execCmd(args []string) (int, error) {

@@ -172,7 +172,7 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	c.Phase = Running
 	c.StartedAt = at
-	c.WaitReason, c.WaitMessage, c.FailStep = "", "", 0
+	c.WaitReason, c.WaitMessage, c.WaitSince, c.FailStep = "", "", time.Time{}, 0
 	spec := in.Spec(name)
 	c.StartupPassed = spec.StartupProbe == nil
 	c.Ready = spec.ReadinessProbe == nil
@@ -204,7 +204,7 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 	}
 	c.FailStep++
 	delay := m.backoffDelay(c.FailStep)
-	c.Phase, c.WaitReason, c.WaitMessage = Waiting, reason, message
+	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, reason, message, now
 	c.NotBefore = now.Add(delay)
 	m.wakeAt(c.NotBefore)
 	m.touch(uid)
@@ -212,12 +212,13 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 		record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name))}
 }
 
-// RetryWaiting ends the backoff of containers waiting for one of the
-// reasons (an image now present need not wait out a pull backoff).
-func (m *Machine) RetryWaiting(now time.Time, reasons ...string) {
+// RetryWaiting ends the backoff of containers that failed before since
+// for one of the reasons: an image that arrived since need not wait out a
+// pull backoff.
+func (m *Machine) RetryWaiting(since, now time.Time, reasons ...string) {
 	for _, in := range m.instances {
 		for _, c := range in.AllContainers() {
-			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) {
+			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) || !c.WaitSince.Before(since) {
 				continue
 			}
 			for _, r := range reasons {

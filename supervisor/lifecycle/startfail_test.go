@@ -92,7 +92,12 @@ func TestRetryWaitingEndsPullBackoff(t *testing.T) {
 	h.m.StartFailed("u", acts[0].Container, acts[0].InstanceID, "ErrImageNeverPull", "not present", h.now)
 	h.m.StartFailed("u", acts[1].Container, acts[1].InstanceID, "CreateContainerError", "bad", h.now)
 	h.now = h.now.Add(time.Second)
-	h.m.RetryWaiting(h.now, ErrImagePull, "ErrImageNeverPull")
+	// An image that arrived before the failures retries nothing.
+	h.m.RetryWaiting(h.now.Add(-2*time.Second), h.now, ErrImagePull, "ErrImageNeverPull")
+	if starts := kinds(h.m.Reconcile(h.now), Start); len(starts) != 0 {
+		t.Fatalf("retried for an older image: %v", starts)
+	}
+	h.m.RetryWaiting(h.now, h.now, ErrImagePull, "ErrImageNeverPull")
 	starts := kinds(h.m.Reconcile(h.now), Start)
 	if len(starts) != 1 || starts[0].Container != acts[0].Container {
 		t.Fatalf("after new images: %v, want only %s retried", starts, acts[0].Container)

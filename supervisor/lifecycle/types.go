@@ -120,9 +120,10 @@ type Container struct {
 	// created waits (ErrImagePull, CreateContainerError, …); FailStep
 	// counts such failures in a row for their own backoff. None of them
 	// ran a process, so none counts as a restart.
-	WaitReason  string `json:"waitReason,omitempty"`
-	WaitMessage string `json:"waitMessage,omitempty"`
-	FailStep    int    `json:"failStep,omitempty"`
+	WaitReason  string    `json:"waitReason,omitempty"`
+	WaitMessage string    `json:"waitMessage,omitempty"`
+	WaitSince   time.Time `json:"waitSince,omitzero"`
+	FailStep    int       `json:"failStep,omitempty"`
 }
 
 // Failure is why a pod instance failed as a whole.

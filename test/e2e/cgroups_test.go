@@ -123,8 +123,10 @@ func hasCapSysResource() bool {
 func cgroupRoot(t *testing.T, name string) string {
 	root := fmt.Sprintf("podvisor-e2e-%d-%s", os.Getpid(), name)
 	t.Cleanup(func() {
-		for _, base := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer"} {
-			rmdirTree(filepath.Join(base, root))
+		// runc makes a container's cgroup in every v1 hierarchy.
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
+		for _, dir := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
+			rmdirTree(dir)
 		}
 	})
 	return root

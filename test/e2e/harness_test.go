@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "podvisor")
 	// Both binaries, side by side as installed: the daemon finds its shim.
 	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor",
-		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/test/hog")
+		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/cmd/podvisor-containerd",
+		"github.com/podvisor/podvisor/test/hog")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
@@ -187,7 +188,15 @@ func (d *daemon) remove(name string) {
 
 // cli runs a client command and returns stdout, stderr and the exit code.
 func (d *daemon) cli(args ...string) (string, string, int) {
-	args = append(args, "--socket", d.socket)
+	// Flags go before a "--" that ends them (exec).
+	end := len(args)
+	for i, a := range args {
+		if a == "--" {
+			end = i
+			break
+		}
+	}
+	args = append(append(append([]string{}, args[:end]...), "--socket", d.socket), args[end:]...)
 	cmd := exec.Command(binary, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

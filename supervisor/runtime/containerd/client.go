@@ -109,9 +109,10 @@ func (c *Client) isStopped() bool {
 // launch starts one plugin process and checks that it reaches containerd.
 func (c *Client) launch() (*exec.Cmd, *rpc.Client, error) {
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
+	// The plugin ends when its stdin does, so it dies with the daemon
+	// however the daemon dies. (A parent-death signal would fire when the
+	// thread that forked it exits, which Go threads do.)
 	cmd.Stderr = os.Stderr
-	// The plugin holds nothing worth keeping without its daemon.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, err

@@ -1,0 +1,297 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/ctrdtest"
+	"github.com/podvisor/podvisor/test/ociimage"
+)
+
+const testImage = "podvisor.test/busybox:1"
+
+// ctrdDaemon is a daemon on a private containerd, with the test image
+// side-loaded through <data-dir>/images.
+func ctrdDaemon(t *testing.T) (*daemon, *ctrdtest.Containerd) {
+	requireRoot(t)
+	ctrd := ctrdtest.Start(t)
+	d := newDaemon(t)
+	t.Cleanup(func() {
+		// Pods left running keep their namespaces and tmpfs mounted.
+		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+	})
+	sandboxes := filepath.Join(d.dir, "sandbox")
+	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s}\n", ctrd.Address, ctrd.RuncRoot(), sandboxes))
+	d.start()
+	if err := os.MkdirAll(filepath.Join(d.data, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.WriteFile(filepath.Join(d.data, "images", "busybox.tar"), ociimage.Image{Name: testImage, Cmd: []string{"sh"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		out, _, _ := d.cli("images")
+		return strings.Contains(out, testImage)
+	})
+	return d, ctrd
+}
+
+// ctrContainers lists the containers in podvisor's containerd namespace.
+func ctrContainers(t *testing.T, ctrd *ctrdtest.Containerd) []string {
+	out, err := exec.Command("ctr", "-a", ctrd.Address, "-n", "podvisor", "containers", "ls", "-q").Output()
+	if err != nil {
+		t.Fatalf("ctr: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+const twoContainers = `apiVersion: v1
+kind: Pod
+metadata:
+  name: duo
+  labels: {app: duo}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: shared
+    emptyDir: {}
+  - name: scratch
+    emptyDir: {medium: Memory, sizeLimit: 8Mi}
+  - name: info
+    downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}, {path: labels, fieldRef: {fieldPath: metadata.labels}}]}
+  containers:
+  - name: server
+    image: ` + testImage + `
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo hello from $(hostname) > /www/index.html; exec httpd -f -p 8080 -h /www"]
+    volumeMounts: [{name: shared, mountPath: /www}, {name: info, mountPath: /etc/podinfo, readOnly: true}]
+    resources: {limits: {memory: 48Mi, cpu: 250m}}
+    readinessProbe: {httpGet: {path: /index.html, port: 8080}, periodSeconds: 1}
+    livenessProbe: {exec: {command: ["test", "-e", "/www/index.html"]}, periodSeconds: 1}
+  - name: client
+    image: ` + testImage + `
+    imagePullPolicy: Never
+    env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: GREETING, value: "hi $(POD_NAME)"}
+    command: ["sh", "-c"]
+    args:
+    - |
+      echo "$GREETING"
+      while [ ! -e /www/crash ]; do wget -q -O - http://localhost:8080/index.html || echo fetch-failed; sleep 0.2; done
+      rm /www/crash; echo crashing; exit 3
+    volumeMounts: [{name: shared, mountPath: /www}, {name: scratch, mountPath: /scratch}]
+`
+
+func bothReady(p *v1.Pod) bool {
+	if len(p.Status.ContainerStatuses) != 2 {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if !c.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+func statusOf(p *v1.Pod, name string) v1.ContainerStatus {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == name {
+			return c
+		}
+	}
+	return v1.ContainerStatus{}
+}
+
+// The issue's end-to-end check: a two-container pod on real containerd
+// and runc, side-loaded image, localhost between containers, hostname,
+// env, volumes, limits, exec, logs, restart after a crash, adoption after
+// kill -9, containerd restarted under it, and removal.
+func TestContainerdPod(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	d.write("duo.yaml", twoContainers)
+	p := d.waitPod("duo", 30*time.Second, bothReady)
+	if p.Status.Phase != v1.PodRunning || p.Status.QOSClass != v1.PodQOSBurstable {
+		t.Fatalf("status: %s", describePod(p))
+	}
+	server := statusOf(p, "server")
+	if !strings.HasPrefix(server.ContainerID, "containerd://") {
+		t.Fatalf("containerID %q, want containerd://…", server.ContainerID)
+	}
+
+	// Containers of a pod reach each other on localhost, and the pod's
+	// hostname is its name.
+	waitFor(t, func() bool {
+		out, _, _ := d.cli("logs", "duo", "-c", "client")
+		return strings.Contains(out, "hi duo\n") && strings.Contains(out, "hello from duo\n")
+	})
+	// exec, in the container's own view: the downward API volume, the
+	// memory-backed emptyDir, /etc/hosts, and an exit code that comes back.
+	out, errOut, code := d.cli("exec", "duo", "-c", "client", "--", "sh", "-c",
+		"cat /www/index.html; grep -c tmpfs /proc/mounts >/dev/null && df /scratch | tail -1; hostname")
+	if code != 0 || !strings.Contains(out, "hello from duo") || !strings.HasSuffix(out, "duo\n") {
+		t.Fatalf("exec: code %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = d.cli("exec", "duo", "-c", "server", "--", "cat", "/etc/podinfo/name", "/etc/podinfo/labels")
+	if code != 0 || out != "duo"+`app="duo"`+"\n" {
+		t.Fatalf("downward API volume: %q (exit %d)", out, code)
+	}
+	if _, _, code = d.cli("exec", "duo", "--", "sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("exec exit code %d, want 7", code)
+	}
+	// The kubelet's limits in podvisor's cgroup layout.
+	cg := filepath.Join(cgroupRootOf(d), "burstable", "pod"+string(p.UID), "server")
+	if got := cgroupFile(t, "memory", cg, "memory.limit_in_bytes", "memory.max"); got != fmt.Sprint(48<<20) {
+		t.Fatalf("memory limit %s", got)
+	}
+	if got := cgroupFile(t, "cpu", cg, "cpu.cfs_quota_us", "cpu.max"); !strings.HasPrefix(got, "25000") {
+		t.Fatalf("cpu quota %s", got)
+	}
+
+	// A crash restarts the container, and the old one leaves containerd.
+	d.cli("exec", "duo", "-c", "server", "--", "touch", "/www/crash")
+	p = d.waitPod("duo", 20*time.Second, func(p *v1.Pod) bool {
+		c := statusOf(p, "client")
+		return c.RestartCount == 1 && c.State.Running != nil
+	})
+	if last := statusOf(p, "client").LastTerminationState.Terminated; last == nil || last.ExitCode != 3 {
+		t.Fatalf("lastState %+v, want exit 3", last)
+	}
+	if out, _, _ := d.cli("logs", "duo", "-c", "client", "--previous"); !strings.Contains(out, "crashing") {
+		t.Fatalf("previous log: %q", out)
+	}
+	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 2 })
+
+	// kill -9 the daemon: a new one adopts both containers as they are.
+	server = statusOf(p, "server")
+	d.stop(syscall.SIGKILL)
+	d.start()
+	p = d.waitPod("duo", 20*time.Second, bothReady)
+	if got := statusOf(p, "server"); got.ContainerID != server.ContainerID || !got.State.Running.StartedAt.Equal(&server.State.Running.StartedAt) || got.RestartCount != 0 {
+		t.Fatalf("after the daemon restart: %+v, want the same container %s", got, server.ContainerID)
+	}
+
+	// containerd restarts under the pod: nothing restarts, and exits are
+	// still seen afterwards.
+	ctrd.Restart()
+	time.Sleep(time.Second)
+	d.cli("exec", "duo", "-c", "server", "--", "touch", "/www/crash")
+	p = d.waitPod("duo", 30*time.Second, func(p *v1.Pod) bool {
+		c := statusOf(p, "client")
+		return c.RestartCount == 2 && c.State.Running != nil
+	})
+	if got := statusOf(p, "server"); got.ContainerID != server.ContainerID || got.RestartCount != 0 {
+		t.Fatalf("containerd's restart restarted the server: %+v", got)
+	}
+
+	// Removal stops both, removes them from containerd and clears the
+	// sandbox and the pod's files.
+	d.remove("duo.yaml")
+	d.waitGone("duo", 30*time.Second)
+	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID))} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s left behind (%v)", dir, err)
+		}
+	}
+}
+
+// cgroupRootOf is the cgroup root the harness gave a daemon.
+func cgroupRootOf(d *daemon) string {
+	data, _ := os.ReadFile(d.config)
+	s := string(data)
+	i := strings.Index(s, "cgroups: {root: ")
+	return strings.TrimSuffix(strings.TrimSpace(s[i+len("cgroups: {root: "):]), "}")
+}
+
+// An image that cannot be pulled leaves the container waiting, not
+// crash-looping; a side-loaded image starts it without waiting out the
+// backoff.
+func TestContainerdImageErrors(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	pod := func(name, image, policy string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  containers:
+  - {name: app, image: %s, imagePullPolicy: %s, command: ["sleep", "1000"]}
+`, name, image, policy)
+	}
+	// Nothing listens on 127.0.0.1:1: the pull fails at once, on this host.
+	d.write("pull.yaml", pod("pull", "127.0.0.1:1/missing:1", "IfNotPresent"))
+	d.write("never.yaml", pod("never", "podvisor.test/later:1", "Never"))
+	p := d.waitPod("pull", 20*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ErrImagePull"
+	})
+	if c := p.Status.ContainerStatuses[0]; c.RestartCount != 0 || p.Status.Phase != v1.PodPending {
+		t.Fatalf("a failed pull: %s", describePod(p))
+	}
+	d.waitPod("never", 20*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ErrImageNeverPull"
+	})
+	out, _, code := d.cli("images", "import", filepath.Join(d.dir, "missing.tar"))
+	if code == 0 {
+		t.Fatalf("importing a missing file succeeded: %s", out)
+	}
+	archive := filepath.Join(d.dir, "later.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/later:1"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, errOut, code := d.cli("images", "import", archive); code != 0 || !strings.Contains(out, "imported podvisor.test/later:1") {
+		t.Fatalf("import: %d %s %s", code, out, errOut)
+	}
+	d.waitPod("never", 10*time.Second, running)
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the pod waited %v after its image arrived: the backoff was not cut short", waited)
+	}
+	// An image in use cannot be removed; a bad side-loaded file is named.
+	if _, errOut, code := d.cli("images", "rm", "podvisor.test/later:1"); code == 0 || !strings.Contains(errOut, "used by a container") {
+		t.Fatalf("removing an image in use: %d %s", code, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(d.data, "images", "junk.tar"), []byte("not an archive"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		out, _, _ := d.cli("images")
+		return strings.Contains(out, "not imported: "+filepath.Join(d.data, "images", "junk.tar"))
+	})
+}
+
+// A container that ends while no daemon runs reports its real exit code,
+// learned from containerd, and a record whose container vanished ends as
+// ContainerStatusUnknown.
+func TestContainerdExitWhileDaemonDown(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	d.write("brief.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: brief}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: app, image: `+testImage+`, imagePullPolicy: Never, command: ["sh", "-c", "sleep 2; exit 5"]}
+`)
+	d.waitPod("brief", 20*time.Second, running)
+	d.stop(syscall.SIGKILL)
+	time.Sleep(3 * time.Second)
+	d.start()
+	p := d.waitPod("brief", 20*time.Second, func(p *v1.Pod) bool {
+		return p.Status.ContainerStatuses[0].State.Terminated != nil
+	})
+	if term := p.Status.ContainerStatuses[0].State.Terminated; term.ExitCode != 5 || p.Status.Phase != v1.PodFailed {
+		t.Fatalf("exit while down: %s", describePod(p))
+	}
+	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+}
