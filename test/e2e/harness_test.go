@@ -296,4 +296,9 @@ func readLines(path string) []string {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func writeString(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }

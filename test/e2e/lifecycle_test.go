@@ -170,7 +170,7 @@ func TestChangedManifestReplacesInstanceOneAtATime(t *testing.T) {
 	d.start()
 	marker := filepath.Join(d.dir, "events")
 	script := func(v string) string {
-		return "echo start-" + v + " >> " + marker + "; trap 'sleep 0.3; echo stop-" + v + " >> " + marker + "; exit 0' TERM; while true; do sleep 0.05; done"
+		return "trap 'sleep 0.3; echo stop-" + v + " >> " + marker + "; exit 0' TERM; echo start-" + v + " >> " + marker + "; while true; do sleep 0.05; done"
 	}
 	d.write("app.yaml", processPod("app", "Always", 10, script("a")))
 	first := d.waitPod("app", 10*time.Second, running)

@@ -42,9 +42,9 @@ spec:
   - {name: app, image: host, command: %s}
 `,
 		sh("sleep 0.5; echo first >> "+f),
-		sh("echo side-up >> "+f+"; trap 'echo side-down >> "+f+"; exit 0' TERM; while true; do sleep 0.05; done"),
+		sh("trap 'echo side-down >> "+f+"; exit 0' TERM; echo side-up >> "+f+"; while true; do sleep 0.05; done"),
 		sh("echo second >> "+f),
-		sh("echo app-up >> "+f+"; trap 'sleep 0.3; echo app-down >> "+f+"; exit 0' TERM; while true; do sleep 0.05; done")))
+		sh("trap 'sleep 0.3; echo app-down >> "+f+"; exit 0' TERM; echo app-up >> "+f+"; while true; do sleep 0.05; done")))
 	d.waitPod("ordered", 5*time.Second, func(p *v1.Pod) bool {
 		out, _, _ := d.cli("get", "pods")
 		return strings.Contains(out, "Init:0/3")
@@ -146,7 +146,7 @@ spec:
     lifecycle:
       preStop: {httpGet: {path: /prestop, port: %d}}
 `,
-		sh("echo app-up >> "+f+"; trap 'echo app-term >> "+f+"; exit 0' TERM; while true; do sleep 0.05; done"),
+		sh("trap 'echo app-term >> "+f+"; exit 0' TERM; echo app-up >> "+f+"; while true; do sleep 0.05; done"),
 		sh("echo post-start >> "+f),
 		sh("echo pre-stop >> "+f+"; sleep 0.3"),
 		sh("trap 'exit 0' TERM; while true; do sleep 0.05; done"), port))

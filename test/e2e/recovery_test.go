@@ -73,8 +73,8 @@ func TestTerminationResumesAfterDaemonRestart(t *testing.T) {
 	d.start()
 	marker := filepath.Join(d.dir, "terms")
 	d.write("slowstop.yaml", processPod("slowstop", "Always", 3,
-		"trap 'echo term >> "+marker+"' TERM; while true; do sleep 0.05; done"))
-	d.waitPod("slowstop", 10*time.Second, running)
+		"trap 'echo term >> "+marker+"' TERM; touch "+marker+".ready; while true; do sleep 0.05; done"))
+	waitFor(t, func() bool { return exists(marker + ".ready") }) // the trap is set
 	d.remove("slowstop.yaml")
 	waitFor(t, func() bool { return len(readLines(marker)) == 1 })
 	time.Sleep(time.Second)

@@ -10,9 +10,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// drainPod records when it got SIGTERM, then takes 300ms to stop.
+// drainPod records when it got SIGTERM, then takes 300ms to stop. It
+// touches marks.<name> once its trap is set: a SIGTERM before that would
+// kill the shell unrecorded.
 func drainPod(name, class, marks string) string {
-	spec := processPod(name, "Always", 5, "trap 'echo "+name+" >> "+marks+"; sleep 0.3; exit 0' TERM; while true; do sleep 0.05; done")
+	spec := processPod(name, "Always", 5, "trap 'echo "+name+" >> "+marks+"; sleep 0.3; exit 0' TERM; touch "+marks+"."+name+"; while true; do sleep 0.05; done")
 	if class != "" {
 		spec = strings.Replace(spec, "  runtimeClassName: process", "  runtimeClassName: process\n  priorityClassName: "+class, 1)
 	}
@@ -28,8 +30,7 @@ func TestDrainStopsPodsLowestPriorityFirst(t *testing.T) {
 			marks := filepath.Join(d.dir, "order")
 			d.write("vip.yaml", drainPod("vip", "high", marks))
 			d.write("low.yaml", drainPod("low", "", marks))
-			d.waitPod("vip", 10*time.Second, running)
-			d.waitPod("low", 10*time.Second, running)
+			waitFor(t, func() bool { return exists(marks+".vip") && exists(marks+".low") })
 			if via == "cli" {
 				out, errOut, code := d.cli("drain")
 				if code != 0 || !strings.Contains(out, "drained") {
