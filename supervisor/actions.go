@@ -51,7 +51,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			if err := kill(a.InstanceID); err != nil {
 				d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 			}
-			d.killCgroup(in, a.Container)
+			d.killCgroup(in, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
 			d.runHook(in, a)
 		case lifecycle.Probe:
@@ -180,7 +180,7 @@ func (d *Daemon) exited(x process.Exit) {
 		return
 	}
 	st := x.Status
-	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name) {
+	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name, x.InstanceID) {
 		st.Reason = "OOMKilled"
 	}
 	if st.Reason == "OOMKilled" {

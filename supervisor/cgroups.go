@@ -14,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
@@ -103,6 +104,18 @@ func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
 	return d.layout.Container(d.podCgroup(pod), pod.UID, container)
 }
 
+// instanceCgroup is the cgroup of one container instance. A process
+// container keeps its cgroup across restarts (its shim places each start);
+// a containerd container gets one per instance, named by its containerd
+// ID as the kubelet names them, so a restart need not wait for the last
+// instance's removal.
+func (d *Daemon) instanceCgroup(pod *v1.Pod, container, instanceID string) string {
+	if isProcessPod(pod) || instanceID == "" {
+		return d.containerCgroup(pod, container)
+	}
+	return path.Join(d.podCgroup(pod), containerd.ContainerID(instanceID))
+}
+
 // placeContainer creates the pod's (once per instance) and the
 // container's cgroups with the kubelet's limits and tells the shim where
 // the container goes. The container's OOM-kill counter is noted, so an
@@ -140,22 +153,22 @@ func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) (pla
 }
 
 // killCgroup kills every process of a container, wherever it forked to.
-func (d *Daemon) killCgroup(in *lifecycle.Instance, container string) {
+func (d *Daemon) killCgroup(in *lifecycle.Instance, container, instanceID string) {
 	if d.cg == nil || in == nil {
 		return
 	}
-	if err := d.cg.Kill(d.containerCgroup(in.Pod, container)); err != nil {
+	if err := d.cg.Kill(d.instanceCgroup(in.Pod, container, instanceID)); err != nil {
 		d.log.Warn("cgroup kill", "pod", in.Key(), "container", container, "err", err)
 	}
 }
 
 // oomKilled reports whether the kernel OOM-killed in the container's
 // cgroup since it started.
-func (d *Daemon) oomKilled(in *lifecycle.Instance, container string) bool {
+func (d *Daemon) oomKilled(in *lifecycle.Instance, container, instanceID string) bool {
 	if d.cg == nil || in == nil {
 		return false
 	}
-	path := d.containerCgroup(in.Pod, container)
+	path := d.instanceCgroup(in.Pod, container, instanceID)
 	n, err := d.cg.OOMKills(d.oomCounter(in.Pod, path))
 	return err == nil && n > d.oomBase[path]
 }

@@ -97,7 +97,14 @@ func (d *Daemon) ctrdExits() <-chan process.Exit {
 func (d *Daemon) recoverContainerd() {
 	found, err := d.ctrd.List()
 	if err != nil {
-		d.log.Error("listing containerd's containers", "err", err)
+		// Adoption must not be skipped: try again shortly.
+		d.log.Error("listing containerd's containers; retrying in 1s", "err", err)
+		time.AfterFunc(time.Second, func() {
+			select {
+			case d.ctrdRetry <- struct{}{}:
+			default:
+			}
+		})
 		return
 	}
 	now := d.now()
@@ -167,19 +174,19 @@ func (d *Daemon) removeCtrd(instanceID string) {
 	d.ctrdRemovals = append(d.ctrdRemovals, instanceID)
 }
 
-// flushCtrdRemovals removes the queued containers; the loop calls it when
-// nothing is left unsaved.
+// flushCtrdRemovals removes the queued containers; it runs once nothing
+// is left unsaved.
 func (d *Daemon) flushCtrdRemovals() {
 	if len(d.ctrdRemovals) == 0 || d.ctrd == nil {
 		return
 	}
-	ids := d.ctrdRemovals
+	batch := d.ctrdRemovals
 	d.ctrdRemovals = nil
-	for _, id := range ids {
+	for _, id := range batch {
 		delete(d.onCtrd, id)
 	}
 	go func() {
-		for _, id := range ids {
+		for _, id := range batch {
 			if err := d.ctrd.Remove(containerd.ContainerID(id)); err != nil {
 				d.log.Warn("removing a finished containerd container", "instance", id, "err", err)
 			}
@@ -266,7 +273,7 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 			}
 			d.podCgroups[pod.UID] = true
 		}
-		path := d.containerCgroup(pod, c.Name)
+		path := d.instanceCgroup(pod, c.Name, a.InstanceID)
 		d.oomBase[path], _ = d.cg.OOMKills(path)
 		cfg.CgroupsPath = path
 		l := resources.ContainerLimits(c)

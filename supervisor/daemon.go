@@ -108,6 +108,7 @@ type Daemon struct {
 	ctrd         *containerd.Client
 	onCtrd       map[string]string
 	ctrdRemovals []string
+	ctrdRetry    chan struct{} // recoverContainerd again
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
@@ -142,6 +143,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
 		onCtrd:     map[string]string{},
+		ctrdRetry:  make(chan struct{}, 1),
 		newImages:  make(chan time.Time, 1),
 	}
 }
@@ -245,6 +247,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.exited(x)
 		case x := <-d.ctrdExits():
 			d.exited(x)
+		case <-d.ctrdRetry:
+			d.recoverContainerd()
 		case <-d.ctrdConnected():
 			d.recoverContainerd()
 			select {
@@ -292,6 +296,7 @@ func (d *Daemon) step() {
 	for _, a := range acts {
 		if a.Kind == lifecycle.Start {
 			d.persist()
+			d.flushCtrdRemovals()
 			break
 		}
 	}

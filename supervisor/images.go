@@ -122,7 +122,7 @@ func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, 
 		}
 		t = api.ExecTarget{Runtime: "process", Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}
 		if d.cg != nil {
-			p := d.cg.Placement(d.containerCgroup(in.Pod, container))
+			p := d.cg.Placement(d.instanceCgroup(in.Pod, container, c.InstanceID))
 			t.CgroupProcs = p.Procs
 			if p.Dir != "" {
 				t.CgroupProcs = []string{filepath.Join(p.Dir, "cgroup.procs")}

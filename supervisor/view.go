@@ -316,7 +316,7 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 				if c.Phase != lifecycle.Running {
 					continue
 				}
-				if s, err := d.cg.Stats(d.containerCgroup(in.Pod, c.Name)); err == nil {
+				if s, err := d.cg.Stats(d.instanceCgroup(in.Pod, c.Name, c.InstanceID)); err == nil {
 					ps.Containers = append(ps.Containers, api.ContainerStats{Name: c.Name,
 						Usage: api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}})
 				}

@@ -1,6 +1,7 @@
 // Command bench measures podvisor on this machine: manifest-to-running and
 // exit-to-restart latencies, daemon memory with 0 and 50 pods, the shims'
-// memory, and binary size. Latencies come from timestamps the workloads
+// memory, and binary size; the same for containerd pods, with "podman kube
+// play" (Debian's podman) as the peer measured in the same run. Latencies come from timestamps the workloads
 // take themselves, so they include everything up to the workload running.
 // A bare shell restart loop, measured in the same run, is the floor any
 // supervisor pays for fork+exec; ratios are against it.
@@ -33,8 +34,9 @@ func main() {
 	probed := flag.Int("probed", 100, "pods for the probe cost measurement (0: skip)")
 	window := flag.Duration("window", 20*time.Second, "CPU measurement window per probe handler")
 	evictions := flag.Int("evictions", 10, "eviction rounds (0: skip)")
+	ctrdPods := flag.Int("containerd-pods", 20, "containerd pods for the memory measurement (0: skip containerd)")
 	flag.Parse()
-	if err := run(*bin, *samples, *pods, *probed, *window, *evictions); err != nil {
+	if err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -47,7 +49,7 @@ type bench struct {
 	log                           bytes.Buffer
 }
 
-func run(bin string, n, podCount, probed int, window time.Duration, evictions int) error {
+func run(bin string, n, podCount, probed int, window time.Duration, evictions, ctrdPods int) error {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -127,6 +129,12 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions in
 		fmt.Printf("\n%-44s %8s %8s %8s\n", fmt.Sprintf("eviction (n=%d timed of %d)", len(lat), evictions), "p50", "p90", "max")
 		printDist("memory.available crosses hard threshold -> SIGTERM", lat)
 		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
+	}
+	if ctrdPods > 0 {
+		// The process-pod daemon stops first: one daemon measured at a time.
+		b.cmd.Process.Signal(syscall.SIGTERM)
+		b.cmd.Wait()
+		return containerdBench(abs, n, ctrdPods)
 	}
 	return nil
 }

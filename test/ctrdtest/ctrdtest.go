@@ -19,7 +19,6 @@ type Containerd struct {
 	Dir     string
 	config  string
 	cmd     *exec.Cmd
-	t       testing.TB
 }
 
 // Require skips the test where containerd or runc is missing or the test
@@ -48,12 +47,22 @@ func Require(t testing.TB) {
 func Start(t testing.TB) *Containerd {
 	t.Helper()
 	Require(t)
-	// Short paths: unix socket paths are limited to 108 bytes.
-	dir, err := os.MkdirTemp("", "ctrd")
+	c, err := Launch()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Containerd{Address: filepath.Join(dir, "c.sock"), Dir: dir, config: filepath.Join(dir, "config.toml"), t: t}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Launch runs a private containerd (for benchmarks; tests use Start).
+func Launch() (*Containerd, error) {
+	// Short paths: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "ctrd")
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{Address: filepath.Join(dir, "c.sock"), Dir: dir, config: filepath.Join(dir, "config.toml")}
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -64,41 +73,45 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = %q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Address, c.Address+".ttrpc")
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	c.start()
-	t.Cleanup(func() {
-		c.Stop()
-		c.killShims()
-		// Snapshots are mounted while tasks live; unmount before removal.
-		exec.Command("sh", "-c", "grep "+dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+	if err := c.start(); err != nil {
 		os.RemoveAll(dir)
-	})
-	return c
+		return nil, err
+	}
+	return c, nil
 }
 
-func (c *Containerd) start() {
-	c.t.Helper()
+// Close stops containerd, kills its containers and removes its files.
+func (c *Containerd) Close() {
+	c.Stop()
+	c.killShims()
+	// Snapshots are mounted while tasks live; unmount before removal.
+	exec.Command("sh", "-c", "grep "+c.Dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+	os.RemoveAll(c.Dir)
+}
+
+func (c *Containerd) start() error {
 	logf, err := os.OpenFile(filepath.Join(c.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	c.cmd = exec.Command("containerd", "--config", c.config)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := c.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
+	err = c.cmd.Start()
 	logf.Close()
+	if err != nil {
+		return err
+	}
 	for i := 0; i < 200; i++ {
 		if conn, err := net.Dial("unix", c.Address); err == nil {
 			conn.Close()
-			return
+			return nil
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	log, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
-	c.t.Fatalf("containerd did not come up:\n%s", log)
+	return fmt.Errorf("containerd did not come up:\n%s", c.Log())
 }
 
 // Stop kills containerd (its shims and containers live on).
@@ -119,9 +132,9 @@ func (c *Containerd) Stop() {
 }
 
 // Restart stops and starts containerd again.
-func (c *Containerd) Restart() {
+func (c *Containerd) Restart() error {
 	c.Stop()
-	c.start()
+	return c.start()
 }
 
 // RuncRoot is the runc state directory the test's containers use, apart

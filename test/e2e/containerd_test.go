@@ -148,8 +148,9 @@ func TestContainerdPod(t *testing.T) {
 	if _, _, code = d.cli("exec", "duo", "--", "sh", "-c", "exit 7"); code != 7 {
 		t.Fatalf("exec exit code %d, want 7", code)
 	}
-	// The kubelet's limits in podvisor's cgroup layout.
-	cg := filepath.Join(cgroupRootOf(d), "burstable", "pod"+string(p.UID), "server")
+	// The kubelet's limits in podvisor's cgroup layout, one cgroup per
+	// container instance, named by its containerd ID.
+	cg := filepath.Join(cgroupRootOf(d), "burstable", "pod"+string(p.UID), strings.TrimPrefix(server.ContainerID, "containerd://"))
 	if got := cgroupFile(t, "memory", cg, "memory.limit_in_bytes", "memory.max"); got != fmt.Sprint(48<<20) {
 		t.Fatalf("memory limit %s", got)
 	}
@@ -182,7 +183,9 @@ func TestContainerdPod(t *testing.T) {
 
 	// containerd restarts under the pod: nothing restarts, and exits are
 	// still seen afterwards.
-	ctrd.Restart()
+	if err := ctrd.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(time.Second)
 	d.cli("exec", "duo", "-c", "server", "--", "touch", "/www/crash")
 	p = d.waitPod("duo", 30*time.Second, func(p *v1.Pod) bool {

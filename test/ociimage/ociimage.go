@@ -28,6 +28,8 @@ type Image struct {
 	WorkingDir string
 	User       string
 	StopSignal string
+	// Files are added to /bin: name → host path of the file.
+	Files map[string]string
 }
 
 // Write writes an OCI image-layout tarball of the image to w.
@@ -40,7 +42,13 @@ func Write(w io.Writer, img Image) error {
 	if err != nil {
 		return fmt.Errorf("busybox for the test image: %w", err)
 	}
-	layer, err := layerTar(bin)
+	extra := map[string][]byte{}
+	for name, path := range img.Files {
+		if extra[name], err = os.ReadFile(path); err != nil {
+			return fmt.Errorf("file %s for the test image: %w", name, err)
+		}
+	}
+	layer, err := layerTar(bin, extra)
 	if err != nil {
 		return err
 	}
@@ -100,7 +108,7 @@ func WriteFile(path string, img Image) error {
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-func layerTar(busybox []byte) ([]byte, error) {
+func layerTar(busybox []byte, extra map[string][]byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, d := range []string{"bin/", "etc/", "tmp/", "proc/", "sys/", "dev/", "var/", "var/www/"} {
@@ -114,6 +122,10 @@ func layerTar(busybox []byte) ([]byte, error) {
 	tw.Write(busybox)
 	for _, a := range Applets {
 		tw.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
+	}
+	for name, data := range extra {
+		tw.WriteHeader(&tar.Header{Name: "bin/" + name, Mode: 0o755, Size: int64(len(data))})
+		tw.Write(data)
 	}
 	passwd := []byte("root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
 	tw.WriteHeader(&tar.Header{Name: "etc/passwd", Mode: 0o644, Size: int64(len(passwd))})

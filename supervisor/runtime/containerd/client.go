@@ -158,12 +158,25 @@ func (c *Client) Close() {
 	}
 }
 
+// callWait is how long a call waits for a plugin that is (re)starting.
+const callWait = 5 * time.Second
+
 func (c *Client) call(method string, args, reply any) error {
 	c.mu.Lock()
-	client := c.rpc
+	client, up := c.rpc, c.up
 	c.mu.Unlock()
 	if client == nil {
-		return ErrNotRunning
+		select {
+		case <-up:
+		case <-time.After(callWait):
+			return ErrNotRunning
+		}
+		c.mu.Lock()
+		client = c.rpc
+		c.mu.Unlock()
+		if client == nil {
+			return ErrNotRunning
+		}
 	}
 	err := client.Call(Service+"."+method, args, reply)
 	if errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/test/ctrdtest"
+	"github.com/podvisor/podvisor/test/ociimage"
+)
+
+const benchImage = "podvisor.bench/busybox:1"
+
+// containerdPod is a one-container pod of the bench image with the marks
+// directory mounted at /marks.
+func containerdPod(name, marks, restartPolicy, script string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  restartPolicy: %s
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: marks, hostPath: {path: %s, type: Directory}}]
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", %q]
+    volumeMounts: [{name: marks, mountPath: /marks}]
+`, name, restartPolicy, marks, benchImage, script)
+}
+
+func startScript(name string) string { return "stamp /marks/" + name + "; exec sleep 100000" }
+
+func restartScript(name string) string {
+	m := "/marks/" + name
+	return fmt.Sprintf("if [ -e %[1]s.exit ]; then stamp %[1]s.start; exec sleep 100000; fi; stamp %[1]s.exit; exit 1", m)
+}
+
+// containerdBench measures containerd pods on a private containerd, and
+// the same pods under "podman kube play" as the peer, in the same run.
+func containerdBench(bin string, n, podCount int) error {
+	var missing []string
+	for _, b := range []string{"containerd", "runc"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	if os.Geteuid() != 0 || len(missing) > 0 {
+		fmt.Printf("\ncontainerd pods: skipped (needs root, containerd and runc; missing %v)\n", missing)
+		return nil
+	}
+	ctrd, err := ctrdtest.Launch()
+	if err != nil {
+		return err
+	}
+	defer ctrd.Close()
+	dir, err := os.MkdirTemp("", "podvisor-bench-ctrd")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		exec.Command("sh", "-c", "grep "+dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		os.RemoveAll(dir)
+	}()
+	stamp := filepath.Join(dir, "stamp")
+	build := exec.Command("go", "build", "-o", stamp, "github.com/podvisor/podvisor/test/stamp")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building stamp: %v\n%s", err, out)
+	}
+	archive := filepath.Join(dir, "image.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: benchImage, Files: map[string]string{"stamp": stamp}}); err != nil {
+		return err
+	}
+	b := &bench{dir: dir, manifests: filepath.Join(dir, "m"), socket: filepath.Join(dir, "pv.sock"), marks: filepath.Join(dir, "marks")}
+	os.MkdirAll(b.manifests, 0o755)
+	os.MkdirAll(b.marks, 0o755)
+	config := filepath.Join(dir, "config.yaml")
+	cgRoot := fmt.Sprintf("podvisor-bench-%d", os.Getpid())
+	defer removeCgroupTree(cgRoot)
+	os.WriteFile(config, []byte(fmt.Sprintf("cgroups: {root: %s}\ncontainerd: {address: %s, runcRoot: %s, sandboxDir: %s}\n",
+		cgRoot, ctrd.Address, ctrd.RuncRoot(), filepath.Join(dir, "sandbox"))), 0o644)
+	b.cmd = exec.Command(bin, "run", "--config", config, "--manifests", b.manifests, "--data-dir", filepath.Join(dir, "data"),
+		"--socket", b.socket, "--stop-pods-on-exit")
+	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
+	if err := b.cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		b.cmd.Process.Signal(syscall.SIGTERM)
+		b.cmd.Wait()
+	}()
+	b.client = api.NewClient(b.socket)
+	if err := b.waitUp(); err != nil {
+		return err
+	}
+	if _, err := b.client.ImportImage(context.Background(), archive); err != nil {
+		return fmt.Errorf("importing the bench image: %w", err)
+	}
+	time.Sleep(time.Second)
+	plugin := pidOf("podvisor-containerd", "serve", ctrd.Address)
+	idle, pluginIdle := rss(b.cmd.Process.Pid), rss(plugin)
+
+	toRun, err := b.timed(n, "cstart", func(name string) (time.Time, time.Time, error) {
+		at := b.write(name, containerdPod(name, b.marks, "Always", startScript(name)))
+		ran, err := b.mark(name)
+		os.Remove(filepath.Join(b.manifests, name+".yaml"))
+		return at, ran, err
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, b.log.String())
+	}
+	restart, err := b.timed(n, "crestart", func(name string) (time.Time, time.Time, error) {
+		b.write(name, containerdPod(name, b.marks, "Always", restartScript(name)))
+		exited, err := b.mark(name + ".exit")
+		if err != nil {
+			return exited, exited, err
+		}
+		ran, err := b.mark(name + ".start")
+		os.Remove(filepath.Join(b.manifests, name+".yaml"))
+		return exited, ran, err
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, b.log.String())
+	}
+
+	for i := 0; i < podCount; i++ {
+		name := fmt.Sprintf("cidle-%d", i)
+		b.write(name, containerdPod(name, b.marks, "Always", startScript(name)))
+	}
+	for i := 0; i < podCount; i++ {
+		if _, err := b.mark(fmt.Sprintf("cidle-%d", i)); err != nil {
+			return fmt.Errorf("%w\n%s", err, b.log.String())
+		}
+	}
+	time.Sleep(2 * time.Second)
+	full, pluginFull := rss(b.cmd.Process.Pid), rss(plugin)
+	shims := sumRSS("containerd-shim-runc-v2", ctrd.Address)
+	loggers := sumRSS("podvisor-shim", "log-path")
+
+	fmt.Printf("\ncontainerd pods — %s (private instance), local side-loaded image, one container per pod\n", containerdVersion())
+	fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
+	printDist("manifest write -> workload running", toRun)
+	printDist("process exit -> restarted workload running", restart)
+	fmt.Printf("daemon RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB\n", podCount, idle.total, full.total)
+	fmt.Printf("plugin RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB  (podvisor-containerd)\n", podCount, pluginIdle.total, pluginFull.total)
+	fmt.Printf("per pod: containerd-shim %.2f MiB (anon %.2f), log driver %.2f MiB (anon %.2f), n=%d/%d\n",
+		shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)),
+		loggers.total/float64(max(loggers.count, 1)), loggers.anon/float64(max(loggers.count, 1)), shims.count, loggers.count)
+
+	for i := 0; i < podCount; i++ {
+		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("cidle-%d.yaml", i)))
+	}
+	return podmanPeer(dir, archive, b, n, podCount, toRun, restart)
+}
+
+// timed runs n rounds; each returns when its clock started and when the
+// workload said it ran.
+func (b *bench) timed(n int, prefix string, round func(name string) (from, to time.Time, err error)) ([]time.Duration, error) {
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		from, to, err := round(fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, to.Sub(from))
+	}
+	return lat, nil
+}
+
+// podmanPeer runs the same pods with "podman kube play" (Debian's podman)
+// and prints the same latencies and the ratios.
+func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart []time.Duration) error {
+	if _, err := exec.LookPath("podman"); err != nil {
+		fmt.Println("peer podman kube play: skipped (podman not installed)")
+		return nil
+	}
+	// This sandbox forbids raising rlimits; podman's defaults raise them.
+	conf := filepath.Join(dir, "containers.conf")
+	os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n"), 0o644)
+	podman := func(args ...string) ([]byte, error) {
+		cmd := exec.Command("podman", args...)
+		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
+		return cmd.CombinedOutput()
+	}
+	if out, err := podman("load", "-i", archive); err != nil {
+		return fmt.Errorf("podman load: %v\n%s", err, out)
+	}
+	defer podman("rmi", "-f", benchImage)
+	play := func(name, script string) (string, error) {
+		file := filepath.Join(dir, name+".yaml")
+		os.WriteFile(file, []byte(containerdPod(name, b.marks, "Always", script)), 0o644)
+		if out, err := podman("kube", "play", "--network", "none", file); err != nil {
+			return file, fmt.Errorf("podman kube play: %v\n%s", err, out)
+		}
+		return file, nil
+	}
+	pmRun, err := b.timed(n, "pmstart", func(name string) (time.Time, time.Time, error) {
+		at := time.Now()
+		file, err := play(name, startScript(name))
+		if err != nil {
+			return at, at, err
+		}
+		ran, err := b.mark(name)
+		podman("kube", "down", file)
+		return at, ran, err
+	})
+	if err != nil {
+		return err
+	}
+	pmRestart, err := b.timed(n, "pmrestart", func(name string) (time.Time, time.Time, error) {
+		file, err := play(name, restartScript(name))
+		if err != nil {
+			return time.Time{}, time.Time{}, err
+		}
+		defer podman("kube", "down", file)
+		exited, err := b.mark(name + ".exit")
+		if err != nil {
+			return exited, exited, err
+		}
+		ran, err := b.mark(name + ".start")
+		return exited, ran, err
+	})
+	if err != nil {
+		return err
+	}
+	// Per-pod memory: conmon supervises each container (and the pod's
+	// infra container).
+	var files []string
+	for i := 0; i < podCount; i++ {
+		name := fmt.Sprintf("pmidle-%d", i)
+		file, err := play(name, startScript(name))
+		files = append(files, file)
+		if err != nil {
+			return err
+		}
+		if _, err := b.mark(name); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second)
+	conmon := sumRSS("conmon", "--api-version")
+	for _, f := range files {
+		podman("kube", "down", f)
+	}
+	v, _ := podman("--version")
+	fmt.Printf("\npeer: %s, kube play --network none, the same pods and image\n", strings.TrimSpace(string(v)))
+	printDist("kube play -> workload running", pmRun)
+	printDist("process exit -> restarted (restartPolicy Always)", pmRestart)
+	fmt.Printf("  ratio podman/podvisor at p50: start %.1fx, restart %.1fx\n",
+		float64(pct(pmRun, 50))/float64(pct(toRun, 50)), float64(pct(pmRestart, 50))/float64(pct(restart, 50)))
+	fmt.Printf("per pod: conmon %.2f MiB RSS (anon %.2f) x %.1f per pod (container and infra), n=%d\n",
+		conmon.total/float64(max(conmon.count, 1)), conmon.anon/float64(max(conmon.count, 1)),
+		float64(conmon.count)/float64(podCount), conmon.count)
+	return nil
+}
+
+// pidOf finds a process whose command line holds every word.
+func pidOf(words ...string) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if hasAll(data, words) {
+			var pid int
+			fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
+			return pid
+		}
+	}
+	return 0
+}
+
+// sumRSS adds up the RSS of the processes whose command line holds every
+// word.
+func sumRSS(words ...string) mem {
+	var m mem
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || !hasAll(data, words) {
+			continue
+		}
+		var pid int
+		fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
+		r := rss(pid)
+		m.total += r.total
+		m.anon += r.anon
+		m.count++
+	}
+	return m
+}
+
+func hasAll(cmdline []byte, words []string) bool {
+	for _, w := range words {
+		if !bytes.Contains(cmdline, []byte(w)) {
+			return false
+		}
+	}
+	return true
+}
+
+func containerdVersion() string {
+	out, err := exec.Command("containerd", "--version").Output()
+	if err != nil {
+		return "containerd"
+	}
+	f := strings.Fields(string(out))
+	if len(f) >= 3 {
+		return "containerd " + f[2]
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// removeCgroupTree removes a cgroup root in every hierarchy, children
+// first.
+func removeCgroupTree(root string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
+	for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
+		rmdirAll(d)
+	}
+}
+
+func rmdirAll(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			rmdirAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir)
+}
