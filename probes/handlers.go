@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -80,16 +79,7 @@ func Exec(ctx context.Context, t Target, command []string, timeout time.Duration
 		cmd.Dir = "/"
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if t.UID != nil || t.GID != nil {
-		cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
-		if t.UID != nil {
-			cred.Uid = *t.UID
-		}
-		if t.GID != nil {
-			cred.Gid = *t.GID
-		}
-		cmd.SysProcAttr.Credential = cred
-	}
+	cmd.SysProcAttr.Credential = shim.Credential(t.UID, t.GID)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	var out limitedBuffer

@@ -80,7 +80,7 @@ func cmdImages(ctx context.Context, args []string, out io.Writer) error {
 		}
 		return nil
 	}
-	return errors.New("usage: podvisor images [ls] | import FILE | rm NAME...")
+	return errors.New("usage: podvisor images [ls] | import FILE | rm NAME [NAME]")
 }
 
 func sizeOf(b int64) string {
@@ -155,16 +155,7 @@ func cmdExec(ctx context.Context, args []string) (int, error) {
 	if *stdin {
 		cmd.Stdin = os.Stdin
 	}
-	if t.UID != nil || t.GID != nil {
-		cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
-		if t.UID != nil {
-			cred.Uid = *t.UID
-		}
-		if t.GID != nil {
-			cred.Gid = *t.GID
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: shim.Credential(t.UID, t.GID)}
 	err = cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {

@@ -66,10 +66,7 @@ func TestProbeDefaults(t *testing.T) {
 }
 
 func TestDecodeErrorsNameTheField(t *testing.T) {
-	cases := []struct {
-		name, from, to string
-		want           []string
-	}{
+	cases := []decodeErrorCase{
 		{"unknown field", "    image: host", "    image: host\n    imagee: x", []string{`pod "web"`, `spec.containers[0].imagee`}},
 		{"wrong type", `command: ["sleep", "1000"]`, "command: 5", []string{`pod "web"`, "spec.containers.command"}},
 		{"invalid pod name", "name: web", "name: Web_1", []string{"metadata.name", "Web_1"}},
@@ -88,10 +85,21 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"hook with two handlers", "    image: host", "    image: host\n    lifecycle: {preStop: {exec: {command: [x]}, sleep: {seconds: 1}}}", []string{"spec.containers[0].lifecycle.preStop"}},
 		{"two probe handlers", "    image: host", "    image: host\n    livenessProbe: {exec: {command: [\"true\"]}, tcpSocket: {port: 80}}", []string{"spec.containers[0].livenessProbe", "exactly one handler"}},
 	}
+	expectDecodeErrors(t, goodPod, cases)
+}
+
+type decodeErrorCase struct {
+	name, from, to string
+	want           []string
+}
+
+// expectDecodeErrors edits base as each case says and checks that the
+// decoder refuses it with an error mentioning every wanted string.
+func expectDecodeErrors(t *testing.T, base string, cases []decodeErrorCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			doc := strings.Replace(goodPod, tc.from, tc.to, 1)
-			if doc == goodPod {
+			doc := strings.Replace(base, tc.from, tc.to, 1)
+			if doc == base {
 				t.Fatalf("test edit %q did not apply", tc.from)
 			}
 			_, err := Decode([]byte(doc))

@@ -8,10 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
@@ -80,28 +78,16 @@ func containerdBench(bin string, n, podCount int) error {
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: benchImage, Files: map[string]string{"stamp": stamp}}); err != nil {
 		return err
 	}
-	b := &bench{dir: dir, manifests: filepath.Join(dir, "m"), socket: filepath.Join(dir, "pv.sock"), marks: filepath.Join(dir, "marks")}
-	os.MkdirAll(b.manifests, 0o755)
-	os.MkdirAll(b.marks, 0o755)
 	config := filepath.Join(dir, "config.yaml")
 	cgRoot := fmt.Sprintf("podvisor-bench-%d", os.Getpid())
 	defer removeCgroupTree(cgRoot)
 	os.WriteFile(config, []byte(fmt.Sprintf("cgroups: {root: %s}\ncontainerd: {address: %s, runcRoot: %s, sandboxDir: %s}\n",
 		cgRoot, ctrd.Address, ctrd.RuncRoot(), filepath.Join(dir, "sandbox"))), 0o644)
-	b.cmd = exec.Command(bin, "run", "--config", config, "--manifests", b.manifests, "--data-dir", filepath.Join(dir, "data"),
-		"--socket", b.socket, "--stop-pods-on-exit")
-	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
-	if err := b.cmd.Start(); err != nil {
+	b, err := startDaemon(bin, dir, "--config", config)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		b.cmd.Process.Signal(syscall.SIGTERM)
-		b.cmd.Wait()
-	}()
-	b.client = api.NewClient(b.socket)
-	if err := b.waitUp(); err != nil {
-		return err
-	}
+	defer b.stop()
 	if _, err := b.client.ImportImage(context.Background(), archive); err != nil {
 		return fmt.Errorf("importing the bench image: %w", err)
 	}

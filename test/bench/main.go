@@ -59,23 +59,11 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{dir: dir, manifests: filepath.Join(dir, "m"), socket: filepath.Join(dir, "pv.sock"), marks: filepath.Join(dir, "marks")}
-	os.MkdirAll(b.manifests, 0o755)
-	os.MkdirAll(b.marks, 0o755)
-	b.cmd = exec.Command(abs, "run", "--manifests", b.manifests, "--data-dir", filepath.Join(dir, "data"),
-		"--socket", b.socket, "--stop-pods-on-exit")
-	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
-	if err := b.cmd.Start(); err != nil {
+	b, err := startDaemon(abs, dir)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		b.cmd.Process.Signal(syscall.SIGTERM)
-		b.cmd.Wait()
-	}()
-	b.client = api.NewClient(b.socket)
-	if err := b.waitUp(); err != nil {
-		return err
-	}
+	defer b.stop()
 
 	fmt.Printf("podvisor benchmark — %s, %d CPUs, kernel %s, %s\n", cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339))
 	st, _ := os.Stat(abs)
@@ -131,15 +119,42 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
 	}
 	if ctrdPods > 0 {
-		// The process-pod daemon stops first: one daemon measured at a time.
-		b.cmd.Process.Signal(syscall.SIGTERM)
-		b.cmd.Wait()
+		b.stop() // one daemon measured at a time
 		return containerdBench(abs, n, ctrdPods)
 	}
 	return nil
 }
 
 func (b *bench) ctx() context.Context { return context.Background() }
+
+// startDaemon runs a daemon with its directories under dir and the extra
+// run arguments, and waits for its API.
+func startDaemon(bin, dir string, extra ...string) (*bench, error) {
+	b := &bench{dir: dir, manifests: filepath.Join(dir, "m"), socket: filepath.Join(dir, "pv.sock"), marks: filepath.Join(dir, "marks")}
+	os.MkdirAll(b.manifests, 0o755)
+	os.MkdirAll(b.marks, 0o755)
+	args := append([]string{"run", "--manifests", b.manifests, "--data-dir", filepath.Join(dir, "data"),
+		"--socket", b.socket, "--stop-pods-on-exit"}, extra...)
+	b.cmd = exec.Command(bin, args...)
+	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
+	if err := b.cmd.Start(); err != nil {
+		return nil, err
+	}
+	b.client = api.NewClient(b.socket)
+	if err := b.waitUp(); err != nil {
+		b.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// stop stops the daemon (it stops its pods) and waits for it.
+func (b *bench) stop() {
+	if b.cmd.ProcessState == nil {
+		b.cmd.Process.Signal(syscall.SIGTERM)
+		b.cmd.Wait()
+	}
+}
 
 func (b *bench) waitUp() error {
 	deadline := time.Now().Add(10 * time.Second)

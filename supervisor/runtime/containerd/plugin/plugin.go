@@ -204,18 +204,12 @@ func lost() shim.ExitStatus {
 func (p *Plugin) Signal(args containerd.SignalArgs, _ *containerd.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreNotFound(err)
 	}
 	task, err := c.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreNotFound(err)
 	}
 	var opts []ctrd.KillOpts
 	if args.All {
@@ -233,11 +227,8 @@ func (p *Plugin) Signal(args containerd.SignalArgs, _ *containerd.Empty) error {
 func (p *Plugin) Remove(args containerd.IDArgs, _ *containerd.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreNotFound(err)
 	}
 	if task, err := c.Task(ctx, nil); err == nil {
 		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
@@ -248,6 +239,14 @@ func (p *Plugin) Remove(args containerd.IDArgs, _ *containerd.Empty) error {
 		return fmt.Errorf("deleting container %s: %w", args.ID, err)
 	}
 	return nil
+}
+
+// ignoreNotFound: what is gone needs no signal and no removal.
+func ignoreNotFound(err error) error {
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // List returns every container podvisor made, with its task's state.

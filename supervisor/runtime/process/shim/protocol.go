@@ -112,6 +112,22 @@ type StartReport struct {
 	Error     string    `json:"error,omitempty"`
 }
 
+// Credential is the credential to run as uid and gid, each defaulting to
+// this process's; nil when neither is set.
+func Credential(uid, gid *uint32) *syscall.Credential {
+	if uid == nil && gid == nil {
+		return nil
+	}
+	cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
+	if uid != nil {
+		cred.Uid = *uid
+	}
+	if gid != nil {
+		cred.Gid = *gid
+	}
+	return cred
+}
+
 // ProcStartTime returns a process's start time in clock ticks since boot,
 // which with the pid identifies it across pid reuse.
 func ProcStartTime(pid int) (uint64, error) {
