@@ -1,0 +1,106 @@
+package containerd
+
+import (
+	"io"
+	"log/slog"
+	"net/rpc"
+	"net/rpc/jsonrpc"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// The test binary doubles as a fake plugin: Wait returns once a file
+// names the container's exit code.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("PODVISOR_FAKE_PLUGIN"); dir != "" {
+		os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+		srv := rpc.NewServer()
+		srv.RegisterName(Service, &fakePlugin{dir: dir})
+		srv.ServeCodec(jsonrpc.NewServerCodec(struct {
+			io.Reader
+			io.Writer
+			io.Closer
+		}{os.Stdin, os.Stdout, os.Stdin}))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type fakePlugin struct{ dir string }
+
+func (f *fakePlugin) Version(_ Empty, r *VersionReply) error { r.Version = "fake"; return nil }
+
+func (f *fakePlugin) Wait(a IDArgs, st *shim.ExitStatus) error {
+	for {
+		if data, err := os.ReadFile(filepath.Join(f.dir, a.ID+".exit")); err == nil {
+			code, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+			st.ExitCode = int32(code)
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A plugin that dies is restarted and every wait resumes: the container
+// is not reported gone, and its real exit arrives afterwards.
+func TestWaitsSurviveAPluginRestart(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PODVISOR_FAKE_PLUGIN", dir)
+	c := NewClient([]string{os.Args[0], "-test.run=^$"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !c.Start(5 * time.Second) {
+		t.Fatal("the fake plugin did not connect")
+	}
+	defer c.Close()
+	c.Watch("c1", "uid_app_1")
+	pid := func() int {
+		data, _ := os.ReadFile(filepath.Join(dir, "pid"))
+		n, _ := strconv.Atoi(string(data))
+		return n
+	}
+	first := pid()
+	syscall.Kill(first, syscall.SIGKILL)
+	select {
+	case <-c.Connected(): // the first connection's signal
+	case <-time.After(5 * time.Second):
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pid() == first && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid() == first {
+		t.Fatal("the plugin was not restarted")
+	}
+	select {
+	case x := <-c.Exits():
+		t.Fatalf("an exit was reported for a container that still runs: %+v", x)
+	case <-time.After(300 * time.Millisecond):
+	}
+	os.WriteFile(filepath.Join(dir, "c1.exit"), []byte("7"), 0o644)
+	select {
+	case x := <-c.Exits():
+		if x.InstanceID != "uid_app_1" || x.Status.ExitCode != 7 {
+			t.Fatalf("exit %+v, want uid_app_1 with code 7", x)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit after the container ended")
+	}
+}
+
+func TestContainerID(t *testing.T) {
+	short := "0123abcd-0000-1111-2222-333344445555_app_3"
+	if got := ContainerID(short); got != short {
+		t.Fatalf("a valid instance ID was changed: %s", got)
+	}
+	long := "0123abcd-0000-1111-2222-333344445555_" + strings.Repeat("x", 60) + "_3"
+	got := ContainerID(long)
+	if len(got) > 76 || !validID.MatchString(got) || got != ContainerID(long) || got == ContainerID(long+"0") {
+		t.Fatalf("long ID %q: want a stable, valid, distinct ID of at most 76 characters", got)
+	}
+}
