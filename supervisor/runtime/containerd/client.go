@@ -179,7 +179,10 @@ func (c *Client) call(method string, args, reply any) error {
 		}
 	}
 	err := client.Call(Service+"."+method, args, reply)
-	if errors.Is(err, rpc.ErrShutdown) || errors.Is(err, io.ErrUnexpectedEOF) {
+	var remote rpc.ServerError
+	if err != nil && !errors.As(err, &remote) {
+		// Not the plugin's answer but the pipe's end: the plugin died
+		// (shutdown, EOF, a closed pipe). What was asked is retried.
 		return ErrNotRunning
 	}
 	return err
