@@ -141,6 +141,7 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 }
 
 func (d *Daemon) startDone(r startResult) {
+	d.networkDone(r.pod, r.network)
 	if d.onContainerd(r.instanceID) {
 		switch {
 		case r.err != nil:

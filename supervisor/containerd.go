@@ -40,6 +40,10 @@ type ContainerdConfig struct {
 	RuncRoot    string
 	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
 	SandboxDir string
+	// CNIConfDir and CNIBinDirs locate the pod network (defaults:
+	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
+	CNIConfDir string
+	CNIBinDirs string
 	// ConnectWait is how long the daemon waits for containerd at start
 	// before it goes on and connects in the background.
 	ConnectWait time.Duration
@@ -61,7 +65,7 @@ func (d *Daemon) setupContainerd() {
 	}
 	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address, "--log-driver", cc.LogDriver)
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
-		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot} {
+		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
 		if v != "" {
 			args = append(args, flag, v)
 		}
@@ -213,7 +217,21 @@ func (d *Daemon) startContainerd(in *lifecycle.Instance, a lifecycle.Action, res
 	}
 	d.gcContainer(in.Pod, a.Container, a.Attempt)
 	d.onCtrd[a.InstanceID] = ""
+	nw := d.podNetworkFor(in.Pod, cfg.NetNS)
+	res.network = nw
+	spec, ips := in.Spec(a.Container), d.podIPs[in.UID()]
 	go func() {
+		if nw != nil {
+			d.ensure(nw)
+			if nw.err != nil {
+				res.failure = &containerd.Failure{Reason: "FailedCreatePodSandBox", Message: nw.err.Error()}
+				d.started <- res
+				return
+			}
+			cfg.Env = withPodIP(cfg.Env, spec, nw.ips)
+		} else {
+			cfg.Env = withPodIP(cfg.Env, spec, ips)
+		}
 		reply, err := d.ctrd.Run(a.InstanceID, cfg)
 		res.at, res.err, res.failure, res.stopSignal = reply.StartedAt, err, reply.Failure, reply.StopSignal
 		d.started <- res
@@ -311,6 +329,7 @@ func (d *Daemon) sandbox(pod *v1.Pod) (*sandbox.Sandbox, error) {
 
 // removeSandbox removes a forgotten pod's namespaces and files.
 func (d *Daemon) removeSandbox(uid types.UID) {
+	d.teardownNetwork(uid)
 	if d.cfg.Containerd.SandboxDir != "" {
 		sb := sandbox.Sandbox{Dir: filepath.Join(d.cfg.Containerd.SandboxDir, string(uid))}
 		if _, err := os.Stat(sb.Dir); err == nil {

@@ -109,6 +109,10 @@ type Daemon struct {
 	onCtrd       map[string]string
 	ctrdRemovals []string
 	ctrdRetry    chan struct{} // recoverContainerd again
+	// podNets are pods' network attachments being made; podIPs the
+	// addresses of those attached.
+	podNets map[types.UID]*podNetwork
+	podIPs  map[types.UID][]string
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
@@ -124,6 +128,7 @@ type startResult struct {
 	// started; stopSignal: its image's STOPSIGNAL.
 	failure    *containerd.Failure
 	stopSignal string
+	network    *podNetwork // the pod's network, if this start made or waited for it
 }
 
 // New prepares a daemon; Run starts it.
@@ -144,6 +149,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		oomBase:    map[string]uint64{},
 		onCtrd:     map[string]string{},
 		ctrdRetry:  make(chan struct{}, 1),
+		podNets:    map[types.UID]*podNetwork{},
+		podIPs:     map[types.UID][]string{},
 		newImages:  make(chan time.Time, 1),
 	}
 }

@@ -66,6 +66,7 @@ func (d *Daemon) restore() error {
 			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
 		}
 	}
+	d.restoreNetworks()
 	for _, in := range d.machine.Instances() {
 		for _, c := range in.AllContainers() {
 			if !isProcessPod(in.Pod) {

@@ -78,9 +78,15 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 	p.Spec.NodeName = d.cfg.NodeName
 	p.Status.HostIP = d.node.HostIP
 	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
-	if isProcessPod(p) || p.Spec.HostNetwork {
-		p.Status.PodIP = d.node.HostIP
-		p.Status.PodIPs = []v1.PodIP{{IP: d.node.HostIP}}
+	ips := []string{d.node.HostIP}
+	if !isProcessPod(p) && !p.Spec.HostNetwork {
+		ips = d.podIPsOf(in)
+	}
+	if len(ips) > 0 {
+		p.Status.PodIP = ips[0]
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: ip})
+		}
 	}
 	if !isProcessPod(p) {
 		containerdIDs(p.Status.InitContainerStatuses)

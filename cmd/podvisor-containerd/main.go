@@ -16,6 +16,7 @@ import (
 	"net/rpc/jsonrpc"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"golang.org/x/term"
@@ -71,6 +72,11 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.LogDriver, "log-driver", "", "podvisor-shim, the containers' log driver")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
 	fs.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory (default: the shim's)")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "", "pod network configuration (default /etc/cni/net.d)")
+	fs.Func("cni-bin-dirs", "CNI plugin directories, colon-separated (default /usr/lib/cni:/opt/cni/bin)", func(v string) error {
+		cfg.CNIBinDirs = strings.Split(v, ":")
+		return nil
+	})
 	_, p, err := connect(fs, args, &cfg)
 	if err != nil {
 		return err

@@ -85,6 +85,8 @@ type fileConfig struct {
 		RegistryAuthFile string `json:"registryAuthFile,omitempty"`
 		RuncRoot         string `json:"runcRoot,omitempty"`
 		SandboxDir       string `json:"sandboxDir,omitempty"`
+		CNIConfDir       string `json:"cniConfDir,omitempty"`
+		CNIBinDirs       string `json:"cniBinDirs,omitempty"`
 	} `json:"containerd"`
 }
 
@@ -367,7 +369,8 @@ const defaultContainerd = "/run/containerd/containerd.sock"
 func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdConfig, error) {
 	cc := fc.Containerd
 	cfg := supervisor.ContainerdConfig{Address: cc.Address, Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
-		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second}
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second,
+		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs}
 	if cfg.Address == "" {
 		if _, err := os.Stat(defaultContainerd); err != nil {
 			return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only

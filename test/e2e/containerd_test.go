@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +31,11 @@ func ctrdDaemon(t *testing.T) (*daemon, *ctrdtest.Containerd) {
 		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
 	})
 	sandboxes := filepath.Join(d.dir, "sandbox")
-	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s}\n", ctrd.Address, ctrd.RuncRoot(), sandboxes))
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
+	}
+	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s, cniConfDir: %s}\n",
+		ctrd.Address, ctrd.RuncRoot(), sandboxes, filepath.Join(d.dir, "cni")))
 	d.start()
 	if err := os.MkdirAll(filepath.Join(d.data, "images"), 0o755); err != nil {
 		t.Fatal(err)
@@ -74,6 +80,7 @@ spec:
     command: ["sh", "-c", "echo hello from $(hostname) > /www/index.html; exec httpd -f -p 8080 -h /www"]
     volumeMounts: [{name: shared, mountPath: /www}, {name: info, mountPath: /etc/podinfo, readOnly: true}]
     resources: {limits: {memory: 48Mi, cpu: 250m}}
+    ports: [{containerPort: 8080, hostPort: HOSTPORT}]
     readinessProbe: {httpGet: {path: /index.html, port: 8080}, periodSeconds: 1}
     livenessProbe: {exec: {command: ["test", "-e", "/www/index.html"]}, periodSeconds: 1}
   - name: client
@@ -118,7 +125,8 @@ func statusOf(p *v1.Pod, name string) v1.ContainerStatus {
 // kill -9, containerd restarted under it, and removal.
 func TestContainerdPod(t *testing.T) {
 	d, ctrd := ctrdDaemon(t)
-	d.write("duo.yaml", twoContainers)
+	hostPort := 20000 + os.Getpid()%10000
+	d.write("duo.yaml", strings.Replace(twoContainers, "HOSTPORT", fmt.Sprint(hostPort), 1))
 	p := d.waitPod("duo", 30*time.Second, bothReady)
 	if p.Status.Phase != v1.PodRunning || p.Status.QOSClass != v1.PodQOSBurstable {
 		t.Fatalf("status: %s", describePod(p))
@@ -134,6 +142,24 @@ func TestContainerdPod(t *testing.T) {
 		out, _, _ := d.cli("logs", "duo", "-c", "client")
 		return strings.Contains(out, "hi duo\n") && strings.Contains(out, "hello from duo\n")
 	})
+	// The pod has its own address on the CNI bridge, its hostname
+	// resolves to it, and its hostPort reaches the server (tested on
+	// loopback: the DNAT happens in this host's kernel).
+	if p.Status.PodIP == "" || p.Status.PodIP == p.Status.HostIP {
+		t.Fatalf("podIP %q (hostIP %q): want an address of the pod's own", p.Status.PodIP, p.Status.HostIP)
+	}
+	if out, _, _ := d.cli("exec", "duo", "--", "cat", "/etc/hosts"); !strings.Contains(out, p.Status.PodIP+"\tduo") {
+		t.Fatalf("/etc/hosts does not map duo to %s:\n%s", p.Status.PodIP, out)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", hostPort))
+	if err != nil {
+		t.Fatalf("hostPort %d: %v", hostPort, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello from duo\n" {
+		t.Fatalf("hostPort %d answered %q", hostPort, body)
+	}
 	// exec, in the container's own view: the downward API volume, the
 	// memory-backed emptyDir, /etc/hosts, and an exit code that comes back.
 	out, errOut, code := d.cli("exec", "duo", "-c", "client", "--", "sh", "-c",
@@ -201,6 +227,11 @@ func TestContainerdPod(t *testing.T) {
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
 	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	client := http.Client{Timeout: time.Second}
+	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("hostPort %d still answers after the pod is gone", hostPort)
+	}
 	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID))} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("%s left behind (%v)", dir, err)

@@ -267,6 +267,18 @@ func (c *Client) Exec(id string, command []string, timeout time.Duration) (ExecR
 	return reply, err
 }
 
+// SetupNetwork attaches a pod's network namespace to the CNI network.
+func (c *Client) SetupNetwork(a NetworkArgs) ([]string, error) {
+	var reply NetworkReply
+	err := c.call("SetupNetwork", a, &reply)
+	return reply.IPs, err
+}
+
+// TeardownNetwork detaches a pod from the CNI network.
+func (c *Client) TeardownNetwork(a NetworkArgs) error {
+	return c.call("TeardownNetwork", a, &Empty{})
+}
+
 // Images lists images.
 func (c *Client) Images() ([]Image, error) {
 	var reply ImagesReply

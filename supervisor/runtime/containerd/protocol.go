@@ -220,5 +220,28 @@ type NameArgs struct {
 	Name string `json:"name"`
 }
 
+// NetworkArgs attaches a pod's network namespace to the CNI network, or
+// detaches it.
+type NetworkArgs struct {
+	PodUID    string        `json:"podUID"`
+	Namespace string        `json:"namespace"`
+	Name      string        `json:"name"`
+	NetNS     string        `json:"netns"`
+	Ports     []PortMapping `json:"ports,omitempty"`
+}
+
+// PortMapping is a container port published on the host (hostPort).
+type PortMapping struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// NetworkReply is the pod's addresses.
+type NetworkReply struct {
+	IPs []string `json:"ips"`
+}
+
 // Empty is an empty argument or reply.
 type Empty struct{}

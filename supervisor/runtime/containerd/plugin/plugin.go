@@ -36,6 +36,10 @@ type Config struct {
 	// RuncRoot is runc's state directory ("" is the shim's default,
 	// /run/containerd/runc): tests keep theirs apart from the host's.
 	RuncRoot string
+	// CNIConfDir holds the pod network's configuration (default
+	// /etc/cni/net.d); CNIBinDirs the CNI plugins.
+	CNIConfDir string
+	CNIBinDirs []string
 }
 
 // Plugin serves the Runtime RPC service.
@@ -43,6 +47,7 @@ type Plugin struct {
 	cfg    Config
 	client *ctrd.Client
 	log    *slog.Logger
+	net    *network
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -60,7 +65,13 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
 	}
-	return &Plugin{cfg: cfg, client: c, log: log}, nil
+	if cfg.CNIConfDir == "" {
+		cfg.CNIConfDir = "/etc/cni/net.d"
+	}
+	if len(cfg.CNIBinDirs) == 0 {
+		cfg.CNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+	}
+	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs}}, nil
 }
 
 // Close drops the connection.
