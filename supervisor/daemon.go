@@ -111,8 +111,8 @@ type Daemon struct {
 	ctrdRetry    chan struct{} // recoverContainerd again
 	// podNets are pods' network attachments being made; podIPs the
 	// addresses of those attached.
-	podNets map[types.UID]*podNetwork
-	podIPs  map[types.UID][]string
+	podNets      map[types.UID]*podNetwork
+	podIPs       map[types.UID][]string
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
