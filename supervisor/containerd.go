@@ -44,6 +44,8 @@ type ContainerdConfig struct {
 	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
 	CNIConfDir string
 	CNIBinDirs string
+	// Managed, when set, has podvisor run containerd itself.
+	Managed *ManagedContainerd
 	// ConnectWait is how long the daemon waits for containerd at start
 	// before it goes on and connects in the background.
 	ConnectWait time.Duration
@@ -58,10 +60,15 @@ func isProcessPod(p *v1.Pod) bool {
 // setupContainerd starts the runtime plugin when containerd is configured.
 // A containerd that is not up yet is waited for in the background: its
 // pods wait, and what it runs is adopted once it answers.
-func (d *Daemon) setupContainerd() {
+func (d *Daemon) setupContainerd(stop <-chan struct{}) error {
 	cc := d.cfg.Containerd
 	if cc.Address == "" || len(cc.Plugin) == 0 {
-		return
+		return nil
+	}
+	if cc.Managed != nil {
+		if err := d.managedContainerd(stop); err != nil {
+			return fmt.Errorf("containerd.managed: %w", err)
+		}
 	}
 	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address, "--log-driver", cc.LogDriver)
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
@@ -74,6 +81,7 @@ func (d *Daemon) setupContainerd() {
 	if !d.ctrd.Start(cc.ConnectWait) {
 		d.log.Warn("containerd is not reachable yet; its pods wait until it is", "address", cc.Address)
 	}
+	return nil
 }
 
 // ctrdConnected is the plugin's (re)connection signal, or nil.

@@ -185,7 +185,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
 	}
-	d.setupContainerd()
+	if err := d.setupContainerd(ctx.Done()); err != nil {
+		return err
+	}
 	if d.ctrd != nil {
 		defer d.ctrd.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -87,6 +88,11 @@ type fileConfig struct {
 		SandboxDir       string `json:"sandboxDir,omitempty"`
 		CNIConfDir       string `json:"cniConfDir,omitempty"`
 		CNIBinDirs       string `json:"cniBinDirs,omitempty"`
+		// Managed: podvisor runs containerd itself, with its own
+		// socket (address), root and state.
+		Managed bool   `json:"managed,omitempty"`
+		Root    string `json:"root,omitempty"`
+		State   string `json:"state,omitempty"`
 	} `json:"containerd"`
 }
 
@@ -371,6 +377,24 @@ func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdCon
 	cfg := supervisor.ContainerdConfig{Address: cc.Address, Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
 		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs}
+	if cc.Managed {
+		bin, err := exec.LookPath("containerd")
+		if err != nil {
+			return cfg, errors.New("config containerd.managed: containerd is not installed")
+		}
+		if cfg.Address == "" {
+			cfg.Address = "/run/podvisor/containerd/containerd.sock"
+		}
+		m := &supervisor.ManagedContainerd{Binary: bin, Root: cc.Root, State: cc.State,
+			Log: filepath.Join(fc.DataDir, "containerd", "containerd.log")}
+		if m.Root == "" {
+			m.Root = filepath.Join(fc.DataDir, "containerd", "root")
+		}
+		if m.State == "" {
+			m.State = "/run/podvisor/containerd/state"
+		}
+		cfg.Managed = m
+	}
 	if cfg.Address == "" {
 		if _, err := os.Stat(defaultContainerd); err != nil {
 			return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only

@@ -85,7 +85,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 // Close stops containerd, kills its containers and removes its files.
 func (c *Containerd) Close() {
 	c.Stop()
-	c.killShims()
+	KillShims(c.Address)
 	// Snapshots are mounted while tasks live; unmount before removal.
 	exec.Command("sh", "-c", "grep "+c.Dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
 	os.RemoveAll(c.Dir)
@@ -147,13 +147,13 @@ func (c *Containerd) Log() string {
 	return string(b)
 }
 
-// killShims ends the shims (and with them the containers) this
-// containerd started, found by their -address argument.
-func (c *Containerd) killShims() {
+// KillShims ends the shims (and with them the containers) of the
+// containerd at address, found by their -address argument.
+func KillShims(address string) {
 	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, f := range cmdlines {
 		data, err := os.ReadFile(f)
-		if err != nil || !containsArg(data, c.Address) {
+		if err != nil || !containsArg(data, address) {
 			continue
 		}
 		var pid int

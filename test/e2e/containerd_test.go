@@ -329,3 +329,66 @@ spec:
 	}
 	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 }
+
+// containerd.managed: podvisor runs its own containerd, restarts it when
+// it dies (the pod runs on), and a restarted podvisor uses the one that
+// is running.
+func TestManagedContainerd(t *testing.T) {
+	requireRoot(t)
+	ctrdtest.Require(t)
+	d := newDaemon(t)
+	m := filepath.Join(d.dir, "m")
+	sock := filepath.Join(m, "c.sock")
+	pidFile := filepath.Join(d.data, "containerd", "containerd.pid")
+	t.Cleanup(func() {
+		if pid := managedPid(pidFile); pid > 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		ctrdtest.KillShims(sock)
+		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+	})
+	d.withConfig(fmt.Sprintf("containerd: {managed: true, address: %s, root: %s, state: %s, runcRoot: %s, sandboxDir: %s}\n",
+		sock, filepath.Join(m, "root"), filepath.Join(m, "state"), filepath.Join(m, "runc"), filepath.Join(d.dir, "sandbox")))
+	d.start()
+	if err := ociimage.WriteFile(filepath.Join(d.dir, "img.tar"), ociimage.Image{Name: testImage}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, _, code := d.cli("images", "import", filepath.Join(d.dir, "img.tar")); return code == 0 })
+	d.write("m.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: m}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: app, image: `+testImage+`, imagePullPolicy: Never, command: ["sleep", "100000"]}
+`)
+	p := d.waitPod("m", 20*time.Second, running)
+	id := p.Status.ContainerStatuses[0].ContainerID
+
+	first := managedPid(pidFile)
+	syscall.Kill(first, syscall.SIGKILL)
+	waitFor(t, func() bool { pid := managedPid(pidFile); return pid > 0 && pid != first })
+	time.Sleep(time.Second)
+	p = d.waitPod("m", 10*time.Second, running)
+	if c := p.Status.ContainerStatuses[0]; c.ContainerID != id || c.RestartCount != 0 {
+		t.Fatalf("after containerd was killed and restarted: %+v, want container %s still running", c, id)
+	}
+
+	second := managedPid(pidFile)
+	d.stop(syscall.SIGKILL)
+	d.start()
+	d.waitPod("m", 20*time.Second, running)
+	if got := managedPid(pidFile); got != second || !alive(second) {
+		t.Fatalf("a restarted podvisor started containerd %d; want the running %d", got, second)
+	}
+	if !strings.Contains(d.log.String(), "using podvisor's running containerd") {
+		t.Fatalf("the restarted daemon did not adopt the running containerd:\n%s", d.log)
+	}
+}
+
+func managedPid(pidFile string) int {
+	data, _ := os.ReadFile(pidFile)
+	var pid int
+	fmt.Sscan(string(data), &pid)
+	return pid
+}

@@ -9,9 +9,9 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// openPidfd returns a pidfd for pid if it is still the process that started
+// OpenPidfd returns a pidfd for pid if it is still the process that started
 // at startTime; the pidfd then refers to that process even if pid is reused.
-func openPidfd(pid int, startTime uint64) (int, error) {
+func OpenPidfd(pid int, startTime uint64) (int, error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return -1, err
@@ -24,10 +24,10 @@ func openPidfd(pid int, startTime uint64) (int, error) {
 	return fd, nil
 }
 
-// waitPidfd blocks the calling goroutine, not a thread, until the process
+// WaitPidfd blocks the calling goroutine, not a thread, until the process
 // behind the pidfd exits: the pidfd turns readable and Go's netpoller
 // wakes us. It takes ownership of fd.
-func waitPidfd(fd int) error {
+func WaitPidfd(fd int) error {
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()

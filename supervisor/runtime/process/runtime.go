@@ -185,7 +185,7 @@ func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (ti
 func (r *Runtime) reap(in *instance) {
 	fd, err := unix.Dup(in.pidfd)
 	if err == nil {
-		waitPidfd(fd)
+		WaitPidfd(fd)
 	}
 	if in.child {
 		var ws unix.WaitStatus
@@ -219,7 +219,7 @@ func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	}
 	var ss shim.State
 	if err := shim.ReadJSON(filepath.Join(dir, shim.StateFile), &ss); err == nil && ss.BootID == shim.BootID() {
-		if fd, err := openPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
+		if fd, err := OpenPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
 			unix.Kill(-ss.LeaderPid, unix.SIGKILL)
 			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 			unix.Close(fd)
@@ -349,7 +349,7 @@ func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
 	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
 		var ss shim.State
 		if err := shim.ReadJSON(path, &ss); err == nil {
-			fd, err := openPidfd(ss.ShimPid, ss.ShimStart)
+			fd, err := OpenPidfd(ss.ShimPid, ss.ShimStart)
 			if err != nil {
 				return nil, time.Time{}, false
 			}
