@@ -343,6 +343,9 @@ func TestManagedContainerd(t *testing.T) {
 	t.Cleanup(func() {
 		if pid := managedPid(pidFile); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; i < 100 && alive(pid); i++ {
+				time.Sleep(20 * time.Millisecond) // it writes its root until it is gone
+			}
 		}
 		ctrdtest.KillShims(sock)
 		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
@@ -353,7 +356,10 @@ func TestManagedContainerd(t *testing.T) {
 	if err := ociimage.WriteFile(filepath.Join(d.dir, "img.tar"), ociimage.Image{Name: testImage}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, _, code := d.cli("images", "import", filepath.Join(d.dir, "img.tar")); return code == 0 })
+	waitFor(t, func() bool {
+		_, _, code := d.cli("images", "import", filepath.Join(d.dir, "img.tar"))
+		return code == 0
+	})
 	d.write("m.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: m}

@@ -83,9 +83,18 @@ func (p *Plugin) SetupNetwork(a containerd.NetworkArgs, reply *containerd.Networ
 	if err != nil {
 		return err
 	}
-	res, err := cni.Setup(context.Background(), a.PodUID, a.NetNS, gocni.WithCapabilityPortMap(portMappings(a.Ports)), cniLabels(a))
+	ctx := context.Background()
+	opts := []gocni.NamespaceOpts{gocni.WithCapabilityPortMap(portMappings(a.Ports)), cniLabels(a)}
+	res, err := cni.Setup(ctx, a.PodUID, a.NetNS, opts...)
 	if err != nil {
-		return fmt.Errorf("pod network: %w", err)
+		// A failed ADD may leave half an attachment (an interface, an
+		// address), and a pod recreated with the same UID after a crash
+		// may find its old address still allocated: undo both, once.
+		cni.Remove(ctx, a.PodUID, a.NetNS, opts...)
+		if res, err = cni.Setup(ctx, a.PodUID, a.NetNS, opts...); err != nil {
+			cni.Remove(ctx, a.PodUID, a.NetNS, opts...)
+			return fmt.Errorf("pod network: %w", err)
+		}
 	}
 	for name, iface := range res.Interfaces {
 		if !strings.HasPrefix(name, "eth") {
