@@ -44,11 +44,24 @@ type ContainerdConfig struct {
 	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
 	CNIConfDir string
 	CNIBinDirs string
+	// ImageFS is a path on the file system containerd keeps images on;
+	// ImageGC its garbage collection thresholds.
+	ImageFS string
+	ImageGC ImageGC
 	// Managed, when set, has podvisor run containerd itself.
 	Managed *ManagedContainerd
 	// ConnectWait is how long the daemon waits for containerd at start
 	// before it goes on and connects in the background.
 	ConnectWait time.Duration
+}
+
+// ImageGC are the kubelet's image garbage collection thresholds, in
+// percent of the image file system used (defaults 85 and 80).
+type ImageGC struct {
+	HighThresholdPercent int
+	LowThresholdPercent  int
+	// MinimumAge spares images used or imported more recently.
+	MinimumAge time.Duration
 }
 
 // isProcessPod reports whether a pod runs host processes.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -113,6 +114,7 @@ type Daemon struct {
 	// addresses of those attached.
 	podNets      map[types.UID]*podNetwork
 	podIPs       map[types.UID][]string
+	pruning      atomic.Bool // an image garbage collection runs
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived

@@ -14,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // EvictionConfig holds the kubelet-style eviction settings.
@@ -47,7 +48,7 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 	}
 	e := &evictor{
 		mgr:      &eviction.Manager{Thresholds: ts, TransitionPeriod: c.PressureTransitionPeriod, MaxPodGracePeriod: c.MaxPodGracePeriod},
-		observer: pressure.Observer{FsPath: d.cfg.DataDir},
+		observer: pressure.Observer{FsPath: d.cfg.DataDir, ImageFsPath: d.cfg.Containerd.ImageFS},
 		notifier: pressure.NewNotifier(d.log),
 		recheck:  time.NewTimer(time.Hour),
 	}
@@ -96,6 +97,7 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 	e := d.evict
 	now := d.now()
 	obs := e.observer.Observe()
+	d.collectImages(obs)
 	st := e.mgr.Synchronize(obs, now)
 	d.pressure = st.Conditions
 	if e.threshold != nil && e.memLimit > 0 {
@@ -127,9 +129,10 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 	}
 	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.reclaimed)
 	if reclaim {
-		d.log.Info("disk pressure: reclaiming finished containers and rotated logs first")
+		d.log.Info("disk pressure: reclaiming finished containers, rotated logs and unused images first")
 		d.gcDevice()
 		d.removeRotatedLogs()
+		d.pruneImages(containerd.PruneArgs{All: true, MinAge: d.cfg.Containerd.ImageGC.MinimumAge})
 		e.reclaimed = true
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
@@ -303,4 +304,37 @@ func (s *sideloader) save() {
 	if err := os.WriteFile(tmp, data, 0o644); err == nil {
 		os.Rename(tmp, filepath.Join(s.dir, sideloadState))
 	}
+}
+
+// collectImages removes unused images when the image file system is
+// fuller than the high threshold, down to the low one, as the kubelet's
+// image garbage collector does (at every pressure check, not every five
+// minutes).
+func (d *Daemon) collectImages(obs map[eviction.Signal]eviction.Observation) {
+	fs, ok := obs[eviction.ImageFsAvailable]
+	if d.ctrd == nil || !ok {
+		return
+	}
+	gc := d.cfg.Containerd.ImageGC
+	if bytes := eviction.ImageGCBytes(fs, gc.HighThresholdPercent, gc.LowThresholdPercent); bytes > 0 {
+		d.pruneImages(containerd.PruneArgs{Bytes: bytes, MinAge: gc.MinimumAge})
+	}
+}
+
+// pruneImages removes unused images in the background, one pass at a time.
+func (d *Daemon) pruneImages(a containerd.PruneArgs) {
+	if d.ctrd == nil || !d.pruning.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer d.pruning.Store(false)
+		r, err := d.ctrd.PruneImages(a)
+		if err != nil {
+			d.log.Warn("image garbage collection", "err", err)
+			return
+		}
+		if len(r.Removed) > 0 {
+			d.log.Info("removed unused images", "images", strings.Join(r.Removed, ", "), "freed", r.Freed)
+		}
+	}()
 }

@@ -90,6 +90,12 @@ type fileConfig struct {
 		CNIBinDirs       string `json:"cniBinDirs,omitempty"`
 		// Managed: podvisor runs containerd itself, with its own
 		// socket (address), root and state.
+		ImageFS string `json:"imageFS,omitempty"`
+		ImageGC struct {
+			HighThresholdPercent *int             `json:"highThresholdPercent,omitempty"`
+			LowThresholdPercent  *int             `json:"lowThresholdPercent,omitempty"`
+			MinimumAge           *metav1.Duration `json:"minimumAge,omitempty"`
+		} `json:"imageGC"`
 		Managed bool   `json:"managed,omitempty"`
 		Root    string `json:"root,omitempty"`
 		State   string `json:"state,omitempty"`
@@ -400,6 +406,31 @@ func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdCon
 			return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only
 		}
 		cfg.Address = defaultContainerd
+	}
+	cfg.ImageGC = supervisor.ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: 2 * time.Minute}
+	if v := cc.ImageGC.MinimumAge; v != nil {
+		cfg.ImageGC.MinimumAge = v.Duration
+	}
+	if v := cc.ImageGC.HighThresholdPercent; v != nil {
+		cfg.ImageGC.HighThresholdPercent = *v
+	}
+	if v := cc.ImageGC.LowThresholdPercent; v != nil {
+		cfg.ImageGC.LowThresholdPercent = *v
+	}
+	if g := cfg.ImageGC; g.HighThresholdPercent < 0 || g.HighThresholdPercent > 100 || g.LowThresholdPercent < 0 || g.LowThresholdPercent > g.HighThresholdPercent {
+		return cfg, fmt.Errorf("config containerd.imageGC: want 0 <= lowThresholdPercent (%d) <= highThresholdPercent (%d) <= 100; 100 disables it",
+			g.LowThresholdPercent, g.HighThresholdPercent)
+	}
+	switch {
+	case cc.ImageFS != "":
+		cfg.ImageFS = cc.ImageFS
+	case cfg.Managed != nil:
+		cfg.ImageFS = filepath.Dir(cfg.Managed.Root)
+	default:
+		cfg.ImageFS = "/var/lib/containerd" // containerd's default root
+		if _, err := os.Stat(cfg.ImageFS); err != nil {
+			cfg.ImageFS = ""
+		}
 	}
 	if cfg.SandboxDir == "" {
 		cfg.SandboxDir = "/run/podvisor/sandbox"

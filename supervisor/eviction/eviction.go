@@ -342,3 +342,17 @@ func Rank(s Signal, pods []PodStats) []PodStats {
 	})
 	return out
 }
+
+// ImageGCBytes is how much the image garbage collector frees, as the
+// kubelet decides it: nothing while the image file system's usage is at
+// or below high percent, else enough to bring it down to low percent.
+func ImageGCBytes(fs Observation, high, low int) int64 {
+	if fs.Capacity <= 0 || high <= 0 || high > 100 || low > high {
+		return 0
+	}
+	used := fs.Capacity - fs.Available
+	if used*100 <= int64(high)*fs.Capacity {
+		return 0
+	}
+	return used - int64(low)*fs.Capacity/100
+}

@@ -136,3 +136,23 @@ func TestSelectGraceAndCritical(t *testing.T) {
 		t.Fatalf("disk pressure reclaims node-level resources first: %+v %v", v, reclaim)
 	}
 }
+
+func TestImageGCBytes(t *testing.T) {
+	gi := int64(1 << 30)
+	for _, tc := range []struct {
+		avail, capacity int64
+		high, low       int
+		want            int64
+	}{
+		{20 * gi, 100 * gi, 85, 80, 0},       // 80% used: below high
+		{15 * gi, 100 * gi, 85, 80, 0},       // exactly at high
+		{10 * gi, 100 * gi, 85, 80, 10 * gi}, // 90% used: down to 80%
+		{0, 100 * gi, 85, 80, 20 * gi},
+		{10 * gi, 100 * gi, 0, 0, 0}, // disabled
+		{10 * gi, 0, 85, 80, 0},      // no observation
+	} {
+		if got := ImageGCBytes(Observation{Available: tc.avail, Capacity: tc.capacity}, tc.high, tc.low); got != tc.want {
+			t.Errorf("%d/%d free, %d/%d%%: got %d, want %d", tc.avail, tc.capacity, tc.high, tc.low, got, tc.want)
+		}
+	}
+}

@@ -29,6 +29,9 @@ type Observer struct {
 	MemoryCgroup string
 	// FsPath is a path on the node file system (the data directory).
 	FsPath string
+	// ImageFsPath is a path on the file system containerd keeps images
+	// on ("": no images).
+	ImageFsPath string
 }
 
 // Observe reads every signal it can.
@@ -41,6 +44,10 @@ func (o Observer) Observe() map[eviction.Signal]eviction.Observation {
 	if o.FsPath != "" && unix.Statfs(o.FsPath, &st) == nil {
 		obs[eviction.NodeFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * st.Bsize, Capacity: int64(st.Blocks) * st.Bsize}
 		obs[eviction.NodeFsInodesFree] = eviction.Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
+	}
+	if o.ImageFsPath != "" && unix.Statfs(o.ImageFsPath, &st) == nil {
+		obs[eviction.ImageFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * st.Bsize, Capacity: int64(st.Blocks) * st.Bsize}
+		obs[eviction.ImageFsInodesFree] = eviction.Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
 	}
 	if p, err := pids(); err == nil {
 		obs[eviction.PIDAvailable] = p

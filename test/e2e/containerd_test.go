@@ -22,7 +22,7 @@ const testImage = "podvisor.test/busybox:1"
 
 // ctrdDaemon is a daemon on a private containerd, with the test image
 // side-loaded through <data-dir>/images.
-func ctrdDaemon(t *testing.T) (*daemon, *ctrdtest.Containerd) {
+func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Containerd) {
 	requireRoot(t)
 	ctrd := ctrdtest.Start(t)
 	d := newDaemon(t)
@@ -34,8 +34,8 @@ func ctrdDaemon(t *testing.T) (*daemon, *ctrdtest.Containerd) {
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
 	}
-	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s, cniConfDir: %s}\n",
-		ctrd.Address, ctrd.RuncRoot(), sandboxes, filepath.Join(d.dir, "cni")))
+	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s, cniConfDir: %s%s}\n",
+		ctrd.Address, ctrd.RuncRoot(), sandboxes, filepath.Join(d.dir, "cni"), strings.Join(extraConfig, "")))
 	d.start()
 	if err := os.MkdirAll(filepath.Join(d.data, "images"), 0o755); err != nil {
 		t.Fatal(err)
@@ -397,4 +397,45 @@ func managedPid(pidFile string) int {
 	var pid int
 	fmt.Sscan(string(data), &pid)
 	return pid
+}
+
+// Past the high threshold of the image file system, unused images are
+// removed (least recently used first); an image in use stays.
+func TestImageGarbageCollection(t *testing.T) {
+	// Any used disk is over 1%: collection starts at the first check.
+	d, _ := ctrdDaemon(t, ", imageFS: /, imageGC: {highThresholdPercent: 1, lowThresholdPercent: 0, minimumAge: 3s}")
+	d.write("user.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: user}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: app, image: `+testImage+`, imagePullPolicy: Never, command: ["sleep", "100000"]}
+`)
+	d.waitPod("user", 20*time.Second, running)
+	archive := filepath.Join(d.dir, "spare.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/spare:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := d.cli("images", "import", archive); code != 0 {
+		t.Fatalf("import: %s %s", out, errOut)
+	}
+	// The pressure check runs at least every monitorPeriod (10s).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, _ := d.cli("images")
+		if !strings.Contains(out, "podvisor.test/spare:1") {
+			if !strings.Contains(out, testImage) {
+				t.Fatalf("the image in use was removed:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unused image is still there after 30s:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(d.log.String(), "removed unused images") {
+		t.Fatal("no log line for the collection")
+	}
 }

@@ -279,6 +279,13 @@ func (c *Client) TeardownNetwork(a NetworkArgs) error {
 	return c.call("TeardownNetwork", a, &Empty{})
 }
 
+// PruneImages removes unused images, least recently used first.
+func (c *Client) PruneImages(a PruneArgs) (PruneReply, error) {
+	var reply PruneReply
+	err := c.call("PruneImages", a, &reply)
+	return reply, err
+}
+
 // Images lists images.
 func (c *Client) Images() ([]Image, error) {
 	var reply ImagesReply

@@ -243,5 +243,20 @@ type NetworkReply struct {
 	IPs []string `json:"ips"`
 }
 
+// PruneArgs asks for unused images to be removed.
+type PruneArgs struct {
+	Bytes int64 `json:"bytes"`
+	All   bool  `json:"all,omitempty"`
+	// MinAge spares images used or imported more recently (the kubelet's
+	// imageMinimumGCAge): one just pulled is about to be used.
+	MinAge time.Duration `json:"minAge,omitempty"`
+}
+
+// PruneReply names the images removed and their content's size.
+type PruneReply struct {
+	Removed []string `json:"removed"`
+	Freed   int64    `json:"freed"`
+}
+
 // Empty is an empty argument or reply.
 type Empty struct{}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
@@ -238,4 +239,57 @@ func (p *Plugin) RemoveImage(args containerd.NameArgs, _ *containerd.Empty) erro
 		return fmt.Errorf("image %s not found", args.Name)
 	}
 	return err
+}
+
+// labelLastUsed records when a container was last created from an image:
+// containerd does not, and garbage collection removes the least recently
+// used images first, as the kubelet does.
+const labelLastUsed = "io.podvisor.last-used"
+
+func (p *Plugin) touchImage(ctx context.Context, img ctrd.Image) {
+	meta := img.Metadata()
+	if meta.Labels == nil {
+		meta.Labels = map[string]string{}
+	}
+	meta.Labels[labelLastUsed] = time.Now().UTC().Format(time.RFC3339Nano)
+	if _, err := p.client.ImageService().Update(ctx, meta, "labels."+labelLastUsed); err != nil {
+		p.log.Warn("recording an image's use", "image", img.Name(), "err", err)
+	}
+}
+
+// PruneImages removes images no container uses, least recently used
+// first, until about Bytes are freed (their content's size), or all of
+// them with All.
+func (p *Plugin) PruneImages(args containerd.PruneArgs, reply *containerd.PruneReply) error {
+	ctx := p.ctx()
+	imgs, err := p.client.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	used, err := p.usedImages(ctx)
+	if err != nil {
+		return err
+	}
+	lastUsed := func(img ctrd.Image) time.Time {
+		if t, err := time.Parse(time.RFC3339Nano, img.Labels()[labelLastUsed]); err == nil {
+			return t
+		}
+		return img.Metadata().CreatedAt
+	}
+	sort.Slice(imgs, func(i, j int) bool { return lastUsed(imgs[i]).Before(lastUsed(imgs[j])) })
+	for _, img := range imgs {
+		if !args.All && reply.Freed >= args.Bytes {
+			break
+		}
+		if used[img.Name()] || time.Since(lastUsed(img)) < args.MinAge {
+			continue
+		}
+		size, _ := img.Size(ctx)
+		if err := p.client.ImageService().Delete(ctx, img.Name(), images.SynchronousDelete()); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("removing image %s: %w", img.Name(), err)
+		}
+		reply.Removed = append(reply.Removed, img.Name())
+		reply.Freed += size
+	}
+	return nil
 }

@@ -107,6 +107,7 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		reply.Failure = &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
 		return nil
 	}
+	p.touchImage(ctx, img)
 	c, err := p.client.NewContainer(ctx, cfg.ID,
 		ctrd.WithContainerLabels(cfg.Labels),
 		ctrd.WithImage(img),

@@ -186,3 +186,38 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met in 5s")
 }
+
+// Unused images go, least recently used first; one in use stays.
+func TestPruneImages(t *testing.T) {
+	p, _ := newPlugin(t)
+	for _, name := range []string{"podvisor.test/old:1", "podvisor.test/used:1", "podvisor.test/new:1"} {
+		importTestImage(t, p, name)
+	}
+	cfg := containerd.ContainerConfig{ID: "u1", Labels: map[string]string{containerd.LabelInstance: "u1"},
+		Image: "podvisor.test/used:1", PullPolicy: "Never", Command: []string{"sleep", "100"},
+		LogPath: filepath.Join(t.TempDir(), "0.log")}
+	var run containerd.RunReply
+	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+		t.Fatalf("run: %v %+v", err, run.Failure)
+	}
+	defer p.Remove(containerd.IDArgs{ID: "u1"}, &containerd.Empty{})
+	var pr containerd.PruneReply
+	if err := p.PruneImages(containerd.PruneArgs{All: true, MinAge: time.Hour}, &pr); err != nil || len(pr.Removed) != 0 {
+		t.Fatalf("images younger than the minimum age were removed: %v %v", pr.Removed, err)
+	}
+	if err := p.PruneImages(containerd.PruneArgs{Bytes: 1}, &pr); err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.Removed) != 1 || pr.Removed[0] != "podvisor.test/old:1" || pr.Freed <= 0 {
+		t.Fatalf("pruning 1 byte removed %v (%d bytes), want only the oldest unused image", pr.Removed, pr.Freed)
+	}
+	pr = containerd.PruneReply{}
+	if err := p.PruneImages(containerd.PruneArgs{All: true}, &pr); err != nil {
+		t.Fatal(err)
+	}
+	var list containerd.ImagesReply
+	p.Images(containerd.Empty{}, &list)
+	if len(pr.Removed) != 1 || pr.Removed[0] != "podvisor.test/new:1" || len(list.Images) != 1 || list.Images[0].Name != "podvisor.test/used:1" {
+		t.Fatalf("pruning all removed %v and left %+v; want only the image in use left", pr.Removed, list.Images)
+	}
+}
