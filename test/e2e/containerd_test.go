@@ -439,3 +439,28 @@ spec:
 		t.Fatal("no log line for the collection")
 	}
 }
+
+// A container past its memory limit is killed by the kernel and reports
+// OOMKilled, judged from its own cgroup.
+func TestContainerdOOMKilled(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	d.write("hog.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["tail", "/dev/zero"]
+    resources: {limits: {memory: 16Mi}}
+`)
+	p := d.waitPod("hog", 30*time.Second, func(p *v1.Pod) bool {
+		return p.Status.ContainerStatuses[0].State.Terminated != nil
+	})
+	if term := p.Status.ContainerStatuses[0].State.Terminated; term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Fatalf("terminated %+v, want OOMKilled with exit code 137", term)
+	}
+}
