@@ -133,11 +133,17 @@ func execCmd(args []string) (int, error) {
 	if *interactive {
 		stdin = os.Stdin
 	}
-	if *tty && term.IsTerminal(int(os.Stdin.Fd())) {
-		old, err := term.MakeRaw(int(os.Stdin.Fd()))
-		if err == nil {
-			defer term.Restore(int(os.Stdin.Fd()), old)
+	var size *plugin.TerminalSize
+	if *tty {
+		size = &plugin.TerminalSize{}
+		if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
+			if w, h, err := term.GetSize(fd); err == nil {
+				size.Width, size.Height = uint32(w), uint32(h)
+			}
+			if old, err := term.MakeRaw(fd); err == nil {
+				defer term.Restore(fd, old)
+			}
 		}
 	}
-	return p.ExecInteractive(rest[0], rest[1:], stdin, os.Stdout, os.Stderr, *tty)
+	return p.ExecInteractive(rest[0], rest[1:], stdin, os.Stdout, os.Stderr, size)
 }

@@ -26,7 +26,7 @@ const maxExecOutput = 10 << 10
 func (p *Plugin) Exec(args containerd.ExecArgs, reply *containerd.ExecReply) error {
 	ctx := p.ctx()
 	out := &boundedBuffer{max: maxExecOutput}
-	code, timedOut, err := p.exec(ctx, args.ID, args.Command, args.Timeout, cio.NewCreator(cio.WithStreams(nil, out, out)), false)
+	code, timedOut, err := p.exec(ctx, args.ID, args.Command, args.Timeout, cio.NewCreator(cio.WithStreams(nil, out, out)), nil)
 	if err != nil {
 		return err
 	}
@@ -34,18 +34,22 @@ func (p *Plugin) Exec(args containerd.ExecArgs, reply *containerd.ExecReply) err
 	return nil
 }
 
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct{ Width, Height uint32 }
+
 // ExecInteractive runs a command in a container attached to this
-// process's stdio (podvisor exec), with a terminal if tty.
-func (p *Plugin) ExecInteractive(id string, command []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) (int, error) {
+// process's stdio (podvisor exec), with a terminal of the given size if
+// tty is set.
+func (p *Plugin) ExecInteractive(id string, command []string, stdin io.Reader, stdout, stderr io.Writer, tty *TerminalSize) (int, error) {
 	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr)}
-	if tty {
+	if tty != nil {
 		opts = append(opts, cio.WithTerminal)
 	}
 	code, _, err := p.exec(p.ctx(), id, command, 0, cio.NewCreator(opts...), tty)
 	return code, err
 }
 
-func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout time.Duration, ioc cio.Creator, tty bool) (int, bool, error) {
+func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout time.Duration, ioc cio.Creator, tty *TerminalSize) (int, bool, error) {
 	c, err := p.client.LoadContainer(ctx, id)
 	if err != nil {
 		return 0, false, err
@@ -60,7 +64,7 @@ func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout 
 	}
 	pspec := *spec.Process
 	pspec.Args = command
-	pspec.Terminal = tty
+	pspec.Terminal = tty != nil
 	proc, err := task.Exec(ctx, execID(), &pspec, ioc)
 	if err != nil {
 		return 0, false, err
@@ -72,6 +76,9 @@ func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout 
 	}
 	if err := proc.Start(ctx); err != nil {
 		return 0, false, err
+	}
+	if tty != nil && tty.Width > 0 {
+		proc.Resize(ctx, tty.Width, tty.Height)
 	}
 	var deadline <-chan time.Time
 	if timeout > 0 {
