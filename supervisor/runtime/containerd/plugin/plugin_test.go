@@ -221,3 +221,24 @@ func TestPruneImages(t *testing.T) {
 		t.Fatalf("pruning all removed %v and left %+v; want only the image in use left", pr.Removed, list.Images)
 	}
 }
+
+func TestRegistryCredentials(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(file, []byte(`{"auths": {
+		"registry.example.com": {"auth": "dXNlcjpwYTpzcw=="},
+		"https://index.docker.io/v1/": {"username": "hub", "password": "secret"}}}`), 0o600)
+	for host, want := range map[string][2]string{
+		"registry.example.com": {"user", "pa:ss"}, // the password may hold a colon
+		"registry-1.docker.io": {"hub", "secret"},
+		"other.example.com":    {"", ""},
+	} {
+		user, pass, err := authFor(file, host)
+		if err != nil || user != want[0] || pass != want[1] {
+			t.Errorf("%s: %q %q %v, want %q %q", host, user, pass, err, want[0], want[1])
+		}
+	}
+	os.WriteFile(file, []byte(`{"auths": `), 0o600)
+	if _, _, err := authFor(file, "x"); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("a broken file: %v, want an error naming it", err)
+	}
+}
