@@ -23,12 +23,26 @@ import (
 // errNoContainerd answers image requests on a device without containerd.
 var errNoContainerd = errors.New("containerd is not configured on this device (containerd.address)")
 
+// runtimeClient returns the containerd client once the daemon runs: API
+// requests can arrive while it is still starting.
+func (d *Daemon) runtimeClient() (*containerd.Client, error) {
+	var c *containerd.Client
+	if err := d.do(func() error { c = d.ctrd; return nil }); err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, errNoContainerd
+	}
+	return c, nil
+}
+
 // Images implements api.Backend.
 func (d *Daemon) Images() (api.ImageList, error) {
-	if d.ctrd == nil {
-		return api.ImageList{}, errNoContainerd
+	c, err := d.runtimeClient()
+	if err != nil {
+		return api.ImageList{}, err
 	}
-	imgs, err := d.ctrd.Images()
+	imgs, err := c.Images()
 	if err != nil {
 		return api.ImageList{}, err
 	}
@@ -38,13 +52,14 @@ func (d *Daemon) Images() (api.ImageList, error) {
 // ImportImage implements api.Backend: it imports an archive on the device
 // and lets pods waiting for an image try again at once.
 func (d *Daemon) ImportImage(path string) ([]string, error) {
-	if d.ctrd == nil {
-		return nil, errNoContainerd
-	}
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("import: %q is not an absolute path on the device", path)
 	}
-	names, err := d.ctrd.Import(path)
+	c, err := d.runtimeClient()
+	if err != nil {
+		return nil, err
+	}
+	names, err := c.Import(path)
 	if err != nil {
 		return nil, err
 	}
@@ -54,10 +69,11 @@ func (d *Daemon) ImportImage(path string) ([]string, error) {
 
 // RemoveImage implements api.Backend.
 func (d *Daemon) RemoveImage(name string) error {
-	if d.ctrd == nil {
-		return errNoContainerd
+	c, err := d.runtimeClient()
+	if err != nil {
+		return err
 	}
-	return d.ctrd.RemoveImage(name)
+	return c.RemoveImage(name)
 }
 
 // imagesChanged has the loop retry the containers waiting for an image
