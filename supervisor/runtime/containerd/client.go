@@ -5,10 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/rpc"
-	"net/rpc/jsonrpc"
 	"os"
 	"os/exec"
 	"regexp"
@@ -35,7 +32,7 @@ type Client struct {
 	exits chan process.Exit
 
 	mu        sync.Mutex
-	rpc       *rpc.Client
+	rpc       *rpcClient
 	up        chan struct{}     // closed while a plugin is connected
 	waiting   map[string]string // containerd ID → instance ID, being waited on
 	stopped   bool
@@ -107,7 +104,7 @@ func (c *Client) isStopped() bool {
 }
 
 // launch starts one plugin process and checks that it reaches containerd.
-func (c *Client) launch() (*exec.Cmd, *rpc.Client, error) {
+func (c *Client) launch() (*exec.Cmd, *rpcClient, error) {
 	cmd := exec.Command(c.Command[0], c.Command[1:]...)
 	// The plugin ends when its stdin does, so it dies with the daemon
 	// however the daemon dies. (A parent-death signal would fire when the
@@ -124,10 +121,7 @@ func (c *Client) launch() (*exec.Cmd, *rpc.Client, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting the containerd runtime plugin: %w", err)
 	}
-	client := jsonrpc.NewClient(struct {
-		io.Reader
-		io.WriteCloser
-	}{stdout, stdin})
+	client := newRPCClient(stdout, stdin)
 	var v VersionReply
 	if err := client.Call(Service+".Version", Empty{}, &v); err != nil {
 		client.Close()
@@ -179,7 +173,7 @@ func (c *Client) call(method string, args, reply any) error {
 		}
 	}
 	err := client.Call(Service+"."+method, args, reply)
-	var remote rpc.ServerError
+	var remote remoteError
 	if err != nil && !errors.As(err, &remote) {
 		// Not the plugin's answer but the pipe's end: the plugin died
 		// (shutdown, EOF, a closed pipe). What was asked is retried.
