@@ -17,12 +17,13 @@ import (
 const benchImage = "podvisor.bench/busybox:1"
 
 // containerdPod is a one-container pod of the bench image with the marks
-// directory mounted at /marks.
-func containerdPod(name, marks, restartPolicy, script string) string {
+// directory mounted at /marks, on the host's network unless ownNetwork.
+func containerdPod(name, marks, restartPolicy, script string, ownNetwork bool) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s}
 spec:
+  hostNetwork: %t
   restartPolicy: %s
   terminationGracePeriodSeconds: 2
   volumes: [{name: marks, hostPath: {path: %s, type: Directory}}]
@@ -32,7 +33,7 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", %q]
     volumeMounts: [{name: marks, mountPath: /marks}]
-`, name, restartPolicy, marks, benchImage, script)
+`, name, !ownNetwork, restartPolicy, marks, benchImage, script)
 }
 
 func startScript(name string) string { return "stamp /marks/" + name + "; exec sleep 100000" }
@@ -96,7 +97,16 @@ func containerdBench(bin string, n, podCount int) error {
 	idle, pluginIdle := rss(b.cmd.Process.Pid), rss(plugin)
 
 	toRun, err := b.timed(n, "cstart", func(name string) (time.Time, time.Time, error) {
-		at := b.write(name, containerdPod(name, b.marks, "Always", startScript(name)))
+		at := b.write(name, containerdPod(name, b.marks, "Always", startScript(name), false))
+		ran, err := b.mark(name)
+		os.Remove(filepath.Join(b.manifests, name+".yaml"))
+		return at, ran, err
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, b.log.String())
+	}
+	toRunCNI, err := b.timed(n, "cnet", func(name string) (time.Time, time.Time, error) {
+		at := b.write(name, containerdPod(name, b.marks, "Always", startScript(name), true))
 		ran, err := b.mark(name)
 		os.Remove(filepath.Join(b.manifests, name+".yaml"))
 		return at, ran, err
@@ -105,7 +115,7 @@ func containerdBench(bin string, n, podCount int) error {
 		return fmt.Errorf("%w\n%s", err, b.log.String())
 	}
 	restart, err := b.timed(n, "crestart", func(name string) (time.Time, time.Time, error) {
-		b.write(name, containerdPod(name, b.marks, "Always", restartScript(name)))
+		b.write(name, containerdPod(name, b.marks, "Always", restartScript(name), false))
 		exited, err := b.mark(name + ".exit")
 		if err != nil {
 			return exited, exited, err
@@ -120,7 +130,7 @@ func containerdBench(bin string, n, podCount int) error {
 
 	for i := 0; i < podCount; i++ {
 		name := fmt.Sprintf("cidle-%d", i)
-		b.write(name, containerdPod(name, b.marks, "Always", startScript(name)))
+		b.write(name, containerdPod(name, b.marks, "Always", startScript(name), false))
 	}
 	for i := 0; i < podCount; i++ {
 		if _, err := b.mark(fmt.Sprintf("cidle-%d", i)); err != nil {
@@ -132,9 +142,10 @@ func containerdBench(bin string, n, podCount int) error {
 	shims := sumRSS("containerd-shim-runc-v2", ctrd.Address)
 	loggers := sumRSS("podvisor-shim", "log-path")
 
-	fmt.Printf("\ncontainerd pods — %s (private instance), local side-loaded image, one container per pod\n", containerdVersion())
+	fmt.Printf("\ncontainerd pods — %s (private instance), local side-loaded image, one container per pod, hostNetwork\n", containerdVersion())
 	fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 	printDist("manifest write -> workload running", toRun)
+	printDist("  the same with its own network (CNI)", toRunCNI)
 	printDist("process exit -> restarted workload running", restart)
 	fmt.Printf("daemon RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB\n", podCount, idle.total, full.total)
 	fmt.Printf("plugin RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB  (podvisor-containerd)\n", podCount, pluginIdle.total, pluginFull.total)
@@ -183,8 +194,8 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 	defer podman("rmi", "-f", benchImage)
 	play := func(name, script string) (string, error) {
 		file := filepath.Join(dir, name+".yaml")
-		os.WriteFile(file, []byte(containerdPod(name, b.marks, "Always", script)), 0o644)
-		if out, err := podman("kube", "play", "--network", "none", file); err != nil {
+		os.WriteFile(file, []byte(containerdPod(name, b.marks, "Always", script, false)), 0o644)
+		if out, err := podman("kube", "play", file); err != nil {
 			return file, fmt.Errorf("podman kube play: %v\n%s", err, out)
 		}
 		return file, nil
@@ -238,7 +249,7 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 		podman("kube", "down", f)
 	}
 	v, _ := podman("--version")
-	fmt.Printf("\npeer: %s, kube play --network none, the same pods and image\n", strings.TrimSpace(string(v)))
+	fmt.Printf("\npeer: %s, kube play, the same pods (hostNetwork) and image\n", strings.TrimSpace(string(v)))
 	printDist("kube play -> workload running", pmRun)
 	printDist("process exit -> restarted (restartPolicy Always)", pmRestart)
 	fmt.Printf("  ratio podman/podvisor at p50: start %.1fx, restart %.1fx\n",
