@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build test test-cgroup2 test-systemd unit lint fuzz demo bench clean
+.PHONY: all build test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -23,6 +23,7 @@ test: lint build
 	go test -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory test-cgroup2
 	@$(MAKE) --no-print-directory test-systemd
+	@$(MAKE) --no-print-directory test-containerd-v2
 
 # The cgroup v2 driver inside a VM whose only hierarchy is cgroup2 with all
 # controllers (this project's hosts have v1 controllers). Skipped where
@@ -42,6 +43,15 @@ test-systemd: build
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio"; exit 1; fi; \
 		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio"; exit 0; fi
 	test/vm/systemd.sh bin
+
+# containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
+# Skipped where they or qemu are missing, except in CI.
+test-containerd-v2: build
+	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v cpio >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, containerd, runc, cpio"; exit 1; fi; \
+		echo "skipping the containerd cgroup v2 VM test: install qemu-system-x86 containerd runc cpio"; exit 0; fi
+	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar
+	test/vm/containerd.sh bin bin/busybox-image.tar
 
 unit:
 	go test -count=1 ./supervisor/...

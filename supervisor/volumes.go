@@ -214,15 +214,17 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 	if pod.Spec.Hostname != "" {
 		hostname = pod.Spec.Hostname
 	}
+	if pod.Spec.HostNetwork {
+		hostname, _ = os.Hostname()
+	}
+	// hostNetwork pods see the host's /etc/hosts, where it has one.
 	hosts := "/etc/hosts"
-	if !pod.Spec.HostNetwork {
+	if _, err := os.Stat(hosts); err != nil || !pod.Spec.HostNetwork {
 		hosts = filepath.Join(dir, "hosts")
 		content := "# Kubernetes-managed hosts file (podvisor).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
 		if err := os.WriteFile(hosts, []byte(content), 0o644); err != nil {
 			return nil, err
 		}
-	} else {
-		hostname, _ = os.Hostname()
 	}
 	hostnameFile := filepath.Join(dir, "hostname")
 	if err := os.WriteFile(hostnameFile, []byte(hostname+"\n"), 0o644); err != nil {
