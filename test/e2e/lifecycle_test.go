@@ -153,8 +153,9 @@ func TestRemoveStopsGracefully(t *testing.T) {
 func TestGracePeriodEndsInSIGKILL(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
-	d.write("stubborn.yaml", processPod("stubborn", "Always", 2, "trap '' TERM; while true; do sleep 0.05; done"))
-	d.waitPod("stubborn", 10*time.Second, running)
+	ready := filepath.Join(d.dir, "trap-set")
+	d.write("stubborn.yaml", processPod("stubborn", "Always", 2, "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done"))
+	waitFor(t, func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
 	begin := time.Now()
 	d.remove("stubborn.yaml")
 	d.waitGone("stubborn", 10*time.Second)

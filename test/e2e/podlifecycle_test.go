@@ -312,8 +312,10 @@ spec:
 func TestDeleteWithGracePeriodAndForce(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
-	d.write("stubborn.yaml", processPod("stubborn", "Always", 30, "trap '' TERM; while true; do sleep 0.05; done"))
+	ready := filepath.Join(d.dir, "trap-set")
+	d.write("stubborn.yaml", processPod("stubborn", "Always", 30, "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done"))
 	first := d.waitPod("stubborn", 10*time.Second, running)
+	waitFor(t, func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
 	begin := time.Now()
 	_, errOut, code := d.cli("delete", "pod", "stubborn", "--grace-period", "3")
 	if code != 0 || !strings.Contains(errOut, "starts again") {

@@ -129,11 +129,7 @@ func authFor(file, host string) (string, string, error) {
 // Images lists the images in podvisor's namespace.
 func (p *Plugin) Images(_ containerd.Empty, reply *containerd.ImagesReply) error {
 	ctx := p.ctx()
-	imgs, err := p.client.ListImages(ctx)
-	if err != nil {
-		return err
-	}
-	used, err := p.usedImages(ctx)
+	imgs, used, err := p.imagesInUse(ctx)
 	if err != nil {
 		return err
 	}
@@ -144,6 +140,16 @@ func (p *Plugin) Images(_ containerd.Empty, reply *containerd.ImagesReply) error
 	}
 	sort.Slice(reply.Images, func(i, j int) bool { return reply.Images[i].Name < reply.Images[j].Name })
 	return nil
+}
+
+// imagesInUse lists the images and which of them a container uses.
+func (p *Plugin) imagesInUse(ctx context.Context) ([]ctrd.Image, map[string]bool, error) {
+	imgs, err := p.client.ListImages(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	used, err := p.usedImages(ctx)
+	return imgs, used, err
 }
 
 func (p *Plugin) usedImages(ctx context.Context) (map[string]bool, error) {
@@ -262,11 +268,7 @@ func (p *Plugin) touchImage(ctx context.Context, img ctrd.Image) {
 // them with All.
 func (p *Plugin) PruneImages(args containerd.PruneArgs, reply *containerd.PruneReply) error {
 	ctx := p.ctx()
-	imgs, err := p.client.ListImages(ctx)
-	if err != nil {
-		return err
-	}
-	used, err := p.usedImages(ctx)
+	imgs, used, err := p.imagesInUse(ctx)
 	if err != nil {
 		return err
 	}
