@@ -144,9 +144,12 @@ func (d *daemon) stop(sig syscall.Signal) {
 	d.cmd.Process.Signal(sig)
 	done := make(chan error, 1)
 	go func() { done <- d.cmd.Wait() }()
+	// A daemon finishes recovering before it stops, and recovery may wait
+	// up to 10 s for a shim to describe itself, and 10 s more for one
+	// killed to let go of its lock (a loaded CI machine took over 15 s).
 	select {
 	case <-done:
-	case <-time.After(15 * time.Second):
+	case <-time.After(40 * time.Second):
 		d.cmd.Process.Kill()
 		d.t.Fatalf("daemon did not exit on %v:\n%s", sig, d.log)
 	}
