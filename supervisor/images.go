@@ -16,6 +16,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
@@ -125,7 +126,7 @@ func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, 
 		if c == nil {
 			return fmt.Errorf("container %q not found in pod %q", container, name)
 		}
-		if c.Phase != "Running" {
+		if c.Phase != lifecycle.Running {
 			return fmt.Errorf("container %q in pod %q is not running", container, name)
 		}
 		if d.onContainerd(c.InstanceID) {
