@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
@@ -179,9 +180,7 @@ func (d *Daemon) recoverContainerd() {
 			if _, watched := d.onCtrd[c.InstanceID]; watched || present[c.InstanceID] || c.Phase != lifecycle.Running {
 				continue
 			}
-			d.execute(d.machine.Exited(in.UID(), c.Name, lifecycle.Termination{
-				InstanceID: c.InstanceID, ExitCode: 137, Reason: "ContainerStatusUnknown",
-				Message: "The container could not be located when the pod was terminated", FinishedAt: now}))
+			d.execute(d.machine.Exited(in.UID(), c.Name, termination(c.InstanceID, shim.Unlocated(now))))
 		}
 	}
 }

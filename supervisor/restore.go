@@ -68,14 +68,10 @@ func (d *Daemon) restore() error {
 	}
 	d.restoreNetworks()
 	for _, in := range d.machine.Instances() {
+		// containerd's containers are reconciled when it answers.
 		for _, c := range in.AllContainers() {
-			if !isProcessPod(in.Pod) {
-				break // containerd's are reconciled when it answers
-			}
-			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
-				d.execute(d.machine.Exited(in.UID(), c.Name, lifecycle.Termination{
-					InstanceID: c.InstanceID, ExitCode: 137, Reason: "ContainerStatusUnknown",
-					Message: "The container could not be located when the pod was terminated", FinishedAt: now}))
+			if isProcessPod(in.Pod) && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
+				d.execute(d.machine.Exited(in.UID(), c.Name, termination(c.InstanceID, shim.Unlocated(now))))
 			}
 		}
 		if rebooted {

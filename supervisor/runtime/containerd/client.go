@@ -223,7 +223,8 @@ func (c *Client) Watch(id, instanceID string) {
 				continue
 			}
 			if err != nil {
-				st = shim.ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown", Message: err.Error(), FinishedAt: time.Now()}
+				st = shim.Unlocated(time.Now())
+				st.Message = err.Error()
 			}
 			c.mu.Lock()
 			delete(c.waiting, id)

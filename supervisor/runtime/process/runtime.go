@@ -217,6 +217,7 @@ func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	if err := shim.ReadJSON(filepath.Join(dir, shim.ExitFile), &st); err == nil {
 		return st
 	}
+	st = shim.Unlocated(time.Now())
 	var ss shim.State
 	if err := shim.ReadJSON(filepath.Join(dir, shim.StateFile), &ss); err == nil && ss.BootID == shim.BootID() {
 		if fd, err := OpenPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
@@ -226,10 +227,6 @@ func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 		}
 		st.StartedAt = ss.StartedAt
 	}
-	st.ExitCode = 137
-	st.Reason = "ContainerStatusUnknown"
-	st.Message = "The container could not be located when the pod was terminated"
-	st.FinishedAt = time.Now()
 	return st
 }
 

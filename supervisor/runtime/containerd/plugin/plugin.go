@@ -167,7 +167,7 @@ func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
 			return nil
 		}
 		if errdefs.IsNotFound(err) {
-			*reply = lost()
+			*reply = shim.Unlocated(time.Now())
 			return nil
 		}
 		p.log.Warn("waiting for a task; retrying", "id", args.ID, "err", err, "in", delay)
@@ -203,12 +203,6 @@ func exitStatus(code uint32, at time.Time) shim.ExitStatus {
 		st.Signal = int32(code - 128)
 	}
 	return st
-}
-
-// lost is the status of a container whose task containerd no longer has.
-func lost() shim.ExitStatus {
-	return shim.ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown",
-		Message: "The container could not be located when the pod was terminated", FinishedAt: time.Now()}
 }
 
 // Signal sends a signal to a container's main process or all its

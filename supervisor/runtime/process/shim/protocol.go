@@ -105,6 +105,14 @@ type ExitStatus struct {
 	FinishedAt time.Time `json:"finishedAt"`
 }
 
+// Unlocated is how a container ends whose runtime lost it (its shim was
+// killed before recording, containerd forgot its task, a reboot wiped the
+// run state), as the kubelet reports it.
+func Unlocated(at time.Time) ExitStatus {
+	return ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown",
+		Message: "The container could not be located when the pod was terminated", FinishedAt: at}
+}
+
 // StartReport tells the daemon whether the container started.
 type StartReport struct {
 	Pid       int       `json:"pid,omitempty"`
