@@ -272,7 +272,7 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 			containerd.LabelInstance: a.InstanceID, containerd.LabelAttempt: strconv.Itoa(a.Attempt),
 		},
 		Image: c.Image, PullPolicy: string(c.ImagePullPolicy),
-		Command: expandAll(c.Command, s.Env), Args: expandAll(c.Args, s.Env),
+		Command: nilIfEmpty(s.Argv[:len(c.Command)]), Args: nilIfEmpty(s.Argv[len(c.Command):]),
 		Env: imageEnv(s.Env, c), WorkingDir: c.WorkingDir,
 		HostNetwork: pod.Spec.HostNetwork, HostIPC: pod.Spec.HostIPC, HostPID: pod.Spec.HostPID,
 		Security: securityOf(pod, c),
@@ -378,21 +378,13 @@ func imageEnv(env []string, c *v1.Container) []string {
 	return out
 }
 
-// expandAll expands $(VAR) in command and args with the container's env.
-func expandAll(in, env []string) []string {
-	if in == nil {
+// nilIfEmpty keeps an image's entrypoint or cmd where the pod sets none:
+// BuildSpec expanded command and args into one argv, element by element.
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
 		return nil
 	}
-	vars := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
-	out := make([]string, len(in))
-	for i, s := range in {
-		out[i] = process.Expand(s, vars)
-	}
-	return out
+	return s
 }
 
 // securityOf merges the pod's and the container's security contexts.

@@ -22,7 +22,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": pod.Name}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
-		v := Expand(e.Value, vars)
+		v := expand(e.Value, vars)
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
 			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
@@ -40,7 +40,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	}
 	var argv []string
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-		argv = append(argv, Expand(a, vars))
+		argv = append(argv, expand(a, vars))
 	}
 	s := shim.Spec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
@@ -93,9 +93,9 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 	return "", fmt.Errorf("fieldPath %q is not supported", path)
 }
 
-// Expand replaces $(NAME) with the variable's value as Kubernetes does:
+// expand replaces $(NAME) with the variable's value as Kubernetes does:
 // unknown references stay as written and $$ escapes a dollar.
-func Expand(s string, vars map[string]string) string {
+func expand(s string, vars map[string]string) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
