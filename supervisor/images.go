@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -100,7 +101,7 @@ func (d *Daemon) setupSideload(ctx context.Context) {
 	if d.ctrd == nil {
 		return
 	}
-	d.sideload = &sideloader{dir: filepath.Join(d.cfg.DataDir, "images"), import_: d.ctrd.Import,
+	d.sideload = &sideloader{dir: filepath.Join(d.cfg.DataDir, "images"), importFile: d.ctrd.Import,
 		done: d.imagesChanged, log: d.log, settle: 500 * time.Millisecond}
 	d.rescanImages = make(chan struct{}, 1)
 	go func() {
@@ -157,14 +158,11 @@ func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, 
 // and again only when it changes; a failed one is named in
 // "podvisor images ls" until it is replaced.
 type sideloader struct {
-	dir     string
-	import_ func(path string) ([]string, error)
-	done    func() // after a successful import
-	log     interface {
-		Info(string, ...any)
-		Error(string, ...any)
-	}
-	settle time.Duration
+	dir        string
+	importFile func(path string) ([]string, error)
+	done       func() // after a successful import
+	log        *slog.Logger
+	settle     time.Duration
 
 	mu    sync.Mutex
 	state map[string]sideloaded
@@ -283,7 +281,7 @@ func (s *sideloader) consider(name string) {
 		return
 	}
 	rec := sideloaded{Size: st.Size(), ModTime: st.ModTime()}
-	names, err := s.import_(path)
+	names, err := s.importFile(path)
 	if errors.Is(err, containerd.ErrNotRunning) {
 		return // tried again when containerd is back
 	}
