@@ -226,7 +226,7 @@ func (d *Daemon) startContainerd(in *lifecycle.Instance, a lifecycle.Action, res
 		d.started <- res
 	}
 	if d.ctrd == nil {
-		res.err = errors.New("containerd is not configured on this device (containerd.address); set runtimeClassName: process to run host processes")
+		res.err = fmt.Errorf("%w; set runtimeClassName: process to run host processes", errNoContainerd)
 		d.started <- res
 		return
 	}

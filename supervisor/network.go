@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
@@ -156,6 +155,3 @@ func withPodIP(env []string, c *v1.Container, ips []string) []string {
 	}
 	return out
 }
-
-// podIPsOf is what status shows for a containerd pod with its own network.
-func (d *Daemon) podIPsOf(in *lifecycle.Instance) []string { return d.podIPs[in.UID()] }

@@ -80,7 +80,7 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
 	ips := []string{d.node.HostIP}
 	if !isProcessPod(p) && !p.Spec.HostNetwork {
-		ips = d.podIPsOf(in)
+		ips = d.podIPs[in.UID()]
 	}
 	if len(ips) > 0 {
 		p.Status.PodIP = ips[0]
