@@ -41,6 +41,9 @@ type ContainerdConfig struct {
 	RuncRoot    string
 	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
 	SandboxDir string
+	// PodInit is the command of the init that holds a pod's shared PID
+	// namespace (podvisor-shim --pod-init).
+	PodInit []string
 	// CNIConfDir and CNIBinDirs locate the pod network (defaults:
 	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
 	CNIConfDir string
@@ -291,6 +294,11 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 		if !pod.Spec.HostIPC {
 			cfg.IPCNS = sb.Path(sandbox.IPC)
 		}
+		if sharesPID(pod) {
+			if cfg.PIDNS, err = sb.EnsurePID(d.cfg.Containerd.PodInit); err != nil {
+				return cfg, err
+			}
+		}
 	}
 	volumes, err := d.setupVolumes(pod)
 	if err != nil {
@@ -333,7 +341,7 @@ func (d *Daemon) sandbox(pod *v1.Pod) (*sandbox.Sandbox, error) {
 	if !pod.Spec.HostIPC {
 		kinds = append(kinds, sandbox.IPC)
 	}
-	if len(kinds) == 0 {
+	if len(kinds) == 0 && !sharesPID(pod) {
 		return nil, nil
 	}
 	hostname := pod.Name
@@ -345,6 +353,11 @@ func (d *Daemon) sandbox(pod *v1.Pod) (*sandbox.Sandbox, error) {
 		return nil, err
 	}
 	return &sb, nil
+}
+
+// sharesPID reports whether a pod's containers share one PID namespace.
+func sharesPID(pod *v1.Pod) bool {
+	return pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace
 }
 
 // removeSandbox removes a forgotten pod's namespaces and files.

@@ -2,7 +2,9 @@
 // daemon: "podvisor-shim DIR", started by the daemon, never by hand. It is a
 // separate binary because one runs per container: without the daemon's
 // dependencies it starts faster and holds less memory. It is also the log
-// driver of containerd pods (see shim.RunLogger).
+// driver of containerd pods (see shim.RunLogger), and the init that holds a
+// pod's shared PID namespace ("podvisor-shim --pod-init", see
+// shim.RunPodInit).
 package main
 
 import (
@@ -17,6 +19,10 @@ func main() {
 	if shim.IsLogger(os.Args[1:]) {
 		runtime.GOMAXPROCS(1)
 		os.Exit(shim.RunLogger(os.Args[1:]))
+	}
+	if len(os.Args) == 2 && os.Args[1] == shim.PodInitFlag {
+		runtime.GOMAXPROCS(1)
+		os.Exit(shim.RunPodInit())
 	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: podvisor-shim DIR (started by the podvisor daemon)")

@@ -27,6 +27,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/logind"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // fileConfig is the --config file. Flags given on the command line win.
@@ -450,5 +451,6 @@ func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdCon
 		return cfg, errors.New("config containerd: containerd pods need podvisor-shim (their log driver) beside podvisor, or the shim setting")
 	}
 	cfg.Plugin, cfg.LogDriver = []string{plugin}, shimCmd[0]
+	cfg.PodInit = []string{shimCmd[0], shim.PodInitFlag}
 	return cfg, nil
 }

@@ -47,8 +47,8 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 	if len(s.Containers) == 0 {
 		errs = append(errs, field.Required(path.Child("containers"), "a pod needs at least one container"))
 	}
-	if s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
-		errs = append(errs, field.Forbidden(path.Child("shareProcessNamespace"), "not supported yet: podvisor has no process to hold a pod's PID namespace"))
+	if s.ShareProcessNamespace != nil && *s.ShareProcessNamespace && s.HostPID {
+		errs = append(errs, field.Invalid(path.Child("shareProcessNamespace"), true, "ShareProcessNamespace and HostPID cannot both be enabled"))
 	}
 	if len(s.EphemeralContainers) > 0 {
 		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "static pods cannot have ephemeral containers"))

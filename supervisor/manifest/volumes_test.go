@@ -48,7 +48,7 @@ func TestVolumeErrorsNameTheField(t *testing.T) {
 		{"relative mount", "mountPath: /data}", "mountPath: data}", []string{"spec.containers[0].volumeMounts[0].mountPath"}},
 		{"escaping subPath", "mountPath: /data}", "mountPath: /data, subPath: ../x}", []string{"spec.containers[0].volumeMounts[0].subPath"}},
 		{"duplicate volume", "  - name: host\n", "  - name: data\n", []string{"spec.volumes[1].name", "Duplicate"}},
-		{"shared PID namespace", "  containers:", "  shareProcessNamespace: true\n  containers:", []string{"spec.shareProcessNamespace", "not supported yet"}},
+		{"shared and host PID namespace", "  containers:", "  shareProcessNamespace: true\n  hostPID: true\n  containers:", []string{"spec.shareProcessNamespace", "HostPID"}},
 		{"resource field", "fieldRef: {fieldPath: metadata.labels}", "resourceFieldRef: {resource: limits.cpu}", []string{"resourceFieldRef"}},
 	})
 }

@@ -1,6 +1,7 @@
 // Package sandbox makes the namespaces a pod's containers share (network,
-// IPC, UTS) without a pause container: each is created by a thread that
-// unshares it and is kept alive by a bind mount of its nsfs file, under
+// IPC, UTS, and PID for shareProcessNamespace) without a pause container:
+// each of the first three is created by a thread that unshares it and is
+// kept alive by a bind mount of its nsfs file, under
 // <dir>/<pod uid>/. Containers join them by path; the namespaces outlive
 // the daemon (a restarted daemon finds them) and die with the device or
 // when the pod is gone.
@@ -136,11 +137,12 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// Remove unbinds the sandbox's namespaces (they end once no process is
-// left in them) and deletes its directory.
+// Remove stops the pod's init, if it has one, unbinds the sandbox's
+// namespaces (they end once no process is left in them) and deletes its
+// directory.
 func (s Sandbox) Remove() error {
-	var errs []error
-	for _, k := range []string{Net, IPC, UTS} {
+	errs := []error{s.stopInit()}
+	for _, k := range []string{Net, IPC, UTS, PID} {
 		p := s.Path(k)
 		if isNsfs(p) {
 			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
