@@ -36,13 +36,15 @@ test-cgroup2:
 	test/vm/cgroup2.sh bin/cgroups.test
 
 # podvisor as the packaged systemd service in a VM running systemd, dbus
-# and logind: the systemd cgroup driver, and graceful shutdown through
-# logind. Skipped where qemu or debootstrap is missing, except in CI.
+# and logind: the systemd cgroup driver for process and containerd pods,
+# and graceful shutdown through logind. Skipped where qemu, debootstrap,
+# containerd or runc is missing, except in CI.
 test-systemd: build
-	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null; then \
-		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio"; exit 1; fi; \
-		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio"; exit 0; fi
-	test/vm/systemd.sh bin
+	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio, containerd, runc"; exit 1; fi; \
+		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi
+	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar
+	test/vm/systemd.sh bin bin/busybox-image.tar
 
 # containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
 # Skipped where they or qemu are missing, except in CI.

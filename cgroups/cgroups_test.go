@@ -190,4 +190,17 @@ func TestLayouts(t *testing.T) {
 			t.Errorf("got %s, want %s", c.got, c.want)
 		}
 	}
+	// runc's placement of a containerd container, named by its ID.
+	fsCg, fsSpec := fs.Runc(fs.Pod(v1.PodQOSBurstable, uid), "ab-cd_app_1")
+	sdCg, sdSpec := sd.Runc(sd.Pod(v1.PodQOSBurstable, uid), "ab-cd_app_1")
+	for _, c := range []struct{ got, want string }{
+		{fsCg, "podvisor/burstable/podab-cd/ab-cd_app_1"},
+		{fsSpec, "/podvisor/burstable/podab-cd/ab-cd_app_1"},
+		{sdCg, "podvisor.slice/podvisor-burstable.slice/podvisor-burstable-podab_cd.slice/podvisor-ab-cd_app_1.scope"},
+		{sdSpec, "podvisor-burstable-podab_cd.slice:podvisor:ab-cd_app_1"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %s, want %s", c.got, c.want)
+		}
+	}
 }

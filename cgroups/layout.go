@@ -65,6 +65,18 @@ func (l Layout) Container(podPath string, uid types.UID, name string) string {
 	return path.Join(podPath, l.prefix()+"-"+l.escape(uid)+"-"+name+".scope")
 }
 
+// Runc is where runc puts a container, named by its ID, in its pod's
+// cgroup: the cgroup's path, and the spec's cgroupsPath that makes runc
+// put it there ("/path" for cgroupfs; "slice:prefix:id" for runc's
+// systemd driver, which makes the scope "prefix-id.scope" in the slice).
+func (l Layout) Runc(podPath, id string) (cgroup, cgroupsPath string) {
+	if !l.Systemd {
+		p := path.Join(podPath, id)
+		return p, "/" + strings.TrimPrefix(p, "/")
+	}
+	return path.Join(podPath, l.prefix()+"-"+id+".scope"), path.Base(podPath) + ":" + l.prefix() + ":" + id
+}
+
 // prefix is the root's slice prefix: "podvisor" for root "podvisor",
 // "edge-podvisor" for "edge/podvisor".
 func (l Layout) prefix() string {

@@ -113,7 +113,8 @@ func (d *Daemon) instanceCgroup(pod *v1.Pod, container, instanceID string) strin
 	if isProcessPod(pod) || instanceID == "" {
 		return d.containerCgroup(pod, container)
 	}
-	return path.Join(d.podCgroup(pod), containerd.ContainerID(instanceID))
+	cg, _ := d.layout.Runc(d.podCgroup(pod), containerd.ContainerID(instanceID))
+	return cg
 }
 
 // placeContainer creates the pod's (once per instance) and the

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
@@ -39,6 +37,9 @@ type ContainerdConfig struct {
 	Runtime     string
 	AuthFile    string
 	RuncRoot    string
+	// NoPivotRoot has runc chroot into containers' roots, where the
+	// device's root is an initramfs (pivot_root cannot leave it).
+	NoPivotRoot bool
 	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
 	SandboxDir string
 	// PodInit is the command of the init that holds a pod's shared PID
@@ -93,6 +94,9 @@ func (d *Daemon) setupContainerd(stop <-chan struct{}) error {
 		if v != "" {
 			args = append(args, flag, v)
 		}
+	}
+	if cc.NoPivotRoot {
+		args = append(args, "--no-pivot-root")
 	}
 	d.ctrd = containerd.NewClient(args, d.log)
 	if !d.ctrd.Start(cc.ConnectWait) {
@@ -310,18 +314,15 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 	score := resources.OOMScoreAdj(pod, c, d.memory)
 	cfg.OOMScoreAdj = &score
 	if d.cg != nil {
-		if _, scopes := d.cg.(cgroups.Placer); scopes {
-			return cfg, errors.New("containerd pods with the systemd cgroup driver are not supported yet; use cgroups.driver: cgroupfs")
-		}
 		if !d.podCgroups[pod.UID] {
 			if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
 				return cfg, err
 			}
 			d.podCgroups[pod.UID] = true
 		}
-		path := d.instanceCgroup(pod, c.Name, a.InstanceID)
-		d.oomBase[path], _ = d.cg.OOMKills(path)
-		cfg.CgroupsPath = path
+		path, runcPath := d.layout.Runc(d.podCgroup(pod), cfg.ID)
+		d.oomBase[path], _ = d.cg.OOMKills(d.oomCounter(pod, path))
+		cfg.CgroupsPath, cfg.SystemdCgroup = runcPath, d.layout.Systemd
 		l := resources.ContainerLimits(c)
 		cfg.Resources = containerd.Resources{CPUShares: l.CPUShares, MemoryLimit: l.MemoryMax}
 		if l.CPUQuota > 0 {

@@ -86,9 +86,12 @@ type fileConfig struct {
 		Runtime          string `json:"runtime,omitempty"`
 		RegistryAuthFile string `json:"registryAuthFile,omitempty"`
 		RuncRoot         string `json:"runcRoot,omitempty"`
-		SandboxDir       string `json:"sandboxDir,omitempty"`
-		CNIConfDir       string `json:"cniConfDir,omitempty"`
-		CNIBinDirs       string `json:"cniBinDirs,omitempty"`
+		// NoPivotRoot: runc enters containers' roots by chroot, for
+		// devices whose root file system is an initramfs.
+		NoPivotRoot bool   `json:"noPivotRoot,omitempty"`
+		SandboxDir  string `json:"sandboxDir,omitempty"`
+		CNIConfDir  string `json:"cniConfDir,omitempty"`
+		CNIBinDirs  string `json:"cniBinDirs,omitempty"`
 		// Managed: podvisor runs containerd itself, with its own
 		// socket (address), root and state.
 		ImageFS string `json:"imageFS,omitempty"`
@@ -382,7 +385,7 @@ const defaultContainerd = "/run/containerd/containerd.sock"
 func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdConfig, error) {
 	cc := fc.Containerd
 	cfg := supervisor.ContainerdConfig{Address: cc.Address, Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
-		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second,
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ConnectWait: 5 * time.Second,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs}
 	if cc.Managed {
 		bin, err := exec.LookPath("containerd")
@@ -403,7 +406,9 @@ func containerdConfig(fc fileConfig, shimCmd []string) (supervisor.ContainerdCon
 		cfg.Managed = m
 	}
 	if cfg.Address == "" {
-		if _, err := os.Stat(defaultContainerd); err != nil {
+		// A containerd section in the config means containerd is wanted,
+		// even if it is not up yet (podvisor may start first at boot).
+		if _, err := os.Stat(defaultContainerd); err != nil && cc == (fileConfig{}).Containerd {
 			return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only
 		}
 		cfg.Address = defaultContainerd

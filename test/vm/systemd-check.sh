@@ -57,6 +57,55 @@ else
   echo "VM: note: hog judged by its shim from the scope's memory.events"
 fi
 
+# containerd pods: runc's systemd driver puts each container in a scope
+# named by its containerd ID in the pod's slice; the pod shares one PID
+# namespace whose init is podvisor-shim.
+cat > /etc/podvisor/manifests/ctr.yaml <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: ctr}
+spec:
+  hostNetwork: true
+  shareProcessNamespace: true
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: podvisor.test/busybox:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo started; exec sleep 100000"]
+    resources: {requests: {memory: 16Mi}, limits: {memory: 32Mi, cpu: 100m}}
+  - name: side
+    image: podvisor.test/busybox:1
+    imagePullPolicy: Never
+    command: ["sleep", "100001"]
+EOF
+cat > /etc/podvisor/manifests/ctrhog.yaml <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: ctrhog}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  containers:
+  - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 16Mi}}}
+EOF
+ready() { podvisor get pod "$1" -o json | grep -q '"ready": true'; }
+until_ok 180 ready ctr || fail "containerd pod ctr not ready: $(podvisor get pods 2>&1; podvisor images 2>&1; journalctl -u podvisor --no-pager | tail -20)"
+ctrid=$(podvisor get pod ctr -o json | sed -n 's|^ *"containerID": "containerd://\(.*_app_[0-9]*\)",$|\1|p' | head -1)
+ctruid=$(uid_of ctr)
+ctrscope=/podvisor.slice/podvisor-burstable.slice/podvisor-burstable-pod$ctruid.slice/podvisor-$ctrid.scope
+ctrpid=$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)
+[ -n "$ctrpid" ] && [ "$(sed -n 's/^0:://p' "/proc/$ctrpid/cgroup")" = "$ctrscope" ] &&
+  ok "ctr's container runs in the scope $ctrscope" || fail "no process of ctr in $ctrscope: $(systemctl list-units --no-legend 'podvisor-*' 2>&1)"
+systemctl is-active --quiet "podvisor-$ctrid.scope" && ok "podvisor-$ctrid.scope is an active unit" || fail "scope unit: $(systemctl status "podvisor-$ctrid.scope" 2>&1 | head -5)"
+got=$(cat "/sys/fs/cgroup$ctrscope/memory.max" 2>&1); [ "$got" = 33554432 ] && ok "memory.max of ctr's scope is 32Mi" || fail "memory.max of ctr's scope: $got"
+out=$(podvisor exec ctr -c side -- sh -c 'cat /proc/self/cgroup; tr "\0" " " < /proc/1/cmdline; echo; ps -o args' 2>&1)
+echo "$out" | grep -q "podvisor-shim --pod-init" && echo "$out" | grep -q "sleep 100000" &&
+  ok "exec in ctr: the pod's init is pid 1 and side sees app's process" || fail "exec in ctr: $out"
+podvisor logs ctr -c app | grep -q started && ok "ctr's log" || fail "ctr's log: $(podvisor logs ctr -c app 2>&1)"
+until_ok 90 sh -c 'podvisor get pod ctrhog -o json | grep -q "\"reason\": \"OOMKilled\""' &&
+  ok "ctrhog (containerd) is OOMKilled" || fail "ctrhog: $(podvisor get pod ctrhog -o json | grep -A6 -E 'terminated|waiting')"
+
 # The daemon killed with SIGKILL: systemd restarts it alone; the pods keep
 # their processes and are adopted.
 before=$(pid_of low)
@@ -65,6 +114,13 @@ sleep 1.5
 until_ok 20 sh -c 'podvisor get pods' || fail "podvisor did not come back"
 [ "$(pid_of low)" = "$before" ] && until_ok 10 running low &&
   ok "after kill -9 of the daemon, low runs on as pid $before, adopted" || fail "low after the daemon's restart: $(pid_of low), was $before"
+until_ok 20 ready ctr && [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
+  podvisor get pod ctr -o json | grep -q "containerd://$ctrid" &&
+  ok "after kill -9 of the daemon, ctr's container $ctrid is adopted" || fail "ctr after the daemon's restart: $(podvisor get pods 2>&1)"
+# The containerd pods go before the shutdown check, which is about low and high.
+rm /etc/podvisor/manifests/ctr.yaml /etc/podvisor/manifests/ctrhog.yaml
+until_ok 30 sh -c '! podvisor get pods | grep -q ctr' && ! systemctl is-active --quiet "podvisor-$ctrid.scope" &&
+  ok "ctr removed, its scope gone" || fail "ctr removal: $(podvisor get pods 2>&1; systemctl list-units --no-legend 'podvisor-*' 2>&1)"
 
 # logind: a delay lock held by podvisor, and room for the buckets (4+4 s).
 systemd-inhibit --list --no-pager | grep -q 'podvisor.*delay' && ok "podvisor holds a shutdown delay lock" ||

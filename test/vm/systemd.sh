@@ -6,17 +6,23 @@
 #   - shims in podvisor.service's delegated cgroup, surviving a kill -9 of
 #     the daemon (KillMode=process) and adopted by the next one;
 #   - OOMKilled from a scope systemd has already removed;
+#   - containerd pods with runc's systemd cgroup driver: their scopes in
+#     the pod slices, limits, exec, OOMKilled, a shared PID namespace, and
+#     adoption after a kill -9 of the daemon (Debian's containerd and runc,
+#     copied from this host; runc chroots, as the root is an initramfs);
 #   - logind: a delay inhibitor lock, InhibitDelayMaxSec raised to the
 #     shutdown buckets' sum, and on `systemctl poweroff` the pods stopped
 #     lowest priority first before the lock is released.
 #
-#   test/vm/systemd.sh BIN_DIR     (BIN_DIR holds podvisor and podvisor-shim)
+#   test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE
 #
-# Needs debootstrap, qemu-system-x86, cpio. The root file system is
+# BIN_DIR holds podvisor, podvisor-shim and podvisor-containerd;
+# IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1.
+# Needs debootstrap, qemu-system-x86, cpio, containerd and runc. The root file system is
 # debootstrapped once (about a minute) and cached in $PODVISOR_VM_CACHE
 # (default ~/.cache/podvisor-vm).
 set -euo pipefail
-bin=$(cd "$1" && pwd)
+bin=$(cd "$1" && pwd) image=$2
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm}
@@ -49,7 +55,32 @@ for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily
 done
 echo podvisor-vm > "$root/etc/hostname"
 
-install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$root/usr/bin/"
+install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$bin/podvisor-containerd" "$root/usr/bin/"
+# This host's containerd, shim and runc (Debian's, as the VM's), with any
+# library the VM's root lacks.
+for b in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
+  install -m 755 "$b" "$root$b"
+  for lib in $(ldd "$b" | grep -o '/[^ ]*'); do
+    [ -e "$root$lib" ] || { mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; }
+  done
+done
+mkdir -p "$root/etc/containerd" "$root/var/lib/podvisor/images"
+cp "$image" "$root/var/lib/podvisor/images/busybox.tar"
+cat > "$root/etc/containerd/config.toml" <<'EOF'
+version = 2
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+EOF
+cat > "$root/etc/systemd/system/containerd.service" <<'EOF'
+[Unit]
+Description=containerd
+[Service]
+ExecStart=/usr/bin/containerd
+Delegate=yes
+KillMode=process
+[Install]
+WantedBy=multi-user.target
+EOF
+ln -sf /etc/systemd/system/containerd.service "$root/etc/systemd/system/multi-user.target.wants/"
 install -m 644 "$here/../../packaging/systemd/podvisor.service" "$root/etc/systemd/system/"
 ln -sf /etc/systemd/system/podvisor.service "$root/etc/systemd/system/multi-user.target.wants/"
 mkdir -p "$root/etc/systemd/system/podvisor.service.d"
@@ -59,6 +90,9 @@ mkdir -p "$root/etc/podvisor/manifests" "$root/etc/podvisor/priorityclasses"
 cat > "$root/etc/podvisor/config.yaml" <<'EOF'
 cgroups:
   driver: systemd
+# overlay is a module the VM does not load; runc cannot pivot_root out of
+# an initramfs.
+containerd: {snapshotter: native, noPivotRoot: true}
 shutdownGracePeriodByPodPriority:
 - {priority: 0, shutdownGracePeriodSeconds: 4}
 - {priority: 1000, shutdownGracePeriodSeconds: 4}

@@ -76,7 +76,10 @@ type ContainerConfig struct {
 	HostPID     bool      `json:"hostPID,omitempty"`
 	Mounts      []Mount   `json:"mounts,omitempty"`
 	Security    Security  `json:"security"`
-	CgroupsPath string    `json:"cgroupsPath,omitempty"`
+	// CgroupsPath is the spec's: "/path", or with SystemdCgroup runc's
+	// "slice:prefix:id".
+	CgroupsPath   string `json:"cgroupsPath,omitempty"`
+	SystemdCgroup bool   `json:"systemdCgroup,omitempty"`
 	Resources   Resources `json:"resources"`
 	OOMScoreAdj *int      `json:"oomScoreAdj,omitempty"`
 	// Log is where the container's output goes, in the CRI format.

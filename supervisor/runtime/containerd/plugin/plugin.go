@@ -36,6 +36,9 @@ type Config struct {
 	// RuncRoot is runc's state directory ("" is the shim's default,
 	// /run/containerd/runc): tests keep theirs apart from the host's.
 	RuncRoot string
+	// NoPivotRoot has runc chroot into a container's root instead of
+	// pivot_root, which an initramfs root does not allow.
+	NoPivotRoot bool
 	// CNIConfDir holds the pod network's configuration (default
 	// /etc/cni/net.d); CNIBinDirs the CNI plugins.
 	CNIConfDir string
@@ -113,7 +116,7 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		ctrd.WithImage(img),
 		ctrd.WithSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithNewSnapshot(cfg.ID, img),
-		ctrd.WithRuntime(p.cfg.Runtime, p.runtimeOptions()),
+		ctrd.WithRuntime(p.cfg.Runtime, p.runtimeOptions(cfg.SystemdCgroup)),
 		ctrd.WithNewSpec(opts...),
 	)
 	if err != nil {
@@ -148,11 +151,13 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 	return nil
 }
 
-func (p *Plugin) runtimeOptions() any {
-	if p.cfg.RuncRoot == "" {
+// runtimeOptions are the runc shim's options for a container: nil keeps
+// the shim's defaults.
+func (p *Plugin) runtimeOptions(systemdCgroup bool) any {
+	if p.cfg.RuncRoot == "" && !systemdCgroup && !p.cfg.NoPivotRoot {
 		return nil
 	}
-	return &options.Options{Root: p.cfg.RuncRoot}
+	return &options.Options{Root: p.cfg.RuncRoot, SystemdCgroup: systemdCgroup, NoPivotRoot: p.cfg.NoPivotRoot}
 }
 
 // Wait blocks until the container's task exits and returns how. A lost

@@ -41,7 +41,7 @@ func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg containerd.Co
 	opts = append(opts, oci.WithMounts(mounts(cfg.Mounts)))
 	opts = append(opts, securityOpts(cfg.Security)...)
 	if cfg.CgroupsPath != "" {
-		opts = append(opts, oci.WithCgroup("/"+strings.TrimPrefix(cfg.CgroupsPath, "/")))
+		opts = append(opts, oci.WithCgroup(cfg.CgroupsPath))
 	}
 	r := cfg.Resources
 	if r.CPUShares > 0 {
