@@ -71,17 +71,17 @@ type ContainerConfig struct {
 	PIDNS string `json:"pidns,omitempty"`
 	// HostNetwork shares the host's network and UTS namespaces, HostIPC
 	// its IPC namespace and HostPID its PID namespace.
-	HostNetwork bool      `json:"hostNetwork,omitempty"`
-	HostIPC     bool      `json:"hostIPC,omitempty"`
-	HostPID     bool      `json:"hostPID,omitempty"`
-	Mounts      []Mount   `json:"mounts,omitempty"`
-	Security    Security  `json:"security"`
+	HostNetwork bool     `json:"hostNetwork,omitempty"`
+	HostIPC     bool     `json:"hostIPC,omitempty"`
+	HostPID     bool     `json:"hostPID,omitempty"`
+	Mounts      []Mount  `json:"mounts,omitempty"`
+	Security    Security `json:"security"`
 	// CgroupsPath is the spec's: "/path", or with SystemdCgroup runc's
 	// "slice:prefix:id".
-	CgroupsPath   string `json:"cgroupsPath,omitempty"`
-	SystemdCgroup bool   `json:"systemdCgroup,omitempty"`
-	Resources   Resources `json:"resources"`
-	OOMScoreAdj *int      `json:"oomScoreAdj,omitempty"`
+	CgroupsPath   string    `json:"cgroupsPath,omitempty"`
+	SystemdCgroup bool      `json:"systemdCgroup,omitempty"`
+	Resources     Resources `json:"resources"`
+	OOMScoreAdj   *int      `json:"oomScoreAdj,omitempty"`
 	// Log is where the container's output goes, in the CRI format.
 	LogPath     string `json:"logPath"`
 	LogMaxBytes int64  `json:"logMaxBytes"`
