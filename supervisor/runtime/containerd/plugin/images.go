@@ -77,9 +77,10 @@ func (p *Plugin) unpack(ctx context.Context, img ctrd.Image) error {
 }
 
 // registryHosts are the default registries, with credentials from the
-// docker config file when one is configured.
+// docker config file when one is configured. A registry on localhost
+// (a device's own mirror) is spoken to in plain HTTP, as Docker does.
 func (p *Plugin) registryHosts() docker.RegistryHosts {
-	var opts []docker.RegistryOpt
+	opts := []docker.RegistryOpt{docker.WithPlainHTTP(docker.MatchLocalhost)}
 	if p.cfg.AuthFile != "" {
 		creds := func(host string) (string, string, error) { return authFor(p.cfg.AuthFile, host) }
 		opts = append(opts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(creds))))

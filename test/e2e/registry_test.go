@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/ociimage"
+)
+
+// startRegistry runs Debian's docker-registry (the distribution registry)
+// on loopback with htpasswd authentication, and returns its host:port.
+func startRegistry(t *testing.T, user, password string) string {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		prerequisite(t, "docker-registry (Debian's docker-registry): %v", err)
+	}
+	htpasswd, err := exec.LookPath("htpasswd")
+	if err != nil {
+		prerequisite(t, "htpasswd (Debian's apache2-utils): %v", err)
+	}
+	dir := t.TempDir()
+	users := filepath.Join(dir, "htpasswd")
+	if out, err := exec.Command(htpasswd, "-Bbc", users, user, password).CombinedOutput(); err != nil {
+		t.Fatalf("htpasswd: %v %s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	config := filepath.Join(dir, "config.yml")
+	os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: %s}}
+http: {addr: %s}
+auth: {htpasswd: {realm: podvisor-test, path: %s}}
+`, filepath.Join(dir, "data"), addr, users)), 0o644)
+	cmd := exec.Command(bin, "serve", config)
+	logFile, _ := os.Create(filepath.Join(dir, "registry.log"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
+
+// Pulls from a registry that wants credentials: with the docker
+// config.json's credentials the pod runs; with wrong ones (the file is
+// read at each pull) the container waits in ErrImagePull, naming the
+// refusal, and does not count restarts.
+func TestContainerdRegistryPullWithAuth(t *testing.T) {
+	authFile := filepath.Join(t.TempDir(), "registry.json")
+	d, ctrd := ctrdDaemon(t, ", registryAuthFile: "+authFile)
+	registry := startRegistry(t, "fleet", "s3cret")
+	writeAuth := func(password string) {
+		auth := base64.StdEncoding.EncodeToString([]byte("fleet:" + password))
+		os.WriteFile(authFile, []byte(fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, registry, auth)), 0o600)
+	}
+
+	// Push the test image with containerd's own client, in a namespace of
+	// its own.
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := registry + "/pv/busybox:1"
+	for _, args := range [][]string{
+		{"images", "import", archive},
+		{"images", "tag", "podvisor.test/pushed:1", ref},
+		{"images", "push", "--plain-http", "-u", "fleet:s3cret", ref},
+	} {
+		cmd := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	pod := func(name string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: app, image: %s, imagePullPolicy: Always, command: ["sleep", "1000"]}
+`, name, ref)
+	}
+	writeAuth("s3cret")
+	d.write("private.yaml", pod("private"))
+	d.waitPod("private", 60*time.Second, running)
+	out, err := exec.Command("ctr", "-a", ctrd.Address, "-n", "podvisor", "images", "ls", "-q").Output()
+	if err != nil || !strings.Contains(string(out), ref) {
+		t.Fatalf("the pulled image is not in podvisor's namespace: %v\n%s", err, out)
+	}
+
+	writeAuth("wrong")
+	d.write("denied.yaml", pod("denied"))
+	p := d.waitPod("denied", 30*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ErrImagePull"
+	})
+	c := p.Status.ContainerStatuses[0]
+	if msg := c.State.Waiting.Message; !strings.Contains(msg, "401") && !strings.Contains(strings.ToLower(msg), "unauthorized") {
+		t.Fatalf("the refusal is not named: %q", msg)
+	}
+	if c.RestartCount != 0 {
+		t.Fatalf("a failed pull counted restarts: %s", describePod(p))
+	}
+}
