@@ -1,0 +1,256 @@
+// Package device is the device's side of hub sync: it keeps an MQTT
+// connection to the hub's broker, takes desired documents (verify,
+// validate, store, then acknowledge, then apply) and drains the outbox of
+// pod statuses and events to the hub in order, with a bounded window of
+// unacknowledged items.
+package device
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// Config is how a device reaches its hub.
+type Config struct {
+	Broker   string // mqtt://host:port or mqtts://host:port
+	DeviceID string
+	Prefix   string // topic prefix; "" is protocol.DefaultPrefix
+	// HubKey checks desired documents; AllowUnsigned accepts documents
+	// without a signature (for a trusted broker only).
+	HubKey        ed25519.PublicKey
+	AllowUnsigned bool
+	TLS           *tls.Config
+	Username      string
+	Password      string
+	// Window bounds the outbox items sent and not yet acknowledged.
+	Window int
+	// Backoff bounds the reconnect delays (jittered, doubling).
+	BackoffMin, BackoffMax time.Duration
+}
+
+// Pods is the daemon as the agent sees it.
+type Pods interface {
+	// Conflicts names the hub pods that cannot run here (a file pod of
+	// the same name), by namespace/name, with the reason.
+	Conflicts(pods []*v1.Pod) map[string]string
+	// ApplyHub makes the hub pods exactly these; it is idempotent.
+	ApplyHub(generation int64, pods []*v1.Pod)
+}
+
+// Agent is the device's hub connection.
+type Agent struct {
+	cfg    Config
+	topics protocol.Topics
+	store  *store.Store
+	pods   Pods
+	log    *slog.Logger
+	client mqtt.Client
+
+	lost      chan struct{} // the connection dropped: reconnect
+	sendWake  chan struct{} // the outbox drain
+	desiredMu sync.Mutex    // one desired document at a time
+
+	mu sync.Mutex
+	// applied is the generation in force; sent and acked are outbox
+	// sequence numbers: published, and stored by the hub; inflight counts
+	// the items in between; progress is when the window last moved.
+	applied   int64
+	sent      int64
+	acked     int64
+	inflight  int
+	progress  time.Time
+	connected bool
+}
+
+// New makes an agent; Start applies the stored desired state, Run connects.
+func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, error) {
+	if err := protocol.ValidDeviceID(cfg.DeviceID); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if cfg.HubKey == nil && !cfg.AllowUnsigned {
+		return nil, fmt.Errorf("hub: no hub key (--hub-key, hub.key) to check desired documents with, and unsigned ones are not allowed")
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 4 * protocol.MaxBatch
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 2 * time.Minute
+	}
+	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
+		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
+	st0, err := st.Stats()
+	if err != nil {
+		return nil, err
+	}
+	a.acked, a.sent = st0.Acked, st0.Acked
+	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID("podvisor-"+cfg.DeviceID).
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
+		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
+		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),
+			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false}), 1, true).
+		SetOnConnectHandler(a.onConnect).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			a.log.Warn("hub connection lost", "broker", cfg.Broker, "err", err)
+			a.setConnected(false)
+			poke(a.lost)
+		})
+	if cfg.TLS != nil {
+		opts.SetTLSConfig(cfg.TLS)
+	}
+	if cfg.Username != "" {
+		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
+	}
+	a.client = mqtt.NewClient(opts)
+	return a, nil
+}
+
+// Start applies the stored desired document, so hub pods run after a
+// reboot with no hub reachable.
+func (a *Agent) Start() error {
+	rec, ok, err := a.store.Desired()
+	if err != nil || !ok {
+		return err
+	}
+	d, err := protocol.OpenDesired(rec.Document, a.cfg.DeviceID, a.cfg.HubKey, a.cfg.AllowUnsigned)
+	if err != nil {
+		return fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
+	}
+	pods, _ := protocol.DecodePods(d)
+	a.applyAccepted(d.Generation, pods, rec.Results)
+	return nil
+}
+
+// Run connects and reconnects until stop is closed, then says goodbye.
+func (a *Agent) Run(stop <-chan struct{}) {
+	go a.drain(stop)
+	delay := a.cfg.BackoffMin
+	for {
+		tok := a.client.Connect()
+		tok.Wait()
+		if err := tok.Error(); err != nil {
+			wait := jitter(delay)
+			a.log.Warn("cannot reach the hub; retrying", "broker", a.cfg.Broker, "err", err, "in", wait.Round(time.Millisecond))
+			select {
+			case <-stop:
+				return
+			case <-time.After(wait):
+			}
+			delay = min(2*delay, a.cfg.BackoffMax)
+			continue
+		}
+		delay = a.cfg.BackoffMin
+		select {
+		case <-stop:
+			a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
+				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false})).WaitTimeout(2 * time.Second)
+			a.client.Disconnect(500)
+			return
+		case <-a.lost:
+		}
+	}
+}
+
+// jitter spreads reconnects of a fleet over ±25% of the delay.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
+}
+
+// onConnect subscribes first and then learns the desired state (the
+// retained document arrives with the subscription), announces the device
+// and resends what the hub has not acknowledged.
+func (a *Agent) onConnect(c mqtt.Client) {
+	id := a.cfg.DeviceID
+	subs := map[string]mqtt.MessageHandler{
+		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
+		a.topics.Device(id, protocol.KindStatusAck): a.onStatusAck,
+		a.topics.HubPresence():                      a.onHubPresence,
+	}
+	for topic, h := range subs {
+		if tok := c.Subscribe(topic, 1, h); tok.Wait() && tok.Error() != nil {
+			a.log.Error("subscribing", "topic", topic, "err", tok.Error())
+			c.Disconnect(0)
+			poke(a.lost)
+			return
+		}
+	}
+	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true}))
+	a.mu.Lock()
+	a.connected, a.sent, a.inflight = true, a.acked, 0
+	a.mu.Unlock()
+	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
+	a.kick()
+}
+
+// kick wakes the outbox drain.
+func (a *Agent) kick() { poke(a.sendWake) }
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) setConnected(v bool) {
+	a.mu.Lock()
+	a.connected = v
+	a.mu.Unlock()
+}
+
+// Publish queues status and event items for the hub: stored first (one
+// transaction for the batch), sent when connected.
+func (a *Agent) Publish(items []store.Item) error {
+	if err := a.store.Add(items); err != nil {
+		return err
+	}
+	a.kick()
+	return nil
+}
+
+func (a *Agent) publishAck(ack *protocol.Ack) {
+	ack.Device = a.cfg.DeviceID
+	a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
+}
+
+// applyAccepted hands the pods that passed every check to the daemon.
+func (a *Agent) applyAccepted(gen int64, pods []*v1.Pod, results []protocol.PodResult) {
+	refused := map[string]bool{}
+	for _, r := range results {
+		if !r.Accepted {
+			refused[r.Namespace+"/"+r.Name] = true
+		}
+	}
+	var run []*v1.Pod
+	for _, p := range pods {
+		if !refused[p.Namespace+"/"+p.Name] {
+			run = append(run, p)
+		}
+	}
+	a.mu.Lock()
+	a.applied = gen
+	a.mu.Unlock()
+	a.pods.ApplyHub(gen, run)
+}
+
+// marshalItem is a StatusItem whose pod or event is already JSON.
+type marshalItem struct {
+	Seq   int64           `json:"seq"`
+	Key   string          `json:"key"`
+	Pod   json.RawMessage `json:"pod,omitempty"`
+	Event json.RawMessage `json:"event,omitempty"`
+}

@@ -1,0 +1,286 @@
+// Package hub is the fleet side of sync: it publishes each device's
+// signed desired document (retained), and stores what devices send back
+// (acks, mirror pod statuses exactly once in effect, events, heartbeats,
+// presence) in its SQLite fleet database.
+package hub
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// Config is how the hub reaches the broker and signs.
+type Config struct {
+	Broker   string // mqtt://host:port or mqtts://host:port
+	ClientID string // default "podhub"
+	Prefix   string
+	Key      ed25519.PrivateKey
+	TLS      *tls.Config
+	Username string
+	Password string
+}
+
+// Hub serves the fleet over MQTT. Its messages are handled one at a time
+// in arrival order (paho's OrderMatters), so a device's batches are
+// stored in the order it sent them.
+type Hub struct {
+	cfg    Config
+	topics protocol.Topics
+	fleet  *Fleet
+	log    *slog.Logger
+	client mqtt.Client
+	now    func() time.Time
+}
+
+// New makes a hub; Start connects it.
+func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
+	if cfg.ClientID == "" {
+		cfg.ClientID = "podhub"
+	}
+	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: time.Now}
+	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
+		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
+		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
+		SetMaxReconnectInterval(30 * time.Second).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
+		SetOnConnectHandler(h.onConnect).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "err", err) })
+	if cfg.TLS != nil {
+		opts.SetTLSConfig(cfg.TLS)
+	}
+	if cfg.Username != "" {
+		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
+	}
+	h.client = mqtt.NewClient(opts)
+	return h
+}
+
+// Start connects to the broker, waiting at most wait for the first
+// connection (it keeps trying in the background).
+func (h *Hub) Start(wait time.Duration) error {
+	tok := h.client.Connect()
+	if !tok.WaitTimeout(wait) {
+		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
+		return nil
+	}
+	return tok.Error()
+}
+
+// Close disconnects.
+func (h *Hub) Close() { h.client.Disconnect(500) }
+
+// onConnect subscribes to every device's reports and publishes every
+// desired document again (a broker that lost its retained messages gets
+// them back; devices ignore a generation they have).
+func (h *Hub) onConnect(c mqtt.Client) {
+	for kind, handler := range map[string]mqtt.MessageHandler{
+		protocol.KindStatus:    h.onStatus,
+		protocol.KindAck:       h.onAck,
+		protocol.KindHeartbeat: h.onHeartbeat,
+		protocol.KindPresence:  h.onPresence,
+	} {
+		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
+			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
+		}
+	}
+	session := make([]byte, 8)
+	rand.Read(session)
+	c.Publish(h.topics.HubPresence(), 1, true, protocol.Encode(&protocol.Presence{Online: true, Session: hex.EncodeToString(session)}))
+	docs, err := h.fleet.AllDesired()
+	if err != nil {
+		h.log.Error("reading desired documents", "err", err)
+		return
+	}
+	for _, d := range docs {
+		c.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
+	}
+	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs))
+}
+
+// device parses a report's topic, logging what is wrong with it.
+func (h *Hub) device(m mqtt.Message) (string, bool) {
+	dev, _, err := h.topics.Parse(m.Topic())
+	if err != nil {
+		h.log.Warn("ignored a message", "err", err)
+		return "", false
+	}
+	return dev, true
+}
+
+// reject logs a refused message and records it as the device's event, so
+// `podhub describe device` shows it.
+func (h *Hub) reject(dev string, m mqtt.Message, err error) {
+	h.log.Warn("refused a message", "device", dev, "topic", m.Topic(), "err", err)
+	h.fleet.SaveRejection(dev, fmt.Sprintf("%s: %v", m.Topic(), err), h.now())
+}
+
+func (h *Hub) onStatus(c mqtt.Client, m mqtt.Message) {
+	dev, ok := h.device(m)
+	if !ok {
+		return
+	}
+	b, err := protocol.DecodeStatusBatch(m.Payload())
+	if err == nil && b.Device != dev {
+		err = fmt.Errorf("batch names device %q", b.Device)
+	}
+	if err != nil {
+		h.reject(dev, m, err)
+		return
+	}
+	cursor, _, gap, err := h.fleet.ApplyStatus(b, h.now())
+	if err != nil {
+		h.log.Error("storing statuses", "device", dev, "err", err)
+		return // no receipt: the device sends them again
+	}
+	c.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
+}
+
+func (h *Hub) onAck(_ mqtt.Client, m mqtt.Message) {
+	dev, ok := h.device(m)
+	if !ok || len(m.Payload()) == 0 {
+		return
+	}
+	a, err := protocol.DecodeAck(m.Payload())
+	if err == nil && a.Device != dev {
+		err = fmt.Errorf("ack names device %q", a.Device)
+	}
+	if err != nil {
+		h.reject(dev, m, err)
+		return
+	}
+	if err := h.fleet.SaveAck(a, h.now()); err != nil {
+		h.log.Error("storing an ack", "device", dev, "err", err)
+	}
+}
+
+func (h *Hub) onHeartbeat(_ mqtt.Client, m mqtt.Message) {
+	dev, ok := h.device(m)
+	if !ok {
+		return
+	}
+	hb, err := protocol.DecodeHeartbeat(m.Payload())
+	if err == nil && hb.Device != dev {
+		err = fmt.Errorf("heartbeat names device %q", hb.Device)
+	}
+	if err != nil {
+		h.reject(dev, m, err)
+		return
+	}
+	if err := h.fleet.SaveHeartbeat(hb, h.now()); err != nil {
+		h.log.Error("storing a heartbeat", "device", dev, "err", err)
+	}
+}
+
+func (h *Hub) onPresence(_ mqtt.Client, m mqtt.Message) {
+	dev, ok := h.device(m)
+	if !ok || len(m.Payload()) == 0 {
+		return
+	}
+	p, err := protocol.DecodePresence(m.Payload())
+	if err != nil {
+		h.reject(dev, m, err)
+		return
+	}
+	if err := h.fleet.SavePresence(dev, p.Online, h.now()); err != nil {
+		h.log.Error("storing presence", "device", dev, "err", err)
+	}
+}
+
+// Apply adds or replaces pods (by namespace/name) in a device's desired
+// state, as the next generation, signed and published retained. Pods are
+// checked as the device will check them: any invalid pod refuses the
+// whole apply, with every reason.
+func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
+	check := protocol.Desired{Device: device, Generation: 1, Pods: pods}
+	decoded, results := protocol.DecodePods(&check)
+	var reasons []string
+	for _, r := range results {
+		if !r.Accepted {
+			reasons = append(reasons, r.Reason)
+		}
+	}
+	if len(reasons) > 0 {
+		return 0, fmt.Errorf("refused: %v", reasons)
+	}
+	return h.update(device, func(current []json.RawMessage) []json.RawMessage {
+		keep := current[:0:0]
+		replaced := map[string]bool{}
+		for _, p := range decoded {
+			replaced[p.Namespace+"/"+p.Name] = true
+		}
+		for _, raw := range current {
+			ns, name := podKey(raw)
+			if !replaced[ns+"/"+name] {
+				keep = append(keep, raw)
+			}
+		}
+		return append(keep, pods...)
+	})
+}
+
+// Delete removes a pod from a device's desired state.
+func (h *Hub) Delete(device, namespace, name string) (int64, error) {
+	found := false
+	gen, err := h.update(device, func(current []json.RawMessage) []json.RawMessage {
+		keep := current[:0:0]
+		for _, raw := range current {
+			ns, n := podKey(raw)
+			if ns == namespace && n == name {
+				found = true
+				continue
+			}
+			keep = append(keep, raw)
+		}
+		return keep
+	})
+	if err == nil && !found {
+		return gen, fmt.Errorf("device %s has no hub pod %s/%s", device, namespace, name)
+	}
+	return gen, err
+}
+
+func (h *Hub) update(device string, change func([]json.RawMessage) []json.RawMessage) (int64, error) {
+	if err := protocol.ValidDeviceID(device); err != nil {
+		return 0, err
+	}
+	cur, err := h.fleet.Desired(device)
+	if err != nil {
+		return 0, err
+	}
+	next := DesiredDoc{Device: device, Generation: cur.Generation + 1, Pods: change(cur.Pods)}
+	next.Document, err = protocol.Sign(protocol.Desired{Device: device, Generation: next.Generation, Pods: next.Pods}, h.cfg.Key)
+	if err != nil {
+		return 0, err
+	}
+	if len(next.Document) > protocol.MaxDesiredBytes {
+		return 0, fmt.Errorf("device %s: the desired document would be %d bytes, over the %d byte limit", device, len(next.Document), protocol.MaxDesiredBytes)
+	}
+	if err := h.fleet.SaveDesired(next); err != nil {
+		return 0, err
+	}
+	// Stored first: a hub that dies here publishes it at its next start.
+	h.client.Publish(h.topics.Device(device, protocol.KindDesired), 1, true, next.Document)
+	return next.Generation, nil
+}
+
+// podKey reads a stored pod's namespace and name (stored pods were
+// validated; the namespace defaults to "default").
+func podKey(raw json.RawMessage) (string, string) {
+	var meta struct {
+		Metadata struct{ Namespace, Name string } `json:"metadata"`
+	}
+	json.Unmarshal(raw, &meta)
+	if meta.Metadata.Namespace == "" {
+		meta.Metadata.Namespace = "default"
+	}
+	return meta.Metadata.Namespace, meta.Metadata.Name
+}

@@ -1,0 +1,304 @@
+package hub_test
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/sync/device"
+	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// fakePods records what the agent applies; "default/clash" collides with
+// a file pod.
+type fakePods struct {
+	mu      sync.Mutex
+	gen     int64
+	pods    []*v1.Pod
+	applies int
+}
+
+func (f *fakePods) Conflicts(pods []*v1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, p := range pods {
+		if p.Name == "clash" {
+			out["default/clash"] = "a pod of this name comes from the manifest directory"
+		}
+	}
+	return out
+}
+
+func (f *fakePods) ApplyHub(gen int64, pods []*v1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen, f.pods = gen, pods
+	f.applies++
+}
+
+func (f *fakePods) state() (int64, []string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for _, p := range f.pods {
+		names = append(names, p.Name)
+	}
+	return f.gen, names, f.applies
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func quiet() *slog.Logger {
+	if os.Getenv("PODVISOR_TEST_LOG") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+type rig struct {
+	t      *testing.T
+	addr   string
+	broker *hub.Broker
+	fleet  *hub.Fleet
+	hub    *hub.Hub
+	pub    ed25519.PublicKey
+	dir    string
+}
+
+func newRig(t *testing.T) *rig {
+	r := &rig{t: t, addr: freeAddr(t), dir: t.TempDir()}
+	var err error
+	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.broker.Close() })
+	var priv ed25519.PrivateKey
+	r.pub, priv, _ = ed25519.GenerateKey(nil)
+	if r.fleet, err = hub.OpenFleet(filepath.Join(r.dir, "fleet.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.fleet.Close() })
+	r.hub = hub.New(hub.Config{Broker: "mqtt://" + r.addr, Key: priv}, r.fleet, quiet())
+	if err := r.hub.Start(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.hub.Close)
+	return r
+}
+
+// device starts an agent with its own store; stop it with the returned func.
+func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Store, func()) {
+	st, err := store.Open(db, store.DefaultLimits)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	a, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}, st, pods, quiet())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { a.Run(stop); close(done) }()
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop); <-done; st.Close() }) }
+	r.t.Cleanup(halt)
+	return a, st, halt
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func podJSON(name string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","100"]}]}}`, name))
+}
+
+// The hub's pods reach the device, which stores, applies and acks them;
+// a pod that collides with a file pod is refused with its reason; the
+// device restarted without a broker runs the stored generation.
+func TestDesiredStateRoundTrip(t *testing.T) {
+	r := newRig(t)
+	pods := &fakePods{}
+	db := filepath.Join(r.dir, "device.db")
+	_, _, halt := r.device("gw-1", db, pods)
+
+	if _, err := r.hub.Apply("gw-1", []json.RawMessage{podJSON("web"), podJSON("clash")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "generation 1 applied and acked", func() bool {
+		a, _ := r.fleet.LastAck("gw-1")
+		return a != nil && a.ObservedGeneration == 1
+	})
+	gen, names, _ := pods.state()
+	if gen != 1 || fmt.Sprint(names) != "[web]" {
+		t.Fatalf("device runs generation %d pods %v, want 1 [web]", gen, names)
+	}
+	a, _ := r.fleet.LastAck("gw-1")
+	if len(a.Pods) != 2 || !a.Pods[0].Accepted || a.Pods[1].Accepted || !strings.Contains(a.Pods[1].Reason, "manifest directory") {
+		t.Fatalf("ack %+v", a)
+	}
+
+	// Invalid pods never leave the hub.
+	if _, err := r.hub.Apply("gw-1", []json.RawMessage{json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"Bad"}}`)}); err == nil ||
+		!strings.Contains(err.Error(), "metadata.name") {
+		t.Fatalf("invalid pod: %v", err)
+	}
+	// Generation 2 replaces web's spec and keeps clash refused.
+	if _, err := r.hub.Apply("gw-1", []json.RawMessage{podJSON("db")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "generation 2", func() bool { g, _, _ := pods.state(); return g == 2 })
+	if _, names, _ := pods.state(); fmt.Sprint(names) != "[web db]" {
+		t.Fatalf("generation 2 pods %v", names)
+	}
+
+	// Restarted with the broker gone, the device runs what it stored.
+	halt()
+	r.broker.Close()
+	offline := &fakePods{}
+	st, err := store.Open(db, store.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ag, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-1", HubKey: r.pub}, st, offline, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if g, names, _ := offline.state(); g != 2 || fmt.Sprint(names) != "[web db]" {
+		t.Fatalf("offline start: generation %d pods %v", g, names)
+	}
+}
+
+// A broker alone cannot make a device run anything: a document published
+// by another client with another key is refused, the refusal reaches the
+// hub, and the generation in force stays.
+func TestForgedDesiredRefused(t *testing.T) {
+	r := newRig(t)
+	pods := &fakePods{}
+	r.device("gw-2", filepath.Join(r.dir, "device.db"), pods)
+	r.hub.Apply("gw-2", []json.RawMessage{podJSON("web")})
+	eventually(t, 10*time.Second, "generation 1", func() bool { g, _, _ := pods.state(); return g == 1 })
+
+	_, forger, _ := ed25519.GenerateKey(nil)
+	forged, _ := protocol.Sign(protocol.Desired{Device: "gw-2", Generation: 9, Pods: []json.RawMessage{podJSON("miner")}}, forger)
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtt://" + r.addr).SetClientID("rogue"))
+	if tok := c.Connect(); tok.Wait() && tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer c.Disconnect(0)
+	c.Publish(protocol.Topics{}.Device("gw-2", protocol.KindDesired), 1, true, forged).Wait()
+	eventually(t, 10*time.Second, "the refusal at the hub", func() bool {
+		a, _ := r.fleet.LastAck("gw-2")
+		return a != nil && strings.Contains(a.Error, "does not verify")
+	})
+	if g, names, _ := pods.state(); g != 1 || fmt.Sprint(names) != "[web]" {
+		t.Fatalf("after a forged document: generation %d pods %v", g, names)
+	}
+	if a, _ := r.fleet.LastAck("gw-2"); a.ObservedGeneration != 1 {
+		t.Fatalf("observedGeneration %d, want 1", a.ObservedGeneration)
+	}
+	// Garbage on a device's status topic is refused with a reason the hub keeps.
+	c.Publish(protocol.Topics{}.Device("gw-2", protocol.KindStatus), 1, false, []byte(`{"schema":1,"epoch":"x","items":[{"seq":1}]}`)).Wait()
+	eventually(t, 10*time.Second, "the rejection recorded", func() bool {
+		evs, _ := r.fleet.Events("gw-2")
+		return len(evs) > 0 && strings.Contains(evs[0].Message, "key is empty")
+	})
+}
+
+func mirror(name string, n int) []byte {
+	p := v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{"n": fmt.Sprint(n)}},
+		Status: v1.PodStatus{Phase: v1.PodRunning}}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// 10,000 status updates of 50 pods, with the broker killed and restarted
+// twice on the way: the newest status of every pod reaches the hub, every
+// event is stored once, and the outbox empties.
+func TestStatusesThroughBrokerRestarts(t *testing.T) {
+	r := newRig(t)
+	a, st, _ := r.device("gw-3", filepath.Join(r.dir, "device.db"), &fakePods{})
+	const updates, podCount = 10000, 50
+	events := 0
+	for i := range updates {
+		name := fmt.Sprintf("p%02d", i%podCount)
+		items := []store.Item{{Key: "default/" + name, Kind: store.KindPod, Payload: mirror(name, i)}}
+		if i%100 == 0 {
+			ev, _ := json.Marshal(protocol.Event{Type: "Normal", Reason: "Tick", Message: fmt.Sprint(i)})
+			items = append(items, store.Item{Key: "default/" + name, Kind: store.KindEvent, Payload: ev})
+			events++
+		}
+		if err := a.Publish(items); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3000 || i == 7000 {
+			r.broker.Close()
+			time.Sleep(200 * time.Millisecond)
+			var err error
+			if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, 60*time.Second, "the outbox drained", func() bool {
+		s, _ := st.Stats()
+		return s.Rows == 0
+	})
+	ms, err := r.fleet.Mirrors("gw-3")
+	if err != nil || len(ms) != podCount {
+		t.Fatalf("%d mirrors (%v), want %d", len(ms), err, podCount)
+	}
+	for i, m := range ms {
+		var p v1.Pod
+		json.Unmarshal(m.Pod, &p)
+		if want := fmt.Sprint(updates - podCount + i); p.Annotations["n"] != want {
+			t.Fatalf("mirror %s is update %s, want the newest, %s", m.Key, p.Annotations["n"], want)
+		}
+	}
+	evs, _ := r.fleet.Events("gw-3")
+	seen := map[string]bool{}
+	for _, e := range evs {
+		if seen[e.Message] {
+			t.Fatalf("event %s stored twice", e.Message)
+		}
+		seen[e.Message] = true
+	}
+	if len(evs) != events {
+		t.Fatalf("%d events stored, %d sent", len(evs), events)
+	}
+}

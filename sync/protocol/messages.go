@@ -1,0 +1,183 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Ack is a device's answer to a desired document, retained so that a
+// hub that restarts learns it again. It is sent only once the document
+// is stored on the device.
+type Ack struct {
+	Schema int    `json:"schema"`
+	Device string `json:"device"`
+	// Generation is the document answered.
+	Generation int64 `json:"generation"`
+	// ObservedGeneration is the newest generation the device has applied:
+	// Generation, or an older one when the document was refused whole.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// Error says why the whole document was refused (bad signature,
+	// stale generation, malformed); then Pods is empty.
+	Error string      `json:"error,omitempty"`
+	Pods  []PodResult `json:"pods,omitempty"`
+}
+
+// StatusBatch carries a device's outbox items in sequence order. Seq
+// numbers grow within an epoch, which names one outbox database: a device
+// whose database was recreated starts a new epoch, and the hub a new
+// sequence for it.
+type StatusBatch struct {
+	Schema int    `json:"schema"`
+	Device string `json:"device"`
+	Epoch  string `json:"epoch"`
+	// After is the sequence number the batch follows: every item between
+	// it and the first item is gone from the outbox (replaced by a newer
+	// status of the same pod). A hub whose cursor is below After has
+	// missed a batch, stores nothing and asks for a resend.
+	After int64        `json:"after"`
+	Items []StatusItem `json:"items"`
+}
+
+// StatusItem is one outbox item: the newest mirror of a pod (nil Pod:
+// the pod is gone from the device), or an event.
+type StatusItem struct {
+	Seq   int64   `json:"seq"`
+	Key   string  `json:"key"` // namespace/name of the pod
+	Pod   *v1.Pod `json:"pod,omitempty"`
+	Event *Event  `json:"event,omitempty"`
+}
+
+// Event is a pod event worth seeing from the fleet: a kill, an eviction,
+// a refused pod.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"` // Normal or Warning
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+}
+
+// StatusAck is the hub's receipt: every item of the epoch up to Seq is
+// stored, and the device may forget it.
+type StatusAck struct {
+	Schema int    `json:"schema"`
+	Epoch  string `json:"epoch"`
+	Seq    int64  `json:"seq"`
+	// Resend asks for everything after Seq again: a batch arrived after
+	// a gap (one was lost, or reordered across a reconnect).
+	Resend bool `json:"resend,omitempty"`
+}
+
+// Heartbeat is a device's node status, sent periodically and at connect.
+type Heartbeat struct {
+	Schema  int               `json:"schema"`
+	Device  string            `json:"device"`
+	Time    time.Time         `json:"time"`
+	Version string            `json:"version"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Node    v1.NodeStatus     `json:"node"`
+}
+
+// Presence says whether a device is connected. The device publishes
+// online at connect; the broker publishes its last will, offline, when
+// the connection is lost without a goodbye.
+type Presence struct {
+	Schema int    `json:"schema"`
+	Device string `json:"device,omitempty"` // empty for the hub
+	Online bool   `json:"online"`
+	// Session changes with every connection of the hub.
+	Session string `json:"session,omitempty"`
+}
+
+// Encode writes any document of this package with the current schema.
+func Encode(v any) []byte {
+	switch m := v.(type) {
+	case *Ack:
+		m.Schema = Schema
+	case *StatusBatch:
+		m.Schema = Schema
+	case *StatusAck:
+		m.Schema = Schema
+	case *Heartbeat:
+		m.Schema = Schema
+	case *Presence:
+		m.Schema = Schema
+	default:
+		panic(fmt.Sprintf("protocol.Encode: %T is not a protocol document", v))
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("protocol.Encode %T: %v", v, err)) // these types always marshal
+	}
+	return b
+}
+
+// DecodeAck decodes a device's ack strictly.
+func DecodeAck(data []byte) (*Ack, error) {
+	var a Ack
+	if err := decodeStrict("ack", data, MaxMessageBytes, &a, func() int { return a.Schema }); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// DecodeStatusBatch decodes a status batch strictly and checks that its
+// sequence numbers grow and every item is a pod or an event.
+func DecodeStatusBatch(data []byte) (*StatusBatch, error) {
+	var b StatusBatch
+	if err := decodeStrict("status batch", data, MaxMessageBytes, &b, func() int { return b.Schema }); err != nil {
+		return nil, err
+	}
+	if b.Epoch == "" {
+		return nil, fmt.Errorf("status batch: no epoch")
+	}
+	if len(b.Items) > MaxBatch {
+		return nil, fmt.Errorf("status batch: %d items, over the limit of %d", len(b.Items), MaxBatch)
+	}
+	if b.After < 0 {
+		return nil, fmt.Errorf("status batch: after %d is negative", b.After)
+	}
+	last := b.After
+	for i, it := range b.Items {
+		if it.Seq <= last {
+			return nil, fmt.Errorf("status batch: items[%d].seq %d does not follow %d", i, it.Seq, last)
+		}
+		last = it.Seq
+		if it.Key == "" {
+			return nil, fmt.Errorf("status batch: items[%d].key is empty", i)
+		}
+		if it.Pod != nil && it.Event != nil {
+			return nil, fmt.Errorf("status batch: items[%d] is both a pod and an event", i)
+		}
+	}
+	return &b, nil
+}
+
+// DecodeStatusAck decodes the hub's receipt strictly.
+func DecodeStatusAck(data []byte) (*StatusAck, error) {
+	var a StatusAck
+	if err := decodeStrict("status ack", data, MaxMessageBytes, &a, func() int { return a.Schema }); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// DecodeHeartbeat decodes a heartbeat strictly.
+func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
+	var h Heartbeat
+	if err := decodeStrict("heartbeat", data, MaxMessageBytes, &h, func() int { return h.Schema }); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// DecodePresence decodes a presence document strictly.
+func DecodePresence(data []byte) (*Presence, error) {
+	var p Presence
+	if err := decodeStrict("presence", data, MaxMessageBytes, &p, func() int { return p.Schema }); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}

@@ -1,0 +1,189 @@
+// Package store keeps what a device must not lose while its hub is out of
+// reach, in the device's SQLite state database: the last desired document
+// it accepted, and the outbox of statuses and events for the hub.
+//
+// The outbox keeps one row per pod (the newest status: an older one is
+// replaced, since only the latest matters) and events in order. It is
+// bounded by rows and bytes; when full it drops the oldest events first,
+// and never a pod's newest status (pods are few: at most maxPods).
+package store
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	_ "modernc.org/sqlite" // the database/sql driver
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// Its tables live beside the supervisor's in state.db with a schema
+// version of their own (user_version belongs to the supervisor's store).
+var migrations = []string{
+	`CREATE TABLE hub_desired (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		generation INTEGER NOT NULL,
+		document   BLOB NOT NULL,
+		results    BLOB NOT NULL
+	);
+	CREATE TABLE outbox (
+		seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+		key     TEXT NOT NULL,
+		kind    TEXT NOT NULL,
+		payload BLOB NOT NULL
+	);
+	CREATE INDEX outbox_key ON outbox(key, kind);
+	CREATE TABLE outbox_meta (
+		id    INTEGER PRIMARY KEY CHECK (id = 1),
+		epoch TEXT NOT NULL,
+		acked INTEGER NOT NULL DEFAULT 0,
+		dropped INTEGER NOT NULL DEFAULT 0
+	);`,
+}
+
+// Kinds of outbox row.
+const (
+	KindPod   = "pod"
+	KindEvent = "event"
+)
+
+// Limits bound the outbox.
+type Limits struct {
+	Rows  int
+	Bytes int64
+}
+
+// DefaultLimits hold a day of events of a busy device in a few MiB.
+var DefaultLimits = Limits{Rows: 10000, Bytes: 8 << 20}
+
+// Store is the device's hub state. Its methods may be called from several
+// goroutines: database/sql serialises them on the one connection.
+type Store struct {
+	db     *sql.DB
+	limits Limits
+	epoch  string
+}
+
+// Open opens (creating if needed) the hub tables in the database at path.
+func Open(path string, limits Limits) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("hub store %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db, limits: limits}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("hub store %s: %w", path, err)
+	}
+	if err := s.loadEpoch(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("hub store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) migrate() error {
+	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS sync_schema (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var version int
+	if err := s.db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM sync_schema`).Scan(&version); err != nil {
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("hub schema version %d is newer than this podvisor (%d): refusing to downgrade", version, len(migrations))
+	}
+	for v := version; v < len(migrations); v++ {
+		tx, err := s.db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("hub migration %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(`DELETE FROM sync_schema; INSERT INTO sync_schema VALUES (?)`, v+1); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadEpoch reads, or makes, the outbox's epoch: a new database is a new
+// sequence, and the hub must not take its seq 1 for a duplicate.
+func (s *Store) loadEpoch() error {
+	err := s.db.QueryRow(`SELECT epoch FROM outbox_meta WHERE id = 1`).Scan(&s.epoch)
+	if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	s.epoch = hex.EncodeToString(b)
+	_, err = s.db.Exec(`INSERT INTO outbox_meta (id, epoch) VALUES (1, ?)`, s.epoch)
+	return err
+}
+
+// Epoch names this outbox's sequence.
+func (s *Store) Epoch() string { return s.epoch }
+
+// DesiredRecord is the last desired document the device accepted.
+type DesiredRecord struct {
+	Generation int64
+	Document   []byte // as received, signature included
+	Results    []protocol.PodResult
+}
+
+// SaveDesired stores an accepted document durably (synchronous=FULL: it
+// is acknowledged to the hub once this returns) in one transaction, so a
+// crash leaves either the old document or the new one.
+func (s *Store) SaveDesired(r DesiredRecord) error {
+	results, err := json.Marshal(r.Results)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(`PRAGMA synchronous = FULL`); err != nil {
+		return err
+	}
+	defer s.db.Exec(`PRAGMA synchronous = NORMAL`)
+	_, err = s.db.Exec(`INSERT INTO hub_desired (id, generation, document, results) VALUES (1, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, document = excluded.document, results = excluded.results`,
+		r.Generation, r.Document, results)
+	if err != nil {
+		return fmt.Errorf("saving desired generation %d: %w", r.Generation, err)
+	}
+	return nil
+}
+
+// Desired returns the stored document; ok is false when there is none.
+func (s *Store) Desired() (r DesiredRecord, ok bool, err error) {
+	var results []byte
+	err = s.db.QueryRow(`SELECT generation, document, results FROM hub_desired WHERE id = 1`).Scan(&r.Generation, &r.Document, &results)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, err
+	}
+	if err := json.Unmarshal(results, &r.Results); err != nil {
+		return r, false, fmt.Errorf("stored desired results: %w", err)
+	}
+	return r, true, nil
+}

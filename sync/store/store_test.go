@@ -1,0 +1,129 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+func open(t *testing.T, path string, l Limits) *Store {
+	t.Helper()
+	s, err := Open(path, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestDesiredSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := open(t, path, DefaultLimits)
+	if _, ok, err := s.Desired(); ok || err != nil {
+		t.Fatalf("empty store has a document: %v %v", ok, err)
+	}
+	rec := DesiredRecord{Generation: 7, Document: []byte(`{"signed":true}`), Results: []protocol.PodResult{{Name: "web", Accepted: true}}}
+	if err := s.SaveDesired(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Generation, rec.Document = 8, []byte(`{"signed":8}`)
+	if err := s.SaveDesired(rec); err != nil {
+		t.Fatal(err)
+	}
+	epoch := s.Epoch()
+	s.Close()
+	s = open(t, path, DefaultLimits)
+	got, ok, err := s.Desired()
+	if err != nil || !ok || got.Generation != 8 || !bytes.Equal(got.Document, rec.Document) || !got.Results[0].Accepted {
+		t.Fatalf("after reopen: %+v %v %v", got, ok, err)
+	}
+	if s.Epoch() != epoch || epoch == "" {
+		t.Fatalf("epoch %q after reopen, was %q", s.Epoch(), epoch)
+	}
+	// A new database is a new epoch.
+	other := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	if other.Epoch() == epoch {
+		t.Fatal("two databases share an epoch")
+	}
+}
+
+func TestOutboxCoalescesPodsAndKeepsOrder(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	add := func(items ...Item) {
+		t.Helper()
+		if err := s.Add(items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(Item{"default/web", KindPod, []byte("web v1")}, Item{"default/db", KindPod, []byte("db v1")})
+	add(Item{"default/web", KindEvent, []byte("web killed")}, Item{"default/web", KindPod, []byte("web v2")})
+	rows, err := s.Next(0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, string(r.Payload))
+	}
+	if fmt.Sprint(got) != "[db v1 web killed web v2]" {
+		t.Fatalf("outbox %v", got)
+	}
+	// The hub stored up to the event: those rows go, the rest stay.
+	if err := s.Ack(rows[1].Seq); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := s.Next(0, 10)
+	if len(rest) != 1 || string(rest[0].Payload) != "web v2" {
+		t.Fatalf("after ack: %+v", rest)
+	}
+	if next, _ := s.Next(rest[0].Seq, 10); len(next) != 0 {
+		t.Fatalf("Next after the last: %+v", next)
+	}
+	st, _ := s.Stats()
+	if st.Rows != 1 || st.Acked != rows[1].Seq {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Over its limits the outbox drops the oldest events and keeps every
+// pod's newest status, even past the limits.
+func TestOutboxDropPolicy(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Limits{Rows: 5, Bytes: 1 << 20})
+	var items []Item
+	for i := range 4 {
+		items = append(items, Item{"default/web", KindEvent, []byte(fmt.Sprintf("event %d", i))})
+	}
+	s.Add(items)
+	s.Add([]Item{{"default/a", KindPod, []byte("a")}, {"default/b", KindPod, []byte("b")}})
+	rows, _ := s.Next(0, 100)
+	if len(rows) != 5 || string(rows[0].Payload) != "event 1" {
+		t.Fatalf("want the oldest event dropped: %+v", rows)
+	}
+	var pods []Item
+	for i := range 8 {
+		pods = append(pods, Item{fmt.Sprintf("default/p%d", i), KindPod, []byte("p")})
+	}
+	s.Add(pods)
+	st, _ := s.Stats()
+	rows, _ = s.Next(0, 100)
+	for _, r := range rows {
+		if r.Kind == KindEvent {
+			t.Fatalf("an event kept while pods overflow: %+v", r)
+		}
+	}
+	if st.Rows != 10 || st.Dropped != 4 {
+		t.Fatalf("stats %+v, want 10 pod rows and 4 dropped events", st)
+	}
+	// Bytes bound too.
+	b := open(t, filepath.Join(t.TempDir(), "state.db"), Limits{Rows: 1000, Bytes: 1000})
+	for i := range 20 {
+		b.Add([]Item{{"default/web", KindEvent, bytes.Repeat([]byte{byte(i)}, 100)}})
+	}
+	st, _ = b.Stats()
+	if st.Bytes > 1000 || st.Rows < 9 {
+		t.Fatalf("bytes-bounded outbox: %+v", st)
+	}
+}
