@@ -114,20 +114,25 @@ func Encode(v any) []byte {
 	return b
 }
 
-// DecodeAck decodes a device's ack strictly.
-func DecodeAck(data []byte) (*Ack, error) {
-	var a Ack
-	if err := decodeStrict("ack", data, MaxMessageBytes, &a, func() int { return a.Schema }); err != nil {
+// decodeDoc decodes one small document of type T strictly.
+func decodeDoc[T any](what string, data []byte, schemaOf func(*T) int) (*T, error) {
+	v := new(T)
+	if err := decodeStrict(what, data, MaxMessageBytes, v, func() int { return schemaOf(v) }); err != nil {
 		return nil, err
 	}
-	return &a, nil
+	return v, nil
+}
+
+// DecodeAck decodes a device's ack strictly.
+func DecodeAck(data []byte) (*Ack, error) {
+	return decodeDoc("ack", data, func(a *Ack) int { return a.Schema })
 }
 
 // DecodeStatusBatch decodes a status batch strictly and checks that its
 // sequence numbers grow and every item is a pod or an event.
 func DecodeStatusBatch(data []byte) (*StatusBatch, error) {
-	var b StatusBatch
-	if err := decodeStrict("status batch", data, MaxMessageBytes, &b, func() int { return b.Schema }); err != nil {
+	b, err := decodeDoc("status batch", data, func(b *StatusBatch) int { return b.Schema })
+	if err != nil {
 		return nil, err
 	}
 	if b.Epoch == "" {
@@ -152,32 +157,20 @@ func DecodeStatusBatch(data []byte) (*StatusBatch, error) {
 			return nil, fmt.Errorf("status batch: items[%d] is both a pod and an event", i)
 		}
 	}
-	return &b, nil
+	return b, nil
 }
 
 // DecodeStatusAck decodes the hub's receipt strictly.
 func DecodeStatusAck(data []byte) (*StatusAck, error) {
-	var a StatusAck
-	if err := decodeStrict("status ack", data, MaxMessageBytes, &a, func() int { return a.Schema }); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return decodeDoc("status ack", data, func(a *StatusAck) int { return a.Schema })
 }
 
 // DecodeHeartbeat decodes a heartbeat strictly.
 func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
-	var h Heartbeat
-	if err := decodeStrict("heartbeat", data, MaxMessageBytes, &h, func() int { return h.Schema }); err != nil {
-		return nil, err
-	}
-	return &h, nil
+	return decodeDoc("heartbeat", data, func(h *Heartbeat) int { return h.Schema })
 }
 
 // DecodePresence decodes a presence document strictly.
 func DecodePresence(data []byte) (*Presence, error) {
-	var p Presence
-	if err := decodeStrict("presence", data, MaxMessageBytes, &p, func() int { return p.Schema }); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decodeDoc("presence", data, func(p *Presence) int { return p.Schema })
 }
