@@ -63,9 +63,11 @@ lint:
 	go vet ./...
 	go run $(STATICCHECK) ./...
 
-# Explore the manifest decoder beyond the seed corpus.
+# Explore the manifest and hub-protocol decoders beyond the seed corpus.
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./supervisor/manifest/
+	go test -run '^$$' -fuzz FuzzOpenDesired -fuzztime 30s ./sync/protocol/
+	go test -run '^$$' -fuzz FuzzDecodeStatusBatch -fuzztime 30s ./sync/protocol/
 
 demo: build
 	@examples/demo.sh
