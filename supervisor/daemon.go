@@ -29,6 +29,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
+	"github.com/podvisor/podvisor/sync/store"
 )
 
 // Config is what the daemon needs to run.
@@ -88,11 +89,17 @@ type Daemon struct {
 	started   chan startResult
 	hooks     chan hookResult
 	requests  chan request
-	view      *view
-	views     map[types.UID]cachedView // PodView cache, loop-owned
-	cg        cgroups.Driver           // nil without cgroups
-	layout    cgroups.Layout
-	shimCg    string // the cgroup shims live in
+	// hub is the hub connection (nil without one); hubPods its pods,
+	// hubEvents the events waiting for the mirror.
+	hub           HubAgent
+	hubPods       []*v1.Pod
+	hubGeneration int64
+	hubEvents     chan store.Item
+	view          *view
+	views         map[types.UID]cachedView // PodView cache, loop-owned
+	cg            cgroups.Driver           // nil without cgroups
+	layout        cgroups.Layout
+	shimCg        string // the cgroup shims live in
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
@@ -200,6 +207,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
+	d.loadHubPods()
 	if err := d.restore(); err != nil {
 		return err
 	}
@@ -220,6 +228,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
 		}
 	}()
+	if d.hub != nil {
+		hubStop := make(chan struct{})
+		defer close(hubStop)
+		go d.hub.Run(hubStop)
+		go d.mirror(hubStop)
+	}
 	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	d.loop(ctx, manifests, nil)
 	if d.cfg.StopPodsOnExit {
@@ -368,7 +382,7 @@ func (d *Daemon) setManifests(st manifest.State) {
 	}
 	d.noteInvalid(d.manifests, st)
 	d.manifests = st
-	d.machine.SetDesired(st.Pods)
+	d.applyDesired()
 }
 
 func resetTimer(t *time.Timer, at, now time.Time) {

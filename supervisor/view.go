@@ -193,6 +193,7 @@ func (d *Daemon) addEvent(key, typ, reason, msg string) {
 		d.log.Info(msg, "pod", key, "reason", reason)
 	}
 	now := d.now()
+	d.hubEvent(key, typ, reason, msg, now)
 	v := d.view
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -104,6 +104,7 @@ type fileConfig struct {
 		Root    string `json:"root,omitempty"`
 		State   string `json:"state,omitempty"`
 	} `json:"containerd"`
+	Hub hubConfig `json:"hub"`
 }
 
 func defaultConfig() fileConfig {
@@ -131,6 +132,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	socket := fs.String("socket", "", "API socket (default "+defaultSocket+")")
 	stopPods := fs.Bool("stop-pods-on-exit", false, "stop every pod gracefully when the daemon exits")
 	verbose := fs.Bool("v", false, "log debug messages")
+	hubURL := fs.String("hub", "", "hub broker, mqtt://HOST:PORT or mqtts://HOST:PORT (config hub.url)")
+	deviceID := fs.String("device-id", "", "this device's ID at the hub (config hub.deviceId; default the node name)")
+	hubKey := fs.String("hub-key", "", "the hub's public key, hub.pub from podhub init (config hub.key)")
 	if pos, err := parseInterspersed(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -142,7 +146,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	for flagValue, field := range map[*string]*string{manifests: &fc.Manifests, dataDir: &fc.DataDir, socket: &fc.Socket} {
+	for flagValue, field := range map[*string]*string{manifests: &fc.Manifests, dataDir: &fc.DataDir, socket: &fc.Socket,
+		hubURL: &fc.Hub.URL, deviceID: &fc.Hub.DeviceID, hubKey: &fc.Hub.Key} {
 		if *flagValue != "" {
 			*field = *flagValue
 		}
@@ -181,6 +186,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	d := supervisor.New(cfg, log)
+	closeHub, err := attachHub(fc.Hub, cfg.NodeName, cfg.DataDir, d, log)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer closeHub()
 	srv := &api.Server{Backend: d, Version: api.Version{Version: version, GoVersion: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}}
 	apiCtx, stopAPI := context.WithCancel(context.Background())

@@ -38,15 +38,24 @@ type Config struct {
 	Window int
 	// Backoff bounds the reconnect delays (jittered, doubling).
 	BackoffMin, BackoffMax time.Duration
+	// Heartbeat is the period of node status reports (default 30 s);
+	// Version and Labels go with them.
+	Heartbeat time.Duration
+	Version   string
+	Labels    map[string]string
 }
 
 // Pods is the daemon as the agent sees it.
 type Pods interface {
 	// Conflicts names the hub pods that cannot run here (a file pod of
-	// the same name), by namespace/name, with the reason.
-	Conflicts(pods []*v1.Pod) map[string]string
+	// the same name, a priority class the device lacks), by
+	// namespace/name, with the reason. An error means the daemon could
+	// not answer now.
+	Conflicts(pods []*v1.Pod) (map[string]string, error)
 	// ApplyHub makes the hub pods exactly these; it is idempotent.
 	ApplyHub(generation int64, pods []*v1.Pod)
+	// Node is the device's node status, for heartbeats.
+	Node() (*v1.Node, error)
 }
 
 // Agent is the device's hub connection.
@@ -60,6 +69,7 @@ type Agent struct {
 
 	lost      chan struct{} // the connection dropped: reconnect
 	sendWake  chan struct{} // the outbox drain
+	beat      chan struct{} // a heartbeat now (at connect)
 	desiredMu sync.Mutex    // one desired document at a time
 
 	mu sync.Mutex
@@ -91,8 +101,11 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = 2 * time.Minute
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
 	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
-		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1)}
+		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1)}
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
@@ -119,25 +132,29 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	return a, nil
 }
 
-// Start applies the stored desired document, so hub pods run after a
-// reboot with no hub reachable.
-func (a *Agent) Start() error {
+// Stored returns the hub pods of the stored desired document, so they
+// run from the start, even with no hub in reach (after a reboot). The
+// daemon calls it once, before its first reconciliation.
+func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 	rec, ok, err := a.store.Desired()
 	if err != nil || !ok {
-		return err
+		return 0, nil, err
 	}
 	d, err := protocol.OpenDesired(rec.Document, a.cfg.DeviceID, a.cfg.HubKey, a.cfg.AllowUnsigned)
 	if err != nil {
-		return fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
+		return 0, nil, fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
 	}
 	pods, _ := protocol.DecodePods(d)
-	a.applyAccepted(d.Generation, pods, rec.Results)
-	return nil
+	a.mu.Lock()
+	a.applied = d.Generation
+	a.mu.Unlock()
+	return d.Generation, accepted(pods, rec.Results), nil
 }
 
 // Run connects and reconnects until stop is closed, then says goodbye.
 func (a *Agent) Run(stop <-chan struct{}) {
 	go a.drain(stop)
+	go a.heartbeats(stop)
 	delay := a.cfg.BackoffMin
 	for {
 		tok := a.client.Connect()
@@ -194,6 +211,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.mu.Unlock()
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()
+	poke(a.beat)
 }
 
 // kick wakes the outbox drain.
@@ -229,6 +247,14 @@ func (a *Agent) publishAck(ack *protocol.Ack) {
 
 // applyAccepted hands the pods that passed every check to the daemon.
 func (a *Agent) applyAccepted(gen int64, pods []*v1.Pod, results []protocol.PodResult) {
+	a.mu.Lock()
+	a.applied = gen
+	a.mu.Unlock()
+	a.pods.ApplyHub(gen, accepted(pods, results))
+}
+
+// accepted are the pods whose verdict is accepted.
+func accepted(pods []*v1.Pod, results []protocol.PodResult) []*v1.Pod {
 	refused := map[string]bool{}
 	for _, r := range results {
 		if !r.Accepted {
@@ -241,10 +267,7 @@ func (a *Agent) applyAccepted(gen int64, pods []*v1.Pod, results []protocol.PodR
 			run = append(run, p)
 		}
 	}
-	a.mu.Lock()
-	a.applied = gen
-	a.mu.Unlock()
-	a.pods.ApplyHub(gen, run)
+	return run
 }
 
 // marshalItem is a StatusItem whose pod or event is already JSON.

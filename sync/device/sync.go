@@ -49,7 +49,13 @@ func (a *Agent) onDesired(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	pods, results := protocol.DecodePods(d)
-	conflicts := a.pods.Conflicts(pods)
+	conflicts, err := a.pods.Conflicts(pods)
+	if err != nil {
+		// The daemon is busy: try the same document again shortly.
+		a.log.Warn("checking hub pods; retrying", "generation", d.Generation, "err", err)
+		time.AfterFunc(2*time.Second, func() { a.onDesired(nil, m) })
+		return
+	}
 	for i := range results {
 		r := &results[i]
 		if reason, ok := conflicts[r.Namespace+"/"+r.Name]; ok && r.Accepted {
@@ -198,4 +204,32 @@ func (a *Agent) encodeBatch(after int64, rows []store.Row) ([]byte, error) {
 		After  int64         `json:"after"`
 		Items  []marshalItem `json:"items"`
 	}{protocol.Schema, a.cfg.DeviceID, a.store.Epoch(), after, items})
+}
+
+// heartbeats publishes the node status at each connection and then
+// every Heartbeat period while connected.
+func (a *Agent) heartbeats(stop <-chan struct{}) {
+	tick := time.NewTicker(a.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		case <-a.beat:
+		}
+		a.mu.Lock()
+		up := a.connected
+		a.mu.Unlock()
+		if !up {
+			continue
+		}
+		node, err := a.pods.Node()
+		if err != nil {
+			a.log.Warn("node status for the heartbeat", "err", err)
+			continue
+		}
+		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: time.Now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status}
+		a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
+	}
 }

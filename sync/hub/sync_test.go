@@ -32,14 +32,18 @@ type fakePods struct {
 	applies int
 }
 
-func (f *fakePods) Conflicts(pods []*v1.Pod) map[string]string {
+func (f *fakePods) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range pods {
 		if p.Name == "clash" {
 			out["default/clash"] = "a pod of this name comes from the manifest directory"
 		}
 	}
-	return out
+	return out, nil
+}
+
+func (f *fakePods) Node() (*v1.Node, error) {
+	return &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: "test"}}}, nil
 }
 
 func (f *fakePods) ApplyHub(gen int64, pods []*v1.Pod) {
@@ -117,7 +121,7 @@ func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Sto
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := a.Start(); err != nil {
+	if _, _, err := a.Stored(); err != nil {
 		r.t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -186,21 +190,25 @@ func TestDesiredStateRoundTrip(t *testing.T) {
 	// Restarted with the broker gone, the device runs what it stored.
 	halt()
 	r.broker.Close()
-	offline := &fakePods{}
 	st, err := store.Open(db, store.DefaultLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ag, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-1", HubKey: r.pub}, st, offline, quiet())
+	ag, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-1", HubKey: r.pub}, st, &fakePods{}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ag.Start(); err != nil {
+	g, stored, err := ag.Stored()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if g, names, _ := offline.state(); g != 2 || fmt.Sprint(names) != "[web db]" {
-		t.Fatalf("offline start: generation %d pods %v", g, names)
+	var names2 []string
+	for _, p := range stored {
+		names2 = append(names2, p.Name)
+	}
+	if g != 2 || fmt.Sprint(names2) != "[web db]" {
+		t.Fatalf("offline start: generation %d pods %v", g, names2)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 type Item struct {
 	Key     string // the pod's namespace/name
 	Kind    string // KindPod or KindEvent
-	Payload []byte
+	Payload []byte // a pod with no payload is gone from the device
 }
 
 // Row is an outbox item with its sequence number.
@@ -46,7 +46,11 @@ func (s *Store) Add(items []Item) error {
 				return err
 			}
 		}
-		if _, err := tx.Exec(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`, it.Key, it.Kind, it.Payload); err != nil {
+		payload := it.Payload
+		if payload == nil {
+			payload = []byte{} // a pod gone from the device
+		}
+		if _, err := tx.Exec(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`, it.Key, it.Kind, payload); err != nil {
 			return err
 		}
 	}

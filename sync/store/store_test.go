@@ -59,7 +59,7 @@ func TestOutboxCoalescesPodsAndKeepsOrder(t *testing.T) {
 		}
 	}
 	add(Item{"default/web", KindPod, []byte("web v1")}, Item{"default/db", KindPod, []byte("db v1")})
-	add(Item{"default/web", KindEvent, []byte("web killed")}, Item{"default/web", KindPod, []byte("web v2")})
+	add(Item{"default/web", KindEvent, []byte("web killed")}, Item{"default/web", KindPod, []byte("web v2")}, Item{"default/gone", KindPod, nil})
 	rows, err := s.Next(0, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestOutboxCoalescesPodsAndKeepsOrder(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, string(r.Payload))
 	}
-	if fmt.Sprint(got) != "[db v1 web killed web v2]" {
+	if fmt.Sprint(got) != "[db v1 web killed web v2 ]" || len(rows[3].Payload) != 0 {
 		t.Fatalf("outbox %v", got)
 	}
 	// The hub stored up to the event: those rows go, the rest stay.
@@ -76,14 +76,14 @@ func TestOutboxCoalescesPodsAndKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest, _ := s.Next(0, 10)
-	if len(rest) != 1 || string(rest[0].Payload) != "web v2" {
+	if len(rest) != 2 || string(rest[0].Payload) != "web v2" {
 		t.Fatalf("after ack: %+v", rest)
 	}
-	if next, _ := s.Next(rest[0].Seq, 10); len(next) != 0 {
+	if next, _ := s.Next(rest[1].Seq, 10); len(next) != 0 {
 		t.Fatalf("Next after the last: %+v", next)
 	}
 	st, _ := s.Stats()
-	if st.Rows != 1 || st.Acked != rows[1].Seq {
+	if st.Rows != 2 || st.Acked != rows[1].Seq {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/sync/device"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// hubConfig is the config file's hub section.
+type hubConfig struct {
+	URL           string            `json:"url,omitempty"`
+	DeviceID      string            `json:"deviceId,omitempty"`
+	Key           string            `json:"key,omitempty"`
+	AllowUnsigned bool              `json:"allowUnsigned,omitempty"`
+	Prefix        string            `json:"prefix,omitempty"`
+	Username      string            `json:"username,omitempty"`
+	PasswordFile  string            `json:"passwordFile,omitempty"`
+	Heartbeat     *metav1.Duration  `json:"heartbeat,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	TLS           struct {
+		CA         string `json:"ca,omitempty"`
+		Cert       string `json:"cert,omitempty"`
+		Key        string `json:"key,omitempty"`
+		ServerName string `json:"serverName,omitempty"`
+	} `json:"tls"`
+	Outbox struct {
+		MaxRows  int                `json:"maxRows,omitempty"`
+		MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	} `json:"outbox"`
+}
+
+// attachHub connects the daemon to its hub when one is configured: the
+// hub's tables live in the daemon's state database.
+func attachHub(hc hubConfig, nodeName, dataDir string, d *supervisor.Daemon, log *slog.Logger) (func(), error) {
+	if hc.URL == "" {
+		return func() {}, nil
+	}
+	cfg := device.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
+		Username: hc.Username, Version: version, Labels: hc.Labels}
+	if !strings.HasPrefix(cfg.Broker, "mqtt://") && !strings.HasPrefix(cfg.Broker, "mqtts://") {
+		return nil, fmt.Errorf("hub url %q: want mqtt://HOST:PORT or mqtts://HOST:PORT", cfg.Broker)
+	}
+	if cfg.DeviceID == "" {
+		cfg.DeviceID = nodeName
+	}
+	if hc.Key != "" {
+		pub, err := readHubKey(hc.Key)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HubKey = pub
+	}
+	if hc.PasswordFile != "" {
+		pw, err := os.ReadFile(hc.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("hub passwordFile: %w", err)
+		}
+		cfg.Password = strings.TrimSpace(string(pw))
+	}
+	if hc.Heartbeat != nil {
+		cfg.Heartbeat = hc.Heartbeat.Duration
+	}
+	if strings.HasPrefix(cfg.Broker, "mqtts://") {
+		t, err := hubTLS(hc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = t
+	}
+	limits := store.DefaultLimits
+	if hc.Outbox.MaxRows > 0 {
+		limits.Rows = hc.Outbox.MaxRows
+	}
+	if q := hc.Outbox.MaxBytes; q != nil {
+		limits.Bytes = q.Value()
+	}
+	st, err := store.Open(filepath.Join(dataDir, "state.db"), limits)
+	if err != nil {
+		return nil, err
+	}
+	agent, err := device.New(cfg, st, d, log.With("component", "hub"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	d.AttachHub(agent)
+	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
+	return func() { st.Close() }, nil
+}
+
+// readHubKey reads the hub's ed25519 public key: PEM "PUBLIC KEY"
+// (PKIX), as `podhub init` writes hub.pub.
+func readHubKey(path string) (ed25519.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hub key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, fmt.Errorf("hub key %s: not a PEM PUBLIC KEY", path)
+	}
+	k, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("hub key %s: %w", path, err)
+	}
+	pub, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("hub key %s: a %T, want an ed25519 key", path, k)
+	}
+	return pub, nil
+}
+
+// hubTLS is the client TLS configuration: the hub's CA, and a client
+// certificate when one is given.
+func hubTLS(hc hubConfig) (*tls.Config, error) {
+	t := &tls.Config{ServerName: hc.TLS.ServerName, MinVersion: tls.VersionTLS12}
+	if hc.TLS.CA != "" {
+		pem, err := os.ReadFile(hc.TLS.CA)
+		if err != nil {
+			return nil, fmt.Errorf("hub tls.ca: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("hub tls.ca %s: no certificate in it", hc.TLS.CA)
+		}
+	}
+	if (hc.TLS.Cert == "") != (hc.TLS.Key == "") {
+		return nil, errors.New("hub tls: cert and key go together")
+	}
+	if hc.TLS.Cert != "" {
+		c, err := tls.LoadX509KeyPair(hc.TLS.Cert, hc.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("hub tls: %w", err)
+		}
+		t.Certificates = []tls.Certificate{c}
+	}
+	return t, nil
+}
