@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/podrow"
 )
 
 func newClient(socket string) *api.Client { return api.NewClient(socket) }
@@ -172,8 +173,8 @@ func printPods(out io.Writer, pods []v1.Pod, wide bool, now time.Time) error {
 	fmt.Fprintln(w, header)
 	for i := range pods {
 		p := &pods[i]
-		row := podRow(p, now)
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", p.Name, row.ready, row.status, row.restarts, row.age)
+		row := podrow.Of(p, now)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", p.Name, row.Ready, row.Status, row.Restarts, row.Age)
 		if wide {
 			line += fmt.Sprintf("\t%s\t%s\t%s\t%s", p.Namespace, orNone(p.Status.PodIP), orNone(p.Spec.NodeName),
 				orNone(p.Annotations["podvisor.io/source"]))
@@ -188,112 +189,6 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
-}
-
-type row struct{ ready, status, restarts, age string }
-
-// podRow computes kubectl's columns: READY counts ready app containers and
-// sidecars, STATUS is the most telling reason (init progress first),
-// RESTARTS adds when the last one was.
-func podRow(p *v1.Pod, now time.Time) row {
-	reason := string(p.Status.Phase)
-	if p.Status.Reason != "" {
-		reason = p.Status.Reason
-	}
-	var restarts int32
-	var lastRestart time.Time
-	ready, total := 0, len(p.Spec.Containers)
-	noteRestart := func(c v1.ContainerStatus) {
-		restarts += c.RestartCount
-		if t := c.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(lastRestart) {
-			lastRestart = t.FinishedAt.Time
-		}
-	}
-	sidecars := map[string]bool{}
-	for _, c := range p.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			sidecars[c.Name] = true
-			total++
-		}
-	}
-	initializing := false
-	for i, c := range p.Status.InitContainerStatuses {
-		noteRestart(c)
-		if sidecars[c.Name] {
-			if c.Started != nil && *c.Started && c.Ready {
-				ready++
-			}
-			continue
-		}
-		if initializing {
-			continue
-		}
-		switch {
-		case c.State.Terminated != nil && c.State.Terminated.ExitCode == 0:
-			continue
-		case c.State.Terminated != nil && c.State.Terminated.Reason != "":
-			reason = "Init:" + c.State.Terminated.Reason
-		case c.State.Terminated != nil && c.State.Terminated.Signal != 0:
-			reason = fmt.Sprintf("Init:Signal:%d", c.State.Terminated.Signal)
-		case c.State.Terminated != nil:
-			reason = fmt.Sprintf("Init:ExitCode:%d", c.State.Terminated.ExitCode)
-		case c.State.Waiting != nil && c.State.Waiting.Reason != "" && c.State.Waiting.Reason != "PodInitializing" &&
-			c.State.Waiting.Reason != "ContainerCreating":
-			reason = "Init:" + c.State.Waiting.Reason
-		default:
-			reason = fmt.Sprintf("Init:%d/%d", i, len(p.Spec.InitContainers))
-		}
-		initializing = true
-	}
-	if initializing && p.Status.Reason != "" {
-		reason = p.Status.Reason // a failure of the whole pod says more
-	}
-	hasRunning := false
-	cs := p.Status.ContainerStatuses
-	for i := len(cs) - 1; i >= 0; i-- {
-		c := cs[i]
-		noteRestart(c)
-		if initializing {
-			continue
-		}
-		switch {
-		case c.State.Waiting != nil && c.State.Waiting.Reason != "":
-			reason = c.State.Waiting.Reason
-		case c.State.Terminated != nil && c.State.Terminated.Reason != "":
-			reason = c.State.Terminated.Reason
-		case c.State.Terminated != nil && c.State.Terminated.Signal != 0:
-			reason = fmt.Sprintf("Signal:%d", c.State.Terminated.Signal)
-		case c.State.Terminated != nil:
-			reason = fmt.Sprintf("ExitCode:%d", c.State.Terminated.ExitCode)
-		case c.Ready && c.State.Running != nil:
-			hasRunning = true
-			ready++
-		}
-	}
-	if p.Status.Reason != "" && (p.Status.Phase == v1.PodFailed || p.Status.Reason == "Invalid") {
-		reason = p.Status.Reason
-	}
-	if reason == "Completed" && hasRunning {
-		reason = "NotReady"
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == v1.PodReady && cond.Status == v1.ConditionTrue {
-				reason = "Running"
-			}
-		}
-	}
-	if p.DeletionTimestamp != nil {
-		reason = "Terminating"
-	}
-	r := row{
-		ready:    fmt.Sprintf("%d/%d", ready, total),
-		status:   reason,
-		restarts: fmt.Sprint(restarts),
-		age:      duration.HumanDuration(now.Sub(p.CreationTimestamp.Time)),
-	}
-	if restarts > 0 && !lastRestart.IsZero() {
-		r.restarts = fmt.Sprintf("%d (%s ago)", restarts, duration.HumanDuration(now.Sub(lastRestart)))
-	}
-	return r
 }
 
 func cmdDelete(ctx context.Context, args []string, out, stderr io.Writer) error {
@@ -393,7 +288,7 @@ func describe(out io.Writer, p *v1.Pod, events []api.Event, now time.Time) {
 	}
 	field(0, "Labels", mapLines(p.Labels))
 	field(0, "Annotations", mapLines(p.Annotations))
-	field(0, "Status", podRow(p, now).status)
+	field(0, "Status", podrow.Of(p, now).Status)
 	if p.Status.Message != "" {
 		field(0, "Message", p.Status.Message)
 	}

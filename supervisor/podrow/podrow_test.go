@@ -1,0 +1,61 @@
+package podrow
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func statusPod(states ...v1.ContainerStatus) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))}}
+	for _, s := range states {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: s.Name})
+	}
+	p.Status.Phase = v1.PodRunning
+	p.Status.ContainerStatuses = states
+	return p
+}
+
+func TestColumns(t *testing.T) {
+	finished := metav1.NewTime(now.Add(-5 * time.Second))
+	cases := []struct {
+		name string
+		pod  *v1.Pod
+		want Row
+	}{
+		{"running", statusPod(v1.ContainerStatus{Name: "a", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}),
+			Row{"1/1", "Running", "0", "90s"}},
+		{"crash loop", statusPod(v1.ContainerStatus{Name: "a", RestartCount: 4,
+			State:                v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, FinishedAt: finished}}}),
+			Row{"0/1", "CrashLoopBackOff", "4 (5s ago)", "90s"}},
+		{"killed without reason", statusPod(v1.ContainerStatus{Name: "a",
+			State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137, Signal: 9}}}),
+			Row{"0/1", "Signal:9", "0", "90s"}},
+		{"one of two ready", statusPod(
+			v1.ContainerStatus{Name: "a", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}},
+			v1.ContainerStatus{Name: "b", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}),
+			Row{"1/2", "ContainerCreating", "0", "90s"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Of(tc.pod, now); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	term := statusPod(v1.ContainerStatus{Name: "a", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}})
+	term.DeletionTimestamp = &finished
+	if got := Of(term, now).Status; got != "Terminating" {
+		t.Fatalf("deleting pod status = %q", got)
+	}
+	invalid := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending, Reason: "Invalid"}}
+	if got := Of(invalid, now).Status; got != "Invalid" {
+		t.Fatalf("invalid row status = %q", got)
+	}
+}
+
