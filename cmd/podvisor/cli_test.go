@@ -7,10 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
-
-var now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func TestParseInterspersed(t *testing.T) {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
