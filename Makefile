@@ -16,6 +16,7 @@ build:
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor ./cmd/podvisor
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-shim ./cmd/podvisor-shim
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-containerd ./cmd/podvisor-containerd
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podhub ./cmd/podhub
 
 # Everything CI runs: lint, unit and integration tests (real processes),
 # and the fuzz seed corpus (part of go test).

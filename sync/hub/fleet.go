@@ -161,6 +161,14 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) error {
 	return tx.Commit()
 }
 
+// ForgetPresence marks every device offline: at the hub's start, the
+// retained presence messages (or the devices' reconnections, with a
+// broker that kept none) tell again which are online.
+func (f *Fleet) ForgetPresence() error {
+	_, err := f.db.Exec(`UPDATE devices SET online = 0`)
+	return err
+}
+
 // SavePresence records a device going on or off line.
 func (f *Fleet) SavePresence(device string, online bool, at time.Time) error {
 	_, err := f.db.Exec(`INSERT INTO devices (id, online, last_seen) VALUES (?, ?, ?)

@@ -67,6 +67,9 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 // Start connects to the broker, waiting at most wait for the first
 // connection (it keeps trying in the background).
 func (h *Hub) Start(wait time.Duration) error {
+	if err := h.fleet.ForgetPresence(); err != nil {
+		return err
+	}
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
 		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)

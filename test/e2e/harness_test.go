@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 	// Both binaries, side by side as installed: the daemon finds its shim.
 	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor",
 		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/cmd/podvisor-containerd",
+		"github.com/podvisor/podvisor/cmd/podhub",
 		"github.com/podvisor/podvisor/test/hog")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -75,6 +76,7 @@ type daemon struct {
 	socket     string
 	config     string
 	configText string
+	extraArgs  []string // appended to podvisor run's
 	cmd        *exec.Cmd
 	log        *bytes.Buffer
 	client     *api.Client
@@ -113,6 +115,7 @@ func (d *daemon) start() {
 		d.writeConfig()
 	}
 	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config}
+	args = append(args, d.extraArgs...)
 	d.cmd = exec.Command(binary, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/podrow"
+	"github.com/podvisor/podvisor/sync/hub"
+)
+
+func (c *cli) client() *hub.Client { return hub.NewClient(c.path("podhub.sock")) }
+
+// apply sends a manifest file's pods to a device or to the devices a
+// selector matches. The file is checked here as a device checks it.
+func (c *cli) apply(args []string) error {
+	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
+	file := fs.String("f", "", "manifest file (YAML or JSON, one or more pods)")
+	device := fs.String("device", "", "the device")
+	selector := fs.String("selector", "", "every device with these labels: k=v[,k=v]")
+	if _, err := flags(fs, args); err != nil {
+		return err
+	}
+	if *file == "" {
+		return errors.New("apply: -f FILE is required")
+	}
+	data, err := os.ReadFile(*file)
+	if err != nil {
+		return err
+	}
+	pods, err := manifest.Decode(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *file, err)
+	}
+	req := hub.ApplyRequest{Device: *device}
+	if *selector != "" {
+		if req.Selector, err = parseLabels(strings.Split(*selector, ","), false); err != nil {
+			return err
+		}
+	}
+	for _, p := range pods {
+		raw, _ := json.Marshal(p)
+		req.Pods = append(req.Pods, raw)
+	}
+	var applied []hub.Applied
+	if err := c.client().Do("POST", "/v1/apply", req, &applied); err != nil {
+		return err
+	}
+	for _, a := range applied {
+		fmt.Fprintf(c.out, "device/%s: %d pod(s) applied, generation %d\n", a.Device, len(pods), a.Generation)
+	}
+	return nil
+}
+
+func (c *cli) delete(args []string) error {
+	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+	device := fs.String("device", "", "the device")
+	ns := fs.String("n", "default", "namespace")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || pos[0] != "pod" || *device == "" {
+		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE]")
+	}
+	var a hub.Applied
+	path := "/v1/devices/" + url.PathEscape(*device) + "/pods/" + url.PathEscape(*ns) + "/" + url.PathEscape(pos[1])
+	if err := c.client().Do("DELETE", path, nil, &a); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "pod %s/%s deleted from device/%s, generation %d\n", *ns, pos[1], a.Device, a.Generation)
+	return nil
+}
+
+func (c *cli) get(args []string) error {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	output := fs.String("o", "", "json or yaml")
+	all := fs.Bool("A", false, "the pods of every device")
+	device := fs.String("device", "", "the pods of one device")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: podhub get devices | pods (-A | --device ID)")
+	}
+	now := time.Now()
+	switch pos[0] {
+	case "devices", "device":
+		var ds []hub.Device
+		if err := c.client().Do("GET", "/v1/devices", nil, &ds); err != nil {
+			return err
+		}
+		if *output != "" {
+			return printObject(c, ds, *output)
+		}
+		w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(w, "NAME\tSTATUS\tPODS\tVERSION\tLAST-SEEN\tLABELS")
+		for _, d := range ds {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, readiness(d), d.Pods, orNone(d.Version), ago(now, d.LastSeen), labelList(d.Labels))
+		}
+		return w.Flush()
+	case "pods", "pod":
+		if *all == (*device != "") {
+			return errors.New("get pods: give -A or --device ID")
+		}
+		var list v1.PodList
+		if err := c.client().Do("GET", "/v1/pods?device="+url.QueryEscape(*device), nil, &list); err != nil {
+			return err
+		}
+		if *output != "" {
+			return printObject(c, list, *output)
+		}
+		w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(w, "DEVICE\tNAMESPACE\tNAME\tREADY\tSTATUS\tRESTARTS\tAGE")
+		for i := range list.Items {
+			p := &list.Items[i]
+			r := podrow.Of(p, now)
+			if p.Status.Phase == v1.PodUnknown {
+				r.Status = "Unknown"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Annotations[hub.AnnotationDevice], p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
+		}
+		return w.Flush()
+	}
+	return fmt.Errorf("get: unknown resource %q (devices, pods)", pos[0])
+}
+
+func (c *cli) describe(args []string) error {
+	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || pos[0] != "device" {
+		return errors.New("usage: podhub describe device ID")
+	}
+	var d hub.DeviceDetail
+	if err := c.client().Do("GET", "/v1/devices/"+url.PathEscape(pos[1]), nil, &d); err != nil {
+		return err
+	}
+	now := time.Now()
+	w := tabwriter.NewWriter(c.out, 0, 8, 1, ' ', 0)
+	fmt.Fprintf(w, "Name:\t%s\n", d.ID)
+	fmt.Fprintf(w, "Status:\t%s (%s)\n", readiness(d.Device), map[bool]string{true: "connected", false: "disconnected"}[d.Online])
+	fmt.Fprintf(w, "Last seen:\t%s ago\n", ago(now, d.LastSeen))
+	fmt.Fprintf(w, "Version:\t%s\n", orNone(d.Version))
+	fmt.Fprintf(w, "Labels:\t%s\n", labelList(d.Labels))
+	fmt.Fprintf(w, "Desired:\tgeneration %d, %d pod(s)\n", d.Generation, len(d.Desired))
+	fmt.Fprintf(w, "Observed:\tgeneration %d\n", d.ObservedGeneration)
+	if d.Node != nil {
+		for _, res := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods} {
+			cap, alloc := d.Node.Capacity[res], d.Node.Allocatable[res]
+			fmt.Fprintf(w, "%s:\tcapacity %s, allocatable %s\n", res, cap.String(), alloc.String())
+		}
+		for _, cond := range d.Node.Conditions {
+			fmt.Fprintf(w, "Condition %s:\t%s (%s)\n", cond.Type, cond.Status, cond.Reason)
+		}
+	}
+	if d.Ack != nil {
+		if d.Ack.Error != "" {
+			fmt.Fprintf(w, "Last answer:\tgeneration %d refused: %s\n", d.Ack.Generation, d.Ack.Error)
+		}
+		for _, r := range d.Ack.Pods {
+			verdict := "accepted"
+			if !r.Accepted {
+				verdict = "rejected: " + r.Reason
+			}
+			fmt.Fprintf(w, "Pod %s/%s:\t%s\n", r.Namespace, r.Name, verdict)
+		}
+	}
+	w.Flush()
+	fmt.Fprintln(c.out, "Events:")
+	events := d.Events
+	if len(events) > 20 {
+		events = events[len(events)-20:]
+	}
+	for _, e := range events {
+		fmt.Fprintf(c.out, "  %s\t%s\t%s\t%s\n", ago(now, e.Time), e.Type, e.Reason, e.Message)
+	}
+	return nil
+}
+
+func (c *cli) label(args []string) error {
+	fs := flag.NewFlagSet("label", flag.ContinueOnError)
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 3 || pos[0] != "device" {
+		return errors.New("usage: podhub label device ID k=v|k- ...")
+	}
+	labels, err := parseLabels(pos[2:], true)
+	if err != nil {
+		return err
+	}
+	if err := c.client().Do("PUT", "/v1/devices/"+url.PathEscape(pos[1])+"/labels", labels, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "device/%s labeled\n", pos[1])
+	return nil
+}
+
+// parseLabels reads k=v (and, when removal is allowed, k- to remove).
+func parseLabels(items []string, removal bool) (map[string]string, error) {
+	out := map[string]string{}
+	for _, it := range items {
+		if k, ok := strings.CutSuffix(it, "-"); ok && removal && !strings.Contains(it, "=") {
+			out[k] = ""
+			continue
+		}
+		k, v, ok := strings.Cut(it, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("label %q: want key=value", it)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func readiness(d hub.Device) string {
+	if d.Ready {
+		return "Ready"
+	}
+	return "NotReady"
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "<never>"
+	}
+	return duration.HumanDuration(now.Sub(t))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+func labelList(l map[string]string) string {
+	if len(l) == 0 {
+		return "<none>"
+	}
+	var parts []string
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func printObject(c *cli, v any, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(c.out)
+		enc.SetIndent("", "    ")
+		return enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = c.out.Write(b)
+		return err
+	}
+	return fmt.Errorf("-o %s: want json or yaml", format)
+}

@@ -1,0 +1,221 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// API serves the hub's HTTP+JSON API; podhub's client commands use it.
+// Mirror pods are read-only here: a pod changes through apply or delete,
+// which change the device's desired document.
+type API struct {
+	Hub   *Hub
+	Fleet *Fleet
+	// Timeout is how long a device may be silent and still be Ready.
+	Timeout time.Duration
+}
+
+// DeviceDetail is one device with its desired pods, last ack and events.
+type DeviceDetail struct {
+	Device
+	Desired []json.RawMessage `json:"desired"`
+	Ack     *protocol.Ack     `json:"ack,omitempty"`
+	Events  []protocol.Event  `json:"events"`
+}
+
+// ApplyRequest sends pods to one device or to every device a selector
+// matches.
+type ApplyRequest struct {
+	Device   string            `json:"device,omitempty"`
+	Selector map[string]string `json:"selector,omitempty"`
+	Pods     []json.RawMessage `json:"pods"`
+}
+
+// Applied is a device's new desired generation.
+type Applied struct {
+	Device     string `json:"device"`
+	Generation int64  `json:"generation"`
+}
+
+// Handler routes the API.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/devices", func(w http.ResponseWriter, r *http.Request) {
+		ds, err := a.Fleet.Devices(time.Now(), a.Timeout)
+		reply(w, ds, err)
+	})
+	mux.HandleFunc("GET /v1/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
+		d, err := a.detail(r.PathValue("id"))
+		reply(w, d, err)
+	})
+	mux.HandleFunc("PUT /v1/devices/{id}/labels", func(w http.ResponseWriter, r *http.Request) {
+		var labels map[string]string
+		if err := decodeBody(r, &labels); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, map[string]string{}, a.Fleet.SetLabels(r.PathValue("id"), labels))
+	})
+	mux.HandleFunc("POST /v1/apply", func(w http.ResponseWriter, r *http.Request) {
+		var req ApplyRequest
+		if err := decodeBody(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		out, err := a.apply(req)
+		reply(w, out, err)
+	})
+	mux.HandleFunc("DELETE /v1/devices/{id}/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		gen, err := a.Hub.Delete(r.PathValue("id"), r.PathValue("namespace"), r.PathValue("name"))
+		reply(w, Applied{Device: r.PathValue("id"), Generation: gen}, err)
+	})
+	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
+		pods, err := a.Fleet.MirrorPods(r.URL.Query().Get("device"), time.Now(), a.Timeout)
+		list := v1.PodList{Items: pods}
+		list.Kind, list.APIVersion = "PodList", "v1"
+		reply(w, list, err)
+	})
+	return mux
+}
+
+func (a *API) detail(id string) (DeviceDetail, error) {
+	d, err := a.Fleet.GetDevice(id, time.Now(), a.Timeout)
+	if err != nil {
+		return DeviceDetail{}, err
+	}
+	out := DeviceDetail{Device: d}
+	desired, err := a.Fleet.Desired(id)
+	if err != nil {
+		return out, err
+	}
+	out.Desired = desired.Pods
+	if out.Ack, err = a.Fleet.LastAck(id); err != nil {
+		return out, err
+	}
+	out.Events, err = a.Fleet.Events(id)
+	return out, err
+}
+
+func (a *API) apply(req ApplyRequest) ([]Applied, error) {
+	if (req.Device == "") == (len(req.Selector) == 0) {
+		return nil, errors.New("apply: name a device or a selector, not both")
+	}
+	if len(req.Pods) == 0 {
+		return nil, errors.New("apply: no pods")
+	}
+	targets := []string{req.Device}
+	if req.Device == "" {
+		var err error
+		if targets, err = a.Fleet.Select(req.Selector); err != nil {
+			return nil, err
+		}
+		if len(targets) == 0 {
+			return nil, fmt.Errorf("apply: no device matches %v", req.Selector)
+		}
+	}
+	var out []Applied
+	for _, id := range targets {
+		gen, err := a.Hub.Apply(id, req.Pods)
+		if err != nil {
+			return out, fmt.Errorf("device %s: %w", id, err)
+		}
+		out = append(out, Applied{Device: id, Generation: gen})
+	}
+	return out, nil
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2*protocol.MaxDesiredBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(apiError{err.Error()})
+		return
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// ServeUnix serves the API on a unix socket until ctx ends.
+func (a *API) ServeUnix(ctx context.Context, path string) error {
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("API socket: %w", err)
+	}
+	os.Chmod(path, 0o660)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Client calls a hub's API on its unix socket.
+type Client struct{ http *http.Client }
+
+// NewClient is a client of the API at socket.
+func NewClient(socket string) *Client {
+	return &Client{http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}}
+}
+
+// Do sends a request with an optional JSON body and decodes the reply.
+func (c *Client) Do(method, path string, body, into any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://podhub"+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("podhub is not reachable (is podhub serve running with this --data-dir?): %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e apiError
+		json.NewDecoder(resp.Body).Decode(&e)
+		return errors.New(e.Error)
+	}
+	if into == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}

@@ -1,0 +1,197 @@
+package hub
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// AnnotationDevice names the device of a mirror pod at the hub.
+const AnnotationDevice = "podvisor.io/device"
+
+// Device is a device as the hub knows it.
+type Device struct {
+	ID       string            `json:"id"`
+	Labels   map[string]string `json:"labels"`
+	Online   bool              `json:"online"`
+	Ready    bool              `json:"ready"`
+	LastSeen time.Time         `json:"lastSeen"`
+	Version  string            `json:"version"`
+	Pods     int               `json:"pods"`
+	// Generation is the desired document's; ObservedGeneration the one
+	// the device last reported applied.
+	Generation         int64          `json:"generation"`
+	ObservedGeneration int64          `json:"observedGeneration"`
+	Node               *v1.NodeStatus `json:"node,omitempty"`
+}
+
+// Devices lists every device, Ready when online and heard from within
+// timeout.
+func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) {
+	rows, err := f.db.Query(`SELECT d.id, d.labels, d.online, d.last_seen, d.version, d.node,
+		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
+		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
+		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0)
+		FROM devices d ORDER BY d.id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Device
+	for rows.Next() {
+		var d Device
+		var labels, node []byte
+		var lastSeen int64
+		if err := rows.Scan(&d.ID, &labels, &d.Online, &lastSeen, &d.Version, &node, &d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
+			return nil, err
+		}
+		json.Unmarshal(labels, &d.Labels)
+		if len(node) > 0 {
+			d.Node = &v1.NodeStatus{}
+			json.Unmarshal(node, d.Node)
+		}
+		if lastSeen > 0 {
+			d.LastSeen = time.UnixMilli(lastSeen)
+		}
+		d.Ready = d.Online && now.Sub(d.LastSeen) < timeout
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// GetDevice returns one device.
+func (f *Fleet) GetDevice(id string, now time.Time, timeout time.Duration) (Device, error) {
+	all, err := f.Devices(now, timeout)
+	if err != nil {
+		return Device{}, err
+	}
+	for _, d := range all {
+		if d.ID == id {
+			return d, nil
+		}
+	}
+	return Device{}, fmt.Errorf("device %q: %w", id, ErrNotFound)
+}
+
+// ErrNotFound is a device or pod the hub does not know.
+var ErrNotFound = errors.New("not found")
+
+// SetLabels merges labels into a device's; an empty value removes one.
+func (f *Fleet) SetLabels(id string, set map[string]string) error {
+	for k, v := range set {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("label %s value %q: %s", k, v, strings.Join(errs, "; "))
+		}
+	}
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var raw []byte
+	err = tx.QueryRow(`SELECT labels FROM devices WHERE id = ?`, id).Scan(&raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("device %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{}
+	json.Unmarshal(raw, &labels)
+	for k, v := range set {
+		if v == "" {
+			delete(labels, k)
+		} else {
+			labels[k] = v
+		}
+	}
+	raw, _ = json.Marshal(labels)
+	if _, err := tx.Exec(`UPDATE devices SET labels = ? WHERE id = ?`, raw, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Select lists the devices whose labels match every k=v of selector.
+func (f *Fleet) Select(selector map[string]string) ([]string, error) {
+	all, err := f.Devices(time.Now(), 0)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, d := range all {
+		match := true
+		for k, v := range selector {
+			if d.Labels[k] != v {
+				match = false
+			}
+		}
+		if match {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids, nil
+}
+
+// MirrorPods lists the mirror pods of one device ("" for all), marked with
+// their device. Those of a device that is not Ready have phase Unknown:
+// the hub cannot tell what they do, and starts nothing in their place.
+func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) ([]v1.Pod, error) {
+	devices, err := f.Devices(now, timeout)
+	if err != nil {
+		return nil, err
+	}
+	var out []v1.Pod
+	for _, d := range devices {
+		if device != "" && d.ID != device {
+			continue
+		}
+		ms, err := f.Mirrors(d.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			var p v1.Pod
+			if err := json.Unmarshal(m.Pod, &p); err != nil {
+				continue
+			}
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[AnnotationDevice] = d.ID
+			if !d.Ready {
+				p.Status.Phase = v1.PodUnknown
+				p.Status.Reason = "NodeLost"
+				p.Status.Message = fmt.Sprintf("device %s has not been heard from since %s", d.ID, d.LastSeen.Format(time.RFC3339))
+				for i := range p.Status.ContainerStatuses {
+					p.Status.ContainerStatuses[i].Ready = false
+				}
+				for i := range p.Status.Conditions {
+					if p.Status.Conditions[i].Type == v1.PodReady {
+						p.Status.Conditions[i].Status = v1.ConditionUnknown
+						p.Status.Conditions[i].LastTransitionTime = metav1.NewTime(now)
+					}
+				}
+			}
+			out = append(out, p)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if a, b := out[i].Annotations[AnnotationDevice], out[j].Annotations[AnnotationDevice]; a != b {
+			return a < b
+		}
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out, nil
+}

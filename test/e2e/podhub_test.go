@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// podhubServer is `podhub serve` with its embedded broker.
+type podhubServer struct {
+	t       *testing.T
+	dataDir string
+	addr    string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+}
+
+func podhubBinary() string { return filepath.Join(filepath.Dir(binary), "podhub") }
+
+func newPodhub(t *testing.T) *podhubServer {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), addr: l.Addr().String()}
+	l.Close()
+	if out, code := h.cli("init"); code != 0 || !strings.Contains(out, "hub.pub") {
+		t.Fatalf("podhub init: %d %s", code, out)
+	}
+	h.start()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *podhubServer) start() {
+	h.cmd = exec.Command(podhubBinary(), "--data-dir", h.dataDir, "serve", "--mqtt-listen", h.addr)
+	h.log = &bytes.Buffer{}
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	if err := h.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	waitForLong(h.t, 10*time.Second, "podhub serving", func() bool {
+		_, code := h.cli("get", "devices")
+		return code == 0
+	})
+}
+
+func (h *podhubServer) stop() {
+	if h.cmd == nil {
+		return
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	h.cmd.Wait()
+	h.cmd = nil
+	if h.t.Failed() {
+		h.t.Logf("podhub log:\n%s", h.log)
+	}
+}
+
+func (h *podhubServer) cli(args ...string) (string, int) {
+	cmd := exec.Command(podhubBinary(), append([]string{"--data-dir", h.dataDir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return string(out), code
+}
+
+func (h *podhubServer) pods(t *testing.T, device string) map[string]v1.Pod {
+	out, code := h.cli("get", "pods", "--device", device, "-o", "json")
+	if code != 0 {
+		t.Fatalf("podhub get pods: %s", out)
+	}
+	var list v1.PodList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("podhub get pods -o json: %v\n%s", err, out)
+	}
+	m := map[string]v1.Pod{}
+	for _, p := range list.Items {
+		m[p.Name] = p
+	}
+	return m
+}
+
+// The CLI contract end to end: podhub init and serve with the embedded
+// broker; a device started with --hub, --device-id and --hub-key; apply
+// by selector, get devices and pods, describe, delete; a silent device
+// is NotReady with pods Unknown and nothing started elsewhere; the hub
+// restarted keeps the fleet.
+func TestPodhubFleet(t *testing.T) {
+	h := newPodhub(t)
+	d := newDaemon(t)
+	d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", "gw-7", "--hub-key", filepath.Join(h.dataDir, "hub.pub")}
+	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
+	d.start()
+	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub", func() bool {
+		out, _ := h.cli("get", "devices")
+		return strings.Contains(out, "gw-7") && strings.Contains(out, "Ready") && !strings.Contains(out, "NotReady")
+	})
+	if out, code := h.cli("label", "device", "gw-7", "site=plant-2", "tier=edge"); code != 0 {
+		t.Fatalf("label: %s", out)
+	}
+	manifest := filepath.Join(t.TempDir(), "app.yaml")
+	os.WriteFile(manifest, []byte(processPod("app", "Always", 1, "exec sleep 1003")), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--selector", "site=plant-2"); code != 0 || !strings.Contains(out, "device/gw-7") {
+		t.Fatalf("apply: %d %s", code, out)
+	}
+	d.waitPod("app", 20*time.Second, running)
+	waitForLong(t, 20*time.Second, "app mirrored Running", func() bool {
+		p, ok := h.pods(t, "gw-7")["app"]
+		return ok && running(&p) && p.Annotations["podvisor.io/device"] == "gw-7"
+	})
+	out, _ := h.cli("get", "pods", "-A")
+	if !strings.Contains(out, "gw-7") || !strings.Contains(out, "local") || !strings.Contains(out, "app") {
+		t.Fatalf("get pods -A:\n%s", out)
+	}
+	out, _ = h.cli("describe", "device", "gw-7")
+	for _, want := range []string{"Observed:  generation 1", "site=plant-2", "Pod default/app:", "accepted"} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Fatalf("describe lacks %q:\n%s", want, out)
+		}
+	}
+	// Bad input is refused at the hub, naming the file and field.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containerz: []}\n"), 0o644)
+	if out, code := h.cli("apply", "-f", bad, "--device", "gw-7"); code == 0 || !strings.Contains(out, "bad.yaml") || !strings.Contains(out, "containerz") {
+		t.Fatalf("a bad manifest: %d %s", code, out)
+	}
+
+	// The hub restarts: it keeps the fleet, and the device reconnects.
+	h.stop()
+	h.start()
+	waitForLong(t, 30*time.Second, "gw-7 back", func() bool {
+		out, _ := h.cli("get", "devices")
+		return strings.Contains(out, "gw-7") && !strings.Contains(out, "NotReady")
+	})
+
+	// The device goes silent: NotReady, its pods Unknown; nothing else
+	// starts them.
+	d.stop(syscall.SIGKILL)
+	waitForLong(t, 20*time.Second, "gw-7 NotReady", func() bool {
+		out, _ := h.cli("get", "devices")
+		return strings.Contains(out, "NotReady")
+	})
+	if p := h.pods(t, "gw-7")["app"]; p.Status.Phase != v1.PodUnknown {
+		t.Fatalf("a silent device's pod is %s, want Unknown", p.Status.Phase)
+	}
+	out, _ = h.cli("get", "pods", "-A")
+	if !strings.Contains(out, "Unknown") {
+		t.Fatalf("get pods -A for a silent device:\n%s", out)
+	}
+
+	// Back, and the pod deleted at the hub stops on the device.
+	d.start()
+	d.waitPod("app", 20*time.Second, running)
+	if out, code := h.cli("delete", "pod", "app", "--device", "gw-7"); code != 0 {
+		t.Fatalf("delete: %s", out)
+	}
+	d.waitGone("app", 30*time.Second)
+	waitForLong(t, 20*time.Second, "app gone at the hub", func() bool {
+		_, ok := h.pods(t, "gw-7")["app"]
+		return !ok
+	})
+}
