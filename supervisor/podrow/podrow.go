@@ -116,4 +116,3 @@ func Of(p *v1.Pod, now time.Time) Row {
 	}
 	return r
 }
-

@@ -58,4 +58,3 @@ func TestColumns(t *testing.T) {
 		t.Fatalf("invalid row status = %q", got)
 	}
 }
-
