@@ -310,3 +310,71 @@ func TestStatusesThroughBrokerRestarts(t *testing.T) {
 		t.Fatalf("%d events stored, %d sent", len(evs), events)
 	}
 }
+
+// A device offline for a long time (compressed: 30,000 status changes of
+// 40 pods and 3,000 events while the broker is away) keeps within its
+// outbox bounds by dropping the oldest events, and when the broker is back
+// the newest status of every pod reaches the hub.
+func TestLongOfflineThenDrain(t *testing.T) {
+	r := newRig(t)
+	st, err := store.Open(filepath.Join(r.dir, "device.db"), store.Limits{Rows: 1000, Bytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-4", HubKey: r.pub,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, st, &fakePods{}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.broker.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { a.Run(stop); close(done) }()
+	defer func() { close(stop); <-done }()
+
+	const changes, podCount = 30000, 40
+	batch := []store.Item{}
+	for i := range changes {
+		name := fmt.Sprintf("p%02d", i%podCount)
+		batch = append(batch, store.Item{Key: "default/" + name, Kind: store.KindPod, Payload: mirror(name, i)})
+		if i%10 == 0 {
+			ev, _ := json.Marshal(protocol.Event{Type: "Warning", Reason: "BackOff", Message: fmt.Sprint(i)})
+			batch = append(batch, store.Item{Key: "default/" + name, Kind: store.KindEvent, Payload: ev})
+		}
+		if len(batch) >= 100 { // the daemon's mirror batches a burst of steps
+			if err := a.Publish(batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	a.Publish(batch)
+	s, _ := st.Stats()
+	if s.Rows > 1000 || s.Dropped == 0 {
+		t.Fatalf("offline outbox: %+v, want at most 1000 rows and dropped events", s)
+	}
+	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the outbox drained", func() bool { s, _ := st.Stats(); return s.Rows == 0 })
+	ms, _ := r.fleet.Mirrors("gw-4")
+	if len(ms) != podCount {
+		t.Fatalf("%d mirrors, want %d", len(ms), podCount)
+	}
+	for i, m := range ms {
+		var p v1.Pod
+		json.Unmarshal(m.Pod, &p)
+		if want := fmt.Sprint(changes - podCount + i); p.Annotations["n"] != want {
+			t.Fatalf("%s is change %s, want the newest, %s", m.Key, p.Annotations["n"], want)
+		}
+	}
+	evs, _ := r.fleet.Events("gw-4")
+	if int64(len(evs))+s.Dropped != changes/10 {
+		t.Fatalf("%d events stored + %d dropped, want %d sent", len(evs), s.Dropped, changes/10)
+	}
+	// What was kept is the newest: the last event made it.
+	if last := evs[len(evs)-1].Message; last != fmt.Sprint(changes-10) {
+		t.Fatalf("the last event stored is %s, want %d", last, changes-10)
+	}
+}

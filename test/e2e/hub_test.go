@@ -74,6 +74,16 @@ func (r *fleetRig) apply(t *testing.T, device string, manifests ...string) {
 	}
 }
 
+// restartBroker starts the embedded broker again on the same address.
+func (r *fleetRig) restartBroker(t *testing.T) {
+	var err error
+	if r.broker, err = hub.StartBroker(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
 func (r *fleetRig) mirror(device, key string) *v1.Pod {
 	ms, _ := r.fleet.Mirrors(device)
 	for _, m := range ms {
@@ -141,10 +151,7 @@ func TestHubPodsOnTheDevice(t *testing.T) {
 	}
 
 	// The hub comes back; deleting the pod there stops it here.
-	var err error
-	if r.broker, err = hub.StartBroker(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
-		t.Fatal(err)
-	}
+	r.restartBroker(t)
 	if _, err := r.hub.Delete("e2e-1", "default", "hubweb"); err != nil {
 		t.Fatal(err)
 	}
