@@ -74,7 +74,7 @@ demo: build
 	@examples/demo.sh
 
 bench: build
-	go run ./test/bench -bin bin/podvisor
+	go run ./test/bench -bin bin/podvisor -hub-devices 1000
 
 clean:
 	rm -rf bin

@@ -35,8 +35,17 @@ func main() {
 	window := flag.Duration("window", 20*time.Second, "CPU measurement window per probe handler")
 	evictions := flag.Int("evictions", 10, "eviction rounds (0: skip)")
 	ctrdPods := flag.Int("containerd-pods", 20, "containerd pods for the memory measurement (0: skip containerd)")
+	hubDevices := flag.Int("hub-devices", 1000, "simulated devices for the hub measurement (-1: skip hub sync)")
+	outboxChildDB := flag.String("outbox-child", "", "internal: make 1,000 outbox changes in this database (the fsync count)")
 	flag.Parse()
-	if err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods); err != nil {
+	if *outboxChildDB != "" {
+		if err := outboxChild(*outboxChildDB); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods, *hubDevices); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -49,7 +58,7 @@ type bench struct {
 	log                           bytes.Buffer
 }
 
-func run(bin string, n, podCount, probed int, window time.Duration, evictions, ctrdPods int) error {
+func run(bin string, n, podCount, probed int, window time.Duration, evictions, ctrdPods, hubDevices int) error {
 	abs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -118,9 +127,14 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		printDist("memory.available crosses hard threshold -> SIGTERM", lat)
 		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
 	}
+	b.stop() // one daemon measured at a time
 	if ctrdPods > 0 {
-		b.stop() // one daemon measured at a time
-		return containerdBench(abs, n, ctrdPods)
+		if err := containerdBench(abs, n, ctrdPods); err != nil {
+			return err
+		}
+	}
+	if hubDevices >= 0 {
+		return hubBench(filepath.Dir(abs), hubDevices)
 	}
 	return nil
 }

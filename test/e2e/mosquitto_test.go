@@ -113,6 +113,7 @@ certfile %s
 keyfile %s
 require_certificate true
 use_identity_as_username true
+set_tcp_nodelay true
 acl_file %s
 `, port, p.path("ca.pem"), p.path("broker.pem"), p.path("broker.key"), p.path("acl"))
 	os.WriteFile(p.path("mosquitto.conf"), []byte(conf), 0o644)

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/sync/device"
+	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// quietPods is a simulated device's daemon: it accepts everything.
+type quietPods struct{}
+
+func (quietPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
+func (quietPods) ApplyHub(int64, []*v1.Pod)                       {}
+func (quietPods) Node() (*v1.Node, error)                         { return &v1.Node{}, nil }
+
+var silent = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func freePort() string {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// hubBench measures hub sync: status throughput device → hub through the
+// embedded broker and through Mosquitto (the peer, same run), device-side
+// fsyncs per 1,000 status changes, and podhub with simulated devices:
+// apply to all → all acked, and podhub's RSS.
+func hubBench(binDir string, devices int) error {
+	dir, err := os.MkdirTemp("", "podvisor-hubbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	fmt.Printf("\nhub sync\n")
+	embedded := freePort()
+	b, err := hub.StartBroker(embedded, silent)
+	if err != nil {
+		return err
+	}
+	rate, err := statusThroughput(filepath.Join(dir, "embedded"), embedded, 10000)
+	b.Close()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("status updates device -> hub, stored, embedded broker   %8.0f /s  (10,000 distinct pods' statuses, acked by the hub)\n", rate)
+	if peer, ok := startMosquittoPlain(dir); ok {
+		prate, err := statusThroughput(filepath.Join(dir, "mosquitto"), peer.addr, 10000)
+		peer.stop()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  peer: the same through Mosquitto %s                %8.0f /s  (embedded/Mosquitto %.2fx)\n", peer.version, prate, rate/prate)
+	} else {
+		fmt.Println("  peer: Mosquitto not installed (Debian's mosquitto); skipped")
+	}
+	if n, ok := fsyncsPer1000(dir); ok {
+		fmt.Printf("device SQLite fsyncs per 1,000 status changes            %8d    (each change its own transaction; strace -f -c)\n", n)
+	} else {
+		fmt.Println("device SQLite fsyncs per 1,000 status changes: strace not installed; skipped")
+	}
+	if devices > 0 {
+		return fleetBench(binDir, dir, devices)
+	}
+	return nil
+}
+
+// statusThroughput sends n statuses of distinct pods (no coalescing) and
+// times until the hub has acknowledged every one.
+func statusThroughput(dir, addr string, n int) (float64, error) {
+	fleet, err := hub.OpenFleet(filepath.Join(dir, "fleet.db"))
+	if err != nil {
+		return 0, err
+	}
+	defer fleet.Close()
+	_, priv, _ := ed25519.GenerateKey(nil)
+	h := hub.New(hub.Config{Broker: "mqtt://" + addr, Key: priv, ClientID: "podhub-bench"}, fleet, silent)
+	if err := h.Start(10 * time.Second); err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	st, err := store.Open(filepath.Join(dir, "device.db"), store.Limits{Rows: 2 * n, Bytes: 1 << 30})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	a, err := device.New(device.Config{Broker: "mqtt://" + addr, DeviceID: "bench-1", AllowUnsigned: true}, st, quietPods{}, silent)
+	if err != nil {
+		return 0, err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go a.Run(stop)
+	items := make([]store.Item, 0, 100)
+	start := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("pod-%05d", i)
+		p, _ := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Status: v1.PodStatus{Phase: v1.PodRunning}})
+		items = append(items, store.Item{Key: "default/" + name, Kind: store.KindPod, Payload: p})
+		if len(items) == cap(items) {
+			if err := a.Publish(items); err != nil {
+				return 0, err
+			}
+			items = items[:0]
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		s, _ := st.Stats()
+		if s.Rows == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("status throughput: %d statuses still unacknowledged after 2 min", s.Rows)
+		}
+	}
+	elapsed := time.Since(start)
+	ms, _ := fleet.Mirrors("bench-1")
+	if len(ms) != n {
+		return 0, fmt.Errorf("status throughput: the hub holds %d mirrors, want %d", len(ms), n)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+type mosquittoPeer struct {
+	addr, version string
+	cmd           *exec.Cmd
+}
+
+func (m mosquittoPeer) stop() { m.cmd.Process.Kill(); m.cmd.Wait() }
+
+// startMosquittoPlain runs Debian's Mosquitto on a private loopback port
+// with default settings (no TLS), as the broker peer.
+func startMosquittoPlain(dir string) (mosquittoPeer, bool) {
+	bin := "/usr/sbin/mosquitto"
+	if _, err := os.Stat(bin); err != nil {
+		return mosquittoPeer{}, false
+	}
+	addr := freePort()
+	_, port, _ := net.SplitHostPort(addr)
+	conf := filepath.Join(dir, "mosquitto.conf")
+	os.WriteFile(conf, []byte("user root\nlistener "+port+" 127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\nset_tcp_nodelay true\n"), 0o644)
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	version := strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "mosquitto version ")
+	cmd := exec.Command(bin, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		return mosquittoPeer{}, false
+	}
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return mosquittoPeer{addr: addr, version: version, cmd: cmd}, true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	return mosquittoPeer{}, false
+}
+
+// fsyncsPer1000 runs this program as a child that makes 1,000 status
+// changes in the outbox, one transaction each, under strace.
+func fsyncsPer1000(dir string) (int, bool) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		return 0, false
+	}
+	self, _ := os.Executable()
+	cmd := exec.Command(strace, "-f", "-c", "-e", "trace=fsync,fdatasync", self, "-outbox-child", filepath.Join(dir, "fsync.db"))
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return 0, false
+	}
+	total := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && (f[len(f)-1] == "fsync" || f[len(f)-1] == "fdatasync") {
+			var n int
+			fmt.Sscan(f[3], &n)
+			total += n
+		}
+	}
+	return total, true
+}
+
+// outboxChild makes 1,000 status changes of 50 pods, each committed on
+// its own, then closes the database (a checkpoint).
+func outboxChild(path string) error {
+	st, err := store.Open(path, store.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	for i := range 1000 {
+		name := fmt.Sprintf("pod-%02d", i%50)
+		p, _ := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"n": fmt.Sprint(i)}}})
+		if err := st.Add([]store.Item{{Key: "default/" + name, Kind: store.KindPod, Payload: p}}); err != nil {
+			return err
+		}
+	}
+	return st.Close()
+}
+
+// fleetBench runs podhub serve (embedded broker) with simulated devices
+// (real agents, each with its own SQLite store, in this process): the
+// time from podhub apply to every device's ack, and podhub's RSS.
+func fleetBench(binDir, dir string, devices int) error {
+	podhub := filepath.Join(binDir, "podhub")
+	data := filepath.Join(dir, "podhub")
+	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
+		return fmt.Errorf("podhub init: %v %s", err, out)
+	}
+	addr := freePort()
+	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr)
+	var slog bytes.Buffer
+	serve.Stdout, serve.Stderr = &slog, &slog
+	if err := serve.Start(); err != nil {
+		return err
+	}
+	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
+	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
+	for i := 0; ; i++ {
+		if client.Do("GET", "/v1/devices", nil, nil) == nil {
+			break
+		}
+		if i > 200 {
+			return fmt.Errorf("podhub did not start:\n%s", slog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	idle := rss(serve.Process.Pid)
+	pubPEM, _ := os.ReadFile(filepath.Join(data, "hub.pub"))
+	block, _ := pem.Decode(pubPEM)
+	k, _ := x509.ParsePKIXPublicKey(block.Bytes)
+	pub := k.(ed25519.PublicKey)
+
+	stop := make(chan struct{})
+	defer close(stop)
+	var stores []*store.Store
+	defer func() {
+		for _, s := range stores {
+			s.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	connectStart := time.Now()
+	for i := range devices {
+		st, err := store.Open(filepath.Join(dir, "devices", fmt.Sprintf("d%04d.db", i)), store.DefaultLimits)
+		if err != nil {
+			return err
+		}
+		stores = append(stores, st)
+		a, err := device.New(device.Config{Broker: "mqtt://" + addr, DeviceID: fmt.Sprintf("sim-%04d", i), HubKey: pub,
+			Heartbeat: 10 * time.Minute}, st, quietPods{}, silent)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); a.Run(stop) }()
+	}
+	var ds []hub.Device
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countReady(ds) == devices {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d simulated devices connected in 3 min", countReady(ds), devices)
+		}
+	}
+	connected := time.Since(connectStart)
+	for _, d := range ds {
+		if err := client.Do("PUT", "/v1/devices/"+d.ID+"/labels", map[string]string{"fleet": "bench"}, nil); err != nil {
+			return err
+		}
+	}
+	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
+	start := time.Now()
+	var applied []hub.Applied
+	if err := client.Do("POST", "/v1/apply", hub.ApplyRequest{Selector: map[string]string{"fleet": "bench"}, Pods: []json.RawMessage{pod}}, &applied); err != nil {
+		return err
+	}
+	applyDone := time.Since(start)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countObserved(ds, 1) == devices {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d devices acked in 3 min", countObserved(ds, 1), devices)
+		}
+	}
+	acked := time.Since(start)
+	full := rss(serve.Process.Pid)
+	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
+	fmt.Printf("  all connected and Ready                                %8.2f s\n", connected.Seconds())
+	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
+	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
+	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
+	return nil
+}
+
+func countReady(ds []hub.Device) int {
+	n := 0
+	for _, d := range ds {
+		if d.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+func countObserved(ds []hub.Device, gen int64) int {
+	n := 0
+	for _, d := range ds {
+		if d.ObservedGeneration >= gen {
+			n++
+		}
+	}
+	return n
+}
