@@ -1,6 +1,7 @@
 package hub_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
@@ -239,6 +240,30 @@ func TestForgedDesiredRefused(t *testing.T) {
 	}
 	if a, _ := r.fleet.LastAck("gw-2"); a.ObservedGeneration != 1 {
 		t.Fatalf("observedGeneration %d, want 1", a.ObservedGeneration)
+	}
+	// Generation 2, then the hub's own generation 1 replayed, malformed
+	// JSON, and an oversized document: each refused with its reason, and
+	// generation 2 stays in force.
+	gen1, _ := r.fleet.Desired("gw-2")
+	r.hub.Apply("gw-2", []json.RawMessage{podJSON("db")})
+	eventually(t, 10*time.Second, "generation 2", func() bool { g, _, _ := pods.state(); return g == 2 })
+	desiredTopic := protocol.Topics{}.Device("gw-2", protocol.KindDesired)
+	for _, bad := range []struct {
+		payload []byte
+		reason  string
+	}{
+		{gen1.Document, "stale generation 1"},
+		{[]byte(`{"schema":1,"desired":{"schema":1,`), "desired document"},
+		{append([]byte(`{"schema":1,"desired":"`), bytes.Repeat([]byte("x"), protocol.MaxDesiredBytes)...), "over the"},
+	} {
+		c.Publish(desiredTopic, 1, false, bad.payload).Wait()
+		eventually(t, 10*time.Second, "the refusal: "+bad.reason, func() bool {
+			a, _ := r.fleet.LastAck("gw-2")
+			return a != nil && strings.Contains(a.Error, bad.reason) && a.ObservedGeneration == 2
+		})
+	}
+	if g, names, _ := pods.state(); g != 2 || fmt.Sprint(names) != "[web db]" {
+		t.Fatalf("after bad documents: generation %d pods %v", g, names)
 	}
 	// Garbage on a device's status topic is refused with a reason the hub keeps.
 	c.Publish(protocol.Topics{}.Device("gw-2", protocol.KindStatus), 1, false, []byte(`{"schema":1,"epoch":"x","items":[{"seq":1}]}`)).Wait()
