@@ -91,15 +91,17 @@ type Daemon struct {
 	requests  chan request
 	// hub is the hub connection (nil without one); hubPods its pods,
 	// hubEvents the events waiting for the mirror.
-	hub           HubAgent
-	hubPods       []*v1.Pod
-	hubGeneration int64
-	hubEvents     chan store.Item
-	view          *view
-	views         map[types.UID]cachedView // PodView cache, loop-owned
-	cg            cgroups.Driver           // nil without cgroups
-	layout        cgroups.Layout
-	shimCg        string // the cgroup shims live in
+	hub       HubAgent
+	hubPods   []*v1.Pod
+	hubEvents chan store.Item
+	// stoppingAll: the daemon is stopping every pod before it exits, and
+	// nothing may be desired again.
+	stoppingAll bool
+	view        *view
+	views       map[types.UID]cachedView // PodView cache, loop-owned
+	cg          cgroups.Driver           // nil without cgroups
+	layout      cgroups.Layout
+	shimCg      string // the cgroup shims live in
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
@@ -358,6 +360,7 @@ func (d *Daemon) do(fn func() error) error {
 // else (exits, hooks, API requests) is served as usual.
 func (d *Daemon) stopAll() {
 	d.log.Info("stopping all pods before exit")
+	d.stoppingAll = true
 	d.machine.SetDesired(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), d.longestGrace()+5*time.Second)
 	defer cancel()

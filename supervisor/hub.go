@@ -57,7 +57,8 @@ func (d *Daemon) setHubPods(gen int64, pods []*v1.Pod) {
 		manifest.Stamp(p, manifest.SourceHub, "")
 		out = append(out, p)
 	}
-	d.hubPods, d.hubGeneration = out, gen
+	d.hubPods = out
+	d.log.Info("hub pods", "generation", gen, "pods", len(out))
 	d.applyDesired()
 }
 
@@ -65,6 +66,9 @@ func (d *Daemon) setHubPods(gen int64, pods []*v1.Pod) {
 // wins over a hub pod of the same name (the device's own configuration
 // comes first; the hub was told when it sent the pod, if it was there).
 func (d *Daemon) applyDesired() {
+	if d.stoppingAll {
+		return
+	}
 	pods := append([]*v1.Pod(nil), d.manifests.Pods...)
 	files := map[string]bool{}
 	for _, p := range d.manifests.Pods {
