@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/tlsconfig"
 )
 
 // config is <data-dir>/podhub.yaml, written by init.
@@ -136,7 +136,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		hcfg.Password = strings.TrimSpace(string(pw))
 	}
 	if strings.HasPrefix(url, "mqtts://") {
-		if hcfg.TLS, err = clientTLS(cfg); err != nil {
+		if hcfg.TLS, err = tlsconfig.Client(cfg.TLS.CA, cfg.TLS.Cert, cfg.TLS.Key, ""); err != nil {
 			return err
 		}
 	}
@@ -168,26 +168,4 @@ func readPrivateKey(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("hub key %s: a %T, want ed25519", path, k)
 	}
 	return priv, nil
-}
-
-func clientTLS(cfg config) (*tls.Config, error) {
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.TLS.CA != "" {
-		data, err := os.ReadFile(cfg.TLS.CA)
-		if err != nil {
-			return nil, err
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("tls.ca %s: no certificate", cfg.TLS.CA)
-		}
-	}
-	if cfg.TLS.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
-		if err != nil {
-			return nil, err
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/tlsconfig"
 )
 
 // hubConfig is the config file's hub section.
@@ -75,7 +74,7 @@ func attachHub(hc hubConfig, nodeName, dataDir string, d *supervisor.Daemon, log
 		cfg.Heartbeat = hc.Heartbeat.Duration
 	}
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
-		t, err := hubTLS(hc)
+		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
 			return nil, err
 		}
@@ -122,31 +121,4 @@ func readHubKey(path string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("hub key %s: a %T, want an ed25519 key", path, k)
 	}
 	return pub, nil
-}
-
-// hubTLS is the client TLS configuration: the hub's CA, and a client
-// certificate when one is given.
-func hubTLS(hc hubConfig) (*tls.Config, error) {
-	t := &tls.Config{ServerName: hc.TLS.ServerName, MinVersion: tls.VersionTLS12}
-	if hc.TLS.CA != "" {
-		pem, err := os.ReadFile(hc.TLS.CA)
-		if err != nil {
-			return nil, fmt.Errorf("hub tls.ca: %w", err)
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("hub tls.ca %s: no certificate in it", hc.TLS.CA)
-		}
-	}
-	if (hc.TLS.Cert == "") != (hc.TLS.Key == "") {
-		return nil, errors.New("hub tls: cert and key go together")
-	}
-	if hc.TLS.Cert != "" {
-		c, err := tls.LoadX509KeyPair(hc.TLS.Cert, hc.TLS.Key)
-		if err != nil {
-			return nil, fmt.Errorf("hub tls: %w", err)
-		}
-		t.Certificates = []tls.Certificate{c}
-	}
-	return t, nil
 }
