@@ -200,7 +200,7 @@ func (c *cli) label(args []string) error {
 		return err
 	}
 	if len(pos) < 3 || pos[0] != "device" {
-		return errors.New("usage: podhub label device ID k=v|k- ...")
+		return errors.New("usage: podhub label device ID k=v|k- [k=v|k- ...]")
 	}
 	labels, err := parseLabels(pos[2:], true)
 	if err != nil {

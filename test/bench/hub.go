@@ -30,8 +30,8 @@ import (
 type quietPods struct{}
 
 func (quietPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
-func (quietPods) ApplyHub(int64, []*v1.Pod)                       {}
-func (quietPods) Node() (*v1.Node, error)                         { return &v1.Node{}, nil }
+func (quietPods) ApplyHub(int64, []*v1.Pod)                      {}
+func (quietPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 var silent = slog.New(slog.NewTextHandler(io.Discard, nil))
 
