@@ -26,11 +26,19 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 	requireRoot(t)
 	ctrd := ctrdtest.Start(t)
 	d := newDaemon(t)
+	sandboxes := filepath.Join(d.dir, "sandbox")
 	t.Cleanup(func() {
-		// Pods left running keep their namespaces and tmpfs mounted.
+		// Pods left running keep their namespaces and tmpfs mounted, and
+		// a shared PID namespace its init.
+		inits, _ := filepath.Glob(filepath.Join(sandboxes, "*", "pid.init"))
+		for _, f := range inits {
+			var pid int
+			if b, err := os.ReadFile(f); err == nil && parsePid(string(b), &pid) && pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
 	})
-	sandboxes := filepath.Join(d.dir, "sandbox")
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
 	}
@@ -463,4 +471,9 @@ spec:
 	if term := p.Status.ContainerStatuses[0].State.Terminated; term.Reason != "OOMKilled" || term.ExitCode != 137 {
 		t.Fatalf("terminated %+v, want OOMKilled with exit code 137", term)
 	}
+}
+
+func parsePid(s string, pid *int) bool {
+	_, err := fmt.Sscan(s, pid)
+	return err == nil
 }
