@@ -176,13 +176,39 @@ func (f *Fleet) SavePresence(device string, online bool, at time.Time) error {
 	return err
 }
 
-// SaveHeartbeat records a device's node status.
+// SaveHeartbeat records a device's node status. Labels the device
+// reports are added to its labels where the key is not set yet: the
+// labels set at the hub (podhub label) win.
 func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) error {
 	node, _ := json.Marshal(h.Node)
-	_, err := f.db.Exec(`INSERT INTO devices (id, last_seen, version, node) VALUES (?, ?, ?, ?)
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO devices (id, last_seen, version, node) VALUES (?, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET last_seen = MAX(last_seen, excluded.last_seen), version = excluded.version, node = excluded.node`,
-		h.Device, at.UnixMilli(), h.Version, node)
-	return err
+		h.Device, at.UnixMilli(), h.Version, node); err != nil {
+		return err
+	}
+	if len(h.Labels) > 0 {
+		var raw []byte
+		if err := tx.QueryRow(`SELECT labels FROM devices WHERE id = ?`, h.Device).Scan(&raw); err != nil {
+			return err
+		}
+		labels := map[string]string{}
+		json.Unmarshal(raw, &labels)
+		for k, v := range h.Labels {
+			if _, set := labels[k]; !set {
+				labels[k] = v
+			}
+		}
+		raw, _ = json.Marshal(labels)
+		if _, err := tx.Exec(`UPDATE devices SET labels = ? WHERE id = ?`, raw, h.Device); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // DesiredDoc is a device's current desired document at the hub.

@@ -101,11 +101,13 @@ func TestPodhubFleet(t *testing.T) {
 	h := newPodhub(t)
 	d := newDaemon(t)
 	d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", "gw-7", "--hub-key", filepath.Join(h.dataDir, "hub.pub")}
+	d.withConfig("hub: {labels: {model: gw100}}\n")
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
-	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub", func() bool {
+	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub, with the labels it reports", func() bool {
 		out, _ := h.cli("get", "devices")
-		return strings.Contains(out, "gw-7") && strings.Contains(out, "Ready") && !strings.Contains(out, "NotReady")
+		return strings.Contains(out, "gw-7") && strings.Contains(out, "Ready") && !strings.Contains(out, "NotReady") &&
+			strings.Contains(out, "model=gw100")
 	})
 	if out, code := h.cli("label", "device", "gw-7", "site=plant-2", "tier=edge"); code != 0 {
 		t.Fatalf("label: %s", out)
