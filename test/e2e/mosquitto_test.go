@@ -81,8 +81,9 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 // startMosquitto runs Debian's Mosquitto 2 on a private port with TLS,
 // client certificates (the certificate's CN is the MQTT user name) and
 // the example ACL from packaging/, which confines each device to its
-// own topics.
-func startMosquitto(t *testing.T, p *pki) string {
+// own topics; and on a second port, plain, with user names and passwords
+// (users maps them) under the same ACL.
+func startMosquitto(t *testing.T, p *pki, users map[string]string) (tlsAddr, passwordAddr string) {
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		if _, err = os.Stat("/usr/sbin/mosquitto"); err != nil {
@@ -98,6 +99,15 @@ func startMosquitto(t *testing.T, p *pki) string {
 	addr := l.Addr().String()
 	l.Close()
 	_, port, _ := net.SplitHostPort(addr)
+	passwordAddr = freeLoopback(t)
+	_, pwPort, _ := net.SplitHostPort(passwordAddr)
+	passwd := p.path("passwd")
+	os.WriteFile(passwd, nil, 0o600)
+	for u, pw := range users {
+		if out, err := exec.Command("mosquitto_passwd", "-b", passwd, u, pw).CombinedOutput(); err != nil {
+			prerequisite(t, "mosquitto_passwd: %v %s", err, out)
+		}
+	}
 	acl, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "mosquitto", "acl"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +125,13 @@ require_certificate true
 use_identity_as_username true
 set_tcp_nodelay true
 acl_file %s
-`, port, p.path("ca.pem"), p.path("broker.pem"), p.path("broker.key"), p.path("acl"))
+
+listener %s 127.0.0.1
+allow_anonymous false
+password_file %s
+set_tcp_nodelay true
+acl_file %s
+`, port, p.path("ca.pem"), p.path("broker.pem"), p.path("broker.key"), p.path("acl"), pwPort, passwd, p.path("acl"))
 	os.WriteFile(p.path("mosquitto.conf"), []byte(conf), 0o644)
 	cmd := exec.Command(bin, "-c", p.path("mosquitto.conf"))
 	var log bytes.Buffer
@@ -130,14 +146,25 @@ acl_file %s
 			t.Logf("mosquitto log:\n%s", log.String())
 		}
 	})
-	waitForLong(t, 10*time.Second, "mosquitto listening", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
+	for _, a := range []string{addr, passwordAddr} {
+		waitForLong(t, 10*time.Second, "mosquitto listening on "+a, func() bool {
+			c, err := net.Dial("tcp", a)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+	}
+	return addr, passwordAddr
+}
+
+func freeLoopback(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func repoRoot(t *testing.T) string {
@@ -165,11 +192,12 @@ func mqttsClient(t *testing.T, p *pki, addr, name, id string) (mqtt.Client, erro
 
 // A fleet on a real Mosquitto 2 with TLS, client certificates and the
 // packaged ACL: the hub and the device work as on the embedded broker; a
-// client without a certificate is refused; a device cannot publish on
-// another device's topics.
+// device with a user name and password works too, and a wrong password
+// is refused; a client without a certificate is refused; a device cannot
+// publish on another device's topics.
 func TestMosquittoTLSAndACL(t *testing.T) {
 	p := newPKI(t)
-	addr := startMosquitto(t, p)
+	addr, pwAddr := startMosquitto(t, p, map[string]string{"gw-pw": "s3cret-pw"})
 	p.issue(t, "podhub", "podhub", false)
 	p.issue(t, "gw-tls", "gw-tls", false)
 	p.issue(t, "gw-evil", "gw-evil", false)
@@ -204,6 +232,27 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	}
 	d.waitPod("app", 20*time.Second, running)
 	waitForLong(t, 20*time.Second, "app mirrored", func() bool { p, ok := h.pods(t, "gw-tls")["app"]; return ok && running(&p) })
+
+	// A device with a user name and password, on the password listener.
+	pwFile := filepath.Join(t.TempDir(), "password")
+	os.WriteFile(pwFile, []byte("s3cret-pw\n"), 0o600)
+	d2 := newDaemon(t)
+	d2.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: gw-pw, key: %s, username: gw-pw, passwordFile: %s}\n",
+		pwAddr, filepath.Join(h.dataDir, "hub.pub"), pwFile))
+	d2.start()
+	os.WriteFile(manifest, []byte(processPod("pwapp", "Always", 1, "exec sleep 1005")), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--device", "gw-pw"); code != 0 {
+		t.Fatalf("apply to gw-pw: %s", out)
+	}
+	d2.waitPod("pwapp", 20*time.Second, running)
+	waitForLong(t, 20*time.Second, "pwapp mirrored", func() bool { p, ok := h.pods(t, "gw-pw")["pwapp"]; return ok && running(&p) })
+	// A wrong password is refused by the broker.
+	bad := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtt://" + pwAddr).SetClientID("podvisor-gw-pw2").
+		SetUsername("gw-pw").SetPassword("wrong"))
+	if tok := bad.Connect(); tok.Wait() && tok.Error() == nil {
+		bad.Disconnect(0)
+		t.Fatal("a wrong password connected")
+	}
 
 	// No certificate, no connection.
 	plain := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtts://" + addr).SetClientID("anon").
