@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
 )
 
@@ -52,18 +51,10 @@ func (c *cli) init(args []string) error {
 	if err != nil {
 		return err
 	}
-	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
+	if err := os.WriteFile(c.path("hub.key"), protocol.EncodePrivateKey(priv), 0o600); err != nil {
 		return err
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.path("hub.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.path("hub.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+	if err := os.WriteFile(c.path("hub.pub"), protocol.EncodePublicKey(pub), 0o644); err != nil {
 		return err
 	}
 	cfg := "# podhub serve's settings; its flags override them.\nmqttListen: \":1883\"   # the embedded broker; or broker: mqtts://HOST:PORT for an external one\ndeviceTimeout: 90s     # a device silent this long is NotReady\n"
@@ -155,17 +146,9 @@ func readPrivateKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub key (run podhub init first): %w", err)
 	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("hub key %s: not a PEM PRIVATE KEY", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	priv, err := protocol.ParsePrivateKey(data)
 	if err != nil {
 		return nil, fmt.Errorf("hub key %s: %w", path, err)
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("hub key %s: a %T, want ed25519", path, k)
 	}
 	return priv, nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/ed25519"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/sync/device"
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
 )
@@ -101,24 +100,15 @@ func attachHub(hc hubConfig, nodeName, dataDir string, d *supervisor.Daemon, log
 	return func() { st.Close() }, nil
 }
 
-// readHubKey reads the hub's ed25519 public key: PEM "PUBLIC KEY"
-// (PKIX), as `podhub init` writes hub.pub.
+// readHubKey reads the hub's ed25519 public key, hub.pub from podhub init.
 func readHubKey(path string) (ed25519.PublicKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("hub key: %w", err)
 	}
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PUBLIC KEY" {
-		return nil, fmt.Errorf("hub key %s: not a PEM PUBLIC KEY", path)
-	}
-	k, err := x509.ParsePKIXPublicKey(block.Bytes)
+	pub, err := protocol.ParsePublicKey(data)
 	if err != nil {
 		return nil, fmt.Errorf("hub key %s: %w", path, err)
-	}
-	pub, ok := k.(ed25519.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("hub key %s: a %T, want an ed25519 key", path, k)
 	}
 	return pub, nil
 }

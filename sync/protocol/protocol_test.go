@@ -257,3 +257,21 @@ func FuzzDecodeAck(f *testing.F) {
 		DecodePresence(data)
 	})
 }
+
+func TestKeysRoundTrip(t *testing.T) {
+	pub, priv := keys(t)
+	gotPub, err := ParsePublicKey(EncodePublicKey(pub))
+	if err != nil || !gotPub.Equal(pub) {
+		t.Fatalf("public key: %v", err)
+	}
+	gotPriv, err := ParsePrivateKey(EncodePrivateKey(priv))
+	if err != nil || !gotPriv.Equal(priv) {
+		t.Fatalf("private key: %v", err)
+	}
+	if _, err := ParsePublicKey(EncodePrivateKey(priv)); err == nil || !strings.Contains(err.Error(), "PUBLIC KEY") {
+		t.Fatalf("a private key read as public: %v", err)
+	}
+	if _, err := ParsePrivateKey([]byte("junk")); err == nil {
+		t.Fatal("junk read as a private key")
+	}
+}

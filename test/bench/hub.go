@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
 
@@ -247,9 +246,10 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	idle := rss(serve.Process.Pid)
 	pubPEM, _ := os.ReadFile(filepath.Join(data, "hub.pub"))
-	block, _ := pem.Decode(pubPEM)
-	k, _ := x509.ParsePKIXPublicKey(block.Bytes)
-	pub := k.(ed25519.PublicKey)
+	pub, err := protocol.ParsePublicKey(pubPEM)
+	if err != nil {
+		return fmt.Errorf("podhub's hub.pub: %w", err)
+	}
 
 	stop := make(chan struct{})
 	defer close(stop)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"crypto/ed25519"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // fleetRig is a hub with its embedded broker, run in the test process.
@@ -43,9 +42,8 @@ func newFleetRig(t *testing.T) *fleetRig {
 	}
 	t.Cleanup(func() { r.broker.Close() })
 	pub, priv, _ := ed25519.GenerateKey(nil)
-	der, _ := x509.MarshalPKIXPublicKey(pub)
 	r.pubFile = filepath.Join(t.TempDir(), "hub.pub")
-	os.WriteFile(r.pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+	os.WriteFile(r.pubFile, protocol.EncodePublicKey(pub), 0o644)
 	if r.fleet, err = hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
