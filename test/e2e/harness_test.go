@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,3 +309,13 @@ func exists(path string) bool {
 }
 
 func writeString(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
+
+// freeLoopback is a free address on 127.0.0.1 for a server a test starts.
+func freeLoopback(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

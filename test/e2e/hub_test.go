@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,13 +29,9 @@ type fleetRig struct {
 }
 
 func newFleetRig(t *testing.T) *fleetRig {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &fleetRig{addr: l.Addr().String()}
-	l.Close()
+	r := &fleetRig{addr: freeLoopback(t)}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	var err error
 	if r.broker, err = hub.StartBroker(r.addr, log); err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +74,6 @@ func (r *fleetRig) restartBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 func (r *fleetRig) mirror(device, key string) *v1.Pod {
 	ms, _ := r.fleet.Mirrors(device)
@@ -157,16 +150,5 @@ func TestHubPodsOnTheDevice(t *testing.T) {
 	waitForLong(t, 30*time.Second, "hubweb's mirror removed at the hub", func() bool { return r.mirror("e2e-1", "default/hubweb") == nil })
 	if lo := r.mirror("e2e-1", "default/local"); lo == nil || !running(lo) {
 		t.Fatalf("the file pod's mirror: %+v", lo)
-	}
-}
-
-func waitForLong(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

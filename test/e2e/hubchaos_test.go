@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -77,7 +78,7 @@ func TestHubChaosKills(t *testing.T) {
 	waitForLong(t, 40*time.Second, "the hub's mirrors match the device", func() bool {
 		out, _, _ := d.cli("get", "pods", "-o", "json")
 		var local v1.PodList
-		if err := jsonUnmarshal(out, &local); err != nil {
+		if err := json.Unmarshal([]byte(out), &local); err != nil {
 			return false
 		}
 		for _, p := range local.Items {

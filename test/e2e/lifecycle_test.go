@@ -323,10 +323,16 @@ func countShims(t *testing.T, d *daemon) int {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitForLong(t, 10*time.Second, "the condition", cond)
+}
+
+// waitForLong waits up to d for cond, naming what it waited for.
+func waitForLong(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("not within %v: %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

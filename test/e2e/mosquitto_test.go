@@ -92,12 +92,7 @@ func startMosquitto(t *testing.T, p *pki, users map[string]string) (tlsAddr, pas
 		bin = "/usr/sbin/mosquitto"
 	}
 	p.issue(t, "broker", "localhost", true)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeLoopback(t)
 	_, port, _ := net.SplitHostPort(addr)
 	passwordAddr = freeLoopback(t)
 	_, pwPort, _ := net.SplitHostPort(passwordAddr)
@@ -156,15 +151,6 @@ acl_file %s
 		})
 	}
 	return addr, passwordAddr
-}
-
-func freeLoopback(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func repoRoot(t *testing.T) string {

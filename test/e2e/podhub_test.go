@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,12 +26,7 @@ type podhubServer struct {
 func podhubBinary() string { return filepath.Join(filepath.Dir(binary), "podhub") }
 
 func newPodhub(t *testing.T) *podhubServer {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), addr: l.Addr().String()}
-	l.Close()
+	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), addr: freeLoopback(t)}
 	if out, code := h.cli("init"); code != 0 || !strings.Contains(out, "hub.pub") {
 		t.Fatalf("podhub init: %d %s", code, out)
 	}

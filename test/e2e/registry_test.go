@@ -33,12 +33,7 @@ func startRegistry(t *testing.T, user, password string) string {
 	if out, err := exec.Command(htpasswd, "-Bbc", users, user, password).CombinedOutput(); err != nil {
 		t.Fatalf("htpasswd: %v %s", err, out)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeLoopback(t)
 	config := filepath.Join(dir, "config.yml")
 	os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
 log: {level: warn}
