@@ -36,11 +36,16 @@ type Device struct {
 // Devices lists every device, Ready when online and heard from within
 // timeout.
 func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) {
+	return f.devices(now, timeout, "")
+}
+
+// devices lists one device (id) or all ("").
+func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
 	rows, err := f.db.Query(`SELECT d.id, d.labels, d.online, d.last_seen, d.version, d.node,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
 		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0)
-		FROM devices d ORDER BY d.id`)
+		FROM devices d WHERE ? = '' OR d.id = ? ORDER BY d.id`, id, id)
 	if err != nil {
 		return nil, err
 	}
@@ -69,16 +74,14 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 
 // GetDevice returns one device.
 func (f *Fleet) GetDevice(id string, now time.Time, timeout time.Duration) (Device, error) {
-	all, err := f.Devices(now, timeout)
+	ds, err := f.devices(now, timeout, id)
 	if err != nil {
 		return Device{}, err
 	}
-	for _, d := range all {
-		if d.ID == id {
-			return d, nil
-		}
+	if len(ds) == 0 {
+		return Device{}, fmt.Errorf("device %q: %w", id, ErrNotFound)
 	}
-	return Device{}, fmt.Errorf("device %q: %w", id, ErrNotFound)
+	return ds[0], nil
 }
 
 // ErrNotFound is a device or pod the hub does not know.
@@ -148,15 +151,12 @@ func (f *Fleet) Select(selector map[string]string) ([]string, error) {
 // their device. Those of a device that is not Ready have phase Unknown:
 // the hub cannot tell what they do, and starts nothing in their place.
 func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) ([]v1.Pod, error) {
-	devices, err := f.Devices(now, timeout)
+	devices, err := f.devices(now, timeout, device)
 	if err != nil {
 		return nil, err
 	}
 	var out []v1.Pod
 	for _, d := range devices {
-		if device != "" && d.ID != device {
-			continue
-		}
 		ms, err := f.Mirrors(d.ID)
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -159,11 +160,19 @@ func (s *Store) SaveDesired(r DesiredRecord) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.Exec(`PRAGMA synchronous = FULL`); err != nil {
+	// On one connection held for the purpose: the pragma is per
+	// connection, and the outbox's writes stay at NORMAL.
+	ctx := context.Background()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
 		return err
 	}
-	defer s.db.Exec(`PRAGMA synchronous = NORMAL`)
-	_, err = s.db.Exec(`INSERT INTO hub_desired (id, generation, document, results) VALUES (1, ?, ?, ?)
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+		return err
+	}
+	defer conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`)
+	_, err = conn.ExecContext(ctx, `INSERT INTO hub_desired (id, generation, document, results) VALUES (1, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, document = excluded.document, results = excluded.results`,
 		r.Generation, r.Document, results)
 	if err != nil {
