@@ -86,10 +86,14 @@ func (h *Hub) Close() { h.client.Disconnect(500) }
 // them back; devices ignore a generation they have).
 func (h *Hub) onConnect(c mqtt.Client) {
 	for kind, handler := range map[string]mqtt.MessageHandler{
-		protocol.KindStatus:    h.onStatus,
-		protocol.KindAck:       h.onAck,
-		protocol.KindHeartbeat: h.onHeartbeat,
-		protocol.KindPresence:  h.onPresence,
+		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
+			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
+		protocol.KindAck: report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device },
+			func(_ string, a *protocol.Ack) error { return h.fleet.SaveAck(a, h.now()) }),
+		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device },
+			func(_ string, hb *protocol.Heartbeat) error { return h.fleet.SaveHeartbeat(hb, h.now()) }),
+		protocol.KindPresence: report(h, "presence", protocol.DecodePresence, func(p *protocol.Presence) string { return p.Device },
+			func(dev string, p *protocol.Presence) error { return h.fleet.SavePresence(dev, p.Online, h.now()) }),
 	} {
 		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
@@ -126,76 +130,41 @@ func (h *Hub) reject(dev string, m mqtt.Message, err error) {
 	h.fleet.SaveRejection(dev, fmt.Sprintf("%s: %v", m.Topic(), err), h.now())
 }
 
-func (h *Hub) onStatus(c mqtt.Client, m mqtt.Message) {
-	dev, ok := h.device(m)
-	if !ok {
-		return
+// report makes the handler of one kind of device report: the topic names
+// the device, the payload must decode and name the same device; a refused
+// one is recorded, an accepted one saved. Empty payloads (a cleared
+// retained message) are ignored.
+func report[T any](h *Hub, what string, decode func([]byte) (*T, error), deviceOf func(*T) string, save func(dev string, v *T) error) mqtt.MessageHandler {
+	return func(_ mqtt.Client, m mqtt.Message) {
+		dev, ok := h.device(m)
+		if !ok || len(m.Payload()) == 0 {
+			return
+		}
+		v, err := decode(m.Payload())
+		if err == nil {
+			if named := deviceOf(v); named != dev {
+				err = fmt.Errorf("%s names device %q", what, named)
+			}
+		}
+		if err != nil {
+			h.reject(dev, m, err)
+			return
+		}
+		if err := save(dev, v); err != nil {
+			h.log.Error("storing a "+what, "device", dev, "err", err)
+		}
 	}
-	b, err := protocol.DecodeStatusBatch(m.Payload())
-	if err == nil && b.Device != dev {
-		err = fmt.Errorf("batch names device %q", b.Device)
-	}
-	if err != nil {
-		h.reject(dev, m, err)
-		return
-	}
+}
+
+// saveStatus stores a batch and sends the device its receipt. A failure
+// sends none: the device sends the batch again.
+func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
 	cursor, _, gap, err := h.fleet.ApplyStatus(b, h.now())
 	if err != nil {
-		h.log.Error("storing statuses", "device", dev, "err", err)
-		return // no receipt: the device sends them again
+		return err
 	}
-	c.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
-}
-
-func (h *Hub) onAck(_ mqtt.Client, m mqtt.Message) {
-	dev, ok := h.device(m)
-	if !ok || len(m.Payload()) == 0 {
-		return
-	}
-	a, err := protocol.DecodeAck(m.Payload())
-	if err == nil && a.Device != dev {
-		err = fmt.Errorf("ack names device %q", a.Device)
-	}
-	if err != nil {
-		h.reject(dev, m, err)
-		return
-	}
-	if err := h.fleet.SaveAck(a, h.now()); err != nil {
-		h.log.Error("storing an ack", "device", dev, "err", err)
-	}
-}
-
-func (h *Hub) onHeartbeat(_ mqtt.Client, m mqtt.Message) {
-	dev, ok := h.device(m)
-	if !ok {
-		return
-	}
-	hb, err := protocol.DecodeHeartbeat(m.Payload())
-	if err == nil && hb.Device != dev {
-		err = fmt.Errorf("heartbeat names device %q", hb.Device)
-	}
-	if err != nil {
-		h.reject(dev, m, err)
-		return
-	}
-	if err := h.fleet.SaveHeartbeat(hb, h.now()); err != nil {
-		h.log.Error("storing a heartbeat", "device", dev, "err", err)
-	}
-}
-
-func (h *Hub) onPresence(_ mqtt.Client, m mqtt.Message) {
-	dev, ok := h.device(m)
-	if !ok || len(m.Payload()) == 0 {
-		return
-	}
-	p, err := protocol.DecodePresence(m.Payload())
-	if err != nil {
-		h.reject(dev, m, err)
-		return
-	}
-	if err := h.fleet.SavePresence(dev, p.Online, h.now()); err != nil {
-		h.log.Error("storing presence", "device", dev, "err", err)
-	}
+	h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
+	return nil
 }
 
 // Apply adds or replaces pods (by namespace/name) in a device's desired
