@@ -72,31 +72,16 @@ func Open(path string) (*Store, error) {
 }
 
 func (s *Store) migrate() error {
-	var version int
-	if err := s.db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
-		return err
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("schema version %d is newer than this podvisor (%d): refusing to downgrade", version, len(migrations))
-	}
-	for v := version; v < len(migrations); v++ {
-		tx, err := s.db.Begin()
-		if err != nil {
+	return Migrate(s.db, Schema{Name: "state", Migrations: migrations,
+		Version: func(db *sql.DB) (v int, err error) {
+			err = db.QueryRow(`PRAGMA user_version`).Scan(&v)
+			return v, err
+		},
+		SetVersion: func(tx *sql.Tx, v int) error {
+			_, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v))
 			return err
-		}
-		if _, err := tx.Exec(migrations[v]); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %d: %w", v+1, err)
-		}
-		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-	}
-	return nil
+		},
+	})
 }
 
 // Close closes the database.

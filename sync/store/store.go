@@ -21,6 +21,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
+	"github.com/podvisor/podvisor/supervisor/state"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -101,31 +102,16 @@ func (s *Store) migrate() error {
 	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS sync_schema (version INTEGER NOT NULL)`); err != nil {
 		return err
 	}
-	var version int
-	if err := s.db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM sync_schema`).Scan(&version); err != nil {
-		return err
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("hub schema version %d is newer than this podvisor (%d): refusing to downgrade", version, len(migrations))
-	}
-	for v := version; v < len(migrations); v++ {
-		tx, err := s.db.Begin()
-		if err != nil {
+	return state.Migrate(s.db, state.Schema{Name: "hub", Migrations: migrations,
+		Version: func(db *sql.DB) (v int, err error) {
+			err = db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM sync_schema`).Scan(&v)
+			return v, err
+		},
+		SetVersion: func(tx *sql.Tx, v int) error {
+			_, err := tx.Exec(`DELETE FROM sync_schema; INSERT INTO sync_schema VALUES (?)`, v)
 			return err
-		}
-		if _, err := tx.Exec(migrations[v]); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("hub migration %d: %w", v+1, err)
-		}
-		if _, err := tx.Exec(`DELETE FROM sync_schema; INSERT INTO sync_schema VALUES (?)`, v+1); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-	}
-	return nil
+		},
+	})
 }
 
 // loadEpoch reads, or makes, the outbox's epoch: a new database is a new
