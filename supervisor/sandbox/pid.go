@@ -29,7 +29,7 @@ const initPidFile = "pid.init"
 // file and the namespace's inode.
 func (s Sandbox) EnsurePID(argv []string) (string, error) {
 	path := s.Path(PID)
-	if pid := s.initPid(); pid > 0 {
+	if s.initPid() > 0 {
 		return path, nil
 	}
 	if isNsfs(path) {
