@@ -74,7 +74,12 @@ func (d *Daemon) applyDesired() {
 	for _, p := range d.manifests.Pods {
 		files[p.Namespace+"/"+p.Name] = true
 	}
-	hub, rejected := d.resolvePriorities(d.hubPods)
+	allowed, refused := d.checkHubPods(d.hubPods)
+	for p, err := range refused {
+		// Accepted before under a laxer config: the device's word now wins.
+		d.log.Warn("stored hub pod refused by this device's hub policy", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+	hub, rejected := d.resolvePriorities(allowed)
 	for p, err := range rejected {
 		d.log.Warn("hub pod refused", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}
@@ -96,11 +101,14 @@ func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 		for _, p := range d.manifests.Pods {
 			files[p.Namespace+"/"+p.Name] = p.Annotations[manifest.AnnotationFile]
 		}
-		_, rejected := d.resolvePriorities(pods)
+		allowed, refused := d.checkHubPods(pods)
+		_, rejected := d.resolvePriorities(allowed)
 		for _, p := range pods {
 			key := p.Namespace + "/" + p.Name
 			if file, ok := files[key]; ok {
 				out[key] = fmt.Sprintf("pod %s comes from the manifest file %s on the device", key, file)
+			} else if err := refused[p]; err != nil {
+				out[key] = err.Error()
 			} else if err := rejected[p]; err != nil {
 				out[key] = err.Error()
 			}
@@ -108,6 +116,20 @@ func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// checkHubPods splits the hub pods this device's policy for hub pods
+// (security and hub in the config) allows from those it refuses.
+func (d *Daemon) checkHubPods(pods []*v1.Pod) (allowed []*v1.Pod, refused map[*v1.Pod]error) {
+	refused = map[*v1.Pod]error{}
+	for _, p := range pods {
+		if err := d.cfg.Policy.CheckHub(p); err != nil {
+			refused[p] = err
+			continue
+		}
+		allowed = append(allowed, p)
+	}
+	return allowed, refused
 }
 
 // ApplyHub implements device.Pods.

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/podsecurity"
 )
 
 // Policy is what the device owner allows pods, whatever their source.
@@ -16,6 +19,33 @@ type Policy struct {
 	// AllowedHostPaths, when set, are the only host directories hostPath
 	// volumes may name (the paths themselves or below them).
 	AllowedHostPaths []string
+	// Hub is what the hub may run here on top of the rest: a Pod
+	// Security Standards level, process pods, image sources. Nil is the
+	// default (baseline, no process pods). The device's own manifest
+	// files are trusted and not held to it.
+	Hub *podsecurity.Policy
+}
+
+// defaultHubPolicy is the hub policy of a config that sets none.
+var defaultHubPolicy = sync.OnceValue(func() *podsecurity.Policy {
+	p, err := podsecurity.New(podsecurity.Config{})
+	if err != nil {
+		panic(err) // the zero Config is valid
+	}
+	return p
+})
+
+// CheckHub returns why a pod from the hub may not run here, or nil: the
+// policy for every pod and then the hub's own.
+func (p Policy) CheckHub(pod *v1.Pod) error {
+	if err := p.Check(pod); err != nil {
+		return err
+	}
+	hub := p.Hub
+	if hub == nil {
+		hub = defaultHubPolicy()
+	}
+	return hub.Check(pod)
 }
 
 // Check returns why a pod breaks the policy, or nil.

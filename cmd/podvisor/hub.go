@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/podsecurity"
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
@@ -39,6 +41,37 @@ type hubConfig struct {
 		MaxRows  int                `json:"maxRows,omitempty"`
 		MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
 	} `json:"outbox"`
+	// What the hub may run here (the device's own manifests are trusted).
+	PodSecurity          string `json:"podSecurity,omitempty"`
+	PodSecurityVersion   string `json:"podSecurityVersion,omitempty"`
+	AllowProcessPods     bool   `json:"allowProcessPods,omitempty"`
+	AllowRootProcessPods bool   `json:"allowRootProcessPods,omitempty"`
+	Images               struct {
+		Registries    []string `json:"registries,omitempty"`
+		RequireDigest bool     `json:"requireDigest,omitempty"`
+	} `json:"images"`
+}
+
+// hubPodPolicy checks the hub section's settings and returns the policy
+// for hub pods. Settings that cannot go together are refused here, before
+// anything starts.
+func hubPodPolicy(hc hubConfig) (*podsecurity.Policy, error) {
+	if hc.AllowUnsigned && hc.Key != "" {
+		// Either would decide alone: an unsigned document would pass, and
+		// its generation would make the real hub's documents look stale.
+		return nil, fmt.Errorf("config hub.allowUnsigned: true cannot be combined with hub.key (or --hub-key) %s: "+
+			"documents signed with that key would not be required; remove one of them", hc.Key)
+	}
+	p, err := podsecurity.New(podsecurity.Config{Level: hc.PodSecurity, Version: hc.PodSecurityVersion,
+		AllowProcessPods: hc.AllowProcessPods, AllowRootProcessPods: hc.AllowRootProcessPods, DefaultUID: int64(os.Geteuid()),
+		Images: podsecurity.ImageConfig{Registries: hc.Images.Registries, RequireDigest: hc.Images.RequireDigest}})
+	var field *podsecurity.ConfigError
+	if errors.As(err, &field) {
+		return nil, fmt.Errorf("config hub.%w", err)
+	} else if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // attachHub connects the daemon to its hub when one is configured: the

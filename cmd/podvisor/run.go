@@ -339,9 +339,13 @@ func daemonConfig(fc fileConfig) (supervisor.Config, error) {
 	if err != nil {
 		return supervisor.Config{}, err
 	}
+	hubPods, err := hubPodPolicy(fc.Hub)
+	if err != nil {
+		return supervisor.Config{}, err
+	}
 	return supervisor.Config{
 		Containerd:      ctrd,
-		Policy:          supervisor.Policy{ForbidPrivileged: fc.Security.ForbidPrivileged, AllowedHostPaths: fc.Security.AllowedHostPaths},
+		Policy:          supervisor.Policy{ForbidPrivileged: fc.Security.ForbidPrivileged, AllowedHostPaths: fc.Security.AllowedHostPaths, Hub: hubPods},
 		ConfigDir:       configDir,
 		Eviction:        evCfg,
 		ShutdownBuckets: buckets,

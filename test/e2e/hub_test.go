@@ -94,7 +94,7 @@ func (r *fleetRig) mirror(device, key string) *v1.Pod {
 func TestHubPodsOnTheDevice(t *testing.T) {
 	r := newFleetRig(t)
 	d := newDaemon(t)
-	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: e2e-1, key: %s}\n", r.addr, r.pubFile))
+	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: e2e-1, key: %s, allowProcessPods: true, allowRootProcessPods: true}\n", r.addr, r.pubFile))
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
 

@@ -34,7 +34,7 @@ func countProcs(cmdline string) int {
 func TestHubChaosKills(t *testing.T) {
 	r := newFleetRig(t)
 	d := newDaemon(t)
-	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: chaos-1, key: %s}\n", r.addr, r.pubFile))
+	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: chaos-1, key: %s, allowProcessPods: true, allowRootProcessPods: true}\n", r.addr, r.pubFile))
 	d.start()
 	const pods = 8
 	script := func(gen, i int) string { return fmt.Sprintf("exec sleep %d", 30000+gen*100+i) }

@@ -204,7 +204,7 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	waitForLong(t, 10*time.Second, "podhub serving", func() bool { _, code := h.cli("get", "devices"); return code == 0 })
 
 	d := newDaemon(t)
-	d.withConfig(fmt.Sprintf("hub: {url: mqtts://%s, deviceId: gw-tls, key: %s, tls: {ca: %s, cert: %s, key: %s}}\n",
+	d.withConfig(fmt.Sprintf("hub: {url: mqtts://%s, deviceId: gw-tls, key: %s, tls: {ca: %s, cert: %s, key: %s}, allowProcessPods: true, allowRootProcessPods: true}\n",
 		addr, filepath.Join(h.dataDir, "hub.pub"), p.path("ca.pem"), p.path("gw-tls.pem"), p.path("gw-tls.key")))
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-tls Ready", func() bool {
@@ -223,7 +223,7 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "password")
 	os.WriteFile(pwFile, []byte("s3cret-pw\n"), 0o600)
 	d2 := newDaemon(t)
-	d2.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: gw-pw, key: %s, username: gw-pw, passwordFile: %s}\n",
+	d2.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: gw-pw, key: %s, username: gw-pw, passwordFile: %s, allowProcessPods: true, allowRootProcessPods: true}\n",
 		pwAddr, filepath.Join(h.dataDir, "hub.pub"), pwFile))
 	d2.start()
 	os.WriteFile(manifest, []byte(processPod("pwapp", "Always", 1, "exec sleep 1005")), 0o644)

@@ -95,7 +95,7 @@ func TestPodhubFleet(t *testing.T) {
 	h := newPodhub(t)
 	d := newDaemon(t)
 	d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", "gw-7", "--hub-key", filepath.Join(h.dataDir, "hub.pub")}
-	d.withConfig("hub: {labels: {model: gw100}}\n")
+	d.withConfig("hub: {labels: {model: gw100}, allowProcessPods: true, allowRootProcessPods: true}\n")
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub, with the labels it reports", func() bool {

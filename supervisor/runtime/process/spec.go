@@ -66,6 +66,9 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 		g := uint32(*group)
 		s.GID = &g
 	}
+	for _, g := range pod.Spec.SecurityContext.SupplementalGroups {
+		s.Groups = append(s.Groups, uint32(g))
+	}
 	return s, nil
 }
 

@@ -56,9 +56,12 @@ type Spec struct {
 	Dir          string   `json:"dir,omitempty"`
 	UID          *uint32  `json:"uid,omitempty"`
 	GID          *uint32  `json:"gid,omitempty"`
-	LogPath      string   `json:"logPath"`
-	LogMaxBytes  int64    `json:"logMaxBytes"`
-	LogMaxFiles  int      `json:"logMaxFiles"`
+	// Groups are the supplementary groups (supplementalGroups) when UID
+	// or GID is set and the shim is root.
+	Groups      []uint32 `json:"groups,omitempty"`
+	LogPath     string   `json:"logPath"`
+	LogMaxBytes int64    `json:"logMaxBytes"`
+	LogMaxFiles int      `json:"logMaxFiles"`
 	// Cgroup places the container before it runs; empty: no cgroup.
 	Cgroup Cgroup `json:"cgroup,omitzero"`
 	// OOMScoreAdj is the container's oom_score_adj, inherited at fork.
@@ -121,12 +124,14 @@ type StartReport struct {
 }
 
 // Credential is the credential to run as uid and gid, each defaulting to
-// this process's; nil when neither is set.
+// this process's; nil when neither is set. Run by root, it also clears
+// the supplementary groups, as runc does: a process run as a user must
+// not keep root's groups (group 0 reads what root's group may).
 func Credential(uid, gid *uint32) *syscall.Credential {
 	if uid == nil && gid == nil {
 		return nil
 	}
-	cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
+	cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: os.Getuid() != 0}
 	if uid != nil {
 		cred.Uid = *uid
 	}

@@ -216,13 +216,9 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if s.spec.UID != nil || s.spec.GID != nil {
-		cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: true}
-		if s.spec.UID != nil {
-			cred.Uid = *s.spec.UID
-		}
-		if s.spec.GID != nil {
-			cred.Gid = *s.spec.GID
+	if cred := Credential(s.spec.UID, s.spec.GID); cred != nil {
+		if !cred.NoSetGroups {
+			cred.Groups = s.spec.Groups
 		}
 		attr.Sys.Credential = cred
 	}
