@@ -16,7 +16,10 @@ mqtt=${PODVISOR_DEMO_MQTT:-127.0.0.1:18830}
 $ph init >/dev/null
 $ph serve --mqtt-listen "$mqtt" >"$tmp/podhub.log" 2>&1 &
 hub=$!
+# The device lets the hub run host commands (process pods), never as root.
+printf 'hub: {allowProcessPods: true}\n' >"$tmp/podvisor.yaml"
 "$pv" run --manifests "$tmp/manifests" --data-dir "$tmp/data" --socket "$sock" --stop-pods-on-exit \
+  --config "$tmp/podvisor.yaml" \
   --hub "mqtt://$mqtt" --device-id demo --hub-key "$tmp/hub/hub.pub" >"$tmp/podvisor.log" 2>&1 &
 dev=$!
 stop() {
@@ -36,7 +39,14 @@ until $ph get devices 2>/dev/null | grep -q ' Ready'; do
   fi
   sleep 0.1
 done
-$ph apply -f "$here/examples/hub/greeter.yaml" --device demo
+# greeter runs as nobody (65534); a demo run by a user runs it as that
+# user, who cannot switch to another.
+if [ "$(id -u)" -eq 0 ]; then
+  cp "$here/examples/hub/greeter.yaml" "$tmp/greeter.yaml"
+else
+  sed '/runAsUser/d' "$here/examples/hub/greeter.yaml" >"$tmp/greeter.yaml"
+fi
+$ph apply -f "$tmp/greeter.yaml" --device demo
 sleep 2
 cat <<MSG
 

@@ -287,13 +287,13 @@ spec:
 }
 
 // A hub process pod allowed as a user runs as that user on the host:
-// its uid and gid, no capabilities, no supplementary groups of the
-// daemon's, and it cannot read /etc/shadow.
+// its uid and gid, no capabilities, its supplementalGroups and none of
+// the daemon's, and it cannot read /etc/shadow.
 func TestHubProcessPodRunsAsItsUser(t *testing.T) {
 	requireRoot(t)
 	r := newFleetRig(t)
 	d := hubDevice(t, r, "user-1", ", allowProcessPods: true")
-	r.apply(t, "user-1", hubProcessPod("nobody", 7341, "  securityContext: {runAsUser: 65534, runAsGroup: 65534}\n", ""),
+	r.apply(t, "user-1", hubProcessPod("nobody", 7341, "  securityContext: {runAsUser: 65534, runAsGroup: 65534, supplementalGroups: [44]}\n", ""),
 		`apiVersion: v1
 kind: Pod
 metadata: {name: reader}
@@ -315,7 +315,7 @@ spec:
 		t.Fatalf("processes of the pod: %v", pids)
 	}
 	for field, want := range map[string]string{"Uid": "65534 65534 65534 65534", "Gid": "65534 65534 65534 65534",
-		"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapAmb": "0000000000000000", "Groups": ""} {
+		"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapAmb": "0000000000000000", "Groups": "44"} {
 		if got := procStatus(t, pids[0], field); got != want {
 			t.Errorf("/proc/%d/status %s: %q, want %q", pids[0], field, got, want)
 		}

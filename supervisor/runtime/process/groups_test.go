@@ -1,0 +1,28 @@
+package process
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// A process container run as a user gets its supplementalGroups and,
+// under a root daemon, none of the daemon's own groups.
+func TestSupplementalGroups(t *testing.T) {
+	pod := testPod()
+	pod.Spec.SecurityContext.SupplementalGroups = []int64{20, 44}
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], PodEnv{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Groups, []uint32{20, 44}) {
+		t.Fatalf("groups = %v", s.Groups)
+	}
+	uid := uint32(1000)
+	cred := shim.Credential(&uid, nil)
+	if root := os.Getuid() == 0; cred.NoSetGroups == root {
+		t.Fatalf("NoSetGroups = %v for a daemon with uid %d: root must set the groups, others cannot", cred.NoSetGroups, os.Getuid())
+	}
+}
