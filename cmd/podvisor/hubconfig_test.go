@@ -23,10 +23,10 @@ func TestHubSecurityConfig(t *testing.T) {
 	}
 	for body, want := range map[string][]string{
 		"hub: {url: mqtt://h:1883, key: /etc/podvisor/hub.pub, allowUnsigned: true}\n": {"hub.allowUnsigned", "hub.key", "/etc/podvisor/hub.pub"},
-		"hub: {podSecurity: strict}\n":                                                 {"hub.podSecurity", `"strict"`, "privileged, baseline, restricted"},
-		"hub: {podSecurityVersion: '1.30'}\n":                                          {"hub.podSecurityVersion", `"latest" or "v1.x"`},
-		"hub: {allowRootProcessPods: true}\n":                                          {"hub.allowRootProcessPods", "allowProcessPods"},
-		"hub: {images: {registries: [ghcr.io, busybox]}}\n":                            {"hub.images.registries[1]", `"busybox"`},
+		"hub: {podSecurity: strict}\n":                      {"hub.podSecurity", `"strict"`, "privileged, baseline, restricted"},
+		"hub: {podSecurityVersion: '1.30'}\n":               {"hub.podSecurityVersion", `"latest" or "v1.x"`},
+		"hub: {allowRootProcessPods: true}\n":               {"hub.allowRootProcessPods", "allowProcessPods"},
+		"hub: {images: {registries: [ghcr.io, busybox]}}\n": {"hub.images.registries[1]", `"busybox"`},
 	} {
 		_, err := daemonConfig(load(body))
 		for _, w := range want {
