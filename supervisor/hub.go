@@ -108,6 +108,7 @@ func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 			if file, ok := files[key]; ok {
 				out[key] = fmt.Sprintf("pod %s comes from the manifest file %s on the device", key, file)
 			} else if err := refused[p]; err != nil {
+				d.log.Warn("hub pod refused by this device's policy", "pod", key, "err", err)
 				out[key] = err.Error()
 			} else if err := rejected[p]; err != nil {
 				out[key] = err.Error()

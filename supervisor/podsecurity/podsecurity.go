@@ -97,9 +97,7 @@ func (p *Policy) Check(pod *v1.Pod) error {
 		if !p.cfg.AllowProcessPods {
 			return fmt.Errorf("pod %q: spec.runtimeClassName: process pods (host commands) from the hub are not allowed on this device (hub.allowProcessPods)", pod.Name)
 		}
-		if !p.cfg.AllowRootProcessPods {
-			reasons = append(reasons, p.rootProcess(pod)...)
-		}
+		reasons = append(reasons, p.rootProcess(pod)...)
 	}
 	// The apiserver's words, so the verdict reads like a refusal by a
 	// Kubernetes namespace's enforce label.
@@ -118,7 +116,9 @@ func (p *Policy) Check(pod *v1.Pod) error {
 
 // rootProcess names each container of a process pod that would run as
 // root (uid or gid 0): on the host, with no namespace around it, that is
-// the host's root.
+// the host's root. Allowed root still does not pass a container that
+// says runAsNonRoot: the process runtime has no image to check it
+// against, so the level's runAsNonRoot would be a promise nobody keeps.
 func (p *Policy) rootProcess(pod *v1.Pod) []string {
 	var reasons []string
 	psc := pod.Spec.SecurityContext
@@ -138,7 +138,15 @@ func (p *Policy) rootProcess(pod *v1.Pod) []string {
 			if sc := c.SecurityContext; sc != nil && sc.RunAsGroup != nil {
 				gid, gidField = sc.RunAsGroup, fmt.Sprintf("spec.%s[%d].securityContext.runAsGroup", list.field, i)
 			}
+			nonRoot := psc.RunAsNonRoot
+			if sc := c.SecurityContext; sc != nil && sc.RunAsNonRoot != nil {
+				nonRoot = sc.RunAsNonRoot
+			}
+			asRoot := (uid == nil && p.cfg.DefaultUID == 0) || (uid != nil && *uid == 0)
 			switch {
+			case asRoot && nonRoot != nil && *nonRoot:
+				reasons = append(reasons, fmt.Sprintf("%s: process container %q sets runAsNonRoot but would run as root", uidField, c.Name))
+			case p.cfg.AllowRootProcessPods:
 			case uid == nil && p.cfg.DefaultUID == 0:
 				reasons = append(reasons, fmt.Sprintf("%s: unset, so process container %q would run as root (set a non-zero uid, or allow root with hub.allowRootProcessPods)", uidField, c.Name))
 			case uid != nil && *uid == 0:
