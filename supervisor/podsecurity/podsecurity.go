@@ -111,8 +111,16 @@ func (p *Policy) Check(pod *v1.Pod) error {
 	if len(reasons) == 0 {
 		return nil
 	}
-	return fmt.Errorf("pod %q: %s", pod.Name, strings.Join(reasons, "; "))
+	msg := fmt.Sprintf("pod %q: %s", pod.Name, strings.Join(reasons, "; "))
+	if len(msg) > maxReason {
+		// A pod of many bad containers must not make the ack huge.
+		msg = strings.ToValidUTF8(msg[:maxReason], "") + "…"
+	}
+	return errors.New(msg)
 }
+
+// maxReason bounds a refusal's text, which travels in the ack.
+const maxReason = 4096
 
 // rootProcess names each container of a process pod that would run as
 // root (uid or gid 0): on the host, with no namespace around it, that is

@@ -2,6 +2,7 @@ package podsecurity
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -219,5 +220,22 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := New(ok); err != nil {
 			t.Errorf("%+v: %v", ok, err)
 		}
+	}
+}
+
+// A pod of many bad containers gets a bounded refusal.
+func TestRefusalIsBounded(t *testing.T) {
+	p, err := New(Config{Images: ImageConfig{RequireDigest: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := pod(func(p *v1.Pod) {
+		for i := 0; i < 500; i++ {
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: fmt.Sprintf("c%d", i), Image: "busybox", Ports: []v1.ContainerPort{{HostPort: int32(1000 + i)}}})
+		}
+	})
+	err = p.Check(bad)
+	if err == nil || len(err.Error()) > maxReason+len("…") || !strings.HasSuffix(err.Error(), "…") {
+		t.Fatalf("refusal of %d bytes: %.200v", len(err.Error()), err)
 	}
 }
