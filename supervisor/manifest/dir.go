@@ -30,9 +30,10 @@ type State struct {
 
 // Dir watches a manifest directory. A file that turns invalid keeps its last
 // accepted pods running: a typo must not take a working service down. A read
-// that would stop pods (the file gone, empty, undecodable or holding fewer
-// pods) counts only once the file has stayed that way for Confirm: an
-// editor or "cat >" rewriting a file in place passes through such states.
+// that would stop pods (the file empty, undecodable, holding fewer pods, or
+// renamed away) counts only once the file has stayed that way for Confirm:
+// an editor or "cat >" rewriting a file in place passes through such
+// states. Deleting a file removes its pods at once.
 type Dir struct {
 	Path string
 	// Resync is the period of the full re-list that catches missed events.
@@ -47,10 +48,15 @@ type Dir struct {
 	// Now is the clock for Invalid.Since and the Confirm wait.
 	Now func() time.Time
 
-	files   map[string]*fileEntry // by base name
-	due     map[string]time.Time  // files to read again, and when
-	noted   map[string]string     // what was last logged about a skipped or untrusted file
-	watcher *fsnotify.Watcher
+	files map[string]*fileEntry // by base name
+	due   map[string]time.Time  // files to read again, and when
+	// unlinked: files whose last event was a deletion, which is deliberate
+	// and acted on at once; a file renamed away (an editor keeping a
+	// backup before it writes the new file) or missing at a re-list is
+	// confirmed first.
+	unlinked map[string]bool
+	noted    map[string]string // what was last logged about a skipped or untrusted file
+	watcher  *fsnotify.Watcher
 }
 
 // DefaultConfirm is Dir.Confirm's default.
@@ -109,6 +115,7 @@ func (d *Dir) init() {
 	if d.due == nil {
 		d.due = map[string]time.Time{}
 		d.noted = map[string]string{}
+		d.unlinked = map[string]bool{}
 	}
 }
 
@@ -169,7 +176,9 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 		delete(d.due, name)
 		return false
 	}
-	if f != nil && stopsPods(f.pods, r) {
+	deliberate := r.gone && d.unlinked[name]
+	delete(d.unlinked, name)
+	if f != nil && !deliberate && stopsPods(f.pods, r) {
 		if f.held == nil || !sameReading(*f.held, r) {
 			f.held, f.heldSince = &r, now
 			d.due[name] = now.Add(d.Confirm)
@@ -342,10 +351,11 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 			if filepath.Dir(ev.Name) != filepath.Clean(d.Path) || Ignored(name) {
 				continue
 			}
-			// Every change, removals included, is read once the file has
+			// Every change, deletions included, is read once the file has
 			// been quiet for Settle: a rename away followed by a new file
 			// (an editor saving) is then one change, not two.
 			d.due[name] = d.Now().Add(d.Settle)
+			d.unlinked[name] = ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Create)
 			d.arm(settle)
 		case <-settle.C:
 			now := d.Now()
