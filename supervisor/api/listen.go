@@ -28,6 +28,8 @@ type socket struct {
 	lock *os.File
 	log  *slog.Logger
 
+	watcher *fsnotify.Watcher // nil: deletions go unnoticed
+
 	mu  sync.Mutex
 	ln  net.Listener
 	ino uint64 // the inode we bound, to tell our socket from a stranger's
@@ -109,11 +111,9 @@ func (k *socket) ours() bool {
 	return st.Ino == k.ino && uint64(st.Dev) == k.dev && st.Mode&unix.S_IFMT == unix.S_IFSOCK
 }
 
-// watch re-creates the socket whenever its path is deleted or moved away
-// (a cleanup script, an over-eager tmpfiles rule), and its directory too:
-// the daemon must stay reachable. It waits on inotify, not a timer, and
-// hands every new listener to serve.
-func (k *socket) watch(ctx context.Context, serve func(net.Listener)) error {
+// startWatch watches the socket's directory; it comes before the socket
+// is bound so that no deletion goes unseen.
+func (k *socket) startWatch() error {
 	dir := filepath.Dir(k.path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -122,6 +122,19 @@ func (k *socket) watch(ctx context.Context, serve func(net.Listener)) error {
 	if err := w.Add(dir); err != nil {
 		w.Close()
 		return fmt.Errorf("watching the API socket's directory %s: %w", dir, err)
+	}
+	k.watcher = w
+	return nil
+}
+
+// watch re-creates the socket whenever its path is deleted or moved away
+// (a cleanup script, an over-eager tmpfiles rule), and its directory too:
+// the daemon must stay reachable. It waits on inotify, not a timer, and
+// hands every new listener to serve.
+func (k *socket) watch(ctx context.Context, serve func(net.Listener)) {
+	dir, w := filepath.Dir(k.path), k.watcher
+	if w == nil {
+		return
 	}
 	go func() {
 		defer w.Close()
@@ -138,11 +151,23 @@ func (k *socket) watch(ctx context.Context, serve func(net.Listener)) error {
 				if !ok {
 					return
 				}
-				dirGone := ev.Name == dir && ev.Has(fsnotify.Remove)
+				dirGone := ev.Name == dir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
 				if !dirGone && (ev.Name != k.path || !ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Rename)) {
 					continue
 				}
-				if ctx.Err() != nil || k.ours() {
+				if ctx.Err() != nil {
+					return
+				}
+				if dirGone {
+					// The watch went with the directory: make it again.
+					if err := os.MkdirAll(dir, 0o700); err != nil {
+						k.log.Error("re-creating the API socket's directory", "dir", dir, "err", err)
+					}
+					if err := w.Add(dir); err != nil {
+						k.log.Error("watching the API socket's directory again", "dir", dir, "err", err)
+					}
+				}
+				if k.ours() {
 					continue
 				}
 				k.log.Warn("API socket was removed; re-creating it", "socket", k.path)
@@ -151,16 +176,10 @@ func (k *socket) watch(ctx context.Context, serve func(net.Listener)) error {
 					k.log.Error("re-creating the API socket", "err", err)
 					continue
 				}
-				if dirGone {
-					if err := w.Add(dir); err != nil {
-						k.log.Error("watching the API socket's directory again", "dir", dir, "err", err)
-					}
-				}
 				serve(ln)
 			}
 		}
 	}()
-	return nil
 }
 
 // close stops listening, removes the socket if it is still ours and
@@ -169,6 +188,9 @@ func (k *socket) close() {
 	k.mu.Lock()
 	ln := k.ln
 	k.mu.Unlock()
+	if k.watcher != nil {
+		k.watcher.Close()
+	}
 	if ln != nil {
 		if k.ours() {
 			os.Remove(k.path)

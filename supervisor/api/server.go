@@ -137,8 +137,11 @@ func (s *Server) Listen(path string) error {
 		return err
 	}
 	k := &socket{path: path, lock: lock, log: s.Log}
+	if err := k.startWatch(); err != nil {
+		s.Log.Warn("the API socket will not be re-created if deleted", "err", err)
+	}
 	if _, err := k.listen(); err != nil {
-		lock.Close()
+		k.close()
 		return err
 	}
 	s.sock = k
@@ -210,9 +213,7 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	s.sock.mu.Unlock()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if err := s.sock.watch(watchCtx, serve); err != nil {
-		s.Log.Warn("the API socket will not be re-created if deleted", "err", err)
-	}
+	s.sock.watch(watchCtx, serve)
 	var err error
 	select {
 	case <-ctx.Done():

@@ -108,7 +108,8 @@ func TestDeletedSocketComesBack(t *testing.T) {
 		for {
 			select {
 			case ev := <-w.Events:
-				if ev.Name == d.socket && ev.Has(fsnotify.Create) {
+				// Its mode is set once it is bound and listening.
+				if ev.Name == d.socket && ev.Has(fsnotify.Chmod) {
 					break wait
 				}
 			case err := <-w.Errors:
