@@ -161,7 +161,7 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 	case r.gone:
 		delete(d.noted, path)
 	case r.skip:
-		d.note(path, "manifest file skipped: "+r.err.Error())
+		d.note(path, "manifest file skipped, never opened: "+r.err.Error())
 		if f == nil {
 			return false
 		}
@@ -224,7 +224,8 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 	return true
 }
 
-// stopsPods reports whether acting on r would stop any of pods.
+// stopsPods reports whether acting on r would stop any of pods, or mark
+// them invalid: either waits for Confirm.
 func stopsPods(pods []*v1.Pod, r reading) bool {
 	if len(pods) == 0 {
 		return false

@@ -44,7 +44,7 @@ func readFile(path string) reading {
 		return failed(err)
 	}
 	if !st.Mode().IsRegular() {
-		return reading{skip: true, err: fmt.Errorf("not a regular file (%s): skipped, never opened", st.Mode().Type())}
+		return reading{skip: true, err: fmt.Errorf("not a regular file (%s)", st.Mode().Type())}
 	}
 	if st.Size() > MaxFileSize {
 		return failed(tooLarge(st.Size()))
@@ -63,7 +63,7 @@ func readFile(path string) reading {
 		return failed(err)
 	}
 	if !st.Mode().IsRegular() {
-		return reading{skip: true, err: fmt.Errorf("not a regular file (%s): skipped", st.Mode().Type())}
+		return reading{skip: true, err: fmt.Errorf("not a regular file (%s)", st.Mode().Type())}
 	}
 	if st.Size() > MaxFileSize {
 		return failed(tooLarge(st.Size()))
