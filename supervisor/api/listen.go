@@ -68,22 +68,12 @@ func (k *socket) listen() (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return nil, fmt.Errorf("API socket directory: %w", err)
 	}
-	if st, err := os.Lstat(k.path); err == nil {
-		if st.Mode()&fs.ModeSocket == 0 {
-			return nil, fmt.Errorf("API socket %s: exists and is not a socket (%s); not replacing it", k.path, st.Mode())
-		}
-		os.Remove(k.path)
+	if st, err := os.Lstat(k.path); err == nil && st.Mode()&fs.ModeSocket == 0 {
+		return nil, fmt.Errorf("API socket %s: exists and is not a socket (%s); not replacing it", k.path, st.Mode())
 	}
-	ln, err := net.Listen("unix", k.path)
+	ln, err := bindPrivately(k.path)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", k.path, err)
-	}
-	// Closing a replaced listener must not unlink the path: it may name
-	// the new socket by then. close removes the path itself, if ours.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(k.path, SocketMode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("API socket %s: %w", k.path, err)
+		return nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(k.path, &st); err != nil {
@@ -96,6 +86,42 @@ func (k *socket) listen() (net.Listener, error) {
 	k.mu.Unlock()
 	if old != nil {
 		old.Close()
+	}
+	return ln, nil
+}
+
+// bindPrivately binds a unix socket at path with SocketMode. A socket is
+// created with the umask's mode, which could let anyone connect until a
+// chmod; so it is bound in a fresh 0700 directory, given its mode, and
+// renamed into place (replacing a stale socket at once). A path too long
+// for that is bound in place.
+func bindPrivately(path string) (net.Listener, error) {
+	stage, err := os.MkdirTemp(filepath.Dir(path), ".sock-")
+	if err != nil {
+		return nil, fmt.Errorf("API socket %s: %w", path, err)
+	}
+	defer os.RemoveAll(stage)
+	at := filepath.Join(stage, filepath.Base(path))
+	if len(at) >= len(unix.RawSockaddrUnix{}.Path) {
+		os.Remove(path)
+		at = path
+	}
+	ln, err := net.Listen("unix", at)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	// Closing a replaced listener must not unlink the path: it may name
+	// the new socket by then. close removes the path itself, if ours.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(at, SocketMode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("API socket %s: %w", path, err)
+	}
+	if at != path {
+		if err := os.Rename(at, path); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("API socket %s: %w", path, err)
+		}
 	}
 	return ln, nil
 }

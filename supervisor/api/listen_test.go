@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func TestDeletedSocketIsRecreated(t *testing.T) {
 	defer w.Close()
 	w.Add(filepath.Dir(sock))
 	os.Remove(sock)
-	waitEvent(t, w, sock, fsnotify.Chmod) // made mode 0660 once bound and listening
+	waitEvent(t, w, sock, fsnotify.Create) // renamed into place, listening
 	if _, err := c.Version(context.Background()); err != nil {
 		t.Fatalf("re-created socket: %v", err)
 	}
@@ -104,6 +105,41 @@ func waitEvent(t *testing.T, w *fsnotify.Watcher, path string, op fsnotify.Op) {
 			}
 		case <-timeout:
 			t.Fatalf("%s was not re-created (no %v event) within 10s", path, op)
+		}
+	}
+}
+
+// The socket never appears with the umask's mode: whoever could connect
+// in that moment would hold an API connection with root's powers.
+func TestSocketAppearsWithItsMode(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "api.sock")
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Add(dir)
+	old := syscall.Umask(0)
+	s := &Server{Backend: newFake()}
+	err = s.Listen(sock)
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.sock.close()
+	for {
+		select {
+		case ev := <-w.Events:
+			if ev.Name != sock || !ev.Has(fsnotify.Create) {
+				continue
+			}
+			if st, err := os.Lstat(sock); err != nil || st.Mode().Perm() != SocketMode {
+				t.Fatalf("the socket appeared as %v (%v), want %v", st.Mode(), err, os.FileMode(SocketMode))
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("no Create event for the socket within 10s")
 		}
 	}
 }

@@ -108,8 +108,9 @@ func TestDeletedSocketComesBack(t *testing.T) {
 		for {
 			select {
 			case ev := <-w.Events:
-				// Its mode is set once it is bound and listening.
-				if ev.Name == d.socket && ev.Has(fsnotify.Chmod) {
+				// It is bound and given its mode elsewhere, then renamed
+				// into place: once there, it listens.
+				if ev.Name == d.socket && ev.Has(fsnotify.Create) {
 					break wait
 				}
 			case err := <-w.Errors:
