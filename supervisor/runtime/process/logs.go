@@ -33,8 +33,8 @@ func LogFiles(path string) []string {
 func CopyLog(out io.Writer, path string) error {
 	for _, f := range LogFiles(path) {
 		fh, err := openLog(f)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotLog) {
+			continue // gone, or something planted that is not a log
 		}
 		if err != nil {
 			return err
@@ -53,15 +53,20 @@ func CopyLog(out io.Writer, path string) error {
 // serve another file.
 func openLog(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("log %s: %w", path, errNotLog)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("log %s: not a regular file", path)
+		return nil, fmt.Errorf("log %s: %w", path, errNotLog)
 	}
 	return f, nil
 }
+
+var errNotLog = errors.New("not a regular file")
 
 // copyRecords converts CRI records from r to plain text until EOF and
 // returns the bytes consumed; a trailing incomplete record is left unread.
