@@ -247,26 +247,58 @@ func readFileString(path string) string {
 	return string(data)
 }
 
-// waitEvent waits until a pod's events include one whose message has text.
-func (d *daemon) waitEvent(pod, text string, timeout time.Duration) {
+// waitEvent waits until a pod's events with text in their message have
+// happened at least n times.
+func (d *daemon) waitEvent(pod, text string, n int, timeout time.Duration) {
 	d.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		evs, err := d.client.Events(context.Background(), "default", pod)
+		seen := 0
 		for _, e := range evs {
 			if strings.Contains(e.Message, text) {
-				return
+				seen += e.Count
 			}
 		}
+		if seen >= n {
+			return
+		}
 		if time.Now().After(deadline) {
-			d.t.Fatalf("pod %s: no event with %q within %v (last error %v, events %+v)", pod, text, timeout, err, evs)
+			d.t.Fatalf("pod %s: %d events with %q within %v, want %d (last error %v, events %+v)", pod, seen, text, timeout, n, err, evs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// watchAbsence records, through the API's watch, whether a pod is ever
+// missing from the list until the returned function is called; that
+// function reports it.
+func (d *daemon) watchAbsence(name string) func() bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	missing := make(chan bool, 1)
+	go func() {
+		var version uint64
+		gone := false
+		for {
+			list, err := d.client.WatchPods(ctx, version)
+			if err != nil {
+				missing <- gone
+				return
+			}
+			fmt.Sscan(list.ResourceVersion, &version)
+			found := false
+			for _, p := range list.Items {
+				found = found || p.Name == name
+			}
+			gone = gone || !found
+		}
+	}()
+	return func() bool { cancel(); return <-missing }
+}
+
 // A manifest rewritten in place (truncated, left empty a while, written
-// again with the same content) keeps its pod: same process, no restart.
+// again) keeps its pod: with the same content, the same process with no
+// restart; with new content, the pod is replaced only once it is written.
 func TestInPlaceRewriteKeepsPod(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
@@ -275,19 +307,27 @@ func TestInPlaceRewriteKeepsPod(t *testing.T) {
 	d.write("web.yaml", manifest)
 	before := d.waitPod("web", 20*time.Second, func(p *v1.Pod) bool { return running(p) && len(readLines(pidFile)) == 1 })
 	pid := readLines(pidFile)[0]
-
 	path := filepath.Join(d.manifests, "web.yaml")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
+
+	rewrite := func(round int, content string) {
+		t.Helper()
+		absent := d.watchAbsence("web")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pause: until the daemon has seen the file stay empty past
+		// its confirmation wait, and said it keeps the pod.
+		d.waitEvent("web", "still running the last valid version", round, 20*time.Second)
+		if absent() {
+			t.Fatalf("round %d: the pod was gone while its file was empty", round)
+		}
+		if _, err := f.WriteString(content); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
 	}
-	// The pause: until the daemon has seen the file stay empty past its
-	// confirmation wait, and said it keeps the pod.
-	d.waitEvent("web", "still running the last valid version", 20*time.Second)
-	if _, err := f.WriteString(manifest); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	rewrite(1, manifest)
 	// A second manifest written after the rewrite is read after it: once
 	// its pod is listed, the rewrite has been acted on.
 	d.write("marker.yaml", processPod("marker", "Always", 1, "exec sleep 1000"))
@@ -300,6 +340,14 @@ func TestInPlaceRewriteKeepsPod(t *testing.T) {
 	n, _ := strconv.Atoi(pid)
 	if got := readLines(pidFile); len(got) != 1 || got[0] != pid || !alive(n) {
 		t.Fatalf("the container process changed: pid file %v, first pid %s alive %v", got, pid, alive(n))
+	}
+
+	rewrite(2, processPod("web", "Always", 1, "echo $$ > "+pidFile+".new; exec sleep 1000"))
+	d.waitPod("web", 20*time.Second, func(p *v1.Pod) bool { return running(p) && p.UID != before.UID })
+	for deadline := time.Now().Add(10 * time.Second); !exists(pidFile + ".new"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the updated pod did not run the updated command within 10s")
+		}
 	}
 }
 
