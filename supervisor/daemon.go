@@ -83,6 +83,7 @@ type Daemon struct {
 	dir     *manifest.Dir
 	node    process.PodEnv
 	now     func() time.Time
+	lock    *os.File // the data directory's instance lock
 
 	manifests manifest.State
 	probes    *probes.Manager
@@ -169,18 +170,16 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 // Run supervises until ctx ends. Pods keep running after it returns unless
 // StopPodsOnExit is set.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+	if err := d.LockDataDir(); err != nil {
 		return err
 	}
-	lock, err := lockDataDir(d.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
+	defer d.unlockDataDir()
+	var err error
 	if d.store, err = state.Open(filepath.Join(d.cfg.DataDir, "state.db")); err != nil {
 		return err
 	}
 	defer d.store.Close()
+	tightenStateFiles(filepath.Join(d.cfg.DataDir, "state.db"), d.log)
 	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.log); err != nil {
 		return err
 	}
@@ -402,12 +401,36 @@ func resetTimer(t *time.Timer, at, now time.Time) {
 	t.Reset(max(at.Sub(now), 0))
 }
 
+// LockDataDir takes the data directory's instance lock, creating the
+// directory (0700) if needed. Run takes it if it is not held yet; the
+// command calls it first, so that a second daemon fails before it touches
+// anything the first one uses, such as the API socket.
+func (d *Daemon) LockDataDir() error {
+	if d.lock != nil {
+		return nil
+	}
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	lock, err := lockDataDir(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	d.lock = lock
+	return nil
+}
+
+func (d *Daemon) unlockDataDir() {
+	d.lock.Close()
+	d.lock = nil
+}
+
 // lockDataDir makes sure one daemon at a time uses a data directory: two
 // would each start their own copy of every pod. A daemon killed while
 // forking leaves the lock with its child until that child's exec closes it,
 // so a held lock is retried for a moment before it counts as a conflict.
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "podvisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, "podvisor.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -457,4 +480,23 @@ func holders(path string) string {
 		return ""
 	}
 	return ": held by " + strings.Join(out, ", ")
+}
+
+// tightenStateFiles makes the state database and its WAL and shared-memory
+// files 0600. SQLite creates them 0644 less the umask, and makes a new WAL
+// with the database's own mode, so fixing the database fixes the rest for
+// good.
+func tightenStateFiles(db string, log *slog.Logger) {
+	for _, name := range []string{db, db + "-wal", db + "-shm"} {
+		f, err := os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue // not there (yet)
+		}
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Mode().Perm() != 0o600 {
+			if err := f.Chmod(0o600); err != nil {
+				log.Warn("could not make a state file private", "file", name, "err", err)
+			}
+		}
+		f.Close()
+	}
 }

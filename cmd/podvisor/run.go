@@ -185,19 +185,35 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	d := supervisor.New(cfg, log)
-	closeHub, err := attachHub(fc.Hub, cfg.NodeName, cfg.DataDir, d, log)
-	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+	// The order matters: the directories are checked, then the data
+	// directory's lock is taken, then the socket's; only then is anything
+	// opened or replaced, so a second daemon fails without disturbing the
+	// first one's socket or state.
+	if err := privateDir("data directory", cfg.DataDir); err != nil {
+		return err
 	}
-	defer closeHub()
-	srv := &api.Server{Backend: d, Version: api.Version{Version: version, GoVersion: runtime.Version(),
+	if err := privateDir("API socket directory", filepath.Dir(fc.Socket)); err != nil {
+		return err
+	}
+	d := supervisor.New(cfg, log)
+	if err := d.LockDataDir(); err != nil {
+		return err
+	}
+	srv := &api.Server{Backend: d, Log: log, Version: api.Version{Version: version, GoVersion: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}}
+	if err := srv.Listen(fc.Socket); err != nil {
+		return err
+	}
 	apiCtx, stopAPI := context.WithCancel(context.Background())
 	defer stopAPI()
 	apiErr := make(chan error, 1)
 	go func() { apiErr <- srv.Serve(apiCtx, fc.Socket) }()
 	log.Info("local API listening", "socket", fc.Socket)
+	closeHub, err := attachHub(fc.Hub, cfg.NodeName, cfg.DataDir, d, log)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer closeHub()
 
 	// SIGPWR is how a UPS daemon or init without systemd announces a
 	// power loss: stop pods by priority while there is time.

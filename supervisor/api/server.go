@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -112,22 +113,50 @@ type Backend interface {
 type Server struct {
 	Backend Backend
 	Version Version
-	http    *http.Server
+	// Log receives the socket's troubles (default slog.Default()).
+	Log  *slog.Logger
+	http *http.Server
+	sock *socket
 }
 
-// Serve listens on the socket path until ctx ends.
-func (s *Server) Serve(ctx context.Context, socket string) error {
-	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+// Listen locks the socket path (<socket>.lock) and binds it. A path held by
+// another live daemon is an error, and that daemon's socket is left alone;
+// a stale socket is replaced. Call it before Serve to fail early.
+func (s *Server) Listen(path string) error {
+	if s.sock != nil {
+		return fmt.Errorf("API socket %s: already listening", s.sock.path)
+	}
+	if s.Log == nil {
+		s.Log = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("API socket directory: %w", err)
+	}
+	lock, err := lockSocket(path)
+	if err != nil {
 		return err
 	}
-	// A socket left by a daemon that died is stale: the data-dir lock
-	// already proved no other daemon runs.
-	os.Remove(socket)
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", socket, err)
+	k := &socket{path: path, lock: lock, log: s.Log}
+	if err := k.startWatch(); err != nil {
+		s.Log.Warn("the API socket will not be re-created if deleted", "err", err)
 	}
-	os.Chmod(socket, 0o660)
+	if _, err := k.listen(); err != nil {
+		k.close()
+		return err
+	}
+	s.sock = k
+	return nil
+}
+
+// Serve serves until ctx ends, listening first if Listen was not called.
+// The socket is re-created if it is deleted while the daemon runs.
+func (s *Server) Serve(ctx context.Context, socket string) error {
+	if s.sock == nil {
+		if err := s.Listen(socket); err != nil {
+			return err
+		}
+	}
+	defer s.sock.close()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Version) })
 	mux.HandleFunc("GET /v1/pods", s.listPods)
@@ -168,16 +197,32 @@ func (s *Server) Serve(ctx context.Context, socket string) error {
 	mux.HandleFunc("PUT /v1/pods/{ns}/{name}/conditions/{type}", s.setCondition)
 	s.imageRoutes(mux)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		s.http.Shutdown(shut)
-	}()
-	err = s.http.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	failed := make(chan error, 1)
+	serve := func(ln net.Listener) {
+		go func() {
+			if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) && !isClosed(err) {
+				select {
+				case failed <- err:
+				default:
+				}
+			}
+		}()
 	}
+	s.sock.mu.Lock()
+	serve(s.sock.ln)
+	s.sock.mu.Unlock()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	s.sock.watch(watchCtx, serve)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-failed:
+	}
+	stopWatch()
+	shut, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.http.Shutdown(shut)
 	return err
 }
 

@@ -2,10 +2,8 @@ package manifest
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +29,11 @@ type State struct {
 }
 
 // Dir watches a manifest directory. A file that turns invalid keeps its last
-// accepted pods running: a typo must not take a working service down.
+// accepted pods running: a typo must not take a working service down. A read
+// that would stop pods (the file empty, undecodable, holding fewer pods, or
+// renamed away) counts only once the file has stayed that way for Confirm:
+// an editor or "cat >" rewriting a file in place passes through such
+// states. Deleting a file removes its pods at once.
 type Dir struct {
 	Path string
 	// Resync is the period of the full re-list that catches missed events.
@@ -39,19 +41,35 @@ type Dir struct {
 	// Settle is how long a file must be quiet after a write before it is
 	// read, so a write in progress is not read half-done.
 	Settle time.Duration
-	Log    *slog.Logger
-	// Now is the clock for Invalid.Since.
+	// Confirm is how long a read that would stop pods must stay the same
+	// before it counts (default DefaultConfirm).
+	Confirm time.Duration
+	Log     *slog.Logger
+	// Now is the clock for Invalid.Since and the Confirm wait.
 	Now func() time.Time
 
-	files   map[string]*fileEntry // by base name
-	watcher *fsnotify.Watcher
+	files map[string]*fileEntry // by base name
+	due   map[string]time.Time  // files to read again, and when
+	// unlinked: files whose last event was a deletion, which is deliberate
+	// and acted on at once; a file renamed away (an editor keeping a
+	// backup before it writes the new file) or missing at a re-list is
+	// confirmed first.
+	unlinked map[string]bool
+	noted    map[string]string // what was last logged about a skipped or untrusted file
+	watcher  *fsnotify.Watcher
 }
 
+// DefaultConfirm is Dir.Confirm's default.
+const DefaultConfirm = time.Second
+
 type fileEntry struct {
-	sum      [32]byte
+	key      [32]byte  // of the last reading acted on (zero: seeded)
 	pods     []*v1.Pod // last accepted
 	err      error
 	errSince time.Time
+	// held is a reading that would stop pods, waiting for Confirm.
+	held      *reading
+	heldSince time.Time
 }
 
 // Ignored reports whether a directory entry is not a manifest. Only names
@@ -91,68 +109,155 @@ func (d *Dir) init() {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.Confirm == 0 {
+		d.Confirm = DefaultConfirm
+	}
+	if d.due == nil {
+		d.due = map[string]time.Time{}
+		d.noted = map[string]string{}
+		d.unlinked = map[string]bool{}
+	}
 }
 
 // Load reads the whole directory once and returns the resulting state.
+// Files whose reading awaits confirmation keep their pods for now; Run
+// reads them again.
 func (d *Dir) Load() (State, error) {
 	d.init()
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
 		return State{}, fmt.Errorf("manifest directory %s: %w", d.Path, err)
 	}
+	if st, err := os.Stat(d.Path); err == nil {
+		if why := untrusted(st, os.Geteuid()); why != "" {
+			d.note(d.Path, "the manifest directory "+why+": whoever can write to it can run pods as root")
+		} else {
+			d.note(d.Path, "")
+		}
+	}
+	now := d.Now()
 	seen := map[string]bool{}
 	for _, e := range entries {
 		if e.IsDir() || Ignored(e.Name()) {
 			continue
 		}
 		seen[e.Name()] = true
-		d.reload(e.Name())
+		d.refresh(e.Name(), now)
 	}
 	for name := range d.files {
 		if !seen[name] {
-			delete(d.files, name) // removed, or seeded for a file now gone
+			d.refresh(name, now) // removed, or seeded for a file now gone
 		}
 	}
 	return d.state(), nil
 }
 
-// reload reads one file and reports whether what it asks for changed.
-func (d *Dir) reload(name string) bool {
+// refresh reads one file and reports whether what it asks for changed.
+func (d *Dir) refresh(name string, now time.Time) bool {
 	path := filepath.Join(d.Path, name)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		_, had := d.files[name]
-		delete(d.files, name)
-		return had
-	}
+	r := readFile(path)
 	f := d.files[name]
+	switch {
+	case r.gone:
+		delete(d.noted, path)
+	case r.skip:
+		d.note(path, "manifest file skipped, never opened: "+r.err.Error())
+		if f == nil {
+			return false
+		}
+	case r.info != nil:
+		d.note(path, untrustedFile(r.info, os.Geteuid()))
+	}
+	if f == nil && r.gone {
+		return false
+	}
+	if f != nil && !r.gone && !r.skip && r.key == f.key {
+		f.held = nil // unchanged, or back to what was acted on
+		delete(d.due, name)
+		return false
+	}
+	deliberate := r.gone && d.unlinked[name]
+	delete(d.unlinked, name)
+	if f != nil && !deliberate && stopsPods(f.pods, r) {
+		if f.held == nil || !sameReading(*f.held, r) {
+			f.held, f.heldSince = &r, now
+			d.due[name] = now.Add(d.Confirm)
+			d.Log.Debug("manifest read would stop pods; reading it again before acting", "file", path, "wait", d.Confirm)
+			return false
+		}
+		if at := f.heldSince.Add(d.Confirm); now.Before(at) {
+			d.due[name] = at
+			return false
+		}
+	}
+	delete(d.due, name)
+	if r.gone {
+		delete(d.files, name)
+		d.Log.Info("manifest removed", "file", path)
+		return true
+	}
 	if f == nil {
 		f = &fileEntry{}
 		d.files[name] = f
 	}
+	f.held = nil
+	err := r.err
+	if err == nil && len(r.pods) == 0 && len(f.pods) > 0 {
+		err = errEmpty
+	}
+	if !r.skip {
+		f.key = r.key
+	}
 	if err == nil {
-		sum := sha256.Sum256(data)
-		if sum == f.sum && f.sum != ([32]byte{}) {
-			return false
+		for _, p := range r.pods {
+			Stamp(p, SourceFile, path)
 		}
-		f.sum = sum
-		var pods []*v1.Pod
-		pods, err = Decode(data)
-		if err == nil {
-			for _, p := range pods {
-				Stamp(p, SourceFile, path)
-			}
-			f.pods, f.err = pods, nil
-			d.Log.Info("manifest accepted", "file", path, "pods", len(pods))
-			return true
-		}
+		f.pods, f.err = r.pods, nil
+		d.Log.Info("manifest accepted", "file", path, "pods", len(r.pods))
+		return true
 	}
 	if f.err == nil || f.err.Error() != err.Error() {
-		f.errSince = d.Now()
+		f.errSince = now
 		d.Log.Error("manifest rejected", "file", path, "err", err)
 	}
 	f.err = err
 	return true
+}
+
+// stopsPods reports whether acting on r would stop any of pods, or mark
+// them invalid: either waits for Confirm.
+func stopsPods(pods []*v1.Pod, r reading) bool {
+	if len(pods) == 0 {
+		return false
+	}
+	if r.gone || r.err != nil {
+		return true
+	}
+	kept := map[string]bool{}
+	for _, p := range r.pods {
+		kept[p.Namespace+"/"+p.Name] = true
+	}
+	for _, p := range pods {
+		if !kept[p.Namespace+"/"+p.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+func sameReading(a, b reading) bool {
+	return a.gone == b.gone && a.skip == b.skip && a.key == b.key
+}
+
+// note logs a warning about path once per distinct message ("" clears it).
+func (d *Dir) note(path, msg string) {
+	if d.noted[path] == msg {
+		return
+	}
+	d.noted[path] = msg
+	if msg != "" {
+		d.Log.Warn(msg, "file", path)
+	}
 }
 
 // state merges the files in name order; a pod name defined by an earlier
@@ -219,9 +324,8 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 	defer w.Close()
 	resync := time.NewTicker(d.Resync)
 	defer resync.Stop()
-	pending := map[string]time.Time{} // file → when it may be read
 	settle := time.NewTimer(time.Hour)
-	settle.Stop()
+	d.arm(settle)
 	// Changes are judged against what Load last returned, which the
 	// caller already acts on: a removal right after it must not look like
 	// "still nothing".
@@ -248,31 +352,22 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 			if filepath.Dir(ev.Name) != filepath.Clean(d.Path) || Ignored(name) {
 				continue
 			}
-			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-				if d.reload(name) {
-					send(d.state())
-				}
-				continue
-			}
-			pending[name] = time.Now().Add(d.Settle)
-			settle.Reset(d.Settle)
+			// Every change, deletions included, is read once the file has
+			// been quiet for Settle: a rename away followed by a new file
+			// (an editor saving) is then one change, not two.
+			d.due[name] = d.Now().Add(d.Settle)
+			d.unlinked[name] = ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Create)
+			d.arm(settle)
 		case <-settle.C:
-			now := time.Now()
+			now := d.Now()
 			changed := false
-			var next time.Duration
-			for name, at := range pending {
-				if wait := at.Sub(now); wait > 0 {
-					if next == 0 || wait < next {
-						next = wait
-					}
-					continue
+			for name, at := range d.due {
+				if !at.After(now) {
+					delete(d.due, name)
+					changed = d.refresh(name, now) || changed
 				}
-				delete(pending, name)
-				changed = d.reload(name) || changed
 			}
-			if next > 0 {
-				settle.Reset(next)
-			}
+			d.arm(settle)
 			if changed {
 				send(d.state())
 			}
@@ -284,8 +379,28 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 				d.Log.Error("manifest resync", "err", err)
 				continue
 			}
+			d.arm(settle)
 			send(st)
 		}
+	}
+}
+
+// arm sets t to fire when the next file is due (or not at all).
+func (d *Dir) arm(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	var next time.Time
+	for _, at := range d.due {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if !next.IsZero() {
+		t.Reset(max(next.Sub(d.Now()), 0))
 	}
 }
 

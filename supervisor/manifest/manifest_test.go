@@ -178,13 +178,18 @@ func TestDirKeepsLastGoodPodsOfInvalidFile(t *testing.T) {
 	write("web.yaml", goodPod)
 	write("web.yaml.bak", goodPod)
 	write("other.yaml", strings.Replace(goodPod, "name: web", "name: other", 1))
-	d := &Dir{Path: dir}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	d := &Dir{Path: dir, Now: clock.now}
 	st, err := d.Load()
 	if err != nil || len(st.Pods) != 2 || len(st.Invalid) != 0 {
 		t.Fatalf("load: %d pods, invalid %v, err %v", len(st.Pods), st.Invalid, err)
 	}
 	webUID := st.Pods[1].UID
 	write("web.yaml", strings.Replace(goodPod, "image: host", "image: host\n    bogus: 1", 1))
+	if st, _ = d.Load(); len(st.Pods) != 2 || len(st.Invalid) != 0 {
+		t.Fatalf("an invalid read is confirmed before it is reported: %+v", st)
+	}
+	clock.advance(DefaultConfirm)
 	st, _ = d.Load()
 	if len(st.Pods) != 2 || st.Pods[1].UID != webUID {
 		t.Fatalf("an invalid edit must keep the accepted pod: %+v", st.Pods)
@@ -194,6 +199,10 @@ func TestDirKeepsLastGoodPodsOfInvalidFile(t *testing.T) {
 		t.Fatalf("invalid = %+v", st.Invalid)
 	}
 	os.Remove(filepath.Join(dir, "web.yaml"))
+	if st, _ = d.Load(); len(st.Pods) != 2 {
+		t.Fatalf("a removal is confirmed before it stops pods: %d pods", len(st.Pods))
+	}
+	clock.advance(DefaultConfirm)
 	st, _ = d.Load()
 	if len(st.Pods) != 1 || len(st.Invalid) != 0 {
 		t.Fatalf("after removal: %d pods, %v", len(st.Pods), st.Invalid)
@@ -218,8 +227,11 @@ func TestDirSeedKeepsPodsOfFileInvalidAtStartup(t *testing.T) {
 	pods, _ := Decode([]byte(goodPod))
 	Stamp(pods[0], SourceFile, filepath.Join(dir, "web.yaml"))
 	os.WriteFile(filepath.Join(dir, "web.yaml"), []byte("kind: Pod\n"), 0o644)
-	d := &Dir{Path: dir}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	d := &Dir{Path: dir, Now: clock.now}
 	d.Seed(filepath.Join(dir, "web.yaml"), pods)
+	d.Load()
+	clock.advance(DefaultConfirm)
 	st, _ := d.Load()
 	if len(st.Pods) != 1 || st.Pods[0].UID != pods[0].UID || len(st.Invalid) != 1 {
 		t.Fatalf("state = %+v", st)

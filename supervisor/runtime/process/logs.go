@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -21,7 +22,7 @@ func LogFiles(path string) []string {
 	var files []string
 	for i := 64; i >= 1; i-- {
 		p := fmt.Sprintf("%s.%d", path, i)
-		if _, err := os.Stat(p); err == nil {
+		if _, err := os.Lstat(p); err == nil {
 			files = append(files, p)
 		}
 	}
@@ -31,9 +32,9 @@ func LogFiles(path string) []string {
 // CopyLog writes the text of a CRI log (all its rotated files) to out.
 func CopyLog(out io.Writer, path string) error {
 	for _, f := range LogFiles(path) {
-		fh, err := os.Open(f)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		fh, err := openLog(f)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotLog) {
+			continue // gone, or something planted that is not a log
 		}
 		if err != nil {
 			return err
@@ -46,6 +47,26 @@ func CopyLog(out io.Writer, path string) error {
 	}
 	return nil
 }
+
+// openLog opens a log file for reading, never through a symbolic link or
+// into a FIFO: a link planted in a log directory must not make the daemon
+// serve another file.
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("log %s: %w", path, errNotLog)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("log %s: %w", path, errNotLog)
+	}
+	return f, nil
+}
+
+var errNotLog = errors.New("not a regular file")
 
 // copyRecords converts CRI records from r to plain text until EOF and
 // returns the bytes consumed; a trailing incomplete record is left unread.
@@ -96,7 +117,7 @@ func FollowLog(ctx context.Context, out io.Writer, path string, done <-chan stru
 	}
 	files := LogFiles(path)
 	for _, f := range files[:len(files)-1] {
-		if fh, err := os.Open(f); err == nil {
+		if fh, err := openLog(f); err == nil {
 			copyRecords(out, fh)
 			fh.Close()
 		}
@@ -110,7 +131,7 @@ func FollowLog(ctx context.Context, out io.Writer, path string, done <-chan stru
 	}()
 	drain := func() error {
 		if cur == nil {
-			f, err := os.Open(path)
+			f, err := openLog(path)
 			if err != nil {
 				return nil // not created yet
 			}

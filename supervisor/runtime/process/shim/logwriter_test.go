@@ -1,0 +1,76 @@
+package shim
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Links and hard links planted where the shim writes a log, or in place
+// of the log's directories, never lead its writes to another file.
+func TestOpenLogNeverWritesThroughLinks(t *testing.T) {
+	root := t.TempDir()
+	host := filepath.Join(t.TempDir(), "host")
+	os.WriteFile(host, []byte("precious\n"), 0o644)
+	hostDir := t.TempDir()
+
+	podDir := filepath.Join(root, "logs", "default_web_uid")
+	os.MkdirAll(filepath.Join(podDir, "app"), 0o750)
+	os.Symlink(host, filepath.Join(podDir, "app", "0.log")) // the file
+	os.Link(host, filepath.Join(podDir, "app", "1.log"))    // a hard link
+	os.Symlink(hostDir, filepath.Join(podDir, "sidecar"))   // a directory
+	for _, rel := range []string{"app/0.log", "app/1.log", "sidecar/0.log"} {
+		path := filepath.Join(podDir, rel)
+		w, err := openLog(path, 1<<20, 2)
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		w.write("stdout", "F", []byte("container output"))
+		w.close()
+		st, err := os.Lstat(path)
+		if err != nil || !st.Mode().IsRegular() {
+			t.Fatalf("%s: not a regular file of its own: %v, %v", rel, st, err)
+		}
+		if data, _ := os.ReadFile(path); !strings.Contains(string(data), "container output") {
+			t.Fatalf("%s: %q", rel, data)
+		}
+		if st.Mode().Perm() != 0o640 {
+			t.Fatalf("%s: mode %v", rel, st.Mode().Perm())
+		}
+	}
+	if data, _ := os.ReadFile(host); string(data) != "precious\n" {
+		t.Fatalf("the host file was written: %q", data)
+	}
+	if entries, _ := os.ReadDir(hostDir); len(entries) != 0 {
+		t.Fatalf("a log was made in the linked directory: %v", entries)
+	}
+}
+
+// Rotation keeps working in the directory opened at the start, and a
+// link planted at the next rotated name is not followed either.
+func TestRotationStaysInItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pod", "app")
+	host := filepath.Join(t.TempDir(), "host")
+	os.WriteFile(host, []byte("precious\n"), 0o644)
+	w, err := openLog(filepath.Join(dir, "0.log"), 100, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	for i := 0; i < 3; i++ {
+		w.write("stdout", "F", []byte(strings.Repeat("x", 80)))
+		if i == 0 {
+			os.Remove(filepath.Join(dir, "0.log"))
+			os.Symlink(host, filepath.Join(dir, "0.log"))
+		}
+	}
+	if data, _ := os.ReadFile(host); string(data) != "precious\n" {
+		t.Fatalf("the host file was written: %q", data)
+	}
+	// The planted link may be rotated along (renaming a link is
+	// harmless); what is written to is always a file of its own.
+	if st, err := os.Lstat(filepath.Join(dir, "0.log")); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("0.log: %v, %v", st, err)
+	}
+}
