@@ -102,7 +102,7 @@ func (d *Daemon) runningContainerd(pidFile, addr string) (int, error) {
 }
 
 func (d *Daemon) launchContainerd(m ManagedContainerd, config, pidFile, addr string) (int, error) {
-	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return -1, err
 	}

@@ -63,7 +63,7 @@ func (s Sandbox) EnsurePID(argv []string) (string, error) {
 	if err := unix.Mount(fmt.Sprintf("/proc/%d/ns/pid", pid), path, "", unix.MS_BIND, ""); err != nil {
 		return fail(fmt.Errorf("binding the pod's PID namespace: %w", err))
 	}
-	if err := os.WriteFile(filepath.Join(s.Dir, initPidFile), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.Dir, initPidFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		return fail(err)
 	}
 	return path, nil
