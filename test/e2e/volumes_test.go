@@ -91,8 +91,9 @@ spec:
   - name: legit
     image: `+testImage+`
     imagePullPolicy: Never
-    command: ["sh", "-c", "cat /mnt/real/f /etc/conf.txt && touch /mnt/made/x && echo made; exec sleep 1000"]
+    command: ["sh", "-c", "cat /mnt/real/f /etc/conf.txt && touch /mnt/made/x && echo made; while [ ! -e /work/crash ]; do sleep 0.2; done; exit 1"]
     volumeMounts:
+    - {name: work, mountPath: /work}
     - {name: work, mountPath: /mnt/real, subPath: real}
     - {name: work, mountPath: /etc/conf.txt, subPath: conf, readOnly: true}
     - {name: work, mountPath: /mnt/made, subPath: made/deep}
@@ -130,6 +131,17 @@ spec:
 	made := filepath.Join(d.data, "pods", string(p.UID), "volumes", "work", "made", "deep", "x")
 	if _, err := os.Stat(made); err != nil {
 		t.Errorf("the subPath created for the container is not in the volume: %v", err)
+	}
+	// The running container swaps its subPath for a link to "/" and
+	// crashes: the restart resolves the subPath again and refuses it.
+	if out, errOut, code := d.cli("exec", "subpaths", "-c", "legit", "--", "sh", "-c", "rm -r /work/real && ln -s / /work/real && touch /work/crash"); code != 0 {
+		t.Fatalf("swapping the subPath: %d %s %s", code, out, errOut)
+	}
+	p = d.waitPod("subpaths", 40*time.Second, func(p *v1.Pod) bool {
+		return statusOf(p, "legit").RestartCount == 1 || configErrorFor("legit")(p)
+	})
+	if r, msg := waitingReason(p, "legit"); r != "CreateContainerConfigError" || !strings.Contains(msg, `volumeMount "work" of container "legit"`) {
+		t.Errorf("the restart after the swap: %s", describePod(p))
 	}
 
 	d.remove("subpaths.yaml")
