@@ -303,3 +303,62 @@ func pidOfCommand(t *testing.T, args ...string) int {
 	})
 	return found
 }
+
+// The same subPath escape from a hub pod: refused alike, nothing created
+// on the host.
+func TestHubPodSubPathSymlinkEscape(t *testing.T) {
+	r := newFleetRig(t)
+	d, _ := ctrdDaemon(t)
+	d.stop(syscall.SIGTERM)
+	f, err := os.OpenFile(d.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "hub: {url: mqtt://%s, deviceId: e2e-vol, key: %s}\n", r.addr, r.pubFile)
+	f.Close()
+	d.start()
+	nonce := hostNonce(t)
+	r.apply(t, "e2e-vol", `apiVersion: v1
+kind: Pod
+metadata: {name: hubsub}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: work, emptyDir: {}}]
+  initContainers:
+  - name: plant
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["ln", "-s", "/", "/work/evil"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  containers:
+  - name: root
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "1000"]
+    volumeMounts: [{name: work, mountPath: /host, subPath: evil}]
+  - name: mkdir
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "1000"]
+    volumeMounts: [{name: work, mountPath: /host, subPath: evil/tmp/`+nonce+`}]
+`)
+	p := d.waitPod("hubsub", 40*time.Second, configErrorFor("root", "mkdir"))
+	if src := p.Annotations["podvisor.io/source"]; src != "hub" {
+		t.Fatalf("source %q, want hub", src)
+	}
+	if _, msg := waitingReason(p, "root"); msg != `failed to prepare subPath for volumeMount "work" of container "root"` {
+		t.Errorf("message %q", msg)
+	}
+	if _, err := os.Lstat(filepath.Join("/tmp", nonce)); err == nil {
+		t.Errorf("/tmp/%s was created on the host through the planted link", nonce)
+	}
+	if _, err := r.hub.Delete("e2e-vol", "default", "hubsub"); err != nil {
+		t.Fatal(err)
+	}
+	d.waitGone("hubsub", 30*time.Second)
+	waitForLong(t, 10*time.Second, "the pod's directory to go", func() bool {
+		_, err := os.Stat(filepath.Join(d.data, "pods", string(p.UID)))
+		return os.IsNotExist(err)
+	})
+	requireNothingMounted(t, d)
+}
