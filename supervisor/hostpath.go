@@ -66,7 +66,7 @@ func openAllowedHostPath(root, rel string, typ *v1.HostPathType) (*os.File, erro
 		t = *typ
 	}
 	path := filepath.Join(root, rel)
-	if t == v1.HostPathDirectoryOrCreate && rel == "" {
+	if t == v1.HostPathDirectoryOrCreate {
 		// The allowed directory itself is the device owner's to name.
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return nil, err

@@ -31,16 +31,22 @@ func (d *Daemon) stageMount(uid types.UID, container string, index int, vol podV
 	defer root.Close()
 	f := root
 	if subPath != "" {
-		f, err = safepath.Open(root, subPath)
-		if errors.Is(err, os.ErrNotExist) {
+		// As the kubelet: a subPath that does not seem to exist is
+		// created first (and a failure is said so); whether it seems to
+		// only picks the step, both resolve without links.
+		if _, serr := os.Stat(filepath.Join(vol.path, subPath)); errors.Is(serr, os.ErrNotExist) {
 			mode, merr := safepath.Mode(root)
 			if merr != nil {
 				return "", merr
 			}
-			f, err = safepath.MkdirAll(root, subPath, mode)
+			made, err := safepath.MkdirAll(root, subPath, mode)
+			if err != nil {
+				return "", &subPathError{create: true, err: fmt.Errorf("creating subPath %q of %s: %w", subPath, vol.path, err)}
+			}
+			made.Close()
 		}
-		if err != nil {
-			return "", fmt.Errorf("subPath %q of %s: %w", subPath, vol.path, err)
+		if f, err = safepath.Open(root, subPath); err != nil {
+			return "", &subPathError{err: fmt.Errorf("subPath %q of %s: %w", subPath, vol.path, err)}
 		}
 		defer f.Close()
 	}
@@ -53,6 +59,16 @@ func (d *Daemon) stageMount(uid types.UID, container string, index int, vol podV
 	}
 	return target, nil
 }
+
+// subPathError is a subPath that could not be created (create) or
+// resolved.
+type subPathError struct {
+	create bool
+	err    error
+}
+
+func (e *subPathError) Error() string { return e.err.Error() }
+func (e *subPathError) Unwrap() error { return e.err }
 
 // openVolume opens a volume's root: a path of the daemon's own or one
 // the device allows any pod to name is opened as it is; a hostPath under

@@ -165,11 +165,15 @@ func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[strin
 			if err != nil {
 				d.log.Warn("preparing a volume mount", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
 					"volumeMount", vm.Name, "subPath", vm.SubPath, "err", err)
-				if vm.SubPath == "" {
+				// The kubelet's words for subPaths; the details (host
+				// paths) go to the device's log only.
+				var spe *subPathError
+				switch {
+				case !errors.As(err, &spe):
 					return nil, fmt.Errorf("volume %q: %w", vm.Name, err)
+				case spe.create:
+					return nil, fmt.Errorf("failed to create subPath directory for volumeMount %q of container %q", vm.Name, c.Name)
 				}
-				// The kubelet's words; the details (host paths) go to the
-				// device's log only.
 				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
 			}
 			src = staged

@@ -116,8 +116,8 @@ spec:
 	p := d.waitPod("subpaths", 30*time.Second, func(p *v1.Pod) bool {
 		return statusOf(p, "legit").State.Running != nil && configErrorFor("root", "mkdir", "inner")(p)
 	})
-	for _, c := range []string{"root", "mkdir", "inner"} {
-		if _, msg := waitingReason(p, c); msg != fmt.Sprintf(`failed to prepare subPath for volumeMount "work" of container %q`, c) {
+	for c, step := range map[string]string{"root": "prepare subPath", "mkdir": "create subPath directory", "inner": "prepare subPath"} {
+		if _, msg := waitingReason(p, c); msg != fmt.Sprintf(`failed to %s for volumeMount "work" of container %q`, step, c) {
 			t.Errorf("container %s: message %q, want the kubelet's", c, msg)
 		}
 	}
