@@ -84,8 +84,8 @@ func openVolume(vol podVolume) (*os.File, error) {
 	if rel == "." {
 		rel = ""
 	}
-	// Its type was checked (and anything created) by setupVolumes.
-	return openAllowedHostPath(vol.allowedRoot, rel, nil)
+	// Checked again on what is mounted, not only on what setupVolumes saw.
+	return openAllowedHostPath(vol.allowedRoot, rel, vol.hostPathType)
 }
 
 // cleanStagedMounts unmounts and removes a pod's staged mounts. Nothing

@@ -36,7 +36,8 @@ type podVolume struct {
 	// allowedRoot, for a hostPath under security.allowedHostPaths, is the
 	// allowed directory path must be resolved beneath, without links:
 	// what lies below it is writable by pods and not to be trusted.
-	allowedRoot string
+	allowedRoot  string
+	hostPathType *v1.HostPathType
 	// readOnly: downwardAPI and projected volumes are always mounted
 	// read-only, as the kubelet mounts them, so no container can plant a
 	// link where the daemon writes.
@@ -56,6 +57,7 @@ func (d *Daemon) setupVolumes(pod *v1.Pod) (map[string]podVolume, error) {
 			err = emptyDir(dir, v.EmptyDir)
 		case v.HostPath != nil:
 			vol.path = filepath.Clean(v.HostPath.Path)
+			vol.hostPathType = v.HostPath.Type
 			vol.allowedRoot, err = d.prepareHostPath(v.HostPath)
 		case v.DownwardAPI != nil:
 			err = d.writeDownwardAPI(dir, pod, v.DownwardAPI.Items)
