@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,39 @@ func requireNothingMounted(t *testing.T, d *daemon) {
 	}
 }
 
+// killContainersAtCleanup kills, when the test ends, every process left
+// in the daemon's cgroups: a test that fails before its pods are removed
+// would leave their containers running (shims die with containerd,
+// containers do not).
+func killContainersAtCleanup(t *testing.T, d *daemon) {
+	data, err := os.ReadFile(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(data), "cgroups: {root: ")
+	root, _, _ := strings.Cut(rest, "}")
+	if root = strings.TrimSpace(root); root == "" {
+		t.Fatalf("no cgroup root in %s", d.config)
+	}
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
+		for _, dir := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
+			filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+				if err == nil && e.Name() == "cgroup.procs" {
+					procs, _ := os.ReadFile(path)
+					for _, f := range strings.Fields(string(procs)) {
+						var pid int
+						if fmt.Sscan(f, &pid); pid > 0 {
+							syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				}
+				return nil
+			})
+		}
+	})
+}
+
 // hostNonce is a path under the host's /tmp that an escape would create.
 func hostNonce(t *testing.T) string {
 	name := fmt.Sprintf("podvisor-escape-%s-%d", strings.ToLower(t.Name()), os.Getpid())
@@ -74,6 +108,7 @@ func hostNonce(t *testing.T) string {
 // still mount.
 func TestSubPathSymlinkEscape(t *testing.T) {
 	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
 	nonce := hostNonce(t)
 	d.write("subpaths.yaml", `apiVersion: v1
 kind: Pod
@@ -160,6 +195,7 @@ spec:
 // mount, and survive the pod's removal.
 func TestHostPathSymlinkEscape(t *testing.T) {
 	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
 	allowed := filepath.Join(d.dir, "allowed")
 	d.stop(syscall.SIGTERM)
 	f, err := os.OpenFile(d.config, os.O_APPEND|os.O_WRONLY, 0)
@@ -249,6 +285,7 @@ spec:
 // imagePullPolicy Never runs from the local store.
 func TestContainerdSeccompAndDigestPin(t *testing.T) {
 	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
 	list, err := d.client.Images(context.Background())
 	if err != nil || len(list.Images) != 1 {
 		t.Fatalf("images: %+v %v", list, err)
@@ -309,6 +346,7 @@ func pidOfCommand(t *testing.T, args ...string) int {
 func TestHubPodSubPathSymlinkEscape(t *testing.T) {
 	r := newFleetRig(t)
 	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
 	d.stop(syscall.SIGTERM)
 	f, err := os.OpenFile(d.config, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
