@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,10 +62,12 @@ func requireNothingMounted(t *testing.T, d *daemon) {
 	}
 }
 
-// killContainersAtCleanup kills, when the test ends, every process left
-// in the daemon's cgroups: a test that fails before its pods are removed
-// would leave their containers running (shims die with containerd,
-// containers do not).
+// killContainersAtCleanup stops the daemon when the test ends, then
+// kills every process left in its cgroups and unmounts what is left
+// under its directory: a test that fails before its pods are removed
+// would otherwise leave containers running (shims die with containerd,
+// containers do not), and a live daemon would restart them and mount
+// again after the harness's unmounting.
 func killContainersAtCleanup(t *testing.T, d *daemon) {
 	data, err := os.ReadFile(d.config)
 	if err != nil {
@@ -76,6 +79,7 @@ func killContainersAtCleanup(t *testing.T, d *daemon) {
 		t.Fatalf("no cgroup root in %s", d.config)
 	}
 	t.Cleanup(func() {
+		d.stop(syscall.SIGKILL)
 		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
 		for _, dir := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
 			filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
@@ -91,6 +95,7 @@ func killContainersAtCleanup(t *testing.T, d *daemon) {
 				return nil
 			})
 		}
+		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
 	})
 }
 
@@ -107,9 +112,9 @@ func hostNonce(t *testing.T) string {
 // link creates nothing on the host, and real subdirectories and files
 // still mount.
 func TestSubPathSymlinkEscape(t *testing.T) {
+	nonce := hostNonce(t) // removed after the daemon is gone
 	d, _ := ctrdDaemon(t)
 	killContainersAtCleanup(t, d)
-	nonce := hostNonce(t)
 	d.write("subpaths.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: subpaths}
@@ -194,6 +199,7 @@ spec:
 // a subPath through it; real directories under the allowed path still
 // mount, and survive the pod's removal.
 func TestHostPathSymlinkEscape(t *testing.T) {
+	nonce := hostNonce(t) // removed after the daemon is gone
 	d, _ := ctrdDaemon(t)
 	killContainersAtCleanup(t, d)
 	allowed := filepath.Join(d.dir, "allowed")
@@ -205,7 +211,6 @@ func TestHostPathSymlinkEscape(t *testing.T) {
 	fmt.Fprintf(f, "security: {allowedHostPaths: [%s]}\n", allowed)
 	f.Close()
 	d.start()
-	nonce := hostNonce(t)
 	pod := func(name, volumes, mounts string) string {
 		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -344,6 +349,7 @@ func pidOfCommand(t *testing.T, args ...string) int {
 // The same subPath escape from a hub pod: refused alike, nothing created
 // on the host.
 func TestHubPodSubPathSymlinkEscape(t *testing.T) {
+	nonce := hostNonce(t) // removed after the daemon is gone
 	r := newFleetRig(t)
 	d, _ := ctrdDaemon(t)
 	killContainersAtCleanup(t, d)
@@ -355,7 +361,6 @@ func TestHubPodSubPathSymlinkEscape(t *testing.T) {
 	fmt.Fprintf(f, "hub: {url: mqtt://%s, deviceId: e2e-vol, key: %s}\n", r.addr, r.pubFile)
 	f.Close()
 	d.start()
-	nonce := hostNonce(t)
 	r.apply(t, "e2e-vol", `apiVersion: v1
 kind: Pod
 metadata: {name: hubsub}
