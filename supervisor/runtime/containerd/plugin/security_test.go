@@ -2,10 +2,13 @@ package plugin
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/test/ociimage"
@@ -122,5 +125,103 @@ func TestSeccompOptsWithoutKernelSupport(t *testing.T) {
 	}
 	if _, err := seccompOpts(containerd.Security{Seccomp: "Localhost"}, true); err == nil {
 		t.Error("Localhost without a profile was accepted")
+	}
+}
+
+// A pull of a digest-pinned reference gets that digest: a pin that no
+// longer matches the registry's content fails as ErrImagePull, and what
+// was pulled serves the pin afterwards with imagePullPolicy Never, under
+// any tag.
+func TestDigestPinnedPull(t *testing.T) {
+	p, ctrd := newPlugin(t)
+	registry := startPlainRegistry(t)
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := registry + "/pv/busybox:1"
+	for _, args := range [][]string{
+		{"images", "import", archive},
+		{"images", "tag", "podvisor.test/pushed:1", ref},
+		{"images", "push", "--plain-http", ref},
+	} {
+		if out, err := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	out, err := exec.Command("ctr", "-a", ctrd.Address, "-n", "push", "images", "ls").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digest string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == ref {
+			digest = f[2]
+		}
+	}
+	if !strings.HasPrefix(digest, "sha256:") {
+		t.Fatalf("no digest for %s in:\n%s", ref, out)
+	}
+	zero := "sha256:" + strings.Repeat("0", 64)
+	for i, tc := range []struct {
+		image, policy, failure string
+	}{
+		{registry + "/pv/busybox:1@" + zero, "IfNotPresent", containerd.ErrImagePull},
+		{registry + "/pv/busybox@" + digest, "IfNotPresent", ""},
+		{registry + "/pv/busybox:other@" + digest, "Never", ""},
+	} {
+		cfg := containerd.ContainerConfig{ID: fmt.Sprintf("p%d", i), Labels: map[string]string{containerd.LabelInstance: fmt.Sprintf("p%d", i)},
+			Image: tc.image, PullPolicy: tc.policy, Command: []string{"sleep", "100"}, LogPath: filepath.Join(t.TempDir(), "0.log")}
+		var run containerd.RunReply
+		if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Remove(containerd.IDArgs{ID: cfg.ID}, &containerd.Empty{}) })
+		got := ""
+		if run.Failure != nil {
+			got = run.Failure.Reason
+		}
+		if got != tc.failure {
+			t.Errorf("%s (%s): failure %+v, want %q", tc.image, tc.policy, run.Failure, tc.failure)
+		}
+	}
+}
+
+// startPlainRegistry runs Debian's docker-registry on loopback without
+// authentication and returns its host:port.
+func startPlainRegistry(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI prerequisite missing: docker-registry: %v", err)
+		}
+		t.Skipf("needs docker-registry (Debian's docker-registry): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yml")
+	os.WriteFile(config, []byte(fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n",
+		filepath.Join(dir, "data"), addr)), 0o644)
+	cmd := exec.Command(bin, "serve", config)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return addr
+		}
+		if i == 500 {
+			t.Fatalf("docker-registry did not listen on %s within 5s", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
