@@ -285,6 +285,9 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 		Security: securityOf(pod, c),
 		LogPath:  d.logPath(pod, c.Name, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
 	}
+	if cfg.Security.SeccompProfile, err = d.seccompProfilePath(cfg.Security.SeccompProfile); err != nil {
+		return cfg, err
+	}
 	cfg.Hostname = pod.Name
 	if pod.Spec.Hostname != "" {
 		cfg.Hostname = pod.Spec.Hostname
@@ -409,7 +412,7 @@ func securityOf(pod *v1.Pod, c *v1.Container) containerd.Security {
 		s.RunAsNonRoot = psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
 		s.SupplementalGroups = psc.SupplementalGroups
 		if psc.SeccompProfile != nil {
-			s.Seccomp = string(psc.SeccompProfile.Type)
+			s.Seccomp, s.SeccompProfile = seccompOf(psc.SeccompProfile)
 		}
 		for _, sc := range psc.Sysctls {
 			if s.Sysctls == nil {
@@ -440,7 +443,7 @@ func securityOf(pod *v1.Pod, c *v1.Container) containerd.Security {
 			}
 		}
 		if sc.SeccompProfile != nil {
-			s.Seccomp = string(sc.SeccompProfile.Type)
+			s.Seccomp, s.SeccompProfile = seccompOf(sc.SeccompProfile)
 		}
 	}
 	return s

@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/safepath"
 )
 
 // podDir holds what a pod instance has on the device besides its
@@ -27,23 +28,40 @@ func (d *Daemon) podDir(uid types.UID) string {
 // shmSize is /dev/shm's size for a pod, as container runtimes default.
 const shmSize = 64 << 20
 
-// setupVolumes prepares a pod's volumes and returns their host paths by
-// name. It is idempotent: every container start calls it.
-func (d *Daemon) setupVolumes(pod *v1.Pod) (map[string]string, error) {
-	paths := map[string]string{}
+// podVolume is a volume prepared on the host.
+type podVolume struct {
+	name string
+	// path is the host path of the volume's root.
+	path string
+	// allowedRoot, for a hostPath under security.allowedHostPaths, is the
+	// allowed directory path must be resolved beneath, without links:
+	// what lies below it is writable by pods and not to be trusted.
+	allowedRoot  string
+	hostPathType *v1.HostPathType
+	// readOnly: downwardAPI and projected volumes are always mounted
+	// read-only, as the kubelet mounts them, so no container can plant a
+	// link where the daemon writes.
+	readOnly bool
+}
+
+// setupVolumes prepares a pod's volumes and returns them by name. It is
+// idempotent: every container start calls it.
+func (d *Daemon) setupVolumes(pod *v1.Pod) (map[string]podVolume, error) {
+	vols := map[string]podVolume{}
 	for _, v := range pod.Spec.Volumes {
 		dir := filepath.Join(d.podDir(pod.UID), "volumes", v.Name)
+		vol := podVolume{name: v.Name, path: dir}
 		var err error
 		switch {
 		case v.EmptyDir != nil:
 			err = emptyDir(dir, v.EmptyDir)
-			paths[v.Name] = dir
 		case v.HostPath != nil:
-			err = checkHostPath(v.HostPath)
-			paths[v.Name] = v.HostPath.Path
+			vol.path = filepath.Clean(v.HostPath.Path)
+			vol.hostPathType = v.HostPath.Type
+			vol.allowedRoot, err = d.prepareHostPath(v.HostPath)
 		case v.DownwardAPI != nil:
 			err = d.writeDownwardAPI(dir, pod, v.DownwardAPI.Items)
-			paths[v.Name] = dir
+			vol.readOnly = true
 		case v.Projected != nil:
 			var items []v1.DownwardAPIVolumeFile
 			for _, s := range v.Projected.Sources {
@@ -52,15 +70,16 @@ func (d *Daemon) setupVolumes(pod *v1.Pod) (map[string]string, error) {
 				}
 			}
 			err = d.writeDownwardAPI(dir, pod, items)
-			paths[v.Name] = dir
+			vol.readOnly = true
 		default:
 			err = errors.New("unsupported volume source") // validation rejects these earlier
 		}
 		if err != nil {
 			return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 		}
+		vols[v.Name] = vol
 	}
-	return paths, nil
+	return vols, nil
 }
 
 func emptyDir(dir string, e *v1.EmptyDirVolumeSource) error {
@@ -81,57 +100,16 @@ func emptyDir(dir string, e *v1.EmptyDirVolumeSource) error {
 	return nil
 }
 
-// checkHostPath applies hostPath's type rules, creating what the
-// *OrCreate types ask for.
-func checkHostPath(h *v1.HostPathVolumeSource) error {
-	typ := v1.HostPathUnset
-	if h.Type != nil {
-		typ = *h.Type
-	}
-	st, err := os.Stat(h.Path)
-	switch typ {
-	case v1.HostPathUnset:
-		return nil
-	case v1.HostPathDirectoryOrCreate:
-		if os.IsNotExist(err) {
-			return os.MkdirAll(h.Path, 0o755)
-		}
-	case v1.HostPathFileOrCreate:
-		if os.IsNotExist(err) {
-			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_RDONLY, 0o644)
-			if err == nil {
-				f.Close()
-			}
-			return err
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("hostPath type check failed: %s is not a %s: %w", h.Path, strings.TrimSuffix(string(typ), "OrCreate"), err)
-	}
-	ok := true
-	switch typ {
-	case v1.HostPathDirectory, v1.HostPathDirectoryOrCreate:
-		ok = st.IsDir()
-	case v1.HostPathFile, v1.HostPathFileOrCreate:
-		ok = st.Mode().IsRegular()
-	case v1.HostPathSocket:
-		ok = st.Mode()&os.ModeSocket != 0
-	case v1.HostPathCharDev:
-		ok = st.Mode()&os.ModeCharDevice != 0
-	case v1.HostPathBlockDev:
-		ok = st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
-	}
-	if !ok {
-		return fmt.Errorf("hostPath type check failed: %s is not a %s", h.Path, strings.TrimSuffix(string(typ), "OrCreate"))
-	}
-	return nil
-}
-
 // writeDownwardAPI writes the pod fields a downwardAPI volume asks for.
 func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAPIVolumeFile) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	root, err := safepath.OpenTrusted(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, it := range items {
 		if it.FieldRef == nil {
 			return fmt.Errorf("item %s: only fieldRef items are supported", it.Path)
@@ -148,12 +126,10 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 				return fmt.Errorf("item %s: %w", it.Path, err)
 			}
 		}
-		path := filepath.Join(dir, filepath.Clean("/"+it.Path))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, []byte(val), 0o644); err != nil {
-			return err
+		// Written through descriptors: a link in the volume is refused,
+		// never written through.
+		if err := safepath.WriteFile(root, strings.TrimPrefix(filepath.Clean("/"+it.Path), "/"), []byte(val), 0o644); err != nil {
+			return fmt.Errorf("item %s: %w", it.Path, err)
 		}
 	}
 	return nil
@@ -175,24 +151,37 @@ func formatMap(m map[string]string) string {
 
 // containerMounts are a container's volume mounts plus the files the
 // kubelet gives every container: /etc/hosts, /etc/hostname,
-// /etc/resolv.conf and the pod's /dev/shm.
-func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]string) ([]containerd.Mount, error) {
+// /etc/resolv.conf and the pod's /dev/shm. A mount with a subPath, or of
+// a hostPath under security.allowedHostPaths, is resolved without links
+// and handed to the runtime as a bind of the resolved file (stageMount).
+func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume) ([]containerd.Mount, error) {
 	var out []containerd.Mount
-	for _, vm := range c.VolumeMounts {
-		src, ok := volumes[vm.Name]
+	for i, vm := range c.VolumeMounts {
+		vol, ok := volumes[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", vm.Name)
 		}
-		if vm.SubPath != "" {
-			src = filepath.Join(src, filepath.Clean("/"+vm.SubPath))
-			if _, err := os.Stat(src); os.IsNotExist(err) {
-				if err := os.MkdirAll(src, 0o755); err != nil {
-					return nil, fmt.Errorf("volumeMount %q subPath: %w", vm.Name, err)
+		src := vol.path
+		if vm.SubPath != "" || vol.allowedRoot != "" {
+			staged, err := d.stageMount(pod.UID, c.Name, i, vol, vm.SubPath)
+			if err != nil {
+				d.log.Warn("preparing a volume mount", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
+					"volumeMount", vm.Name, "subPath", vm.SubPath, "err", err)
+				// The kubelet's words for subPaths; the details (host
+				// paths) go to the device's log only.
+				var spe *subPathError
+				switch {
+				case !errors.As(err, &spe):
+					return nil, fmt.Errorf("volume %q: %w", vm.Name, err)
+				case spe.create:
+					return nil, fmt.Errorf("failed to create subPath directory for volumeMount %q of container %q", vm.Name, c.Name)
 				}
+				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
 			}
+			src = staged
 		}
 		mode := "rw"
-		if vm.ReadOnly {
+		if vm.ReadOnly || vol.readOnly {
 			mode = "ro"
 		}
 		out = append(out, containerd.Mount{Source: src, Destination: vm.MountPath, Type: "bind", Options: []string{mode}})
@@ -252,10 +241,16 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 	return mounts, nil
 }
 
-// removePodDir unmounts the pod's tmpfs volumes and shm and deletes its
-// directory.
+// removePodDir unmounts the pod's staged mounts, tmpfs volumes and shm
+// and deletes its directory.
 func (d *Daemon) removePodDir(uid types.UID) {
 	dir := d.podDir(uid)
+	if err := cleanStagedMounts(dir); err != nil {
+		// Removing the directory now would reach through a bind into a
+		// volume or a host directory: leave it, loudly.
+		d.log.Error("unmounting a pod's staged volume mounts; its directory is left in place", "dir", dir, "err", err)
+		return
+	}
 	mounts, _ := filepath.Glob(filepath.Join(dir, "volumes", "*"))
 	for _, m := range append(mounts, filepath.Join(dir, "shm")) {
 		if isMountPoint(m) {

@@ -72,6 +72,7 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 	}
 	if sc := s.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
+		errs = append(errs, validateSeccompProfile(sc.SeccompProfile, path.Child("securityContext", "seccompProfile"))...)
 	}
 	isProcess := s.RuntimeClassName != nil && *s.RuntimeClassName == ProcessRuntimeClass
 	volErrs, volumes := validateVolumes(s, path, isProcess)
@@ -173,6 +174,7 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 	errs = append(errs, validateResources(c.Resources, path.Child("resources"))...)
 	if sc := c.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
+		errs = append(errs, validateSeccompProfile(sc.SeccompProfile, path.Child("securityContext", "seccompProfile"))...)
 	}
 	errs = append(errs, validateLifecycle(c.Lifecycle, path.Child("lifecycle"), ports)...)
 	errs = append(errs, validateProbe(c.LivenessProbe, path.Child("livenessProbe"), true, ports)...)

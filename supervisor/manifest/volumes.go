@@ -82,9 +82,10 @@ func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) fiel
 	var errs field.ErrorList
 	for i, it := range items {
 		ip := p.Index(i)
-		if it.Path == "" || path.IsAbs(it.Path) || strings.Contains(it.Path, "..") {
-			errs = append(errs, field.Invalid(ip.Child("path"), it.Path, "must be a relative path without '..'"))
+		if it.Path == "" {
+			errs = append(errs, field.Required(ip.Child("path"), ""))
 		}
+		errs = append(errs, validateLocalDescendingPath(it.Path, ip.Child("path"))...)
 		switch {
 		case it.ResourceFieldRef != nil:
 			errs = append(errs, field.Forbidden(ip.Child("resourceFieldRef"), "not supported; use fieldRef"))
@@ -138,11 +139,26 @@ func validateMounts(c *v1.Container, p *field.Path, volumes sets.Set[string]) fi
 			errs = append(errs, field.Duplicate(mp.Child("mountPath"), m.MountPath))
 		}
 		seen.Insert(path.Clean(m.MountPath))
-		if path.IsAbs(m.SubPath) || strings.Contains(m.SubPath, "..") {
-			errs = append(errs, field.Invalid(mp.Child("subPath"), m.SubPath, "must be a relative path without '..'"))
-		}
+		errs = append(errs, validateLocalDescendingPath(m.SubPath, mp.Child("subPath"))...)
 		if m.SubPathExpr != "" {
 			errs = append(errs, field.Forbidden(mp.Child("subPathExpr"), "not supported"))
+		}
+	}
+	return errs
+}
+
+// validateLocalDescendingPath is Kubernetes' check of a path that must
+// stay inside a volume: relative, and no ".." component ("a..b" is a
+// name). The daemon resolves it without links besides.
+func validateLocalDescendingPath(p string, fp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if path.IsAbs(p) {
+		errs = append(errs, field.Invalid(fp, p, "must be a relative path"))
+	}
+	for _, item := range strings.Split(p, "/") {
+		if item == ".." {
+			errs = append(errs, field.Invalid(fp, p, "must not contain '..'"))
+			break
 		}
 	}
 	return errs

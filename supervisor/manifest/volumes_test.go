@@ -26,6 +26,14 @@ spec:
     - {name: info, mountPath: /etc/podinfo}
 `
 
+// A name with two dots is a name, not a step up: Kubernetes accepts it.
+func TestSubPathWithDotsInAName(t *testing.T) {
+	doc := strings.Replace(containerPod, "mountPath: /data}", "mountPath: /data, subPath: a..b/c}", 1)
+	if _, err := Decode([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVolumesAccepted(t *testing.T) {
 	pods, err := Decode([]byte(containerPod))
 	if err != nil {
@@ -46,7 +54,17 @@ func TestVolumeErrorsNameTheField(t *testing.T) {
 		{"bad medium", "medium: Memory", "medium: HugePages", []string{"spec.volumes[0].emptyDir.medium"}},
 		{"unknown volume", "{name: data, mountPath: /data}", "{name: nope, mountPath: /data}", []string{"spec.containers[0].volumeMounts[0].name", "nope"}},
 		{"relative mount", "mountPath: /data}", "mountPath: data}", []string{"spec.containers[0].volumeMounts[0].mountPath"}},
-		{"escaping subPath", "mountPath: /data}", "mountPath: /data, subPath: ../x}", []string{"spec.containers[0].volumeMounts[0].subPath"}},
+		{"escaping subPath", "mountPath: /data}", "mountPath: /data, subPath: ../x}", []string{"spec.containers[0].volumeMounts[0].subPath", "must not contain '..'"}},
+		{"absolute subPath", "mountPath: /data}", "mountPath: /data, subPath: /x}", []string{"spec.containers[0].volumeMounts[0].subPath", "must be a relative path"}},
+		{"escaping item path", "path: labels", "path: a/../../x", []string{"spec.volumes[2].projected.sources[0].downwardAPI.items[0].path", "'..'"}},
+		{"localhost seccomp without a profile", "    volumeMounts:", "    securityContext: {seccompProfile: {type: Localhost}}\n    volumeMounts:",
+			[]string{"spec.containers[0].securityContext.seccompProfile.localhostProfile", "must be set"}},
+		{"localhost seccomp escaping", "  containers:", "  securityContext: {seccompProfile: {type: Localhost, localhostProfile: ../x.json}}\n  containers:",
+			[]string{"spec.securityContext.seccompProfile.localhostProfile", "'..'"}},
+		{"profile for another type", "    volumeMounts:", "    securityContext: {seccompProfile: {type: RuntimeDefault, localhostProfile: x.json}}\n    volumeMounts:",
+			[]string{"spec.containers[0].securityContext.seccompProfile.localhostProfile", "only be set when seccomp type is Localhost"}},
+		{"bad seccomp type", "    volumeMounts:", "    securityContext: {seccompProfile: {type: Strict}}\n    volumeMounts:",
+			[]string{"spec.containers[0].securityContext.seccompProfile.type", "Strict"}},
 		{"duplicate volume", "  - name: host\n", "  - name: data\n", []string{"spec.volumes[1].name", "Duplicate"}},
 		{"shared and host PID namespace", "  containers:", "  shareProcessNamespace: true\n  hostPID: true\n  containers:", []string{"spec.shareProcessNamespace", "HostPID"}},
 		{"resource field", "fieldRef: {fieldPath: metadata.labels}", "resourceFieldRef: {resource: limits.cpu}", []string{"resourceFieldRef"}},

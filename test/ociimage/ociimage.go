@@ -16,7 +16,7 @@ import (
 
 // Applets are the busybox commands the image links in /bin.
 var Applets = []string{"sh", "sleep", "echo", "cat", "ls", "hostname", "id", "env", "nc", "wget",
-	"httpd", "mkdir", "touch", "rm", "kill", "ps", "grep", "true", "false", "dd", "head", "tail", "test", "date", "pwd"}
+	"httpd", "mkdir", "touch", "rm", "ln", "kill", "ps", "grep", "true", "false", "dd", "head", "tail", "test", "date", "pwd"}
 
 // Image describes what to build.
 type Image struct {

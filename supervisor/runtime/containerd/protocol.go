@@ -108,9 +108,12 @@ type Security struct {
 	ReadOnlyRootFilesystem bool     `json:"readOnlyRootFilesystem,omitempty"`
 	// NoNewPrivileges is allowPrivilegeEscalation: false.
 	NoNewPrivileges bool `json:"noNewPrivileges,omitempty"`
-	// Seccomp is "", "RuntimeDefault" or "Unconfined".
-	Seccomp string            `json:"seccomp,omitempty"`
-	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// Seccomp is the profile type: "" (the runtime's default, as
+	// RuntimeDefault), "RuntimeDefault", "Unconfined" or "Localhost".
+	Seccomp string `json:"seccomp,omitempty"`
+	// SeccompProfile is a Localhost profile's file on the device.
+	SeccompProfile string            `json:"seccompProfile,omitempty"`
+	Sysctls        map[string]string `json:"sysctls,omitempty"`
 }
 
 // Resources are the container cgroup's limits (0: unset).

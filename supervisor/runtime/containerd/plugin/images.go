@@ -40,7 +40,7 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Im
 	}
 	var img ctrd.Image
 	if policy != "Always" {
-		img, err = p.client.GetImage(ctx, ref)
+		img, err = p.localImage(ctx, ref)
 		if err != nil && !errdefs.IsNotFound(err) {
 			return nil, &containerd.Failure{Reason: containerd.ErrImagePull, Message: err.Error()}
 		}
@@ -53,6 +53,9 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Im
 		p.log.Info("pulling image", "image", ref)
 		img, err = p.client.Pull(ctx, ref, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(p.cfg.Snapshotter),
 			ctrd.WithResolver(docker.NewResolver(docker.ResolverOptions{Hosts: p.registryHosts()})))
+		if err == nil {
+			err = checkPinned(ref, img)
+		}
 		if err != nil {
 			return nil, &containerd.Failure{Reason: containerd.ErrImagePull,
 				Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
@@ -63,6 +66,47 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Im
 		return nil, &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
 	}
 	return img, nil
+}
+
+// localImage finds an image in the store. A digest-pinned reference
+// (repo@sha256:…, or repo:tag@sha256:… whose tag only informs) is found
+// by its digest, as the CRI finds it by repo digest: any image of that
+// repository whose target is that digest, whatever it is named (a
+// side-loaded busybox:1.36 serves busybox@sha256:… of the same content).
+// An image merely named like the reference but of other content is not
+// it.
+func (p *Plugin) localImage(ctx context.Context, ref string) (ctrd.Image, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, err
+	}
+	pinned, ok := named.(reference.Digested)
+	if !ok {
+		return p.client.GetImage(ctx, ref)
+	}
+	imgs, err := p.client.ListImages(ctx, fmt.Sprintf("target.digest==%q", pinned.Digest().String()))
+	if err != nil {
+		return nil, err
+	}
+	for _, img := range imgs {
+		if n, err := reference.ParseNormalizedNamed(img.Name()); err == nil && n.Name() == named.Name() {
+			return img, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s: %w", ref, errdefs.ErrNotFound)
+}
+
+// checkPinned makes sure an image pulled for a digest-pinned reference
+// is that digest.
+func checkPinned(ref string, img ctrd.Image) error {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return err
+	}
+	if pinned, ok := named.(reference.Digested); ok && img.Target().Digest != pinned.Digest() {
+		return fmt.Errorf("pulled %s, not the pinned digest %s", img.Target().Digest, pinned.Digest())
+	}
+	return nil
 }
 
 func (p *Plugin) unpack(ctx context.Context, img ctrd.Image) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	seccompsupport "github.com/containerd/containerd/v2/pkg/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -39,7 +40,11 @@ func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg containerd.Co
 	}
 	opts = append(opts, namespaceOpts(cfg)...)
 	opts = append(opts, oci.WithMounts(mounts(cfg.Mounts)))
-	opts = append(opts, securityOpts(cfg.Security)...)
+	sec, err := securityOpts(cfg.Security, seccompsupport.IsEnabled())
+	if err != nil {
+		return nil, "", err
+	}
+	opts = append(opts, sec...)
 	if cfg.CgroupsPath != "" {
 		opts = append(opts, oci.WithCgroup(cfg.CgroupsPath))
 	}
@@ -123,7 +128,8 @@ func mounts(ms []containerd.Mount) []specs.Mount {
 }
 
 // securityOpts maps a Kubernetes security context onto the spec.
-func securityOpts(sc containerd.Security) []oci.SpecOpts {
+// seccompEnabled is whether the kernel filters system calls.
+func securityOpts(sc containerd.Security, seccompEnabled bool) ([]oci.SpecOpts, error) {
 	var opts []oci.SpecOpts
 	if sc.Privileged {
 		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
@@ -162,8 +168,13 @@ func securityOpts(sc containerd.Security) []oci.SpecOpts {
 	if sc.NoNewPrivileges {
 		opts = append(opts, oci.WithNoNewPrivileges)
 	}
-	if sc.Seccomp == "RuntimeDefault" && !sc.Privileged {
-		opts = append(opts, seccomp.WithDefaultProfile())
+	// After the capabilities: the default profile allows what they do.
+	seccompOpt, err := seccompOpts(sc, seccompEnabled)
+	if err != nil {
+		return nil, err
+	}
+	if seccompOpt != nil {
+		opts = append(opts, seccompOpt)
 	}
 	if len(sc.Sysctls) > 0 {
 		sysctls := sc.Sysctls
@@ -177,7 +188,34 @@ func securityOpts(sc containerd.Security) []oci.SpecOpts {
 			return nil
 		})
 	}
-	return opts
+	return opts, nil
+}
+
+// seccompOpts is the container's seccomp filter: the runtime's default
+// profile unless the pod asks for Unconfined or a Localhost profile.
+// Privileged containers run unconfined, as with the kubelet and
+// containerd's CRI. A kernel without seccomp runs the default unconfined,
+// but refuses a profile the pod asked for, as containerd's CRI does.
+func seccompOpts(sc containerd.Security, enabled bool) (oci.SpecOpts, error) {
+	if sc.Privileged || sc.Seccomp == "Unconfined" {
+		return nil, nil
+	}
+	if !enabled {
+		if sc.Seccomp != "" {
+			return nil, errors.New("failed to generate seccomp spec opts: seccomp is not supported")
+		}
+		return nil, nil
+	}
+	switch sc.Seccomp {
+	case "", "RuntimeDefault":
+		return seccomp.WithDefaultProfile(), nil
+	case "Localhost":
+		if sc.SeccompProfile == "" {
+			return nil, errors.New("failed to generate seccomp spec opts: localhost profile not set")
+		}
+		return seccomp.WithProfile(sc.SeccompProfile), nil
+	}
+	return nil, fmt.Errorf("failed to generate seccomp spec opts: unsupported seccomp profile type %q", sc.Seccomp)
 }
 
 // dropCapabilities drops capabilities; "CAP_ALL" drops every one, as
