@@ -2,8 +2,13 @@ package state
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 )
+
+// ErrNewerSchema: the database was written by a newer podvisor. It is not
+// damaged, so it is refused rather than moved aside.
+var ErrNewerSchema = errors.New("refusing to downgrade")
 
 // Schema is one set of tables in the state database with its own version
 // (the supervisor's keep theirs in user_version; the hub sync's in a
@@ -25,7 +30,7 @@ func Migrate(db *sql.DB, s Schema) error {
 		return err
 	}
 	if version > len(s.Migrations) {
-		return fmt.Errorf("%s schema version %d is newer than this podvisor (%d): refusing to downgrade", s.Name, version, len(s.Migrations))
+		return fmt.Errorf("%s schema version %d is newer than this podvisor (%d): %w", s.Name, version, len(s.Migrations), ErrNewerSchema)
 	}
 	for v := version; v < len(s.Migrations); v++ {
 		tx, err := db.Begin()

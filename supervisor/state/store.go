@@ -48,8 +48,10 @@ var migrations = []string{
 
 // Store is the state database. Use it from one goroutine.
 type Store struct {
-	db  *sql.DB
-	now func() time.Time
+	db     *sql.DB
+	now    func() time.Time
+	empty  bool    // no supervisor tables at open
+	damage *Damage // set by OpenOrReplace
 }
 
 // Open opens or creates the database and brings its schema up to date.
@@ -64,6 +66,12 @@ func Open(path string) (*Store, error) {
 	}
 	db.SetMaxOpenConns(1)
 	s := &Store{db: db, now: time.Now}
+	var version int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state database %s: %w", path, err)
+	}
+	s.empty = version == 0
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state database %s: %w", path, err)

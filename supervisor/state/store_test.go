@@ -1,6 +1,8 @@
 package state
 
 import (
+	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -72,5 +74,21 @@ func TestRefusesNewerSchema(t *testing.T) {
 	s.Close()
 	if _, err := Open(path); err == nil {
 		t.Fatal("opened a database from a newer podvisor")
+	}
+}
+
+func TestNewerSchemaIsRefusedNotMovedAside(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.db.Exec(`PRAGMA user_version = 99`)
+	s.Close()
+	if _, err := OpenOrReplace(path, slog.New(slog.DiscardHandler)); !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("err = %v, want ErrNewerSchema", err)
+	}
+	if moved, _ := filepath.Glob(path + ".corrupt-*"); len(moved) != 0 {
+		t.Fatalf("a newer database was moved aside: %v", moved)
 	}
 }
