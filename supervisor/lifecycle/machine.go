@@ -42,10 +42,14 @@ func NewMachine(cfg Config) *Machine {
 }
 
 // Restore puts back an instance recorded before a daemon restart, before the
-// first Reconcile. A termination in progress starts over with the full grace
+// first Reconcile. Times after now (the clock stepped back) become now. A
+// termination in progress starts over with the full grace
 // period, as the kubelet does, and its stop signals are sent again.
 func (m *Machine) Restore(in *Instance, now time.Time) {
 	m.instances[in.UID()] = in
+	if m.clampInstance(in, now) {
+		m.touch(in.UID())
+	}
 	if !in.Terminating {
 		return
 	}
@@ -453,6 +457,9 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 	byKey := map[string][]*Instance{}
 	for _, in := range m.instances {
 		byKey[in.Key()] = append(byKey[in.Key()], in)
+		if m.clampInstance(in, now) { // the wall clock stepped back
+			m.touch(in.UID())
+		}
 	}
 	keys := make([]string, 0, len(byKey)+len(m.desired))
 	for k := range byKey {
