@@ -27,6 +27,9 @@ type Machine struct {
 	admit    AdmitFunc
 	pending  map[string]Admission
 	nextWake time.Time
+	// keepRebuilt: rebuilt instances no desired pod claims are kept
+	// until then (KeepRebuilt).
+	keepRebuilt time.Time
 }
 
 func NewMachine(cfg Config) *Machine {
@@ -479,7 +482,14 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 		blocked := false
 		for _, in := range byKey[key] {
 			if want != nil && in.UID() == want.UID && !in.Terminating {
+				if in.Rebuilt {
+					acts = append(acts, m.claim(in, want)...)
+				}
 				current = in
+				continue
+			}
+			if in.Rebuilt && !in.Terminating && want == nil && now.Before(m.keepRebuilt) {
+				m.wakeAt(m.keepRebuilt) // its desired pod may yet come
 				continue
 			}
 			if !in.Terminating {

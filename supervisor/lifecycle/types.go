@@ -156,6 +156,9 @@ type Instance struct {
 	Force bool `json:"force,omitempty"`
 	// Conditions holds the readiness-gate conditions set through the API.
 	Conditions map[v1.PodConditionType]bool `json:"conditions,omitempty"`
+	// Rebuilt: made by Rebuild from the runtime's instances after the
+	// record was lost; it has no spec until a desired pod claims it.
+	Rebuilt bool `json:"rebuilt,omitempty"`
 
 	revision uint64 // bumped on every change; not persisted
 }
