@@ -170,16 +170,13 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 // Run supervises until ctx ends. Pods keep running after it returns unless
 // StopPodsOnExit is set.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := d.LockDataDir(); err != nil {
+	if err := d.OpenState(); err != nil {
 		return err
 	}
 	defer d.unlockDataDir()
-	var err error
-	if d.store, err = state.Open(filepath.Join(d.cfg.DataDir, "state.db")); err != nil {
-		return err
-	}
 	defer d.store.Close()
 	tightenStateFiles(filepath.Join(d.cfg.DataDir, "state.db"), d.log)
+	var err error
 	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.log); err != nil {
 		return err
 	}
@@ -242,6 +239,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.persist()
 	return nil
+}
+
+// OpenState takes the data directory's lock and opens the state database,
+// moving a damaged one aside for an empty one: the pods are then rebuilt
+// from their instance directories, not killed. Run calls it; call it
+// before anything else opens the database (the hub's tables live in it).
+func (d *Daemon) OpenState() error {
+	if d.store != nil {
+		return nil
+	}
+	if err := d.LockDataDir(); err != nil {
+		return err
+	}
+	var err error
+	d.store, err = state.OpenOrReplace(filepath.Join(d.cfg.DataDir, "state.db"), d.log)
+	return err
 }
 
 // loop is the one goroutine that owns the machine. It runs until ctx ends

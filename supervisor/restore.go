@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
 // restore rebuilds the core's records after a daemon start: pod instances
@@ -18,10 +20,19 @@ import (
 // are adopted, never started again; instances that ended while the daemon
 // was away report their recorded exit code; records whose instance left no
 // trace at all (a reboot wiped the run state) end as ContainerStatusUnknown.
+// Instances no record knows (the database was lost, or the daemon died
+// between a fork and its write) are rebuilt from their directories: the
+// instance locks, not the database, say what runs (DESIGN.md §3).
 func (d *Daemon) restore() error {
+	// lost: the records are gone (a database damaged, deleted or emptied).
+	lost := d.store.Empty() || d.store.Damaged() != nil
 	instances, err := d.store.Instances()
 	if err != nil {
-		return err
+		lost = true
+		// Damage found at open moved the database aside; this is damage
+		// since. The pods are rebuilt from the runtime below.
+		d.log.Error("reading pod records from the state database; rebuilding pods from their instance directories", "err", err)
+		instances = nil
 	}
 	now := d.now()
 	for _, in := range instances {
@@ -33,18 +44,22 @@ func (d *Daemon) restore() error {
 		return err
 	}
 	found := map[string]bool{}
+	unrecorded := map[types.UID][]process.Recovered{}
 	for _, r := range recs {
 		id := r.Spec.InstanceID
 		uid, name := types.UID(r.Spec.PodUID), r.Spec.Container
 		found[id] = true
 		in := d.machine.Instance(uid)
-		if in == nil || in.Container(name) == nil {
+		if in == nil {
+			unrecorded[uid] = append(unrecorded[uid], r)
+			continue
+		}
+		if in.Container(name) == nil {
 			if r.Alive {
-				// Its pod's record was lost (the daemon died between the
-				// fork and the write). It must be gone before its pod
-				// can start afresh, so it becomes an instance of its
-				// own that is being killed: that blocks the pod's name
-				// until its processes are gone, as any old instance does.
+				// Its pod's record does not know the container: it must
+				// be gone before its pod can start afresh, so it becomes
+				// an instance of its own that is being killed: that
+				// blocks the pod's name until its processes are gone.
 				d.log.Warn("killing an instance no record knows", "instance", id)
 				d.machine.RestoreOrphan(uid, r.Spec.PodNamespace, r.Spec.PodName, name, id, r.Spec.Attempt, now)
 			} else {
@@ -66,6 +81,7 @@ func (d *Daemon) restore() error {
 			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
 		}
 	}
+	d.rebuild(unrecorded, lost, now)
 	d.restoreNetworks()
 	for _, in := range d.machine.Instances() {
 		// containerd's containers are reconciled when it answers.
@@ -96,3 +112,53 @@ func (d *Daemon) bootChanged() bool {
 	}
 	return err == nil && strings.TrimSpace(string(prev)) != cur
 }
+
+// rebuild records the pods whose instances no record knows, from their
+// instance directories: a desired pod with the same UID then adopts the
+// running ones. Finished instances of a pod with nothing running are
+// history worth keeping only when the records were lost; otherwise they
+// are leftovers of a pod already forgotten.
+func (d *Daemon) rebuild(unrecorded map[types.UID][]process.Recovered, lost bool, now time.Time) {
+	if len(unrecorded) == 0 {
+		return
+	}
+	if lost && d.store.Damaged() == nil {
+		d.log.Error("STATE DATABASE HAS NO RECORDS but instance directories exist (was it deleted or emptied?); rebuilding pods from them",
+			"path", filepath.Join(d.cfg.DataDir, "state.db"), "instances", len(unrecorded))
+	}
+	rebuilt := 0
+	for uid, recs := range unrecorded {
+		var fs []lifecycle.Found
+		alive := false
+		for _, r := range recs {
+			f := lifecycle.Found{Container: r.Spec.Container, InstanceID: r.Spec.InstanceID, Attempt: r.Spec.Attempt,
+				Alive: r.Alive, StartedAt: r.StartedAt}
+			if r.Exit != nil {
+				t := termination(r.Spec.InstanceID, *r.Exit)
+				f.Exit = &t
+			}
+			alive = alive || r.Alive
+			fs = append(fs, f)
+		}
+		if !alive && !lost {
+			for _, r := range recs {
+				d.rt.Remove(r.Spec.InstanceID)
+			}
+			continue
+		}
+		spec := recs[0].Spec
+		d.log.Warn("rebuilt a pod from its instance directories", "pod", spec.PodNamespace+"/"+spec.PodName, "uid", uid,
+			"instances", len(recs), "running", alive)
+		d.machine.Rebuild(uid, spec.PodNamespace, spec.PodName, fs, now)
+		rebuilt++
+	}
+	if rebuilt > 0 && d.hub != nil {
+		// The hub's document went with the database: give the hub time
+		// to send it again before its pods count as undesired.
+		d.machine.KeepRebuilt(now.Add(RebuiltHubWait))
+	}
+}
+
+// RebuiltHubWait is how long pods rebuilt after the state database was
+// lost wait for their desired pod when a hub may still send it.
+const RebuiltHubWait = 5 * time.Minute

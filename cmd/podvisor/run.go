@@ -209,6 +209,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	apiErr := make(chan error, 1)
 	go func() { apiErr <- srv.Serve(apiCtx, fc.Socket) }()
 	log.Info("local API listening", "socket", fc.Socket)
+	// The state database is checked (and replaced if damaged) before the
+	// hub opens its tables in it.
+	if err := d.OpenState(); err != nil {
+		return err
+	}
 	closeHub, err := attachHub(fc.Hub, cfg.NodeName, cfg.DataDir, d, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	_ "modernc.org/sqlite" // to checkpoint and damage the daemon's database
+)
+
+// A damaged, deleted or foreign state.db must not kill running pods: the
+// daemon, killed with pods running, restarts on the damage, moves the file
+// aside with an error-level line, adopts the same processes and rebuilds
+// their history from the instance directories.
+func TestDamagedStateDatabaseAdoptsRunningPods(t *testing.T) {
+	damages := map[string]func(t *testing.T, db string){
+		"truncated to zero": func(t *testing.T, db string) { must(t, os.Truncate(db, 0)) },
+		"truncated mid-file": func(t *testing.T, db string) {
+			st, err := os.Stat(db)
+			must(t, err)
+			must(t, os.Truncate(db, st.Size()/2))
+		},
+		"junk header": func(t *testing.T, db string) {
+			f, err := os.OpenFile(db, os.O_WRONLY, 0)
+			must(t, err)
+			defer f.Close()
+			_, err = f.WriteAt([]byte(strings.Repeat("junk\xff\x00", 20)), 0)
+			must(t, err)
+		},
+		"deleted": func(t *testing.T, db string) { must(t, os.Remove(db)) },
+		"WAL of another database": func(t *testing.T, db string) {
+			must(t, os.WriteFile(db+"-wal", foreignWAL(t), 0o600))
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			d := newDaemon(t)
+			d.withConfig("backoff: {initial: 1s, max: 1s}\n")
+			d.start()
+			// flaky crashes twice, then runs; steady just runs.
+			d.write("flaky.yaml", processPod("flaky", "Always", 2, `n=$(cat `+d.dir+`/flaky.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+d.dir+`/flaky.n
+[ $n -lt 3 ] && exit 3; echo $$$$ > `+d.dir+`/flaky.pid; exec sleep 1000`))
+			d.write("steady.yaml", processPod("steady", "Always", 2, "echo $$$$ > "+d.dir+"/steady.pid; exec sleep 1000"))
+			before := d.waitPod("flaky", 20*time.Second, func(p *v1.Pod) bool {
+				return running(p) && p.Status.ContainerStatuses[0].RestartCount == 2
+			})
+			d.waitPod("steady", 10*time.Second, running)
+			for _, f := range []string{"flaky.pid", "steady.pid"} {
+				waitForLong(t, 10*time.Second, f+" written", func() bool { return len(readLines(d.dir+"/"+f)) == 1 })
+			}
+			pids := map[string]int{"flaky": pidIn(t, d.dir+"/flaky.pid"), "steady": pidIn(t, d.dir+"/steady.pid")}
+			time.Sleep(300 * time.Millisecond) // past the persist delay: the records are written
+			d.stop(syscall.SIGKILL)
+
+			db := filepath.Join(d.data, "state.db")
+			checkpoint(t, db)
+			damage(t, db)
+			d.start()
+
+			for name, pid := range pids {
+				p := d.waitPod(name, 20*time.Second, running)
+				if !alive(pid) {
+					t.Fatalf("%s: process %d was killed", name, pid)
+				}
+				if now := pidIn(t, d.dir+"/"+name+".pid"); now != pid {
+					t.Fatalf("%s: restarted (pid %d, was %d) instead of adopted", name, now, pid)
+				}
+				if p.Status.StartTime == nil || p.Status.StartTime.After(time.Now()) {
+					t.Fatalf("%s: startTime %v", name, p.Status.StartTime)
+				}
+			}
+			if n := readLines(d.dir + "/flaky.n"); len(n) != 1 || n[0] != "3" {
+				t.Fatalf("flaky ran again: %v runs", n)
+			}
+			p := d.waitPod("flaky", time.Second, running)
+			cs := p.Status.ContainerStatuses[0]
+			if cs.RestartCount != before.Status.ContainerStatuses[0].RestartCount {
+				t.Fatalf("restartCount %d after the rebuild, want %d", cs.RestartCount, before.Status.ContainerStatuses[0].RestartCount)
+			}
+			if lt := cs.LastTerminationState.Terminated; lt == nil || lt.ExitCode != 3 {
+				t.Fatalf("lastState %+v, want the crash with exit code 3", cs.LastTerminationState)
+			}
+			if name != "deleted" {
+				if moved, _ := filepath.Glob(db + ".corrupt-*"); len(moved) == 0 {
+					t.Fatalf("the damaged database was not moved aside")
+				}
+			}
+			logText := d.log.String()
+			if !strings.Contains(logText, "level=ERROR") || !strings.Contains(logText, db) {
+				t.Fatalf("no error-level log line naming %s:\n%s", db, logText)
+			}
+			// Still supervising, and recording: a crash is restarted and
+			// counted.
+			syscall.Kill(pids["flaky"], syscall.SIGKILL)
+			d.waitPod("flaky", 20*time.Second, func(p *v1.Pod) bool {
+				return running(p) && p.Status.ContainerStatuses[0].RestartCount == cs.RestartCount+1
+			})
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pidIn(t *testing.T, path string) int {
+	t.Helper()
+	lines := readLines(path)
+	if len(lines) == 0 {
+		t.Fatalf("no pid in %s", path)
+	}
+	pid, err := strconv.Atoi(lines[0])
+	must(t, err)
+	return pid
+}
+
+// checkpoint moves what the killed daemon left in the WAL into the
+// database file, so damage to the file is damage to the records.
+func checkpoint(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	must(t, err)
+	defer db.Close()
+	_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	must(t, err)
+}
+
+// foreignWAL is the WAL another database left behind.
+func foreignWAL(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "other.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	must(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, q := range []string{`PRAGMA wal_autocheckpoint = 0`, `CREATE TABLE pods (uid TEXT, record TEXT)`,
+		`INSERT INTO pods VALUES ('x', randomblob(9000))`} {
+		_, err := db.Exec(q)
+		must(t, err)
+	}
+	data, err := os.ReadFile(path + "-wal")
+	must(t, err)
+	return data
+}
