@@ -48,6 +48,7 @@ var migrations = []string{
 
 // Store is the state database. Use it from one goroutine.
 type Store struct {
+	path   string
 	db     *sql.DB
 	now    func() time.Time
 	empty  bool    // no supervisor tables at open
@@ -65,7 +66,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("state database %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, now: time.Now}
+	s := &Store{path: path, db: db, now: time.Now}
 	var version int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
 		db.Close()
@@ -124,15 +125,19 @@ func (s *Store) Save(changed []*lifecycle.Instance, forgotten []types.UID) error
 		return nil
 	}
 	tx, err := s.db.Begin()
-	if err != nil {
-		return err
+	if err == nil {
+		if err = s.save(tx, changed, forgotten); err != nil {
+			tx.Rollback()
+		} else {
+			err = tx.Commit()
+		}
 	}
-	err = s.save(tx, changed, forgotten)
 	if err != nil {
-		tx.Rollback()
-		return err
+		// The instance locks, not this write, keep pods at most once:
+		// the daemon logs it and supervises on (DESIGN.md §3).
+		return fmt.Errorf("state database %s: %w", s.path, err)
 	}
-	return tx.Commit()
+	return nil
 }
 
 func (s *Store) save(tx *sql.Tx, changed []*lifecycle.Instance, forgotten []types.UID) error {

@@ -151,3 +151,49 @@ func foreignWAL(t *testing.T) []byte {
 	must(t, err)
 	return data
 }
+
+// A database damaged under a running daemon fails its writes: the daemon
+// logs them and keeps supervising, and its next start moves the file
+// aside and adopts the pods.
+func TestStateDatabaseDamagedWhileRunning(t *testing.T) {
+	d := newDaemon(t)
+	d.withConfig("backoff: {initial: 1s, max: 1s}\n")
+	d.start()
+	d.write("steady.yaml", processPod("steady", "Always", 2, "echo $$$$ > "+d.dir+"/steady.pid; exec sleep 1000"))
+	d.waitPod("steady", 10*time.Second, running)
+	waitForLong(t, 10*time.Second, "steady.pid written", func() bool { return len(readLines(d.dir+"/steady.pid")) == 1 })
+	pid := pidIn(t, d.dir+"/steady.pid")
+
+	db := filepath.Join(d.data, "state.db")
+	for _, f := range []string{db, db + "-wal", db + "-shm"} {
+		junk := []byte(strings.Repeat("junk\xff\x00\x13", 4096))
+		must(t, os.WriteFile(f, junk, 0o600))
+	}
+	// Writes now meet a broken file: every crash and restart is one.
+	for i := 1; i <= 3; i++ {
+		syscall.Kill(pidIn(t, d.dir+"/steady.pid"), syscall.SIGKILL)
+		d.waitPod("steady", 20*time.Second, func(p *v1.Pod) bool {
+			return running(p) && p.Status.ContainerStatuses[0].RestartCount == int32(i)
+		})
+		waitForLong(t, 10*time.Second, "steady restarted", func() bool {
+			l := readLines(d.dir + "/steady.pid")
+			return len(l) == 1 && l[0] != strconv.Itoa(pid)
+		})
+		pid = pidIn(t, d.dir+"/steady.pid")
+	}
+	if d.cmd.ProcessState != nil {
+		t.Fatalf("the daemon exited:\n%s", d.log)
+	}
+	if !strings.Contains(d.log.String(), "level=ERROR msg=\"saving state\"") || !strings.Contains(d.log.String(), db) {
+		t.Fatalf("failed writes not logged with the database's path:\n%s", d.log)
+	}
+	d.stop(syscall.SIGKILL)
+	d.start()
+	p := d.waitPod("steady", 20*time.Second, running)
+	if !alive(pid) || pidIn(t, d.dir+"/steady.pid") != pid {
+		t.Fatalf("the running container %d was not adopted after the restart", pid)
+	}
+	if p.Status.ContainerStatuses[0].RestartCount != 3 {
+		t.Fatalf("restartCount %d, want 3 rebuilt from the instance directories", p.Status.ContainerStatuses[0].RestartCount)
+	}
+}
