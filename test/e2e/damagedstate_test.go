@@ -197,3 +197,29 @@ func TestStateDatabaseDamagedWhileRunning(t *testing.T) {
 		t.Fatalf("restartCount %d, want 3 rebuilt from the instance directories", p.Status.ContainerStatuses[0].RestartCount)
 	}
 }
+
+// The hub's tables live in state.db too, and the hub opens them before
+// the daemon runs: the damage is found first, so the daemon comes up.
+func TestDamagedStateDatabaseWithAHubConfigured(t *testing.T) {
+	d := newDaemon(t)
+	// A hub that never answers: the device retries in the background.
+	d.withConfig("hub: {url: \"mqtt://" + freeLoopback(t) + "\", allowUnsigned: true}\n")
+	d.start()
+	d.write("steady.yaml", processPod("steady", "Always", 2, "echo $$$$ > "+d.dir+"/steady.pid; exec sleep 1000"))
+	d.waitPod("steady", 10*time.Second, running)
+	waitForLong(t, 10*time.Second, "steady.pid written", func() bool { return len(readLines(d.dir+"/steady.pid")) == 1 })
+	pid := pidIn(t, d.dir+"/steady.pid")
+	time.Sleep(300 * time.Millisecond)
+	d.stop(syscall.SIGKILL)
+	db := filepath.Join(d.data, "state.db")
+	checkpoint(t, db)
+	must(t, os.WriteFile(db, []byte(strings.Repeat("junk\xff\x00", 1000)), 0o600))
+	d.start()
+	d.waitPod("steady", 20*time.Second, running)
+	if !alive(pid) || pidIn(t, d.dir+"/steady.pid") != pid {
+		t.Fatalf("the running container %d was not adopted", pid)
+	}
+	if moved, _ := filepath.Glob(db + ".corrupt-*"); len(moved) == 0 {
+		t.Fatalf("the damaged database was not moved aside")
+	}
+}
