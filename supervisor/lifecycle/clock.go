@@ -15,15 +15,8 @@ import (
 // could legitimately be. Steps forward are taken as the kubelet takes
 // them: activeDeadlineSeconds counts wall time from status.startTime.
 
-// clampPast returns t, or now if t is after now.
-func clampPast(t, now time.Time) time.Time {
-	if t.After(now) {
-		return now
-	}
-	return t
-}
-
-// clampWait returns t, or now+limit if t is further away than that.
+// clampWait returns t, or now+limit if t is further away than that. Waits
+// the daemon set itself carry a monotonic reading and compare by it.
 func clampWait(t, now time.Time, limit time.Duration) time.Time {
 	if at := now.Add(limit); t.After(at) {
 		return at
@@ -35,8 +28,12 @@ func clampWait(t, now time.Time, limit time.Duration) time.Time {
 // to now. It reports whether anything changed.
 func (m *Machine) clampInstance(in *Instance, now time.Time) bool {
 	changed := false
+	// Shown times compare by the wall clock, which is what they show:
+	// a time the daemon took before a step keeps a monotonic reading
+	// that would hide the step.
+	wall := now.Round(0)
 	past := func(t *time.Time) {
-		if t.After(now) {
+		if t.After(wall) {
 			*t, changed = now, true
 		}
 	}
