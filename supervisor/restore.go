@@ -3,6 +3,7 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // restore rebuilds the core's records after a daemon start: pod instances
@@ -44,14 +45,19 @@ func (d *Daemon) restore() error {
 		return err
 	}
 	found := map[string]bool{}
-	unrecorded := map[types.UID][]process.Recovered{}
+	unrecorded := map[types.UID]*lostPod{}
 	for _, r := range recs {
 		id := r.Spec.InstanceID
 		uid, name := types.UID(r.Spec.PodUID), r.Spec.Container
 		found[id] = true
 		in := d.machine.Instance(uid)
 		if in == nil {
-			unrecorded[uid] = append(unrecorded[uid], r)
+			f := lifecycle.Found{Container: name, InstanceID: id, Attempt: r.Spec.Attempt, Alive: r.Alive, StartedAt: r.StartedAt}
+			if r.Exit != nil {
+				t := termination(id, *r.Exit)
+				f.Exit = &t
+			}
+			addLost(unrecorded, uid, r.Spec.PodNamespace, r.Spec.PodName, f, true)
 			continue
 		}
 		if in.Container(name) == nil {
@@ -80,6 +86,9 @@ func (d *Daemon) restore() error {
 			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
 			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
 		}
+	}
+	if lost {
+		d.listLostContainerd(unrecorded)
 	}
 	d.rebuild(unrecorded, lost, now)
 	d.restoreNetworks()
@@ -113,43 +122,79 @@ func (d *Daemon) bootChanged() bool {
 	return err == nil && strings.TrimSpace(string(prev)) != cur
 }
 
-// rebuild records the pods whose instances no record knows, from their
-// instance directories: a desired pod with the same UID then adopts the
+// lostPod is what the runtimes hold of a pod no record knows.
+type lostPod struct {
+	namespace, name string
+	found           []lifecycle.Found
+	process         bool // found in the process runtime's directories
+}
+
+func addLost(lost map[types.UID]*lostPod, uid types.UID, namespace, name string, f lifecycle.Found, process bool) {
+	p := lost[uid]
+	if p == nil {
+		p = &lostPod{namespace: namespace, name: name, process: process}
+		lost[uid] = p
+	}
+	p.found = append(p.found, f)
+}
+
+// listLostContainerd adds what containerd holds to the pods to rebuild
+// after the records were lost, before the first reconciliation: the
+// desired pods then adopt those containers instead of starting second
+// copies, and recoverContainerd watches them when it runs.
+func (d *Daemon) listLostContainerd(lost map[types.UID]*lostPod) {
+	if d.ctrd == nil {
+		return
+	}
+	found, err := d.ctrd.List()
+	if err != nil {
+		d.log.Error("containerd did not answer while rebuilding lost pod records; its containers are reconciled when it does", "err", err)
+		return
+	}
+	for _, c := range found {
+		id := c.Labels[containerd.LabelInstance]
+		attempt, err := strconv.Atoi(c.Labels[containerd.LabelAttempt])
+		if id == "" || err != nil {
+			continue
+		}
+		f := lifecycle.Found{Container: c.Labels[containerd.LabelContainer], InstanceID: id, Attempt: attempt,
+			Alive: c.Running, StartedAt: c.StartedAt}
+		if c.Exit != nil {
+			t := termination(id, *c.Exit)
+			f.Exit = &t
+		}
+		addLost(lost, types.UID(c.Labels[containerd.LabelPodUID]), c.Labels[containerd.LabelPodNamespace], c.Labels[containerd.LabelPodName], f, false)
+	}
+}
+
+// rebuild records the pods whose instances no record knows, from what
+// the runtimes hold: a desired pod with the same UID then adopts the
 // running ones. Finished instances of a pod with nothing running are
 // history worth keeping only when the records were lost; otherwise they
 // are leftovers of a pod already forgotten.
-func (d *Daemon) rebuild(unrecorded map[types.UID][]process.Recovered, lost bool, now time.Time) {
+func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.Time) {
 	if len(unrecorded) == 0 {
 		return
 	}
 	if lost && d.store.Damaged() == nil {
-		d.log.Error("STATE DATABASE HAS NO RECORDS but instance directories exist (was it deleted or emptied?); rebuilding pods from them",
-			"path", filepath.Join(d.cfg.DataDir, "state.db"), "instances", len(unrecorded))
+		d.log.Error("STATE DATABASE HAS NO RECORDS but instances exist (was it deleted or emptied?); rebuilding pods from them",
+			"path", filepath.Join(d.cfg.DataDir, "state.db"), "pods", len(unrecorded))
 	}
 	rebuilt := 0
-	for uid, recs := range unrecorded {
-		var fs []lifecycle.Found
+	for uid, p := range unrecorded {
 		alive := false
-		for _, r := range recs {
-			f := lifecycle.Found{Container: r.Spec.Container, InstanceID: r.Spec.InstanceID, Attempt: r.Spec.Attempt,
-				Alive: r.Alive, StartedAt: r.StartedAt}
-			if r.Exit != nil {
-				t := termination(r.Spec.InstanceID, *r.Exit)
-				f.Exit = &t
-			}
-			alive = alive || r.Alive
-			fs = append(fs, f)
+		for _, f := range p.found {
+			alive = alive || f.Alive
 		}
 		if !alive && !lost {
-			for _, r := range recs {
-				d.rt.Remove(r.Spec.InstanceID)
+			for _, f := range p.found {
+				d.rt.Remove(f.InstanceID)
 			}
 			continue
 		}
-		spec := recs[0].Spec
-		d.log.Warn("rebuilt a pod from its instance directories", "pod", spec.PodNamespace+"/"+spec.PodName, "uid", uid,
-			"instances", len(recs), "running", alive)
-		d.machine.Rebuild(uid, spec.PodNamespace, spec.PodName, fs, now)
+		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
+			"instances", len(p.found), "running", alive, "runtime", map[bool]string{true: "process", false: "containerd"}[p.process])
+		d.machine.Rebuild(uid, p.namespace, p.name, p.found, now)
 		rebuilt++
 	}
 	if rebuilt > 0 && d.hub != nil {

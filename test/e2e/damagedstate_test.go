@@ -3,6 +3,7 @@ package e2e
 import (
 	"database/sql"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -221,5 +222,44 @@ func TestDamagedStateDatabaseWithAHubConfigured(t *testing.T) {
 	}
 	if moved, _ := filepath.Glob(db + ".corrupt-*"); len(moved) == 0 {
 		t.Fatalf("the damaged database was not moved aside")
+	}
+}
+
+// Containerd pods too: after the records were lost, the containers
+// containerd runs are adopted, not started a second time.
+func TestDamagedStateDatabaseAdoptsContainerdPods(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	d.write("ctr.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: ctr}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - {name: app, image: `+testImage+`, imagePullPolicy: Never, command: ["sh", "-c", "sleep 1000"]}
+`)
+	before := d.waitPod("ctr", 30*time.Second, running)
+	tasks := func() string {
+		out, err := exec.Command("ctr", "-a", ctrd.Address, "-n", "podvisor", "tasks", "ls").Output()
+		must(t, err)
+		return string(out)
+	}
+	taskList := tasks()
+	time.Sleep(300 * time.Millisecond)
+	d.stop(syscall.SIGKILL)
+	db := filepath.Join(d.data, "state.db")
+	checkpoint(t, db)
+	must(t, os.WriteFile(db, []byte(strings.Repeat("junk\xff\x00", 1000)), 0o600))
+	d.start()
+	after := d.waitPod("ctr", 30*time.Second, running)
+	time.Sleep(2 * time.Second) // containerd's recovery has run: nothing was killed or started
+	after = d.waitPod("ctr", time.Second, running)
+	if got, want := after.Status.ContainerStatuses[0].ContainerID, before.Status.ContainerStatuses[0].ContainerID; got != want {
+		t.Fatalf("container %s replaced by %s", want, got)
+	}
+	if now := tasks(); now != taskList {
+		t.Fatalf("containerd's tasks changed:\nbefore:\n%s\nafter:\n%s", taskList, now)
+	}
+	if n := len(ctrContainers(t, ctrd)); n != 1 {
+		t.Fatalf("%d containers in containerd, want the one adopted", n)
 	}
 }
