@@ -67,13 +67,21 @@ func (m *Machine) Rebuild(uid types.UID, namespace, name string, found []Found, 
 }
 
 // rebuildContainer makes a container record from its instances, oldest
-// first.
+// first. The current instance is the newest one alive, or else the newest;
+// attempt numbers go on after the highest seen.
 func rebuildContainer(name string, fs []Found) *Container {
-	top := fs[len(fs)-1]
-	c := &Container{Name: name, Kind: RegularKind, Attempt: top.Attempt, RestartCount: int32(max(top.Attempt-1, 0)),
+	cur := len(fs) - 1
+	for i := len(fs) - 1; i >= 0; i-- {
+		if fs[i].Alive {
+			cur = i
+			break
+		}
+	}
+	top := fs[cur]
+	c := &Container{Name: name, Kind: RegularKind, Attempt: fs[len(fs)-1].Attempt, RestartCount: int32(max(top.Attempt-1, 0)),
 		InstanceID: top.InstanceID, StartedAt: top.StartedAt}
-	if len(fs) > 1 && fs[len(fs)-2].Attempt == top.Attempt-1 && fs[len(fs)-2].Exit != nil {
-		c.Last = fs[len(fs)-2].Exit
+	if cur > 0 && fs[cur-1].Attempt == top.Attempt-1 && fs[cur-1].Exit != nil {
+		c.Last = fs[cur-1].Exit
 	}
 	if top.Alive {
 		c.Phase, c.StartupPassed, c.Ready = Running, true, true

@@ -80,3 +80,20 @@ func TestKeepRebuiltHoldsAnUnclaimedInstance(t *testing.T) {
 		t.Fatalf("not stopped after the hold: %+v", acts)
 	}
 }
+
+func TestRebuildTracksTheLiveInstanceAndNeverReusesAnAttempt(t *testing.T) {
+	h := newHarness(t)
+	fs := append(found(), Found{Container: "c", InstanceID: "u_c_4", Attempt: 4, StartedAt: t0,
+		Exit: &Termination{InstanceID: "u_c_4", ExitCode: 128, Reason: "StartError", FinishedAt: t0}})
+	h.m.Rebuild("u", "default", "p", fs, h.now)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "c")})
+	if s := kinds(h.reconcile(), Start); len(s) != 0 {
+		t.Fatalf("started beside the live instance: %+v", s)
+	}
+	if c := h.container("u", "c"); c.Phase != Running || c.InstanceID != "u_c_3" {
+		t.Fatalf("current = %+v, want the live u_c_3", c)
+	}
+	if s := kinds(h.exit("u", "c", 1), Start); len(s) != 1 || s[0].InstanceID != "u_c_5" {
+		t.Fatalf("next start = %+v, want attempt 5", s)
+	}
+}
