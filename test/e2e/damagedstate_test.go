@@ -250,9 +250,11 @@ spec:
 	checkpoint(t, db)
 	must(t, os.WriteFile(db, []byte(strings.Repeat("junk\xff\x00", 1000)), 0o600))
 	d.start()
-	after := d.waitPod("ctr", 30*time.Second, running)
-	time.Sleep(2 * time.Second) // containerd's recovery has run: nothing was killed or started
-	after = d.waitPod("ctr", time.Second, running)
+	d.waitPod("ctr", 30*time.Second, running)
+	waitForLong(t, 20*time.Second, "containerd's recovery adopting the container", func() bool {
+		return strings.Contains(d.log.String(), `msg="adopted running container" pod=default/ctr`)
+	})
+	after := d.waitPod("ctr", time.Second, running)
 	if got, want := after.Status.ContainerStatuses[0].ContainerID, before.Status.ContainerStatuses[0].ContainerID; got != want {
 		t.Fatalf("container %s replaced by %s", want, got)
 	}
