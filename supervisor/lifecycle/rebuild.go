@@ -147,5 +147,5 @@ func (m *Machine) claim(in *Instance, want *v1.Pod) []Action {
 	*in = *fresh
 	in.revision = rev
 	m.touch(in.UID())
-	return append(acts, record(in, "Warning", "Rebuilt", "pod record rebuilt from its instance directories after the state database was lost"))
+	return append(acts, record(in, "Warning", "Rebuilt", "pod record rebuilt from what the runtime holds after the state database was lost"))
 }
