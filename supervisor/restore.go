@@ -193,8 +193,12 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 			continue
 		}
 		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
-			"instances", len(p.found), "running", alive, "runtime", map[bool]string{true: "process", false: "containerd"}[p.process])
-		d.machine.Rebuild(uid, p.namespace, p.name, p.found, now)
+			"instances", len(p.found), "running", alive, "process", p.process)
+		class := ""
+		if p.process {
+			class = manifest.ProcessRuntimeClass
+		}
+		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++
 	}
 	if rebuilt > 0 && d.hub != nil {

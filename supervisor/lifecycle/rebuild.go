@@ -31,8 +31,9 @@ type Found struct {
 // is the current instance, restartCount is its attempt less one (every
 // process start after the first is a restart), lastState is the previous
 // attempt's end when its directory is still there, and the pod's
-// startTime is the earliest start found.
-func (m *Machine) Rebuild(uid types.UID, namespace, name string, found []Found, now time.Time) {
+// startTime is the earliest start found. runtimeClass names the runtime
+// that holds the instances ("" for the default).
+func (m *Machine) Rebuild(uid types.UID, namespace, name, runtimeClass string, found []Found, now time.Time) {
 	if m.instances[uid] != nil || len(found) == 0 {
 		return
 	}
@@ -43,6 +44,11 @@ func (m *Machine) Rebuild(uid types.UID, namespace, name string, found []Found, 
 	in := &Instance{
 		Pod:     &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: uid}},
 		Created: now, StartTime: now, Initialized: true, Rebuilt: true,
+	}
+	if runtimeClass != "" {
+		// Until claimed, the placeholder must say which runtime holds
+		// its containers.
+		in.Pod.Spec.RuntimeClassName = &runtimeClass
 	}
 	names := make([]string, 0, len(byName))
 	for n := range byName {

@@ -19,7 +19,7 @@ func found() []Found {
 
 func TestRebuiltInstanceIsAdoptedByItsDesiredPod(t *testing.T) {
 	h := newHarness(t)
-	h.m.Rebuild("u", "default", "p", found(), h.now)
+	h.m.Rebuild("u", "default", "p", "", found(), h.now)
 	p := withInit(pod("p", "u", v1.RestartPolicyAlways, "c"), "i")
 	p.Spec.Containers[0].ReadinessProbe = &v1.Probe{}
 	h.m.SetDesired([]*v1.Pod{p})
@@ -58,7 +58,7 @@ func TestRebuiltInstanceIsAdoptedByItsDesiredPod(t *testing.T) {
 
 func TestRebuiltInstanceNoPodClaimsIsStopped(t *testing.T) {
 	h := newHarness(t)
-	h.m.Rebuild("u", "default", "p", found(), h.now)
+	h.m.Rebuild("u", "default", "p", "", found(), h.now)
 	h.m.SetDesired([]*v1.Pod{pod("p", "other-uid", v1.RestartPolicyAlways, "c")})
 	acts := h.reconcile()
 	if len(kinds(acts, Signal)) != 1 || len(kinds(acts, Start)) != 0 {
@@ -68,7 +68,7 @@ func TestRebuiltInstanceNoPodClaimsIsStopped(t *testing.T) {
 
 func TestKeepRebuiltHoldsAnUnclaimedInstance(t *testing.T) {
 	h := newHarness(t)
-	h.m.Rebuild("u", "default", "p", found(), h.now)
+	h.m.Rebuild("u", "default", "p", "", found(), h.now)
 	h.m.KeepRebuilt(h.now.Add(5 * time.Minute))
 	if acts := h.reconcile(); len(kinds(acts, Signal)) != 0 {
 		t.Fatalf("stopped while held: %+v", acts)
@@ -85,7 +85,7 @@ func TestRebuildTracksTheLiveInstanceAndNeverReusesAnAttempt(t *testing.T) {
 	h := newHarness(t)
 	fs := append(found(), Found{Container: "c", InstanceID: "u_c_4", Attempt: 4, StartedAt: t0,
 		Exit: &Termination{InstanceID: "u_c_4", ExitCode: 128, Reason: "StartError", FinishedAt: t0}})
-	h.m.Rebuild("u", "default", "p", fs, h.now)
+	h.m.Rebuild("u", "default", "p", "", fs, h.now)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "c")})
 	if s := kinds(h.reconcile(), Start); len(s) != 0 {
 		t.Fatalf("started beside the live instance: %+v", s)
