@@ -265,3 +265,26 @@ spec:
 		t.Fatalf("%d containers in containerd, want the one adopted", n)
 	}
 }
+
+// A rebuilt pod whose manifest went away while the daemon was down is
+// stopped like any undesired pod: nothing is left running unsupervised.
+func TestRebuiltPodWithoutManifestIsStopped(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	d.write("gone.yaml", processPod("gone", "Always", 2, "echo $$$$ > "+d.dir+"/gone.pid; exec sleep 1000"))
+	d.waitPod("gone", 10*time.Second, running)
+	waitForLong(t, 10*time.Second, "gone.pid written", func() bool { return len(readLines(d.dir+"/gone.pid")) == 1 })
+	pid := pidIn(t, d.dir+"/gone.pid")
+	d.stop(syscall.SIGKILL)
+	d.remove("gone.yaml")
+	for _, f := range []string{"state.db", "state.db-wal", "state.db-shm"} {
+		os.Remove(filepath.Join(d.data, f))
+	}
+	d.start()
+	d.waitGone("gone", 20*time.Second)
+	waitForLong(t, 10*time.Second, "the rebuilt pod's process to end", func() bool { return !alive(pid) })
+	waitForLong(t, 10*time.Second, "its shim to end", func() bool { return countShims(t, d) == 0 })
+	if dirs, _ := filepath.Glob(filepath.Join(d.data, "containers", "*")); len(dirs) != 0 {
+		t.Fatalf("instance directories left: %v", dirs)
+	}
+}
