@@ -188,3 +188,21 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func TestCheckOutOfTimeIsNotDamage(t *testing.T) {
+	path := seeded(t, t.TempDir(), 3)
+	defer func(d time.Duration) { CheckTimeout = d }(CheckTimeout)
+	CheckTimeout = time.Nanosecond
+	log, buf := captureLog()
+	s, err := OpenOrReplace(path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Damaged() != nil || buf.Len() != 0 {
+		t.Fatalf("a healthy database whose check ran out of time was moved aside: %v %q", s.Damaged(), buf)
+	}
+	if ins, _ := s.Instances(); len(ins) != 3 {
+		t.Fatalf("instances = %d, want 3", len(ins))
+	}
+}
