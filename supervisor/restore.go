@@ -30,8 +30,8 @@ func (d *Daemon) restore() error {
 	instances, err := d.store.Instances()
 	if err != nil {
 		lost = true
-		// Damage found at open moved the database aside; this is damage
-		// since. The pods are rebuilt from the runtime below.
+		// Damaged since the check at open (which moves a damaged
+		// database aside): the pods are rebuilt from the runtime below.
 		d.log.Error("reading pod records from the state database; rebuilding pods from their instance directories", "err", err)
 		instances = nil
 	}
@@ -201,7 +201,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++
 	}
-	if rebuilt > 0 && d.hub != nil {
+	if rebuilt > 0 && lost && d.hub != nil {
 		// The hub's document went with the database: give the hub time
 		// to send it again before its pods count as undesired.
 		d.machine.KeepRebuilt(now.Add(RebuiltHubWait))
