@@ -46,10 +46,11 @@ func (d *Damage) Error() string {
 func OpenOrReplace(path string, log *slog.Logger) (*Store, error) {
 	reason := strayFiles(path)
 	if reason == "" {
+		existed := nonEmpty(path) || nonEmpty(path+"-wal")
 		s, err := Open(path)
 		if err == nil {
 			if err = s.verify(); err == nil {
-				if err = s.checkIdentity(path); err == nil {
+				if err = s.checkIdentity(path, existed); err == nil {
 					return s, nil
 				}
 			}
@@ -68,7 +69,7 @@ func OpenOrReplace(path string, log *slog.Logger) (*Store, error) {
 		"path", damage.Path, "movedTo", damage.MovedTo, "reason", damage.Reason)
 	s, err := Open(path)
 	if err == nil {
-		err = s.checkIdentity(path)
+		err = s.checkIdentity(path, false)
 	}
 	if err != nil {
 		return nil, err
@@ -83,6 +84,11 @@ func (s *Store) Damaged() *Damage { return s.damage }
 // Empty reports whether the database held no supervisor tables when it
 // was opened: a new device, or a database deleted, emptied or replaced.
 func (s *Store) Empty() bool { return s.empty }
+
+func nonEmpty(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Size() > 0
+}
 
 // strayFiles finds damage SQLite would not report: a zero-length database
 // with no WAL to fill it (truncated: SQLite takes it for a new database),
@@ -196,8 +202,10 @@ func pruneDamaged(path string) {
 // replays any WAL it finds next to a database, and a WAL from another
 // database (a restored backup, a copied data dir) yields a healthy-looking
 // database with someone else's pods. The identity is a random
-// application_id, kept in the database header and in path.id.
-func (s *Store) checkIdentity(path string) error {
+// application_id, kept in the database header and in path.id. existed:
+// the files held something before this open, so a database without
+// tables is not a new one.
+func (s *Store) checkIdentity(path string, existed bool) error {
 	var id int32
 	if err := s.db.QueryRow(`PRAGMA application_id`).Scan(&id); err != nil {
 		return fmt.Errorf("reading the database identity: %w", err)
@@ -205,7 +213,7 @@ func (s *Store) checkIdentity(path string) error {
 	idPath := path + ".id"
 	data, err := os.ReadFile(idPath)
 	switch {
-	case err == nil && !s.empty:
+	case err == nil && (!s.empty || existed):
 		// An identity of 0 beside path.id: the header is not ours either.
 		want, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 32)
 		if perr == nil && int32(want) != id {
@@ -217,7 +225,7 @@ func (s *Store) checkIdentity(path string) error {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("reading %s: %w", idPath, err)
 	}
-	if id == 0 || s.empty { // new, or written by a podvisor without identities
+	if id == 0 || s.empty && !existed { // new, or written by a podvisor without identities
 		for id = 0; id == 0; {
 			var b [4]byte
 			rand.Read(b[:])

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
@@ -83,6 +84,9 @@ func TestOpenOrReplaceMovesDamagedDatabaseAside(t *testing.T) {
 		"WAL of another database": func(t *testing.T, path string) {
 			copyFile(t, seededWAL(t), path+"-wal")
 		},
+		"WAL of a database that is not podvisor's": func(t *testing.T, path string) {
+			copyFile(t, foreignWAL(t), path+"-wal")
+		},
 	}
 	for name, damage := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -105,6 +109,7 @@ func TestOpenOrReplaceMovesDamagedDatabaseAside(t *testing.T) {
 				t.Fatalf("replacement holds %d records, empty=%v", len(ins), s.Empty())
 			}
 			d := s.Damaged()
+			t.Logf("reason: %s", d.Reason)
 			if _, err := os.Stat(d.MovedTo); err != nil {
 				t.Fatalf("damaged file not kept: %v", err)
 			}
@@ -205,4 +210,24 @@ func TestCheckOutOfTimeIsNotDamage(t *testing.T) {
 	if ins, _ := s.Instances(); len(ins) != 3 {
 		t.Fatalf("instances = %d, want 3", len(ins))
 	}
+}
+
+// foreignWAL is the WAL of a SQLite database of another program.
+func foreignWAL(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "foreign.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, q := range []string{`PRAGMA wal_autocheckpoint = 0`, `CREATE TABLE notes (x BLOB)`, `INSERT INTO notes VALUES (randomblob(20000))`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, path+"-wal", filepath.Join(dir, "kept-wal"))
+	return filepath.Join(dir, "kept-wal")
 }
