@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,5 +287,34 @@ func TestRebuiltPodWithoutManifestIsStopped(t *testing.T) {
 	waitForLong(t, 10*time.Second, "its shim to end", func() bool { return countShims(t, d) == 0 })
 	if dirs, _ := filepath.Glob(filepath.Join(d.data, "containers", "*")); len(dirs) != 0 {
 		t.Fatalf("instance directories left: %v", dirs)
+	}
+}
+
+// A hub pod outlives the loss of state.db, where the hub's document was
+// kept too: the rebuilt pod waits for the hub's document (retained at the
+// broker) and is adopted when it arrives, not stopped in the meantime.
+func TestDamagedStateDatabaseKeepsHubPods(t *testing.T) {
+	r := newFleetRig(t)
+	d := newDaemon(t)
+	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: e2e-dmg, key: %s, allowProcessPods: true, allowRootProcessPods: true}\n", r.addr, r.pubFile))
+	d.start()
+	r.apply(t, "e2e-dmg", processPod("hubpod", "Always", 1, "echo $$$$ > "+d.dir+"/hubpod.pid; exec sleep 1000"))
+	d.waitPod("hubpod", 20*time.Second, running)
+	waitForLong(t, 10*time.Second, "hubpod.pid written", func() bool { return len(readLines(d.dir+"/hubpod.pid")) == 1 })
+	pid := pidIn(t, d.dir+"/hubpod.pid")
+	time.Sleep(300 * time.Millisecond)
+	d.stop(syscall.SIGKILL)
+	db := filepath.Join(d.data, "state.db")
+	checkpoint(t, db)
+	must(t, os.WriteFile(db, []byte(strings.Repeat("junk\xff\x00", 1000)), 0o600))
+	d.start()
+	p := d.waitPod("hubpod", 20*time.Second, func(p *v1.Pod) bool {
+		return running(p) && p.Annotations["podvisor.io/source"] == "hub"
+	})
+	if !alive(pid) || pidIn(t, d.dir+"/hubpod.pid") != pid {
+		t.Fatalf("the hub pod's process %d was not adopted: %s", pid, describePod(p))
+	}
+	if strings.Contains(d.log.String(), "Killing") {
+		t.Fatalf("the hub pod was stopped while its document was on its way:\n%s", d.log)
 	}
 }
