@@ -29,7 +29,7 @@ func TestCrashLoopSurvivesAClockStepBackAYear(t *testing.T) {
 		cs := p.Status.ContainerStatuses[0]
 		return cs.RestartCount >= 2 && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
 	})
-	time.Sleep(300 * time.Millisecond) // past the persist delay: the backoff is stored
+	waitRecords(t, filepath.Join(d.data, "state.db"), `"notBefore"`) // the backoff is stored
 	d.stop(syscall.SIGKILL)
 
 	const year = 365 * 24 * time.Hour

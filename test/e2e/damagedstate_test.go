@@ -57,7 +57,7 @@ func TestDamagedStateDatabaseAdoptsRunningPods(t *testing.T) {
 				waitForLong(t, 10*time.Second, f+" written", func() bool { return len(readLines(d.dir+"/"+f)) == 1 })
 			}
 			pids := map[string]int{"flaky": pidIn(t, d.dir+"/flaky.pid"), "steady": pidIn(t, d.dir+"/steady.pid")}
-			time.Sleep(300 * time.Millisecond) // past the persist delay: the records are written
+			waitRecords(t, filepath.Join(d.data, "state.db"), `"restartCount":2`)
 			d.stop(syscall.SIGKILL)
 
 			db := filepath.Join(d.data, "state.db")
@@ -211,7 +211,7 @@ func TestDamagedStateDatabaseWithAHubConfigured(t *testing.T) {
 	d.waitPod("steady", 10*time.Second, running)
 	waitForLong(t, 10*time.Second, "steady.pid written", func() bool { return len(readLines(d.dir+"/steady.pid")) == 1 })
 	pid := pidIn(t, d.dir+"/steady.pid")
-	time.Sleep(300 * time.Millisecond)
+	waitRecords(t, filepath.Join(d.data, "state.db"), `"phase":"Running"`)
 	d.stop(syscall.SIGKILL)
 	db := filepath.Join(d.data, "state.db")
 	checkpoint(t, db)
@@ -245,7 +245,7 @@ spec:
 		return string(out)
 	}
 	taskList := tasks()
-	time.Sleep(300 * time.Millisecond)
+	waitRecords(t, filepath.Join(d.data, "state.db"), `"phase":"Running"`)
 	d.stop(syscall.SIGKILL)
 	db := filepath.Join(d.data, "state.db")
 	checkpoint(t, db)
@@ -302,7 +302,7 @@ func TestDamagedStateDatabaseKeepsHubPods(t *testing.T) {
 	d.waitPod("hubpod", 20*time.Second, running)
 	waitForLong(t, 10*time.Second, "hubpod.pid written", func() bool { return len(readLines(d.dir+"/hubpod.pid")) == 1 })
 	pid := pidIn(t, d.dir+"/hubpod.pid")
-	time.Sleep(300 * time.Millisecond)
+	waitRecords(t, filepath.Join(d.data, "state.db"), `"phase":"Running"`)
 	d.stop(syscall.SIGKILL)
 	db := filepath.Join(d.data, "state.db")
 	checkpoint(t, db)
@@ -317,4 +317,20 @@ func TestDamagedStateDatabaseKeepsHubPods(t *testing.T) {
 	if strings.Contains(d.log.String(), "Killing") {
 		t.Fatalf("the hub pod was stopped while its document was on its way:\n%s", d.log)
 	}
+}
+
+// waitRecords waits until a pod record in the daemon's database contains
+// want: the daemon batches its writes.
+func waitRecords(t *testing.T, path, want string) {
+	t.Helper()
+	waitForLong(t, 10*time.Second, "a pod record with "+want+" in "+path, func() bool {
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			return false
+		}
+		defer db.Close()
+		var n int
+		err = db.QueryRow(`SELECT count(*) FROM pods WHERE instr(record, ?) > 0`, want).Scan(&n)
+		return err == nil && n > 0
+	})
 }
