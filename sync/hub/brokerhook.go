@@ -33,7 +33,7 @@ type brokerHook struct {
 	now     func() time.Time
 
 	mu      sync.Mutex
-	rates   map[*mochi.Client]*clientRate
+	rates   map[string]*clientRate // by identity, so a reconnect starts no fresh burst
 	logRate *tokenBucket // refusals are logged at most this often
 	quiet   int          // refusals not logged since the last one logged
 }
@@ -41,7 +41,7 @@ type brokerHook struct {
 type clientRate struct{ messages, bytes *tokenBucket }
 
 func newBrokerHook(acl BrokerACL, open bool, limits BrokerLimits, log *slog.Logger) *brokerHook {
-	h := &brokerHook{acl: acl, open: open, limits: limits, log: log, now: time.Now, rates: map[*mochi.Client]*clientRate{}}
+	h := &brokerHook{acl: acl, open: open, limits: limits, log: log, now: time.Now, rates: map[string]*clientRate{}}
 	h.logRate = newBucket(1, 20, h.now())
 	h.revoked.Store(&pki.RevokedSet{})
 	return h
@@ -157,12 +157,16 @@ func (h *brokerHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.
 		return pk, nil
 	}
 	now := h.now()
+	key := identity(cl)
+	if key == "" {
+		key = "client " + cl.ID // open mode
+	}
 	h.mu.Lock()
-	r := h.rates[cl]
+	r := h.rates[key]
 	if r == nil {
 		r = &clientRate{messages: newBucket(h.limits.MessagesPerSecond, h.limits.MessageBurst, now),
 			bytes: newBucket(h.limits.BytesPerSecond, h.limits.ByteBurst, now)}
-		h.rates[cl] = r
+		h.rates[key] = r
 	}
 	ok := r.messages.allow(now, 1) && r.bytes.allow(now, float64(len(pk.Payload)+len(pk.TopicName)))
 	h.mu.Unlock()
@@ -173,11 +177,14 @@ func (h *brokerHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.
 	return pk, nil
 }
 
-// OnDisconnect forgets the client's rates.
+// OnDisconnect forgets an anonymous (open mode) client's rates; an
+// identity's stay (one small entry per issued certificate).
 func (h *brokerHook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
-	h.mu.Lock()
-	delete(h.rates, cl)
-	h.mu.Unlock()
+	if identity(cl) == "" {
+		h.mu.Lock()
+		delete(h.rates, "client "+cl.ID)
+		h.mu.Unlock()
+	}
 }
 
 // refuse logs a refusal, at most about once a second after a burst: a
