@@ -34,8 +34,8 @@ type brokerHook struct {
 
 	mu      sync.Mutex
 	rates   map[string]*clientRate // by identity, so a reconnect starts no fresh burst
-	logRate *tokenBucket // refusals are logged at most this often
-	quiet   int          // refusals not logged since the last one logged
+	logRate *tokenBucket           // refusals are logged at most this often
+	quiet   int                    // refusals not logged since the last one logged
 }
 
 type clientRate struct{ messages, bytes *tokenBucket }

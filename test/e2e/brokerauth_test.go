@@ -362,7 +362,7 @@ func TestBrokerFloodBounded(t *testing.T) {
 	topics := []string{protocol.Topics{}.Device("gw-flood", protocol.KindStatus), protocol.Topics{}.Device("gw-real", protocol.KindDesired)}
 	tc := bundle(dirF).tls(t)
 	sent, connects := 0, 0
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(150 * time.Second)
 	for sent < 100000 && time.Now().Before(deadline) {
 		c, lost, err := dial(t, "mqtts://"+h.addr, tc, "gw-flood")
 		connects++
