@@ -82,11 +82,13 @@ type Broker struct {
 }
 
 // StartBroker starts an open broker on a loopback address: anonymous
-// clients, no ACL, no rate limit. For tests and development only;
+// clients, no ACL, and mochi's own generous limits (no packet size or
+// rate limit), like an external broker that trusts everyone — for tests
+// of what devices and the hub refuse by themselves, and development.
 // podhub serve uses NewBroker with TLS and client certificates.
 func StartBroker(addr string, log *slog.Logger) (*Broker, error) {
-	limits := DefaultBrokerLimits
-	limits.MessagesPerSecond, limits.BytesPerSecond = 0, 0
+	limits := BrokerLimits{ClientWritesPending: 8192, Inflight: 8192, ReceiveMaximum: 1024, MaxClients: math.MaxInt64,
+		HandshakeTimeout: DefaultBrokerLimits.HandshakeTimeout}
 	return NewBroker(BrokerConfig{Address: addr, Open: true, Limits: limits, Log: log})
 }
 
@@ -125,7 +127,8 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := mochi.New(&mochi.Options{Logger: log.With("component", "broker"), InlineClient: true, Capabilities: caps,
+	mochiLog := slog.New(levelFilter{log.Handler(), slog.LevelError}).With("component", "broker")
+	s := mochi.New(&mochi.Options{Logger: mochiLog, InlineClient: true, Capabilities: caps,
 		ClientNetReadBufferSize: 1024, ClientNetWriteBufferSize: 1024, SysTopicResendInterval: math.MaxInt32})
 	hook := newBrokerHook(BrokerACL{Topics: protocol.Topics{Prefix: cfg.Prefix}}, cfg.Open, lim, log.With("component", "broker"))
 	if cfg.Revoked != nil {
@@ -148,7 +151,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 			}
 			return nil
 		}
-		nl = tls.NewListener(nl, t)
+		nl = newHandshakeListener(nl, t, lim.HandshakeTimeout, log.With("component", "broker"))
 	}
 	if err := s.AddListener(listeners.NewNet("mqtt", nl)); err != nil {
 		l.Close()

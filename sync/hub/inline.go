@@ -15,17 +15,27 @@ import (
 // HubClient is the hub's connection to this broker: paho's Client over
 // mochi's inline client. It needs no certificate (it is the broker's own
 // client, outside the ACL), and no network write queue, so the queue of
-// every network client can be small. Messages are handed to the hub one
-// at a time, as paho's OrderMatters does, in the publishing client's
-// goroutine: a client that floods the hub waits for it.
+// every network client can be small. Messages reach the hub one at a
+// time in arrival order, as with paho's OrderMatters, through a short
+// queue: a client that floods the hub waits for it, and the hub's work
+// (SQLite's deep stack) runs on one goroutine, never on the clients'.
 func (b *Broker) HubClient(opts *mqtt.ClientOptions) mqtt.Client {
 	return &inlineClient{server: b.server, opts: opts, subs: map[string]int{}}
+}
+
+// hubQueue is how many messages wait for the hub.
+const hubQueue = 64
+
+type delivery struct {
+	handler mqtt.MessageHandler
+	pk      packets.Packet
 }
 
 type inlineClient struct {
 	server    *mochi.Server
 	opts      *mqtt.ClientOptions
-	deliver   sync.Mutex // one handler at a time
+	queue     chan delivery
+	stop      chan struct{}
 	connected atomic.Bool
 
 	mu     sync.Mutex
@@ -36,9 +46,22 @@ type inlineClient struct {
 func (c *inlineClient) IsConnected() bool      { return c.connected.Load() }
 func (c *inlineClient) IsConnectionOpen() bool { return c.connected.Load() }
 
-// Connect marks the client connected and runs the OnConnect handler.
+// Connect starts the delivery goroutine and runs the OnConnect handler.
 func (c *inlineClient) Connect() mqtt.Token {
-	c.connected.Store(true)
+	if c.connected.Swap(true) {
+		return doneToken{}
+	}
+	c.queue, c.stop = make(chan delivery, hubQueue), make(chan struct{})
+	go func(queue chan delivery, stop chan struct{}) {
+		for {
+			select {
+			case d := <-queue:
+				d.handler(c, inlineMessage{d.pk})
+			case <-stop:
+				return
+			}
+		}
+	}(c.queue, c.stop)
 	if c.opts.OnConnect != nil {
 		c.opts.OnConnect(c)
 	}
@@ -60,6 +83,7 @@ func (c *inlineClient) Disconnect(uint) {
 		c.server.Unsubscribe(filter, id)
 	}
 	c.subs = map[string]int{}
+	close(c.stop)
 }
 
 func (c *inlineClient) Publish(topic string, qos byte, retained bool, payload interface{}) mqtt.Token {
@@ -87,10 +111,12 @@ func (c *inlineClient) Subscribe(filter string, _ byte, callback mqtt.MessageHan
 	id := c.nextID
 	c.subs[filter] = id
 	c.mu.Unlock()
+	queue, stop := c.queue, c.stop
 	err := c.server.Subscribe(filter, id, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
-		c.deliver.Lock()
-		defer c.deliver.Unlock()
-		callback(c, inlineMessage{pk})
+		select {
+		case queue <- delivery{callback, pk}:
+		case <-stop:
+		}
 	})
 	return doneToken{err}
 }
