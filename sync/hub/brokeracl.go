@@ -9,10 +9,11 @@ import (
 )
 
 // Retained payload limits for what a device may keep on the broker: its
-// last ack and its presence. Together with the ACL (two retained topics
-// per device) they bound the broker's retained memory per device.
+// last ack (per-pod verdicts: as large as any report) and its presence.
+// Together with the ACL (two retained topics per device, each replacing
+// the last) they bound the broker's retained memory per device.
 const (
-	MaxRetainedAckBytes      = 64 << 10
+	MaxRetainedAckBytes      = protocol.MaxMessageBytes
 	MaxRetainedPresenceBytes = 4 << 10
 )
 
