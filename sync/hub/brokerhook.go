@@ -53,7 +53,7 @@ func (h *brokerHook) ID() string { return "podvisor-auth" }
 // Provides lists the events the hook handles.
 func (h *brokerHook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPacketRead,
-		mochi.OnPublish, mochi.OnDisconnect}, []byte{b})
+		mochi.OnPublish, mochi.OnDisconnect, mochi.OnSessionEstablished}, []byte{b})
 }
 
 // identity is what the client proved at connect (empty in open mode).
@@ -113,6 +113,19 @@ func (h *brokerHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) 
 		cl.Properties.Clean = true
 	}
 	return true
+}
+
+// OnSessionEstablished checks the revocation list again once the client
+// is listed among the broker's clients: a revocation that came while it
+// was authenticating either finds it in that list or is seen here.
+func (h *brokerHook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	if h.open || cl.Net.Inline {
+		return
+	}
+	if c := peerCertificate(cl); c != nil && h.revoked.Load().Has(c.SerialNumber) {
+		h.refuse(cl, fmt.Errorf("certificate %x of %q was revoked while it connected", c.SerialNumber, c.Subject.CommonName))
+		cl.Stop(packets.ErrNotAuthorized)
+	}
 }
 
 // OnACLCheck decides publishes (write) by topic, and subscriptions and
