@@ -1,8 +1,10 @@
 #!/bin/sh
 # Runs a hub and a device on a throwaway directory: podhub with its
-# embedded MQTT broker, and podvisor with the example manifests, connected
-# to it. The hub then sends the device one more pod. Ctrl-C stops both
-# (and, for the demo, the pods).
+# embedded MQTT broker (TLS, client certificates from its own CA), the
+# device enrolled with podhub device add, and podvisor with the example
+# manifests and the issued credentials, connected to it. The hub then
+# sends the device one more pod. Ctrl-C stops both (and, for the demo,
+# the pods).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d /tmp/podvisor-demo.XXXXXX)
@@ -14,13 +16,15 @@ ph="$here/bin/podhub --data-dir $tmp/hub"
 mqtt=${PODVISOR_DEMO_MQTT:-127.0.0.1:18830}
 
 $ph init >/dev/null
+# The device's certificate, key, the CA and hub.pub, with the podvisor
+# config that uses them (hub: url, deviceId, key, tls).
+$ph device add demo --out "$tmp/demo-credentials" --install-dir "$tmp/demo-credentials" --url "mqtts://$mqtt" >/dev/null
 $ph serve --mqtt-listen "$mqtt" >"$tmp/podhub.log" 2>&1 &
 hub=$!
 # The device lets the hub run host commands (process pods), never as root.
-printf 'hub: {allowProcessPods: true}\n' >"$tmp/podvisor.yaml"
+{ cat "$tmp/demo-credentials/podvisor.yaml"; printf '  allowProcessPods: true\n'; } >"$tmp/podvisor.yaml"
 "$pv" run --manifests "$tmp/manifests" --data-dir "$tmp/data" --socket "$sock" --stop-pods-on-exit \
-  --config "$tmp/podvisor.yaml" \
-  --hub "mqtt://$mqtt" --device-id demo --hub-key "$tmp/hub/hub.pub" >"$tmp/podvisor.log" 2>&1 &
+  --config "$tmp/podvisor.yaml" >"$tmp/podvisor.log" 2>&1 &
 dev=$!
 stop() {
   kill -TERM "$dev" 2>/dev/null || true
@@ -52,6 +56,7 @@ cat <<MSG
 
   podvisor demo: one hub, one device
   device:  manifests $tmp/manifests (edit, add or remove files: pods follow)
+           credentials $tmp/demo-credentials (from podhub device add demo)
            $pv get pods --socket $sock
   hub:     $here/bin/podhub --data-dir $tmp/hub get devices
            $here/bin/podhub --data-dir $tmp/hub get pods -A

@@ -23,8 +23,10 @@ var version = "dev"
 const usage = `podhub serves podvisor devices their pods, and shows the fleet.
 
 Usage:
-  podhub [--data-dir DIR] init
+  podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
   podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]
+  podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
+  podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE (--device ID | --selector k=v[,k=v])
   podhub [--data-dir DIR] delete pod NAME --device ID [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json]
@@ -33,8 +35,10 @@ Usage:
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub version
 
---data-dir (default /var/lib/podhub) holds the keys, the fleet database
-and the API socket (podhub.sock) that the client commands use.
+--data-dir (default /var/lib/podhub) holds the keys, the broker's CA
+(pki/), the fleet database and the API socket (podhub.sock) that the
+client commands use. It must be owned by podhub's user and writable by
+no one else.
 `
 
 func main() {
@@ -52,6 +56,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	// Keys, the CA, the database and the bundles are private; files meant
+	// to be shared are given their mode explicitly.
+	syscall.Umask(0o077)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := &cli{dataDir: dataDir, out: stdout, errOut: stderr}
@@ -71,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = c.describe(args[1:])
 	case "label":
 		err = c.label(args[1:])
+	case "device":
+		err = c.device(args[1:])
 	case "version":
 		fmt.Fprintln(stdout, "podhub", version)
 	case "help", "-h", "--help":

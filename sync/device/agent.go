@@ -111,7 +111,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		return nil, err
 	}
 	a.acked, a.sent = st0.Acked, st0.Acked
-	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID("podvisor-"+cfg.DeviceID).
+	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.DeviceID).
 		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
 		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
 		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),

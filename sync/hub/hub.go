@@ -28,6 +28,9 @@ type Config struct {
 	TLS      *tls.Config
 	Username string
 	Password string
+	// Connect makes the MQTT client from the options (default paho's);
+	// podhub serve passes its embedded broker's HubClient.
+	Connect func(*mqtt.ClientOptions) mqtt.Client
 }
 
 // Hub serves the fleet over MQTT. Its messages are handled one at a time
@@ -60,7 +63,10 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
-	h.client = mqtt.NewClient(opts)
+	if cfg.Connect == nil {
+		cfg.Connect = mqtt.NewClient
+	}
+	h.client = cfg.Connect(opts)
 	return h
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
@@ -245,6 +247,12 @@ func fleetBench(binDir, dir string, devices int) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	idle := rss(serve.Process.Pid)
+	// Every simulated device gets its certificate from the hub's CA, as
+	// podhub device add issues it.
+	ca, err := pki.Load(filepath.Join(data, "pki"))
+	if err != nil {
+		return err
+	}
 	pubPEM, _ := os.ReadFile(filepath.Join(data, "hub.pub"))
 	pub, err := protocol.ParsePublicKey(pubPEM)
 	if err != nil {
@@ -267,7 +275,17 @@ func fleetBench(binDir, dir string, devices int) error {
 			return err
 		}
 		stores = append(stores, st)
-		a, err := device.New(device.Config{Broker: "mqtt://" + addr, DeviceID: fmt.Sprintf("sim-%04d", i), HubKey: pub,
+		id := fmt.Sprintf("sim-%04d", i)
+		issued, err := ca.IssueDevice(id)
+		if err != nil {
+			return err
+		}
+		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
+		if err != nil {
+			return err
+		}
+		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
+		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
 			Heartbeat: 10 * time.Minute}, st, quietPods{}, silent)
 		if err != nil {
 			return err
@@ -285,6 +303,9 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 	}
 	connected := time.Since(connectStart)
+	time.Sleep(5 * time.Second) // the connection storm's garbage collected
+	idleFleet := rss(serve.Process.Pid)
+
 	for _, d := range ds {
 		if err := client.Do("PUT", "/v1/devices/"+d.ID+"/labels", map[string]string{"fleet": "bench"}, nil); err != nil {
 			return err
@@ -308,7 +329,9 @@ func fleetBench(binDir, dir string, devices int) error {
 	acked := time.Since(start)
 	full := rss(serve.Process.Pid)
 	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
-	fmt.Printf("  all connected and Ready                                %8.2f s\n", connected.Seconds())
+	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
+	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,
+		(idleFleet.total-idle.total)*1024/float64(devices))
 	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)

@@ -21,6 +21,8 @@ type podhubServer struct {
 	addr    string
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
+	// revokedDir is a revoked device's bundle (the Mosquitto test's).
+	revokedDir string
 }
 
 func podhubBinary() string { return filepath.Join(filepath.Dir(binary), "podhub") }
@@ -35,8 +37,29 @@ func newPodhub(t *testing.T) *podhubServer {
 	return h
 }
 
+// enrol issues a device's credentials with podhub device add and returns
+// the bundle's directory and its podvisor config (a hub: section).
+func (h *podhubServer) enrol(t *testing.T, id string) (string, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), id)
+	out, code := h.cli("device", "add", id, "--out", dir, "--install-dir", dir, "--url", "mqtts://"+h.addr)
+	if code != 0 || !strings.Contains(out, "deviceId: "+id) {
+		t.Fatalf("podhub device add %s: %d %s", id, code, out)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "podvisor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, string(cfg)
+}
+
 func (h *podhubServer) start() {
 	h.cmd = exec.Command(podhubBinary(), "--data-dir", h.dataDir, "serve", "--mqtt-listen", h.addr)
+	h.startCmd()
+}
+
+// startCmd starts h.cmd and waits for the API.
+func (h *podhubServer) startCmd() {
 	h.log = &bytes.Buffer{}
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
 	if err := h.cmd.Start(); err != nil {
@@ -87,15 +110,16 @@ func (h *podhubServer) pods(t *testing.T, device string) map[string]v1.Pod {
 }
 
 // The CLI contract end to end: podhub init and serve with the embedded
-// broker; a device started with --hub, --device-id and --hub-key; apply
+// broker; a device enrolled with podhub device add, started with the
+// config it printed; apply
 // by selector, get devices and pods, describe, delete; a silent device
 // is NotReady with pods Unknown and nothing started elsewhere; the hub
 // restarted keeps the fleet.
 func TestPodhubFleet(t *testing.T) {
 	h := newPodhub(t)
 	d := newDaemon(t)
-	d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", "gw-7", "--hub-key", filepath.Join(h.dataDir, "hub.pub")}
-	d.withConfig("hub: {labels: {model: gw100}, allowProcessPods: true, allowRootProcessPods: true}\n")
+	_, hubConfig := h.enrol(t, "gw-7")
+	d.withConfig(hubConfig + "  labels: {model: gw100}\n  allowProcessPods: true\n  allowRootProcessPods: true\n")
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub, with the labels it reports", func() bool {

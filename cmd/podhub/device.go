@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/podvisor/podvisor/sync/pki"
+)
+
+// device manages devices' broker credentials: add issues them, revoke
+// withdraws them.
+func (c *cli) device(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: podhub device add ID [--out DIR] [--install-dir DIR] [--url URL] | podhub device revoke ID")
+	}
+	switch args[0] {
+	case "add":
+		return c.deviceAdd(args[1:])
+	case "revoke":
+		return c.deviceRevoke(args[1:])
+	}
+	return fmt.Errorf("device %q: want add or revoke", args[0])
+}
+
+// deviceAdd issues a device's certificate (common name = device ID) and
+// writes the bundle the device needs: its certificate and key, the CA,
+// the hub's public key and the podvisor config for them.
+func (c *cli) deviceAdd(args []string) error {
+	fs := flag.NewFlagSet("device add", flag.ContinueOnError)
+	out := fs.String("out", "", "directory to write the bundle to (default ./podvisor-ID; must not exist)")
+	install := fs.String("install-dir", "/etc/podvisor/hub", "where the bundle's files will be on the device (for the config)")
+	url := fs.String("url", "", "the broker's URL as the device reaches it (default from podhub.yaml)")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: podhub device add ID [--out DIR] [--install-dir DIR] [--url URL]")
+	}
+	id := pos[0]
+	if err := prepareDataDir(c.dataDir, false); err != nil {
+		return err
+	}
+	if *out == "" {
+		*out = "podvisor-" + id
+	}
+	if *url == "" {
+		if *url, err = c.deviceURL(); err != nil {
+			return err
+		}
+	}
+	ca, err := pki.Load(c.pkiDir())
+	if err != nil {
+		return err
+	}
+	hubPub, err := os.ReadFile(c.path("hub.pub"))
+	if err != nil {
+		return fmt.Errorf("hub key (run podhub init): %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), pki.CAFile))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(*out); err == nil {
+		return fmt.Errorf("--out %s: exists; name a new directory", *out)
+	}
+	issued, err := ca.IssueDevice(id)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*out, 0o700); err != nil {
+		return err
+	}
+	inst := func(name string) string { return filepath.Join(*install, name) }
+	snippet := fmt.Sprintf(`hub:
+  url: %s
+  deviceId: %s
+  key: %s
+  tls:
+    ca: %s
+    cert: %s
+    key: %s
+`, *url, id, inst("hub.pub"), inst("ca.pem"), inst("device.pem"), inst("device.key"))
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{"device.key", issued.Key, 0o600}, {"device.pem", issued.Cert, 0o644}, {"ca.pem", caPEM, 0o644},
+		{"hub.pub", hubPub, 0o644}, {"podvisor.yaml", []byte(snippet), 0o644}} {
+		if err := writeFileMode(filepath.Join(*out, f.name), f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.out, "issued device %s a certificate (serial %x); its bundle is in %s\n", id, issued.Serial, *out)
+	fmt.Fprintf(c.out, "copy it to the device's %s (device.key stays private) and add to podvisor's config:\n\n%s", *install, snippet)
+	return nil
+}
+
+// deviceURL is the broker's address for devices: the external broker,
+// or the embedded one's listen address (this host's name when it
+// listens on every interface).
+func (c *cli) deviceURL() (string, error) {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return "", err
+	}
+	if cfg.Broker != "" {
+		return strings.Replace(cfg.Broker, "mqtt://", "mqtts://", 1), nil
+	}
+	host, port, err := net.SplitHostPort(cfg.MQTTListen)
+	if err != nil {
+		return "", fmt.Errorf("mqttListen %q: %w", cfg.MQTTListen, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", err
+		}
+	}
+	return "mqtts://" + net.JoinHostPort(host, port), nil
+}
+
+// deviceRevoke revokes every certificate issued to the device and has a
+// running podhub serve disconnect it at once.
+func (c *cli) deviceRevoke(args []string) error {
+	fs := flag.NewFlagSet("device revoke", flag.ContinueOnError)
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: podhub device revoke ID")
+	}
+	if err := prepareDataDir(c.dataDir, false); err != nil {
+		return err
+	}
+	ca, err := pki.Load(c.pkiDir())
+	if err != nil {
+		return err
+	}
+	serials, err := ca.Revoke(pos[0])
+	if err != nil {
+		return err
+	}
+	for _, s := range serials {
+		fmt.Fprintf(c.out, "revoked certificate %x of device %s\n", s, pos[0])
+	}
+	if len(serials) == 0 {
+		fmt.Fprintf(c.out, "device %s's certificates were already revoked\n", pos[0])
+	}
+	var r Revocations
+	if err := c.client().Do("POST", "/v1/broker/revocations", nil, &r); err != nil {
+		fmt.Fprintf(c.out, "podhub serve did not reload the list (%v); it refuses them when it starts.\n", err)
+		fmt.Fprintf(c.out, "An external broker must load %s (Mosquitto: crlfile, then restart it).\n", filepath.Join(c.pkiDir(), pki.CRLFile))
+		return nil
+	}
+	fmt.Fprintf(c.out, "podhub serve reloaded the revocation list; disconnected: %s\n", strings.Join(r.Disconnected, " "))
+	return nil
+}

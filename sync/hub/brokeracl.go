@@ -1,0 +1,113 @@
+package hub
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/podvisor/podvisor/sync/pki"
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// Retained payload limits for what a device may keep on the broker: its
+// last ack (per-pod verdicts: as large as any report) and its presence.
+// Together with the ACL (two retained topics per device, each replacing
+// the last) they bound the broker's retained memory per device.
+const (
+	MaxRetainedAckBytes      = protocol.MaxMessageBytes
+	MaxRetainedPresenceBytes = 4 << 10
+)
+
+// BrokerACL decides what each authenticated identity may do on the topic
+// tree; the embedded broker enforces it, and packaging/mosquitto/acl is
+// the same rules for Mosquitto. The identity is the client certificate's
+// common name: pki.HubIdentity for the hub, the device ID for a device,
+// and the MQTT client ID must equal it.
+//
+// A device may publish only its reports (ack, status, heartbeat,
+// presence; only ack and presence retained) and subscribe to, or be sent,
+// only its desired document, its status receipts and the hub's presence.
+// The hub may do anything under the prefix. Nobody may use wildcards
+// except the hub, nor topics outside the prefix.
+type BrokerACL struct{ Topics protocol.Topics }
+
+// CheckIdentity refuses an identity that is neither the hub's nor a valid
+// device ID, and a client ID that is not the identity (which would take
+// over another client's session).
+func (a BrokerACL) CheckIdentity(identity, clientID string) error {
+	if identity != pki.HubIdentity {
+		if err := protocol.ValidDeviceID(identity); err != nil {
+			return fmt.Errorf("certificate common name: %w", err)
+		}
+		if pki.Reserved(identity) {
+			return fmt.Errorf("certificate common name %q: reserved", identity)
+		}
+	}
+	if clientID != identity {
+		return fmt.Errorf("client ID %q: must equal the certificate's common name %q", clientID, identity)
+	}
+	return nil
+}
+
+// CheckPublish decides whether identity may publish size bytes on topic,
+// retained or not.
+func (a BrokerACL) CheckPublish(identity, topic string, retain bool, size int) error {
+	if identity == pki.HubIdentity {
+		if !a.underPrefix(topic) {
+			return fmt.Errorf("topic %q: outside %s", topic, a.root())
+		}
+		return nil
+	}
+	kind, ok := a.ownKind(identity, topic)
+	if !ok {
+		return fmt.Errorf("device %s may not publish on topic %q", identity, topic)
+	}
+	limit := protocol.MaxMessageBytes
+	switch kind {
+	case protocol.KindStatus, protocol.KindHeartbeat:
+		if retain {
+			return fmt.Errorf("device %s may not retain messages on topic %q", identity, topic)
+		}
+	case protocol.KindAck:
+		limit = MaxRetainedAckBytes
+	case protocol.KindPresence:
+		limit = MaxRetainedPresenceBytes
+	default:
+		return fmt.Errorf("device %s may not publish on topic %q", identity, topic)
+	}
+	if size > limit {
+		return fmt.Errorf("topic %q: %d bytes, over the %d byte limit", topic, size, limit)
+	}
+	return nil
+}
+
+// CheckRead decides whether identity may subscribe to filter, or be sent
+// a message on the topic filter names.
+func (a BrokerACL) CheckRead(identity, filter string) error {
+	if identity == pki.HubIdentity {
+		if !a.underPrefix(filter) {
+			return fmt.Errorf("filter %q: outside %s", filter, a.root())
+		}
+		return nil
+	}
+	switch filter {
+	case a.Topics.Device(identity, protocol.KindDesired), a.Topics.Device(identity, protocol.KindStatusAck), a.Topics.HubPresence():
+		return nil
+	}
+	return fmt.Errorf("device %s may not read topic %q", identity, filter)
+}
+
+// ownKind is the kind of a topic under the identity's own device topics.
+func (a BrokerACL) ownKind(identity, topic string) (string, bool) {
+	rest, ok := strings.CutPrefix(topic, a.Topics.Device(identity, ""))
+	if !ok || rest == "" || strings.ContainsAny(rest, "/+#") {
+		return "", false
+	}
+	return rest, true
+}
+
+func (a BrokerACL) underPrefix(topic string) bool {
+	return strings.HasPrefix(topic, a.root()) || topic+"/" == a.root()
+}
+
+// root is the topic prefix with its trailing slash.
+func (a BrokerACL) root() string { return strings.TrimSuffix(a.Topics.HubPresence(), "hub/presence") }
