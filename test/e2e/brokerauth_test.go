@@ -180,7 +180,7 @@ func TestBrokerDeviceACL(t *testing.T) {
 	// gw-b is a real device with a hub pod, so its desired document is
 	// retained on the broker.
 	d := newDaemon(t)
-	d.withConfig(cfgB)
+	d.withConfig(cfgB + hostCommandsAsRoot)
 	d.start()
 	manifest := filepath.Join(t.TempDir(), "app.yaml")
 	os.WriteFile(manifest, []byte(processPod("app", "Always", 1, "exec sleep 1011")), 0o644)
@@ -278,7 +278,7 @@ func TestBrokerClientIDTakeover(t *testing.T) {
 	_, cfgV := h.enrol(t, "gw-victim")
 	dirE, _ := h.enrol(t, "gw-evil")
 	d := newDaemon(t)
-	d.withConfig(cfgV)
+	d.withConfig(cfgV + hostCommandsAsRoot)
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-victim Ready", func() bool {
 		out, _ := h.cli("get", "devices")
@@ -350,7 +350,7 @@ func TestBrokerFloodBounded(t *testing.T) {
 	dirF, _ := h.enrol(t, "gw-flood")
 	_, cfgR := h.enrol(t, "gw-real")
 	d := newDaemon(t)
-	d.withConfig(cfgR)
+	d.withConfig(cfgR + hostCommandsAsRoot)
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-real Ready", func() bool {
 		out, _ := h.cli("get", "devices")

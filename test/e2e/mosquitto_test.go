@@ -134,7 +134,7 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	t.Cleanup(h.stop)
 
 	d := newDaemon(t)
-	d.withConfig(tlsConfig + "  allowProcessPods: true\n  allowRootProcessPods: true\n")
+	d.withConfig(tlsConfig + hostCommandsAsRoot)
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-tls Ready", func() bool {
 		out, _ := h.cli("get", "devices")

@@ -39,6 +39,10 @@ func newPodhub(t *testing.T) *podhubServer {
 
 // enrol issues a device's credentials with podhub device add and returns
 // the bundle's directory and its podvisor config (a hub: section).
+// hostCommandsAsRoot, appended to an enrolled device's hub section, lets
+// the hub run process pods as root, as the tests' pods do.
+const hostCommandsAsRoot = "  allowProcessPods: true\n  allowRootProcessPods: true\n"
+
 func (h *podhubServer) enrol(t *testing.T, id string) (string, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), id)
@@ -119,7 +123,7 @@ func TestPodhubFleet(t *testing.T) {
 	h := newPodhub(t)
 	d := newDaemon(t)
 	_, hubConfig := h.enrol(t, "gw-7")
-	d.withConfig(hubConfig + "  labels: {model: gw100}\n  allowProcessPods: true\n  allowRootProcessPods: true\n")
+	d.withConfig(hubConfig + "  labels: {model: gw100}\n" + hostCommandsAsRoot)
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub, with the labels it reports", func() bool {

@@ -248,8 +248,9 @@ spec:
 	os.WriteFile(manifest, []byte(shadow), 0o644)
 	device := func(id, hubSettings string) *daemon {
 		d := newDaemon(t)
-		d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", id, "--hub-key", filepath.Join(h.dataDir, "hub.pub"), "--stop-pods-on-exit"}
-		d.withConfig(hubSettings)
+		_, enrolled := h.enrol(t, id)
+		d.extraArgs = []string{"--stop-pods-on-exit"}
+		d.withConfig(enrolled + hubSettings)
 		startStopping(d)
 		return d
 	}
@@ -276,7 +277,7 @@ spec:
 
 	strict := device("root-1", "")
 	refused("root-1", "rejected: ", "spec.runtimeClassName: process pods (host commands) from the hub are not allowed on this device (hub.allowProcessPods)")
-	refused2 := device("root-2", "hub: {allowProcessPods: true}\n")
+	refused2 := device("root-2", "  allowProcessPods: true\n")
 	refused("root-2", "rejected: ", `spec.securityContext.runAsUser: unset, so process container "main" would run as root`, "hub.allowRootProcessPods")
 	refused2.stop(syscall.SIGTERM)
 
