@@ -20,6 +20,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/throttle"
 )
 
 // Config is how a device reaches its hub.
@@ -43,6 +44,12 @@ type Config struct {
 	Heartbeat time.Duration
 	Version   string
 	Labels    map[string]string
+	// ResendAfter is how long sent statuses may wait for the hub's
+	// receipt before they are sent again (default 30 s).
+	ResendAfter time.Duration
+	// Instance names this installation (default: made once and kept
+	// beside state.db).
+	Instance string
 }
 
 // Pods is the daemon as the agent sees it.
@@ -67,21 +74,40 @@ type Agent struct {
 	log    *slog.Logger
 	client mqtt.Client
 
-	lost      chan struct{} // the connection dropped: reconnect
-	sendWake  chan struct{} // the outbox drain
-	beat      chan struct{} // a heartbeat now (at connect)
-	desiredMu sync.Mutex    // one desired document at a time
+	lost        chan struct{} // the connection dropped: reconnect
+	sendWake    chan struct{} // the outbox drain
+	beat        chan struct{} // a heartbeat now (at connect)
+	desiredWake chan struct{} // a desired document is pending
+	keyID       string        // names the hub for the generation floor
+	refused     *throttle.Counter
+	refusedAcks *throttle.Counter
 
 	mu sync.Mutex
-	// applied is the generation in force; sent and acked are outbox
-	// sequence numbers: published, and stored by the hub; inflight counts
-	// the items in between; progress is when the window last moved.
-	applied   int64
-	sent      int64
-	acked     int64
-	inflight  int
-	progress  time.Time
-	connected bool
+	// applied is the generation in force, floor the newest ever applied
+	// from this hub (kept outside state.db); pending is the newest
+	// document received and not yet applied: a newer one supersedes it,
+	// nothing queues.
+	applied int64
+	floor   int64
+	pending *pendingDoc
+	// sent and acked are outbox sequence numbers: published, and stored
+	// by the hub; assigned is the highest ever sent in this epoch;
+	// inflight counts the items in between; progress is when the window
+	// last moved; desync says the hub's receipts named numbers this
+	// outbox never sent, or forgot what it had stored.
+	sent, acked, assigned int64
+	inflight              int
+	progress              time.Time
+	connected             bool
+	desync                bool
+	lastEpoch             time.Time
+}
+
+// pendingDoc is a desired document whose signature has been checked.
+type pendingDoc struct {
+	payload []byte
+	doc     *protocol.Desired
+	retry   bool // the daemon was busy: try again shortly
 }
 
 // New makes an agent; Start applies the stored desired state, Run connects.
@@ -104,18 +130,37 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 30 * time.Second
 	}
+	if cfg.ResendAfter <= 0 {
+		cfg.ResendAfter = 30 * time.Second
+	}
+	var err error
+	if cfg.Instance == "" {
+		if cfg.Instance, err = loadInstance(st.Dir()); err != nil {
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+	}
 	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
-		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1)}
+		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
+		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
+		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil)}
+	if cfg.HubKey != nil {
+		a.keyID = protocol.KeyID(cfg.HubKey)
+	}
+	if a.floor, err = loadFloor(st.Dir(), a.keyID); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
 	}
-	a.acked, a.sent = st0.Acked, st0.Acked
+	a.acked, a.sent, a.assigned = st0.Acked, st0.Acked, st0.Assigned
+	// Messages are handled one at a time, in order, on paho's reader: a
+	// flood waits in the socket and at the broker, not in goroutines here.
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID("podvisor-"+cfg.DeviceID).
-		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
 		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
 		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),
-			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false}), 1, true).
+			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false, Instance: cfg.Instance}), 1, true).
 		SetOnConnectHandler(a.onConnect).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			a.log.Warn("hub connection lost", "broker", cfg.Broker, "err", err)
@@ -155,6 +200,7 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 func (a *Agent) Run(stop <-chan struct{}) {
 	go a.drain(stop)
 	go a.heartbeats(stop)
+	go a.applyDesired(stop)
 	delay := a.cfg.BackoffMin
 	for {
 		tok := a.client.Connect()
@@ -174,7 +220,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
-				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false})).WaitTimeout(2 * time.Second)
+				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false, Instance: a.cfg.Instance})).WaitTimeout(2 * time.Second)
 			a.client.Disconnect(500)
 			return
 		case <-a.lost:
@@ -189,7 +235,10 @@ func jitter(d time.Duration) time.Duration {
 
 // onConnect subscribes first and then learns the desired state (the
 // retained document arrives with the subscription), announces the device
-// and resends what the hub has not acknowledged.
+// and resends what the hub has not acknowledged. It subscribes at every
+// connection, session present or not: a broker that gave the session to
+// another client with this ID (a takeover, a cloned device) may have
+// dropped the subscriptions, and the retained document is read again.
 func (a *Agent) onConnect(c mqtt.Client) {
 	id := a.cfg.DeviceID
 	subs := map[string]mqtt.MessageHandler{
@@ -198,14 +247,15 @@ func (a *Agent) onConnect(c mqtt.Client) {
 		a.topics.HubPresence():                      a.onHubPresence,
 	}
 	for topic, h := range subs {
-		if tok := c.Subscribe(topic, 1, h); tok.Wait() && tok.Error() != nil {
-			a.log.Error("subscribing", "topic", topic, "err", tok.Error())
+		tok := c.Subscribe(topic, 1, h)
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			a.log.Error("subscribing; reconnecting", "topic", topic, "err", tok.Error())
 			c.Disconnect(0)
 			poke(a.lost)
 			return
 		}
 	}
-	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true}))
+	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.mu.Lock()
 	a.connected, a.sent, a.inflight = true, a.acked, 0
 	a.mu.Unlock()
