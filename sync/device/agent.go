@@ -72,7 +72,7 @@ type Agent struct {
 	store  *store.Store
 	pods   Pods
 	log    *slog.Logger
-	client mqtt.Client
+	opts   *mqtt.ClientOptions
 
 	lost        chan struct{} // the connection dropped: reconnect
 	sendWake    chan struct{} // the outbox drain
@@ -82,7 +82,8 @@ type Agent struct {
 	refused     *throttle.Counter
 	refusedAcks *throttle.Counter
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	client mqtt.Client // of the current connection (a new one each time)
 	// applied is the generation in force, floor the newest ever applied
 	// from this hub (kept outside state.db); pending is the newest
 	// document received and not yet applied: a newer one supersedes it,
@@ -100,6 +101,7 @@ type Agent struct {
 	progress              time.Time
 	connected             bool
 	desync                bool
+	stalls                int // resends in a row without a receipt
 	lastEpoch             time.Time
 }
 
@@ -161,8 +163,11 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
 		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),
 			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false, Instance: cfg.Instance}), 1, true).
-		SetOnConnectHandler(a.onConnect).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+		SetOnConnectHandler(a.onConnect).SetDefaultPublishHandler(a.route).
+		SetConnectionLostHandler(func(c mqtt.Client, err error) {
+			if a.current() != c {
+				return // a connection already replaced
+			}
 			a.log.Warn("hub connection lost", "broker", cfg.Broker, "err", err)
 			a.setConnected(false)
 			poke(a.lost)
@@ -173,8 +178,16 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
+	a.opts = opts
 	a.client = mqtt.NewClient(opts)
 	return a, nil
+}
+
+// current is the client of the current connection.
+func (a *Agent) current() mqtt.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.client
 }
 
 // Stored returns the hub pods of the stored desired document, so they
@@ -198,12 +211,25 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 
 // Run connects and reconnects until stop is closed, then says goodbye.
 func (a *Agent) Run(stop <-chan struct{}) {
-	go a.drain(stop)
-	go a.heartbeats(stop)
-	go a.applyDesired(stop)
+	var wg sync.WaitGroup
+	defer wg.Wait() // none outlives Run: the caller closes the store next
+	wg.Go(func() { a.drain(stop) })
+	wg.Go(func() { a.heartbeats(stop) })
+	wg.Go(func() { a.applyDesired(stop) })
 	delay := a.cfg.BackoffMin
 	for {
-		tok := a.client.Connect()
+		// A new client for every connection: paho's state machine, after
+		// a session takeover and a subscription cut short, could stay
+		// "connected or reconnecting" with no connection, and the device
+		// deaf. The outbox and the retained documents carry what matters
+		// across connections, not paho's in-memory session.
+		a.mu.Lock()
+		old := a.client
+		a.client = mqtt.NewClient(a.opts)
+		c := a.client
+		a.mu.Unlock()
+		old.Disconnect(0)
+		tok := c.Connect()
 		tok.Wait()
 		if err := tok.Error(); err != nil {
 			wait := jitter(delay)
@@ -217,13 +243,34 @@ func (a *Agent) Run(stop <-chan struct{}) {
 			continue
 		}
 		delay = a.cfg.BackoffMin
+		if !a.connection(c, stop) {
+			c.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
+				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false, Instance: a.cfg.Instance})).WaitTimeout(2 * time.Second)
+			c.Disconnect(500)
+			return
+		}
+		a.setConnected(false)
+	}
+}
+
+// connection waits while c is connected: false when stop closes, true
+// when the connection is gone. paho may drop a connection without
+// calling the lost handler (a takeover while it was disconnecting), so
+// the client's own state is checked too.
+func (a *Agent) connection(c mqtt.Client, stop <-chan struct{}) bool {
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
 		select {
 		case <-stop:
-			a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
-				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false, Instance: a.cfg.Instance})).WaitTimeout(2 * time.Second)
-			a.client.Disconnect(500)
-			return
+			return false
 		case <-a.lost:
+			return true
+		case <-check.C:
+			if !c.IsConnectionOpen() {
+				a.log.Warn("hub connection closed", "broker", a.cfg.Broker)
+				return true
+			}
 		}
 	}
 }
@@ -240,6 +287,9 @@ func jitter(d time.Duration) time.Duration {
 // another client with this ID (a takeover, a cloned device) may have
 // dropped the subscriptions, and the retained document is read again.
 func (a *Agent) onConnect(c mqtt.Client) {
+	if a.current() != c {
+		return // a connection already replaced
+	}
 	id := a.cfg.DeviceID
 	subs := map[string]mqtt.MessageHandler{
 		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
@@ -249,9 +299,10 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	for topic, h := range subs {
 		tok := c.Subscribe(topic, 1, h)
 		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			a.log.Error("subscribing; reconnecting", "topic", topic, "err", tok.Error())
-			c.Disconnect(0)
-			poke(a.lost)
+			if a.current() == c {
+				a.log.Warn("subscribing; reconnecting", "topic", topic, "err", tok.Error())
+				poke(a.lost)
+			}
 			return
 		}
 	}
@@ -262,6 +313,20 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()
 	poke(a.beat)
+}
+
+// route handles what the broker delivers before the subscriptions of a
+// new client are in place (a persistent session's queued messages).
+func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
+	id := a.cfg.DeviceID
+	switch m.Topic() {
+	case a.topics.Device(id, protocol.KindDesired):
+		a.onDesired(c, m)
+	case a.topics.Device(id, protocol.KindStatusAck):
+		a.onStatusAck(c, m)
+	case a.topics.HubPresence():
+		a.onHubPresence(c, m)
+	}
 }
 
 // kick wakes the outbox drain.
@@ -292,7 +357,7 @@ func (a *Agent) Publish(items []store.Item) error {
 
 func (a *Agent) publishAck(ack *protocol.Ack) {
 	ack.Device = a.cfg.DeviceID
-	a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
+	a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
 }
 
 // applyAccepted hands the pods that passed every check to the daemon.

@@ -48,7 +48,7 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	}
 	a.acked = ack.Seq
 	a.progress = time.Now()
-	a.desync = false
+	a.desync, a.stalls = false, 0
 	a.mu.Unlock()
 	if err := a.store.Ack(ack.Seq); err != nil {
 		a.log.Error("forgetting acknowledged statuses", "err", err)
@@ -111,12 +111,22 @@ func (a *Agent) drain(stop <-chan struct{}) {
 			a.mu.Lock()
 			stalled := a.sent > a.acked && time.Since(a.progress) > a.cfg.ResendAfter
 			desync := stalled && a.desync
+			reconnect := false
 			if stalled && !desync {
 				a.log.Warn("no receipt from the hub; sending the unacknowledged statuses again", "acked", a.acked, "sent", a.sent)
 				a.sent, a.inflight = a.acked, 0
 				a.progress = time.Now()
+				// Twice in a row: the broker may have lost this client
+				// (a session takeover race) while the connection looks
+				// up; a new connection registers it again.
+				a.stalls++
+				reconnect = a.stalls >= 2
 			}
 			a.mu.Unlock()
+			if reconnect {
+				a.log.Warn("still no receipt from the hub; reconnecting")
+				poke(a.lost)
+			}
 			if desync {
 				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
 			}
@@ -163,7 +173,7 @@ func (a *Agent) sendBatch() bool {
 		a.log.Error("encoding a status batch", "err", err)
 		return false
 	}
-	tok := a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindStatus), 1, false, payload)
+	tok := a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindStatus), 1, false, payload)
 	if tok.WaitTimeout(10*time.Second) && tok.Error() != nil {
 		a.log.Warn("publishing statuses", "err", tok.Error())
 		return false
@@ -224,6 +234,6 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 			continue
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: time.Now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance}
-		a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
+		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }

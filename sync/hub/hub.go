@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -48,14 +47,7 @@ type Hub struct {
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
 	done    chan struct{}
-
-	mu         sync.Mutex
-	lastResync map[string]time.Time
 }
-
-// resyncEvery bounds how often one device is resynced (forged acks could
-// ask for it).
-const resyncEvery = 5 * time.Second
 
 // New makes a hub; Start connects it.
 func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
@@ -63,7 +55,7 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 		cfg.ClientID = "podhub"
 	}
 	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: time.Now,
-		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{}), lastResync: map[string]time.Time{}}
+		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{})}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
@@ -193,19 +185,12 @@ var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix
 
 // saveAck records an ack, and resyncs a device that went back to an
 // older generation (its state was reset, or an old document replayed).
+// It happens once per regression: a forged ack cannot make the hub sign
+// again until the device has acknowledged something newer.
 func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
 	regressed, err := h.fleet.SaveAck(a, h.now())
 	if err != nil || !regressed {
 		return err
-	}
-	h.mu.Lock()
-	recent := h.now().Sub(h.lastResync[dev]) < resyncEvery
-	if !recent {
-		h.lastResync[dev] = h.now()
-	}
-	h.mu.Unlock()
-	if recent {
-		return nil
 	}
 	gen, err := h.update(dev, func(current []json.RawMessage) []json.RawMessage { return current })
 	if err != nil {

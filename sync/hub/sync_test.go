@@ -113,6 +113,11 @@ func newRig(t *testing.T) *rig {
 
 // device starts an agent with its own store; stop it with the returned func.
 func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Store, func()) {
+	return r.deviceWith(id, db, pods, nil)
+}
+
+// deviceWith is device with a change to the agent's configuration.
+func (r *rig) deviceWith(id, db string, pods device.Pods, tune func(*device.Config)) (*device.Agent, *store.Store, func()) {
 	if err := r.fleet.AddDevice(id); err != nil {
 		r.t.Fatal(err)
 	}
@@ -120,8 +125,12 @@ func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Sto
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	a, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}, st, pods, quiet())
+	cfg := device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
+	if tune != nil {
+		tune(&cfg)
+	}
+	a, err := device.New(cfg, st, pods, quiet())
 	if err != nil {
 		r.t.Fatal(err)
 	}
