@@ -354,5 +354,3 @@ func TestRefusedFloodBounded(t *testing.T) {
 		t.Fatalf("%d events kept for a flood of 3000 refused messages", len(evs))
 	}
 }
-
-
