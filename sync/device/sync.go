@@ -127,6 +127,12 @@ func (a *Agent) drain(stop <-chan struct{}) {
 				a.log.Warn("still no receipt from the hub; reconnecting")
 				poke(a.lost)
 			}
+			if n := a.refused.Flush(); n > 0 {
+				a.log.Warn("refused more desired documents", "count", n, "total", a.refused.Total())
+			}
+			if n := a.refusedAcks.Flush(); n > 0 {
+				a.log.Warn("refused more status receipts", "count", n, "total", a.refusedAcks.Total())
+			}
 			if desync {
 				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
 			}
