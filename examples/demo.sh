@@ -16,6 +16,9 @@ mqtt=${PODVISOR_DEMO_MQTT:-127.0.0.1:18830}
 $ph init >/dev/null
 $ph serve --mqtt-listen "$mqtt" >"$tmp/podhub.log" 2>&1 &
 hub=$!
+# Enrol the demo device (labelling adds it): the hub believes only devices it knows.
+for _ in $(seq 100); do $ph get devices >/dev/null 2>&1 && break; sleep 0.1; done
+$ph label device demo role=demo >/dev/null
 "$pv" run --manifests "$tmp/manifests" --data-dir "$tmp/data" --socket "$sock" --stop-pods-on-exit \
   --hub "mqtt://$mqtt" --device-id demo --hub-key "$tmp/hub/hub.pub" >"$tmp/podvisor.log" 2>&1 &
 dev=$!
