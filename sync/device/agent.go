@@ -109,7 +109,6 @@ type Agent struct {
 type pendingDoc struct {
 	payload []byte
 	doc     *protocol.Desired
-	retry   bool // the daemon was busy: try again shortly
 }
 
 // New makes an agent; Start applies the stored desired state, Run connects.
