@@ -148,7 +148,8 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		a.keyID = protocol.KeyID(cfg.HubKey)
 	}
 	if a.floor, err = loadFloor(st.Dir(), a.keyID); err != nil {
-		return nil, fmt.Errorf("hub: %w", err)
+		// Not fatal: the stored document's generation still guards.
+		log.Error("the newest generation seen from the hub is unreadable; replays older than the stored document are not refused", "err", err)
 	}
 	st0, err := st.Stats()
 	if err != nil {
@@ -204,6 +205,7 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 	pods, _ := protocol.DecodePods(d)
 	a.mu.Lock()
 	a.applied = d.Generation
+	a.floor = max(a.floor, d.Generation)
 	a.mu.Unlock()
 	return d.Generation, accepted(pods, rec.Results), nil
 }
