@@ -354,3 +354,70 @@ func TestRefusedFloodBounded(t *testing.T) {
 		t.Fatalf("%d events kept for a flood of 3000 refused messages", len(evs))
 	}
 }
+
+// The hub's cursor rules, on the fleet database alone: an unknown device
+// is refused; a new epoch is taken only from its start and replaces the
+// device's mirrors; events are kept within the retention bounds.
+func TestFleetCursorRulesAndRetention(t *testing.T) {
+	f, err := hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	now := time.Unix(1_800_000_000, 0)
+	pod := func(name string) *v1.Pod {
+		var p v1.Pod
+		json.Unmarshal(mirror(name, 1), &p)
+		return &p
+	}
+	batch := func(epoch string, after int64, keys ...string) *protocol.StatusBatch {
+		b := &protocol.StatusBatch{Device: "gw-c", Epoch: epoch, After: after}
+		for i, k := range keys {
+			b.Items = append(b.Items, protocol.StatusItem{Seq: after + int64(i) + 1, Key: "default/" + k, Pod: pod(k)})
+		}
+		return b
+	}
+	if _, _, _, err := f.ApplyStatus(batch("e1", 0, "web"), now); !errors.Is(err, hub.ErrUnknownDevice) {
+		t.Fatalf("a batch of an unknown device: %v", err)
+	}
+	f.AddDevice("gw-c")
+	if cur, _, gap, err := f.ApplyStatus(batch("e1", 0, "web", "db"), now); err != nil || gap || cur != 2 {
+		t.Fatalf("first batch: cursor %d gap %v %v", cur, gap, err)
+	}
+	if cur, _, gap, _ := f.ApplyStatus(batch("e1", 5, "x"), now); !gap || cur != 2 {
+		t.Fatalf("a batch after a gap: cursor %d gap %v", cur, gap)
+	}
+	if cur, _, gap, _ := f.ApplyStatus(batch("e2", 40, "x"), now); !gap || cur != 0 {
+		t.Fatalf("another epoch not from its start: cursor %d gap %v", cur, gap)
+	}
+	if ms, _ := f.Mirrors("gw-c"); len(ms) != 2 {
+		t.Fatalf("mirrors after refused batches: %+v", ms)
+	}
+	if cur, _, gap, _ := f.ApplyStatus(batch("e2", 0, "web"), now); gap || cur != 1 {
+		t.Fatalf("a new epoch from its start: cursor %d gap %v", cur, gap)
+	}
+	if ms, _ := f.Mirrors("gw-c"); len(ms) != 1 || ms[0].Key != "default/web" {
+		t.Fatalf("a new epoch replaces the mirrors: %+v", ms)
+	}
+
+	f.SetRetention(hub.Retention{Events: 5, MaxAge: time.Hour})
+	for i := range 20 {
+		f.SaveRejection("gw-c", fmt.Sprint("old ", i), now.Add(-2*time.Hour))
+	}
+	for i := range 8 {
+		f.SaveRejection("gw-c", fmt.Sprint("new ", i), now.Add(time.Duration(i)*time.Second))
+	}
+	evs, _ := f.Events("gw-c")
+	if len(evs) != 5 || evs[0].Message != "new 3" || evs[4].Message != "new 7" {
+		t.Fatalf("events kept: %+v", evs)
+	}
+	f.SaveRejection("gw-c", "late", now.Add(2*time.Hour))
+	if evs, _ := f.Events("gw-c"); len(evs) != 1 || evs[0].Message != "late" {
+		t.Fatalf("events past their age kept: %+v", evs)
+	}
+	// Not for unknown devices: nothing stored, nothing made.
+	f.SaveRejection("ghost", "x", now)
+	if _, err := f.GetDevice("ghost", now, time.Minute); !errors.Is(err, hub.ErrNotFound) {
+		t.Fatalf("a rejection made a device: %v", err)
+	}
+}
