@@ -1,0 +1,32 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two daemons started with one device ID (a cloned image) are shown
+// DuplicateID by podhub, with an event naming both installations, not
+// merged into one Ready device.
+func TestDuplicateDeviceIDShownByPodhub(t *testing.T) {
+	h := newPodhub(t)
+	if out, code := h.cli("label", "device", "clone-1", "fleet=clones"); code != 0 {
+		t.Fatalf("enrolling clone-1: %s", out)
+	}
+	for range 2 {
+		d := newDaemon(t)
+		d.extraArgs = []string{"--hub", "mqtt://" + h.addr, "--device-id", "clone-1", "--hub-key", filepath.Join(h.dataDir, "hub.pub")}
+		d.withConfig("hub: {heartbeat: 1s}\n")
+		d.start()
+	}
+	waitForLong(t, 60*time.Second, "clone-1 shown DuplicateID", func() bool {
+		out, _ := h.cli("get", "devices")
+		return strings.Contains(out, "clone-1") && strings.Contains(out, "DuplicateID")
+	})
+	out, _ := h.cli("describe", "device", "clone-1")
+	if !strings.Contains(out, "DuplicateID") || !strings.Contains(out, "two installations") {
+		t.Fatalf("describe device clone-1:\n%s", out)
+	}
+}
