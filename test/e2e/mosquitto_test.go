@@ -202,6 +202,7 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	}
 	t.Cleanup(h.stop)
 	waitForLong(t, 10*time.Second, "podhub serving", func() bool { _, code := h.cli("get", "devices"); return code == 0 })
+	h.cli("label", "device", "gw-tls", "tls=yes") // enrolled: the hub believes only devices it knows
 
 	d := newDaemon(t)
 	d.withConfig(fmt.Sprintf("hub: {url: mqtts://%s, deviceId: gw-tls, key: %s, tls: {ca: %s, cert: %s, key: %s}}\n",
