@@ -292,6 +292,12 @@ func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 
 // Delete removes a pod from a device's desired state.
 func (h *Hub) Delete(device, namespace, name string) (int64, error) {
+	if cur, err := h.fleet.Desired(device); err != nil || cur.Generation == 0 {
+		if err == nil {
+			err = fmt.Errorf("device %q has no hub pods: %w", device, ErrNotFound)
+		}
+		return 0, err
+	}
 	found := false
 	gen, err := h.update(device, func(current []json.RawMessage) []json.RawMessage {
 		keep := current[:0:0]

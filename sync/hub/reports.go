@@ -76,6 +76,10 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		case it.Pod == nil:
 			_, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key)
 		default:
+			if over, cerr := f.mirrorsFull(tx, b.Device, it.Key); cerr != nil || over {
+				err = cerr
+				break // a device with more pods than any runs: forged
+			}
 			pod, _ := json.Marshal(it.Pod)
 			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
 				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`,
@@ -95,6 +99,19 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		}
 	}
 	return cursor, applied, false, tx.Commit()
+}
+
+// MaxMirrors bounds a device's mirror pods at the hub, far above what a
+// device runs (its maxPods), so forged status items of made-up pods
+// cannot grow the fleet database without bound.
+const MaxMirrors = 1024
+
+// mirrorsFull says whether a new mirror key would exceed MaxMirrors.
+func (f *Fleet) mirrorsFull(tx *sql.Tx, device, key string) (bool, error) {
+	var known, count int
+	err := tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?),
+		(SELECT COUNT(*) FROM mirrors WHERE device = ?)`, device, key, device).Scan(&known, &count)
+	return known == 0 && count >= MaxMirrors, err
 }
 
 // ErrNotPublished is an ack for a generation the hub never published.

@@ -421,3 +421,29 @@ func TestFleetCursorRulesAndRetention(t *testing.T) {
 		t.Fatalf("a rejection made a device: %v", err)
 	}
 }
+
+// Forged status items of made-up pods stop at MaxMirrors per device.
+func TestMirrorsBounded(t *testing.T) {
+	f, err := hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.AddDevice("gw-m")
+	var p v1.Pod
+	json.Unmarshal(mirror("x", 1), &p)
+	after := int64(0)
+	for after < hub.MaxMirrors+200 {
+		b := &protocol.StatusBatch{Device: "gw-m", Epoch: "e", After: after}
+		for range protocol.MaxBatch {
+			after++
+			b.Items = append(b.Items, protocol.StatusItem{Seq: after, Key: fmt.Sprint("default/p", after), Pod: &p})
+		}
+		if _, _, _, err := f.ApplyStatus(b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, _ := f.Mirrors("gw-m"); len(ms) != hub.MaxMirrors {
+		t.Fatalf("%d mirrors kept, want %d", len(ms), hub.MaxMirrors)
+	}
+}
