@@ -82,14 +82,19 @@ type Fleet struct {
 	retention Retention
 }
 
-// Retention bounds each device's stored events.
+// Retention bounds what the fleet keeps of each device.
 type Retention struct {
-	Events int           // the newest this many are kept
+	Events int           // the newest this many events are kept
 	MaxAge time.Duration // and none older
+	// Mirrors bounds a device's mirror pods, far above what a device
+	// runs (its maxPods), so forged status items of made-up pods cannot
+	// grow the database without bound; further new pods are skipped.
+	Mirrors int
 }
 
-// DefaultRetention keeps a device's last thousand events of a month.
-var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour}
+// DefaultRetention keeps a device's last thousand events of a month, and
+// up to 1024 mirror pods.
+var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour, Mirrors: 1024}
 
 // ErrUnknownDevice is a report from a device the fleet has no record of.
 var ErrUnknownDevice = errors.New("no such device in the fleet (devices are added by the operator: podhub apply, label or device add)")

@@ -101,17 +101,12 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	return cursor, applied, false, tx.Commit()
 }
 
-// MaxMirrors bounds a device's mirror pods at the hub, far above what a
-// device runs (its maxPods), so forged status items of made-up pods
-// cannot grow the fleet database without bound.
-const MaxMirrors = 1024
-
-// mirrorsFull says whether a new mirror key would exceed MaxMirrors.
+// mirrorsFull says whether a new mirror key would exceed the bound.
 func (f *Fleet) mirrorsFull(tx *sql.Tx, device, key string) (bool, error) {
 	var known, count int
 	err := tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?),
 		(SELECT COUNT(*) FROM mirrors WHERE device = ?)`, device, key, device).Scan(&known, &count)
-	return known == 0 && count >= MaxMirrors, err
+	return known == 0 && f.retention.Mirrors > 0 && count >= f.retention.Mirrors, err
 }
 
 // ErrNotPublished is an ack for a generation the hub never published.

@@ -422,7 +422,7 @@ func TestFleetCursorRulesAndRetention(t *testing.T) {
 	}
 }
 
-// Forged status items of made-up pods stop at MaxMirrors per device.
+// Forged status items of made-up pods stop at the bound of mirrors per device.
 func TestMirrorsBounded(t *testing.T) {
 	f, err := hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
@@ -433,7 +433,8 @@ func TestMirrorsBounded(t *testing.T) {
 	var p v1.Pod
 	json.Unmarshal(mirror("x", 1), &p)
 	after := int64(0)
-	for after < hub.MaxMirrors+200 {
+	limit := hub.DefaultRetention.Mirrors
+	for after < int64(limit)+200 {
 		b := &protocol.StatusBatch{Device: "gw-m", Epoch: "e", After: after}
 		for range protocol.MaxBatch {
 			after++
@@ -443,7 +444,7 @@ func TestMirrorsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ms, _ := f.Mirrors("gw-m"); len(ms) != hub.MaxMirrors {
-		t.Fatalf("%d mirrors kept, want %d", len(ms), hub.MaxMirrors)
+	if ms, _ := f.Mirrors("gw-m"); len(ms) != limit {
+		t.Fatalf("%d mirrors kept, want %d", len(ms), limit)
 	}
 }

@@ -94,6 +94,7 @@ func statusThroughput(dir, addr string, n int) (float64, error) {
 	if err := fleet.AddDevice("bench-1"); err != nil {
 		return 0, err
 	}
+	fleet.SetRetention(hub.Retention{Events: 1000, Mirrors: n}) // n distinct pods, all kept
 	_, priv, _ := ed25519.GenerateKey(nil)
 	h := hub.New(hub.Config{Broker: "mqtt://" + addr, Key: priv, ClientID: "podhub-bench"}, fleet, silent)
 	if err := h.Start(10 * time.Second); err != nil {
