@@ -62,6 +62,10 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		return cursor, 0, true, nil // a batch is missing before this one
 	}
 	events := 0
+	var mirrors int // counted once a batch: the bound on made-up pods
+	if err := tx.QueryRow(`SELECT COUNT(*) FROM mirrors WHERE device = ?`, b.Device).Scan(&mirrors); err != nil {
+		return 0, 0, false, err
+	}
 	for _, it := range b.Items {
 		if it.Seq <= cursor {
 			continue
@@ -74,11 +78,21 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			_, err = tx.Exec(`INSERT INTO events (device, seq, key, event, at) VALUES (?, ?, ?, ?, ?)`, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
 			events++
 		case it.Pod == nil:
-			_, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key)
+			var res sql.Result
+			if res, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key); err == nil {
+				n, _ := res.RowsAffected()
+				mirrors -= int(n)
+			}
 		default:
-			if over, cerr := f.mirrorsFull(tx, b.Device, it.Key); cerr != nil || over {
-				err = cerr
-				break // a device with more pods than any runs: forged
+			var known bool
+			if err = tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`, b.Device, it.Key).Scan(&known); err != nil {
+				break
+			}
+			if !known {
+				if limit := f.retention.Mirrors; limit > 0 && mirrors >= limit {
+					break // more pods than any device runs: made up
+				}
+				mirrors++
 			}
 			pod, _ := json.Marshal(it.Pod)
 			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
@@ -99,14 +113,6 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		}
 	}
 	return cursor, applied, false, tx.Commit()
-}
-
-// mirrorsFull says whether a new mirror key would exceed the bound.
-func (f *Fleet) mirrorsFull(tx *sql.Tx, device, key string) (bool, error) {
-	var known, count int
-	err := tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?),
-		(SELECT COUNT(*) FROM mirrors WHERE device = ?)`, device, key, device).Scan(&known, &count)
-	return known == 0 && f.retention.Mirrors > 0 && count >= f.retention.Mirrors, err
 }
 
 // ErrNotPublished is an ack for a generation the hub never published.
