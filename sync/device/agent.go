@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,6 +135,17 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.ResendAfter <= 0 {
 		cfg.ResendAfter = 30 * time.Second
 	}
+	// The hub keeps only a device's own labels; say so once here rather
+	// than have every heartbeat refused there.
+	own := map[string]string{}
+	for k, v := range cfg.Labels {
+		if strings.HasPrefix(k, protocol.DeviceLabelPrefix) {
+			own[k] = v
+		} else {
+			log.Warn("hub.labels: a device may set only labels under "+protocol.DeviceLabelPrefix+"; not sent (set it at the hub: podhub label device)", "label", k)
+		}
+	}
+	cfg.Labels = own
 	var err error
 	if cfg.Instance == "" {
 		if cfg.Instance, err = loadInstance(st.Dir()); err != nil {

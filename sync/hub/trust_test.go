@@ -157,7 +157,7 @@ func (r *rig) api(t *testing.T, method, path string, body any) (int, string) {
 func TestLabelInjectionDoesNotSteerSelectors(t *testing.T) {
 	r := newRig(t)
 	r.deviceWith("gw-l", filepath.Join(r.dir, "l", "device.db"), &fakePods{}, func(c *device.Config) {
-		c.Labels = map[string]string{"site": "plant-1", protocol.DeviceLabelPrefix + "model": "gw100"}
+		c.Labels = map[string]string{"site": "plant-1", protocol.DeviceLabelPrefix + "model": "gw100"} // site is not sent
 	})
 	r.device("gw-x", filepath.Join(r.dir, "x", "device.db"), &fakePods{})
 	if code, out := r.api(t, "PUT", "/v1/devices/gw-l/labels", map[string]string{"site": "plant-1"}); code != 200 {
