@@ -166,7 +166,7 @@ func (h *Hub) reject(dev string, m mqtt.Message, err error) {
 	log, suppressed := h.refused.Note()
 	if suppressed > 0 {
 		h.log.Warn("refused more messages", "count", suppressed, "total", h.refused.Total())
-		h.fleet.SaveRejection(dev, fmt.Sprintf("%d more messages refused in the last minute (not kept one by one)", suppressed), h.now())
+		h.fleet.SaveRejection(dev, fmt.Sprintf("%d more messages refused across the fleet in the last minute (counted, not kept one by one)", suppressed), h.now())
 	}
 	if !log {
 		return
