@@ -103,7 +103,11 @@ type Agent struct {
 	connected             bool
 	desync                bool
 	stalls                int // resends in a row without a receipt
-	lastEpoch             time.Time
+	// heard is when a message last came from the hub (receipts answer
+	// heartbeats too); hubOnline is the hub's retained presence.
+	heard     time.Time
+	hubOnline bool
+	lastEpoch time.Time
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -321,7 +325,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.mu.Lock()
-	a.connected, a.sent, a.inflight = true, a.acked, 0
+	a.connected, a.sent, a.inflight, a.heard = true, a.acked, 0, time.Now()
 	a.mu.Unlock()
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()

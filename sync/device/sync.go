@@ -22,6 +22,9 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 		a.refuseReceipt(m.Topic(), err)
 		return
 	}
+	a.mu.Lock()
+	a.heard = time.Now()
+	a.mu.Unlock()
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
 	}
@@ -88,10 +91,15 @@ func (a *Agent) newEpoch(why string) {
 // sent while it was away may have been dropped by the broker.
 func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 	p, err := protocol.DecodePresence(m.Payload())
-	if err != nil || !p.Online {
+	if err != nil {
 		return
 	}
 	a.mu.Lock()
+	a.hubOnline, a.heard = p.Online, time.Now()
+	if !p.Online {
+		a.mu.Unlock()
+		return
+	}
 	a.sent, a.inflight, a.progress = a.acked, 0, time.Now()
 	a.mu.Unlock()
 	a.kick()
@@ -230,7 +238,20 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		}
 		a.mu.Lock()
 		up := a.connected
+		// The hub answers each heartbeat with a receipt. Silence for
+		// three periods while the hub is online means this client no
+		// longer hears the broker (a broker can drop a client whose
+		// session was just taken over, leaving its connection up).
+		deaf := up && a.hubOnline && time.Since(a.heard) > 3*a.cfg.Heartbeat
+		if deaf {
+			a.heard = time.Now()
+		}
 		a.mu.Unlock()
+		if deaf {
+			a.log.Warn("nothing heard from the hub for three heartbeats; reconnecting", "heartbeat", a.cfg.Heartbeat)
+			poke(a.lost)
+			continue
+		}
 		if !up {
 			continue
 		}

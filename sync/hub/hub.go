@@ -201,11 +201,20 @@ func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
 	return nil
 }
 
-// saveHeartbeat records a heartbeat; labels a device may not set are
-// dropped, and that refusal counted.
+// saveHeartbeat records a heartbeat and answers it with the device's
+// receipt, so a device that hears nothing back knows its connection no
+// longer delivers; labels a device may not set are dropped, and that
+// refusal counted.
 func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
 	h.duplicate(dev, dup)
+	if err == nil {
+		epoch, seq, cerr := h.fleet.Cursor(dev)
+		if cerr != nil {
+			return cerr
+		}
+		h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: epoch, Seq: seq}))
+	}
 	if err == nil && len(dropped) > 0 {
 		err = fmt.Errorf("%w: %s", errLabelsDropped, strings.Join(dropped, ", "))
 	}

@@ -115,6 +115,16 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	return cursor, applied, false, tx.Commit()
 }
 
+// Cursor is a device's outbox cursor: its epoch ("" before any) and the
+// highest sequence number stored.
+func (f *Fleet) Cursor(device string) (epoch string, seq int64, err error) {
+	err = f.db.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, device).Scan(&epoch, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return epoch, seq, err
+}
+
 // ErrNotPublished is an ack for a generation the hub never published.
 var ErrNotPublished = errors.New("the hub never published this generation")
 

@@ -264,7 +264,7 @@ func TestDuplicateDeviceIDShown(t *testing.T) {
 func TestSessionTakeoverKeepsDeviceListening(t *testing.T) {
 	r := newRig(t)
 	pods := &fakePods{}
-	r.device("gw-t", filepath.Join(r.dir, "device.db"), pods)
+	r.deviceWith("gw-t", filepath.Join(r.dir, "device.db"), pods, func(c *device.Config) { c.Heartbeat = 300 * time.Millisecond })
 	r.hub.Apply("gw-t", []json.RawMessage{podJSON("web")})
 	eventually(t, 10*time.Second, "generation 1", func() bool { g, _, _ := pods.state(); return g == 1 })
 	for i := range 3 {
