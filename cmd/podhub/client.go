@@ -231,6 +231,9 @@ func parseLabels(items []string, removal bool) (map[string]string, error) {
 }
 
 func readiness(d hub.Device) string {
+	if d.DuplicateID {
+		return "DuplicateID"
+	}
 	if d.Ready {
 		return "Ready"
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/pki"
 )
 
@@ -71,6 +72,11 @@ func (c *cli) deviceAdd(args []string) error {
 	}
 	issued, err := ca.IssueDevice(id)
 	if err != nil {
+		return err
+	}
+	// Enrolment makes the device the operator's: the hub believes reports
+	// only from devices it knows.
+	if err := enrolInFleet(c.path("fleet.db"), id); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
@@ -159,5 +165,19 @@ func (c *cli) deviceRevoke(args []string) error {
 		return nil
 	}
 	fmt.Fprintf(c.out, "podhub serve reloaded the revocation list; disconnected: %s\n", strings.Join(r.Disconnected, " "))
+	return nil
+}
+
+// enrolInFleet adds the device to the fleet database (beside a running
+// podhub serve: SQLite in WAL mode takes both).
+func enrolInFleet(path, id string) error {
+	fleet, err := hub.OpenFleet(path)
+	if err != nil {
+		return fmt.Errorf("fleet database %s: %w", path, err)
+	}
+	defer fleet.Close()
+	if err := fleet.AddDevice(id); err != nil {
+		return fmt.Errorf("enrolling device %q: %w", id, err)
+	}
 	return nil
 }

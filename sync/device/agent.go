@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/throttle"
 )
 
 // Config is how a device reaches its hub.
@@ -43,6 +45,12 @@ type Config struct {
 	Heartbeat time.Duration
 	Version   string
 	Labels    map[string]string
+	// ResendAfter is how long sent statuses may wait for the hub's
+	// receipt before they are sent again (default 30 s).
+	ResendAfter time.Duration
+	// Instance names this installation (default: made once and kept
+	// beside state.db).
+	Instance string
 }
 
 // Pods is the daemon as the agent sees it.
@@ -65,23 +73,47 @@ type Agent struct {
 	store  *store.Store
 	pods   Pods
 	log    *slog.Logger
-	client mqtt.Client
+	opts   *mqtt.ClientOptions
 
-	lost      chan struct{} // the connection dropped: reconnect
-	sendWake  chan struct{} // the outbox drain
-	beat      chan struct{} // a heartbeat now (at connect)
-	desiredMu sync.Mutex    // one desired document at a time
+	lost        chan struct{} // the connection dropped: reconnect
+	sendWake    chan struct{} // the outbox drain
+	beat        chan struct{} // a heartbeat now (at connect)
+	desiredWake chan struct{} // a desired document is pending
+	keyID       string        // names the hub for the generation floor
+	refused     *throttle.Counter
+	refusedAcks *throttle.Counter
 
-	mu sync.Mutex
-	// applied is the generation in force; sent and acked are outbox
-	// sequence numbers: published, and stored by the hub; inflight counts
-	// the items in between; progress is when the window last moved.
-	applied   int64
-	sent      int64
-	acked     int64
-	inflight  int
-	progress  time.Time
-	connected bool
+	mu     sync.Mutex
+	client mqtt.Client // of the current connection (a new one each time)
+	// applied is the generation in force, floor the newest ever applied
+	// from this hub (kept outside state.db); pending is the newest
+	// document received and not yet applied: a newer one supersedes it,
+	// nothing queues.
+	applied int64
+	floor   int64
+	pending *pendingDoc
+	// sent and acked are outbox sequence numbers: published, and stored
+	// by the hub; assigned is the highest ever sent in this epoch;
+	// inflight counts the items in between; progress is when the window
+	// last moved; desync says the hub's receipts named numbers this
+	// outbox never sent, or forgot what it had stored.
+	sent, acked, assigned int64
+	inflight              int
+	progress              time.Time
+	connected             bool
+	desync                bool
+	stalls                int // resends in a row without a receipt
+	// heard is when a message last came from the hub (receipts answer
+	// heartbeats too); hubOnline is the hub's retained presence.
+	heard     time.Time
+	hubOnline bool
+	lastEpoch time.Time
+}
+
+// pendingDoc is a desired document whose signature has been checked.
+type pendingDoc struct {
+	payload []byte
+	doc     *protocol.Desired
 }
 
 // New makes an agent; Start applies the stored desired state, Run connects.
@@ -104,20 +136,55 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 30 * time.Second
 	}
+	if cfg.ResendAfter <= 0 {
+		cfg.ResendAfter = 30 * time.Second
+	}
+	// The hub keeps only a device's own labels; say so once here rather
+	// than have every heartbeat refused there.
+	own := map[string]string{}
+	for k, v := range cfg.Labels {
+		if strings.HasPrefix(k, protocol.DeviceLabelPrefix) {
+			own[k] = v
+		} else {
+			log.Warn("hub.labels: a device may set only labels under "+protocol.DeviceLabelPrefix+"; not sent (set it at the hub: podhub label device)", "label", k)
+		}
+	}
+	cfg.Labels = own
+	var err error
+	if cfg.Instance == "" {
+		if cfg.Instance, err = loadInstance(st.Dir()); err != nil {
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+	}
 	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
-		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1)}
+		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
+		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
+		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil)}
+	if cfg.HubKey != nil {
+		a.keyID = protocol.KeyID(cfg.HubKey)
+	}
+	if a.floor, err = loadFloor(st.Dir(), a.keyID); err != nil {
+		// Not fatal: the stored document's generation still guards.
+		log.Error("the newest generation seen from the hub is unreadable; replays older than the stored document are not refused", "err", err)
+	}
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
 	}
-	a.acked, a.sent = st0.Acked, st0.Acked
+	a.acked, a.sent, a.assigned = st0.Acked, st0.Acked, st0.Assigned
+	// Messages are handled one at a time, in order, on paho's reader: a
+	// flood waits in the socket and at the broker, not in goroutines here.
+	// The client ID is the device's identity (its certificate's CN).
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.DeviceID).
-		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
 		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
 		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),
-			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false}), 1, true).
-		SetOnConnectHandler(a.onConnect).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			protocol.Encode(&protocol.Presence{Device: cfg.DeviceID, Online: false, Instance: cfg.Instance}), 1, true).
+		SetOnConnectHandler(a.onConnect).SetDefaultPublishHandler(a.route).
+		SetConnectionLostHandler(func(c mqtt.Client, err error) {
+			if a.current() != c {
+				return // a connection already replaced
+			}
 			a.log.Warn("hub connection lost", "broker", cfg.Broker, "err", err)
 			a.setConnected(false)
 			poke(a.lost)
@@ -128,8 +195,16 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
+	a.opts = opts
 	a.client = mqtt.NewClient(opts)
 	return a, nil
+}
+
+// current is the client of the current connection.
+func (a *Agent) current() mqtt.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.client
 }
 
 // Stored returns the hub pods of the stored desired document, so they
@@ -147,17 +222,32 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 	pods, _ := protocol.DecodePods(d)
 	a.mu.Lock()
 	a.applied = d.Generation
+	a.floor = max(a.floor, d.Generation)
 	a.mu.Unlock()
 	return d.Generation, accepted(pods, rec.Results), nil
 }
 
 // Run connects and reconnects until stop is closed, then says goodbye.
 func (a *Agent) Run(stop <-chan struct{}) {
-	go a.drain(stop)
-	go a.heartbeats(stop)
+	var wg sync.WaitGroup
+	defer wg.Wait() // none outlives Run: the caller closes the store next
+	wg.Go(func() { a.drain(stop) })
+	wg.Go(func() { a.heartbeats(stop) })
+	wg.Go(func() { a.applyDesired(stop) })
 	delay := a.cfg.BackoffMin
 	for {
-		tok := a.client.Connect()
+		// A new client for every connection: paho's state machine, after
+		// a session takeover and a subscription cut short, could stay
+		// "connected or reconnecting" with no connection, and the device
+		// deaf. The outbox and the retained documents carry what matters
+		// across connections, not paho's in-memory session.
+		a.mu.Lock()
+		old := a.client
+		a.client = mqtt.NewClient(a.opts)
+		c := a.client
+		a.mu.Unlock()
+		old.Disconnect(0)
+		tok := c.Connect()
 		tok.Wait()
 		if err := tok.Error(); err != nil {
 			wait := jitter(delay)
@@ -171,13 +261,34 @@ func (a *Agent) Run(stop <-chan struct{}) {
 			continue
 		}
 		delay = a.cfg.BackoffMin
+		if !a.connection(c, stop) {
+			c.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
+				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false, Instance: a.cfg.Instance})).WaitTimeout(2 * time.Second)
+			c.Disconnect(500)
+			return
+		}
+		a.setConnected(false)
+	}
+}
+
+// connection waits while c is connected: false when stop closes, true
+// when the connection is gone. paho may drop a connection without
+// calling the lost handler (a takeover while it was disconnecting), so
+// the client's own state is checked too.
+func (a *Agent) connection(c mqtt.Client, stop <-chan struct{}) bool {
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
 		select {
 		case <-stop:
-			a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
-				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false})).WaitTimeout(2 * time.Second)
-			a.client.Disconnect(500)
-			return
+			return false
 		case <-a.lost:
+			return true
+		case <-check.C:
+			if !c.IsConnectionOpen() {
+				a.log.Warn("hub connection closed", "broker", a.cfg.Broker)
+				return true
+			}
 		}
 	}
 }
@@ -189,8 +300,14 @@ func jitter(d time.Duration) time.Duration {
 
 // onConnect subscribes first and then learns the desired state (the
 // retained document arrives with the subscription), announces the device
-// and resends what the hub has not acknowledged.
+// and resends what the hub has not acknowledged. It subscribes at every
+// connection, session present or not: a broker that gave the session to
+// another client with this ID (a takeover, a cloned device) may have
+// dropped the subscriptions, and the retained document is read again.
 func (a *Agent) onConnect(c mqtt.Client) {
+	if a.current() != c {
+		return // a connection already replaced
+	}
 	id := a.cfg.DeviceID
 	subs := map[string]mqtt.MessageHandler{
 		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
@@ -198,20 +315,36 @@ func (a *Agent) onConnect(c mqtt.Client) {
 		a.topics.HubPresence():                      a.onHubPresence,
 	}
 	for topic, h := range subs {
-		if tok := c.Subscribe(topic, 1, h); tok.Wait() && tok.Error() != nil {
-			a.log.Error("subscribing", "topic", topic, "err", tok.Error())
-			c.Disconnect(0)
-			poke(a.lost)
+		tok := c.Subscribe(topic, 1, h)
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			if a.current() == c {
+				a.log.Warn("subscribing; reconnecting", "topic", topic, "err", tok.Error())
+				poke(a.lost)
+			}
 			return
 		}
 	}
-	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true}))
+	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.mu.Lock()
-	a.connected, a.sent, a.inflight = true, a.acked, 0
+	a.connected, a.sent, a.inflight, a.heard = true, a.acked, 0, time.Now()
 	a.mu.Unlock()
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()
 	poke(a.beat)
+}
+
+// route handles what the broker delivers before the subscriptions of a
+// new client are in place (a persistent session's queued messages).
+func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
+	id := a.cfg.DeviceID
+	switch m.Topic() {
+	case a.topics.Device(id, protocol.KindDesired):
+		a.onDesired(c, m)
+	case a.topics.Device(id, protocol.KindStatusAck):
+		a.onStatusAck(c, m)
+	case a.topics.HubPresence():
+		a.onHubPresence(c, m)
+	}
 }
 
 // kick wakes the outbox drain.
@@ -242,7 +375,7 @@ func (a *Agent) Publish(items []store.Item) error {
 
 func (a *Agent) publishAck(ack *protocol.Ack) {
 	ack.Device = a.cfg.DeviceID
-	a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
+	a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
 }
 
 // applyAccepted hands the pods that passed every check to the daemon.

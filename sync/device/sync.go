@@ -11,79 +11,35 @@ import (
 	"github.com/podvisor/podvisor/sync/store"
 )
 
-// resendAfter is how long a sent batch may wait for the hub's receipt
-// before everything unacknowledged is sent again.
-const resendAfter = 30 * time.Second
-
-// onDesired takes a desired document: verify, validate, check against
-// the file pods, store durably, apply, then acknowledge. A document is
-// applied whole (one ApplyHub call) or not at all; a stale generation is
-// ignored; the generation in force is acknowledged again, unchanged.
-func (a *Agent) onDesired(_ mqtt.Client, m mqtt.Message) {
-	payload := m.Payload()
-	if len(payload) == 0 {
-		return // a cleared retained message
-	}
-	a.desiredMu.Lock()
-	defer a.desiredMu.Unlock()
-	a.mu.Lock()
-	applied := a.applied
-	a.mu.Unlock()
-	d, err := protocol.OpenDesired(payload, a.cfg.DeviceID, a.cfg.HubKey, a.cfg.AllowUnsigned)
-	if err != nil {
-		a.log.Warn("refused a desired document", "topic", m.Topic(), "err", err)
-		a.publishAck(&protocol.Ack{ObservedGeneration: applied, Error: err.Error()})
-		return
-	}
-	switch {
-	case d.Generation < applied:
-		a.log.Info("ignored a stale desired document", "generation", d.Generation, "applied", applied)
-		a.publishAck(&protocol.Ack{Generation: d.Generation, ObservedGeneration: applied,
-			Error: fmt.Sprintf("stale generation %d: generation %d is applied", d.Generation, applied)})
-		return
-	case d.Generation == applied:
-		rec, _, err := a.store.Desired()
-		if err == nil {
-			a.publishAck(&protocol.Ack{Generation: applied, ObservedGeneration: applied, Pods: rec.Results})
-		}
-		return
-	}
-	pods, results := protocol.DecodePods(d)
-	conflicts, err := a.pods.Conflicts(pods)
-	if err != nil {
-		// The daemon is busy: try the same document again shortly.
-		a.log.Warn("checking hub pods; retrying", "generation", d.Generation, "err", err)
-		time.AfterFunc(2*time.Second, func() { a.onDesired(nil, m) })
-		return
-	}
-	for i := range results {
-		r := &results[i]
-		if reason, ok := conflicts[r.Namespace+"/"+r.Name]; ok && r.Accepted {
-			r.Accepted, r.Reason = false, fmt.Sprintf("pods[%d]: %s", r.Index, reason)
-		}
-	}
-	if err := a.store.SaveDesired(store.DesiredRecord{Generation: d.Generation, Document: payload, Results: results}); err != nil {
-		// Not acknowledged: the retained document comes again at the
-		// next connection.
-		a.log.Error("storing a desired document", "generation", d.Generation, "err", err)
-		return
-	}
-	a.applyAccepted(d.Generation, pods, results)
-	a.log.Info("applied desired state from the hub", "generation", d.Generation, "pods", len(pods))
-	a.publishAck(&protocol.Ack{Generation: d.Generation, ObservedGeneration: d.Generation, Pods: results})
-}
-
-// onStatusAck forgets what the hub has stored and lets more out.
+// onStatusAck forgets what the hub has stored and lets more out. A
+// receipt for a number this outbox never sent, or one that asks to resend
+// from below what the hub already stored, is not believed: it is counted
+// and the hub's cursor marked untrusted (desync), so that a stream the
+// hub stopped taking moves to a new epoch instead of stalling.
 func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	ack, err := protocol.DecodeStatusAck(m.Payload())
 	if err != nil {
-		a.log.Warn("bad status receipt from the hub", "topic", m.Topic(), "err", err)
+		a.refuseReceipt(m.Topic(), err)
 		return
 	}
+	a.mu.Lock()
+	a.heard = time.Now()
+	a.mu.Unlock()
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
 	}
 	a.mu.Lock()
+	if ack.Seq > a.assigned || (ack.Resend && ack.Seq < a.acked) {
+		sent, acked := a.assigned, a.acked
+		a.desync = true
+		newEpoch := ack.Seq < acked && time.Since(a.lastEpoch) > a.cfg.ResendAfter
+		a.mu.Unlock()
+		a.refuseReceipt(m.Topic(), fmt.Errorf("a receipt for sequence %d (resend %v): this outbox sent up to %d and the hub stored up to %d", ack.Seq, ack.Resend, sent, acked))
+		if newEpoch {
+			a.newEpoch("the hub has lost what it stored of this outbox")
+		}
+		return
+	}
 	if ack.Resend {
 		// The hub missed a batch: send again from what it has.
 		a.sent, a.inflight, a.progress = max(ack.Seq, a.acked), 0, time.Now()
@@ -95,6 +51,7 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	}
 	a.acked = ack.Seq
 	a.progress = time.Now()
+	a.desync, a.stalls = false, 0
 	a.mu.Unlock()
 	if err := a.store.Ack(ack.Seq); err != nil {
 		a.log.Error("forgetting acknowledged statuses", "err", err)
@@ -102,14 +59,47 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	a.kick()
 }
 
+// refuseReceipt counts a status receipt not believed, logging throttled.
+func (a *Agent) refuseReceipt(topic string, err error) {
+	log, suppressed := a.refusedAcks.Note()
+	if suppressed > 0 {
+		a.log.Warn("refused more status receipts", "topic", topic, "count", suppressed, "total", a.refusedAcks.Total())
+	}
+	if log {
+		a.log.Warn("refused a status receipt", "topic", topic, "err", err)
+	}
+}
+
+// newEpoch restarts the outbox's sequence: everything kept, every pod's
+// newest status included, is sent again from 1 under a new epoch, which
+// the hub takes only from the start.
+func (a *Agent) newEpoch(why string) {
+	epoch, err := a.store.NewEpoch()
+	if err != nil {
+		a.log.Error("starting a new outbox epoch", "err", err)
+		return
+	}
+	a.mu.Lock()
+	a.sent, a.acked, a.assigned, a.inflight = 0, 0, 0, 0
+	a.progress, a.lastEpoch, a.desync = time.Now(), time.Now(), false
+	a.mu.Unlock()
+	a.log.Warn("sending every status again under a new outbox epoch", "why", why, "epoch", epoch)
+	a.kick()
+}
+
 // onHubPresence rewinds the outbox when the hub (re)connects: what was
 // sent while it was away may have been dropped by the broker.
 func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 	p, err := protocol.DecodePresence(m.Payload())
-	if err != nil || !p.Online {
+	if err != nil {
 		return
 	}
 	a.mu.Lock()
+	a.hubOnline, a.heard = p.Online, time.Now()
+	if !p.Online {
+		a.mu.Unlock()
+		return
+	}
 	a.sent, a.inflight, a.progress = a.acked, 0, time.Now()
 	a.mu.Unlock()
 	a.kick()
@@ -118,7 +108,7 @@ func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 // drain sends the outbox in order while connected, at most Window items
 // ahead of the hub's receipts.
 func (a *Agent) drain(stop <-chan struct{}) {
-	tick := time.NewTicker(resendAfter / 3)
+	tick := time.NewTicker(a.cfg.ResendAfter / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -127,12 +117,33 @@ func (a *Agent) drain(stop <-chan struct{}) {
 		case <-a.sendWake:
 		case <-tick.C:
 			a.mu.Lock()
-			if a.sent > a.acked && time.Since(a.progress) > resendAfter {
+			stalled := a.sent > a.acked && time.Since(a.progress) > a.cfg.ResendAfter
+			desync := stalled && a.desync
+			reconnect := false
+			if stalled && !desync {
 				a.log.Warn("no receipt from the hub; sending the unacknowledged statuses again", "acked", a.acked, "sent", a.sent)
 				a.sent, a.inflight = a.acked, 0
 				a.progress = time.Now()
+				// Twice in a row: the broker may have lost this client
+				// (a session takeover race) while the connection looks
+				// up; a new connection registers it again.
+				a.stalls++
+				reconnect = a.stalls >= 2
 			}
 			a.mu.Unlock()
+			if reconnect {
+				a.log.Warn("still no receipt from the hub; reconnecting")
+				poke(a.lost)
+			}
+			if n := a.refused.Flush(); n > 0 {
+				a.log.Warn("refused more desired documents", "count", n, "total", a.refused.Total())
+			}
+			if n := a.refusedAcks.Flush(); n > 0 {
+				a.log.Warn("refused more status receipts", "count", n, "total", a.refusedAcks.Total())
+			}
+			if desync {
+				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
+			}
 		}
 		for a.sendBatch() {
 		}
@@ -152,6 +163,7 @@ func (a *Agent) sendBatch() bool {
 	}
 	room := a.cfg.Window - a.inflight
 	after := a.sent
+	epoch := a.store.Epoch()
 	a.mu.Unlock()
 	if room <= 0 {
 		return false
@@ -164,20 +176,26 @@ func (a *Agent) sendBatch() bool {
 	if len(rows) == 0 {
 		return false
 	}
-	payload, err := a.encodeBatch(after, rows)
+	// Numbered now: the receipt may come before the publish returns.
+	a.mu.Lock()
+	if epoch == a.store.Epoch() {
+		a.assigned = max(a.assigned, rows[len(rows)-1].Seq)
+	}
+	a.mu.Unlock()
+	payload, err := a.encodeBatch(epoch, after, rows)
 	if err != nil {
 		a.log.Error("encoding a status batch", "err", err)
 		return false
 	}
-	tok := a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindStatus), 1, false, payload)
+	tok := a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindStatus), 1, false, payload)
 	if tok.WaitTimeout(10*time.Second) && tok.Error() != nil {
 		a.log.Warn("publishing statuses", "err", tok.Error())
 		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.sent != after {
-		return true // a reconnect reset the window meanwhile
+	if a.sent != after || epoch != a.store.Epoch() {
+		return true // a reconnect or a new epoch reset the window meanwhile
 	}
 	if a.inflight == 0 {
 		a.progress = time.Now()
@@ -186,7 +204,7 @@ func (a *Agent) sendBatch() bool {
 	return true
 }
 
-func (a *Agent) encodeBatch(after int64, rows []store.Row) ([]byte, error) {
+func (a *Agent) encodeBatch(epoch string, after int64, rows []store.Row) ([]byte, error) {
 	items := make([]marshalItem, len(rows))
 	for i, r := range rows {
 		items[i] = marshalItem{Seq: r.Seq, Key: r.Key}
@@ -203,7 +221,7 @@ func (a *Agent) encodeBatch(after int64, rows []store.Row) ([]byte, error) {
 		Epoch  string        `json:"epoch"`
 		After  int64         `json:"after"`
 		Items  []marshalItem `json:"items"`
-	}{protocol.Schema, a.cfg.DeviceID, a.store.Epoch(), after, items})
+	}{protocol.Schema, a.cfg.DeviceID, epoch, after, items})
 }
 
 // heartbeats publishes the node status at each connection and then
@@ -220,7 +238,20 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		}
 		a.mu.Lock()
 		up := a.connected
+		// The hub answers each heartbeat with a receipt. Silence for
+		// three periods while the hub is online means this client no
+		// longer hears the broker (a broker can drop a client whose
+		// session was just taken over, leaving its connection up).
+		deaf := up && a.hubOnline && time.Since(a.heard) > 3*a.cfg.Heartbeat
+		if deaf {
+			a.heard = time.Now()
+		}
 		a.mu.Unlock()
+		if deaf {
+			a.log.Warn("nothing heard from the hub for three heartbeats; reconnecting", "heartbeat", a.cfg.Heartbeat)
+			poke(a.lost)
+			continue
+		}
 		if !up {
 			continue
 		}
@@ -229,7 +260,7 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 			a.log.Warn("node status for the heartbeat", "err", err)
 			continue
 		}
-		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: time.Now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status}
-		a.client.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
+		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: time.Now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance}
+		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }

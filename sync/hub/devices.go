@@ -1,10 +1,10 @@
 package hub
 
 import (
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // AnnotationDevice names the device of a mirror pod at the hub.
@@ -19,13 +21,20 @@ const AnnotationDevice = "podvisor.io/device"
 
 // Device is a device as the hub knows it.
 type Device struct {
-	ID       string            `json:"id"`
-	Labels   map[string]string `json:"labels"`
-	Online   bool              `json:"online"`
-	Ready    bool              `json:"ready"`
-	LastSeen time.Time         `json:"lastSeen"`
-	Version  string            `json:"version"`
-	Pods     int               `json:"pods"`
+	ID string `json:"id"`
+	// Labels are the operator's, and the device's own under
+	// protocol.DeviceLabelPrefix (the operator's win).
+	Labels map[string]string `json:"labels"`
+	Online bool              `json:"online"`
+	// Ready is online, heard from within the timeout, and not sharing
+	// its ID with another device.
+	Ready bool `json:"ready"`
+	// DuplicateID says two installations report under this ID.
+	DuplicateID bool      `json:"duplicateID,omitempty"`
+	Instances   []string  `json:"instances,omitempty"`
+	LastSeen    time.Time `json:"lastSeen"`
+	Version     string    `json:"version"`
+	Pods        int       `json:"pods"`
 	// Generation is the desired document's; ObservedGeneration the one
 	// the device last reported applied.
 	Generation         int64          `json:"generation"`
@@ -41,7 +50,8 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 
 // devices lists one device (id) or all ("").
 func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
-	rows, err := f.db.Query(`SELECT d.id, d.labels, d.online, d.last_seen, d.version, d.node,
+	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node,
+		d.instance, d.prev_instance, d.duplicate_until,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
 		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0)
@@ -53,12 +63,22 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	var out []Device
 	for rows.Next() {
 		var d Device
-		var labels, node []byte
-		var lastSeen int64
-		if err := rows.Scan(&d.ID, &labels, &d.Online, &lastSeen, &d.Version, &node, &d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
+		var labels, own, node []byte
+		var lastSeen, dupUntil int64
+		var instance, prev string
+		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &instance, &prev, &dupUntil,
+			&d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
 			return nil, err
 		}
-		json.Unmarshal(labels, &d.Labels)
+		d.Labels = map[string]string{}
+		json.Unmarshal(own, &d.Labels) // only DeviceLabelPrefix keys are stored
+		operator := map[string]string{}
+		json.Unmarshal(labels, &operator)
+		maps.Copy(d.Labels, operator)
+		d.DuplicateID = now.UnixMilli() < dupUntil
+		if d.DuplicateID {
+			d.Instances = []string{prev, instance}
+		}
 		if len(node) > 0 {
 			d.Node = &v1.NodeStatus{}
 			json.Unmarshal(node, d.Node)
@@ -66,7 +86,7 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		if lastSeen > 0 {
 			d.LastSeen = time.UnixMilli(lastSeen)
 		}
-		d.Ready = d.Online && now.Sub(d.LastSeen) < timeout
+		d.Ready = d.Online && now.Sub(d.LastSeen) < timeout && !d.DuplicateID
 		out = append(out, d)
 	}
 	return out, rows.Err()
@@ -88,7 +108,11 @@ func (f *Fleet) GetDevice(id string, now time.Time, timeout time.Duration) (Devi
 var ErrNotFound = errors.New("not found")
 
 // SetLabels merges labels into a device's; an empty value removes one.
+// Labelling is the operator's: it adds a device the fleet did not know.
 func (f *Fleet) SetLabels(id string, set map[string]string) error {
+	if err := protocol.ValidDeviceID(id); err != nil {
+		return err
+	}
 	for k, v := range set {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
@@ -102,12 +126,11 @@ func (f *Fleet) SetLabels(id string, set map[string]string) error {
 		return err
 	}
 	defer tx.Rollback()
-	var raw []byte
-	err = tx.QueryRow(`SELECT labels FROM devices WHERE id = ?`, id).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("device %q: %w", id, ErrNotFound)
+	if _, err := tx.Exec(`INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`, id); err != nil {
+		return err
 	}
-	if err != nil {
+	var raw []byte
+	if err := tx.QueryRow(`SELECT labels FROM devices WHERE id = ?`, id).Scan(&raw); err != nil {
 		return err
 	}
 	labels := map[string]string{}
@@ -126,7 +149,10 @@ func (f *Fleet) SetLabels(id string, set map[string]string) error {
 	return tx.Commit()
 }
 
-// Select lists the devices whose labels match every k=v of selector.
+// Select lists the devices whose labels match every k=v of selector. A
+// device's own labels can match only keys under protocol.DeviceLabelPrefix,
+// which an operator chooses to select on; every other key is the
+// operator's.
 func (f *Fleet) Select(selector map[string]string) ([]string, error) {
 	all, err := f.Devices(time.Now(), 0)
 	if err != nil {
@@ -194,4 +220,14 @@ func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) 
 		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
 	})
 	return out, nil
+}
+
+// AddDevice adds a device to the fleet (the operator's enrolment); it is
+// a no-op for a known one. Reports are believed only from known devices.
+func (f *Fleet) AddDevice(id string) error {
+	if err := protocol.ValidDeviceID(id); err != nil {
+		return err
+	}
+	_, err := f.db.Exec(`INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`, id)
+	return err
 }

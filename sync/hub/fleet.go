@@ -11,10 +11,25 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
+	"github.com/podvisor/podvisor/supervisor/state"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
-var fleetSchema = `
+// fleetMigrations are the fleet database's schema versions; the first is
+// the schema as it stood before versions were kept, hence IF NOT EXISTS.
+var fleetMigrations = []string{fleetSchema1,
+	// Device-reported labels apart from the operator's; the installation
+	// instances seen under the ID; when each event was stored (retention).
+	`ALTER TABLE devices ADD COLUMN device_labels BLOB NOT NULL DEFAULT '{}';
+	ALTER TABLE devices ADD COLUMN instance TEXT NOT NULL DEFAULT '';
+	ALTER TABLE devices ADD COLUMN prev_instance TEXT NOT NULL DEFAULT '';
+	ALTER TABLE devices ADD COLUMN instance_since INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE devices ADD COLUMN duplicate_until INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE events ADD COLUMN at INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX events_by_device ON events(device);`,
+}
+
+var fleetSchema1 = `
 CREATE TABLE IF NOT EXISTS devices (
 	id        TEXT PRIMARY KEY,
 	labels    BLOB NOT NULL DEFAULT '{}',
@@ -58,7 +73,31 @@ CREATE TABLE IF NOT EXISTS cursors (
 
 // Fleet is the hub's SQLite state: devices, desired documents, the
 // devices' acks, mirror pods and events, and per-device outbox cursors.
-type Fleet struct{ db *sql.DB }
+//
+// Only the operator makes a device (apply, label, or enrolment): reports
+// under an ID the fleet does not know are refused with ErrUnknownDevice,
+// so a forged heartbeat cannot put a ghost online.
+type Fleet struct {
+	db        *sql.DB
+	retention Retention
+}
+
+// Retention bounds what the fleet keeps of each device.
+type Retention struct {
+	Events int           // the newest this many events are kept
+	MaxAge time.Duration // and none older
+	// Mirrors bounds a device's mirror pods, far above what a device
+	// runs (its maxPods), so forged status items of made-up pods cannot
+	// grow the database without bound; further new pods are skipped.
+	Mirrors int
+}
+
+// DefaultRetention keeps a device's last thousand events of a month, and
+// up to 1024 mirror pods.
+var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour, Mirrors: 1024}
+
+// ErrUnknownDevice is a report from a device the fleet has no record of.
+var ErrUnknownDevice = errors.New("no such device in the fleet (devices are added by the operator: podhub apply, label or device add)")
 
 // OpenFleet opens or creates the fleet database.
 func OpenFleet(path string) (*Fleet, error) {
@@ -70,145 +109,43 @@ func OpenFleet(path string) (*Fleet, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(fleetSchema); err != nil {
+	err = state.Migrate(db, state.Schema{Name: "fleet", Migrations: fleetMigrations,
+		Version: func(db *sql.DB) (v int, err error) {
+			if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS fleet_schema (version INTEGER NOT NULL)`); err != nil {
+				return 0, err
+			}
+			err = db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM fleet_schema`).Scan(&v)
+			return v, err
+		},
+		SetVersion: func(tx *sql.Tx, v int) error {
+			_, err := tx.Exec(`DELETE FROM fleet_schema; INSERT INTO fleet_schema VALUES (?)`, v)
+			return err
+		},
+	})
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("fleet database %s: %w", path, err)
 	}
-	return &Fleet{db: db}, nil
+	return &Fleet{db: db, retention: DefaultRetention}, nil
 }
+
+// SetRetention changes the bounds of stored events.
+func (f *Fleet) SetRetention(r Retention) { f.retention = r }
 
 // Close closes the database.
 func (f *Fleet) Close() error { return f.db.Close() }
 
+// touch records that a known device was heard from; ErrUnknownDevice
+// for another.
 func (f *Fleet) touch(tx *sql.Tx, device string, at time.Time) error {
-	_, err := tx.Exec(`INSERT INTO devices (id, last_seen) VALUES (?, ?)
-		ON CONFLICT(id) DO UPDATE SET last_seen = MAX(last_seen, excluded.last_seen)`, device, at.UnixMilli())
-	return err
-}
-
-// ApplyStatus stores a status batch exactly once in effect: items at or
-// below the device's cursor are duplicates (QoS 1 redelivery, a resend
-// after a lost receipt) and are skipped; the rest and the new cursor are
-// written in one transaction. It returns the cursor, which the hub sends
-// back as the device's receipt, and how many items were new. A batch that
-// follows a sequence number past the cursor means one was missed: it is
-// not stored, and gap asks the device to resend from the cursor.
-func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64, applied int, gap bool, err error) {
-	tx, err := f.db.Begin()
-	if err != nil {
-		return 0, 0, false, err
-	}
-	defer tx.Rollback()
-	var epoch string
-	err = tx.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, b.Device).Scan(&epoch, &cursor)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && epoch != b.Epoch) {
-		// A new outbox on the device (first contact, or its database was
-		// recreated): its sequence starts again.
-		cursor = 0
-	} else if err != nil {
-		return 0, 0, false, err
-	} else if b.After > cursor {
-		return cursor, 0, true, nil // a batch is missing before this one
-	}
-	for _, it := range b.Items {
-		if it.Seq <= cursor {
-			continue
-		}
-		cursor = it.Seq
-		applied++
-		switch {
-		case it.Event != nil:
-			ev, _ := json.Marshal(it.Event)
-			_, err = tx.Exec(`INSERT INTO events (device, seq, key, event) VALUES (?, ?, ?, ?)`, b.Device, it.Seq, it.Key, ev)
-		case it.Pod == nil:
-			_, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key)
-		default:
-			pod, _ := json.Marshal(it.Pod)
-			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
-				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`,
-				b.Device, it.Key, it.Seq, pod)
-		}
-		if err != nil {
-			return 0, 0, false, err
-		}
-	}
-	if _, err := tx.Exec(`INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`, b.Device, b.Epoch, cursor); err != nil {
-		return 0, 0, false, err
-	}
-	if err := f.touch(tx, b.Device, at); err != nil {
-		return 0, 0, false, err
-	}
-	return cursor, applied, false, tx.Commit()
-}
-
-// SaveAck records a device's answer to its desired document.
-func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) error {
-	results, _ := json.Marshal(a.Pods)
-	tx, err := f.db.Begin()
+	res, err := tx.Exec(`UPDATE devices SET last_seen = MAX(last_seen, ?) WHERE id = ?`, at.UnixMilli(), device)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO acks (device, generation, observed, error, results) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, observed = excluded.observed,
-		error = excluded.error, results = excluded.results`, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
-		return err
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("device %q: %w", device, ErrUnknownDevice)
 	}
-	if err := f.touch(tx, a.Device, at); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// ForgetPresence marks every device offline: at the hub's start, the
-// retained presence messages (or the devices' reconnections, with a
-// broker that kept none) tell again which are online.
-func (f *Fleet) ForgetPresence() error {
-	_, err := f.db.Exec(`UPDATE devices SET online = 0`)
-	return err
-}
-
-// SavePresence records a device going on or off line.
-func (f *Fleet) SavePresence(device string, online bool, at time.Time) error {
-	_, err := f.db.Exec(`INSERT INTO devices (id, online, last_seen) VALUES (?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET online = excluded.online, last_seen = MAX(last_seen, excluded.last_seen)`, device, online, at.UnixMilli())
-	return err
-}
-
-// SaveHeartbeat records a device's node status. Labels the device
-// reports are added to its labels where the key is not set yet: the
-// labels set at the hub (podhub label) win.
-func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) error {
-	node, _ := json.Marshal(h.Node)
-	tx, err := f.db.Begin()
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO devices (id, last_seen, version, node) VALUES (?, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET last_seen = MAX(last_seen, excluded.last_seen), version = excluded.version, node = excluded.node`,
-		h.Device, at.UnixMilli(), h.Version, node); err != nil {
-		return err
-	}
-	if len(h.Labels) > 0 {
-		var raw []byte
-		if err := tx.QueryRow(`SELECT labels FROM devices WHERE id = ?`, h.Device).Scan(&raw); err != nil {
-			return err
-		}
-		labels := map[string]string{}
-		json.Unmarshal(raw, &labels)
-		for k, v := range h.Labels {
-			if _, set := labels[k]; !set {
-				labels[k] = v
-			}
-		}
-		raw, _ = json.Marshal(labels)
-		if _, err := tx.Exec(`UPDATE devices SET labels = ? WHERE id = ?`, raw, h.Device); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+	return nil
 }
 
 // DesiredDoc is a device's current desired document at the hub.
@@ -276,14 +213,6 @@ func (f *Fleet) AllDesired() ([]DesiredDoc, error) {
 		out = append(out, d)
 	}
 	return out, rows.Err()
-}
-
-// SaveRejection records a refused message as a Warning event of the
-// device (seq 0: outside its outbox sequence).
-func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
-	ev, _ := json.Marshal(protocol.Event{Time: at, Type: "Warning", Reason: "MessageRejected", Message: reason})
-	_, err := f.db.Exec(`INSERT INTO events (device, seq, key, event) VALUES (?, 0, '', ?)`, device, ev)
-	return err
 }
 
 // Mirror is a device's pod as last reported.

@@ -10,13 +10,16 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/throttle"
 )
 
 // Config is how the hub reaches the broker and signs.
@@ -43,6 +46,10 @@ type Hub struct {
 	log    *slog.Logger
 	client mqtt.Client
 	now    func() time.Time
+	// refused counts refused messages: the first few of each minute are
+	// logged and kept as the device's events, the rest summed up.
+	refused *throttle.Counter
+	done    chan struct{}
 }
 
 // New makes a hub; Start connects it.
@@ -50,7 +57,8 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "podhub"
 	}
-	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: time.Now}
+	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: time.Now,
+		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{})}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
@@ -76,6 +84,7 @@ func (h *Hub) Start(wait time.Duration) error {
 	if err := h.fleet.ForgetPresence(); err != nil {
 		return err
 	}
+	go h.summarise()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
 		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
@@ -85,7 +94,31 @@ func (h *Hub) Start(wait time.Duration) error {
 }
 
 // Close disconnects.
-func (h *Hub) Close() { h.client.Disconnect(500) }
+func (h *Hub) Close() {
+	h.client.Disconnect(500)
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+}
+
+// summarise logs, once a minute, how many refused messages were only
+// counted.
+func (h *Hub) summarise() {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-tick.C:
+			if n := h.refused.Flush(); n > 0 {
+				h.log.Warn("refused more messages", "count", n, "total", h.refused.Total())
+			}
+		}
+	}
+}
 
 // onConnect subscribes to every device's reports and publishes every
 // desired document again (a broker that lost its retained messages gets
@@ -94,12 +127,14 @@ func (h *Hub) onConnect(c mqtt.Client) {
 	for kind, handler := range map[string]mqtt.MessageHandler{
 		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
 			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
-		protocol.KindAck: report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device },
-			func(_ string, a *protocol.Ack) error { return h.fleet.SaveAck(a, h.now()) }),
-		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device },
-			func(_ string, hb *protocol.Heartbeat) error { return h.fleet.SaveHeartbeat(hb, h.now()) }),
+		protocol.KindAck:       report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device }, h.saveAck),
+		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device }, h.saveHeartbeat),
 		protocol.KindPresence: report(h, "presence", protocol.DecodePresence, func(p *protocol.Presence) string { return p.Device },
-			func(dev string, p *protocol.Presence) error { return h.fleet.SavePresence(dev, p.Online, h.now()) }),
+			func(dev string, p *protocol.Presence) error {
+				dup, err := h.fleet.SavePresence(dev, p, h.now())
+				h.duplicate(dev, dup)
+				return err
+			}),
 	} {
 		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
@@ -129,11 +164,74 @@ func (h *Hub) device(m mqtt.Message) (string, bool) {
 	return dev, true
 }
 
-// reject logs a refused message and records it as the device's event, so
-// `podhub describe device` shows it.
+// reject counts a refused message. The first few of each minute are
+// logged and recorded as the device's events (a device the fleet knows),
+// so `podhub describe device` shows them; the rest are summed up in one
+// line and one event, so a flood costs neither the log nor fleet.db.
 func (h *Hub) reject(dev string, m mqtt.Message, err error) {
+	log, suppressed := h.refused.Note()
+	if suppressed > 0 {
+		h.log.Warn("refused more messages", "count", suppressed, "total", h.refused.Total())
+		h.fleet.SaveRejection(dev, fmt.Sprintf("%d more messages refused across the fleet in the last minute (counted, not kept one by one)", suppressed), h.now())
+	}
+	if !log {
+		return
+	}
 	h.log.Warn("refused a message", "device", dev, "topic", m.Topic(), "err", err)
 	h.fleet.SaveRejection(dev, fmt.Sprintf("%s: %v", m.Topic(), err), h.now())
+}
+
+// refusal says whether a save failed on what the message claims (to be
+// refused and counted) rather than on the database.
+func refusal(err error) bool {
+	return errors.Is(err, ErrUnknownDevice) || errors.Is(err, ErrNotPublished) || errors.Is(err, errLabelsDropped)
+}
+
+var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix + " dropped: a device sets only its own labels")
+
+// saveAck records an ack, and resyncs a device that went back to an
+// older generation (its state was reset, or an old document replayed).
+// It happens once per regression: a forged ack cannot make the hub sign
+// again until the device has acknowledged something newer.
+func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
+	regressed, err := h.fleet.SaveAck(a, h.now())
+	if err != nil || !regressed {
+		return err
+	}
+	gen, err := h.update(dev, func(current []json.RawMessage) []json.RawMessage { return current })
+	if err != nil {
+		return fmt.Errorf("resyncing: %w", err)
+	}
+	h.log.Warn("the device went back to an older generation; published its pods again, newer", "device", dev,
+		"observed", a.ObservedGeneration, "generation", gen)
+	return nil
+}
+
+// saveHeartbeat records a heartbeat and answers it with the device's
+// receipt, so a device that hears nothing back knows its connection no
+// longer delivers; labels a device may not set are dropped, and that
+// refusal counted.
+func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
+	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
+	h.duplicate(dev, dup)
+	if err == nil {
+		epoch, seq, cerr := h.fleet.Cursor(dev)
+		if cerr != nil {
+			return cerr
+		}
+		h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: epoch, Seq: seq}))
+	}
+	if err == nil && len(dropped) > 0 {
+		err = fmt.Errorf("%w: %s", errLabelsDropped, strings.Join(dropped, ", "))
+	}
+	return err
+}
+
+// duplicate logs a device ID found shared by two installations.
+func (h *Hub) duplicate(dev string, found bool) {
+	if found {
+		h.log.Warn("two devices report under one device ID; shown DuplicateID", "device", dev)
+	}
 }
 
 // report makes the handler of one kind of device report: the topic names
@@ -156,7 +254,9 @@ func report[T any](h *Hub, what string, decode func([]byte) (*T, error), deviceO
 			h.reject(dev, m, err)
 			return
 		}
-		if err := save(dev, v); err != nil {
+		if err := save(dev, v); refusal(err) {
+			h.reject(dev, m, err)
+		} else if err != nil {
 			h.log.Error("storing a "+what, "device", dev, "err", err)
 		}
 	}
@@ -207,6 +307,12 @@ func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 
 // Delete removes a pod from a device's desired state.
 func (h *Hub) Delete(device, namespace, name string) (int64, error) {
+	if cur, err := h.fleet.Desired(device); err != nil || cur.Generation == 0 {
+		if err == nil {
+			err = fmt.Errorf("device %q has no hub pods: %w", device, ErrNotFound)
+		}
+		return 0, err
+	}
 	found := false
 	gen, err := h.update(device, func(current []json.RawMessage) []json.RawMessage {
 		keep := current[:0:0]

@@ -113,12 +113,24 @@ func newRig(t *testing.T) *rig {
 
 // device starts an agent with its own store; stop it with the returned func.
 func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Store, func()) {
+	return r.deviceWith(id, db, pods, nil)
+}
+
+// deviceWith is device with a change to the agent's configuration.
+func (r *rig) deviceWith(id, db string, pods device.Pods, tune func(*device.Config)) (*device.Agent, *store.Store, func()) {
+	if err := r.fleet.AddDevice(id); err != nil {
+		r.t.Fatal(err)
+	}
 	st, err := store.Open(db, store.DefaultLimits)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	a, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
-		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}, st, pods, quiet())
+	cfg := device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
+	if tune != nil {
+		tune(&cfg)
+	}
+	a, err := device.New(cfg, st, pods, quiet())
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -342,6 +354,7 @@ func TestStatusesThroughBrokerRestarts(t *testing.T) {
 // the newest status of every pod reaches the hub.
 func TestLongOfflineThenDrain(t *testing.T) {
 	r := newRig(t)
+	r.fleet.AddDevice("gw-4")
 	st, err := store.Open(filepath.Join(r.dir, "device.db"), store.Limits{Rows: 1000, Bytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)

@@ -33,10 +33,10 @@ type StatusBatch struct {
 	Schema int    `json:"schema"`
 	Device string `json:"device"`
 	Epoch  string `json:"epoch"`
-	// After is the sequence number the batch follows: every item between
-	// it and the first item is gone from the outbox (replaced by a newer
-	// status of the same pod). A hub whose cursor is below After has
-	// missed a batch, stores nothing and asks for a resend.
+	// After is the sequence number the batch follows; the items are
+	// numbered After+1, After+2, ... with no gap. A hub whose cursor is
+	// below After has missed a batch, stores nothing and asks for a
+	// resend. A new epoch starts at After 0.
 	After int64        `json:"after"`
 	Items []StatusItem `json:"items"`
 }
@@ -72,13 +72,25 @@ type StatusAck struct {
 
 // Heartbeat is a device's node status, sent periodically and at connect.
 type Heartbeat struct {
-	Schema  int               `json:"schema"`
-	Device  string            `json:"device"`
-	Time    time.Time         `json:"time"`
-	Version string            `json:"version"`
-	Labels  map[string]string `json:"labels,omitempty"`
-	Node    v1.NodeStatus     `json:"node"`
+	Schema  int       `json:"schema"`
+	Device  string    `json:"device"`
+	Time    time.Time `json:"time"`
+	Version string    `json:"version"`
+	// Labels are the device's own: the hub keeps only those under
+	// DeviceLabelPrefix.
+	Labels map[string]string `json:"labels,omitempty"`
+	Node   v1.NodeStatus     `json:"node"`
+	// Instance names one installation of the daemon (made once, kept in
+	// its data directory): two instances alternating under one device ID
+	// are two devices sharing it.
+	Instance string `json:"instance,omitempty"`
 }
+
+// DeviceLabelPrefix is the one label namespace a device may set on
+// itself, as a kubelet may set only some labels on its Node
+// (NodeRestriction): the hub drops the others, so a device cannot steer
+// what a selector sends where.
+const DeviceLabelPrefix = "device.podvisor.io/"
 
 // Presence says whether a device is connected. The device publishes
 // online at connect; the broker publishes its last will, offline, when
@@ -89,6 +101,8 @@ type Presence struct {
 	Online bool   `json:"online"`
 	// Session changes with every connection of the hub.
 	Session string `json:"session,omitempty"`
+	// Instance is the device's, as in Heartbeat.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Encode writes any document of this package with the current schema.
@@ -144,12 +158,12 @@ func DecodeStatusBatch(data []byte) (*StatusBatch, error) {
 	if b.After < 0 {
 		return nil, fmt.Errorf("status batch: after %d is negative", b.After)
 	}
-	last := b.After
 	for i, it := range b.Items {
-		if it.Seq <= last {
-			return nil, fmt.Errorf("status batch: items[%d].seq %d does not follow %d", i, it.Seq, last)
+		// Numbers on the wire have no gaps: a jump is a forgery or a bug,
+		// never a cursor to follow.
+		if want := b.After + int64(i) + 1; it.Seq != want {
+			return nil, fmt.Errorf("status batch: items[%d].seq %d, want %d (sequence numbers follow after with no gap)", i, it.Seq, want)
 		}
-		last = it.Seq
 		if it.Key == "" {
 			return nil, fmt.Errorf("status batch: items[%d].key is empty", i)
 		}

@@ -168,13 +168,15 @@ func TestValidDeviceID(t *testing.T) {
 }
 
 func TestStatusBatchChecks(t *testing.T) {
-	good := Encode(&StatusBatch{Device: "gw-1", Epoch: "e1", Items: []StatusItem{{Seq: 1, Key: "default/web"}, {Seq: 5, Key: "default/db", Event: &Event{Reason: "Killing"}}}})
+	good := Encode(&StatusBatch{Device: "gw-1", Epoch: "e1", Items: []StatusItem{{Seq: 1, Key: "default/web"}, {Seq: 2, Key: "default/db", Event: &Event{Reason: "Killing"}}}})
 	b, err := DecodeStatusBatch(good)
 	if err != nil || len(b.Items) != 2 || b.Items[1].Event.Reason != "Killing" {
 		t.Fatalf("%+v %v", b, err)
 	}
 	for _, c := range []struct{ data, want string }{
-		{`{"schema":1,"device":"gw-1","epoch":"e","items":[{"seq":2,"key":"a"},{"seq":2,"key":"b"}]}`, "does not follow"},
+		{`{"schema":1,"device":"gw-1","epoch":"e","items":[{"seq":1,"key":"a"},{"seq":1,"key":"b"}]}`, "items[1].seq 1, want 2"},
+		{`{"schema":1,"device":"gw-1","epoch":"e","after":7,"items":[{"seq":1000000000000,"key":"a"}]}`, "items[0].seq 1000000000000, want 8"},
+		{`{"schema":1,"device":"gw-1","epoch":"e","items":[{"seq":1,"key":"a"},{"seq":3,"key":"b"}]}`, "no gap"},
 		{`{"schema":1,"device":"gw-1","items":[]}`, "no epoch"},
 		{`{"schema":1,"device":"gw-1","epoch":"e","items":[{"seq":1,"key":""}]}`, "key is empty"},
 		{`{"schema":1,"device":"gw-1","epoch":"e","items":[{"seq":1,"key":"a","pod":{},"event":{}}]}`, "both"},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 )
 
@@ -12,7 +13,7 @@ type Item struct {
 	Payload []byte // a pod with no payload is gone from the device
 }
 
-// Row is an outbox item with its sequence number.
+// Row is an outbox item with its sequence number on the wire.
 type Row struct {
 	Seq int64
 	Item
@@ -20,17 +21,25 @@ type Row struct {
 
 // Stats describe the outbox.
 type Stats struct {
-	Rows    int
-	Bytes   int64
-	Dropped int64 // events dropped to keep within the limits, ever
-	Acked   int64 // the highest sequence number the hub has stored
+	Rows     int   // items the hub has not stored yet
+	Bytes    int64 // their payloads
+	Retained int   // pods' newest statuses the hub has stored, kept for a new epoch
+	Dropped  int64 // events dropped to keep within the limits, ever
+	Acked    int64 // the highest sequence number the hub has stored
+	Assigned int64 // the highest sequence number sent, ever, in this epoch
 }
+
+// A row's life: unsent (wseq NULL), sent (wseq given, above acked), and
+// stored by the hub (wseq at or below acked). Sent rows are never
+// deleted before the hub's receipt, so the numbers on the wire stay
+// dense; a pod's newest status is kept after the receipt, so a new epoch
+// can report every pod again.
 
 // Add appends items in one transaction: the caller batches many status
 // changes into one commit, which in WAL mode with synchronous=NORMAL
 // writes the log without an fsync. A pod's item replaces its older one
-// (sent or not: the hub keeps the newest it has seen). Events over the
-// limits are dropped oldest first.
+// unless that one is on its way to the hub. Events over the limits are
+// dropped oldest first, never one already sent.
 func (s *Store) Add(items []Item) error {
 	if len(items) == 0 {
 		return nil
@@ -42,7 +51,8 @@ func (s *Store) Add(items []Item) error {
 	defer tx.Rollback()
 	for _, it := range items {
 		if it.Kind == KindPod {
-			if _, err := tx.Exec(`DELETE FROM outbox WHERE key = ? AND kind = ?`, it.Key, KindPod); err != nil {
+			if _, err := tx.Exec(`DELETE FROM outbox WHERE key = ? AND kind = ?
+				AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`, it.Key, KindPod); err != nil {
 				return err
 			}
 		}
@@ -63,8 +73,8 @@ func (s *Store) Add(items []Item) error {
 	return nil
 }
 
-// enforceLimits drops the oldest events until the outbox fits, or only
-// pods' newest statuses are left.
+// enforceLimits drops the oldest unsent events until the outbox fits, or
+// only pods' newest statuses (and sent events) are left.
 func (s *Store) enforceLimits(tx *sql.Tx) error {
 	for {
 		var rows int
@@ -79,7 +89,7 @@ func (s *Store) enforceLimits(tx *sql.Tx) error {
 		if over < 1 {
 			return nil
 		}
-		res, err := tx.Exec(`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE kind = ? ORDER BY seq LIMIT ?)`, KindEvent, over)
+		res, err := tx.Exec(`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE kind = ? AND wseq IS NULL ORDER BY seq LIMIT ?)`, KindEvent, over)
 		if err != nil {
 			return err
 		}
@@ -93,9 +103,53 @@ func (s *Store) enforceLimits(tx *sql.Tx) error {
 	}
 }
 
-// Next returns up to n items after seq, in sequence order.
+// Next returns up to n items after sequence number after (at least the
+// acked one), in order: those sent before first, then unsent ones, which
+// get the next numbers now, so that what goes on the wire is numbered
+// without gaps.
 func (s *Store) Next(after int64, n int) ([]Row, error) {
-	rs, err := s.db.Query(`SELECT seq, key, kind, payload FROM outbox WHERE seq > ? ORDER BY seq LIMIT ?`, after, n)
+	tx, err := s.db.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var acked, assigned int64
+	if err := tx.QueryRow(`SELECT acked, assigned FROM outbox_meta WHERE id = 1`).Scan(&acked, &assigned); err != nil {
+		return nil, err
+	}
+	after = max(after, acked)
+	out, err := scanRows(tx.Query(`SELECT wseq, key, kind, payload FROM outbox WHERE wseq > ? ORDER BY wseq LIMIT ?`, after, n))
+	if err != nil {
+		return nil, err
+	}
+	last := after
+	if len(out) > 0 {
+		last = out[len(out)-1].Seq
+	}
+	if len(out) == n || last != assigned {
+		return out, nil
+	}
+	fresh, err := scanRows(tx.Query(`SELECT seq, key, kind, payload FROM outbox WHERE wseq IS NULL ORDER BY seq LIMIT ?`, n-len(out)))
+	if err != nil || len(fresh) == 0 {
+		return out, err
+	}
+	for i := range fresh {
+		assigned++
+		if _, err := tx.Exec(`UPDATE outbox SET wseq = ? WHERE seq = ?`, assigned, fresh[i].Seq); err != nil {
+			return nil, err
+		}
+		fresh[i].Seq = assigned
+	}
+	if _, err := tx.Exec(`UPDATE outbox_meta SET assigned = ? WHERE id = 1`, assigned); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return append(out, fresh...), nil
+}
+
+func scanRows(rs *sql.Rows, err error) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -111,26 +165,74 @@ func (s *Store) Next(after int64, n int) ([]Row, error) {
 	return out, rs.Err()
 }
 
-// Ack forgets every item up to seq: the hub has stored them.
+// ErrNotSent is a receipt for a sequence number this outbox never sent:
+// it is not believed.
+var ErrNotSent = errors.New("outbox: a receipt for a sequence number never sent")
+
+// Ack records that the hub has stored every item up to seq: events and
+// removals go, a pod's status stays until a newer one replaces it. A
+// receipt beyond what was sent is refused with ErrNotSent, so the outbox
+// never records a cursor it did not reach.
 func (s *Store) Ack(seq int64) error {
 	tx, err := s.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`DELETE FROM outbox WHERE seq <= ?`, seq); err != nil {
+	var acked, assigned int64
+	if err := tx.QueryRow(`SELECT acked, assigned FROM outbox_meta WHERE id = 1`).Scan(&acked, &assigned); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(`UPDATE outbox_meta SET acked = MAX(acked, ?) WHERE id = 1`, seq); err != nil {
+	if seq > assigned {
+		return fmt.Errorf("%w: %d, sent up to %d", ErrNotSent, seq, assigned)
+	}
+	if seq <= acked {
+		return nil
+	}
+	if _, err := tx.Exec(`DELETE FROM outbox WHERE wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
+		OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`, seq, KindEvent); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(`UPDATE outbox_meta SET acked = ? WHERE id = 1`, seq); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
+// NewEpoch starts a new sequence: every item kept, a pod's stored status
+// included, is unsent again and will be numbered from 1. The device does
+// this when the hub's cursor for its epoch cannot be trusted (it is ahead
+// of what was sent, or behind what was stored).
+func (s *Store) NewEpoch() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	epoch := newEpoch()
+	tx, err := s.db.Begin()
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`UPDATE outbox SET wseq = NULL`); err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(`UPDATE outbox_meta SET epoch = ?, acked = 0, assigned = 0 WHERE id = 1`, epoch); err != nil {
+		return "", err
+	}
+	if err := tx.Commit(); err != nil {
+		return "", err
+	}
+	s.epoch = epoch
+	return epoch, nil
+}
+
 // Stats reads the outbox's size and counters.
 func (s *Store) Stats() (Stats, error) {
 	var st Stats
-	err := s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM outbox), (SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM outbox), dropped, acked
-		FROM outbox_meta WHERE id = 1`).Scan(&st.Rows, &st.Bytes, &st.Dropped, &st.Acked)
+	err := s.db.QueryRow(`SELECT
+		(SELECT COUNT(*) FROM outbox WHERE wseq IS NULL OR wseq > m.acked),
+		(SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM outbox WHERE wseq IS NULL OR wseq > m.acked),
+		(SELECT COUNT(*) FROM outbox WHERE wseq <= m.acked),
+		dropped, acked, assigned
+		FROM outbox_meta m WHERE id = 1`).Scan(&st.Rows, &st.Bytes, &st.Retained, &st.Dropped, &st.Acked, &st.Assigned)
 	return st, err
 }

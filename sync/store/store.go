@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
@@ -47,6 +48,14 @@ var migrations = []string{
 		acked INTEGER NOT NULL DEFAULT 0,
 		dropped INTEGER NOT NULL DEFAULT 0
 	);`,
+	// Sequence numbers on the wire are dense: wseq is given to a row when
+	// it is first sent, so the hub can take any jump for a forgery or a
+	// gap. The old numbering meant nothing on the wire any more: a new
+	// epoch starts.
+	`ALTER TABLE outbox ADD COLUMN wseq INTEGER;
+	CREATE UNIQUE INDEX outbox_wseq ON outbox(wseq);
+	ALTER TABLE outbox_meta ADD COLUMN assigned INTEGER NOT NULL DEFAULT 0;
+	UPDATE outbox_meta SET epoch = lower(hex(randomblob(8))), acked = 0, assigned = 0;`,
 }
 
 // Kinds of outbox row.
@@ -68,8 +77,11 @@ var DefaultLimits = Limits{Rows: 10000, Bytes: 8 << 20}
 // goroutines: database/sql serialises them on the one connection.
 type Store struct {
 	db     *sql.DB
+	dir    string
 	limits Limits
-	epoch  string
+
+	mu    sync.Mutex
+	epoch string
 }
 
 // Open opens (creating if needed) the hub tables in the database at path.
@@ -83,7 +95,7 @@ func Open(path string, limits Limits) (*Store, error) {
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, limits: limits}
+	s := &Store{db: db, dir: filepath.Dir(path), limits: limits}
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
@@ -121,15 +133,27 @@ func (s *Store) loadEpoch() error {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	s.epoch = hex.EncodeToString(b)
+	s.epoch = newEpoch()
 	_, err = s.db.Exec(`INSERT INTO outbox_meta (id, epoch) VALUES (1, ?)`, s.epoch)
 	return err
 }
 
+func newEpoch() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // Epoch names this outbox's sequence.
-func (s *Store) Epoch() string { return s.epoch }
+func (s *Store) Epoch() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
+// Dir is the directory of the state database: the device keeps there,
+// outside the database, what must survive the database's loss.
+func (s *Store) Dir() string { return s.dir }
 
 // DesiredRecord is the last desired document the device accepted.
 type DesiredRecord struct {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -83,9 +84,71 @@ func TestOutboxCoalescesPodsAndKeepsOrder(t *testing.T) {
 		t.Fatalf("Next after the last: %+v", next)
 	}
 	st, _ := s.Stats()
-	if st.Rows != 2 || st.Acked != rows[1].Seq {
-		t.Fatalf("stats %+v", st)
+	if st.Rows != 2 || st.Acked != rows[1].Seq || st.Retained != 1 {
+		t.Fatalf("stats %+v, want 2 pending, db's status retained", st)
 	}
+}
+
+// Numbers on the wire have no gaps: a row is numbered when first sent,
+// a sent status is not replaced before the hub's receipt, and a receipt
+// beyond what was sent is refused and not stored, across a reopen.
+func TestOutboxWireSequenceIsDense(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := open(t, path, DefaultLimits)
+	s.Add([]Item{{"default/web", KindPod, []byte("web v1")}, {"default/web", KindEvent, []byte("e1")}})
+	sent, _ := s.Next(0, 10)
+	if len(sent) != 2 || sent[0].Seq != 1 || sent[1].Seq != 2 {
+		t.Fatalf("first batch %+v", sent)
+	}
+	// web changes while v1 is in flight: v1 stays (it may be resent), v2 follows it.
+	s.Add([]Item{{"default/web", KindPod, []byte("web v2")}, {"default/web", KindPod, []byte("web v3")}})
+	again, _ := s.Next(0, 10)
+	var got []string
+	for _, r := range again {
+		got = append(got, fmt.Sprintf("%d:%s", r.Seq, r.Payload))
+	}
+	if fmt.Sprint(got) != "[1:web v1 2:e1 3:web v3]" {
+		t.Fatalf("resend after coalescing: %v", got)
+	}
+	if err := s.Ack(1 << 40); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a receipt for seq 2^40: %v, want ErrNotSent", err)
+	}
+	if err := s.Ack(2); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, path, DefaultLimits)
+	st, _ := s.Stats()
+	if st.Acked != 2 || st.Assigned != 3 || st.Rows != 1 {
+		t.Fatalf("after reopen: %+v", st)
+	}
+	if rest, _ := s.Next(2, 10); len(rest) != 1 || rest[0].Seq != 3 {
+		t.Fatalf("after the receipt: %+v", rest)
+	}
+	// A new epoch numbers every kept status from 1 again.
+	old := s.Epoch()
+	s.Ack(3)
+	s.Add([]Item{{"default/db", KindPod, []byte("db v1")}})
+	if epoch, err := s.NewEpoch(); err != nil || epoch == old || s.Epoch() != epoch {
+		t.Fatalf("new epoch %q (was %q): %v", epoch, old, err)
+	}
+	all, _ := s.Next(0, 10)
+	got = got[:0]
+	for _, r := range all {
+		got = append(got, fmt.Sprintf("%d:%s", r.Seq, r.Payload))
+	}
+	if fmt.Sprint(got) != "[1:web v3 2:db v1]" {
+		t.Fatalf("new epoch: %v", got)
+	}
+}
+
+// pending reads the outbox without sending (numbering) anything.
+func pending(t *testing.T, s *Store) []Row {
+	rows, err := scanRows(s.db.Query(`SELECT seq, key, kind, payload FROM outbox ORDER BY seq`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
 
 // Over its limits the outbox drops the oldest events and keeps every
@@ -98,7 +161,7 @@ func TestOutboxDropPolicy(t *testing.T) {
 	}
 	s.Add(items)
 	s.Add([]Item{{"default/a", KindPod, []byte("a")}, {"default/b", KindPod, []byte("b")}})
-	rows, _ := s.Next(0, 100)
+	rows := pending(t, s)
 	if len(rows) != 5 || string(rows[0].Payload) != "event 1" {
 		t.Fatalf("want the oldest event dropped: %+v", rows)
 	}
@@ -108,7 +171,7 @@ func TestOutboxDropPolicy(t *testing.T) {
 	}
 	s.Add(pods)
 	st, _ := s.Stats()
-	rows, _ = s.Next(0, 100)
+	rows = pending(t, s)
 	for _, r := range rows {
 		if r.Kind == KindEvent {
 			t.Fatalf("an event kept while pods overflow: %+v", r)

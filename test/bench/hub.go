@@ -93,6 +93,10 @@ func statusThroughput(dir, addr string, n int) (float64, error) {
 		return 0, err
 	}
 	defer fleet.Close()
+	if err := fleet.AddDevice("bench-1"); err != nil {
+		return 0, err
+	}
+	fleet.SetRetention(hub.Retention{Events: 1000, Mirrors: n}) // n distinct pods, all kept
 	_, priv, _ := ed25519.GenerateKey(nil)
 	h := hub.New(hub.Config{Broker: "mqtt://" + addr, Key: priv, ClientID: "podhub-bench"}, fleet, silent)
 	if err := h.Start(10 * time.Second); err != nil {
@@ -270,7 +274,11 @@ func fleetBench(binDir, dir string, devices int) error {
 	var wg sync.WaitGroup
 	connectStart := time.Now()
 	for i := range devices {
-		st, err := store.Open(filepath.Join(dir, "devices", fmt.Sprintf("d%04d.db", i)), store.DefaultLimits)
+		// Enrolled (labelled) first: the hub believes only devices it knows.
+		if err := client.Do("PUT", fmt.Sprintf("/v1/devices/sim-%04d/labels", i), map[string]string{"fleet": "bench"}, nil); err != nil {
+			return err
+		}
+		st, err := store.Open(filepath.Join(dir, "devices", fmt.Sprintf("d%04d", i), "state.db"), store.DefaultLimits)
 		if err != nil {
 			return err
 		}
@@ -306,11 +314,6 @@ func fleetBench(binDir, dir string, devices int) error {
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
 	idleFleet := rss(serve.Process.Pid)
 
-	for _, d := range ds {
-		if err := client.Do("PUT", "/v1/devices/"+d.ID+"/labels", map[string]string{"fleet": "bench"}, nil); err != nil {
-			return err
-		}
-	}
 	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
 	start := time.Now()
 	var applied []hub.Applied

@@ -282,7 +282,7 @@ func TestBrokerClientIDTakeover(t *testing.T) {
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-victim Ready", func() bool {
 		out, _ := h.cli("get", "devices")
-		return strings.Contains(out, "gw-victim") && !strings.Contains(out, "NotReady")
+		return deviceStatus(out, "gw-victim") == "Ready"
 	})
 	for i := range 20 {
 		if c, _, err := dial(t, "mqtts://"+h.addr, bundle(dirE).tls(t), "gw-victim"); err == nil {
@@ -354,7 +354,7 @@ func TestBrokerFloodBounded(t *testing.T) {
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-real Ready", func() bool {
 		out, _ := h.cli("get", "devices")
-		return strings.Contains(out, "gw-real") && !strings.Contains(out, "NotReady")
+		return deviceStatus(out, "gw-real") == "Ready"
 	})
 	var peak atomic.Int64
 	stopSampling := make(chan struct{})

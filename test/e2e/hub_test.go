@@ -51,6 +51,15 @@ func newFleetRig(t *testing.T) *fleetRig {
 	return r
 }
 
+// enrol adds a device to the fleet, as the operator does: the hub
+// believes reports only from devices it knows.
+func (r *fleetRig) enrol(t *testing.T, device string) {
+	t.Helper()
+	if err := r.fleet.AddDevice(device); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // apply sends manifests (YAML) to a device.
 func (r *fleetRig) apply(t *testing.T, device string, manifests ...string) {
 	t.Helper()
@@ -93,6 +102,7 @@ func (r *fleetRig) mirror(device, key string) *v1.Pod {
 // a deletion at the hub stops them.
 func TestHubPodsOnTheDevice(t *testing.T) {
 	r := newFleetRig(t)
+	r.enrol(t, "e2e-1")
 	d := newDaemon(t)
 	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: e2e-1, key: %s, allowProcessPods: true, allowRootProcessPods: true}\n", r.addr, r.pubFile))
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))

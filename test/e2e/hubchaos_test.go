@@ -33,6 +33,7 @@ func countProcs(cmdline string) int {
 // pod runs twice, and the hub's mirrors match the device.
 func TestHubChaosKills(t *testing.T) {
 	r := newFleetRig(t)
+	r.enrol(t, "chaos-1")
 	d := newDaemon(t)
 	d.withConfig(fmt.Sprintf("hub: {url: mqtt://%s, deviceId: chaos-1, key: %s, allowProcessPods: true, allowRootProcessPods: true}\n", r.addr, r.pubFile))
 	d.start()

@@ -138,7 +138,7 @@ func TestMosquittoTLSAndACL(t *testing.T) {
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-tls Ready", func() bool {
 		out, _ := h.cli("get", "devices")
-		return strings.Contains(out, "gw-tls") && !strings.Contains(out, "NotReady")
+		return deviceStatus(out, "gw-tls") == "Ready"
 	})
 	manifest := filepath.Join(t.TempDir(), "app.yaml")
 	os.WriteFile(manifest, []byte(processPod("app", "Always", 1, "exec sleep 1004")), 0o644)

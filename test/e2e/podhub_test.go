@@ -43,6 +43,17 @@ func newPodhub(t *testing.T) *podhubServer {
 // the hub run process pods as root, as the tests' pods do.
 const hostCommandsAsRoot = "  allowProcessPods: true\n  allowRootProcessPods: true\n"
 
+// deviceStatus is the STATUS column of device id's row in podhub get
+// devices, or "" when it is not listed.
+func deviceStatus(getDevices, id string) string {
+	for _, line := range strings.Split(getDevices, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == id {
+			return f[1]
+		}
+	}
+	return ""
+}
+
 func (h *podhubServer) enrol(t *testing.T, id string) (string, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), id)
@@ -121,19 +132,22 @@ func (h *podhubServer) pods(t *testing.T, device string) map[string]v1.Pod {
 // restarted keeps the fleet.
 func TestPodhubFleet(t *testing.T) {
 	h := newPodhub(t)
+	// The operator enrols the device (labelling adds it): the hub believes
+	// reports only from devices it knows, and a device's own labels only
+	// under device.podvisor.io/.
+	if out, code := h.cli("label", "device", "gw-7", "site=plant-2", "tier=edge"); code != 0 {
+		t.Fatalf("label: %s", out)
+	}
 	d := newDaemon(t)
 	_, hubConfig := h.enrol(t, "gw-7")
-	d.withConfig(hubConfig + "  labels: {model: gw100}\n" + hostCommandsAsRoot)
+	d.withConfig(hubConfig + "  labels: {device.podvisor.io/model: gw100, model: dropped}\n" + hostCommandsAsRoot)
 	d.write("local.yaml", processPod("local", "Always", 1, "exec sleep 1000"))
 	d.start()
 	waitForLong(t, 20*time.Second, "gw-7 Ready at the hub, with the labels it reports", func() bool {
 		out, _ := h.cli("get", "devices")
 		return strings.Contains(out, "gw-7") && strings.Contains(out, "Ready") && !strings.Contains(out, "NotReady") &&
-			strings.Contains(out, "model=gw100")
+			strings.Contains(out, "device.podvisor.io/model=gw100") && !strings.Contains(out, " model=")
 	})
-	if out, code := h.cli("label", "device", "gw-7", "site=plant-2", "tier=edge"); code != 0 {
-		t.Fatalf("label: %s", out)
-	}
 	manifest := filepath.Join(t.TempDir(), "app.yaml")
 	os.WriteFile(manifest, []byte(processPod("app", "Always", 1, "exec sleep 1003")), 0o644)
 	if out, code := h.cli("apply", "-f", manifest, "--selector", "site=plant-2"); code != 0 || !strings.Contains(out, "device/gw-7") {

@@ -1,0 +1,310 @@
+package hub
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// What the hub believes of a device's reports: nothing the device could
+// not have sent. Reports from unknown devices are refused; a status batch
+// must follow the cursor; an ack must answer a generation the hub
+// published; a device sets only its own labels.
+
+// DuplicateWindow is how long two instances alternating under one ID
+// count as two devices sharing it, from the last switch.
+const DuplicateWindow = 10 * time.Minute
+
+// ApplyStatus stores a status batch exactly once in effect. Items follow
+// the batch's after with no gap (the decoder checks it). Items at or
+// below the device's cursor are duplicates (QoS 1 redelivery, a resend
+// after a lost receipt) and are skipped; the rest and the new cursor are
+// written in one transaction. It returns the cursor, which the hub sends
+// back as the device's receipt, and how many items were new.
+//
+// A batch that follows a sequence number past the cursor means one was
+// missed: nothing is stored, and gap asks the device to resend from the
+// cursor. A new epoch (a new outbox on the device) is taken only from its
+// start (after 0): it replaces the device's mirrors, since a new epoch
+// reports every pod again. A batch of another epoch that does not start
+// there gets a gap at 0, and the device starts a new epoch.
+func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64, applied int, gap bool, err error) {
+	tx, err := f.db.Begin()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer tx.Rollback()
+	if err := f.touch(tx, b.Device, at); err != nil {
+		return 0, 0, false, err
+	}
+	var epoch string
+	err = tx.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, b.Device).Scan(&epoch, &cursor)
+	switch {
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return 0, 0, false, err
+	case err != nil || epoch != b.Epoch:
+		if b.After != 0 {
+			return 0, 0, true, nil
+		}
+		if _, err := tx.Exec(`DELETE FROM mirrors WHERE device = ?`, b.Device); err != nil {
+			return 0, 0, false, err
+		}
+		cursor = 0
+	case b.After > cursor:
+		return cursor, 0, true, nil // a batch is missing before this one
+	}
+	events := 0
+	var mirrors int // counted once a batch: the bound on made-up pods
+	if err := tx.QueryRow(`SELECT COUNT(*) FROM mirrors WHERE device = ?`, b.Device).Scan(&mirrors); err != nil {
+		return 0, 0, false, err
+	}
+	for _, it := range b.Items {
+		if it.Seq <= cursor {
+			continue
+		}
+		cursor = it.Seq
+		applied++
+		switch {
+		case it.Event != nil:
+			ev, _ := json.Marshal(it.Event)
+			_, err = tx.Exec(`INSERT INTO events (device, seq, key, event, at) VALUES (?, ?, ?, ?, ?)`, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
+			events++
+		case it.Pod == nil:
+			var res sql.Result
+			if res, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key); err == nil {
+				n, _ := res.RowsAffected()
+				mirrors -= int(n)
+			}
+		default:
+			var known bool
+			if err = tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`, b.Device, it.Key).Scan(&known); err != nil {
+				break
+			}
+			if !known {
+				if limit := f.retention.Mirrors; limit > 0 && mirrors >= limit {
+					break // more pods than any device runs: made up
+				}
+				mirrors++
+			}
+			pod, _ := json.Marshal(it.Pod)
+			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
+				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`,
+				b.Device, it.Key, it.Seq, pod)
+		}
+		if err != nil {
+			return 0, 0, false, err
+		}
+	}
+	if _, err := tx.Exec(`INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
+		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`, b.Device, b.Epoch, cursor); err != nil {
+		return 0, 0, false, err
+	}
+	if events > 0 {
+		if err := f.prune(tx, b.Device, at); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	return cursor, applied, false, tx.Commit()
+}
+
+// Cursor is a device's outbox cursor: its epoch ("" before any) and the
+// highest sequence number stored.
+func (f *Fleet) Cursor(device string) (epoch string, seq int64, err error) {
+	err = f.db.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, device).Scan(&epoch, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return epoch, seq, err
+}
+
+// ErrNotPublished is an ack for a generation the hub never published.
+var ErrNotPublished = errors.New("the hub never published this generation")
+
+// SaveAck records a device's answer to its desired document. An ack
+// naming a generation above the hub's is refused. regressed says the
+// device now observes an older generation than it did (its state was
+// reset, or an old document replayed to it): the hub should resync it.
+func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err error) {
+	results, _ := json.Marshal(a.Pods)
+	tx, err := f.db.Begin()
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	if err := f.touch(tx, a.Device, at); err != nil {
+		return false, err
+	}
+	var published int64
+	if err := tx.QueryRow(`SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`, a.Device).Scan(&published); err != nil {
+		return false, err
+	}
+	if a.Generation > published || a.ObservedGeneration > published || a.ObservedGeneration < 0 {
+		return false, fmt.Errorf("ack for generation %d (observed %d): %w; it published up to %d",
+			a.Generation, a.ObservedGeneration, ErrNotPublished, published)
+	}
+	var before int64
+	err = tx.QueryRow(`SELECT observed FROM acks WHERE device = ?`, a.Device).Scan(&before)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	regressed = err == nil && a.ObservedGeneration < before && a.ObservedGeneration < published
+	if _, err := tx.Exec(`INSERT INTO acks (device, generation, observed, error, results) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, observed = excluded.observed,
+		error = excluded.error, results = excluded.results`, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
+		return false, err
+	}
+	return regressed, tx.Commit()
+}
+
+// ForgetPresence marks every device offline: at the hub's start, the
+// retained presence messages (or the devices' reconnections, with a
+// broker that kept none) tell again which are online.
+func (f *Fleet) ForgetPresence() error {
+	_, err := f.db.Exec(`UPDATE devices SET online = 0`)
+	return err
+}
+
+// SavePresence records a known device going on or off line. duplicate
+// says its ID was just found shared by two instances.
+func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) (duplicate bool, err error) {
+	tx, err := f.db.Begin()
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	if err := f.touch(tx, device, at); err != nil {
+		return false, err
+	}
+	if duplicate, err = f.seeInstance(tx, device, p.Instance, at); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(`UPDATE devices SET online = ? WHERE id = ?`, p.Online, device); err != nil {
+		return false, err
+	}
+	return duplicate, tx.Commit()
+}
+
+// SaveHeartbeat records a known device's node status and its own labels:
+// only those under protocol.DeviceLabelPrefix are kept (as NodeRestriction
+// lets a kubelet set only some labels of its Node); dropped names the
+// others. duplicate says its ID was just found shared by two instances.
+func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []string, duplicate bool, err error) {
+	node, _ := json.Marshal(h.Node)
+	own := map[string]string{}
+	for k, v := range h.Labels {
+		if !strings.HasPrefix(k, protocol.DeviceLabelPrefix) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			dropped = append(dropped, k)
+			continue
+		}
+		own[k] = v
+	}
+	sort.Strings(dropped)
+	labels, _ := json.Marshal(own)
+	tx, err := f.db.Begin()
+	if err != nil {
+		return dropped, false, err
+	}
+	defer tx.Rollback()
+	if err := f.touch(tx, h.Device, at); err != nil {
+		return dropped, false, err
+	}
+	if duplicate, err = f.seeInstance(tx, h.Device, h.Instance, at); err != nil {
+		return dropped, false, err
+	}
+	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ? WHERE id = ?`,
+		h.Version, node, labels, h.Device); err != nil {
+		return dropped, false, err
+	}
+	return dropped, duplicate, tx.Commit()
+}
+
+// seeInstance follows the installation instances reporting under a
+// device ID. One replacing another is a reinstalled device; the previous
+// one coming back within DuplicateWindow is two devices sharing the ID
+// (a cloned image): duplicate is true when that is first seen, and the
+// device is shown DuplicateID, with an event, until the window passes.
+func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (duplicate bool, err error) {
+	if instance == "" {
+		return false, nil
+	}
+	var cur, prev string
+	var since, dupUntil int64
+	if err := tx.QueryRow(`SELECT instance, prev_instance, instance_since, duplicate_until FROM devices WHERE id = ?`, device).
+		Scan(&cur, &prev, &since, &dupUntil); err != nil {
+		return false, err
+	}
+	now := at.UnixMilli()
+	switch {
+	case cur == instance:
+		return false, nil
+	case cur == "":
+		_, err = tx.Exec(`UPDATE devices SET instance = ?, instance_since = ? WHERE id = ?`, instance, now, device)
+		return false, err
+	}
+	alternating := instance == prev && now-since < DuplicateWindow.Milliseconds()
+	if alternating {
+		duplicate = dupUntil < now
+		dupUntil = now + DuplicateWindow.Milliseconds()
+	}
+	if _, err := tx.Exec(`UPDATE devices SET prev_instance = ?, instance = ?, instance_since = ?, duplicate_until = ? WHERE id = ?`,
+		cur, instance, now, dupUntil, device); err != nil {
+		return false, err
+	}
+	if duplicate {
+		err = f.addEvent(tx, device, protocol.Event{Time: at, Type: "Warning", Reason: "DuplicateID",
+			Message: fmt.Sprintf("two installations (instances %s and %s) report alternately as device %s: two devices share this ID (a cloned image?); give one of them another device ID", cur, instance, device)}, at)
+	}
+	return duplicate, err
+}
+
+// SaveRejection records a refused message as a Warning event of a known
+// device (seq 0: outside its outbox sequence).
+func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var known bool
+	if err := tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM devices WHERE id = ?)`, device).Scan(&known); err != nil || !known {
+		return err
+	}
+	if err := f.addEvent(tx, device, protocol.Event{Time: at, Type: "Warning", Reason: "MessageRejected", Message: reason}, at); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// addEvent stores a hub-made event of a device and applies retention.
+func (f *Fleet) addEvent(tx *sql.Tx, device string, e protocol.Event, at time.Time) error {
+	ev, _ := json.Marshal(e)
+	if _, err := tx.Exec(`INSERT INTO events (device, seq, key, event, at) VALUES (?, 0, '', ?, ?)`, device, ev, at.UnixMilli()); err != nil {
+		return err
+	}
+	return f.prune(tx, device, at)
+}
+
+// prune keeps a device's newest events within the retention bounds.
+func (f *Fleet) prune(tx *sql.Tx, device string, now time.Time) error {
+	r := f.retention
+	if r.MaxAge > 0 {
+		if _, err := tx.Exec(`DELETE FROM events WHERE device = ? AND at > 0 AND at < ?`, device, now.Add(-r.MaxAge).UnixMilli()); err != nil {
+			return err
+		}
+	}
+	if r.Events > 0 {
+		if _, err := tx.Exec(`DELETE FROM events WHERE device = ? AND rowid IN
+			(SELECT rowid FROM events WHERE device = ? ORDER BY rowid DESC LIMIT -1 OFFSET ?)`, device, device, r.Events); err != nil {
+			return err
+		}
+	}
+	return nil
+}
