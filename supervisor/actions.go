@@ -202,6 +202,12 @@ func (d *Daemon) probed(r probes.Result) {
 	if !ok {
 		return
 	}
+	if r.Warning != "" {
+		d.record(d.machine.Instance(uid), "Warning", "ProbeWarning", r.Warning)
+	}
+	if r.WarningOnly {
+		return
+	}
 	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))
 }
 
