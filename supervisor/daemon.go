@@ -190,6 +190,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.setupCgroups(); err != nil {
 		return err
 	}
+	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {

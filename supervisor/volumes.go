@@ -111,14 +111,21 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 	}
 	defer root.Close()
 	for _, it := range items {
-		if it.FieldRef == nil {
-			return fmt.Errorf("item %s: only fieldRef items are supported", it.Path)
-		}
 		var val string
-		switch it.FieldRef.FieldPath {
-		case "metadata.labels":
+		if it.ResourceFieldRef != nil {
+			// A volume's item names its container (validation requires it).
+			var err error
+			if val, err = process.ResourceValue(it.ResourceFieldRef, pod, &v1.Container{}, d.node.Allocatable); err != nil {
+				return fmt.Errorf("item %s: %w", it.Path, err)
+			}
+		} else if it.FieldRef == nil {
+			return fmt.Errorf("item %s: a fieldRef or resourceFieldRef is required", it.Path)
+		}
+		switch {
+		case it.FieldRef == nil:
+		case it.FieldRef.FieldPath == "metadata.labels":
 			val = formatMap(pod.Labels)
-		case "metadata.annotations":
+		case it.FieldRef.FieldPath == "metadata.annotations":
 			val = formatMap(pod.Annotations)
 		default:
 			var err error

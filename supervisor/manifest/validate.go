@@ -17,7 +17,7 @@ import (
 var supportedFieldPaths = sets.New(
 	"metadata.name", "metadata.namespace", "metadata.uid",
 	"spec.nodeName", "spec.serviceAccountName",
-	"status.hostIP", "status.podIP",
+	"status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs",
 )
 
 // Validate checks a defaulted pod the way the API server would for the
@@ -214,7 +214,7 @@ func validateEnv(e v1.EnvVar, path *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(vf.Child("fieldRef", "apiVersion"), f.FieldRef.APIVersion, []string{"v1"}))
 		}
 	case f.ResourceFieldRef != nil:
-		errs = append(errs, field.Forbidden(vf.Child("resourceFieldRef"), "not supported by this podvisor version"))
+		errs = append(errs, validateResourceFieldRef(f.ResourceFieldRef, vf.Child("resourceFieldRef"), false)...)
 	case f.SecretKeyRef != nil, f.ConfigMapKeyRef != nil, f.FileKeyRef != nil:
 		errs = append(errs, field.Forbidden(vf, "only fieldRef is available on a device without an API server"))
 	default:

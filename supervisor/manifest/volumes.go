@@ -87,8 +87,10 @@ func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) fiel
 		}
 		errs = append(errs, validateLocalDescendingPath(it.Path, ip.Child("path"))...)
 		switch {
+		case it.ResourceFieldRef != nil && it.FieldRef != nil:
+			errs = append(errs, field.Invalid(ip, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
 		case it.ResourceFieldRef != nil:
-			errs = append(errs, field.Forbidden(ip.Child("resourceFieldRef"), "not supported; use fieldRef"))
+			errs = append(errs, validateResourceFieldRef(it.ResourceFieldRef, ip.Child("resourceFieldRef"), true)...)
 		case it.FieldRef == nil:
 			errs = append(errs, field.Required(ip.Child("fieldRef"), ""))
 		default:

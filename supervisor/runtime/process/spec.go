@@ -13,6 +13,9 @@ import (
 type PodEnv struct {
 	NodeName string
 	HostIP   string
+	// Allocatable is the node's, for resourceFieldRef limits a container
+	// does not set.
+	Allocatable v1.ResourceList
 }
 
 // BuildSpec turns a container of a pod into a shim Spec: the environment
@@ -26,6 +29,11 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
 			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
+				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		} else if f != nil && f.ResourceFieldRef != nil {
+			var err error
+			if v, err = ResourceValue(f.ResourceFieldRef, pod, c, node.Allocatable); err != nil {
 				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
@@ -85,8 +93,12 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 		return node.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP":
-		return node.HostIP, nil // process pods share the host network
+	case "status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs":
+		// Process pods share the host network, whose one address is the
+		// node's; the plural fields are comma-separated lists, as the
+		// kubelet gives them (containerd pods get their own pod IPs, see
+		// the supervisor's withPodIP).
+		return node.HostIP, nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels['": pod.Labels, "metadata.annotations['": pod.Annotations} {
 		if strings.HasPrefix(path, prefix) && strings.HasSuffix(path, "']") {
