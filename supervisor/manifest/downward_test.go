@@ -30,7 +30,9 @@ func TestDownwardAPIAccepted(t *testing.T) {
 
 // Bad resourceFieldRefs get the API server's errors.
 func TestResourceFieldRefErrors(t *testing.T) {
-	env := func(ref string) string { return "    env: [{name: X, valueFrom: {resourceFieldRef: " + ref + "}}]\n    volumeMounts:\n" }
+	env := func(ref string) string {
+		return "    env: [{name: X, valueFrom: {resourceFieldRef: " + ref + "}}]\n    volumeMounts:\n"
+	}
 	expectDecodeErrors(t, containerPod, []decodeErrorCase{
 		{"unknown resource", "    volumeMounts:\n", env("{resource: limits.gpu}"), []string{"spec.containers[0].env[0].valueFrom.resourceFieldRef.resource", "limits.gpu"}},
 		{"no resource", "    volumeMounts:\n", env("{containerName: app}"), []string{"spec.containers[0].env[0].valueFrom.resourceFieldRef.resource", "Required"}},

@@ -29,9 +29,9 @@ func TestResourceValue(t *testing.T) {
 	allocatable := quantities("cpu", "3", "memory", "2Gi", "ephemeral-storage", "10G")
 	app, bare := &pod.Spec.Containers[0], &pod.Spec.Containers[1]
 	for _, tc := range []struct {
-		c                 *v1.Container
+		c                  *v1.Container
 		ref, divisor, want string
-		container         string
+		container          string
 	}{
 		{c: app, ref: "limits.cpu", want: "2"},
 		{c: app, ref: "limits.cpu", divisor: "1m", want: "1250"},
