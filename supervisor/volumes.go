@@ -197,7 +197,13 @@ func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[strin
 	if err != nil {
 		return nil, err
 	}
-	return append(out, files...), nil
+	for _, f := range files {
+		if f.Destination == etcHosts && mountsOwnHosts(c) {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // podFiles writes (once) and mounts the pod's hosts, hostname and shm.
@@ -206,28 +212,20 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	hostname := pod.Name
-	if pod.Spec.Hostname != "" {
-		hostname = pod.Spec.Hostname
-	}
+	hostname := process.PodHostname(pod)
 	if pod.Spec.HostNetwork {
 		hostname, _ = os.Hostname()
 	}
-	// hostNetwork pods see the host's /etc/hosts, where it has one.
-	hosts := "/etc/hosts"
-	if _, err := os.Stat(hosts); err != nil || !pod.Spec.HostNetwork {
-		hosts = filepath.Join(dir, "hosts")
-		content := "# Kubernetes-managed hosts file (podvisor).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-		if err := os.WriteFile(hosts, []byte(content), 0o644); err != nil {
-			return nil, err
-		}
+	hosts := filepath.Join(dir, "hosts")
+	if err := writePodHosts(hosts, pod, hostname); err != nil {
+		return nil, err
 	}
 	hostnameFile := filepath.Join(dir, "hostname")
 	if err := os.WriteFile(hostnameFile, []byte(hostname+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	mounts := []containerd.Mount{
-		{Source: hosts, Destination: "/etc/hosts", Type: "bind", Options: []string{"rw"}},
+		{Source: hosts, Destination: etcHosts, Type: "bind", Options: []string{"rw"}},
 		{Source: hostnameFile, Destination: "/etc/hostname", Type: "bind", Options: []string{"rw"}},
 	}
 	if _, err := os.Stat("/etc/resolv.conf"); err == nil {

@@ -44,3 +44,21 @@ func TestResourceFieldRefErrors(t *testing.T) {
 			[]string{"spec.containers[0].env[0].valueFrom", "may not be specified when `value` is not empty"}},
 	})
 }
+
+// What goes into the hosts file and the termination message settings
+// are checked as the API server does.
+func TestHostAndTerminationErrors(t *testing.T) {
+	expectDecodeErrors(t, containerPod, []decodeErrorCase{
+		{"alias with a newline", "  volumes:\n", "  hostAliases: [{ip: 10.0.0.1, hostnames: [\"a\\n10.6.6.6 evil\"]}]\n  volumes:\n",
+			[]string{"spec.hostAliases[0].hostnames[0]"}},
+		{"alias without an IP", "  volumes:\n", "  hostAliases: [{ip: nope, hostnames: [a]}]\n  volumes:\n", []string{"spec.hostAliases[0].ip"}},
+		{"hostname not a label", "  volumes:\n", "  hostname: a.b\n  volumes:\n", []string{"spec.hostname"}},
+		{"bad policy", "    image: busybox\n", "    image: busybox\n    terminationMessagePolicy: Always\n", []string{"spec.containers[0].terminationMessagePolicy", "Always"}},
+		{"relative path", "    image: busybox\n", "    image: busybox\n    terminationMessagePath: dev/log\n", []string{"spec.containers[0].terminationMessagePath"}},
+	})
+	doc := strings.Replace(containerPod, "    image: busybox\n", "    image: busybox\n    terminationMessagePath: /dev/termination-custom-log\n    terminationMessagePolicy: FallbackToLogsOnError\n", 1)
+	doc = strings.Replace(doc, "  volumes:\n", "  hostAliases: [{ip: 10.0.0.1, hostnames: [db.local, db]}]\n  volumes:\n", 1)
+	if _, err := Decode([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -70,6 +70,7 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("runtimeClassName"), *rc, msg))
 		}
 	}
+	errs = append(errs, validateHostNames(s, path)...)
 	if sc := s.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
 		errs = append(errs, validateSeccompProfile(sc.SeccompProfile, path.Child("securityContext", "seccompProfile"))...)
@@ -137,6 +138,7 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 		}
 	}
 	names.Insert(c.Name)
+	errs = append(errs, validateTerminationMessage(c, path)...)
 	if strings.TrimSpace(c.Image) == "" {
 		errs = append(errs, field.Required(path.Child("image"), `write "host" for runtimeClassName: process`))
 	}

@@ -2,6 +2,7 @@ package process
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -92,6 +93,25 @@ func TestBuildSpecDownwardEnv(t *testing.T) {
 	for _, want := range []string{"POD_IPS=10.0.0.2", "HOST_IPS=10.0.0.2", "CPU_LIMIT=2000", "MEMORY_LIMIT=67108864", "ECHO=67108864"} {
 		if !slices.Contains(s.Env, want) {
 			t.Errorf("env %q lacks %s", s.Env, want)
+		}
+	}
+}
+
+// The kubelet's truncatePodHostnameIfNeeded cases.
+func TestPodHostname(t *testing.T) {
+	long := "1234567.1234567" // 15 characters
+	for _, tc := range []struct{ name, hostname, want string }{
+		{name: "web", want: "web"},
+		{name: "web", hostname: "front", want: "front"},
+		{name: strings.Repeat(long, 4) + "-tail", want: strings.Repeat(long, 4) + "-ta"[:3]},
+		{name: strings.Repeat(long, 4) + "123-", want: strings.Repeat(long, 4) + "123"},
+		{name: strings.Repeat(long, 4) + "12.-4567", want: strings.Repeat(long, 4) + "12"},
+		{name: strings.Repeat("a", 62) + "--b", want: strings.Repeat("a", 62)},
+	} {
+		pod := &v1.Pod{}
+		pod.Name, pod.Spec.Hostname = tc.name, tc.hostname
+		if got := PodHostname(pod); got != tc.want || len(got) > 63 {
+			t.Errorf("%q/%q: %q, want %q", tc.name, tc.hostname, got, tc.want)
 		}
 	}
 }

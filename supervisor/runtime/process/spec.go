@@ -22,7 +22,7 @@ type PodEnv struct {
 // with fieldRef values filled in, $(VAR) references expanded in env values,
 // command and args as Kubernetes does, and the user and group to run as.
 func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
-	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": pod.Name}
+	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
 		v := expand(e.Value, vars)
@@ -78,6 +78,25 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 		s.Groups = append(s.Groups, uint32(g))
 	}
 	return s, nil
+}
+
+// hostnameMaxLen is the longest hostname: 64 bytes with the terminating
+// NUL.
+const hostnameMaxLen = 63
+
+// PodHostname is a pod's hostname as the kubelet makes it
+// (GeneratePodHostNameAndDomain, truncatePodHostnameIfNeeded):
+// spec.hostname, else the pod's name, cut to 63 characters without a
+// trailing '-' or '.'.
+func PodHostname(pod *v1.Pod) string {
+	hostname := pod.Name
+	if pod.Spec.Hostname != "" {
+		hostname = pod.Spec.Hostname
+	}
+	if len(hostname) <= hostnameMaxLen {
+		return hostname
+	}
+	return strings.TrimRight(hostname[:hostnameMaxLen], "-.")
 }
 
 // FieldValue is the value of a downward-API field of a pod.
