@@ -295,6 +295,9 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 		return cfg, err
 	}
 	cfg.Hostname = process.PodHostname(pod)
+	if pod.Spec.HostNetwork {
+		cfg.Env = hostNetworkHostname(cfg.Env, c)
+	}
 	if sb, err := d.sandbox(pod); err != nil {
 		return cfg, err
 	} else if sb != nil {
@@ -406,6 +409,27 @@ func imageEnv(env []string, c *v1.Container) []string {
 		}
 	}
 	return out
+}
+
+// hostNetworkHostname sets HOSTNAME to the node's hostname, which a
+// hostNetwork container shares: the kubelet gives the CRI no pod hostname
+// then, and the CRI uses the node's. A HOSTNAME the pod sets stays.
+func hostNetworkHostname(env []string, c *v1.Container) []string {
+	for _, e := range c.Env {
+		if e.Name == "HOSTNAME" {
+			return env
+		}
+	}
+	node, err := os.Hostname()
+	if err != nil {
+		return env
+	}
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "HOSTNAME=") {
+			env[i] = "HOSTNAME=" + node
+		}
+	}
+	return env
 }
 
 // nilIfEmpty keeps an image's entrypoint or cmd where the pod sets none:

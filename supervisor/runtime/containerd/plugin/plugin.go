@@ -14,11 +14,14 @@ import (
 	"syscall"
 	"time"
 
+	cgroup1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd/api/types/runc/options"
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
@@ -210,7 +213,7 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 		return shim.ExitStatus{}, err
 	}
 	st := exitStatus(es.ExitCode(), es.ExitTime())
-	p.finishTask(ctx, c, task, st)
+	p.finishTask(ctx, c, task, &st)
 	return st, nil
 }
 
@@ -221,7 +224,13 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 // it reports an exit): without it, the last line of a container that
 // exits right after printing it may be missing from its log when the
 // daemon reads the log (FallbackToLogsOnError) or a user does.
-func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st shim.ExitStatus) {
+//
+// The task's cgroup goes with it, so whether the OOM killer ended it is
+// read first.
+func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *shim.ExitStatus) {
+	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
+		st.Reason = "OOMKilled"
+	}
 	data, _ := json.Marshal(st)
 	if _, err := c.SetLabels(ctx, map[string]string{labelExit: string(data)}); err != nil {
 		// Kept: its status still holds the exit for a later List.
@@ -231,6 +240,26 @@ func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Tas
 	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
 		p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
 	}
+}
+
+// oomKilled reports whether the kernel's OOM killer killed a process in
+// the task's cgroup, from the task's metrics (cgroup v1 or v2).
+func oomKilled(ctx context.Context, task ctrd.Task) bool {
+	m, err := task.Metrics(ctx)
+	if err != nil || m.Data == nil {
+		return false
+	}
+	v, err := typeurl.UnmarshalAny(m.Data)
+	if err != nil {
+		return false
+	}
+	switch s := v.(type) {
+	case *cgroup1stats.Metrics:
+		return s.GetMemoryOomControl().GetOomKill() > 0
+	case *cgroup2stats.Metrics:
+		return s.GetMemoryEvents().GetOomKill() > 0
+	}
+	return false
 }
 
 // recordedExit is the exit finishTask recorded on a container.
