@@ -295,6 +295,8 @@ spec:
 		t.Fatalf("the daemon followed the redirect to %s %d times", otherURL, n)
 	}
 	if n := strings.Count(describe, "ProbeWarning"); n != 1 {
-		t.Errorf("%d ProbeWarning rows, want one (repeats are counted):\n%s", n, describe)
+		t.Errorf("%d ProbeWarning rows, want one (a warning that repeats is reported once):\n%s", n, describe)
 	}
+	d.remove("redirect.yaml")
+	d.waitGone("redirect", 20*time.Second)
 }
