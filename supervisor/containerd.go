@@ -317,7 +317,7 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 	if err != nil {
 		return cfg, err
 	}
-	if cfg.Mounts, err = d.containerMounts(pod, c, volumes); err != nil {
+	if cfg.Mounts, err = d.containerMounts(pod, c, volumes, s.Env); err != nil {
 		return cfg, err
 	}
 	if m, err := d.terminationMount(c, a.InstanceID); err != nil {

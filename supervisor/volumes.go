@@ -161,19 +161,24 @@ func formatMap(m map[string]string) string {
 // /etc/resolv.conf and the pod's /dev/shm. A mount with a subPath, or of
 // a hostPath under security.allowedHostPaths, is resolved without links
 // and handed to the runtime as a bind of the resolved file (stageMount).
-func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume) ([]containerd.Mount, error) {
+// A subPathExpr is expanded with the container's environment env.
+func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume, env []string) ([]containerd.Mount, error) {
 	var out []containerd.Mount
 	for i, vm := range c.VolumeMounts {
 		vol, ok := volumes[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", vm.Name)
 		}
+		subPath, err := process.SubPath(vm, c, env)
+		if err != nil {
+			return nil, err
+		}
 		src := vol.path
-		if vm.SubPath != "" || vol.allowedRoot != "" {
-			staged, err := d.stageMount(pod.UID, c.Name, i, vol, vm.SubPath)
+		if subPath != "" || vol.allowedRoot != "" {
+			staged, err := d.stageMount(pod.UID, c.Name, i, vol, subPath)
 			if err != nil {
 				d.log.Warn("preparing a volume mount", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
-					"volumeMount", vm.Name, "subPath", vm.SubPath, "err", err)
+					"volumeMount", vm.Name, "subPath", subPath, "err", err)
 				// The kubelet's words for subPaths; the details (host
 				// paths) go to the device's log only.
 				var spe *subPathError

@@ -143,7 +143,10 @@ func validateMounts(c *v1.Container, p *field.Path, volumes sets.Set[string]) fi
 		seen.Insert(path.Clean(m.MountPath))
 		errs = append(errs, validateLocalDescendingPath(m.SubPath, mp.Child("subPath"))...)
 		if m.SubPathExpr != "" {
-			errs = append(errs, field.Forbidden(mp.Child("subPathExpr"), "not supported"))
+			if m.SubPath != "" {
+				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), m.SubPathExpr, "subPathExpr and subPath are mutually exclusive"))
+			}
+			errs = append(errs, validateLocalDescendingPath(m.SubPathExpr, mp.Child("subPathExpr"))...)
 		}
 	}
 	return errs

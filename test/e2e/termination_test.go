@@ -300,3 +300,48 @@ spec:
 	d.remove("redirect.yaml")
 	d.waitGone("redirect", 20*time.Second)
 }
+
+// subPathExpr, as the node e2e expansion tests use it: expanded from the
+// container's env vars (the downward API's pod name here); a value that
+// steps out of the volume leaves the container waiting with
+// CreateContainerConfigError and the kubelet's message.
+func TestContainerdSubPathExpr(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	pod := func(name, value string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  restartPolicy: Never
+  volumes: [{name: workdir1, emptyDir: {}}]
+  containers:
+  - name: app
+    image: %s
+    imagePullPolicy: Never
+    env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: SUB, value: "%s"}
+    volumeMounts:
+    - {name: workdir1, mountPath: /logscontainer, subPathExpr: "$(SUB)"}
+    - {name: workdir1, mountPath: /testcontainer}
+    command: ["sh", "-c", "test -d /testcontainer/$SUB; echo $?"]
+`, name, testImage, value)
+	}
+	d.write("expr.yaml", pod("expr", "$(POD_NAME)"))
+	d.waitPod("expr", 30*time.Second, allTerminated(1))
+	if out, _, _ := d.cli("logs", "expr"); out != "0\n" {
+		t.Fatalf("subPathExpr $(POD_NAME): test -d printed %q, want 0", out)
+	}
+	d.write("up.yaml", pod("up", ".."))
+	p := d.waitPod("up", 30*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "CreateContainerConfigError"
+	})
+	if msg := p.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "unable to provision SubPath `..`: must not contain '..'") {
+		t.Fatalf("waiting message %q", msg)
+	}
+	for _, name := range []string{"expr", "up"} {
+		d.remove(name + ".yaml")
+		d.waitGone(name, 30*time.Second)
+	}
+}

@@ -130,6 +130,15 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 // expand replaces $(NAME) with the variable's value as Kubernetes does:
 // unknown references stay as written and $$ escapes a dollar.
 func expand(s string, vars map[string]string) string {
+	return expandWith(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	})
+}
+
+// expandWith is expand with a lookup: a reference it does not know stays
+// as written.
+func expandWith(s string, lookup func(name string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -150,7 +159,7 @@ func expand(s string, vars map[string]string) string {
 				return b.String()
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
+			if v, ok := lookup(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString(s[i : i+3+end])
