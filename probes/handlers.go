@@ -203,11 +203,40 @@ func httpTransport(timeout time.Duration) *http.Transport {
 	return t.(*http.Transport)
 }
 
+// maxRedirects is how many same-host redirects an httpGet handler follows,
+// as Go's (and so the kubelet's) HTTP client.
+const maxRedirects = 10
+
+// errStoppedRedirects is the kubelet's error after too many redirects.
+var errStoppedRedirects = errors.New("stopped after 10 redirects")
+
+// sameHostRedirects is the kubelet's redirect policy for probes
+// (probe/http.RedirectChecker(false)): a redirect is followed only to the
+// host of the first request (any port); a redirect elsewhere is never
+// followed and its response is the result, so a container cannot make the
+// daemon connect to another host.
+func sameHostRedirects(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= maxRedirects {
+		return errStoppedRedirects
+	}
+	return nil
+}
+
 // HTTPGet succeeds on a status from 200 to 399.
 func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) error {
+	_, err := httpGet(ctx, t, a, timeout)
+	return err
+}
+
+// httpGet runs an httpGet handler. A redirect to another host ends it with
+// success and a warning, as the kubelet's prober.
+func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) (warning string, err error) {
 	addr, err := t.address(a.Host, a.Port)
 	if err != nil {
-		return err
+		return "", err
 	}
 	scheme := "http"
 	if a.Scheme == v1.URISchemeHTTPS {
@@ -221,7 +250,7 @@ func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 	defer cancel()
 	req, err := http.NewRequestWithContext(withNetns(ctx, t.Netns), http.MethodGet, u.String(), nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("User-Agent", "podvisor-probe")
 	req.Header.Set("Accept", "*/*")
@@ -232,16 +261,21 @@ func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 		}
 		req.Header.Add(h.Name, h.Value)
 	}
-	resp, err := (&http.Client{Transport: httpTransport(timeout), Timeout: timeout}).Do(req)
+	client := &http.Client{Transport: httpTransport(timeout), Timeout: timeout, CheckRedirect: sameHostRedirects}
+	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxOutput))
-	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode >= 400:
+		return "", fmt.Errorf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	case resp.StatusCode >= 300:
+		// Only a redirect to another host is left unfollowed.
+		return fmt.Sprintf("Probe terminated redirects, Response body: %s", body), nil
 	}
-	return nil
+	return "", nil
 }
 
 // GRPC calls grpc.health.v1.Health/Check over plaintext HTTP/2 and succeeds
@@ -337,17 +371,24 @@ func servingStatus(s uint64) string {
 
 // Probe runs one probe handler.
 func Probe(ctx context.Context, t Target, h v1.ProbeHandler, timeout time.Duration) error {
+	_, err := probe(ctx, t, h, timeout)
+	return err
+}
+
+// probe runs one probe handler; a warning comes with a success the
+// kubelet reports as a ProbeWarning event.
+func probe(ctx context.Context, t Target, h v1.ProbeHandler, timeout time.Duration) (warning string, err error) {
 	switch {
 	case h.Exec != nil:
-		return Exec(ctx, t, h.Exec.Command, timeout)
+		return "", Exec(ctx, t, h.Exec.Command, timeout)
 	case h.HTTPGet != nil:
-		return HTTPGet(ctx, t, h.HTTPGet, timeout)
+		return httpGet(ctx, t, h.HTTPGet, timeout)
 	case h.TCPSocket != nil:
-		return TCP(ctx, t, h.TCPSocket, timeout)
+		return "", TCP(ctx, t, h.TCPSocket, timeout)
 	case h.GRPC != nil:
-		return GRPC(ctx, t, h.GRPC, timeout)
+		return "", GRPC(ctx, t, h.GRPC, timeout)
 	}
-	return errors.New("probe has no handler")
+	return "", errors.New("probe has no handler")
 }
 
 // Hook runs a lifecycle hook handler within timeout.

@@ -11,12 +11,19 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
-// Result is a probe verdict that changed, past its threshold.
+// Result is a probe verdict that changed, past its threshold, or a
+// warning about a probe run (WarningOnly: the verdict did not change).
 type Result struct {
 	InstanceID string
 	Kind       lifecycle.ProbeKind
 	OK         bool
 	Message    string
+	// Warning is the kubelet's ProbeWarning event text ("Liveness probe
+	// warning: Probe terminated redirects, ..."), sent when a run warns
+	// after one that did not: a probe that keeps warning is not an event
+	// every period.
+	Warning     string
+	WarningOnly bool
 }
 
 // counter applies success and failure thresholds to raw results, as the
@@ -135,26 +142,35 @@ func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe, initial bool) {
 	defer timer.Stop()
 	c := newCounter(p, initial)
 	timeout := time.Duration(p.TimeoutSeconds) * unit
+	lastWarning := ""
 	for {
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-timer.C:
 		}
-		err := Probe(w.ctx, w.target, p.ProbeHandler, timeout)
+		raw, err := probe(w.ctx, w.target, p.ProbeHandler, timeout)
 		if w.ctx.Err() != nil {
 			return
 		}
-		if c.observe(err == nil) {
+		warning := ""
+		if raw != "" && raw != lastWarning {
+			warning = string(kind) + " probe warning: " + raw
+		}
+		lastWarning = raw
+		changed := c.observe(err == nil)
+		if changed || warning != "" {
 			msg := ""
 			if err != nil {
 				msg = err.Error()
 			}
 			select {
-			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg}:
+			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg, Warning: warning, WarningOnly: !changed}:
 			case <-w.ctx.Done():
 				return
 			}
+		}
+		if changed {
 			switch {
 			case kind == lifecycle.Startup && err == nil:
 				w.startMain()

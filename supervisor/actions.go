@@ -131,6 +131,7 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 		return
 	}
 	s.InstanceID, s.Attempt = a.InstanceID, a.Attempt
+	s.TerminationLog = in.Spec(a.Container).TerminationMessagePath != ""
 	s.LogPath = d.logPath(pod, a.Container, a.Attempt)
 	s.LogMaxBytes, s.LogMaxFiles = d.cfg.LogMaxBytes, d.cfg.LogMaxFiles
 	d.gcContainer(pod, a.Container, a.Attempt)
@@ -158,6 +159,9 @@ func (d *Daemon) startDone(r startResult) {
 			return
 		default:
 			d.onCtrd[r.instanceID] = r.stopSignal
+			if r.imageRef != "" {
+				d.imageRefs[r.instanceID] = r.imageRef
+			}
 		}
 	} else if r.failure != nil {
 		// Refused before any runtime was asked (configuration).
@@ -176,11 +180,12 @@ func (d *Daemon) startDone(r startResult) {
 }
 
 func (d *Daemon) exited(x process.Exit) {
-	uid, name, _, ok := parseInstanceID(x.InstanceID)
+	uid, name, attempt, ok := parseInstanceID(x.InstanceID)
 	if !ok {
 		return
 	}
 	st := x.Status
+	d.withTerminationMessage(d.machine.Instance(uid), name, x.InstanceID, attempt, &st)
 	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name, x.InstanceID) {
 		st.Reason = "OOMKilled"
 	}
@@ -200,6 +205,12 @@ func (d *Daemon) exited(x process.Exit) {
 func (d *Daemon) probed(r probes.Result) {
 	uid, name, _, ok := parseInstanceID(r.InstanceID)
 	if !ok {
+		return
+	}
+	if r.Warning != "" {
+		d.record(d.machine.Instance(uid), "Warning", "ProbeWarning", r.Warning)
+	}
+	if r.WarningOnly {
 		return
 	}
 	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))

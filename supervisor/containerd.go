@@ -149,6 +149,9 @@ func (d *Daemon) recoverContainerd() {
 			continue
 		}
 		uid, name := types.UID(f.Labels[containerd.LabelPodUID]), f.Labels[containerd.LabelContainer]
+		if ref := f.Labels[containerd.LabelImageRef]; ref != "" {
+			d.imageRefs[id] = ref
+		}
 		attempt, _ := strconv.Atoi(f.Labels[containerd.LabelAttempt])
 		in := d.machine.Instance(uid)
 		var c *lifecycle.Container
@@ -220,7 +223,9 @@ func (d *Daemon) flushCtrdRemovals() {
 		for _, id := range batch {
 			if err := d.ctrd.Remove(containerd.ContainerID(id)); err != nil {
 				d.log.Warn("removing a finished containerd container", "instance", id, "err", err)
+				continue
 			}
+			d.removeTerminationFile(id)
 		}
 	}()
 }
@@ -261,6 +266,7 @@ func (d *Daemon) startContainerd(in *lifecycle.Instance, a lifecycle.Action, res
 		}
 		reply, err := d.ctrd.Run(a.InstanceID, cfg)
 		res.at, res.err, res.failure, res.stopSignal = reply.StartedAt, err, reply.Failure, reply.StopSignal
+		res.imageRef = reply.ImageRef
 		d.started <- res
 	}()
 }
@@ -288,9 +294,9 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 	if cfg.Security.SeccompProfile, err = d.seccompProfilePath(cfg.Security.SeccompProfile); err != nil {
 		return cfg, err
 	}
-	cfg.Hostname = pod.Name
-	if pod.Spec.Hostname != "" {
-		cfg.Hostname = pod.Spec.Hostname
+	cfg.Hostname = process.PodHostname(pod)
+	if pod.Spec.HostNetwork {
+		cfg.Env = hostNetworkHostname(cfg.Env, c)
 	}
 	if sb, err := d.sandbox(pod); err != nil {
 		return cfg, err
@@ -311,8 +317,13 @@ func (d *Daemon) containerConfig(pod *v1.Pod, c *v1.Container, a lifecycle.Actio
 	if err != nil {
 		return cfg, err
 	}
-	if cfg.Mounts, err = d.containerMounts(pod, c, volumes); err != nil {
+	if cfg.Mounts, err = d.containerMounts(pod, c, volumes, s.Env); err != nil {
 		return cfg, err
+	}
+	if m, err := d.terminationMount(c, a.InstanceID); err != nil {
+		return cfg, err
+	} else if m != nil {
+		cfg.Mounts = append(cfg.Mounts, *m)
 	}
 	score := resources.OOMScoreAdj(pod, c, d.memory)
 	cfg.OOMScoreAdj = &score
@@ -348,11 +359,7 @@ func (d *Daemon) sandbox(pod *v1.Pod) (*sandbox.Sandbox, error) {
 	if len(kinds) == 0 && !sharesPID(pod) {
 		return nil, nil
 	}
-	hostname := pod.Name
-	if pod.Spec.Hostname != "" {
-		hostname = pod.Spec.Hostname
-	}
-	sb, err := sandbox.Create(d.cfg.Containerd.SandboxDir, string(pod.UID), hostname, kinds...)
+	sb, err := sandbox.Create(d.cfg.Containerd.SandboxDir, string(pod.UID), process.PodHostname(pod), kinds...)
 	if err != nil {
 		return nil, err
 	}
@@ -367,6 +374,15 @@ func sharesPID(pod *v1.Pod) bool {
 // removeSandbox removes a forgotten pod's namespaces and files.
 func (d *Daemon) removeSandbox(uid types.UID) {
 	d.teardownNetwork(uid)
+	for id := range d.imageRefs {
+		if strings.HasPrefix(id, string(uid)+"_") {
+			delete(d.imageRefs, id)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "termination", string(uid)+"_*"))
+	for _, f := range files {
+		d.removeTerminationFile(filepath.Base(f))
+	}
 	if d.cfg.Containerd.SandboxDir != "" {
 		sb := sandbox.Sandbox{Dir: filepath.Join(d.cfg.Containerd.SandboxDir, string(uid))}
 		if _, err := os.Stat(sb.Dir); err == nil {
@@ -393,6 +409,27 @@ func imageEnv(env []string, c *v1.Container) []string {
 		}
 	}
 	return out
+}
+
+// hostNetworkHostname sets HOSTNAME to the node's hostname, which a
+// hostNetwork container shares: the kubelet gives the CRI no pod hostname
+// then, and the CRI uses the node's. A HOSTNAME the pod sets stays.
+func hostNetworkHostname(env []string, c *v1.Container) []string {
+	for _, e := range c.Env {
+		if e.Name == "HOSTNAME" {
+			return env
+		}
+	}
+	node, err := os.Hostname()
+	if err != nil {
+		return env
+	}
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "HOSTNAME=") {
+			env[i] = "HOSTNAME=" + node
+		}
+	}
+	return env
 }
 
 // nilIfEmpty keeps an image's entrypoint or cmd where the pod sets none:
@@ -490,6 +527,22 @@ func (d *Daemon) ctrdTarget(in *lifecycle.Instance, instanceID string, t *probes
 			err = fmt.Errorf("timed out after %v", timeout)
 		}
 		return r.ExitCode, r.Output, err
+	}
+}
+
+// withImageIDs sets the imageID of containerd containers' statuses, as
+// the kubelet takes it from the CRI (ContainerStatus.ImageRef): that of
+// the container the status describes, the current one or else the last.
+func (d *Daemon) withImageIDs(statuses []v1.ContainerStatus) {
+	for i := range statuses {
+		cs := &statuses[i]
+		id := cs.ContainerID
+		if id == "" && cs.LastTerminationState.Terminated != nil {
+			id = cs.LastTerminationState.Terminated.ContainerID
+		}
+		if ref := d.imageRefs[strings.TrimPrefix(id, lifecycle.ContainerIDPrefix)]; ref != "" {
+			cs.ImageID = ref
+		}
 	}
 }
 

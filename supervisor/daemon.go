@@ -118,6 +118,7 @@ type Daemon struct {
 	// ctrdRemovals the finished ones to remove once their end is saved.
 	ctrd         *containerd.Client
 	onCtrd       map[string]string
+	imageRefs    map[string]string // containerd instance → imageID, for statuses
 	ctrdRemovals []string
 	ctrdRetry    chan struct{} // recoverContainerd again
 	// podNets are pods' network attachments being made; podIPs the
@@ -140,6 +141,7 @@ type startResult struct {
 	// started; stopSignal: its image's STOPSIGNAL.
 	failure    *containerd.Failure
 	stopSignal string
+	imageRef   string      // the CRI's imageID of a started containerd container
 	network    *podNetwork // the pod's network, if this start made or waited for it
 }
 
@@ -160,6 +162,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		pressure:   map[v1.NodeConditionType]bool{},
 		oomBase:    map[string]uint64{},
 		onCtrd:     map[string]string{},
+		imageRefs:  map[string]string{},
 		ctrdRetry:  make(chan struct{}, 1),
 		podNets:    map[types.UID]*podNetwork{},
 		podIPs:     map[types.UID][]string{},
@@ -187,6 +190,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.setupCgroups(); err != nil {
 		return err
 	}
+	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {

@@ -77,7 +77,7 @@ func (d *Daemon) ensure(nw *podNetwork) {
 		// writes /etc/hosts (the file is bound into every container).
 		hosts := filepath.Join(filepath.Dir(file), "hosts")
 		if data, err := os.ReadFile(hosts); err == nil {
-			os.WriteFile(hosts, []byte(strings.Replace(string(data), "127.0.1.1\t", nw.ips[0]+"\t", 1)), 0o644)
+			os.WriteFile(hosts, []byte(strings.Replace(string(data), podIPPlaceholder+"\t", nw.ips[0]+"\t", 1)), 0o644)
 		}
 		data, _ := json.Marshal(networkRecord{IPs: nw.ips, NetNS: nw.args.NetNS, Ports: nw.args.Ports})
 		os.MkdirAll(filepath.Dir(file), 0o755)

@@ -89,6 +89,8 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 		}
 	}
 	if !isProcessPod(p) {
+		d.withImageIDs(p.Status.InitContainerStatuses)
+		d.withImageIDs(p.Status.ContainerStatuses)
 		containerdIDs(p.Status.InitContainerStatuses)
 		containerdIDs(p.Status.ContainerStatuses)
 	}

@@ -111,14 +111,21 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 	}
 	defer root.Close()
 	for _, it := range items {
-		if it.FieldRef == nil {
-			return fmt.Errorf("item %s: only fieldRef items are supported", it.Path)
-		}
 		var val string
-		switch it.FieldRef.FieldPath {
-		case "metadata.labels":
+		if it.ResourceFieldRef != nil {
+			// A volume's item names its container (validation requires it).
+			var err error
+			if val, err = process.ResourceValue(it.ResourceFieldRef, pod, &v1.Container{}, d.node.Allocatable); err != nil {
+				return fmt.Errorf("item %s: %w", it.Path, err)
+			}
+		} else if it.FieldRef == nil {
+			return fmt.Errorf("item %s: a fieldRef or resourceFieldRef is required", it.Path)
+		}
+		switch {
+		case it.FieldRef == nil:
+		case it.FieldRef.FieldPath == "metadata.labels":
 			val = formatMap(pod.Labels)
-		case "metadata.annotations":
+		case it.FieldRef.FieldPath == "metadata.annotations":
 			val = formatMap(pod.Annotations)
 		default:
 			var err error
@@ -154,19 +161,24 @@ func formatMap(m map[string]string) string {
 // /etc/resolv.conf and the pod's /dev/shm. A mount with a subPath, or of
 // a hostPath under security.allowedHostPaths, is resolved without links
 // and handed to the runtime as a bind of the resolved file (stageMount).
-func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume) ([]containerd.Mount, error) {
+// A subPathExpr is expanded with the container's environment env.
+func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume, env []string) ([]containerd.Mount, error) {
 	var out []containerd.Mount
 	for i, vm := range c.VolumeMounts {
 		vol, ok := volumes[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", vm.Name)
 		}
+		subPath, err := process.SubPath(vm, c, env)
+		if err != nil {
+			return nil, err
+		}
 		src := vol.path
-		if vm.SubPath != "" || vol.allowedRoot != "" {
-			staged, err := d.stageMount(pod.UID, c.Name, i, vol, vm.SubPath)
+		if subPath != "" || vol.allowedRoot != "" {
+			staged, err := d.stageMount(pod.UID, c.Name, i, vol, subPath)
 			if err != nil {
 				d.log.Warn("preparing a volume mount", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name,
-					"volumeMount", vm.Name, "subPath", vm.SubPath, "err", err)
+					"volumeMount", vm.Name, "subPath", subPath, "err", err)
 				// The kubelet's words for subPaths; the details (host
 				// paths) go to the device's log only.
 				var spe *subPathError
@@ -190,7 +202,13 @@ func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[strin
 	if err != nil {
 		return nil, err
 	}
-	return append(out, files...), nil
+	for _, f := range files {
+		if f.Destination == etcHosts && mountsOwnHosts(c) {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // podFiles writes (once) and mounts the pod's hosts, hostname and shm.
@@ -199,28 +217,20 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	hostname := pod.Name
-	if pod.Spec.Hostname != "" {
-		hostname = pod.Spec.Hostname
-	}
+	hostname := process.PodHostname(pod)
 	if pod.Spec.HostNetwork {
 		hostname, _ = os.Hostname()
 	}
-	// hostNetwork pods see the host's /etc/hosts, where it has one.
-	hosts := "/etc/hosts"
-	if _, err := os.Stat(hosts); err != nil || !pod.Spec.HostNetwork {
-		hosts = filepath.Join(dir, "hosts")
-		content := "# Kubernetes-managed hosts file (podvisor).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-		if err := os.WriteFile(hosts, []byte(content), 0o644); err != nil {
-			return nil, err
-		}
+	hosts := filepath.Join(dir, "hosts")
+	if err := writePodHosts(hosts, pod, hostname); err != nil {
+		return nil, err
 	}
 	hostnameFile := filepath.Join(dir, "hostname")
 	if err := os.WriteFile(hostnameFile, []byte(hostname+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	mounts := []containerd.Mount{
-		{Source: hosts, Destination: "/etc/hosts", Type: "bind", Options: []string{"rw"}},
+		{Source: hosts, Destination: etcHosts, Type: "bind", Options: []string{"rw"}},
 		{Source: hostnameFile, Destination: "/etc/hostname", Type: "bind", Options: []string{"rw"}},
 	}
 	if _, err := os.Stat("/etc/resolv.conf"); err == nil {

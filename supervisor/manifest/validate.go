@@ -17,7 +17,7 @@ import (
 var supportedFieldPaths = sets.New(
 	"metadata.name", "metadata.namespace", "metadata.uid",
 	"spec.nodeName", "spec.serviceAccountName",
-	"status.hostIP", "status.podIP",
+	"status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs",
 )
 
 // Validate checks a defaulted pod the way the API server would for the
@@ -70,6 +70,7 @@ func validateSpec(s *v1.PodSpec, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("runtimeClassName"), *rc, msg))
 		}
 	}
+	errs = append(errs, validateHostNames(s, path)...)
 	if sc := s.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
 		errs = append(errs, validateSeccompProfile(sc.SeccompProfile, path.Child("securityContext", "seccompProfile"))...)
@@ -137,6 +138,7 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 		}
 	}
 	names.Insert(c.Name)
+	errs = append(errs, validateTerminationMessage(c, path)...)
 	if strings.TrimSpace(c.Image) == "" {
 		errs = append(errs, field.Required(path.Child("image"), `write "host" for runtimeClassName: process`))
 	}
@@ -214,7 +216,7 @@ func validateEnv(e v1.EnvVar, path *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(vf.Child("fieldRef", "apiVersion"), f.FieldRef.APIVersion, []string{"v1"}))
 		}
 	case f.ResourceFieldRef != nil:
-		errs = append(errs, field.Forbidden(vf.Child("resourceFieldRef"), "not supported by this podvisor version"))
+		errs = append(errs, validateResourceFieldRef(f.ResourceFieldRef, vf.Child("resourceFieldRef"), false)...)
 	case f.SecretKeyRef != nil, f.ConfigMapKeyRef != nil, f.FileKeyRef != nil:
 		errs = append(errs, field.Forbidden(vf, "only fieldRef is available on a device without an API server"))
 	default:

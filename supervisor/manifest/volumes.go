@@ -87,8 +87,10 @@ func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) fiel
 		}
 		errs = append(errs, validateLocalDescendingPath(it.Path, ip.Child("path"))...)
 		switch {
+		case it.ResourceFieldRef != nil && it.FieldRef != nil:
+			errs = append(errs, field.Invalid(ip, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
 		case it.ResourceFieldRef != nil:
-			errs = append(errs, field.Forbidden(ip.Child("resourceFieldRef"), "not supported; use fieldRef"))
+			errs = append(errs, validateResourceFieldRef(it.ResourceFieldRef, ip.Child("resourceFieldRef"), true)...)
 		case it.FieldRef == nil:
 			errs = append(errs, field.Required(ip.Child("fieldRef"), ""))
 		default:
@@ -141,7 +143,10 @@ func validateMounts(c *v1.Container, p *field.Path, volumes sets.Set[string]) fi
 		seen.Insert(path.Clean(m.MountPath))
 		errs = append(errs, validateLocalDescendingPath(m.SubPath, mp.Child("subPath"))...)
 		if m.SubPathExpr != "" {
-			errs = append(errs, field.Forbidden(mp.Child("subPathExpr"), "not supported"))
+			if m.SubPath != "" {
+				errs = append(errs, field.Invalid(mp.Child("subPathExpr"), m.SubPathExpr, "subPathExpr and subPath are mutually exclusive"))
+			}
+			errs = append(errs, validateLocalDescendingPath(m.SubPathExpr, mp.Child("subPathExpr"))...)
 		}
 	}
 	return errs

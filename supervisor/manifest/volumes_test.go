@@ -67,7 +67,10 @@ func TestVolumeErrorsNameTheField(t *testing.T) {
 			[]string{"spec.containers[0].securityContext.seccompProfile.type", "Strict"}},
 		{"duplicate volume", "  - name: host\n", "  - name: data\n", []string{"spec.volumes[1].name", "Duplicate"}},
 		{"shared and host PID namespace", "  containers:", "  shareProcessNamespace: true\n  hostPID: true\n  containers:", []string{"spec.shareProcessNamespace", "HostPID"}},
-		{"resource field", "fieldRef: {fieldPath: metadata.labels}", "resourceFieldRef: {resource: limits.cpu}", []string{"resourceFieldRef"}},
+		{"resource field without a container", "fieldRef: {fieldPath: metadata.labels}", "resourceFieldRef: {resource: limits.cpu}",
+			[]string{"spec.volumes[2].projected.sources[0].downwardAPI.items[0].resourceFieldRef.containerName", "Required"}},
+		{"resource field and field ref", "fieldRef: {fieldPath: metadata.labels}", "fieldRef: {fieldPath: metadata.labels}, resourceFieldRef: {containerName: app, resource: limits.cpu}",
+			[]string{"spec.volumes[2].projected.sources[0].downwardAPI.items[0]", "can not be specified simultaneously"}},
 	})
 }
 

@@ -34,6 +34,9 @@ const (
 	LabelAttempt      = "io.podvisor.attempt"
 	// LabelStopSignal is the image's STOPSIGNAL, set by the plugin.
 	LabelStopSignal = "io.podvisor.stop-signal"
+	// LabelImageRef is the container's imageID as the CRI reports it,
+	// set by the plugin.
+	LabelImageRef = "io.podvisor.image-ref"
 )
 
 // Waiting reasons of a container that could not be started, as the
@@ -135,8 +138,12 @@ type RunReply struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	Pid       int       `json:"pid,omitempty"`
 	// StopSignal is the image's STOPSIGNAL, if it sets one.
-	StopSignal string   `json:"stopSignal,omitempty"`
-	Failure    *Failure `json:"failure,omitempty"`
+	StopSignal string `json:"stopSignal,omitempty"`
+	// ImageRef is the container's imageID as the CRI reports it: the
+	// image's repo digest (docker.io/library/busybox@sha256:…), else its
+	// config digest (sha256:…).
+	ImageRef string   `json:"imageRef,omitempty"`
+	Failure  *Failure `json:"failure,omitempty"`
 }
 
 // Failure is why a container did not start.

@@ -84,6 +84,12 @@ func (r *Runtime) Exits() <-chan Exit { return r.exits }
 
 func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.dir, id) }
 
+// TerminationFile is where an instance started with Spec.TerminationLog
+// has its termination message.
+func (r *Runtime) TerminationFile(id string) string {
+	return filepath.Join(r.instanceDir(id), shim.TerminationFile)
+}
+
 // Start runs a container instance and returns when its process runs. An
 // error means it never ran (a StartError for the caller to record).
 func (r *Runtime) Start(spec shim.Spec) (time.Time, error) { return r.StartPlaced(spec, nil) }

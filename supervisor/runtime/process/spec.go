@@ -13,19 +13,27 @@ import (
 type PodEnv struct {
 	NodeName string
 	HostIP   string
+	// Allocatable is the node's, for resourceFieldRef limits a container
+	// does not set.
+	Allocatable v1.ResourceList
 }
 
 // BuildSpec turns a container of a pod into a shim Spec: the environment
 // with fieldRef values filled in, $(VAR) references expanded in env values,
 // command and args as Kubernetes does, and the user and group to run as.
 func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
-	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": pod.Name}
+	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
 		v := expand(e.Value, vars)
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
 			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
+				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		} else if f != nil && f.ResourceFieldRef != nil {
+			var err error
+			if v, err = ResourceValue(f.ResourceFieldRef, pod, c, node.Allocatable); err != nil {
 				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
@@ -72,6 +80,25 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	return s, nil
 }
 
+// hostnameMaxLen is the longest hostname: 64 bytes with the terminating
+// NUL.
+const hostnameMaxLen = 63
+
+// PodHostname is a pod's hostname as the kubelet makes it
+// (GeneratePodHostNameAndDomain, truncatePodHostnameIfNeeded):
+// spec.hostname, else the pod's name, cut to 63 characters without a
+// trailing '-' or '.'.
+func PodHostname(pod *v1.Pod) string {
+	hostname := pod.Name
+	if pod.Spec.Hostname != "" {
+		hostname = pod.Spec.Hostname
+	}
+	if len(hostname) <= hostnameMaxLen {
+		return hostname
+	}
+	return strings.TrimRight(hostname[:hostnameMaxLen], "-.")
+}
+
 // FieldValue is the value of a downward-API field of a pod.
 func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 	switch path {
@@ -85,8 +112,12 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 		return node.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP":
-		return node.HostIP, nil // process pods share the host network
+	case "status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs":
+		// Process pods share the host network, whose one address is the
+		// node's; the plural fields are comma-separated lists, as the
+		// kubelet gives them (containerd pods get their own pod IPs, see
+		// the supervisor's withPodIP).
+		return node.HostIP, nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels['": pod.Labels, "metadata.annotations['": pod.Annotations} {
 		if strings.HasPrefix(path, prefix) && strings.HasSuffix(path, "']") {
@@ -99,6 +130,15 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 // expand replaces $(NAME) with the variable's value as Kubernetes does:
 // unknown references stay as written and $$ escapes a dollar.
 func expand(s string, vars map[string]string) string {
+	return expandWith(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	})
+}
+
+// expandWith is expand with a lookup: a reference it does not know stays
+// as written.
+func expandWith(s string, lookup func(name string) (string, bool)) string {
 	if !strings.Contains(s, "$") {
 		return s
 	}
@@ -119,7 +159,7 @@ func expand(s string, vars map[string]string) string {
 				return b.String()
 			}
 			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
+			if v, ok := lookup(name); ok {
 				b.WriteString(v)
 			} else {
 				b.WriteString(s[i : i+3+end])

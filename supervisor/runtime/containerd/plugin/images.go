@@ -340,3 +340,19 @@ func (p *Plugin) PruneImages(args containerd.PruneArgs, reply *containerd.PruneR
 	}
 	return nil
 }
+
+// imageRef is a container's imageID as containerd's CRI reports it
+// (ContainerStatus.ImageRef): the image's repo digest, its repository
+// and the digest it was pulled or imported by
+// (docker.io/library/busybox@sha256:…), else the digest of its config
+// (sha256:…).
+func imageRef(ctx context.Context, img ctrd.Image) string {
+	if named, err := reference.ParseNormalizedNamed(img.Name()); err == nil && img.Target().Digest != "" &&
+		!strings.HasPrefix(img.Name(), "sha256:") {
+		return named.Name() + "@" + img.Target().Digest.String()
+	}
+	if cfg, err := img.Config(ctx); err == nil {
+		return cfg.Digest.String()
+	}
+	return ""
+}

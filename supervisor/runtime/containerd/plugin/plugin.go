@@ -6,6 +6,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,11 +14,14 @@ import (
 	"syscall"
 	"time"
 
+	cgroup1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd/api/types/runc/options"
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
@@ -56,6 +60,11 @@ type Plugin struct {
 // labelStarted records when a container's task started: containerd's task
 // status does not say, and a restarted daemon reports it.
 const labelStarted = "io.podvisor.started"
+
+// labelExit records how a container's task ended (a JSON ExitStatus):
+// the task is deleted at its exit, and the label keeps its status for a
+// daemon that did not save it yet.
+const labelExit = "io.podvisor.exit"
 
 // New connects to containerd. The connection re-establishes itself when
 // containerd restarts; requests in between fail and are retried by the
@@ -141,7 +150,8 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		return nil
 	}
 	reply.StartedAt, reply.Pid, reply.StopSignal = time.Now(), int(task.Pid()), stopSignal
-	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano)}
+	reply.ImageRef = imageRef(ctx, img)
+	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano), containerd.LabelImageRef: reply.ImageRef}
 	if stopSignal != "" {
 		labels[containerd.LabelStopSignal] = stopSignal
 	}
@@ -186,6 +196,11 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 		return shim.ExitStatus{}, err
 	}
 	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		if st, ok := recordedExit(ctx, c); ok {
+			return st, nil // finished and deleted by an earlier wait
+		}
+	}
 	if err != nil {
 		return shim.ExitStatus{}, err
 	}
@@ -197,7 +212,67 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 	if err := es.Error(); err != nil {
 		return shim.ExitStatus{}, err
 	}
-	return exitStatus(es.ExitCode(), es.ExitTime()), nil
+	st := exitStatus(es.ExitCode(), es.ExitTime())
+	p.finishTask(ctx, c, task, &st)
+	return st, nil
+}
+
+// finishTask records a task's exit on its container and deletes the task
+// before the exit is reported. Deleting it is what has containerd's shim
+// close the container's output streams and wait for the log driver to
+// write what is left (the CRI, too, waits for the container's IO before
+// it reports an exit): without it, the last line of a container that
+// exits right after printing it may be missing from its log when the
+// daemon reads the log (FallbackToLogsOnError) or a user does.
+//
+// The task's cgroup goes with it, so whether the OOM killer ended it is
+// read first.
+func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *shim.ExitStatus) {
+	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
+		st.Reason = "OOMKilled"
+	}
+	data, _ := json.Marshal(st)
+	if _, err := c.SetLabels(ctx, map[string]string{labelExit: string(data)}); err != nil {
+		// Kept: its status still holds the exit for a later List.
+		p.log.Warn("recording a container's exit; its task is kept", "id", c.ID(), "err", err)
+		return
+	}
+	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
+	}
+}
+
+// oomKilled reports whether the kernel's OOM killer killed a process in
+// the task's cgroup, from the task's metrics (cgroup v1 or v2).
+func oomKilled(ctx context.Context, task ctrd.Task) bool {
+	m, err := task.Metrics(ctx)
+	if err != nil || m.Data == nil {
+		return false
+	}
+	v, err := typeurl.UnmarshalAny(m.Data)
+	if err != nil {
+		return false
+	}
+	switch s := v.(type) {
+	case *cgroup1stats.Metrics:
+		return s.GetMemoryOomControl().GetOomKill() > 0
+	case *cgroup2stats.Metrics:
+		return s.GetMemoryEvents().GetOomKill() > 0
+	}
+	return false
+}
+
+// recordedExit is the exit finishTask recorded on a container.
+func recordedExit(ctx context.Context, c ctrd.Container) (shim.ExitStatus, bool) {
+	labels, err := c.Labels(ctx)
+	if err != nil || labels[labelExit] == "" {
+		return shim.ExitStatus{}, false
+	}
+	var st shim.ExitStatus
+	if json.Unmarshal([]byte(labels[labelExit]), &st) != nil {
+		return shim.ExitStatus{}, false
+	}
+	return st, true
 }
 
 // exitStatus turns containerd's exit code (128+n for a signal, as runc
@@ -276,6 +351,11 @@ func (p *Plugin) List(_ containerd.Empty, reply *containerd.ListReply) error {
 		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])
 		task, err := c.Task(ctx, nil)
 		switch {
+		case errdefs.IsNotFound(err) && labels[labelExit] != "":
+			if st, ok := recordedExit(ctx, c); ok {
+				st.StartedAt = f.StartedAt
+				f.Exit = &st
+			}
 		case errdefs.IsNotFound(err):
 			// Created but never started, or containerd lost the task.
 		case err != nil:

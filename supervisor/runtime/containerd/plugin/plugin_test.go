@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -240,5 +241,46 @@ func TestRegistryCredentials(t *testing.T) {
 	os.WriteFile(file, []byte(`{"auths": `), 0o600)
 	if _, _, err := authFor(file, "x"); err == nil || !strings.Contains(err.Error(), file) {
 		t.Errorf("a broken file: %v, want an error naming it", err)
+	}
+}
+
+// The exit is reported once the log holds everything the container wrote,
+// its last line without a newline included (as a partial record), and it
+// stays known after the task is gone. The run reply carries the CRI's
+// ImageRef.
+func TestExitReportedAfterTheLogIsComplete(t *testing.T) {
+	p, _ := newPlugin(t)
+	const image = "podvisor.test/busybox:1"
+	importTestImage(t, p, image)
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	cfg := containerd.ContainerConfig{
+		ID: "c2", Labels: map[string]string{containerd.LabelInstance: "c2"}, Image: image, PullPolicy: "Never",
+		Command: []string{"sh", "-c"}, Args: []string{"echo first; echo -n last; exit 4"},
+		LogPath: logPath, LogMaxBytes: 1 << 20, LogMaxFiles: 2,
+	}
+	var run containerd.RunReply
+	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+		t.Fatalf("run: %v %+v", err, run.Failure)
+	}
+	if !regexp.MustCompile(`^podvisor\.test/busybox@sha256:[0-9a-f]{64}$`).MatchString(run.ImageRef) {
+		t.Fatalf("imageRef %q, want the repo digest", run.ImageRef)
+	}
+	for i := 0; i < 2; i++ { // the second wait finds the recorded exit
+		var st shim.ExitStatus
+		if err := p.Wait(containerd.IDArgs{ID: "c2"}, &st); err != nil || st.ExitCode != 4 {
+			t.Fatalf("wait %d: %+v %v, want exit code 4", i, st, err)
+		}
+		b, _ := os.ReadFile(logPath) // no waiting: it is complete
+		if !strings.Contains(string(b), " stdout F first\n") || !strings.HasSuffix(string(b), " stdout P last\n") {
+			t.Fatalf("log at the exit:\n%s", b)
+		}
+	}
+	var list containerd.ListReply
+	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 1 || list.Containers[0].Exit == nil ||
+		list.Containers[0].Exit.ExitCode != 4 || list.Containers[0].Labels[containerd.LabelImageRef] != run.ImageRef {
+		t.Fatalf("list after the exit: %+v %v", list, err)
+	}
+	if err := p.Remove(containerd.IDArgs{ID: "c2"}, &containerd.Empty{}); err != nil {
+		t.Fatal(err)
 	}
 }

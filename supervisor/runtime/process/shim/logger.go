@@ -3,9 +3,16 @@ package shim
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
+	"syscall"
+	"time"
 )
+
+// loggerDrainTimeout bounds how long the log driver keeps draining after
+// containerd's shim asked it to stop (SIGTERM); the shim kills it at 12 s.
+const loggerDrainTimeout = 10 * time.Second
 
 // LoggerArgs are the arguments of the log driver mode: containerd's shim
 // runs "podvisor-shim log-path P log-max-bytes N log-max-files N" for a
@@ -33,7 +40,15 @@ func IsLogger(args []string) bool {
 // closed; it writes both streams to one CRI-format log with size rotation
 // and exits when the container has closed them. It outlives podvisor, as
 // the container does, so no output is lost while the daemon restarts.
+//
+// containerd's shim keeps the write ends of the streams open until the
+// task is deleted, then closes them and sends SIGTERM at once: the driver
+// must not die of that signal before it has read to EOF, or the output
+// still in the pipes, and a last line without a newline (written only at
+// EOF, as a partial record), is lost.
 func RunLogger(args []string) int {
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM, syscall.SIGINT)
 	var path string
 	var maxBytes int64
 	maxFiles := 1
@@ -68,6 +83,16 @@ func RunLogger(args []string) int {
 	wg.Add(2)
 	go func() { defer wg.Done(); logs.copyStream("stdout", stdout) }()
 	go func() { defer wg.Done(); logs.copyStream("stderr", stderr) }()
-	wg.Wait()
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-terms:
+		select {
+		case <-drained:
+		case <-time.After(loggerDrainTimeout):
+			fmt.Fprintln(os.Stderr, "podvisor-shim log driver: streams still open 10s after SIGTERM; stopping")
+		}
+	}
 	return 0
 }

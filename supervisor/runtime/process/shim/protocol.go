@@ -24,12 +24,24 @@ const (
 	StateFile = "shim.json" // State, written once the leader runs
 	ExitFile  = "exit.json" // ExitStatus, written by the shim as it ends
 	LogFile   = "shim.log"  // the shim's own diagnostics
+	// TerminationFile is the container's termination message, written by
+	// the container through TerminationFD (Spec.TerminationLog).
+	TerminationFile = "termination-log"
 )
 
 // File descriptors the daemon hands to a shim.
 const (
 	ReportFD = 3 // the shim writes one JSON StartReport line, then closes it
 	LockFD   = 4 // the instance lock, held until the shim exits
+)
+
+// TerminationFD is the descriptor a container with Spec.TerminationLog
+// gets its termination message file on; TerminationEnv names it in the
+// container's environment as a path that works for any user.
+const (
+	TerminationFD   = 3
+	TerminationEnv  = "TERMINATION_MESSAGE_PATH"
+	TerminationPath = "/proc/self/fd/3"
 )
 
 // KillSignal asks a shim to SIGKILL its container's whole process tree. It
@@ -66,6 +78,10 @@ type Spec struct {
 	Cgroup Cgroup `json:"cgroup,omitzero"`
 	// OOMScoreAdj is the container's oom_score_adj, inherited at fork.
 	OOMScoreAdj *int `json:"oomScoreAdj,omitempty"`
+	// TerminationLog gives the container a termination message file
+	// (TerminationFile, owned by its user) open on TerminationFD, and
+	// TerminationEnv=TerminationPath unless its environment sets it.
+	TerminationLog bool `json:"terminationLog,omitempty"`
 }
 
 // Cgroup tells a shim where its container belongs.

@@ -207,10 +207,22 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		return 0, err
 	}
 	defer devnull.Close()
+	env, files := s.spec.Env, []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd()}
+	if s.spec.TerminationLog {
+		f, err := s.terminationFile()
+		if err != nil {
+			return 0, fmt.Errorf("termination message file: %w", err)
+		}
+		defer f.Close()
+		files = append(files, f.Fd())
+		if !hasEnv(env, TerminationEnv) {
+			env = append(env[:len(env):len(env)], TerminationEnv+"="+TerminationPath)
+		}
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   s.spec.Dir,
-		Env:   s.spec.Env,
-		Files: []uintptr{devnull.Fd(), stdout.Fd(), stderr.Fd()},
+		Env:   env,
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
@@ -232,6 +244,41 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		return 0, fmt.Errorf("exec %s: %w", path, err)
 	}
 	return pid, nil
+}
+
+// terminationFile creates the container's termination message file,
+// writable by its user alone. The instance directory stays the root's:
+// the container reaches the file only through its descriptor, so it
+// cannot put a link or another file in its place for the daemon to read.
+func (s *shim) terminationFile() (*os.File, error) {
+	path := filepath.Join(s.dir, TerminationFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if s.spec.UID != nil || s.spec.GID != nil {
+		uid, gid := -1, -1
+		if s.spec.UID != nil {
+			uid = int(*s.spec.UID)
+		}
+		if s.spec.GID != nil {
+			gid = int(*s.spec.GID)
+		}
+		if err := f.Chown(uid, gid); err != nil && os.Geteuid() == 0 {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func hasEnv(env []string, name string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare arranges for the next fork to land in the container's cgroup
