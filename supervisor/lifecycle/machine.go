@@ -179,6 +179,7 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	c.Phase = Running
 	c.StartedAt = at
+	c.created()
 	c.WaitReason, c.WaitMessage, c.WaitSince, c.FailStep = "", "", time.Time{}, 0
 	spec := in.Spec(name)
 	c.StartupPassed = spec.StartupProbe == nil
@@ -258,6 +259,9 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 		}
 	}
 	term := t
+	if c.Phase == Starting { // created, but it never ran: a StartError
+		c.created()
+	}
 	c.Phase = Exited
 	c.Current = &term
 	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed = nil, false, false, false
@@ -413,10 +417,14 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	if c == nil {
 		return nil
 	}
-	if c.Phase == Exited && c.Current != nil {
+	switch {
+	case c.Phase == Exited && c.Current != nil:
 		// It was restarted before the crash, but the record was not saved.
 		c.Last, c.Current = c.Current, nil
-		c.RestartCount++
+		c.created()
+	case c.Phase != Running:
+		// Its start was recorded, its creation not.
+		c.created()
 	}
 	spec := in.Spec(name)
 	c.Phase = Running

@@ -110,7 +110,6 @@ func (m *Machine) syncContainer(in *Instance, c *Container, policy v1.RestartPol
 		delay := m.backoffDelay(c.BackoffStep)
 		c.BackoffStep++
 		c.Last, c.Current = c.Current, nil
-		c.RestartCount++
 		c.NotBefore = c.Last.FinishedAt.Add(delay)
 		c.Phase = Waiting
 		m.touch(in.UID())

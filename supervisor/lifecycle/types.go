@@ -99,7 +99,10 @@ type Container struct {
 	Phase ContainerPhase `json:"phase"`
 	// Attempt counts the instances started so far; it names instances
 	// and log files.
-	Attempt      int          `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// RestartCount is the restart count of the newest instance that was
+	// created, as the kubelet labels each container it creates: the
+	// N+1th instance gets N. A creation that failed does not count.
 	RestartCount int32        `json:"restartCount"`
 	InstanceID   string       `json:"instanceID,omitempty"`
 	StartedAt    time.Time    `json:"startedAt,omitzero"`
@@ -215,6 +218,14 @@ func (in *Instance) Live() bool {
 		}
 	}
 	return false
+}
+
+// created counts a newly created instance: it is a restart when an
+// instance ran before it (whose end is then lastState).
+func (c *Container) created() {
+	if c.Last != nil {
+		c.RestartCount++
+	}
 }
 
 func (c *Container) live() bool { return c.Phase == Running || c.Phase == Starting }
