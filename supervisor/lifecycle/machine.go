@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -354,7 +355,7 @@ func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg s
 	}
 	acts := []Action{
 		record(in, "Warning", "Unhealthy", what+" probe failed: "+msg),
-		record(in, "Normal", "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, what)),
+		record(in, "Normal", "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, strings.ToLower(what))),
 	}
 	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", now)...)
 }
