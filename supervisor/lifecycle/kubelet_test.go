@@ -67,3 +67,138 @@ func TestStartErrorCountsAsACreatedInstance(t *testing.T) {
 		t.Fatalf("second instance: restartCount %d, want 1", got)
 	}
 }
+
+func condition(st v1.PodStatus, typ v1.PodConditionType) v1.PodCondition {
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return v1.PodCondition{}
+}
+
+// lastTransitionTime moves only when a condition's status changes (the
+// status manager's updateLastTransitionTime); Ready and ContainersReady
+// name the unready containers as GenerateContainersReadyCondition does.
+func TestConditionTransitionTimesAndMessages(t *testing.T) {
+	h := newHarness(t)
+	p := pod("p", "u", v1.RestartPolicyAlways, "a", "b")
+	for i := range p.Spec.Containers {
+		p.Spec.Containers[i].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{}}}
+	}
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	st := h.status("u")
+	for _, typ := range []v1.PodConditionType{v1.PodReady, v1.ContainersReady} {
+		c := condition(st, typ)
+		if c.Status != v1.ConditionFalse || c.Reason != "ContainersNotReady" || c.Message != "containers with unready status: [a b]" {
+			t.Fatalf("%s before readiness = %+v", typ, c)
+		}
+		if !c.LastTransitionTime.Time.Equal(t0) {
+			t.Fatalf("%s lastTransitionTime %v, want the creation %v", typ, c.LastTransitionTime, t0)
+		}
+	}
+	h.now = t0.Add(3 * time.Second)
+	h.m.Probed("u", "a", h.container("u", "a").InstanceID, Readiness, true, "", h.now)
+	h.reconcile()
+	if c := condition(h.status("u"), v1.PodReady); c.Message != "containers with unready status: [b]" || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("Ready with b unready = %+v, want the message naming b and the time unchanged", c)
+	}
+	h.now = t0.Add(8 * time.Second)
+	h.m.Probed("u", "b", h.container("u", "b").InstanceID, Readiness, true, "", h.now)
+	h.reconcile()
+	h.now = t0.Add(20 * time.Second)
+	h.reconcile()
+	st = h.status("u")
+	for _, typ := range []v1.PodConditionType{v1.PodReady, v1.ContainersReady} {
+		c := condition(st, typ)
+		if c.Status != v1.ConditionTrue || c.Reason != "" || c.Message != "" || !c.LastTransitionTime.Time.Equal(t0.Add(8*time.Second)) {
+			t.Fatalf("%s after readiness = %+v, want True since t0+8s", typ, c)
+		}
+	}
+	if c := condition(st, v1.PodInitialized); !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("Initialized moved without a change: %+v", c)
+	}
+	// The transition times survive a save and a restore.
+	r := newHarness(t)
+	r.now = h.now
+	r.m.Restore(roundTrip(t, h.m.Instance("u")), r.now)
+	if c := condition(r.status("u"), v1.PodReady); !c.LastTransitionTime.Time.Equal(t0.Add(8 * time.Second)) {
+		t.Fatalf("Ready after a restore = %+v", c)
+	}
+}
+
+// Initialized lists every init container not completed; a failed pod's
+// Ready and ContainersReady say PodFailed; its sandbox is gone.
+func TestConditionsOfAFailedInitUnderNever(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{withInit(pod("p", "u", v1.RestartPolicyNever, "app"), "init1", "init2")})
+	h.reconcile()
+	st := h.status("u")
+	if c := condition(st, v1.PodInitialized); c.Status != v1.ConditionFalse || c.Reason != "ContainersNotInitialized" ||
+		c.Message != "containers with incomplete status: [init1 init2]" {
+		t.Fatalf("Initialized while init1 runs = %+v", c)
+	}
+	if w := initStatus(st, "init2").State.Waiting; w == nil || w.Reason != "PodInitializing" {
+		t.Fatalf("init2 not yet started waits with %+v, want PodInitializing", w)
+	}
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "PodInitializing" {
+		t.Fatalf("app waits with %+v, want PodInitializing", w)
+	}
+	h.now = h.now.Add(time.Second)
+	h.exit("u", "init1", 1)
+	st = h.status("u")
+	if st.Phase != v1.PodFailed || st.Reason != "" || st.Message != "" {
+		t.Fatalf("failed init under Never: phase %s reason %q message %q, want Failed with neither (the kubelet sets none)", st.Phase, st.Reason, st.Message)
+	}
+	if c := condition(st, v1.PodInitialized); c.Message != "containers with incomplete status: [init1 init2]" {
+		t.Fatalf("Initialized after the failure = %+v", c)
+	}
+	for _, typ := range []v1.PodConditionType{v1.PodReady, v1.ContainersReady} {
+		if c := condition(st, typ); c.Status != v1.ConditionFalse || c.Reason != "PodFailed" || c.Message != "" {
+			t.Fatalf("%s of a failed pod = %+v, want False PodFailed", typ, c)
+		}
+	}
+	if c := condition(st, v1.PodReadyToStartContainers); c.Status != v1.ConditionFalse {
+		t.Fatalf("PodReadyToStartContainers of a finished pod = %+v, want False", c)
+	}
+}
+
+// A pod that succeeded: Initialized True with PodCompleted, Ready False
+// with PodCompleted.
+func TestConditionsOfASucceededPod(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{withInit(pod("p", "u", v1.RestartPolicyNever, "app"), "i")})
+	h.reconcile()
+	h.exit("u", "i", 0)
+	h.exit("u", "app", 0)
+	st := h.status("u")
+	if st.Phase != v1.PodSucceeded {
+		t.Fatalf("phase %s", st.Phase)
+	}
+	if c := condition(st, v1.PodInitialized); c.Status != v1.ConditionTrue || c.Reason != "PodCompleted" {
+		t.Fatalf("Initialized = %+v", c)
+	}
+	if c := condition(st, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != "PodCompleted" {
+		t.Fatalf("Ready = %+v", c)
+	}
+	if c := condition(st, v1.PodReadyToStartContainers); c.Status != v1.ConditionFalse {
+		t.Fatalf("PodReadyToStartContainers = %+v", c)
+	}
+}
+
+// Every unmet readiness gate is named, joined by ", ".
+func TestEveryUnmetReadinessGateIsNamed(t *testing.T) {
+	h := newHarness(t)
+	p := pod("p", "u", v1.RestartPolicyAlways, "app")
+	p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/a"}, {ConditionType: "example.com/b"}}
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	h.m.SetCondition("u", "example.com/b", false)
+	c := condition(h.status("u"), v1.PodReady)
+	want := `corresponding condition of pod readiness gate "example.com/a" does not exist., ` +
+		`the status of pod readiness gate "example.com/b" is not "True", but False`
+	if c.Reason != "ReadinessGatesNotReady" || c.Message != want {
+		t.Fatalf("Ready = %+v, want message %q", c, want)
+	}
+}

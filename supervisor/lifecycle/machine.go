@@ -537,7 +537,9 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 		}
 		acts = append(acts, m.sync(current, now)...)
 	}
-	return append(acts, m.admitNew(create, now)...)
+	acts = append(acts, m.admitNew(create, now)...)
+	m.noteConditions(now)
+	return acts
 }
 
 // InstanceID names a container instance: unique per pod UID, container and

@@ -159,11 +159,17 @@ type Instance struct {
 	Force bool `json:"force,omitempty"`
 	// Conditions holds the readiness-gate conditions set through the API.
 	Conditions map[v1.PodConditionType]bool `json:"conditions,omitempty"`
+	// Transitions holds when each pod condition last changed status.
+	Transitions map[v1.PodConditionType]Transition `json:"transitions,omitempty"`
 	// Rebuilt: made by Rebuild from the runtime's instances after the
 	// record was lost; it has no spec until a desired pod claims it.
 	Rebuilt bool `json:"rebuilt,omitempty"`
 
 	revision uint64 // bumped on every change; not persisted
+	// noted and notedRevision say which revision's conditions Transitions
+	// reflects.
+	noted         bool
+	notedRevision uint64
 }
 
 // Revision changes whenever the instance does, so views of it can be

@@ -58,3 +58,39 @@ func TestColumns(t *testing.T) {
 		t.Fatalf("invalid row status = %q", got)
 	}
 }
+
+// kubectl's printPod for init containers: the failed one's reason after
+// "Init:", the count done while one runs, never a pod-level reason the
+// kubelet does not set.
+func TestInitColumns(t *testing.T) {
+	initPod := func(phase v1.PodPhase, inits ...v1.ContainerStatus) *v1.Pod {
+		p := statusPod(v1.ContainerStatus{Name: "app", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "PodInitializing"}}})
+		p.Status.Phase = phase
+		for _, s := range inits {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: s.Name})
+		}
+		p.Status.InitContainerStatuses = inits
+		return p
+	}
+	waiting := func(name, reason string) v1.ContainerStatus {
+		return v1.ContainerStatus{Name: name, State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}}
+	}
+	failed := v1.ContainerStatus{Name: "init1", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}
+	cases := []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"failed under Never", initPod(v1.PodFailed, failed, waiting("init2", "PodInitializing")), "Init:Error"},
+		{"crash loop", initPod(v1.PodPending, waiting("init1", "CrashLoopBackOff"), waiting("init2", "PodInitializing")), "Init:CrashLoopBackOff"},
+		{"first running", initPod(v1.PodPending, v1.ContainerStatus{Name: "init1", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}},
+			waiting("init2", "PodInitializing")), "Init:0/2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Of(tc.pod, now).Status; got != tc.want {
+				t.Fatalf("STATUS %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
