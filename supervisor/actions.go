@@ -147,7 +147,13 @@ func (d *Daemon) startDone(r startResult) {
 		case r.err != nil:
 			// The plugin could not be asked, or died answering: the
 			// container may exist, so it goes once its end is saved.
+			// The start failed before anything ran: the container
+			// waits with RunContainerError, as the kubelet shows a
+			// failed StartContainer call, and no restart is counted.
 			d.removeCtrd(r.instanceID)
+			d.log.Warn("container could not be started", "instance", r.instanceID, "err", r.err)
+			d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, "RunContainerError", r.err.Error(), d.now()))
+			return
 		case r.failure != nil && r.failure.Reason == containerd.StartError:
 			delete(d.onCtrd, r.instanceID) // the plugin removed it
 			r.err = errors.New(r.failure.Message)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +57,48 @@ spec:
 		if !strings.Contains(out, want) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A container its runtime cannot create (a kubeadm static pod on a device
+// without containerd) never ran: it waits with CreateContainerError and the
+// message, is retried with backoff, keeps restartCount 0 and an empty
+// lastState, and the pod stays Pending, as with the kubelet.
+func TestNeverCreatedContainerCountsNoRestarts(t *testing.T) {
+	d := newDaemon(t)
+	d.withConfig("backoff: {initial: 1s, max: 1s}\n")
+	d.start()
+	d.write("etcd.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: etcd, namespace: kube-system}
+spec:
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.5.15-0
+    command: ["etcd"]
+`)
+	// Two attempts at least: the retry after the backoff counts nothing either.
+	waitForLong(t, 15*time.Second, "two CreateContainerError events in describe pod etcd", func() bool {
+		out, _, _ := d.cli("describe", "pod", "-n", "kube-system", "etcd")
+		return strings.Count(out, "CreateContainerError") >= 2
+	})
+	p := d.waitPod("etcd", 5*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "CreateContainerError"
+	})
+	cs := p.Status.ContainerStatuses[0]
+	if cs.RestartCount != 0 || cs.LastTerminationState.Terminated != nil || cs.ContainerID != "" {
+		t.Fatalf("never-created container: restartCount %d lastState %+v containerID %q, want 0, empty, empty",
+			cs.RestartCount, cs.LastTerminationState, cs.ContainerID)
+	}
+	if !strings.Contains(cs.State.Waiting.Message, "containerd") {
+		t.Fatalf("waiting message %q does not say why", cs.State.Waiting.Message)
+	}
+	if p.Status.Phase != v1.PodPending {
+		t.Fatalf("phase %s, want Pending", p.Status.Phase)
+	}
+	out, _, _ := d.cli("get", "pods", "-n", "kube-system")
+	if !regexp.MustCompile(`etcd\s+0/1\s+CreateContainerError\s+0\s`).MatchString(out) {
+		t.Fatalf("get pods, want etcd 0/1 CreateContainerError 0:\n%s", out)
 	}
 }
