@@ -202,3 +202,64 @@ func TestEveryUnmetReadinessGateIsNamed(t *testing.T) {
 		t.Fatalf("Ready = %+v, want message %q", c, want)
 	}
 }
+
+// While its postStart hook runs, the kubelet still shows the status from
+// before it created the container: waiting (ContainerCreating), not
+// started, the previous restart count; the pod is Pending. An exec hook
+// has no timeout.
+func TestPostStartShowsTheContainerWaiting(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{hookPod(false, true)})
+	acts := h.reconcile()
+	hooks := kinds(acts, RunHook)
+	if len(hooks) != 1 || hooks[0].Timeout != 0 {
+		t.Fatalf("exec postStart: %+v, want one hook without a timeout", hooks)
+	}
+	st := h.status("u")
+	cs := st.ContainerStatuses[0]
+	if cs.State.Waiting == nil || cs.State.Waiting.Reason != "ContainerCreating" || cs.ContainerID != "" || *cs.Started || cs.Ready {
+		t.Fatalf("during postStart: %+v, want waiting ContainerCreating", cs)
+	}
+	if st.Phase != v1.PodPending {
+		t.Fatalf("phase during the first postStart %s, want Pending", st.Phase)
+	}
+	id := h.container("u", "app").InstanceID
+	h.now = h.now.Add(time.Hour) // no timeout: an hour later it still runs
+	h.reconcile()
+	if c := h.container("u", "app"); !c.PostStartActive || c.Stop != nil {
+		t.Fatalf("postStart cut short: %+v", c)
+	}
+	h.m.HookDone("u", "app", id, PostStart, nil, h.now)
+	h.reconcile()
+	if cs := h.status("u").ContainerStatuses[0]; cs.State.Running == nil || cs.ContainerID == "" {
+		t.Fatalf("after postStart: %+v, want running", cs.State)
+	}
+	// A restart: during its postStart the count is still the previous one.
+	h.exit("u", "app", 1)
+	if rc := h.status("u").ContainerStatuses[0].RestartCount; rc != 0 {
+		t.Fatalf("during the second postStart: restartCount %d, want 0", rc)
+	}
+	h.m.HookDone("u", "app", h.container("u", "app").InstanceID, PostStart, nil, h.now)
+	if rc := h.status("u").ContainerStatuses[0].RestartCount; rc != 1 {
+		t.Fatalf("after the second postStart: restartCount %d, want 1", rc)
+	}
+}
+
+// An httpGet postStart is bounded by the pod's grace period (the kubelet
+// bounds it by its HTTP client); a sleep one, like exec, has no timeout.
+func TestHTTPPostStartHasATimeout(t *testing.T) {
+	h := newHarness(t)
+	p := hookPod(false, true)
+	p.Spec.Containers[0].Lifecycle.PostStart = &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/"}}
+	h.m.SetDesired([]*v1.Pod{p})
+	if hooks := kinds(h.reconcile(), RunHook); len(hooks) != 1 || hooks[0].Timeout != 30*time.Second {
+		t.Fatalf("http postStart: %+v", hooks)
+	}
+	s := newHarness(t)
+	p = hookPod(false, true)
+	p.Spec.Containers[0].Lifecycle.PostStart = &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 5}}
+	s.m.SetDesired([]*v1.Pod{p})
+	if hooks := kinds(s.reconcile(), RunHook); len(hooks) != 1 || hooks[0].Timeout != 0 {
+		t.Fatalf("sleep postStart: %+v", hooks)
+	}
+}

@@ -192,8 +192,15 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	if hasPostStart(spec) {
 		c.PostStartActive = true
+		// The kubelet sets no timeout on an exec or sleep hook (it ends
+		// with its container): the container waits as long as its
+		// postStart runs. An httpGet hook is bounded by the grace period.
+		timeout := m.gracePeriod(in.Pod)
+		if h := spec.Lifecycle.PostStart; h.Exec != nil || h.Sleep != nil {
+			timeout = 0
+		}
 		acts = append(acts, Action{Kind: RunHook, Pod: uid, Container: name, InstanceID: instanceID,
-			Hook: PostStart, Timeout: m.gracePeriod(in.Pod)})
+			Hook: PostStart, Timeout: timeout})
 	}
 	return acts
 }

@@ -48,7 +48,17 @@ func (m *Machine) status(in *Instance, now time.Time) v1.PodStatus {
 func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.ContainerStatus {
 	spec := in.Spec(c.Name)
 	cs := v1.ContainerStatus{Name: c.Name, Image: spec.Image, RestartCount: c.RestartCount}
-	switch c.Phase {
+	phase := c.Phase
+	if phase == Running && c.PostStartActive {
+		// The kubelet's status is the one from before it created the
+		// container until its postStart hook returns: still waiting,
+		// with the previous instance's restart count.
+		phase = Starting
+		if c.Last != nil {
+			cs.RestartCount--
+		}
+	}
+	switch phase {
 	case Running:
 		cs.ContainerID = ContainerIDPrefix + c.InstanceID
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}

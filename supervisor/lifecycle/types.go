@@ -276,8 +276,8 @@ const (
 	Signal ActionKind = "Signal"
 	// Kill sends SIGKILL to the container's whole process tree.
 	Kill ActionKind = "Kill"
-	// RunHook runs Hook for the container instance within Timeout and
-	// reports back through HookDone.
+	// RunHook runs Hook for the container instance within Timeout (zero:
+	// none, until the instance ends) and reports back through HookDone.
 	RunHook ActionKind = "RunHook"
 	// Probe starts the container instance's probes; Unprobe stops them.
 	Probe   ActionKind = "Probe"

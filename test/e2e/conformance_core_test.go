@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +105,83 @@ spec:
 	if !regexp.MustCompile(`etcd\s+0/1\s+CreateContainerError\s+0\s`).MatchString(out) {
 		t.Fatalf("get pods, want etcd 0/1 CreateContainerError 0:\n%s", out)
 	}
+}
+
+// While an exec postStart hook runs the container is shown waiting
+// (ContainerCreating), not running, and the hook is not cut off at the
+// pod's terminationGracePeriodSeconds (1s here): the kubelet sets no
+// timeout on exec hooks.
+func TestPostStartExecHookWaitsWithoutTimeout(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	hookRan := filepath.Join(d.dir, "hook-ran")
+	release := filepath.Join(d.dir, "release")
+	d.write("poststart.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: poststart}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: host
+    command: ["sleep", "1000"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "touch %s; while [ ! -e %s ]; do sleep 0.05; done"]}
+`, hookRan, release))
+	waitForLong(t, 10*time.Second, "the postStart hook to start", func() bool { return exists(hookRan) })
+	waiting := func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses[0]
+		return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" &&
+			cs.Started != nil && !*cs.Started && p.Status.Phase == v1.PodPending
+	}
+	d.waitPod("poststart", 5*time.Second, waiting)
+	// Past the pod's grace period (1s) the hook must still be running and
+	// the container still waiting: a wait for something not to happen.
+	time.Sleep(2500 * time.Millisecond)
+	if p := d.waitPod("poststart", time.Second, func(*v1.Pod) bool { return true }); !waiting(p) {
+		t.Fatalf("2.5s into the postStart hook, want the container still waiting: %s", describePod(p))
+	}
+	if out, _, _ := d.cli("describe", "pod", "poststart"); strings.Contains(out, "FailedPostStartHook") {
+		t.Fatalf("the hook was cut off:\n%s", out)
+	}
+	writeFile(t, release)
+	p := d.waitPod("poststart", 10*time.Second, func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses[0]
+		return cs.State.Running != nil && cs.Started != nil && *cs.Started
+	})
+	if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 || p.Status.Phase != v1.PodRunning {
+		t.Fatalf("after the hook: %s", describePod(p))
+	}
+
+	// A hook that never returns ends with its container: no timeout must
+	// not mean a process left behind.
+	pidFile := filepath.Join(d.dir, "hook-pid")
+	d.write("hanging.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: hanging}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: host
+    command: ["sleep", "1000"]
+    lifecycle:
+      postStart:
+        exec: {command: ["sh", "-c", "echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 1000"]}
+`, pidFile, pidFile, pidFile))
+	waitForLong(t, 10*time.Second, "the hanging postStart hook to write its pid", func() bool { return exists(pidFile) })
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.remove("hanging.yaml")
+	d.waitGone("hanging", 15*time.Second)
+	waitForLong(t, 5*time.Second, fmt.Sprintf("the hook process %d to end with its pod", pid), func() bool { return !alive(pid) })
 }
