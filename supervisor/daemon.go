@@ -89,9 +89,11 @@ type Daemon struct {
 	probes    *probes.Manager
 	started   chan startResult
 	hooks     chan hookResult
+
 	// hookCancels ends the hooks still running for a container instance
 	// once it exits (a postStart exec hook has no timeout); loop-owned.
 	hookCancels map[string][]context.CancelFunc
+
 	requests  chan request
 	// hub is the hub connection (nil without one); hubPods its pods,
 	// hubEvents the events waiting for the mirror.
