@@ -89,11 +89,6 @@ type Daemon struct {
 	probes    *probes.Manager
 	started   chan startResult
 	hooks     chan hookResult
-
-	// hookCancels ends the hooks still running for a container instance
-	// once it exits (a postStart exec hook has no timeout); loop-owned.
-	hookCancels map[string][]context.CancelFunc
-
 	requests  chan request
 	// hub is the hub connection (nil without one); hubPods its pods,
 	// hubEvents the events waiting for the mirror.
@@ -113,6 +108,9 @@ type Daemon struct {
 	podCgroups map[types.UID]bool
 	oomBase    map[string]uint64
 	classes    priority.Classes
+	// hookCancels ends the hooks still running for a container instance
+	// once it exits (a postStart exec hook has no timeout); loop-owned.
+	hookCancels map[string][]context.CancelFunc
 	// pressure holds the node conditions currently true.
 	pressure map[v1.NodeConditionType]bool
 	evict    *evictor
