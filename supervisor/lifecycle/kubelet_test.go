@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -261,5 +262,72 @@ func TestHTTPPostStartHasATimeout(t *testing.T) {
 	s.m.SetDesired([]*v1.Pod{p})
 	if hooks := kinds(s.reconcile(), RunHook); len(hooks) != 1 || hooks[0].Timeout != 0 {
 		t.Fatalf("sleep postStart: %+v", hooks)
+	}
+}
+
+// A pod a drain (or node shutdown) stopped runs again once revived, as a
+// static pod does when its node boots: init containers first, then the
+// app at once, its restart counted; a pod evicted for another reason is
+// not revived.
+func TestReviveAfterADrain(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{withInit(pod("p", "u", v1.RestartPolicyAlways, "app"), "i")})
+	h.reconcile()
+	h.exit("u", "i", 0)
+	h.now = h.now.Add(time.Minute)
+	acts := h.m.Fail("u", ReasonNodeShutdown, "Pod was terminated in response to imminent node shutdown.", 20*time.Second, h.now)
+	if len(kinds(acts, Signal)) != 1 {
+		t.Fatalf("the drain must stop the app: %+v", acts)
+	}
+	if h.m.Revive("u") {
+		t.Fatal("revived while its container still runs")
+	}
+	h.exit("u", "app", 143)
+	if st := h.status("u"); st.Phase != v1.PodFailed || st.Reason != ReasonNodeShutdown {
+		t.Fatalf("after the drain: phase %s reason %q", st.Phase, st.Reason)
+	}
+	if acts := h.reconcile(); len(kinds(acts, Start)) != 0 {
+		t.Fatalf("a drained pod restarted by itself: %+v", acts)
+	}
+	if !h.m.Revive("u") {
+		t.Fatal("not revived")
+	}
+	if got := strings.Join(startedNames(h.reconcile()), ","); got != "i" {
+		t.Fatalf("revived: started %q, want the init container first", got)
+	}
+	if got := strings.Join(startedNames(h.exit("u", "i", 0)), ","); got != "app" {
+		t.Fatalf("after init: started %q, want the app at once", got)
+	}
+	st := h.status("u")
+	cs := st.ContainerStatuses[0]
+	if st.Phase != v1.PodRunning || st.Reason != "" || cs.State.Running == nil || cs.RestartCount != 1 ||
+		cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 143 {
+		t.Fatalf("revived pod: phase %s reason %q %+v", st.Phase, st.Reason, cs)
+	}
+
+	// Evicted pods stay as they are.
+	e := newHarness(t)
+	e.m.SetDesired([]*v1.Pod{pod("q", "v", v1.RestartPolicyAlways, "app")})
+	e.reconcile()
+	e.m.Fail("v", "Evicted", "The node was low on resource: memory.", 0, e.now)
+	e.exit("v", "app", 137)
+	if e.m.Revive("v") {
+		t.Fatal("an evicted pod was revived")
+	}
+}
+
+// After a reboot a pod the shutdown stopped runs again (SandboxLost).
+func TestSandboxLostRevivesAShutdownPod(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	h.reconcile()
+	h.m.Fail("u", ReasonNodeShutdown, "Pod was terminated in response to imminent node shutdown.", time.Second, h.now)
+	h.exit("u", "app", 143)
+	h.m.SandboxLost("u")
+	if acts := h.reconcile(); len(kinds(acts, Start)) != 1 {
+		t.Fatalf("after the boot: %+v, want the app started", acts)
+	}
+	if st := h.status("u"); st.Phase != v1.PodRunning {
+		t.Fatalf("phase %s after the boot", st.Phase)
 	}
 }

@@ -86,19 +86,26 @@ func (m *Machine) RestoreOrphan(uid types.UID, namespace, name, container, insta
 }
 
 // SandboxLost tells the machine every process of an instance is gone
-// because the device restarted: the pod restarts, init containers included.
+// because the device restarted: the pod restarts, init containers included,
+// and one a node shutdown stopped runs again.
 func (m *Machine) SandboxLost(uid types.UID) {
 	in := m.instances[uid]
-	if in == nil || in.Terminating {
+	if in == nil || in.Terminating || m.Revive(uid) {
 		return
 	}
+	m.rerunInit(in)
+}
+
+// rerunInit makes the init containers of an instance run again from the
+// first, as in a new sandbox.
+func (m *Machine) rerunInit(in *Instance) {
 	in.Initialized = false
 	for _, c := range in.Init {
 		if c.Phase == Exited && c.Kind == InitKind && c.Current != nil && c.Current.ExitCode == 0 {
 			c.Last, c.Current, c.Phase = c.Current, nil, Waiting
 		}
 	}
-	m.touch(uid)
+	m.touch(in.UID())
 }
 
 // SetDesired replaces the desired pod set. Pods must be defaulted and carry

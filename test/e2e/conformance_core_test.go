@@ -185,3 +185,41 @@ spec:
 	d.waitGone("hanging", 15*time.Second)
 	waitForLong(t, 5*time.Second, fmt.Sprintf("the hook process %d to end with its pod", pid), func() bool { return !alive(pid) })
 }
+
+// drain stops every pod and cordons the node (get node: Ready,
+// SchedulingDisabled); uncordon runs the drained static pods again, as
+// after a node shutdown and boot, and admits the ones that arrived meanwhile.
+func TestUncordonRunsDrainedPodsAgain(t *testing.T) {
+	d := newDaemon(t)
+	d.withClasses("shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]\n")
+	d.start()
+	d.write("web.yaml", processPod("web", "Always", 2, "exec sleep 1000"))
+	first := d.waitPod("web", 10*time.Second, running)
+	if out, errOut, code := d.cli("drain"); code != 0 {
+		t.Fatalf("drain: %d %s %s", code, out, errOut)
+	}
+	drained := d.waitPod("web", 10*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if drained.Status.Reason != "Terminated" {
+		t.Fatalf("drained pod: %s", describePod(drained))
+	}
+	out, _, _ := d.cli("get", "node")
+	if !regexp.MustCompile(`\sReady,SchedulingDisabled\s`).MatchString(out) {
+		t.Fatalf("get node while cordoned, want Ready,SchedulingDisabled:\n%s", out)
+	}
+	d.write("late.yaml", processPod("late", "Always", 2, "exec sleep 1000"))
+	d.waitPod("late", 10*time.Second, func(p *v1.Pod) bool { return p.Status.Reason == "NodeShutdown" })
+
+	if _, errOut, code := d.cli("uncordon"); code != 0 {
+		t.Fatalf("uncordon: %s", errOut)
+	}
+	p := d.waitPod("web", 10*time.Second, func(p *v1.Pod) bool { return running(p) && p.Status.Phase == v1.PodRunning })
+	cs := p.Status.ContainerStatuses[0]
+	if p.Status.Reason != "" || p.UID != first.UID || cs.RestartCount != 1 || cs.ContainerID == first.Status.ContainerStatuses[0].ContainerID {
+		t.Fatalf("web after uncordon: reason %q uid %s (was %s) %s", p.Status.Reason, p.UID, first.UID, describePod(p))
+	}
+	d.waitPod("late", 10*time.Second, running)
+	out, _, _ = d.cli("get", "node")
+	if strings.Contains(out, "SchedulingDisabled") || !regexp.MustCompile(`\sReady\s`).MatchString(out) {
+		t.Fatalf("get node after uncordon, want Ready:\n%s", out)
+	}
+}
