@@ -331,3 +331,31 @@ func TestSandboxLostRevivesAShutdownPod(t *testing.T) {
 		t.Fatalf("phase %s after the boot", st.Phase)
 	}
 }
+
+// The kubelet's events for a container it could not create: "Error: " and
+// the message (reason Failed); for a failed pull, the pull's own message
+// then "Error: ErrImagePull".
+func TestStartFailedEvents(t *testing.T) {
+	for _, tc := range []struct {
+		reason, message string
+		want            []string
+	}{
+		{"CreateContainerError", "containerd is not configured", []string{"Failed: Error: containerd is not configured"}},
+		{ErrImagePull, `failed to pull image "x": not found`, []string{`Failed: failed to pull image "x": not found`, "Failed: Error: ErrImagePull"}},
+		{ErrImageNeverPull, `Container image "x" is not present with pull policy of Never`,
+			[]string{`ErrImageNeverPull: Container image "x" is not present with pull policy of Never`, "Failed: Error: ErrImageNeverPull"}},
+	} {
+		h := newHarness(t)
+		h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+		id := kinds(h.m.Reconcile(h.now), Start)[0].InstanceID
+		var got []string
+		for _, a := range kinds(h.m.StartFailed("u", "app", id, tc.reason, tc.message, h.now), Record) {
+			if a.EventType == "Warning" {
+				got = append(got, a.Reason+": "+a.Message)
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("%s: events %q, want %q", tc.reason, got, tc.want)
+		}
+	}
+}

@@ -231,8 +231,20 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 	c.NotBefore = now.Add(delay)
 	m.wakeAt(c.NotBefore)
 	m.touch(uid)
-	return []Action{record(in, "Warning", "Failed", fmt.Sprintf("Error: %s: %s", reason, message)),
-		record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name))}
+	// The kubelet's events: a failed pull says why, then "Error: <reason>";
+	// any other failure to create or start says "Error: <message>".
+	var acts []Action
+	switch reason {
+	case ErrImagePull, ErrImageNeverPull:
+		why := "Failed"
+		if reason == ErrImageNeverPull {
+			why = ErrImageNeverPull
+		}
+		acts = append(acts, record(in, "Warning", why, message), record(in, "Warning", "Failed", "Error: "+reason))
+	default:
+		acts = append(acts, record(in, "Warning", "Failed", "Error: "+message))
+	}
+	return append(acts, record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name)))
 }
 
 // RetryWaiting ends the backoff of containers that failed before since

@@ -106,8 +106,9 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 
 // Waiting reasons of pulls, as the kubelet names them.
 const (
-	ErrImagePull     = "ErrImagePull"
-	ImagePullBackOff = "ImagePullBackOff"
+	ErrImagePull      = "ErrImagePull"
+	ErrImageNeverPull = "ErrImageNeverPull"
+	ImagePullBackOff  = "ImagePullBackOff"
 )
 
 func terminated(t *Termination) *v1.ContainerStateTerminated {

@@ -82,9 +82,9 @@ spec:
     command: ["etcd"]
 `)
 	// Two attempts at least: the retry after the backoff counts nothing either.
-	waitForLong(t, 15*time.Second, "two CreateContainerError events in describe pod etcd", func() bool {
+	waitForLong(t, 15*time.Second, "two 'Error: containerd is not configured' events in describe pod etcd", func() bool {
 		out, _, _ := d.cli("describe", "pod", "-n", "kube-system", "etcd")
-		return strings.Count(out, "CreateContainerError") >= 2
+		return strings.Count(out, "Error: containerd is not configured") >= 2
 	})
 	p := d.waitPod("etcd", 5*time.Second, func(p *v1.Pod) bool {
 		w := p.Status.ContainerStatuses[0].State.Waiting
