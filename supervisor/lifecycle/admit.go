@@ -161,7 +161,7 @@ func (m *Machine) PendingView() []*v1.Pod {
 func newInstance(p *v1.Pod, now time.Time) *Instance {
 	// startTime is when the node acknowledged the pod, as in Kubernetes;
 	// activeDeadlineSeconds counts from it.
-	in := &Instance{Pod: p, Created: now, StartTime: now}
+	in := &Instance{Pod: p, Created: now, StartTime: now, CountsAtCreation: true}
 	for i := range p.Spec.InitContainers {
 		kind := InitKind
 		if IsSidecar(&p.Spec.InitContainers[i]) {

@@ -359,3 +359,32 @@ func TestStartFailedEvents(t *testing.T) {
 		}
 	}
 }
+
+// A record saved before restart counts were given at creation, of a
+// container waiting to restart after two runs, said 2; restored, it says
+// the kubelet's 1, and the restart to come makes it 2.
+func TestOldRecordRestartCountIsConverted(t *testing.T) {
+	h := newHarness(t)
+	p := pod("p", "u", v1.RestartPolicyAlways, "c")
+	in := newInstance(p, t0)
+	in.CountsAtCreation = false
+	c := in.Containers[0]
+	c.Phase, c.Attempt, c.RestartCount, c.NotBefore = Waiting, 2, 2, t0.Add(10*time.Second)
+	c.Last = &Termination{InstanceID: "u_c_2", ExitCode: 1, StartedAt: t0, FinishedAt: t0}
+	h.m.Restore(roundTrip(t, in), t0)
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	if got := h.status("u").ContainerStatuses[0].RestartCount; got != 1 {
+		t.Fatalf("restored old record: restartCount %d, want 1", got)
+	}
+	h.advance(10 * time.Second)
+	if c := h.container("u", "c"); c.Phase != Running || c.RestartCount != 2 {
+		t.Fatalf("after the restart: %+v, want running with 2", c)
+	}
+	// A new record is never converted twice.
+	r := newHarness(t)
+	r.m.Restore(roundTrip(t, h.m.Instance("u")), r.now)
+	if got := r.container("u", "c").RestartCount; got != 2 {
+		t.Fatalf("restored new record: restartCount %d, want 2", got)
+	}
+}

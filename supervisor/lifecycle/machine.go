@@ -51,6 +51,7 @@ func NewMachine(cfg Config) *Machine {
 // period, as the kubelet does, and its stop signals are sent again.
 func (m *Machine) Restore(in *Instance, now time.Time) {
 	m.instances[in.UID()] = in
+	in.countAtCreation()
 	if m.clampInstance(in, now) {
 		m.touch(in.UID())
 	}
@@ -75,7 +76,7 @@ func (m *Machine) RestoreOrphan(uid types.UID, namespace, name, container, insta
 		in = &Instance{
 			Pod:     &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: uid}},
 			Created: now, StartTime: now, Initialized: true,
-			Terminating: true, TerminationStart: now, GraceDeadline: now, Force: true,
+			Terminating: true, TerminationStart: now, GraceDeadline: now, Force: true, CountsAtCreation: true,
 		}
 		m.instances[uid] = in
 	}

@@ -164,6 +164,9 @@ type Instance struct {
 	// Rebuilt: made by Rebuild from the runtime's instances after the
 	// record was lost; it has no spec until a desired pod claims it.
 	Rebuilt bool `json:"rebuilt,omitempty"`
+	// CountsAtCreation marks a record whose restart counts are given at
+	// each creation; older records counted at the exit (see Restore).
+	CountsAtCreation bool `json:"countsAtCreation,omitempty"`
 
 	revision uint64 // bumped on every change; not persisted
 	// noted and notedRevision say which revision's conditions Transitions
@@ -232,6 +235,21 @@ func (c *Container) created() {
 	if c.Last != nil {
 		c.RestartCount++
 	}
+}
+
+// countAtCreation converts the restart counts of a record written before
+// they were given at creation: a container waiting to restart had already
+// counted the restart to come.
+func (in *Instance) countAtCreation() {
+	if in.CountsAtCreation {
+		return
+	}
+	for _, c := range in.AllContainers() {
+		if (c.Phase == Waiting || c.Phase == Starting) && c.Last != nil && c.RestartCount > 0 {
+			c.RestartCount--
+		}
+	}
+	in.CountsAtCreation = true
 }
 
 func (c *Container) live() bool { return c.Phase == Running || c.Phase == Starting }
