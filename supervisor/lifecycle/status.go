@@ -91,8 +91,6 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 			w.Reason = "CrashLoopBackOff"
 			w.Message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
 				m.backoffDelay(c.BackoffStep-1), c.Name, in.Pod.Name, in.Pod.Namespace, in.Pod.UID)
-		case in.Terminating:
-			w.Reason = "PodTerminating"
 		}
 		cs.State.Waiting = w
 	}
