@@ -82,23 +82,28 @@ func (d *Daemon) Drain(reason string) error {
 
 // Uncordon ends a drain: pods are admitted again, and those the drain
 // stopped run again, as static pods do when a node boots after a shutdown.
+// Pods a drain stopped before the daemon restarted (which forgot the
+// drain) run again too.
 func (d *Daemon) Uncordon() error {
 	return d.do(func() error {
-		if d.draining == nil {
-			return errors.New("the node is not draining")
+		draining := d.draining != nil
+		if draining {
+			select {
+			case <-d.draining.done:
+			default:
+				return errors.New("the drain is still in progress")
+			}
 		}
-		select {
-		case <-d.draining.done:
-		default:
-			return errors.New("the drain is still in progress")
-		}
-		d.draining = nil
 		revived := 0
 		for _, in := range d.machine.Instances() {
 			if d.machine.Revive(in.UID()) {
 				revived++
 			}
 		}
+		if !draining && revived == 0 {
+			return errors.New("the node is not draining")
+		}
+		d.draining = nil
 		d.log.Info("node uncordoned: admitting pods again", "restarting", revived)
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,5 +222,31 @@ func TestUncordonRunsDrainedPodsAgain(t *testing.T) {
 	out, _, _ = d.cli("get", "node")
 	if strings.Contains(out, "SchedulingDisabled") || !regexp.MustCompile(`\sReady\s`).MatchString(out) {
 		t.Fatalf("get node after uncordon, want Ready:\n%s", out)
+	}
+}
+
+// A daemon restarted after a drain forgets the drain, but not the pods it
+// stopped: uncordon still runs them again.
+func TestUncordonAfterADaemonRestart(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	d.write("web.yaml", processPod("web", "Always", 2, "exec sleep 1000"))
+	d.waitPod("web", 10*time.Second, running)
+	if out, errOut, code := d.cli("drain"); code != 0 {
+		t.Fatalf("drain: %d %s %s", code, out, errOut)
+	}
+	d.waitPod("web", 10*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	waitRecords(t, filepath.Join(d.data, "state.db"), `"failed":{"reason":"Terminated"`)
+	d.stop(syscall.SIGTERM)
+	d.start()
+	if p := d.waitPod("web", 10*time.Second, func(*v1.Pod) bool { return true }); p.Status.Phase != v1.PodFailed {
+		t.Fatalf("after the restart, before uncordon: %s", describePod(p))
+	}
+	if _, errOut, code := d.cli("uncordon"); code != 0 {
+		t.Fatalf("uncordon after a restart: %s", errOut)
+	}
+	d.waitPod("web", 10*time.Second, func(p *v1.Pod) bool { return running(p) && p.Status.Phase == v1.PodRunning })
+	if _, _, code := d.cli("uncordon"); code == 0 {
+		t.Fatal("a second uncordon, with nothing drained, succeeded")
 	}
 }
