@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -386,5 +387,45 @@ func TestOldRecordRestartCountIsConverted(t *testing.T) {
 	r.m.Restore(roundTrip(t, h.m.Instance("u")), r.now)
 	if got := r.container("u", "c").RestartCount; got != 2 {
 		t.Fatalf("restored new record: restartCount %d, want 2", got)
+	}
+}
+
+func events(acts []Action) []string {
+	var out []string
+	for _, a := range kinds(acts, Record) {
+		out = append(out, a.Reason+": "+a.Message)
+	}
+	return out
+}
+
+// The kubelet's events when it kills a container: one Killing event that
+// names the failed probe and whether a restart follows; a failed hook's
+// output, which may hold secrets, is in no event.
+func TestKillEvents(t *testing.T) {
+	for policy, want := range map[v1.RestartPolicy]string{
+		v1.RestartPolicyAlways: "Unhealthy: Liveness probe failed: HTTP 500|Killing: Container app failed liveness probe, will be restarted",
+		v1.RestartPolicyNever:  "Unhealthy: Liveness probe failed: HTTP 500|Killing: Container app failed liveness probe",
+	} {
+		h := newHarness(t)
+		p := probePod()
+		p.Spec.RestartPolicy = policy
+		h.m.SetDesired([]*v1.Pod{p})
+		h.reconcile()
+		acts := h.m.Probed("u", "app", h.container("u", "app").InstanceID, Liveness, false, "HTTP 500", h.now)
+		if got := strings.Join(events(acts), "|"); got != want {
+			t.Errorf("%s: events %q, want %q", policy, got, want)
+		}
+	}
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{hookPod(true, true)})
+	h.reconcile()
+	id := h.container("u", "app").InstanceID
+	acts := h.m.HookDone("u", "app", id, PostStart, errors.New("exit 1: password=hunter2"), h.now)
+	if got, want := strings.Join(events(acts), "|"), "FailedPostStartHook: PostStartHook failed|Killing: FailedPostStartHook"; got != want {
+		t.Fatalf("postStart failure: events %q, want %q", got, want)
+	}
+	acts = h.m.HookDone("u", "app", id, PreStop, errors.New("password=hunter2"), h.now)
+	if got := strings.Join(events(acts), "|"); got != "FailedPreStopHook: PreStopHook failed" {
+		t.Fatalf("preStop failure: events %q", got)
 	}
 }

@@ -320,9 +320,10 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 		}
 		c.PostStartActive = false
 		if err != nil {
-			msg := fmt.Sprintf("PostStartHook failed: %v", err)
-			acts := []Action{record(in, "Warning", "FailedPostStartHook", msg)}
-			return append(acts, m.stopContainer(in, c, m.gracePeriod(in.Pod), "FailedPostStartHook", now)...)
+			// The kubelet's events: no hook output, which may hold
+			// secrets (the daemon logs it).
+			acts := []Action{record(in, "Warning", "FailedPostStartHook", "PostStartHook failed")}
+			return append(acts, m.stopContainer(in, c, m.gracePeriod(in.Pod), "FailedPostStartHook", "FailedPostStartHook", now)...)
 		}
 	case PreStop:
 		if c.Stop == nil || !c.Stop.PreStopActive {
@@ -330,7 +331,7 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 		}
 		c.Stop.PreStopActive = false
 		if err != nil {
-			return []Action{record(in, "Warning", "FailedPreStopHook", fmt.Sprintf("PreStopHook failed: %v", err))}
+			return []Action{record(in, "Warning", "FailedPreStopHook", "PreStopHook failed")}
 		}
 	}
 	return nil
@@ -380,11 +381,14 @@ func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg s
 	if p != nil && p.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
 	}
-	acts := []Action{
-		record(in, "Warning", "Unhealthy", what+" probe failed: "+msg),
-		record(in, "Normal", "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, strings.ToLower(what))),
+	// The kubelet's Killing event names the probe, and says whether a
+	// restart follows.
+	kill := fmt.Sprintf("Container %s failed %s probe", c.Name, strings.ToLower(what))
+	if in.Pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.Kind == SidecarKind {
+		kill += ", will be restarted"
 	}
-	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", now)...)
+	acts := []Action{record(in, "Warning", "Unhealthy", what+" probe failed: "+msg)}
+	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", kill, now)...)
 }
 
 // Delete terminates an instance on request. grace, if set, overrides the
