@@ -31,13 +31,31 @@ type Result struct {
 // number of identical results in a row.
 type counter struct {
 	successThreshold, failureThreshold int32
-	verdict                            bool
-	last                               bool
-	run                                int32
+	// known is false while the verdict is the kubelet's Unknown, the
+	// initial result of a startup probe: its first verdict, failure
+	// included, is a change.
+	known   bool
+	verdict bool
+	last    bool
+	run     int32
 }
 
-func newCounter(p *v1.Probe, initial bool) *counter {
-	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold, verdict: initial, last: initial}
+// initialResult is a probe's result before it first ran: the kubelet
+// starts liveness at Success, readiness at Failure, startup at Unknown.
+func initialResult(kind lifecycle.ProbeKind) (verdict, known bool) {
+	switch kind {
+	case lifecycle.Liveness:
+		return true, true
+	case lifecycle.Readiness:
+		return false, true
+	}
+	return false, false
+}
+
+func newCounter(p *v1.Probe, kind lifecycle.ProbeKind) *counter {
+	verdict, known := initialResult(kind)
+	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold,
+		known: known, verdict: verdict, last: verdict}
 }
 
 // observe records one result and reports whether the verdict changed.
@@ -51,10 +69,10 @@ func (c *counter) observe(ok bool) bool {
 	if ok {
 		threshold = c.successThreshold
 	}
-	if c.run < threshold || ok == c.verdict {
+	if c.run < threshold || (c.known && ok == c.verdict) {
 		return false
 	}
-	c.verdict = ok
+	c.known, c.verdict = true, ok
 	return true
 }
 
@@ -89,7 +107,7 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	m.cancels[instanceID] = cancel
 	w := &workers{m: m, ctx: ctx, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
-		go w.run(lifecycle.Startup, c.StartupProbe, false)
+		go w.run(lifecycle.Startup, c.StartupProbe)
 		return
 	}
 	w.startMain()
@@ -122,17 +140,17 @@ type workers struct {
 
 func (w *workers) startMain() {
 	if p := w.spec.LivenessProbe; p != nil {
-		go w.run(lifecycle.Liveness, p, true)
+		go w.run(lifecycle.Liveness, p)
 	}
 	if p := w.spec.ReadinessProbe; p != nil {
-		go w.run(lifecycle.Readiness, p, false)
+		go w.run(lifecycle.Readiness, p)
 	}
 }
 
 // run probes on a timer until the instance stops. Startup ends at its first
 // success; liveness and startup pause after a failure verdict, since the
 // container is being killed and a new instance gets new workers.
-func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe, initial bool) {
+func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
 	unit := w.m.TimeUnit
 	period := time.Duration(p.PeriodSeconds) * unit
 	// Spread the first run over a tenth of the period (at most 100ms per
@@ -140,7 +158,7 @@ func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe, initial bool) {
 	jitter := time.Duration(rand.Int64N(int64(period/10) + 1))
 	timer := time.NewTimer(time.Duration(p.InitialDelaySeconds)*unit + jitter)
 	defer timer.Stop()
-	c := newCounter(p, initial)
+	c := newCounter(p, kind)
 	timeout := time.Duration(p.TimeoutSeconds) * unit
 	lastWarning := ""
 	for {

@@ -26,7 +26,7 @@ import (
 var target = Target{Host: "127.0.0.1", Env: []string{"PATH=/usr/bin:/bin"}}
 
 func TestCounterThresholds(t *testing.T) {
-	c := newCounter(&v1.Probe{SuccessThreshold: 2, FailureThreshold: 3}, false)
+	c := newCounter(&v1.Probe{SuccessThreshold: 2, FailureThreshold: 3}, lifecycle.Readiness)
 	steps := []struct {
 		ok      bool
 		changed bool

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -105,10 +106,33 @@ func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
 		d.hooks <- res
 		return
 	}
+	// A zero timeout is none (the kubelet sets none on exec hooks): the
+	// hook then ends with its container instance.
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = noHookTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if d.hookCancels == nil {
+		d.hookCancels = map[string][]context.CancelFunc{}
+	}
+	d.hookCancels[a.InstanceID] = append(d.hookCancels[a.InstanceID], cancel)
 	go func() {
-		res.err = probes.Hook(context.Background(), t, h, a.Timeout)
+		res.err = probes.Hook(ctx, t, h, timeout)
 		d.hooks <- res
 	}()
+}
+
+// noHookTimeout stands for "no timeout" where a duration is needed.
+const noHookTimeout = 100 * 365 * 24 * time.Hour
+
+// endHooks cancels the hooks still running for a container instance that
+// is gone.
+func (d *Daemon) endHooks(instanceID string) {
+	for _, cancel := range d.hookCancels[instanceID] {
+		cancel()
+	}
+	delete(d.hookCancels, instanceID)
 }
 
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
@@ -148,7 +172,13 @@ func (d *Daemon) startDone(r startResult) {
 		case r.err != nil:
 			// The plugin could not be asked, or died answering: the
 			// container may exist, so it goes once its end is saved.
+			// The start failed before anything ran: the container
+			// waits with RunContainerError, as the kubelet shows a
+			// failed StartContainer call, and no restart is counted.
 			d.removeCtrd(r.instanceID)
+			d.log.Warn("container could not be started", "instance", r.instanceID, "err", r.err)
+			d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, "RunContainerError", r.err.Error(), d.now()))
+			return
 		case r.failure != nil && r.failure.Reason == containerd.StartError:
 			delete(d.onCtrd, r.instanceID) // the plugin removed it
 			r.err = errors.New(r.failure.Message)
@@ -193,6 +223,7 @@ func (d *Daemon) exited(x process.Exit) {
 		d.oomJudged(d.machine.Instance(uid))
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
+	d.endHooks(x.InstanceID)
 	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))
 	if d.onContainerd(x.InstanceID) {
 		d.removeCtrd(x.InstanceID)

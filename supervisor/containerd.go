@@ -238,8 +238,10 @@ func (d *Daemon) startContainerd(in *lifecycle.Instance, a lifecycle.Action, res
 		d.started <- res
 	}
 	if d.ctrd == nil {
-		res.err = fmt.Errorf("%w; set runtimeClassName: process to run host processes", errNoContainerd)
-		d.started <- res
+		// Nothing was created: the container waits with the reason, as
+		// the kubelet keeps one its runtime cannot create, and no
+		// restart is counted.
+		fail(containerd.CreateContainerError, fmt.Errorf("%w; set runtimeClassName: process to run host processes", errNoContainerd))
 		return
 	}
 	cfg, err := d.containerConfig(in.Pod, in.Spec(a.Container), a)

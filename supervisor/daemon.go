@@ -108,6 +108,9 @@ type Daemon struct {
 	podCgroups map[types.UID]bool
 	oomBase    map[string]uint64
 	classes    priority.Classes
+	// hookCancels ends the hooks still running for a container instance
+	// once it exits (a postStart exec hook has no timeout); loop-owned.
+	hookCancels map[string][]context.CancelFunc
 	// pressure holds the node conditions currently true.
 	pressure map[v1.NodeConditionType]bool
 	evict    *evictor

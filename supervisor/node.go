@@ -147,8 +147,16 @@ func (d *Daemon) NodeView() *v1.Node {
 			}
 		}
 	}
+	// A drained node is cordoned: unschedulable, with the taint the node
+	// lifecycle controller gives it; get node shows SchedulingDisabled.
+	var spec v1.NodeSpec
+	if d.draining != nil {
+		spec.Unschedulable = true
+		spec.Taints = []v1.Taint{{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}}
+	}
 	return &v1.Node{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		Spec:       spec,
 		ObjectMeta: metav1.ObjectMeta{Name: d.cfg.NodeName, Labels: map[string]string{"kubernetes.io/hostname": d.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": runtime.GOARCH}},
 		Status: v1.NodeStatus{
 			Capacity: capacity, Allocatable: d.allocatable(capacity), Conditions: conds,

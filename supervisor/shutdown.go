@@ -80,20 +80,31 @@ func (d *Daemon) Drain(reason string) error {
 	return nil
 }
 
-// Uncordon ends a drain: pods are admitted again (those stopped by it stay
-// Failed until their manifest changes, as after an eviction).
+// Uncordon ends a drain: pods are admitted again, and those the drain
+// stopped run again, as static pods do when a node boots after a shutdown.
+// Pods a drain stopped before the daemon restarted (which forgot the
+// drain) run again too.
 func (d *Daemon) Uncordon() error {
 	return d.do(func() error {
-		if d.draining == nil {
+		draining := d.draining != nil
+		if draining {
+			select {
+			case <-d.draining.done:
+			default:
+				return errors.New("the drain is still in progress")
+			}
+		}
+		revived := 0
+		for _, in := range d.machine.Instances() {
+			if d.machine.Revive(in.UID()) {
+				revived++
+			}
+		}
+		if !draining && revived == 0 {
 			return errors.New("the node is not draining")
 		}
-		select {
-		case <-d.draining.done:
-		default:
-			return errors.New("the drain is still in progress")
-		}
 		d.draining = nil
-		d.log.Info("node uncordoned: admitting pods again")
+		d.log.Info("node uncordoned: admitting pods again", "restarting", revived)
 		return nil
 	})
 }
@@ -126,7 +137,7 @@ func (d *Daemon) advanceDrain() {
 			p := lifecycle.PriorityOf(in.Pod)
 			if in.Live() && in.Failed == nil && !in.Terminating && (p >= b.Priority || dr.next == 1) && p < upper {
 				dr.current = append(dr.current, in.UID())
-				d.execute(d.machine.Fail(in.UID(), "Terminated", fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
+				d.execute(d.machine.Fail(in.UID(), lifecycle.ReasonNodeShutdown, fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
 			}
 		}
 		if len(dr.current) > 0 {

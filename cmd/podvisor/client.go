@@ -141,6 +141,9 @@ func getNode(ctx context.Context, c *api.Client, output string, out io.Writer) e
 	if len(pressure) > 0 {
 		status += "," + strings.Join(pressure, ",")
 	}
+	if n.Spec.Unschedulable { // cordoned by a drain, as kubectl shows it
+		status += ",SchedulingDisabled"
+	}
 	a := n.Status.Allocatable
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(w, "NAME\tSTATUS\tVERSION\tCPU\tMEMORY\tPODS")

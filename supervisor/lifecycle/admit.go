@@ -98,6 +98,28 @@ func (m *Machine) Fail(uid types.UID, reason, message string, grace time.Duratio
 	return append(acts, m.sync(in, now)...)
 }
 
+// ReasonNodeShutdown is the kubelet's reason for a pod a node shutdown
+// stopped (a drain stops pods the same way).
+const ReasonNodeShutdown = "Terminated"
+
+// Revive runs an instance a node shutdown or drain stopped again, as the
+// kubelet runs a static pod again once its node is back: init containers
+// run again, then the containers restart as their restart policy says,
+// without a backoff to wait out. It reports whether the instance was one.
+func (m *Machine) Revive(uid types.UID) bool {
+	in := m.instances[uid]
+	if in == nil || in.Terminating || in.Failed == nil || in.Failed.Reason != ReasonNodeShutdown || in.Live() {
+		return false
+	}
+	in.Failed = nil
+	in.GraceDeadline = time.Time{}
+	for _, c := range in.AllContainers() {
+		c.BackoffStep, c.NotBefore = 0, time.Time{}
+	}
+	m.rerunInit(in)
+	return true
+}
+
 // preempt ends an instance Failed with reason Preempted, gracefully.
 func (m *Machine) preempt(uid types.UID, by string, now time.Time) []Action {
 	in := m.instances[uid]
@@ -139,7 +161,7 @@ func (m *Machine) PendingView() []*v1.Pod {
 func newInstance(p *v1.Pod, now time.Time) *Instance {
 	// startTime is when the node acknowledged the pod, as in Kubernetes;
 	// activeDeadlineSeconds counts from it.
-	in := &Instance{Pod: p, Created: now, StartTime: now}
+	in := &Instance{Pod: p, Created: now, StartTime: now, CountsAtCreation: true}
 	for i := range p.Spec.InitContainers {
 		kind := InitKind
 		if IsSidecar(&p.Spec.InitContainers[i]) {

@@ -41,6 +41,12 @@ func (m *Machine) clampInstance(in *Instance, now time.Time) bool {
 	past(&in.StartTime)
 	past(&in.InitializedAt)
 	past(&in.TerminationStart)
+	for typ, tr := range in.Transitions {
+		if tr.At.After(wall) {
+			tr.At, changed = now, true
+			in.Transitions[typ] = tr
+		}
+	}
 	for _, c := range in.AllContainers() {
 		past(&c.StartedAt)
 		past(&c.WaitSince)

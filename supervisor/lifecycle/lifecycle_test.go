@@ -417,6 +417,10 @@ func TestActiveDeadline(t *testing.T) {
 	if len(kinds(acts, Start)) != 0 || st.Phase != v1.PodFailed || st.Reason != "DeadlineExceeded" {
 		t.Fatalf("after the deadline: %+v %+v", acts, st)
 	}
+	// The kubelet's text, with nothing appended.
+	if want := "Pod was active on the node longer than the specified deadline"; st.Message != want {
+		t.Fatalf("message %q, want %q", st.Message, want)
+	}
 }
 
 func TestSandboxLostRerunsInit(t *testing.T) {

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,6 +51,7 @@ func NewMachine(cfg Config) *Machine {
 // period, as the kubelet does, and its stop signals are sent again.
 func (m *Machine) Restore(in *Instance, now time.Time) {
 	m.instances[in.UID()] = in
+	in.countAtCreation()
 	if m.clampInstance(in, now) {
 		m.touch(in.UID())
 	}
@@ -74,7 +76,7 @@ func (m *Machine) RestoreOrphan(uid types.UID, namespace, name, container, insta
 		in = &Instance{
 			Pod:     &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: uid}},
 			Created: now, StartTime: now, Initialized: true,
-			Terminating: true, TerminationStart: now, GraceDeadline: now, Force: true,
+			Terminating: true, TerminationStart: now, GraceDeadline: now, Force: true, CountsAtCreation: true,
 		}
 		m.instances[uid] = in
 	}
@@ -85,19 +87,26 @@ func (m *Machine) RestoreOrphan(uid types.UID, namespace, name, container, insta
 }
 
 // SandboxLost tells the machine every process of an instance is gone
-// because the device restarted: the pod restarts, init containers included.
+// because the device restarted: the pod restarts, init containers included,
+// and one a node shutdown stopped runs again.
 func (m *Machine) SandboxLost(uid types.UID) {
 	in := m.instances[uid]
-	if in == nil || in.Terminating {
+	if in == nil || in.Terminating || m.Revive(uid) {
 		return
 	}
+	m.rerunInit(in)
+}
+
+// rerunInit makes the init containers of an instance run again from the
+// first, as in a new sandbox.
+func (m *Machine) rerunInit(in *Instance) {
 	in.Initialized = false
 	for _, c := range in.Init {
 		if c.Phase == Exited && c.Kind == InitKind && c.Current != nil && c.Current.ExitCode == 0 {
 			c.Last, c.Current, c.Phase = c.Current, nil, Waiting
 		}
 	}
-	m.touch(uid)
+	m.touch(in.UID())
 }
 
 // SetDesired replaces the desired pod set. Pods must be defaulted and carry
@@ -179,6 +188,7 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	c.Phase = Running
 	c.StartedAt = at
+	c.created()
 	c.WaitReason, c.WaitMessage, c.WaitSince, c.FailStep = "", "", time.Time{}, 0
 	spec := in.Spec(name)
 	c.StartupPassed = spec.StartupProbe == nil
@@ -190,8 +200,15 @@ func (m *Machine) Started(uid types.UID, name, instanceID string, at time.Time) 
 	}
 	if hasPostStart(spec) {
 		c.PostStartActive = true
+		// The kubelet sets no timeout on an exec or sleep hook (it ends
+		// with its container): the container waits as long as its
+		// postStart runs. An httpGet hook is bounded by the grace period.
+		timeout := m.gracePeriod(in.Pod)
+		if h := spec.Lifecycle.PostStart; h.Exec != nil || h.Sleep != nil {
+			timeout = 0
+		}
 		acts = append(acts, Action{Kind: RunHook, Pod: uid, Container: name, InstanceID: instanceID,
-			Hook: PostStart, Timeout: m.gracePeriod(in.Pod)})
+			Hook: PostStart, Timeout: timeout})
 	}
 	return acts
 }
@@ -215,8 +232,20 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 	c.NotBefore = now.Add(delay)
 	m.wakeAt(c.NotBefore)
 	m.touch(uid)
-	return []Action{record(in, "Warning", "Failed", fmt.Sprintf("Error: %s: %s", reason, message)),
-		record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name))}
+	// The kubelet's events: a failed pull says why, then "Error: <reason>";
+	// any other failure to create or start says "Error: <message>".
+	var acts []Action
+	switch reason {
+	case ErrImagePull, ErrImageNeverPull:
+		why := "Failed"
+		if reason == ErrImageNeverPull {
+			why = ErrImageNeverPull
+		}
+		acts = append(acts, record(in, "Warning", why, message), record(in, "Warning", "Failed", "Error: "+reason))
+	default:
+		acts = append(acts, record(in, "Warning", "Failed", "Error: "+message))
+	}
+	return append(acts, record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name)))
 }
 
 // RetryWaiting ends the backoff of containers that failed before since
@@ -258,6 +287,9 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 		}
 	}
 	term := t
+	if c.Phase == Starting { // created, but it never ran: a StartError
+		c.created()
+	}
 	c.Phase = Exited
 	c.Current = &term
 	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed = nil, false, false, false
@@ -288,9 +320,10 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 		}
 		c.PostStartActive = false
 		if err != nil {
-			msg := fmt.Sprintf("PostStartHook failed: %v", err)
-			acts := []Action{record(in, "Warning", "FailedPostStartHook", msg)}
-			return append(acts, m.stopContainer(in, c, m.gracePeriod(in.Pod), "FailedPostStartHook", now)...)
+			// The kubelet's events: no hook output, which may hold
+			// secrets (the daemon logs it).
+			acts := []Action{record(in, "Warning", "FailedPostStartHook", "PostStartHook failed")}
+			return append(acts, m.stopContainer(in, c, m.gracePeriod(in.Pod), "FailedPostStartHook", "FailedPostStartHook", now)...)
 		}
 	case PreStop:
 		if c.Stop == nil || !c.Stop.PreStopActive {
@@ -298,7 +331,7 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 		}
 		c.Stop.PreStopActive = false
 		if err != nil {
-			return []Action{record(in, "Warning", "FailedPreStopHook", fmt.Sprintf("PreStopHook failed: %v", err))}
+			return []Action{record(in, "Warning", "FailedPreStopHook", "PreStopHook failed")}
 		}
 	}
 	return nil
@@ -348,11 +381,14 @@ func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg s
 	if p != nil && p.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
 	}
-	acts := []Action{
-		record(in, "Warning", "Unhealthy", what+" probe failed: "+msg),
-		record(in, "Normal", "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, what)),
+	// The kubelet's Killing event names the probe, and says whether a
+	// restart follows.
+	kill := fmt.Sprintf("Container %s failed %s probe", c.Name, strings.ToLower(what))
+	if in.Pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.Kind == SidecarKind {
+		kill += ", will be restarted"
 	}
-	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", now)...)
+	acts := []Action{record(in, "Warning", "Unhealthy", what+" probe failed: "+msg)}
+	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", kill, now)...)
 }
 
 // Delete terminates an instance on request. grace, if set, overrides the
@@ -413,10 +449,14 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	if c == nil {
 		return nil
 	}
-	if c.Phase == Exited && c.Current != nil {
+	switch {
+	case c.Phase == Exited && c.Current != nil:
 		// It was restarted before the crash, but the record was not saved.
 		c.Last, c.Current = c.Current, nil
-		c.RestartCount++
+		c.created()
+	case c.Phase != Running:
+		// Its start was recorded, its creation not.
+		c.created()
 	}
 	spec := in.Spec(name)
 	c.Phase = Running
@@ -528,7 +568,9 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 		}
 		acts = append(acts, m.sync(current, now)...)
 	}
-	return append(acts, m.admitNew(create, now)...)
+	acts = append(acts, m.admitNew(create, now)...)
+	m.noteConditions(now)
+	return acts
 }
 
 // InstanceID names a container instance: unique per pod UID, container and

@@ -43,7 +43,7 @@ func (m *Machine) Rebuild(uid types.UID, namespace, name, runtimeClass string, f
 	}
 	in := &Instance{
 		Pod:     &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: uid}},
-		Created: now, StartTime: now, Initialized: true, Rebuilt: true,
+		Created: now, StartTime: now, Initialized: true, Rebuilt: true, CountsAtCreation: true,
 	}
 	if runtimeClass != "" {
 		// Until claimed, the placeholder must say which runtime holds

@@ -31,84 +31,38 @@ func (m *Machine) status(in *Instance, now time.Time) v1.PodStatus {
 		t := metav1.NewTime(in.StartTime)
 		st.StartTime = &t
 	}
-	containersReady := true
 	for _, c := range in.Init {
-		cs := m.containerStatus(in, c, now)
-		if c.Kind == SidecarKind && !cs.Ready {
-			containersReady = false
-		}
-		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+		st.InitContainerStatuses = append(st.InitContainerStatuses, m.containerStatus(in, c, now))
 	}
 	for _, c := range in.Containers {
-		cs := m.containerStatus(in, c, now)
-		if !cs.Ready {
-			containersReady = false
-		}
-		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+		st.ContainerStatuses = append(st.ContainerStatuses, m.containerStatus(in, c, now))
 	}
 	st.Phase = m.phase(in, st.ContainerStatuses)
 	if in.Failed != nil {
 		st.Reason, st.Message = in.Failed.Reason, in.Failed.Message
 	}
-	if in.Terminating || !in.Initialized {
-		containersReady = false
-	}
-	ready, gateMsg := containersReady, ""
-	for _, g := range in.Pod.Spec.ReadinessGates {
-		if !in.Conditions[g.ConditionType] {
-			ready = false
-			gateMsg = fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist or is False", g.ConditionType)
-		}
-	}
-	notReady := func(ok bool) string {
-		switch {
-		case ok:
-			return ""
-		case st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed:
-			return "PodCompleted"
-		case gateMsg != "" && containersReady:
-			return "ReadinessGatesNotReady"
-		}
-		return "ContainersNotReady"
-	}
-	created := metav1.NewTime(in.Created)
-	cond := func(t v1.PodConditionType, ok bool, reason string) v1.PodCondition {
-		s := v1.ConditionFalse
-		if ok {
-			s = v1.ConditionTrue
-		}
-		return v1.PodCondition{Type: t, Status: s, LastTransitionTime: created, Reason: reason}
-	}
-	initReason := ""
-	if !in.Initialized {
-		initReason = "ContainersNotInitialized"
-	}
-	st.Conditions = []v1.PodCondition{
-		cond(v1.PodReadyToStartContainers, !in.Terminating || in.Live(), ""),
-		cond(v1.PodInitialized, in.Initialized, initReason),
-		cond(v1.PodReady, ready, notReady(ready)),
-		cond(v1.ContainersReady, containersReady, notReady(containersReady)),
-		cond(v1.PodScheduled, true, ""),
-	}
-	if gateMsg != "" {
-		st.Conditions[2].Message = gateMsg
-	}
-	for _, g := range in.Pod.Spec.ReadinessGates {
-		if v, ok := in.Conditions[g.ConditionType]; ok {
-			st.Conditions = append(st.Conditions, cond(g.ConditionType, v, ""))
-		}
-	}
+	st.Conditions = m.conditions(in, &st, now)
 	return st
 }
 
 func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.ContainerStatus {
 	spec := in.Spec(c.Name)
 	cs := v1.ContainerStatus{Name: c.Name, Image: spec.Image, RestartCount: c.RestartCount}
-	switch c.Phase {
+	phase := c.Phase
+	if phase == Running && c.PostStartActive {
+		// The kubelet's status is the one from before it created the
+		// container until its postStart hook returns: still waiting,
+		// with the previous instance's restart count.
+		phase = Starting
+		if c.Last != nil {
+			cs.RestartCount--
+		}
+	}
+	switch phase {
 	case Running:
 		cs.ContainerID = ContainerIDPrefix + c.InstanceID
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		cs.Ready = c.started() && c.Ready && c.Stop == nil
+		cs.Ready = c.started() && c.Ready && c.Stop == nil && !in.Terminating
 		if c.Kind == InitKind {
 			cs.Ready = false
 		}
@@ -118,10 +72,13 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 		// A completed init container is "ready" in the kubelet's sense.
 		cs.Ready = c.Kind == InitKind && c.Current.ExitCode == 0
 	case Starting, Waiting:
+		// The kubelet's default waiting state: PodInitializing in a pod
+		// with init containers, for them and the app containers alike.
 		w := &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
-		switch {
-		case c.Kind == RegularKind && !in.Initialized:
+		if len(in.Pod.Spec.InitContainers) > 0 {
 			w.Reason = "PodInitializing"
+		}
+		switch {
 		case c.Phase == Waiting && c.WaitReason != "":
 			w.Reason, w.Message = c.WaitReason, c.WaitMessage
 			// After the first failed pull, the kubelet says it is
@@ -134,8 +91,6 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 			w.Reason = "CrashLoopBackOff"
 			w.Message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
 				m.backoffDelay(c.BackoffStep-1), c.Name, in.Pod.Name, in.Pod.Namespace, in.Pod.UID)
-		case in.Terminating || in.Failed != nil:
-			w.Reason = "PodTerminating"
 		}
 		cs.State.Waiting = w
 	}
@@ -149,8 +104,9 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 
 // Waiting reasons of pulls, as the kubelet names them.
 const (
-	ErrImagePull     = "ErrImagePull"
-	ImagePullBackOff = "ImagePullBackOff"
+	ErrImagePull      = "ErrImagePull"
+	ErrImageNeverPull = "ErrImageNeverPull"
+	ImagePullBackOff  = "ImagePullBackOff"
 )
 
 func terminated(t *Termination) *v1.ContainerStateTerminated {

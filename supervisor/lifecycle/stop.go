@@ -23,7 +23,7 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 		}
 		if c.live() {
 			appsLive = true
-			acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", now)...)
+			acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", "", now)...)
 			m.shorten(c, in.GraceDeadline, now)
 		}
 	}
@@ -36,7 +36,7 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 		if appsLive && !past {
 			break
 		}
-		acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", now)...)
+		acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", "", now)...)
 		if !past {
 			break // the next sidecar stops once this one is gone
 		}
@@ -48,16 +48,20 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 }
 
 // stopContainer begins (or continues) stopping one container with the
-// given grace period.
-func (m *Machine) stopContainer(in *Instance, c *Container, grace time.Duration, reason string, now time.Time) []Action {
+// given grace period. message is the Killing event's, "Stopping container
+// <name>" when empty, as the kubelet's killContainer says.
+func (m *Machine) stopContainer(in *Instance, c *Container, grace time.Duration, reason, message string, now time.Time) []Action {
 	var acts []Action
+	if message == "" {
+		message = "Stopping container " + c.Name
+	}
 	if c.Stop == nil {
 		c.Stop = &Stop{Reason: reason, Deadline: now.Add(max(grace, 0)), Force: in.Force}
 		c.Ready = false
 		m.touch(in.UID())
 		acts = append(acts,
 			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID},
-			record(in, "Normal", "Killing", "Stopping container "+c.Name))
+			record(in, "Normal", "Killing", message))
 	}
 	return append(acts, m.advanceStop(in, c, now)...)
 }

@@ -16,7 +16,7 @@ func (m *Machine) sync(in *Instance, now time.Time) []Action {
 		deadline := in.StartTime.Add(time.Duration(*d) * time.Second)
 		if !now.Before(deadline) {
 			in.Failed = &Failure{Reason: "DeadlineExceeded",
-				Message: fmt.Sprintf("Pod was active on the node longer than the specified deadline (%ds)", *d)}
+				Message: "Pod was active on the node longer than the specified deadline"}
 			m.touch(in.UID())
 			acts = append(acts, record(in, "Warning", "DeadlineExceeded", in.Failed.Message))
 		} else {
@@ -76,8 +76,9 @@ func (m *Machine) syncInit(in *Instance, now time.Time) []Action {
 			policy = v1.RestartPolicyNever
 		}
 		if c.Phase == Exited && policy == v1.RestartPolicyNever {
-			in.Failed = &Failure{Reason: "InitContainerFailed",
-				Message: fmt.Sprintf("init container %s exited with %d", c.Name, c.Current.ExitCode)}
+			// The pod fails; the kubelet gives it no reason or message
+			// (kubectl shows Init:Error from the container's state).
+			in.Failed = &Failure{}
 			m.touch(in.UID())
 			return append(acts, m.terminate(in, now)...)
 		}
@@ -110,7 +111,6 @@ func (m *Machine) syncContainer(in *Instance, c *Container, policy v1.RestartPol
 		delay := m.backoffDelay(c.BackoffStep)
 		c.BackoffStep++
 		c.Last, c.Current = c.Current, nil
-		c.RestartCount++
 		c.NotBefore = c.Last.FinishedAt.Add(delay)
 		c.Phase = Waiting
 		m.touch(in.UID())

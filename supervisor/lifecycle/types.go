@@ -99,7 +99,10 @@ type Container struct {
 	Phase ContainerPhase `json:"phase"`
 	// Attempt counts the instances started so far; it names instances
 	// and log files.
-	Attempt      int          `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// RestartCount is the restart count of the newest instance that was
+	// created, as the kubelet labels each container it creates: the
+	// N+1th instance gets N. A creation that failed does not count.
 	RestartCount int32        `json:"restartCount"`
 	InstanceID   string       `json:"instanceID,omitempty"`
 	StartedAt    time.Time    `json:"startedAt,omitzero"`
@@ -156,11 +159,20 @@ type Instance struct {
 	Force bool `json:"force,omitempty"`
 	// Conditions holds the readiness-gate conditions set through the API.
 	Conditions map[v1.PodConditionType]bool `json:"conditions,omitempty"`
+	// Transitions holds when each pod condition last changed status.
+	Transitions map[v1.PodConditionType]Transition `json:"transitions,omitempty"`
 	// Rebuilt: made by Rebuild from the runtime's instances after the
 	// record was lost; it has no spec until a desired pod claims it.
 	Rebuilt bool `json:"rebuilt,omitempty"`
+	// CountsAtCreation marks a record whose restart counts are given at
+	// each creation; older records counted at the exit (see Restore).
+	CountsAtCreation bool `json:"countsAtCreation,omitempty"`
 
 	revision uint64 // bumped on every change; not persisted
+	// noted and notedRevision say which revision's conditions Transitions
+	// reflects.
+	noted         bool
+	notedRevision uint64
 }
 
 // Revision changes whenever the instance does, so views of it can be
@@ -217,6 +229,29 @@ func (in *Instance) Live() bool {
 	return false
 }
 
+// created counts a newly created instance: it is a restart when an
+// instance ran before it (whose end is then lastState).
+func (c *Container) created() {
+	if c.Last != nil {
+		c.RestartCount++
+	}
+}
+
+// countAtCreation converts the restart counts of a record written before
+// they were given at creation: a container waiting to restart had already
+// counted the restart to come.
+func (in *Instance) countAtCreation() {
+	if in.CountsAtCreation {
+		return
+	}
+	for _, c := range in.AllContainers() {
+		if (c.Phase == Waiting || c.Phase == Starting) && c.Last != nil && c.RestartCount > 0 {
+			c.RestartCount--
+		}
+	}
+	in.CountsAtCreation = true
+}
+
 func (c *Container) live() bool { return c.Phase == Running || c.Phase == Starting }
 
 // started is the Kubernetes "started": running, postStart done, startup
@@ -259,8 +294,8 @@ const (
 	Signal ActionKind = "Signal"
 	// Kill sends SIGKILL to the container's whole process tree.
 	Kill ActionKind = "Kill"
-	// RunHook runs Hook for the container instance within Timeout and
-	// reports back through HookDone.
+	// RunHook runs Hook for the container instance within Timeout (zero:
+	// none, until the instance ends) and reports back through HookDone.
 	RunHook ActionKind = "RunHook"
 	// Probe starts the container instance's probes; Unprobe stops them.
 	Probe   ActionKind = "Probe"

@@ -180,7 +180,8 @@ func (c Classes) Names() []string {
 }
 
 // Resolve sets a pod's priority and preemption policy from its class, or
-// from the global default (priority 0 without one), as the API server's
+// from the global default (whose name it also sets in
+// spec.priorityClassName; priority 0 without one), as the API server's
 // Priority admission does. An unknown class is an error naming it.
 func (c Classes) Resolve(p *v1.Pod) error {
 	name := p.Spec.PriorityClassName
@@ -192,7 +193,10 @@ func (c Classes) Resolve(p *v1.Pod) error {
 			return fmt.Errorf("spec.priorityClassName: no PriorityClass with name %q was found (known: %s)", name, strings.Join(c.Names(), ", "))
 		}
 	case c.def != nil:
+		// Admission names the default class in the pod as well.
 		class = *c.def
+		name = class.Name
+		p.Spec.PriorityClassName = name
 	default:
 		class = Class{PreemptionPolicy: v1.PreemptLowerPriority}
 	}

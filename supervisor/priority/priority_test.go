@@ -53,6 +53,15 @@ func TestResolve(t *testing.T) {
 		if *p.Spec.Priority != tc.value || *p.Spec.PreemptionPolicy != tc.policy {
 			t.Errorf("%q: priority %d policy %s", tc.class, *p.Spec.Priority, *p.Spec.PreemptionPolicy)
 		}
+		// Priority admission fills both fields from the global default.
+		if tc.class == "" && p.Spec.PriorityClassName != "batch" {
+			t.Errorf("global default: priorityClassName %q, want %q", p.Spec.PriorityClassName, "batch")
+		}
+	}
+	// Without a global default the name stays empty and the priority 0.
+	none := &v1.Pod{}
+	if err := Builtin().Resolve(none); err != nil || none.Spec.PriorityClassName != "" || *none.Spec.Priority != 0 {
+		t.Fatalf("no default class: %v %q %d", err, none.Spec.PriorityClassName, *none.Spec.Priority)
 	}
 	err := c.Resolve(&v1.Pod{Spec: v1.PodSpec{PriorityClassName: "nope"}})
 	if err == nil || !strings.Contains(err.Error(), `no PriorityClass with name "nope"`) || !strings.Contains(err.Error(), "high") {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -112,6 +113,14 @@ spec:
 	p := d.waitPod("initnever", 10*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	if p.Status.ContainerStatuses[0].State.Waiting == nil || p.Status.InitContainerStatuses[0].RestartCount != 0 {
 		t.Fatalf("under Never the app must not start nor the init retry: %s", describePod(p))
+	}
+	// The kubelet sets no pod reason for it; kubectl shows the init
+	// container's own.
+	if p.Status.Reason != "" || p.Status.Message != "" {
+		t.Fatalf("failed init under Never: reason %q message %q, want none", p.Status.Reason, p.Status.Message)
+	}
+	if out, _, _ := d.cli("get", "pods"); !regexp.MustCompile(`initnever\s+0/1\s+Init:Error\s`).MatchString(out) {
+		t.Fatalf("get pods, want initnever Init:Error:\n%s", out)
 	}
 }
 
