@@ -53,7 +53,7 @@ spec:
 	}
 	rel := filepath.Join(root, "pod"+string(p.UID), "app")
 	var out string
-	waitFor(t, func() bool { out, _, _ = d.cli("logs", "limited"); return strings.Contains(out, rel) })
+	waitFor(t, "the container's log to show its cgroup", func() bool { out, _, _ = d.cli("logs", "limited"); return strings.Contains(out, rel) })
 	// Lowering a score needs CAP_SYS_RESOURCE, which some sandboxes drop
 	// even for root; then the container keeps the inherited score.
 	want := "0\n"

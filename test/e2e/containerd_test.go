@@ -51,7 +51,7 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 	if err := ociimage.WriteFile(filepath.Join(d.data, "images", "busybox.tar"), ociimage.Image{Name: testImage, Cmd: []string{"sh"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "podvisor images to list the test image", func() bool {
 		out, _, _ := d.cli("images")
 		return strings.Contains(out, testImage)
 	})
@@ -146,7 +146,7 @@ func TestContainerdPod(t *testing.T) {
 
 	// Containers of a pod reach each other on localhost, and the pod's
 	// hostname is its name.
-	waitFor(t, func() bool {
+	waitFor(t, "duo's client to log both greetings", func() bool {
 		out, _, _ := d.cli("logs", "duo", "-c", "client")
 		return strings.Contains(out, "hi duo\n") && strings.Contains(out, "hello from duo\n")
 	})
@@ -204,7 +204,7 @@ func TestContainerdPod(t *testing.T) {
 	if out, _, _ := d.cli("logs", "duo", "-c", "client", "--previous"); !strings.Contains(out, "crashing") {
 		t.Fatalf("previous log: %q", out)
 	}
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 2 })
+	waitFor(t, "containerd to hold both of duo's containers", func() bool { return len(ctrContainers(t, ctrd)) == 2 })
 
 	// kill -9 the daemon: a new one adopts both containers as they are.
 	server = statusOf(p, "server")
@@ -234,7 +234,7 @@ func TestContainerdPod(t *testing.T) {
 	// sandbox and the pod's files.
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 	client := http.Client{Timeout: time.Second}
 	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort)); err == nil {
 		resp.Body.Close()
@@ -306,7 +306,7 @@ spec:
 	if err := os.WriteFile(filepath.Join(d.data, "images", "junk.tar"), []byte("not an archive"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "podvisor images to report junk.tar as not imported", func() bool {
 		out, _, _ := d.cli("images")
 		return strings.Contains(out, "not imported: "+filepath.Join(d.data, "images", "junk.tar"))
 	})
@@ -335,7 +335,7 @@ spec:
 	if term := p.Status.ContainerStatuses[0].State.Terminated; term.ExitCode != 5 || p.Status.Phase != v1.PodFailed {
 		t.Fatalf("exit while down: %s", describePod(p))
 	}
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	waitFor(t, "containerd to hold no container", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 }
 
 // containerd.managed: podvisor runs its own containerd, restarts it when
@@ -364,7 +364,7 @@ func TestManagedContainerd(t *testing.T) {
 	if err := ociimage.WriteFile(filepath.Join(d.dir, "img.tar"), ociimage.Image{Name: testImage}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "the managed containerd to accept an image import", func() bool {
 		_, _, code := d.cli("images", "import", filepath.Join(d.dir, "img.tar"))
 		return code == 0
 	})
@@ -381,7 +381,7 @@ spec:
 
 	first := managedPid(pidFile)
 	syscall.Kill(first, syscall.SIGKILL)
-	waitFor(t, func() bool { pid := managedPid(pidFile); return pid > 0 && pid != first })
+	waitFor(t, "the managed containerd to be restarted with a new pid", func() bool { pid := managedPid(pidFile); return pid > 0 && pid != first })
 	time.Sleep(time.Second)
 	p = d.waitPod("m", 10*time.Second, running)
 	if c := p.Status.ContainerStatuses[0]; c.ContainerID != id || c.RestartCount != 0 {

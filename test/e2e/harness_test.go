@@ -263,6 +263,43 @@ func (d *daemon) waitGone(name string, timeout time.Duration) {
 	}
 }
 
+// waitFor waits up to 10 s for cond; on timeout the test fails saying
+// what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	waitForLong(t, 10*time.Second, what, cond)
+}
+
+// waitForLong waits up to d for cond, naming what it waited for.
+func waitForLong(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitForValue waits up to d until ok holds for what observe returns; on
+// timeout the test fails naming what it waited for and the last value
+// observed.
+func waitForValue[T any](t *testing.T, d time.Duration, what string, observe func() T, ok func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		v := observe()
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s (last observed: %v)", d, what, v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func describePod(p *v1.Pod) string {
 	if p == nil {
 		return "never listed"
