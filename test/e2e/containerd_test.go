@@ -28,8 +28,14 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 	d := newDaemon(t)
 	sandboxes := filepath.Join(d.dir, "sandbox")
 	t.Cleanup(func() {
-		// Pods left running keep their namespaces and tmpfs mounted, and
-		// a shared PID namespace its init.
+		// The daemon first, or it restarts what is killed here; then the
+		// containers (containerd stops later, in ctrd.Close). Pods left
+		// running keep their namespaces and tmpfs mounted, and a shared
+		// PID namespace its init.
+		d.kill()
+		if left := ctrdtest.KillTasks(ctrd.Address); len(left) > 0 {
+			t.Errorf("container processes %v survived SIGKILL", left)
+		}
 		inits, _ := filepath.Glob(filepath.Join(sandboxes, "*", "pid.init"))
 		for _, f := range inits {
 			var pid int
@@ -37,7 +43,7 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		ctrdtest.UnmountUnder(d.dir)
 	})
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
@@ -349,14 +355,24 @@ func TestManagedContainerd(t *testing.T) {
 	sock := filepath.Join(m, "c.sock")
 	pidFile := filepath.Join(d.data, "containerd", "containerd.pid")
 	t.Cleanup(func() {
+		// In this order: the daemon (it restarts a containerd that dies),
+		// the containers (they outlive their shims), containerd (it writes
+		// its root until it is gone), its shims, then the mounts.
+		d.kill()
+		if left := ctrdtest.KillTasks(sock); len(left) > 0 {
+			t.Errorf("container processes %v survived SIGKILL", left)
+		}
 		if pid := managedPid(pidFile); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 100 && alive(pid); i++ {
-				time.Sleep(20 * time.Millisecond) // it writes its root until it is gone
+			for i := 0; i < 250 && alive(pid); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if alive(pid) {
+				t.Errorf("the managed containerd %d survived SIGKILL for 5s", pid)
 			}
 		}
 		ctrdtest.KillShims(sock)
-		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		ctrdtest.UnmountUnder(d.dir)
 	})
 	d.withConfig(fmt.Sprintf("containerd: {managed: true, address: %s, root: %s, state: %s, runcRoot: %s, sandboxDir: %s}\n",
 		sock, filepath.Join(m, "root"), filepath.Join(m, "state"), filepath.Join(m, "runc"), filepath.Join(d.dir, "sandbox")))

@@ -102,7 +102,7 @@ func (d *daemon) withConfig(yaml string) { d.configText = yaml }
 func (d *daemon) writeConfig() {
 	text := d.configText
 	if !strings.Contains(text, "cgroups:") {
-		text += "cgroups: {root: " + cgroupRoot(d.t, filepath.Base(d.dir)) + "}\n"
+		text += "cgroups: {root: " + d.cgroupRoot(filepath.Base(d.dir)) + "}\n"
 	}
 	d.config = filepath.Join(d.dir, "config.yaml")
 	if err := os.WriteFile(d.config, []byte(text), 0o644); err != nil {
@@ -163,15 +163,23 @@ func (d *daemon) stop(sig syscall.Signal) {
 // cleanup stops the daemon and kills every shim it left, so tests do not
 // leak processes into each other.
 func (d *daemon) cleanup() {
+	d.kill()
+	if d.t.Failed() && d.log != nil {
+		d.t.Logf("daemon log:\n%s", d.log)
+	}
+}
+
+// kill stops the daemon with SIGKILL and kills every shim it left. It may
+// run more than once: every cleanup that removes what the daemon's pods
+// hold (cgroups, mounts, containers) calls it first, whatever order
+// t.Cleanup runs them in, so the daemon restarts nothing behind it.
+func (d *daemon) kill() {
 	d.stop(syscall.SIGKILL)
 	out, _ := exec.Command("pgrep", "-f", "podvisor-shim "+d.data).Output()
 	for _, f := range strings.Fields(string(out)) {
 		var pid int
 		fmt.Sscan(f, &pid)
 		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim (pdeathsig)
-	}
-	if d.t.Failed() && d.log != nil {
-		d.t.Logf("daemon log:\n%s", d.log)
 	}
 }
 
