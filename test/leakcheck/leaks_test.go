@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func emptySnapshot() snapshot {
+	return snapshot{procs: map[string]process{}, mounts: map[string]mount{}, cgroups: map[string]bool{}, netns: map[string]bool{}}
+}
+
+// Only what is new and the tests' counts: what ran before the tests, and
+// what else starts on the machine meanwhile, does not.
+func TestLeaksAreNewAndTheTests(t *testing.T) {
+	temp := []string{"/tmp"}
+	before, after := emptySnapshot(), emptySnapshot()
+	old := process{pid: 10, cmdline: []string{"containerd"}, exe: "/usr/bin/containerd", root: "/"}
+	before.procs["10@1"], after.procs["10@1"] = old, old
+	before.mounts["30 /tmp/old"], after.mounts["30 /tmp/old"] = mount{"/tmp/old", "tmpfs", "tmpfs"}, mount{"/tmp/old", "tmpfs", "tmpfs"}
+	before.cgroups["/sys/fs/cgroup/memory/podvisor"], after.cgroups["/sys/fs/cgroup/memory/podvisor"] = true, true
+
+	after.procs["11@5"] = process{pid: 11, cmdline: []string{"sleep", "1000"}, exe: "/bin/busybox", root: "/tmp/ctrd1/state/rootfs"}
+	after.procs["12@5"] = process{pid: 12, cmdline: []string{"sh", "-c", "x", "tag"}, exe: "/bin/dash", root: "/", cgroups: []string{"/podvisor-e2e-9-x/pod1/main"}}
+	after.procs["13@5"] = process{pid: 13, cmdline: []string{"/usr/sbin/sshd"}, exe: "/usr/sbin/sshd", root: "/", cwd: "/tmp"}
+	after.procs["14@5"] = process{pid: 14, cmdline: []string{"bash"}, exe: "/bin/bash", root: "/", tokened: true}
+	after.procs["10@9"] = process{pid: 10, cmdline: []string{"/tmp/podvisor-e2e1/podvisor", "run"}, exe: "/tmp/podvisor-e2e1/podvisor", root: "/"}
+	after.mounts["31 /tmp/TestX/001/sandbox/p/shm"] = mount{"/tmp/TestX/001/sandbox/p/shm", "tmpfs", "shm"}
+	after.mounts["32 /run/podvisor/netns/p"] = mount{"/run/podvisor/netns/p", "nsfs", "nsfs"}
+	after.mounts["33 /mnt/usb"] = mount{"/mnt/usb", "vfat", "/dev/sdb1"}
+	after.cgroups["/sys/fs/cgroup/cpu/podvisor-e2e-9-x"] = true
+	after.netns["/run/netns/cni-1"] = true
+
+	var got []string
+	for _, l := range leaks(before, after, temp) {
+		got = append(got, l.kind+" "+l.what)
+	}
+	want := []string{
+		`process 11 "sleep 1000"`, `process 12 "sh -c x tag"`, `process 14 "bash"`, `process 10 "/tmp/podvisor-e2e1/podvisor run"`,
+		"mount /tmp/TestX/001/sandbox/p/shm", "mount /run/podvisor/netns/p",
+		"cgroup /sys/fs/cgroup/cpu/podvisor-e2e-9-x", "netns /run/netns/cni-1",
+	}
+	text := strings.Join(got, "\n")
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%q not reported; got:\n%s", w, text)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d leaks, want %d (sshd in /tmp, the old containerd, the old mount and cgroup, /mnt/usb are not the tests'):\n%s", len(got), len(want), text)
+	}
+}
+
+func TestParseMountinfo(t *testing.T) {
+	id, m, ok := parseMountinfo(`36 35 98:0 /mnt1 /tmp/a\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue`)
+	if !ok || id != "36" || m.point != "/tmp/a b" || m.fstype != "ext3" || m.source != "/dev/root" {
+		t.Fatalf("got %q %+v %v", id, m, ok)
+	}
+}

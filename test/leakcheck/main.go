@@ -1,0 +1,108 @@
+// Command leakcheck runs a test command and fails when the tests left
+// anything behind: a process, a mount, a cgroup or a network namespace.
+//
+//	go run ./test/leakcheck -- go test -count=1 ./...
+//
+// It snapshots the host before the command and again after it, and reports
+// what is new since the first snapshot and belongs to the tests, so what
+// else runs on the machine is not counted. A process belongs to the tests
+// when it carries the run's token in its environment (it descends from the
+// command), or when it is new and is one of the project's or the tests'
+// programs, runs from or in a temporary directory, or sits in a podvisor
+// cgroup. Mounts under the temporary directory or /run/podvisor, bound
+// namespaces, entries of /run/netns and cgroups named podvisor* count when
+// new. Leftovers are given up to -settle to go (processes killed at the
+// end still exiting, lazy unmounts).
+//
+// The exit code is the command's when it failed, else 1 when something
+// was left, else 0.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+)
+
+// tokenVar names the environment variable that marks the run's processes.
+const tokenVar = "PODVISOR_LEAKCHECK"
+
+func main() {
+	settle := flag.Duration("settle", 10*time.Second, "how long leftovers are given to go before they count")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: leakcheck [-settle 10s] -- command [args...]\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	os.Exit(run(flag.Args(), *settle))
+}
+
+func run(command []string, settle time.Duration) int {
+	token := newToken()
+	host := procHost{tempDirs: tempDirs(), self: os.Getpid()}
+	before := host.snapshot(token)
+
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), tokenVar+"="+token)
+	// Ctrl-C reaches the command (same process group); leakcheck waits
+	// for it and still reports.
+	signal.Ignore(syscall.SIGINT)
+	code := 0
+	if err := cmd.Run(); err != nil {
+		code = 1
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
+			code = ee.ExitCode()
+		}
+		fmt.Fprintf(os.Stderr, "leakcheck: %s: %v\n", command[0], err)
+	}
+
+	var left []leak
+	deadline := time.Now().Add(settle)
+	for {
+		left = leaks(before, host.snapshot(token), host.tempDirs)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if len(left) == 0 {
+		fmt.Fprintln(os.Stderr, "leakcheck: nothing left behind")
+		return code
+	}
+	sort.Slice(left, func(i, j int) bool { return left[i].String() < left[j].String() })
+	fmt.Fprintf(os.Stderr, "leakcheck: the tests left %d things behind:\n", len(left))
+	for _, l := range left {
+		fmt.Fprintf(os.Stderr, "  %s\n", l)
+	}
+	if code == 0 {
+		code = 1
+	}
+	return code
+}
+
+func newToken() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// tempDirs are where tests make their temporary files.
+func tempDirs() []string {
+	dirs := []string{"/tmp", "/var/tmp"}
+	if t := os.TempDir(); t != "/tmp" && t != "/var/tmp" {
+		dirs = append(dirs, t)
+	}
+	return dirs
+}
