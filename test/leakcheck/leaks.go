@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -22,14 +24,35 @@ var testPrograms = map[string]bool{
 	"runc": true, "mosquitto": true, "sleep": true,
 }
 
+// harnessCgroup matches the cgroup roots of the e2e harness, named after
+// the pid of the test binary that made them.
+var harnessCgroup = regexp.MustCompile(`(?:^|/)podvisor-e2e-([0-9]+)-`)
+
+// harnessPid is the test binary's pid in a harness cgroup path, or 0.
+func harnessPid(path string) int {
+	m := harnessCgroup.FindStringSubmatch(path)
+	if m == nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(m[1])
+	return pid
+}
+
 // leaks lists what is in after but not in before and belongs to the tests.
-func leaks(before, after snapshot, tempDirs []string) []leak {
+// ours holds the pids of the processes seen carrying the run's token while
+// it ran: a harness cgroup named after another pid is another run's, one
+// that goes on beside this one on a shared machine.
+func leaks(before, after snapshot, ours map[int]bool, tempDirs []string) []leak {
 	var out []leak
+	byPid := map[int]process{}
+	for _, p := range after.procs {
+		byPid[p.pid] = p
+	}
 	for key, p := range after.procs {
 		if _, old := before.procs[key]; old {
 			continue
 		}
-		if why := testProcess(p, tempDirs); why != "" {
+		if why := testProcess(p, byPid, ours, tempDirs); why != "" {
 			out = append(out, leak{"process", fmt.Sprintf("%d %q", p.pid, strings.Join(p.cmdline, " ")), why})
 		}
 	}
@@ -47,6 +70,9 @@ func leaks(before, after snapshot, tempDirs []string) []leak {
 		}
 	}
 	for cg := range after.cgroups {
+		if pid := harnessPid(cg); pid > 0 && !ours[pid] {
+			continue
+		}
 		if !before.cgroups[cg] {
 			out = append(out, leak{"cgroup", cg, "a podvisor cgroup"})
 		}
@@ -60,10 +86,26 @@ func leaks(before, after snapshot, tempDirs []string) []leak {
 }
 
 // testProcess says why a new process belongs to the tests, or "".
-func testProcess(p process, tempDirs []string) string {
+func testProcess(p process, byPid map[int]process, ours map[int]bool, tempDirs []string) string {
+	for a, seen := p, 0; seen < 64; seen++ { // the ancestors, up to a bound against cycles
+		if a.tokened {
+			return "started by the test command"
+		}
+		parent, ok := byPid[a.ppid]
+		if !ok || a.ppid <= 1 {
+			break
+		}
+		a = parent
+	}
+	for _, cg := range p.cgroups {
+		if pid := harnessPid(cg); pid > 0 {
+			if !ours[pid] {
+				return "" // another run's pod
+			}
+			return "in this run's cgroup " + cg
+		}
+	}
 	switch {
-	case p.tokened:
-		return "started by the test command"
 	case testPrograms[filepath.Base(p.exe)] || testPrograms[filepath.Base(p.cmdline[0])]:
 		return "a program the tests run"
 	case underAny(p.exe, tempDirs) || underAny(p.cmdline[0], tempDirs):

@@ -28,14 +28,20 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 	after.mounts["32 /run/podvisor/netns/p"] = mount{"/run/podvisor/netns/p", "nsfs", "nsfs"}
 	after.mounts["33 /mnt/usb"] = mount{"/mnt/usb", "vfat", "/dev/sdb1"}
 	after.cgroups["/sys/fs/cgroup/cpu/podvisor-e2e-9-x"] = true
+	// Another run's, on a shared machine: its test binary (pid 8) never
+	// carried this run's token.
+	after.cgroups["/sys/fs/cgroup/cpu/podvisor-e2e-8-x"] = true
+	after.procs["15@5"] = process{pid: 15, cmdline: []string{"sleep", "1000"}, exe: "/bin/sleep", root: "/", cgroups: []string{"/podvisor-e2e-8-x/pod2/main"}}
+	// A child of a tokened process, whatever it runs.
+	after.procs["16@5"] = process{pid: 16, ppid: 14, cmdline: []string{"cat"}, exe: "/bin/cat", root: "/"}
 	after.netns["/run/netns/cni-1"] = true
 
 	var got []string
-	for _, l := range leaks(before, after, temp) {
+	for _, l := range leaks(before, after, map[int]bool{9: true, 14: true}, temp) {
 		got = append(got, l.kind+" "+l.what)
 	}
 	want := []string{
-		`process 11 "sleep 1000"`, `process 12 "sh -c x tag"`, `process 14 "bash"`, `process 10 "/tmp/podvisor-e2e1/podvisor run"`,
+		`process 11 "sleep 1000"`, `process 12 "sh -c x tag"`, `process 14 "bash"`, `process 16 "cat"`, `process 10 "/tmp/podvisor-e2e1/podvisor run"`,
 		"mount /tmp/TestX/001/sandbox/p/shm", "mount /run/podvisor/netns/p",
 		"cgroup /sys/fs/cgroup/cpu/podvisor-e2e-9-x", "netns /run/netns/cni-1",
 	}
@@ -46,7 +52,7 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 		}
 	}
 	if len(got) != len(want) {
-		t.Errorf("got %d leaks, want %d (sshd in /tmp, the old containerd, the old mount and cgroup, /mnt/usb are not the tests'):\n%s", len(got), len(want), text)
+		t.Errorf("got %d leaks, want %d (sshd in /tmp, another run's cgroup and pod, the old containerd, the old mount and cgroup, /mnt/usb are not the tests'):\n%s", len(got), len(want), text)
 	}
 }
 

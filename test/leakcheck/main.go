@@ -59,8 +59,31 @@ func run(command []string, settle time.Duration) int {
 	// Ctrl-C reaches the command (same process group); leakcheck waits
 	// for it and still reports.
 	signal.Ignore(syscall.SIGINT)
+	ours := map[int]bool{}
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // which processes are the run's, while they live
+		defer close(sampled)
+		for {
+			procs := map[string]process{}
+			host.readProcs(token, procs)
+			for _, p := range procs {
+				if p.tokened {
+					ours[p.pid] = true
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
 	code := 0
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	close(done)
+	<-sampled
+	if err != nil {
 		code = 1
 		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
 			code = ee.ExitCode()
@@ -71,7 +94,7 @@ func run(command []string, settle time.Duration) int {
 	var left []leak
 	deadline := time.Now().Add(settle)
 	for {
-		left = leaks(before, host.snapshot(token), host.tempDirs)
+		left = leaks(before, host.snapshot(token), ours, host.tempDirs)
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}

@@ -18,6 +18,7 @@ type snapshot struct {
 
 type process struct {
 	pid     int
+	ppid    int
 	cmdline []string
 	exe     string   // the executable's path; empty when unreadable
 	cwd     string   // working directory
@@ -83,6 +84,7 @@ func (h procHost) readProcs(token string, into map[string]process) {
 			continue // a kernel thread
 		}
 		p := process{pid: pid, cmdline: strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")}
+		p.ppid, _ = strconv.Atoi(fields[1])
 		p.exe, _ = os.Readlink(filepath.Join(dir, "exe"))
 		p.cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
 		p.root, _ = os.Readlink(filepath.Join(dir, "root"))
