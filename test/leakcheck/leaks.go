@@ -105,6 +105,12 @@ func testProcess(p process, byPid map[int]process, ours map[int]bool, tempDirs [
 			return "in this run's cgroup " + cg
 		}
 	}
+	// By what it is, only once orphaned: a leaked process has lost the
+	// test that started it, while another run's (or a user's) still has
+	// its parent.
+	if _, parent := byPid[p.ppid]; parent && p.ppid > 1 {
+		return ""
+	}
 	switch {
 	case testPrograms[filepath.Base(p.exe)] || testPrograms[filepath.Base(p.cmdline[0])]:
 		return "a program the tests run"

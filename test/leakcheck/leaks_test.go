@@ -22,6 +22,8 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 	after.procs["11@5"] = process{pid: 11, cmdline: []string{"sleep", "1000"}, exe: "/bin/busybox", root: "/tmp/ctrd1/state/rootfs"}
 	after.procs["12@5"] = process{pid: 12, cmdline: []string{"sh", "-c", "x", "tag"}, exe: "/bin/dash", root: "/", cgroups: []string{"/podvisor-e2e-9-x/pod1/main"}}
 	after.procs["13@5"] = process{pid: 13, cmdline: []string{"/usr/sbin/sshd"}, exe: "/usr/sbin/sshd", root: "/", cwd: "/tmp"}
+	// A user's sleep, its shell alive: not the tests'.
+	after.procs["17@5"] = process{pid: 17, ppid: 10, cmdline: []string{"sleep", "45"}, exe: "/bin/sleep", root: "/"}
 	after.procs["14@5"] = process{pid: 14, cmdline: []string{"bash"}, exe: "/bin/bash", root: "/", tokened: true}
 	after.procs["10@9"] = process{pid: 10, cmdline: []string{"/tmp/podvisor-e2e1/podvisor", "run"}, exe: "/tmp/podvisor-e2e1/podvisor", root: "/"}
 	after.mounts["31 /tmp/TestX/001/sandbox/p/shm"] = mount{"/tmp/TestX/001/sandbox/p/shm", "tmpfs", "shm"}
@@ -52,7 +54,7 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 		}
 	}
 	if len(got) != len(want) {
-		t.Errorf("got %d leaks, want %d (sshd in /tmp, another run's cgroup and pod, the old containerd, the old mount and cgroup, /mnt/usb are not the tests'):\n%s", len(got), len(want), text)
+		t.Errorf("got %d leaks, want %d (sshd in /tmp, a user's sleep, another run's cgroup and pod, the old containerd, the old mount and cgroup, /mnt/usb are not the tests'):\n%s", len(got), len(want), text)
 	}
 }
 

@@ -5,14 +5,16 @@
 //
 // It snapshots the host before the command and again after it, and reports
 // what is new since the first snapshot and belongs to the tests, so what
-// else runs on the machine is not counted. A process belongs to the tests
-// when it carries the run's token in its environment (it descends from the
-// command), or when it is new and is one of the project's or the tests'
-// programs, runs from or in a temporary directory, or sits in a podvisor
-// cgroup. Mounts under the temporary directory or /run/podvisor, bound
-// namespaces, entries of /run/netns and cgroups named podvisor* count when
-// new. Leftovers are given up to -settle to go (processes killed at the
-// end still exiting, lazy unmounts).
+// else runs on the machine is not counted. A new process belongs to the
+// tests when it or an ancestor carries the run's token in its environment
+// (it descends from the command); when it sits in a cgroup of the e2e
+// harness named after one of the run's test binaries; or, once orphaned,
+// when it is one of the project's or the tests' programs or runs from, in
+// or rooted in a temporary directory. Mounts under a temporary directory or
+// /run/podvisor, bound namespaces, entries of /run/netns and cgroups named
+// podvisor* (but another run's harness cgroups) count when new. Leftovers
+// are given up to -settle to go (processes killed at the end still
+// exiting, lazy unmounts).
 //
 // The exit code is the command's when it failed, else 1 when something
 // was left, else 0.
