@@ -59,8 +59,9 @@ func run(command []string, settle time.Duration) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), tokenVar+"="+token)
 	// Ctrl-C reaches the command (same process group); leakcheck waits
-	// for it and still reports.
-	signal.Ignore(syscall.SIGINT)
+	// for it and still reports. Caught, not ignored: an ignored signal
+	// stays ignored in the command, and a shell cannot even trap it.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT)
 	ours := map[int]bool{}
 	done := make(chan struct{})
 	sampled := make(chan struct{})
