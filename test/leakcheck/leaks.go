@@ -24,9 +24,10 @@ var testPrograms = map[string]bool{
 	"runc": true, "mosquitto": true, "sleep": true,
 }
 
-// harnessCgroup matches the cgroup roots of the e2e harness, named after
-// the pid of the test binary that made them.
-var harnessCgroup = regexp.MustCompile(`(?:^|/)podvisor-e2e-([0-9]+)-`)
+// harnessCgroup matches the cgroup roots the test suites make, named
+// after the pid of the test binary (podvisor-e2e-<pid>-<name>,
+// podvisor-conformance-<pid>-<runtime>).
+var harnessCgroup = regexp.MustCompile(`(?:^|/)podvisor-[a-z0-9]+-([0-9]+)-`)
 
 // harnessPid is the test binary's pid in a harness cgroup path, or 0.
 func harnessPid(path string) int {

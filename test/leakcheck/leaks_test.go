@@ -33,6 +33,7 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 	// Another run's, on a shared machine: its test binary (pid 8) never
 	// carried this run's token.
 	after.cgroups["/sys/fs/cgroup/cpu/podvisor-e2e-8-x"] = true
+	after.cgroups["/sys/fs/cgroup/cpu/podvisor-conformance-8-process"] = true
 	after.procs["15@5"] = process{pid: 15, cmdline: []string{"sleep", "1000"}, exe: "/bin/sleep", root: "/", cgroups: []string{"/podvisor-e2e-8-x/pod2/main"}}
 	// A child of a tokened process, whatever it runs.
 	after.procs["16@5"] = process{pid: 16, ppid: 14, cmdline: []string{"cat"}, exe: "/bin/cat", root: "/"}
