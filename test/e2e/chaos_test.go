@@ -100,6 +100,20 @@ func TestChaosAtMostOnce(t *testing.T) {
 	}
 	d := newDaemon(t)
 	d.start()
+	t.Cleanup(func() { // runs before the daemon's cleanup stops it
+		if t.Failed() && d.cmd != nil {
+			out, errOut, code := d.cli("get", "pods")
+			t.Logf("get pods at the failure (exit %d):\n%s%s", code, out, errOut)
+			if code != 0 { // a daemon that does not answer: where is it stuck?
+				d.cmd.Process.Signal(syscall.SIGQUIT)
+				time.Sleep(500 * time.Millisecond)
+			}
+			for i := 0; i < chaosPods; i++ {
+				out, _, _ := d.cli("describe", "pod", fmt.Sprintf("chaos-%d", i))
+				t.Logf("describe pod chaos-%d:\n%s", i, out)
+			}
+		}
+	})
 	run := chaosRun()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 42))
