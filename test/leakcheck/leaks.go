@@ -39,11 +39,42 @@ func harnessPid(path string) int {
 	return pid
 }
 
+// attribution tells the run's leftovers from what else happens on the
+// machine.
+type attribution struct {
+	tempDirs []string
+	pids     map[int]bool // processes seen carrying the run's token
+	// shared: others run tests beside this run, so a path under a
+	// temporary directory is the run's only when it is under one of dirs,
+	// the first-level temporary directories the run's processes used.
+	shared bool
+	dirs   map[string]bool
+}
+
+// owns says whether path, under a temporary directory, is the run's.
+func (a attribution) owns(path string) bool {
+	if !underAny(path, a.tempDirs) {
+		return false
+	}
+	return !a.shared || a.dirs[topTempDir(path, a.tempDirs)]
+}
+
+// topTempDir is the first-level entry of a temporary directory that path
+// is in (/tmp/TestX123 for /tmp/TestX123/001/data), or "".
+func topTempDir(path string, tempDirs []string) string {
+	for _, d := range tempDirs {
+		if rest, ok := strings.CutPrefix(path, strings.TrimSuffix(d, "/")+"/"); ok && rest != "" {
+			first, _, _ := strings.Cut(rest, "/")
+			return filepath.Join(d, first)
+		}
+	}
+	return ""
+}
+
 // leaks lists what is in after but not in before and belongs to the tests.
-// ours holds the pids of the processes seen carrying the run's token while
-// it ran: a harness cgroup named after another pid is another run's, one
-// that goes on beside this one on a shared machine.
-func leaks(before, after snapshot, ours map[int]bool, tempDirs []string) []leak {
+// A harness cgroup named after a pid the run never had is another run's,
+// one that goes on beside this one on a shared machine.
+func leaks(before, after snapshot, a attribution) []leak {
 	var out []leak
 	byPid := map[int]process{}
 	for _, p := range after.procs {
@@ -53,7 +84,7 @@ func leaks(before, after snapshot, ours map[int]bool, tempDirs []string) []leak 
 		if _, old := before.procs[key]; old {
 			continue
 		}
-		if why := testProcess(p, byPid, ours, tempDirs); why != "" {
+		if why := a.testProcess(p, byPid); why != "" {
 			out = append(out, leak{"process", fmt.Sprintf("%d %q", p.pid, strings.Join(p.cmdline, " ")), why})
 		}
 	}
@@ -61,17 +92,20 @@ func leaks(before, after snapshot, ours map[int]bool, tempDirs []string) []leak 
 		if _, old := before.mounts[key]; old {
 			continue
 		}
+		inTemp := underAny(m.point, a.tempDirs)
 		switch {
+		case inTemp && !a.owns(m.point):
+			// another run's
 		case m.fstype == "nsfs":
 			out = append(out, leak{"mount", m.point, "a bound namespace " + m.source})
 		case under(m.point, "/run/podvisor") || under(m.point, "/run/netns"):
 			out = append(out, leak{"mount", m.point, m.fstype})
-		case underAny(m.point, tempDirs):
+		case inTemp:
 			out = append(out, leak{"mount", m.point, m.fstype + " under a temporary directory"})
 		}
 	}
 	for cg := range after.cgroups {
-		if pid := harnessPid(cg); pid > 0 && !ours[pid] {
+		if pid := harnessPid(cg); pid > 0 && !a.pids[pid] {
 			continue
 		}
 		if !before.cgroups[cg] {
@@ -87,20 +121,20 @@ func leaks(before, after snapshot, ours map[int]bool, tempDirs []string) []leak 
 }
 
 // testProcess says why a new process belongs to the tests, or "".
-func testProcess(p process, byPid map[int]process, ours map[int]bool, tempDirs []string) string {
-	for a, seen := p, 0; seen < 64; seen++ { // the ancestors, up to a bound against cycles
-		if a.tokened {
+func (a attribution) testProcess(p process, byPid map[int]process) string {
+	for q, seen := p, 0; seen < 64; seen++ { // the ancestors, up to a bound against cycles
+		if q.tokened {
 			return "started by the test command"
 		}
-		parent, ok := byPid[a.ppid]
-		if !ok || a.ppid <= 1 {
+		parent, ok := byPid[q.ppid]
+		if !ok || q.ppid <= 1 {
 			break
 		}
-		a = parent
+		q = parent
 	}
 	for _, cg := range p.cgroups {
 		if pid := harnessPid(cg); pid > 0 {
-			if !ours[pid] {
+			if !a.pids[pid] {
 				return "" // another run's pod
 			}
 			return "in this run's cgroup " + cg
@@ -113,23 +147,38 @@ func testProcess(p process, byPid map[int]process, ours map[int]bool, tempDirs [
 		return ""
 	}
 	switch {
-	case testPrograms[filepath.Base(p.exe)] || testPrograms[filepath.Base(p.cmdline[0])]:
+	case !a.shared && (testPrograms[filepath.Base(p.exe)] || testPrograms[filepath.Base(p.cmdline[0])]):
 		return "a program the tests run"
-	case underAny(p.exe, tempDirs) || underAny(p.cmdline[0], tempDirs):
+	case a.owns(p.exe) || a.owns(p.cmdline[0]):
 		return "runs from a temporary directory"
-	case p.root != "" && p.root != "/" && underAny(p.root, tempDirs):
+	case p.root != "" && p.root != "/" && a.owns(p.root):
 		return "a container rooted in a temporary directory"
-	case underAny(p.cwd, tempDirs):
+	case a.owns(p.cwd):
 		return "works in a temporary directory"
 	}
 	for _, cg := range p.cgroups {
 		for _, part := range strings.Split(cg, "/") {
-			if strings.HasPrefix(part, "podvisor") {
+			if strings.HasPrefix(part, "podvisor") && !a.shared {
 				return "in cgroup " + cg
 			}
 		}
 	}
 	return ""
+}
+
+// usedDirs adds to dirs the first-level temporary directories that p
+// names in its arguments (also as --flag=path) or runs from, in or under.
+func usedDirs(p process, tempDirs []string, dirs map[string]bool) {
+	paths := []string{p.exe, p.cwd, p.root}
+	for _, arg := range p.cmdline {
+		_, v, _ := strings.Cut(arg, "=")
+		paths = append(paths, arg, v)
+	}
+	for _, path := range paths {
+		if d := topTempDir(path, tempDirs); d != "" {
+			dirs[d] = true
+		}
+	}
 }
 
 func under(path, dir string) bool {

@@ -40,7 +40,7 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 	after.netns["/run/netns/cni-1"] = true
 
 	var got []string
-	for _, l := range leaks(before, after, map[int]bool{9: true, 14: true}, temp) {
+	for _, l := range leaks(before, after, attribution{tempDirs: temp, pids: map[int]bool{9: true, 14: true}}) {
 		got = append(got, l.kind+" "+l.what)
 	}
 	want := []string{
@@ -63,5 +63,25 @@ func TestParseMountinfo(t *testing.T) {
 	id, m, ok := parseMountinfo(`36 35 98:0 /mnt1 /tmp/a\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue`)
 	if !ok || id != "36" || m.point != "/tmp/a b" || m.fstype != "ext3" || m.source != "/dev/root" {
 		t.Fatalf("got %q %+v %v", id, m, ok)
+	}
+}
+
+// On a shared machine, what is under another run's temporary directory,
+// or merely looks like a test program, is not this run's.
+func TestLeaksOnASharedMachine(t *testing.T) {
+	before, after := emptySnapshot(), emptySnapshot()
+	after.procs["20@1"] = process{pid: 20, cmdline: []string{"sleep", "3600"}, exe: "/bin/sleep", root: "/"}
+	after.procs["21@1"] = process{pid: 21, cmdline: []string{"/tmp/podvisor-e2e7/podvisor-shim", "/tmp/TestOther1/001/data/c"}, exe: "/tmp/podvisor-e2e7/podvisor-shim", root: "/"}
+	after.procs["22@1"] = process{pid: 22, cmdline: []string{"/tmp/podvisor-e2e5/podvisor-shim", "/tmp/TestMine1/001/data/c"}, exe: "/tmp/podvisor-e2e5/podvisor-shim", root: "/"}
+	after.mounts["40 /tmp/TestOther1/001/shm"] = mount{"/tmp/TestOther1/001/shm", "tmpfs", "shm"}
+	after.mounts["41 /tmp/TestMine1/001/net"] = mount{"/tmp/TestMine1/001/net", "nsfs", "nsfs"}
+	mine := map[string]bool{}
+	usedDirs(process{cmdline: []string{"/tmp/podvisor-e2e5/podvisor", "run", "--data-dir=/tmp/TestMine1/001/data"}, exe: "/tmp/podvisor-e2e5/podvisor"}, []string{"/tmp"}, mine)
+	var got []string
+	for _, l := range leaks(before, after, attribution{tempDirs: []string{"/tmp"}, pids: map[int]bool{}, shared: true, dirs: mine}) {
+		got = append(got, l.kind+" "+l.what)
+	}
+	if text := strings.Join(got, "\n"); len(got) != 2 || !strings.Contains(text, "process 22 ") || !strings.Contains(text, "mount /tmp/TestMine1/001/net") {
+		t.Fatalf("want only this run's shim and mount (dirs %v), got:\n%s", mine, text)
 	}
 }

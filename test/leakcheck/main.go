@@ -14,7 +14,9 @@
 // /run/podvisor, bound namespaces, entries of /run/netns and cgroups named
 // podvisor* (but another run's harness cgroups) count when new. Leftovers
 // are given up to -settle to go (processes killed at the end still
-// exiting, lazy unmounts).
+// exiting, lazy unmounts). With -shared (a machine where other tests run
+// meanwhile), only what descends from the command, sits in its cgroups or
+// lies in a temporary directory its processes used counts.
 //
 // The exit code is the command's when it failed, else 1 when something
 // was left, else 0.
@@ -38,8 +40,9 @@ const tokenVar = "PODVISOR_LEAKCHECK"
 
 func main() {
 	settle := flag.Duration("settle", 10*time.Second, "how long leftovers are given to go before they count")
+	shared := flag.Bool("shared", false, "other tests run on the machine meanwhile: count what is in a temporary directory only where the run's processes worked, and processes only by their descent or the run's cgroups")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: leakcheck [-settle 10s] -- command [args...]\n")
+		fmt.Fprintf(os.Stderr, "usage: leakcheck [-settle 10s] [-shared] -- command [args...]\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -47,10 +50,10 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	os.Exit(run(flag.Args(), *settle))
+	os.Exit(run(flag.Args(), *settle, *shared))
 }
 
-func run(command []string, settle time.Duration) int {
+func run(command []string, settle time.Duration, shared bool) int {
 	token := newToken()
 	host := procHost{tempDirs: tempDirs(), self: os.Getpid()}
 	before := host.snapshot(token)
@@ -62,7 +65,7 @@ func run(command []string, settle time.Duration) int {
 	// for it and still reports. Caught, not ignored: an ignored signal
 	// stays ignored in the command, and a shell cannot even trap it.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT)
-	ours := map[int]bool{}
+	a := attribution{tempDirs: host.tempDirs, pids: map[int]bool{}, shared: shared, dirs: map[string]bool{}}
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() { // which processes are the run's, while they live
@@ -72,7 +75,8 @@ func run(command []string, settle time.Duration) int {
 			host.readProcs(token, procs)
 			for _, p := range procs {
 				if p.tokened {
-					ours[p.pid] = true
+					a.pids[p.pid] = true
+					usedDirs(p, a.tempDirs, a.dirs)
 				}
 			}
 			select {
@@ -97,7 +101,7 @@ func run(command []string, settle time.Duration) int {
 	var left []leak
 	deadline := time.Now().Add(settle)
 	for {
-		left = leaks(before, host.snapshot(token), ours, host.tempDirs)
+		left = leaks(before, host.snapshot(token), a)
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
