@@ -208,22 +208,36 @@ spec:
 `, hog))
 	d.waitPod("burner", 10*time.Second, running)
 	d.waitPod("holder", 10*time.Second, running)
-	time.Sleep(500 * time.Millisecond) // the holder allocates its 64 MiB
-	out, errOut, code := d.cli("top", "pods")
-	if code != 0 {
-		t.Fatalf("top pods: %s", errOut)
+	// The holder allocates its 64 MiB in steps; the burner gets what the
+	// scheduler gives it, which on a loaded machine is far from a core:
+	// it must show clearly busier than the holder, not a fixed share.
+	type usage struct {
+		burnerCPU, holderCPU, holderMem int
+		out                             string
 	}
-	rows := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
-		f := strings.Fields(line)
-		rows[f[0]] = f
-	}
-	cpu, _ := strconv.Atoi(strings.TrimSuffix(rows["burner"][1], "m"))
-	mem, _ := strconv.Atoi(strings.TrimSuffix(rows["holder"][2], "Mi"))
-	if cpu < 500 || mem < 60 {
-		t.Fatalf("burner cpu %dm (want most of a core), holder memory %dMi (want 64):\n%s", cpu, mem, out)
-	}
-	out, _, _ = d.cli("top", "pods", "--containers")
+	waitForValue(t, 10*time.Second, "top pods to show the burner busy (>=50m, above the holder) and the holder's 64Mi", func() usage {
+		out, errOut, code := d.cli("top", "pods")
+		if code != 0 {
+			t.Fatalf("top pods: %s", errOut)
+		}
+		rows := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 3 {
+				rows[f[0]] = f
+			}
+		}
+		var u usage
+		u.out = "\n" + out
+		if r := rows["burner"]; r != nil {
+			u.burnerCPU, _ = strconv.Atoi(strings.TrimSuffix(r[1], "m"))
+		}
+		if r := rows["holder"]; r != nil {
+			u.holderCPU, _ = strconv.Atoi(strings.TrimSuffix(r[1], "m"))
+			u.holderMem, _ = strconv.Atoi(strings.TrimSuffix(r[2], "Mi"))
+		}
+		return u
+	}, func(u usage) bool { return u.burnerCPU >= 50 && u.burnerCPU > u.holderCPU && u.holderMem >= 60 })
+	out, _, _ := d.cli("top", "pods", "--containers")
 	if !strings.Contains(out, "POD") || !strings.Contains(out, "burner") {
 		t.Fatalf("top pods --containers:\n%s", out)
 	}
