@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -235,7 +236,9 @@ func (d *daemon) waitPod(name string, timeout time.Duration, cond func(p *v1.Pod
 	for {
 		list, err := d.client.WatchPods(ctx, version)
 		if err != nil {
-			d.t.Fatalf("pod %s: condition not met within %v (last seen: %s)", name, timeout, describePod(last))
+			// The condition is the caller's: name where it is written.
+			_, file, line, _ := runtime.Caller(1)
+			d.t.Fatalf("pod %s: the condition at %s:%d not met within %v (last seen: %s)", name, filepath.Base(file), line, timeout, describePod(last))
 		}
 		fmt.Sscan(list.ResourceVersion, &version)
 		for i := range list.Items {
