@@ -19,9 +19,10 @@ build:
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podhub ./cmd/podhub
 
 # Everything CI runs: lint, unit and integration tests (real processes),
-# and the fuzz seed corpus (part of go test).
+# and the fuzz seed corpus (part of go test). leakcheck fails the run when
+# the tests left a process, mount, cgroup or network namespace behind.
 test: lint build
-	go test -count=1 -timeout 20m ./...
+	go run ./test/leakcheck -- go test -count=1 -timeout 20m ./...
 	@$(MAKE) --no-print-directory test-cgroup2
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2

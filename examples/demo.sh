@@ -27,6 +27,9 @@ hub=$!
   --config "$tmp/podvisor.yaml" >"$tmp/podvisor.log" 2>&1 &
 dev=$!
 stop() {
+  # The pause below is an async command of a non-interactive shell: it
+  # ignores Ctrl-C's SIGINT and would outlive the demo.
+  if [ -n "${pause:-}" ]; then kill "$pause" 2>/dev/null || true; fi
   kill -TERM "$dev" 2>/dev/null || true
   wait "$dev" 2>/dev/null || true
   kill -TERM "$hub" 2>/dev/null || true
@@ -74,4 +77,4 @@ echo '$ podvisor get pods'
 "$pv" get pods --socket "$sock"
 echo
 echo "Ctrl-C stops the demo."
-while :; do sleep 3600 & wait $! || true; done
+while :; do sleep 3600 & pause=$!; wait "$pause" || true; done

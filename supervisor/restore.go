@@ -68,6 +68,14 @@ func (d *Daemon) restore() error {
 				// blocks the pod's name until its processes are gone.
 				d.log.Warn("killing an instance no record knows", "instance", id)
 				d.machine.RestoreOrphan(uid, r.Spec.PodNamespace, r.Spec.PodName, name, id, r.Spec.Attempt, now)
+				// The orphan is the process runtime's: without the class
+				// it passed for a containerd pod, and a daemon restarted
+				// after its processes went (kill -9 twice in a row) never
+				// saw it gone: Terminating forever, its pod's name blocked.
+				if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
+					class := manifest.ProcessRuntimeClass
+					o.Pod.Spec.RuntimeClassName = &class
+				}
 			} else {
 				d.rt.Remove(id)
 			}

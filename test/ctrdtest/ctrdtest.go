@@ -3,11 +3,15 @@
 package ctrdtest
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -82,12 +86,15 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	return c, nil
 }
 
-// Close stops containerd, kills its containers and removes its files.
+// Close kills every container of this containerd, then containerd and its
+// shims, and removes its files: a shim's death does not end its
+// containers, and their PID 1s ignore SIGTERM.
 func (c *Containerd) Close() {
+	KillTasks(c.Address)
 	c.Stop()
 	KillShims(c.Address)
 	// Snapshots are mounted while tasks live; unmount before removal.
-	exec.Command("sh", "-c", "grep "+c.Dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+	UnmountUnder(c.Dir)
 	os.RemoveAll(c.Dir)
 }
 
@@ -145,6 +152,114 @@ func (c *Containerd) RuncRoot() string { return filepath.Join(c.Dir, "runc") }
 func (c *Containerd) Log() string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
 	return string(b)
+}
+
+// KillTasks SIGKILLs every process the shims of the containerd at address
+// run (their containers and whatever those started), while the shims still
+// live to hold them as children, and waits up to 5 s for them to be gone.
+// It returns the pids still alive then.
+func KillTasks(address string) []int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var left []int
+		for _, shim := range shimPids(address) {
+			left = append(left, descendants(shim)...)
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shimPids are the processes with address as an argument: the containerd
+// at address's shims (and containerd itself, whose only children are shims).
+func shimPids(address string) []int {
+	var pids []int
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		data, err := os.ReadFile(f)
+		if err != nil || !containsArg(data, address) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// descendants lists the live (non-zombie) processes below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		child, err1 := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		parent, err2 := strconv.Atoi(fields[1])
+		if err1 == nil && err2 == nil {
+			children[parent] = append(children[parent], child)
+		}
+	}
+	var out []int
+	queue := children[pid]
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = append(queue[1:], children[p]...)
+		out = append(out, p)
+	}
+	return out
+}
+
+// UnmountUnder lazily unmounts every mount at or below dir, deepest first.
+func UnmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// id parent major:minor root mount-point ...
+		if f := strings.Fields(line); len(f) > 4 {
+			if p := unescapeMount(f[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+				points = append(points, p)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // KillShims ends the shims (and with them the containers) of the

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func cgroupFile(t *testing.T, controller, rel, v1File, v2File string) string {
 func TestContainersRunInTheirCgroupsWithLimits(t *testing.T) {
 	requireRoot(t)
 	d := newDaemon(t)
-	root := cgroupRoot(t, "limits")
+	root := d.cgroupRoot("limits")
 	d.withConfig("cgroups: {root: " + root + "}\n")
 	d.start()
 	d.write("limited.yaml", `apiVersion: v1
@@ -53,7 +54,7 @@ spec:
 	}
 	rel := filepath.Join(root, "pod"+string(p.UID), "app")
 	var out string
-	waitFor(t, func() bool { out, _, _ = d.cli("logs", "limited"); return strings.Contains(out, rel) })
+	waitFor(t, "the container's log to show its cgroup", func() bool { out, _, _ = d.cli("logs", "limited"); return strings.Contains(out, rel) })
 	// Lowering a score needs CAP_SYS_RESOURCE, which some sandboxes drop
 	// even for root; then the container keeps the inherited score.
 	want := "0\n"
@@ -81,7 +82,7 @@ spec:
 func TestOOMKilledReason(t *testing.T) {
 	requireRoot(t)
 	d := newDaemon(t)
-	d.withConfig("cgroups: {root: " + cgroupRoot(t, "oom") + "}\n")
+	d.withConfig("cgroups: {root: " + d.cgroupRoot("oom") + "}\n")
 	d.start()
 	d.write("hog.yaml", `apiVersion: v1
 kind: Pod
@@ -119,32 +120,76 @@ func hasCapSysResource() bool {
 }
 
 // cgroupRoot is a cgroup root of this test run alone, removed afterwards
-// (with its QoS tiers), so runs never see each other's cgroups.
-func cgroupRoot(t *testing.T, name string) string {
+// (with its QoS tiers), so runs never see each other's cgroups. The
+// removal stops the daemon first and kills whatever is still inside:
+// a container's PID 1 ignores SIGTERM and outlives its shim.
+func (d *daemon) cgroupRoot(name string) string {
 	root := fmt.Sprintf("podvisor-e2e-%d-%s", os.Getpid(), name)
-	t.Cleanup(func() {
-		// runc makes a container's cgroup in every v1 hierarchy.
-		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
-		for _, dir := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
-			rmdirTree(dir)
+	d.t.Cleanup(func() {
+		d.kill()
+		if left := removeCgroupTree(root); len(left) > 0 {
+			d.t.Errorf("cgroups left behind: %v", left)
 		}
 	})
 	return root
 }
 
+// removeCgroupTree kills every process in the cgroup tree root in every
+// hierarchy (runc makes a container's cgroup in each v1 one) and removes
+// its directories, deepest first, retrying for up to 10 s while the
+// killed processes exit. It returns the directories it could not remove.
+func removeCgroupTree(root string) []string {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
+	if exists(filepath.Join("/sys/fs/cgroup", root)) {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", root))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		for _, dir := range dirs {
+			killCgroupTree(dir)
+			if err := rmdirTree(dir); err != nil {
+				left = append(left, err.Error())
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killCgroupTree SIGKILLs every process in dir and its child cgroups.
+func killCgroupTree(dir string) {
+	filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err == nil && e.Name() == "cgroup.procs" {
+			data, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // rmdirTree removes a cgroup directory and its child cgroups, deepest
 // first (cgroup directories go with rmdir once their children are gone).
-func rmdirTree(dir string) {
+func rmdirTree(dir string) error {
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
+	if os.IsNotExist(err) {
+		return nil
 	}
 	for _, e := range entries {
 		if e.IsDir() {
 			rmdirTree(filepath.Join(dir, e.Name()))
 		}
 	}
-	os.Remove(dir)
+	if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 func TestTopPods(t *testing.T) {
@@ -163,22 +208,36 @@ spec:
 `, hog))
 	d.waitPod("burner", 10*time.Second, running)
 	d.waitPod("holder", 10*time.Second, running)
-	time.Sleep(500 * time.Millisecond) // the holder allocates its 64 MiB
-	out, errOut, code := d.cli("top", "pods")
-	if code != 0 {
-		t.Fatalf("top pods: %s", errOut)
+	// The holder allocates its 64 MiB in steps; the burner gets what the
+	// scheduler gives it, which on a loaded machine is far from a core:
+	// it must show clearly busier than the holder, not a fixed share.
+	type usage struct {
+		burnerCPU, holderCPU, holderMem int
+		out                             string
 	}
-	rows := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
-		f := strings.Fields(line)
-		rows[f[0]] = f
-	}
-	cpu, _ := strconv.Atoi(strings.TrimSuffix(rows["burner"][1], "m"))
-	mem, _ := strconv.Atoi(strings.TrimSuffix(rows["holder"][2], "Mi"))
-	if cpu < 500 || mem < 60 {
-		t.Fatalf("burner cpu %dm (want most of a core), holder memory %dMi (want 64):\n%s", cpu, mem, out)
-	}
-	out, _, _ = d.cli("top", "pods", "--containers")
+	waitForValue(t, 10*time.Second, "top pods to show the burner busy (>=50m, above the holder) and the holder's 64Mi", func() usage {
+		out, errOut, code := d.cli("top", "pods")
+		if code != 0 {
+			t.Fatalf("top pods: %s", errOut)
+		}
+		rows := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 3 {
+				rows[f[0]] = f
+			}
+		}
+		var u usage
+		u.out = "\n" + out
+		if r := rows["burner"]; r != nil {
+			u.burnerCPU, _ = strconv.Atoi(strings.TrimSuffix(r[1], "m"))
+		}
+		if r := rows["holder"]; r != nil {
+			u.holderCPU, _ = strconv.Atoi(strings.TrimSuffix(r[1], "m"))
+			u.holderMem, _ = strconv.Atoi(strings.TrimSuffix(r[2], "Mi"))
+		}
+		return u
+	}, func(u usage) bool { return u.burnerCPU >= 50 && u.burnerCPU > u.holderCPU && u.holderMem >= 60 })
+	out, _, _ := d.cli("top", "pods", "--containers")
 	if !strings.Contains(out, "POD") || !strings.Contains(out, "burner") {
 		t.Fatalf("top pods --containers:\n%s", out)
 	}

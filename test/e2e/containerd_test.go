@@ -28,8 +28,14 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 	d := newDaemon(t)
 	sandboxes := filepath.Join(d.dir, "sandbox")
 	t.Cleanup(func() {
-		// Pods left running keep their namespaces and tmpfs mounted, and
-		// a shared PID namespace its init.
+		// The daemon first, or it restarts what is killed here; then the
+		// containers (containerd stops later, in ctrd.Close). Pods left
+		// running keep their namespaces and tmpfs mounted, and a shared
+		// PID namespace its init.
+		d.kill()
+		if left := ctrdtest.KillTasks(ctrd.Address); len(left) > 0 {
+			t.Errorf("container processes %v survived SIGKILL", left)
+		}
 		inits, _ := filepath.Glob(filepath.Join(sandboxes, "*", "pid.init"))
 		for _, f := range inits {
 			var pid int
@@ -37,7 +43,7 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		ctrdtest.UnmountUnder(d.dir)
 	})
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
@@ -51,7 +57,7 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 	if err := ociimage.WriteFile(filepath.Join(d.data, "images", "busybox.tar"), ociimage.Image{Name: testImage, Cmd: []string{"sh"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "podvisor images to list the test image", func() bool {
 		out, _, _ := d.cli("images")
 		return strings.Contains(out, testImage)
 	})
@@ -146,7 +152,7 @@ func TestContainerdPod(t *testing.T) {
 
 	// Containers of a pod reach each other on localhost, and the pod's
 	// hostname is its name.
-	waitFor(t, func() bool {
+	waitFor(t, "duo's client to log both greetings", func() bool {
 		out, _, _ := d.cli("logs", "duo", "-c", "client")
 		return strings.Contains(out, "hi duo\n") && strings.Contains(out, "hello from duo\n")
 	})
@@ -204,7 +210,7 @@ func TestContainerdPod(t *testing.T) {
 	if out, _, _ := d.cli("logs", "duo", "-c", "client", "--previous"); !strings.Contains(out, "crashing") {
 		t.Fatalf("previous log: %q", out)
 	}
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 2 })
+	waitFor(t, "containerd to hold both of duo's containers", func() bool { return len(ctrContainers(t, ctrd)) == 2 })
 
 	// kill -9 the daemon: a new one adopts both containers as they are.
 	server = statusOf(p, "server")
@@ -234,7 +240,7 @@ func TestContainerdPod(t *testing.T) {
 	// sandbox and the pod's files.
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 	client := http.Client{Timeout: time.Second}
 	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort)); err == nil {
 		resp.Body.Close()
@@ -306,7 +312,7 @@ spec:
 	if err := os.WriteFile(filepath.Join(d.data, "images", "junk.tar"), []byte("not an archive"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "podvisor images to report junk.tar as not imported", func() bool {
 		out, _, _ := d.cli("images")
 		return strings.Contains(out, "not imported: "+filepath.Join(d.data, "images", "junk.tar"))
 	})
@@ -335,7 +341,7 @@ spec:
 	if term := p.Status.ContainerStatuses[0].State.Terminated; term.ExitCode != 5 || p.Status.Phase != v1.PodFailed {
 		t.Fatalf("exit while down: %s", describePod(p))
 	}
-	waitFor(t, func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	waitFor(t, "containerd to hold no container", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 }
 
 // containerd.managed: podvisor runs its own containerd, restarts it when
@@ -349,14 +355,24 @@ func TestManagedContainerd(t *testing.T) {
 	sock := filepath.Join(m, "c.sock")
 	pidFile := filepath.Join(d.data, "containerd", "containerd.pid")
 	t.Cleanup(func() {
+		// In this order: the daemon (it restarts a containerd that dies),
+		// the containers (they outlive their shims), containerd (it writes
+		// its root until it is gone), its shims, then the mounts.
+		d.kill()
+		if left := ctrdtest.KillTasks(sock); len(left) > 0 {
+			t.Errorf("container processes %v survived SIGKILL", left)
+		}
 		if pid := managedPid(pidFile); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 100 && alive(pid); i++ {
-				time.Sleep(20 * time.Millisecond) // it writes its root until it is gone
+			for i := 0; i < 250 && alive(pid); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if alive(pid) {
+				t.Errorf("the managed containerd %d survived SIGKILL for 5s", pid)
 			}
 		}
 		ctrdtest.KillShims(sock)
-		exec.Command("sh", "-c", "grep "+d.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
+		ctrdtest.UnmountUnder(d.dir)
 	})
 	d.withConfig(fmt.Sprintf("containerd: {managed: true, address: %s, root: %s, state: %s, runcRoot: %s, sandboxDir: %s}\n",
 		sock, filepath.Join(m, "root"), filepath.Join(m, "state"), filepath.Join(m, "runc"), filepath.Join(d.dir, "sandbox")))
@@ -364,7 +380,7 @@ func TestManagedContainerd(t *testing.T) {
 	if err := ociimage.WriteFile(filepath.Join(d.dir, "img.tar"), ociimage.Image{Name: testImage}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "the managed containerd to accept an image import", func() bool {
 		_, _, code := d.cli("images", "import", filepath.Join(d.dir, "img.tar"))
 		return code == 0
 	})
@@ -381,7 +397,7 @@ spec:
 
 	first := managedPid(pidFile)
 	syscall.Kill(first, syscall.SIGKILL)
-	waitFor(t, func() bool { pid := managedPid(pidFile); return pid > 0 && pid != first })
+	waitFor(t, "the managed containerd to be restarted with a new pid", func() bool { pid := managedPid(pidFile); return pid > 0 && pid != first })
 	time.Sleep(time.Second)
 	p = d.waitPod("m", 10*time.Second, running)
 	if c := p.Status.ContainerStatuses[0]; c.ContainerID != id || c.RestartCount != 0 {

@@ -90,7 +90,7 @@ func TestDiskPressureReclaimsLogsThenEvicts(t *testing.T) {
 	d.start()
 	d.write("chatty.yaml", processPod("chatty", "Always", 2, "i=0; while [ $i -lt 400 ]; do echo line-$i-padding-padding-padding; i=$((i+1)); done; exec sleep 1000"))
 	d.waitPod("chatty", 10*time.Second, running)
-	waitFor(t, func() bool {
+	waitFor(t, "chatty's log to be rotated", func() bool {
 		rotated, _ := filepath.Glob(filepath.Join(d.data, "logs", "*", "*", "*.log.[0-9]*"))
 		return len(rotated) > 0
 	})

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,7 +103,7 @@ func (d *daemon) withConfig(yaml string) { d.configText = yaml }
 func (d *daemon) writeConfig() {
 	text := d.configText
 	if !strings.Contains(text, "cgroups:") {
-		text += "cgroups: {root: " + cgroupRoot(d.t, filepath.Base(d.dir)) + "}\n"
+		text += "cgroups: {root: " + d.cgroupRoot(filepath.Base(d.dir)) + "}\n"
 	}
 	d.config = filepath.Join(d.dir, "config.yaml")
 	if err := os.WriteFile(d.config, []byte(text), 0o644); err != nil {
@@ -163,15 +164,23 @@ func (d *daemon) stop(sig syscall.Signal) {
 // cleanup stops the daemon and kills every shim it left, so tests do not
 // leak processes into each other.
 func (d *daemon) cleanup() {
+	d.kill()
+	if d.t.Failed() && d.log != nil {
+		d.t.Logf("daemon log:\n%s", d.log)
+	}
+}
+
+// kill stops the daemon with SIGKILL and kills every shim it left. It may
+// run more than once: every cleanup that removes what the daemon's pods
+// hold (cgroups, mounts, containers) calls it first, whatever order
+// t.Cleanup runs them in, so the daemon restarts nothing behind it.
+func (d *daemon) kill() {
 	d.stop(syscall.SIGKILL)
 	out, _ := exec.Command("pgrep", "-f", "podvisor-shim "+d.data).Output()
 	for _, f := range strings.Fields(string(out)) {
 		var pid int
 		fmt.Sscan(f, &pid)
 		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim (pdeathsig)
-	}
-	if d.t.Failed() && d.log != nil {
-		d.t.Logf("daemon log:\n%s", d.log)
 	}
 }
 
@@ -227,7 +236,9 @@ func (d *daemon) waitPod(name string, timeout time.Duration, cond func(p *v1.Pod
 	for {
 		list, err := d.client.WatchPods(ctx, version)
 		if err != nil {
-			d.t.Fatalf("pod %s: condition not met within %v (last seen: %s)", name, timeout, describePod(last))
+			// The condition is the caller's: name where it is written.
+			_, file, line, _ := runtime.Caller(1)
+			d.t.Fatalf("pod %s: the condition at %s:%d not met within %v (last seen: %s)", name, filepath.Base(file), line, timeout, describePod(last))
 		}
 		fmt.Sscan(list.ResourceVersion, &version)
 		for i := range list.Items {
@@ -260,6 +271,43 @@ func (d *daemon) waitGone(name string, timeout time.Duration) {
 		if !found {
 			return
 		}
+	}
+}
+
+// waitFor waits up to 10 s for cond; on timeout the test fails saying
+// what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	waitForLong(t, 10*time.Second, what, cond)
+}
+
+// waitForLong waits up to d for cond, naming what it waited for.
+func waitForLong(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitForValue waits up to d until ok holds for what observe returns; on
+// timeout the test fails naming what it waited for and the last value
+// observed.
+func waitForValue[T any](t *testing.T, d time.Duration, what string, observe func() T, ok func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		v := observe()
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s (last observed: %v)", d, what, v)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

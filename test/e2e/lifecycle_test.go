@@ -44,7 +44,7 @@ func TestRunningPodStatusAndCLI(t *testing.T) {
 	if !strings.Contains(out, "kind: PodList") || !strings.Contains(out, "phase: Running") {
 		t.Fatalf("yaml list:\n%s", out)
 	}
-	waitFor(t, func() bool { o, _, _ := d.cli("logs", "web"); return o == "hello web\n" })
+	waitFor(t, `logs web to be "hello web"`, func() bool { o, _, _ := d.cli("logs", "web"); return o == "hello web\n" })
 	out, _, _ = d.cli("describe", "pod", "web")
 	for _, want := range []string{"Name:", "web", "State:", "Running", "Started", "Events:"} {
 		if !strings.Contains(out, want) {
@@ -99,7 +99,7 @@ func TestLogsPrevious(t *testing.T) {
 	d.waitPod("twice", 10*time.Second, func(p *v1.Pod) bool {
 		return p.Status.ContainerStatuses[0].RestartCount == 1 && running(p)
 	})
-	waitFor(t, func() bool { o, _, _ := d.cli("logs", "twice"); return o == "second\n" })
+	waitFor(t, `logs twice to be "second"`, func() bool { o, _, _ := d.cli("logs", "twice"); return o == "second\n" })
 	if prev, _, _ := d.cli("logs", "twice", "--previous"); prev != "first\n" {
 		t.Fatalf("--previous = %q", prev)
 	}
@@ -136,7 +136,7 @@ func TestRemoveStopsGracefully(t *testing.T) {
 	d.write("svc.yaml", processPod("svc", "Always", 10,
 		"trap 'echo got-term >> "+marker+"; exit 0' TERM; echo up >> "+marker+"; while true; do sleep 0.05; done"))
 	d.waitPod("svc", 10*time.Second, running)
-	waitFor(t, func() bool { return len(readLines(marker)) == 1 })
+	waitFor(t, "the workload to record that it is up", func() bool { return len(readLines(marker)) == 1 })
 	d.remove("svc.yaml")
 	d.waitGone("svc", 10*time.Second)
 	if got := readLines(marker); strings.Join(got, ",") != "up,got-term" {
@@ -155,7 +155,7 @@ func TestGracePeriodEndsInSIGKILL(t *testing.T) {
 	d.start()
 	ready := filepath.Join(d.dir, "trap-set")
 	d.write("stubborn.yaml", processPod("stubborn", "Always", 2, "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done"))
-	waitFor(t, func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
+	waitFor(t, "the workload to set its TERM trap", func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
 	begin := time.Now()
 	d.remove("stubborn.yaml")
 	d.waitGone("stubborn", 10*time.Second)
@@ -180,7 +180,7 @@ func TestChangedManifestReplacesInstanceOneAtATime(t *testing.T) {
 	if second.UID == first.UID {
 		t.Fatal("changed content kept the UID")
 	}
-	waitFor(t, func() bool { return len(readLines(marker)) == 3 })
+	waitFor(t, "three start/stop events (start-a,stop-a,start-b)", func() bool { return len(readLines(marker)) == 3 })
 	if got := strings.Join(readLines(marker), ","); got != "start-a,stop-a,start-b" {
 		t.Fatalf("events %s: the new instance must start only after the old one stopped", got)
 	}
@@ -276,7 +276,7 @@ func TestDaemonRestartAdoptsPods(t *testing.T) {
 			d.write("flaky.yaml", processPod("flaky", "Always", 2, "sleep 0.2; exit 1"))
 			before := d.waitPod("keep", 10*time.Second, running)
 			d.waitPod("flaky", 10*time.Second, func(p *v1.Pod) bool { return p.Status.ContainerStatuses[0].RestartCount >= 2 })
-			waitFor(t, func() bool { return len(readLines(pidfile)) == 1 })
+			waitFor(t, "keep's pid file", func() bool { return len(readLines(pidfile)) == 1 })
 			pid, _ := strconv.Atoi(readLines(pidfile)[0])
 
 			d.stop(sig)
@@ -319,21 +319,4 @@ func countShims(t *testing.T, d *daemon) int {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	waitForLong(t, 10*time.Second, "the condition", cond)
-}
-
-// waitForLong waits up to d for cond, naming what it waited for.
-func waitForLong(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

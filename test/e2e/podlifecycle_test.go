@@ -51,7 +51,7 @@ spec:
 		return strings.Contains(out, "Init:0/3")
 	})
 	p := d.waitPod("ordered", 10*time.Second, func(p *v1.Pod) bool { return running(p) && p.Status.Phase == v1.PodRunning })
-	waitFor(t, func() bool { return len(readLines(f)) == 4 })
+	waitFor(t, "four start events (init, sidecar, init, app)", func() bool { return len(readLines(f)) == 4 })
 	if got := strings.Join(readLines(f), ","); got != "first,side-up,second,app-up" {
 		t.Fatalf("start order %s", got)
 	}
@@ -106,7 +106,7 @@ spec:
 	d.waitPod("initfail", 10*time.Second, func(p *v1.Pod) bool {
 		return len(p.Status.InitContainerStatuses) == 1 && p.Status.InitContainerStatuses[0].RestartCount >= 2
 	})
-	waitFor(t, func() bool {
+	waitFor(t, "get pods to show Init:CrashLoopBackOff or Init:Error", func() bool {
 		out, _, _ := d.cli("get", "pods")
 		return strings.Contains(out, "Init:CrashLoopBackOff") || strings.Contains(out, "Init:Error")
 	})
@@ -324,7 +324,7 @@ func TestDeleteWithGracePeriodAndForce(t *testing.T) {
 	ready := filepath.Join(d.dir, "trap-set")
 	d.write("stubborn.yaml", processPod("stubborn", "Always", 30, "trap '' TERM; touch "+ready+"; while true; do sleep 0.05; done"))
 	first := d.waitPod("stubborn", 10*time.Second, running)
-	waitFor(t, func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
+	waitFor(t, "the workload to set its TERM trap", func() bool { return exists(ready) }) // a SIGTERM before the trap would end it
 	begin := time.Now()
 	_, errOut, code := d.cli("delete", "pod", "stubborn", "--grace-period", "3")
 	if code != 0 || !strings.Contains(errOut, "starts again") {

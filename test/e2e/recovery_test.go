@@ -56,7 +56,7 @@ func TestShimKilledWhileDaemonDown(t *testing.T) {
 		pid, _ := strconv.Atoi(f)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	waitFor(t, func() bool { return countShims(t, d) == 0 })
+	waitFor(t, "every shim of the killed daemon to be gone", func() bool { return countShims(t, d) == 0 })
 	d.start()
 	p := d.waitPod("victim", 10*time.Second, func(p *v1.Pod) bool {
 		cs := p.Status.ContainerStatuses[0]
@@ -74,9 +74,9 @@ func TestTerminationResumesAfterDaemonRestart(t *testing.T) {
 	marker := filepath.Join(d.dir, "terms")
 	d.write("slowstop.yaml", processPod("slowstop", "Always", 3,
 		"trap 'echo term >> "+marker+"' TERM; touch "+marker+".ready; while true; do sleep 0.05; done"))
-	waitFor(t, func() bool { return exists(marker + ".ready") }) // the trap is set
+	waitFor(t, "the workload to set its TERM trap (marker .ready)", func() bool { return exists(marker + ".ready") }) // the trap is set
 	d.remove("slowstop.yaml")
-	waitFor(t, func() bool { return len(readLines(marker)) == 1 })
+	waitFor(t, "the workload to record the SIGTERM", func() bool { return len(readLines(marker)) == 1 })
 	time.Sleep(time.Second)
 	d.stop(syscall.SIGKILL) // one second into a three-second grace period
 	restarted := time.Now()

@@ -48,7 +48,7 @@ auth: {htpasswd: {realm: podvisor-test, path: %s}}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, func() bool {
+	waitFor(t, "the test registry to listen", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

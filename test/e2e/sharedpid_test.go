@@ -80,7 +80,7 @@ func TestContainerdSharedPIDNamespace(t *testing.T) {
 
 	d.remove("pidshare.yaml")
 	d.waitGone("pidshare", 30*time.Second)
-	waitFor(t, func() bool { return !alive(initPid) })
+	waitFor(t, "the sandbox's pid-namespace init to exit", func() bool { return !alive(initPid) })
 	if _, err := os.Stat(sandboxDir); !os.IsNotExist(err) {
 		t.Fatalf("%s left behind (%v)", sandboxDir, err)
 	}

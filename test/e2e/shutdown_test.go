@@ -30,7 +30,7 @@ func TestDrainStopsPodsLowestPriorityFirst(t *testing.T) {
 			marks := filepath.Join(d.dir, "order")
 			d.write("vip.yaml", drainPod("vip", "high", marks))
 			d.write("low.yaml", drainPod("low", "", marks))
-			waitFor(t, func() bool { return exists(marks+".vip") && exists(marks+".low") })
+			waitFor(t, "both pods (vip, low) to start", func() bool { return exists(marks+".vip") && exists(marks+".low") })
 			if via == "cli" {
 				out, errOut, code := d.cli("drain")
 				if code != 0 || !strings.Contains(out, "drained") {

@@ -16,11 +16,24 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
+// writeAtomic writes a file whole through a rename: a reader polling for
+// it sees either no file or all of it, never the empty file that
+// os.WriteFile leaves between its create and its write.
+func writeAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // The test binary doubles as a fake plugin: Wait returns once a file
 // names the container's exit code.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("PODVISOR_FAKE_PLUGIN"); dir != "" {
-		os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+		if err := writeAtomic(filepath.Join(dir, "pid"), strconv.Itoa(os.Getpid())); err != nil {
+			panic(err)
+		}
 		srv := rpc.NewServer()
 		srv.RegisterName(Service, &fakePlugin{dir: dir})
 		srv.ServeCodec(jsonrpc.NewServerCodec(struct {
@@ -39,8 +52,10 @@ func (f *fakePlugin) Version(_ Empty, r *VersionReply) error { r.Version = "fake
 
 func (f *fakePlugin) Wait(a IDArgs, st *shim.ExitStatus) error {
 	for {
-		if data, err := os.ReadFile(filepath.Join(f.dir, a.ID+".exit")); err == nil {
-			code, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		// Only a whole number is an exit code: anything else (an empty
+		// or partial file) is not yet, never exit 0.
+		data, err := os.ReadFile(filepath.Join(f.dir, a.ID+".exit"))
+		if code, perr := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && perr == nil {
 			st.ExitCode = int32(code)
 			return nil
 		}
@@ -65,31 +80,36 @@ func TestWaitsSurviveAPluginRestart(t *testing.T) {
 		return n
 	}
 	first := pid()
+	if first <= 0 { // kill(0) would signal the test's own process group
+		t.Fatalf("the fake plugin's pid file holds no pid")
+	}
 	syscall.Kill(first, syscall.SIGKILL)
 	select {
 	case <-c.Connected(): // the first connection's signal
 	case <-time.After(5 * time.Second):
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for pid() == first && time.Now().Before(deadline) {
+	for (pid() == first || pid() <= 0) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if pid() == first {
-		t.Fatal("the plugin was not restarted")
+	if now := pid(); now == first || now <= 0 {
+		t.Fatalf("the plugin was not restarted within 5s (pid file: %d, first plugin %d)", now, first)
 	}
 	select {
 	case x := <-c.Exits():
 		t.Fatalf("an exit was reported for a container that still runs: %+v", x)
 	case <-time.After(300 * time.Millisecond):
 	}
-	os.WriteFile(filepath.Join(dir, "c1.exit"), []byte("7"), 0o644)
+	if err := writeAtomic(filepath.Join(dir, "c1.exit"), "7"); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case x := <-c.Exits():
 		if x.InstanceID != "uid_app_1" || x.Status.ExitCode != 7 {
 			t.Fatalf("exit %+v, want uid_app_1 with code 7", x)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("no exit after the container ended")
+		t.Fatal("no exit reported within 5s of the container's exit file being written")
 	}
 }
 

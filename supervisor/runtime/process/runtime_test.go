@@ -118,7 +118,7 @@ func TestKillTakesTheWholeTree(t *testing.T) {
 	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
 	e.start(s)
 	var pids []int
-	waitFor(t, func() bool {
+	waitFor(t, "both sleeps to record their pids", func() bool {
 		data, _ := os.ReadFile(pidfile)
 		pids = nil
 		for _, f := range strings.Fields(string(data)) {
@@ -160,7 +160,7 @@ func TestSignalIsForwardedToLeader(t *testing.T) {
 	e := newEnv(t)
 	s := e.spec("sh", "-c", "trap 'echo got-term; exit 42' TERM; echo ready; while true; do sleep 0.05; done")
 	e.start(s)
-	waitFor(t, func() bool { return strings.Contains(logText(t, s.LogPath), "ready") })
+	waitFor(t, "the workload to log ready", func() bool { return strings.Contains(logText(t, s.LogPath), "ready") })
 	if err := e.rt.Signal(s.InstanceID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -272,12 +272,14 @@ func TestBuildSpecEnv(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor waits up to 10 s for cond; on timeout the test fails saying
+// what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("not within 10s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -105,7 +105,7 @@ func TestRunWaitExecSignal(t *testing.T) {
 	if run.Pid <= 0 || run.StopSignal != "SIGUSR1" {
 		t.Fatalf("run reply %+v: want a pid and the image's stop signal", run)
 	}
-	waitFor(t, func() bool {
+	waitFor(t, "the container's log to hold hello world", func() bool {
 		b, _ := os.ReadFile(logPath)
 		return strings.Contains(string(b), " stdout F hello world\n")
 	})
@@ -142,7 +142,7 @@ func TestRunWaitExecSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit after SIGTERM")
 	}
-	waitFor(t, func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F bye\n") })
+	waitFor(t, "the container's log to hold bye", func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F bye\n") })
 	list = containerd.ListReply{}
 	if err := p.List(containerd.Empty{}, &list); err != nil || list.Containers[0].Running || list.Containers[0].Exit == nil || list.Containers[0].Exit.ExitCode != 3 {
 		t.Fatalf("list after exit: %+v %v", list, err)
@@ -177,15 +177,17 @@ func TestRunFailures(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor waits up to 10 s for cond; on timeout the test fails saying
+// what it waited for.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 500; i++ {
-		if cond() {
-			return
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("condition not met in 5s")
 }
 
 // Unused images go, least recently used first; one in use stays.
