@@ -398,6 +398,26 @@ func TestRestoreDuringTerminationRestartsTheGrace(t *testing.T) {
 	}
 }
 
+// A forced stop whose SIGKILL was recorded as sent before the daemon died
+// (kill -9 between the record and the kill) sends it again after restore.
+func TestRestoreOfAForcedStopKillsAgain(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	h.reconcile()
+	zero := time.Duration(0)
+	h.m.Delete("u", &zero, true, h.now)
+	if k := kinds(h.reconcile(), Kill); len(k) != 1 {
+		t.Fatalf("force must kill at once: %+v", k)
+	}
+	in := roundTrip(t, h.m.Instance("u"))
+	h.now = h.now.Add(5 * time.Second)
+	h.m = NewMachine(DefaultConfig())
+	h.m.Restore(in, h.now)
+	if k := kinds(h.reconcile(), Kill); len(k) != 1 {
+		t.Fatalf("the restored forced stop must kill again: %+v", k)
+	}
+}
+
 func TestActiveDeadline(t *testing.T) {
 	h := newHarness(t)
 	p := withInit(pod("p", "u", v1.RestartPolicyAlways, "app"), "i1")

@@ -48,7 +48,8 @@ func NewMachine(cfg Config) *Machine {
 // Restore puts back an instance recorded before a daemon restart, before the
 // first Reconcile. Times after now (the clock stepped back) become now. A
 // termination in progress starts over with the full grace
-// period, as the kubelet does, and its stop signals are sent again.
+// period, as the kubelet does, and its stop signals are sent again; a
+// forced stop sends its SIGKILL again.
 func (m *Machine) Restore(in *Instance, now time.Time) {
 	m.instances[in.UID()] = in
 	in.countAtCreation()
@@ -60,8 +61,13 @@ func (m *Machine) Restore(in *Instance, now time.Time) {
 	}
 	in.GraceDeadline = now.Add(m.gracePeriod(in.Pod))
 	for _, c := range in.AllContainers() {
-		if c.Stop != nil && !c.Stop.Force {
+		switch {
+		case c.Stop != nil && !c.Stop.Force:
 			c.Stop = &Stop{Reason: c.Stop.Reason, Deadline: in.GraceDeadline, PreStopRan: c.Stop.PreStopRan || c.Stop.PreStopActive}
+		case c.Stop != nil:
+			// The SIGKILL of the daemon before may never have reached
+			// the container: send it again.
+			c.Stop.KillSent = false
 		}
 	}
 	m.touch(in.UID())
