@@ -446,29 +446,14 @@ func (d *Daemon) unlockDataDir() {
 }
 
 // lockDataDir makes sure one daemon at a time uses a data directory: two
-// would each start their own copy of every pod. A daemon killed while
-// forking leaves the lock with its child until that child's exec closes it,
-// so a held lock is retried for a moment before it counts as a conflict.
+// would each start their own copy of every pod.
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "podvisor.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for wait := time.Millisecond; ; wait *= 2 {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || wait > time.Second {
-			break
-		}
-		time.Sleep(wait)
-	}
-	f.Close()
+	name := filepath.Join(dir, "podvisor.lock")
+	f, err := api.LockFile(name)
 	if errors.Is(err, unix.EWOULDBLOCK) {
-		return nil, fmt.Errorf("data directory %s is in use by another podvisor%s", dir, holders(f.Name()))
+		return nil, fmt.Errorf("data directory %s is in use by another podvisor%s", dir, holders(name))
 	}
-	return nil, err
+	return f, err
 }
 
 // view is the published status the API reads.

@@ -36,14 +36,27 @@ type socket struct {
 	dev uint64
 }
 
-// lockSocket takes <path>.lock. A daemon killed while forking leaves its
-// lock with the child until that child's exec closes it, so a held lock is
-// retried for a moment before it counts as a conflict.
+// lockSocket takes <path>.lock.
 func lockSocket(path string) (*os.File, error) {
 	name := path + ".lock"
+	f, err := LockFile(name)
+	switch {
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return nil, fmt.Errorf("API socket %s is in use by another podvisor (%s is locked); its socket was left alone", path, name)
+	case err != nil:
+		return nil, fmt.Errorf("API socket lock %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// LockFile opens (creating, never through a link) and exclusively flocks
+// name. A daemon forking at the moment leaves a lock with its child until
+// that child's exec closes it, so a held lock is retried for about a
+// second before the error, which wraps unix.EWOULDBLOCK, says it is held.
+func LockFile(name string) (*os.File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("API socket lock %s: %w", name, err)
+		return nil, err
 	}
 	for wait := time.Millisecond; ; wait *= 2 {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -56,9 +69,6 @@ func lockSocket(path string) (*os.File, error) {
 		time.Sleep(wait)
 	}
 	f.Close()
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return nil, fmt.Errorf("API socket %s is in use by another podvisor (%s is locked); its socket was left alone", path, name)
-	}
 	return nil, fmt.Errorf("locking %s: %w", name, err)
 }
 
