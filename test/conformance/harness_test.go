@@ -155,7 +155,7 @@ func (n *node) loadImage() error {
 	images := filepath.Join(n.data, "images")
 	os.MkdirAll(images, 0o755)
 	img := ociimage.Image{Name: testImage, Cmd: []string{"sh"}}
-	for _, a := range []string{"wc", "awk", "sed", "cut", "tr", "printf", "seq", "expr", "stat", "sort"} {
+	for _, a := range []string{"wc", "awk", "sed", "cut", "tr", "printf", "seq", "expr", "stat", "sort", "chmod"} {
 		found := false
 		for _, have := range ociimage.Applets {
 			found = found || have == a
@@ -337,7 +337,17 @@ func (e *env) create(p *v1.Pod) {
 	}
 	e.t.Cleanup(func() {
 		if exists(filepath.Join(e.n.manifests(), name)) {
-			e.delete(p.Name)
+			if g := p.Spec.TerminationGracePeriodSeconds; g != nil && *g > 30 {
+				// Upstream's cleanup deletes with grace 0: do not wait
+				// out a long grace period.
+				os.Remove(filepath.Join(e.n.manifests(), name))
+				if _, err := e.n.client.Delete(context.Background(), "default", p.Name, ptr(int64(0)), true); err != nil {
+					e.t.Logf("force-deleting pod %s: %v", p.Name, err)
+				}
+				e.waitGone(p.Name, 60*time.Second)
+			} else {
+				e.delete(p.Name)
+			}
 		}
 		if e.t.Failed() {
 			e.t.Logf("%s daemon log, lines about pod %s and warnings:\n%s", e.n.kind, p.Name, grepLog(e.n.log(), p.Name))
