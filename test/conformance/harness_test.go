@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,7 +132,15 @@ func (n *node) start() error {
 	n.cmd = exec.Command(filepath.Join(binDir, "podvisor"), "run", "--manifests", n.manifests(), "--data-dir", n.data,
 		"--socket", n.socket, "--config", filepath.Join(dir, "config.yaml"))
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	if err := n.cmd.Start(); err != nil {
+	// The daemon dies with the test binary even when a timeout or a
+	// closed pipe kills it before TestMain can clean up. Pdeathsig follows
+	// the starting thread: keep it locked while starting (the thread
+	// stays in the runtime's pool afterwards).
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	err = n.cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
 		return err
 	}
 	n.client = api.NewClient(n.socket)
@@ -341,6 +350,9 @@ func (e *env) create(p *v1.Pod) {
 				// Upstream's cleanup deletes with grace 0: do not wait
 				// out a long grace period.
 				os.Remove(filepath.Join(e.n.manifests(), name))
+				// Delete only once the removal is seen: before, the
+				// manifest would start the pod again.
+				e.waitPod(p.Name, 10*time.Second, "terminating after its manifest was removed", func(p *v1.Pod) bool { return p.DeletionTimestamp != nil })
 				if _, err := e.n.client.Delete(context.Background(), "default", p.Name, ptr(int64(0)), true); err != nil {
 					e.t.Logf("force-deleting pod %s: %v", p.Name, err)
 				}
