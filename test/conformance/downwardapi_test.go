@@ -105,3 +105,12 @@ func TestDownwardAPI_shouldProvidePodUIDAsEnvVars(t *testing.T) {
 			[]string{"POD_UID=[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}"})
 	})
 }
+
+// "Downward API [Feature:PodHostIPs] should provide hostIPs as an env var"
+func TestDownwardAPI_shouldProvideHostIPsAsAnEnvVar(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		knownDefect(t, 8, "status.hostIPs (and status.podIPs) field refs are rejected")
+		testContainerOutput(e, downwardPod("downward-api-host-ips", []v1.EnvVar{fieldEnv("HOST_IPS", "status.hostIPs")}),
+			[]string{"HOST_IPS=" + regexIPv4 + "|" + regexIPv6})
+	})
+}

@@ -12,6 +12,7 @@ package conformance
 // no TLS server.
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"testing"
@@ -122,4 +123,89 @@ func TestContainerLifecycleHook(t *testing.T) {
 func TestRestartableInitContainerLifecycleHook(t *testing.T) {
 	t.Parallel()
 	hookTests(t, true, "sidecar-")
+}
+
+// From the same file, "Lifecycle Sleep Hook" and "Lifecycle sleep action
+// zero value". Upstream sleeps 50 s within a 100 s grace; here 5 s within
+// 10 s (and 10 s within 20 s, shortened to 4 s, for the runtime grace
+// change). Upstream derives the time from deletion to the container's
+// finish from deletionTimestamp; here it is measured from the manifest's
+// removal to the pod's disappearance, on the same clock.
+
+// timeToGone removes the pod's manifest, optionally shortens the grace
+// period through the API (upstream's delete with a grace period), and
+// measures how long the pod takes to go.
+func (e *env) timeToGone(name string, grace *int64) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	if err := removeManifest(e, name); err != nil {
+		e.t.Fatal(err)
+	}
+	if grace != nil {
+		e.waitPod(name, 10*time.Second, "terminating after its manifest was removed", func(p *v1.Pod) bool { return p.DeletionTimestamp != nil })
+		if _, err := e.n.client.Delete(context.Background(), "default", name, grace, false); err != nil {
+			e.t.Fatalf("shortening the grace period of pod %s: %v", name, err)
+		}
+	}
+	e.waitGone(name, 60*time.Second)
+	return time.Since(start)
+}
+
+func sleepHookPod(name string, seconds int64, grace int64) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr(grace),
+		Containers: []v1.Container{{Name: name, Command: pauseCommand, Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: seconds}}}}}}}
+}
+
+// "Lifecycle Sleep Hook ... valid prestop hook using sleep action"
+func TestLifecycleSleepHook_validPrestopHookUsingSleepAction(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		const sleepSeconds, gracePeriod = 5, 10
+		e.create(sleepHookPod("pod-with-prestop-sleep-hook", sleepSeconds, gracePeriod))
+		e.waitPod("pod-with-prestop-sleep-hook", statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		// longer than the sleep, shorter than the grace period
+		if d := e.timeToGone("pod-with-prestop-sleep-hook", nil); d < sleepSeconds*time.Second || d > gracePeriod*time.Second {
+			t.Errorf("unexpected delay duration before killing the pod: %v, want between %ds and %ds", d, sleepSeconds, gracePeriod)
+		}
+	})
+}
+
+// "Lifecycle Sleep Hook ... reduce GracePeriodSeconds during runtime"
+func TestLifecycleSleepHook_reduceGracePeriodSecondsDuringRuntime(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		const sleepSeconds, gracePeriod = 10, 4
+		e.create(sleepHookPod("pod-with-prestop-sleep-hook-reduce", sleepSeconds, 20))
+		e.waitPod("pod-with-prestop-sleep-hook-reduce", statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		// longer than the new grace period, shorter than the sleep
+		if d := e.timeToGone("pod-with-prestop-sleep-hook-reduce", ptr(int64(gracePeriod))); d < gracePeriod*time.Second || d > sleepSeconds*time.Second {
+			t.Errorf("unexpected delay duration before killing the pod: %v, want between %ds and %ds", d, gracePeriod, sleepSeconds)
+		}
+	})
+}
+
+// "Lifecycle Sleep Hook ... ignore terminated container"
+func TestLifecycleSleepHook_ignoreTerminatedContainer(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		const sleepSeconds = 10
+		p := sleepHookPod("pod-with-prestop-sleep-hook-terminated", sleepSeconds, 30)
+		p.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "sleep 3"}
+		p.Spec.RestartPolicy = v1.RestartPolicyNever
+		e.create(p)
+		got := e.waitPod(p.Name, statusTimeout, "the container terminated", func(p *v1.Pod) bool { return status0(p).State.Terminated != nil })
+		term := status0(got).State.Terminated
+		// shorter than the sleep: a terminated container's preStop is not run
+		if cost := term.FinishedAt.Sub(term.StartedAt.Time); cost < 0 || cost > sleepSeconds*time.Second {
+			t.Errorf("unexpected delay duration before killing the pod, cost = %v", cost)
+		}
+	})
+}
+
+// "Lifecycle sleep action zero value ... prestop hook using sleep action with zero duration"
+func TestLifecycleSleepActionZeroValue_prestopHookUsingSleepActionWithZeroDuration(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		e.create(sleepHookPod("pod-with-prestop-sleep-hook-zero-duration", 0, 30))
+		e.waitPod("pod-with-prestop-sleep-hook-zero-duration", statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		if d := e.timeToGone("pod-with-prestop-sleep-hook-zero-duration", nil); d > 30*time.Second {
+			t.Errorf("unexpected delay duration before killing the pod, cost = %v", d)
+		}
+	})
 }
