@@ -7,7 +7,8 @@ package conformance
 // call it. Exec hooks call the handler pod's IP, as upstream. Upstream's
 // httpGet hooks call a netexec sidecar in the hooked pod that forwards to
 // the handler pod; process pods share the host's network, so the hook's
-// default host (the pod IP) is already the handler's address and the
+// default host (the pod IP) is already the handler's address, and on
+// containerd the hook names the handler pod's IP as its host: the
 // forwarder is left out. The https variants are not ported: busybox has
 // no TLS server.
 
@@ -74,8 +75,16 @@ func execHook(target string, port int, msg string) *v1.LifecycleHandler {
 	return &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", fmt.Sprintf("busybox wget -q -O- 'http://%s:%d/echo?msg=%s'", target, port, msg)}}}
 }
 
-func httpHook(port int, msg string) *v1.LifecycleHandler {
-	return &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/echo?msg=" + msg, Port: intstr.FromInt32(int32(port))}}
+// httpHook calls the handler: at the pod's own IP (the default host) for
+// a process pod, which shares the handler's host network; at the
+// handler pod's IP on containerd, where upstream's forwarder sidecar
+// would be.
+func (e *env) httpHook(handlerIP string, port int, msg string) *v1.LifecycleHandler {
+	h := &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/echo?msg=" + msg, Port: intstr.FromInt32(int32(port))}}
+	if !e.process() {
+		h.HTTPGet.Host = handlerIP
+	}
+	return h
 }
 
 func hookTests(t *testing.T, sidecar bool, prefix string) {
@@ -97,17 +106,17 @@ func hookTests(t *testing.T, sidecar bool, prefix string) {
 	})
 	// "should execute poststart http hook properly [NodeConformance]" (Conformance)
 	t.Run("shouldExecutePoststartHttpHookProperly", func(t *testing.T) {
-		onProcess(t, func(t *testing.T, e *env) {
-			_, port := e.handlerPod(prefix + "handler-poststart-http")
-			p, c := hookPod(prefix+"pod-with-poststart-http-hook", sidecar, &v1.Lifecycle{PostStart: httpHook(port, "poststart")})
+		onBoth(t, func(t *testing.T, e *env) {
+			ip, port := e.handlerPod(prefix + "handler-poststart-http")
+			p, c := hookPod(prefix+"pod-with-poststart-http-hook", sidecar, &v1.Lifecycle{PostStart: e.httpHook(ip, port, "poststart")})
 			testPodWithHook(e, prefix+"handler-poststart-http", p, c)
 		})
 	})
 	// "should execute prestop http hook properly [NodeConformance]" (Conformance)
 	t.Run("shouldExecutePrestopHttpHookProperly", func(t *testing.T) {
-		onProcess(t, func(t *testing.T, e *env) {
-			_, port := e.handlerPod(prefix + "handler-prestop-http")
-			p, c := hookPod(prefix+"pod-with-prestop-http-hook", sidecar, &v1.Lifecycle{PreStop: httpHook(port, "prestop")})
+		onBoth(t, func(t *testing.T, e *env) {
+			ip, port := e.handlerPod(prefix + "handler-prestop-http")
+			p, c := hookPod(prefix+"pod-with-prestop-http-hook", sidecar, &v1.Lifecycle{PreStop: e.httpHook(ip, port, "prestop")})
 			testPodWithHook(e, prefix+"handler-prestop-http", p, c)
 		})
 	})
