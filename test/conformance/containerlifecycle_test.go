@@ -214,3 +214,65 @@ func statusNamed(p *v1.Pod, name string) v1.ContainerStatus {
 	}
 	return v1.ContainerStatus{}
 }
+
+// probeCommand logs a probe's (or hook's) run and exits with code, as
+// upstream's prefixed ExecCommand with a ContainerName.
+func (l orderLog) probeCommand(name string, delay, code int) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`echo "%[1]s Starting" >> %[2]s; sleep %[3]d; echo "%[1]s Exiting" >> %[2]s; exit %[4]d`, name, l.inPod, delay, code)}
+}
+
+// runTogetherLhsFirst is upstream's RunTogetherLhsFirst: b starts while
+// a runs (after a started, before a exited).
+func runTogetherLhsFirst(lines []string, a, b string) bool {
+	aStart, aExit := slices.Index(lines, a+" Starting"), slices.Index(lines, a+" Exiting")
+	if aStart < 0 {
+		return false
+	}
+	if aExit < 0 {
+		aExit = len(lines)
+	}
+	for i := aStart + 1; i < aExit; i++ {
+		if lines[i] == b+" Starting" {
+			return true
+		}
+	}
+	return false
+}
+
+// "when a pod is terminating because its liveness probe fails should
+// execute readiness probe while in preStop, but not liveness". Process
+// pods only: on containerd the log could only be read back through a
+// running container, and none is left. Upstream's 10 s initial delay and
+// preStop are 2 s and 4 s here; its 15 s stop time is 2 s.
+func TestContainersLifecycle_shouldExecuteReadinessProbeWhileInPreStopButNotLiveness(t *testing.T) {
+	onProcess(t, func(t *testing.T, e *env) {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "test-pod-prestop-readiness"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr(int64(100)), Containers: []v1.Container{{Name: "regular-1"}}}}
+		l := e.newOrderLog(p)
+		c := &p.Spec.Containers[0]
+		c.Command = []string{"sh", "-c", fmt.Sprintf(`log() { echo "regular-1 $1" >> %[1]s; }
+log Starting; log Started
+trap 'sleep 2; log Exiting; exit 0' TERM
+sleep 100 & wait
+log Exiting`, l.inPod)}
+		c.LivenessProbe = &v1.Probe{ProbeHandler: execProbe(l.probeCommand("Liveness-regular-1", 0, 1)...), InitialDelaySeconds: 2, PeriodSeconds: 1, FailureThreshold: 1}
+		c.ReadinessProbe = &v1.Probe{ProbeHandler: execProbe(l.probeCommand("Readiness-regular-1", 0, 0)...), InitialDelaySeconds: 1, PeriodSeconds: 1}
+		c.Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: l.probeCommand("PreStop-regular-1", 4, 0)}}}
+		e.create(p)
+		e.waitPod(p.Name, statusTimeout, "the pod no longer running", func(p *v1.Pod) bool {
+			return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+		})
+		lines := e.orderLines(l, p.Name, "", "regular-1 Exiting")
+		// readiness probes are called during pod termination
+		if !runTogetherLhsFirst(lines, "PreStop-regular-1", "Readiness-regular-1") {
+			notInIssue(t, "podvisor stops a container's readiness probe while its preStop hook runs (the kubelet keeps probing)")
+		}
+		if !runTogetherLhsFirst(lines, "PreStop-regular-1", "Readiness-regular-1") {
+			t.Errorf("the readiness probe did not run during preStop; log:\n%s", strings.Join(lines, "\n"))
+		}
+		// liveness probes are not called during pod termination
+		if runTogetherLhsFirst(lines, "PreStop-regular-1", "Liveness-regular-1") {
+			t.Errorf("the liveness probe ran during preStop; log:\n%s", strings.Join(lines, "\n"))
+		}
+	})
+}

@@ -151,7 +151,7 @@ func (e *env) timeToGone(name string, grace *int64) time.Duration {
 		e.t.Fatal(err)
 	}
 	if grace != nil {
-		e.waitPod(name, 10*time.Second, "terminating after its manifest was removed", func(p *v1.Pod) bool { return p.DeletionTimestamp != nil })
+		e.waitRemovalSeen(name)
 		if _, err := e.n.client.Delete(context.Background(), "default", name, grace, false); err != nil {
 			e.t.Fatalf("shortening the grace period of pod %s: %v", name, err)
 		}
