@@ -79,7 +79,6 @@ func TestDownwardAPI_shouldProvideHostIPAndPodIPAsAnEnvVarIfPodUsesHostNetwork(t
 // "should provide container's limits.cpu/memory and requests.cpu/memory as env vars [NodeConformance]" (Conformance)
 func TestDownwardAPI_shouldProvideContainersLimitsAndRequestsAsEnvVars(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		knownDefect(t, 8, "every resourceFieldRef is rejected as unsupported")
 		p := downwardPod("downward-api-resources", []v1.EnvVar{resourceEnv("CPU_LIMIT", "limits.cpu"), resourceEnv("MEMORY_LIMIT", "limits.memory"),
 			resourceEnv("CPU_REQUEST", "requests.cpu"), resourceEnv("MEMORY_REQUEST", "requests.memory")})
 		p.Spec.Containers[0].Resources = v1.ResourceRequirements{
@@ -92,7 +91,6 @@ func TestDownwardAPI_shouldProvideContainersLimitsAndRequestsAsEnvVars(t *testin
 // "should provide default limits.cpu/memory from node allocatable [NodeConformance]" (Conformance)
 func TestDownwardAPI_shouldProvideDefaultLimitsFromNodeAllocatable(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		knownDefect(t, 8, "every resourceFieldRef is rejected as unsupported")
 		testContainerOutput(e, downwardPod("downward-api-default-limits", []v1.EnvVar{resourceEnv("CPU_LIMIT", "limits.cpu"), resourceEnv("MEMORY_LIMIT", "limits.memory")}),
 			[]string{"CPU_LIMIT=[1-9]", "MEMORY_LIMIT=[1-9]"})
 	})
@@ -109,7 +107,6 @@ func TestDownwardAPI_shouldProvidePodUIDAsEnvVars(t *testing.T) {
 // "Downward API [Feature:PodHostIPs] should provide hostIPs as an env var"
 func TestDownwardAPI_shouldProvideHostIPsAsAnEnvVar(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		knownDefect(t, 8, "status.hostIPs (and status.podIPs) field refs are rejected")
 		testContainerOutput(e, downwardPod("downward-api-host-ips", []v1.EnvVar{fieldEnv("HOST_IPS", "status.hostIPs")}),
 			[]string{"HOST_IPS=" + regexIPv4 + "|" + regexIPv6})
 	})

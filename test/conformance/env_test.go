@@ -149,17 +149,6 @@ func hasPod(pods []v1.Pod, name string) bool {
 	return false
 }
 
-// unsupported skips a test of a feature podvisor refuses by design or
-// does not have, which issue 13 does not list; README.md says which.
-func unsupported(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("PODVISOR_CONFORMANCE_ALL") == "1" {
-		t.Logf("unsupported (%s), run anyway", what)
-		return
-	}
-	t.Skipf("not supported by podvisor (not an issue 13 item): %s", what)
-}
-
 // waitRemovalSeen waits until the daemon has seen a manifest's removal:
 // the pod terminates, has finished, or is gone.
 func (e *env) waitRemovalSeen(name string) {

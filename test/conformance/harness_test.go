@@ -59,19 +59,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// knownDefect skips a test that fails today because of the numbered item
-// of issue 13. Remove the call when the fix merges; with
-// PODVISOR_CONFORMANCE_ALL=1 the skipped tests run anyway, to see which
-// fixes have landed.
-func knownDefect(t *testing.T, item int, what string) {
-	t.Helper()
-	if os.Getenv("PODVISOR_CONFORMANCE_ALL") == "1" {
-		t.Logf("known defect (issue 13 item %d: %s), run anyway", item, what)
-		return
-	}
-	t.Skipf("issue 13 item %d: %s", item, what)
-}
-
 // prerequisite skips where something the test needs is missing, except
 // in CI, where that is a failure.
 func prerequisite(t *testing.T, format string, args ...any) {

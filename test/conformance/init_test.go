@@ -103,7 +103,6 @@ func appContainersWaitInitializing(p *v1.Pod) error {
 // "should not start app containers if init containers fail on a RestartAlways pod" (Conformance)
 func TestInitContainer_shouldNotStartAppContainersIfInitContainersFailOnARestartAlwaysPod(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		knownDefect(t, 5, "init containers not yet started wait with ContainerCreating instead of PodInitializing (and item 4: Initialized lacks its message)")
 		e.create(initPod("pod-init-fail-always", v1.RestartPolicyAlways, "/bin/false", "/bin/true", pause))
 		// check for the first container to fail at least once
 		e.watchUntil("pod-init-fail-always", "init1 restarted", func(p *v1.Pod) (bool, error) {
@@ -147,7 +146,6 @@ func TestInitContainer_shouldNotStartAppContainersIfInitContainersFailOnARestart
 // "should not start app containers and fail the pod if init containers fail on a RestartNever pod" (Conformance)
 func TestInitContainer_shouldNotStartAppContainersAndFailThePodIfInitContainersFailOnARestartNeverPod(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		knownDefect(t, 5, "app containers wait with ContainerCreating instead of PodInitializing (and item 4: Initialized lacks its message)")
 		e.create(initPod("pod-init-fail-never", v1.RestartPolicyNever, "/bin/true", "/bin/false", []string{"/bin/true"}))
 		// check for the second container to fail at least once
 		e.watchUntil("pod-init-fail-never", "init2 failed", func(p *v1.Pod) (bool, error) {

@@ -79,7 +79,8 @@ printf 'Status: 302 Found\r\nLocation: %s\r\nContent-Type: text/html; charset=ut
 // seconds and then fails; /cgi-bin/redirect redirects.
 func livenessServer(dir string, port int) []string {
 	return []string{"sh", "-c", fmt.Sprintf(`W=%s/www; mkdir -p $W/cgi-bin; echo ok > $W/healthz
-printf '%%s' %q > $W/cgi-bin/redirect
+cat > $W/cgi-bin/redirect <<'CGI'
+%sCGI
 chmod +x $W/cgi-bin/redirect
 (sleep %d; rm -f $W/healthz) &
 exec busybox httpd -f -p %d -h $W`, dir, redirectCGI, unhealthyAfter, port)}
@@ -146,7 +147,6 @@ func probeTests(t *testing.T, sidecar bool) {
 
 	// "with readiness probe should not be ready before initial delay and never restart" (Conformance)
 	run("withReadinessProbeShouldNotBeReadyBeforeInitialDelayAndNeverRestart", func(t *testing.T, pe probeEnv) {
-		knownDefect(t, 4, "the Ready condition's lastTransitionTime never changes after creation, so the pod looks ready before its initial delay")
 		port := pe.port(80)
 		p := pe.pod("readiness-initial-delay", v1.Container{Name: "test-webserver", Command: webserver(pe.tmp(), port),
 			ReadinessProbe: &v1.Probe{ProbeHandler: httpProbe("/", port), InitialDelaySeconds: probeDelay}})
@@ -266,7 +266,6 @@ func probeTests(t *testing.T, sidecar bool) {
 
 	// "should *not* be restarted with a non-local redirect http liveness probe"
 	run("shouldNotBeRestartedWithANonLocalRedirectHttpLivenessProbe", func(t *testing.T, pe probeEnv) {
-		knownDefect(t, 7, "httpGet probes follow redirects to other hosts instead of treating them as success with a ProbeWarning event")
 		port := pe.port(8080)
 		p := pe.pod("liveness-nonlocal-redirect", v1.Container{Name: "agnhost-container", Command: livenessServer(pe.tmp(), port),
 			LivenessProbe: &v1.Probe{ProbeHandler: httpProbe("/cgi-bin/redirect?loc="+url.QueryEscape("http://0.0.0.0/"), port), InitialDelaySeconds: probeDelay, PeriodSeconds: 1, FailureThreshold: 1}})
@@ -285,7 +284,6 @@ func probeTests(t *testing.T, sidecar bool) {
 
 	// "should be restarted startup probe fails"
 	run("shouldBeRestartedStartupProbeFails", func(t *testing.T, pe probeEnv) {
-		knownDefect(t, 1, "a failing startup probe never kills the container")
 		pe.runLivenessTest(pe.pod("startup-fails", v1.Container{Name: "busybox", Command: []string{"/bin/sh", "-c", "sleep 600"},
 			LivenessProbe: &v1.Probe{ProbeHandler: execProbe("/bin/true"), InitialDelaySeconds: probeDelay, PeriodSeconds: 1, FailureThreshold: 1},
 			StartupProbe:  &v1.Probe{ProbeHandler: execProbe("/bin/false"), InitialDelaySeconds: probeDelay, PeriodSeconds: 1, FailureThreshold: 3}}),
@@ -401,7 +399,6 @@ func probeTests(t *testing.T, sidecar bool) {
 
 	// "should override timeoutGracePeriodSeconds when StartupProbe field is set"
 	run("shouldOverrideTimeoutGracePeriodSecondsWhenStartupProbeFieldIsSet", func(t *testing.T, pe probeEnv) {
-		knownDefect(t, 1, "a failing startup probe never kills the container, so its terminationGracePeriodSeconds is never used")
 		p := pe.pod("startup-probe-grace", v1.Container{Name: "busybox", Command: []string{"/bin/sh", "-c", "trap '' TERM; sleep 1000"},
 			LivenessProbe: &v1.Probe{ProbeHandler: execProbe("/bin/true"), InitialDelaySeconds: 15, FailureThreshold: 1},
 			StartupProbe: &v1.Probe{ProbeHandler: execProbe("/bin/cat", pe.tmp()+"/startup"), InitialDelaySeconds: 10, FailureThreshold: 1,

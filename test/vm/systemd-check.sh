@@ -89,7 +89,9 @@ spec:
   containers:
   - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 16Mi}}}
 EOF
-ready() { podvisor get pod "$1" -o json | grep -q '"ready": true'; }
+# Every container of the pod ready (READY n/n): its containers start side
+# by side, so one ready container says nothing of the other.
+ready() { podvisor get pods 2>/dev/null | awk -v p="$1" '$1 == p { split($2, r, "/"); found = r[1] > 0 && r[1] == r[2] } END { exit !found }'; }
 until_ok 180 ready ctr || fail "containerd pod ctr not ready: $(podvisor get pods 2>&1; podvisor images 2>&1; journalctl -u podvisor --no-pager | tail -20)"
 ctrid=$(podvisor get pod ctr -o json | sed -n 's|^ *"containerID": "containerd://\(.*_app_[0-9]*\)",$|\1|p' | head -1)
 ctruid=$(uid_of ctr)
