@@ -2,11 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseInterspersed(t *testing.T) {
@@ -54,4 +65,211 @@ func TestUnknownCommandIsOneLine(t *testing.T) {
 	if code := run([]string{"frobnicate"}, &out, &errb); code != 1 || strings.Count(errb.String(), "\n") != 1 {
 		t.Fatalf("code %d stderr %q", code, errb.String())
 	}
+}
+
+// runCLI runs podvisor in-process and returns stdout, stderr and the exit code.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestEveryCommandPrintsItsHelp(t *testing.T) {
+	for cmd := range synopses {
+		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
+			out, errOut, code := runCLI(t, args...)
+			if code != 0 || errOut != "" || !strings.HasPrefix(out, "Usage:\n  podvisor "+cmd) {
+				t.Errorf("%q: code %d, stdout %q, stderr %q", args, code, out, errOut)
+			}
+		}
+	}
+	for _, args := range [][]string{{"get", "pods", "--help"}, {"logs", "web", "--help"}, {"exec", "--help", "--", "sh"}} {
+		if out, _, code := runCLI(t, args...); code != 0 || !strings.Contains(out, "Flags:") {
+			t.Errorf("%q: code %d, stdout %q", args, code, out)
+		}
+	}
+}
+
+// podvisor help must list every flag run takes: the flags come from run
+// --help, which prints the real flag set.
+func TestHelpListsEveryRunFlag(t *testing.T) {
+	runHelp, _, _ := runCLI(t, "run", "--help")
+	help, _, code := runCLI(t, "help")
+	if code != 0 {
+		t.Fatalf("help exited %d", code)
+	}
+	flags := regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(runHelp, -1)
+	if len(flags) < 9 {
+		t.Fatalf("run --help lists %d flags:\n%s", len(flags), runHelp)
+	}
+	for _, f := range flags {
+		want := "--" + f[1]
+		if len(f[1]) == 1 {
+			want = "-" + f[1]
+		}
+		if !strings.Contains(help, "["+want) {
+			t.Errorf("podvisor help does not list %s:\n%s", want, help)
+		}
+	}
+}
+
+// Every error, usage errors included, is one line "error: ..." on stderr
+// with exit code 1 and nothing on stdout.
+func TestErrorsAreOneLineExitOne(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"get"},
+		{"get", "pods", "--bogus"},
+		{"get", "pods", "-o", "xml"},
+		{"logs"},
+		{"exec", "web"},
+		{"delete", "pod", "x", "--force"},
+		{"--bogus", "get", "pods"},
+		{"--socket"},
+		{"--socket", missing, "get", "pods"},
+		{"run", "extra"},
+		{"images", "frob"},
+	} {
+		out, errOut, code := runCLI(t, args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, "error: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: code %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}
+
+// standIn serves the daemon's API paths the client commands use, on a unix
+// socket, with pods in two namespaces and a log that never ends.
+func standIn(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(ns, name string) v1.Pod {
+		return v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: v1.PodStatus{Phase: v1.PodRunning}}
+	}
+	bad := pod("default", "bad.yaml")
+	bad.Status = v1.PodStatus{Phase: v1.PodPending, Reason: "Invalid", Message: "/m/bad.yaml: spec.containers: Required value"}
+	pods := []v1.Pod{pod("default", "web"), pod("kube-system", "etcd"), bad}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(v1.PodList{Items: pods})
+	})
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		for _, p := range pods {
+			if p.Namespace == r.PathValue("ns") && p.Name == r.PathValue("name") {
+				json.NewEncoder(w).Encode(p)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error": "pod %q not found"}`, r.PathValue("name"))
+	})
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("[]"))
+	})
+	mux.HandleFunc("GET /v1/pods/{ns}/{name}/log", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("first line\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func TestGlobalFlagsBeforeOrAfterTheCommand(t *testing.T) {
+	sock := standIn(t)
+	after, errOut, code := runCLI(t, "get", "pods", "--socket", sock)
+	if code != 0 || !strings.Contains(after, "web") {
+		t.Fatalf("get pods --socket: code %d stdout %q stderr %q", code, after, errOut)
+	}
+	for _, args := range [][]string{
+		{"--socket", sock, "get", "pods"},
+		{"--socket=" + sock, "get", "pods"},
+		{"-socket", sock, "get", "pods"},
+	} {
+		if out, errOut, code := runCLI(t, args...); code != 0 || out != after {
+			t.Errorf("%q: code %d stdout %q stderr %q, want %q", args, code, out, errOut, after)
+		}
+	}
+	out, _, code := runCLI(t, "--socket", sock, "-n", "kube-system", "get", "pods")
+	if code != 0 || !strings.Contains(out, "etcd") || strings.Contains(out, "web") {
+		t.Errorf("-n before the command: code %d\n%s", code, out)
+	}
+}
+
+func TestGetPodsAllNamespaces(t *testing.T) {
+	sock := standIn(t)
+	for _, flag := range []string{"-A", "--all-namespaces"} {
+		out, errOut, code := runCLI(t, "--socket", sock, "get", "pods", flag)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "NAMESPACE ") ||
+			!strings.HasPrefix(lines[1], "default ") || !strings.HasPrefix(lines[3], "kube-system ") {
+			t.Errorf("get pods %s: code %d stderr %q\n%s", flag, code, errOut, out)
+		}
+	}
+}
+
+// get lists a rejected manifest as bad.yaml; describe finds it by that
+// name and by the pod name a user would guess, and says why.
+func TestDescribeFindsAnInvalidManifestRow(t *testing.T) {
+	sock := standIn(t)
+	get, _, _ := runCLI(t, "--socket", sock, "get", "pods")
+	if !strings.Contains(get, "bad.yaml") {
+		t.Fatalf("get pods:\n%s", get)
+	}
+	for _, args := range [][]string{{"bad.yaml"}, {"bad"}, {"bad", "-n", "default"}} {
+		out, errOut, code := runCLI(t, append([]string{"--socket", sock, "describe", "pod"}, args...)...)
+		if code != 0 || !strings.Contains(out, "bad.yaml") || !strings.Contains(out, "spec.containers: Required value") {
+			t.Errorf("describe pod %q: code %d stderr %q\n%s", args, code, errOut, out)
+		}
+	}
+}
+
+// Ctrl-C (the context cancelled) on logs -f ends it with exit 0 and
+// nothing on stderr, as kubectl logs -f does.
+func TestLogsFollowEndsQuietlyOnInterrupt(t *testing.T) {
+	sock := standIn(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &signalWriter{first: make(chan struct{})}
+	var errb bytes.Buffer
+	done := make(chan int)
+	go func() { done <- runContext(ctx, []string{"--socket", sock, "logs", "-f", "web"}, out, &errb) }()
+	select {
+	case <-out.first:
+	case code := <-done:
+		t.Fatalf("logs -f ended (code %d, stderr %q) before the first line", code, errb.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not within 10s: the first log line")
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 || errb.Len() != 0 {
+			t.Fatalf("logs -f after Ctrl-C: code %d stderr %q", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not within 10s: logs -f returning after its context was cancelled")
+	}
+}
+
+// signalWriter closes first when something is written to it.
+type signalWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	first chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.buf.Len() == 0 && len(p) > 0 {
+		close(w.first)
+	}
+	return w.buf.Write(p)
 }

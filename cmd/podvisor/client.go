@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/podrow"
 )
@@ -36,23 +37,44 @@ func addClientFlags(fs *flag.FlagSet) clientFlags {
 }
 
 // findPod resolves a name the way a user means it: in the namespace given,
-// else in "default", else the only pod of that name anywhere.
+// else in "default", else the only pod of that name anywhere. A rejected
+// manifest file's row (get shows it named after the file, e.g. bad.yaml)
+// is also found by the file name without its extension.
 func findPod(ctx context.Context, c *api.Client, ns, name string) (*v1.Pod, error) {
 	if ns != "" {
-		return c.Pod(ctx, ns, name)
+		p, err := c.Pod(ctx, ns, name)
+		if err == nil {
+			return p, nil
+		}
+		list, lerr := c.Pods(ctx)
+		if lerr != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			if q := &list.Items[i]; q.Namespace == ns && namesInvalidFile(q, name) {
+				return q, nil
+			}
+		}
+		return nil, err
 	}
 	list, err := c.Pods(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var matches []*v1.Pod
+	var matches, files []*v1.Pod
 	for i := range list.Items {
-		if list.Items[i].Name == name {
-			if list.Items[i].Namespace == "default" {
-				return &list.Items[i], nil
-			}
-			matches = append(matches, &list.Items[i])
+		p := &list.Items[i]
+		switch {
+		case p.Name == name && p.Namespace == "default":
+			return p, nil
+		case p.Name == name:
+			matches = append(matches, p)
+		case namesInvalidFile(p, name):
+			files = append(files, p)
 		}
+	}
+	if len(matches) == 0 {
+		matches = files
 	}
 	switch len(matches) {
 	case 0:
@@ -63,10 +85,21 @@ func findPod(ctx context.Context, c *api.Client, ns, name string) (*v1.Pod, erro
 	return nil, fmt.Errorf("pod %q exists in several namespaces: choose one with -n", name)
 }
 
-func cmdGet(ctx context.Context, args []string, out io.Writer) error {
+// namesInvalidFile reports whether p is the row of a rejected manifest
+// file that name means: bad.yaml is named bad.yaml or bad.
+func namesInvalidFile(p *v1.Pod, name string) bool {
+	if p.Status.Reason != supervisor.StatusInvalid {
+		return false
+	}
+	return p.Name == name || strings.TrimSuffix(p.Name, filepath.Ext(p.Name)) == name
+}
+
+func cmdGet(ctx context.Context, args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	cf := addClientFlags(fs)
 	output := fs.String("o", "", "output format: wide, json or yaml")
+	all := fs.Bool("A", false, "pods of every namespace, with a NAMESPACE column")
+	fs.BoolVar(all, "all-namespaces", false, "same as -A")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -95,13 +128,13 @@ func cmdGet(ctx context.Context, args []string, out io.Writer) error {
 		if *output == "json" || *output == "yaml" {
 			return printObject(out, p, *output)
 		}
-		return printPods(out, []v1.Pod{*p}, *output == "wide", time.Now())
+		return printPods(out, []v1.Pod{*p}, *output == "wide", false, time.Now())
 	}
 	list, err := c.Pods(ctx)
 	if err != nil {
 		return err
 	}
-	if *cf.namespace != "" {
+	if *cf.namespace != "" && !*all {
 		kept := list.Items[:0]
 		for _, p := range list.Items {
 			if p.Namespace == *cf.namespace {
@@ -114,10 +147,10 @@ func cmdGet(ctx context.Context, args []string, out io.Writer) error {
 		return printObject(out, list, *output)
 	}
 	if len(list.Items) == 0 {
-		fmt.Fprintln(os.Stderr, "No pods found.")
+		fmt.Fprintln(stderr, "No pods found.")
 		return nil
 	}
-	return printPods(out, list.Items, *output == "wide", time.Now())
+	return printPods(out, list.Items, *output == "wide", *all, time.Now())
 }
 
 func getNode(ctx context.Context, c *api.Client, output string, out io.Writer) error {
@@ -166,20 +199,39 @@ func printObject(out io.Writer, v any, format string) error {
 	return enc.Encode(v)
 }
 
-func printPods(out io.Writer, pods []v1.Pod, wide bool, now time.Time) error {
-	sort.SliceStable(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+// printPods prints kubectl's columns; allNamespaces puts NAMESPACE first,
+// as kubectl get pods -A does.
+func printPods(out io.Writer, pods []v1.Pod, wide, allNamespaces bool, now time.Time) error {
+	sort.SliceStable(pods, func(i, j int) bool {
+		if allNamespaces && pods[i].Namespace != pods[j].Namespace {
+			return pods[i].Namespace < pods[j].Namespace
+		}
+		return pods[i].Name < pods[j].Name
+	})
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	header := "NAME\tREADY\tSTATUS\tRESTARTS\tAGE"
+	if allNamespaces {
+		header = "NAMESPACE\t" + header
+	}
 	if wide {
-		header += "\tNAMESPACE\tIP\tNODE\tSOURCE"
+		if !allNamespaces {
+			header += "\tNAMESPACE"
+		}
+		header += "\tIP\tNODE\tSOURCE"
 	}
 	fmt.Fprintln(w, header)
 	for i := range pods {
 		p := &pods[i]
 		row := podrow.Of(p, now)
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", p.Name, row.Ready, row.Status, row.Restarts, row.Age)
+		if allNamespaces {
+			line = p.Namespace + "\t" + line
+		}
 		if wide {
-			line += fmt.Sprintf("\t%s\t%s\t%s\t%s", p.Namespace, orNone(p.Status.PodIP), orNone(p.Spec.NodeName),
+			if !allNamespaces {
+				line += "\t" + p.Namespace
+			}
+			line += fmt.Sprintf("\t%s\t%s\t%s", orNone(p.Status.PodIP), orNone(p.Spec.NodeName),
 				orNone(p.Annotations["podvisor.io/source"]))
 		}
 		fmt.Fprintln(w, line)
@@ -252,7 +304,11 @@ func cmdLogs(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return c.Log(ctx, p.Namespace, p.Name, *container, *previous, *follow, out)
+	err = c.Log(ctx, p.Namespace, p.Name, *container, *previous, *follow, out)
+	if ctx.Err() != nil {
+		return nil // Ctrl-C ends a followed log quietly, as kubectl's does
+	}
+	return err
 }
 
 func cmdDescribe(ctx context.Context, args []string, out io.Writer) error {

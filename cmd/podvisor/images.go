@@ -116,7 +116,7 @@ func cmdExec(ctx context.Context, args []string) (int, error) {
 		return 1, err
 	}
 	if len(pos) != 1 || len(command) == 0 {
-		return 2, errors.New("usage: podvisor exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]")
+		return 1, errors.New("usage: podvisor exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]")
 	}
 	c := newClient(*cf.socket)
 	pod, err := findPod(ctx, c, *cf.namespace, pos[0])

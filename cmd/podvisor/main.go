@@ -26,7 +26,8 @@ const usage = `podvisor supervises Kubernetes static pods on this device.
 
 Usage:
   podvisor run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH]
-  podvisor get pods [-o wide|json|yaml] [-n NAMESPACE]
+               [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]
+  podvisor get pods [-o wide|json|yaml] [-n NAMESPACE | -A]
   podvisor get pod NAME [-o wide|json|yaml] [-n NAMESPACE]
   podvisor get node [-o json|yaml]
   podvisor describe pod NAME [-n NAMESPACE]
@@ -38,21 +39,103 @@ Usage:
   podvisor images [ls] | import FILE | rm NAME...
   podvisor version
 
-Client commands take --socket PATH (default ` + defaultSocket + `).
+Client commands take --socket PATH (default ` + defaultSocket + `), before
+or after the command words. 'podvisor COMMAND --help' shows a command's
+flags. Errors are one line on stderr, prefixed "error: ", with exit code 1.
 `
+
+// synopses are the usage lines --help prints, by flag set name.
+var synopses = map[string]string{
+	"run":      "run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH] [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]",
+	"get":      "get pods [NAME] [-o wide|json|yaml] [-n NAMESPACE | -A] | get node [-o json|yaml]",
+	"describe": "describe pod NAME [-n NAMESPACE]",
+	"logs":     "logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]",
+	"top":      "top pods [--containers] [-n NAMESPACE]",
+	"drain":    "drain",
+	"uncordon": "uncordon",
+	"delete":   "delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]",
+	"exec":     "exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]",
+	"images":   "images [ls] | images import FILE | images rm NAME...",
+	"version":  "version",
+}
+
+// helpRequest is what a command returns for --help: its usage, printed
+// on stdout with exit code 0.
+type helpRequest struct{ text string }
+
+func (h helpRequest) Error() string { return h.text }
+
+func helpFor(fs *flag.FlagSet) helpRequest {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage:\n  podvisor %s\n", synopses[fs.Name()])
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		b.WriteString("\nFlags:\n")
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return helpRequest{b.String()}
+}
+
+// globalFlags are the flags that may stand before the command words, as
+// kubectl takes its global flags; each takes a value.
+var globalFlags = map[string]bool{"socket": true, "n": true, "namespace": true}
+
+// hoistGlobalFlags moves global flags given before the command to just
+// after the command word, where every command parses them.
+func hoistGlobalFlags(args []string) ([]string, error) {
+	var global []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-" {
+		name := strings.TrimLeft(args[0], "-")
+		if name == "h" || name == "help" {
+			break
+		}
+		name, value, hasValue := strings.Cut(name, "=")
+		if !globalFlags[name] {
+			return nil, fmt.Errorf("unknown global flag %q (global flags: --socket PATH, -n NAMESPACE)", args[0])
+		}
+		if name == "namespace" {
+			name = "n"
+		}
+		if !hasValue {
+			if len(args) < 2 {
+				return nil, fmt.Errorf("flag needs an argument: %s", args[0])
+			}
+			value, args = args[1], args[1:]
+		}
+		global, args = append(global, "-"+name, value), args[1:]
+	}
+	if len(global) == 0 || len(args) == 0 {
+		return args, nil
+	}
+	return append(append([]string{args[0]}, global...), args[1:]...), nil
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
+	return runContext(ctx, args, stdout, stderr)
+}
+
+// runContext runs one command until it ends or ctx is cancelled (Ctrl-C),
+// and returns the exit code: 0, or 1 after one line "error: ..." on
+// stderr. exec returns its command's exit code.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	args, err := hoistGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %s\n", err)
+		return 1
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
 	switch args[0] {
 	case "shim":
 		if len(args) != 2 {
@@ -64,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = cmdRun(ctx, args[1:], stderr)
 	case "get":
-		err = cmdGet(ctx, args[1:], stdout)
+		err = cmdGet(ctx, args[1:], stdout, stderr)
 	case "describe":
 		err = cmdDescribe(ctx, args[1:], stdout)
 	case "logs":
@@ -81,24 +164,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdImages(ctx, args[1:], stdout)
 	case "exec":
 		code, err := cmdExec(ctx, args[1:])
+		if h, ok := err.(helpRequest); ok {
+			fmt.Fprint(stdout, h.text)
+			return 0
+		}
 		if err != nil {
-			fmt.Fprintf(stderr, "error: %s\n", err)
+			fmt.Fprintf(stderr, "error: %s\n", oneLine(err))
 		}
 		return code
 	case "help", "-h", "--help":
+		if len(args) > 1 && synopses[args[1]] != "" {
+			return runContext(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
 		err = fmt.Errorf("unknown command %q (see podvisor help)", args[0])
 	}
+	if h, ok := err.(helpRequest); ok {
+		fmt.Fprint(stdout, h.text)
+		return 0
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "error: %s\n", strings.TrimSpace(err.Error()))
+		fmt.Fprintf(stderr, "error: %s\n", oneLine(err))
 		return 1
 	}
 	return 0
+}
+
+// oneLine keeps the promise that an error is one line on stderr.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // parseInterspersed parses flags wherever they stand among positional
@@ -109,7 +205,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, helpFor(fs)
 			}
 			return nil, fmt.Errorf("%s: %v", fs.Name(), err)
 		}
