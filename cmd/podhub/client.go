@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"sort"
@@ -182,15 +183,28 @@ func (c *cli) describe(args []string) error {
 		}
 	}
 	w.Flush()
-	fmt.Fprintln(c.out, "Events:")
-	events := d.Events
+	describeEvents(c.out, d.Events, now)
+	return nil
+}
+
+// describeEvents prints a device's last 20 events as kubectl describe
+// does, each naming its pod (namespace/name; <none> for the hub's own).
+func describeEvents(out io.Writer, events []hub.DeviceEvent, now time.Time) {
+	if len(events) == 0 {
+		fmt.Fprintln(out, "Events:  <none>")
+		return
+	}
 	if len(events) > 20 {
 		events = events[len(events)-20:]
 	}
+	fmt.Fprintln(out, "Events:")
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "  Type\tReason\tAge\tPod\tMessage")
+	fmt.Fprintln(w, "  ----\t------\t----\t---\t-------")
 	for _, e := range events {
-		fmt.Fprintf(c.out, "  %s\t%s\t%s\t%s\n", ago(now, e.Time), e.Type, e.Reason, e.Message)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, ago(now, e.Time), orNone(e.Pod), e.Message)
 	}
-	return nil
+	w.Flush()
 }
 
 func (c *cli) label(args []string) error {

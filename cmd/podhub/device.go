@@ -16,6 +16,9 @@ import (
 // device manages devices' broker credentials: add issues them, revoke
 // withdraws them.
 func (c *cli) device(args []string) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		return helpFor(flag.NewFlagSet("device", flag.ContinueOnError))
+	}
 	if len(args) == 0 {
 		return errors.New("usage: podhub device add ID [--out DIR] [--install-dir DIR] [--url URL] | podhub device revoke ID")
 	}

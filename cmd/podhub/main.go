@@ -29,11 +29,14 @@ Usage:
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE (--device ID | --selector k=v[,k=v])
   podhub [--data-dir DIR] delete pod NAME --device ID [-n NAMESPACE]
-  podhub [--data-dir DIR] get devices [-o json]
+  podhub [--data-dir DIR] get devices [-o json|yaml]
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml]
   podhub [--data-dir DIR] describe device ID
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub version
+
+'podhub COMMAND --help' shows a command's flags. Errors are one line on
+stderr, prefixed "error: ", with exit code 1.
 
 --data-dir (default /var/lib/podhub) holds the keys, the broker's CA
 (pki/), the fleet database and the API socket (podhub.sock) that the
@@ -46,55 +49,134 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	dataDir := "/var/lib/podhub"
-	if len(args) >= 2 && (args[0] == "--data-dir" || args[0] == "-data-dir") {
-		dataDir, args = args[1], args[2:]
-	} else if len(args) >= 1 && strings.HasPrefix(args[0], "--data-dir=") {
-		dataDir, args = strings.TrimPrefix(args[0], "--data-dir="), args[1:]
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runContext(ctx, args, stdout, stderr)
+}
+
+// runContext runs one command and returns the exit code: 0, or 1 after
+// one line "error: ..." on stderr, as podvisor and kubectl do.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
+	if h, ok := err.(helpRequest); ok {
+		fmt.Fprint(stdout, h.text)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		return 1
+	}
+	return 0
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	dataDir, args, err := globalDataDir(args)
+	if err != nil {
+		return err
 	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		fmt.Fprint(stdout, usage)
+		return nil
 	}
 	// Keys, the CA, the database and the bundles are private; files meant
 	// to be shared are given their mode explicitly.
 	syscall.Umask(0o077)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c := &cli{dataDir: dataDir, out: stdout, errOut: stderr}
-	var err error
 	switch args[0] {
 	case "init":
-		err = c.init(args[1:])
+		return c.init(args[1:])
 	case "serve":
-		err = c.serve(ctx, args[1:])
+		return c.serve(ctx, args[1:])
 	case "apply":
-		err = c.apply(args[1:])
+		return c.apply(args[1:])
 	case "delete":
-		err = c.delete(args[1:])
+		return c.delete(args[1:])
 	case "get":
-		err = c.get(args[1:])
+		return c.get(args[1:])
 	case "describe":
-		err = c.describe(args[1:])
+		return c.describe(args[1:])
 	case "label":
-		err = c.label(args[1:])
+		return c.label(args[1:])
 	case "device":
-		err = c.device(args[1:])
+		return c.device(args[1:])
 	case "version":
-		fmt.Fprintln(stdout, "podhub", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	default:
-		err = fmt.Errorf("unknown command %q (podhub help lists them)", args[0])
-	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
+		fs := flag.NewFlagSet("version", flag.ContinueOnError)
+		if pos, err := flags(fs, args[1:]); err != nil {
+			return err
+		} else if len(pos) > 0 {
+			return fmt.Errorf("version: unexpected argument %q", pos[0])
 		}
-		fmt.Fprintln(stderr, "podhub:", err)
-		return 1
+		fmt.Fprintln(stdout, "podhub", version)
+		return nil
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && synopses[args[1]] != "" {
+			return dispatch(ctx, append(args[1:], "--help"), stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return nil
 	}
-	return 0
+	return fmt.Errorf("unknown command %q (podhub help lists them)", args[0])
+}
+
+// globalDataDir takes --data-dir out of the arguments wherever it stands
+// (before or after the command words, as kubectl takes global flags).
+func globalDataDir(args []string) (string, []string, error) {
+	dataDir := "/var/lib/podhub"
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--data-dir" || a == "-data-dir":
+			if i+1 == len(args) {
+				return "", nil, fmt.Errorf("flag needs an argument: %s", a)
+			}
+			dataDir, i = args[i+1], i+1
+		case strings.HasPrefix(a, "--data-dir=") || strings.HasPrefix(a, "-data-dir="):
+			_, dataDir, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if dataDir == "" {
+		return "", nil, errors.New("--data-dir: empty path")
+	}
+	return dataDir, rest, nil
+}
+
+// synopses are the usage lines --help prints, by flag set name.
+var synopses = map[string]string{
+	"init":          "init [--broker-name NAME[,NAME]]",
+	"serve":         "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]",
+	"device":        "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
+	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
+	"device revoke": "device revoke ID",
+	"apply":         "apply -f FILE (--device ID | --selector k=v[,k=v])",
+	"delete":        "delete pod NAME --device ID [-n NAMESPACE]",
+	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml]",
+	"describe":      "describe device ID",
+	"label":         "label device ID k=v|k- ...",
+	"version":       "version",
+}
+
+// helpRequest is what a command returns for --help: its usage, printed
+// on stdout with exit code 0.
+type helpRequest struct{ text string }
+
+func (h helpRequest) Error() string { return h.text }
+
+// helpFor is the usage of the command whose flag set is fs.
+func helpFor(fs *flag.FlagSet) helpRequest {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage:\n  podhub [--data-dir DIR] %s\n", strings.ReplaceAll(synopses[fs.Name()], " | ", "\n  podhub [--data-dir DIR] "))
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		b.WriteString("\nFlags:\n")
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return helpRequest{b.String()}
 }
 
 type cli struct {
@@ -107,10 +189,14 @@ func (c *cli) path(name string) string { return filepath.Join(c.dataDir, name) }
 // flags parses a command's flags wherever they stand among its
 // arguments, and returns the others.
 func flags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard) // the error is returned, and printed once
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, helpFor(fs)
+			}
+			return nil, fmt.Errorf("%s: %w", fs.Name(), err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -32,7 +32,7 @@ type DeviceDetail struct {
 	Device
 	Desired []json.RawMessage `json:"desired"`
 	Ack     *protocol.Ack     `json:"ack,omitempty"`
-	Events  []protocol.Event  `json:"events"`
+	Events  []DeviceEvent     `json:"events"`
 }
 
 // ApplyRequest sends pods to one device or to every device a selector

@@ -255,22 +255,30 @@ func (f *Fleet) LastAck(device string) (*protocol.Ack, error) {
 	return a, json.Unmarshal(results, &a.Pods)
 }
 
+// DeviceEvent is an event of a device with the pod it is about.
+type DeviceEvent struct {
+	protocol.Event
+	// Pod is the namespace/name of the pod the event is about; empty for
+	// the hub's own events about the device (a rejected message).
+	Pod string `json:"pod,omitempty"`
+}
+
 // Events lists a device's events in order; rejections of its messages
 // come first.
-func (f *Fleet) Events(device string) ([]protocol.Event, error) {
-	rows, err := f.db.Query(`SELECT event FROM events WHERE device = ? ORDER BY seq, rowid`, device)
+func (f *Fleet) Events(device string) ([]DeviceEvent, error) {
+	rows, err := f.db.Query(`SELECT key, event FROM events WHERE device = ? ORDER BY seq, rowid`, device)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []protocol.Event
+	var out []DeviceEvent
 	for rows.Next() {
 		var raw []byte
-		var e protocol.Event
-		if err := rows.Scan(&raw); err != nil {
+		var e DeviceEvent
+		if err := rows.Scan(&e.Pod, &raw); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(raw, &e); err != nil {
+		if err := json.Unmarshal(raw, &e.Event); err != nil {
 			return nil, err
 		}
 		out = append(out, e)

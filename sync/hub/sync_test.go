@@ -342,6 +342,11 @@ func TestStatusesThroughBrokerRestarts(t *testing.T) {
 			t.Fatalf("event %s stored twice", e.Message)
 		}
 		seen[e.Message] = true
+		var i int
+		fmt.Sscan(e.Message, &i)
+		if want := fmt.Sprintf("default/p%02d", i%podCount); e.Pod != want {
+			t.Fatalf("event %s is about pod %q, want %q", e.Message, e.Pod, want)
+		}
 	}
 	if len(evs) != events {
 		t.Fatalf("%d events stored, %d sent", len(evs), events)
