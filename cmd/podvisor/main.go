@@ -67,7 +67,7 @@ func (h helpRequest) Error() string { return h.text }
 
 func helpFor(fs *flag.FlagSet) helpRequest {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Usage:\n  podvisor %s\n", synopses[fs.Name()])
+	fmt.Fprintf(&b, "Usage:\n  podvisor %s\n", strings.ReplaceAll(synopses[fs.Name()], " | ", "\n  podvisor "))
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	if n > 0 {

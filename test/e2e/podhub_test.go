@@ -168,6 +168,15 @@ func TestPodhubFleet(t *testing.T) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
 		}
 	}
+	waitForLong(t, 20*time.Second, "describe device gw-7 naming the pod (default/app) of its event 'Started container main'", func() bool {
+		out, _ := h.cli("describe", "device", "gw-7")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "default/app") && strings.Contains(l, "Started container main") {
+				return true
+			}
+		}
+		return false
+	})
 	// Bad input is refused at the hub, naming the file and field.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containerz: []}\n"), 0o644)
