@@ -176,6 +176,13 @@ func (a *Agent) sendBatch() bool {
 	if len(rows) == 0 {
 		return false
 	}
+	from := after
+	if rows[0].Seq > after+1 {
+		// A receipt came in meanwhile and its rows are gone (only
+		// acknowledged rows leave a hole: unsent ones have no number):
+		// the batch follows the last of them, as the hub requires.
+		after = rows[0].Seq - 1
+	}
 	// Numbered now: the receipt may come before the publish returns.
 	a.mu.Lock()
 	if epoch == a.store.Epoch() {
@@ -194,7 +201,7 @@ func (a *Agent) sendBatch() bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.sent != after || epoch != a.store.Epoch() {
+	if a.sent != from || epoch != a.store.Epoch() {
 		return true // a reconnect or a new epoch reset the window meanwhile
 	}
 	if a.inflight == 0 {
