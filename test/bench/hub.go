@@ -85,6 +85,24 @@ func hubBench(binDir string, devices int) error {
 	return nil
 }
 
+// fleetOnlyBench runs only fleetBench: podhub (next to bin) with the
+// simulated devices.
+func fleetOnlyBench(bin string, devices int) error {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	if devices <= 0 {
+		return fmt.Errorf("-fleet-only needs -hub-devices > 0")
+	}
+	dir, err := os.MkdirTemp("", "podvisor-fleetbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	return fleetBench(filepath.Dir(abs), dir, devices)
+}
+
 // statusThroughput sends n statuses of distinct pods (no coalescing) and
 // times until the hub has acknowledged every one.
 func statusThroughput(dir, addr string, n int) (float64, error) {
