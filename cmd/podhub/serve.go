@@ -168,7 +168,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		if b, err = c.startBroker(cfg, log); err != nil {
 			return err
 		}
-		defer b.Close()
+		defer func() {
+			if err := b.Close(); err != nil {
+				log.Warn("stopping the embedded broker", "err", err)
+			}
+		}()
 		hcfg.Broker, hcfg.Connect = "embedded", b.HubClient
 		log.Info("embedded MQTT broker listening (TLS, client certificates)", "address", cfg.MQTTListen)
 	} else {

@@ -180,9 +180,23 @@ func (b *Broker) SetRevoked(set pki.RevokedSet) []string {
 	return out
 }
 
+// closeWait bounds Close: mochi v2.7.9 can deadlock closing its listeners
+// while a client is being removed (Clients.GetByListener takes the
+// clients' read lock twice; upstream issue 488), and a broker that never
+// closes must not keep podhub from exiting.
+const closeWait = 3 * time.Second
+
 // Close stops the broker; it may be called more than once.
 func (b *Broker) Close() error {
-	b.once.Do(func() { b.err = b.server.Close() })
+	b.once.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- b.server.Close() }()
+		select {
+		case b.err = <-done:
+		case <-time.After(closeWait):
+			b.err = fmt.Errorf("the embedded broker did not close within %v (its connections end with the process)", closeWait)
+		}
+	})
 	return b.err
 }
 
