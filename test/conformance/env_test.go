@@ -173,19 +173,6 @@ func (e *env) waitRemovalSeen(name string) {
 	}
 }
 
-// notInIssue skips a test that fails on a difference from the kubelet
-// that issue 13 does not list (found by this port; reported to the
-// lead). Remove the call when it is fixed; PODVISOR_CONFORMANCE_ALL=1
-// runs the test anyway.
-func notInIssue(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("PODVISOR_CONFORMANCE_ALL") == "1" {
-		t.Logf("known difference, not in issue 13 (%s), checked anyway", what)
-		return
-	}
-	t.Skipf("differs from the kubelet, not an issue 13 item yet: %s", what)
-}
-
 // delete removes the pod's manifest and waits until the pod is gone.
 func (e *env) delete(name string) {
 	e.t.Helper()

@@ -235,7 +235,7 @@ func TestProbeRedirectToAnotherHost(t *testing.T) {
 	var elsewhere atomic.Int32
 	other, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		t.Skipf("no second loopback address: %v", err)
+		prerequisite(t, "a second loopback address (127.0.0.2): %v", err)
 	}
 	otherSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elsewhere.Add(1)

@@ -196,7 +196,7 @@ func startPlainRegistry(t *testing.T) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI prerequisite missing: docker-registry: %v", err)
 		}
-		t.Skipf("needs docker-registry (Debian's docker-registry): %v", err)
+		t.Skipf("needs docker-registry (Debian's docker-registry; fails in CI): %v", err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
