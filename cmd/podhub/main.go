@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/podvisor/podvisor/cmd/internal/helptext"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -59,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, stdout, stderr)
 	if h, ok := err.(helpRequest); ok {
-		fmt.Fprint(stdout, h.text)
+		fmt.Fprint(stdout, h.Text)
 		return 0
 	}
 	if err != nil {
@@ -158,25 +160,12 @@ var synopses = map[string]string{
 	"version":       "version",
 }
 
-// helpRequest is what a command returns for --help: its usage, printed
-// on stdout with exit code 0.
-type helpRequest struct{ text string }
-
-func (h helpRequest) Error() string { return h.text }
+// helpRequest is what a command returns for --help.
+type helpRequest = helptext.Help
 
 // helpFor is the usage of the command whose flag set is fs.
 func helpFor(fs *flag.FlagSet) helpRequest {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Usage:\n  podhub [--data-dir DIR] %s\n", strings.ReplaceAll(synopses[fs.Name()], " | ", "\n  podhub [--data-dir DIR] "))
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n > 0 {
-		b.WriteString("\nFlags:\n")
-		fs.SetOutput(&b)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	return helpRequest{b.String()}
+	return helptext.For("podhub [--data-dir DIR]", synopses[fs.Name()], fs)
 }
 
 type cli struct {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/podvisor/podvisor/cmd/internal/helptext"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
@@ -59,24 +60,12 @@ var synopses = map[string]string{
 	"version":  "version",
 }
 
-// helpRequest is what a command returns for --help: its usage, printed
-// on stdout with exit code 0.
-type helpRequest struct{ text string }
+// helpRequest is what a command returns for --help.
+type helpRequest = helptext.Help
 
-func (h helpRequest) Error() string { return h.text }
-
+// helpFor is the usage of the command whose flag set is fs.
 func helpFor(fs *flag.FlagSet) helpRequest {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Usage:\n  podvisor %s\n", strings.ReplaceAll(synopses[fs.Name()], " | ", "\n  podvisor "))
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n > 0 {
-		b.WriteString("\nFlags:\n")
-		fs.SetOutput(&b)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	return helpRequest{b.String()}
+	return helptext.For("podvisor", synopses[fs.Name()], fs)
 }
 
 // globalFlags are the flags that may stand before the command words, as
@@ -165,7 +154,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "exec":
 		code, err := cmdExec(ctx, args[1:])
 		if h, ok := err.(helpRequest); ok {
-			fmt.Fprint(stdout, h.text)
+			fmt.Fprint(stdout, h.Text)
 			return 0
 		}
 		if err != nil {
@@ -182,7 +171,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		err = fmt.Errorf("unknown command %q (see podvisor help)", args[0])
 	}
 	if h, ok := err.(helpRequest); ok {
-		fmt.Fprint(stdout, h.text)
+		fmt.Fprint(stdout, h.Text)
 		return 0
 	}
 	if err != nil {
