@@ -4,6 +4,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,13 +43,16 @@ type Config struct {
 	ShimCommand    []string
 	Lifecycle      lifecycle.Config
 	ManifestResync time.Duration
+	// ManifestSettle is how long a manifest file must be quiet after a
+	// write before it is read (0: DefaultManifestSettle).
 	ManifestSettle time.Duration
 	LogMaxBytes    int64
 	LogMaxFiles    int
 	// StopPodsOnExit stops every pod gracefully before the daemon exits;
 	// by default pods keep running and the next daemon adopts them.
 	StopPodsOnExit bool
-	// PersistDelay batches state writes: flash storage wears per write.
+	// PersistDelay batches state writes: flash storage wears per write
+	// (0: DefaultPersistDelay).
 	PersistDelay time.Duration
 	// MaxDeadPerContainer is how many finished instances (directories
 	// and logs) each container keeps besides the current one.
@@ -72,6 +76,12 @@ type Config struct {
 	Containerd      ContainerdConfig
 	Policy          Policy
 }
+
+// Defaults of the settings a config file does not carry.
+const (
+	DefaultManifestSettle = 5 * time.Millisecond
+	DefaultPersistDelay   = 100 * time.Millisecond
+)
 
 // Daemon supervises the pods of one device.
 type Daemon struct {
@@ -150,6 +160,8 @@ type startResult struct {
 
 // New prepares a daemon; Run starts it.
 func New(cfg Config, log *slog.Logger) *Daemon {
+	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
+	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
 	return &Daemon{
 		cfg:        cfg,
 		log:        log,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,6 +19,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/config"
 )
 
 func TestParseInterspersed(t *testing.T) {
@@ -33,30 +36,143 @@ func TestParseInterspersed(t *testing.T) {
 	}
 }
 
+// A bad config stops podvisor run before it touches anything, with one
+// line naming the file and the setting; flags are checked with the file
+// (--hub-key beside allowUnsigned).
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	dir := t.TempDir()
-	write := func(s string) string {
-		p := filepath.Join(dir, "c.yaml")
-		os.WriteFile(p, []byte(s), 0o644)
-		return p
-	}
-	fc := defaultConfig()
-	if err := loadConfig(write("manifest: /x\n"), &fc); err == nil || !strings.Contains(err.Error(), "manifest") {
-		t.Fatalf("unknown key: %v", err)
-	}
-	for body, want := range map[string]string{
-		"backoff: {initial: 1m, max: 10s}\n": "backoff.initial",
-		"backoff: {reset: -1s}\n":            "backoff.reset",
-		"logs: {maxSize: 1Ki}\n":             "logs.maxSize",
-		"logs: {maxFiles: 0}\n":              "logs.maxFiles",
+	path := filepath.Join(dir, "c.yaml")
+	data := filepath.Join(dir, "never-made")
+	for _, tc := range []struct {
+		body  string
+		flags []string
+		want  string
+	}{
+		{"manifest: /x\n", nil, `unknown field "manifest"`},
+		{"backoff: {initial: 1m, max: 10s}\n", nil, "backoff.initial"},
+		{"backoff: {reset: -1s}\n", nil, "backoff.reset"},
+		{"logs: {maxSize: 1Ki}\n", nil, "logs.maxSize"},
+		{"logs: {maxFiles: 0}\n", nil, "logs.maxFiles"},
+		{"hub: {podSecurity: strict}\n", nil, "hub.podSecurity"},
+		{"hub: {url: mqtt://h:1883, allowUnsigned: true}\n", []string{"--hub-key", "/etc/hub.pub"}, "hub.allowUnsigned"},
+		{"", []string{"--hub", "tcp://h:1883"}, "hub.url"},
+		{"shim: " + filepath.Join(dir, "no-shim") + "\n", nil, "shim"},
 	} {
-		fc := defaultConfig()
-		if err := loadConfig(write(body), &fc); err != nil {
-			t.Fatalf("%q: %v", body, err)
+		os.WriteFile(path, []byte(tc.body), 0o644)
+		args := append([]string{"run", "--config", path, "--data-dir", data, "--socket", filepath.Join(data, "s.sock")}, tc.flags...)
+		out, errOut, code := runCLI(t, args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, "error: config "+path+": ") || !strings.Contains(errOut, tc.want) ||
+			strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q %q: code %d, stderr %q; want one line naming %s and %s", tc.body, tc.flags, code, errOut, path, tc.want)
 		}
-		if _, err := daemonConfig(fc); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: error %v does not name %s", body, err, want)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Error("a refused config made the data directory")
+	}
+}
+
+// daemonConfig carries every setting of the file, and the defaults of
+// those the file leaves out, into the daemon's input.
+func TestDaemonConfigFromTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path, shimBin := filepath.Join(dir, "c.yaml"), filepath.Join(dir, "podvisor-shim")
+	// The binaries, in case containerd's socket is on this host.
+	for _, f := range []string{shimBin, filepath.Join(dir, "podvisor-containerd")} {
+		os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755)
+	}
+	os.WriteFile(path, []byte(`nodeName: gw-17
+shim: `+shimBin+`
+containerd: {plugin: `+filepath.Join(dir, "podvisor-containerd")+`}
+backoff: {initial: 2s, max: 20s}
+logs: {maxSize: 64Ki}
+gc: {maxDeadContainers: 0}
+eviction: {hard: {memory.available: 50Mi}, monitorPeriod: 1s}
+shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 7}]
+security: {forbidPrivileged: true}
+hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true}
+`), 0o644)
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := daemonConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"NodeName", cfg.NodeName, "gw-17"},
+		{"ManifestDir", cfg.ManifestDir, config.DefaultManifests},
+		{"DataDir", cfg.DataDir, config.DefaultDataDir},
+		{"ConfigDir", cfg.ConfigDir, config.DefaultConfigDir},
+		{"BackoffInitial", cfg.Lifecycle.BackoffInitial, 2 * time.Second},
+		{"BackoffMax", cfg.Lifecycle.BackoffMax, 20 * time.Second},
+		{"BackoffReset", cfg.Lifecycle.BackoffReset, 10 * time.Minute},
+		{"MinGracePeriod", cfg.Lifecycle.MinGracePeriod, 2 * time.Second},
+		{"ManifestResync", cfg.ManifestResync, time.Minute},
+		{"LogMaxBytes", cfg.LogMaxBytes, int64(64 << 10)},
+		{"LogMaxFiles", cfg.LogMaxFiles, 5},
+		{"MaxDeadPerContainer", cfg.MaxDeadPerContainer, 1},
+		{"MaxDeadContainers", cfg.MaxDeadContainers, 0},
+		{"CgroupRoot", cfg.CgroupRoot, "podvisor"},
+		{"CgroupMount", cfg.CgroupMount, "/sys/fs/cgroup"},
+		{"MaxPods", cfg.Node.MaxPods, int64(110)},
+		{"Node.Version", cfg.Node.Version, version},
+		{"Node.EvictionHard", len(cfg.Node.EvictionHard), 1},
+		{"Eviction.Hard", cfg.Eviction.Hard["memory.available"], "50Mi"},
+		{"Eviction.MonitorPeriod", cfg.Eviction.MonitorPeriod, time.Second},
+		{"Eviction.PressureTransitionPeriod", cfg.Eviction.PressureTransitionPeriod, 5 * time.Minute},
+		{"ShutdownBuckets", len(cfg.ShutdownBuckets), 1},
+		{"ShutdownBuckets[0]", cfg.ShutdownBuckets[0].GracePeriod, 7 * time.Second},
+		{"ForbidPrivileged", cfg.Policy.ForbidPrivileged, true},
+		{"Policy.Hub", cfg.Policy.Hub.Level(), "restricted:v1.30"},
+		{"ShimCommand", cfg.ShimCommand[0], shimBin},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// Where the config names containerd, its settings and their defaults reach
+// the daemon; a missing runtime plugin is an error naming the section.
+func TestDaemonConfigContainerd(t *testing.T) {
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "podvisor-containerd")
+	shimBin := filepath.Join(dir, "podvisor-shim")
+	for _, f := range []string{plugin, shimBin} {
+		os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755)
+	}
+	c := config.Default()
+	c.DataDir = filepath.Join(dir, "data")
+	c.Shim = shimBin
+	c.Containerd.Plugin = plugin
+	c.Containerd.Managed = true
+	c.Containerd.ImageGC.LowThresholdPercent = 70
+	if _, err := exec.LookPath("containerd"); err != nil {
+		c.Containerd.Managed = false
+		c.Containerd.Address = "/run/c.sock"
+	}
+	cfg, err := daemonConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.Containerd
+	if cc.Address == "" || cc.SandboxDir != "/run/podvisor/sandbox" || cc.ImageGC.HighThresholdPercent != 85 || cc.ImageGC.LowThresholdPercent != 70 ||
+		cc.ImageGC.MinimumAge != 2*time.Minute || cc.ConnectWait != 5*time.Second || cc.Plugin[0] != plugin || cc.LogDriver != shimBin ||
+		len(cc.PodInit) != 2 || cc.PodInit[0] != shimBin {
+		t.Fatalf("containerd config %+v", cc)
+	}
+	if c.Containerd.Managed && (cc.Managed.Root != filepath.Join(c.DataDir, "containerd", "root") ||
+		cc.Managed.State != config.DefaultManagedState || cc.ImageFS != filepath.Join(c.DataDir, "containerd") ||
+		cc.Address != config.DefaultManagedSocket) {
+		t.Fatalf("managed containerd %+v, image fs %s", cc.Managed, cc.ImageFS)
+	}
+	c.Containerd.Plugin = filepath.Join(dir, "none")
+	if _, err := daemonConfig(c); err == nil || !strings.Contains(err.Error(), "config: containerd: the runtime plugin") {
+		t.Fatalf("missing plugin: %v", err)
 	}
 }
 

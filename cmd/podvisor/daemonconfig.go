@@ -1,0 +1,141 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+)
+
+// daemonConfig turns a validated config into the daemon's input, finding
+// on this host what the config leaves to be found: the node name, the
+// shim, containerd and the runtime plugin.
+func daemonConfig(c *config.Config) (supervisor.Config, error) {
+	shimCmd, err := shimCommand(c)
+	if err != nil {
+		return supervisor.Config{}, err
+	}
+	node := c.NodeName
+	if node == "" {
+		if node, err = os.Hostname(); err != nil {
+			return supervisor.Config{}, err
+		}
+	}
+	ctrd, err := containerdConfig(c, shimCmd)
+	if err != nil {
+		return supervisor.Config{}, err
+	}
+	hubPods, err := c.Hub.PodPolicy(int64(os.Geteuid()))
+	if err != nil {
+		return supervisor.Config{}, c.FieldError("hub", err) // Validate has said which field
+	}
+	lc := lifecycle.DefaultConfig()
+	lc.BackoffInitial, lc.BackoffMax, lc.BackoffReset = c.Backoff.Initial.Duration, c.Backoff.Max.Duration, c.Backoff.Reset.Duration
+	var buckets []supervisor.ShutdownBucket
+	for _, b := range c.ShutdownGracePeriodByPodPriority {
+		buckets = append(buckets, supervisor.ShutdownBucket{Priority: b.Priority, GracePeriod: time.Duration(b.ShutdownGracePeriodSeconds) * time.Second})
+	}
+	hard, ev := c.EvictionHard(), c.Eviction
+	return supervisor.Config{
+		Containerd: ctrd,
+		Policy:     supervisor.Policy{ForbidPrivileged: c.Security.ForbidPrivileged, AllowedHostPaths: c.Security.AllowedHostPaths, Hub: hubPods},
+		ConfigDir:  c.ConfigDir,
+		Eviction: supervisor.EvictionConfig{Hard: hard, Soft: ev.Soft, SoftGracePeriod: ev.SoftGracePeriod, MinimumReclaim: ev.MinimumReclaim,
+			MaxPodGracePeriod: ev.MaxPodGracePeriod.Duration, PressureTransitionPeriod: ev.PressureTransitionPeriod.Duration,
+			MonitorPeriod: ev.MonitorPeriod.Duration},
+		ShutdownBuckets: buckets,
+		Node: supervisor.NodeConfig{MaxPods: c.Node.MaxPods, SystemReserved: c.Node.SystemReserved,
+			PodvisorReserved: c.Node.PodvisorReserved, EvictionHard: hard, Version: version},
+		CgroupRoot:          c.Cgroups.Root,
+		CgroupMount:         c.Cgroups.Mount,
+		CgroupDriver:        c.Cgroups.Driver,
+		MaxDeadPerContainer: c.GC.MaxDeadPerContainer,
+		MaxDeadContainers:   c.GC.MaxDeadContainers,
+		ManifestDir:         c.Manifests,
+		DataDir:             c.DataDir,
+		NodeName:            node,
+		ShimCommand:         shimCmd,
+		Lifecycle:           lc,
+		ManifestResync:      c.ManifestResync.Duration,
+		LogMaxBytes:         c.Logs.MaxSize.Value(),
+		LogMaxFiles:         c.Logs.MaxFiles,
+	}, nil
+}
+
+// shimCommand finds the per-container shim: the configured path, else
+// podvisor-shim beside this binary, else this binary's own "shim" command
+// (which works but costs about 1 MiB more per container).
+func shimCommand(c *config.Config) ([]string, error) {
+	if c.Shim != "" {
+		if _, err := os.Stat(c.Shim); err != nil {
+			return nil, c.FieldError("shim", err)
+		}
+		return []string{c.Shim}, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding own binary: %w", err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), "podvisor-shim")
+	if st, err := os.Stat(beside); err == nil && st.Mode()&0o111 != 0 {
+		return []string{beside}, nil
+	}
+	return []string{exe, "shim"}, nil
+}
+
+// containerdConfig enables containerd pods where the config names
+// containerd, or its default socket exists. They need podvisor-containerd
+// (the plugin) and podvisor-shim (the log driver) beside this binary.
+func containerdConfig(c *config.Config, shimCmd []string) (supervisor.ContainerdConfig, error) {
+	cc := c.Containerd
+	if _, err := os.Stat(config.DefaultContainerdSocket); err != nil && !c.ContainerdNamed() {
+		return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only
+	}
+	// A containerd section in the config means containerd is wanted, even
+	// if it is not up yet (podvisor may start first at boot).
+	cfg := supervisor.ContainerdConfig{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir,
+		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs, ImageFS: cc.ImageFS, ConnectWait: 5 * time.Second,
+		ImageGC: supervisor.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
+			LowThresholdPercent: cc.ImageGC.LowThresholdPercent, MinimumAge: cc.ImageGC.MinimumAge.Duration}}
+	if cc.Managed {
+		bin, err := exec.LookPath("containerd")
+		if err != nil {
+			return cfg, c.FieldError("containerd.managed", errors.New("containerd is not installed"))
+		}
+		cfg.Managed = &supervisor.ManagedContainerd{Binary: bin, Root: c.ManagedRoot(), State: cmp.Or(cc.State, config.DefaultManagedState),
+			Log: filepath.Join(c.DataDir, "containerd", "containerd.log")}
+	}
+	if cfg.ImageFS == "" {
+		if cfg.Managed != nil {
+			cfg.ImageFS = filepath.Dir(cfg.Managed.Root)
+		} else if _, err := os.Stat(config.DefaultContainerdRoot); err == nil {
+			cfg.ImageFS = config.DefaultContainerdRoot
+		}
+	}
+	plugin := cc.Plugin
+	if plugin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("finding own binary: %w", err)
+		}
+		plugin = filepath.Join(filepath.Dir(exe), "podvisor-containerd")
+	}
+	if _, err := os.Stat(plugin); err != nil {
+		return cfg, c.FieldError("containerd", fmt.Errorf("the runtime plugin: %w", err))
+	}
+	if len(shimCmd) != 1 {
+		return cfg, c.FieldError("containerd", errors.New("containerd pods need podvisor-shim (their log driver) beside podvisor, or the shim setting"))
+	}
+	cfg.Plugin, cfg.LogDriver = []string{plugin}, shimCmd[0]
+	cfg.PodInit = []string{shimCmd[0], shim.PodInitFlag}
+	return cfg, nil
+}

@@ -1,0 +1,316 @@
+// Package config is podvisor's configuration file (--config): its schema,
+// the default of every setting, strict loading and Validate.
+//
+// It holds settings, not the daemon: it imports neither the supervisor
+// shell nor sync/, only the pure deciders whose rules a setting must meet
+// (eviction thresholds, the hub's pod security policy, the lifecycle's
+// backoff defaults), so anything may read a config without linking the
+// daemon. cmd/podvisor turns a validated Config into the daemon's and the
+// hub agent's inputs.
+//
+// As with etcd's embed.Config, Default returns every setting at its
+// default, Load decodes a file over the defaults, command-line flags are
+// applied after it, and Validate checks the result: every error names the
+// file and the field.
+package config
+
+import (
+	"path/filepath"
+	"reflect"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+)
+
+// Paths the daemon uses unless the config or a flag names others.
+const (
+	DefaultManifests = "/etc/podvisor/manifests"
+	DefaultDataDir   = "/var/lib/podvisor"
+	DefaultSocket    = "/run/podvisor/podvisor.sock"
+	DefaultConfigDir = "/etc/podvisor"
+	// DefaultContainerdSocket is containerd's own socket.
+	DefaultContainerdSocket = "/run/containerd/containerd.sock"
+	// DefaultManagedSocket and DefaultManagedState are where a containerd
+	// podvisor runs itself listens and keeps its tasks.
+	DefaultManagedSocket = "/run/podvisor/containerd/containerd.sock"
+	DefaultManagedState  = "/run/podvisor/containerd/state"
+	// DefaultContainerdRoot is containerd's own root, on the file system
+	// its images are on.
+	DefaultContainerdRoot = "/var/lib/containerd"
+)
+
+// DefaultMaxPods is the kubelet's default; as in the kubelet, maxPods 0
+// means it.
+const DefaultMaxPods = 110
+
+// Config is the config file. Field docs give each setting's default;
+// README.md's "Config file" section shows them all.
+type Config struct {
+	// File is where the config was loaded from ("" for none): errors
+	// name it.
+	File string `json:"-"`
+
+	Manifests string `json:"manifests,omitempty"`
+	DataDir   string `json:"dataDir,omitempty"`
+	Socket    string `json:"socket,omitempty"`
+	// NodeName defaults ("") to the host name.
+	NodeName string `json:"nodeName,omitempty"`
+	// Shim is the per-container shim; "" finds podvisor-shim beside
+	// podvisor, else podvisor's own shim command.
+	Shim string `json:"shim,omitempty"`
+	// ManifestResync is the period of the full re-list of the manifests
+	// directory behind its file events.
+	ManifestResync metav1.Duration `json:"manifestResync"`
+	Backoff        Backoff         `json:"backoff"`
+	Logs           Logs            `json:"logs"`
+	GC             GC              `json:"gc"`
+	Cgroups        Cgroups         `json:"cgroups"`
+	// ConfigDir holds priorityclasses/.
+	ConfigDir string `json:"configDir,omitempty"`
+	// ShutdownGracePeriodByPodPriority orders a node shutdown or drain;
+	// empty: 20 s for pods below priority 2000000000, then 10 s for the
+	// critical ones (the kubelet's shutdownGracePeriod 30s with
+	// shutdownGracePeriodCriticalPods 10s).
+	ShutdownGracePeriodByPodPriority []ShutdownGracePeriod `json:"shutdownGracePeriodByPodPriority,omitempty"`
+	Node                             Node                  `json:"node"`
+	Eviction                         Eviction              `json:"eviction"`
+	Security                         Security              `json:"security"`
+	Containerd                       Containerd            `json:"containerd"`
+	Hub                              Hub                   `json:"hub"`
+
+	// containerdNamed: the file sets something in its containerd section.
+	containerdNamed bool
+}
+
+// Backoff are the crash-loop restart delays.
+type Backoff struct {
+	Initial metav1.Duration `json:"initial"`
+	Max     metav1.Duration `json:"max"`
+	// Reset: a container that ran this long starts its backoff over.
+	Reset metav1.Duration `json:"reset"`
+}
+
+// Logs bound each container instance's log.
+type Logs struct {
+	MaxSize  resource.Quantity `json:"maxSize"`
+	MaxFiles int               `json:"maxFiles"`
+}
+
+// GC bounds the finished container instances (directories and logs) kept.
+type GC struct {
+	// MaxDeadPerContainer is kept besides each container's current
+	// instance (at least 1: logs --previous reads it).
+	MaxDeadPerContainer int `json:"maxDeadPerContainer"`
+	// MaxDeadContainers bounds them on the whole device (0: no bound).
+	MaxDeadContainers int `json:"maxDeadContainers"`
+}
+
+// Cgroups is where the pods' cgroups go.
+type Cgroups struct {
+	// Root is the pods' cgroup under Mount; "" runs without cgroups.
+	Root  string `json:"root"`
+	Mount string `json:"mount,omitempty"`
+	// Driver is cgroupfs or systemd (slices and scopes made through
+	// systemd).
+	Driver string `json:"driver,omitempty"`
+}
+
+// ShutdownGracePeriod is one step of a graceful node shutdown: pods from
+// Priority up to the next step's get this long to stop.
+type ShutdownGracePeriod struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
+}
+
+// Node is how much of the device pods may use.
+type Node struct {
+	MaxPods int64 `json:"maxPods,omitempty"`
+	// SystemReserved and PodvisorReserved are kept from pods, as the
+	// kubelet's systemReserved and kubeReserved.
+	SystemReserved   v1.ResourceList `json:"systemReserved,omitempty"`
+	PodvisorReserved v1.ResourceList `json:"podvisorReserved,omitempty"`
+}
+
+// Eviction holds the kubelet's node-pressure eviction settings, in the
+// kubelet's format (signal → "100Mi" or "10%").
+type Eviction struct {
+	// Hard nil is the kubelet's defaults (eviction.DefaultHard); as in
+	// the kubelet, setting any threshold drops them all.
+	Hard                     map[string]string `json:"hard,omitempty"`
+	Soft                     map[string]string `json:"soft,omitempty"`
+	SoftGracePeriod          map[string]string `json:"softGracePeriod,omitempty"`
+	MinimumReclaim           map[string]string `json:"minimumReclaim,omitempty"`
+	MaxPodGracePeriod        metav1.Duration   `json:"maxPodGracePeriod"`
+	PressureTransitionPeriod metav1.Duration   `json:"pressureTransitionPeriod"`
+	// MonitorPeriod is the safety-net check behind the kernel's events.
+	MonitorPeriod metav1.Duration `json:"monitorPeriod"`
+}
+
+// Security is the device's policy for every pod, file and hub alike.
+type Security struct {
+	// ForbidPrivileged refuses privileged containers, hostPID and hostIPC.
+	ForbidPrivileged bool `json:"forbidPrivileged,omitempty"`
+	// AllowedHostPaths, when set, are the only host directories hostPath
+	// volumes may name.
+	AllowedHostPaths []string `json:"allowedHostPaths,omitempty"`
+}
+
+// Containerd is how pods without runtimeClassName: process run. Empty
+// paths are found on the host; see the fields.
+type Containerd struct {
+	// Address is containerd's socket: by default DefaultContainerdSocket,
+	// or DefaultManagedSocket when Managed.
+	Address string `json:"address,omitempty"`
+	// Plugin is podvisor-containerd; "" finds it beside podvisor.
+	Plugin           string `json:"plugin,omitempty"`
+	Snapshotter      string `json:"snapshotter,omitempty"`
+	Runtime          string `json:"runtime,omitempty"`
+	RegistryAuthFile string `json:"registryAuthFile,omitempty"`
+	RuncRoot         string `json:"runcRoot,omitempty"`
+	// NoPivotRoot: runc enters containers' roots by chroot, for devices
+	// whose root file system is an initramfs.
+	NoPivotRoot bool `json:"noPivotRoot,omitempty"`
+	// SandboxDir holds the pods' namespaces.
+	SandboxDir string `json:"sandboxDir,omitempty"`
+	// CNIConfDir and CNIBinDirs locate the pod network ("": the
+	// runtime's defaults, /etc/cni/net.d and /usr/lib/cni:/opt/cni/bin).
+	CNIConfDir string `json:"cniConfDir,omitempty"`
+	CNIBinDirs string `json:"cniBinDirs,omitempty"`
+	// ImageFS is a path on the file system containerd keeps images on:
+	// by default the managed root's parent, or DefaultContainerdRoot if
+	// it exists.
+	ImageFS string  `json:"imageFS,omitempty"`
+	ImageGC ImageGC `json:"imageGC"`
+	// Managed: podvisor runs containerd itself, with its own socket
+	// (Address), Root and State.
+	Managed bool `json:"managed,omitempty"`
+	// Root defaults to <dataDir>/containerd/root, State to
+	// DefaultManagedState.
+	Root  string `json:"root,omitempty"`
+	State string `json:"state,omitempty"`
+}
+
+// ImageGC are the kubelet's image garbage collection thresholds, in
+// percent of the image file system used.
+type ImageGC struct {
+	HighThresholdPercent int `json:"highThresholdPercent"`
+	LowThresholdPercent  int `json:"lowThresholdPercent"`
+	// MinimumAge spares images used or imported more recently.
+	MinimumAge metav1.Duration `json:"minimumAge"`
+}
+
+// Hub is the connection to the fleet hub and what the hub may run here
+// (the device's own manifests are trusted).
+type Hub struct {
+	// URL is mqtt://HOST:PORT or mqtts://HOST:PORT; "" runs without a hub.
+	URL string `json:"url,omitempty"`
+	// DeviceID defaults ("") to the node name.
+	DeviceID string `json:"deviceId,omitempty"`
+	// Key is the hub's public key (hub.pub from podhub init): desired
+	// documents must carry its signature.
+	Key string `json:"key,omitempty"`
+	// AllowUnsigned accepts unsigned documents (a trusted broker only);
+	// it cannot go with Key.
+	AllowUnsigned bool   `json:"allowUnsigned,omitempty"`
+	Prefix        string `json:"prefix,omitempty"`
+	Username      string `json:"username,omitempty"`
+	PasswordFile  string `json:"passwordFile,omitempty"`
+	// Heartbeat is the period of node status reports (0: 30 s).
+	Heartbeat metav1.Duration   `json:"heartbeat"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	TLS       HubTLS            `json:"tls"`
+	Outbox    Outbox            `json:"outbox"`
+	// PodSecurity is the Pod Security Standards level hub pods must meet
+	// (privileged, baseline or restricted; "": baseline), of
+	// PodSecurityVersion ("latest" or "v1.N"; "": latest).
+	PodSecurity        string `json:"podSecurity,omitempty"`
+	PodSecurityVersion string `json:"podSecurityVersion,omitempty"`
+	// AllowProcessPods lets the hub run host commands; AllowRootProcessPods
+	// lets those run as root.
+	AllowProcessPods     bool      `json:"allowProcessPods,omitempty"`
+	AllowRootProcessPods bool      `json:"allowRootProcessPods,omitempty"`
+	Images               HubImages `json:"images"`
+}
+
+// HubTLS are the files of an mqtts:// connection.
+type HubTLS struct {
+	CA         string `json:"ca,omitempty"`
+	Cert       string `json:"cert,omitempty"`
+	Key        string `json:"key,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// Outbox bounds the statuses and events waiting for the hub (0: the
+// store's defaults, 10000 rows and 8 MiB).
+type Outbox struct {
+	MaxRows  int               `json:"maxRows,omitempty"`
+	MaxBytes resource.Quantity `json:"maxBytes"`
+}
+
+// HubImages restrict where hub pods' images come from.
+type HubImages struct {
+	// Registries, when set, are the only registries or repository
+	// prefixes hub pods' images may name.
+	Registries []string `json:"registries,omitempty"`
+	// RequireDigest: every image pinned name@sha256:….
+	RequireDigest bool `json:"requireDigest,omitempty"`
+}
+
+// Default is the config of a device without a config file.
+func Default() *Config {
+	lc := lifecycle.DefaultConfig()
+	return &Config{
+		Manifests:      DefaultManifests,
+		DataDir:        DefaultDataDir,
+		Socket:         DefaultSocket,
+		ManifestResync: metav1.Duration{Duration: time.Minute},
+		Backoff: Backoff{Initial: metav1.Duration{Duration: lc.BackoffInitial}, Max: metav1.Duration{Duration: lc.BackoffMax},
+			Reset: metav1.Duration{Duration: lc.BackoffReset}},
+		Logs:      Logs{MaxSize: resource.MustParse("10Mi"), MaxFiles: 5},
+		GC:        GC{MaxDeadPerContainer: 1, MaxDeadContainers: 100},
+		Cgroups:   Cgroups{Root: "podvisor", Mount: "/sys/fs/cgroup", Driver: "cgroupfs"},
+		ConfigDir: DefaultConfigDir,
+		Node:      Node{MaxPods: DefaultMaxPods},
+		Eviction: Eviction{PressureTransitionPeriod: metav1.Duration{Duration: 5 * time.Minute},
+			MonitorPeriod: metav1.Duration{Duration: 10 * time.Second}},
+		Containerd: defaultContainerd(),
+	}
+}
+
+func defaultContainerd() Containerd {
+	return Containerd{SandboxDir: "/run/podvisor/sandbox",
+		ImageGC: ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: metav1.Duration{Duration: 2 * time.Minute}}}
+}
+
+// ContainerdNamed reports whether the config asks for containerd pods: its
+// file sets anything in the containerd section, or a setting differs from
+// its default. Without that, containerd pods run only where containerd's
+// default socket exists.
+func (c *Config) ContainerdNamed() bool {
+	return c.containerdNamed || !reflect.DeepEqual(c.Containerd, defaultContainerd())
+}
+
+// ContainerdAddress is containerd's socket: the configured one, else
+// podvisor's own containerd's when managed, else containerd's default.
+func (c *Config) ContainerdAddress() string {
+	switch {
+	case c.Containerd.Address != "":
+		return c.Containerd.Address
+	case c.Containerd.Managed:
+		return DefaultManagedSocket
+	}
+	return DefaultContainerdSocket
+}
+
+// ManagedRoot is where a containerd podvisor runs itself keeps images and
+// snapshots: the configured root, else <dataDir>/containerd/root.
+func (c *Config) ManagedRoot() string {
+	if c.Containerd.Root != "" {
+		return c.Containerd.Root
+	}
+	return filepath.Join(c.DataDir, "containerd", "root")
+}

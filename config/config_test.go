@@ -1,0 +1,276 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// load writes body as a config file and loads it.
+func load(t *testing.T, body string) (*Config, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "podvisor.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatalf("%q: %v", body, err)
+	}
+	return c, path
+}
+
+func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+
+// The defaults are the ones README.md documents and the daemon has always
+// had; without a file, the config is the defaults and valid.
+func TestDefaults(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the defaults are invalid: %v", err)
+	}
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"manifests", c.Manifests, "/etc/podvisor/manifests"},
+		{"dataDir", c.DataDir, "/var/lib/podvisor"},
+		{"socket", c.Socket, "/run/podvisor/podvisor.sock"},
+		{"nodeName", c.NodeName, ""},
+		{"manifestResync", c.ManifestResync, dur(time.Minute)},
+		{"backoff", c.Backoff, Backoff{Initial: dur(10 * time.Second), Max: dur(300 * time.Second), Reset: dur(10 * time.Minute)}},
+		{"logs.maxSize", c.Logs.MaxSize.Value(), int64(10 << 20)},
+		{"logs.maxFiles", c.Logs.MaxFiles, 5},
+		{"gc", c.GC, GC{MaxDeadPerContainer: 1, MaxDeadContainers: 100}},
+		{"cgroups", c.Cgroups, Cgroups{Root: "podvisor", Mount: "/sys/fs/cgroup", Driver: "cgroupfs"}},
+		{"configDir", c.ConfigDir, "/etc/podvisor"},
+		{"node.maxPods", c.Node.MaxPods, int64(110)},
+		{"eviction.hard", len(c.EvictionHard()), 4},
+		{"eviction.hard[memory.available]", c.EvictionHard()["memory.available"], "100Mi"},
+		{"eviction.pressureTransitionPeriod", c.Eviction.PressureTransitionPeriod, dur(5 * time.Minute)},
+		{"eviction.monitorPeriod", c.Eviction.MonitorPeriod, dur(10 * time.Second)},
+		{"eviction.maxPodGracePeriod", c.Eviction.MaxPodGracePeriod, dur(0)},
+		{"containerd.imageGC", c.Containerd.ImageGC, ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: dur(2 * time.Minute)}},
+		{"containerd.sandboxDir", c.Containerd.SandboxDir, "/run/podvisor/sandbox"},
+		{"containerd address", c.ContainerdAddress(), "/run/containerd/containerd.sock"},
+		{"containerd named", c.ContainerdNamed(), false},
+		{"managed root", c.ManagedRoot(), "/var/lib/podvisor/containerd/root"},
+		{"hub.url", c.Hub.URL, ""},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if p, err := c.Hub.PodPolicy(0); err != nil || p.Level() != "baseline:latest" {
+		t.Errorf("default hub pod policy: %v, %v", p, err)
+	}
+}
+
+// A file sets what it names and keeps every other default; values that
+// have always meant "the default" when written empty still do.
+func TestLoadOverDefaults(t *testing.T) {
+	c, path := load(t, `
+dataDir: /data/pv
+backoff: {initial: 1s}
+logs: {maxSize: 64Ki}
+gc: {maxDeadContainers: 0}
+cgroups: {root: "", mount: ""}
+node: {maxPods: 0}
+eviction: {hard: {memory.available: 50Mi}}
+containerd: {managed: true}
+hub: {url: "mqtt://hub:1883", heartbeat: 5s}
+`)
+	if c.File != path {
+		t.Errorf("File %q, want %q", c.File, path)
+	}
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"dataDir", c.DataDir, "/data/pv"},
+		{"manifests", c.Manifests, DefaultManifests},
+		{"backoff.initial", c.Backoff.Initial, dur(time.Second)},
+		{"backoff.max", c.Backoff.Max, dur(300 * time.Second)},
+		{"logs.maxSize", c.Logs.MaxSize.Value(), int64(64 << 10)},
+		{"logs.maxFiles", c.Logs.MaxFiles, 5},
+		{"gc.maxDeadContainers", c.GC.MaxDeadContainers, 0}, // 0: no bound, not the default
+		{"gc.maxDeadPerContainer", c.GC.MaxDeadPerContainer, 1},
+		{"cgroups.root", c.Cgroups.Root, ""}, // "": no cgroups, not the default
+		{"cgroups.mount", c.Cgroups.Mount, "/sys/fs/cgroup"},
+		{"node.maxPods", c.Node.MaxPods, int64(DefaultMaxPods)}, // the kubelet's 0
+		{"eviction.hard", len(c.EvictionHard()), 1},             // setting one drops the defaults
+		{"containerd named", c.ContainerdNamed(), true},
+		{"containerd address", c.ContainerdAddress(), DefaultManagedSocket},
+		{"managed root", c.ManagedRoot(), "/data/pv/containerd/root"},
+		{"hub.heartbeat", c.Hub.Heartbeat, dur(5 * time.Second)},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Any containerd setting asks for containerd, even one written at its
+// default value; an empty section does not.
+func TestContainerdNamed(t *testing.T) {
+	for body, want := range map[string]bool{
+		"":                                     false,
+		"containerd: {}\n":                     false,
+		"containerd: {managed: false}\n":       false,
+		"containerd: {address: /run/c.sock}\n": true,
+		"containerd: {imageGC: {lowThresholdPercent: 80}}\n": true,
+		"containerd: {sandboxDir: /run/sb}\n":                true,
+		"containerd: {noPivotRoot: true}\n":                  true,
+	} {
+		if c, _ := load(t, body); c.ContainerdNamed() != want {
+			t.Errorf("%q: named %v, want %v", body, !want, want)
+		}
+	}
+	c := Default()
+	c.Containerd.Snapshotter = "native"
+	if !c.ContainerdNamed() {
+		t.Error("a config built in code with a snapshotter does not name containerd")
+	}
+}
+
+// A key the schema does not know is refused with its name and the file's,
+// not ignored; so is a value of the wrong type, and a file too large.
+func TestLoadRefuses(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string][]string{
+		"manifest: /x\n": {`unknown field "manifest"`},
+		"hub: {url: mqtt://h:1, alowUnsigned: true}\n": {`unknown field "hub.alowUnsigned"`},
+		"hub: {allowunsigned: true}\n":                 {`unknown field "hub.allowunsigned"`},
+		"containerd: {imageGc: {}}\n":                  {`unknown field "containerd.imageGc"`},
+		"logs: {maxFiles: 1}\nlogs: {maxFiles: 2}\n":   {`key "logs" already set`},
+		"backoff: {initial: soon}\n":                   {`"soon"`},
+		"logs: {maxSize: lots}\n":                      {"quantities must match"},
+		"node: {maxPods: many}\n":                      {"maxPods"},
+		"- a list\n":                                   {"cannot unmarshal array"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		os.WriteFile(path, []byte(body), 0o644)
+		_, err := Load(path)
+		for _, w := range append(want, "config "+path+": ") {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: error %v does not say %s", body, err, w)
+			}
+		}
+	}
+	big := filepath.Join(dir, "big.yaml")
+	os.WriteFile(big, []byte("nodeName: "+strings.Repeat("x", MaxFileSize)+"\n"), 0o644)
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a file over %d bytes: %v", MaxFileSize, err)
+	}
+	if _, err := Load(filepath.Join(dir, "none.yaml")); err == nil || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// Every validation error names the file and the field, and says what is
+// wrong with the value.
+func TestValidateNamesFileAndField(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want []string // the field first
+	}{
+		{"manifestResync: 0s\n", []string{"manifestResync", "positive"}},
+		{"backoff: {initial: 1m, max: 10s}\n", []string{"backoff.initial", "1m0s", "backoff.max (10s)"}},
+		{"backoff: {initial: 0s}\n", []string{"backoff.initial", "positive", "0s"}},
+		{"backoff: {max: -1s}\n", []string{"backoff.max", "positive"}},
+		{"backoff: {reset: -1s}\n", []string{"backoff.reset", "positive"}},
+		{"logs: {maxSize: 1Ki}\n", []string{"logs.maxSize", "1Ki", "4Ki"}},
+		{"logs: {maxFiles: 0}\n", []string{"logs.maxFiles", "at least 1"}},
+		{"gc: {maxDeadPerContainer: 0}\n", []string{"gc.maxDeadPerContainer", "logs --previous"}},
+		{"gc: {maxDeadContainers: -1}\n", []string{"gc.maxDeadContainers", "-1"}},
+		{"cgroups: {driver: openrc}\n", []string{"cgroups.driver", `"openrc"`}},
+		{"node: {maxPods: -3}\n", []string{"node.maxPods", "-3"}},
+		{"shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 20}, {priority: 9, shutdownGracePeriodSeconds: -1}]\n",
+			[]string{"shutdownGracePeriodByPodPriority[1].shutdownGracePeriodSeconds", ">= 0"}},
+		{"eviction: {hard: {memory.free: 1Mi}}\n", []string{"eviction.hard", `"memory.free"`}},
+		{"eviction: {hard: {memory.available: lots}}\n", []string{"eviction.hard[memory.available]"}},
+		{"eviction: {soft: {memory.available: 300Mi}}\n", []string{"eviction.soft[memory.available]", "eviction.softGracePeriod"}},
+		{"eviction: {softGracePeriod: {memory.available: 30s}}\n", []string{"eviction.softGracePeriod[memory.available]", "no soft threshold"}},
+		{"eviction: {monitorPeriod: 10ms}\n", []string{"eviction.monitorPeriod", "100ms"}},
+		{"eviction: {maxPodGracePeriod: -5s}\n", []string{"eviction.maxPodGracePeriod", "negative"}},
+		{"containerd: {imageGC: {highThresholdPercent: 70}}\n", []string{"containerd.imageGC", "lowThresholdPercent (80)", "highThresholdPercent (70)"}},
+		{"containerd: {imageGC: {highThresholdPercent: 101, lowThresholdPercent: 0}}\n", []string{"containerd.imageGC", "(101)"}},
+		{"containerd: {imageGC: {minimumAge: -1m}}\n", []string{"containerd.imageGC.minimumAge", "negative"}},
+		{"hub: {url: http://hub:80}\n", []string{"hub.url", `"http://hub:80"`, "mqtts://"}},
+		{"hub: {heartbeat: -1s}\n", []string{"hub.heartbeat", "negative"}},
+		{"hub: {outbox: {maxRows: -1}}\n", []string{"hub.outbox.maxRows", "-1"}},
+		{"hub: {outbox: {maxBytes: -1Mi}}\n", []string{"hub.outbox.maxBytes", "-1Mi"}},
+		// The hub section's security rules.
+		{"hub: {url: mqtt://h:1883, key: /etc/podvisor/hub.pub, allowUnsigned: true}\n", []string{"hub.allowUnsigned", "hub.key", "/etc/podvisor/hub.pub"}},
+		{"hub: {podSecurity: strict}\n", []string{"hub.podSecurity", `"strict"`, "privileged, baseline, restricted"}},
+		{"hub: {podSecurityVersion: '1.30'}\n", []string{"hub.podSecurityVersion", `"latest" or "v1.x"`}},
+		{"hub: {allowRootProcessPods: true}\n", []string{"hub.allowRootProcessPods", "allowProcessPods"}},
+		{"hub: {images: {registries: [ghcr.io, busybox]}}\n", []string{"hub.images.registries[1]", `"busybox"`}},
+	} {
+		c, path := load(t, tc.body)
+		err := c.Validate()
+		var cerr *Error
+		if !errors.As(err, &cerr) || len(cerr.Fields) != 1 || cerr.File != path {
+			t.Errorf("%q: error %#v, want one *Error for %s", tc.body, err, path)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "config "+path+": "+tc.want[0]) {
+			t.Errorf("%q: error %q does not start with the file and %s", tc.body, err, tc.want[0])
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: error %q does not say %s", tc.body, err, w)
+			}
+		}
+	}
+}
+
+// Every bad setting is reported at once, so a config is fixed in one go.
+func TestValidateReportsEveryField(t *testing.T) {
+	c, _ := load(t, "logs: {maxFiles: 0}\ngc: {maxDeadPerContainer: 0}\ncgroups: {driver: x}\n")
+	var cerr *Error
+	if err := c.Validate(); !errors.As(err, &cerr) || len(cerr.Fields) != 3 || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("three bad settings: %v", err)
+	}
+}
+
+// A config built in code, without a file, says "config:" and the field;
+// settings flags may set are checked after them (--hub-key with
+// allowUnsigned in the file).
+func TestValidateWithoutFileAndAfterFlags(t *testing.T) {
+	c := Default()
+	c.Manifests = ""
+	c.Logs.MaxSize = resource.MustParse("1")
+	err := c.Validate()
+	if err == nil || !strings.HasPrefix(err.Error(), "config: manifests: ") || !strings.Contains(err.Error(), "logs.maxSize") {
+		t.Fatalf("error %v", err)
+	}
+	c, _ = load(t, "hub: {url: mqtt://h:1883, allowUnsigned: true}\n")
+	if err := c.Validate(); err != nil {
+		t.Fatalf("allowUnsigned alone: %v", err)
+	}
+	c.Hub.Key = "/tmp/hub.pub" // --hub-key
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "hub.allowUnsigned") || !strings.Contains(err.Error(), "--hub-key") {
+		t.Fatalf("allowUnsigned with --hub-key: %v", err)
+	}
+	if err := c.FieldError("shim", errors.New("no such file")); err.Error() != "config "+c.File+": shim: no such file" {
+		t.Fatalf("FieldError: %q", err)
+	}
+}
+
+func TestHubPodPolicy(t *testing.T) {
+	c, _ := load(t, "hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true}\n")
+	p, err := c.Hub.PodPolicy(1000)
+	if err != nil || p.Level() != "restricted:v1.30" {
+		t.Fatalf("hub pod policy %v, %v", p, err)
+	}
+}

@@ -1,0 +1,34 @@
+package config
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The config sits between cmd and the daemon: it may use the pure deciders
+// whose rules a setting must meet, never the daemon's shell, its runtimes,
+// observers or the hub's side, so that the import graph stays one-way
+// (cmd → config, sync, supervisor → … → vocabulary).
+func TestConfigImportsNoShell(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const module = "github.com/podvisor/podvisor/"
+	trees := []string{"supervisor/runtime", "supervisor/state", "supervisor/api", "supervisor/pressure", "supervisor/sandbox",
+		"supervisor/logind", "sync", "probes", "cgroups", "cmd"}
+	for _, pkg := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(pkg, module)
+		if !ok {
+			continue
+		}
+		bad := rel == "supervisor" // the shell itself; the deciders below it are allowed
+		for _, tree := range trees {
+			bad = bad || rel == tree || strings.HasPrefix(rel, tree+"/")
+		}
+		if bad {
+			t.Errorf("config imports %s", pkg)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/supervisor/podsecurity"
+)
+
+// Error is a config Validate refuses: every bad setting, and the file.
+type Error struct {
+	File   string // "" for a config without a file
+	Fields []FieldError
+}
+
+// FieldError is one bad setting, named by its path in the file
+// ("backoff.initial", "hub.images.registries[1]").
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	where := "config"
+	if e.File != "" {
+		where += " " + e.File
+	}
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Err.Error()
+	}
+	return where + ": " + strings.Join(parts, "; ")
+}
+
+// Unwrap returns the settings' own errors.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, len(e.Fields))
+	for i, f := range e.Fields {
+		errs[i] = f.Err
+	}
+	return errs
+}
+
+// FieldError is an error about one setting of c, worded as Validate's:
+// for checks that need the host (a file that must exist), which Validate
+// leaves to the caller.
+func (c *Config) FieldError(field string, err error) error {
+	return &Error{File: c.File, Fields: []FieldError{{field, err}}}
+}
+
+// MinLogSize is the smallest logs.maxSize: a log line must fit.
+const MinLogSize = 4096
+
+// MinMonitorPeriod is the shortest eviction.monitorPeriod.
+const MinMonitorPeriod = 100 * time.Millisecond
+
+// Validate checks every setting that can be checked without the host, and
+// returns an *Error naming each bad one, or nil. Settings that cannot go
+// together are refused here, before anything starts.
+func (c *Config) Validate() error {
+	v := &validation{}
+	for _, p := range []struct{ field, value string }{{"manifests", c.Manifests}, {"dataDir", c.DataDir}, {"socket", c.Socket}} {
+		if p.value == "" {
+			v.add(p.field, "must be a path")
+		}
+	}
+	v.positive("manifestResync", c.ManifestResync.Duration)
+	v.positive("backoff.initial", c.Backoff.Initial.Duration)
+	v.positive("backoff.max", c.Backoff.Max.Duration)
+	v.positive("backoff.reset", c.Backoff.Reset.Duration)
+	if b := c.Backoff; b.Initial.Duration > b.Max.Duration && b.Max.Duration > 0 {
+		v.add("backoff.initial", "%s is longer than backoff.max (%s)", b.Initial.Duration, b.Max.Duration)
+	}
+	if q := c.Logs.MaxSize; q.Value() < MinLogSize {
+		v.add("logs.maxSize", "%s is below the 4Ki minimum", q.String())
+	}
+	if n := c.Logs.MaxFiles; n < 1 {
+		v.add("logs.maxFiles", "must be at least 1, got %d", n)
+	}
+	if n := c.GC.MaxDeadPerContainer; n < 1 {
+		v.add("gc.maxDeadPerContainer", "must be at least 1 (logs --previous needs it), got %d", n)
+	}
+	if n := c.GC.MaxDeadContainers; n < 0 {
+		v.add("gc.maxDeadContainers", "must be >= 0 (0: no device-wide bound), got %d", n)
+	}
+	switch c.Cgroups.Driver {
+	case "", "cgroupfs", "systemd":
+	default:
+		v.add("cgroups.driver", "%q is neither cgroupfs nor systemd", c.Cgroups.Driver)
+	}
+	if c.Cgroups.Mount == "" {
+		v.add("cgroups.mount", "must be a path")
+	}
+	if n := c.Node.MaxPods; n <= 0 {
+		v.add("node.maxPods", "must be positive, got %d", n)
+	}
+	for i, b := range c.ShutdownGracePeriodByPodPriority {
+		if b.ShutdownGracePeriodSeconds < 0 {
+			v.add(fmt.Sprintf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds", i), "must be >= 0, got %d", b.ShutdownGracePeriodSeconds)
+		}
+	}
+	c.validateEviction(v)
+	c.validateContainerd(v)
+	c.validateHub(v)
+	if len(v.fields) == 0 {
+		return nil
+	}
+	return &Error{File: c.File, Fields: v.fields}
+}
+
+// EvictionHard is the hard eviction thresholds in effect: the kubelet's
+// defaults unless the config sets any.
+func (c *Config) EvictionHard() map[string]string {
+	if c.Eviction.Hard == nil {
+		return eviction.DefaultHard()
+	}
+	return c.Eviction.Hard
+}
+
+// evictionFields maps the kubelet's names in eviction.Parse's errors to
+// this file's.
+var evictionFields = strings.NewReplacer("evictionHard", "eviction.hard", "evictionSoftGracePeriod", "eviction.softGracePeriod",
+	"evictionSoft", "eviction.soft", "evictionMinimumReclaim", "eviction.minimumReclaim")
+
+func (c *Config) validateEviction(v *validation) {
+	ev := c.Eviction
+	if _, err := eviction.Parse(c.EvictionHard(), ev.Soft, ev.SoftGracePeriod, ev.MinimumReclaim); err != nil {
+		field, msg, ok := strings.Cut(err.Error(), ": ")
+		if !ok {
+			field, msg = "eviction", err.Error()
+		}
+		v.fields = append(v.fields, FieldError{evictionFields.Replace(field), errors.New(evictionFields.Replace(msg))})
+	}
+	v.nonNegative("eviction.maxPodGracePeriod", ev.MaxPodGracePeriod.Duration)
+	v.nonNegative("eviction.pressureTransitionPeriod", ev.PressureTransitionPeriod.Duration)
+	if p := ev.MonitorPeriod.Duration; p < MinMonitorPeriod {
+		v.add("eviction.monitorPeriod", "%s is below %s", p, MinMonitorPeriod)
+	}
+}
+
+func (c *Config) validateContainerd(v *validation) {
+	g := c.Containerd.ImageGC
+	if g.HighThresholdPercent < 0 || g.HighThresholdPercent > 100 || g.LowThresholdPercent < 0 || g.LowThresholdPercent > g.HighThresholdPercent {
+		v.add("containerd.imageGC", "want 0 <= lowThresholdPercent (%d) <= highThresholdPercent (%d) <= 100; 100 disables it",
+			g.LowThresholdPercent, g.HighThresholdPercent)
+	}
+	v.nonNegative("containerd.imageGC.minimumAge", g.MinimumAge.Duration)
+	if c.Containerd.SandboxDir == "" {
+		v.add("containerd.sandboxDir", "must be a path")
+	}
+}
+
+func (c *Config) validateHub(v *validation) {
+	h := c.Hub
+	if h.URL != "" && !strings.HasPrefix(h.URL, "mqtt://") && !strings.HasPrefix(h.URL, "mqtts://") {
+		v.add("hub.url", "%q: want mqtt://HOST:PORT or mqtts://HOST:PORT", h.URL)
+	}
+	if h.AllowUnsigned && h.Key != "" {
+		// Either would decide alone: an unsigned document would pass, and
+		// its generation would make the real hub's documents look stale.
+		v.add("hub.allowUnsigned", "true cannot be combined with hub.key (or --hub-key) %s: "+
+			"documents signed with that key would not be required; remove one of them", h.Key)
+	}
+	v.nonNegative("hub.heartbeat", h.Heartbeat.Duration)
+	if n := h.Outbox.MaxRows; n < 0 {
+		v.add("hub.outbox.maxRows", "must be >= 0 (0: the default), got %d", n)
+	}
+	if q := h.Outbox.MaxBytes; q.Sign() < 0 {
+		v.add("hub.outbox.maxBytes", "must be >= 0 (0: the default), got %s", q.String())
+	}
+	if _, err := h.PodPolicy(0); err != nil {
+		var field *podsecurity.ConfigError
+		if errors.As(err, &field) {
+			v.fields = append(v.fields, FieldError{"hub." + field.Field, field.Err})
+		} else {
+			v.fields = append(v.fields, FieldError{"hub", err})
+		}
+	}
+}
+
+// PodPolicy is what the hub may run here. daemonUID is the uid a process
+// pod runs as when it names none.
+func (h *Hub) PodPolicy(daemonUID int64) (*podsecurity.Policy, error) {
+	return podsecurity.New(podsecurity.Config{Level: h.PodSecurity, Version: h.PodSecurityVersion,
+		AllowProcessPods: h.AllowProcessPods, AllowRootProcessPods: h.AllowRootProcessPods, DefaultUID: daemonUID,
+		Images: podsecurity.ImageConfig{Registries: h.Images.Registries, RequireDigest: h.Images.RequireDigest}})
+}
+
+// validation collects the bad settings.
+type validation struct{ fields []FieldError }
+
+func (v *validation) add(field, format string, args ...any) {
+	v.fields = append(v.fields, FieldError{field, fmt.Errorf(format, args...)})
+}
+
+func (v *validation) positive(field string, d time.Duration) {
+	if d <= 0 {
+		v.add(field, "must be a positive duration, got %s", d)
+	}
+}
+
+func (v *validation) nonNegative(field string, d time.Duration) {
+	if d < 0 {
+		v.add(field, "must not be negative, got %s", d)
+	}
+}
