@@ -21,7 +21,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
@@ -64,11 +63,11 @@ type Config struct {
 	Shim string `json:"shim,omitempty"`
 	// ManifestResync is the period of the full re-list of the manifests
 	// directory behind its file events.
-	ManifestResync metav1.Duration `json:"manifestResync"`
-	Backoff        Backoff         `json:"backoff"`
-	Logs           Logs            `json:"logs"`
-	GC             GC              `json:"gc"`
-	Cgroups        Cgroups         `json:"cgroups"`
+	ManifestResync Duration `json:"manifestResync"`
+	Backoff        Backoff  `json:"backoff"`
+	Logs           Logs     `json:"logs"`
+	GC             GC       `json:"gc"`
+	Cgroups        Cgroups  `json:"cgroups"`
 	// ConfigDir holds priorityclasses/.
 	ConfigDir string `json:"configDir,omitempty"`
 	// ShutdownGracePeriodByPodPriority orders a node shutdown or drain;
@@ -88,10 +87,10 @@ type Config struct {
 
 // Backoff are the crash-loop restart delays.
 type Backoff struct {
-	Initial metav1.Duration `json:"initial"`
-	Max     metav1.Duration `json:"max"`
+	Initial Duration `json:"initial"`
+	Max     Duration `json:"max"`
 	// Reset: a container that ran this long starts its backoff over.
-	Reset metav1.Duration `json:"reset"`
+	Reset Duration `json:"reset"`
 }
 
 // Logs bound each container instance's log.
@@ -144,10 +143,10 @@ type Eviction struct {
 	Soft                     map[string]string `json:"soft,omitempty"`
 	SoftGracePeriod          map[string]string `json:"softGracePeriod,omitempty"`
 	MinimumReclaim           map[string]string `json:"minimumReclaim,omitempty"`
-	MaxPodGracePeriod        metav1.Duration   `json:"maxPodGracePeriod"`
-	PressureTransitionPeriod metav1.Duration   `json:"pressureTransitionPeriod"`
+	MaxPodGracePeriod        Duration          `json:"maxPodGracePeriod"`
+	PressureTransitionPeriod Duration          `json:"pressureTransitionPeriod"`
 	// MonitorPeriod is the safety-net check behind the kernel's events.
-	MonitorPeriod metav1.Duration `json:"monitorPeriod"`
+	MonitorPeriod Duration `json:"monitorPeriod"`
 }
 
 // Security is the device's policy for every pod, file and hub alike.
@@ -200,7 +199,7 @@ type ImageGC struct {
 	HighThresholdPercent int `json:"highThresholdPercent"`
 	LowThresholdPercent  int `json:"lowThresholdPercent"`
 	// MinimumAge spares images used or imported more recently.
-	MinimumAge metav1.Duration `json:"minimumAge"`
+	MinimumAge Duration `json:"minimumAge"`
 }
 
 // Hub is the connection to the fleet hub and what the hub may run here
@@ -220,7 +219,7 @@ type Hub struct {
 	Username      string `json:"username,omitempty"`
 	PasswordFile  string `json:"passwordFile,omitempty"`
 	// Heartbeat is the period of node status reports (0: 30 s).
-	Heartbeat metav1.Duration   `json:"heartbeat"`
+	Heartbeat Duration          `json:"heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	TLS       HubTLS            `json:"tls"`
 	Outbox    Outbox            `json:"outbox"`
@@ -267,23 +266,23 @@ func Default() *Config {
 		Manifests:      DefaultManifests,
 		DataDir:        DefaultDataDir,
 		Socket:         DefaultSocket,
-		ManifestResync: metav1.Duration{Duration: time.Minute},
-		Backoff: Backoff{Initial: metav1.Duration{Duration: lc.BackoffInitial}, Max: metav1.Duration{Duration: lc.BackoffMax},
-			Reset: metav1.Duration{Duration: lc.BackoffReset}},
+		ManifestResync: Duration{Duration: time.Minute},
+		Backoff: Backoff{Initial: Duration{Duration: lc.BackoffInitial}, Max: Duration{Duration: lc.BackoffMax},
+			Reset: Duration{Duration: lc.BackoffReset}},
 		Logs:      Logs{MaxSize: resource.MustParse("10Mi"), MaxFiles: 5},
 		GC:        GC{MaxDeadPerContainer: 1, MaxDeadContainers: 100},
 		Cgroups:   Cgroups{Root: "podvisor", Mount: "/sys/fs/cgroup", Driver: "cgroupfs"},
 		ConfigDir: DefaultConfigDir,
 		Node:      Node{MaxPods: DefaultMaxPods},
-		Eviction: Eviction{PressureTransitionPeriod: metav1.Duration{Duration: 5 * time.Minute},
-			MonitorPeriod: metav1.Duration{Duration: 10 * time.Second}},
+		Eviction: Eviction{PressureTransitionPeriod: Duration{Duration: 5 * time.Minute},
+			MonitorPeriod: Duration{Duration: 10 * time.Second}},
 		Containerd: defaultContainerd(),
 	}
 }
 
 func defaultContainerd() Containerd {
 	return Containerd{SandboxDir: "/run/podvisor/sandbox",
-		ImageGC: ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: metav1.Duration{Duration: 2 * time.Minute}}}
+		ImageGC: ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: Duration{Duration: 2 * time.Minute}}}
 }
 
 // ContainerdNamed reports whether the config asks for containerd pods: its

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // load writes body as a config file and loads it.
@@ -26,7 +25,7 @@ func load(t *testing.T, body string) (*Config, string) {
 	return c, path
 }
 
-func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+func dur(d time.Duration) Duration { return Duration{Duration: d} }
 
 // The defaults are the ones README.md documents and the daemon has always
 // had; without a file, the config is the defaults and valid.
@@ -77,7 +76,8 @@ func TestDefaults(t *testing.T) {
 func TestLoadOverDefaults(t *testing.T) {
 	c, path := load(t, `
 dataDir: /data/pv
-backoff: {initial: 1s}
+manifestResync:     # no value: the default
+backoff: {initial: 1s, reset: null}
 logs: {maxSize: 64Ki}
 gc: {maxDeadContainers: 0}
 cgroups: {root: "", mount: ""}
@@ -97,6 +97,8 @@ hub: {url: "mqtt://hub:1883", heartbeat: 5s}
 		{"manifests", c.Manifests, DefaultManifests},
 		{"backoff.initial", c.Backoff.Initial, dur(time.Second)},
 		{"backoff.max", c.Backoff.Max, dur(300 * time.Second)},
+		{"backoff.reset", c.Backoff.Reset, dur(10 * time.Minute)},
+		{"manifestResync", c.ManifestResync, dur(time.Minute)},
 		{"logs.maxSize", c.Logs.MaxSize.Value(), int64(64 << 10)},
 		{"logs.maxFiles", c.Logs.MaxFiles, 5},
 		{"gc.maxDeadContainers", c.GC.MaxDeadContainers, 0}, // 0: no bound, not the default

@@ -49,6 +49,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		want  string
 	}{
 		{"manifest: /x\n", nil, `unknown field "manifest"`},
+		{"hub: {allowunsigned: true}\n", nil, `unknown field "hub.allowunsigned"`}, // keys are case-sensitive
+		{"manifestResync: 0s\n", nil, "manifestResync"},                            // was a panic in the manifest watcher
 		{"backoff: {initial: 1m, max: 10s}\n", nil, "backoff.initial"},
 		{"backoff: {reset: -1s}\n", nil, "backoff.reset"},
 		{"logs: {maxSize: 1Ki}\n", nil, "logs.maxSize"},
