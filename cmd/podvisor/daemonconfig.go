@@ -29,7 +29,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 			return supervisor.Config{}, err
 		}
 	}
-	ctrd, err := containerdConfig(c, shimCmd)
+	containerdCfg, err := containerdConfig(c, shimCmd)
 	if err != nil {
 		return supervisor.Config{}, err
 	}
@@ -45,7 +45,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 	}
 	hard, ev := c.EvictionHard(), c.Eviction
 	return supervisor.Config{
-		Containerd: ctrd,
+		Containerd: containerdCfg,
 		Policy:     supervisor.Policy{ForbidPrivileged: c.Security.ForbidPrivileged, AllowedHostPaths: c.Security.AllowedHostPaths, Hub: hubPods},
 		ConfigDir:  c.ConfigDir,
 		Eviction: supervisor.EvictionConfig{Hard: hard, Soft: ev.Soft, SoftGracePeriod: ev.SoftGracePeriod, MinimumReclaim: ev.MinimumReclaim,

@@ -39,25 +39,25 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	} else if len(pos) > 0 {
 		return fmt.Errorf("run: unexpected argument %q", pos[0])
 	}
-	c, err := loadConfig(*configPath)
+	conf, err := loadConfig(*configPath)
 	if err != nil {
 		return err
 	}
 	// Flags given on the command line win over the file.
-	for flagValue, setting := range map[*string]*string{manifests: &c.Manifests, dataDir: &c.DataDir, socket: &c.Socket,
-		hubURL: &c.Hub.URL, deviceID: &c.Hub.DeviceID, hubKey: &c.Hub.Key} {
+	for flagValue, setting := range map[*string]*string{manifests: &conf.Manifests, dataDir: &conf.DataDir, socket: &conf.Socket,
+		hubURL: &conf.Hub.URL, deviceID: &conf.Hub.DeviceID, hubKey: &conf.Hub.Key} {
 		if *flagValue != "" {
 			*setting = *flagValue
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := conf.Validate(); err != nil {
 		return err
 	}
-	cfg, err := daemonConfig(c)
+	daemonCfg, err := daemonConfig(conf)
 	if err != nil {
 		return err
 	}
-	cfg.StopPodsOnExit = *stopPods
+	daemonCfg.StopPodsOnExit = *stopPods
 	tuneGoRuntime()
 	if path := os.Getenv("PODVISOR_CPUPROFILE"); path != "" {
 		// For measuring the daemon itself: a pprof CPU profile until exit.
@@ -72,7 +72,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	return runDaemon(ctx, c, cfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	return runDaemon(ctx, conf, daemonCfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 }
 
 // loadConfig is the config file at path, or the defaults without one.
@@ -103,42 +103,42 @@ func tuneGoRuntime() {
 
 // runDaemon runs the daemon, its local API and its hub agent until ctx
 // ends.
-func runDaemon(ctx context.Context, c *config.Config, cfg supervisor.Config, log *slog.Logger) error {
+func runDaemon(ctx context.Context, conf *config.Config, daemonCfg supervisor.Config, log *slog.Logger) error {
 	// The order matters: the directories are checked, then the data
 	// directory's lock is taken, then the socket's; only then is anything
 	// opened or replaced, so a second daemon fails without disturbing the
 	// first one's socket or state.
-	if err := privateDir("data directory", cfg.DataDir); err != nil {
+	if err := privateDir("data directory", daemonCfg.DataDir); err != nil {
 		return err
 	}
-	if err := privateDir("API socket directory", filepath.Dir(c.Socket)); err != nil {
+	if err := privateDir("API socket directory", filepath.Dir(conf.Socket)); err != nil {
 		return err
 	}
-	d := supervisor.New(cfg, log)
+	d := supervisor.New(daemonCfg, log)
 	if err := d.LockDataDir(); err != nil {
 		return err
 	}
 	srv := &api.Server{Backend: d, Log: log, Version: api.Version{Version: version, GoVersion: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}}
-	if err := srv.Listen(c.Socket); err != nil {
+	if err := srv.Listen(conf.Socket); err != nil {
 		return err
 	}
 	apiCtx, stopAPI := context.WithCancel(context.Background())
 	defer stopAPI()
 	apiErr := make(chan error, 1)
-	go func() { apiErr <- srv.Serve(apiCtx, c.Socket) }()
-	log.Info("local API listening", "socket", c.Socket)
+	go func() { apiErr <- srv.Serve(apiCtx, conf.Socket) }()
+	log.Info("local API listening", "socket", conf.Socket)
 	// The state database is checked (and replaced if damaged) before the
 	// hub opens its tables in it.
 	if err := d.OpenState(); err != nil {
 		return err
 	}
-	closeHub, err := attachHub(c.Hub, cfg.NodeName, cfg.DataDir, d, log)
+	closeHub, err := attachHub(conf.Hub, daemonCfg.NodeName, daemonCfg.DataDir, d, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
-	drainOnShutdown(ctx, d, supervisor.ShutdownTime(cfg.ShutdownBuckets), log)
+	drainOnShutdown(ctx, d, supervisor.ShutdownTime(daemonCfg.ShutdownBuckets), log)
 	runErr := d.Run(ctx)
 	stopAPI()
 	if runErr != nil {
