@@ -19,6 +19,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/throttle"
@@ -219,7 +220,7 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
 	}
-	pods, _ := protocol.DecodePods(d)
+	pods, _ := protocol.DecodePods(d, manifest.Decode)
 	a.mu.Lock()
 	a.applied = d.Generation
 	a.floor = max(a.floor, d.Generation)
