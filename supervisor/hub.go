@@ -28,7 +28,8 @@ type HubSide interface {
 	// ApplyHub makes the hub pods exactly these; it is idempotent.
 	ApplyHub(generation int64, pods []*v1.Pod)
 	// Pods is the status stream: every pod's newest status, the view's
-	// version, and a channel closed at the next change.
+	// version (0 until the first reconciliation is published), and a
+	// channel closed at the next change.
 	Pods() ([]*v1.Pod, uint64, <-chan struct{})
 	// PodEvents are the pod events recorded since ExpectHub; they wait
 	// in a bounded queue that drops the newest when full.

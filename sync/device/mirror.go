@@ -16,8 +16,8 @@ import (
 
 // Statuses is the daemon's status stream (part of supervisor.HubSide).
 type Statuses interface {
-	// Pods is every pod's newest status, the version and a channel
-	// closed at the next change.
+	// Pods is every pod's newest status, the version (0: nothing
+	// published yet) and a channel closed at the next change.
 	Pods() ([]*v1.Pod, uint64, <-chan struct{})
 	// PodEvents are the daemon's pod events.
 	PodEvents() <-chan supervisor.PodEvent
@@ -30,14 +30,23 @@ const mirrorSettle = 100 * time.Millisecond
 // Mirror sends the daemon's status stream to the hub until stop closes:
 // every pod's status when it changes, as the pod's newest mirror, a pod's
 // disappearance, and pod events, all through the outbox. It follows the
-// daemon's published view, so it costs the daemon's loop nothing.
+// daemon's published view, so it costs the daemon's loop nothing. It
+// starts from what the outbox holds, so that the hub hears of a pod that
+// went while the daemon was down, and is not sent what it has.
 func (a *Agent) Mirror(src Statuses, stop <-chan struct{}) {
 	var m mirror
+	if held, err := a.store.Mirrored(); err != nil {
+		a.log.Error("reading the statuses the hub holds; every pod is sent again", "err", err)
+	} else {
+		m.seed(held)
+	}
 	var items []store.Item
 	events := src.PodEvents()
 	for {
-		pods, _, changed := src.Pods()
-		items = append(items, m.changes(pods)...)
+		pods, version, changed := src.Pods()
+		if version > 0 { // an empty view before the first is no news
+			items = append(items, m.changes(pods)...)
+		}
 	queued:
 		for {
 			select {
@@ -116,6 +125,14 @@ func (m *mirror) changes(pods []*v1.Pod) []store.Item {
 		}
 	}
 	return items
+}
+
+// seed starts from what the hub holds: each pod's status by key.
+func (m *mirror) seed(held map[string][]byte) {
+	m.sent, m.sentJSON = make(map[string]*v1.Pod, len(held)), make(map[string][]byte, len(held))
+	for key, b := range held {
+		m.sent[key], m.sentJSON[key] = nil, b
+	}
 }
 
 // forget makes the next changes give every pod again.
