@@ -1,8 +1,9 @@
 // Package device is the device's side of hub sync: it keeps an MQTT
 // connection to the hub's broker, takes desired documents (verify,
-// validate, store, then acknowledge, then apply) and drains the outbox of
-// pod statuses and events to the hub in order, with a bounded window of
-// unacknowledged items.
+// validate, store, then acknowledge, then apply), mirrors the daemon's
+// pod statuses and events into the outbox and drains it to the hub in
+// order, with a bounded window of unacknowledged items. Attach wires it
+// to the daemon's supervisor.HubSide from outside.
 package device
 
 import (
@@ -54,7 +55,8 @@ type Config struct {
 	Instance string
 }
 
-// Pods is the daemon as the agent sees it.
+// Pods is the daemon's desired-pods input as the agent sees it (part of
+// supervisor.HubSide).
 type Pods interface {
 	// Conflicts names the hub pods that cannot run here (a file pod of
 	// the same name, a priority class the device lacks), by
@@ -109,7 +111,8 @@ type pendingDoc struct {
 	doc     *protocol.Desired
 }
 
-// New makes an agent; Start applies the stored desired state, Run connects.
+// New makes an agent; Stored reads the stored desired pods, Run connects,
+// Mirror sends statuses. Attach does all of it for a daemon.
 func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, error) {
 	if err := protocol.ValidDeviceID(cfg.DeviceID); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
