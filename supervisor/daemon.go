@@ -30,7 +30,6 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
-	"github.com/podvisor/podvisor/sync/store"
 )
 
 // Config is what the daemon needs to run.
@@ -100,11 +99,12 @@ type Daemon struct {
 	started   chan startResult
 	hooks     chan hookResult
 	requests  chan request
-	// hub is the hub connection (nil without one); hubPods its pods,
-	// hubEvents the events waiting for the mirror.
-	hub       HubAgent
-	hubPods   []*v1.Pod
-	hubEvents chan store.Item
+	// hub carries pod events to the hub's agent (nil: no hub attached,
+	// see HubSide); hubPods are the hub's pods.
+	hub     chan PodEvent
+	hubPods []*v1.Pod
+	// stopped closes when Run ends: requests fail at once from then on.
+	stopped chan struct{}
 	// stoppingAll: the daemon is stopping every pod before it exits, and
 	// nothing may be desired again.
 	stoppingAll bool
@@ -170,6 +170,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		started:    make(chan startResult, 64),
 		hooks:      make(chan hookResult, 64),
 		requests:   make(chan request),
+		stopped:    make(chan struct{}),
 		node:       process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
 		view:       newView(),
 		views:      map[types.UID]cachedView{},
@@ -188,6 +189,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 // Run supervises until ctx ends. Pods keep running after it returns unless
 // StopPodsOnExit is set.
 func (d *Daemon) Run(ctx context.Context) error {
+	defer close(d.stopped)
 	if err := d.OpenState(); err != nil {
 		return err
 	}
@@ -224,7 +226,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
-	d.loadHubPods()
+	if d.hub != nil {
+		d.applyDesired() // the stored hub pods, before anything is reconciled
+	}
 	if err := d.restore(); err != nil {
 		return err
 	}
@@ -245,12 +249,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
 		}
 	}()
-	if d.hub != nil {
-		hubStop := make(chan struct{})
-		defer close(hubStop)
-		go d.hub.Run(hubStop)
-		go d.mirror(hubStop)
-	}
 	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	d.loop(ctx, manifests, nil)
 	if d.cfg.StopPodsOnExit {
@@ -381,6 +379,8 @@ func (d *Daemon) do(fn func() error) error {
 	select {
 	case d.requests <- r:
 		return <-r.reply
+	case <-d.stopped:
+		return errStopped
 	case <-time.After(10 * time.Second):
 		return errors.New("the daemon is busy; try again")
 	}

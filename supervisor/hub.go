@@ -1,223 +1,145 @@
 package supervisor
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/sync/protocol"
-	"github.com/podvisor/podvisor/sync/store"
 )
 
-// HubAgent is the device's connection to its hub (sync/device.Agent).
-type HubAgent interface {
-	// Stored are the hub pods accepted before, to run from the start.
-	Stored() (int64, []*v1.Pod, error)
-	// Run keeps the connection until stop is closed.
-	Run(stop <-chan struct{})
-	// Publish queues status and event items for the hub.
-	Publish(items []store.Item) error
+// HubSide is the daemon's narrow side for a source of pods outside the
+// device: the fleet hub's agent (sync/device), which cmd/podvisor attaches
+// to it. Desired pods come in and verdicts on them go back; the daemon's
+// status stream (every pod's status, pod events, the node) goes out.
+// *Daemon implements it; the daemon knows nothing of the hub's wire or
+// storage.
+type HubSide interface {
+	// ExpectHub says a hub is attached, with the hub pods it accepted
+	// before (stored on the device): they run from the first
+	// reconciliation, even with the hub out of reach. Call before Run.
+	ExpectHub(generation int64, stored []*v1.Pod)
+	// Conflicts are the verdicts on hub pods that cannot run here (a
+	// file pod of the same name, the device's policy, a priority class
+	// the device lacks), by namespace/name, with the reason. An error
+	// means the daemon could not answer now.
+	Conflicts(pods []*v1.Pod) (map[string]string, error)
+	// ApplyHub makes the hub pods exactly these; it is idempotent.
+	ApplyHub(generation int64, pods []*v1.Pod)
+	// Pods is the status stream: every pod's newest status, the view's
+	// version (0 until the first reconciliation is published), and a
+	// channel closed at the next change.
+	Pods() ([]*v1.Pod, uint64, <-chan struct{})
+	// PodEvents are the pod events recorded since ExpectHub; they wait
+	// in a bounded queue that drops the newest when full.
+	PodEvents() <-chan PodEvent
+	// Node is the device's node status.
+	Node() (*v1.Node, error)
 }
 
-// mirrorSettle gathers the status changes of a burst of steps into one
-// outbox transaction.
-const mirrorSettle = 100 * time.Millisecond
+var _ HubSide = (*Daemon)(nil)
 
-// AttachHub connects the daemon to a hub agent; call before Run.
-func (d *Daemon) AttachHub(a HubAgent) {
-	d.hub = a
-	d.hubEvents = make(chan store.Item, 256)
+// PodEvent is an event about a pod, as describe shows it.
+type PodEvent struct {
+	Pod                   string // namespace/name
+	Time                  time.Time
+	Type, Reason, Message string
 }
 
-// loadHubPods puts the stored hub pods into the desired set before the
-// first reconciliation: a restarted daemon must not stop them while the
-// hub is out of reach.
-func (d *Daemon) loadHubPods() {
-	if d.hub == nil {
-		return
-	}
-	gen, pods, err := d.hub.Stored()
-	if err != nil {
-		d.log.Error("hub pods stored on this device cannot run", "err", err)
-		return
-	}
-	d.setHubPods(gen, pods)
+// hubEventQueue bounds the pod events waiting for the hub's agent.
+const hubEventQueue = 256
+
+// errStopped is the answer to a request once the daemon's loop has ended.
+var errStopped = errors.New("the daemon has stopped")
+
+// ExpectHub implements HubSide.
+func (d *Daemon) ExpectHub(generation int64, stored []*v1.Pod) {
+	d.hub = make(chan PodEvent, hubEventQueue)
+	d.hubPods = withHubIdentity(stored)
+	d.log.Info("hub pods", "generation", generation, "pods", len(stored))
 }
 
-// setHubPods gives the hub's pods their identity (source hub) and makes
-// them part of the desired set.
-func (d *Daemon) setHubPods(gen int64, pods []*v1.Pod) {
+// withHubIdentity returns copies of the hub's pods with their identity
+// (source hub, a UID from their content).
+func withHubIdentity(pods []*v1.Pod) []*v1.Pod {
 	out := make([]*v1.Pod, 0, len(pods))
 	for _, p := range pods {
 		p = p.DeepCopy()
 		manifest.Stamp(p, manifest.SourceHub, "")
 		out = append(out, p)
 	}
-	d.hubPods = out
-	d.log.Info("hub pods", "generation", gen, "pods", len(out))
-	d.applyDesired()
+	return out
 }
 
-// applyDesired hands the core the file pods and the hub pods. A file pod
-// wins over a hub pod of the same name (the device's own configuration
-// comes first; the hub was told when it sent the pod, if it was there).
+// applyDesired hands the core the file pods and the hub pods that may run
+// (desiredPods decides).
 func (d *Daemon) applyDesired() {
 	if d.stoppingAll {
 		return
 	}
-	pods := append([]*v1.Pod(nil), d.manifests.Pods...)
-	files := map[string]bool{}
-	for _, p := range d.manifests.Pods {
-		files[p.Namespace+"/"+p.Name] = true
-	}
-	allowed, refused := d.checkHubPods(d.hubPods)
-	for p, err := range refused {
-		// Accepted before under a laxer config: the device's word now wins.
-		d.log.Warn("stored hub pod refused by this device's hub policy", "pod", p.Namespace+"/"+p.Name, "err", err)
-	}
-	hub, rejected := d.resolvePriorities(allowed)
-	for p, err := range rejected {
-		d.log.Warn("hub pod refused", "pod", p.Namespace+"/"+p.Name, "err", err)
-	}
-	for _, p := range hub {
-		if files[p.Namespace+"/"+p.Name] {
-			d.log.Warn("hub pod shadowed by a manifest file of the same name", "pod", p.Namespace+"/"+p.Name)
-			continue
+	pods, refused := desiredPods(d.manifests.Pods, d.hubPods, d.cfg.Policy, d.classes)
+	for _, r := range refused {
+		key := r.pod.Namespace + "/" + r.pod.Name
+		switch r.cause {
+		case shadowed:
+			d.log.Warn("hub pod shadowed by a manifest file of the same name", "pod", key)
+		case byPolicy:
+			// Accepted before under a laxer config: the device's word now wins.
+			d.log.Warn("hub pod refused by this device's hub policy", "pod", key, "err", r.reason)
+		default:
+			d.log.Warn("hub pod refused", "pod", key, "err", r.reason)
 		}
-		pods = append(pods, p)
 	}
 	d.machine.SetDesired(pods)
 }
 
-// Conflicts implements device.Pods: the hub pods that cannot run here.
+// Conflicts implements HubSide with the decision that applies the pods.
 func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 	out := map[string]string{}
+	hub := withHubIdentity(pods)
 	err := d.do(func() error {
-		files := map[string]string{}
-		for _, p := range d.manifests.Pods {
-			files[p.Namespace+"/"+p.Name] = p.Annotations[manifest.AnnotationFile]
-		}
-		allowed, refused := d.checkHubPods(pods)
-		_, rejected := d.resolvePriorities(allowed)
-		for _, p := range pods {
-			key := p.Namespace + "/" + p.Name
-			if file, ok := files[key]; ok {
-				out[key] = fmt.Sprintf("pod %s comes from the manifest file %s on the device", key, file)
-			} else if err := refused[p]; err != nil {
-				d.log.Warn("hub pod refused by this device's policy", "pod", key, "err", err)
-				out[key] = err.Error()
-			} else if err := rejected[p]; err != nil {
-				out[key] = err.Error()
+		_, refused := desiredPods(d.manifests.Pods, hub, d.cfg.Policy, d.classes)
+		for _, r := range refused {
+			key := r.pod.Namespace + "/" + r.pod.Name
+			if r.cause == byPolicy {
+				d.log.Warn("hub pod refused by this device's policy", "pod", key, "err", r.reason)
 			}
+			out[key] = r.reason
 		}
 		return nil
 	})
 	return out, err
 }
 
-// checkHubPods splits the hub pods this device's policy for hub pods
-// (security and hub in the config) allows from those it refuses.
-func (d *Daemon) checkHubPods(pods []*v1.Pod) (allowed []*v1.Pod, refused map[*v1.Pod]error) {
-	refused = map[*v1.Pod]error{}
-	for _, p := range pods {
-		if err := d.cfg.Policy.CheckHub(p); err != nil {
-			refused[p] = err
-			continue
-		}
-		allowed = append(allowed, p)
-	}
-	return allowed, refused
-}
-
-// ApplyHub implements device.Pods.
+// ApplyHub implements HubSide.
 func (d *Daemon) ApplyHub(gen int64, pods []*v1.Pod) {
+	hub := withHubIdentity(pods)
 	for {
-		err := d.do(func() error { d.setHubPods(gen, pods); return nil })
-		if err == nil {
+		err := d.do(func() error {
+			d.hubPods = hub
+			d.log.Info("hub pods", "generation", gen, "pods", len(hub))
+			d.applyDesired()
+			return nil
+		})
+		if err == nil || errors.Is(err, errStopped) {
 			return
 		}
 		d.log.Warn("applying hub pods; retrying", "generation", gen, "err", err)
 	}
 }
 
+// PodEvents implements HubSide.
+func (d *Daemon) PodEvents() <-chan PodEvent { return d.hub }
+
 // hubEvent queues a pod event for the hub; a full queue drops it (the
 // outbox would drop old events first anyway).
 func (d *Daemon) hubEvent(key, typ, reason, msg string, at time.Time) {
-	if d.hubEvents == nil {
+	if d.hub == nil {
 		return
 	}
-	payload, _ := json.Marshal(protocol.Event{Time: at, Type: typ, Reason: reason, Message: msg})
 	select {
-	case d.hubEvents <- store.Item{Key: key, Kind: store.KindEvent, Payload: payload}:
+	case d.hub <- PodEvent{Pod: key, Time: at, Type: typ, Reason: reason, Message: msg}:
 	default:
-	}
-}
-
-// mirror sends every pod's status to the hub when it changes, as the
-// pod's newest mirror, and a pod's disappearance; it follows the API's
-// view, so it costs the loop nothing.
-func (d *Daemon) mirror(stop <-chan struct{}) {
-	sent := map[string]*v1.Pod{}
-	sentJSON := map[string][]byte{}
-	var items []store.Item
-	for {
-		pods, _, changed := d.Pods()
-		current := map[string]*v1.Pod{}
-		for _, p := range pods {
-			current[p.Namespace+"/"+p.Name] = p // the newest instance of a name comes last
-		}
-		for key, p := range current {
-			if sent[key] == p {
-				continue
-			}
-			b, err := json.Marshal(p)
-			if err != nil || bytes.Equal(b, sentJSON[key]) {
-				sent[key] = p
-				continue
-			}
-			items = append(items, store.Item{Key: key, Kind: store.KindPod, Payload: b})
-			sent[key], sentJSON[key] = p, b
-		}
-		for key := range sent {
-			if current[key] == nil {
-				items = append(items, store.Item{Key: key, Kind: store.KindPod})
-				delete(sent, key)
-				delete(sentJSON, key)
-			}
-		}
-	events:
-		for {
-			select {
-			case ev := <-d.hubEvents:
-				items = append(items, ev)
-			default:
-				break events
-			}
-		}
-		if len(items) > 0 {
-			if err := d.hub.Publish(items); err != nil {
-				// Forget what was sent: the next round queues every pod.
-				d.log.Error("queueing statuses for the hub", "err", err)
-				clear(sent)
-				clear(sentJSON)
-			}
-			items = nil
-		}
-		select {
-		case <-stop:
-			return
-		case <-changed:
-		case ev := <-d.hubEvents:
-			items = append(items, ev)
-		}
-		select {
-		case <-stop:
-			return
-		case <-time.After(mirrorSettle):
-		}
 	}
 }

@@ -16,9 +16,11 @@ import (
 	"github.com/podvisor/podvisor/sync/tlsconfig"
 )
 
-// attachHub connects the daemon to its hub when one is configured: the
-// hub's tables live in the daemon's state database.
-func attachHub(hc config.Hub, nodeName, dataDir string, d *supervisor.Daemon, log *slog.Logger) (func(), error) {
+// attachHub connects the daemon to its hub when one is configured (call
+// it before the daemon runs): the hub's agent attaches to the daemon's
+// HubSide and keeps its tables in the daemon's state database. The
+// returned function detaches it.
+func attachHub(hc config.Hub, nodeName, dataDir string, d supervisor.HubSide, log *slog.Logger) (func(), error) {
 	if hc.URL == "" {
 		return func() {}, nil
 	}
@@ -60,14 +62,13 @@ func attachHub(hc config.Hub, nodeName, dataDir string, d *supervisor.Daemon, lo
 	if err != nil {
 		return nil, err
 	}
-	agent, err := device.New(cfg, st, d, log.With("component", "hub"))
+	stop, err := device.Attach(cfg, st, d, log.With("component", "hub"))
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	d.AttachHub(agent)
 	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
-	return func() { st.Close() }, nil
+	return func() { stop(); st.Close() }, nil
 }
 
 // readHubKey reads the hub's ed25519 public key, hub.pub from podhub init.

@@ -1,8 +1,9 @@
 // Package device is the device's side of hub sync: it keeps an MQTT
 // connection to the hub's broker, takes desired documents (verify,
-// validate, store, then acknowledge, then apply) and drains the outbox of
-// pod statuses and events to the hub in order, with a bounded window of
-// unacknowledged items.
+// validate, store, then acknowledge, then apply), mirrors the daemon's
+// pod statuses and events into the outbox and drains it to the hub in
+// order, with a bounded window of unacknowledged items. Attach wires it
+// to the daemon's supervisor.HubSide from outside.
 package device
 
 import (
@@ -19,6 +20,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/throttle"
@@ -53,7 +55,8 @@ type Config struct {
 	Instance string
 }
 
-// Pods is the daemon as the agent sees it.
+// Pods is the daemon's desired-pods input as the agent sees it (part of
+// supervisor.HubSide).
 type Pods interface {
 	// Conflicts names the hub pods that cannot run here (a file pod of
 	// the same name, a priority class the device lacks), by
@@ -89,25 +92,17 @@ type Agent struct {
 	// from this hub (kept outside state.db); pending is the newest
 	// document received and not yet applied: a newer one supersedes it,
 	// nothing queues.
-	applied int64
-	floor   int64
-	pending *pendingDoc
-	// sent and acked are outbox sequence numbers: published, and stored
-	// by the hub; assigned is the highest ever sent in this epoch;
-	// inflight counts the items in between; progress is when the window
-	// last moved; desync says the hub's receipts named numbers this
-	// outbox never sent, or forgot what it had stored.
-	sent, acked, assigned int64
-	inflight              int
-	progress              time.Time
-	connected             bool
-	desync                bool
-	stalls                int // resends in a row without a receipt
+	applied   int64
+	floor     int64
+	pending   *pendingDoc
+	win       window // the outbox's send window
+	connected bool
 	// heard is when a message last came from the hub (receipts answer
 	// heartbeats too); hubOnline is the hub's retained presence.
 	heard     time.Time
 	hubOnline bool
-	lastEpoch time.Time
+	// now is the clock (time.Now; a test's own).
+	now func() time.Time
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -116,7 +111,8 @@ type pendingDoc struct {
 	doc     *protocol.Desired
 }
 
-// New makes an agent; Start applies the stored desired state, Run connects.
+// New makes an agent; Stored reads the stored desired pods, Run connects,
+// Mirror sends statuses. Attach does all of it for a daemon.
 func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, error) {
 	if err := protocol.ValidDeviceID(cfg.DeviceID); err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
@@ -159,7 +155,8 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
 		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
 		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
-		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil)}
+		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil),
+		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now}
 	if cfg.HubKey != nil {
 		a.keyID = protocol.KeyID(cfg.HubKey)
 	}
@@ -171,7 +168,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if err != nil {
 		return nil, err
 	}
-	a.acked, a.sent, a.assigned = st0.Acked, st0.Acked, st0.Assigned
+	a.win.acked, a.win.sent, a.win.assigned = st0.Acked, st0.Acked, st0.Assigned
 	// Messages are handled one at a time, in order, on paho's reader: a
 	// flood waits in the socket and at the broker, not in goroutines here.
 	// The client ID is the device's identity (its certificate's CN).
@@ -219,7 +216,7 @@ func (a *Agent) Stored() (int64, []*v1.Pod, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
 	}
-	pods, _ := protocol.DecodePods(d)
+	pods, _ := protocol.DecodePods(d, manifest.Decode)
 	a.mu.Lock()
 	a.applied = d.Generation
 	a.floor = max(a.floor, d.Generation)
@@ -326,7 +323,8 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.mu.Lock()
-	a.connected, a.sent, a.inflight, a.heard = true, a.acked, 0, time.Now()
+	a.connected, a.heard = true, a.now()
+	a.win.rewind(a.now())
 	a.mu.Unlock()
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()

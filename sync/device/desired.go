@@ -6,6 +6,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
@@ -111,7 +112,7 @@ func (a *Agent) take(p *pendingDoc) bool {
 		}
 		return true
 	}
-	pods, results := protocol.DecodePods(d)
+	pods, results := protocol.DecodePods(d, manifest.Decode)
 	conflicts, err := a.pods.Conflicts(pods)
 	if err != nil {
 		a.log.Warn("checking hub pods; retrying", "generation", d.Generation, "err", err)

@@ -2,7 +2,6 @@ package device
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -11,11 +10,8 @@ import (
 	"github.com/podvisor/podvisor/sync/store"
 )
 
-// onStatusAck forgets what the hub has stored and lets more out. A
-// receipt for a number this outbox never sent, or one that asks to resend
-// from below what the hub already stored, is not believed: it is counted
-// and the hub's cursor marked untrusted (desync), so that a stream the
-// hub stopped taking moves to a new epoch instead of stalling.
+// onStatusAck forgets what the hub has stored and lets more out; the
+// window decides what a receipt is worth.
 func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	ack, err := protocol.DecodeStatusAck(m.Payload())
 	if err != nil {
@@ -23,40 +19,29 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	a.mu.Lock()
-	a.heard = time.Now()
+	a.heard = a.now()
 	a.mu.Unlock()
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
 	}
 	a.mu.Lock()
-	if ack.Seq > a.assigned || (ack.Resend && ack.Seq < a.acked) {
-		sent, acked := a.assigned, a.acked
-		a.desync = true
-		newEpoch := ack.Seq < acked && time.Since(a.lastEpoch) > a.cfg.ResendAfter
-		a.mu.Unlock()
-		a.refuseReceipt(m.Topic(), fmt.Errorf("a receipt for sequence %d (resend %v): this outbox sent up to %d and the hub stored up to %d", ack.Seq, ack.Resend, sent, acked))
-		if newEpoch {
-			a.newEpoch("the hub has lost what it stored of this outbox")
-		}
-		return
-	}
-	if ack.Resend {
-		// The hub missed a batch: send again from what it has.
-		a.sent, a.inflight, a.progress = max(ack.Seq, a.acked), 0, time.Now()
-	}
-	if ack.Seq <= a.acked {
-		a.mu.Unlock()
-		a.kick()
-		return
-	}
-	a.acked = ack.Seq
-	a.progress = time.Now()
-	a.desync, a.stalls = false, 0
+	v := a.win.receipt(ack.Seq, ack.Resend, a.now())
 	a.mu.Unlock()
-	if err := a.store.Ack(ack.Seq); err != nil {
-		a.log.Error("forgetting acknowledged statuses", "err", err)
+	if v.refused != nil {
+		a.refuseReceipt(m.Topic(), v.refused)
 	}
-	a.kick()
+	if v.newEpoch {
+		a.newEpoch("the hub has lost what it stored of this outbox")
+		return
+	}
+	if v.forget > 0 {
+		if err := a.store.Ack(v.forget); err != nil {
+			a.log.Error("forgetting acknowledged statuses", "err", err)
+		}
+	}
+	if v.refused == nil {
+		a.kick()
+	}
 }
 
 // refuseReceipt counts a status receipt not believed, logging throttled.
@@ -80,8 +65,7 @@ func (a *Agent) newEpoch(why string) {
 		return
 	}
 	a.mu.Lock()
-	a.sent, a.acked, a.assigned, a.inflight = 0, 0, 0, 0
-	a.progress, a.lastEpoch, a.desync = time.Now(), time.Now(), false
+	a.win.newEpoch(a.now())
 	a.mu.Unlock()
 	a.log.Warn("sending every status again under a new outbox epoch", "why", why, "epoch", epoch)
 	a.kick()
@@ -95,12 +79,12 @@ func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	a.mu.Lock()
-	a.hubOnline, a.heard = p.Online, time.Now()
+	a.hubOnline, a.heard = p.Online, a.now()
 	if !p.Online {
 		a.mu.Unlock()
 		return
 	}
-	a.sent, a.inflight, a.progress = a.acked, 0, time.Now()
+	a.win.rewind(a.now())
 	a.mu.Unlock()
 	a.kick()
 }
@@ -117,21 +101,13 @@ func (a *Agent) drain(stop <-chan struct{}) {
 		case <-a.sendWake:
 		case <-tick.C:
 			a.mu.Lock()
-			stalled := a.sent > a.acked && time.Since(a.progress) > a.cfg.ResendAfter
-			desync := stalled && a.desync
-			reconnect := false
-			if stalled && !desync {
-				a.log.Warn("no receipt from the hub; sending the unacknowledged statuses again", "acked", a.acked, "sent", a.sent)
-				a.sent, a.inflight = a.acked, 0
-				a.progress = time.Now()
-				// Twice in a row: the broker may have lost this client
-				// (a session takeover race) while the connection looks
-				// up; a new connection registers it again.
-				a.stalls++
-				reconnect = a.stalls >= 2
-			}
+			sent, acked := a.win.sent, a.win.acked
+			v := a.win.tick(a.now())
 			a.mu.Unlock()
-			if reconnect {
+			if v.resend {
+				a.log.Warn("no receipt from the hub; sending the unacknowledged statuses again", "acked", acked, "sent", sent)
+			}
+			if v.reconnect {
 				a.log.Warn("still no receipt from the hub; reconnecting")
 				poke(a.lost)
 			}
@@ -141,7 +117,7 @@ func (a *Agent) drain(stop <-chan struct{}) {
 			if n := a.refusedAcks.Flush(); n > 0 {
 				a.log.Warn("refused more status receipts", "count", n, "total", a.refusedAcks.Total())
 			}
-			if desync {
+			if v.newEpoch {
 				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
 			}
 		}
@@ -158,11 +134,7 @@ func (a *Agent) sendBatch() bool {
 		a.mu.Unlock()
 		return false
 	}
-	if a.sent <= a.acked {
-		a.inflight = 0
-	}
-	room := a.cfg.Window - a.inflight
-	after := a.sent
+	after, room := a.win.next()
 	epoch := a.store.Epoch()
 	a.mu.Unlock()
 	if room <= 0 {
@@ -186,7 +158,7 @@ func (a *Agent) sendBatch() bool {
 	// Numbered now: the receipt may come before the publish returns.
 	a.mu.Lock()
 	if epoch == a.store.Epoch() {
-		a.assigned = max(a.assigned, rows[len(rows)-1].Seq)
+		a.win.numbered(rows[len(rows)-1].Seq)
 	}
 	a.mu.Unlock()
 	payload, err := a.encodeBatch(epoch, after, rows)
@@ -201,13 +173,11 @@ func (a *Agent) sendBatch() bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.sent != from || epoch != a.store.Epoch() {
-		return true // a reconnect or a new epoch reset the window meanwhile
+	if epoch == a.store.Epoch() {
+		// Not counted when a reconnect or a new epoch reset the window
+		// meanwhile.
+		a.win.published(from, rows[len(rows)-1].Seq, len(rows), a.now())
 	}
-	if a.inflight == 0 {
-		a.progress = time.Now()
-	}
-	a.sent, a.inflight = rows[len(rows)-1].Seq, a.inflight+len(rows)
 	return true
 }
 
@@ -249,9 +219,9 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		// three periods while the hub is online means this client no
 		// longer hears the broker (a broker can drop a client whose
 		// session was just taken over, leaving its connection up).
-		deaf := up && a.hubOnline && time.Since(a.heard) > 3*a.cfg.Heartbeat
+		deaf := up && a.hubOnline && a.now().Sub(a.heard) > 3*a.cfg.Heartbeat
 		if deaf {
-			a.heard = time.Now()
+			a.heard = a.now()
 		}
 		a.mu.Unlock()
 		if deaf {
@@ -267,7 +237,7 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 			a.log.Warn("node status for the heartbeat", "err", err)
 			continue
 		}
-		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: time.Now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance}
+		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance}
 		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }

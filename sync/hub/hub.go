@@ -18,6 +18,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/throttle"
 )
@@ -279,7 +280,7 @@ func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
 // whole apply, with every reason.
 func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 	check := protocol.Desired{Device: device, Generation: 1, Pods: pods}
-	decoded, results := protocol.DecodePods(&check)
+	decoded, results := protocol.DecodePods(&check, manifest.Decode)
 	var reasons []string
 	for _, r := range results {
 		if !r.Accepted {

@@ -9,8 +9,6 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/podvisor/podvisor/supervisor/manifest"
 )
 
 // Desired is what the hub wants one device to run: every hub pod of the
@@ -108,17 +106,22 @@ type PodResult struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// DecodePods decodes, defaults and validates each pod of a document as a
-// manifest file's pod is, and returns the accepted pods with a result for
-// every pod. A pod whose name repeats an earlier one's is refused.
-func DecodePods(d *Desired) ([]*v1.Pod, []PodResult) {
+// PodDecoder decodes, defaults and validates the pods of one manifest:
+// manifest.Decode, on the device and at the hub alike. The wire format
+// carries pods; what makes a pod valid is the daemon's to say.
+type PodDecoder func(data []byte) ([]*v1.Pod, error)
+
+// DecodePods decodes each pod of a document with decode, as a manifest
+// file's pod is, and returns the accepted pods with a result for every
+// pod. A pod whose name repeats an earlier one's is refused.
+func DecodePods(d *Desired, decode PodDecoder) ([]*v1.Pod, []PodResult) {
 	var pods []*v1.Pod
 	results := make([]PodResult, len(d.Pods))
 	seen := map[string]bool{}
 	for i, raw := range d.Pods {
 		r := &results[i]
 		r.Index = i
-		decoded, err := manifest.Decode(raw)
+		decoded, err := decode(raw)
 		if err == nil && len(decoded) != 1 {
 			err = fmt.Errorf("want one pod, found %d", len(decoded))
 		}

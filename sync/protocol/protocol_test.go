@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/supervisor/manifest"
 )
 
 func keys(t testing.TB) (ed25519.PublicKey, ed25519.PrivateKey) {
@@ -39,7 +41,7 @@ func TestSignedDocumentOpens(t *testing.T) {
 	if d.Generation != 3 || len(d.Pods) != 1 {
 		t.Fatalf("opened %+v", d)
 	}
-	pods, results := DecodePods(d)
+	pods, results := DecodePods(d, manifest.Decode)
 	if len(pods) != 1 || !results[0].Accepted || results[0].Name != "web" || results[0].Namespace != "default" {
 		t.Fatalf("pods %v results %+v", pods, results)
 	}
@@ -106,7 +108,7 @@ func TestDecodePodsJudgesEachPod(t *testing.T) {
 	renamed := strings.Replace(webPod, `"name":"web"`, `"name":"db"`, 1)
 	unknown := strings.Replace(webPod, `"spec":{`, `"spec":{"nodeSelectr":{},`, 1)
 	d := desired(1, webPod, bad, webPod, renamed, unknown, `"a string"`)
-	pods, results := DecodePods(&d)
+	pods, results := DecodePods(&d, manifest.Decode)
 	if len(pods) != 2 || pods[0].Name != "web" || pods[1].Name != "db" {
 		t.Fatalf("accepted %d pods", len(pods))
 	}
@@ -227,7 +229,7 @@ func FuzzOpenDesired(f *testing.F) {
 		if d.Device != "gw-1" || d.Generation < 1 {
 			t.Fatalf("accepted %+v", d)
 		}
-		pods, results := DecodePods(d)
+		pods, results := DecodePods(d, manifest.Decode)
 		if len(results) != len(d.Pods) || len(pods) > len(results) {
 			t.Fatalf("%d pods, %d results for %d raw pods", len(pods), len(results), len(d.Pods))
 		}

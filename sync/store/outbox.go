@@ -236,3 +236,27 @@ func (s *Store) Stats() (Stats, error) {
 		FROM outbox_meta m WHERE id = 1`).Scan(&st.Rows, &st.Bytes, &st.Retained, &st.Dropped, &st.Acked, &st.Assigned)
 	return st, err
 }
+
+// Mirrored returns the newest status of each pod the outbox holds, sent
+// or not, by key: what the hub has or will have of each pod once the
+// outbox is drained. Pods whose newest item is their removal are left
+// out. A restarted device compares its pods with these, so that a pod
+// gone while the device was down is removed at the hub too.
+func (s *Store) Mirrored() (map[string][]byte, error) {
+	rs, err := s.db.Query(`SELECT key, payload FROM outbox o WHERE kind = ? AND LENGTH(payload) > 0
+		AND seq = (SELECT MAX(seq) FROM outbox WHERE key = o.key AND kind = o.kind)`, KindPod)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	defer rs.Close()
+	out := map[string][]byte{}
+	for rs.Next() {
+		var key string
+		var payload []byte
+		if err := rs.Scan(&key, &payload); err != nil {
+			return nil, fmt.Errorf("outbox: %w", err)
+		}
+		out[key] = payload
+	}
+	return out, rs.Err()
+}

@@ -190,3 +190,40 @@ func TestOutboxDropPolicy(t *testing.T) {
 		t.Fatalf("bytes-bounded outbox: %+v", st)
 	}
 }
+
+// Mirrored is each pod's newest status, acknowledged or not, without the
+// pods whose newest item is their removal, and without events.
+func TestMirroredIsTheNewestStatusOfEachPod(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	add := func(items ...Item) {
+		t.Helper()
+		if err := s.Add(items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(Item{Key: "default/web", Kind: KindPod, Payload: []byte(`web-1`)},
+		Item{Key: "default/db", Kind: KindPod, Payload: []byte(`db-1`)},
+		Item{Key: "default/old", Kind: KindPod, Payload: []byte(`old-1`)},
+		Item{Key: "default/web", Kind: KindEvent, Payload: []byte(`event`)})
+	rows, err := s.Next(0, 10) // sent: the next web status cannot replace its row
+	if err != nil || len(rows) != 4 {
+		t.Fatalf("next: %d rows, %v", len(rows), err)
+	}
+	add(Item{Key: "default/web", Kind: KindPod, Payload: []byte(`web-2`)}, Item{Key: "default/old", Kind: KindPod})
+	if err := s.Ack(2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Mirrored()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"default/web": "web-2", "default/db": "db-1"}
+	if len(got) != len(want) {
+		t.Fatalf("mirrored %q, want %q", got, want)
+	}
+	for k, v := range want {
+		if string(got[k]) != v {
+			t.Fatalf("mirrored %q, want %q", got, want)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package device
+
+import (
+	"log/slog"
+	"sync"
+
+	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// Attach connects a daemon to its hub from outside: an agent on the
+// daemon's HubSide, keeping its outbox and desired document in st, which
+// must stay open until stop returns. The hub pods stored on the device go
+// to the daemon first, so call Attach before the daemon's Run: they run
+// from its first reconciliation, even with the hub out of reach. Then the
+// agent keeps the hub connection and mirrors the daemon's status stream
+// until stop, which waits for both.
+func Attach(cfg Config, st *store.Store, d supervisor.HubSide, log *slog.Logger) (stop func(), err error) {
+	a, err := New(cfg, st, d, log)
+	if err != nil {
+		return nil, err
+	}
+	gen, pods, err := a.Stored()
+	if err != nil {
+		// The hub sends its document again at the next connection.
+		log.Error("hub pods stored on this device cannot run", "err", err)
+	}
+	d.ExpectHub(gen, pods)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Run(done) })
+	wg.Go(func() { a.Mirror(d, done) })
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }, nil
+}
