@@ -54,16 +54,29 @@ func (r *Registry) For(pod *v1.Pod) (Runtime, error) {
 // Named returns the runtime registered under name, or nil.
 func (r *Registry) Named(name string) Runtime { return r.byName[name] }
 
-// All returns the registered runtimes in name order.
-func (r *Registry) All() []Runtime {
+// Classes returns the registered runtime classes in order.
+func (r *Registry) Classes() []string {
 	names := make([]string, 0, len(r.byName))
 	for n := range r.byName {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := make([]Runtime, len(names))
-	for i, n := range names {
-		out[i] = r.byName[n]
+	return names
+}
+
+// All returns the registered runtimes in class order.
+func (r *Registry) All() []Runtime {
+	out := make([]Runtime, 0, len(r.byName))
+	for _, n := range r.Classes() {
+		out = append(out, r.byName[n])
 	}
 	return out
+}
+
+// Claim makes a pod name class, where it would not run under it without
+// (a pod rebuilt from what a runtime holds must say which one holds it).
+func (r *Registry) Claim(pod *v1.Pod, class string) {
+	if r.ClassOf(pod) != class {
+		pod.Spec.RuntimeClassName = &class
+	}
 }

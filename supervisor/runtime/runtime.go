@@ -57,31 +57,33 @@ type Runtime interface {
 	// InstanceCgroup is the cgroup an instance runs in, below its pod's.
 	InstanceCgroup(pod *v1.Pod, container, instanceID string) string
 	// ExecTarget says how the CLI runs a command in a running instance.
-	ExecTarget(pod *v1.Pod, container, instanceID string, p Process) (ExecTarget, error)
+	ExecTarget(pod *v1.Pod, container, instanceID string, node PodEnv) (ExecTarget, error)
 	// ForgetPod removes what the runtime keeps of a pod that is gone.
 	ForgetPod(uid types.UID)
 }
 
-// Container is an instance to start, as the daemon prepared it.
+// Container is an instance to start, as the daemon prepared it. The
+// runtime resolves its process (Resolve) with Node.
 type Container struct {
 	Pod        *v1.Pod
 	Spec       *v1.Container
 	InstanceID string
 	Attempt    int
-	Process    Process
+	Node       PodEnv
 	// LogPath is the instance's log file (rotated at LogMaxBytes,
 	// LogMaxFiles kept).
 	LogPath     string
 	LogMaxBytes int64
 	LogMaxFiles int
 	OOMScoreAdj int
-	// Cgroup is the instance's cgroup (InstanceCgroup), "" without
-	// cgroups; the pod's cgroup exists.
-	Cgroup string
+	// Cgroup makes the pod's cgroup and returns the instance's
+	// (InstanceCgroup; "" without cgroups), which the runtime creates.
+	Cgroup func() (string, error)
 	// Mounts prepares the pod's volumes and files and returns this
-	// container's mounts. Runtimes that give a container its own root
-	// call it; a host process sees the host's file system.
-	Mounts func() ([]Mount, error)
+	// container's mounts; env is its environment (for subPathExpr).
+	// Runtimes that give a container its own root call it; a host
+	// process sees the host's file system.
+	Mounts func(env []string) ([]Mount, error)
 }
 
 // Mount is a bind of a host path into a container.
@@ -97,9 +99,9 @@ type Started struct {
 	// created (the container waits with its reason, no restart counted);
 	// any other error is a failed start (StartError, a restart counted).
 	Err error
-	// Network: the start made or waited for the pod's network (the
-	// daemon publishes the pod's addresses anew).
-	Network bool
+	// Leftover: the runtime may hold something of the failed instance,
+	// to Remove once its end is saved.
+	Leftover bool
 }
 
 // CreateError is a container the runtime could not create, with the
@@ -168,6 +170,9 @@ type Reconnecting interface {
 	Connected() <-chan struct{}
 	// Follow waits for a found instance's exit, which arrives on Exits.
 	Follow(instanceID string)
+	// Follows reports whether the daemon waits for an instance's exit
+	// (or for its start).
+	Follows(instanceID string) bool
 }
 
 // History is a runtime that keeps finished instances (their directories,
@@ -202,3 +207,7 @@ type PodNetworks interface {
 type StatusDecorator interface {
 	DecorateStatuses(statuses []v1.ContainerStatus)
 }
+
+// PodIPPlaceholder stands for the pod's address in its hosts file until
+// the runtime that gives it one has attached it to the network.
+const PodIPPlaceholder = "127.0.1.1"

@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // ErrNotRunning is returned while the plugin is down (between a crash
@@ -29,7 +28,7 @@ type Client struct {
 	Command []string
 	Log     *slog.Logger
 
-	exits chan process.Exit
+	exits chan runtime.Exit
 
 	mu        sync.Mutex
 	rpc       *rpcClient
@@ -43,13 +42,13 @@ type Client struct {
 // NewClient returns a client for the plugin that command starts; Start
 // runs it.
 func NewClient(command []string, log *slog.Logger) *Client {
-	return &Client{Command: command, Log: log, exits: make(chan process.Exit, 256),
+	return &Client{Command: command, Log: log, exits: make(chan runtime.Exit, 256),
 		up: make(chan struct{}), waiting: map[string]string{}, done: make(chan struct{}),
 		connected: make(chan struct{}, 1)}
 }
 
 // Exits delivers the end of every watched container.
-func (c *Client) Exits() <-chan process.Exit { return c.exits }
+func (c *Client) Exits() <-chan runtime.Exit { return c.exits }
 
 // Start runs the plugin and keeps it running until Close, restarting it
 // with backoff whenever it dies or cannot reach containerd. It waits up to
@@ -216,20 +215,20 @@ func (c *Client) Watch(id, instanceID string) {
 	go func() {
 		for {
 			<-c.ready()
-			var st shim.ExitStatus
+			var st ExitStatus
 			err := c.call("Wait", IDArgs{ID: id}, &st)
 			if errors.Is(err, ErrNotRunning) {
 				time.Sleep(10 * time.Millisecond) // until the restart is seen
 				continue
 			}
 			if err != nil {
-				st = shim.Unlocated(time.Now())
+				st = Unlocated(time.Now())
 				st.Message = err.Error()
 			}
 			c.mu.Lock()
 			delete(c.waiting, id)
 			c.mu.Unlock()
-			c.exits <- process.Exit{InstanceID: instanceID, Status: st}
+			c.exits <- exitOf(instanceID, st)
 			return
 		}
 	}()
@@ -310,4 +309,10 @@ func ContainerID(instanceID string) string {
 	}
 	sum := sha256.Sum256([]byte(instanceID))
 	return "pv-" + hex.EncodeToString(sum[:24])
+}
+
+// exitOf is an exit the plugin reported, as the daemon keeps it.
+func exitOf(instanceID string, st ExitStatus) runtime.Exit {
+	return runtime.Exit{InstanceID: instanceID, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
+		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
 }

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // writeAtomic writes a file whole through a rename: a reader polling for
@@ -50,7 +48,7 @@ type fakePlugin struct{ dir string }
 
 func (f *fakePlugin) Version(_ Empty, r *VersionReply) error { r.Version = "fake"; return nil }
 
-func (f *fakePlugin) Wait(a IDArgs, st *shim.ExitStatus) error {
+func (f *fakePlugin) Wait(a IDArgs, st *ExitStatus) error {
 	for {
 		// Only a whole number is an exit code: anything else (an empty
 		// or partial file) is not yet, never exit 0.
@@ -105,7 +103,7 @@ func TestWaitsSurviveAPluginRestart(t *testing.T) {
 	}
 	select {
 	case x := <-c.Exits():
-		if x.InstanceID != "uid_app_1" || x.Status.ExitCode != 7 {
+		if x.InstanceID != "uid_app_1" || x.ExitCode != 7 {
 			t.Fatalf("exit %+v, want uid_app_1 with code 7", x)
 		}
 	case <-time.After(5 * time.Second):

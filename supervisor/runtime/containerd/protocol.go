@@ -13,8 +13,6 @@ package containerd
 
 import (
 	"time"
-
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // Service is the RPC service name the plugin registers.
@@ -189,7 +187,7 @@ type Found struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Exit is how it ended, if its task has ended; nil with Running
 	// false means it never ran or containerd lost its task.
-	Exit *shim.ExitStatus `json:"exit,omitempty"`
+	Exit *ExitStatus `json:"exit,omitempty"`
 }
 
 // ListReply lists podvisor's containers.
@@ -273,3 +271,22 @@ type PruneReply struct {
 
 // Empty is an empty argument or reply.
 type Empty struct{}
+
+// ExitStatus is how a container ended, as the plugin reports it and
+// records it on the container (the JSON of the process shim's exit
+// record).
+type ExitStatus struct {
+	ExitCode   int32     `json:"exitCode"`
+	Signal     int32     `json:"signal,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// Unlocated is how a container ends that containerd lost, as the kubelet
+// reports it (runtime.Unlocated).
+func Unlocated(at time.Time) ExitStatus {
+	return ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown",
+		Message: "The container could not be located when the pod was terminated", FinishedAt: at}
+}

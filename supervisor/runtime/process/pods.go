@@ -40,13 +40,22 @@ func specOf(pod *v1.Pod, container string, p runtime.Process) shim.Spec {
 // Start runs a container instance under its shim: it is placed in its
 // cgroup here, and runs on its own goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
-	s := specOf(c.Pod, c.Spec.Name, c.Process)
+	s, err := BuildSpec(c.Pod, c.Spec, c.Node)
+	if err != nil {
+		done(runtime.Started{Err: err})
+		return
+	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
 	s.TerminationLog = c.Spec.TerminationMessagePath != ""
 	s.LogPath, s.LogMaxBytes, s.LogMaxFiles = c.LogPath, c.LogMaxBytes, c.LogMaxFiles
 	score := c.OOMScoreAdj
 	s.OOMScoreAdj = &score
-	place, err := r.place(c, &s)
+	cgroup, err := c.Cgroup()
+	if err != nil {
+		done(runtime.Started{Err: err})
+		return
+	}
+	place, err := r.place(c.Spec, cgroup, &s)
 	if err != nil {
 		done(runtime.Started{Err: err})
 		return
@@ -61,12 +70,12 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 // tells the shim where the container goes. With the systemd driver the
 // container's scope can only be made from the shim's pid: the returned
 // func, given to StartPlaced, does that.
-func (r *Runtime) place(c *runtime.Container, s *shim.Spec) (place func(shimPid int) error, err error) {
+func (r *Runtime) place(c *v1.Container, path string, s *shim.Spec) (place func(shimPid int) error, err error) {
 	drv := r.cgroups.Driver
-	if drv == nil || c.Cgroup == "" {
+	if drv == nil || path == "" {
 		return nil, nil
 	}
-	path, limits := c.Cgroup, resources.ContainerLimits(c.Spec)
+	limits := resources.ContainerLimits(c)
 	if placer, ok := drv.(cgroups.Placer); ok {
 		s.Cgroup = shim.Cgroup{Await: true, Return: []string{filepath.Join(r.cgroups.Mount, r.cgroups.Shims, "cgroup.procs")},
 			OOMEvents: filepath.Join(r.cgroups.Mount, path, "memory.events")}
@@ -91,7 +100,22 @@ func (r *Runtime) InstanceCgroup(pod *v1.Pod, container, _ string) string {
 
 // ExecTarget runs a command on the host in the container's cgroup,
 // environment, directory and user.
-func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, p runtime.Process) (runtime.ExecTarget, error) {
+func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node runtime.PodEnv) (runtime.ExecTarget, error) {
+	var c *v1.Container
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == container {
+				c = &list[i]
+			}
+		}
+	}
+	if c == nil {
+		return runtime.ExecTarget{}, fmt.Errorf("container %q not found in pod %q", container, pod.Name)
+	}
+	p, err := runtime.Resolve(pod, c, node)
+	if err != nil {
+		return runtime.ExecTarget{}, err
+	}
 	t := runtime.ExecTarget{Runtime: Name, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
 	if drv := r.cgroups.Driver; drv != nil {
 		pl := drv.Placement(r.InstanceCgroup(pod, container, instanceID))

@@ -173,7 +173,7 @@ func (p *Plugin) runtimeOptions(systemdCgroup bool) any {
 // Wait blocks until the container's task exits and returns how. A lost
 // connection to containerd (it restarts, or is upgraded) is waited out:
 // the task runs on under its shim and the wait resumes.
-func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
+func (p *Plugin) Wait(args containerd.IDArgs, reply *containerd.ExitStatus) error {
 	ctx := p.ctx()
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 5*time.Second) {
 		st, err := p.waitOnce(ctx, args.ID)
@@ -182,7 +182,7 @@ func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
 			return nil
 		}
 		if errdefs.IsNotFound(err) {
-			*reply = shim.Unlocated(time.Now())
+			*reply = containerd.Unlocated(time.Now())
 			return nil
 		}
 		p.log.Warn("waiting for a task; retrying", "id", args.ID, "err", err, "in", delay)
@@ -190,10 +190,10 @@ func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
 	}
 }
 
-func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, error) {
+func (p *Plugin) waitOnce(ctx context.Context, id string) (containerd.ExitStatus, error) {
 	c, err := p.client.LoadContainer(ctx, id)
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return containerd.ExitStatus{}, err
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
@@ -202,15 +202,15 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 		}
 	}
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return containerd.ExitStatus{}, err
 	}
 	statusC, err := task.Wait(ctx)
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return containerd.ExitStatus{}, err
 	}
 	es := <-statusC
 	if err := es.Error(); err != nil {
-		return shim.ExitStatus{}, err
+		return containerd.ExitStatus{}, err
 	}
 	st := exitStatus(es.ExitCode(), es.ExitTime())
 	p.finishTask(ctx, c, task, &st)
@@ -227,7 +227,7 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 //
 // The task's cgroup goes with it, so whether the OOM killer ended it is
 // read first.
-func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *shim.ExitStatus) {
+func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *containerd.ExitStatus) {
 	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
 		st.Reason = "OOMKilled"
 	}
@@ -263,22 +263,22 @@ func oomKilled(ctx context.Context, task ctrd.Task) bool {
 }
 
 // recordedExit is the exit finishTask recorded on a container.
-func recordedExit(ctx context.Context, c ctrd.Container) (shim.ExitStatus, bool) {
+func recordedExit(ctx context.Context, c ctrd.Container) (containerd.ExitStatus, bool) {
 	labels, err := c.Labels(ctx)
 	if err != nil || labels[labelExit] == "" {
-		return shim.ExitStatus{}, false
+		return containerd.ExitStatus{}, false
 	}
-	var st shim.ExitStatus
+	var st containerd.ExitStatus
 	if json.Unmarshal([]byte(labels[labelExit]), &st) != nil {
-		return shim.ExitStatus{}, false
+		return containerd.ExitStatus{}, false
 	}
 	return st, true
 }
 
 // exitStatus turns containerd's exit code (128+n for a signal, as runc
 // reports it) into podvisor's.
-func exitStatus(code uint32, at time.Time) shim.ExitStatus {
-	st := shim.ExitStatus{ExitCode: int32(code), FinishedAt: at}
+func exitStatus(code uint32, at time.Time) containerd.ExitStatus {
+	st := containerd.ExitStatus{ExitCode: int32(code), FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		st.Signal = int32(code - 128)
 	}

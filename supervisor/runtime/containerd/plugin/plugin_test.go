@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
@@ -125,9 +124,9 @@ func TestRunWaitExecSignal(t *testing.T) {
 	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 1 || !list.Containers[0].Running || list.Containers[0].StartedAt.IsZero() {
 		t.Fatalf("list: %+v %v", list, err)
 	}
-	waited := make(chan shim.ExitStatus, 1)
+	waited := make(chan containerd.ExitStatus, 1)
 	go func() {
-		var st shim.ExitStatus
+		var st containerd.ExitStatus
 		p.Wait(containerd.IDArgs{ID: "c1"}, &st)
 		waited <- st
 	}()
@@ -268,7 +267,7 @@ func TestExitReportedAfterTheLogIsComplete(t *testing.T) {
 		t.Fatalf("imageRef %q, want the repo digest", run.ImageRef)
 	}
 	for i := 0; i < 2; i++ { // the second wait finds the recorded exit
-		var st shim.ExitStatus
+		var st containerd.ExitStatus
 		if err := p.Wait(containerd.IDArgs{ID: "c2"}, &st); err != nil || st.ExitCode != 4 {
 			t.Fatalf("wait %d: %+v %v, want exit code 4", i, st, err)
 		}
