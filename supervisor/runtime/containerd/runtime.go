@@ -385,3 +385,17 @@ func (r *Runtime) PruneImages(a PruneArgs) {
 // ImagesArrived are the waiting reasons of containers an image that
 // arrived may let start.
 func ImagesArrived() []string { return []string{ErrImagePull, ErrImageNeverPull} }
+
+// Exec runs a command in a container as a target says, the CLI's side of
+// exec for a containerd pod: this process becomes the plugin's exec.
+func Exec(t runtime.ExecTarget, command []string, stdin, tty bool) error {
+	argv := []string{t.Plugin, "exec", "--address", t.Address}
+	if stdin {
+		argv = append(argv, "-i")
+	}
+	if tty {
+		argv = append(argv, "-t")
+	}
+	argv = append(append(argv, t.ContainerID, "--"), command...)
+	return syscall.Exec(t.Plugin, argv, os.Environ())
+}
