@@ -17,8 +17,6 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/eviction"
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
@@ -116,36 +114,6 @@ func (d *Daemon) setupSideload(ctx context.Context) {
 			d.log.Error("image side-loading stopped", "dir", d.sideload.dir, "err", err)
 		}
 	}()
-}
-
-// ExecTarget implements api.Backend: how the CLI runs a command in a
-// running container (the pod's first container by default, as kubectl),
-// as the container's runtime says.
-func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, error) {
-	var t runtime.ExecTarget
-	err := d.do(func() error {
-		in := d.current(namespace, name)
-		if in == nil {
-			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
-		}
-		if container == "" {
-			container = in.Pod.Spec.Containers[0].Name
-		}
-		c := in.Container(container)
-		if c == nil {
-			return fmt.Errorf("container %q not found in pod %q", container, name)
-		}
-		if c.Phase != lifecycle.Running {
-			return fmt.Errorf("container %q in pod %q is not running", container, name)
-		}
-		rt, err := d.runtimes.For(in.Pod)
-		if err != nil {
-			return err
-		}
-		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.node)
-		return err
-	})
-	return api.ExecTarget(t), err
 }
 
 // sideloader imports the image archives dropped into <data-dir>/images,

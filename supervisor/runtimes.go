@@ -1,12 +1,14 @@
 package supervisor
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/resources"
@@ -224,4 +226,34 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			return d.containerMounts(pod, spec, volumes, env)
 		},
 	}
+}
+
+// ExecTarget implements api.Backend: how the CLI runs a command in a
+// running container (the pod's first container by default, as kubectl),
+// as the container's runtime says.
+func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, error) {
+	var t runtime.ExecTarget
+	err := d.do(func() error {
+		in := d.current(namespace, name)
+		if in == nil {
+			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
+		}
+		if container == "" {
+			container = in.Pod.Spec.Containers[0].Name
+		}
+		c := in.Container(container)
+		if c == nil {
+			return fmt.Errorf("container %q not found in pod %q", container, name)
+		}
+		if c.Phase != lifecycle.Running {
+			return fmt.Errorf("container %q in pod %q is not running", container, name)
+		}
+		rt, err := d.runtimes.For(in.Pod)
+		if err != nil {
+			return err
+		}
+		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.node)
+		return err
+	})
+	return api.ExecTarget(t), err
 }
