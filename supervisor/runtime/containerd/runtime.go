@@ -157,6 +157,7 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 func (r *Runtime) forget(instanceID string) {
 	r.mu.Lock()
 	delete(r.followed, instanceID)
+	delete(r.foundSignals, instanceID)
 	r.mu.Unlock()
 }
 
