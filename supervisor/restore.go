@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
@@ -145,7 +145,7 @@ func foundOf(r runtime.Found) lifecycle.Found {
 // run, and records the current boot.
 func (d *Daemon) bootChanged() bool {
 	path := filepath.Join(d.cfg.DataDir, "boot_id")
-	cur := shim.BootID()
+	cur := pidfd.BootID()
 	prev, err := os.ReadFile(path)
 	if err := os.WriteFile(path, []byte(cur), 0o600); err != nil {
 		d.log.Warn("recording boot id", "err", err)

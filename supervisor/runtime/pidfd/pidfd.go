@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,3 +77,14 @@ func StartTime(pid int) (uint64, error) {
 	}
 	return strconv.ParseUint(fields[19], 10, 64)
 }
+
+var bootIDOnce = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// BootID identifies the current boot: pids from another boot mean nothing.
+func BootID() string { return bootIDOnce() }

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -161,16 +159,8 @@ func Credential(uid, gid *uint32) *syscall.Credential {
 // ProcStartTime returns a process's start time in clock ticks since boot.
 func ProcStartTime(pid int) (uint64, error) { return pidfd.StartTime(pid) }
 
-var bootIDOnce = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-})
-
 // BootID identifies the current boot: pids from another boot mean nothing.
-func BootID() string { return bootIDOnce() }
+func BootID() string { return pidfd.BootID() }
 
 // WriteJSONAtomic writes v to path through a temporary file and a rename,
 // so readers never see half a file.
