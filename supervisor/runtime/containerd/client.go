@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // ErrNotRunning is returned while the plugin is down (between a crash
@@ -121,8 +122,8 @@ func (c *Client) launch() (*exec.Cmd, *rpcClient, error) {
 		return nil, nil, fmt.Errorf("starting the containerd runtime plugin: %w", err)
 	}
 	client := newRPCClient(stdout, stdin)
-	var v VersionReply
-	if err := client.Call(Service+".Version", Empty{}, &v); err != nil {
+	var v pluginapi.VersionReply
+	if err := client.Call(pluginapi.Service+".Version", pluginapi.Empty{}, &v); err != nil {
 		client.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -171,7 +172,7 @@ func (c *Client) call(method string, args, reply any) error {
 			return ErrNotRunning
 		}
 	}
-	err := client.Call(Service+"."+method, args, reply)
+	err := client.Call(pluginapi.Service+"."+method, args, reply)
 	var remote remoteError
 	if err != nil && !errors.As(err, &remote) {
 		// Not the plugin's answer but the pipe's end: the plugin died
@@ -191,9 +192,9 @@ func (c *Client) ready() <-chan struct{} {
 // Run creates and starts a container and watches it. A failure to start
 // is a reply with a reason, not an error; an error means the plugin could
 // not be asked.
-func (c *Client) Run(instanceID string, cfg ContainerConfig) (RunReply, error) {
-	var reply RunReply
-	if err := c.call("Run", RunArgs{Config: cfg}, &reply); err != nil {
+func (c *Client) Run(instanceID string, cfg pluginapi.ContainerConfig) (pluginapi.RunReply, error) {
+	var reply pluginapi.RunReply
+	if err := c.call("Run", pluginapi.RunArgs{Config: cfg}, &reply); err != nil {
 		return reply, err
 	}
 	if reply.Failure == nil {
@@ -215,14 +216,14 @@ func (c *Client) Watch(id, instanceID string) {
 	go func() {
 		for {
 			<-c.ready()
-			var st ExitStatus
-			err := c.call("Wait", IDArgs{ID: id}, &st)
+			var st pluginapi.ExitStatus
+			err := c.call("Wait", pluginapi.IDArgs{ID: id}, &st)
 			if errors.Is(err, ErrNotRunning) {
 				time.Sleep(10 * time.Millisecond) // until the restart is seen
 				continue
 			}
 			if err != nil {
-				st = Unlocated(time.Now())
+				st = pluginapi.Unlocated(time.Now())
 				st.Message = err.Error()
 			}
 			c.mu.Lock()
@@ -236,67 +237,69 @@ func (c *Client) Watch(id, instanceID string) {
 
 // Signal sends sig to a container's main process.
 func (c *Client) Signal(id string, sig syscall.Signal) error {
-	return c.call("Signal", SignalArgs{ID: id, Signal: int(sig)}, &Empty{})
+	return c.call("Signal", pluginapi.SignalArgs{ID: id, Signal: int(sig)}, &pluginapi.Empty{})
 }
 
 // Kill SIGKILLs every process of a container.
 func (c *Client) Kill(id string) error {
-	return c.call("Signal", SignalArgs{ID: id, Signal: int(syscall.SIGKILL), All: true}, &Empty{})
+	return c.call("Signal", pluginapi.SignalArgs{ID: id, Signal: int(syscall.SIGKILL), All: true}, &pluginapi.Empty{})
 }
 
 // Remove deletes a container, its task and its snapshot.
-func (c *Client) Remove(id string) error { return c.call("Remove", IDArgs{ID: id}, &Empty{}) }
+func (c *Client) Remove(id string) error {
+	return c.call("Remove", pluginapi.IDArgs{ID: id}, &pluginapi.Empty{})
+}
 
 // List returns podvisor's containers in containerd.
-func (c *Client) List() ([]Found, error) {
-	var reply ListReply
-	err := c.call("List", Empty{}, &reply)
+func (c *Client) List() ([]pluginapi.Found, error) {
+	var reply pluginapi.ListReply
+	err := c.call("List", pluginapi.Empty{}, &reply)
 	return reply.Containers, err
 }
 
 // Exec runs a command in a running container.
-func (c *Client) Exec(id string, command []string, timeout time.Duration) (ExecReply, error) {
-	var reply ExecReply
-	err := c.call("Exec", ExecArgs{ID: id, Command: command, Timeout: timeout}, &reply)
+func (c *Client) Exec(id string, command []string, timeout time.Duration) (pluginapi.ExecReply, error) {
+	var reply pluginapi.ExecReply
+	err := c.call("Exec", pluginapi.ExecArgs{ID: id, Command: command, Timeout: timeout}, &reply)
 	return reply, err
 }
 
 // SetupNetwork attaches a pod's network namespace to the CNI network.
-func (c *Client) SetupNetwork(a NetworkArgs) ([]string, error) {
-	var reply NetworkReply
+func (c *Client) SetupNetwork(a pluginapi.NetworkArgs) ([]string, error) {
+	var reply pluginapi.NetworkReply
 	err := c.call("SetupNetwork", a, &reply)
 	return reply.IPs, err
 }
 
 // TeardownNetwork detaches a pod from the CNI network.
-func (c *Client) TeardownNetwork(a NetworkArgs) error {
-	return c.call("TeardownNetwork", a, &Empty{})
+func (c *Client) TeardownNetwork(a pluginapi.NetworkArgs) error {
+	return c.call("TeardownNetwork", a, &pluginapi.Empty{})
 }
 
 // PruneImages removes unused images, least recently used first.
-func (c *Client) PruneImages(a PruneArgs) (PruneReply, error) {
-	var reply PruneReply
+func (c *Client) PruneImages(a pluginapi.PruneArgs) (pluginapi.PruneReply, error) {
+	var reply pluginapi.PruneReply
 	err := c.call("PruneImages", a, &reply)
 	return reply, err
 }
 
 // Images lists images.
-func (c *Client) Images() ([]Image, error) {
-	var reply ImagesReply
-	err := c.call("Images", Empty{}, &reply)
+func (c *Client) Images() ([]pluginapi.Image, error) {
+	var reply pluginapi.ImagesReply
+	err := c.call("Images", pluginapi.Empty{}, &reply)
 	return reply.Images, err
 }
 
 // Import imports an image archive on the device.
 func (c *Client) Import(path string) ([]string, error) {
-	var reply ImportReply
-	err := c.call("Import", ImportArgs{Path: path}, &reply)
+	var reply pluginapi.ImportReply
+	err := c.call("Import", pluginapi.ImportArgs{Path: path}, &reply)
 	return reply.Names, err
 }
 
 // RemoveImage deletes an unused image.
 func (c *Client) RemoveImage(name string) error {
-	return c.call("RemoveImage", NameArgs{Name: name}, &Empty{})
+	return c.call("RemoveImage", pluginapi.NameArgs{Name: name}, &pluginapi.Empty{})
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
@@ -312,7 +315,7 @@ func ContainerID(instanceID string) string {
 }
 
 // exitOf is an exit the plugin reported, as the daemon keeps it.
-func exitOf(instanceID string, st ExitStatus) runtime.Exit {
+func exitOf(instanceID string, st pluginapi.ExitStatus) runtime.Exit {
 	return runtime.Exit{InstanceID: instanceID, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
 		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
 }

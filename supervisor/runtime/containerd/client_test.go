@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // writeAtomic writes a file whole through a rename: a reader polling for
@@ -33,7 +35,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		srv := rpc.NewServer()
-		srv.RegisterName(Service, &fakePlugin{dir: dir})
+		srv.RegisterName(pluginapi.Service, &fakePlugin{dir: dir})
 		srv.ServeCodec(jsonrpc.NewServerCodec(struct {
 			io.Reader
 			io.Writer
@@ -46,9 +48,12 @@ func TestMain(m *testing.M) {
 
 type fakePlugin struct{ dir string }
 
-func (f *fakePlugin) Version(_ Empty, r *VersionReply) error { r.Version = "fake"; return nil }
+func (f *fakePlugin) Version(_ pluginapi.Empty, r *pluginapi.VersionReply) error {
+	r.Version = "fake"
+	return nil
+}
 
-func (f *fakePlugin) Wait(a IDArgs, st *ExitStatus) error {
+func (f *fakePlugin) Wait(a pluginapi.IDArgs, st *pluginapi.ExitStatus) error {
 	for {
 		// Only a whole number is an exit code: anything else (an empty
 		// or partial file) is not yet, never exit 0.

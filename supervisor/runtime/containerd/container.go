@@ -14,30 +14,31 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // containerConfig resolves a container of a pod for the plugin: its
 // process, security, namespaces (the pod's sandbox), mounts and cgroup.
-func (r *Runtime) containerConfig(c *runtime.Container) (ContainerConfig, error) {
+func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConfig, error) {
 	pod, spec := c.Pod, c.Spec
 	p, err := runtime.Resolve(pod, spec, c.Node)
 	if err != nil {
-		return ContainerConfig{}, err
+		return pluginapi.ContainerConfig{}, err
 	}
-	cfg := ContainerConfig{
+	cfg := pluginapi.ContainerConfig{
 		ID: ContainerID(c.InstanceID),
 		Labels: map[string]string{
-			LabelPodName: pod.Name, LabelPodNamespace: pod.Namespace,
-			LabelPodUID: string(pod.UID), LabelContainer: spec.Name,
-			LabelInstance: c.InstanceID, LabelAttempt: strconv.Itoa(c.Attempt),
+			pluginapi.LabelPodName: pod.Name, pluginapi.LabelPodNamespace: pod.Namespace,
+			pluginapi.LabelPodUID: string(pod.UID), pluginapi.LabelContainer: spec.Name,
+			pluginapi.LabelInstance: c.InstanceID, pluginapi.LabelAttempt: strconv.Itoa(c.Attempt),
 		},
 		Image: spec.Image, PullPolicy: string(spec.ImagePullPolicy),
 		Command: nilIfEmpty(p.Argv[:p.Command]), Args: nilIfEmpty(p.Argv[p.Command:]),
 		Env: imageEnv(p.Env, spec), WorkingDir: spec.WorkingDir,
 		HostNetwork: pod.Spec.HostNetwork, HostIPC: pod.Spec.HostIPC, HostPID: pod.Spec.HostPID,
 		Security: securityOf(pod, spec),
-		LogPath:  c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
+		LogPath:            c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
 	}
 	if cfg.Security.SeccompProfile, err = r.seccompProfilePath(cfg.Security.SeccompProfile); err != nil {
 		return cfg, err
@@ -70,7 +71,7 @@ func (r *Runtime) containerConfig(c *runtime.Container) (ContainerConfig, error)
 		if m.ReadOnly {
 			mode = "ro"
 		}
-		cfg.Mounts = append(cfg.Mounts, Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: []string{mode}})
+		cfg.Mounts = append(cfg.Mounts, pluginapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: []string{mode}})
 	}
 	if m, err := r.terminationMount(spec, c.InstanceID); err != nil {
 		return cfg, err
@@ -87,7 +88,7 @@ func (r *Runtime) containerConfig(c *runtime.Container) (ContainerConfig, error)
 		_, runcPath := r.cgroups.Layout.Runc(r.cgroups.PodCgroup(pod), cfg.ID)
 		cfg.CgroupsPath, cfg.SystemdCgroup = runcPath, r.cgroups.Layout.Systemd
 		l := resources.ContainerLimits(spec)
-		cfg.Resources = Resources{CPUShares: l.CPUShares, MemoryLimit: l.MemoryMax}
+		cfg.Resources = pluginapi.Resources{CPUShares: l.CPUShares, MemoryLimit: l.MemoryMax}
 		if l.CPUQuota > 0 {
 			cfg.Resources.CPUQuota, cfg.Resources.CPUPeriod = l.CPUQuota, resources.QuotaPeriod
 		}
@@ -168,8 +169,8 @@ func nilIfEmpty(s []string) []string {
 }
 
 // securityOf merges the pod's and the container's security contexts.
-func securityOf(pod *v1.Pod, c *v1.Container) Security {
-	var s Security
+func securityOf(pod *v1.Pod, c *v1.Container) pluginapi.Security {
+	var s pluginapi.Security
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		s.RunAsUser, s.RunAsGroup = psc.RunAsUser, psc.RunAsGroup
 		s.RunAsNonRoot = psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
@@ -217,7 +218,7 @@ func securityOf(pod *v1.Pod, c *v1.Container) Security {
 // per container, mode 0666 whatever the umask, so that a container
 // running as any user can write it. Its directory is the root's alone, so
 // only the container reaches the file.
-func (r *Runtime) terminationMount(c *v1.Container, instanceID string) (*Mount, error) {
+func (r *Runtime) terminationMount(c *v1.Container, instanceID string) (*pluginapi.Mount, error) {
 	if c.TerminationMessagePath == "" {
 		return nil, nil
 	}
@@ -234,7 +235,7 @@ func (r *Runtime) terminationMount(c *v1.Container, instanceID string) (*Mount, 
 	if err != nil {
 		return nil, fmt.Errorf("termination message file %s: %w", path, err)
 	}
-	return &Mount{Source: path, Destination: c.TerminationMessagePath, Type: "bind", Options: []string{"rw"}}, nil
+	return &pluginapi.Mount{Source: path, Destination: c.TerminationMessagePath, Type: "bind", Options: []string{"rw"}}, nil
 }
 
 // removeTerminationFile removes a removed container's file.

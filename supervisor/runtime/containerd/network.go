@@ -11,13 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // podNetwork is a pod's attachment to the CNI network: made once, by the
 // first of its containers to start, and shared by the others.
 type podNetwork struct {
-	args NetworkArgs
+	args pluginapi.NetworkArgs
 	once sync.Once
 	ips  []string
 	err  error
@@ -28,9 +29,9 @@ type podNetwork struct {
 const networkFile = "network.json"
 
 type networkRecord struct {
-	IPs   []string      `json:"ips"`
-	NetNS string        `json:"netns"`
-	Ports []PortMapping `json:"ports,omitempty"`
+	IPs   []string                `json:"ips"`
+	NetNS string                  `json:"netns"`
+	Ports []pluginapi.PortMapping `json:"ports,omitempty"`
 }
 
 // podDir is where a pod's files are (the daemon's pod directory).
@@ -48,12 +49,12 @@ func (r *Runtime) podNetworkFor(pod *v1.Pod, netns string) *podNetwork {
 	if nw := r.podNets[pod.UID]; nw != nil {
 		return nw
 	}
-	args := NetworkArgs{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, NetNS: netns}
+	args := pluginapi.NetworkArgs{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, NetNS: netns}
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range list {
 			for _, p := range c.Ports {
 				if p.HostPort > 0 {
-					args.Ports = append(args.Ports, PortMapping{HostPort: p.HostPort,
+					args.Ports = append(args.Ports, pluginapi.PortMapping{HostPort: p.HostPort,
 						ContainerPort: p.ContainerPort, Protocol: string(p.Protocol), HostIP: p.HostIP})
 				}
 			}
@@ -71,7 +72,7 @@ func (r *Runtime) ensure(nw *podNetwork) {
 		file := filepath.Join(r.podDir(types.UID(nw.args.PodUID)), networkFile)
 		var old networkRecord
 		if data, err := os.ReadFile(file); err == nil && json.Unmarshal(data, &old) == nil {
-			r.client.TeardownNetwork(NetworkArgs{PodUID: nw.args.PodUID, Namespace: nw.args.Namespace,
+			r.client.TeardownNetwork(pluginapi.NetworkArgs{PodUID: nw.args.PodUID, Namespace: nw.args.Namespace,
 				Name: nw.args.Name, NetNS: old.NetNS, Ports: old.Ports})
 		}
 		nw.ips, nw.err = r.client.SetupNetwork(nw.args)
@@ -147,7 +148,7 @@ func (r *Runtime) teardownNetwork(uid types.UID) {
 	if err != nil || json.Unmarshal(data, &rec) != nil {
 		return
 	}
-	if err := r.client.TeardownNetwork(NetworkArgs{PodUID: string(uid), NetNS: rec.NetNS, Ports: rec.Ports}); err != nil {
+	if err := r.client.TeardownNetwork(pluginapi.NetworkArgs{PodUID: string(uid), NetNS: rec.NetNS, Ports: rec.Ports}); err != nil {
 		r.log.Warn("detaching a pod from the network", "pod", uid, "err", err)
 	}
 }

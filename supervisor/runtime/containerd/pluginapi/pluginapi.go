@@ -1,15 +1,10 @@
-// Package containerd runs pods' containers on containerd through a runtime
-// plugin process, podvisor-containerd, and is the daemon's side of it.
-//
-// Why a separate process: containerd's client speaks gRPC, and linking it
-// into the daemon measured +12 MiB of binary and +10.5 MiB of resident
-// memory at idle (15 → 25 MiB), paid by every device, also by those that
-// run only process pods. The plugin is started only where containerd pods
-// run, holds no state of its own (containerd does, labelled by instance),
-// and dies with the daemon; a new daemon starts a new plugin and adopts
-// what containerd runs. The protocol is net/rpc with JSON over the
-// plugin's stdin and stdout, both in the standard library.
-package containerd
+// Package pluginapi is the protocol between the daemon and its containerd
+// runtime plugin, podvisor-containerd: the requests and replies of its
+// net/rpc service (JSON over the plugin's stdin and stdout), the labels
+// on the containers it creates and the kubelet's waiting reasons it
+// answers with. It imports nothing of podvisor, so the plugin links
+// neither the daemon nor Kubernetes' API types.
+package pluginapi
 
 import (
 	"time"
