@@ -38,7 +38,7 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 		Env: imageEnv(p.Env, spec), WorkingDir: spec.WorkingDir,
 		HostNetwork: pod.Spec.HostNetwork, HostIPC: pod.Spec.HostIPC, HostPID: pod.Spec.HostPID,
 		Security: securityOf(pod, spec),
-		LogPath:            c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
+		LogPath:  c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
 	}
 	if cfg.Security.SeccompProfile, err = r.seccompProfilePath(cfg.Security.SeccompProfile); err != nil {
 		return cfg, err
