@@ -131,7 +131,7 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 		// Process pods share the host network, whose one address is the
 		// node's; the plural fields are comma-separated lists, as the
 		// kubelet gives them (containerd pods get their own pod IPs, see
-		// the supervisor's withPodIP).
+		// the containerd runtime's withPodIP).
 		return node.HostIP, nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels['": pod.Labels, "metadata.annotations['": pod.Annotations} {
