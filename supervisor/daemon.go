@@ -179,7 +179,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
 	}
-	closeRuntimes, err := d.setupRuntimes(ctx.Done())
+	// Exits are forwarded until Run returns: StopPodsOnExit waits for
+	// them after ctx ends.
+	forwarding := make(chan struct{})
+	defer close(forwarding)
+	closeRuntimes, err := d.setupRuntimes(ctx.Done(), forwarding)
 	if err != nil {
 		return err
 	}

@@ -40,11 +40,12 @@ type removal struct {
 
 // setupRuntimes registers the process runtime and, when configured,
 // containerd (which also runs pods that name no runtime class), and
-// gathers their exits and reconnections for the loop. It returns what
-// to do when the daemon stops.
-func (d *Daemon) setupRuntimes(stop <-chan struct{}) (closeAll func(), err error) {
+// gathers their exits and reconnections for the loop until forwarding
+// ends: after stop, when the daemon may still stop every pod. It returns
+// what to do when the daemon stops.
+func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(), err error) {
 	if d.runtimes != nil { // given (tests)
-		d.watchRuntimes(stop)
+		d.watchRuntimes(forwarding)
 		return func() {}, nil
 	}
 	d.runtimes = runtime.NewRegistry(containerd.Name)
@@ -64,7 +65,7 @@ func (d *Daemon) setupRuntimes(stop <-chan struct{}) (closeAll func(), err error
 	} else {
 		d.runtimes.Unavailable(containerd.Name, containerd.ErrNotConfigured.Error()+"; set runtimeClassName: process to run host processes")
 	}
-	d.watchRuntimes(stop)
+	d.watchRuntimes(forwarding)
 	return closeAll, nil
 }
 

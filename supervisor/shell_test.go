@@ -106,7 +106,9 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 	t.Cleanup(func() { d.store.Close(); d.unlockDataDir() })
 	d.runtimes = runtime.NewRegistry("fake")
 	d.runtimes.Register("fake", fake)
-	if _, err := d.setupRuntimes(ctx.Done()); err != nil {
+	forwarding := make(chan struct{})
+	t.Cleanup(func() { close(forwarding) })
+	if _, err := d.setupRuntimes(ctx.Done(), forwarding); err != nil {
 		t.Fatal(err)
 	}
 	d.probes = probes.NewManager(ctx)
@@ -204,6 +206,38 @@ spec:
 	_, _, forgotten := fake.snapshot()
 	if len(forgotten) != 1 || forgotten[0] != uid {
 		t.Fatalf("forgotten pods %v, want %s", forgotten, uid)
+	}
+}
+
+// With StopPodsOnExit the daemon stops its pods after its context ended:
+// the runtimes' exits still reach it.
+func TestShellStopsPodsAfterItsContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake := newFakeRuntime()
+	d := shellDaemon(t, ctx, fake)
+	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - {name: app, image: host}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.dir.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.setManifests(st)
+	runUntil(t, d, "the container runs", func() bool {
+		in := d.machine.Instance(st.Pods[0].UID)
+		return in != nil && in.Container("app") != nil && in.Container("app").Phase == lifecycle.Running
+	})
+	cancel() // the daemon was told to exit
+	d.stopAll()
+	if n := len(d.machine.Instances()); n != 0 {
+		t.Fatalf("%d pods left after stopAll: their exits never arrived", n)
 	}
 }
 
