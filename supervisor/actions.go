@@ -236,14 +236,14 @@ func (d *Daemon) podLogDir(pod *v1.Pod) string {
 	return filepath.Join(d.cfg.DataDir, "logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 }
 
-// kept lists the finished instances the runtimes keep, with the runtime
-// that keeps each.
-func (d *Daemon) kept() ([]runtime.Kept, map[string]runtime.Runtime) {
+// kept lists the instances the runtimes keep whose IDs start with
+// prefix, with the runtime that keeps each.
+func (d *Daemon) kept(prefix string) ([]runtime.Kept, map[string]runtime.Runtime) {
 	var all []runtime.Kept
 	owner := map[string]runtime.Runtime{}
 	for _, rt := range d.runtimes.All() {
 		if h, ok := rt.(runtime.History); ok {
-			for _, k := range h.Kept() {
+			for _, k := range h.Kept(prefix) {
 				all = append(all, k)
 				owner[k.InstanceID] = rt
 			}
@@ -256,9 +256,9 @@ func (d *Daemon) kept() ([]runtime.Kept, map[string]runtime.Runtime) {
 // to start and of the MaxDeadPerContainer attempts before it.
 func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
 	keepFrom := attempt - d.cfg.MaxDeadPerContainer
-	kept, owner := d.kept()
+	kept, owner := d.kept(fmt.Sprintf("%s_%s_", pod.UID, container))
 	for _, k := range kept {
-		if uid, name, n, ok := parseInstanceID(k.InstanceID); ok && uid == pod.UID && name == container && n < keepFrom {
+		if _, _, n, ok := parseInstanceID(k.InstanceID); ok && n < keepFrom {
 			if err := owner[k.InstanceID].Remove(k.InstanceID); err != nil {
 				d.log.Warn("removing old instance", "instance", k.InstanceID, "err", err)
 			}
@@ -281,7 +281,7 @@ func (d *Daemon) gcDevice() {
 	if d.cfg.MaxDeadContainers <= 0 {
 		return
 	}
-	kept, owner := d.kept()
+	kept, owner := d.kept("")
 	var all []runtime.Kept
 	for _, k := range kept {
 		if !k.Finished.IsZero() {

@@ -178,8 +178,9 @@ type Reconnecting interface {
 // History is a runtime that keeps finished instances (their directories,
 // exit records and termination messages) until Remove.
 type History interface {
-	// Kept lists them: finished is when each finished (zero: it has not).
-	Kept() []Kept
+	// Kept lists those whose instance ID starts with prefix ("": all),
+	// with when each finished (zero: it has not).
+	Kept(prefix string) []Kept
 }
 
 // Kept is an instance a History runtime keeps.

@@ -129,22 +129,20 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 
 // ForgetPod removes the pod's instance directories.
 func (r *Runtime) ForgetPod(uid types.UID) {
-	for _, k := range r.Kept() {
-		if strings.HasPrefix(k.InstanceID, string(uid)+"_") {
-			if err := r.Remove(k.InstanceID); err != nil {
-				r.log.Warn("removing instance", "dir", r.instanceDir(k.InstanceID), "err", err)
-			}
+	for _, k := range r.Kept(string(uid) + "_") {
+		if err := r.Remove(k.InstanceID); err != nil {
+			r.log.Warn("removing instance", "dir", r.instanceDir(k.InstanceID), "err", err)
 		}
 	}
 }
 
-// Kept lists the instance directories, with when each instance finished
-// (its exit record's time).
-func (r *Runtime) Kept() []runtime.Kept {
+// Kept lists the instance directories whose names start with prefix,
+// with when each instance finished (its exit record's time).
+func (r *Runtime) Kept(prefix string) []runtime.Kept {
 	entries, _ := os.ReadDir(r.dir)
-	out := make([]runtime.Kept, 0, len(entries))
+	var out []runtime.Kept
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
 			continue
 		}
 		k := runtime.Kept{InstanceID: e.Name()}
