@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,9 +18,7 @@ import (
 
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -31,26 +30,14 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 		case lifecycle.Start:
 			d.start(in, a)
 		case lifecycle.Signal:
-			sig := unix.SignalNum(a.Signal)
-			if sig == 0 {
-				sig = unix.SIGTERM
-			}
-			var err error
-			if d.onContainerd(a.InstanceID) {
-				err = d.ctrdSignal(in, a)
-			} else {
-				err = d.rt.Signal(a.InstanceID, sig)
-			}
-			if err != nil {
+			if err := d.signal(in, a); err != nil {
 				d.log.Warn("stop signal", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Kill:
-			kill := d.rt.Kill
-			if d.onContainerd(a.InstanceID) {
-				kill = func(id string) error { return d.ctrd.Kill(containerd.ContainerID(id)) }
-			}
-			if err := kill(a.InstanceID); err != nil {
-				d.log.Warn("kill", "instance", a.InstanceID, "err", err)
+			if rt := d.runtimeOf(in.Pod); rt != nil {
+				if err := rt.Kill(a.InstanceID); err != nil {
+					d.log.Warn("kill", "instance", a.InstanceID, "err", err)
+				}
 			}
 			d.killCgroup(in, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
@@ -71,16 +58,36 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 	}
 }
 
-// target is what probes and hooks need to act on a container.
+// signal sends an instance its stop signal: the one its pod names, else
+// its runtime's default for it (0: an image's STOPSIGNAL, else SIGTERM).
+func (d *Daemon) signal(in *lifecycle.Instance, a lifecycle.Action) error {
+	rt, err := d.runtimes.For(in.Pod)
+	if err != nil {
+		return err
+	}
+	var sig syscall.Signal
+	if spec := in.Spec(a.Container); spec != nil && spec.Lifecycle != nil && spec.Lifecycle.StopSignal != nil {
+		sig = unix.SignalNum(a.Signal)
+	}
+	return rt.Signal(a.InstanceID, sig)
+}
+
+// target is what probes and hooks need to act on a container: commands
+// run inside it and connections are made from inside its pod's network
+// where its runtime gives it its own.
 func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target, error) {
 	spec := in.Spec(container)
-	s, err := process.BuildSpec(in.Pod, spec, d.node)
+	p, err := runtime.Resolve(in.Pod, spec, d.node)
 	if err != nil {
 		return probes.Target{}, err
 	}
-	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}
-	if id := in.Container(container).InstanceID; d.onContainerd(id) {
-		d.ctrdTarget(in, id, &t)
+	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
+	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
+		id := in.Container(container).InstanceID
+		t.Netns = ic.NetNS(in.Pod)
+		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
+			return ic.Exec(id, command, timeout)
+		}
 	}
 	return t, nil
 }
@@ -136,99 +143,63 @@ func (d *Daemon) endHooks(instanceID string) {
 }
 
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
-	pod := in.Pod
 	res := startResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID}
-	if !isProcessPod(pod) {
-		d.startContainerd(in, a, res)
-		return
-	}
-	s, err := process.BuildSpec(pod, in.Spec(a.Container), d.node)
+	rt, err := d.runtimes.For(in.Pod)
 	if err != nil {
-		res.err = err
+		// Nothing was created: the container waits with the reason, as
+		// the kubelet keeps one its runtime cannot create, and no
+		// restart is counted.
+		res.Err = &runtime.CreateError{Reason: "CreateContainerError", Message: err.Error()}
 		d.started <- res
 		return
 	}
-	place, err := d.placeContainer(pod, in.Spec(a.Container), &s)
-	if err != nil {
-		res.err = err
+	res.rt = rt
+	d.gcContainer(in.Pod, a.Container, a.Attempt)
+	rt.Start(d.startRequest(in, a, rt), func(s runtime.Started) {
+		res.Started = s
 		d.started <- res
-		return
-	}
-	s.InstanceID, s.Attempt = a.InstanceID, a.Attempt
-	s.TerminationLog = in.Spec(a.Container).TerminationMessagePath != ""
-	s.LogPath = d.logPath(pod, a.Container, a.Attempt)
-	s.LogMaxBytes, s.LogMaxFiles = d.cfg.LogMaxBytes, d.cfg.LogMaxFiles
-	d.gcContainer(pod, a.Container, a.Attempt)
-	go func() {
-		res.at, res.err = d.rt.StartPlaced(s, place)
-		d.started <- res
-	}()
+	})
 }
 
 func (d *Daemon) startDone(r startResult) {
-	d.networkDone(r.pod, r.network)
-	if d.onContainerd(r.instanceID) {
-		switch {
-		case r.err != nil:
-			// The plugin could not be asked, or died answering: the
-			// container may exist, so it goes once its end is saved.
-			// The start failed before anything ran: the container
-			// waits with RunContainerError, as the kubelet shows a
-			// failed StartContainer call, and no restart is counted.
-			d.removeCtrd(r.instanceID)
-			d.log.Warn("container could not be started", "instance", r.instanceID, "err", r.err)
-			d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, "RunContainerError", r.err.Error(), d.now()))
-			return
-		case r.failure != nil && r.failure.Reason == containerd.StartError:
-			delete(d.onCtrd, r.instanceID) // the plugin removed it
-			r.err = errors.New(r.failure.Message)
-		case r.failure != nil:
-			delete(d.onCtrd, r.instanceID)
-			d.log.Warn("container could not be created", "instance", r.instanceID, "reason", r.failure.Reason, "err", r.failure.Message)
-			d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, r.failure.Reason, r.failure.Message, d.now()))
-			return
-		default:
-			d.onCtrd[r.instanceID] = r.stopSignal
-			if r.imageRef != "" {
-				d.imageRefs[r.instanceID] = r.imageRef
-			}
+	var create *runtime.CreateError
+	switch {
+	case r.Err == nil:
+		d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.At))
+	case errors.As(r.Err, &create):
+		if r.Leftover {
+			d.removeAfterSave(r.rt, r.instanceID)
 		}
-	} else if r.failure != nil {
-		// Refused before any runtime was asked (configuration).
-		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, r.failure.Reason, r.failure.Message, d.now()))
-		return
-	}
-	if r.err != nil {
-		d.log.Warn("container failed to start", "instance", r.instanceID, "err", r.err)
+		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", create.Reason, "err", create.Message)
+		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, create.Reason, create.Message, d.now()))
+	default:
+		d.log.Warn("container failed to start", "instance", r.instanceID, "err", r.Err)
 		now := d.now()
 		d.execute(d.machine.Exited(r.pod, r.container, lifecycle.Termination{
-			InstanceID: r.instanceID, ExitCode: 128, Reason: "StartError", Message: r.err.Error(),
+			InstanceID: r.instanceID, ExitCode: 128, Reason: "StartError", Message: r.Err.Error(),
 			StartedAt: now, FinishedAt: now}))
-		return
 	}
-	d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.at))
 }
 
-func (d *Daemon) exited(x process.Exit) {
+func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	uid, name, attempt, ok := parseInstanceID(x.InstanceID)
 	if !ok {
 		return
 	}
-	st := x.Status
-	d.withTerminationMessage(d.machine.Instance(uid), name, x.InstanceID, attempt, &st)
-	if st.Signal == 9 && st.Reason == "" && d.oomKilled(d.machine.Instance(uid), name, x.InstanceID) {
-		st.Reason = "OOMKilled"
+	d.withTerminationMessage(rt, d.machine.Instance(uid), name, attempt, &x)
+	if x.Signal == 9 && x.Reason == "" && d.oomKilled(d.machine.Instance(uid), name, x.InstanceID) {
+		x.Reason = "OOMKilled"
 	}
-	if st.Reason == "OOMKilled" {
+	if x.Reason == "OOMKilled" {
 		d.oomJudged(d.machine.Instance(uid))
 	}
-	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", st.ExitCode, "reason", st.Reason)
+	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", x.ExitCode, "reason", x.Reason)
 	d.endHooks(x.InstanceID)
-	d.execute(d.machine.Exited(uid, name, termination(x.InstanceID, st)))
-	if d.onContainerd(x.InstanceID) {
-		d.removeCtrd(x.InstanceID)
+	d.execute(d.machine.Exited(uid, name, x))
+	if _, keeps := rt.(runtime.History); !keeps {
+		d.removeAfterSave(rt, x.InstanceID)
 	} else if d.machine.Instance(uid) == nil {
-		d.rt.Remove(x.InstanceID) // an orphan from a pod no record knows
+		rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
 	d.gcDevice()
 }
@@ -254,11 +225,6 @@ func (d *Daemon) hookDone(r hookResult) {
 	d.execute(d.machine.HookDone(r.pod, r.container, r.instanceID, r.hook, r.err, d.now()))
 }
 
-func termination(id string, st shim.ExitStatus) lifecycle.Termination {
-	return lifecycle.Termination{InstanceID: id, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
-		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
-}
-
 // logPath is where a container instance logs, as the kubelet lays out
 // /var/log/pods: one directory per pod, one per container, one file per
 // attempt.
@@ -270,15 +236,31 @@ func (d *Daemon) podLogDir(pod *v1.Pod) string {
 	return filepath.Join(d.cfg.DataDir, "logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 }
 
+// kept lists the instances the runtimes keep whose IDs start with
+// prefix, with the runtime that keeps each.
+func (d *Daemon) kept(prefix string) ([]runtime.Kept, map[string]runtime.Runtime) {
+	var all []runtime.Kept
+	owner := map[string]runtime.Runtime{}
+	for _, rt := range d.runtimes.All() {
+		if h, ok := rt.(runtime.History); ok {
+			for _, k := range h.Kept(prefix) {
+				all = append(all, k)
+				owner[k.InstanceID] = rt
+			}
+		}
+	}
+	return all, owner
+}
+
 // gcContainer keeps the instance directories and logs of the attempt about
 // to start and of the MaxDeadPerContainer attempts before it.
 func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
 	keepFrom := attempt - d.cfg.MaxDeadPerContainer
-	dirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", fmt.Sprintf("%s_%s_*", pod.UID, container)))
-	for _, dir := range dirs {
-		if _, _, n, ok := parseInstanceID(filepath.Base(dir)); ok && n < keepFrom {
-			if err := d.rt.Remove(filepath.Base(dir)); err != nil {
-				d.log.Warn("removing old instance", "dir", dir, "err", err)
+	kept, owner := d.kept(fmt.Sprintf("%s_%s_", pod.UID, container))
+	for _, k := range kept {
+		if _, _, n, ok := parseInstanceID(k.InstanceID); ok && n < keepFrom {
+			if err := owner[k.InstanceID].Remove(k.InstanceID); err != nil {
+				d.log.Warn("removing old instance", "instance", k.InstanceID, "err", err)
 			}
 		}
 	}
@@ -299,31 +281,26 @@ func (d *Daemon) gcDevice() {
 	if d.cfg.MaxDeadContainers <= 0 {
 		return
 	}
-	type dead struct {
-		id       string
-		finished int64
+	kept, owner := d.kept("")
+	var all []runtime.Kept
+	for _, k := range kept {
+		if !k.Finished.IsZero() {
+			all = append(all, k)
+		}
 	}
-	var all []dead
-	exits, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", "*", shim.ExitFile))
-	if len(exits) <= d.cfg.MaxDeadContainers {
+	if len(all) <= d.cfg.MaxDeadContainers {
 		return
 	}
 	newest := map[string]string{} // uid_container -> instance with the highest attempt
-	for _, e := range exits {
-		id := filepath.Base(filepath.Dir(e))
-		st, err := os.Stat(e)
-		if err != nil {
-			continue
-		}
-		all = append(all, dead{id, st.ModTime().UnixNano()})
-		if uid, name, n, ok := parseInstanceID(id); ok {
+	for _, k := range all {
+		if uid, name, n, ok := parseInstanceID(k.InstanceID); ok {
 			key := string(uid) + "_" + name
 			if _, _, m, _ := parseInstanceID(newest[key]); newest[key] == "" || n > m {
-				newest[key] = id
+				newest[key] = k.InstanceID
 			}
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].finished < all[j].finished })
+	sort.Slice(all, func(i, j int) bool { return all[i].Finished.Before(all[j].Finished) })
 	keep := map[string]bool{}
 	for _, id := range newest {
 		keep[id] = true
@@ -333,11 +310,11 @@ func (d *Daemon) gcDevice() {
 		if excess <= 0 {
 			break
 		}
-		if keep[x.id] {
+		if keep[x.InstanceID] {
 			continue
 		}
-		uid, name, n, _ := parseInstanceID(x.id)
-		if err := d.rt.Remove(x.id); err == nil {
+		uid, name, n, _ := parseInstanceID(x.InstanceID)
+		if err := owner[x.InstanceID].Remove(x.InstanceID); err == nil {
 			excess--
 			if in := d.machine.Instance(uid); in != nil {
 				os.Remove(d.logPath(in.Pod, name, n))
@@ -349,13 +326,8 @@ func (d *Daemon) gcDevice() {
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
 	d.removeCgroups(uid)
-	d.removeSandbox(uid)
-	dirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "containers", string(uid)+"_*"))
-	for _, dir := range dirs {
-		if err := d.rt.Remove(filepath.Base(dir)); err != nil {
-			d.log.Warn("removing instance", "dir", dir, "err", err)
-		}
-	}
+	d.forgetPod(uid)
+	d.removePodDir(uid)
 	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
 	for _, dir := range logDirs {
 		os.RemoveAll(dir)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -14,8 +13,7 @@ import (
 	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/resources"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // capSysResource is the capability needed to lower oom_score_adj.
@@ -42,6 +40,7 @@ func (d *Daemon) setupCgroups() error {
 	if !hasCapability(capSysResource) && os.Geteuid() == 0 {
 		d.log.Warn("without CAP_SYS_RESOURCE, negative oom_score_adj (Guaranteed pods: -997) cannot be set; those containers keep the daemon's score")
 	}
+	d.cgroups.Mount = d.cfg.CgroupMount
 	if d.cfg.CgroupRoot == "" {
 		d.log.Warn("running without cgroups: resource limits are not enforced")
 		return nil
@@ -49,11 +48,11 @@ func (d *Daemon) setupCgroups() error {
 	if d.cfg.CgroupDriver == "systemd" {
 		return d.setupSystemdCgroups()
 	}
-	d.layout = cgroups.Layout{Root: d.cfg.CgroupRoot}
-	d.shimCg = path.Join(d.cfg.CgroupRoot, "shims")
+	d.cgroups.Layout = cgroups.Layout{Root: d.cfg.CgroupRoot}
+	d.cgroups.Shims = path.Join(d.cfg.CgroupRoot, "shims")
 	drv, err := cgroups.Detect(d.cfg.CgroupMount)
 	if err == nil {
-		for _, p := range append(d.layout.Tiers(), d.shimCg) {
+		for _, p := range append(d.cgroups.Layout.Tiers(), d.cgroups.Shims) {
 			if err = drv.Ensure(p, resources.Limits{}); err != nil {
 				break
 			}
@@ -68,7 +67,7 @@ func (d *Daemon) setupCgroups() error {
 		}
 		return fmt.Errorf("cgroups: %w (set cgroups.root to \"\" to run without them)", err)
 	}
-	d.cg = drv
+	d.cgroups.Driver = drv
 	d.log.Info("cgroups ready", "version", drv.Version(), "root", d.cfg.CgroupRoot)
 	return nil
 }
@@ -80,85 +79,65 @@ func (d *Daemon) setupSystemdCgroups() error {
 	if err != nil {
 		return fmt.Errorf("cgroups: %w", err)
 	}
-	if d.shimCg, err = drv.ShimCgroup(); err != nil {
+	if d.cgroups.Shims, err = drv.ShimCgroup(); err != nil {
 		drv.Close()
 		return fmt.Errorf("cgroups: %w", err)
 	}
-	d.layout = cgroups.Layout{Root: d.cfg.CgroupRoot, Systemd: true}
-	for _, p := range d.layout.Tiers() {
+	d.cgroups.Layout = cgroups.Layout{Root: d.cfg.CgroupRoot, Systemd: true}
+	for _, p := range d.cgroups.Layout.Tiers() {
 		if err := drv.Ensure(p, resources.Limits{}); err != nil {
 			drv.Close()
 			return fmt.Errorf("cgroups: %w", err)
 		}
 	}
-	d.cg = drv
-	d.log.Info("cgroups ready", "version", drv.Version(), "driver", "systemd", "root", d.layout.Tiers()[0], "shims", d.shimCg)
+	d.cgroups.Driver = drv
+	d.log.Info("cgroups ready", "version", drv.Version(), "driver", "systemd", "root", d.cgroups.Layout.Tiers()[0], "shims", d.cgroups.Shims)
 	return nil
 }
 
 func (d *Daemon) podCgroup(pod *v1.Pod) string {
-	return d.layout.Pod(lifecycle.QOSClass(pod), pod.UID)
+	return d.cgroups.Layout.Pod(lifecycle.QOSClass(pod), pod.UID)
 }
 
 func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
-	return d.layout.Container(d.podCgroup(pod), pod.UID, container)
+	return d.cgroups.Layout.Container(d.podCgroup(pod), pod.UID, container)
 }
 
-// instanceCgroup is the cgroup of one container instance. A process
-// container keeps its cgroup across restarts (its shim places each start);
-// a containerd container gets one per instance, named by its containerd
-// ID as the kubelet names them, so a restart need not wait for the last
-// instance's removal.
+// instanceCgroup is the cgroup of one container instance, as its runtime
+// places it.
 func (d *Daemon) instanceCgroup(pod *v1.Pod, container, instanceID string) string {
-	if isProcessPod(pod) || instanceID == "" {
-		return d.containerCgroup(pod, container)
+	if rt := d.runtimeOf(pod); rt != nil {
+		return rt.InstanceCgroup(pod, container, instanceID)
 	}
-	cg, _ := d.layout.Runc(d.podCgroup(pod), containerd.ContainerID(instanceID))
-	return cg
+	return d.containerCgroup(pod, container)
 }
 
-// placeContainer creates the pod's (once per instance) and the
-// container's cgroups with the kubelet's limits and tells the shim where
-// the container goes. The container's OOM-kill counter is noted, so an
-// exit is judged by the kills since this start. With the systemd driver
-// the container's scope can only be made from the shim's pid: the
-// returned func, given to the runtime, does that.
-func (d *Daemon) placeContainer(pod *v1.Pod, c *v1.Container, s *shim.Spec) (place func(shimPid int) error, err error) {
-	score := resources.OOMScoreAdj(pod, c, d.memory)
-	s.OOMScoreAdj = &score
-	if d.cg == nil {
-		return nil, nil
+// instanceCgroupFor creates the pod's cgroup (once per instance) with the
+// kubelet's limits and returns the cgroup rt puts a container instance
+// in. The container's OOM-kill counter is noted, so an exit is judged by
+// the kills since this start.
+func (d *Daemon) instanceCgroupFor(rt runtime.Runtime, pod *v1.Pod, container, instanceID string) (string, error) {
+	drv := d.cgroups.Driver
+	if drv == nil {
+		return "", nil
 	}
 	if !d.podCgroups[pod.UID] {
-		if err := d.cg.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
-			return nil, err
+		if err := drv.Ensure(d.podCgroup(pod), resources.PodLimits(pod, 0)); err != nil {
+			return "", err
 		}
 		d.podCgroups[pod.UID] = true
 	}
-	path, limits := d.containerCgroup(pod, c.Name), resources.ContainerLimits(c)
-	d.oomBase[path], _ = d.cg.OOMKills(d.oomCounter(pod, path))
-	if placer, ok := d.cg.(cgroups.Placer); ok {
-		s.Cgroup = shim.Cgroup{Await: true, Return: []string{filepath.Join(d.cfg.CgroupMount, d.shimCg, "cgroup.procs")},
-			OOMEvents: filepath.Join(d.cfg.CgroupMount, path, "memory.events")}
-		return func(pid int) error { return placer.Place(path, limits, pid) }, nil
-	}
-	if err := d.cg.Ensure(path, limits); err != nil {
-		return nil, err
-	}
-	p := d.cg.Placement(path)
-	s.Cgroup = shim.Cgroup{Dir: p.Dir, Procs: p.Procs}
-	if len(p.Procs) > 0 {
-		s.Cgroup.Return = d.cg.Placement(d.shimCg).Procs
-	}
-	return nil, nil
+	path := rt.InstanceCgroup(pod, container, instanceID)
+	d.oomBase[path], _ = drv.OOMKills(d.oomCounter(pod, path))
+	return path, nil
 }
 
 // killCgroup kills every process of a container, wherever it forked to.
 func (d *Daemon) killCgroup(in *lifecycle.Instance, container, instanceID string) {
-	if d.cg == nil || in == nil {
+	if d.cgroups.Driver == nil || in == nil {
 		return
 	}
-	if err := d.cg.Kill(d.instanceCgroup(in.Pod, container, instanceID)); err != nil {
+	if err := d.cgroups.Driver.Kill(d.instanceCgroup(in.Pod, container, instanceID)); err != nil {
 		d.log.Warn("cgroup kill", "pod", in.Key(), "container", container, "err", err)
 	}
 }
@@ -166,11 +145,11 @@ func (d *Daemon) killCgroup(in *lifecycle.Instance, container, instanceID string
 // oomKilled reports whether the kernel OOM-killed in the container's
 // cgroup since it started.
 func (d *Daemon) oomKilled(in *lifecycle.Instance, container, instanceID string) bool {
-	if d.cg == nil || in == nil {
+	if d.cgroups.Driver == nil || in == nil {
 		return false
 	}
 	path := d.instanceCgroup(in.Pod, container, instanceID)
-	n, err := d.cg.OOMKills(d.oomCounter(in.Pod, path))
+	n, err := d.cgroups.Driver.OOMKills(d.oomCounter(in.Pod, path))
 	return err == nil && n > d.oomBase[path]
 }
 
@@ -189,7 +168,7 @@ func (d *Daemon) oomCounter(pod *v1.Pod, path string) string {
 
 // podCountsOOM: containers are judged by their pod's OOM-kill counter.
 func (d *Daemon) podCountsOOM() bool {
-	_, scopes := d.cg.(cgroups.Placer)
+	_, scopes := d.cgroups.Driver.(cgroups.Placer)
 	return scopes
 }
 
@@ -197,11 +176,11 @@ func (d *Daemon) podCountsOOM() bool {
 // OOMKilled: with a counter shared by the pod (systemd), the next of its
 // containers to die of SIGKILL is not taken for a victim of the same kill.
 func (d *Daemon) oomJudged(in *lifecycle.Instance) {
-	if d.cg == nil || in == nil || !d.podCountsOOM() {
+	if d.cgroups.Driver == nil || in == nil || !d.podCountsOOM() {
 		return // each container has its own counter
 	}
 	pod := d.podCgroup(in.Pod)
-	n, err := d.cg.OOMKills(pod)
+	n, err := d.cgroups.Driver.OOMKills(pod)
 	if err != nil {
 		return
 	}
@@ -215,11 +194,11 @@ func (d *Daemon) oomJudged(in *lifecycle.Instance) {
 // removeCgroups deletes a pod's cgroups, containers first, wherever its
 // QoS class put them.
 func (d *Daemon) removeCgroups(uid types.UID) {
-	if d.cg == nil {
+	if d.cgroups.Driver == nil {
 		return
 	}
 	delete(d.podCgroups, uid)
-	pods := d.layout.Pods(uid)
+	pods := d.cgroups.Layout.Pods(uid)
 	for path := range d.oomBase {
 		for _, p := range pods {
 			if strings.HasPrefix(path, p+"/") {
@@ -228,7 +207,7 @@ func (d *Daemon) removeCgroups(uid types.UID) {
 		}
 	}
 	for _, p := range pods {
-		if err := d.cg.Remove(p); err != nil {
+		if err := d.cgroups.Driver.Remove(p); err != nil {
 			d.log.Warn("removing pod cgroup", "cgroup", p, "err", err)
 		}
 	}

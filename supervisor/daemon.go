@@ -13,22 +13,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
 
@@ -88,9 +86,8 @@ type Daemon struct {
 	log     *slog.Logger
 	machine *lifecycle.Machine
 	store   *state.Store
-	rt      *process.Runtime
 	dir     *manifest.Dir
-	node    process.PodEnv
+	node    runtime.PodEnv
 	now     func() time.Time
 	lock    *os.File // the data directory's instance lock
 
@@ -110,9 +107,7 @@ type Daemon struct {
 	stoppingAll bool
 	view        *view
 	views       map[types.UID]cachedView // PodView cache, loop-owned
-	cg          cgroups.Driver           // nil without cgroups
-	layout      cgroups.Layout
-	shimCg      string // the cgroup shims live in
+	cgroups     runtime.Cgroups          // Driver nil without cgroups
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
@@ -126,19 +121,16 @@ type Daemon struct {
 	evict    *evictor
 	draining *drain
 	memory   int64 // the device's memory, for OOM scores
-	// ctrd runs containerd pods (nil: not configured). onCtrd holds the
-	// instances on containerd with their image's stop signal;
-	// ctrdRemovals the finished ones to remove once their end is saved.
-	ctrd         *containerd.Client
-	onCtrd       map[string]string
-	imageRefs    map[string]string // containerd instance → imageID, for statuses
-	ctrdRemovals []string
-	ctrdRetry    chan struct{} // recoverContainerd again
-	// podNets are pods' network attachments being made; podIPs the
-	// addresses of those attached.
-	podNets      map[types.UID]*podNetwork
-	podIPs       map[types.UID][]string
-	pruning      atomic.Bool // an image garbage collection runs
+	// runtimes run the pods by runtimeClassName; exits and reconnected
+	// gather theirs for the loop, recoverRetry asks for a recovery again;
+	// removals are finished instances to remove once their end is saved.
+	runtimes     *runtime.Registry
+	exits        chan runtimeExit
+	reconnected  chan runtime.Runtime
+	recoverRetry chan runtime.Runtime
+	removals     []removal
+	// images is the runtime that keeps images (nil: none).
+	images       imageStore
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
@@ -148,14 +140,8 @@ type startResult struct {
 	pod        types.UID
 	container  string
 	instanceID string
-	at         time.Time
-	err        error
-	// failure: a containerd container that could not be created or
-	// started; stopSignal: its image's STOPSIGNAL.
-	failure    *containerd.Failure
-	stopSignal string
-	imageRef   string      // the CRI's imageID of a started containerd container
-	network    *podNetwork // the pod's network, if this start made or waited for it
+	rt         runtime.Runtime
+	runtime.Started
 }
 
 // New prepares a daemon; Run starts it.
@@ -163,26 +149,24 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
 	return &Daemon{
-		cfg:        cfg,
-		log:        log,
-		machine:    lifecycle.NewMachine(cfg.Lifecycle),
-		now:        time.Now,
-		started:    make(chan startResult, 64),
-		hooks:      make(chan hookResult, 64),
-		requests:   make(chan request),
-		stopped:    make(chan struct{}),
-		node:       process.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:       newView(),
-		views:      map[types.UID]cachedView{},
-		podCgroups: map[types.UID]bool{},
-		pressure:   map[v1.NodeConditionType]bool{},
-		oomBase:    map[string]uint64{},
-		onCtrd:     map[string]string{},
-		imageRefs:  map[string]string{},
-		ctrdRetry:  make(chan struct{}, 1),
-		podNets:    map[types.UID]*podNetwork{},
-		podIPs:     map[types.UID][]string{},
-		newImages:  make(chan time.Time, 1),
+		cfg:          cfg,
+		log:          log,
+		machine:      lifecycle.NewMachine(cfg.Lifecycle),
+		now:          time.Now,
+		started:      make(chan startResult, 64),
+		hooks:        make(chan hookResult, 64),
+		requests:     make(chan request),
+		stopped:      make(chan struct{}),
+		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		view:         newView(),
+		views:        map[types.UID]cachedView{},
+		podCgroups:   map[types.UID]bool{},
+		pressure:     map[v1.NodeConditionType]bool{},
+		oomBase:      map[string]uint64{},
+		exits:        make(chan runtimeExit, 256),
+		reconnected:  make(chan runtime.Runtime),
+		recoverRetry: make(chan runtime.Runtime, 1),
+		newImages:    make(chan time.Time, 1),
 	}
 }
 
@@ -196,10 +180,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.unlockDataDir()
 	defer d.store.Close()
 	tightenStateFiles(filepath.Join(d.cfg.DataDir, "state.db"), d.log)
-	var err error
-	if d.rt, err = process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.log); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
 	}
@@ -213,12 +193,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
 	}
-	if err := d.setupContainerd(ctx.Done()); err != nil {
+	// Exits are forwarded until Run returns: StopPodsOnExit waits for
+	// them after ctx ends.
+	forwarding := make(chan struct{})
+	defer close(forwarding)
+	closeRuntimes, err := d.setupRuntimes(ctx.Done(), forwarding)
+	if err != nil {
 		return err
 	}
-	if d.ctrd != nil {
-		defer d.ctrd.Close()
-	}
+	defer closeRuntimes()
 	d.machine.SetAdmitter(d.admitter())
 	if err := d.setupEviction(ctx); err != nil {
 		return err
@@ -291,7 +274,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			persistPending = true
 		}
 		if !persistPending {
-			d.flushCtrdRemovals()
+			d.flushRemovals()
 		}
 		resetTimer(wake, d.machine.NextWake(), d.now())
 		select {
@@ -299,20 +282,18 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			return
 		case st := <-manifests:
 			d.setManifests(st)
-		case x := <-d.rt.Exits():
-			d.exited(x)
-		case x := <-d.ctrdExits():
-			d.exited(x)
-		case <-d.ctrdRetry:
-			d.recoverContainerd()
-		case <-d.ctrdConnected():
-			d.recoverContainerd()
-			select {
+		case x := <-d.exits:
+			d.exited(x.rt, x.exit)
+		case rt := <-d.recoverRetry:
+			d.recoverRuntime(rt)
+		case rt := <-d.reconnected:
+			d.recoverRuntime(rt)
+			select { // what failed to import while it was away
 			case d.rescanImages <- struct{}{}:
 			default:
 			}
 		case at := <-d.newImages:
-			d.machine.RetryWaiting(at, d.now(), containerd.ErrImagePull, containerd.ErrImageNeverPull)
+			d.machine.RetryWaiting(at, d.now(), containerd.ImagesArrived()...)
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:
@@ -352,7 +333,7 @@ func (d *Daemon) step() {
 	for _, a := range acts {
 		if a.Kind == lifecycle.Start {
 			d.persist()
-			d.flushCtrdRemovals()
+			d.flushRemovals()
 			break
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/resources"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // EvictionConfig holds the kubelet-style eviction settings.
@@ -68,10 +67,10 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 	// A 2 s window: without CAP_SYS_RESOURCE (dropped in some sandboxes
 	// even for root) kernels accept only multiples of 2 s.
 	psi := []string{"/proc/pressure/memory"}
-	if d.cg != nil && d.cg.Version() == 2 {
+	if d.cgroups.Driver != nil && d.cgroups.Driver.Version() == 2 {
 		// The pods' own pressure and memory events: pods stalling on
 		// memory, hitting a limit or OOM-killed are looked at at once.
-		pods := filepath.Join(d.cfg.CgroupMount, d.layout.Tiers()[0])
+		pods := filepath.Join(d.cfg.CgroupMount, d.cgroups.Layout.Tiers()[0])
 		psi = append(psi, filepath.Join(pods, "memory.pressure"))
 		if err := e.notifier.Modified(ctx, filepath.Join(pods, "memory.events")); err != nil {
 			d.log.Warn("no memory.events notification for the pods' cgroup", "err", err)
@@ -132,7 +131,7 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 		d.log.Info("disk pressure: reclaiming finished containers, rotated logs and unused images first")
 		d.gcDevice()
 		d.removeRotatedLogs()
-		d.pruneImages(containerd.PruneArgs{All: true, MinAge: d.cfg.Containerd.ImageGC.MinimumAge})
+		d.pruneImages()
 		e.reclaimed = true
 		return
 	}
@@ -162,8 +161,8 @@ func (d *Daemon) podStats() []eviction.PodStats {
 		if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
 			ps.GracePeriod = time.Duration(*g) * time.Second
 		}
-		if d.cg != nil {
-			if s, err := d.cg.Stats(d.podCgroup(p)); err == nil {
+		if d.cgroups.Driver != nil {
+			if s, err := d.cgroups.Driver.Stats(d.podCgroup(p)); err == nil {
 				ps.MemoryUsage, ps.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // The kubelet's /etc/hosts headers (kubelet_pods.go): a tool that reads
@@ -23,8 +25,8 @@ const (
 const etcHosts = "/etc/hosts"
 
 // podIPPlaceholder stands for the pod's address in its hosts file until
-// the pod network gives it one (see ensure).
-const podIPPlaceholder = "127.0.1.1"
+// the pod network gives it one.
+const podIPPlaceholder = runtime.PodIPPlaceholder
 
 // managedHostsFile is a pod's /etc/hosts as the kubelet writes it
 // (managedHostsFileContent): localhost entries, one line per pod IP with

@@ -17,30 +17,35 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/eviction"
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
-// errNoContainerd answers image requests on a device without containerd.
-var errNoContainerd = errors.New("containerd is not configured on this device (containerd.address)")
+// imageStore is a runtime that keeps images (containerd).
+type imageStore interface {
+	Images() ([]containerd.Image, error)
+	Import(path string) ([]string, error)
+	RemoveImage(name string) error
+	// PruneImages removes unused images in the background.
+	PruneImages(containerd.PruneArgs)
+	ImageGC() containerd.ImageGC
+}
 
-// runtimeClient returns the containerd client once the daemon runs: API
-// requests can arrive while it is still starting.
-func (d *Daemon) runtimeClient() (*containerd.Client, error) {
-	var c *containerd.Client
-	if err := d.do(func() error { c = d.ctrd; return nil }); err != nil {
+// imageRuntime returns the runtime that keeps images once the daemon
+// runs: API requests can arrive while it is still starting.
+func (d *Daemon) imageRuntime() (imageStore, error) {
+	var is imageStore
+	if err := d.do(func() error { is = d.images; return nil }); err != nil {
 		return nil, err
 	}
-	if c == nil {
-		return nil, errNoContainerd
+	if is == nil {
+		return nil, containerd.ErrNotConfigured
 	}
-	return c, nil
+	return is, nil
 }
 
 // Images implements api.Backend.
 func (d *Daemon) Images() (api.ImageList, error) {
-	c, err := d.runtimeClient()
+	c, err := d.imageRuntime()
 	if err != nil {
 		return api.ImageList{}, err
 	}
@@ -57,7 +62,7 @@ func (d *Daemon) ImportImage(path string) ([]string, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("import: %q is not an absolute path on the device", path)
 	}
-	c, err := d.runtimeClient()
+	c, err := d.imageRuntime()
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +76,7 @@ func (d *Daemon) ImportImage(path string) ([]string, error) {
 
 // RemoveImage implements api.Backend.
 func (d *Daemon) RemoveImage(name string) error {
-	c, err := d.runtimeClient()
+	c, err := d.imageRuntime()
 	if err != nil {
 		return err
 	}
@@ -98,10 +103,10 @@ func (d *Daemon) imagesChanged() {
 // setupSideload starts importing the archives dropped into
 // <data-dir>/images.
 func (d *Daemon) setupSideload(ctx context.Context) {
-	if d.ctrd == nil {
+	if d.images == nil {
 		return
 	}
-	d.sideload = &sideloader{dir: filepath.Join(d.cfg.DataDir, "images"), importFile: d.ctrd.Import,
+	d.sideload = &sideloader{dir: filepath.Join(d.cfg.DataDir, "images"), importFile: d.images.Import,
 		done: d.imagesChanged, log: d.log, settle: 500 * time.Millisecond}
 	d.rescanImages = make(chan struct{}, 1)
 	go func() {
@@ -109,47 +114,6 @@ func (d *Daemon) setupSideload(ctx context.Context) {
 			d.log.Error("image side-loading stopped", "dir", d.sideload.dir, "err", err)
 		}
 	}()
-}
-
-// ExecTarget implements api.Backend: how the CLI runs a command in a
-// running container (the pod's first container by default, as kubectl).
-func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, error) {
-	var t api.ExecTarget
-	err := d.do(func() error {
-		in := d.current(namespace, name)
-		if in == nil {
-			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
-		}
-		if container == "" {
-			container = in.Pod.Spec.Containers[0].Name
-		}
-		c := in.Container(container)
-		if c == nil {
-			return fmt.Errorf("container %q not found in pod %q", container, name)
-		}
-		if c.Phase != lifecycle.Running {
-			return fmt.Errorf("container %q in pod %q is not running", container, name)
-		}
-		if d.onContainerd(c.InstanceID) {
-			t = api.ExecTarget{Runtime: "containerd", Plugin: d.cfg.Containerd.Plugin[0],
-				Address: d.cfg.Containerd.Address, ContainerID: containerd.ContainerID(c.InstanceID)}
-			return nil
-		}
-		s, err := process.BuildSpec(in.Pod, in.Spec(container), d.node)
-		if err != nil {
-			return err
-		}
-		t = api.ExecTarget{Runtime: "process", Env: s.Env, Dir: s.Dir, UID: s.UID, GID: s.GID}
-		if d.cg != nil {
-			p := d.cg.Placement(d.instanceCgroup(in.Pod, container, c.InstanceID))
-			t.CgroupProcs = p.Procs
-			if p.Dir != "" {
-				t.CgroupProcs = []string{filepath.Join(p.Dir, "cgroup.procs")}
-			}
-		}
-		return nil
-	})
-	return t, err
 }
 
 // sideloader imports the image archives dropped into <data-dir>/images,
@@ -327,29 +291,18 @@ func (s *sideloader) save() {
 // minutes).
 func (d *Daemon) collectImages(obs map[eviction.Signal]eviction.Observation) {
 	fs, ok := obs[eviction.ImageFsAvailable]
-	if d.ctrd == nil || !ok {
+	if d.images == nil || !ok {
 		return
 	}
-	gc := d.cfg.Containerd.ImageGC
+	gc := d.images.ImageGC()
 	if bytes := eviction.ImageGCBytes(fs, gc.HighThresholdPercent, gc.LowThresholdPercent); bytes > 0 {
-		d.pruneImages(containerd.PruneArgs{Bytes: bytes, MinAge: gc.MinimumAge})
+		d.images.PruneImages(containerd.PruneArgs{Bytes: bytes, MinAge: gc.MinimumAge})
 	}
 }
 
-// pruneImages removes unused images in the background, one pass at a time.
-func (d *Daemon) pruneImages(a containerd.PruneArgs) {
-	if d.ctrd == nil || !d.pruning.CompareAndSwap(false, true) {
-		return
+// pruneImages removes every unused image old enough, under disk pressure.
+func (d *Daemon) pruneImages() {
+	if d.images != nil {
+		d.images.PruneImages(containerd.PruneArgs{All: true, MinAge: d.images.ImageGC().MinimumAge})
 	}
-	go func() {
-		defer d.pruning.Store(false)
-		r, err := d.ctrd.PruneImages(a)
-		if err != nil {
-			d.log.Warn("image garbage collection", "err", err)
-			return
-		}
-		if len(r.Removed) > 0 {
-			d.log.Info("removed unused images", "images", strings.Join(r.Removed, ", "), "freed", r.Freed)
-		}
-	}()
 }

@@ -3,17 +3,17 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
+
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // restore rebuilds the core's records after a daemon start: pod instances
@@ -40,73 +40,23 @@ func (d *Daemon) restore() error {
 		d.machine.Restore(in, now)
 	}
 	rebooted := d.bootChanged()
-	recs, err := d.rt.Recover()
-	if err != nil {
-		return err
-	}
-	found := map[string]bool{}
 	unrecorded := map[types.UID]*lostPod{}
-	for _, r := range recs {
-		id := r.Spec.InstanceID
-		uid, name := types.UID(r.Spec.PodUID), r.Spec.Container
-		found[id] = true
-		in := d.machine.Instance(uid)
-		if in == nil {
-			f := lifecycle.Found{Container: name, InstanceID: id, Attempt: r.Spec.Attempt, Alive: r.Alive, StartedAt: r.StartedAt}
-			if r.Exit != nil {
-				t := termination(id, *r.Exit)
-				f.Exit = &t
-			}
-			addLost(unrecorded, uid, r.Spec.PodNamespace, r.Spec.PodName, f, true)
-			continue
-		}
-		if in.Container(name) == nil {
-			if r.Alive {
-				// Its pod's record does not know the container: it must
-				// be gone before its pod can start afresh, so it becomes
-				// an instance of its own that is being killed: that
-				// blocks the pod's name until its processes are gone.
-				d.log.Warn("killing an instance no record knows", "instance", id)
-				d.machine.RestoreOrphan(uid, r.Spec.PodNamespace, r.Spec.PodName, name, id, r.Spec.Attempt, now)
-				// The orphan is the process runtime's: without the class
-				// it passed for a containerd pod, and a daemon restarted
-				// after its processes went (kill -9 twice in a row) never
-				// saw it gone: Terminating forever, its pod's name blocked.
-				if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
-					class := manifest.ProcessRuntimeClass
-					o.Pod.Spec.RuntimeClassName = &class
-				}
-			} else {
-				d.rt.Remove(id)
+	for _, class := range d.runtimes.Classes() {
+		rt := d.runtimes.Named(class)
+		if _, later := rt.(runtime.Reconnecting); later {
+			// Reconciled when it answers; listed now only to rebuild
+			// lost records, before the first reconciliation.
+			if lost {
+				d.listLost(class, rt, unrecorded)
 			}
 			continue
 		}
-		d.machine.SawAttempt(uid, name, r.Spec.Attempt)
-		c := in.Container(name)
-		switch {
-		case r.Alive && r.Spec.Attempt >= c.Attempt:
-			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
-			d.execute(d.machine.Adopted(uid, name, id, r.Spec.Attempt, r.StartedAt))
-		case r.Alive:
-			d.log.Warn("stopping a superseded instance", "instance", id)
-			d.rt.Kill(id)
-		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting):
-			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
-			d.execute(d.machine.Exited(uid, name, termination(id, *r.Exit)))
+		if err := d.restoreFrom(class, rt, unrecorded, now); err != nil {
+			return err
 		}
-	}
-	if lost {
-		d.listLostContainerd(unrecorded)
 	}
 	d.rebuild(unrecorded, lost, now)
-	d.restoreNetworks()
 	for _, in := range d.machine.Instances() {
-		// containerd's containers are reconciled when it answers.
-		for _, c := range in.AllContainers() {
-			if isProcessPod(in.Pod) && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
-				d.execute(d.machine.Exited(in.UID(), c.Name, termination(c.InstanceID, shim.Unlocated(now))))
-			}
-		}
 		if rebooted {
 			d.machine.SandboxLost(in.UID()) // the pod restarts: init containers run again
 		}
@@ -118,11 +68,84 @@ func (d *Daemon) restore() error {
 	return nil
 }
 
+// restoreFrom reconciles the instances a runtime holds at start with the
+// records: live ones are adopted, superseded ones killed, those that
+// ended meanwhile report their recorded exit, and records of this
+// runtime's pods whose instance left no trace end as
+// ContainerStatusUnknown.
+func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[types.UID]*lostPod, now time.Time) error {
+	recs, err := rt.Recover()
+	if err != nil {
+		return err
+	}
+	found := map[string]bool{}
+	for _, r := range recs {
+		id, uid, name := r.InstanceID, r.PodUID, r.Container
+		found[id] = true
+		in := d.machine.Instance(uid)
+		if in == nil {
+			addLost(unrecorded, uid, r.PodNamespace, r.PodName, foundOf(r), class)
+			continue
+		}
+		if in.Container(name) == nil {
+			if r.Alive {
+				// Its pod's record does not know the container: it must
+				// be gone before its pod can start afresh, so it becomes
+				// an instance of its own that is being killed: that
+				// blocks the pod's name until its processes are gone.
+				d.log.Warn("killing an instance no record knows", "instance", id)
+				d.machine.RestoreOrphan(uid, r.PodNamespace, r.PodName, name, id, r.Attempt, now)
+				// The orphan is this runtime's: without the class its
+				// pod passed for another runtime's, and a daemon
+				// restarted after its processes went (kill -9 twice in a
+				// row) never saw it gone: Terminating forever, its pod's
+				// name blocked.
+				if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
+					d.runtimes.Claim(o.Pod, class)
+				}
+			} else {
+				rt.Remove(id)
+			}
+			continue
+		}
+		d.machine.SawAttempt(uid, name, r.Attempt)
+		c := in.Container(name)
+		switch {
+		case r.Alive && r.Attempt >= c.Attempt:
+			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
+			d.execute(d.machine.Adopted(uid, name, id, r.Attempt, r.StartedAt))
+		case r.Alive:
+			d.log.Warn("stopping a superseded instance", "instance", id)
+			rt.Kill(id)
+		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting):
+			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
+			d.execute(d.machine.Exited(uid, name, *r.Exit))
+		}
+	}
+	for _, in := range d.machine.Instances() {
+		if d.runtimeOf(in.Pod) != rt {
+			continue
+		}
+		for _, c := range in.AllContainers() {
+			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
+				d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
+			}
+		}
+	}
+	return nil
+}
+
+// foundOf is what the core rebuilds a pod from.
+func foundOf(r runtime.Found) lifecycle.Found {
+	return lifecycle.Found{Container: r.Container, InstanceID: r.InstanceID, Attempt: r.Attempt,
+		Alive: r.Alive, StartedAt: r.StartedAt, Exit: r.Exit}
+}
+
 // bootChanged reports whether the device rebooted since the last daemon
 // run, and records the current boot.
 func (d *Daemon) bootChanged() bool {
 	path := filepath.Join(d.cfg.DataDir, "boot_id")
-	cur := shim.BootID()
+	cur := pidfd.BootID()
 	prev, err := os.ReadFile(path)
 	if err := os.WriteFile(path, []byte(cur), 0o600); err != nil {
 		d.log.Warn("recording boot id", "err", err)
@@ -134,44 +157,34 @@ func (d *Daemon) bootChanged() bool {
 type lostPod struct {
 	namespace, name string
 	found           []lifecycle.Found
-	process         bool // found in the process runtime's directories
+	class           string // the runtime class that holds it
 }
 
-func addLost(lost map[types.UID]*lostPod, uid types.UID, namespace, name string, f lifecycle.Found, process bool) {
+func addLost(lost map[types.UID]*lostPod, uid types.UID, namespace, name string, f lifecycle.Found, class string) {
 	p := lost[uid]
 	if p == nil {
-		p = &lostPod{namespace: namespace, name: name, process: process}
+		p = &lostPod{namespace: namespace, name: name, class: class}
 		lost[uid] = p
 	}
 	p.found = append(p.found, f)
 }
 
-// listLostContainerd adds what containerd holds to the pods to rebuild
-// after the records were lost, before the first reconciliation: the
-// desired pods then adopt those containers instead of starting second
-// copies, and recoverContainerd watches them when it runs.
-func (d *Daemon) listLostContainerd(lost map[types.UID]*lostPod) {
-	if d.ctrd == nil {
-		return
-	}
-	found, err := d.ctrd.List()
+// listLost adds what a runtime that reconnects holds to the pods to
+// rebuild after the records were lost, before the first reconciliation:
+// the desired pods then adopt those containers instead of starting second
+// copies, and recoverRuntime follows them when it runs.
+func (d *Daemon) listLost(class string, rt runtime.Runtime, lost map[types.UID]*lostPod) {
+	found, err := rt.Recover()
 	if err != nil {
-		d.log.Error("containerd did not answer while rebuilding lost pod records; its containers are reconciled when it does", "err", err)
+		d.log.Error("a runtime did not answer while rebuilding lost pod records; its containers are reconciled when it does",
+			"runtime", class, "err", err)
 		return
 	}
-	for _, c := range found {
-		id := c.Labels[containerd.LabelInstance]
-		attempt, err := strconv.Atoi(c.Labels[containerd.LabelAttempt])
-		if id == "" || err != nil {
+	for _, f := range found {
+		if f.InstanceID == "" {
 			continue
 		}
-		f := lifecycle.Found{Container: c.Labels[containerd.LabelContainer], InstanceID: id, Attempt: attempt,
-			Alive: c.Running, StartedAt: c.StartedAt}
-		if c.Exit != nil {
-			t := termination(id, *c.Exit)
-			f.Exit = &t
-		}
-		addLost(lost, types.UID(c.Labels[containerd.LabelPodUID]), c.Labels[containerd.LabelPodNamespace], c.Labels[containerd.LabelPodName], f, false)
+		addLost(lost, f.PodUID, f.PodNamespace, f.PodName, foundOf(f), class)
 	}
 }
 
@@ -196,15 +209,17 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 		}
 		if !alive && !lost {
 			for _, f := range p.found {
-				d.rt.Remove(f.InstanceID)
+				if rt := d.runtimes.Named(p.class); rt != nil {
+					rt.Remove(f.InstanceID)
+				}
 			}
 			continue
 		}
 		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
-			"instances", len(p.found), "running", alive, "process", p.process)
-		class := ""
-		if p.process {
-			class = manifest.ProcessRuntimeClass
+			"instances", len(p.found), "running", alive, "runtime", p.class)
+		class := p.class
+		if d.runtimes.ClassOf(&v1.Pod{}) == class {
+			class = "" // the runtime of pods that name none
 		}
 		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,7 +14,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // maxEvents is how many events each pod keeps.
@@ -79,8 +78,13 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 	p.Status.HostIP = d.node.HostIP
 	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
 	ips := []string{d.node.HostIP}
-	if !isProcessPod(p) && !p.Spec.HostNetwork {
-		ips = d.podIPs[in.UID()]
+	rt := d.runtimeOf(p)
+	switch pn, ok := rt.(runtime.PodNetworks); {
+	case p.Spec.HostNetwork:
+	case ok:
+		ips = pn.PodIPs(p)
+	case rt == nil:
+		ips = nil // no runtime here to give it an address
 	}
 	if len(ips) > 0 {
 		p.Status.PodIP = ips[0]
@@ -88,34 +92,12 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 			p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: ip})
 		}
 	}
-	if !isProcessPod(p) {
-		d.withImageIDs(p.Status.InitContainerStatuses)
-		d.withImageIDs(p.Status.ContainerStatuses)
-		containerdIDs(p.Status.InitContainerStatuses)
-		containerdIDs(p.Status.ContainerStatuses)
+	if sd, ok := rt.(runtime.StatusDecorator); ok {
+		sd.DecorateStatuses(p.Status.InitContainerStatuses)
+		sd.DecorateStatuses(p.Status.ContainerStatuses)
 	}
 	d.views[in.UID()] = cachedView{revision: in.Revision(), pod: p}
 	return p
-}
-
-// containerdIDs names containers by their containerd IDs, as kubectl shows
-// them for a CRI runtime ("containerd://…").
-func containerdIDs(statuses []v1.ContainerStatus) {
-	rename := func(id *string) {
-		if rest, ok := strings.CutPrefix(*id, lifecycle.ContainerIDPrefix); ok {
-			*id = "containerd://" + containerd.ContainerID(rest)
-		}
-	}
-	for i := range statuses {
-		cs := &statuses[i]
-		rename(&cs.ContainerID)
-		if t := cs.State.Terminated; t != nil {
-			rename(&t.ContainerID)
-		}
-		if t := cs.LastTerminationState.Terminated; t != nil {
-			rename(&t.ContainerID)
-		}
-	}
 }
 
 type cachedView struct {
@@ -310,7 +292,7 @@ func (d *Daemon) Node() (*v1.Node, error) {
 func (d *Daemon) Stats() ([]api.PodStats, error) {
 	var out []api.PodStats
 	err := d.do(func() error {
-		if d.cg == nil {
+		if d.cgroups.Driver == nil {
 			return errors.New("no stats: podvisor runs without cgroups (cgroups.root is empty)")
 		}
 		for _, in := range d.machine.Instances() {
@@ -318,14 +300,14 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 				continue
 			}
 			ps := api.PodStats{Namespace: in.Pod.Namespace, Name: in.Pod.Name, Time: d.now()}
-			if s, err := d.cg.Stats(d.podCgroup(in.Pod)); err == nil {
+			if s, err := d.cgroups.Driver.Stats(d.podCgroup(in.Pod)); err == nil {
 				ps.Usage = api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}
 			}
 			for _, c := range in.AllContainers() {
 				if c.Phase != lifecycle.Running {
 					continue
 				}
-				if s, err := d.cg.Stats(d.instanceCgroup(in.Pod, c.Name, c.InstanceID)); err == nil {
+				if s, err := d.cgroups.Driver.Stats(d.instanceCgroup(in.Pod, c.Name, c.InstanceID)); err == nil {
 					ps.Containers = append(ps.Containers, api.ContainerStats{Name: c.Name,
 						Usage: api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}})
 				}

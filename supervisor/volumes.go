@@ -13,8 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/safepath"
 )
 
@@ -115,7 +114,7 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 		if it.ResourceFieldRef != nil {
 			// A volume's item names its container (validation requires it).
 			var err error
-			if val, err = process.ResourceValue(it.ResourceFieldRef, pod, &v1.Container{}, d.node.Allocatable); err != nil {
+			if val, err = runtime.ResourceValue(it.ResourceFieldRef, pod, &v1.Container{}, d.node.Allocatable); err != nil {
 				return fmt.Errorf("item %s: %w", it.Path, err)
 			}
 		} else if it.FieldRef == nil {
@@ -129,7 +128,7 @@ func (d *Daemon) writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAP
 			val = formatMap(pod.Annotations)
 		default:
 			var err error
-			if val, err = process.FieldValue(pod, it.FieldRef.FieldPath, d.node); err != nil {
+			if val, err = runtime.FieldValue(pod, it.FieldRef.FieldPath, d.node); err != nil {
 				return fmt.Errorf("item %s: %w", it.Path, err)
 			}
 		}
@@ -162,14 +161,14 @@ func formatMap(m map[string]string) string {
 // a hostPath under security.allowedHostPaths, is resolved without links
 // and handed to the runtime as a bind of the resolved file (stageMount).
 // A subPathExpr is expanded with the container's environment env.
-func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume, env []string) ([]containerd.Mount, error) {
-	var out []containerd.Mount
+func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]podVolume, env []string) ([]runtime.Mount, error) {
+	var out []runtime.Mount
 	for i, vm := range c.VolumeMounts {
 		vol, ok := volumes[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", vm.Name)
 		}
-		subPath, err := process.SubPath(vm, c, env)
+		subPath, err := runtime.SubPath(vm, c, env)
 		if err != nil {
 			return nil, err
 		}
@@ -192,11 +191,7 @@ func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[strin
 			}
 			src = staged
 		}
-		mode := "rw"
-		if vm.ReadOnly || vol.readOnly {
-			mode = "ro"
-		}
-		out = append(out, containerd.Mount{Source: src, Destination: vm.MountPath, Type: "bind", Options: []string{mode}})
+		out = append(out, runtime.Mount{Source: src, Destination: vm.MountPath, ReadOnly: vm.ReadOnly || vol.readOnly})
 	}
 	files, err := d.podFiles(pod)
 	if err != nil {
@@ -212,12 +207,12 @@ func (d *Daemon) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[strin
 }
 
 // podFiles writes (once) and mounts the pod's hosts, hostname and shm.
-func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
+func (d *Daemon) podFiles(pod *v1.Pod) ([]runtime.Mount, error) {
 	dir := d.podDir(pod.UID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	hostname := process.PodHostname(pod)
+	hostname := runtime.PodHostname(pod)
 	if pod.Spec.HostNetwork {
 		hostname, _ = os.Hostname()
 	}
@@ -229,12 +224,12 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 	if err := os.WriteFile(hostnameFile, []byte(hostname+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	mounts := []containerd.Mount{
-		{Source: hosts, Destination: etcHosts, Type: "bind", Options: []string{"rw"}},
-		{Source: hostnameFile, Destination: "/etc/hostname", Type: "bind", Options: []string{"rw"}},
+	mounts := []runtime.Mount{
+		{Source: hosts, Destination: etcHosts},
+		{Source: hostnameFile, Destination: "/etc/hostname"},
 	}
 	if _, err := os.Stat("/etc/resolv.conf"); err == nil {
-		mounts = append(mounts, containerd.Mount{Source: "/etc/resolv.conf", Destination: "/etc/resolv.conf", Type: "bind", Options: []string{"ro"}})
+		mounts = append(mounts, runtime.Mount{Source: "/etc/resolv.conf", Destination: "/etc/resolv.conf", ReadOnly: true})
 	}
 	if !pod.Spec.HostIPC {
 		shm := filepath.Join(dir, "shm")
@@ -246,7 +241,7 @@ func (d *Daemon) podFiles(pod *v1.Pod) ([]containerd.Mount, error) {
 				return nil, fmt.Errorf("mounting the pod's /dev/shm: %w", err)
 			}
 		}
-		mounts = append(mounts, containerd.Mount{Source: shm, Destination: "/dev/shm", Type: "bind", Options: []string{"rw"}})
+		mounts = append(mounts, runtime.Mount{Source: shm, Destination: "/dev/shm"})
 	}
 	return mounts, nil
 }

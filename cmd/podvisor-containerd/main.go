@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/plugin"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 const usage = `usage:
@@ -89,7 +89,7 @@ func serve(args []string) error {
 	// The daemon owns the terminal's signals; the plugin ends with stdin.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	srv := rpc.NewServer()
-	if err := srv.RegisterName(containerd.Service, p); err != nil {
+	if err := srv.RegisterName(pluginapi.Service, p); err != nil {
 		return err
 	}
 	// net/rpc would wait for every call in flight (waits last as long as

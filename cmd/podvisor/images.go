@@ -6,17 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/duration"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
 // cmdImages lists, imports and removes the images of containerd pods.
@@ -93,9 +91,10 @@ func sizeOf(b int64) string {
 	return fmt.Sprintf("%.1fKiB", float64(b)/(1<<10))
 }
 
-// cmdExec runs a command in a running container: through the containerd
-// plugin for containerd pods (with a terminal for -t), or on the host in
-// the container's cgroup, environment and user for process pods.
+// cmdExec runs a command in a running container, as the container's
+// runtime does it: containerd.Exec (the plugin, with a terminal for -t)
+// or process.Exec (on the host in the container's cgroup, environment and
+// user).
 func cmdExec(ctx context.Context, args []string) (int, error) {
 	var command []string
 	for i, a := range args {
@@ -127,44 +126,14 @@ func cmdExec(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if t.Runtime == "containerd" {
-		argv := []string{t.Plugin, "exec", "--address", t.Address}
-		if *stdin {
-			argv = append(argv, "-i")
-		}
-		if *tty {
-			argv = append(argv, "-t")
-		}
-		argv = append(append(argv, t.ContainerID, "--"), command...)
-		return 1, syscall.Exec(t.Plugin, argv, os.Environ())
+	target := runtime.ExecTarget(t)
+	switch target.Runtime {
+	case containerd.Name:
+		return 1, containerd.Exec(target, command, *stdin, *tty)
+	case process.Name:
+		return process.Exec(target, command, *stdin)
 	}
-	// A process pod: the command joins the container's cgroup (through
-	// this process, which it inherits) and runs as the container does.
-	self := []byte(strconv.Itoa(os.Getpid()))
-	for _, procs := range t.CgroupProcs {
-		if err := os.WriteFile(procs, self, 0); err != nil {
-			return 1, fmt.Errorf("joining the container's cgroup: %w", err)
-		}
-	}
-	cmd := exec.Command(command[0], command[1:]...)
-	if p, err := shim.LookPath(command[0], t.Env); err == nil {
-		cmd.Path = p
-	}
-	cmd.Env, cmd.Dir = t.Env, t.Dir
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if *stdin {
-		cmd.Stdin = os.Stdin
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: shim.Credential(t.UID, t.GID)}
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return exit.ExitCode(), nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	return 0, nil
+	return 1, fmt.Errorf("exec: the daemon names runtime %q, which this podvisor does not know", target.Runtime)
 }
 
 // expandIT lets "-it" mean "-i -t", as kubectl users type it.

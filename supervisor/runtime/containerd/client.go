@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // ErrNotRunning is returned while the plugin is down (between a crash
@@ -29,7 +29,7 @@ type Client struct {
 	Command []string
 	Log     *slog.Logger
 
-	exits chan process.Exit
+	exits chan runtime.Exit
 
 	mu        sync.Mutex
 	rpc       *rpcClient
@@ -43,13 +43,13 @@ type Client struct {
 // NewClient returns a client for the plugin that command starts; Start
 // runs it.
 func NewClient(command []string, log *slog.Logger) *Client {
-	return &Client{Command: command, Log: log, exits: make(chan process.Exit, 256),
+	return &Client{Command: command, Log: log, exits: make(chan runtime.Exit, 256),
 		up: make(chan struct{}), waiting: map[string]string{}, done: make(chan struct{}),
 		connected: make(chan struct{}, 1)}
 }
 
 // Exits delivers the end of every watched container.
-func (c *Client) Exits() <-chan process.Exit { return c.exits }
+func (c *Client) Exits() <-chan runtime.Exit { return c.exits }
 
 // Start runs the plugin and keeps it running until Close, restarting it
 // with backoff whenever it dies or cannot reach containerd. It waits up to
@@ -122,8 +122,8 @@ func (c *Client) launch() (*exec.Cmd, *rpcClient, error) {
 		return nil, nil, fmt.Errorf("starting the containerd runtime plugin: %w", err)
 	}
 	client := newRPCClient(stdout, stdin)
-	var v VersionReply
-	if err := client.Call(Service+".Version", Empty{}, &v); err != nil {
+	var v pluginapi.VersionReply
+	if err := client.Call(pluginapi.Service+".Version", pluginapi.Empty{}, &v); err != nil {
 		client.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -172,7 +172,7 @@ func (c *Client) call(method string, args, reply any) error {
 			return ErrNotRunning
 		}
 	}
-	err := client.Call(Service+"."+method, args, reply)
+	err := client.Call(pluginapi.Service+"."+method, args, reply)
 	var remote remoteError
 	if err != nil && !errors.As(err, &remote) {
 		// Not the plugin's answer but the pipe's end: the plugin died
@@ -192,9 +192,9 @@ func (c *Client) ready() <-chan struct{} {
 // Run creates and starts a container and watches it. A failure to start
 // is a reply with a reason, not an error; an error means the plugin could
 // not be asked.
-func (c *Client) Run(instanceID string, cfg ContainerConfig) (RunReply, error) {
-	var reply RunReply
-	if err := c.call("Run", RunArgs{Config: cfg}, &reply); err != nil {
+func (c *Client) Run(instanceID string, cfg pluginapi.ContainerConfig) (pluginapi.RunReply, error) {
+	var reply pluginapi.RunReply
+	if err := c.call("Run", pluginapi.RunArgs{Config: cfg}, &reply); err != nil {
 		return reply, err
 	}
 	if reply.Failure == nil {
@@ -216,20 +216,20 @@ func (c *Client) Watch(id, instanceID string) {
 	go func() {
 		for {
 			<-c.ready()
-			var st shim.ExitStatus
-			err := c.call("Wait", IDArgs{ID: id}, &st)
+			var st pluginapi.ExitStatus
+			err := c.call("Wait", pluginapi.IDArgs{ID: id}, &st)
 			if errors.Is(err, ErrNotRunning) {
 				time.Sleep(10 * time.Millisecond) // until the restart is seen
 				continue
 			}
 			if err != nil {
-				st = shim.Unlocated(time.Now())
+				st = pluginapi.Unlocated(time.Now())
 				st.Message = err.Error()
 			}
 			c.mu.Lock()
 			delete(c.waiting, id)
 			c.mu.Unlock()
-			c.exits <- process.Exit{InstanceID: instanceID, Status: st}
+			c.exits <- exitOf(instanceID, st)
 			return
 		}
 	}()
@@ -237,67 +237,69 @@ func (c *Client) Watch(id, instanceID string) {
 
 // Signal sends sig to a container's main process.
 func (c *Client) Signal(id string, sig syscall.Signal) error {
-	return c.call("Signal", SignalArgs{ID: id, Signal: int(sig)}, &Empty{})
+	return c.call("Signal", pluginapi.SignalArgs{ID: id, Signal: int(sig)}, &pluginapi.Empty{})
 }
 
 // Kill SIGKILLs every process of a container.
 func (c *Client) Kill(id string) error {
-	return c.call("Signal", SignalArgs{ID: id, Signal: int(syscall.SIGKILL), All: true}, &Empty{})
+	return c.call("Signal", pluginapi.SignalArgs{ID: id, Signal: int(syscall.SIGKILL), All: true}, &pluginapi.Empty{})
 }
 
 // Remove deletes a container, its task and its snapshot.
-func (c *Client) Remove(id string) error { return c.call("Remove", IDArgs{ID: id}, &Empty{}) }
+func (c *Client) Remove(id string) error {
+	return c.call("Remove", pluginapi.IDArgs{ID: id}, &pluginapi.Empty{})
+}
 
 // List returns podvisor's containers in containerd.
-func (c *Client) List() ([]Found, error) {
-	var reply ListReply
-	err := c.call("List", Empty{}, &reply)
+func (c *Client) List() ([]pluginapi.Found, error) {
+	var reply pluginapi.ListReply
+	err := c.call("List", pluginapi.Empty{}, &reply)
 	return reply.Containers, err
 }
 
 // Exec runs a command in a running container.
-func (c *Client) Exec(id string, command []string, timeout time.Duration) (ExecReply, error) {
-	var reply ExecReply
-	err := c.call("Exec", ExecArgs{ID: id, Command: command, Timeout: timeout}, &reply)
+func (c *Client) Exec(id string, command []string, timeout time.Duration) (pluginapi.ExecReply, error) {
+	var reply pluginapi.ExecReply
+	err := c.call("Exec", pluginapi.ExecArgs{ID: id, Command: command, Timeout: timeout}, &reply)
 	return reply, err
 }
 
 // SetupNetwork attaches a pod's network namespace to the CNI network.
-func (c *Client) SetupNetwork(a NetworkArgs) ([]string, error) {
-	var reply NetworkReply
+func (c *Client) SetupNetwork(a pluginapi.NetworkArgs) ([]string, error) {
+	var reply pluginapi.NetworkReply
 	err := c.call("SetupNetwork", a, &reply)
 	return reply.IPs, err
 }
 
 // TeardownNetwork detaches a pod from the CNI network.
-func (c *Client) TeardownNetwork(a NetworkArgs) error {
-	return c.call("TeardownNetwork", a, &Empty{})
+func (c *Client) TeardownNetwork(a pluginapi.NetworkArgs) error {
+	return c.call("TeardownNetwork", a, &pluginapi.Empty{})
 }
 
 // PruneImages removes unused images, least recently used first.
-func (c *Client) PruneImages(a PruneArgs) (PruneReply, error) {
-	var reply PruneReply
+func (c *Client) PruneImages(a pluginapi.PruneArgs) (pluginapi.PruneReply, error) {
+	var reply pluginapi.PruneReply
 	err := c.call("PruneImages", a, &reply)
 	return reply, err
 }
 
 // Images lists images.
-func (c *Client) Images() ([]Image, error) {
-	var reply ImagesReply
-	err := c.call("Images", Empty{}, &reply)
+func (c *Client) Images() ([]pluginapi.Image, error) {
+	var reply pluginapi.ImagesReply
+	err := c.call("Images", pluginapi.Empty{}, &reply)
 	return reply.Images, err
 }
 
 // Import imports an image archive on the device.
 func (c *Client) Import(path string) ([]string, error) {
-	var reply ImportReply
-	err := c.call("Import", ImportArgs{Path: path}, &reply)
+	var reply pluginapi.ImportReply
+	err := c.call("Import", pluginapi.ImportArgs{Path: path}, &reply)
 	return reply.Names, err
 }
 
 // RemoveImage deletes an unused image.
 func (c *Client) RemoveImage(name string) error {
-	return c.call("RemoveImage", NameArgs{Name: name}, &Empty{})
+	return c.call("RemoveImage", pluginapi.NameArgs{Name: name}, &pluginapi.Empty{})
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
@@ -310,4 +312,10 @@ func ContainerID(instanceID string) string {
 	}
 	sum := sha256.Sum256([]byte(instanceID))
 	return "pv-" + hex.EncodeToString(sum[:24])
+}
+
+// exitOf is an exit the plugin reported, as the daemon keeps it.
+func exitOf(instanceID string, st pluginapi.ExitStatus) runtime.Exit {
+	return runtime.Exit{InstanceID: instanceID, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
+		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
 }

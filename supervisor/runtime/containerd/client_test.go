@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // writeAtomic writes a file whole through a rename: a reader polling for
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		srv := rpc.NewServer()
-		srv.RegisterName(Service, &fakePlugin{dir: dir})
+		srv.RegisterName(pluginapi.Service, &fakePlugin{dir: dir})
 		srv.ServeCodec(jsonrpc.NewServerCodec(struct {
 			io.Reader
 			io.Writer
@@ -48,9 +48,12 @@ func TestMain(m *testing.M) {
 
 type fakePlugin struct{ dir string }
 
-func (f *fakePlugin) Version(_ Empty, r *VersionReply) error { r.Version = "fake"; return nil }
+func (f *fakePlugin) Version(_ pluginapi.Empty, r *pluginapi.VersionReply) error {
+	r.Version = "fake"
+	return nil
+}
 
-func (f *fakePlugin) Wait(a IDArgs, st *shim.ExitStatus) error {
+func (f *fakePlugin) Wait(a pluginapi.IDArgs, st *pluginapi.ExitStatus) error {
 	for {
 		// Only a whole number is an exit code: anything else (an empty
 		// or partial file) is not yet, never exit 0.
@@ -105,7 +108,7 @@ func TestWaitsSurviveAPluginRestart(t *testing.T) {
 	}
 	select {
 	case x := <-c.Exits():
-		if x.InstanceID != "uid_app_1" || x.Status.ExitCode != 7 {
+		if x.InstanceID != "uid_app_1" || x.ExitCode != 7 {
 			t.Fatalf("exit %+v, want uid_app_1 with code 7", x)
 		}
 	case <-time.After(5 * time.Second):

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/podvisor/podvisor/supervisor/runtime"
+
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
@@ -13,7 +15,7 @@ import (
 func TestSupplementalGroups(t *testing.T) {
 	pod := testPod()
 	pod.Spec.SecurityContext.SupplementalGroups = []int64{20, 44}
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], PodEnv{})
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,5 +26,12 @@ func TestSupplementalGroups(t *testing.T) {
 	cred := shim.Credential(&uid, nil)
 	if root := os.Getuid() == 0; cred.NoSetGroups == root {
 		t.Fatalf("NoSetGroups = %v for a daemon with uid %d: root must set the groups, others cannot", cred.NoSetGroups, os.Getuid())
+	}
+}
+
+// Containers get one default PATH whoever resolves it.
+func TestDefaultPathIsTheShims(t *testing.T) {
+	if runtime.DefaultPath != shim.DefaultPath {
+		t.Fatalf("runtime.DefaultPath %q != shim.DefaultPath %q", runtime.DefaultPath, shim.DefaultPath)
 	}
 }

@@ -26,30 +26,21 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
-
-// Exit reports that a container instance ended.
-type Exit struct {
-	InstanceID string
-	Status     shim.ExitStatus
-}
-
-// Recovered is an instance directory found when the daemon starts.
-type Recovered struct {
-	Spec      shim.Spec
-	Alive     bool             // adopted: its exit will arrive on Exits
-	StartedAt time.Time        // when the leader started, if it did
-	Exit      *shim.ExitStatus // for instances that are gone
-}
 
 // Runtime starts, signals and watches shims.
 type Runtime struct {
 	dir     string   // one directory per instance
 	shimCmd []string // the shim command; the instance directory is appended
+	cgroups runtime.Cgroups
 	log     *slog.Logger
-	exits   chan Exit
+	exits   chan runtime.Exit
 
 	mu   sync.Mutex
 	live map[string]*instance
@@ -68,19 +59,19 @@ const StartTimeout = 10 * time.Second
 
 // New returns a runtime keeping instance directories under dir and running
 // shimCmd (podvisor-shim, or "podvisor shim") with the instance directory
-// appended for each container.
-func New(dir string, shimCmd []string, log *slog.Logger) (*Runtime, error) {
+// appended for each container, placing containers in cg's cgroups.
+func New(dir string, shimCmd []string, cg runtime.Cgroups, log *slog.Logger) (*Runtime, error) {
 	if len(shimCmd) == 0 {
 		return nil, errors.New("no shim command")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{dir: dir, shimCmd: shimCmd, log: log, exits: make(chan Exit, 256), live: map[string]*instance{}}, nil
+	return &Runtime{dir: dir, shimCmd: shimCmd, cgroups: cg, log: log, exits: make(chan runtime.Exit, 256), live: map[string]*instance{}}, nil
 }
 
 // Exits delivers the end of every started or adopted instance.
-func (r *Runtime) Exits() <-chan Exit { return r.exits }
+func (r *Runtime) Exits() <-chan runtime.Exit { return r.exits }
 
 func (r *Runtime) instanceDir(id string) string { return filepath.Join(r.dir, id) }
 
@@ -90,13 +81,11 @@ func (r *Runtime) TerminationFile(id string) string {
 	return filepath.Join(r.instanceDir(id), shim.TerminationFile)
 }
 
-// Start runs a container instance and returns when its process runs. An
-// error means it never ran (a StartError for the caller to record).
-func (r *Runtime) Start(spec shim.Spec) (time.Time, error) { return r.StartPlaced(spec, nil) }
-
-// StartPlaced is Start for a container that place puts into its cgroup
-// given the shim's pid (a systemd scope needs a process to exist). The
-// shim waits, with spec.Cgroup.Await set, until place has returned.
+// StartPlaced runs a container instance and returns when its process
+// runs; an error means it never ran (a StartError for the caller to
+// record). A non-nil place puts the container into its cgroup given the
+// shim's pid (a systemd scope needs a process to exist): the shim waits,
+// with spec.Cgroup.Await set, until place has returned.
 func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (time.Time, error) {
 	if (place != nil) != spec.Cgroup.Await {
 		return time.Time{}, errors.New("a placed start needs spec.cgroup.await, and only it")
@@ -191,7 +180,7 @@ func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (ti
 func (r *Runtime) reap(in *instance) {
 	fd, err := unix.Dup(in.pidfd)
 	if err == nil {
-		WaitPidfd(fd)
+		pidfd.Wait(fd)
 	}
 	if in.child {
 		var ws unix.WaitStatus
@@ -210,7 +199,7 @@ func (r *Runtime) watch(in *instance) {
 		r.mu.Lock()
 		delete(r.live, in.id)
 		r.mu.Unlock()
-		r.exits <- Exit{InstanceID: in.id, Status: r.exitStatus(in.id)}
+		r.exits <- exitOf(in.id, r.exitStatus(in.id))
 	}()
 }
 
@@ -226,7 +215,7 @@ func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	st = shim.Unlocated(time.Now())
 	var ss shim.State
 	if err := shim.ReadJSON(filepath.Join(dir, shim.StateFile), &ss); err == nil && ss.BootID == shim.BootID() {
-		if fd, err := OpenPidfd(ss.LeaderPid, ss.LeaderStart); err == nil {
+		if fd, err := pidfd.Open(ss.LeaderPid, ss.LeaderStart); err == nil {
 			unix.Kill(-ss.LeaderPid, unix.SIGKILL)
 			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 			unix.Close(fd)
@@ -236,8 +225,12 @@ func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	return st
 }
 
-// Signal sends sig to the instance's main process (through its shim).
+// Signal sends sig to the instance's main process (through its shim); 0
+// is SIGTERM.
 func (r *Runtime) Signal(id string, sig syscall.Signal) error {
+	if sig == 0 {
+		sig = unix.SIGTERM
+	}
 	r.mu.Lock()
 	in := r.live[id]
 	r.mu.Unlock()
@@ -266,12 +259,12 @@ func (r *Runtime) Remove(id string) error {
 
 // Recover scans the instance directories after a daemon start: live ones
 // are adopted and watched, finished ones report how they ended.
-func (r *Runtime) Recover() ([]Recovered, error) {
+func (r *Runtime) Recover() ([]runtime.Found, error) {
 	entries, err := os.ReadDir(r.dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []Recovered
+	var out []runtime.Found
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -284,15 +277,17 @@ func (r *Runtime) Recover() ([]Recovered, error) {
 	return out, nil
 }
 
-func (r *Runtime) recoverOne(id string) (Recovered, bool) {
+func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 	dir := r.instanceDir(id)
-	var rec Recovered
-	if err := shim.ReadJSON(filepath.Join(dir, shim.SpecFile), &rec.Spec); err != nil {
+	var spec shim.Spec
+	if err := shim.ReadJSON(filepath.Join(dir, shim.SpecFile), &spec); err != nil {
 		// The daemon died before the shim could exist: nothing ran.
 		r.log.Warn("removing incomplete instance directory", "instance", id, "err", err)
 		os.RemoveAll(dir)
-		return rec, false
+		return runtime.Found{}, false
 	}
+	rec := runtime.Found{InstanceID: spec.InstanceID, PodUID: types.UID(spec.PodUID), PodNamespace: spec.PodNamespace,
+		PodName: spec.PodName, Container: spec.Container, Attempt: spec.Attempt}
 	lock, err := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		os.RemoveAll(dir)
@@ -314,8 +309,8 @@ func (r *Runtime) recoverOne(id string) (Recovered, bool) {
 		r.killUndescribed(id, lock)
 	}
 	// Nobody holds the lock: the shim is gone.
-	st := r.exitStatus(id)
-	rec.Exit, rec.StartedAt = &st, st.StartedAt
+	exit := exitOf(rec.InstanceID, r.exitStatus(id))
+	rec.Exit, rec.StartedAt = &exit, exit.StartedAt
 	return rec, true
 }
 
@@ -352,7 +347,7 @@ func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
 	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
 		var ss shim.State
 		if err := shim.ReadJSON(path, &ss); err == nil {
-			fd, err := OpenPidfd(ss.ShimPid, ss.ShimStart)
+			fd, err := pidfd.Open(ss.ShimPid, ss.ShimStart)
 			if err != nil {
 				return nil, time.Time{}, false
 			}
@@ -362,4 +357,10 @@ func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
 	}
 	r.log.Error("instance is locked but its shim never described itself", "instance", id)
 	return nil, time.Time{}, false
+}
+
+// exitOf is the exit a shim recorded, as the daemon keeps it.
+func exitOf(id string, st shim.ExitStatus) runtime.Exit {
+	return runtime.Exit{InstanceID: id, ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason,
+		Message: st.Message, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
 }

@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // The test binary doubles as the shim, as podvisor does.
@@ -35,7 +38,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	root := t.TempDir()
-	rt, err := New(filepath.Join(root, "containers"), []string{os.Args[0], "shim"}, slog.Default())
+	rt, err := New(filepath.Join(root, "containers"), []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,22 +55,22 @@ func (e *env) spec(argv ...string) shim.Spec {
 
 func (e *env) start(s shim.Spec) {
 	e.t.Helper()
-	if _, err := e.rt.Start(s); err != nil {
+	if _, err := e.rt.StartPlaced(s, nil); err != nil {
 		e.t.Fatalf("start %v: %v", s.Argv, err)
 	}
 }
 
-func (e *env) exit(id string) shim.ExitStatus {
+func (e *env) exit(id string) runtime.Exit {
 	e.t.Helper()
 	select {
 	case x := <-e.rt.Exits():
 		if x.InstanceID != id {
 			e.t.Fatalf("exit of %s, want %s", x.InstanceID, id)
 		}
-		return x.Status
+		return x
 	case <-time.After(10 * time.Second):
 		e.t.Fatalf("no exit of %s within 10s", id)
-		return shim.ExitStatus{}
+		return runtime.Exit{}
 	}
 }
 
@@ -100,7 +103,7 @@ func TestExitCodeAndLogs(t *testing.T) {
 func TestStartErrorForMissingCommand(t *testing.T) {
 	e := newEnv(t)
 	s := e.spec("no-such-command-podvisor")
-	_, err := e.rt.Start(s)
+	_, err := e.rt.StartPlaced(s, nil)
 	if err == nil || !strings.Contains(err.Error(), "executable file not found") {
 		t.Fatalf("err = %v", err)
 	}
@@ -183,7 +186,7 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	// A second runtime over the same directory stands for a restarted
 	// daemon: the running instance is adopted, the finished one reports
 	// its real exit code.
-	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, slog.Default())
+	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +194,9 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]Recovered{}
+	byID := map[string]runtime.Found{}
 	for _, r := range recs {
-		byID[r.Spec.InstanceID] = r
+		byID[r.InstanceID] = r
 	}
 	if r := byID[running.InstanceID]; !r.Alive || r.StartedAt.IsZero() {
 		t.Fatalf("running instance not adopted: %+v", r)
@@ -206,7 +209,7 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	}
 	select {
 	case x := <-rt2.Exits():
-		if x.InstanceID != running.InstanceID || x.Status.ExitCode != 137 {
+		if x.InstanceID != running.InstanceID || x.ExitCode != 137 {
 			t.Fatalf("exit = %+v", x)
 		}
 	case <-time.After(10 * time.Second):
@@ -255,7 +258,7 @@ func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
 
 func TestBuildSpecEnv(t *testing.T) {
 	pod := testPod()
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
 	if err != nil {
 		t.Fatal(err)
 	}

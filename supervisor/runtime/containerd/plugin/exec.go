@@ -13,7 +13,7 @@ import (
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // maxExecOutput bounds what a probe or hook may print into a reply (the
@@ -23,7 +23,7 @@ const maxExecOutput = 10 << 10
 // Exec runs a command in a running container, as the container's process
 // runs (user, env, cwd), and returns its exit code and output. A command
 // still running at the timeout is killed.
-func (p *Plugin) Exec(args containerd.ExecArgs, reply *containerd.ExecReply) error {
+func (p *Plugin) Exec(args pluginapi.ExecArgs, reply *pluginapi.ExecReply) error {
 	ctx := p.ctx()
 	out := &boundedBuffer{max: maxExecOutput}
 	code, timedOut, err := p.exec(ctx, args.ID, args.Command, args.Timeout, cio.NewCreator(cio.WithStreams(nil, out, out)), nil)

@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // NormalizeImage turns a pod's image into the full reference containerd
@@ -33,20 +33,20 @@ func NormalizeImage(image string) (string, error) {
 
 // ensureImage finds or pulls the image as the pull policy says, and
 // makes sure it is unpacked for the snapshotter.
-func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Image, *containerd.Failure) {
+func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Image, *pluginapi.Failure) {
 	ref, err := NormalizeImage(image)
 	if err != nil {
-		return nil, &containerd.Failure{Reason: containerd.InvalidImageName, Message: err.Error()}
+		return nil, &pluginapi.Failure{Reason: pluginapi.InvalidImageName, Message: err.Error()}
 	}
 	var img ctrd.Image
 	if policy != "Always" {
 		img, err = p.localImage(ctx, ref)
 		if err != nil && !errdefs.IsNotFound(err) {
-			return nil, &containerd.Failure{Reason: containerd.ErrImagePull, Message: err.Error()}
+			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: err.Error()}
 		}
 	}
 	if img == nil && policy == "Never" {
-		return nil, &containerd.Failure{Reason: containerd.ErrImageNeverPull,
+		return nil, &pluginapi.Failure{Reason: pluginapi.ErrImageNeverPull,
 			Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", image)}
 	}
 	if img == nil {
@@ -57,13 +57,13 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Im
 			err = checkPinned(ref, img)
 		}
 		if err != nil {
-			return nil, &containerd.Failure{Reason: containerd.ErrImagePull,
+			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull,
 				Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
 		}
 		return img, nil
 	}
 	if err := p.unpack(ctx, img); err != nil {
-		return nil, &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+		return nil, &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 	}
 	return img, nil
 }
@@ -172,7 +172,7 @@ func authFor(file, host string) (string, string, error) {
 }
 
 // Images lists the images in podvisor's namespace.
-func (p *Plugin) Images(_ containerd.Empty, reply *containerd.ImagesReply) error {
+func (p *Plugin) Images(_ pluginapi.Empty, reply *pluginapi.ImagesReply) error {
 	ctx := p.ctx()
 	imgs, used, err := p.imagesInUse(ctx)
 	if err != nil {
@@ -180,7 +180,7 @@ func (p *Plugin) Images(_ containerd.Empty, reply *containerd.ImagesReply) error
 	}
 	for _, img := range imgs {
 		size, _ := img.Size(ctx)
-		reply.Images = append(reply.Images, containerd.Image{Name: img.Name(), Digest: img.Target().Digest.String(),
+		reply.Images = append(reply.Images, pluginapi.Image{Name: img.Name(), Digest: img.Target().Digest.String(),
 			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()]})
 	}
 	sort.Slice(reply.Images, func(i, j int) bool { return reply.Images[i].Name < reply.Images[j].Name })
@@ -213,7 +213,7 @@ func (p *Plugin) usedImages(ctx context.Context) (map[string]bool, error) {
 // Images named in the archive keep their (normalized) names; an OCI
 // archive naming only a tag is stored as import.local/<file>:<tag>, and an
 // unnamed one as import.local/<file>@<digest>.
-func (p *Plugin) Import(args containerd.ImportArgs, reply *containerd.ImportReply) error {
+func (p *Plugin) Import(args pluginapi.ImportArgs, reply *pluginapi.ImportReply) error {
 	ctx := p.ctx()
 	f, err := os.Open(args.Path)
 	if err != nil {
@@ -270,7 +270,7 @@ func archiveName(path string) string {
 }
 
 // RemoveImage deletes an image that no container uses.
-func (p *Plugin) RemoveImage(args containerd.NameArgs, _ *containerd.Empty) error {
+func (p *Plugin) RemoveImage(args pluginapi.NameArgs, _ *pluginapi.Empty) error {
 	ctx := p.ctx()
 	ref := args.Name
 	if _, err := p.client.ImageService().Get(ctx, ref); errdefs.IsNotFound(err) {
@@ -311,7 +311,7 @@ func (p *Plugin) touchImage(ctx context.Context, img ctrd.Image) {
 // PruneImages removes images no container uses, least recently used
 // first, until about Bytes are freed (their content's size), or all of
 // them with All.
-func (p *Plugin) PruneImages(args containerd.PruneArgs, reply *containerd.PruneReply) error {
+func (p *Plugin) PruneImages(args pluginapi.PruneArgs, reply *pluginapi.PruneReply) error {
 	ctx := p.ctx()
 	imgs, used, err := p.imagesInUse(ctx)
 	if err != nil {

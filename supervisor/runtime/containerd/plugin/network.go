@@ -10,7 +10,7 @@ import (
 
 	gocni "github.com/containerd/go-cni"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // DefaultNetwork is the CNI configuration written when the configuration
@@ -62,7 +62,7 @@ func (n *network) load() (gocni.CNI, error) {
 	return n.cni, n.err
 }
 
-func portMappings(ports []containerd.PortMapping) []gocni.PortMapping {
+func portMappings(ports []pluginapi.PortMapping) []gocni.PortMapping {
 	var out []gocni.PortMapping
 	for _, p := range ports {
 		out = append(out, gocni.PortMapping{HostPort: p.HostPort, ContainerPort: p.ContainerPort,
@@ -71,14 +71,14 @@ func portMappings(ports []containerd.PortMapping) []gocni.PortMapping {
 	return out
 }
 
-func cniLabels(a containerd.NetworkArgs) gocni.NamespaceOpts {
+func cniLabels(a pluginapi.NetworkArgs) gocni.NamespaceOpts {
 	return gocni.WithLabels(map[string]string{"IgnoreUnknown": "1", "K8S_POD_NAMESPACE": a.Namespace, "K8S_POD_NAME": a.Name,
 		"K8S_POD_INFRA_CONTAINER_ID": a.PodUID, "K8S_POD_UID": a.PodUID})
 }
 
 // SetupNetwork attaches a pod's network namespace to the CNI network and
 // returns its addresses.
-func (p *Plugin) SetupNetwork(a containerd.NetworkArgs, reply *containerd.NetworkReply) error {
+func (p *Plugin) SetupNetwork(a pluginapi.NetworkArgs, reply *pluginapi.NetworkReply) error {
 	cni, err := p.net.load()
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func (p *Plugin) SetupNetwork(a containerd.NetworkArgs, reply *containerd.Networ
 
 // TeardownNetwork detaches a pod from the network and releases its
 // addresses and port mappings; a namespace already gone is fine.
-func (p *Plugin) TeardownNetwork(a containerd.NetworkArgs, _ *containerd.Empty) error {
+func (p *Plugin) TeardownNetwork(a pluginapi.NetworkArgs, _ *pluginapi.Empty) error {
 	cni, err := p.net.load()
 	if err != nil {
 		return err

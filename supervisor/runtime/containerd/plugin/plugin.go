@@ -23,7 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
@@ -73,7 +73,7 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 	if cfg.Runtime == "" {
 		cfg.Runtime = "io.containerd.runc.v2"
 	}
-	c, err := ctrd.New(cfg.Address, ctrd.WithDefaultNamespace(containerd.Namespace), ctrd.WithTimeout(10*time.Second))
+	c, err := ctrd.New(cfg.Address, ctrd.WithDefaultNamespace(pluginapi.Namespace), ctrd.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
 	}
@@ -90,11 +90,11 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 func (p *Plugin) Close() error { return p.client.Close() }
 
 func (p *Plugin) ctx() context.Context {
-	return namespaces.WithNamespace(context.Background(), containerd.Namespace)
+	return namespaces.WithNamespace(context.Background(), pluginapi.Namespace)
 }
 
 // Version reports containerd's version.
-func (p *Plugin) Version(_ containerd.Empty, reply *containerd.VersionReply) error {
+func (p *Plugin) Version(_ pluginapi.Empty, reply *pluginapi.VersionReply) error {
 	v, err := p.client.Version(p.ctx())
 	if err != nil {
 		return err
@@ -106,7 +106,7 @@ func (p *Plugin) Version(_ containerd.Empty, reply *containerd.VersionReply) err
 // Run pulls the image if the policy says so, creates the container and
 // starts its task. Any failure removes what was made: the instance ends
 // and is never started again under its ID.
-func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error {
+func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	ctx := p.ctx()
 	cfg := args.Config
 	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy)
@@ -116,7 +116,7 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 	}
 	opts, stopSignal, err := p.specOpts(ctx, img, cfg)
 	if err != nil {
-		reply.Failure = &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
 	p.touchImage(ctx, img)
@@ -129,7 +129,7 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 		ctrd.WithNewSpec(opts...),
 	)
 	if err != nil {
-		reply.Failure = &containerd.Failure{Reason: containerd.CreateContainerError, Message: err.Error()}
+		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
 	logArgs := map[string]string{
@@ -146,14 +146,14 @@ func (p *Plugin) Run(args containerd.RunArgs, reply *containerd.RunReply) error 
 	}
 	if err != nil {
 		c.Delete(ctx, ctrd.WithSnapshotCleanup)
-		reply.Failure = &containerd.Failure{Reason: containerd.StartError, Message: err.Error()}
+		reply.Failure = &pluginapi.Failure{Reason: pluginapi.StartError, Message: err.Error()}
 		return nil
 	}
 	reply.StartedAt, reply.Pid, reply.StopSignal = time.Now(), int(task.Pid()), stopSignal
 	reply.ImageRef = imageRef(ctx, img)
-	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano), containerd.LabelImageRef: reply.ImageRef}
+	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano), pluginapi.LabelImageRef: reply.ImageRef}
 	if stopSignal != "" {
-		labels[containerd.LabelStopSignal] = stopSignal
+		labels[pluginapi.LabelStopSignal] = stopSignal
 	}
 	if _, err := c.SetLabels(ctx, labels); err != nil {
 		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
@@ -173,7 +173,7 @@ func (p *Plugin) runtimeOptions(systemdCgroup bool) any {
 // Wait blocks until the container's task exits and returns how. A lost
 // connection to containerd (it restarts, or is upgraded) is waited out:
 // the task runs on under its shim and the wait resumes.
-func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
+func (p *Plugin) Wait(args pluginapi.IDArgs, reply *pluginapi.ExitStatus) error {
 	ctx := p.ctx()
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 5*time.Second) {
 		st, err := p.waitOnce(ctx, args.ID)
@@ -182,7 +182,7 @@ func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
 			return nil
 		}
 		if errdefs.IsNotFound(err) {
-			*reply = shim.Unlocated(time.Now())
+			*reply = pluginapi.Unlocated(time.Now())
 			return nil
 		}
 		p.log.Warn("waiting for a task; retrying", "id", args.ID, "err", err, "in", delay)
@@ -190,10 +190,10 @@ func (p *Plugin) Wait(args containerd.IDArgs, reply *shim.ExitStatus) error {
 	}
 }
 
-func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, error) {
+func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus, error) {
 	c, err := p.client.LoadContainer(ctx, id)
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return pluginapi.ExitStatus{}, err
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
@@ -202,15 +202,15 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 		}
 	}
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return pluginapi.ExitStatus{}, err
 	}
 	statusC, err := task.Wait(ctx)
 	if err != nil {
-		return shim.ExitStatus{}, err
+		return pluginapi.ExitStatus{}, err
 	}
 	es := <-statusC
 	if err := es.Error(); err != nil {
-		return shim.ExitStatus{}, err
+		return pluginapi.ExitStatus{}, err
 	}
 	st := exitStatus(es.ExitCode(), es.ExitTime())
 	p.finishTask(ctx, c, task, &st)
@@ -227,7 +227,7 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (shim.ExitStatus, erro
 //
 // The task's cgroup goes with it, so whether the OOM killer ended it is
 // read first.
-func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *shim.ExitStatus) {
+func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Task, st *pluginapi.ExitStatus) {
 	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
 		st.Reason = "OOMKilled"
 	}
@@ -263,22 +263,22 @@ func oomKilled(ctx context.Context, task ctrd.Task) bool {
 }
 
 // recordedExit is the exit finishTask recorded on a container.
-func recordedExit(ctx context.Context, c ctrd.Container) (shim.ExitStatus, bool) {
+func recordedExit(ctx context.Context, c ctrd.Container) (pluginapi.ExitStatus, bool) {
 	labels, err := c.Labels(ctx)
 	if err != nil || labels[labelExit] == "" {
-		return shim.ExitStatus{}, false
+		return pluginapi.ExitStatus{}, false
 	}
-	var st shim.ExitStatus
+	var st pluginapi.ExitStatus
 	if json.Unmarshal([]byte(labels[labelExit]), &st) != nil {
-		return shim.ExitStatus{}, false
+		return pluginapi.ExitStatus{}, false
 	}
 	return st, true
 }
 
 // exitStatus turns containerd's exit code (128+n for a signal, as runc
 // reports it) into podvisor's.
-func exitStatus(code uint32, at time.Time) shim.ExitStatus {
-	st := shim.ExitStatus{ExitCode: int32(code), FinishedAt: at}
+func exitStatus(code uint32, at time.Time) pluginapi.ExitStatus {
+	st := pluginapi.ExitStatus{ExitCode: int32(code), FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		st.Signal = int32(code - 128)
 	}
@@ -287,7 +287,7 @@ func exitStatus(code uint32, at time.Time) shim.ExitStatus {
 
 // Signal sends a signal to a container's main process or all its
 // processes. A container that is gone is not an error.
-func (p *Plugin) Signal(args containerd.SignalArgs, _ *containerd.Empty) error {
+func (p *Plugin) Signal(args pluginapi.SignalArgs, _ *pluginapi.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
 	if err != nil {
@@ -310,7 +310,7 @@ func (p *Plugin) Signal(args containerd.SignalArgs, _ *containerd.Empty) error {
 
 // Remove deletes a container, its task (killed if it still runs) and its
 // snapshot.
-func (p *Plugin) Remove(args containerd.IDArgs, _ *containerd.Empty) error {
+func (p *Plugin) Remove(args pluginapi.IDArgs, _ *pluginapi.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
 	if err != nil {
@@ -336,9 +336,9 @@ func ignoreNotFound(err error) error {
 }
 
 // List returns every container podvisor made, with its task's state.
-func (p *Plugin) List(_ containerd.Empty, reply *containerd.ListReply) error {
+func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 	ctx := p.ctx()
-	cs, err := p.client.Containers(ctx, `labels."`+containerd.LabelInstance+`"`)
+	cs, err := p.client.Containers(ctx, `labels."`+pluginapi.LabelInstance+`"`)
 	if err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func (p *Plugin) List(_ containerd.Empty, reply *containerd.ListReply) error {
 		if err != nil {
 			return err
 		}
-		f := containerd.Found{ID: c.ID(), Labels: labels}
+		f := pluginapi.Found{ID: c.ID(), Labels: labels}
 		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])
 		task, err := c.Task(ctx, nil)
 		switch {

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
@@ -78,8 +77,8 @@ func importTestImage(t *testing.T, p *Plugin, name string) {
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: name, Cmd: []string{"sh"}, StopSignal: "SIGUSR1"}); err != nil {
 		t.Fatal(err)
 	}
-	var imp containerd.ImportReply
-	if err := p.Import(containerd.ImportArgs{Path: archive}, &imp); err != nil {
+	var imp pluginapi.ImportReply
+	if err := p.Import(pluginapi.ImportArgs{Path: archive}, &imp); err != nil {
 		t.Fatal(err)
 	}
 	if len(imp.Names) != 1 || imp.Names[0] != name {
@@ -93,13 +92,13 @@ func TestRunWaitExecSignal(t *testing.T) {
 	importTestImage(t, p, image)
 
 	logPath := filepath.Join(t.TempDir(), "0.log")
-	cfg := containerd.ContainerConfig{
-		ID: "c1", Labels: map[string]string{containerd.LabelInstance: "c1"}, Image: image, PullPolicy: "Never",
+	cfg := pluginapi.ContainerConfig{
+		ID: "c1", Labels: map[string]string{pluginapi.LabelInstance: "c1"}, Image: image, PullPolicy: "Never",
 		Command: []string{"sh", "-c"}, Args: []string{"echo hello $GREETING; trap 'echo bye; exit 3' TERM; while :; do sleep 1; done"},
 		Env: []string{"GREETING=world"}, Hostname: "pod-a", LogPath: logPath, LogMaxBytes: 1 << 20, LogMaxFiles: 2,
 	}
-	var run containerd.RunReply
-	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+	var run pluginapi.RunReply
+	if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
 		t.Fatalf("run: %v %+v", err, run.Failure)
 	}
 	if run.Pid <= 0 || run.StopSignal != "SIGUSR1" {
@@ -110,28 +109,28 @@ func TestRunWaitExecSignal(t *testing.T) {
 		return strings.Contains(string(b), " stdout F hello world\n")
 	})
 
-	var ex containerd.ExecReply
-	if err := p.Exec(containerd.ExecArgs{ID: "c1", Command: []string{"hostname"}, Timeout: 5 * time.Second}, &ex); err != nil {
+	var ex pluginapi.ExecReply
+	if err := p.Exec(pluginapi.ExecArgs{ID: "c1", Command: []string{"hostname"}, Timeout: 5 * time.Second}, &ex); err != nil {
 		t.Fatal(err)
 	}
 	if ex.ExitCode != 0 || strings.TrimSpace(ex.Output) != "pod-a" {
 		t.Fatalf("exec hostname: %+v", ex)
 	}
-	if err := p.Exec(containerd.ExecArgs{ID: "c1", Command: []string{"sleep", "10"}, Timeout: 200 * time.Millisecond}, &ex); err != nil || !ex.TimedOut {
+	if err := p.Exec(pluginapi.ExecArgs{ID: "c1", Command: []string{"sleep", "10"}, Timeout: 200 * time.Millisecond}, &ex); err != nil || !ex.TimedOut {
 		t.Fatalf("exec past its timeout: %+v %v", ex, err)
 	}
 
-	var list containerd.ListReply
-	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 1 || !list.Containers[0].Running || list.Containers[0].StartedAt.IsZero() {
+	var list pluginapi.ListReply
+	if err := p.List(pluginapi.Empty{}, &list); err != nil || len(list.Containers) != 1 || !list.Containers[0].Running || list.Containers[0].StartedAt.IsZero() {
 		t.Fatalf("list: %+v %v", list, err)
 	}
-	waited := make(chan shim.ExitStatus, 1)
+	waited := make(chan pluginapi.ExitStatus, 1)
 	go func() {
-		var st shim.ExitStatus
-		p.Wait(containerd.IDArgs{ID: "c1"}, &st)
+		var st pluginapi.ExitStatus
+		p.Wait(pluginapi.IDArgs{ID: "c1"}, &st)
 		waited <- st
 	}()
-	if err := p.Signal(containerd.SignalArgs{ID: "c1", Signal: int(syscall.SIGTERM)}, &containerd.Empty{}); err != nil {
+	if err := p.Signal(pluginapi.SignalArgs{ID: "c1", Signal: int(syscall.SIGTERM)}, &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -143,15 +142,15 @@ func TestRunWaitExecSignal(t *testing.T) {
 		t.Fatal("no exit after SIGTERM")
 	}
 	waitFor(t, "the container's log to hold bye", func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), " stdout F bye\n") })
-	list = containerd.ListReply{}
-	if err := p.List(containerd.Empty{}, &list); err != nil || list.Containers[0].Running || list.Containers[0].Exit == nil || list.Containers[0].Exit.ExitCode != 3 {
+	list = pluginapi.ListReply{}
+	if err := p.List(pluginapi.Empty{}, &list); err != nil || list.Containers[0].Running || list.Containers[0].Exit == nil || list.Containers[0].Exit.ExitCode != 3 {
 		t.Fatalf("list after exit: %+v %v", list, err)
 	}
-	if err := p.Remove(containerd.IDArgs{ID: "c1"}, &containerd.Empty{}); err != nil {
+	if err := p.Remove(pluginapi.IDArgs{ID: "c1"}, &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	list = containerd.ListReply{}
-	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 0 {
+	list = pluginapi.ListReply{}
+	if err := p.List(pluginapi.Empty{}, &list); err != nil || len(list.Containers) != 0 {
 		t.Fatalf("list after remove: %+v %v", list, err)
 	}
 }
@@ -161,14 +160,14 @@ func TestRunFailures(t *testing.T) {
 	for _, tc := range []struct {
 		image, policy, reason string
 	}{
-		{"podvisor.test/missing:1", "Never", containerd.ErrImageNeverPull},
-		{"Not A Ref", "IfNotPresent", containerd.InvalidImageName},
+		{"podvisor.test/missing:1", "Never", pluginapi.ErrImageNeverPull},
+		{"Not A Ref", "IfNotPresent", pluginapi.InvalidImageName},
 		// No registry is reachable from tests: the pull fails.
-		{"127.0.0.1:1/missing:1", "IfNotPresent", containerd.ErrImagePull},
+		{"127.0.0.1:1/missing:1", "IfNotPresent", pluginapi.ErrImagePull},
 	} {
-		var run containerd.RunReply
-		cfg := containerd.ContainerConfig{ID: "f", Image: tc.image, PullPolicy: tc.policy, LogPath: "/tmp/x.log"}
-		if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil {
+		var run pluginapi.RunReply
+		cfg := pluginapi.ContainerConfig{ID: "f", Image: tc.image, PullPolicy: tc.policy, LogPath: "/tmp/x.log"}
+		if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil {
 			t.Fatal(err)
 		}
 		if run.Failure == nil || run.Failure.Reason != tc.reason {
@@ -196,30 +195,30 @@ func TestPruneImages(t *testing.T) {
 	for _, name := range []string{"podvisor.test/old:1", "podvisor.test/used:1", "podvisor.test/new:1"} {
 		importTestImage(t, p, name)
 	}
-	cfg := containerd.ContainerConfig{ID: "u1", Labels: map[string]string{containerd.LabelInstance: "u1"},
+	cfg := pluginapi.ContainerConfig{ID: "u1", Labels: map[string]string{pluginapi.LabelInstance: "u1"},
 		Image: "podvisor.test/used:1", PullPolicy: "Never", Command: []string{"sleep", "100"},
 		LogPath: filepath.Join(t.TempDir(), "0.log")}
-	var run containerd.RunReply
-	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+	var run pluginapi.RunReply
+	if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
 		t.Fatalf("run: %v %+v", err, run.Failure)
 	}
-	defer p.Remove(containerd.IDArgs{ID: "u1"}, &containerd.Empty{})
-	var pr containerd.PruneReply
-	if err := p.PruneImages(containerd.PruneArgs{All: true, MinAge: time.Hour}, &pr); err != nil || len(pr.Removed) != 0 {
+	defer p.Remove(pluginapi.IDArgs{ID: "u1"}, &pluginapi.Empty{})
+	var pr pluginapi.PruneReply
+	if err := p.PruneImages(pluginapi.PruneArgs{All: true, MinAge: time.Hour}, &pr); err != nil || len(pr.Removed) != 0 {
 		t.Fatalf("images younger than the minimum age were removed: %v %v", pr.Removed, err)
 	}
-	if err := p.PruneImages(containerd.PruneArgs{Bytes: 1}, &pr); err != nil {
+	if err := p.PruneImages(pluginapi.PruneArgs{Bytes: 1}, &pr); err != nil {
 		t.Fatal(err)
 	}
 	if len(pr.Removed) != 1 || pr.Removed[0] != "podvisor.test/old:1" || pr.Freed <= 0 {
 		t.Fatalf("pruning 1 byte removed %v (%d bytes), want only the oldest unused image", pr.Removed, pr.Freed)
 	}
-	pr = containerd.PruneReply{}
-	if err := p.PruneImages(containerd.PruneArgs{All: true}, &pr); err != nil {
+	pr = pluginapi.PruneReply{}
+	if err := p.PruneImages(pluginapi.PruneArgs{All: true}, &pr); err != nil {
 		t.Fatal(err)
 	}
-	var list containerd.ImagesReply
-	p.Images(containerd.Empty{}, &list)
+	var list pluginapi.ImagesReply
+	p.Images(pluginapi.Empty{}, &list)
 	if len(pr.Removed) != 1 || pr.Removed[0] != "podvisor.test/new:1" || len(list.Images) != 1 || list.Images[0].Name != "podvisor.test/used:1" {
 		t.Fatalf("pruning all removed %v and left %+v; want only the image in use left", pr.Removed, list.Images)
 	}
@@ -255,21 +254,21 @@ func TestExitReportedAfterTheLogIsComplete(t *testing.T) {
 	const image = "podvisor.test/busybox:1"
 	importTestImage(t, p, image)
 	logPath := filepath.Join(t.TempDir(), "0.log")
-	cfg := containerd.ContainerConfig{
-		ID: "c2", Labels: map[string]string{containerd.LabelInstance: "c2"}, Image: image, PullPolicy: "Never",
+	cfg := pluginapi.ContainerConfig{
+		ID: "c2", Labels: map[string]string{pluginapi.LabelInstance: "c2"}, Image: image, PullPolicy: "Never",
 		Command: []string{"sh", "-c"}, Args: []string{"echo first; echo -n last; exit 4"},
 		LogPath: logPath, LogMaxBytes: 1 << 20, LogMaxFiles: 2,
 	}
-	var run containerd.RunReply
-	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
+	var run pluginapi.RunReply
+	if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil || run.Failure != nil {
 		t.Fatalf("run: %v %+v", err, run.Failure)
 	}
 	if !regexp.MustCompile(`^podvisor\.test/busybox@sha256:[0-9a-f]{64}$`).MatchString(run.ImageRef) {
 		t.Fatalf("imageRef %q, want the repo digest", run.ImageRef)
 	}
 	for i := 0; i < 2; i++ { // the second wait finds the recorded exit
-		var st shim.ExitStatus
-		if err := p.Wait(containerd.IDArgs{ID: "c2"}, &st); err != nil || st.ExitCode != 4 {
+		var st pluginapi.ExitStatus
+		if err := p.Wait(pluginapi.IDArgs{ID: "c2"}, &st); err != nil || st.ExitCode != 4 {
 			t.Fatalf("wait %d: %+v %v, want exit code 4", i, st, err)
 		}
 		b, _ := os.ReadFile(logPath) // no waiting: it is complete
@@ -277,12 +276,12 @@ func TestExitReportedAfterTheLogIsComplete(t *testing.T) {
 			t.Fatalf("log at the exit:\n%s", b)
 		}
 	}
-	var list containerd.ListReply
-	if err := p.List(containerd.Empty{}, &list); err != nil || len(list.Containers) != 1 || list.Containers[0].Exit == nil ||
-		list.Containers[0].Exit.ExitCode != 4 || list.Containers[0].Labels[containerd.LabelImageRef] != run.ImageRef {
+	var list pluginapi.ListReply
+	if err := p.List(pluginapi.Empty{}, &list); err != nil || len(list.Containers) != 1 || list.Containers[0].Exit == nil ||
+		list.Containers[0].Exit.ExitCode != 4 || list.Containers[0].Labels[pluginapi.LabelImageRef] != run.ImageRef {
 		t.Fatalf("list after the exit: %+v %v", list, err)
 	}
-	if err := p.Remove(containerd.IDArgs{ID: "c2"}, &containerd.Empty{}); err != nil {
+	if err := p.Remove(pluginapi.IDArgs{ID: "c2"}, &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
 	}
 }

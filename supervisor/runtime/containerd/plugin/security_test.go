@@ -10,22 +10,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
 
 // runSleeper runs a sleeping container and returns how its start went;
 // the container is removed when the test ends.
-func runSleeper(t *testing.T, p *Plugin, id, image string, sec containerd.Security) containerd.RunReply {
+func runSleeper(t *testing.T, p *Plugin, id, image string, sec pluginapi.Security) pluginapi.RunReply {
 	t.Helper()
-	cfg := containerd.ContainerConfig{ID: id, Labels: map[string]string{containerd.LabelInstance: id},
+	cfg := pluginapi.ContainerConfig{ID: id, Labels: map[string]string{pluginapi.LabelInstance: id},
 		Image: image, PullPolicy: "Never", Command: []string{"sleep", "100"}, Security: sec,
 		LogPath: filepath.Join(t.TempDir(), "0.log")}
-	var run containerd.RunReply
-	if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil {
+	var run pluginapi.RunReply
+	if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil {
 		t.Fatalf("%s: %v", id, err)
 	}
-	t.Cleanup(func() { p.Remove(containerd.IDArgs{ID: id}, &containerd.Empty{}) })
+	t.Cleanup(func() { p.Remove(pluginapi.IDArgs{ID: id}, &pluginapi.Empty{}) })
 	return run
 }
 
@@ -35,8 +35,8 @@ func runSleeper(t *testing.T, p *Plugin, id, image string, sec containerd.Securi
 func TestDigestPinnedImage(t *testing.T) {
 	p, _ := newPlugin(t)
 	importTestImage(t, p, testImageName)
-	var imgs containerd.ImagesReply
-	if err := p.Images(containerd.Empty{}, &imgs); err != nil || len(imgs.Images) != 1 {
+	var imgs pluginapi.ImagesReply
+	if err := p.Images(pluginapi.Empty{}, &imgs); err != nil || len(imgs.Images) != 1 {
 		t.Fatalf("images: %+v %v", imgs, err)
 	}
 	digest := imgs.Images[0].Digest
@@ -45,8 +45,8 @@ func TestDigestPinnedImage(t *testing.T) {
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/spoof@" + digest, Cmd: []string{"sh"}, Env: []string{"PATH=/bin", "SPOOF=1"}}); err != nil {
 		t.Fatal(err)
 	}
-	var imp containerd.ImportReply
-	if err := p.Import(containerd.ImportArgs{Path: archive}, &imp); err != nil {
+	var imp pluginapi.ImportReply
+	if err := p.Import(pluginapi.ImportArgs{Path: archive}, &imp); err != nil {
 		t.Fatal(err)
 	}
 	zero := "sha256:" + strings.Repeat("0", 64)
@@ -55,11 +55,11 @@ func TestDigestPinnedImage(t *testing.T) {
 	}{
 		{"podvisor.test/busybox@" + digest, ""},
 		{"podvisor.test/busybox:any-tag@" + digest, ""},
-		{"podvisor.test/busybox@" + zero, containerd.ErrImageNeverPull},
-		{"podvisor.test/other@" + digest, containerd.ErrImageNeverPull},
-		{"podvisor.test/spoof@" + digest, containerd.ErrImageNeverPull},
+		{"podvisor.test/busybox@" + zero, pluginapi.ErrImageNeverPull},
+		{"podvisor.test/other@" + digest, pluginapi.ErrImageNeverPull},
+		{"podvisor.test/spoof@" + digest, pluginapi.ErrImageNeverPull},
 	} {
-		run := runSleeper(t, p, fmt.Sprintf("d%d", i), tc.image, containerd.Security{})
+		run := runSleeper(t, p, fmt.Sprintf("d%d", i), tc.image, pluginapi.Security{})
 		got := ""
 		if run.Failure != nil {
 			got = run.Failure.Reason
@@ -85,19 +85,19 @@ func TestSeccompProfiles(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		sec     containerd.Security
+		sec     pluginapi.Security
 		seccomp string // the Seccomp: line of /proc/<pid>/status; "" for a failure
 	}{
-		{"unset", containerd.Security{}, "2"},
-		{"runtime-default", containerd.Security{Seccomp: "RuntimeDefault"}, "2"},
-		{"unconfined", containerd.Security{Seccomp: "Unconfined"}, "0"},
-		{"privileged", containerd.Security{Privileged: true}, "0"},
-		{"localhost", containerd.Security{Seccomp: "Localhost", SeccompProfile: profile}, "2"},
-		{"localhost-missing", containerd.Security{Seccomp: "Localhost", SeccompProfile: profile + ".missing"}, ""},
+		{"unset", pluginapi.Security{}, "2"},
+		{"runtime-default", pluginapi.Security{Seccomp: "RuntimeDefault"}, "2"},
+		{"unconfined", pluginapi.Security{Seccomp: "Unconfined"}, "0"},
+		{"privileged", pluginapi.Security{Privileged: true}, "0"},
+		{"localhost", pluginapi.Security{Seccomp: "Localhost", SeccompProfile: profile}, "2"},
+		{"localhost-missing", pluginapi.Security{Seccomp: "Localhost", SeccompProfile: profile + ".missing"}, ""},
 	} {
 		run := runSleeper(t, p, tc.name, testImageName, tc.sec)
 		if tc.seccomp == "" {
-			if run.Failure == nil || run.Failure.Reason != containerd.CreateContainerError || !strings.Contains(run.Failure.Message, "cannot load seccomp profile") {
+			if run.Failure == nil || run.Failure.Reason != pluginapi.CreateContainerError || !strings.Contains(run.Failure.Message, "cannot load seccomp profile") {
 				t.Errorf("%s: failure %+v, want CreateContainerError naming the profile", tc.name, run.Failure)
 			}
 			continue
@@ -117,13 +117,13 @@ func TestSeccompProfiles(t *testing.T) {
 }
 
 func TestSeccompOptsWithoutKernelSupport(t *testing.T) {
-	if opt, err := seccompOpts(containerd.Security{}, false); opt != nil || err != nil {
+	if opt, err := seccompOpts(pluginapi.Security{}, false); opt != nil || err != nil {
 		t.Errorf("unset on a kernel without seccomp: %v %v, want unconfined", opt, err)
 	}
-	if _, err := seccompOpts(containerd.Security{Seccomp: "RuntimeDefault"}, false); err == nil {
+	if _, err := seccompOpts(pluginapi.Security{Seccomp: "RuntimeDefault"}, false); err == nil {
 		t.Error("RuntimeDefault asked for on a kernel without seccomp was accepted")
 	}
-	if _, err := seccompOpts(containerd.Security{Seccomp: "Localhost"}, true); err == nil {
+	if _, err := seccompOpts(pluginapi.Security{Seccomp: "Localhost"}, true); err == nil {
 		t.Error("Localhost without a profile was accepted")
 	}
 }
@@ -166,17 +166,17 @@ func TestDigestPinnedPull(t *testing.T) {
 	for i, tc := range []struct {
 		image, policy, failure string
 	}{
-		{registry + "/pv/busybox:1@" + zero, "IfNotPresent", containerd.ErrImagePull},
+		{registry + "/pv/busybox:1@" + zero, "IfNotPresent", pluginapi.ErrImagePull},
 		{registry + "/pv/busybox@" + digest, "IfNotPresent", ""},
 		{registry + "/pv/busybox:other@" + digest, "Never", ""},
 	} {
-		cfg := containerd.ContainerConfig{ID: fmt.Sprintf("p%d", i), Labels: map[string]string{containerd.LabelInstance: fmt.Sprintf("p%d", i)},
+		cfg := pluginapi.ContainerConfig{ID: fmt.Sprintf("p%d", i), Labels: map[string]string{pluginapi.LabelInstance: fmt.Sprintf("p%d", i)},
 			Image: tc.image, PullPolicy: tc.policy, Command: []string{"sleep", "100"}, LogPath: filepath.Join(t.TempDir(), "0.log")}
-		var run containerd.RunReply
-		if err := p.Run(containerd.RunArgs{Config: cfg}, &run); err != nil {
+		var run pluginapi.RunReply
+		if err := p.Run(pluginapi.RunArgs{Config: cfg}, &run); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { p.Remove(containerd.IDArgs{ID: cfg.ID}, &containerd.Empty{}) })
+		t.Cleanup(func() { p.Remove(pluginapi.IDArgs{ID: cfg.ID}, &pluginapi.Empty{}) })
 		got := ""
 		if run.Failure != nil {
 			got = run.Failure.Reason

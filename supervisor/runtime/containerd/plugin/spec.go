@@ -13,12 +13,12 @@ import (
 	seccompsupport "github.com/containerd/containerd/v2/pkg/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
 
 // specOpts builds the OCI runtime spec of a container from its image and
 // the pod, with Kubernetes' rules, and returns the image's stop signal.
-func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg containerd.ContainerConfig) ([]oci.SpecOpts, string, error) {
+func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg pluginapi.ContainerConfig) ([]oci.SpecOpts, string, error) {
 	ic, err := img.Spec(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading the image's config: %w", err)
@@ -91,7 +91,7 @@ func kubernetesArgs(entrypoint, cmd, command, args []string) []string {
 }
 
 // namespaceOpts joins the pod's namespaces by path, or the host's.
-func namespaceOpts(cfg containerd.ContainerConfig) []oci.SpecOpts {
+func namespaceOpts(cfg pluginapi.ContainerConfig) []oci.SpecOpts {
 	var opts []oci.SpecOpts
 	for _, ns := range []struct {
 		typ  specs.LinuxNamespaceType
@@ -113,7 +113,7 @@ func namespaceOpts(cfg containerd.ContainerConfig) []oci.SpecOpts {
 	return opts
 }
 
-func mounts(ms []containerd.Mount) []specs.Mount {
+func mounts(ms []pluginapi.Mount) []specs.Mount {
 	var out []specs.Mount
 	for _, m := range ms {
 		typ := m.Type
@@ -129,7 +129,7 @@ func mounts(ms []containerd.Mount) []specs.Mount {
 
 // securityOpts maps a Kubernetes security context onto the spec.
 // seccompEnabled is whether the kernel filters system calls.
-func securityOpts(sc containerd.Security, seccompEnabled bool) ([]oci.SpecOpts, error) {
+func securityOpts(sc pluginapi.Security, seccompEnabled bool) ([]oci.SpecOpts, error) {
 	var opts []oci.SpecOpts
 	if sc.Privileged {
 		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
@@ -196,7 +196,7 @@ func securityOpts(sc containerd.Security, seccompEnabled bool) ([]oci.SpecOpts, 
 // Privileged containers run unconfined, as with the kubelet and
 // containerd's CRI. A kernel without seccomp runs the default unconfined,
 // but refuses a profile the pod asked for, as containerd's CRI does.
-func seccompOpts(sc containerd.Security, enabled bool) (oci.SpecOpts, error) {
+func seccompOpts(sc pluginapi.Security, enabled bool) (oci.SpecOpts, error) {
 	if sc.Privileged || sc.Seccomp == "Unconfined" {
 		return nil, nil
 	}

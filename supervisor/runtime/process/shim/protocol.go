@@ -10,11 +10,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 )
 
 // Files in an instance directory.
@@ -157,37 +156,11 @@ func Credential(uid, gid *uint32) *syscall.Credential {
 	return cred
 }
 
-// ProcStartTime returns a process's start time in clock ticks since boot,
-// which with the pid identifies it across pid reuse.
-func ProcStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses: fields start after
-	// the last ')'. starttime is field 22, the 20th after it.
-	s := string(data)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	fields := strings.Fields(s[end+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-var bootIDOnce = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-})
+// ProcStartTime returns a process's start time in clock ticks since boot.
+func ProcStartTime(pid int) (uint64, error) { return pidfd.StartTime(pid) }
 
 // BootID identifies the current boot: pids from another boot mean nothing.
-func BootID() string { return bootIDOnce() }
+func BootID() string { return pidfd.BootID() }
 
 // WriteJSONAtomic writes v to path through a temporary file and a rename,
 // so readers never see half a file.

@@ -1,4 +1,4 @@
-package process
+package runtime
 
 import (
 	"slices"
@@ -74,7 +74,7 @@ func TestResourceValue(t *testing.T) {
 
 // Env vars get the kubelet's values: plural IP fields comma-separated,
 // resources computed as above.
-func TestBuildSpecDownwardEnv(t *testing.T) {
+func TestResolveDownwardEnv(t *testing.T) {
 	pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{}, Containers: []v1.Container{{
 		Name: "app", Command: []string{"env"},
 		Resources: v1.ResourceRequirements{Limits: quantities("memory", "64Mi")},
@@ -86,7 +86,7 @@ func TestBuildSpecDownwardEnv(t *testing.T) {
 			{Name: "ECHO", Value: "$(MEMORY_LIMIT)"},
 		},
 	}}}}
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], PodEnv{HostIP: "10.0.0.2", Allocatable: quantities("cpu", "2")})
+	s, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{HostIP: "10.0.0.2", Allocatable: quantities("cpu", "2")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package containerd
 
 import (
 	"fmt"
@@ -11,13 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 )
 
-// ManagedContainerd is a containerd podvisor runs itself, as k3s does,
+// Managed is a containerd podvisor runs itself, as k3s does,
 // on devices where none runs: its own socket, root and state.
-type ManagedContainerd struct {
+type Managed struct {
 	Binary string // containerd
 	Root   string // persistent: images and snapshots
 	State  string // under /run: tasks
@@ -27,8 +26,8 @@ type ManagedContainerd struct {
 // managedContainerd starts podvisor's own containerd unless one already
 // answers on the address (it outlives a daemon restart, like the
 // containers do), and restarts it whenever it dies.
-func (d *Daemon) managedContainerd(stop <-chan struct{}) error {
-	m, addr := *d.cfg.Containerd.Managed, d.cfg.Containerd.Address
+func (r *Runtime) managedContainerd(stop <-chan struct{}) error {
+	m, addr := *r.cfg.Managed, r.cfg.Address
 	dir := filepath.Dir(m.Log)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -50,10 +49,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	pidFile := filepath.Join(dir, "containerd.pid")
 	go func() {
 		for delay := time.Second; ; delay = min(delay*2, time.Minute) {
-			fd, err := d.runningContainerd(pidFile, addr)
+			fd, err := r.runningContainerd(pidFile, addr)
 			if err != nil {
-				if fd, err = d.launchContainerd(m, config, pidFile, addr); err != nil {
-					d.log.Error("starting podvisor's containerd", "err", err, "retry in", delay)
+				if fd, err = r.launchContainerd(m, config, pidFile, addr); err != nil {
+					r.log.Error("starting podvisor's containerd", "err", err, "retry in", delay)
 					select {
 					case <-stop:
 						return
@@ -64,12 +63,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 			}
 			delay = time.Second
 			exited := make(chan struct{})
-			go func() { process.WaitPidfd(fd); close(exited) }()
+			go func() { pidfd.Wait(fd); close(exited) }()
 			select {
 			case <-stop:
 				return // it keeps running, as the pods do
 			case <-exited:
-				d.log.Error("podvisor's containerd exited; restarting it")
+				r.log.Error("podvisor's containerd exited; restarting it")
 			}
 		}
 	}()
@@ -78,7 +77,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 
 // runningContainerd finds the containerd a previous daemon started, by
 // its recorded pid and start time, if it still answers.
-func (d *Daemon) runningContainerd(pidFile, addr string) (int, error) {
+func (r *Runtime) runningContainerd(pidFile, addr string) (int, error) {
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
 		return -1, err
@@ -88,20 +87,20 @@ func (d *Daemon) runningContainerd(pidFile, addr string) (int, error) {
 	if _, err := fmt.Sscan(strings.TrimSpace(string(data)), &pid, &start); err != nil {
 		return -1, err
 	}
-	fd, err := process.OpenPidfd(pid, start)
+	fd, err := pidfd.Open(pid, start)
 	if err != nil {
 		return -1, err
 	}
 	if conn, err := net.Dial("unix", addr); err == nil {
 		conn.Close()
-		d.log.Info("using podvisor's running containerd", "pid", pid, "address", addr)
+		r.log.Info("using podvisor's running containerd", "pid", pid, "address", addr)
 		return fd, nil
 	}
 	syscall.Close(fd)
 	return -1, fmt.Errorf("containerd %d does not answer on %s", pid, addr)
 }
 
-func (d *Daemon) launchContainerd(m ManagedContainerd, config, pidFile, addr string) (int, error) {
+func (r *Runtime) launchContainerd(m Managed, config, pidFile, addr string) (int, error) {
 	logf, err := os.OpenFile(m.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return -1, err
@@ -115,8 +114,8 @@ func (d *Daemon) launchContainerd(m ManagedContainerd, config, pidFile, addr str
 		return -1, err
 	}
 	pid := cmd.Process.Pid
-	start, _ := shim.ProcStartTime(pid)
-	pidfd, err := process.OpenPidfd(pid, start)
+	start, _ := pidfd.StartTime(pid)
+	fd, err := pidfd.Open(pid, start)
 	go cmd.Wait() // reaped by us while we live; adopted by init otherwise
 	if err != nil {
 		return -1, err
@@ -125,12 +124,12 @@ func (d *Daemon) launchContainerd(m ManagedContainerd, config, pidFile, addr str
 	for i := 0; i < 400; i++ {
 		if conn, err := net.Dial("unix", addr); err == nil {
 			conn.Close()
-			d.log.Info("started podvisor's containerd", "pid", pid, "address", addr, "root", m.Root)
-			return pidfd, nil
+			r.log.Info("started podvisor's containerd", "pid", pid, "address", addr, "root", m.Root)
+			return fd, nil
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
-	syscall.Close(pidfd)
+	syscall.Close(fd)
 	return -1, fmt.Errorf("containerd did not answer on %s within 10s (log: %s)", addr, m.Log)
 }

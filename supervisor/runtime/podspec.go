@@ -1,13 +1,31 @@
-package process
+package runtime
 
 import (
 	"fmt"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
+
+// DefaultPath is PATH for containers that do not set one (the shim's
+// own default, shim.DefaultPath, is the same: a test holds them equal).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Process is a container's main process as Kubernetes resolves it from
+// the pod, whatever runs it.
+type Process struct {
+	Argv []string
+	// Command is how many of Argv's elements come from the container's
+	// command (the rest from its args): an image's entrypoint or cmd
+	// stays where the pod sets none.
+	Command int
+	Env     []string
+	Dir     string
+	UID     *uint32
+	GID     *uint32
+	// Groups are the supplementary groups (supplementalGroups).
+	Groups []uint32
+}
 
 // PodEnv is what the downward API can tell a container about its pod.
 type PodEnv struct {
@@ -18,23 +36,23 @@ type PodEnv struct {
 	Allocatable v1.ResourceList
 }
 
-// BuildSpec turns a container of a pod into a shim Spec: the environment
+// Resolve turns a container of a pod into its process: the environment
 // with fieldRef values filled in, $(VAR) references expanded in env values,
 // command and args as Kubernetes does, and the user and group to run as.
-func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
-	vars := map[string]string{"PATH": shim.DefaultPath, "HOSTNAME": PodHostname(pod)}
+func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
+	vars := map[string]string{"PATH": DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
 	for _, e := range c.Env {
 		v := expand(e.Value, vars)
 		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
 			var err error
 			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
-				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+				return Process{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		} else if f != nil && f.ResourceFieldRef != nil {
 			var err error
 			if v, err = ResourceValue(f.ResourceFieldRef, pod, c, node.Allocatable); err != nil {
-				return shim.Spec{}, fmt.Errorf("env %s: %w", e.Name, err)
+				return Process{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 		}
 		if _, ok := vars[e.Name]; !ok {
@@ -50,10 +68,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node PodEnv) (shim.Spec, error) {
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 		argv = append(argv, expand(a, vars))
 	}
-	s := shim.Spec{
-		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
-		Container: c.Name, Argv: argv, Env: env, Dir: c.WorkingDir,
-	}
+	s := Process{Argv: argv, Command: len(c.Command), Env: env, Dir: c.WorkingDir}
 	user, group := pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -116,7 +131,7 @@ func FieldValue(pod *v1.Pod, path string, node PodEnv) (string, error) {
 		// Process pods share the host network, whose one address is the
 		// node's; the plural fields are comma-separated lists, as the
 		// kubelet gives them (containerd pods get their own pod IPs, see
-		// the supervisor's withPodIP).
+		// the containerd runtime's withPodIP).
 		return node.HostIP, nil
 	}
 	for prefix, m := range map[string]map[string]string{"metadata.labels['": pod.Labels, "metadata.annotations['": pod.Annotations} {

@@ -1,4 +1,4 @@
-package process
+package runtime
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // SubPath is a volume mount's subPath, its subPathExpr expanded as the
 // kubelet expands it (ExpandContainerVolumeMounts, then makeMounts'
 // checks): $(VAR) takes the value of one of the container's env vars,
-// whose environment env is (BuildSpec's); a variable it does not declare,
+// whose environment env is (Resolve's); a variable it does not declare,
 // or declares empty, is an error, as is a result that is absolute or
 // steps up with "..".
 func SubPath(m v1.VolumeMount, c *v1.Container, env []string) (string, error) {

@@ -1,4 +1,4 @@
-package supervisor
+package containerd
 
 import (
 	"fmt"
@@ -24,12 +24,12 @@ func seccompOf(p *v1.SeccompProfile) (string, string) {
 // seccompProfilePath resolves a Localhost profile (relative to
 // <data-dir>/seccomp, without "..", as Kubernetes validates it) to its
 // file on the device; "" stays "".
-func (d *Daemon) seccompProfilePath(rel string) (string, error) {
+func (r *Runtime) seccompProfilePath(rel string) (string, error) {
 	if rel == "" {
 		return "", nil
 	}
 	if filepath.IsAbs(rel) || strings.Contains(rel, "..") {
 		return "", fmt.Errorf("securityContext.seccompProfile.localhostProfile %q: must be a relative path without '..'", rel)
 	}
-	return filepath.Join(d.cfg.DataDir, seccompProfileDir, rel), nil
+	return filepath.Join(r.dataDir, seccompProfileDir, rel), nil
 }

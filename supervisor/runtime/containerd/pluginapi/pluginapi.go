@@ -1,20 +1,13 @@
-// Package containerd runs pods' containers on containerd through a runtime
-// plugin process, podvisor-containerd, and is the daemon's side of it.
-//
-// Why a separate process: containerd's client speaks gRPC, and linking it
-// into the daemon measured +12 MiB of binary and +10.5 MiB of resident
-// memory at idle (15 → 25 MiB), paid by every device, also by those that
-// run only process pods. The plugin is started only where containerd pods
-// run, holds no state of its own (containerd does, labelled by instance),
-// and dies with the daemon; a new daemon starts a new plugin and adopts
-// what containerd runs. The protocol is net/rpc with JSON over the
-// plugin's stdin and stdout, both in the standard library.
-package containerd
+// Package pluginapi is the protocol between the daemon and its containerd
+// runtime plugin, podvisor-containerd: the requests and replies of its
+// net/rpc service (JSON over the plugin's stdin and stdout), the labels
+// on the containers it creates and the kubelet's waiting reasons it
+// answers with. It imports nothing of podvisor, so the plugin links
+// neither the daemon nor Kubernetes' API types.
+package pluginapi
 
 import (
 	"time"
-
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // Service is the RPC service name the plugin registers.
@@ -189,7 +182,7 @@ type Found struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Exit is how it ended, if its task has ended; nil with Running
 	// false means it never ran or containerd lost its task.
-	Exit *shim.ExitStatus `json:"exit,omitempty"`
+	Exit *ExitStatus `json:"exit,omitempty"`
 }
 
 // ListReply lists podvisor's containers.
@@ -273,3 +266,22 @@ type PruneReply struct {
 
 // Empty is an empty argument or reply.
 type Empty struct{}
+
+// ExitStatus is how a container ended, as the plugin reports it and
+// records it on the container (the JSON of the process shim's exit
+// record).
+type ExitStatus struct {
+	ExitCode   int32     `json:"exitCode"`
+	Signal     int32     `json:"signal,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// Unlocated is how a container ends that containerd lost, as the kubelet
+// reports it (runtime.Unlocated).
+func Unlocated(at time.Time) ExitStatus {
+	return ExitStatus{ExitCode: 137, Reason: "ContainerStatusUnknown",
+		Message: "The container could not be located when the pod was terminated", FinishedAt: at}
+}

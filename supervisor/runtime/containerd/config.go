@@ -1,0 +1,48 @@
+package containerd
+
+import "time"
+
+// Config is how pods without runtimeClassName process run.
+type Config struct {
+	// Address is containerd's socket; "" disables containerd pods.
+	Address string
+	// Plugin is the podvisor-containerd command (its arguments are added).
+	Plugin []string
+	// LogDriver is podvisor-shim, which containerd's shim runs to write
+	// each container's log.
+	LogDriver   string
+	Snapshotter string
+	Runtime     string
+	AuthFile    string
+	RuncRoot    string
+	// NoPivotRoot has runc chroot into containers' roots, where the
+	// device's root is an initramfs (pivot_root cannot leave it).
+	NoPivotRoot bool
+	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
+	SandboxDir string
+	// PodInit is the command of the init that holds a pod's shared PID
+	// namespace (podvisor-shim --pod-init).
+	PodInit []string
+	// CNIConfDir and CNIBinDirs locate the pod network (defaults:
+	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
+	CNIConfDir string
+	CNIBinDirs string
+	// ImageFS is a path on the file system containerd keeps images on;
+	// ImageGC its garbage collection thresholds.
+	ImageFS string
+	ImageGC ImageGC
+	// Managed, when set, has podvisor run containerd itself.
+	Managed *Managed
+	// ConnectWait is how long the daemon waits for containerd at start
+	// before it goes on and connects in the background.
+	ConnectWait time.Duration
+}
+
+// ImageGC are the kubelet's image garbage collection thresholds, in
+// percent of the image file system used (defaults 85 and 80).
+type ImageGC struct {
+	HighThresholdPercent int
+	LowThresholdPercent  int
+	// MinimumAge spares images used or imported more recently.
+	MinimumAge time.Duration
+}
