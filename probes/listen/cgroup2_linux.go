@@ -93,7 +93,7 @@ func unescapeMount(s string) string {
 func (h Hierarchy) Dir(rel string) (string, error) {
 	clean := filepath.Clean("/" + rel)
 	if clean == "/" || clean != "/"+strings.Trim(rel, "/") {
-		return "", fmt.Errorf("cgroup path %q: want a relative path below the cgroup2 root, without . or ..", rel)
+		return "", fmt.Errorf("cgroup path %q: want a relative path below the cgroup2 root, with no \".\" or \"..\" element", rel)
 	}
 	return filepath.Join(h.Mount, clean), nil
 }

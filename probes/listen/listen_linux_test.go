@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -336,5 +337,32 @@ func TestListenLatency(t *testing.T) {
 	t.Logf("listen() → event over 100 listens: p50 %v, p90 %v, max %v", p50, p90, lat[99])
 	if p90 > 100*time.Millisecond {
 		t.Errorf("p90 %v, want < 100 ms", p90)
+	}
+}
+
+// eBPF refused → sock_diag, with the path saying so; nothing to try →
+// an error, on which the caller keeps periodic probes.
+func TestOpenFallsBack(t *testing.T) {
+	requireRoot(t)
+	var logged []string
+	w, err := Open(Options{
+		detect: func() Features { return Features{Inconclusive: []string{"sock_ops programs: operation not permitted"}} },
+		Logf:   func(f string, a ...any) { logged = append(logged, f) },
+	})
+	if err != nil {
+		prerequisite(t, "sock_diag: %v", err)
+	}
+	defer w.Close()
+	if w.Path() != PathSockDiag {
+		t.Fatalf("path %s with eBPF refused, want %s", w.Path(), PathSockDiag)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "inconclusive") {
+		t.Fatalf("inconclusive probes not logged once: %q", logged)
+	}
+	if _, err := Open(Options{Paths: []Path{}}); err == nil {
+		t.Fatal("no path to try and no error")
+	}
+	if _, err := Open(Options{Paths: []Path{"bogus"}}); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("unknown path: %v", err)
 	}
 }

@@ -105,6 +105,8 @@ type Options struct {
 	Paths []Path
 	// Logf receives what the watcher cannot return as an error.
 	Logf func(format string, args ...any)
+
+	detect func() Features // DetectFeatures; tests refuse eBPF with it
 }
 
 // Open returns a watcher on the first of the paths that works here. When
@@ -134,6 +136,9 @@ func Open(o Options) (Watcher, error) {
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 	}
+	if len(errs) == 0 {
+		return nil, errors.New("no listen watcher path to try")
+	}
 	return nil, errors.Join(errs...)
 }
 
@@ -141,7 +146,11 @@ func openEBPF(o Options) (Watcher, error) {
 	if err := rlimit.RemoveMemlock(); err != nil { // before 5.11 only; a no-op after
 		return nil, err
 	}
-	f := DetectFeatures()
+	detect := o.detect
+	if detect == nil {
+		detect = DetectFeatures
+	}
+	f := detect()
 	if o.Logf != nil && len(f.Inconclusive) > 0 {
 		o.Logf("listen watcher: inconclusive eBPF feature probes: %v", f.Inconclusive)
 	}
