@@ -16,17 +16,30 @@ import (
 )
 
 // Every scenario runs on both paths: the eBPF watcher reports on its own;
-// the sock_diag watcher reports when asked to rescan (settle).
-var paths = []Path{PathEBPF, PathSockDiag}
+// the sock_diag watcher reports when asked to rescan (settle). The
+// sock_diag path runs twice: with the sockets' cgroup ids, and matching
+// sockets by the inodes the cgroup's processes hold, as it must before
+// kernel 5.7.
+var paths = []Path{PathEBPF, PathSockDiag, pathSockDiagByInode}
+
+const pathSockDiagByInode Path = "sock_diag-by-inode"
 
 func openPath(t *testing.T, p Path) Watcher {
 	t.Helper()
 	if p == PathEBPF {
 		requireEBPF(t)
 	}
-	w, err := Open(Options{Paths: []Path{p}, MaxCgroups: 8, Logf: t.Logf})
+	open := p
+	if p == pathSockDiagByInode {
+		open = PathSockDiag
+	}
+	w, err := Open(Options{Paths: []Path{open}, MaxCgroups: 8, Logf: t.Logf})
 	if err != nil {
 		prerequisite(t, "listen watcher on %s: %v", p, err)
+	}
+	if p == pathSockDiagByInode {
+		w.(*sockDiagWatcher).byInode = true
+		p = PathSockDiag
 	}
 	if w.Path() != p {
 		t.Fatalf("asked for %s, got %s", p, w.Path())
@@ -221,7 +234,8 @@ func TestPerfBufferFallback(t *testing.T) {
 	}
 }
 
-// kill -9 of a process that attached leaves nothing attached twice: a
+// kill -9 of a process that attached, 20 times, leaves nothing attached
+// twice and nothing leaked in the kernel: a
 // bpf_link goes with its process; a legacy attachment (kernels before
 // 5.7) stays, and the next Watch detaches it before attaching its own.
 func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
@@ -230,14 +244,23 @@ func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
 			requireEBPF(t)
 			h := requireHierarchy(t)
 			rel, dir := testCgroup(t, h)
-			for round := range 3 {
+			want := map[string]int{"link": 0, "legacy": 1}[mode]
+			for round := range 20 { // the 20 restarts
 				killAttacher(t, dir, mode)
 				left := countAttached(t, dir)
-				want := map[string]int{"link": 0, "legacy": 1}[mode]
 				if left != want {
 					t.Fatalf("round %d: %d programs attached after kill -9, want %d", round, left, want)
 				}
 			}
+			// Nothing else is left in the kernel: the killed processes'
+			// programs and ring buffers are gone, but for the last legacy
+			// attachment's (its sock_ops and sock_release programs, and the
+			// ring buffer they hold).
+			perSet := 1
+			if DetectFeatures().SockRelease {
+				perSet = 2
+			}
+			waitKernelObjects(t, want*perSet, want)
 			w := openPath(t, PathEBPF)
 			id, err := w.Watch(dir)
 			if err != nil {
@@ -246,6 +269,7 @@ func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
 			if n := countAttached(t, dir); n != 1 {
 				t.Fatalf("%d programs attached after Watch, want 1", n)
 			}
+			waitKernelObjects(t, perSet, 1) // this watcher's own, the leftover's freed
 			s := startServer(t, h, rel, false)
 			port, _ := s.listen("tcp", ":0")
 			if e := next(t, w, "the listen after the restarts"); e.Kind != Listening || e.Cgroup != id || e.Port != port {
@@ -259,6 +283,51 @@ func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitKernelObjects waits up to 10 s for the kernel to hold exactly
+// progs programs and maps maps named like the watcher's (it frees a dead
+// process's objects after an RCU grace period, not at once).
+func waitKernelObjects(t *testing.T, progs, maps int) {
+	t.Helper()
+	var p, m int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if p, m = kernelObjects(t); p == progs && m == maps {
+			return
+		}
+	}
+	t.Fatalf("waited 10 s for %d programs and %d maps named like the watcher's in the kernel; there are %d and %d", progs, maps, p, m)
+}
+
+func kernelObjects(t *testing.T) (progs, maps int) {
+	t.Helper()
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			if info, err := p.Info(); err == nil && (info.Name == progName || info.Name == progReleaseName) {
+				progs++
+			}
+			p.Close()
+		}
+	}
+	for id := ebpf.MapID(0); ; {
+		next, err := ebpf.MapGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		if m, err := ebpf.NewMapFromID(id); err == nil {
+			if info, err := m.Info(); err == nil && info.Name == progName {
+				maps++
+			}
+			m.Close()
+		}
+	}
+	return progs, maps
 }
 
 // killAttacher starts a process that watches dir (with bpf_link or the

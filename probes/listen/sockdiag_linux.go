@@ -190,8 +190,8 @@ func parseDiagMsg(b []byte) (dumped, bool) {
 // listenersIn dumps the listeners of the cgroup2 directory dir and the
 // cgroups below it: in each network namespace its processes are in, the
 // sockets whose cgroup is one of them, or, where the kernel does not say
-// (before 5.7), the sockets its processes hold.
-func listenersIn(dir string) ([]socket, error) {
+// (before 5.7) or byInode is set, the sockets its processes hold.
+func listenersIn(dir string, byInode bool) ([]socket, error) {
 	ids, err := cgroupIDs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup ids below %s: %w", dir, err)
@@ -221,7 +221,7 @@ func listenersIn(dir string) ([]socket, error) {
 		}
 		var held map[uint32]bool
 		for _, d := range got {
-			if d.hasCgroup {
+			if d.hasCgroup && !byInode {
 				if ids[d.cgroup] {
 					out = append(out, d.socket)
 				}

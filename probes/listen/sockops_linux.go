@@ -160,7 +160,11 @@ func (w *sockOpsWatcher) hinted(id uint64) {
 	time.AfterFunc(releaseRescanDelay, func() {
 		w.mu.Lock()
 		delete(w.pending, id)
+		_, watched := w.dirs[id]
 		w.mu.Unlock()
+		if !watched {
+			return // unwatched or closed meanwhile
+		}
 		if err := w.Rescan(id); err != nil {
 			w.logf("listen watcher: %v", err)
 		}

@@ -24,6 +24,8 @@ type base struct {
 	events chan Event
 	done   chan struct{}
 	once   sync.Once
+
+	byInode bool // match sockets by the inodes the cgroup's processes hold, as before 5.7 (tests)
 }
 
 func newBase(logf func(string, ...any)) base {
@@ -82,7 +84,7 @@ func (b *base) Rescan(id uint64) error {
 	since := b.t.scanStart()
 	b.mu.Unlock()
 
-	now, err := listenersIn(dir)
+	now, err := listenersIn(dir, b.byInode)
 
 	b.mu.Lock()
 	var out []Event
