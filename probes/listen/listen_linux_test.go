@@ -235,9 +235,9 @@ func TestPerfBufferFallback(t *testing.T) {
 }
 
 // kill -9 of a process that attached, 20 times, leaves nothing attached
-// twice and nothing leaked in the kernel: a
-// bpf_link goes with its process; a legacy attachment (kernels before
-// 5.7) stays, and the next Watch detaches it before attaching its own.
+// twice and nothing leaked in the kernel: a bpf_link goes with its
+// process; a legacy attachment (kernels before 5.7) stays, and the next
+// Watch detaches it before attaching its own.
 func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
 	for _, mode := range []string{"link", "legacy"} {
 		t.Run(mode, func(t *testing.T) {
