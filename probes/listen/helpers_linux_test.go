@@ -26,6 +26,14 @@ func TestMain(m *testing.M) {
 	case "server":
 		runServer(os.Stdin, os.Stdout)
 		os.Exit(0)
+	case "opener":
+		w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(0)
+		}
+		fmt.Println("path", w.Path())
+		os.Exit(0)
 	case "attacher":
 		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
 		os.Exit(0)

@@ -2,6 +2,7 @@ package listen
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -416,7 +417,7 @@ func TestOpenFallsBack(t *testing.T) {
 	var logged []string
 	w, err := Open(Options{
 		detect: func() Features { return Features{Inconclusive: []string{"sock_ops programs: operation not permitted"}} },
-		Logf:   func(f string, a ...any) { logged = append(logged, f) },
+		Logf:   func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) },
 	})
 	if err != nil {
 		prerequisite(t, "sock_diag: %v", err)
@@ -425,8 +426,9 @@ func TestOpenFallsBack(t *testing.T) {
 	if w.Path() != PathSockDiag {
 		t.Fatalf("path %s with eBPF refused, want %s", w.Path(), PathSockDiag)
 	}
-	if len(logged) != 1 || !strings.Contains(logged[0], "inconclusive") {
-		t.Fatalf("inconclusive probes not logged once: %q", logged)
+	if len(logged) != 2 || !strings.Contains(logged[0], "inconclusive eBPF feature probes") ||
+		!strings.Contains(logged[1], "using sock_diag: ebpf-sockops unavailable") {
+		t.Fatalf("want the inconclusive probes and the fallback logged once each, got %q", logged)
 	}
 	if _, err := Open(Options{Paths: []Path{}}); err == nil {
 		t.Fatal("no path to try and no error")
@@ -434,4 +436,59 @@ func TestOpenFallsBack(t *testing.T) {
 	if _, err := Open(Options{Paths: []Path{"bogus"}}); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown path: %v", err)
 	}
+}
+
+// Without privileges the eBPF feature probes answer EPERM: that is
+// neither yes nor no, so it is logged as inconclusive, and Open takes
+// sock_diag.
+func TestOpenUnprivileged(t *testing.T) {
+	requireRoot(t)
+	// The test binary sits in a directory only root may enter.
+	dir, err := os.MkdirTemp("", "podvisor-listen-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := dir + "/listen.test"
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=opener")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged Open: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "path "+string(PathSockDiag)) {
+		t.Fatalf("unprivileged Open did not take sock_diag:\n%s", out)
+	}
+	if !strings.Contains(string(out), "log listen watcher: inconclusive eBPF feature probes") {
+		t.Fatalf("the refused probes were not logged as inconclusive:\n%s", out)
+	}
+	t.Logf("unprivileged:\n%s", out)
+}
+
+// Watch refuses what is not a cgroup directory it can use.
+func TestWatchRefusesMissingCgroup(t *testing.T) {
+	forPaths(t, func(t *testing.T, p Path) {
+		requireHierarchy(t)
+		w := openPath(t, p)
+		if _, err := w.Watch("/nonexistent/podvisor-cgroup"); err == nil {
+			t.Fatal("watching a missing cgroup succeeded")
+		}
+		if err := w.Unwatch(12345); err == nil {
+			t.Fatal("unwatching an unknown cgroup succeeded")
+		}
+		if err := w.Rescan(12345); err == nil {
+			t.Fatal("rescanning an unknown cgroup succeeded")
+		}
+	})
 }

@@ -132,9 +132,12 @@ func Open(o Options) (Watcher, error) {
 			err = fmt.Errorf("unknown listen watcher path %q", p)
 		}
 		if err == nil {
+			if len(errs) > 0 && o.Logf != nil {
+				o.Logf("listen watcher: using %s: %v", p, errors.Join(errs...))
+			}
 			return w, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		errs = append(errs, fmt.Errorf("%s unavailable: %w", p, err))
 	}
 	if len(errs) == 0 {
 		return nil, errors.New("no listen watcher path to try")
@@ -143,14 +146,17 @@ func Open(o Options) (Watcher, error) {
 }
 
 func openEBPF(o Options) (Watcher, error) {
-	if err := rlimit.RemoveMemlock(); err != nil { // before 5.11 only; a no-op after
-		return nil, err
-	}
+	// Before 5.11 eBPF memory counts against RLIMIT_MEMLOCK; after, this
+	// is a no-op. Failing is not fatal: the feature probes say what works.
+	memlock := rlimit.RemoveMemlock()
 	detect := o.detect
 	if detect == nil {
 		detect = DetectFeatures
 	}
 	f := detect()
+	if memlock != nil {
+		f.Inconclusive = append(f.Inconclusive, fmt.Sprintf("raise RLIMIT_MEMLOCK: %v", memlock))
+	}
 	if o.Logf != nil && len(f.Inconclusive) > 0 {
 		o.Logf("listen watcher: inconclusive eBPF feature probes: %v", f.Inconclusive)
 	}
