@@ -492,3 +492,35 @@ func TestWatchRefusesMissingCgroup(t *testing.T) {
 		}
 	})
 }
+
+// Watch refuses more cgroups than MaxCgroups; watching one again is no
+// new cgroup.
+func TestWatchIsBounded(t *testing.T) {
+	forPaths(t, func(t *testing.T, p Path) {
+		h := requireHierarchy(t)
+		w := openPath(t, p) // MaxCgroups 8
+		var dirs []string
+		for range 9 {
+			_, dir := testCgroup(t, h)
+			dirs = append(dirs, dir)
+		}
+		for _, dir := range dirs[:8] {
+			if _, err := w.Watch(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Watch(dirs[0]); err != nil {
+			t.Fatalf("watching a watched cgroup again: %v", err)
+		}
+		if _, err := w.Watch(dirs[8]); err == nil || !strings.Contains(err.Error(), "most allowed") {
+			t.Fatalf("a ninth cgroup: %v", err)
+		}
+		id, _ := CgroupID(dirs[0])
+		if err := w.Unwatch(id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Watch(dirs[8]); err != nil {
+			t.Fatalf("after an Unwatch: %v", err)
+		}
+	})
+}

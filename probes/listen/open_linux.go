@@ -99,7 +99,8 @@ func kernelAtLeast(major, minor int) bool {
 // Options configure Open.
 type Options struct {
 	// MaxCgroups is how many cgroups may be watched at once (the device's
-	// max pods): it sizes the eBPF event buffer. Default 110.
+	// max pods): Watch refuses more, and it sizes the eBPF event buffer.
+	// Default 110, the kubelet's maxPods.
 	MaxCgroups int
 	// Paths are the paths to try, in order. Default: eBPF, then sock_diag.
 	Paths []Path
@@ -127,7 +128,7 @@ func Open(o Options) (Watcher, error) {
 		case PathEBPF:
 			w, err = openEBPF(o)
 		case PathSockDiag:
-			w, err = newSockDiagWatcher(o.Logf)
+			w, err = newSockDiagWatcher(o.MaxCgroups, o.Logf)
 		default:
 			err = fmt.Errorf("unknown listen watcher path %q", p)
 		}

@@ -61,7 +61,7 @@ func newSockOpsWatcher(f Features, maxCgroups int, logf func(string, ...any)) (*
 	if err := f.EBPFUsable(); err != nil {
 		return nil, err
 	}
-	w := &sockOpsWatcher{base: newBase(logf), features: f, progs: map[uint64]attached{}, pending: map[uint64]bool{}}
+	w := &sockOpsWatcher{base: newBase(maxCgroups, logf), features: f, progs: map[uint64]attached{}, pending: map[uint64]bool{}}
 	if err := w.openEvents(maxCgroups); err != nil {
 		return nil, err
 	}
@@ -193,7 +193,10 @@ func (w *sockOpsWatcher) Watch(dir string) (uint64, error) {
 		w.progsMu.Unlock()
 		return id, nil
 	}
-	w.add(id, dir) // before attaching: the first event must find it
+	if err := w.add(id, dir); err != nil { // before attaching: the first event must find it
+		w.progsMu.Unlock()
+		return 0, err
+	}
 	a, err := w.attach(dir, id)
 	if err != nil {
 		w.remove(id)

@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// maxListeners bounds what the tracker keeps per cgroup: a pod opening
+// listeners by the thousand costs the daemon no more than this. Listeners
+// past it go unreported, and their probes keep their periods.
+const maxListeners = 1024
+
 // socket is one listening socket as either path sees it.
 type socket struct {
 	NetNS  uint64
@@ -63,7 +68,7 @@ func (t *tracker) observe(e Event) (Event, bool) {
 	switch e.Kind {
 	case Listening:
 		delete(t.closed, s.Cookie)
-		if _, ok := open[s.Cookie]; ok {
+		if _, ok := open[s.Cookie]; ok || len(open) >= maxListeners {
 			return Event{}, false
 		}
 		open[s.Cookie] = tracked{socket: s, gen: t.gen}
@@ -118,7 +123,7 @@ func (t *tracker) scanned(cgroup, since uint64, now []socket, seen time.Time) []
 		if _, ok := open[s.Cookie]; ok {
 			continue
 		}
-		if g, ok := t.closed[s.Cookie]; ok && g > since {
+		if g, ok := t.closed[s.Cookie]; (ok && g > since) || len(open) >= maxListeners {
 			continue
 		}
 		open[s.Cookie] = tracked{socket: s, gen: since, dumped: true}

@@ -103,3 +103,23 @@ func TestTrackerUnwatchForgets(t *testing.T) {
 		t.Fatal("scan left open")
 	}
 }
+
+// A cgroup's listeners are bounded, from events and from dumps alike.
+func TestTrackerBoundsListenersPerCgroup(t *testing.T) {
+	tr := newTracker()
+	tr.watch(1)
+	for i := range maxListeners + 10 {
+		tr.observe(ev(Listening, 1, uint64(i+1), uint16(i)))
+	}
+	if n := len(tr.cgroups[1]); n != maxListeners {
+		t.Fatalf("%d listeners kept from events, want %d", n, maxListeners)
+	}
+	tr.watch(2)
+	var many []socket
+	for i := range maxListeners + 10 {
+		many = append(many, sock(uint64(100000+i), uint16(i)))
+	}
+	if out := tr.scanned(2, tr.scanStart(), many, t0); len(out) != maxListeners || len(tr.cgroups[2]) != maxListeners {
+		t.Fatalf("a dump added %d listeners (%d kept), want %d", len(out), len(tr.cgroups[2]), maxListeners)
+	}
+}

@@ -15,6 +15,7 @@ const eventBuffer = 256
 // turns observations into transitions, and the events channel.
 type base struct {
 	logf func(format string, args ...any)
+	max  int // cgroups watched at once
 
 	scanMu sync.Mutex // one dump at a time: the tracker's generations assume it
 	mu     sync.Mutex // guards t and dirs
@@ -28,21 +29,25 @@ type base struct {
 	byInode bool // match sockets by the inodes the cgroup's processes hold, as before 5.7 (tests)
 }
 
-func newBase(logf func(string, ...any)) base {
+func newBase(maxCgroups int, logf func(string, ...any)) base {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	return base{logf: logf, t: newTracker(), dirs: map[uint64]string{}, events: make(chan Event, eventBuffer), done: make(chan struct{})}
+	return base{logf: logf, max: maxCgroups, t: newTracker(), dirs: map[uint64]string{}, events: make(chan Event, eventBuffer), done: make(chan struct{})}
 }
 
 func (b *base) Events() <-chan Event { return b.events }
 
-// add starts tracking the cgroup at dir under id.
-func (b *base) add(id uint64, dir string) {
+// add starts tracking the cgroup at dir under id, if there is room.
+func (b *base) add(id uint64, dir string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := b.dirs[id]; !ok && len(b.dirs) >= b.max {
+		return fmt.Errorf("watch %s: already watching %d cgroups, the most allowed", dir, b.max)
+	}
 	b.t.watch(id)
 	b.dirs[id] = dir
+	return nil
 }
 
 // remove stops tracking the cgroup; it says whether it was tracked.
@@ -140,11 +145,11 @@ func (b *base) closeEvents() {
 type sockDiagWatcher struct{ base }
 
 // newSockDiagWatcher checks that this kernel answers sock_diag dumps.
-func newSockDiagWatcher(logf func(string, ...any)) (*sockDiagWatcher, error) {
+func newSockDiagWatcher(maxCgroups int, logf func(string, ...any)) (*sockDiagWatcher, error) {
 	if _, _, err := dumpListeners("/proc/self/ns/net"); err != nil {
 		return nil, err
 	}
-	return &sockDiagWatcher{base: newBase(logf)}, nil
+	return &sockDiagWatcher{base: newBase(maxCgroups, logf)}, nil
 }
 
 func (w *sockDiagWatcher) Path() Path { return PathSockDiag }
@@ -154,7 +159,9 @@ func (w *sockDiagWatcher) Watch(dir string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	w.add(id, dir)
+	if err := w.add(id, dir); err != nil {
+		return 0, err
+	}
 	return id, w.Rescan(id)
 }
 
