@@ -524,3 +524,40 @@ func TestWatchIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// Place puts a process in a cgroup below the cgroup2 mount, making the
+// parents; Remove takes the whole subtree away once it is empty.
+func TestPlaceAndRemove(t *testing.T) {
+	h := requireHierarchy(t)
+	rel, _ := testCgroup(t, h)
+	s := startServer(t, h, rel+"/pod1/c1", false)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "0::/" + rel + "/pod1/c1\n"; !strings.Contains(string(b), want) {
+		t.Fatalf("/proc/<pid>/cgroup does not have %q:\n%s", want, b)
+	}
+	if err := h.Remove(rel + "/pod1"); err == nil {
+		t.Fatal("removed a cgroup with a process in it")
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	if err := h.Remove(rel + "/pod1"); err != nil {
+		t.Fatal(err)
+	}
+	if dir, _ := h.Dir(rel + "/pod1"); dirExists(dir) {
+		t.Fatalf("%s still exists", dir)
+	}
+	if err := h.Remove(rel + "/pod1"); err != nil {
+		t.Fatalf("removing a removed cgroup: %v", err)
+	}
+	if _, err := h.Place("../escape", os.Getpid()); err == nil {
+		t.Fatal("placed a process outside the hierarchy")
+	}
+}
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
+}
