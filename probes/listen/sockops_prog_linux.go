@@ -60,8 +60,11 @@ type output struct {
 // on the state callback for that socket only; the state callback then
 // reports the LISTEN → CLOSE transition as Closed. A socket accepted from
 // the listener inherits the flag; its first state change turns it off,
-// so established connections cost one extra callback each, not one per
-// state change. Every other op returns 1 (no opinion).
+// so an accepted connection costs one extra callback, not one per state
+// change (measured on 6.18: 5 program runs per accepted and closed
+// connection, 7 without the clearing). Every other op returns 1 (no
+// opinion). The clearing touches only that flag, and only on sockets
+// whose previous state was not LISTEN.
 //
 // A listener that predates the program never had the flag set: its
 // close is seen by sockReleaseProgram.
