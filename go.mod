@@ -3,6 +3,7 @@ module github.com/podvisor/podvisor
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/containerd/containerd/api v1.12.0
 	github.com/containerd/containerd/v2 v2.4.2

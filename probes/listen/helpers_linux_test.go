@@ -1,0 +1,248 @@
+package listen
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary doubles as the processes the tests watch: with
+// childEnv set it runs one of them instead of the tests.
+const childEnv = "PODVISOR_LISTEN_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "server":
+		runServer(os.Stdin, os.Stdout)
+		os.Exit(0)
+	case "opener":
+		w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(0)
+		}
+		fmt.Println("path", w.Path())
+		os.Exit(0)
+	case "attacher":
+		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// prerequisite skips a test whose environment is missing, except in CI
+// where that is a failure (the e2e harness's rule).
+func prerequisite(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI prerequisite missing: "+format, args...)
+	}
+	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+}
+
+func requireHierarchy(t *testing.T) Hierarchy {
+	t.Helper()
+	requireRoot(t)
+	h, err := FindHierarchy()
+	if err != nil {
+		prerequisite(t, "cgroup2: %v", err)
+	}
+	return h
+}
+
+func requireEBPF(t *testing.T) Features {
+	t.Helper()
+	requireHierarchy(t)
+	f := DetectFeatures()
+	if err := f.EBPFUsable(); err != nil {
+		prerequisite(t, "eBPF listen watcher: %v", err)
+	}
+	return f
+}
+
+var cgroupSeq atomic.Int64
+
+// testCgroup makes an empty cgroup under the cgroup2 mount, removed
+// (with anything below it) when the test ends: register it before the
+// processes placed in it, so they are gone first.
+func testCgroup(t *testing.T, h Hierarchy) (rel, dir string) {
+	t.Helper()
+	rel = fmt.Sprintf("podvisor-listen-test-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	dir, err := h.Dir(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Remove(rel); err != nil {
+			t.Errorf("remove test cgroup: %v", err)
+		}
+	})
+	return rel, dir
+}
+
+// server is a child process that listens and closes on command.
+type server struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+// startServer starts a server, in a network namespace of its own if
+// newNetNS, and places it in the cgroup rel before it makes any socket.
+func startServer(t *testing.T, h Hierarchy, rel string, newNetNS bool) *server {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=server")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if newNetNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
+	}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start server: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if _, err := h.Place(rel, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return &server{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+}
+
+// do sends a command and returns the port and the CLOCK_MONOTONIC time
+// (ns) the server took just before the listen(2) or close(2).
+func (s *server) do(format string, args ...any) (port uint16, at int64) {
+	s.t.Helper()
+	fmt.Fprintf(s.in, format+"\n", args...)
+	if !s.out.Scan() {
+		s.t.Fatalf("server gave no answer to %q: %v", fmt.Sprintf(format, args...), s.out.Err())
+	}
+	f := strings.Fields(s.out.Text())
+	if len(f) != 3 || f[0] != "ok" {
+		s.t.Fatalf("server answered %q to %q", s.out.Text(), fmt.Sprintf(format, args...))
+	}
+	p, _ := strconv.ParseUint(f[1], 10, 16)
+	at, _ = strconv.ParseInt(f[2], 10, 64)
+	return uint16(p), at
+}
+
+// listen listens on network ("tcp", "tcp4") and address, as listener i.
+func (s *server) listen(network, addr string) (uint16, int64) {
+	return s.do("listen %s %s", network, addr)
+}
+
+// close closes listener i.
+func (s *server) close(i int) int64 {
+	_, at := s.do("close %d", i)
+	return at
+}
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+func runServer(in io.Reader, out io.Writer) {
+	var ls []net.Listener
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 3 && f[0] == "listen":
+			at := monotonic()
+			l, err := net.Listen(f[1], f[2])
+			if err != nil {
+				fmt.Fprintf(out, "error %v\n", err)
+				continue
+			}
+			ls = append(ls, l)
+			fmt.Fprintf(out, "ok %d %d\n", l.Addr().(*net.TCPAddr).Port, at)
+		case len(f) == 2 && f[0] == "close":
+			i, err := strconv.Atoi(f[1])
+			if err != nil || i < 0 || i >= len(ls) {
+				fmt.Fprintf(out, "error no listener %q\n", f[1])
+				continue
+			}
+			at := monotonic()
+			ls[i].Close()
+			fmt.Fprintf(out, "ok 0 %d\n", at)
+		default:
+			fmt.Fprintf(out, "error unknown command %q\n", sc.Text())
+		}
+	}
+}
+
+// runAttacher watches dir with the eBPF watcher, says so, and waits to be
+// killed.
+func runAttacher(dir string, legacy bool) {
+	w, err := newSockOpsWatcher(DetectFeatures(), 4, nil)
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	w.legacy = legacy
+	if _, err := w.Watch(dir); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("attached")
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// next returns the next event, failing the test if none comes in 10 s.
+func next(t *testing.T, w Watcher, waitingFor string) Event {
+	t.Helper()
+	select {
+	case e, ok := <-w.Events():
+		if !ok {
+			t.Fatalf("events closed while waiting for %s", waitingFor)
+		}
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no event in 10 s while waiting for %s", waitingFor)
+	}
+	return Event{}
+}
+
+// none fails if an event is waiting.
+func none(t *testing.T, w Watcher, why string) {
+	t.Helper()
+	select {
+	case e := <-w.Events():
+		t.Fatalf("unexpected event %v (%s)", e, why)
+	default:
+	}
+}

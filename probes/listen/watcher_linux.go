@@ -1,0 +1,180 @@
+package listen
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// eventBuffer is how many events wait for a slow reader before the
+// watcher blocks (the eBPF ring buffer keeps filling meanwhile; a
+// rescan repairs what it drops).
+const eventBuffer = 256
+
+// base is what both paths share: the watched cgroups, the tracker that
+// turns observations into transitions, and the events channel.
+type base struct {
+	logf func(format string, args ...any)
+	max  int // cgroups watched at once
+
+	scanMu sync.Mutex // one dump at a time: the tracker's generations assume it
+	mu     sync.Mutex // guards t and dirs
+	t      *tracker
+	dirs   map[uint64]string
+
+	events chan Event
+	done   chan struct{}
+	once   sync.Once
+
+	byInode bool // match sockets by the inodes the cgroup's processes hold, as before 5.7 (tests)
+}
+
+func newBase(maxCgroups int, logf func(string, ...any)) base {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return base{logf: logf, max: maxCgroups, t: newTracker(), dirs: map[uint64]string{}, events: make(chan Event, eventBuffer), done: make(chan struct{})}
+}
+
+func (b *base) Events() <-chan Event { return b.events }
+
+// add starts tracking the cgroup at dir under id, if there is room.
+func (b *base) add(id uint64, dir string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.dirs[id]; !ok && len(b.dirs) >= b.max {
+		return fmt.Errorf("watch %s: already watching %d cgroups, the most allowed", dir, b.max)
+	}
+	b.t.watch(id)
+	b.dirs[id] = dir
+	return nil
+}
+
+// remove stops tracking the cgroup; it says whether it was tracked.
+func (b *base) remove(id uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.dirs[id]
+	b.t.unwatch(id)
+	delete(b.dirs, id)
+	return ok
+}
+
+func (b *base) watched() []uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ids := make([]uint64, 0, len(b.dirs))
+	for id := range b.dirs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Rescan dumps the cgroup's listeners with sock_diag and reports what
+// changed since the tracker last knew.
+func (b *base) Rescan(id uint64) error {
+	b.scanMu.Lock()
+	defer b.scanMu.Unlock()
+	select {
+	case <-b.done:
+		return fmt.Errorf("listen watcher closed")
+	default:
+	}
+	b.mu.Lock()
+	dir, ok := b.dirs[id]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("cgroup %d is not watched", id)
+	}
+	since := b.t.scanStart()
+	b.mu.Unlock()
+
+	now, err := listenersIn(dir, b.byInode)
+
+	b.mu.Lock()
+	var out []Event
+	if err != nil {
+		b.t.scanDone()
+	} else {
+		out = b.t.scanned(id, since, now, time.Now())
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("rescan cgroup %s: %w", dir, err)
+	}
+	for _, e := range out {
+		b.send(e)
+	}
+	return nil
+}
+
+// observe applies an event of the eBPF program and sends it if it
+// changed anything.
+func (b *base) observe(e Event) {
+	b.mu.Lock()
+	out, ok := b.t.observe(e)
+	b.mu.Unlock()
+	if ok {
+		b.send(out)
+	}
+}
+
+func (b *base) send(e Event) {
+	select {
+	case b.events <- e:
+	case <-b.done:
+	}
+}
+
+// stop makes every send return; it says whether this call stopped the
+// watcher (false if it was stopped already). closeEvents closes the
+// channel once no sender is left.
+func (b *base) stop() bool {
+	first := false
+	b.once.Do(func() { close(b.done); first = true })
+	return first
+}
+
+func (b *base) closeEvents() {
+	b.scanMu.Lock()
+	defer b.scanMu.Unlock()
+	close(b.events)
+}
+
+// sockDiagWatcher learns listeners only from dumps, when asked.
+type sockDiagWatcher struct{ base }
+
+// newSockDiagWatcher checks that this kernel answers sock_diag dumps.
+func newSockDiagWatcher(maxCgroups int, logf func(string, ...any)) (*sockDiagWatcher, error) {
+	if _, _, err := dumpListeners("/proc/self/ns/net"); err != nil {
+		return nil, err
+	}
+	return &sockDiagWatcher{base: newBase(maxCgroups, logf)}, nil
+}
+
+func (w *sockDiagWatcher) Path() Path { return PathSockDiag }
+
+func (w *sockDiagWatcher) Watch(dir string) (uint64, error) {
+	id, err := CgroupID(dir)
+	if err != nil {
+		return 0, err
+	}
+	if err := w.add(id, dir); err != nil {
+		return 0, err
+	}
+	return id, w.Rescan(id)
+}
+
+func (w *sockDiagWatcher) Unwatch(id uint64) error {
+	if !w.remove(id) {
+		return fmt.Errorf("cgroup %d is not watched", id)
+	}
+	return nil
+}
+
+func (w *sockDiagWatcher) Close() error {
+	if w.stop() {
+		w.closeEvents()
+	}
+	return nil
+}
