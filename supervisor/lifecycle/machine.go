@@ -347,7 +347,12 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 // threshold. A failed liveness or startup probe kills the container.
 func (m *Machine) Probed(uid types.UID, name, instanceID string, probe ProbeKind, ok bool, msg string, now time.Time) []Action {
 	in, c := m.lookup(uid, name, instanceID)
-	if c == nil || c.Phase != Running || c.Stop != nil {
+	if c == nil || c.Phase != Running {
+		return nil
+	}
+	// A container being stopped is probed for readiness only (its
+	// liveness and startup probes ended with the stop's start).
+	if c.Stop != nil && probe != Readiness {
 		return nil
 	}
 	spec := in.Spec(name)
@@ -480,10 +485,14 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 		in.StartTime = startedAt
 	}
 	m.touch(uid)
-	if hasProbes(spec) {
-		return []Action{{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID}}
+	if !hasProbes(spec) {
+		return nil
 	}
-	return nil
+	acts := []Action{{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID}}
+	if c.Stop != nil { // stopping: readiness only, as at the stop's start
+		acts = append(acts, Action{Kind: Unprobe, Pod: uid, Container: name, InstanceID: instanceID, Probes: []ProbeKind{Liveness, Startup}})
+	}
+	return acts
 }
 
 // SawAttempt tells the machine an instance directory with this attempt

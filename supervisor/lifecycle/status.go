@@ -62,7 +62,9 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 	case Running:
 		cs.ContainerID = ContainerIDPrefix + c.InstanceID
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		cs.Ready = c.started() && c.Ready && c.Stop == nil && !in.Terminating
+		// Readiness is the probe's verdict while the container runs,
+		// terminating or not, as the kubelet's prober keeps it.
+		cs.Ready = c.started() && c.Ready
 		if c.Kind == InitKind {
 			cs.Ready = false
 		}

@@ -57,10 +57,12 @@ func (m *Machine) stopContainer(in *Instance, c *Container, grace time.Duration,
 	}
 	if c.Stop == nil {
 		c.Stop = &Stop{Reason: reason, Deadline: now.Add(max(grace, 0)), Force: in.Force}
-		c.Ready = false
 		m.touch(in.UID())
+		// As the kubelet's StopLivenessAndStartup: liveness and startup
+		// end here, readiness keeps probing (and may turn the container
+		// unready) until the container exits.
 		acts = append(acts,
-			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID},
+			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Probes: []ProbeKind{Liveness, Startup}},
 			record(in, "Normal", "Killing", message))
 	}
 	return append(acts, m.advanceStop(in, c, now)...)

@@ -297,7 +297,8 @@ const (
 	// RunHook runs Hook for the container instance within Timeout (zero:
 	// none, until the instance ends) and reports back through HookDone.
 	RunHook ActionKind = "RunHook"
-	// Probe starts the container instance's probes; Unprobe stops them.
+	// Probe starts the container instance's probes; Unprobe stops those
+	// named in Probes (all of them when Probes is empty).
 	Probe   ActionKind = "Probe"
 	Unprobe ActionKind = "Unprobe"
 	// Forget removes a fully terminated, undesired instance.
@@ -316,6 +317,8 @@ type Action struct {
 	Signal     string        // Kind == Signal: the signal's name, e.g. SIGTERM
 	Hook       HookKind      // Kind == RunHook
 	Timeout    time.Duration // Kind == RunHook
+	// Probes are the probes an Unprobe stops; empty: every probe.
+	Probes []ProbeKind
 	// Event fields (Kind == Record).
 	EventType string // Normal or Warning
 	Reason    string

@@ -1,0 +1,118 @@
+package lifecycle
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// preStopProbePod is upstream's "a pod is terminating because its
+// liveness probe fails" pod: liveness, readiness and a preStop hook.
+func preStopProbePod() *v1.Pod {
+	p := pod("p", "u", v1.RestartPolicyNever, "app")
+	h := v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"probe"}}}
+	p.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: h}
+	p.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: h}
+	p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"hook"}}}}
+	return p
+}
+
+func unprobes(acts []Action) (out [][]ProbeKind) {
+	for _, a := range kinds(acts, Unprobe) {
+		out = append(out, a.Probes)
+	}
+	return out
+}
+
+// When a container starts stopping, the kubelet stops its liveness and
+// startup probes (StopLivenessAndStartup, and the liveness worker's
+// onHold) but keeps probing readiness until it exits: readiness verdicts
+// during the preStop hook still count, liveness verdicts do not.
+func TestReadinessKeepsProbingWhileStopping(t *testing.T) {
+	for _, cause := range []string{"liveness failure", "pod deletion"} {
+		t.Run(cause, func(t *testing.T) {
+			h := newHarness(t)
+			h.m.SetDesired([]*v1.Pod{preStopProbePod()})
+			h.reconcile()
+			id := h.container("u", "app").InstanceID
+			h.m.Probed("u", "app", id, Readiness, true, "", h.now)
+			if !h.status("u").ContainerStatuses[0].Ready {
+				t.Fatal("not ready after its readiness probe passed")
+			}
+			h.now = h.now.Add(time.Second)
+			var acts []Action
+			if cause == "liveness failure" {
+				acts = h.m.Probed("u", "app", id, Liveness, false, "exit 1", h.now)
+			} else {
+				h.m.SetDesired(nil)
+				acts = h.reconcile()
+			}
+			if got := unprobes(acts); len(got) != 1 || !slices.Equal(got[0], []ProbeKind{Liveness, Startup}) {
+				t.Fatalf("unprobes at the stop's start = %v, want only [Liveness Startup]", got)
+			}
+			if hooks := kinds(acts, RunHook); len(hooks) != 1 || hooks[0].Hook != PreStop {
+				t.Fatalf("preStop not run: %+v", acts)
+			}
+			// While the hook runs the container stays ready as long as
+			// its readiness probe passes ...
+			if cs := h.status("u").ContainerStatuses[0]; !cs.Ready || cs.State.Running == nil {
+				t.Fatalf("ready turned false at the stop's start: %+v", cs)
+			}
+			// ... a liveness verdict changes nothing ...
+			if acts := h.m.Probed("u", "app", id, Liveness, false, "exit 1", h.now); len(acts) != 0 {
+				t.Fatalf("liveness verdict while stopping acted: %+v", acts)
+			}
+			// ... and a failing readiness probe makes it unready.
+			h.now = h.now.Add(time.Second)
+			acts = h.m.Probed("u", "app", id, Readiness, false, "exit 1", h.now)
+			if got := events(acts); !slices.Equal(got, []string{"Unhealthy: Readiness probe failed: exit 1"}) {
+				t.Fatalf("readiness failure while stopping: events %q", got)
+			}
+			st := h.status("u")
+			if st.ContainerStatuses[0].Ready || podCondition(st, v1.PodReady) {
+				t.Fatalf("still ready after readiness failed during preStop: %+v", st)
+			}
+			// The exit ends every probe.
+			acts = h.exit("u", "app", 0)
+			if got := unprobes(acts); len(got) != 1 || len(got[0]) != 0 {
+				t.Fatalf("unprobes at the exit = %v, want one for every probe", got)
+			}
+		})
+	}
+}
+
+// A daemon restart during a stop adopts the container with its readiness
+// probe only.
+func TestAdoptedStoppingContainerProbesReadinessOnly(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{preStopProbePod()})
+	h.reconcile()
+	c := h.container("u", "app")
+	h.m.Probed("u", "app", c.InstanceID, Liveness, false, "exit 1", h.now)
+	acts := h.m.Adopted("u", "app", c.InstanceID, c.Attempt, h.now)
+	if len(kinds(acts, Probe)) != 1 {
+		t.Fatalf("adopted: no probes %+v", acts)
+	}
+	if got := unprobes(acts); len(got) != 1 || !slices.Equal(got[0], []ProbeKind{Liveness, Startup}) {
+		t.Fatalf("adopted while stopping: unprobes %v, want [Liveness Startup]", got)
+	}
+}
+
+// The kubelet's PodReadyToStartContainers condition has no reason and no
+// message when False (GeneratePodReadyToStartContainersCondition sets
+// neither), nor when True.
+func TestPodReadyToStartContainersHasNoReason(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyNever, "app")})
+	h.reconcile()
+	if c := condition(h.status("u"), v1.PodReadyToStartContainers); c.Status != v1.ConditionTrue || c.Reason != "" || c.Message != "" {
+		t.Fatalf("running: PodReadyToStartContainers = %+v, want True without reason or message", c)
+	}
+	h.now = h.now.Add(time.Second)
+	h.exit("u", "app", 1)
+	if c := condition(h.status("u"), v1.PodReadyToStartContainers); c.Status != v1.ConditionFalse || c.Reason != "" || c.Message != "" {
+		t.Fatalf("failed: PodReadyToStartContainers = %+v, want False without reason or message", c)
+	}
+}
