@@ -116,3 +116,67 @@ func TestPodReadyToStartContainersHasNoReason(t *testing.T) {
 		t.Fatalf("failed: PodReadyToStartContainers = %+v, want False without reason or message", c)
 	}
 }
+
+// The kubelet kills a pod's containers concurrently: every preStop hook,
+// the sidecars' included, starts at once, and each sidecar waits for its
+// turn (the app containers and the sidecars after it gone) only for its
+// stop signal.
+func TestSidecarPreStopHooksRunTogetherSignalsInReverseOrder(t *testing.T) {
+	h := newHarness(t)
+	p := withInit(pod("p", "u", v1.RestartPolicyNever, "app"), "sideA", "sideB")
+	hook := &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"hook"}}}}
+	p.Spec.InitContainers[0].Lifecycle, p.Spec.InitContainers[1].Lifecycle = hook, hook
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	h.reconcile()
+	h.reconcile()
+	h.now = h.now.Add(time.Second)
+	acts := h.exit("u", "app", 0) // the pod is done: its sidecars stop
+	var hooks []string
+	for _, a := range kinds(acts, RunHook) {
+		hooks = append(hooks, a.Container)
+	}
+	if !slices.Equal(hooks, []string{"sideB", "sideA"}) || len(kinds(acts, Signal)) != 0 {
+		t.Fatalf("both preStop hooks at once, no signal yet: hooks %v, actions %+v", hooks, acts)
+	}
+	// sideA's hook ends first: it still waits for sideB.
+	acts = h.m.HookDone("u", "sideA", h.container("u", "sideA").InstanceID, PreStop, nil, h.now)
+	acts = append(acts, h.reconcile()...)
+	if sig := kinds(acts, Signal); len(sig) != 0 {
+		t.Fatalf("sideA signalled before sideB exited: %+v", sig)
+	}
+	acts = h.m.HookDone("u", "sideB", h.container("u", "sideB").InstanceID, PreStop, nil, h.now)
+	acts = append(acts, h.reconcile()...)
+	if sig := kinds(acts, Signal); len(sig) != 1 || sig[0].Container != "sideB" {
+		t.Fatalf("sideB's signal after its hook: %+v", sig)
+	}
+	h.now = h.now.Add(time.Second)
+	acts = h.exit("u", "sideB", 0)
+	if sig := kinds(acts, Signal); len(sig) != 1 || sig[0].Container != "sideA" {
+		t.Fatalf("sideA's turn once sideB exited: %+v", sig)
+	}
+}
+
+// Hooks that never end: at the grace deadline every sidecar is signalled
+// together and killed the minimum grace later.
+func TestSidecarPreStopHooksThatNeverEndAreCutAtTheDeadline(t *testing.T) {
+	h := newHarness(t)
+	p := withInit(pod("p", "u", v1.RestartPolicyNever, "app"), "sideA", "sideB")
+	hook := &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"hook"}}}}
+	p.Spec.InitContainers[0].Lifecycle, p.Spec.InitContainers[1].Lifecycle = hook, hook
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	h.reconcile()
+	h.reconcile()
+	h.exit("u", "app", 0)
+	if next := h.m.NextWake(); !next.Equal(h.now.Add(30 * time.Second)) {
+		t.Fatalf("next wake %v, want the grace deadline %v", next, h.now.Add(30*time.Second))
+	}
+	acts := h.advance(30 * time.Second)
+	if sig := kinds(acts, Signal); len(sig) != 2 {
+		t.Fatalf("at the deadline both sidecars signalled: %+v", acts)
+	}
+	if acts := h.advance(2 * time.Second); len(kinds(acts, Kill)) != 2 {
+		t.Fatalf("both killed the minimum grace later: %+v", acts)
+	}
+}

@@ -90,6 +90,9 @@ type Stop struct {
 	SignalSent    bool      `json:"signalSent,omitempty"`
 	KillAt        time.Time `json:"killAt,omitzero"`
 	KillSent      bool      `json:"killSent,omitempty"`
+	// Held keeps a sidecar's stop signal back until its turn: until the
+	// app containers and the sidecars after it have exited.
+	Held bool `json:"held,omitempty"`
 }
 
 // Container is the core's memory of one container of a pod instance.
