@@ -140,6 +140,11 @@ func TestSidecarsStartInOrderAndKeepRunning(t *testing.T) {
 	if sig := kinds(acts, Signal); len(sig) != 1 || sig[0].Container != "side1" {
 		t.Fatalf("sidecar not stopped after the app completed: %+v", acts)
 	}
+	// The kubelet's getPhase counts a running sidecar: the pod stays
+	// Running until its sidecars stopped.
+	if ph := h.status("u").Phase; ph != v1.PodRunning {
+		t.Fatalf("phase = %s while the sidecar still runs, want Running", ph)
+	}
 	h.exit("u", "side1", 143)
 	if ph := h.status("u").Phase; ph != v1.PodSucceeded {
 		t.Fatalf("phase = %s: sidecar exit codes must not fail the pod", ph)
