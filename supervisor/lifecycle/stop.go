@@ -99,8 +99,14 @@ func (m *Machine) advanceStop(in *Instance, c *Container, now time.Time) []Actio
 	if !s.PreStopRan && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && now.Before(s.Deadline) {
 		s.PreStopRan, s.PreStopActive = true, true
 		m.touch(in.UID())
+		// The kubelet stops waiting for the hook at the deadline but
+		// leaves an exec hook running until its container dies.
+		timeout := s.Deadline.Sub(now)
+		if spec.Lifecycle.PreStop.Exec != nil {
+			timeout = 0
+		}
 		acts = append(acts, Action{Kind: RunHook, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID,
-			Hook: PreStop, Timeout: s.Deadline.Sub(now)})
+			Hook: PreStop, Timeout: timeout})
 	}
 	if (s.PreStopActive || s.Held) && now.Before(s.Deadline) {
 		m.wakeAt(s.Deadline)

@@ -180,3 +180,27 @@ func TestSidecarPreStopHooksThatNeverEndAreCutAtTheDeadline(t *testing.T) {
 		t.Fatalf("both killed the minimum grace later: %+v", acts)
 	}
 }
+
+// An httpGet preStop is bounded by the grace period; an exec one is not
+// (the kubelet stops waiting at the deadline, the hook dies with its
+// container).
+func TestPreStopTimeoutByHandler(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler v1.LifecycleHandler
+		want    time.Duration
+	}{
+		{"exec", v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"hook"}}}, 0},
+		{"httpGet", v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/"}}, 30 * time.Second},
+	} {
+		h := newHarness(t)
+		p := pod("p", "u", v1.RestartPolicyAlways, "app")
+		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &tc.handler}
+		h.m.SetDesired([]*v1.Pod{p})
+		h.reconcile()
+		h.m.SetDesired(nil)
+		if hooks := kinds(h.reconcile(), RunHook); len(hooks) != 1 || hooks[0].Timeout != tc.want {
+			t.Errorf("%s preStop: %+v, want timeout %v", tc.name, hooks, tc.want)
+		}
+	}
+}
