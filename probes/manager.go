@@ -156,8 +156,8 @@ func (m *Manager) Running() int {
 	return len(m.instances)
 }
 
-// Probing reports whether a probe of the kind runs for the instance.
-func (m *Manager) Probing(instanceID string, kind lifecycle.ProbeKind) bool {
+// probing reports whether a probe of the kind runs for the instance.
+func (m *Manager) probing(instanceID string, kind lifecycle.ProbeKind) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.instances[instanceID]

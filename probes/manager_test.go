@@ -102,9 +102,9 @@ func TestStopLivenessAndStartupKeepsReadiness(t *testing.T) {
 	}
 
 	m.Stop("i1", lifecycle.Liveness, lifecycle.Startup)
-	if m.Probing("i1", lifecycle.Liveness) || !m.Probing("i1", lifecycle.Readiness) {
+	if m.probing("i1", lifecycle.Liveness) || !m.probing("i1", lifecycle.Readiness) {
 		t.Fatalf("after stopping liveness and startup: liveness %v, readiness %v; want false, true",
-			m.Probing("i1", lifecycle.Liveness), m.Probing("i1", lifecycle.Readiness))
+			m.probing("i1", lifecycle.Liveness), m.probing("i1", lifecycle.Readiness))
 	}
 	live, ready := f.count("live"), f.count("ready")
 	waitFor(t, "five more readiness runs", func() bool { return f.count("ready") >= ready+5 })
@@ -122,7 +122,7 @@ func TestStopLivenessAndStartupKeepsReadiness(t *testing.T) {
 	}
 
 	m.Stop("i1")
-	if m.Running() != 0 || m.Probing("i1", lifecycle.Readiness) {
+	if m.Running() != 0 || m.probing("i1", lifecycle.Readiness) {
 		t.Fatalf("after stopping every probe: %d instances probed", m.Running())
 	}
 	ready = f.count("ready")
@@ -147,7 +147,7 @@ func TestStoppedKindNeverRestarts(t *testing.T) {
 	w := &workers{m: m, id: "i1", spec: &v1.Container{LivenessProbe: execProbeOf("live"), ReadinessProbe: execProbeOf("ready")}, target: Target{ExecIn: f.exec}}
 	w.startMain() // what a startup success does
 	waitFor(t, "readiness ran", func() bool { return f.count("ready") > 2 })
-	if m.Probing("i1", lifecycle.Liveness) {
+	if m.probing("i1", lifecycle.Liveness) {
 		t.Fatal("a stopped liveness probe was started again")
 	}
 	m.Stop("i1")

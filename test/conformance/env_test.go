@@ -38,12 +38,6 @@ func onBoth(t *testing.T, f func(t *testing.T, e *env)) {
 	}
 }
 
-// onProcess runs f on process pods only (the README says why).
-func onProcess(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Parallel()
-	t.Run("process", func(t *testing.T) { runOn(t, "process", f) })
-}
-
 // onContainerd runs f on containerd pods only (the README says why).
 func onContainerd(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Parallel()
