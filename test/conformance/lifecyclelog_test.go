@@ -68,7 +68,9 @@ func (l orderLog) create(p *v1.Pod) {
 }
 
 // execCommand is upstream's ExecCommand(name, c): a container, hook or
-// probe command that logs its steps to the shared file.
+// probe command that logs its steps to the shared file. It handles
+// SIGTERM from before its "Starting" line (a container's first process
+// ignores SIGTERM until it sets a handler).
 func (l orderLog) execCommand(name string, c execCmd) []string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "log() { read t _ < /proc/uptime; echo \"$t %s $*\" >> %s/log; }\n", name, l.dir)

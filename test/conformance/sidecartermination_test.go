@@ -179,6 +179,7 @@ func TestContainersLifecycle_shouldNotHangInTerminationIfTerminatedDuringInitial
 		if got.Status.Phase != v1.PodPending {
 			t.Fatalf("pod should be in pending phase: %s", describe(got))
 		}
+		l.read(p.Name, "start-init Starting") // it handles SIGTERM from here
 		// the init container is running, so we stop the pod before the sidecars even start
 		const grace, buffer = 3, 3
 		if d := e.timeToGone(p.Name, ptr(int64(grace))); d > (grace+buffer)*time.Second {
@@ -209,6 +210,9 @@ func TestContainersLifecycle_shouldTerminateRestartableInitContainersGracefullyI
 		if got.Status.Phase != v1.PodPending {
 			t.Fatalf("pod should be in pending phase: %s", describe(got))
 		}
+		// Its shell handles SIGTERM once it logged (as PID 1 it would
+		// ignore an earlier one, as under the kubelet).
+		l.read(p.Name, "restartable-init-2 Starting")
 		if err := removeManifest(e, p.Name); err != nil {
 			t.Fatal(err)
 		}
