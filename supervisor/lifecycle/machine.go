@@ -298,7 +298,7 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 	}
 	c.Phase = Exited
 	c.Current = &term
-	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed = nil, false, false, false
+	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed, c.PendingKill = nil, false, false, false, nil
 	m.touch(uid)
 	acts := []Action{{Kind: Unprobe, Pod: uid, Container: name, InstanceID: t.InstanceID}}
 	// A container that ran cleanly long enough starts its backoff afresh.
@@ -375,19 +375,32 @@ func (m *Machine) Probed(uid types.UID, name, instanceID string, probe ProbeKind
 			}
 			return nil
 		}
-		return m.probeKill(in, c, spec.StartupProbe, "Startup", msg, now)
+		return m.probeFailed(in, c, spec.StartupProbe, Startup, msg, now)
 	case Liveness:
 		if ok {
 			return nil
 		}
-		return m.probeKill(in, c, spec.LivenessProbe, "Liveness", msg, now)
+		return m.probeFailed(in, c, spec.LivenessProbe, Liveness, msg, now)
 	}
 	return nil
 }
 
+// probeFailed handles a failed liveness or startup verdict: the kubelet
+// records it at once (Unhealthy) and kills the container in its pod's next
+// sync, which waits while the pod is busy.
+func (m *Machine) probeFailed(in *Instance, c *Container, p *v1.Probe, kind ProbeKind, msg string, now time.Time) []Action {
+	acts := []Action{record(in, "Warning", "Unhealthy", string(kind)+" probe failed: "+msg)}
+	if in.busy() {
+		c.PendingKill = &PendingKill{Probe: kind}
+		m.touch(in.UID())
+		return acts
+	}
+	return append(acts, m.probeKill(in, c, p, string(kind), now)...)
+}
+
 // probeKill stops a container whose liveness or startup probe failed, with
 // the probe's own grace period when it sets one.
-func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg string, now time.Time) []Action {
+func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what string, now time.Time) []Action {
 	grace := m.gracePeriod(in.Pod)
 	if p != nil && p.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
@@ -398,8 +411,7 @@ func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg s
 	if in.Pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.Kind == SidecarKind {
 		kill += ", will be restarted"
 	}
-	acts := []Action{record(in, "Warning", "Unhealthy", what+" probe failed: "+msg)}
-	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", kill, now)...)
+	return m.stopContainer(in, c, grace, what+"ProbeFailed", kill, now)
 }
 
 // Delete terminates an instance on request. grace, if set, overrides the
@@ -473,7 +485,7 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	c.Phase = Running
 	c.InstanceID = instanceID
 	c.StartedAt = startedAt
-	c.PostStartActive = false
+	c.PostStartActive, c.PendingKill = false, nil
 	// A restarted kubelet sets Started and Ready false until probes say
 	// otherwise; containers without probes need no wait.
 	c.StartupPassed = spec.StartupProbe == nil

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,5 +203,45 @@ func TestPreStopTimeoutByHandler(t *testing.T) {
 		if hooks := kinds(h.reconcile(), RunHook); len(hooks) != 1 || hooks[0].Timeout != tc.want {
 			t.Errorf("%s preStop: %+v, want timeout %v", tc.name, hooks, tc.want)
 		}
+	}
+}
+
+// While the kubelet kills a container for a failed probe, its pod worker
+// is blocked in that kill (preStop hook, then the wait for the exit):
+// another container's failed liveness probe is recorded but killed only
+// afterwards, and nothing of the pod starts or restarts meanwhile.
+func TestProbeKillBlocksThePodLikeTheKubeletsSync(t *testing.T) {
+	h := newHarness(t)
+	p := withInit(preStopProbePod(), "side1")
+	p.Spec.RestartPolicy = v1.RestartPolicyAlways
+	p.Spec.InitContainers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"probe"}}}}
+	h.m.SetDesired([]*v1.Pod{p})
+	h.reconcile()
+	h.reconcile()
+	h.m.Probed("u", "app", h.container("u", "app").InstanceID, Readiness, true, "", h.now)
+	acts := h.m.Probed("u", "app", h.container("u", "app").InstanceID, Liveness, false, "exit 1", h.now)
+	if len(kinds(acts, RunHook)) != 1 {
+		t.Fatalf("app's kill begins with its preStop: %+v", acts)
+	}
+	side := h.container("u", "side1")
+	acts = h.m.Probed("u", "side1", side.InstanceID, Liveness, false, "exit 1", h.now)
+	if got := events(acts); !slices.Equal(got, []string{"Unhealthy: Liveness probe failed: exit 1"}) || side.Stop != nil {
+		t.Fatalf("sidecar's failure while app is killed: events %q, stop %+v; want recorded, not killed", got, side.Stop)
+	}
+	h.now = h.now.Add(10 * time.Second)
+	acts = h.m.HookDone("u", "app", h.container("u", "app").InstanceID, PreStop, nil, h.now)
+	acts = append(acts, h.reconcile()...)
+	if len(kinds(acts, Start)) != 0 || len(kinds(acts, Signal)) != 1 || kinds(acts, Signal)[0].Container != "app" {
+		t.Fatalf("after app's preStop only app is signalled: %+v", acts)
+	}
+	// app exits: the pod's next sync kills the sidecar (its preStop-less
+	// stop signal), and restarts nothing until the sidecar is gone.
+	h.now = h.now.Add(time.Second)
+	acts = h.exit("u", "app", 143)
+	if sig := kinds(acts, Signal); len(sig) != 1 || sig[0].Container != "side1" || len(kinds(acts, Start)) != 0 {
+		t.Fatalf("after app exited: the pending kill of side1 first, no start: %+v", acts)
+	}
+	if got := startedNames(h.exit("u", "side1", 143)); strings.Join(got, ",") != "side1,app" {
+		t.Fatalf("once side1 is gone, both restart: %v", got)
 	}
 }

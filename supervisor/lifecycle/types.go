@@ -118,6 +118,9 @@ type Container struct {
 	// PostStartActive is set while the postStart hook runs: the container
 	// counts as not started and blocks the containers after it.
 	PostStartActive bool `json:"postStartActive,omitempty"`
+	// PendingKill is a failed liveness or startup probe whose kill waits
+	// until the pod is no longer busy (Instance.busy).
+	PendingKill *PendingKill `json:"pendingKill,omitempty"`
 	// StartupPassed and Ready are the probe verdicts for this instance.
 	StartupPassed bool  `json:"startupPassed,omitempty"`
 	Ready         bool  `json:"ready,omitempty"`
@@ -130,6 +133,24 @@ type Container struct {
 	WaitMessage string    `json:"waitMessage,omitempty"`
 	WaitSince   time.Time `json:"waitSince,omitzero"`
 	FailStep    int       `json:"failStep,omitempty"`
+}
+
+// PendingKill is a probe failure not acted on yet.
+type PendingKill struct {
+	Probe ProbeKind `json:"probe"`
+}
+
+// busy reports whether the kubelet's pod worker would be blocked in a
+// sync: a container is being killed outside a termination (a failed
+// probe or postStart hook; the kill runs its preStop hook and waits for
+// the exit) or a postStart hook runs.
+func (in *Instance) busy() bool {
+	for _, c := range in.AllContainers() {
+		if (c.Stop != nil && c.live()) || c.PostStartActive {
+			return true
+		}
+	}
+	return false
 }
 
 // Failure is why a pod instance failed as a whole.
