@@ -306,3 +306,35 @@ func TestContainersLifecycle_shouldExecuteReadinessProbeWhileInPreStopButNotLive
 			"a liveness probe ran while the preStop hook ran:\n"+o.String())
 	})
 }
+
+// "when a pod is terminating because its liveness probe fails: should not
+// continue running liveness probes for restartable init containers and
+// restart them while in preStop". The kubelet's pod worker is blocked in
+// regular-1's kill (its preStop included): the sidecar, whose liveness
+// probe failed, is neither killed nor restarted meanwhile, and its probe
+// stays on hold. The preStop waits 5 s (upstream 10 s) before logging
+// "Started" and then runs 10 s (upstream 40 s); regular-1 takes 2 s
+// (upstream 15 s) to exit on SIGTERM.
+func TestContainersLifecycle_shouldNotContinueRunningLivenessProbesForRestartableInitContainersAndRestartThemWhileInPreStop(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		c := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 100, TerminationSeconds: 2}))
+		c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Liveness-regular-1", execCmd{ExitCode: 1})}},
+			InitialDelaySeconds: 10, PeriodSeconds: 1, FailureThreshold: 1}
+		c.Lifecycle = &v1.Lifecycle{PreStop: execHandler(l.execCommand("PreStop-regular-1", execCmd{StartDelay: 5, Delay: 10}))}
+		side := restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 100, TerminationSeconds: 1}))
+		side.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Liveness-restartable-init-1", execCmd{ExitCode: 1})}},
+			InitialDelaySeconds: 1, PeriodSeconds: 1, FailureThreshold: 1}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "test-pod-sidecar-liveness-in-prestop"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr(int64(100)), InitContainers: []v1.Container{side}, Containers: []v1.Container{c}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "PreStop-regular-1 Exiting")
+		// liveness probes are not called for restartable init containers during the preStop
+		mustFail(t, o.StartsBefore("PreStop-regular-1", "Liveness-restartable-init-1"),
+			"the sidecar's liveness probe ran after the preStop hook started:\n"+o.String())
+		// restartable init containers are not restarted during the preStop
+		mustFail(t, o.RunTogetherLhsFirst("PreStop-regular-1", "restartable-init-1"),
+			"the sidecar restarted while the preStop hook ran:\n"+o.String())
+	})
+}
