@@ -77,13 +77,11 @@ func (l orderLog) execCommand(name string, c execCmd) []string {
 	fmt.Fprintf(&b, "_term() { sleep %d; log Exiting; exit %d; }\ntrap _term TERM\n", c.TerminationSeconds, c.ExitCode)
 	if c.StartDelay > 0 {
 		fmt.Fprintf(&b, "log Starting %d\nsleep %d & wait $!\n", c.StartDelay, c.StartDelay)
-		fmt.Fprintf(&b, "touch %s/started-%s\nlog Started\n", l.dir, name)
+		fmt.Fprintf(&b, "log Started\ntouch %s/started-%s\n", l.dir, name)
 	} else {
 		// Without a start delay, "Starting" and "Started" are one write:
-		// nothing happens between them, and podvisor starts the next
-		// container milliseconds after this one runs (the kubelet after
-		// its next pod sync), before a second write could land.
-		fmt.Fprintf(&b, "touch %s/started-%s\nread t _ < /proc/uptime; printf '%%s %s Starting 0\n%%s %s Started\n' $t $t >> %s/log\n", l.dir, name, name, name, l.dir)
+		// nothing happens between them.
+		fmt.Fprintf(&b, "read t _ < /proc/uptime; printf '%%s %s Starting 0\n%%s %s Started\n' $t $t >> %s/log\ntouch %s/started-%s\n", name, name, l.dir, l.dir, name)
 	}
 	fmt.Fprintf(&b, "log Delaying %d\n", c.Delay)
 	if c.Delay > 0 {
@@ -100,9 +98,21 @@ func (l orderLog) execCommand(name string, c execCmd) []string {
 	return []string{"sh", "-c", b.String()}
 }
 
-// startedFile is the file name's command creates once "Started" (upstream
-// probes `test -f started` in the working directory).
+// startedFile is the file name's command creates once it logged
+// "Started" (upstream probes `test -f started` in the working directory).
 func (l orderLog) startedFile(name string) string { return l.dir + "/started-" + name }
+
+// gated gives a sidecar a startup probe on its started file, for the tests
+// whose order assertions rely on the kubelet's pause between starting one
+// container and the next (its next pod sync, after a relist of up to
+// 1 s): podvisor starts the next sidecar as soon as this one's process
+// runs, and on a busy machine the next one's shell may log first. With
+// the probe, "started" means it logged "Started", as upstream assumes.
+func (l orderLog) gated(c v1.Container) v1.Container {
+	c.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"test", "-f", l.startedFile(c.Name)}}},
+		PeriodSeconds: 1, FailureThreshold: 60}
+	return c
+}
 
 // hostPath is where the test reads the log.
 func (l orderLog) hostPath(pod string) string {

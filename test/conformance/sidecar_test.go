@@ -40,8 +40,8 @@ func TestContainersLifecycle_shouldLaunchRestartableInitContainersBeforeTheRegul
 		l := e.newOrderLog()
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "restartable-init-containers-start-before-regular"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr(int64(1)),
-			InitContainers: []v1.Container{restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 600})),
-				restartable("restartable-init-2", l.execCommand("restartable-init-2", execCmd{Delay: 600}))},
+			InitContainers: []v1.Container{l.gated(restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 600}))),
+				l.gated(restartable("restartable-init-2", l.execCommand("restartable-init-2", execCmd{Delay: 600})))},
 			Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 600}))}}}
 		l.create(p)
 		e.waitPod(p.Name, statusTimeout, "regular-1 running", func(p *v1.Pod) bool { return statusNamed(p, "regular-1").State.Running != nil })
@@ -59,9 +59,9 @@ func TestContainersLifecycle_usingAPodWithRestartPolicyNeverThreeInitContainerAn
 		l := e.newOrderLog()
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "restartable-init-containers-start-serially"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
 			InitContainers: []v1.Container{ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1})),
-				restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 600})),
+				l.gated(restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 600}))),
 				ctr("init-2", l.execCommand("init-2", execCmd{Delay: 1})),
-				restartable("restartable-init-2", l.execCommand("restartable-init-2", execCmd{Delay: 600})),
+				l.gated(restartable("restartable-init-2", l.execCommand("restartable-init-2", execCmd{Delay: 600}))),
 				ctr("init-3", l.execCommand("init-3", execCmd{Delay: 1}))},
 			Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 1}))}}}
 		l.create(p)

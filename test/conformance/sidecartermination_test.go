@@ -43,7 +43,7 @@ func sidecarsThenRegular(l orderLog, name string, lifecycle func(string) *v1.Lif
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
 		Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 5}))}}}
 	for _, n := range []string{"restartable-init-1", "restartable-init-2", "restartable-init-3"} {
-		c := restartable(n, l.execCommand(n, execCmd{Delay: 60, TerminationSeconds: 5}))
+		c := l.gated(restartable(n, l.execCommand(n, execCmd{Delay: 60, TerminationSeconds: 5})))
 		if lifecycle != nil {
 			c.Lifecycle = lifecycle(n)
 		}
