@@ -83,13 +83,23 @@ type Manager struct {
 	results  chan Result
 	ctx      context.Context
 
-	mu      sync.Mutex
-	cancels map[string]context.CancelFunc // by instance ID
+	mu        sync.Mutex
+	instances map[string]*probed // by instance ID
+}
+
+// probed is one instance's probes: a context that ends them all, and
+// one per running kind. A kind once stopped never starts again for the
+// instance (a startup success must not bring back a stopped liveness).
+type probed struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	kinds   map[lifecycle.ProbeKind]context.CancelFunc
+	stopped map[lifecycle.ProbeKind]bool
 }
 
 // NewManager returns a manager; its workers stop when ctx ends.
 func NewManager(ctx context.Context) *Manager {
-	return &Manager{TimeUnit: time.Second, results: make(chan Result, 256), ctx: ctx, cancels: map[string]context.CancelFunc{}}
+	return &Manager{TimeUnit: time.Second, results: make(chan Result, 256), ctx: ctx, instances: map[string]*probed{}}
 }
 
 // Results delivers changed verdicts.
@@ -99,27 +109,43 @@ func (m *Manager) Results() <-chan Result { return m.results }
 // liveness and readiness probes once startup succeeded.
 func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.cancels[instanceID]; ok {
+	if _, ok := m.instances[instanceID]; ok {
+		m.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
-	m.cancels[instanceID] = cancel
-	w := &workers{m: m, ctx: ctx, id: instanceID, spec: c, target: t}
+	m.instances[instanceID] = &probed{ctx: ctx, cancel: cancel,
+		kinds: map[lifecycle.ProbeKind]context.CancelFunc{}, stopped: map[lifecycle.ProbeKind]bool{}}
+	m.mu.Unlock()
+	w := &workers{m: m, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
-		go w.run(lifecycle.Startup, c.StartupProbe)
+		w.start(lifecycle.Startup, c.StartupProbe)
 		return
 	}
 	w.startMain()
 }
 
-// Stop ends the probes of an instance.
-func (m *Manager) Stop(instanceID string) {
+// Stop ends the given probes of an instance, or all of them when kinds is
+// empty. The kubelet stops liveness and startup when a container starts
+// terminating and readiness only when it exited.
+func (m *Manager) Stop(instanceID string, kinds ...lifecycle.ProbeKind) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cancel, ok := m.cancels[instanceID]; ok {
-		cancel()
-		delete(m.cancels, instanceID)
+	p, ok := m.instances[instanceID]
+	if !ok {
+		return
+	}
+	if len(kinds) == 0 {
+		p.cancel()
+		delete(m.instances, instanceID)
+		return
+	}
+	for _, k := range kinds {
+		p.stopped[k] = true
+		if cancel, ok := p.kinds[k]; ok {
+			cancel()
+			delete(p.kinds, k)
+		}
 	}
 }
 
@@ -127,30 +153,62 @@ func (m *Manager) Stop(instanceID string) {
 func (m *Manager) Running() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.cancels)
+	return len(m.instances)
+}
+
+// probing reports whether a probe of the kind runs for the instance.
+func (m *Manager) probing(instanceID string, kind lifecycle.ProbeKind) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.instances[instanceID]
+	return ok && p.kinds[kind] != nil
 }
 
 type workers struct {
 	m      *Manager
-	ctx    context.Context
 	id     string
 	spec   *v1.Container
 	target Target
 }
 
+// start runs one kind's worker unless the instance or the kind was
+// stopped.
+func (w *workers) start(kind lifecycle.ProbeKind, p *v1.Probe) {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	inst, ok := w.m.instances[w.id]
+	if !ok || inst.stopped[kind] || inst.kinds[kind] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(inst.ctx)
+	inst.kinds[kind] = cancel
+	go w.run(ctx, kind, p)
+}
+
+// done forgets a worker that ended by itself.
+func (w *workers) done(ctx context.Context, kind lifecycle.ProbeKind) {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if inst, ok := w.m.instances[w.id]; ok && inst.kinds[kind] != nil && ctx.Err() == nil {
+		inst.kinds[kind]()
+		delete(inst.kinds, kind)
+	}
+}
+
 func (w *workers) startMain() {
 	if p := w.spec.LivenessProbe; p != nil {
-		go w.run(lifecycle.Liveness, p)
+		w.start(lifecycle.Liveness, p)
 	}
 	if p := w.spec.ReadinessProbe; p != nil {
-		go w.run(lifecycle.Readiness, p)
+		w.start(lifecycle.Readiness, p)
 	}
 }
 
 // run probes on a timer until the instance stops. Startup ends at its first
 // success; liveness and startup pause after a failure verdict, since the
 // container is being killed and a new instance gets new workers.
-func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
+func (w *workers) run(ctx context.Context, kind lifecycle.ProbeKind, p *v1.Probe) {
+	defer w.done(ctx, kind)
 	unit := w.m.TimeUnit
 	period := time.Duration(p.PeriodSeconds) * unit
 	// Spread the first run over a tenth of the period (at most 100ms per
@@ -163,12 +221,12 @@ func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
 	lastWarning := ""
 	for {
 		select {
-		case <-w.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
-		raw, err := probe(w.ctx, w.target, p.ProbeHandler, timeout)
-		if w.ctx.Err() != nil {
+		raw, err := probe(ctx, w.target, p.ProbeHandler, timeout)
+		if ctx.Err() != nil {
 			return
 		}
 		warning := ""
@@ -184,7 +242,7 @@ func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
 			}
 			select {
 			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg, Warning: warning, WarningOnly: !changed}:
-			case <-w.ctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}

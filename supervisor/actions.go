@@ -49,7 +49,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 				d.log.Error("cannot probe", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Unprobe:
-			d.probes.Stop(a.InstanceID)
+			d.probes.Stop(a.InstanceID, a.Probes...)
 		case lifecycle.Forget:
 			d.forget(a.Pod)
 		case lifecycle.Record:

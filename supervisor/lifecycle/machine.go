@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -298,7 +297,7 @@ func (m *Machine) Exited(uid types.UID, name string, t Termination) []Action {
 	}
 	c.Phase = Exited
 	c.Current = &term
-	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed = nil, false, false, false
+	c.Stop, c.PostStartActive, c.Ready, c.StartupPassed, c.PendingKill = nil, false, false, false, nil
 	m.touch(uid)
 	acts := []Action{{Kind: Unprobe, Pod: uid, Container: name, InstanceID: t.InstanceID}}
 	// A container that ran cleanly long enough starts its backoff afresh.
@@ -341,60 +340,6 @@ func (m *Machine) HookDone(uid types.UID, name, instanceID string, hook HookKind
 		}
 	}
 	return nil
-}
-
-// Probed records a probe's verdict, already past its success or failure
-// threshold. A failed liveness or startup probe kills the container.
-func (m *Machine) Probed(uid types.UID, name, instanceID string, probe ProbeKind, ok bool, msg string, now time.Time) []Action {
-	in, c := m.lookup(uid, name, instanceID)
-	if c == nil || c.Phase != Running || c.Stop != nil {
-		return nil
-	}
-	spec := in.Spec(name)
-	switch probe {
-	case Readiness:
-		if c.Ready == ok {
-			return nil
-		}
-		c.Ready = ok
-		m.touch(uid)
-		if !ok {
-			return []Action{record(in, "Warning", "Unhealthy", "Readiness probe failed: "+msg)}
-		}
-		return nil
-	case Startup:
-		if ok {
-			if !c.StartupPassed {
-				c.StartupPassed = true
-				m.touch(uid)
-			}
-			return nil
-		}
-		return m.probeKill(in, c, spec.StartupProbe, "Startup", msg, now)
-	case Liveness:
-		if ok {
-			return nil
-		}
-		return m.probeKill(in, c, spec.LivenessProbe, "Liveness", msg, now)
-	}
-	return nil
-}
-
-// probeKill stops a container whose liveness or startup probe failed, with
-// the probe's own grace period when it sets one.
-func (m *Machine) probeKill(in *Instance, c *Container, p *v1.Probe, what, msg string, now time.Time) []Action {
-	grace := m.gracePeriod(in.Pod)
-	if p != nil && p.TerminationGracePeriodSeconds != nil {
-		grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
-	}
-	// The kubelet's Killing event names the probe, and says whether a
-	// restart follows.
-	kill := fmt.Sprintf("Container %s failed %s probe", c.Name, strings.ToLower(what))
-	if in.Pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.Kind == SidecarKind {
-		kill += ", will be restarted"
-	}
-	acts := []Action{record(in, "Warning", "Unhealthy", what+" probe failed: "+msg)}
-	return append(acts, m.stopContainer(in, c, grace, what+"ProbeFailed", kill, now)...)
 }
 
 // Delete terminates an instance on request. grace, if set, overrides the
@@ -468,7 +413,7 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 	c.Phase = Running
 	c.InstanceID = instanceID
 	c.StartedAt = startedAt
-	c.PostStartActive = false
+	c.PostStartActive, c.PendingKill = false, nil
 	// A restarted kubelet sets Started and Ready false until probes say
 	// otherwise; containers without probes need no wait.
 	c.StartupPassed = spec.StartupProbe == nil
@@ -480,10 +425,14 @@ func (m *Machine) Adopted(uid types.UID, name, instanceID string, attempt int, s
 		in.StartTime = startedAt
 	}
 	m.touch(uid)
-	if hasProbes(spec) {
-		return []Action{{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID}}
+	if !hasProbes(spec) {
+		return nil
 	}
-	return nil
+	acts := []Action{{Kind: Probe, Pod: uid, Container: name, InstanceID: instanceID}}
+	if c.Stop != nil { // stopping: readiness only, as at the stop's start
+		acts = append(acts, Action{Kind: Unprobe, Pod: uid, Container: name, InstanceID: instanceID, Probes: []ProbeKind{Liveness, Startup}})
+	}
+	return acts
 }
 
 // SawAttempt tells the machine an instance directory with this attempt

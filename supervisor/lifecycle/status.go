@@ -37,7 +37,7 @@ func (m *Machine) status(in *Instance, now time.Time) v1.PodStatus {
 	for _, c := range in.Containers {
 		st.ContainerStatuses = append(st.ContainerStatuses, m.containerStatus(in, c, now))
 	}
-	st.Phase = m.phase(in, st.ContainerStatuses)
+	st.Phase = m.phase(in, st)
 	if in.Failed != nil {
 		st.Reason, st.Message = in.Failed.Reason, in.Failed.Message
 	}
@@ -62,7 +62,9 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 	case Running:
 		cs.ContainerID = ContainerIDPrefix + c.InstanceID
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-		cs.Ready = c.started() && c.Ready && c.Stop == nil && !in.Terminating
+		// Readiness is the probe's verdict while the container runs,
+		// terminating or not, as the kubelet's prober keeps it.
+		cs.Ready = c.started() && c.Ready
 		if c.Kind == InitKind {
 			cs.Ready = false
 		}
@@ -123,8 +125,11 @@ func terminated(t *Termination) *v1.ContainerStateTerminated {
 
 // phase follows the kubelet's getPhase: Pending until initialized, Failed
 // when the pod failed as a whole, then by the app containers, where one
-// waiting to restart after a termination counts as stopped.
-func (m *Machine) phase(in *Instance, statuses []v1.ContainerStatus) v1.PodPhase {
+// waiting to restart after a termination counts as stopped, and the
+// sidecars: a running one keeps the pod Running (a pod whose app
+// containers are done is Succeeded or Failed only once its sidecars
+// stopped), one never started keeps it Pending.
+func (m *Machine) phase(in *Instance, st v1.PodStatus) v1.PodPhase {
 	if in.Failed != nil {
 		return v1.PodFailed
 	}
@@ -132,7 +137,18 @@ func (m *Machine) phase(in *Instance, statuses []v1.ContainerStatus) v1.PodPhase
 		return v1.PodPending
 	}
 	var waiting, running, stopped, succeeded int
-	for _, cs := range statuses {
+	for i, cs := range st.InitContainerStatuses {
+		if in.Init[i].Kind != SidecarKind {
+			continue
+		}
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil:
+			waiting++
+		}
+	}
+	for _, cs := range st.ContainerStatuses {
 		switch {
 		case cs.State.Running != nil:
 			running++

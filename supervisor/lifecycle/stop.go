@@ -6,10 +6,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// terminate stops an instance by the kubelet's order: app containers (and a
-// running init container) first, then sidecars one at a time in reverse
-// order, all within the instance's grace deadline. Once the deadline has
-// passed, whatever still runs is stopped at once.
+// terminate stops an instance as the kubelet's killPod does: every
+// container's stop begins at once (Killing event, preStop hook), but a
+// sidecar's stop signal waits for its turn: until every app container
+// (and a running init container) and every sidecar after it has exited.
+// Once the grace deadline has passed, whatever still runs is signalled at
+// once, with the minimum grace before SIGKILL.
 func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 	var acts []Action
 	appsLive := false
@@ -28,21 +30,20 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 		}
 	}
 	past := !now.Before(in.GraceDeadline)
+	laterLive := appsLive
 	for i := len(in.Init) - 1; i >= 0; i-- {
 		c := in.Init[i]
 		if c.Kind != SidecarKind || !c.live() {
 			continue
 		}
-		if appsLive && !past {
-			break
+		acts = append(acts, m.beginStop(in, c, in.GraceDeadline.Sub(now), "Terminating", "", now)...)
+		m.shorten(c, in.GraceDeadline, now)
+		if held := laterLive && !past; c.Stop.Held != held {
+			c.Stop.Held = held
+			m.touch(in.UID())
 		}
-		acts = append(acts, m.stopContainer(in, c, in.GraceDeadline.Sub(now), "Terminating", "", now)...)
-		if !past {
-			break // the next sidecar stops once this one is gone
-		}
-	}
-	if appsLive && !past {
-		m.wakeAt(in.GraceDeadline)
+		acts = append(acts, m.advanceStop(in, c, now)...)
+		laterLive = true
 	}
 	return acts
 }
@@ -51,19 +52,28 @@ func (m *Machine) terminate(in *Instance, now time.Time) []Action {
 // given grace period. message is the Killing event's, "Stopping container
 // <name>" when empty, as the kubelet's killContainer says.
 func (m *Machine) stopContainer(in *Instance, c *Container, grace time.Duration, reason, message string, now time.Time) []Action {
+	acts := m.beginStop(in, c, grace, reason, message, now)
+	return append(acts, m.advanceStop(in, c, now)...)
+}
+
+// beginStop records a container's stop, once: its Killing event, and the
+// end of its liveness and startup probes.
+func (m *Machine) beginStop(in *Instance, c *Container, grace time.Duration, reason, message string, now time.Time) []Action {
 	var acts []Action
 	if message == "" {
 		message = "Stopping container " + c.Name
 	}
 	if c.Stop == nil {
 		c.Stop = &Stop{Reason: reason, Deadline: now.Add(max(grace, 0)), Force: in.Force}
-		c.Ready = false
 		m.touch(in.UID())
+		// As the kubelet's StopLivenessAndStartup: liveness and startup
+		// end here, readiness keeps probing (and may turn the container
+		// unready) until the container exits.
 		acts = append(acts,
-			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID},
+			Action{Kind: Unprobe, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Probes: []ProbeKind{Liveness, Startup}},
 			record(in, "Normal", "Killing", message))
 	}
-	return append(acts, m.advanceStop(in, c, now)...)
+	return acts
 }
 
 // advanceStop moves a stop along: preStop hook, stop signal once the hook
@@ -85,13 +95,20 @@ func (m *Machine) advanceStop(in *Instance, c *Container, now time.Time) []Actio
 	}
 	spec := in.Spec(c.Name)
 	var acts []Action
-	if !s.PreStopRan && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
+	// As the kubelet, a preStop hook runs only while grace remains.
+	if !s.PreStopRan && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && now.Before(s.Deadline) {
 		s.PreStopRan, s.PreStopActive = true, true
 		m.touch(in.UID())
+		// The kubelet stops waiting for the hook at the deadline but
+		// leaves an exec hook running until its container dies.
+		timeout := s.Deadline.Sub(now)
+		if spec.Lifecycle.PreStop.Exec != nil {
+			timeout = 0
+		}
 		acts = append(acts, Action{Kind: RunHook, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID,
-			Hook: PreStop, Timeout: s.Deadline.Sub(now)})
+			Hook: PreStop, Timeout: timeout})
 	}
-	if s.PreStopActive && now.Before(s.Deadline) {
+	if (s.PreStopActive || s.Held) && now.Before(s.Deadline) {
 		m.wakeAt(s.Deadline)
 		return acts
 	}

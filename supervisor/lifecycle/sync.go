@@ -32,6 +32,31 @@ func (m *Machine) sync(in *Instance, now time.Time) []Action {
 		}
 		return append(acts, m.terminate(in, now)...)
 	}
+	if in.busy() {
+		// The kubelet's pod worker is inside one sync: killing a
+		// container (its preStop included) or waiting for a postStart
+		// hook. Nothing else of the pod starts, restarts or is killed
+		// until that returns.
+		for _, c := range in.AllContainers() {
+			if c.Stop != nil {
+				acts = append(acts, m.advanceStop(in, c, now)...)
+			}
+		}
+		return acts
+	}
+	// Kills a probe asked for while the pod was busy, one at a time as
+	// the kubelet kills them in one sync.
+	for _, c := range in.AllContainers() {
+		if k := c.PendingKill; k != nil && c.Phase == Running && c.Stop == nil {
+			c.PendingKill = nil
+			spec := in.Spec(c.Name)
+			p := spec.LivenessProbe
+			if k.Probe == Startup {
+				p = spec.StartupProbe
+			}
+			return append(acts, m.probeKill(in, c, p, string(k.Probe), now)...)
+		}
+	}
 	if !in.Initialized {
 		acts = append(acts, m.syncInit(in, now)...)
 		if !in.Initialized {

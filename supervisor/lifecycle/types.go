@@ -90,6 +90,9 @@ type Stop struct {
 	SignalSent    bool      `json:"signalSent,omitempty"`
 	KillAt        time.Time `json:"killAt,omitzero"`
 	KillSent      bool      `json:"killSent,omitempty"`
+	// Held keeps a sidecar's stop signal back until its turn: until the
+	// app containers and the sidecars after it have exited.
+	Held bool `json:"held,omitempty"`
 }
 
 // Container is the core's memory of one container of a pod instance.
@@ -115,6 +118,9 @@ type Container struct {
 	// PostStartActive is set while the postStart hook runs: the container
 	// counts as not started and blocks the containers after it.
 	PostStartActive bool `json:"postStartActive,omitempty"`
+	// PendingKill is a failed liveness or startup probe whose kill waits
+	// until the pod is no longer busy (Instance.busy).
+	PendingKill *PendingKill `json:"pendingKill,omitempty"`
 	// StartupPassed and Ready are the probe verdicts for this instance.
 	StartupPassed bool  `json:"startupPassed,omitempty"`
 	Ready         bool  `json:"ready,omitempty"`
@@ -127,6 +133,24 @@ type Container struct {
 	WaitMessage string    `json:"waitMessage,omitempty"`
 	WaitSince   time.Time `json:"waitSince,omitzero"`
 	FailStep    int       `json:"failStep,omitempty"`
+}
+
+// PendingKill is a probe failure not acted on yet.
+type PendingKill struct {
+	Probe ProbeKind `json:"probe"`
+}
+
+// busy reports whether the kubelet's pod worker would be blocked in a
+// sync: a container is being killed outside a termination (a failed
+// probe or postStart hook; the kill runs its preStop hook and waits for
+// the exit) or a postStart hook runs.
+func (in *Instance) busy() bool {
+	for _, c := range in.AllContainers() {
+		if (c.Stop != nil && c.live()) || c.PostStartActive {
+			return true
+		}
+	}
+	return false
 }
 
 // Failure is why a pod instance failed as a whole.
@@ -297,7 +321,8 @@ const (
 	// RunHook runs Hook for the container instance within Timeout (zero:
 	// none, until the instance ends) and reports back through HookDone.
 	RunHook ActionKind = "RunHook"
-	// Probe starts the container instance's probes; Unprobe stops them.
+	// Probe starts the container instance's probes; Unprobe stops those
+	// named in Probes (all of them when Probes is empty).
 	Probe   ActionKind = "Probe"
 	Unprobe ActionKind = "Unprobe"
 	// Forget removes a fully terminated, undesired instance.
@@ -316,6 +341,8 @@ type Action struct {
 	Signal     string        // Kind == Signal: the signal's name, e.g. SIGTERM
 	Hook       HookKind      // Kind == RunHook
 	Timeout    time.Duration // Kind == RunHook
+	// Probes are the probes an Unprobe stops; empty: every probe.
+	Probes []ProbeKind
 	// Event fields (Kind == Record).
 	EventType string // Normal or Warning
 	Reason    string

@@ -1,17 +1,13 @@
 package conformance
 
-// A few of test/e2e_node/container_lifecycle_test.go's "[NodeConformance]
-// Containers Lifecycle" tests: the ordering of init containers, regular
-// containers, postStart hooks and restartable init (sidecar) containers.
-// Upstream's ExecCommand makes each container log "NAME Starting",
-// "NAME Started" and "NAME Exiting" to a shared file, and the tests
-// compare the order; so do these.
+// test/e2e_node/container_lifecycle_test.go's "[NodeConformance]
+// Containers Lifecycle" tests with regular and init containers: their
+// order, hooks, probes and termination, read from the shared log
+// lifecyclelog_test.go describes. The restartable init (sidecar) tests
+// are in sidecar_test.go and sidecartermination_test.go; README.md lists
+// the ones that do not apply.
 
 import (
-	"fmt"
-	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,198 +15,326 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// orderLog is the shared file, as the containers and the test see it.
-type orderLog struct {
-	inPod, onHost string
+// lifecycleTimeout bounds upstream's "wait for the pod to finish" (1–5
+// minutes upstream; the pods here finish in well under one).
+const lifecycleTimeout = 2 * time.Minute
+
+// ctr is a container running command.
+func ctr(name string, command []string) v1.Container {
+	return v1.Container{Name: name, Command: command}
 }
 
-// newOrderLog gives the pod a directory for the log: a host directory for
-// process pods, an emptyDir on containerd (read back through exec).
-func (e *env) newOrderLog(p *v1.Pod) orderLog {
-	dir := e.scratch(p, "", "/persistent")
-	l := orderLog{inPod: dir + "/log"}
-	if e.process() {
-		l.onHost = l.inPod
-	}
-	return l
+// restartable is a restartable init (sidecar) container running command.
+func restartable(name string, command []string) v1.Container {
+	return v1.Container{Name: name, Command: command, RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)}
 }
 
-// execCommand is upstream's ExecCommand: log, run for delay seconds (or
-// until SIGTERM), log, exit with code.
-func (l orderLog) execCommand(name string, delay, code int) []string {
-	return []string{"sh", "-c", fmt.Sprintf(`log() { echo "%[1]s $1" >> %[2]s; }
-log Starting; log Started
-trap 'log Exiting; exit 0' TERM
-sleep %[3]d & wait
-log Exiting; exit %[4]d`, name, l.inPod, delay, code)}
+func execHandler(command []string) *v1.LifecycleHandler {
+	return &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: command}}
 }
 
-// hookCommand logs a hook's run, as upstream's prefixed ExecCommand.
-func (l orderLog) hookCommand(name string) []string {
-	return []string{"sh", "-c", fmt.Sprintf(`echo "%[1]s Starting" >> %[2]s; sleep 1; echo "%[1]s Exiting" >> %[2]s`, name, l.inPod)}
+func execProbeCmd(command ...string) v1.ProbeHandler {
+	return v1.ProbeHandler{Exec: &v1.ExecAction{Command: command}}
 }
 
-// orderLines reads the log: from the host for a process pod, through
-// exec into a running container on containerd, retrying until want is
-// in it or 10 s have passed.
-func (e *env) orderLines(l orderLog, pod, container, want string) []string {
+// waitRestartCount is upstream's WaitForPodContainerRestartCount (init:
+// WaitForPodInitContainerRestartCount): the container at index has
+// restarted at least n times.
+func (e *env) waitRestartCount(name string, init bool, index int, n int32) *v1.Pod {
 	e.t.Helper()
-	var lines []string
-	var failure string
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if l.onHost != "" {
-			b, _ := os.ReadFile(l.onHost)
-			lines = strings.Split(strings.TrimSpace(string(b)), "\n")
-		} else if out, errOut, code := e.cli("exec", pod, "-c", container, "--", "cat", l.inPod); code == 0 {
-			lines = strings.Split(strings.TrimSpace(out), "\n")
-		} else {
-			failure = errOut
-		}
-		if slices.Contains(lines, want) {
-			return lines
-		}
-		if time.Now().After(end) {
-			e.t.Fatalf("not within 10s: %q in the order log of pod %s (log: %q, last read error: %s)", want, pod, lines, failure)
-		}
+	what := "app"
+	if init {
+		what = "init"
 	}
-}
-
-// before asserts that line a comes before line b (upstream's
-// ExpectHappensBefore).
-func before(t *testing.T, lines []string, a, b string) {
-	t.Helper()
-	i, j := slices.Index(lines, a), slices.Index(lines, b)
-	if i < 0 || j < 0 || i >= j {
-		t.Errorf("%q should happen before %q; log:\n%s", a, b, strings.Join(lines, "\n"))
-	}
-}
-
-// A reader container keeps the pod's emptyDir readable once the others
-// have finished (containerd only reads it through exec).
-func withReader(p *v1.Pod) {
-	p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "reader", Command: pauseCommand})
+	return e.waitPod(name, lifecycleTimeout, what+" container restarted enough", func(p *v1.Pod) bool {
+		statuses := p.Status.ContainerStatuses
+		if init {
+			statuses = p.Status.InitContainerStatuses
+		}
+		return len(statuses) > index && statuses[index].RestartCount >= n
+	})
 }
 
 // "should launch init container serially before a regular container"
 func TestContainersLifecycle_shouldLaunchInitContainerSeriallyBeforeARegularContainer(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		regular := ctr("regular-1", l.execCommand("regular-1", execCmd{StartDelay: 5, Delay: 1}))
+		regular.StartupProbe = &v1.Probe{ProbeHandler: execProbeCmd("test", "-f", l.startedFile("regular-1")), PeriodSeconds: 1}
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "initcontainer-test-pod"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			InitContainers:                []v1.Container{{Name: "init-1"}, {Name: "init-2"}, {Name: "init-3"}},
-			Containers:                    []v1.Container{{Name: "regular-1"}}}}
-		withReader(p)
-		l := e.newOrderLog(p)
-		for i := range p.Spec.InitContainers {
-			p.Spec.InitContainers[i].Command = l.execCommand(p.Spec.InitContainers[i].Name, 1, 0)
-		}
-		p.Spec.Containers[0].Command = l.execCommand("regular-1", 1, 0)
-		e.create(p)
-		e.waitPod(p.Name, statusTimeout, "regular-1 terminated", func(p *v1.Pod) bool {
-			return len(p.Status.ContainerStatuses) > 0 && statusNamed(p, "regular-1").State.Terminated != nil
-		})
-		lines := e.orderLines(l, p.Name, "reader", "regular-1 Exiting")
-		before(t, lines, "init-1 Exiting", "init-2 Starting")
-		before(t, lines, "init-2 Exiting", "init-3 Starting")
-		before(t, lines, "init-3 Exiting", "regular-1 Starting")
+			InitContainers: []v1.Container{ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1})),
+				ctr("init-2", l.execCommand("init-2", execCmd{Delay: 1})), ctr("init-3", l.execCommand("init-3", execCmd{Delay: 1}))},
+			Containers: []v1.Container{regular}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		must(t, o.StartsBefore("init-1", "init-2"))
+		must(t, o.ExitsBefore("init-1", "init-2"))
+		must(t, o.StartsBefore("init-2", "init-3"))
+		must(t, o.ExitsBefore("init-2", "init-3"))
+		must(t, o.StartsBefore("init-3", "regular-1"))
+		must(t, o.ExitsBefore("init-3", "regular-1"))
 	})
 }
 
 // "should not launch regular containers if an init container fails"
 func TestContainersLifecycle_shouldNotLaunchRegularContainersIfAnInitContainerFails(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "initcontainer-test-pod-failure"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			InitContainers:                []v1.Container{{Name: "init-1"}},
-			Containers:                    []v1.Container{{Name: "regular-1"}}}}
-		l := e.newOrderLog(p)
-		p.Spec.InitContainers[0].Command = l.execCommand("init-1", 1, 1)
-		p.Spec.Containers[0].Command = l.execCommand("regular-1", 1, 0)
-		e.create(p)
-		got := e.waitPod(p.Name, statusTimeout, "the pod Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-		if s := statusNamed(got, "regular-1"); s.State.Waiting == nil {
-			t.Errorf("regular-1 should not have started: %s", describe(got))
-		}
-		if l.onHost != "" { // containerd: no container left running to read it through
-			lines := e.orderLines(l, p.Name, "", "init-1 Exiting")
-			if slices.Contains(lines, "regular-1 Starting") {
-				t.Errorf("regular-1 started after init-1 failed; log:\n%s", strings.Join(lines, "\n"))
-			}
-		}
+			InitContainers: []v1.Container{ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1, ExitCode: 1}))},
+			Containers:     []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 1}))}}}
+		l.create(p)
+		e.waitPod(p.Name, lifecycleTimeout, "the pod Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+		o := l.read(p.Name, "init-1 Exiting")
+		must(t, o.Starts("init-1"))
+		must(t, o.Exits("init-1"))
+		must(t, o.DoesntStart("regular-1"))
 	})
 }
 
 // "should run Init container to completion before call to PostStart of regular container"
 func TestContainersLifecycle_shouldRunInitContainerToCompletionBeforeCallToPostStartOfRegularContainer(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		regular := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 10}))
+		regular.Lifecycle = &v1.Lifecycle{PostStart: execHandler(l.execCommand("PostStart-regular-1", execCmd{Delay: 1}))}
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "initcontainer-test-pod-with-post-start"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
-			InitContainers: []v1.Container{{Name: "init-1"}},
-			Containers:     []v1.Container{{Name: "regular-1"}}}}
-		l := e.newOrderLog(p)
-		p.Spec.InitContainers[0].Command = l.execCommand("init-1", 1, 0)
-		p.Spec.Containers[0].Command = l.execCommand("regular-1", 600, 0)
-		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: l.hookCommand("PostStart-regular-1")}}}
-		e.create(p)
-		e.waitPod(p.Name, statusTimeout, "regular-1 running", func(p *v1.Pod) bool { return statusNamed(p, "regular-1").State.Running != nil })
-		lines := e.orderLines(l, p.Name, "regular-1", "PostStart-regular-1 Exiting")
-		before(t, lines, "init-1 Exiting", "PostStart-regular-1 Starting")
+			InitContainers: []v1.Container{ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1}))},
+			Containers:     []v1.Container{regular}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		must(t, o.StartsBefore("init-1", "PostStart-regular-1"))
+		must(t, o.ExitsBefore("init-1", "PostStart-regular-1"))
+		must(t, o.RunTogether("regular-1", "PostStart-regular-1"))
 	})
 }
 
-// "should launch restartable init containers before the regular container"
-// (Containers Lifecycle, restartable init containers)
-func TestContainersLifecycle_shouldLaunchRestartableInitContainersBeforeTheRegularContainer(t *testing.T) {
+// "should restart failing container when pod restartPolicy is Always"
+func TestContainersLifecycle_shouldRestartFailingContainerWhenPodRestartPolicyIsAlways(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "restartable-init-containers-start-serially"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			InitContainers: []v1.Container{{Name: "restartable-init-1", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)},
-				{Name: "restartable-init-2", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)}},
-			Containers: []v1.Container{{Name: "regular-1"}}}}
-		l := e.newOrderLog(p)
-		p.Spec.InitContainers[0].Command = l.execCommand("restartable-init-1", 600, 0)
-		p.Spec.InitContainers[1].Command = l.execCommand("restartable-init-2", 600, 0)
-		p.Spec.Containers[0].Command = l.execCommand("regular-1", 600, 0)
-		e.create(p)
-		e.waitPod(p.Name, statusTimeout, "regular-1 running", func(p *v1.Pod) bool { return statusNamed(p, "regular-1").State.Running != nil })
-		lines := e.orderLines(l, p.Name, "regular-1", "regular-1 Started")
-		before(t, lines, "restartable-init-1 Started", "restartable-init-2 Starting")
-		before(t, lines, "restartable-init-2 Started", "regular-1 Starting")
+		l := e.newOrderLog()
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "container-must-be-restarted"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways,
+			Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 1, ExitCode: 1}))}}}
+		l.create(p)
+		e.waitRestartCount(p.Name, false, 0, 3)
+		o := l.read(p.Name, "")
+		must(t, o.Starts("regular-1"))
+		must(t, o.StartsBefore("regular-1", "regular-1"))
+		must(t, o.ExitsBefore("regular-1", "regular-1"))
 	})
 }
 
-// "should terminate sidecars in reverse order after all main containers have exited"
-func TestContainersLifecycle_shouldTerminateSidecarsInReverseOrderAfterAllMainContainersHaveExited(t *testing.T) {
-	onProcess(t, func(t *testing.T, e *env) {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-terminate-reverse"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr(int64(5)),
-			InitContainers: []v1.Container{{Name: "init-1", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)},
-				{Name: "init-2", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)},
-				{Name: "init-3", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways)}},
-			Containers: []v1.Container{{Name: "regular-1"}}}}
-		l := e.newOrderLog(p)
-		for i := range p.Spec.InitContainers {
-			p.Spec.InitContainers[i].Command = l.execCommand(p.Spec.InitContainers[i].Name, 600, 0)
-		}
-		p.Spec.Containers[0].Command = l.execCommand("regular-1", 2, 0)
-		e.create(p)
-		e.waitPod(p.Name, statusTimeout, "the pod Succeeded, its sidecars terminated", func(p *v1.Pod) bool {
-			done := p.Status.Phase == v1.PodSucceeded
-			for _, s := range p.Status.InitContainerStatuses {
-				done = done && s.State.Terminated != nil
-			}
-			return done
-		})
-		lines := e.orderLines(l, p.Name, "", "init-1 Exiting")
-		before(t, lines, "regular-1 Exiting", "init-3 Exiting")
-		before(t, lines, "init-3 Exiting", "init-2 Exiting")
-		before(t, lines, "init-2 Exiting", "init-1 Exiting")
+// "should not launch second container before PostStart of the first container completed"
+func TestContainersLifecycle_shouldNotLaunchSecondContainerBeforePostStartOfTheFirstContainerCompleted(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		first := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 10}))
+		first.Lifecycle = &v1.Lifecycle{PostStart: execHandler(l.execCommand("PostStart-regular-1", execCmd{Delay: 1}))}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "post-start-blocks-second-container"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			Containers: []v1.Container{first, ctr("regular-2", l.execCommand("regular-2", execCmd{Delay: 1}))}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		must(t, o.StartsBefore("PostStart-regular-1", "regular-2"))
+		must(t, o.ExitsBefore("PostStart-regular-1", "regular-2"))
 	})
 }
 
-func statusNamed(p *v1.Pod, name string) v1.ContainerStatus {
-	for _, s := range append(append([]v1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-		if s.Name == name {
-			return s
+// "have init container in a Pod with restartPolicy=Never / an init
+// container fails to start because of a bad image": "should mark a Pod as
+// failed and produce log", "should not start an init container", "should
+// not start a regular container". containerd only: process pods have no
+// image. The registry is 127.0.0.1:1 (refused at once).
+func TestContainersLifecycle_anInitContainerFailsToStartBecauseOfABadImage(t *testing.T) {
+	onContainerd(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		init := ctr("init1-1", l.execCommand("init1-1", execCmd{Delay: 600}))
+		init.Image = badImage
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad-image"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			InitContainers: []v1.Container{init},
+			Containers:     []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 1}))}}}
+		l.create(p)
+		e.waitInitWaiting(p.Name, 0, "ImagePullBackOff")
+		o := l.read(p.Name, "")
+		must(t, o.DoesntStart("init1-1"))
+		must(t, o.DoesntStart("regular-1"))
+	})
+}
+
+// badImage is upstream's InvalidRegistryImage on a registry that refuses
+// at once.
+const badImage = "127.0.0.1:1/invalid/image:1"
+
+// waitInitWaiting is upstream's WaitForPodInitContainerToFail: the init
+// container at index waits with reason.
+func (e *env) waitInitWaiting(name string, index int, reason string) {
+	e.t.Helper()
+	e.waitPod(name, lifecycleTimeout, "init container waiting with "+reason, func(p *v1.Pod) bool {
+		s := p.Status.InitContainerStatuses
+		return len(s) > index && s[index].State.Waiting != nil && s[index].State.Waiting.Reason == reason
+	})
+}
+
+// "shouldn't restart init containers upon regular container restart".
+// regular-1 runs 2 s, not 10, before it fails.
+func TestContainersLifecycle_shouldntRestartInitContainersUponRegularContainerRestart(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "initcontainer-test-pod-restart"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways,
+			InitContainers: []v1.Container{ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1})),
+				ctr("init-2", l.execCommand("init-2", execCmd{Delay: 1})), ctr("init-3", l.execCommand("init-3", execCmd{Delay: 1}))},
+			Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 2, ExitCode: -1}))}}}
+		l.create(p)
+		e.waitRestartCount(p.Name, false, 0, 3)
+		o := l.read(p.Name, "")
+		must(t, o.StartsBefore("init-1", "init-2"))
+		must(t, o.ExitsBefore("init-1", "init-2"))
+		must(t, o.StartsBefore("init-2", "init-3"))
+		must(t, o.ExitsBefore("init-2", "init-3"))
+		must(t, o.StartsBefore("init-3", "regular-1"))
+		must(t, o.ExitsBefore("init-3", "regular-1"))
+		must(t, o.HasNotRestarted("init-1"))
+		must(t, o.HasNotRestarted("init-2"))
+		must(t, o.HasNotRestarted("init-3"))
+		must(t, o.HasRestarted("regular-1"))
+	})
+}
+
+// cannotTerminatePod is upstream's "a pod cannot terminate gracefully"
+// pod: its container ignores SIGTERM (upstream's sleep is PID 1, which
+// the kernel spares; a process pod's sleep would die of it).
+func cannotTerminatePod(name string, grace int64) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr(grace),
+		Containers: []v1.Container{ctr("regular1", []string{"sh", "-c", "trap '' TERM; sleep 10000 & wait $!; sleep 10000"})}}}
+}
+
+// "a pod cannot terminate gracefully: should respect termination grace
+// period seconds". Upstream: grace 30 s, buffer 30 s; here 5 s and 10 s.
+func TestContainersLifecycle_shouldRespectTerminationGracePeriodSeconds(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		p := cannotTerminatePod("pod-termination-grace-period", 5)
+		e.create(p)
+		e.waitPod(p.Name, statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		if d := e.timeToGone(p.Name, nil); d > 15*time.Second {
+			t.Errorf("the pod took %v to go, want at most the grace period 5s + 10s", d)
 		}
-	}
-	return v1.ContainerStatus{}
+	})
+}
+
+// "... should respect termination grace period seconds with long-running
+// preStop hook". Same scaling.
+func TestContainersLifecycle_shouldRespectTerminationGracePeriodSecondsWithLongRunningPreStopHook(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		p := cannotTerminatePod("pod-termination-grace-period-prestop", 5)
+		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHandler([]string{"sleep", "10000"})}
+		e.create(p)
+		e.waitPod(p.Name, statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		if d := e.timeToGone(p.Name, nil); d > 15*time.Second {
+			t.Errorf("the pod took %v to go, want at most the grace period 5s + 10s", d)
+		}
+	})
+}
+
+// preStopProbePod is upstream's pod for "A regular container has a
+// PreStop hook": regular-1 runs long and takes TerminationSeconds to exit
+// on SIGTERM (15 s upstream, 2 s here), its preStop logs.
+func preStopProbePod(l orderLog, name string) *v1.Pod {
+	c := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 100, TerminationSeconds: 2}))
+	c.Lifecycle = &v1.Lifecycle{PreStop: execHandler(l.execCommand("PreStop-regular-1", execCmd{Delay: 1}))}
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{c}}}
+}
+
+// "A regular container fails a startup probe: should call the
+// container's preStop hook and terminate it if its startup probe fails".
+// The probe's initial delay is 10 s upstream, 2 s here.
+func TestContainersLifecycle_shouldCallTheContainersPreStopHookAndTerminateItIfItsStartupProbeFails(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		p := preStopProbePod(l, "test-pod-startup-prestop")
+		p.Spec.Containers[0].StartupProbe = &v1.Probe{ProbeHandler: execProbeCmd("sh", "-c", "exit 1"), InitialDelaySeconds: 2, FailureThreshold: 1}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		must(t, o.RunTogether("regular-1", "PreStop-regular-1"))
+		must(t, o.Starts("PreStop-regular-1"))
+		must(t, o.Exits("regular-1"))
+	})
+}
+
+// "A regular container fails a liveness probe: should call the
+// container's preStop hook and terminate it if its liveness probe fails".
+func TestContainersLifecycle_shouldCallTheContainersPreStopHookAndTerminateItIfItsLivenessProbeFails(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		p := preStopProbePod(l, "test-pod-liveness-prestop")
+		p.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbeCmd("sh", "-c", "exit 1"), InitialDelaySeconds: 2, FailureThreshold: 1}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		must(t, o.RunTogether("regular-1", "PreStop-regular-1"))
+		must(t, o.Starts("PreStop-regular-1"))
+		must(t, o.Exits("regular-1"))
+	})
+}
+
+// "when a pod is terminating because its liveness probe fails: should
+// execute readiness probe while in preStop, but not liveness". The
+// kubelet stops liveness and startup probes when a container starts
+// terminating, and keeps probing readiness until it exits. The liveness
+// delay is 10 s upstream, 3 s here; the grace 100 s and the preStop's
+// 10 s are upstream's.
+func TestContainersLifecycle_shouldExecuteReadinessProbeWhileInPreStopButNotLiveness(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		c := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 100, TerminationSeconds: 2}))
+		c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Liveness-regular-1", execCmd{ExitCode: 1})}},
+			InitialDelaySeconds: 3, PeriodSeconds: 1, FailureThreshold: 1}
+		c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Readiness-regular-1", execCmd{})}},
+			InitialDelaySeconds: 1, PeriodSeconds: 1}
+		c.Lifecycle = &v1.Lifecycle{PreStop: execHandler(l.execCommand("PreStop-regular-1", execCmd{Delay: 10}))}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "test-pod-readiness-in-prestop"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr(int64(100)), Containers: []v1.Container{c}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "regular-1 Exiting")
+		// readiness probes are called during pod termination
+		must(t, o.RunTogetherLhsFirst("PreStop-regular-1", "Readiness-regular-1"))
+		// liveness probes are not called during pod termination
+		mustFail(t, o.RunTogetherLhsFirst("PreStop-regular-1", "Liveness-regular-1"),
+			"a liveness probe ran while the preStop hook ran:\n"+o.String())
+	})
+}
+
+// "when a pod is terminating because its liveness probe fails: should not
+// continue running liveness probes for restartable init containers and
+// restart them while in preStop". The kubelet's pod worker is blocked in
+// regular-1's kill (its preStop included): the sidecar, whose liveness
+// probe failed, is neither killed nor restarted meanwhile, and its probe
+// stays on hold. The preStop waits 5 s (upstream 10 s) before logging
+// "Started" and then runs 10 s (upstream 40 s); regular-1 takes 2 s
+// (upstream 15 s) to exit on SIGTERM.
+func TestContainersLifecycle_shouldNotContinueRunningLivenessProbesForRestartableInitContainersAndRestartThemWhileInPreStop(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env) {
+		l := e.newOrderLog()
+		c := ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 100, TerminationSeconds: 2}))
+		c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Liveness-regular-1", execCmd{ExitCode: 1})}},
+			InitialDelaySeconds: 10, PeriodSeconds: 1, FailureThreshold: 1}
+		c.Lifecycle = &v1.Lifecycle{PreStop: execHandler(l.execCommand("PreStop-regular-1", execCmd{StartDelay: 5, Delay: 10}))}
+		side := restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 100, TerminationSeconds: 1}))
+		side.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: l.execCommand("Liveness-restartable-init-1", execCmd{ExitCode: 1})}},
+			InitialDelaySeconds: 1, PeriodSeconds: 1, FailureThreshold: 1}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "test-pod-sidecar-liveness-in-prestop"}, Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr(int64(100)), InitContainers: []v1.Container{side}, Containers: []v1.Container{c}}}
+		l.create(p)
+		e.waitNoLongerRunning(p.Name, lifecycleTimeout)
+		o := l.read(p.Name, "PreStop-regular-1 Exiting")
+		// liveness probes are not called for restartable init containers during the preStop
+		mustFail(t, o.StartsBefore("PreStop-regular-1", "Liveness-restartable-init-1"),
+			"the sidecar's liveness probe ran after the preStop hook started:\n"+o.String())
+		// restartable init containers are not restarted during the preStop
+		mustFail(t, o.RunTogetherLhsFirst("PreStop-regular-1", "restartable-init-1"),
+			"the sidecar restarted while the preStop hook ran:\n"+o.String())
+	})
 }

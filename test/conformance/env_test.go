@@ -38,12 +38,6 @@ func onBoth(t *testing.T, f func(t *testing.T, e *env)) {
 	}
 }
 
-// onProcess runs f on process pods only (the README says why).
-func onProcess(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Parallel()
-	t.Run("process", func(t *testing.T) { runOn(t, "process", f) })
-}
-
 // onContainerd runs f on containerd pods only (the README says why).
 func onContainerd(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Parallel()
@@ -126,7 +120,7 @@ func (e *env) create(p *v1.Pod) {
 				// Delete only once the removal is seen: before, the
 				// manifest would start the pod again.
 				e.waitRemovalSeen(p.Name)
-				if _, err := e.n.client.Delete(context.Background(), "default", p.Name, ptr(int64(0)), true); err != nil {
+				if _, err := e.n.client.Delete(context.Background(), "default", p.Name, ptr(int64(0)), true); err != nil && e.listed(p.Name) {
 					e.t.Logf("force-deleting pod %s: %v", p.Name, err)
 				}
 				e.waitGone(p.Name, 60*time.Second)
