@@ -89,6 +89,8 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 	time.Sleep(time.Second)
 	idle := rss(b.cmd.Process.Pid)
 	fmt.Printf("daemon RSS, 0 pods    %8.2f MiB  (anon %.2f MiB)\n", idle.total, idle.anon)
+	idlePSS := pssOf(b.cmd.Process.Pid)
+	fmt.Printf("daemon PSS, 0 pods    %8.2f MiB  (private %.2f MiB)\n", idlePSS.pss, idlePSS.private)
 
 	toRun, toAPI, err := b.startLatency(n)
 	if err != nil {
@@ -118,6 +120,11 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 	fmt.Printf("\ndaemon RSS, %d pods   %8.2f MiB  (anon %.2f MiB)\n", podCount, full.total, full.anon)
 	fmt.Printf("shims: %d, RSS each   %8.2f MiB  (anon %.2f MiB each; their text is shared page cache)\n",
 		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
+	fmt.Println()
+	total := printPSS(fmt.Sprintf("process pods: %d, memory (smaps_rollup)", podCount),
+		groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid}),
+		groupOf("shims (podvisor-shim, one per container)", pidsWith("shim\x00"+filepath.Join(dir, "data", "containers"))))
+	fmt.Printf("  daemon + all shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
 	}

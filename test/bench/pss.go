@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// smaps is one process's memory from /proc/PID/smaps_rollup, in MiB. PSS
+// charges each shared page to its sharers in equal parts, so the PSS of a
+// group of processes summed is what the group costs the machine: the
+// shims' common text counts once, not once per shim.
+type smaps struct {
+	rss, pss, private float64
+}
+
+// pssOf reads one process's smaps_rollup; a process that is gone costs
+// nothing.
+func pssOf(pid int) smaps {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return smaps{}
+	}
+	var m smaps
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "Rss:":
+			m.rss = kb / 1024
+		case "Pss:":
+			m.pss = kb / 1024
+		case "Private_Clean:", "Private_Dirty:":
+			m.private += kb / 1024
+		}
+	}
+	return m
+}
+
+// group is the summed memory of the processes playing one part (the
+// daemon, the shims, …).
+type group struct {
+	name  string
+	count int
+	smaps
+}
+
+func groupOf(name string, pids []int) group {
+	g := group{name: name, count: len(pids)}
+	for _, pid := range pids {
+		m := pssOf(pid)
+		g.rss += m.rss
+		g.pss += m.pss
+		g.private += m.private
+	}
+	return g
+}
+
+// pidsWith lists the processes whose command line holds every word.
+func pidsWith(words ...string) []int {
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 || !hasAll(data, words) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// childrenOf lists the direct children of the given processes whose
+// command name (comm) is one of names.
+func childrenOf(parents []int, names ...string) []int {
+	isParent := map[int]bool{}
+	for _, p := range parents {
+		isParent[p] = true
+	}
+	var pids []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, s := range stats {
+		data, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		text := string(data)
+		open, end := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		rest := strings.Fields(text[end+1:])
+		if len(rest) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(rest[1])
+		if !isParent[ppid] {
+			continue
+		}
+		comm := text[open+1 : end]
+		for _, n := range names {
+			if comm == n {
+				pid, _ := strconv.Atoi(strings.TrimSpace(text[:open]))
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// printPSS prints each group's PSS beside its RSS and their total, and
+// returns the total PSS.
+func printPSS(title string, groups ...group) float64 {
+	fmt.Printf("%-44s %5s %9s %9s %9s\n", title, "procs", "PSS MiB", "RSS MiB", "private")
+	var total group
+	for _, g := range groups {
+		fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f\n", g.name, g.count, g.pss, g.rss, g.private)
+		total.count += g.count
+		total.pss += g.pss
+		total.rss += g.rss
+		total.private += g.private
+	}
+	fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f\n", "total", total.count, total.pss, total.rss, total.private)
+	return total.pss
+}
