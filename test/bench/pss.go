@@ -14,6 +14,7 @@ import (
 // shims' common text counts once, not once per shim.
 type smaps struct {
 	rss, pss, private float64
+	anon              float64 // the anonymous part of pss: heap, stacks, runtime data
 }
 
 // pssOf reads one process's smaps_rollup; a process that is gone costs
@@ -37,6 +38,8 @@ func pssOf(pid int) smaps {
 			m.pss = kb / 1024
 		case "Private_Clean:", "Private_Dirty:":
 			m.private += kb / 1024
+		case "Pss_Anon:":
+			m.anon = kb / 1024
 		}
 	}
 	return m
@@ -57,6 +60,7 @@ func groupOf(name string, pids []int) group {
 		g.rss += m.rss
 		g.pss += m.pss
 		g.private += m.private
+		g.anon += m.anon
 	}
 	return g
 }
@@ -118,15 +122,16 @@ func childrenOf(parents []int, names ...string) []int {
 // printPSS prints each group's PSS beside its RSS and their total, and
 // returns the total PSS.
 func printPSS(title string, groups ...group) float64 {
-	fmt.Printf("%-44s %5s %9s %9s %9s\n", title, "procs", "PSS MiB", "RSS MiB", "private")
+	fmt.Printf("%-44s %5s %9s %9s %9s %9s\n", title, "procs", "PSS MiB", "PSS anon", "RSS MiB", "private")
 	var total group
 	for _, g := range groups {
-		fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f\n", g.name, g.count, g.pss, g.rss, g.private)
+		fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f %9.2f\n", g.name, g.count, g.pss, g.anon, g.rss, g.private)
 		total.count += g.count
 		total.pss += g.pss
+		total.anon += g.anon
 		total.rss += g.rss
 		total.private += g.private
 	}
-	fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f\n", "total", total.count, total.pss, total.rss, total.private)
+	fmt.Printf("  %-42s %5d %9.2f %9.2f %9.2f %9.2f\n", "total", total.count, total.pss, total.anon, total.rss, total.private)
 	return total.pss
 }
