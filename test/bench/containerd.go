@@ -271,7 +271,7 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 		conmon.total/float64(max(conmon.count, 1)), conmon.anon/float64(max(conmon.count, 1)),
 		float64(conmon.count)/float64(podCount), conmon.count)
 	fmt.Println()
-	peer := printPSS(fmt.Sprintf("podman kube play: %d pods, memory (smaps_rollup)", podCount), podmanMem...)
+	peer := printPSS(fmt.Sprintf("podman kube play, %d pods (smaps_rollup)", podCount), podmanMem...)
 	fmt.Printf("  ratio podvisor/podman total PSS: %.2fx\n", podvisorPSS/peer)
 	return nil
 }

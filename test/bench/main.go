@@ -125,6 +125,11 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid}),
 		groupOf("shims (podvisor-shim, one per container)", pidsWith("shim\x00"+filepath.Join(dir, "data", "containers"))))
 	fmt.Printf("  daemon + all shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
+	if ws, err := reclaimCold(b.cmd.Process.Pid, 10*time.Second); err != nil {
+		fmt.Printf("  daemon working set: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  daemon PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f): the part that stays under memory pressure\n", ws.pss, ws.anon)
+	}
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
 	}
