@@ -121,14 +121,20 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 	fmt.Printf("shims: %d, RSS each   %8.2f MiB  (anon %.2f MiB each; their text is shared page cache)\n",
 		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
 	fmt.Println()
-	total := printPSS(fmt.Sprintf("process pods: %d, memory (smaps_rollup)", podCount),
-		groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid}),
+	daemon := groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid})
+	total := printPSS(fmt.Sprintf("process pods: %d, memory (smaps_rollup)", podCount), daemon,
 		groupOf("shims (podvisor-shim, one per container)", pidsWith("shim\x00"+filepath.Join(dir, "data", "containers"))))
 	fmt.Printf("  daemon + all shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
 	if ws, err := reclaimCold(b.cmd.Process.Pid, 10*time.Second); err != nil {
 		fmt.Printf("  daemon working set: not measured: %v\n", err)
 	} else {
 		fmt.Printf("  daemon PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f): the part that stays under memory pressure\n", ws.pss, ws.anon)
+	}
+	if k, err := keeperPrototype(dir, podCount); err != nil {
+		fmt.Printf("  keeper prototype: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  instead of the shims, one keeper (prototype): PSS %.2f MiB (anon %.2f) for %d containers; with the daemon %.2f MiB\n",
+			k.pss, k.anon, podCount, k.pss+daemon.pss)
 	}
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
