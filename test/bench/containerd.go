@@ -161,6 +161,11 @@ func containerdBench(bin string, n, podCount int) error {
 
 	fmt.Println()
 	total := printPSS(fmt.Sprintf("containerd pods: %d, memory (smaps_rollup)", podCount), ctrdMem...)
+	if ws, err := reclaimCold(plugin, 10*time.Second); err != nil {
+		fmt.Printf("  plugin working set: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  plugin PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f)\n", ws.pss, ws.anon)
+	}
 
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("cidle-%d.yaml", i)))
