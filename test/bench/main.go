@@ -1,10 +1,12 @@
 // Command bench measures podvisor on this machine: manifest-to-running and
 // exit-to-restart latencies, daemon memory with 0 and 50 pods, the shims'
-// memory, and binary size; the same for containerd pods, with "podman kube
-// play" (Debian's podman) as the peer measured in the same run. Latencies come from timestamps the workloads
-// take themselves, so they include everything up to the workload running.
-// A bare shell restart loop, measured in the same run, is the floor any
-// supervisor pays for fork+exec; ratios are against it.
+// memory (RSS, and PSS summed over every process podvisor runs: the
+// measure of the footprint budget, docs/footprint.md), and binary size;
+// the same for containerd pods, with "podman kube play" (Debian's podman)
+// as the peer measured in the same run. Latencies come from timestamps the
+// workloads take themselves, so they include everything up to the workload
+// running. A bare shell restart loop, measured in the same run, is the
+// floor any supervisor pays for fork+exec; ratios are against it.
 package main
 
 import (
