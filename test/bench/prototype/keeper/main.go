@@ -7,7 +7,8 @@
 //
 //	keeper -dir DIR -n 50
 //
-// starts 50 "sleep" containers under DIR/<i>/ and runs until SIGTERM.
+// starts 50 "sleep" containers under DIR/<i>/ and runs until SIGTERM;
+// -sh sets their command.
 package main
 
 import (
@@ -40,6 +41,7 @@ func main() {
 	dir := flag.String("dir", "", "instance directories go under DIR")
 	n := flag.Int("n", 50, "containers to start")
 	buf := flag.Int("buf", 4096, "log copy buffer per stream")
+	script := flag.String("sh", "echo started; exec sleep 100000", "each container's shell command")
 	flag.Parse()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "keeper: subreaper:", err)
@@ -55,7 +57,7 @@ func main() {
 		runtime.LockOSThread()
 		live := map[int]*instance{}
 		for i := 0; i < *n; i++ {
-			pid, in, err := start(filepath.Join(*dir, fmt.Sprint(i)), *buf)
+			pid, in, err := start(filepath.Join(*dir, fmt.Sprint(i)), *script, *buf)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "keeper:", err)
 				os.Exit(1)
@@ -72,7 +74,7 @@ func main() {
 
 // start runs one container with its output copied to DIR/log and the
 // instance lock held in the keeper.
-func start(dir string, bufSize int) (int, *instance, error) {
+func start(dir, script string, bufSize int) (int, *instance, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, nil, err
 	}
@@ -96,8 +98,8 @@ func start(dir string, bufSize int) (int, *instance, error) {
 		return 0, nil, err
 	}
 	devnull, _ := os.Open(os.DevNull)
-	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", "echo started; exec sleep 100000"}, &syscall.ProcAttr{
-		Env:   []string{"PATH=/usr/bin:/bin"},
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", script}, &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/bin:/bin", "INSTANCE=" + dir},
 		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
