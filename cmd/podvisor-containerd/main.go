@@ -16,6 +16,7 @@ import (
 	"net/rpc/jsonrpc"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -65,6 +66,12 @@ func connect(fs *flag.FlagSet, args []string, cfg *plugin.Config) ([]string, *pl
 
 // serve answers the daemon until it closes stdin.
 func serve(args []string) error {
+	if os.Getenv("GOGC") == "" {
+		// As the daemon does: the plugin mostly waits for events, and
+		// collecting at 50% growth keeps its heap ~2 MiB smaller
+		// (docs/footprint.md).
+		debug.SetGCPercent(50)
+	}
 	var cfg plugin.Config
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&cfg.Snapshotter, "snapshotter", "", "snapshotter (default: containerd's)")

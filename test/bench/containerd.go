@@ -138,6 +138,13 @@ func containerdBench(bin string, n, podCount int) error {
 	}
 	time.Sleep(2 * time.Second)
 	full, pluginFull := rss(b.cmd.Process.Pid), rss(plugin)
+	ctrdMem := []group{
+		groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid}),
+		groupOf("plugin (podvisor-containerd)", pidsWith("podvisor-containerd", "serve", ctrd.Address)),
+		groupOf("containerd", pidsWith("containerd\x00--config\x00"+ctrd.Dir)),
+		groupOf("containerd-shim-runc-v2", pidsWith("containerd-shim-runc-v2", ctrd.Address)),
+		groupOf("log drivers (podvisor-shim log-path)", pidsWith("podvisor-shim", "log-path", dir)),
+	}
 	shims := sumRSS("containerd-shim-runc-v2", ctrd.Address)
 	loggers := sumRSS("podvisor-shim", "log-path")
 
@@ -152,10 +159,18 @@ func containerdBench(bin string, n, podCount int) error {
 		shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)),
 		loggers.total/float64(max(loggers.count, 1)), loggers.anon/float64(max(loggers.count, 1)), shims.count, loggers.count)
 
+	fmt.Println()
+	total := printPSS(fmt.Sprintf("containerd pods: %d, memory (smaps_rollup)", podCount), ctrdMem...)
+	if ws, err := reclaimCold(plugin, 10*time.Second); err != nil {
+		fmt.Printf("  plugin working set: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  plugin PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f)\n", ws.pss, ws.anon)
+	}
+
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("cidle-%d.yaml", i)))
 	}
-	return podmanPeer(dir, archive, b, n, podCount, toRun, restart)
+	return podmanPeer(dir, archive, b, n, podCount, toRun, restart, total)
 }
 
 // timed runs n rounds; each returns when its clock started and when the
@@ -174,7 +189,7 @@ func (b *bench) timed(n int, prefix string, round func(name string) (from, to ti
 
 // podmanPeer runs the same pods with "podman kube play" (Debian's podman)
 // and prints the same latencies and the ratios.
-func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart []time.Duration) error {
+func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart []time.Duration, podvisorPSS float64) error {
 	if _, err := exec.LookPath("podman"); err != nil {
 		fmt.Println("peer podman kube play: skipped (podman not installed)")
 		return nil
@@ -244,6 +259,10 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 	}
 	time.Sleep(2 * time.Second)
 	conmon := sumRSS("conmon", "--api-version")
+	// podman has no daemon: per pod, conmon for the container and for the
+	// infra container, and the infra container's catatonit.
+	conmons := pidsWith("conmon", "--api-version")
+	podmanMem := []group{groupOf("conmon", conmons), groupOf("infra (catatonit)", childrenOf(conmons, "catatonit"))}
 	for _, f := range files {
 		podman("kube", "down", f)
 	}
@@ -256,6 +275,9 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 	fmt.Printf("per pod: conmon %.2f MiB RSS (anon %.2f) x %.1f per pod (container and infra), n=%d\n",
 		conmon.total/float64(max(conmon.count, 1)), conmon.anon/float64(max(conmon.count, 1)),
 		float64(conmon.count)/float64(podCount), conmon.count)
+	fmt.Println()
+	peer := printPSS(fmt.Sprintf("podman kube play, %d pods (smaps_rollup)", podCount), podmanMem...)
+	fmt.Printf("  ratio podvisor/podman total PSS: %.2fx\n", podvisorPSS/peer)
 	return nil
 }
 

@@ -1,10 +1,12 @@
 // Command bench measures podvisor on this machine: manifest-to-running and
 // exit-to-restart latencies, daemon memory with 0 and 50 pods, the shims'
-// memory, and binary size; the same for containerd pods, with "podman kube
-// play" (Debian's podman) as the peer measured in the same run. Latencies come from timestamps the workloads
-// take themselves, so they include everything up to the workload running.
-// A bare shell restart loop, measured in the same run, is the floor any
-// supervisor pays for fork+exec; ratios are against it.
+// memory (RSS, and PSS summed over every process podvisor runs: the
+// measure of the footprint budget, docs/footprint.md), and binary size;
+// the same for containerd pods, with "podman kube play" (Debian's podman)
+// as the peer measured in the same run. Latencies come from timestamps the
+// workloads take themselves, so they include everything up to the workload
+// running. A bare shell restart loop, measured in the same run, is the
+// floor any supervisor pays for fork+exec; ratios are against it.
 package main
 
 import (
@@ -89,6 +91,8 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 	time.Sleep(time.Second)
 	idle := rss(b.cmd.Process.Pid)
 	fmt.Printf("daemon RSS, 0 pods    %8.2f MiB  (anon %.2f MiB)\n", idle.total, idle.anon)
+	idlePSS := pssOf(b.cmd.Process.Pid)
+	fmt.Printf("daemon PSS, 0 pods    %8.2f MiB  (private %.2f MiB)\n", idlePSS.pss, idlePSS.private)
 
 	toRun, toAPI, err := b.startLatency(n)
 	if err != nil {
@@ -118,6 +122,22 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 	fmt.Printf("\ndaemon RSS, %d pods   %8.2f MiB  (anon %.2f MiB)\n", podCount, full.total, full.anon)
 	fmt.Printf("shims: %d, RSS each   %8.2f MiB  (anon %.2f MiB each; their text is shared page cache)\n",
 		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
+	fmt.Println()
+	daemon := groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid})
+	total := printPSS(fmt.Sprintf("process pods: %d, memory (smaps_rollup)", podCount), daemon,
+		groupOf("shims (podvisor-shim, one per container)", pidsWith("shim\x00"+filepath.Join(dir, "data", "containers"))))
+	fmt.Printf("  daemon + all shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
+	if ws, err := reclaimCold(b.cmd.Process.Pid, 10*time.Second); err != nil {
+		fmt.Printf("  daemon working set: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  daemon PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f): the part that stays under memory pressure\n", ws.pss, ws.anon)
+	}
+	if k, err := keeperPrototype(dir, podCount); err != nil {
+		fmt.Printf("  keeper prototype: not measured: %v\n", err)
+	} else {
+		fmt.Printf("  instead of the shims, one keeper (prototype): PSS %.2f MiB (anon %.2f) for %d containers; with the daemon %.2f MiB\n",
+			k.pss, k.anon, podCount, k.pss+daemon.pss)
+	}
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))
 	}
