@@ -8,14 +8,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/pod"
 )
 
 // Result is a probe verdict that changed, past its threshold, or a
 // warning about a probe run (WarningOnly: the verdict did not change).
 type Result struct {
 	InstanceID string
-	Kind       lifecycle.ProbeKind
+	Kind       pod.ProbeKind
 	OK         bool
 	Message    string
 	// Warning is the kubelet's ProbeWarning event text ("Liveness probe
@@ -42,17 +42,17 @@ type counter struct {
 
 // initialResult is a probe's result before it first ran: the kubelet
 // starts liveness at Success, readiness at Failure, startup at Unknown.
-func initialResult(kind lifecycle.ProbeKind) (verdict, known bool) {
+func initialResult(kind pod.ProbeKind) (verdict, known bool) {
 	switch kind {
-	case lifecycle.Liveness:
+	case pod.Liveness:
 		return true, true
-	case lifecycle.Readiness:
+	case pod.Readiness:
 		return false, true
 	}
 	return false, false
 }
 
-func newCounter(p *v1.Probe, kind lifecycle.ProbeKind) *counter {
+func newCounter(p *v1.Probe, kind pod.ProbeKind) *counter {
 	verdict, known := initialResult(kind)
 	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold,
 		known: known, verdict: verdict, last: verdict}
@@ -107,7 +107,7 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	m.cancels[instanceID] = cancel
 	w := &workers{m: m, ctx: ctx, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
-		go w.run(lifecycle.Startup, c.StartupProbe)
+		go w.run(pod.Startup, c.StartupProbe)
 		return
 	}
 	w.startMain()
@@ -140,17 +140,17 @@ type workers struct {
 
 func (w *workers) startMain() {
 	if p := w.spec.LivenessProbe; p != nil {
-		go w.run(lifecycle.Liveness, p)
+		go w.run(pod.Liveness, p)
 	}
 	if p := w.spec.ReadinessProbe; p != nil {
-		go w.run(lifecycle.Readiness, p)
+		go w.run(pod.Readiness, p)
 	}
 }
 
 // run probes on a timer until the instance stops. Startup ends at its first
 // success; liveness and startup pause after a failure verdict, since the
 // container is being killed and a new instance gets new workers.
-func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
+func (w *workers) run(kind pod.ProbeKind, p *v1.Probe) {
 	unit := w.m.TimeUnit
 	period := time.Duration(p.PeriodSeconds) * unit
 	// Spread the first run over a tenth of the period (at most 100ms per
@@ -190,10 +190,10 @@ func (w *workers) run(kind lifecycle.ProbeKind, p *v1.Probe) {
 		}
 		if changed {
 			switch {
-			case kind == lifecycle.Startup && err == nil:
+			case kind == pod.Startup && err == nil:
 				w.startMain()
 				return
-			case kind != lifecycle.Readiness && err != nil:
+			case kind != pod.Readiness && err != nil:
 				return
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -84,7 +86,11 @@ func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target
 	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
 	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
 		id := in.Container(container).InstanceID
-		t.Netns = ic.NetNS(in.Pod)
+		if netns := ic.NetNS(in.Pod); netns != "" {
+			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+				return sandbox.DialContext(ctx, d, netns, network, addr)
+			}
+		}
 		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
 			return ic.Exec(id, command, timeout)
 		}

@@ -9,11 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
-	"github.com/podvisor/podvisor/supervisor/resources"
 )
 
 // EvictionConfig holds the kubelet-style eviction settings.
