@@ -4,6 +4,8 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
 // drainPlan is the buckets of a drain in the order they run: the
@@ -23,6 +25,16 @@ type drainCandidate struct {
 	Priority int32
 	// Stoppable: it runs and nothing is stopping it yet.
 	Stoppable bool
+}
+
+// drainCandidates describes pod instances for bucketPods.
+func drainCandidates(instances []*lifecycle.Instance) []drainCandidate {
+	out := make([]drainCandidate, 0, len(instances))
+	for _, in := range instances {
+		out = append(out, drainCandidate{UID: in.UID(), Priority: lifecycle.PriorityOf(in.Pod),
+			Stoppable: in.Live() && in.Failed == nil && !in.Terminating})
+	}
+	return out
 }
 
 // bucketPods picks the pods bucket i of a plan stops: the stoppable ones

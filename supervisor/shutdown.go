@@ -121,7 +121,7 @@ func (d *Daemon) advanceDrain() {
 	}
 	for dr.next < len(dr.buckets) {
 		b := dr.buckets[dr.next]
-		dr.current = bucketPods(d.drainCandidates(), dr.buckets, dr.next)
+		dr.current = bucketPods(drainCandidates(d.machine.Instances()), dr.buckets, dr.next)
 		dr.next++
 		for _, uid := range dr.current {
 			d.execute(d.machine.Fail(uid, lifecycle.ReasonNodeShutdown, fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
@@ -141,16 +141,6 @@ func (d *Daemon) advanceDrain() {
 	// Pods not in any bucket's range are gone through the last bucket;
 	// what still runs is being killed.
 	resetTimer(dr.timer, now.Add(100*time.Millisecond), now)
-}
-
-// drainCandidates describes every pod for bucketPods.
-func (d *Daemon) drainCandidates() []drainCandidate {
-	var out []drainCandidate
-	for _, in := range d.machine.Instances() {
-		out = append(out, drainCandidate{UID: in.UID(), Priority: lifecycle.PriorityOf(in.Pod),
-			Stoppable: in.Live() && in.Failed == nil && !in.Terminating})
-	}
-	return out
 }
 
 // anyLive reports whether any of the instances (all, when uids is nil)
