@@ -35,7 +35,7 @@ type evictor struct {
 	threshold *pressure.MemoryThreshold
 	memLimit  int64 // hard memory.available threshold in bytes, for the eventfd
 	recheck   *time.Timer
-	pacer     evictionPacer
+	pacer     eviction.Pacer
 }
 
 func (d *Daemon) setupEviction(ctx context.Context) error {
@@ -110,24 +110,24 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 		}
 	}
 	met := len(st.Met) > 0
-	defer resetTimer(e.recheck, nextPressureLook(st.NextCheck, now, met), now)
+	defer resetTimer(e.recheck, eviction.NextLook(st.NextCheck, now, met), now)
 	live := func(uid types.UID) bool {
 		in := d.machine.Instance(uid)
 		return in != nil && in.Live()
 	}
-	if !e.pacer.look(met, live) {
+	if !e.pacer.Look(met, live) {
 		return
 	}
-	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.pacer.reclaimed)
-	switch e.pacer.chose(victim, reclaim) {
-	case turnReclaim:
+	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.pacer.Reclaimed())
+	switch e.pacer.Chose(victim, reclaim) {
+	case eviction.TurnReclaim:
 		d.log.Info("disk pressure: reclaiming finished containers, rotated logs and unused images first")
 		d.gcDevice()
 		d.removeRotatedLogs()
 		d.pruneImages()
-	case turnNoVictim:
+	case eviction.TurnNoVictim:
 		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
-	case turnEvict:
+	case eviction.TurnEvict:
 		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message)
 		d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
 	}
