@@ -1,7 +1,8 @@
 // Package shim is the per-container supervisor process and the protocol
 // the daemon speaks with it through an instance directory. It imports only
-// the standard library and x/sys, so the podvisor-shim binary that runs
-// it stays small: one shim runs per container, and its memory is paid per
+// the standard library, x/sys and two small packages built on them alone
+// (pidfd, pod/hostcmd), so the podvisor-shim binary that runs it stays
+// small: one shim runs per container, and its memory is paid per
 // container.
 package shim
 
