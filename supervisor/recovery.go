@@ -95,9 +95,11 @@ func untraced(c *lifecycle.Container, found map[string]bool) bool {
 // (its finished instances are then history worth keeping). Otherwise its
 // instances are leftovers of a pod already forgotten, to remove.
 func rebuildable(found []lifecycle.Found, recordsLost bool) bool {
-	if recordsLost {
-		return true
-	}
+	return recordsLost || anyAlive(found)
+}
+
+// anyAlive says whether any of a pod's found instances runs.
+func anyAlive(found []lifecycle.Found) bool {
 	for _, f := range found {
 		if f.Alive {
 			return true

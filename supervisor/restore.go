@@ -208,7 +208,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 			continue
 		}
 		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
-			"instances", len(p.found), "running", rebuildable(p.found, false), "runtime", p.class)
+			"instances", len(p.found), "running", anyAlive(p.found), "runtime", p.class)
 		class := p.class
 		if d.runtimes.ClassOf(&v1.Pod{}) == class {
 			class = "" // the runtime of pods that name none
