@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/resources"
 )
 
 // Stats is one cgroup's usage.

@@ -15,7 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/resources"
 )
 
 // driver returns this host's driver, or skips (fails in CI) without root

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/resources"
 )
 
 // The drivers write the cgroup files directly: podvisor needs about a

@@ -13,7 +13,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
 
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/resources"
 )
 
 // Placer is a driver that can only make a container's cgroup from a

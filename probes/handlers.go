@@ -23,8 +23,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
-	"github.com/podvisor/podvisor/supervisor/sandbox"
+	"github.com/podvisor/podvisor/pod/hostcmd"
 )
 
 // Target is the container a handler acts on.
@@ -39,9 +38,10 @@ type Target struct {
 	Dir string
 	UID *uint32
 	GID *uint32
-	// Netns is the pod's network namespace, for pods with a network of
-	// their own: network handlers dial from inside it, to Host there.
-	Netns string
+	// DialIn dials from inside the pod's network namespace, for pods
+	// with a network of their own: network handlers then reach Host
+	// there. nil dials from the host's network.
+	DialIn func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error)
 	// ExecIn runs a command inside the container (containerd pods);
 	// nil runs it on the host with the exec context above.
 	ExecIn func(ctx context.Context, command []string, timeout time.Duration) (exitCode int, output string, err error)
@@ -69,7 +69,7 @@ func Exec(ctx context.Context, t Target, command []string, timeout time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	path, err := shim.LookPath(command[0], t.Env)
+	path, err := hostcmd.LookPath(command[0], t.Env)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func Exec(ctx context.Context, t Target, command []string, timeout time.Duration
 		cmd.Dir = "/"
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.SysProcAttr.Credential = shim.Credential(t.UID, t.GID)
+	cmd.SysProcAttr.Credential = hostcmd.Credential(t.UID, t.GID)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	var out limitedBuffer
@@ -136,22 +136,24 @@ func dialer(timeout time.Duration) *net.Dialer {
 	}}
 }
 
-// netnsKey carries a pod's network namespace to the shared dialers.
-type netnsKey struct{}
+// dialInKey carries a pod's Target.DialIn to the shared dialers.
+type dialInKey struct{}
 
-func withNetns(ctx context.Context, netns string) context.Context {
-	if netns == "" {
+type dialInFunc = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error)
+
+func withDialIn(ctx context.Context, dialIn dialInFunc) context.Context {
+	if dialIn == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, netnsKey{}, netns)
+	return context.WithValue(ctx, dialInKey{}, dialIn)
 }
 
 // dialContext dials from the network namespace the context names, if any.
 func dialContext(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := dialer(timeout)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if ns, _ := ctx.Value(netnsKey{}).(string); ns != "" {
-			return sandbox.DialContext(ctx, d, ns, network, addr)
+		if dialIn, _ := ctx.Value(dialInKey{}).(dialInFunc); dialIn != nil {
+			return dialIn(ctx, d, network, addr)
 		}
 		return d.DialContext(ctx, network, addr)
 	}
@@ -178,7 +180,7 @@ func TCP(ctx context.Context, t Target, a *v1.TCPSocketAction, timeout time.Dura
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := dialContext(timeout)(withNetns(ctx, t.Netns), "tcp", addr)
+	conn, err := dialContext(timeout)(withDialIn(ctx, t.DialIn), "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -248,7 +250,7 @@ func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(withNetns(ctx, t.Netns), http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(withDialIn(ctx, t.DialIn), http.MethodGet, u.String(), nil)
 	if err != nil {
 		return "", err
 	}
@@ -300,7 +302,7 @@ func GRPC(ctx context.Context, t Target, a *v1.GRPCAction, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	addr := net.JoinHostPort(t.Host, strconv.Itoa(int(a.Port)))
-	req, err := http.NewRequestWithContext(withNetns(ctx, t.Netns), http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
+	req, err := http.NewRequestWithContext(withDialIn(ctx, t.DialIn), http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
 	if err != nil {
 		return err
 	}

@@ -8,14 +8,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/pod"
 )
 
 // Result is a probe verdict that changed, past its threshold, or a
 // warning about a probe run (WarningOnly: the verdict did not change).
 type Result struct {
 	InstanceID string
-	Kind       lifecycle.ProbeKind
+	Kind       pod.ProbeKind
 	OK         bool
 	Message    string
 	// Warning is the kubelet's ProbeWarning event text ("Liveness probe
@@ -42,17 +42,17 @@ type counter struct {
 
 // initialResult is a probe's result before it first ran: the kubelet
 // starts liveness at Success, readiness at Failure, startup at Unknown.
-func initialResult(kind lifecycle.ProbeKind) (verdict, known bool) {
+func initialResult(kind pod.ProbeKind) (verdict, known bool) {
 	switch kind {
-	case lifecycle.Liveness:
+	case pod.Liveness:
 		return true, true
-	case lifecycle.Readiness:
+	case pod.Readiness:
 		return false, true
 	}
 	return false, false
 }
 
-func newCounter(p *v1.Probe, kind lifecycle.ProbeKind) *counter {
+func newCounter(p *v1.Probe, kind pod.ProbeKind) *counter {
 	verdict, known := initialResult(kind)
 	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold,
 		known: known, verdict: verdict, last: verdict}
@@ -93,8 +93,8 @@ type Manager struct {
 type probed struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
-	kinds   map[lifecycle.ProbeKind]context.CancelFunc
-	stopped map[lifecycle.ProbeKind]bool
+	kinds   map[pod.ProbeKind]context.CancelFunc
+	stopped map[pod.ProbeKind]bool
 }
 
 // NewManager returns a manager; its workers stop when ctx ends.
@@ -115,11 +115,11 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	m.instances[instanceID] = &probed{ctx: ctx, cancel: cancel,
-		kinds: map[lifecycle.ProbeKind]context.CancelFunc{}, stopped: map[lifecycle.ProbeKind]bool{}}
+		kinds: map[pod.ProbeKind]context.CancelFunc{}, stopped: map[pod.ProbeKind]bool{}}
 	m.mu.Unlock()
 	w := &workers{m: m, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
-		w.start(lifecycle.Startup, c.StartupProbe)
+		w.start(pod.Startup, c.StartupProbe)
 		return
 	}
 	w.startMain()
@@ -128,7 +128,7 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 // Stop ends the given probes of an instance, or all of them when kinds is
 // empty. The kubelet stops liveness and startup when a container starts
 // terminating and readiness only when it exited.
-func (m *Manager) Stop(instanceID string, kinds ...lifecycle.ProbeKind) {
+func (m *Manager) Stop(instanceID string, kinds ...pod.ProbeKind) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.instances[instanceID]
@@ -157,7 +157,7 @@ func (m *Manager) Running() int {
 }
 
 // probing reports whether a probe of the kind runs for the instance.
-func (m *Manager) probing(instanceID string, kind lifecycle.ProbeKind) bool {
+func (m *Manager) probing(instanceID string, kind pod.ProbeKind) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.instances[instanceID]
@@ -173,7 +173,7 @@ type workers struct {
 
 // start runs one kind's worker unless the instance or the kind was
 // stopped.
-func (w *workers) start(kind lifecycle.ProbeKind, p *v1.Probe) {
+func (w *workers) start(kind pod.ProbeKind, p *v1.Probe) {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	inst, ok := w.m.instances[w.id]
@@ -186,7 +186,7 @@ func (w *workers) start(kind lifecycle.ProbeKind, p *v1.Probe) {
 }
 
 // done forgets a worker that ended by itself.
-func (w *workers) done(ctx context.Context, kind lifecycle.ProbeKind) {
+func (w *workers) done(ctx context.Context, kind pod.ProbeKind) {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	if inst, ok := w.m.instances[w.id]; ok && inst.kinds[kind] != nil && ctx.Err() == nil {
@@ -197,17 +197,17 @@ func (w *workers) done(ctx context.Context, kind lifecycle.ProbeKind) {
 
 func (w *workers) startMain() {
 	if p := w.spec.LivenessProbe; p != nil {
-		w.start(lifecycle.Liveness, p)
+		w.start(pod.Liveness, p)
 	}
 	if p := w.spec.ReadinessProbe; p != nil {
-		w.start(lifecycle.Readiness, p)
+		w.start(pod.Readiness, p)
 	}
 }
 
 // run probes on a timer until the instance stops. Startup ends at its first
 // success; liveness and startup pause after a failure verdict, since the
 // container is being killed and a new instance gets new workers.
-func (w *workers) run(ctx context.Context, kind lifecycle.ProbeKind, p *v1.Probe) {
+func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe) {
 	defer w.done(ctx, kind)
 	unit := w.m.TimeUnit
 	period := time.Duration(p.PeriodSeconds) * unit
@@ -248,10 +248,10 @@ func (w *workers) run(ctx context.Context, kind lifecycle.ProbeKind, p *v1.Probe
 		}
 		if changed {
 			switch {
-			case kind == lifecycle.Startup && err == nil:
+			case kind == pod.Startup && err == nil:
 				w.startMain()
 				return
-			case kind != lifecycle.Readiness && err != nil:
+			case kind != pod.Readiness && err != nil:
 				return
 			}
 		}

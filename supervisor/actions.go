@@ -2,13 +2,11 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,9 +14,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	vocab "github.com/podvisor/podvisor/pod"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -84,7 +84,11 @@ func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target
 	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
 	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
 		id := in.Container(container).InstanceID
-		t.Netns = ic.NetNS(in.Pod)
+		if netns := ic.NetNS(in.Pod); netns != "" {
+			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+				return sandbox.DialContext(ctx, d, netns, network, addr)
+			}
+		}
 		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
 			return ic.Exec(id, command, timeout)
 		}
@@ -162,27 +166,24 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 }
 
 func (d *Daemon) startDone(r startResult) {
-	var create *runtime.CreateError
-	switch {
-	case r.Err == nil:
+	o := classifyStart(r.Started, r.instanceID, d.now())
+	switch o.Kind {
+	case startRan:
 		d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.At))
-	case errors.As(r.Err, &create):
-		if r.Leftover {
+	case startNotCreated:
+		if o.RemoveLeftover {
 			d.removeAfterSave(r.rt, r.instanceID)
 		}
-		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", create.Reason, "err", create.Message)
-		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, create.Reason, create.Message, d.now()))
-	default:
+		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", o.Reason, "err", o.Message)
+		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, o.Reason, o.Message, d.now()))
+	case startFailed:
 		d.log.Warn("container failed to start", "instance", r.instanceID, "err", r.Err)
-		now := d.now()
-		d.execute(d.machine.Exited(r.pod, r.container, lifecycle.Termination{
-			InstanceID: r.instanceID, ExitCode: 128, Reason: "StartError", Message: r.Err.Error(),
-			StartedAt: now, FinishedAt: now}))
+		d.execute(d.machine.Exited(r.pod, r.container, o.Exit))
 	}
 }
 
 func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
-	uid, name, attempt, ok := parseInstanceID(x.InstanceID)
+	uid, name, attempt, ok := vocab.ParseInstanceID(x.InstanceID)
 	if !ok {
 		return
 	}
@@ -205,7 +206,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 }
 
 func (d *Daemon) probed(r probes.Result) {
-	uid, name, _, ok := parseInstanceID(r.InstanceID)
+	uid, name, _, ok := vocab.ParseInstanceID(r.InstanceID)
 	if !ok {
 		return
 	}
@@ -257,65 +258,32 @@ func (d *Daemon) kept(prefix string) ([]runtime.Kept, map[string]runtime.Runtime
 func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
 	keepFrom := attempt - d.cfg.MaxDeadPerContainer
 	kept, owner := d.kept(fmt.Sprintf("%s_%s_", pod.UID, container))
-	for _, k := range kept {
-		if _, _, n, ok := parseInstanceID(k.InstanceID); ok && n < keepFrom {
-			if err := owner[k.InstanceID].Remove(k.InstanceID); err != nil {
-				d.log.Warn("removing old instance", "instance", k.InstanceID, "err", err)
-			}
+	for _, id := range staleInstances(kept, keepFrom) {
+		if err := owner[id].Remove(id); err != nil {
+			d.log.Warn("removing old instance", "instance", id, "err", err)
 		}
 	}
 	logs, _ := filepath.Glob(filepath.Join(d.podLogDir(pod), container, "*.log*"))
-	for _, l := range logs {
-		base := filepath.Base(l)
-		n, err := strconv.Atoi(base[:strings.Index(base, ".")])
-		if err == nil && n < keepFrom {
-			os.Remove(l)
-		}
+	for _, l := range staleLogs(logs, keepFrom) {
+		os.Remove(l)
 	}
 }
 
 // gcDevice keeps at most MaxDeadContainers finished instances on the
-// device, removing the oldest first, but never the newest finished instance
-// of a container (what its status and logs show).
+// device (deviceGCCandidates).
 func (d *Daemon) gcDevice() {
 	if d.cfg.MaxDeadContainers <= 0 {
 		return
 	}
 	kept, owner := d.kept("")
-	var all []runtime.Kept
-	for _, k := range kept {
-		if !k.Finished.IsZero() {
-			all = append(all, k)
-		}
-	}
-	if len(all) <= d.cfg.MaxDeadContainers {
-		return
-	}
-	newest := map[string]string{} // uid_container -> instance with the highest attempt
-	for _, k := range all {
-		if uid, name, n, ok := parseInstanceID(k.InstanceID); ok {
-			key := string(uid) + "_" + name
-			if _, _, m, _ := parseInstanceID(newest[key]); newest[key] == "" || n > m {
-				newest[key] = k.InstanceID
-			}
-		}
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Finished.Before(all[j].Finished) })
-	keep := map[string]bool{}
-	for _, id := range newest {
-		keep[id] = true
-	}
-	excess := len(all) - d.cfg.MaxDeadContainers
-	for _, x := range all {
+	candidates, excess := deviceGCCandidates(kept, d.cfg.MaxDeadContainers)
+	for _, x := range candidates {
 		if excess <= 0 {
 			break
 		}
-		if keep[x.InstanceID] {
-			continue
-		}
-		uid, name, n, _ := parseInstanceID(x.InstanceID)
 		if err := owner[x.InstanceID].Remove(x.InstanceID); err == nil {
 			excess--
+			uid, name, n, _ := vocab.ParseInstanceID(x.InstanceID)
 			if in := d.machine.Instance(uid); in != nil {
 				os.Remove(d.logPath(in.Pod, name, n))
 			}
@@ -332,21 +300,4 @@ func (d *Daemon) forget(uid types.UID) {
 	for _, dir := range logDirs {
 		os.RemoveAll(dir)
 	}
-}
-
-// parseInstanceID splits "<uid>_<container>_<attempt>".
-func parseInstanceID(id string) (types.UID, string, int, bool) {
-	last := strings.LastIndexByte(id, '_')
-	if last < 0 {
-		return "", "", 0, false
-	}
-	first := strings.IndexByte(id, '_')
-	if first == last {
-		return "", "", 0, false
-	}
-	n, err := strconv.Atoi(id[last+1:])
-	if err != nil {
-		return "", "", 0, false
-	}
-	return types.UID(id[:first]), id[first+1 : last], n, true
 }

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 

@@ -390,7 +390,7 @@ func (d *Daemon) longestGrace() time.Duration {
 }
 
 func (d *Daemon) setManifests(st manifest.State) {
-	pods, rejected := d.resolvePriorities(st.Pods)
+	pods, rejected := resolveFilePods(st.Pods, d.cfg.Policy, d.classes)
 	st.Pods = pods
 	for p, err := range rejected {
 		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})

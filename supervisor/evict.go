@@ -9,11 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/priority"
-	"github.com/podvisor/podvisor/supervisor/resources"
 )
 
 // EvictionConfig holds the kubelet-style eviction settings.
@@ -35,8 +35,7 @@ type evictor struct {
 	threshold *pressure.MemoryThreshold
 	memLimit  int64 // hard memory.available threshold in bytes, for the eventfd
 	recheck   *time.Timer
-	evicting  types.UID // the last victim, until its processes are gone
-	reclaimed bool      // node-level reclaim done for the current disk pressure
+	pacer     eviction.Pacer
 }
 
 func (d *Daemon) setupEviction(ctx context.Context) error {
@@ -110,38 +109,28 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 			}
 		}
 	}
-	next := st.NextCheck
-	defer func() { resetTimer(e.recheck, next, now) }()
-	if len(st.Met) == 0 {
-		e.reclaimed = false
+	met := len(st.Met) > 0
+	defer resetTimer(e.recheck, eviction.NextLook(st.NextCheck, now, met), now)
+	live := func(uid types.UID) bool {
+		in := d.machine.Instance(uid)
+		return in != nil && in.Live()
+	}
+	if !e.pacer.Look(met, live) {
 		return
 	}
-	soon := now.Add(200 * time.Millisecond)
-	if next.IsZero() || soon.Before(next) {
-		next = soon // keep looking while pressure lasts
-	}
-	if e.evicting != "" {
-		if in := d.machine.Instance(e.evicting); in != nil && in.Live() {
-			return // one pod at a time: wait for the last victim to go
-		}
-		e.evicting = ""
-	}
-	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.reclaimed)
-	if reclaim {
+	victim, reclaim := e.mgr.Select(st.Met, d.podStats(), e.pacer.Reclaimed())
+	switch e.pacer.Chose(victim, reclaim) {
+	case eviction.TurnReclaim:
 		d.log.Info("disk pressure: reclaiming finished containers, rotated logs and unused images first")
 		d.gcDevice()
 		d.removeRotatedLogs()
 		d.pruneImages()
-		e.reclaimed = true
-		return
-	}
-	if victim == nil {
+	case eviction.TurnNoVictim:
 		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
-		return
+	case eviction.TurnEvict:
+		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message)
+		d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
 	}
-	d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message)
-	e.evicting = victim.Pod.UID
-	d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
 }
 
 // podStats describes every running pod for eviction ranking.

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -96,26 +95,6 @@ func (d *Daemon) admitter() lifecycle.AdmitFunc {
 		dec := admission.Admit(admission.FromPod(candidate), running, admission.Node{Allocatable: alloc, Pressure: d.pressure})
 		return lifecycle.Admission{Admit: dec.Admit, Reason: dec.Reason, Message: dec.Message, Victims: dec.Victims}
 	}
-}
-
-// resolvePriorities sets each pod's priority from its PriorityClass; a
-// pod naming an unknown class, or breaking the device's policy, is
-// rejected, named, and not run.
-func (d *Daemon) resolvePriorities(pods []*v1.Pod) (ok []*v1.Pod, rejected map[*v1.Pod]error) {
-	rejected = map[*v1.Pod]error{}
-	for _, p := range pods {
-		if err := d.cfg.Policy.Check(p); err != nil {
-			rejected[p] = err
-			continue
-		}
-		c := p.DeepCopy()
-		if err := d.classes.Resolve(c); err != nil {
-			rejected[p] = fmt.Errorf("pod %q: %w", p.Name, err)
-			continue
-		}
-		ok = append(ok, c)
-	}
-	return ok, rejected
 }
 
 // NodeView is the device as a v1.Node.

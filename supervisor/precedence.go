@@ -61,3 +61,23 @@ func desiredPods(files, hub []*v1.Pod, policy Policy, classes priority.Classes) 
 	}
 	return run, refused
 }
+
+// resolveFilePods sets each manifest file pod's priority from its
+// PriorityClass, on a copy; a pod naming an unknown class, or breaking
+// the device's policy, is rejected, named, and not run.
+func resolveFilePods(pods []*v1.Pod, policy Policy, classes priority.Classes) (ok []*v1.Pod, rejected map[*v1.Pod]error) {
+	rejected = map[*v1.Pod]error{}
+	for _, p := range pods {
+		if err := policy.Check(p); err != nil {
+			rejected[p] = err
+			continue
+		}
+		c := p.DeepCopy()
+		if err := classes.Resolve(c); err != nil {
+			rejected[p] = fmt.Errorf("pod %q: %w", p.Name, err)
+			continue
+		}
+		ok = append(ok, c)
+	}
+	return ok, rejected
+}

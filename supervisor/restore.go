@@ -83,41 +83,36 @@ func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[ty
 		id, uid, name := r.InstanceID, r.PodUID, r.Container
 		found[id] = true
 		in := d.machine.Instance(uid)
-		if in == nil {
+		var rec *lifecycle.Container
+		if in != nil {
+			rec = in.Container(name)
+		}
+		what := recoverInstance(r, in != nil, rec)
+		if rec != nil {
+			d.machine.SawAttempt(uid, name, r.Attempt)
+		}
+		switch what {
+		case recoverUnrecorded:
 			addLost(unrecorded, uid, r.PodNamespace, r.PodName, foundOf(r), class)
-			continue
-		}
-		if in.Container(name) == nil {
-			if r.Alive {
-				// Its pod's record does not know the container: it must
-				// be gone before its pod can start afresh, so it becomes
-				// an instance of its own that is being killed: that
-				// blocks the pod's name until its processes are gone.
-				d.log.Warn("killing an instance no record knows", "instance", id)
-				d.machine.RestoreOrphan(uid, r.PodNamespace, r.PodName, name, id, r.Attempt, now)
-				// The orphan is this runtime's: without the class its
-				// pod passed for another runtime's, and a daemon
-				// restarted after its processes went (kill -9 twice in a
-				// row) never saw it gone: Terminating forever, its pod's
-				// name blocked.
-				if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
-					d.runtimes.Claim(o.Pod, class)
-				}
-			} else {
-				rt.Remove(id)
+		case recoverOrphan:
+			d.log.Warn("killing an instance no record knows", "instance", id)
+			d.machine.RestoreOrphan(uid, r.PodNamespace, r.PodName, name, id, r.Attempt, now)
+			// The orphan is this runtime's: without the class its pod
+			// passed for another runtime's, and a daemon restarted
+			// after its processes went (kill -9 twice in a row) never
+			// saw it gone: Terminating forever, its pod's name blocked.
+			if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
+				d.runtimes.Claim(o.Pod, class)
 			}
-			continue
-		}
-		d.machine.SawAttempt(uid, name, r.Attempt)
-		c := in.Container(name)
-		switch {
-		case r.Alive && r.Attempt >= c.Attempt:
+		case recoverRemove:
+			rt.Remove(id)
+		case recoverAdopt:
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
 			d.execute(d.machine.Adopted(uid, name, id, r.Attempt, r.StartedAt))
-		case r.Alive:
+		case recoverKillSuperseded:
 			d.log.Warn("stopping a superseded instance", "instance", id)
 			rt.Kill(id)
-		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting):
+		case recoverReportExit:
 			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
 			d.execute(d.machine.Exited(uid, name, *r.Exit))
 		}
@@ -127,9 +122,10 @@ func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[ty
 			continue
 		}
 		for _, c := range in.AllContainers() {
-			if (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && !found[c.InstanceID] {
-				d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
+			if !untraced(c, found) {
+				continue
 			}
+			d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
 		}
 	}
 	return nil
@@ -203,11 +199,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 	}
 	rebuilt := 0
 	for uid, p := range unrecorded {
-		alive := false
-		for _, f := range p.found {
-			alive = alive || f.Alive
-		}
-		if !alive && !lost {
+		if !rebuildable(p.found, lost) {
 			for _, f := range p.found {
 				if rt := d.runtimes.Named(p.class); rt != nil {
 					rt.Remove(f.InstanceID)
@@ -216,7 +208,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 			continue
 		}
 		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
-			"instances", len(p.found), "running", alive, "runtime", p.class)
+			"instances", len(p.found), "running", anyAlive(p.found), "runtime", p.class)
 		class := p.class
 		if d.runtimes.ClassOf(&v1.Pod{}) == class {
 			class = "" // the runtime of pods that name none

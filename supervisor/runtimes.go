@@ -8,10 +8,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
@@ -132,34 +132,31 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 	for _, f := range found {
 		id := f.InstanceID
 		present[id] = true
-		if f.Followed {
-			continue
-		}
 		uid, name := f.PodUID, f.Container
 		in := d.machine.Instance(uid)
 		var c *lifecycle.Container
 		if in != nil {
 			c = in.Container(name)
 		}
-		switch {
-		case c == nil && f.Alive:
+		switch reconnectInstance(f, c) {
+		case recoverOrphan:
 			d.log.Warn("killing a container no record knows", "instance", id)
 			d.machine.RestoreOrphan(uid, f.PodNamespace, f.PodName, name, id, f.Attempt, now)
 			rc.Follow(id)
-		case c == nil:
+		case recoverRemove:
 			d.removeAfterSave(rt, id)
-		case c.InstanceID == id && (c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting) && (f.Alive || f.Exit != nil):
+		case recoverAdopt:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id, "runtime", d.runtimes.ClassOf(in.Pod))
 			// Followed first: the probes Adopted starts must aim inside it.
 			rc.Follow(id)
 			d.execute(d.machine.Adopted(uid, name, id, f.Attempt, f.StartedAt))
-		case f.Alive:
+		case recoverKillSuperseded:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			d.log.Warn("stopping a superseded container", "instance", id)
 			rc.Follow(id)
 			rt.Kill(id)
-		default:
+		case recoverDiscard:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			present[id] = false
 			d.removeAfterSave(rt, id)

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -62,12 +61,7 @@ func (d *Daemon) Drain(reason string) error {
 			done = d.draining.done
 			return nil
 		}
-		buckets := append([]ShutdownBucket(nil), d.cfg.ShutdownBuckets...)
-		if len(buckets) == 0 {
-			buckets = DefaultShutdownBuckets()
-		}
-		sort.Slice(buckets, func(i, j int) bool { return buckets[i].Priority < buckets[j].Priority })
-		d.draining = &drain{reason: reason, buckets: buckets, timer: time.NewTimer(time.Hour), done: make(chan struct{})}
+		d.draining = &drain{reason: reason, buckets: drainPlan(d.cfg.ShutdownBuckets), timer: time.NewTimer(time.Hour), done: make(chan struct{})}
 		d.log.Warn("draining the node: stopping pods by priority, lowest first", "reason", reason)
 		done = d.draining.done
 		d.advanceDrain()
@@ -127,18 +121,10 @@ func (d *Daemon) advanceDrain() {
 	}
 	for dr.next < len(dr.buckets) {
 		b := dr.buckets[dr.next]
-		upper := int32(1<<31 - 1)
-		if dr.next+1 < len(dr.buckets) {
-			upper = dr.buckets[dr.next+1].Priority
-		}
+		dr.current = bucketPods(drainCandidates(d.machine.Instances()), dr.buckets, dr.next)
 		dr.next++
-		dr.current = nil
-		for _, in := range d.machine.Instances() {
-			p := lifecycle.PriorityOf(in.Pod)
-			if in.Live() && in.Failed == nil && !in.Terminating && (p >= b.Priority || dr.next == 1) && p < upper {
-				dr.current = append(dr.current, in.UID())
-				d.execute(d.machine.Fail(in.UID(), lifecycle.ReasonNodeShutdown, fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
-			}
+		for _, uid := range dr.current {
+			d.execute(d.machine.Fail(uid, lifecycle.ReasonNodeShutdown, fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), b.GracePeriod, now))
 		}
 		if len(dr.current) > 0 {
 			dr.deadline = now.Add(b.GracePeriod)

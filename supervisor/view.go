@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	vocab "github.com/podvisor/podvisor/pod"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/manifest"
@@ -120,7 +121,7 @@ func previousAttempt(c *lifecycle.Container) int {
 	if c.Last == nil {
 		return 0
 	}
-	_, _, n, _ := parseInstanceID(c.Last.InstanceID)
+	_, _, n, _ := vocab.ParseInstanceID(c.Last.InstanceID)
 	return n
 }
 

@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	vocab "github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/priority"
-	"github.com/podvisor/podvisor/supervisor/resources"
 )
 
 // Pod is a pod as admission sees it.
@@ -34,8 +34,8 @@ type Pod struct {
 // FromPod builds the admission view of a pod whose priority is resolved.
 func FromPod(p *v1.Pod) Pod {
 	return Pod{
-		UID: p.UID, Name: p.Namespace + "/" + p.Name, Requests: resources.PodRequests(p), Priority: lifecycle.PriorityOf(p),
-		QoS: lifecycle.QOSClass(p), Tolerations: p.Spec.Tolerations,
+		UID: p.UID, Name: p.Namespace + "/" + p.Name, Requests: resources.PodRequests(p), Priority: vocab.Priority(p),
+		QoS: vocab.QOSClass(p), Tolerations: p.Spec.Tolerations,
 		PreemptNever: p.Spec.PreemptionPolicy != nil && *p.Spec.PreemptionPolicy == v1.PreemptNever,
 	}
 }

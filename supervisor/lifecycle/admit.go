@@ -132,14 +132,6 @@ func (m *Machine) preempt(uid types.UID, by string, now time.Time) []Action {
 	return append(acts, m.sync(in, now)...)
 }
 
-// PriorityOf is a pod's resolved priority (0 when unset).
-func PriorityOf(p *v1.Pod) int32 {
-	if p.Spec.Priority != nil {
-		return *p.Spec.Priority
-	}
-	return 0
-}
-
 // PendingView returns the desired pods that are not admitted, as pods in
 // phase Pending whose reason says why.
 func (m *Machine) PendingView() []*v1.Pod {

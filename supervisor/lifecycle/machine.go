@@ -528,12 +528,6 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 	return acts
 }
 
-// InstanceID names a container instance: unique per pod UID, container and
-// attempt, and safe as a directory name.
-func InstanceID(uid types.UID, container string, attempt int) string {
-	return fmt.Sprintf("%s_%s_%d", uid, container, attempt)
-}
-
 func (m *Machine) gracePeriod(p *v1.Pod) time.Duration {
 	if s := p.Spec.TerminationGracePeriodSeconds; s != nil {
 		return time.Duration(*s) * time.Second

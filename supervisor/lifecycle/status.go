@@ -8,9 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ContainerIDPrefix is the runtime scheme in containerID fields.
-const ContainerIDPrefix = "process://"
-
 // PodView returns the instance as a v1.Pod with its full status at now.
 func (m *Machine) PodView(in *Instance, now time.Time) *v1.Pod {
 	p := in.Pod.DeepCopy()
@@ -182,32 +179,4 @@ func (m *Machine) phase(in *Instance, st v1.PodStatus) v1.PodPhase {
 		}
 	}
 	return v1.PodPending
-}
-
-// QOSClass computes the pod's QoS class as the API server does: Guaranteed
-// when every container has equal cpu and memory requests and limits,
-// BestEffort when none has any, Burstable otherwise.
-func QOSClass(p *v1.Pod) v1.PodQOSClass {
-	hasAny, guaranteed := false, true
-	all := append(append([]v1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
-	for _, c := range all {
-		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			if hasReq || hasLim {
-				hasAny = true
-			}
-			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !hasAny:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	default:
-		return v1.PodQOSBurstable
-	}
 }

@@ -67,17 +67,6 @@ const (
 	RegularKind ContainerKind = "Regular"
 )
 
-// Termination describes one finished container instance.
-type Termination struct {
-	InstanceID string    `json:"instanceID"`
-	ExitCode   int32     `json:"exitCode"`
-	Signal     int32     `json:"signal,omitempty"`
-	Reason     string    `json:"reason"`
-	Message    string    `json:"message,omitempty"`
-	StartedAt  time.Time `json:"startedAt"`
-	FinishedAt time.Time `json:"finishedAt"`
-}
-
 // Stop is a container's way out: optional preStop hook, stop signal, and
 // SIGKILL when the grace period runs out.
 type Stop struct {
@@ -284,11 +273,6 @@ func (c *Container) started() bool {
 	return c.Phase == Running && !c.PostStartActive && c.StartupPassed
 }
 
-// IsSidecar reports whether an init container spec is a sidecar.
-func IsSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 // HookKind names a lifecycle hook.
 type HookKind string
 
@@ -296,16 +280,6 @@ type HookKind string
 const (
 	PostStart HookKind = "PostStart"
 	PreStop   HookKind = "PreStop"
-)
-
-// ProbeKind names a probe.
-type ProbeKind string
-
-// Probes.
-const (
-	Startup   ProbeKind = "Startup"
-	Liveness  ProbeKind = "Liveness"
-	Readiness ProbeKind = "Readiness"
 )
 
 // ActionKind says what the daemon must do.

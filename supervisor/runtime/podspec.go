@@ -5,11 +5,13 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/hostcmd"
 )
 
-// DefaultPath is PATH for containers that do not set one (the shim's
-// own default, shim.DefaultPath, is the same: a test holds them equal).
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is PATH for containers that do not set one: the one the
+// shim and the probes look commands up in.
+const DefaultPath = hostcmd.DefaultPath
 
 // Process is a container's main process as Kubernetes resolves it from
 // the pod, whatever runs it.

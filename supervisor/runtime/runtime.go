@@ -17,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/pod"
 )
 
 // Exit is how a container instance ended: the one termination record the
 // runtimes report and the core keeps.
-type Exit = lifecycle.Termination
+type Exit = pod.Termination
 
 // Unlocated is how a container ends whose runtime lost it (its shim was
 // killed before recording, containerd forgot its task, a reboot wiped the
@@ -159,8 +159,8 @@ type Cgroups struct {
 }
 
 // PodCgroup is a pod's cgroup.
-func (c Cgroups) PodCgroup(pod *v1.Pod) string {
-	return c.Layout.Pod(lifecycle.QOSClass(pod), pod.UID)
+func (c Cgroups) PodCgroup(p *v1.Pod) string {
+	return c.Layout.Pod(pod.QOSClass(p), p.UID)
 }
 
 // Reconnecting is a runtime that talks to a daemon which may be away: it

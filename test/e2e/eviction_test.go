@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -93,6 +94,17 @@ func TestDiskPressureReclaimsLogsThenEvicts(t *testing.T) {
 	waitFor(t, "chatty's log to be rotated", func() bool {
 		rotated, _ := filepath.Glob(filepath.Join(d.data, "logs", "*", "*", "*.log.[0-9]*"))
 		return len(rotated) > 0
+	})
+	// Done writing: a rotation after the reclaim would leave a rotated
+	// log behind it.
+	waitFor(t, "chatty to write its last line", func() bool {
+		logs, _ := filepath.Glob(filepath.Join(d.data, "logs", "*", "*", "*.log*"))
+		for _, f := range logs {
+			if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), "line-399-") {
+				return true
+			}
+		}
+		return false
 	})
 	// The running pod is adopted by a daemon with a threshold no disk can
 	// meet: DiskPressure from its first look.

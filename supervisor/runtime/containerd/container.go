@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/supervisor/sandbox"

@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
-	"github.com/podvisor/podvisor/supervisor/resources"
+	"github.com/podvisor/podvisor/pod/hostcmd"
+	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -166,7 +167,7 @@ func Exec(t runtime.ExecTarget, command []string, stdin bool) (int, error) {
 		}
 	}
 	cmd := exec.Command(command[0], command[1:]...)
-	if p, err := shim.LookPath(command[0], t.Env); err == nil {
+	if p, err := hostcmd.LookPath(command[0], t.Env); err == nil {
 		cmd.Path = p
 	}
 	cmd.Env, cmd.Dir = t.Env, t.Dir
@@ -174,7 +175,7 @@ func Exec(t runtime.ExecTarget, command []string, stdin bool) (int, error) {
 	if stdin {
 		cmd.Stdin = os.Stdin
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: shim.Credential(t.UID, t.GID)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: hostcmd.Credential(t.UID, t.GID)}
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {

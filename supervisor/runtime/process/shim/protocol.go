@@ -1,7 +1,8 @@
 // Package shim is the per-container supervisor process and the protocol
 // the daemon speaks with it through an instance directory. It imports only
-// the standard library and x/sys, so the podvisor-shim binary that runs
-// it stays small: one shim runs per container, and its memory is paid per
+// the standard library, x/sys and two small packages built on them alone
+// (pidfd, pod/hostcmd), so the podvisor-shim binary that runs it stays
+// small: one shim runs per container, and its memory is paid per
 // container.
 package shim
 
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/hostcmd"
 	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 )
 
@@ -48,7 +50,7 @@ const (
 const KillSignal = syscall.Signal(40)
 
 // DefaultPath is PATH for containers that do not set one.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultPath = hostcmd.DefaultPath
 
 // MaxLine is the longest log line written whole; longer ones are split into
 // partial (P) records, as CRI runtimes do.
@@ -138,23 +140,8 @@ type StartReport struct {
 	Error     string    `json:"error,omitempty"`
 }
 
-// Credential is the credential to run as uid and gid, each defaulting to
-// this process's; nil when neither is set. Run by root, it also clears
-// the supplementary groups, as runc does: a process run as a user must
-// not keep root's groups (group 0 reads what root's group may).
-func Credential(uid, gid *uint32) *syscall.Credential {
-	if uid == nil && gid == nil {
-		return nil
-	}
-	cred := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid()), NoSetGroups: os.Getuid() != 0}
-	if uid != nil {
-		cred.Uid = *uid
-	}
-	if gid != nil {
-		cred.Gid = *gid
-	}
-	return cred
-}
+// Credential is the credential to run as uid and gid (hostcmd.Credential).
+func Credential(uid, gid *uint32) *syscall.Credential { return hostcmd.Credential(uid, gid) }
 
 // ProcStartTime returns a process's start time in clock ticks since boot.
 func ProcStartTime(pid int) (uint64, error) { return pidfd.StartTime(pid) }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/pod/hostcmd"
 )
 
 // forwarded are the signals a shim passes on to its container's leader.
@@ -198,7 +200,7 @@ func (s *shim) oomKilled() bool {
 
 func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 	argv := s.spec.Argv
-	path, err := LookPath(argv[0], s.spec.Env)
+	path, err := hostcmd.LookPath(argv[0], s.spec.Env)
 	if err != nil {
 		return 0, err
 	}
@@ -228,7 +230,7 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if cred := Credential(s.spec.UID, s.spec.GID); cred != nil {
+	if cred := hostcmd.Credential(s.spec.UID, s.spec.GID); cred != nil {
 		if !cred.NoSetGroups {
 			cred.Groups = s.spec.Groups
 		}
@@ -338,26 +340,6 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
 		})
 	}
 	return done, nil
-}
-
-// LookPath resolves a command in the container's PATH, not the daemon's.
-func LookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	path := DefaultPath
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
 }
 
 // signal forwards a signal to the leader, or on KillSignal kills the tree.

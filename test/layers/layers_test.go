@@ -1,0 +1,171 @@
+// Package layers guards the direction of podvisor's import graph: every
+// package belongs to one layer, and a layer imports only itself and the
+// layers below it that it is allowed to. A new folder must be placed in a
+// layer before it builds a test run.
+package layers
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/podvisor/podvisor"
+
+// layer is a set of folders (a folder holds its sub-folders unless a
+// longer entry of another layer claims them).
+type layer struct {
+	name    string
+	folders []string
+}
+
+// layers, top to bottom. The arrows the issue asks for:
+// cmd → config, sync, supervisor → probes, cgroups → vocabulary.
+var layers = []layer{
+	{"cmd", []string{"cmd"}},
+	{"config", []string{"config"}},
+	{"sync", []string{"sync"}},
+	// The daemon's shell and its edges: local API, SQLite records,
+	// logind, pressure observers, kubectl columns.
+	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",
+		"supervisor/pressure", "supervisor/podrow", "supervisor/safepath"}},
+	// What runs containers, and the namespaces and process handles it uses.
+	{"runtime", []string{"supervisor/runtime", "supervisor/sandbox"}},
+	{"probes", []string{"probes"}},
+	{"cgroups", []string{"cgroups"}},
+	// The pure core and the deciders and decoders beside it.
+	{"core", []string{"supervisor/lifecycle", "supervisor/admission", "supervisor/eviction",
+		"supervisor/priority", "supervisor/manifest", "supervisor/podsecurity"}},
+	// What everything says about a pod: QoS, sidecars, priority, instance
+	// IDs, exit records, resource arithmetic, host commands.
+	{"vocabulary", []string{"pod"}},
+	// Tests and their tools may use anything.
+	{"test", []string{"test"}},
+}
+
+// allowed lists, for each layer, the other layers it may import.
+var allowed = map[string][]string{
+	"cmd":        {"config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary"},
+	"config":     {"core", "vocabulary"},
+	"sync":       {"shell", "core", "vocabulary"},
+	"shell":      {"runtime", "probes", "cgroups", "core", "vocabulary"},
+	"runtime":    {"cgroups", "vocabulary"},
+	"probes":     {"vocabulary"},
+	"cgroups":    {"vocabulary"},
+	"core":       {"vocabulary"},
+	"vocabulary": {},
+	"test":       {"cmd", "config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary"},
+}
+
+// layerOf is the layer of a package path relative to the module: the one
+// with the longest folder that holds it.
+func layerOf(rel string) string {
+	best, name := -1, ""
+	for _, l := range layers {
+		for _, f := range l.folders {
+			if (rel == f || strings.HasPrefix(rel, f+"/")) && len(f) > best {
+				best, name = len(f), l.name
+			}
+		}
+	}
+	return name
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string // non-test imports: what the binaries link
+}
+
+func TestImportEdgesPointDown(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go list: %v\n%s", err, exit.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	edges := 0
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding go list: %v", err)
+		}
+		from, ok := relative(p.ImportPath)
+		if !ok {
+			continue
+		}
+		fromLayer := layerOf(from)
+		if fromLayer == "" {
+			t.Errorf("package %s is in no layer: add its folder to layers in this test", from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ok := relative(imp)
+			if !ok {
+				continue
+			}
+			edges++
+			toLayer := layerOf(to)
+			if toLayer != fromLayer && !slices.Contains(allowed[fromLayer], toLayer) {
+				t.Errorf("forbidden import %s (%s) → %s (%s)", from, fromLayer, to, toLayer)
+			}
+		}
+	}
+	if edges == 0 {
+		t.Fatal("go list listed no import between podvisor's packages: the test checks nothing")
+	}
+}
+
+// TestLayersAreOneWay checks the table itself: no two layers may import
+// each other, directly or through others.
+func TestLayersAreOneWay(t *testing.T) {
+	var visit func(name string, path []string)
+	visit = func(name string, path []string) {
+		if slices.Contains(path, name) {
+			t.Fatalf("layers loop: %s → %s", strings.Join(path, " → "), name)
+		}
+		for _, next := range allowed[name] {
+			visit(next, append(path, name))
+		}
+	}
+	for _, l := range layers {
+		if _, ok := allowed[l.name]; !ok {
+			t.Errorf("layer %s has no entry in allowed", l.name)
+		}
+		visit(l.name, nil)
+	}
+}
+
+// relative is a podvisor package's path inside the module.
+func relative(path string) (string, bool) {
+	if path == module {
+		return "", true
+	}
+	return strings.CutPrefix(path, module+"/")
+}
+
+// The layer table must catch what the issue named as loops.
+func TestLayerOfNamedLoops(t *testing.T) {
+	for _, tc := range []struct{ from, to string }{
+		{"cgroups", "supervisor/resources"},
+		{"probes", "supervisor/lifecycle"},
+		{"probes", "supervisor/runtime/process/shim"},
+		{"probes", "supervisor/sandbox"},
+		{"supervisor", "sync/store"},
+		{"supervisor/runtime/process", "supervisor/lifecycle"},
+	} {
+		if f, to := layerOf(tc.from), layerOf(tc.to); f == to || slices.Contains(allowed[f], to) {
+			t.Errorf("%s → %s (%s → %s) would be allowed", tc.from, tc.to, f, to)
+		}
+	}
+}
