@@ -27,8 +27,9 @@ import (
 const testImage = "podvisor.test/busybox:1"
 
 var (
-	binDir string // the built podvisor binaries
-	nodes  = map[string]*node{"process": {kind: "process"}, "containerd": {kind: "containerd"}}
+	binDir  string // the built podvisor binaries
+	agnhost string // the built test server (test/conformance/agnhost)
+	nodes   = map[string]*node{"process": {kind: "process"}, "containerd": {kind: "containerd"}}
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +50,15 @@ func TestMain(m *testing.M) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	// The gRPC and HTTPS servers upstream takes from agnhost, stripped:
+	// it goes into the containerd test image too.
+	agnhost = filepath.Join(dir, "agnhost")
+	build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agnhost, "github.com/podvisor/podvisor/test/conformance/agnhost")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building agnhost: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -140,11 +150,12 @@ func (n *node) start() error {
 }
 
 // loadImage side-loads the busybox test image, with the applets the
-// upstream scripts use, and waits until the daemon lists it.
+// upstream scripts use and /bin/agnhost, and waits until the daemon
+// lists it.
 func (n *node) loadImage() error {
 	images := filepath.Join(n.data, "images")
 	os.MkdirAll(images, 0o755)
-	img := ociimage.Image{Name: testImage, Cmd: []string{"sh"}}
+	img := ociimage.Image{Name: testImage, Cmd: []string{"sh"}, Files: map[string]string{"agnhost": agnhost}}
 	for _, a := range []string{"wc", "awk", "sed", "cut", "tr", "printf", "seq", "expr", "stat", "sort", "chmod"} {
 		found := false
 		for _, have := range ociimage.Applets {

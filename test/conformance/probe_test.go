@@ -8,9 +8,11 @@ package conformance
 // are 2 s, a container's "sleep 10" before it turns unhealthy is 3 s,
 // probes left at the 10 s default period get 1 s, and the 1-4 minute
 // observation windows of tests that expect no restart are 10 s. Each
-// test's assertion is upstream's. agnhost's servers are busybox httpd:
-// test-webserver serves "/", liveness serves /healthz for its first
-// seconds and /redirect (a CGI script here, at /cgi-bin/redirect).
+// test's assertion is upstream's. agnhost's HTTP servers are busybox
+// httpd: test-webserver serves "/", liveness serves /healthz for its
+// first seconds and /redirect (a CGI script here, at /cgi-bin/redirect);
+// its gRPC health server is the suite's own agnhost (./agnhost), built
+// on google.golang.org/grpc's health server.
 
 import (
 	"fmt"
@@ -84,6 +86,22 @@ cat > $W/cgi-bin/redirect <<'CGI'
 chmod +x $W/cgi-bin/redirect
 (sleep %d; rm -f $W/healthz) &
 exec busybox httpd -f -p %d -h $W`, dir, redirectCGI, unhealthyAfter, port)}
+}
+
+// agnhostCommand runs the suite's agnhost: the built binary for a
+// process pod, the image's /bin/agnhost on containerd.
+func (e *env) agnhostCommand(args ...string) []string {
+	if e.process() {
+		return append([]string{agnhost}, args...)
+	}
+	return append([]string{"/bin/agnhost"}, args...)
+}
+
+// grpcServer is upstream's gRPCServerPodSpec command: agnhost
+// grpc-health-checking, its gRPC port given, its control port any free
+// one (upstream's 8080 on containerd).
+func (e *env) grpcServer(port int) []string {
+	return e.agnhostCommand("grpc-health-checking", "--port", fmt.Sprint(port), "--http-port", fmt.Sprint(e.port(8080)))
 }
 
 func execProbe(cmd ...string) v1.ProbeHandler {
@@ -372,10 +390,24 @@ func probeTests(t *testing.T, sidecar bool) {
 		pe.waitGone(p.Name, 60*time.Second)
 	})
 
+	// "should *not* be restarted with a GRPC liveness probe" (Conformance):
+	// agnhost grpc-health-checking (google.golang.org/grpc's health
+	// server) answers SERVING on the probed port.
+	run("shouldNotBeRestartedWithAGRPCLivenessProbe", func(t *testing.T, pe probeEnv) {
+		port := pe.port(5000)
+		pe.runLivenessTest(pe.pod("test-grpc-serving", v1.Container{Name: "agnhost", Command: pe.grpcServer(port),
+			Ports: []v1.ContainerPort{{ContainerPort: int32(port)}},
+			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(port)}},
+				InitialDelaySeconds: probeDelay, PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 1}}),
+			0, observationWindow)
+	})
+
 	// "should be restarted with a GRPC liveness probe" (Conformance): the
-	// probe's port is wrong, so the server behind it does not matter.
+	// same server, but the probe's port is wrong (upstream's 2333).
 	run("shouldBeRestartedWithAGRPCLivenessProbe", func(t *testing.T, pe probeEnv) {
-		pe.runLivenessTest(pe.pod("test-grpc", v1.Container{Name: "agnhost", Command: pauseCommand,
+		port := pe.port(5000)
+		pe.runLivenessTest(pe.pod("test-grpc", v1.Container{Name: "agnhost", Command: pe.grpcServer(port),
+			Ports: []v1.ContainerPort{{ContainerPort: int32(port)}},
 			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(pe.port(2333))}},
 				InitialDelaySeconds: probeDelay, PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 1}}),
 			1, restartObservation)
