@@ -9,13 +9,15 @@ package conformance
 // the handler pod; process pods share the host's network, so the hook's
 // default host (the pod IP) is already the handler's address, and on
 // containerd the hook names the handler pod's IP as its host: the
-// forwarder is left out. The https variants are not ported: busybox has
-// no TLS server.
+// forwarder is left out. For the https variants the handler pod gets
+// upstream's second container, netexec serving HTTPS (the suite's
+// agnhost, with a self-signed certificate the hook must not verify).
 
 import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,14 +30,41 @@ import (
 // line of every HTTP request and answers 200.
 func (e *env) handlerPod(name string) (ip string, port int) {
 	e.t.Helper()
+	ip, port, _ = e.handlerPodTLS(name, false)
+	return ip, port
+}
+
+// Upstream's handler pod's containers: the test reads the log of the one
+// its hook called.
+const (
+	httpHandler  = "container-handle-http-request"
+	httpsHandler = "container-handle-https-request"
+)
+
+// handlerPodTLS is handlerPod, with upstream's second container, netexec
+// on HTTPS, if withHTTPS (its port is upstream's 9090 on containerd).
+func (e *env) handlerPodTLS(name string, withHTTPS bool) (ip string, port, httpsPort int) {
+	e.t.Helper()
 	port = e.port(8080)
 	script := fmt.Sprintf(`exec busybox nc -ll -p %d -e sh -c 'read l; echo "$l" >&2; while read h && [ "$h" != "$(printf "\r")" ]; do :; done; printf "HTTP/1.0 200 OK\r\n\r\nok\n"'`, port)
-	e.create(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(1)),
-		Containers: []v1.Container{{Name: "container-handle-http-request", Command: []string{"sh", "-c", script}}}}})
-	p := e.waitPod(name, statusTimeout, "the handler pod running with an IP", func(p *v1.Pod) bool {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(1)),
+		Containers: []v1.Container{{Name: httpHandler, Command: []string{"sh", "-c", script}}}}}
+	if withHTTPS {
+		httpsPort = e.port(9090)
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: httpsHandler,
+			Command: e.agnhostCommand("netexec", "--http-port", fmt.Sprint(httpsPort), "--https"),
+			Ports:   []v1.ContainerPort{{ContainerPort: int32(httpsPort), Protocol: v1.ProtocolTCP}}})
+	}
+	e.create(p)
+	got := e.waitPod(name, statusTimeout, "the handler pod running with an IP", func(p *v1.Pod) bool {
 		return p.Status.Phase == v1.PodRunning && p.Status.PodIP != ""
 	})
-	return p.Status.PodIP, port
+	if withHTTPS {
+		// Upstream's CreateSync waits for the pod to be ready: here, for
+		// the HTTPS server to listen, so a postStart hook finds it.
+		e.waitLog(got, httpsHandler, statusTimeout, "the HTTPS handler serving", func(s string) bool { return strings.Contains(s, "serving on") })
+	}
+	return got.Status.PodIP, port, httpsPort
 }
 
 // pauseCommand stands for the pause image: it runs until SIGTERM.
@@ -50,12 +79,21 @@ func testPodWithHook(e *env, handler string, p *v1.Pod, hooked *v1.Container) {
 	e.waitPod(p.Name, 2*time.Minute, "the hooked pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
 	h := e.get(handler)
 	if hooked.Lifecycle.PostStart != nil {
-		e.waitLog(h, "container-handle-http-request", 2*time.Minute, "the poststart request at the handler", regexp.MustCompile(`GET /echo\?msg=poststart`).MatchString)
+		e.waitLog(h, handlerContainer(hooked.Lifecycle.PostStart), 2*time.Minute, "the poststart request at the handler", regexp.MustCompile(`GET /echo\?msg=poststart`).MatchString)
 	}
 	e.delete(p.Name)
 	if hooked.Lifecycle.PreStop != nil {
-		e.waitLog(h, "container-handle-http-request", 30*time.Second, "the prestop request at the handler", regexp.MustCompile(`GET /echo\?msg=prestop`).MatchString)
+		e.waitLog(h, handlerContainer(hooked.Lifecycle.PreStop), 30*time.Second, "the prestop request at the handler", regexp.MustCompile(`GET /echo\?msg=prestop`).MatchString)
 	}
+}
+
+// handlerContainer is the handler container a hook calls: the HTTPS one
+// for an https hook, as upstream picks it.
+func handlerContainer(h *v1.LifecycleHandler) string {
+	if h.HTTPGet != nil && h.HTTPGet.Scheme == v1.URISchemeHTTPS {
+		return httpsHandler
+	}
+	return httpHandler
 }
 
 // hookPod is upstream's getPodWithHook, or, for a restartable init
@@ -84,6 +122,13 @@ func (e *env) httpHook(handlerIP string, port int, msg string) *v1.LifecycleHand
 	if !e.process() {
 		h.HTTPGet.Host = handlerIP
 	}
+	return h
+}
+
+// httpsHook is httpHook on HTTPS, to the handler's netexec container.
+func (e *env) httpsHook(handlerIP string, port int, msg string) *v1.LifecycleHandler {
+	h := e.httpHook(handlerIP, port, msg)
+	h.HTTPGet.Scheme = v1.URISchemeHTTPS
 	return h
 }
 
@@ -118,6 +163,22 @@ func hookTests(t *testing.T, sidecar bool, prefix string) {
 			ip, port := e.handlerPod(prefix + "handler-prestop-http")
 			p, c := hookPod(prefix+"pod-with-prestop-http-hook", sidecar, &v1.Lifecycle{PreStop: e.httpHook(ip, port, "prestop")})
 			testPodWithHook(e, prefix+"handler-prestop-http", p, c)
+		})
+	})
+	// "should execute poststart https hook properly [NodeConformance]"
+	t.Run("shouldExecutePoststartHttpsHookProperly", func(t *testing.T) {
+		onBoth(t, func(t *testing.T, e *env) {
+			ip, _, port := e.handlerPodTLS(prefix+"handler-poststart-https", true)
+			p, c := hookPod(prefix+"pod-with-poststart-https-hook", sidecar, &v1.Lifecycle{PostStart: e.httpsHook(ip, port, "poststart")})
+			testPodWithHook(e, prefix+"handler-poststart-https", p, c)
+		})
+	})
+	// "should execute prestop https hook properly [NodeConformance]"
+	t.Run("shouldExecutePrestopHttpsHookProperly", func(t *testing.T) {
+		onBoth(t, func(t *testing.T, e *env) {
+			ip, _, port := e.handlerPodTLS(prefix+"handler-prestop-https", true)
+			p, c := hookPod(prefix+"pod-with-prestop-https-hook", sidecar, &v1.Lifecycle{PreStop: e.httpsHook(ip, port, "prestop")})
+			testPodWithHook(e, prefix+"handler-prestop-https", p, c)
 		})
 	})
 }

@@ -138,7 +138,12 @@ func netexec(ctx context.Context, args []string) error {
 		log.Printf("%s %s", r.Method, r.URL.RequestURI())
 		mux.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Addr: ":" + strconv.Itoa(*port), Handler: logged, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: logged, ReadHeaderTimeout: 5 * time.Second}
+	// Listen before saying so: a test waits for the line.
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(*port))
+	if err != nil {
+		return err
+	}
 	errs := make(chan error, 1)
 	if *https {
 		cert, err := selfSigned()
@@ -146,9 +151,9 @@ func netexec(ctx context.Context, args []string) error {
 			return err
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
-		go func() { errs <- srv.ListenAndServeTLS("", "") }()
+		go func() { errs <- srv.ServeTLS(l, "", "") }()
 	} else {
-		go func() { errs <- srv.ListenAndServe() }()
+		go func() { errs <- srv.Serve(l) }()
 	}
 	log.Printf("serving on :%d (https: %v)", *port, *https)
 	select {
