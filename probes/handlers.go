@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -233,12 +234,13 @@ func HTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 	return err
 }
 
-// httpGet runs an httpGet handler. A redirect to another host ends it with
-// success and a warning, as the kubelet's prober.
-func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) (warning string, err error) {
+// httpGetRequest builds an httpGet handler's request, as the kubelet's
+// NewRequestForHTTPGetAction: the action's scheme, host (or the target's),
+// port, path and headers.
+func httpGetRequest(ctx context.Context, t Target, a *v1.HTTPGetAction, userAgent string) (*http.Request, error) {
 	addr, err := t.address(a.Host, a.Port)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	scheme := "http"
 	if a.Scheme == v1.URISchemeHTTPS {
@@ -248,13 +250,11 @@ func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 	if ref, err := url.Parse(a.Path); err == nil {
 		u = u.ResolveReference(ref)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(withDialIn(ctx, t.DialIn), http.MethodGet, u.String(), nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	req.Header.Set("User-Agent", "podvisor-probe")
+	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Accept", "*/*")
 	for _, h := range a.HTTPHeaders {
 		if http.CanonicalHeaderKey(h.Name) == "Host" {
@@ -262,6 +262,18 @@ func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 			continue
 		}
 		req.Header.Add(h.Name, h.Value)
+	}
+	return req, nil
+}
+
+// httpGet runs an httpGet probe. A redirect to another host ends it with
+// success and a warning, as the kubelet's prober.
+func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) (warning string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := httpGetRequest(ctx, t, a, "podvisor-probe")
+	if err != nil {
+		return "", err
 	}
 	client := &http.Client{Transport: httpTransport(timeout), Timeout: timeout, CheckRedirect: sameHostRedirects}
 	resp, err := client.Do(req)
@@ -278,6 +290,39 @@ func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 		return fmt.Sprintf("Probe terminated redirects, Response body: %s", body), nil
 	}
 	return "", nil
+}
+
+// hookHTTPGet runs an httpGet lifecycle hook as the kubelet's handler
+// runner (runHTTPHandler) does: any response is success, whatever its
+// status (only a request that fails fails the hook); redirects and
+// certificates as for probes; and an https hook that a plain HTTP server
+// answers is sent again over http.
+func hookHTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := httpGetRequest(ctx, t, a, "podvisor-lifecycle")
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: httpTransport(timeout), CheckRedirect: sameHostRedirects}
+	resp, err := client.Do(req)
+	drain(resp)
+	if err != nil && req.URL.Scheme == "https" && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		req = req.Clone(req.Context()) // keeps the pod's network namespace
+		req.URL.Scheme = "http"
+		req.Header.Del("Authorization")
+		resp, err = client.Do(req)
+		drain(resp)
+	}
+	return err
+}
+
+// drain reads a little of a response and closes it.
+func drain(resp *http.Response) {
+	if resp != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, maxOutput))
+		resp.Body.Close()
+	}
 }
 
 // GRPC calls grpc.health.v1.Health/Check over plaintext HTTP/2 and succeeds
@@ -399,7 +444,7 @@ func Hook(ctx context.Context, t Target, h *v1.LifecycleHandler, timeout time.Du
 	case h.Exec != nil:
 		return Exec(ctx, t, h.Exec.Command, timeout)
 	case h.HTTPGet != nil:
-		return HTTPGet(ctx, t, h.HTTPGet, timeout)
+		return hookHTTPGet(ctx, t, h.HTTPGet, timeout)
 	case h.Sleep != nil:
 		d := min(time.Duration(h.Sleep.Seconds)*time.Second, timeout)
 		select {
