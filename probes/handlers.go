@@ -297,12 +297,12 @@ func httpGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Du
 // status (only a request that fails fails the hook); redirects and
 // certificates as for probes; and an https hook that a plain HTTP server
 // answers is sent again over http.
-func hookHTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) error {
+func hookHTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout time.Duration) (warning string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := httpGetRequest(ctx, t, a, "podvisor-lifecycle")
 	if err != nil {
-		return err
+		return "", err
 	}
 	client := &http.Client{Transport: httpTransport(timeout), CheckRedirect: sameHostRedirects}
 	resp, err := client.Do(req)
@@ -313,8 +313,12 @@ func hookHTTPGet(ctx context.Context, t Target, a *v1.HTTPGetAction, timeout tim
 		req.Header.Del("Authorization")
 		resp, err = client.Do(req)
 		drain(resp)
+		if err == nil {
+			// The kubelet's LifecycleHTTPFallback event text.
+			warning = fmt.Sprintf("request to HTTPS lifecycle hook %s got HTTP response, retry with HTTP succeeded", req.URL.Host)
+		}
 	}
-	return err
+	return warning, err
 }
 
 // drain reads a little of a response and closes it.
@@ -438,21 +442,23 @@ func probe(ctx context.Context, t Target, h v1.ProbeHandler, timeout time.Durati
 	return "", errors.New("probe has no handler")
 }
 
-// Hook runs a lifecycle hook handler within timeout.
-func Hook(ctx context.Context, t Target, h *v1.LifecycleHandler, timeout time.Duration) error {
+// Hook runs a lifecycle hook handler within timeout. A warning beside a
+// nil error is the text of the kubelet's LifecycleHTTPFallback event: an
+// https hook answered in plain HTTP succeeded over http.
+func Hook(ctx context.Context, t Target, h *v1.LifecycleHandler, timeout time.Duration) (warning string, err error) {
 	switch {
 	case h.Exec != nil:
-		return Exec(ctx, t, h.Exec.Command, timeout)
+		return "", Exec(ctx, t, h.Exec.Command, timeout)
 	case h.HTTPGet != nil:
 		return hookHTTPGet(ctx, t, h.HTTPGet, timeout)
 	case h.Sleep != nil:
 		d := min(time.Duration(h.Sleep.Seconds)*time.Second, timeout)
 		select {
 		case <-time.After(d):
-			return nil
+			return "", nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		}
 	}
-	return errors.New("hook has no handler")
+	return "", errors.New("hook has no handler")
 }

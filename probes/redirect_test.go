@@ -88,7 +88,7 @@ func TestHTTPGetRedirects(t *testing.T) {
 	}
 	// A hook's httpGet follows the same policy.
 	hook := &v1.LifecycleHandler{HTTPGet: get(local, "/to-other")}
-	if err := Hook(ctx, target, hook, time.Second); err != nil || elsewhere.Load() != 0 {
+	if _, err := Hook(ctx, target, hook, time.Second); err != nil || elsewhere.Load() != 0 {
 		t.Fatalf("hook redirected elsewhere: err %v, connections there %d", err, elsewhere.Load())
 	}
 }

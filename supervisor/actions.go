@@ -102,6 +102,7 @@ type hookResult struct {
 	instanceID string
 	hook       lifecycle.HookKind
 	err        error
+	warning    string // the LifecycleHTTPFallback event's text, if any
 }
 
 func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
@@ -129,7 +130,7 @@ func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
 	}
 	d.hookCancels[a.InstanceID] = append(d.hookCancels[a.InstanceID], cancel)
 	go func() {
-		res.err = probes.Hook(ctx, t, h, timeout)
+		res.warning, res.err = probes.Hook(ctx, t, h, timeout)
 		d.hooks <- res
 	}()
 }
@@ -220,6 +221,9 @@ func (d *Daemon) probed(r probes.Result) {
 }
 
 func (d *Daemon) hookDone(r hookResult) {
+	if r.warning != "" {
+		d.record(d.machine.Instance(r.pod), "Warning", "LifecycleHTTPFallback", r.warning)
+	}
 	if r.err != nil {
 		d.log.Warn("hook failed", "instance", r.instanceID, "hook", r.hook, "err", r.err)
 	}

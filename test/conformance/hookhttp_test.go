@@ -56,27 +56,38 @@ func (s *hookServer) port(t *testing.T) int {
 	return p
 }
 
-func runHTTPHook(port int, scheme v1.URIScheme) error {
+// runHTTPHook returns the hook's LifecycleHTTPFallback warning text, if
+// any, and its error.
+func runHTTPHook(port int, scheme v1.URIScheme) (string, error) {
 	h := &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/echo?msg=poststart", Port: intstr.FromInt32(int32(port)), Scheme: scheme}}
 	return probes.Hook(context.Background(), probes.Target{Host: "127.0.0.1"}, h, 10*time.Second)
 }
 
 func TestHTTPHookLikeTheKubeletsHandlerRunner(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		tls    bool
-		status int
-		scheme v1.URIScheme
+		name     string
+		tls      bool
+		status   int
+		scheme   v1.URIScheme
+		fallback bool // the kubelet records LifecycleHTTPFallback
 	}{
-		{"https to a self-signed certificate: not verified", true, http.StatusOK, v1.URISchemeHTTPS},
-		{"an error status is still an answer (http)", false, http.StatusInternalServerError, v1.URISchemeHTTP},
-		{"an error status is still an answer (https)", true, http.StatusNotFound, v1.URISchemeHTTPS},
-		{"https answered in plain HTTP: sent again over http", false, http.StatusOK, v1.URISchemeHTTPS},
+		{"https to a self-signed certificate: not verified", true, http.StatusOK, v1.URISchemeHTTPS, false},
+		{"an error status is still an answer (http)", false, http.StatusInternalServerError, v1.URISchemeHTTP, false},
+		{"an error status is still an answer (https)", true, http.StatusNotFound, v1.URISchemeHTTPS, false},
+		{"https answered in plain HTTP: sent again over http", false, http.StatusOK, v1.URISchemeHTTPS, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newHookServer(t, tc.tls, tc.status)
-			if err := runHTTPHook(s.port(t), tc.scheme); err != nil {
+			warning, err := runHTTPHook(s.port(t), tc.scheme)
+			if err != nil {
 				t.Fatalf("the hook failed, the kubelet's succeeds: %v", err)
+			}
+			want := ""
+			if tc.fallback {
+				want = "request to HTTPS lifecycle hook 127.0.0.1:" + strconv.Itoa(s.port(t)) + " got HTTP response, retry with HTTP succeeded"
+			}
+			if warning != want {
+				t.Fatalf("LifecycleHTTPFallback text %q, want %q", warning, want)
 			}
 			if n := s.hits.Load(); n != 1 {
 				t.Fatalf("the hook's request reached the server %d times, want once", n)
@@ -91,13 +102,13 @@ func TestHTTPHookLikeTheKubeletsHandlerRunner(t *testing.T) {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if err := runHTTPHook(port, v1.URISchemeHTTP); err == nil {
+		if _, err := runHTTPHook(port, v1.URISchemeHTTP); err == nil {
 			t.Fatal("a hook to a closed port succeeded")
 		}
 	})
 	t.Run("http to a TLS server: the hook gets a 400 answer, as the kubelet's", func(t *testing.T) {
 		s := newHookServer(t, true, http.StatusOK)
-		if err := runHTTPHook(s.port(t), v1.URISchemeHTTP); err != nil {
+		if _, err := runHTTPHook(s.port(t), v1.URISchemeHTTP); err != nil {
 			t.Fatalf("the hook failed, the kubelet's succeeds (Go's TLS server answers 400): %v", err)
 		}
 		if n := s.hits.Load(); n != 0 {
