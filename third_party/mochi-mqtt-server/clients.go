@@ -382,6 +382,9 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		cl.refreshDeadline(cl.State.Keepalive)
 		// podvisor: wait for the next packet in this small frame; the
 		// packet's work (large frames) runs in readOne and returns.
+		if cl.Net.bconn == nil {
+			return ErrConnectionClosed
+		}
 		if _, err = cl.Net.bconn.Peek(1); err != nil {
 			return err
 		}
