@@ -131,6 +131,41 @@ func TestClientsGetByListener(t *testing.T) {
 	require.Equal(t, "tcp1", clients[0].Net.Listener)
 }
 
+// podvisor: GetByListener read-locked the clients twice (through Len), so
+// a Delete waiting for the write lock between the two deadlocked it: a
+// broker closing while clients went away hung (upstream issue #488).
+func TestClientsGetByListenerWhileDeleting(t *testing.T) {
+	cl := NewClients()
+	stop := make(chan struct{})
+	deleting := make(chan struct{})
+	go func() {
+		defer close(deleting)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cl.Add(&Client{ID: "churn", State: ClientState{open: context.Background()}, Net: ClientConnection{Listener: "tcp1"}})
+			cl.Delete("churn")
+		}
+	}()
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		for i := 0; i < 200000; i++ {
+			cl.GetByListener("tcp1")
+		}
+	}()
+	select {
+	case <-listed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("GetByListener did not return while clients were deleted: deadlocked")
+	}
+	close(stop)
+	<-deleting
+}
+
 func TestNewClient(t *testing.T) {
 	cl, _, _ := newTestClient()
 
