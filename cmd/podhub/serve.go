@@ -210,6 +210,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	api := &hub.API{Hub: h, Fleet: fleet, Timeout: deviceTimeout}
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler())
+	handleDebug(mux)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		out, err := c.reloadRevocations(b, log)
 		replyJSON(w, out, err)

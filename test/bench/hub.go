@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,6 +272,10 @@ func fleetBench(binDir, dir string, devices int) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	idle := rss(serve.Process.Pid)
+	var memIdle podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memIdle); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
 	// Every simulated device gets its certificate from the hub's CA, as
 	// podhub device add issues it.
 	ca, err := pki.Load(filepath.Join(data, "pki"))
@@ -331,6 +338,15 @@ func fleetBench(binDir, dir string, devices int) error {
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
 	idleFleet := rss(serve.Process.Pid)
+	if *hubHeapProfile != "" {
+		if err := saveHeapProfile(filepath.Join(data, "podhub.sock"), *hubHeapProfile); err != nil {
+			return err
+		}
+	}
+	var memFleet podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memFleet); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
 
 	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
 	start := time.Now()
@@ -353,10 +369,55 @@ func fleetBench(binDir, dir string, devices int) error {
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
 	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,
 		(idleFleet.total-idle.total)*1024/float64(devices))
+	perDevice := func(f func(podhubMemory) uint64) float64 {
+		return (float64(f(memFleet)) - float64(f(memIdle))) / 1024 / float64(devices)
+	}
+	fmt.Printf("    per device, after forced GCs: stacks %.1f KiB (%.2f goroutines), live heap %.1f, free heap %.1f, runtime %.1f; mapped %.1f\n",
+		perDevice(func(m podhubMemory) uint64 { return m.StackBytes }), float64(memFleet.Goroutines-memIdle.Goroutines)/float64(devices),
+		perDevice(func(m podhubMemory) uint64 { return m.HeapLiveBytes }), perDevice(func(m podhubMemory) uint64 { return m.HeapFreeBytes }),
+		perDevice(func(m podhubMemory) uint64 { return m.RuntimeBytes }), perDevice(func(m podhubMemory) uint64 { return m.SysBytes }))
 	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
 	return nil
+}
+
+// hubHeapProfile is where the fleet benchmark saves podhub's heap
+// profile with every device connected and idle.
+var hubHeapProfile = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
+
+// saveHeapProfile fetches a heap profile from podhub's API socket.
+func saveHeapProfile(socket, file string) error {
+	c := http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Get("http://podhub/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("podhub's heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("podhub's heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// podhubMemory is podhub's GET /v1/debug/memory (cmd/podhub's Memory).
+type podhubMemory struct {
+	Goroutines    int    `json:"goroutines"`
+	StackBytes    uint64 `json:"stackBytes"`
+	HeapLiveBytes uint64 `json:"heapLiveBytes"`
+	HeapFreeBytes uint64 `json:"heapFreeBytes"`
+	RuntimeBytes  uint64 `json:"runtimeBytes"`
+	SysBytes      uint64 `json:"sysBytes"`
 }
 
 func countReady(ds []hub.Device) int {

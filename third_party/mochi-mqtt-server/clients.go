@@ -117,6 +117,7 @@ type Client struct {
 type ClientConnection struct {
 	Conn     net.Conn      // the net.Conn used to establish the connection
 	bconn    *bufio.Reader // a buffered net.Conn for reading packets
+	wait     *readWait     // podvisor: how to wait for a packet without reading (nil: inside a read)
 	outbuf   *bytes.Buffer // a buffer for writing packets
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
@@ -157,6 +158,7 @@ type ClientState struct {
 	open            context.Context      // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
+	writing         atomic.Bool          // podvisor: a goroutine is writing the outbound queue (startWriter)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -185,6 +187,7 @@ func newClient(c net.Conn, o *ops) *Client {
 		cl.Net = ClientConnection{
 			Conn:   c,
 			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
+			wait:   newReadWait(c),
 			Remote: c.RemoteAddr().String(),
 		}
 	}
@@ -193,7 +196,11 @@ func newClient(c net.Conn, o *ops) *Client {
 }
 
 // WriteLoop ranges over pending outbound messages and writes them to the client connection.
+// podvisor: the server starts a writer only while packets are queued
+// (startWriter); WriteLoop, for callers that drive a client themselves,
+// must start before any packet is queued and is then the only writer.
 func (cl *Client) WriteLoop() {
+	cl.State.writing.Store(true)
 	for {
 		select {
 		case pk := <-cl.State.outbound:
@@ -381,13 +388,13 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return nil
 		}
 
-		cl.refreshDeadline(cl.State.Keepalive)
-		// podvisor: wait for the next packet in this small frame; the
-		// packet's work (large frames) runs in readOne and returns.
+		// podvisor: wait for the next packet in small frames, on the
+		// socket where possible (awaitPacket); the packet's work (large
+		// frames) runs in readOne and returns.
 		if cl.Net.bconn == nil {
 			return ErrConnectionClosed
 		}
-		if _, err = cl.Net.bconn.Peek(1); err != nil {
+		if err = cl.awaitPacket(); err != nil {
 			return err
 		}
 		if err = cl.readOne(packetHandler); err != nil {

@@ -407,8 +407,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
-	go cl.WriteLoop()
-	defer cl.Stop(nil)
+	defer cl.Stop(nil) // podvisor: no WriteLoop; publishToClient starts a writer when it queues a packet
 
 	// podvisor: the connection's setup and teardown run in their own
 	// frames, so the one that stays on the stack while the client idles
@@ -1122,6 +1121,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	select {
 	case cl.State.outbound <- &out:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
+		cl.startWriter() // podvisor
 	default:
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
