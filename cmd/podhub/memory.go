@@ -23,6 +23,10 @@ type Memory struct {
 	RuntimeBytes uint64 `json:"runtimeBytes"`
 	// SysBytes is everything the runtime has mapped and not released.
 	SysBytes uint64 `json:"sysBytes"`
+	// AllocatedBytes counts every allocation since start; GCs the
+	// collections the runtime started by itself (not forced ones).
+	AllocatedBytes uint64 `json:"allocatedBytes"`
+	GCs            uint32 `json:"gcs"`
 }
 
 // readMemory collects until parked stacks have shrunk as far as they go
@@ -34,12 +38,14 @@ func readMemory() Memory {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return Memory{
-		Goroutines:    runtime.NumGoroutine(),
-		StackBytes:    m.StackInuse,
-		HeapLiveBytes: m.HeapAlloc,
-		HeapFreeBytes: m.HeapInuse + m.HeapIdle - m.HeapReleased - m.HeapAlloc,
-		RuntimeBytes:  m.MSpanInuse + m.MCacheInuse + m.GCSys + m.OtherSys + m.BuckHashSys,
-		SysBytes:      m.Sys - m.HeapReleased,
+		Goroutines:     runtime.NumGoroutine(),
+		StackBytes:     m.StackInuse,
+		HeapLiveBytes:  m.HeapAlloc,
+		HeapFreeBytes:  m.HeapInuse + m.HeapIdle - m.HeapReleased - m.HeapAlloc,
+		RuntimeBytes:   m.MSpanInuse + m.MCacheInuse + m.GCSys + m.OtherSys + m.BuckHashSys,
+		SysBytes:       m.Sys - m.HeapReleased,
+		AllocatedBytes: m.TotalAlloc,
+		GCs:            m.NumGC - m.NumForcedGC,
 	}
 }
 

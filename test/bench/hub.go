@@ -319,7 +319,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
 		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: 10 * time.Minute}, st, quietPods{}, silent)
+			Heartbeat: *hubHeartbeat}, st, quietPods{}, silent)
 		if err != nil {
 			return err
 		}
@@ -343,8 +343,16 @@ func fleetBench(binDir, dir string, devices int) error {
 			return err
 		}
 	}
-	var memFleet podhubMemory
+	var memFleet, memWindow podhubMemory
 	if err := client.Do("GET", "/v1/debug/memory", nil, &memFleet); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
+	// What the connected fleet costs podhub's CPU (heartbeats, MQTT
+	// pings, the collector).
+	cpuBefore, _ := cpuTicks(serve.Process.Pid)
+	time.Sleep(*hubIdleWindow)
+	cpuAfter, _ := cpuTicks(serve.Process.Pid)
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memWindow); err != nil {
 		return fmt.Errorf("podhub's memory breakdown: %w", err)
 	}
 
@@ -376,15 +384,22 @@ func fleetBench(binDir, dir string, devices int) error {
 		perDevice(func(m podhubMemory) uint64 { return m.StackBytes }), float64(memFleet.Goroutines-memIdle.Goroutines)/float64(devices),
 		perDevice(func(m podhubMemory) uint64 { return m.HeapLiveBytes }), perDevice(func(m podhubMemory) uint64 { return m.HeapFreeBytes }),
 		perDevice(func(m podhubMemory) uint64 { return m.RuntimeBytes }), perDevice(func(m podhubMemory) uint64 { return m.SysBytes }))
+	window := hubIdleWindow.Seconds()
+	fmt.Printf("  podhub CPU over %.0f s with the fleet connected (heartbeat %v)  %5.2f%% of a core (%d GCs, %.2f MiB/s allocated)\n",
+		window, *hubHeartbeat, float64(cpuAfter-cpuBefore)/clockTicks/window*100, memWindow.GCs-memFleet.GCs,
+		float64(memWindow.AllocatedBytes-memFleet.AllocatedBytes)/(1<<20)/window)
 	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
 	return nil
 }
 
-// hubHeapProfile is where the fleet benchmark saves podhub's heap
-// profile with every device connected and idle.
-var hubHeapProfile = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
+// The fleet benchmark's knobs beyond the device count.
+var (
+	hubHeapProfile = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
+	hubHeartbeat   = flag.Duration("hub-heartbeat", 10*time.Minute, "the simulated devices' heartbeat period (devices default to 30s)")
+	hubIdleWindow  = flag.Duration("hub-idle-window", 20*time.Second, "how long podhub's CPU is measured with the fleet connected")
+)
 
 // saveHeapProfile fetches a heap profile from podhub's API socket.
 func saveHeapProfile(socket, file string) error {
@@ -418,6 +433,10 @@ type podhubMemory struct {
 	HeapFreeBytes uint64 `json:"heapFreeBytes"`
 	RuntimeBytes  uint64 `json:"runtimeBytes"`
 	SysBytes      uint64 `json:"sysBytes"`
+	// AllocatedBytes counts every allocation since start; GCs the
+	// collections the runtime started by itself.
+	AllocatedBytes uint64 `json:"allocatedBytes"`
+	GCs            uint32 `json:"gcs"`
 }
 
 func countReady(ds []hub.Device) int {
