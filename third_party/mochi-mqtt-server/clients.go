@@ -65,6 +65,18 @@ func (cl *Clients) GetAll() map[string]*Client {
 	return m
 }
 
+// list returns every client (podvisor: for the event loop's scans every
+// second, a slice instead of GetAll's copy of the map).
+func (cl *Clients) list() []*Client {
+	cl.RLock()
+	defer cl.RUnlock()
+	l := make([]*Client, 0, len(cl.internal))
+	for _, v := range cl.internal {
+		l = append(l, v)
+	}
+	return l
+}
+
 // Get returns the value of a client if it exists.
 func (cl *Clients) Get(id string) (*Client, bool) {
 	cl.RLock()
@@ -359,6 +371,9 @@ func (cl *Client) ClearInflights() {
 // ClearExpiredInflights deletes any inflight messages which have expired.
 func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 	deleted := []uint16{}
+	if cl.State.Inflight.Len() == 0 {
+		return deleted // podvisor: GetAll allocates (sorting), every second for every client
+	}
 	for _, tk := range cl.State.Inflight.GetAll(false) {
 		expired := tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now // [MQTT-3.3.2-5]
 

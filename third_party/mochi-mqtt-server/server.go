@@ -1717,11 +1717,12 @@ func (s *Server) loadRetained(v []storage.Message) {
 // clearExpiredClients deletes all clients which have been disconnected for longer
 // than their given expiry intervals.
 func (s *Server) clearExpiredClients(dt int64) {
-	for id, client := range s.Clients.GetAll() {
+	for _, client := range s.Clients.list() { // podvisor: list, not GetAll
 		disconnected := client.StopTime()
 		if disconnected == 0 {
 			continue
 		}
+		id := client.ID
 
 		expire := s.Options.Capabilities.MaximumSessionExpiryInterval
 		if client.Properties.ProtocolVersion == 5 && client.Properties.Props.SessionExpiryIntervalFlag {
@@ -1737,7 +1738,10 @@ func (s *Server) clearExpiredClients(dt int64) {
 
 // clearExpiredRetainedMessage deletes retained messages from topics if they have expired.
 func (s *Server) clearExpiredRetainedMessages(now int64) {
-	for filter, pk := range s.Topics.Retained.GetAll() {
+	// podvisor: scan in place and delete after; GetAll copied every
+	// retained message (800 bytes each and its payload) every second.
+	var expiredFilters []string
+	s.Topics.Retained.Range(func(filter string, pk packets.Packet) bool {
 		expired := pk.ProtocolVersion == 5 && pk.Expiry > 0 && pk.Expiry < now // [MQTT-3.3.2-5]
 
 		// If the maximum message expiry interval is set (greater than 0), and the message
@@ -1746,15 +1750,19 @@ func (s *Server) clearExpiredRetainedMessages(now int64) {
 			now-pk.Created > s.Options.Capabilities.MaximumMessageExpiryInterval
 
 		if expired || enforced {
-			s.Topics.Retained.Delete(filter)
-			s.hooks.OnRetainedExpired(filter)
+			expiredFilters = append(expiredFilters, filter)
 		}
+		return true
+	})
+	for _, filter := range expiredFilters {
+		s.Topics.Retained.Delete(filter)
+		s.hooks.OnRetainedExpired(filter)
 	}
 }
 
 // clearExpiredInflights deletes any inflight messages which have expired.
 func (s *Server) clearExpiredInflights(now int64) {
-	for _, client := range s.Clients.GetAll() {
+	for _, client := range s.Clients.list() { // podvisor: list, not GetAll
 		if deleted := client.ClearExpiredInflights(now, s.Options.Capabilities.MaximumMessageExpiryInterval); len(deleted) > 0 {
 			for _, id := range deleted {
 				s.hooks.OnQosDropped(client, packets.Packet{PacketID: id})

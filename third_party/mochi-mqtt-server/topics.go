@@ -122,6 +122,9 @@ func NewSharedSubscriptions() *SharedSubscriptions {
 func (s *SharedSubscriptions) Add(group, id string, val packets.Subscription) {
 	s.Lock()
 	defer s.Unlock()
+	if s.internal == nil { // podvisor: allocated on first use (newParticle)
+		s.internal = map[string]map[string]packets.Subscription{}
+	}
 	if _, ok := s.internal[group]; !ok {
 		s.internal[group] = map[string]packets.Subscription{}
 	}
@@ -208,6 +211,9 @@ func NewInlineSubscriptions() *InlineSubscriptions {
 func (s *InlineSubscriptions) Add(val InlineSubscription) {
 	s.Lock()
 	defer s.Unlock()
+	if s.internal == nil { // podvisor: allocated on first use (newParticle)
+		s.internal = map[int]InlineSubscription{}
+	}
 	s.internal[val.Identifier] = val
 }
 
@@ -247,14 +253,16 @@ func (s *InlineSubscriptions) Delete(id int) {
 
 // Subscriptions is a map of subscriptions keyed on client.
 type Subscriptions struct {
-	internal map[string]packets.Subscription
+	// podvisor: values by pointer. A Go map holds at least 8 slots, and
+	// most of these maps hold one subscription (a client's own topic).
+	internal map[string]*packets.Subscription
 	sync.RWMutex
 }
 
 // NewSubscriptions returns a new instance of Subscriptions.
 func NewSubscriptions() *Subscriptions {
 	return &Subscriptions{
-		internal: map[string]packets.Subscription{},
+		internal: map[string]*packets.Subscription{},
 	}
 }
 
@@ -263,7 +271,10 @@ func NewSubscriptions() *Subscriptions {
 func (s *Subscriptions) Add(id string, val packets.Subscription) {
 	s.Lock()
 	defer s.Unlock()
-	s.internal[id] = val
+	if s.internal == nil { // podvisor: allocated on first use (newParticle)
+		s.internal = map[string]*packets.Subscription{}
+	}
+	s.internal[id] = &val
 }
 
 // GetAll returns all subscriptions.
@@ -272,7 +283,7 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 	defer s.RUnlock()
 	m := map[string]packets.Subscription{}
 	for k, v := range s.internal {
-		m[k] = v
+		m[k] = *v
 	}
 	return m
 }
@@ -281,8 +292,10 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 func (s *Subscriptions) Get(id string) (val packets.Subscription, ok bool) {
 	s.RLock()
 	defer s.RUnlock()
-	val, ok = s.internal[id]
-	return val, ok
+	if v, ok := s.internal[id]; ok {
+		return *v, true
+	}
+	return val, false
 }
 
 // Len returns the number of subscriptions.
@@ -758,13 +771,14 @@ type particle struct {
 
 // newParticle returns a pointer to a new instance of particle.
 func newParticle(key string, parent *particle) *particle {
+	// podvisor: the maps are made on first use; most particles need one
+	// or none of them (a device's own topics: one subscriber each).
 	return &particle{
 		key:                 key,
 		parent:              parent,
-		particles:           newParticles(),
-		subscriptions:       NewSubscriptions(),
-		shared:              NewSharedSubscriptions(),
-		inlineSubscriptions: NewInlineSubscriptions(),
+		subscriptions:       new(Subscriptions),
+		shared:              new(SharedSubscriptions),
+		inlineSubscriptions: new(InlineSubscriptions),
 	}
 }
 
@@ -784,6 +798,9 @@ func newParticles() particles {
 // add adds a new particle.
 func (p *particles) add(val *particle) {
 	p.Lock()
+	if p.internal == nil { // podvisor: allocated on first use (newParticle)
+		p.internal = map[string]*particle{}
+	}
 	p.internal[val.key] = val
 	p.Unlock()
 }

@@ -93,6 +93,19 @@ func (p *Packets) GetAll() map[string]Packet {
 	return m
 }
 
+// Range calls f with each packet in the map, under the map's read lock
+// (f must not change the map), until f returns false. podvisor: for
+// scans that GetAll made copy every packet, every second.
+func (p *Packets) Range(f func(id string, pk Packet) bool) {
+	p.RLock()
+	defer p.RUnlock()
+	for k, v := range p.internal {
+		if !f(k, v) {
+			return
+		}
+	}
+}
+
 // Get returns a specific packet in the map by packet id.
 func (p *Packets) Get(id string) (val Packet, ok bool) {
 	p.RLock()
