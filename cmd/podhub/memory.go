@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"runtime/metrics"
 )
 
 // Memory is where podhub's memory goes, after collections that let the
@@ -27,6 +28,9 @@ type Memory struct {
 	// collections the runtime started by itself (not forced ones).
 	AllocatedBytes uint64 `json:"allocatedBytes"`
 	GCs            uint32 `json:"gcs"`
+	// GCCPUSeconds is the CPU time the collector has used since start,
+	// without what it took from otherwise idle processors.
+	GCCPUSeconds float64 `json:"gcCPUSeconds"`
 }
 
 // readMemory collects until parked stacks have shrunk as far as they go
@@ -37,6 +41,8 @@ func readMemory() Memory {
 	}
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
+	gcCPU := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}}
+	metrics.Read(gcCPU)
 	return Memory{
 		Goroutines:     runtime.NumGoroutine(),
 		StackBytes:     m.StackInuse,
@@ -46,6 +52,7 @@ func readMemory() Memory {
 		SysBytes:       m.Sys - m.HeapReleased,
 		AllocatedBytes: m.TotalAlloc,
 		GCs:            m.NumGC - m.NumForcedGC,
+		GCCPUSeconds:   gcCPU[0].Value.Float64() - gcCPU[1].Value.Float64(),
 	}
 }
 

@@ -385,9 +385,9 @@ func fleetBench(binDir, dir string, devices int) error {
 		perDevice(func(m podhubMemory) uint64 { return m.HeapLiveBytes }), perDevice(func(m podhubMemory) uint64 { return m.HeapFreeBytes }),
 		perDevice(func(m podhubMemory) uint64 { return m.RuntimeBytes }), perDevice(func(m podhubMemory) uint64 { return m.SysBytes }))
 	window := hubIdleWindow.Seconds()
-	fmt.Printf("  podhub CPU over %.0f s with the fleet connected (heartbeat %v)  %5.2f%% of a core (%d GCs, %.2f MiB/s allocated)\n",
+	fmt.Printf("  podhub CPU over %.0f s with the fleet connected (heartbeat %v)  %5.2f%% of a core (%d GCs: %.2f%%; %.2f MiB/s allocated)\n",
 		window, *hubHeartbeat, float64(cpuAfter-cpuBefore)/clockTicks/window*100, memWindow.GCs-memFleet.GCs,
-		float64(memWindow.AllocatedBytes-memFleet.AllocatedBytes)/(1<<20)/window)
+		(memWindow.GCCPUSeconds-memFleet.GCCPUSeconds)/window*100, float64(memWindow.AllocatedBytes-memFleet.AllocatedBytes)/(1<<20)/window)
 	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
@@ -435,8 +435,9 @@ type podhubMemory struct {
 	SysBytes      uint64 `json:"sysBytes"`
 	// AllocatedBytes counts every allocation since start; GCs the
 	// collections the runtime started by itself.
-	AllocatedBytes uint64 `json:"allocatedBytes"`
-	GCs            uint32 `json:"gcs"`
+	AllocatedBytes uint64  `json:"allocatedBytes"`
+	GCs            uint32  `json:"gcs"`
+	GCCPUSeconds   float64 `json:"gcCPUSeconds"`
 }
 
 func countReady(ds []hub.Device) int {
