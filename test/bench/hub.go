@@ -332,14 +332,19 @@ func fleetBench(binDir, dir string, devices int) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices connected in 3 min", countReady(ds), devices)
+			dump := filepath.Join(os.TempDir(), "podhub-goroutines.txt")
+			if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/goroutine?debug=1", dump); err != nil {
+				dump = err.Error()
+			}
+			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (podhub's goroutines: %s); podhub's log ends:\n%s",
+				countReady(ds), devices, dump, lastLines(slog.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
 	idleFleet := rss(serve.Process.Pid)
 	if *hubHeapProfile != "" {
-		if err := saveHeapProfile(filepath.Join(data, "podhub.sock"), *hubHeapProfile); err != nil {
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/heap?gc=1", *hubHeapProfile); err != nil {
 			return err
 		}
 	}
@@ -401,18 +406,18 @@ var (
 	hubIdleWindow  = flag.Duration("hub-idle-window", 20*time.Second, "how long podhub's CPU is measured with the fleet connected")
 )
 
-// saveHeapProfile fetches a heap profile from podhub's API socket.
-func saveHeapProfile(socket, file string) error {
+// saveDebug saves what podhub's API socket answers at path (a profile).
+func saveDebug(socket, path, file string) error {
 	c := http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
-	resp, err := c.Get("http://podhub/debug/pprof/heap?gc=1")
+	resp, err := c.Get("http://podhub" + path)
 	if err != nil {
-		return fmt.Errorf("podhub's heap profile: %w", err)
+		return fmt.Errorf("podhub %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("podhub's heap profile: %s", resp.Status)
+		return fmt.Errorf("podhub %s: %s", path, resp.Status)
 	}
 	f, err := os.Create(file)
 	if err != nil {
@@ -438,6 +443,15 @@ type podhubMemory struct {
 	AllocatedBytes uint64  `json:"allocatedBytes"`
 	GCs            uint32  `json:"gcs"`
 	GCCPUSeconds   float64 `json:"gcCPUSeconds"`
+}
+
+// lastLines is the end of a log.
+func lastLines(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func countReady(ds []hub.Device) int {
