@@ -327,8 +327,9 @@ func fleetBench(binDir, dir string, devices int) error {
 		go func() { defer wg.Done(); a.Run(stop) }()
 	}
 	var ds []hub.Device
+	var listErr error
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countReady(ds) == devices {
+		if listErr = client.Do("GET", "/v1/devices", nil, &ds); listErr == nil && countReady(ds) == devices {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -336,8 +337,8 @@ func fleetBench(binDir, dir string, devices int) error {
 			if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/goroutine?debug=1", dump); err != nil {
 				dump = err.Error()
 			}
-			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (podhub's goroutines: %s); podhub's log ends:\n%s",
-				countReady(ds), devices, dump, lastLines(slog.String(), 30))
+			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
+				countReady(ds), devices, listErr, dump, lastLines(slog.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
