@@ -163,14 +163,15 @@ type ClientState struct {
 	Inflight        *Inflight            // a map of in-flight qos messages
 	Subscriptions   *Subscriptions       // a map of the subscription filters a client maintains
 	disconnected    int64                // the time the client disconnected in unix time, for calculating expiry
-	outbound        chan *packets.Packet // queue for pending outbound packets
+	outbound        chan *packets.Packet // queue for pending outbound packets (podvisor: guarded by outboundMu, nil while empty; see queuePacket)
+	outboundMu      sync.Mutex           // podvisor: guards outbound and writing
 	endOnce         sync.Once            // only end once
 	isTakenOver     atomic.Bool          // used to identify orphaned clients
 	packetID        uint32               // the current highest packetID
 	open            context.Context      // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
-	writing         atomic.Bool          // podvisor: a goroutine is writing the outbound queue (startWriter)
+	writing         bool                 // podvisor: a goroutine is writing the outbound queue (queuePacket)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -212,10 +213,13 @@ func newClient(c net.Conn, o *ops) *Client {
 // (startWriter); WriteLoop, for callers that drive a client themselves,
 // must start before any packet is queued and is then the only writer.
 func (cl *Client) WriteLoop() {
-	cl.State.writing.Store(true)
+	cl.State.outboundMu.Lock()
+	cl.State.writing = true
+	outbound := cl.State.outbound
+	cl.State.outboundMu.Unlock()
 	for {
 		select {
-		case pk := <-cl.State.outbound:
+		case pk := <-outbound:
 			cl.writeQueued(pk)
 		case <-cl.State.open.Done():
 			return
@@ -649,7 +653,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	n, err := func() (int64, error) {
 		cl.Lock()
 		defer cl.Unlock()
-		if len(cl.State.outbound) == 0 {
+		if cl.State.queued() == 0 { // podvisor: queued, not len(cl.State.outbound)
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
 			}

@@ -10,40 +10,80 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// startWriter makes sure a goroutine is writing the client's queued
-// packets. The writer ends once the queue is empty, so an idle client has
-// no writer goroutine (and no writer stack) at all.
-func (cl *Client) startWriter() {
-	if cl.State.writing.CompareAndSwap(false, true) {
+// queuePacket queues a packet for the client, unless its queue is full,
+// and makes sure a goroutine is writing the queue. The writer ends once
+// the queue is empty, and the queue's memory goes with it: an idle
+// client has neither a writer goroutine (and its stack) nor a queue of
+// MaximumClientWritesPending slots.
+func (cl *Client) queuePacket(pk *packets.Packet) bool {
+	s := &cl.State
+	s.outboundMu.Lock()
+	if s.outbound == nil {
+		s.outbound = make(chan *packets.Packet, cl.ops.options.Capabilities.MaximumClientWritesPending)
+	}
+	select {
+	case s.outbound <- pk:
+	default:
+		s.outboundMu.Unlock()
+		return false
+	}
+	atomic.AddInt32(&s.outboundQty, 1)
+	start := !s.writing
+	s.writing = true
+	s.outboundMu.Unlock()
+	if start {
 		go cl.writeQueue()
 	}
+	return true
 }
 
 // writeQueue writes queued packets until the queue is empty or the
 // client closes.
 func (cl *Client) writeQueue() {
-	for {
-		select {
-		case pk := <-cl.State.outbound:
-			cl.writeQueued(pk)
-			continue
-		case <-cl.State.open.Done():
-			// Still marked as writing: a closed client gets no new writer.
-			return
-		default:
-		}
-		cl.State.writing.Store(false)
-		// A packet queued after the select found the queue empty, but
-		// before the flag was cleared, saw a writer running and started
-		// none: write it, unless a writer started since has it.
-		if len(cl.State.outbound) == 0 || !cl.State.writing.CompareAndSwap(false, true) {
-			return
-		}
+	for pk := cl.nextQueued(); pk != nil; pk = cl.nextQueued() {
+		cl.writeQueued(pk)
 	}
+}
+
+// nextQueued takes the next packet to write, or ends the writer: when the
+// queue is empty (dropping it) or the client has closed (it then stays
+// marked as writing, so that a closed client gets no new writer).
+func (cl *Client) nextQueued() *packets.Packet {
+	s := &cl.State
+	s.outboundMu.Lock()
+	defer s.outboundMu.Unlock()
+	if cl.Closed() {
+		return nil
+	}
+	select {
+	case pk := <-s.outbound:
+		return pk
+	default:
+	}
+	s.writing = false
+	s.outbound = nil
+	return nil
+}
+
+// queued is the number of packets waiting in the client's queue.
+func (s *ClientState) queued() int {
+	s.outboundMu.Lock()
+	defer s.outboundMu.Unlock()
+	return len(s.outbound)
+}
+
+// isWriting reports whether a goroutine is writing the client's queue.
+func (s *ClientState) isWriting() bool {
+	s.outboundMu.Lock()
+	defer s.outboundMu.Unlock()
+	return s.writing
 }
 
 // readWait is how a client's reader waits for its next packet without

@@ -223,7 +223,10 @@ func TestIdleClientBurstThenIdle(t *testing.T) {
 				for i := 0; i < 100; i++ {
 					require.Equal(t, fmt.Sprintf("%d-%03d", round, i), string(c.expect(packets.Publish)), "message %d of round %d", i, round)
 				}
-				eventually(t, "the writer to end once the queue was empty", func() bool { return !cl.State.writing.Load() })
+				eventually(t, "the writer to end once the queue was empty", func() bool { return !cl.State.isWriting() })
+				cl.State.outboundMu.Lock()
+				require.Nil(t, cl.State.outbound, "the empty queue is dropped")
+				cl.State.outboundMu.Unlock()
 				eventually(t, "the reader to wait on the socket", func() bool {
 					g := goroutines()
 					return strings.Contains(g, "v2.waitReadable") && !strings.Contains(g, "v2.(*Client).writeQueue")
@@ -260,8 +263,8 @@ func TestIdleClientSlowReader(t *testing.T) {
 	}
 	dropped := atomic.LoadInt64(&s.Info.MessagesDropped)
 	require.Greater(t, dropped, int64(0), "a client that does not read must not queue without bound")
-	require.LessOrEqual(t, len(cl.State.outbound), 16, "queued for the slow client")
-	require.True(t, cl.State.writing.Load(), "the writer is blocked writing to the slow client")
+	require.LessOrEqual(t, cl.State.queued(), 16, "queued for the slow client")
+	require.True(t, cl.State.isWriting(), "the writer is blocked writing to the slow client")
 
 	// Another client is served meanwhile.
 	fast := s.dial(t, "fast", 60, nil)
@@ -279,7 +282,7 @@ func TestIdleClientSlowReader(t *testing.T) {
 		require.Equal(t, payload, p[4:], "message %d intact", n)
 		last = n
 	}
-	eventually(t, "the slow client's writer to end", func() bool { return !cl.State.writing.Load() })
+	eventually(t, "the slow client's writer to end", func() bool { return !cl.State.isWriting() })
 }
 
 // A client that disconnects while its writer is blocked writing to it
@@ -293,7 +296,7 @@ func TestIdleClientDisconnectDuringWrite(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		require.NoError(t, s.Publish("t/x", payload, false, 0))
 	}
-	require.True(t, cl.State.writing.Load(), "the writer is blocked writing")
+	require.True(t, cl.State.isWriting(), "the writer is blocked writing")
 	c.raw.Close()
 	eventually(t, "the broker to drop the closed client", func() bool { _, ok := s.Clients.Get("gone"); return !ok })
 	eventually(t, "the writer and reader of the closed client to end", func() bool {
