@@ -159,11 +159,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(c.errOut, nil))
 	if os.Getenv("GOGC") == "" {
 		// podhub's heap is mostly long-lived per-connection state, and a
-		// connected fleet allocates little (about 1.2 MiB/s for 3,000
+		// connected fleet allocates little (about 1.4 MiB/s for 3,000
 		// devices heartbeating every 30 s), so collecting at 10% growth
 		// keeps little garbage resident for a few more collections: with
-		// 3,000 idle devices about 4 KiB less per device than at 25%, for
-		// three times as many collections (6 instead of 2 in 20 s; go run
+		// 3,000 idle devices about 3 KiB less per device than at 25%, for
+		// 6-7 collections in 20 s instead of 2 at 30 s heartbeats (go run
 		// ./test/bench -fleet-only -hub-devices 3000 -hub-heartbeat 30s).
 		debug.SetGCPercent(10)
 	}
