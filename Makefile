@@ -23,6 +23,7 @@ build:
 # the tests left a process, mount, cgroup or network namespace behind.
 test: lint build
 	go run ./test/leakcheck -- go test -count=1 -timeout 20m ./...
+	cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/
 	@$(MAKE) --no-print-directory test-cgroup2
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2

@@ -92,3 +92,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// mochi v2.7.9 with podvisor's patches: the idle cost of a client, the
+// deadlock of upstream issue 488
+// (third_party/mochi-mqtt-server/PATCHES.md).
+replace github.com/mochi-mqtt/server/v2 => ./third_party/mochi-mqtt-server

@@ -182,7 +182,8 @@ func (b *Broker) SetRevoked(set pki.RevokedSet) []string {
 
 // closeWait bounds Close: mochi v2.7.9 can deadlock closing its listeners
 // while a client is being removed (Clients.GetByListener takes the
-// clients' read lock twice; upstream issue 488), and a broker that never
+// clients' read lock twice; upstream issue 488). The patched copy in
+// third_party fixes that; the bound stays, because a broker that never
 // closes must not keep podhub from exiting.
 const closeWait = 3 * time.Second
 

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,6 +272,10 @@ func fleetBench(binDir, dir string, devices int) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	idle := rss(serve.Process.Pid)
+	var memIdle podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memIdle); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
 	// Every simulated device gets its certificate from the hub's CA, as
 	// podhub device add issues it.
 	ca, err := pki.Load(filepath.Join(data, "pki"))
@@ -312,7 +319,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
 		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: 10 * time.Minute}, st, quietPods{}, silent)
+			Heartbeat: *hubHeartbeat}, st, quietPods{}, silent)
 		if err != nil {
 			return err
 		}
@@ -320,17 +327,40 @@ func fleetBench(binDir, dir string, devices int) error {
 		go func() { defer wg.Done(); a.Run(stop) }()
 	}
 	var ds []hub.Device
+	var listErr error
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countReady(ds) == devices {
+		if listErr = client.Do("GET", "/v1/devices", nil, &ds); listErr == nil && countReady(ds) == devices {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices connected in 3 min", countReady(ds), devices)
+			dump := filepath.Join(os.TempDir(), "podhub-goroutines.txt")
+			if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/goroutine?debug=1", dump); err != nil {
+				dump = err.Error()
+			}
+			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
+				countReady(ds), devices, listErr, dump, lastLines(slog.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
 	idleFleet := rss(serve.Process.Pid)
+	if *hubHeapProfile != "" {
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/heap?gc=1", *hubHeapProfile); err != nil {
+			return err
+		}
+	}
+	var memFleet, memWindow podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memFleet); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
+	// What the connected fleet costs podhub's CPU (heartbeats, MQTT
+	// pings, the collector).
+	cpuBefore, _ := cpuTicks(serve.Process.Pid)
+	time.Sleep(*hubIdleWindow)
+	cpuAfter, _ := cpuTicks(serve.Process.Pid)
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memWindow); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
 
 	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
 	start := time.Now()
@@ -353,10 +383,76 @@ func fleetBench(binDir, dir string, devices int) error {
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
 	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,
 		(idleFleet.total-idle.total)*1024/float64(devices))
+	perDevice := func(f func(podhubMemory) uint64) float64 {
+		return (float64(f(memFleet)) - float64(f(memIdle))) / 1024 / float64(devices)
+	}
+	fmt.Printf("    per device, after forced GCs: stacks %.1f KiB (%.2f goroutines), live heap %.1f, free heap %.1f, runtime %.1f; mapped %.1f\n",
+		perDevice(func(m podhubMemory) uint64 { return m.StackBytes }), float64(memFleet.Goroutines-memIdle.Goroutines)/float64(devices),
+		perDevice(func(m podhubMemory) uint64 { return m.HeapLiveBytes }), perDevice(func(m podhubMemory) uint64 { return m.HeapFreeBytes }),
+		perDevice(func(m podhubMemory) uint64 { return m.RuntimeBytes }), perDevice(func(m podhubMemory) uint64 { return m.SysBytes }))
+	window := hubIdleWindow.Seconds()
+	fmt.Printf("  podhub CPU over %.0f s with the fleet connected (heartbeat %v)  %5.2f%% of a core (%d GCs: %.2f%%; %.2f MiB/s allocated)\n",
+		window, *hubHeartbeat, float64(cpuAfter-cpuBefore)/clockTicks/window*100, memWindow.GCs-memFleet.GCs,
+		(memWindow.GCCPUSeconds-memFleet.GCCPUSeconds)/window*100, float64(memWindow.AllocatedBytes-memFleet.AllocatedBytes)/(1<<20)/window)
 	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
 	return nil
+}
+
+// The fleet benchmark's knobs beyond the device count.
+var (
+	hubHeapProfile = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
+	hubHeartbeat   = flag.Duration("hub-heartbeat", 10*time.Minute, "the simulated devices' heartbeat period (devices default to 30s)")
+	hubIdleWindow  = flag.Duration("hub-idle-window", 20*time.Second, "how long podhub's CPU is measured with the fleet connected")
+)
+
+// saveDebug saves what podhub's API socket answers at path (a profile).
+func saveDebug(socket, path, file string) error {
+	c := http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Get("http://podhub" + path)
+	if err != nil {
+		return fmt.Errorf("podhub %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("podhub %s: %s", path, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// podhubMemory is podhub's GET /v1/debug/memory (cmd/podhub's Memory).
+type podhubMemory struct {
+	Goroutines    int    `json:"goroutines"`
+	StackBytes    uint64 `json:"stackBytes"`
+	HeapLiveBytes uint64 `json:"heapLiveBytes"`
+	HeapFreeBytes uint64 `json:"heapFreeBytes"`
+	RuntimeBytes  uint64 `json:"runtimeBytes"`
+	SysBytes      uint64 `json:"sysBytes"`
+	// AllocatedBytes counts every allocation since start; GCs the
+	// collections the runtime started by itself.
+	AllocatedBytes uint64  `json:"allocatedBytes"`
+	GCs            uint32  `json:"gcs"`
+	GCCPUSeconds   float64 `json:"gcCPUSeconds"`
+}
+
+// lastLines is the end of a log.
+func lastLines(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func countReady(ds []hub.Device) int {
