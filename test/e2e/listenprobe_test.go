@@ -42,7 +42,7 @@ func listenServer(spec string) int {
 		fmt.Fprintln(os.Stderr, "listen server:", err)
 		return 1
 	}
-	os.WriteFile(stamp, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+	writeStamp(stamp, time.Now())
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -56,8 +56,15 @@ func listenServer(spec string) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	ln.Close()
-	os.WriteFile(stamp+".closed", []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+	writeStamp(stamp+".closed", time.Now())
 	select {}
+}
+
+// writeStamp writes a time whole, through a rename: the test may look at
+// any moment.
+func writeStamp(path string, at time.Time) {
+	os.WriteFile(path+".tmp", []byte(strconv.FormatInt(at.UnixNano(), 10)), 0o644)
+	os.Rename(path+".tmp", path)
 }
 
 // listenPod is a process pod running the listen server on port, with a
@@ -100,8 +107,11 @@ func podReady(p *v1.Pod) bool {
 	return false
 }
 
+// readStamp reads a time the server wrote, waiting for it: the daemon
+// may be quicker than the server's write, done after listen() or close().
 func readStamp(t *testing.T, path string) time.Time {
 	t.Helper()
+	waitFor(t, "the server's time stamp "+filepath.Base(path), func() bool { return exists(path) })
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("the server's time stamp: %v", err)
