@@ -166,6 +166,7 @@ func (d *Daemon) watchListeners(pod *v1.Pod) {
 	}
 	l.pods[pod.UID], l.byID[id] = id, pod.UID
 	l.publish()
+	d.log.Info("listeners watched", "pod", pod.Namespace+"/"+pod.Name, "listenPath", l.path)
 }
 
 // publish hands the rescanning goroutine the watched cgroups.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,5 +255,46 @@ func TestListenOtherPortDoesNotTrigger(t *testing.T) {
 	}
 	if len(dials) != 1 {
 		t.Fatalf("%d probe connections, want 1 (the first periodic run)", len(dials))
+	}
+}
+
+// After a kill -9 and a restart the daemon watches the adopted pod again:
+// its listener, open before the watch, still turns the pod unready the
+// moment it closes.
+func TestListenProbesAfterDaemonKill(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	d.withConfig("cgroups: {root: " + d.cgroupRoot("listen-restart") + "}\n")
+	d.start()
+	if got := nodeListenPath(t, d); got != "ebpf-sockops" {
+		prerequisite(t, "listen path is %q, not eBPF", got)
+	}
+	port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
+	d.write("srv.yaml", listenPod(t, "srv", port, port, time.Second, stamp, closeOn))
+	d.waitPod("srv", 20*time.Second, podReady)
+
+	d.stop(syscall.SIGKILL)
+	d.start()
+	// Closed before the new daemon watches, the listener would be missed
+	// until the next period: wait for the watch.
+	waitFor(t, "the restarted daemon watched the adopted pod's listeners", func() bool {
+		return strings.Contains(d.log.String(), `msg="listeners watched" pod=default/srv`)
+	})
+	d.waitPod("srv", 20*time.Second, func(p *v1.Pod) bool { return podReady(p) && running(p) })
+	if err := writeString(closeOn, ""); err != nil {
+		t.Fatal(err)
+	}
+	var unreadyAt time.Time
+	d.waitPod("srv", 20*time.Second, func(p *v1.Pod) bool {
+		if !podReady(p) {
+			unreadyAt = time.Now()
+			return true
+		}
+		return false
+	})
+	lag := unreadyAt.Sub(readStamp(t, stamp+".closed"))
+	t.Logf("after a restart: unready %v after close()", lag)
+	if lag > 100*time.Millisecond {
+		t.Fatalf("after a restart: unready %v after close(), want within 100ms (the period is 30 s)", lag)
 	}
 }
