@@ -298,3 +298,18 @@ func TestListenProbesAfterDaemonKill(t *testing.T) {
 		t.Fatalf("after a restart: unready %v after close(), want within 100ms (the period is 30 s)", lag)
 	}
 }
+
+// Without cgroups there is nothing to watch: the node says probes are
+// periodic, and a listen-probed pod still turns Ready by its period.
+func TestListenPathPeriodicWithoutCgroups(t *testing.T) {
+	d := newDaemon(t)
+	d.withConfig("cgroups: {root: \"\"}\n")
+	d.start()
+	if got := nodeListenPath(t, d); got != "periodic" {
+		t.Fatalf("node's listen path without cgroups = %q, want periodic", got)
+	}
+	port, stamp := freePort(t), filepath.Join(d.dir, "listened")
+	pod := strings.Replace(listenPod(t, "srv", port, port, 0, stamp, filepath.Join(d.dir, "never")), "periodSeconds: 30", "periodSeconds: 1", 1)
+	d.write("srv.yaml", pod)
+	d.waitPod("srv", 20*time.Second, podReady)
+}
