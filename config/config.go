@@ -80,6 +80,7 @@ type Config struct {
 	Security                         Security              `json:"security"`
 	Containerd                       Containerd            `json:"containerd"`
 	Hub                              Hub                   `json:"hub"`
+	Probes                           Probes                `json:"probes"`
 
 	// containerdNamed: the file sets something in its containerd section.
 	containerdNamed bool
@@ -116,6 +117,16 @@ type Cgroups struct {
 	// Driver is cgroupfs or systemd (slices and scopes made through
 	// systemd).
 	Driver string `json:"driver,omitempty"`
+}
+
+// Probes configures how probes learn that a container's port opened.
+type Probes struct {
+	// EBPF (default true) lets tcpSocket, httpGet and grpc startup and
+	// readiness probes run the moment their port starts or stops
+	// listening, learnt by eBPF sock_ops programs, else by sock_diag
+	// dumps; false uses sock_diag only. Where neither works, probes are
+	// periodic only.
+	EBPF bool `json:"ebpf"`
 }
 
 // ShutdownGracePeriod is one step of a graceful node shutdown: pods from
@@ -277,6 +288,7 @@ func Default() *Config {
 		Eviction: Eviction{PressureTransitionPeriod: Duration{Duration: 5 * time.Minute},
 			MonitorPeriod: Duration{Duration: 10 * time.Second}},
 		Containerd: defaultContainerd(),
+		Probes:     Probes{EBPF: true},
 	}
 }
 

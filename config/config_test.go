@@ -276,3 +276,25 @@ func TestHubPodPolicy(t *testing.T) {
 		t.Fatalf("hub pod policy %v, %v", p, err)
 	}
 }
+
+// probes.ebpf defaults to true, a file may turn it off, and a misspelt
+// key under probes is refused rather than silently ignored.
+func TestProbesEBPF(t *testing.T) {
+	if !Default().Probes.EBPF {
+		t.Fatal("probes.ebpf defaults to false, want true")
+	}
+	for doc, want := range map[string]bool{"nodeName: a\n": true, "probes: {ebpf: false}\n": false, "probes: {}\n": true} {
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if c.Probes.EBPF != want {
+			t.Errorf("%q: probes.ebpf = %v, want %v", doc, c.Probes.EBPF, want)
+		}
+	}
+	for _, doc := range []string{"probes: {ebpF: false}\n", "probes: {ebpf: \"no\"}\n"} {
+		if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "ebp") {
+			t.Errorf("%q: err = %v, want one naming the key", doc, err)
+		}
+	}
+}

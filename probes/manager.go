@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podvisor/podvisor/pod"
 )
@@ -76,12 +77,38 @@ func (c *counter) observe(ok bool) bool {
 	return true
 }
 
+// clock is the time the workers schedule by; tests use a fake one that
+// moves only when told.
+type clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) timer
+}
+
+// timer is the part of *time.Timer the workers use.
+type timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                 { return time.Now() }
+func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time   { return r.t.C }
+func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+func (r realTimer) Stop()                 { r.t.Stop() }
+
 // Manager runs the probes of every probed container instance.
 type Manager struct {
 	// TimeUnit is one "second" of probe settings; tests shorten it.
 	TimeUnit time.Duration
 	results  chan Result
 	ctx      context.Context
+	clock    clock
 
 	mu        sync.Mutex
 	instances map[string]*probed // by instance ID
@@ -95,11 +122,16 @@ type probed struct {
 	cancel  context.CancelFunc
 	kinds   map[pod.ProbeKind]context.CancelFunc
 	stopped map[pod.ProbeKind]bool
+	// pokes run a kind's probe now ([Manager.Listening]); one pending
+	// poke is enough.
+	pokes map[pod.ProbeKind]chan struct{}
+	spec  *v1.Container
+	ports []v1.ContainerPort
 }
 
 // NewManager returns a manager; its workers stop when ctx ends.
 func NewManager(ctx context.Context) *Manager {
-	return &Manager{TimeUnit: time.Second, results: make(chan Result, 256), ctx: ctx, instances: map[string]*probed{}}
+	return &Manager{TimeUnit: time.Second, results: make(chan Result, 256), ctx: ctx, clock: realClock{}, instances: map[string]*probed{}}
 }
 
 // Results delivers changed verdicts.
@@ -115,7 +147,8 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	m.instances[instanceID] = &probed{ctx: ctx, cancel: cancel,
-		kinds: map[pod.ProbeKind]context.CancelFunc{}, stopped: map[pod.ProbeKind]bool{}}
+		kinds: map[pod.ProbeKind]context.CancelFunc{}, stopped: map[pod.ProbeKind]bool{},
+		pokes: map[pod.ProbeKind]chan struct{}{}, spec: c, ports: t.Ports}
 	m.mu.Unlock()
 	w := &workers{m: m, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
@@ -145,8 +178,85 @@ func (m *Manager) Stop(instanceID string, kinds ...pod.ProbeKind) {
 		if cancel, ok := p.kinds[k]; ok {
 			cancel()
 			delete(p.kinds, k)
+			delete(p.pokes, k)
 		}
 	}
+}
+
+// Listening tells the manager that a socket of the instance's pod entered
+// LISTEN on port (opened) or left it. A startup or readiness probe of the
+// instance on that port (tcpSocket, httpGet or grpc; a named port
+// resolves to the container's port) then runs at once, and on a close
+// only the readiness probe does: a startup probe has nothing to learn
+// from a port closing, and liveness keeps its period so that a restart
+// still needs its failure threshold of periodic failures. The run is
+// an ordinary one: its result counts toward the thresholds and the next
+// periodic run comes a period after it. A probe still in its
+// initialDelaySeconds runs when the delay ends. Listening returns how
+// many probes it triggered.
+func (m *Manager) Listening(instanceID string, port int, opened bool) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inst, ok := m.instances[instanceID]
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, kind := range []pod.ProbeKind{pod.Startup, pod.Readiness} {
+		poke := inst.pokes[kind]
+		if poke == nil || !listenTriggers(kind, probeOf(inst.spec, kind), inst.ports, port, opened) {
+			continue
+		}
+		select {
+		case poke <- struct{}{}:
+		default: // a run is already due
+		}
+		n++
+	}
+	return n
+}
+
+// probeOf is the container's probe of the kind.
+func probeOf(c *v1.Container, kind pod.ProbeKind) *v1.Probe {
+	switch kind {
+	case pod.Startup:
+		return c.StartupProbe
+	case pod.Readiness:
+		return c.ReadinessProbe
+	case pod.Liveness:
+		return c.LivenessProbe
+	}
+	return nil
+}
+
+// listenTriggers decides whether a listener opening or closing on port
+// runs the probe of the kind now: startup and readiness probes on that
+// port when it opens, readiness probes when it closes.
+func listenTriggers(kind pod.ProbeKind, p *v1.Probe, ports []v1.ContainerPort, port int, opened bool) bool {
+	if p == nil || kind == pod.Liveness || (!opened && kind != pod.Readiness) {
+		return false
+	}
+	n, ok := ProbePort(p.ProbeHandler, ports)
+	return ok && n == port
+}
+
+// ProbePort is the TCP port a tcpSocket, httpGet or grpc handler connects
+// to, with a named port resolved against the container's ports; false
+// for an exec handler or a name that resolves to nothing valid.
+func ProbePort(h v1.ProbeHandler, ports []v1.ContainerPort) (int, bool) {
+	var p intstr.IntOrString
+	switch {
+	case h.TCPSocket != nil:
+		p = h.TCPSocket.Port
+	case h.HTTPGet != nil:
+		p = h.HTTPGet.Port
+	case h.GRPC != nil:
+		p = intstr.FromInt32(h.GRPC.Port)
+	default:
+		return 0, false
+	}
+	n, err := resolvePort(p, ports)
+	return n, err == nil && n > 0 && n <= 65535
 }
 
 // Running reports how many instances are being probed.
@@ -182,7 +292,9 @@ func (w *workers) start(kind pod.ProbeKind, p *v1.Probe) {
 	}
 	ctx, cancel := context.WithCancel(inst.ctx)
 	inst.kinds[kind] = cancel
-	go w.run(ctx, kind, p)
+	poke := make(chan struct{}, 1)
+	inst.pokes[kind] = poke
+	go w.run(ctx, kind, p, poke)
 }
 
 // done forgets a worker that ended by itself.
@@ -192,6 +304,7 @@ func (w *workers) done(ctx context.Context, kind pod.ProbeKind) {
 	if inst, ok := w.m.instances[w.id]; ok && inst.kinds[kind] != nil && ctx.Err() == nil {
 		inst.kinds[kind]()
 		delete(inst.kinds, kind)
+		delete(inst.pokes, kind)
 	}
 }
 
@@ -204,17 +317,20 @@ func (w *workers) startMain() {
 	}
 }
 
-// run probes on a timer until the instance stops. Startup ends at its first
-// success; liveness and startup pause after a failure verdict, since the
-// container is being killed and a new instance gets new workers.
-func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe) {
+// run probes on a timer, and when poked, until the instance stops. Startup
+// ends at its first success; liveness and startup pause after a failure
+// verdict, since the container is being killed and a new instance gets
+// new workers.
+func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke <-chan struct{}) {
 	defer w.done(ctx, kind)
-	unit := w.m.TimeUnit
+	unit, clk := w.m.TimeUnit, w.m.clock
 	period := time.Duration(p.PeriodSeconds) * unit
+	initialDelay := time.Duration(p.InitialDelaySeconds) * unit
+	notBefore := clk.Now().Add(initialDelay)
 	// Spread the first run over a tenth of the period (at most 100ms per
 	// second) so that many pods started together do not probe together.
 	jitter := time.Duration(rand.Int64N(int64(period/10) + 1))
-	timer := time.NewTimer(time.Duration(p.InitialDelaySeconds)*unit + jitter)
+	timer := clk.NewTimer(initialDelay + jitter)
 	defer timer.Stop()
 	c := newCounter(p, kind)
 	timeout := time.Duration(p.TimeoutSeconds) * unit
@@ -223,7 +339,13 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.C():
+		case <-poke:
+			if wait := notBefore.Sub(clk.Now()); wait > 0 {
+				timer.Reset(wait) // never before initialDelaySeconds
+				continue
+			}
+			timer.Stop()
 		}
 		raw, err := probe(ctx, w.target, p.ProbeHandler, timeout)
 		if ctx.Err() != nil {

@@ -127,6 +127,7 @@ func (d *Daemon) instanceCgroupFor(rt runtime.Runtime, pod *v1.Pod, container, i
 		}
 		d.podCgroups[pod.UID] = true
 	}
+	d.watchListeners(pod) // before the container starts: its listen() is seen
 	path := rt.InstanceCgroup(pod, container, instanceID)
 	d.oomBase[path], _ = drv.OOMKills(d.oomCounter(pod, path))
 	return path, nil
@@ -194,6 +195,7 @@ func (d *Daemon) oomJudged(in *lifecycle.Instance) {
 // removeCgroups deletes a pod's cgroups, containers first, wherever its
 // QoS class put them.
 func (d *Daemon) removeCgroups(uid types.UID) {
+	d.unwatchListeners(uid)
 	if d.cgroups.Driver == nil {
 		return
 	}

@@ -72,6 +72,9 @@ type Config struct {
 	ShutdownBuckets []ShutdownBucket
 	Containerd      ContainerdConfig
 	Policy          Policy
+	// ProbesSockDiagOnly learns listeners by sock_diag dumps, never by
+	// eBPF (config probes.ebpf: false).
+	ProbesSockDiagOnly bool
 }
 
 // Defaults of the settings a config file does not carry.
@@ -134,6 +137,8 @@ type Daemon struct {
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
+	// listen runs probes the moment their port opens or closes.
+	listen *listenProbes
 }
 
 type startResult struct {
@@ -188,6 +193,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
+	d.setupListenProbes(ctx)                         // before the runtimes: it sets where process containers are placed
+	defer d.closeListenProbes()
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
@@ -300,6 +307,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.hookDone(r)
 		case r := <-d.probes.Results():
 			d.probed(r)
+		case e := <-d.listenEvents():
+			d.listened(e)
 		case req := <-d.requests:
 			req.reply <- req.fn()
 		case <-d.evict.notifier.C:

@@ -67,6 +67,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		ManifestResync:      c.ManifestResync.Duration,
 		LogMaxBytes:         c.Logs.MaxSize.Value(),
 		LogMaxFiles:         c.Logs.MaxFiles,
+		ProbesSockDiagOnly:  !c.Probes.EBPF,
 	}, nil
 }
 

@@ -156,6 +156,11 @@ type Cgroups struct {
 	// plugins live in.
 	Mount string
 	Shims string
+	// Unified is a hybrid host's cgroup2 mount, where process containers
+	// are also placed (in a mirror of their v1 cgroup's path) so that the
+	// sockets they create carry a cgroup the listen watcher watches;
+	// "" places nothing there.
+	Unified string
 }
 
 // PodCgroup is a pod's cgroup.

@@ -89,8 +89,31 @@ func (r *Runtime) place(c *v1.Container, path string, s *shim.Spec) (place func(
 	s.Cgroup = shim.Cgroup{Dir: p.Dir, Procs: p.Procs}
 	if len(p.Procs) > 0 {
 		s.Cgroup.Return = drv.Placement(r.cgroups.Shims).Procs
+		r.placeUnified(path, &s.Cgroup)
 	}
 	return nil, nil
+}
+
+// placeUnified adds, on a hybrid host, the container's mirror cgroup
+// under the cgroup2 mount to the cgroups its shim joins before the fork
+// (and the shims' mirror to those it returns to). The shim is where this
+// belongs: the container is in it from its first instruction, so a
+// listen() at once is seen, and the daemon neither races the container
+// nor moves its processes. A mirror that cannot be made only costs the
+// listen-driven probes of the container (they stay periodic).
+func (r *Runtime) placeUnified(path string, c *shim.Cgroup) {
+	if r.cgroups.Unified == "" {
+		return
+	}
+	dir, shims := filepath.Join(r.cgroups.Unified, path), filepath.Join(r.cgroups.Unified, r.cgroups.Shims)
+	for _, d := range []string{dir, shims} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			r.log.Warn("cgroup2 mirror for listen-driven probes", "cgroup", d, "err", err)
+			return
+		}
+	}
+	c.Procs = append(c.Procs, filepath.Join(dir, "cgroup.procs"))
+	c.Return = append(c.Return, filepath.Join(shims, "cgroup.procs"))
 }
 
 // InstanceCgroup is the container's cgroup: a process container keeps it

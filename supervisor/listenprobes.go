@@ -1,0 +1,259 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/probes"
+	"github.com/podvisor/podvisor/probes/listen"
+)
+
+// ListenPathAnnotation on the node says how probes learn that a port
+// opened: ebpf-sockops, sock_diag or periodic.
+const ListenPathAnnotation = "podvisor.io/listen-path"
+
+// sockDiagRescan is how often the sock_diag path dumps the listeners of
+// every watched pod: it learns of a listen() only then (or at a
+// container's start), so it bounds that path's delay. A dump of one
+// network namespace's listeners costs tens of microseconds.
+const sockDiagRescan = time.Second
+
+// listenProbes runs tcpSocket, httpGet and grpc startup and readiness
+// probes the moment their port opens or closes: a listen.Watcher watches
+// the cgroup2 directory of each pod with such a probe and its events
+// poke the probe manager. Loop-owned, except the forwarding goroutine.
+type listenProbes struct {
+	w    listen.Watcher // nil: periodic probes only
+	path listen.Path
+	hier listen.Hierarchy
+	// events carries the watcher's events to the loop.
+	events chan listen.Event
+	pods   map[types.UID]uint64 // watched pods' cgroup ids
+	byID   map[uint64]types.UID
+	// watched is the cgroups to rescan, for the sock_diag path's
+	// goroutine.
+	watched atomic.Pointer[[]uint64]
+}
+
+// setupListenProbes opens the listen watcher: eBPF then sock_diag, or
+// sock_diag alone when the config says probes.ebpf: false. Failing, probes
+// stay periodic; that is said once, here.
+func (d *Daemon) setupListenProbes(ctx context.Context) {
+	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
+		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}}
+	d.listen = l
+	if d.cgroups.Driver == nil {
+		d.log.Info("probes are periodic: no cgroups to watch for listeners", "listenPath", l.path)
+		return
+	}
+	hier, err := listen.FindHierarchy()
+	if err != nil {
+		d.log.Info("probes are periodic: no cgroup2 hierarchy to watch for listeners", "listenPath", l.path, "err", err)
+		return
+	}
+	if hier.Hybrid && d.cgroups.Layout.Systemd {
+		// systemd places its scopes in the unified hierarchy itself, under
+		// the same slice path: nothing to mirror.
+		hier.Hybrid = false
+	}
+	paths := []listen.Path{listen.PathEBPF, listen.PathSockDiag}
+	if d.cfg.ProbesSockDiagOnly {
+		paths = paths[1:]
+	}
+	w, err := listen.Open(listen.Options{MaxCgroups: int(d.cfg.Node.MaxPods), Paths: paths,
+		Logf: func(format string, args ...any) { d.log.Warn(fmt.Sprintf(format, args...)) }})
+	if err != nil {
+		d.log.Warn("probes are periodic: no listen watcher", "listenPath", l.path, "err", err)
+		return
+	}
+	l.w, l.path, l.hier = w, w.Path(), hier
+	if hier.Hybrid {
+		// Process containers also join a mirror of their cgroup under the
+		// cgroup2 mount, so their sockets carry a cgroup the watcher sees.
+		d.cgroups.Unified = hier.Mount
+	}
+	d.log.Info("listen-driven probes", "listenPath", l.path, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
+	if l.path == listen.PathSockDiag {
+		go l.rescanListeners(ctx)
+	}
+	go func() {
+		for e := range w.Events() {
+			select {
+			case l.events <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// closeListenProbes detaches everything the watcher attached.
+func (d *Daemon) closeListenProbes() {
+	if d.listen != nil && d.listen.w != nil {
+		if err := d.listen.w.Close(); err != nil {
+			d.log.Warn("closing the listen watcher", "err", err)
+		}
+	}
+}
+
+// listenPath is the active path, for the node's status.
+func (d *Daemon) listenPath() listen.Path {
+	if d.listen == nil {
+		return listen.PathPeriodic
+	}
+	return d.listen.path
+}
+
+// listenEvents is the loop's channel of listen events (nil: none).
+func (d *Daemon) listenEvents() <-chan listen.Event {
+	if d.listen == nil || d.listen.w == nil {
+		return nil
+	}
+	return d.listen.events
+}
+
+// listenProbed reports whether a pod has a probe a listen event can
+// trigger: a tcpSocket, httpGet or grpc startup or readiness probe.
+func listenProbed(pod *v1.Pod) bool {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			for _, p := range []*v1.Probe{list[i].StartupProbe, list[i].ReadinessProbe} {
+				if p == nil {
+					continue
+				}
+				if _, ok := probes.ProbePort(p.ProbeHandler, list[i].Ports); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// watchListeners starts watching the pod's cgroup2 directory, once, if
+// it has a listen-triggered probe. It runs before each container start
+// (the pod's cgroup exists by then) and when probing starts (an adopted
+// pod after a restart). A failure leaves the pod's probes periodic.
+func (d *Daemon) watchListeners(pod *v1.Pod) {
+	l := d.listen
+	if l == nil || l.w == nil || d.cgroups.Driver == nil || !listenProbed(pod) {
+		return
+	}
+	if _, ok := l.pods[pod.UID]; ok {
+		return
+	}
+	rel := d.podCgroup(pod)
+	dir, err := l.hier.Dir(rel)
+	if err == nil && l.hier.Hybrid {
+		// The mirror of the pod's v1 cgroup; the process runtime places
+		// each container in its own directory below (Cgroups.Unified).
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		d.log.Warn("probes of this pod are periodic: its cgroup2 directory", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return
+	}
+	id, err := l.w.Watch(dir)
+	if err != nil {
+		d.log.Warn("probes of this pod are periodic: cannot watch its listeners", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return
+	}
+	l.pods[pod.UID], l.byID[id] = id, pod.UID
+	l.publish()
+	d.log.Info("listeners watched", "pod", pod.Namespace+"/"+pod.Name, "listenPath", l.path)
+}
+
+// publish hands the rescanning goroutine the watched cgroups.
+func (l *listenProbes) publish() {
+	ids := make([]uint64, 0, len(l.pods))
+	for _, id := range l.pods {
+		ids = append(ids, id)
+	}
+	l.watched.Store(&ids)
+}
+
+// unwatchListeners stops watching a pod that is gone and, on a hybrid
+// host, removes the cgroup2 mirror its containers were placed in.
+func (d *Daemon) unwatchListeners(uid types.UID) {
+	l := d.listen
+	if l == nil || l.w == nil {
+		return
+	}
+	if id, ok := l.pods[uid]; ok {
+		if err := l.w.Unwatch(id); err != nil {
+			d.log.Warn("unwatching a pod's listeners", "uid", uid, "err", err)
+		}
+		delete(l.pods, uid)
+		delete(l.byID, id)
+		l.publish()
+	}
+	if d.cgroups.Unified == "" {
+		return
+	}
+	for _, rel := range d.cgroups.Layout.Pods(uid) { // wherever its QoS class put it
+		if err := l.hier.Remove(rel); err != nil {
+			d.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
+		}
+	}
+}
+
+// listened pokes the probes of the pod whose cgroup saw a listener open
+// or close.
+func (d *Daemon) listened(e listen.Event) {
+	uid, ok := d.listen.byID[e.Cgroup]
+	if !ok {
+		return // unwatched since
+	}
+	in := d.machine.Instance(uid)
+	if in == nil {
+		return
+	}
+	n := 0
+	for _, list := range [][]v1.Container{in.Pod.Spec.InitContainers, in.Pod.Spec.Containers} {
+		for i := range list {
+			if c := in.Container(list[i].Name); c != nil && c.InstanceID != "" {
+				n += d.probes.Listening(c.InstanceID, int(e.Port), e.Kind == listen.Listening)
+			}
+		}
+	}
+	if n > 0 {
+		d.log.Debug("listener triggered probes", "pod", in.Key(), "event", e.String(), "probes", n)
+	}
+}
+
+// rescanPod dumps a pod's listeners at once (after a container start),
+// off the loop: the sock_diag path learns of listeners only by dumps.
+func (d *Daemon) rescanPod(uid types.UID) {
+	l := d.listen
+	if l == nil || l.w == nil || l.path != listen.PathSockDiag {
+		return
+	}
+	if id, ok := l.pods[uid]; ok {
+		go l.w.Rescan(id) // an error means the pod was unwatched since
+	}
+}
+
+// rescanListeners dumps every watched pod's listeners each
+// sockDiagRescan until ctx ends, on the sock_diag path only.
+func (l *listenProbes) rescanListeners(ctx context.Context) {
+	t := time.NewTicker(sockDiagRescan)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if ids := l.watched.Load(); ids != nil {
+			for _, id := range *ids {
+				l.w.Rescan(id) // an error means the pod was unwatched since
+			}
+		}
+	}
+}
