@@ -6,6 +6,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -281,7 +282,17 @@ func (e *env) waitGone(name string, timeout time.Duration) {
 	for {
 		list, err := e.n.client.WatchPods(ctx, version)
 		if err != nil {
-			e.t.Fatalf("pod %s still listed %v after its manifest was removed", name, timeout)
+			state := "(gone from the list)"
+			if all, err := e.n.client.Pods(context.Background()); err == nil {
+				for i := range all.Items {
+					if all.Items[i].Name == name {
+						b, _ := json.MarshalIndent(all.Items[i].Status, "", "  ")
+						state = string(b)
+					}
+				}
+			}
+			e.t.Fatalf("pod %s still listed %v after its manifest was removed; its status:\n%s\n%s daemon log, lines about it and warnings:\n%s",
+				name, timeout, state, e.n.kind, grepLog(e.n.log(), name))
 		}
 		fmt.Sscan(list.ResourceVersion, &version)
 		found := false
