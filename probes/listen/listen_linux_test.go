@@ -300,8 +300,12 @@ func waitKernelObjects(t *testing.T, progs, maps int) {
 	t.Fatalf("waited 10 s for %d programs and %d maps named like the watcher's in the kernel; there are %d and %d", progs, maps, p, m)
 }
 
+// kernelObjects counts the programs and maps named like the watcher's
+// that no other process holds: daemons of other test packages running at
+// the same time open watchers too, and their objects are not this test's.
 func kernelObjects(t *testing.T) (progs, maps int) {
 	t.Helper()
+	foreignProgs, foreignMaps := heldByOthers()
 	for id := ebpf.ProgramID(0); ; {
 		next, err := ebpf.ProgramGetNextID(id)
 		if err != nil {
@@ -310,7 +314,16 @@ func kernelObjects(t *testing.T) (progs, maps int) {
 		id = next
 		if p, err := ebpf.NewProgramFromID(id); err == nil {
 			if info, err := p.Info(); err == nil && (info.Name == progName || info.Name == progReleaseName) {
-				progs++
+				if foreignProgs[uint32(id)] {
+					// Its maps are another process's too.
+					if ids, ok := info.MapIDs(); ok {
+						for _, m := range ids {
+							foreignMaps[uint32(m)] = true
+						}
+					}
+				} else {
+					progs++
+				}
 			}
 			p.Close()
 		}
@@ -322,10 +335,45 @@ func kernelObjects(t *testing.T) (progs, maps int) {
 		}
 		id = next
 		if m, err := ebpf.NewMapFromID(id); err == nil {
-			if info, err := m.Info(); err == nil && info.Name == progName {
+			if info, err := m.Info(); err == nil && info.Name == progName && !foreignMaps[uint32(id)] {
 				maps++
 			}
 			m.Close()
+		}
+	}
+	return progs, maps
+}
+
+// heldByOthers lists the ids of the BPF programs and maps that processes
+// other than this one hold open (their fdinfo names prog_id or map_id; a
+// link's names its program).
+func heldByOthers() (progs, maps map[uint32]bool) {
+	progs, maps = map[uint32]bool{}, map[uint32]bool{}
+	self := strconv.Itoa(os.Getpid())
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if p.Name() == self || p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fdinfo")
+		for _, fd := range fds {
+			b, err := os.ReadFile("/proc/" + p.Name() + "/fdinfo/" + fd.Name())
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, ok := strings.Cut(line, ":")
+				if !ok || (k != "prog_id" && k != "map_id") {
+					continue
+				}
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+					if k == "prog_id" {
+						progs[uint32(n)] = true
+					} else {
+						maps[uint32(n)] = true
+					}
+				}
+			}
 		}
 	}
 	return progs, maps
