@@ -253,5 +253,5 @@ func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, 
 		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.node)
 		return err
 	})
-	return api.ExecTarget(t), err
+	return t, err
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
@@ -34,22 +35,9 @@ type ImportResult struct {
 	Names []string `json:"names"`
 }
 
-// ExecTarget tells the CLI how to run a command in a container.
-type ExecTarget struct {
-	// Runtime is "containerd" or "process".
-	Runtime string `json:"runtime"`
-	// containerd: the plugin to run ("… exec") and where containerd is.
-	Plugin      string `json:"plugin,omitempty"`
-	Address     string `json:"address,omitempty"`
-	ContainerID string `json:"containerID,omitempty"`
-	// process: the container's environment, directory, user and the
-	// cgroup.procs files to join.
-	Env         []string `json:"env,omitempty"`
-	Dir         string   `json:"dir,omitempty"`
-	UID         *uint32  `json:"uid,omitempty"`
-	GID         *uint32  `json:"gid,omitempty"`
-	CgroupProcs []string `json:"cgroupProcs,omitempty"`
-}
+// ExecTarget tells the CLI how to run a command in a container: the
+// runtime's own description, sent as it is.
+type ExecTarget = runtime.ExecTarget
 
 // ImageBackend is the part of a Backend that manages images and exec.
 type ImageBackend interface {

@@ -129,8 +129,8 @@ type Found struct {
 	Followed bool
 }
 
-// ExecTarget tells the CLI how to run a command in a container (the
-// local API's ExecTarget).
+// ExecTarget tells the CLI how to run a command in a container; the local
+// API sends it as it is (api.ExecTarget).
 type ExecTarget struct {
 	// Runtime names the runtime.
 	Runtime string `json:"runtime"`
