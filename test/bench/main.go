@@ -349,25 +349,8 @@ type mem struct {
 }
 
 func rss(pid int) mem {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return mem{}
-	}
-	var m mem
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.total = kb / 1024
-		case "RssAnon:":
-			m.anon = kb / 1024
-		}
-	}
-	return m
+	f := procMiB(fmt.Sprintf("/proc/%d/status", pid))
+	return mem{total: f["VmRSS:"], anon: f["RssAnon:"]}
 }
 
 func shimRSS(containers string) mem {

@@ -24,27 +24,25 @@ type smaps struct {
 // pssOf reads one process's smaps_rollup; a process that is gone costs
 // nothing.
 func pssOf(pid int) smaps {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	f := procMiB(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	return smaps{rss: f["Rss:"], pss: f["Pss:"], private: f["Private_Clean:"] + f["Private_Dirty:"], anon: f["Pss_Anon:"]}
+}
+
+// procMiB reads a /proc file of "Key: N kB" lines into MiB by key; a file
+// that cannot be read (a process gone) gives nothing.
+func procMiB(path string) map[string]float64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return smaps{}
+		return nil
 	}
-	var m smaps
+	m := map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
 		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "Rss:":
-			m.rss = kb / 1024
-		case "Pss:":
-			m.pss = kb / 1024
-		case "Private_Clean:", "Private_Dirty:":
-			m.private += kb / 1024
-		case "Pss_Anon:":
-			m.anon = kb / 1024
-		}
+		m[f[0]] = kb / 1024
 	}
 	return m
 }
