@@ -145,7 +145,7 @@ func hasPod(pods []v1.Pod, name string) bool {
 }
 
 // waitRemovalSeen waits until the daemon has seen a manifest's removal:
-// the pod terminates, has finished, or is gone.
+// the pod terminates or is gone.
 func (e *env) waitRemovalSeen(name string) {
 	e.t.Helper()
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -153,10 +153,13 @@ func (e *env) waitRemovalSeen(name string) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		// A finished pod's phase says nothing about the removal: it is
+		// seen when the pod is gone (a finished pod is forgotten at once)
+		// or terminating.
 		seen := true
 		for _, p := range list.Items {
 			if p.Name == name {
-				seen = p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+				seen = p.DeletionTimestamp != nil
 			}
 		}
 		if seen {
