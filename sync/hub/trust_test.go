@@ -310,10 +310,13 @@ func TestReplayAfterResetRefusedAndResynced(t *testing.T) {
 			}
 		}
 		publish(t, c, desiredTopic, true, gen1.Document) // the replay, retained
-		pods = &fakePods{}
-		_, _, halt = r.device("gw-r", db, pods)
+		// The resync's generation is one above the hub's current one,
+		// read before the device is back: once it is, the hub may resync
+		// it at any moment.
 		cur, _ := r.fleet.Desired("gw-r")
 		want := cur.Generation + 1
+		pods = &fakePods{}
+		_, _, halt = r.device("gw-r", db, pods)
 		eventually(t, 15*time.Second, fmt.Sprintf("round %d: the device resynced to generation %d", round, want), func() bool {
 			g, _, _ := pods.state()
 			return g >= want
