@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -46,21 +44,8 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	defer cancel()
 	first := newFakeRuntime()
 	d := shellDaemon(t, ctx, first)
-	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(`apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - {name: app, image: host}
-  - {name: side, image: host}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.dir.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.setManifests(st)
+	st := desireWebPod(t, d, `  - {name: app, image: host}
+  - {name: side, image: host}`)
 	uid := st.Pods[0].UID
 	phaseOf := func(d *Daemon, name string) lifecycle.ContainerPhase {
 		if in := d.machine.Instance(uid); in != nil && in.Container(name) != nil {

@@ -139,21 +139,7 @@ func TestShellDrivesARuntime(t *testing.T) {
 	defer cancel()
 	fake := newFakeRuntime()
 	d := shellDaemon(t, ctx, fake)
-	manifestFile := filepath.Join(d.cfg.ManifestDir, "web.yaml")
-	if err := os.WriteFile(manifestFile, []byte(`apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - {name: app, image: host, command: [sleep, "1000"]}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.dir.Load()
-	if err != nil || len(st.Pods) != 1 {
-		t.Fatalf("manifest: %v, %d pods", err, len(st.Pods))
-	}
-	d.setManifests(st)
+	st := desireWebPod(t, d, `  - {name: app, image: host, command: [sleep, "1000"]}`)
 	uid := st.Pods[0].UID
 	running := func(starts int) func() bool {
 		return func() bool {
@@ -216,20 +202,7 @@ func TestShellStopsPodsAfterItsContextEnds(t *testing.T) {
 	defer cancel()
 	fake := newFakeRuntime()
 	d := shellDaemon(t, ctx, fake)
-	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(`apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - {name: app, image: host}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.dir.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.setManifests(st)
+	st := desireWebPod(t, d, `  - {name: app, image: host}`)
 	runUntil(t, d, "the container runs", func() bool {
 		in := d.machine.Instance(st.Pods[0].UID)
 		return in != nil && in.Container("app") != nil && in.Container("app").Phase == lifecycle.Running
@@ -250,20 +223,7 @@ func TestShellRuntimeUnavailable(t *testing.T) {
 	d := shellDaemon(t, ctx, fake)
 	d.runtimes = runtime.NewRegistry("gone")
 	d.runtimes.Unavailable("gone", "runtime gone is not installed here")
-	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(`apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - {name: app, image: host}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.dir.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.setManifests(st)
+	st := desireWebPod(t, d, `  - {name: app, image: host}`)
 	uid := st.Pods[0].UID
 	var waiting *v1.ContainerStateWaiting
 	runUntil(t, d, "the container waits with a reason", func() bool {
@@ -280,4 +240,20 @@ spec:
 	if started, _, _ := fake.snapshot(); len(started) != 0 {
 		t.Fatalf("started %v on another runtime", started)
 	}
+}
+
+// desireWebPod writes the manifest web.yaml with these container lines and
+// hands the directory's state to the daemon, as its manifest watch would.
+func desireWebPod(t *testing.T, d *Daemon, containers string) manifest.State {
+	t.Helper()
+	pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n" + containers + "\n"
+	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(pod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.dir.Load()
+	if err != nil || len(st.Pods) != 1 {
+		t.Fatalf("manifest: %v, %d pods", err, len(st.Pods))
+	}
+	d.setManifests(st)
+	return st
 }
