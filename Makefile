@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -64,7 +64,16 @@ unit:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	@$(MAKE) --no-print-directory vet-cross
 	go run $(STATICCHECK) ./...
+
+# Every architecture a device may have: a type that differs there (Statfs_t's
+# int32 Bsize on 32-bit ARM and 386) must not break the build again.
+CROSS_ARCHES := arm64 arm/7 arm/6 riscv64 386
+vet-cross:
+	@for t in $(CROSS_ARCHES); do arch=$${t%%/*}; arm=$${t#*/}; [ "$$arm" = "$$t" ] && arm=; \
+		echo "go vet ./... (GOARCH=$$arch$${arm:+ GOARM=$$arm})"; \
+		GOARCH=$$arch GOARM=$$arm go vet ./... || exit 1; done
 
 # Explore the manifest and hub-protocol decoders beyond the seed corpus.
 fuzz:

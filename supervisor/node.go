@@ -38,7 +38,7 @@ func (d *Daemon) capacity() v1.ResourceList {
 	}
 	var st unix.Statfs_t
 	if unix.Statfs(d.cfg.DataDir, &st) == nil {
-		c[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(st.Blocks)*st.Bsize, resource.BinarySI)
+		c[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(st.Blocks)*int64(st.Bsize), resource.BinarySI)
 	}
 	return c
 }

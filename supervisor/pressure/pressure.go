@@ -42,11 +42,11 @@ func (o Observer) Observe() map[eviction.Signal]eviction.Observation {
 	}
 	var st unix.Statfs_t
 	if o.FsPath != "" && unix.Statfs(o.FsPath, &st) == nil {
-		obs[eviction.NodeFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * st.Bsize, Capacity: int64(st.Blocks) * st.Bsize}
+		obs[eviction.NodeFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * int64(st.Bsize), Capacity: int64(st.Blocks) * int64(st.Bsize)}
 		obs[eviction.NodeFsInodesFree] = eviction.Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
 	}
 	if o.ImageFsPath != "" && unix.Statfs(o.ImageFsPath, &st) == nil {
-		obs[eviction.ImageFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * st.Bsize, Capacity: int64(st.Blocks) * st.Bsize}
+		obs[eviction.ImageFsAvailable] = eviction.Observation{Available: int64(st.Bavail) * int64(st.Bsize), Capacity: int64(st.Blocks) * int64(st.Bsize)}
 		obs[eviction.ImageFsInodesFree] = eviction.Observation{Available: int64(st.Ffree), Capacity: int64(st.Files)}
 	}
 	if p, err := pids(); err == nil {
