@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -57,6 +57,11 @@ test-containerd-v2: build
 		echo "skipping the containerd cgroup v2 VM test: install qemu-system-x86 containerd runc cpio"; exit 0; fi
 	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar
 	test/vm/containerd.sh bin bin/busybox-image.tar
+
+# Static binaries for every device architecture into dist/VERSION/, with
+# SHA-256 sums, an SPDX SBOM per architecture and the size per device image.
+release:
+	packaging/release.sh $(VERSION)
 
 unit:
 	go test -count=1 ./supervisor/...
