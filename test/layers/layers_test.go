@@ -43,13 +43,17 @@ var layers = []layer{
 	// What everything says about a pod: QoS, sidecars, priority, instance
 	// IDs, exit records, resource arithmetic, host commands.
 	{"vocabulary", []string{"pod"}},
+	// What a device's kernel must offer (podvisor check-kernel).
+	{"kernel", []string{"kernel"}},
+	// Release tools (SBOM); they read binaries, not podvisor's packages.
+	{"packaging", []string{"packaging"}},
 	// Tests and their tools may use anything.
 	{"test", []string{"test"}},
 }
 
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
-	"cmd":        {"config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary"},
+	"cmd":        {"config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "kernel"},
 	"config":     {"core", "vocabulary"},
 	"sync":       {"shell", "core", "vocabulary"},
 	"shell":      {"runtime", "probes", "cgroups", "core", "vocabulary"},
@@ -58,7 +62,9 @@ var allowed = map[string][]string{
 	"cgroups":    {"vocabulary"},
 	"core":       {"vocabulary"},
 	"vocabulary": {},
-	"test":       {"cmd", "config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary"},
+	"kernel":     {},
+	"packaging":  {},
+	"test":       {"cmd", "config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "kernel", "packaging"},
 }
 
 // layerOf is the layer of a package path relative to the module: the one
