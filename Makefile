@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release test test-cgroup2 test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release test test-cgroup2 test-kernel-config test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -25,6 +25,7 @@ test: lint build
 	go run ./test/leakcheck -- go test -count=1 -timeout 20m ./...
 	cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/
 	@$(MAKE) --no-print-directory test-cgroup2
+	@$(MAKE) --no-print-directory test-kernel-config
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2
 
@@ -37,6 +38,14 @@ test-cgroup2:
 		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi
 	go test -c -o bin/cgroups.test ./cgroups/
 	test/vm/cgroup2.sh bin/cgroups.test
+
+# podvisor check-kernel against the config of Debian's kernel package (the
+# one the VM tests boot). Skipped where apt-get cannot fetch it, except in CI.
+test-kernel-config: build
+	@if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: apt-get, dpkg-deb"; exit 1; fi; \
+		echo "skipping the kernel config check: needs apt-get and dpkg-deb"; exit 0; fi
+	test/vm/check-kernel.sh bin/podvisor
 
 # podvisor as the packaged systemd service in a VM running systemd, dbus
 # and logind: the systemd cgroup driver for process and containerd pods,

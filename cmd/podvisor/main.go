@@ -39,6 +39,7 @@ Usage:
   podvisor exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]
   podvisor images [ls] | import FILE | rm NAME...
   podvisor version
+  podvisor check-kernel [--config FILE] [--containerd]
 
 Client commands take --socket PATH (default ` + defaultSocket + `), before
 or after the command words. 'podvisor COMMAND --help' shows a command's
@@ -47,17 +48,18 @@ flags. Errors are one line on stderr, prefixed "error: ", with exit code 1.
 
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
-	"run":      "run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH] [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]",
-	"get":      "get pods [NAME] [-o wide|json|yaml] [-n NAMESPACE | -A] | get node [-o json|yaml]",
-	"describe": "describe pod NAME [-n NAMESPACE]",
-	"logs":     "logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]",
-	"top":      "top pods [--containers] [-n NAMESPACE]",
-	"drain":    "drain",
-	"uncordon": "uncordon",
-	"delete":   "delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]",
-	"exec":     "exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]",
-	"images":   "images [ls] | images import FILE | images rm NAME...",
-	"version":  "version",
+	"run":          "run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH] [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]",
+	"get":          "get pods [NAME] [-o wide|json|yaml] [-n NAMESPACE | -A] | get node [-o json|yaml]",
+	"describe":     "describe pod NAME [-n NAMESPACE]",
+	"logs":         "logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]",
+	"top":          "top pods [--containers] [-n NAMESPACE]",
+	"drain":        "drain",
+	"uncordon":     "uncordon",
+	"delete":       "delete pod NAME [--grace-period N] [--force] [-n NAMESPACE]",
+	"exec":         "exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]",
+	"images":       "images [ls] | images import FILE | images rm NAME...",
+	"version":      "version",
+	"check-kernel": "check-kernel [--config FILE] [--containerd]",
 }
 
 // helpRequest is what a command returns for --help.
@@ -151,6 +153,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		err = cmdVersion(ctx, args[1:], stdout)
 	case "images":
 		err = cmdImages(ctx, args[1:], stdout)
+	case "check-kernel":
+		err = cmdCheckKernel(args[1:], stdout)
 	case "exec":
 		code, err := cmdExec(ctx, args[1:])
 		if h, ok := err.(helpRequest); ok {
