@@ -1,0 +1,367 @@
+package netcount
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/podvisor/podvisor/probes/listen"
+)
+
+// The test binary doubles as the processes the tests count or kill:
+// with childEnv set it runs one of them instead of the tests.
+const childEnv = "PODVISOR_NETCOUNT_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "udp":
+		runUDPChild()
+		os.Exit(0)
+	case "attacher":
+		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// prerequisite skips a test whose environment is missing, except in CI
+// where that is a failure (the e2e harness's rule).
+func prerequisite(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI prerequisite missing: "+format, args...)
+	}
+	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+}
+
+func requireCounters(t *testing.T) listen.Hierarchy {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+	h, err := listen.FindHierarchy()
+	if err != nil {
+		prerequisite(t, "cgroup2: %v", err)
+	}
+	if err := DetectFeatures().Usable(); err != nil {
+		prerequisite(t, "eBPF network counters: %v", err)
+	}
+	return h
+}
+
+var cgroupSeq atomic.Int64
+
+// testCgroup makes an empty cgroup under the cgroup2 mount, removed when
+// the test ends: register it before the processes placed in it.
+func testCgroup(t *testing.T, h listen.Hierarchy) (rel, dir string) {
+	t.Helper()
+	rel = fmt.Sprintf("podvisor-netcount-test-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	dir, err := h.Dir(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Remove(rel); err != nil {
+			t.Errorf("remove test cgroup: %v", err)
+		}
+	})
+	return rel, dir
+}
+
+func openCounter(t *testing.T) *Counter {
+	t.Helper()
+	c, err := Open(Options{MaxPods: 4, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("open network counters: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close network counters: %v", err)
+		}
+	})
+	return c
+}
+
+// child starts the test binary as child kind, with args, placed in the
+// cgroup rel before it makes any socket (it waits for a first line on
+// stdin), and killed at the end of the test.
+func child(t *testing.T, h listen.Hierarchy, rel, kind string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(os.Environ(), childEnv+"="+kind)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s child: %v", kind, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if rel != "" {
+		if _, err := h.Place(rel, cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cmd, in, bufio.NewScanner(out)
+}
+
+const (
+	udpDatagrams = 50
+	udpPayload   = 1000 // per datagram, sent by the child
+	udpReply     = 300  // per datagram, sent back to it
+)
+
+// runUDPChild reads the peer's address, sends it udpDatagrams datagrams
+// of udpPayload bytes, reads as many replies, and says "done".
+func runUDPChild() {
+	sc := bufio.NewScanner(os.Stdin)
+	if !sc.Scan() {
+		return
+	}
+	conn, err := net.Dial("udp4", strings.TrimSpace(sc.Text()))
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	buf := make([]byte, 2*udpPayload)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for range udpDatagrams {
+		if _, err := conn.Write(buf[:udpPayload]); err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		if _, err := conn.Read(buf); err != nil {
+			fmt.Println("error", err)
+			return
+		}
+	}
+	fmt.Println("done")
+}
+
+// A process in the counted cgroup sends N bytes over loopback UDP and
+// receives M: the counters grow by at least N and M (plus no more than
+// the IP and UDP headers and a little background), packets by the
+// datagram count.
+func TestCountsUDPTrafficOfTheCgroup(t *testing.T) {
+	h := requireCounters(t)
+	rel, dir := testCgroup(t, h)
+	c := openCounter(t)
+	id, err := c.Watch(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Read(id); err != nil || got != (Counters{}) {
+		t.Fatalf("fresh counters: %+v, %v; want zero", got, err)
+	}
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	go func() {
+		buf := make([]byte, 2*udpPayload)
+		for {
+			_, from, err := peer.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			peer.WriteToUDP(buf[:udpReply], from)
+		}
+	}()
+	_, in, out := child(t, h, rel, "udp")
+	fmt.Fprintln(in, peer.LocalAddr().String())
+	if !out.Scan() || out.Text() != "done" {
+		t.Fatalf("the UDP child did not finish: %q %v", out.Text(), out.Err())
+	}
+	got, err := c.Read(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("counted %+v", got)
+	const headers = 20 + 8 // IPv4 and UDP
+	check := func(what string, v, lo, hi uint64) {
+		if v < lo || v > hi {
+			t.Errorf("%s = %d, want within [%d, %d]", what, v, lo, hi)
+		}
+	}
+	check("txBytes", got.TxBytes, udpDatagrams*udpPayload, udpDatagrams*(udpPayload+headers)+4096)
+	check("rxBytes", got.RxBytes, udpDatagrams*udpReply, udpDatagrams*(udpReply+headers)+4096)
+	check("txPackets", got.TxPackets, udpDatagrams, udpDatagrams+10)
+	check("rxPackets", got.RxPackets, udpDatagrams, udpDatagrams+10)
+
+	// The test process's own traffic, outside the cgroup, is not counted.
+	other, err := net.DialUDP("udp4", nil, peer.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Write(make([]byte, 5000))
+	other.Close()
+	if again, _ := c.Read(id); again.TxBytes != got.TxBytes {
+		t.Errorf("traffic from outside the cgroup was counted: %+v then %+v", got, again)
+	}
+
+	// Unwatch frees the slot and detaches; the next Watch starts from zero.
+	if err := c.Unwatch(id); err != nil {
+		t.Fatal(err)
+	}
+	if n := attachedOurs(t, dir); n != 0 {
+		t.Fatalf("%d counting programs attached after Unwatch", n)
+	}
+	if _, err := c.Read(id); err == nil {
+		t.Fatal("Read of an unwatched cgroup succeeded")
+	}
+	if id, err = c.Watch(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Read(id); got != (Counters{}) {
+		t.Fatalf("a reused slot starts at %+v, want zero", got)
+	}
+}
+
+// Another program attached to the cgroup keeps its place: counting is one
+// of many, and never drops a packet.
+func TestOtherProgramsKeepWorking(t *testing.T) {
+	h := requireCounters(t)
+	_, dir := testCgroup(t, h)
+	allow, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "test_other", Type: ebpf.CGroupSKB,
+		AttachType: ebpf.AttachCGroupInetEgress, License: "MIT",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer allow.Close()
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: ebpf.AttachCGroupInetEgress, Program: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := openCounter(t)
+	id, err := c.Watch(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 2 {
+		t.Fatalf("%d egress programs attached, want 2 (the other and ours)", n)
+	}
+	if err := c.Unwatch(id); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 1 {
+		t.Fatalf("%d egress programs attached after Unwatch, want the other one only", n)
+	}
+}
+
+// runAttacher counts dir, says so, and waits to be killed.
+func runAttacher(dir string, legacy bool) {
+	c, err := Open(Options{MaxPods: 2})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	c.legacy = legacy
+	if _, err := c.Watch(dir); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("attached")
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// kill -9 of a daemon that counted leaves nothing attached twice: a
+// bpf_link goes with its process; a legacy attachment (kernels before
+// 5.7) stays, and the next Watch detaches it before attaching its own.
+func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
+	for _, mode := range []string{"link", "legacy"} {
+		t.Run(mode, func(t *testing.T) {
+			h := requireCounters(t)
+			_, dir := testCgroup(t, h)
+			after := map[string]int{"link": 0, "legacy": 2}[mode] // ingress and egress
+			for round := range 5 {
+				cmd, in, out := child(t, h, "", "attacher", dir, mode)
+				if !out.Scan() || out.Text() != "attached" {
+					t.Fatalf("round %d: attacher said %q", round, out.Text())
+				}
+				if n := attachedOurs(t, dir); n != 2 {
+					t.Fatalf("round %d: %d counting programs attached while the attacher runs, want 2", round, n)
+				}
+				cmd.Process.Signal(syscall.SIGKILL)
+				cmd.Wait()
+				in.Close()
+				if n := attachedOurs(t, dir); n != after {
+					t.Fatalf("round %d: %d counting programs attached after kill -9, want %d", round, n, after)
+				}
+			}
+			c := openCounter(t)
+			id, err := c.Watch(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := attachedOurs(t, dir); n != 2 {
+				t.Fatalf("%d counting programs attached after a restarted Watch, want 2", n)
+			}
+			if err := c.Unwatch(id); err != nil {
+				t.Fatal(err)
+			}
+			if n := attachedOurs(t, dir); n != 0 {
+				t.Fatalf("%d counting programs attached after Unwatch, want 0", n)
+			}
+		})
+	}
+}
+
+func attached(t *testing.T, dir string, attach ebpf.AttachType) []link.AttachedProgram {
+	t.Helper()
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
+	if err != nil {
+		t.Fatalf("query %s programs of %s: %v", attach, dir, err)
+	}
+	return r.Programs
+}
+
+// attachedOurs counts the counting programs attached to dir, both hooks.
+func attachedOurs(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	for _, a := range []ebpf.AttachType{ebpf.AttachCGroupInetIngress, ebpf.AttachCGroupInetEgress} {
+		for _, ap := range attached(t, dir, a) {
+			p, err := ebpf.NewProgramFromID(ap.ID)
+			if err != nil {
+				continue
+			}
+			if info, err := p.Info(); err == nil && (info.Name == progIngressName || info.Name == progEgressName) {
+				n++
+			}
+			p.Close()
+		}
+	}
+	return n
+}
