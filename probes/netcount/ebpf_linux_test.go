@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/probes/listen"
 )
@@ -364,4 +365,62 @@ func attachedOurs(t *testing.T, dir string) int {
 		}
 	}
 	return n
+}
+
+// The cost of counting: the kernel's own run-time statistics of the two
+// programs, per packet. Logged for the README; bounded loosely so that a
+// program grown by mistake (a loop, a helper per packet) fails.
+func TestCostPerPacket(t *testing.T) {
+	h := requireCounters(t)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		prerequisite(t, "kernel bpf run-time statistics (5.8+): %v", err)
+	}
+	defer stats.Close()
+	rel, dir := testCgroup(t, h)
+	c := openCounter(t)
+	id, err := c.Watch(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	go func() {
+		buf := make([]byte, 2*udpPayload)
+		for {
+			_, from, err := peer.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			peer.WriteToUDP(buf[:udpReply], from)
+		}
+	}()
+	_, in, out := child(t, h, rel, "udp")
+	fmt.Fprintln(in, peer.LocalAddr().String())
+	if !out.Scan() || out.Text() != "done" {
+		t.Fatalf("the UDP child did not finish: %q %v", out.Text(), out.Err())
+	}
+	c.mu.Lock()
+	progs := c.byID[id].progs
+	c.mu.Unlock()
+	var runs uint64
+	var total time.Duration
+	for _, p := range progs {
+		s, err := p.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs, total = runs+s.RunCount, total+s.Runtime
+	}
+	if runs < 2*udpDatagrams {
+		t.Fatalf("%d program runs for %d datagrams each way", runs, udpDatagrams)
+	}
+	per := total / time.Duration(runs)
+	t.Logf("%d runs, %v in all, %v per packet", runs, total, per)
+	if per > 20*time.Microsecond {
+		t.Errorf("counting costs %v per packet, want well under a microsecond", per)
+	}
 }
