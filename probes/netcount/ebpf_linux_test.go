@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	case "udp":
 		runUDPChild()
 		os.Exit(0)
+	case "sleeper":
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
 	case "attacher":
 		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
 		os.Exit(0)
@@ -422,5 +425,111 @@ func TestCostPerPacket(t *testing.T) {
 	t.Logf("%d runs, %v in all, %v per packet", runs, total, per)
 	if per > 20*time.Microsecond {
 		t.Errorf("counting costs %v per packet, want well under a microsecond", per)
+	}
+}
+
+// A pod with a network namespace of its own and a veth to the host: the
+// host side is found from inside the namespace, and what the host sends
+// to the pod is the pod's Rx.
+func TestHostVethOfANamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		prerequisite(t, "iproute2's ip: %v", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=sleeper")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWNET}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait() // the namespace, and the veth pair with it, go
+	})
+	pid := fmt.Sprint(cmd.Process.Pid)
+	host := fmt.Sprintf("pvnc%d", cmd.Process.Pid%100000)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	inPod := []string{"nsenter", "--net=/proc/" + pid + "/ns/net", "ip"}
+	// The sleeper is in its namespace once the kernel shows it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ns, _ := os.Readlink("/proc/" + pid + "/ns/net"); ns != "" {
+			if self, _ := os.Readlink("/proc/self/ns/net"); ns != self {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waited 5 s for the child to be in a network namespace of its own")
+		}
+	}
+	if v, err := HostVeth("/proc/" + pid + "/ns/net"); err == nil {
+		t.Fatalf("a namespace with loopback only has host-side veth %q", v)
+	}
+	run("ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", pid)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", host).Run() })
+	run("ip", "addr", "add", "169.254.77.1/30", "dev", host)
+	run("ip", "link", "set", host, "up")
+	run(append(inPod, "addr", "add", "169.254.77.2/30", "dev", "eth0")...)
+	run(append(inPod, "link", "set", "eth0", "up")...)
+
+	got, err := HostVeth("/proc/" + pid + "/ns/net")
+	if err != nil || got != host {
+		t.Fatalf("HostVeth = %q, %v; want %q", got, err, host)
+	}
+	// Unconnected: the pod's ICMP port unreachable answers would make a
+	// connected socket's next write fail.
+	conn, err := net.ListenUDP("udp4", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pod := &net.UDPAddr{IP: net.IPv4(169, 254, 77, 2), Port: 9}
+	// The first datagrams wait for ARP, and a few of them may be dropped:
+	// count once the pod has answered (the ICMP port unreachable is Tx).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn.WriteToUDP([]byte{0}, pod)
+		if c, _ := ReadVeth(host); c.TxPackets > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waited 5 s for the pod to answer over its veth")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the warm-up's answers arrive
+	before, err := ReadVeth(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sends, size = 20, 1000
+	for range sends {
+		if _, err := conn.WriteToUDP(make([]byte, size), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var after Counters
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if after, err = ReadVeth(host); err != nil {
+			t.Fatal(err)
+		}
+		if after.RxBytes-before.RxBytes >= sends*size || time.Now().After(deadline) {
+			break
+		}
+	}
+	if d := after.RxBytes - before.RxBytes; d < sends*size || d > sends*(size+100) {
+		t.Fatalf("the pod received %d bytes by its veth's host side, want %d plus headers (before %+v, after %+v)", d, sends*size, before, after)
+	}
+	if after.RxPackets-before.RxPackets < sends {
+		t.Fatalf("the pod received %d packets, want at least %d", after.RxPackets-before.RxPackets, sends)
 	}
 }
