@@ -3,6 +3,8 @@ package supervisor
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,8 +32,10 @@ type netCounters struct {
 type podNet struct {
 	source     netcount.Source // "" when none is known yet
 	id         uint64          // SourceEBPF: the counted cgroup
+	dir        string          // SourceEBPF: its cgroup2 directory
 	veth       string          // SourceVeth: the host side
 	vethLooked bool            // its attached network was searched for a veth
+	noEBPF     bool            // eBPF cannot count it (tried, or never in cgroup2)
 }
 
 // setupNetCounters opens the eBPF counters, after the listen watcher
@@ -96,7 +100,10 @@ func (d *Daemon) watchNet(pod *v1.Pod) {
 			p.vethLooked = true
 			if veth != "" {
 				if p.source == netcount.SourceEBPF {
-					n.c.Unwatch(p.id) // the veth counts the same traffic, for free
+					// The veth counts the same traffic, for free.
+					if err := n.c.Unwatch(p.id); err != nil {
+						d.log.Warn("detaching a pod's network counters", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+					}
 				}
 				p.source, p.veth = netcount.SourceVeth, veth
 				d.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source, "veth", veth)
@@ -104,7 +111,14 @@ func (d *Daemon) watchNet(pod *v1.Pod) {
 			}
 		}
 	}
-	if p.source != "" || n.c == nil || d.cgroups.Driver == nil {
+	if p.source != "" || p.noEBPF || n.c == nil || d.cgroups.Driver == nil {
+		return
+	}
+	if _, inContainer := d.runtimeOf(pod).(runtime.InContainer); inContainer && n.hier.Hybrid {
+		// On a hybrid host only process containers are mirrored into
+		// cgroup2: programs on an empty mirror would count zero, which
+		// is wrong, not absent.
+		p.noEBPF = true
 		return
 	}
 	dir, err := n.hier.Dir(d.podCgroup(pod))
@@ -116,10 +130,10 @@ func (d *Daemon) watchNet(pod *v1.Pod) {
 	}
 	if err != nil {
 		d.log.Warn("no network counters for this pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-		p.source = "-" // tried; not again
+		p.noEBPF = true // tried; not again
 		return
 	}
-	p.source = netcount.SourceEBPF
+	p.source, p.dir = netcount.SourceEBPF, dir
 	d.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source)
 }
 
@@ -159,6 +173,11 @@ func (d *Daemon) readNet(uid types.UID) *api.NetStats {
 	var err error
 	switch p.source {
 	case netcount.SourceEBPF:
+		if n.hier.Hybrid && !populated(p.dir) {
+			// Its processes are not in the cgroup2 mirror (started by a
+			// daemon that did not mirror them): the programs see nothing.
+			return nil
+		}
 		c, err = n.c.Read(p.id)
 	case netcount.SourceVeth:
 		c, err = netcount.ReadVeth(p.veth)
@@ -193,4 +212,11 @@ func (d *Daemon) unwatchNet(uid types.UID) {
 			d.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
 		}
 	}
+}
+
+// populated reports whether a cgroup2 directory or one below it holds a
+// process (cgroup.events: "populated 1").
+func populated(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	return err == nil && strings.Contains(string(b), "populated 1")
 }
