@@ -23,6 +23,7 @@ const (
 	progIngressName = "podvisor_net_in"
 	progEgressName  = "podvisor_netout"
 	progLicense     = "Dual MIT/GPL"
+	mapName         = "podvisor_net"
 )
 
 // Offsets: struct __sk_buff's len (stable UAPI, so no BTF is read) and
@@ -120,7 +121,7 @@ func Open(o Options) (*Counter, error) {
 	if err := f.Usable(); err != nil {
 		return nil, err
 	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "podvisor_net", Type: ebpf.PerCPUArray,
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: mapName, Type: ebpf.PerCPUArray,
 		KeySize: 4, ValueSize: 32, MaxEntries: uint32(o.MaxPods)})
 	if err != nil {
 		return nil, fmt.Errorf("make network counter map: %w", err)

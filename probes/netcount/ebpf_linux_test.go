@@ -1,14 +1,10 @@
 package netcount
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,154 +13,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-
-	"github.com/podvisor/podvisor/probes/listen"
 )
-
-// The test binary doubles as the processes the tests count or kill:
-// with childEnv set it runs one of them instead of the tests.
-const childEnv = "PODVISOR_NETCOUNT_TEST_CHILD"
-
-func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "udp":
-		runUDPChild()
-		os.Exit(0)
-	case "sleeper":
-		io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	case "attacher":
-		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// prerequisite skips a test whose environment is missing, except in CI
-// where that is a failure (the e2e harness's rule).
-func prerequisite(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-}
-
-func requireCounters(t *testing.T) listen.Hierarchy {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		prerequisite(t, "needs root")
-	}
-	h, err := listen.FindHierarchy()
-	if err != nil {
-		prerequisite(t, "cgroup2: %v", err)
-	}
-	if err := DetectFeatures().Usable(); err != nil {
-		prerequisite(t, "eBPF network counters: %v", err)
-	}
-	return h
-}
-
-var cgroupSeq atomic.Int64
-
-// testCgroup makes an empty cgroup under the cgroup2 mount, removed when
-// the test ends: register it before the processes placed in it.
-func testCgroup(t *testing.T, h listen.Hierarchy) (rel, dir string) {
-	t.Helper()
-	rel = fmt.Sprintf("podvisor-netcount-test-%d-%d", os.Getpid(), cgroupSeq.Add(1))
-	dir, err := h.Dir(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := h.Remove(rel); err != nil {
-			t.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	return rel, dir
-}
-
-func openCounter(t *testing.T) *Counter {
-	t.Helper()
-	c, err := Open(Options{MaxPods: 4, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("open network counters: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("close network counters: %v", err)
-		}
-	})
-	return c
-}
-
-// child starts the test binary as child kind, with args, placed in the
-// cgroup rel before it makes any socket (it waits for a first line on
-// stdin), and killed at the end of the test.
-func child(t *testing.T, h listen.Hierarchy, rel, kind string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
-	cmd.Env = append(os.Environ(), childEnv+"="+kind)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s child: %v", kind, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	if rel != "" {
-		if _, err := h.Place(rel, cmd.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return cmd, in, bufio.NewScanner(out)
-}
-
-const (
-	udpDatagrams = 50
-	udpPayload   = 1000 // per datagram, sent by the child
-	udpReply     = 300  // per datagram, sent back to it
-)
-
-// runUDPChild reads the peer's address, sends it udpDatagrams datagrams
-// of udpPayload bytes, reads as many replies, and says "done".
-func runUDPChild() {
-	sc := bufio.NewScanner(os.Stdin)
-	if !sc.Scan() {
-		return
-	}
-	conn, err := net.Dial("udp4", strings.TrimSpace(sc.Text()))
-	if err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	buf := make([]byte, 2*udpPayload)
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for range udpDatagrams {
-		if _, err := conn.Write(buf[:udpPayload]); err != nil {
-			fmt.Println("error", err)
-			return
-		}
-		if _, err := conn.Read(buf); err != nil {
-			fmt.Println("error", err)
-			return
-		}
-	}
-	fmt.Println("done")
-}
 
 // A process in the counted cgroup sends N bytes over loopback UDP and
 // receives M: the counters grow by at least N and M (plus no more than
@@ -279,22 +128,6 @@ func TestOtherProgramsKeepWorking(t *testing.T) {
 	}
 }
 
-// runAttacher counts dir, says so, and waits to be killed.
-func runAttacher(dir string, legacy bool) {
-	c, err := Open(Options{MaxPods: 2})
-	if err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	c.legacy = legacy
-	if _, err := c.Watch(dir); err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	fmt.Println("attached")
-	io.Copy(io.Discard, os.Stdin)
-}
-
 // kill -9 of a daemon that counted leaves nothing attached twice: a
 // bpf_link goes with its process; a legacy attachment (kernels before
 // 5.7) stays, and the next Watch detaches it before attaching its own.
@@ -304,7 +137,7 @@ func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
 			h := requireCounters(t)
 			_, dir := testCgroup(t, h)
 			after := map[string]int{"link": 0, "legacy": 2}[mode] // ingress and egress
-			for round := range 5 {
+			for round := range 20 {                               // the 20 restarts
 				cmd, in, out := child(t, h, "", "attacher", dir, mode)
 				if !out.Scan() || out.Text() != "attached" {
 					t.Fatalf("round %d: attacher said %q", round, out.Text())
@@ -319,6 +152,10 @@ func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
 					t.Fatalf("round %d: %d counting programs attached after kill -9, want %d", round, n, after)
 				}
 			}
+			// Nothing else is left in the kernel: the killed processes'
+			// programs and maps are gone, but for the last legacy
+			// attachment's (its two programs and the map they hold).
+			waitKernelObjects(t, after, after/2)
 			c := openCounter(t)
 			id, err := c.Watch(dir)
 			if err != nil {
@@ -327,6 +164,7 @@ func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
 			if n := attachedOurs(t, dir); n != 2 {
 				t.Fatalf("%d counting programs attached after a restarted Watch, want 2", n)
 			}
+			waitKernelObjects(t, 2, 1) // this counter's own; the leftover's freed
 			if err := c.Unwatch(id); err != nil {
 				t.Fatal(err)
 			}
@@ -335,39 +173,6 @@ func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
 			}
 		})
 	}
-}
-
-func attached(t *testing.T, dir string, attach ebpf.AttachType) []link.AttachedProgram {
-	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
-	if err != nil {
-		t.Fatalf("query %s programs of %s: %v", attach, dir, err)
-	}
-	return r.Programs
-}
-
-// attachedOurs counts the counting programs attached to dir, both hooks.
-func attachedOurs(t *testing.T, dir string) int {
-	t.Helper()
-	n := 0
-	for _, a := range []ebpf.AttachType{ebpf.AttachCGroupInetIngress, ebpf.AttachCGroupInetEgress} {
-		for _, ap := range attached(t, dir, a) {
-			p, err := ebpf.NewProgramFromID(ap.ID)
-			if err != nil {
-				continue
-			}
-			if info, err := p.Info(); err == nil && (info.Name == progIngressName || info.Name == progEgressName) {
-				n++
-			}
-			p.Close()
-		}
-	}
-	return n
 }
 
 // The cost of counting: the kernel's own run-time statistics of the two
