@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	v1 "k8s.io/api/core/v1"
 )
 
 const (
@@ -175,4 +177,43 @@ func countingPrograms(t *testing.T, d *daemon) int {
 		})
 	}
 	return n
+}
+
+// A containerd pod on the CNI bridge is counted by the host side of its
+// veth: the test downloads 4 MiB from it, and `top pods` shows at least
+// that in NET-OUT.
+func TestContainerdPodCountedByItsVeth(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	d.write("seeder.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: seeder}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["sh", "-c", "mkdir /www && head -c `+strconv.Itoa(netUpload)+` /dev/zero > /www/blob && exec httpd -f -p 8080 -h /www"]
+    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+`)
+	p := d.waitPod("seeder", 30*time.Second, func(p *v1.Pod) bool { return running(p) && p.Status.PodIP != "" && podReady(p) })
+	resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, "8080") + "/blob")
+	if err != nil {
+		t.Fatalf("download from the pod: %v", err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != netUpload {
+		t.Fatalf("downloaded %d of %d bytes: %v", n, netUpload, err)
+	}
+	row := waitForValue(t, 10*time.Second, "top pods to show the seeder's counters", func() []string {
+		return topRow(t, d, "seeder")
+	}, func(r []string) bool { return r[5] != "-" })
+	t.Logf("top pods row: %v", row)
+	if out := mebibytes(t, row[5]); out < netUpload>>20 || out > netUpload>>20+1 {
+		t.Fatalf("NET-OUT %dMi, want %dMi (+1 for headers): %v", out, netUpload>>20, row)
+	}
+	if !strings.Contains(d.log.String(), `source=veth`) {
+		t.Fatalf("the daemon did not say it counts the pod by its veth:\n%s", d.log)
+	}
 }
