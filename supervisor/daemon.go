@@ -139,6 +139,8 @@ type Daemon struct {
 	newImages    chan time.Time // when images last arrived
 	// listen runs probes the moment their port opens or closes.
 	listen *listenProbes
+	// net counts each pod's traffic.
+	net *netCounters
 }
 
 type startResult struct {
@@ -195,6 +197,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
 	d.setupListenProbes(ctx)                         // before the runtimes: it sets where process containers are placed
 	defer d.closeListenProbes()
+	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
+	defer d.closeNetCounters()
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {

@@ -170,6 +170,12 @@ func (c *cli) describe(args []string) error {
 			fmt.Fprintf(w, "Condition %s:\t%s (%s)\n", cond.Type, cond.Status, cond.Reason)
 		}
 	}
+	if n := d.Net; n != nil { // validated by the hub: bounded, keys are pod names
+		fmt.Fprintf(w, "Network:\t%d pod(s) counted, in %dMi, out %dMi\n", n.Counted, n.Total.RxBytes>>20, n.Total.TxBytes>>20)
+		for _, p := range n.Pods {
+			fmt.Fprintf(w, "Network %s:\tin %dMi, out %dMi (%s)\n", p.Key, p.RxBytes>>20, p.TxBytes>>20, p.Source)
+		}
+	}
 	if d.Ack != nil {
 		if d.Ack.Error != "" {
 			fmt.Fprintf(w, "Last answer:\tgeneration %d refused: %s\n", d.Ack.Generation, d.Ack.Error)

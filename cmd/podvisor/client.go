@@ -511,7 +511,7 @@ func cmdTop(ctx context.Context, args []string, out io.Writer) error {
 	if *containers {
 		fmt.Fprintln(w, "POD\tNAME\tCPU(cores)\tMEMORY(bytes)\tTASKS")
 	} else {
-		fmt.Fprintln(w, "NAME\tCPU(cores)\tMEMORY(bytes)\tTASKS")
+		fmt.Fprintln(w, "NAME\tCPU(cores)\tMEMORY(bytes)\tTASKS\tNET-IN(bytes)\tNET-OUT(bytes)")
 	}
 	for _, p := range second {
 		if *cf.namespace != "" && p.Namespace != *cf.namespace {
@@ -519,8 +519,9 @@ func cmdTop(ctx context.Context, args []string, out io.Writer) error {
 		}
 		prev, ok := before[p.Namespace+"/"+p.Name]
 		if !*containers {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", p.Name, cpuRate(prev.Usage, p.Usage, prev.Time, p.Time, ok),
-				memory(p.Usage.MemoryWorkingSet), p.Usage.Tasks)
+			in, out := netTotals(p.Net)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, cpuRate(prev.Usage, p.Usage, prev.Time, p.Time, ok),
+				memory(p.Usage.MemoryWorkingSet), p.Usage.Tasks, in, out)
 			continue
 		}
 		prevC := map[string]api.Usage{}
@@ -545,3 +546,13 @@ func cpuRate(a, b api.Usage, ta, tb time.Time, ok bool) string {
 }
 
 func memory(b uint64) string { return fmt.Sprintf("%dMi", b>>20) }
+
+// netTotals are the pod's bytes received and sent since counting began,
+// in MEMORY's unit; "-" when nothing counts the pod (no eBPF, no veth).
+// The counters are per pod, so --containers leaves them out.
+func netTotals(n *api.NetStats) (in, out string) {
+	if n == nil {
+		return "-", "-"
+	}
+	return memory(n.RxBytes), memory(n.TxBytes)
+}

@@ -195,6 +195,12 @@ func (l *legacyAttachment) Close() error {
 	})
 }
 
+// DetachLeftovers is detachLeftovers, for the other cgroup programs of
+// podvisor (probes/netcount) that attach the same way.
+func DetachLeftovers(dir string, attach ebpf.AttachType, name string) error {
+	return detachLeftovers(dir, attach, name)
+}
+
 // detachLeftovers detaches the programs called name that are attached
 // to dir for attach without a bpf_link: what a killed podvisor left with
 // BPF_PROG_ATTACH. Programs attached through links belong to a live

@@ -63,6 +63,21 @@ type PodStats struct {
 	Time       time.Time        `json:"time"`
 	Usage      Usage            `json:"usage"`
 	Containers []ContainerStats `json:"containers"`
+	// Net is the pod's traffic since counting began (the daemon's start
+	// or the pod's, whichever is later, for eBPF counters); absent when
+	// nothing counts it.
+	Net *NetStats `json:"net,omitempty"`
+}
+
+// NetStats is a pod's network traffic: Rx received, Tx sent.
+type NetStats struct {
+	// Source is where the counters come from: ebpf-cgroup-skb (the
+	// packets' IP length) or veth (the host side's frame counters).
+	Source    string `json:"source"`
+	RxBytes   uint64 `json:"rxBytes"`
+	RxPackets uint64 `json:"rxPackets"`
+	TxBytes   uint64 `json:"txBytes"`
+	TxPackets uint64 `json:"txPackets"`
 }
 
 // ContainerStats is one container's usage.

@@ -40,6 +40,8 @@ type Device struct {
 	Generation         int64          `json:"generation"`
 	ObservedGeneration int64          `json:"observedGeneration"`
 	Node               *v1.NodeStatus `json:"node,omitempty"`
+	// Net is the pods' network traffic from the newest heartbeat.
+	Net *protocol.NetSummary `json:"net,omitempty"`
 }
 
 // Devices lists every device, Ready when online and heard from within
@@ -50,7 +52,7 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 
 // devices lists one device (id) or all ("").
 func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
-	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node,
+	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net,
 		d.instance, d.prev_instance, d.duplicate_until,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
@@ -63,10 +65,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	var out []Device
 	for rows.Next() {
 		var d Device
-		var labels, own, node []byte
+		var labels, own, node, net []byte
 		var lastSeen, dupUntil int64
 		var instance, prev string
-		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &instance, &prev, &dupUntil,
+		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &instance, &prev, &dupUntil,
 			&d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
 			return nil, err
 		}
@@ -82,6 +84,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		if len(node) > 0 {
 			d.Node = &v1.NodeStatus{}
 			json.Unmarshal(node, d.Node)
+		}
+		if len(net) > 0 {
+			d.Net = &protocol.NetSummary{}
+			json.Unmarshal(net, d.Net)
 		}
 		if lastSeen > 0 {
 			d.LastSeen = time.UnixMilli(lastSeen)

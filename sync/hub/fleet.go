@@ -27,6 +27,8 @@ var fleetMigrations = []string{fleetSchema1,
 	ALTER TABLE devices ADD COLUMN duplicate_until INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE events ADD COLUMN at INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX events_by_device ON events(device);`,
+	// The newest heartbeat's network summary (protocol.NetSummary).
+	`ALTER TABLE devices ADD COLUMN net BLOB;`,
 }
 
 var fleetSchema1 = `

@@ -198,6 +198,10 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 // others. duplicate says its ID was just found shared by two instances.
 func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []string, duplicate bool, err error) {
 	node, _ := json.Marshal(h.Node)
+	var net []byte // NULL: the device counts nothing (validated by DecodeHeartbeat)
+	if h.Net != nil {
+		net, _ = json.Marshal(h.Net)
+	}
 	own := map[string]string{}
 	for k, v := range h.Labels {
 		if !strings.HasPrefix(k, protocol.DeviceLabelPrefix) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
@@ -219,8 +223,8 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 	if duplicate, err = f.seeInstance(tx, h.Device, h.Instance, at); err != nil {
 		return dropped, false, err
 	}
-	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ? WHERE id = ?`,
-		h.Version, node, labels, h.Device); err != nil {
+	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ? WHERE id = ?`,
+		h.Version, node, labels, net, h.Device); err != nil {
 		return dropped, false, err
 	}
 	return dropped, duplicate, tx.Commit()

@@ -84,6 +84,8 @@ type Heartbeat struct {
 	// its data directory): two instances alternating under one device ID
 	// are two devices sharing it.
 	Instance string `json:"instance,omitempty"`
+	// Net is the pods' network traffic, when the device counts it.
+	Net *NetSummary `json:"net,omitempty"`
 }
 
 // DeviceLabelPrefix is the one label namespace a device may set on
@@ -181,7 +183,16 @@ func DecodeStatusAck(data []byte) (*StatusAck, error) {
 
 // DecodeHeartbeat decodes a heartbeat strictly.
 func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
-	return decodeDoc("heartbeat", data, func(h *Heartbeat) int { return h.Schema })
+	h, err := decodeDoc("heartbeat", data, func(h *Heartbeat) int { return h.Schema })
+	if err != nil {
+		return nil, err
+	}
+	if h.Net != nil {
+		if err := h.Net.Validate(); err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // DecodePresence decodes a presence document strictly.
