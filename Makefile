@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release test test-cgroup2 test-kernel-config test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -26,6 +26,7 @@ test: lint build
 	cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/
 	@$(MAKE) --no-print-directory test-cgroup2
 	@$(MAKE) --no-print-directory test-kernel-config
+	@$(MAKE) --no-print-directory test-qemu-user
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2
 
@@ -38,6 +39,14 @@ test-cgroup2:
 		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi
 	go test -c -o bin/cgroups.test ./cgroups/
 	test/vm/cgroup2.sh bin/cgroups.test
+
+# The pure packages' unit tests on arm64, armv7 and riscv64 under
+# qemu-user. Skipped where qemu-user-static is missing, except in CI.
+test-qemu-user:
+	@if ! command -v qemu-aarch64-static >/dev/null || ! command -v qemu-arm-static >/dev/null || ! command -v qemu-riscv64-static >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-user-static"; exit 1; fi; \
+		echo "skipping the qemu-user tests: install qemu-user-static"; exit 0; fi
+	test/qemuuser/run.sh
 
 # podvisor check-kernel against the config of Debian's kernel package (the
 # one the VM tests boot). Skipped where apt-get cannot fetch it, except in CI.
