@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -196,3 +197,11 @@ func podsOn(in Input, device string) []string {
 }
 
 var _ = fmt.Sprint
+
+// PriorityClassesForTest are "low" (10, the global default) and "high" (1000).
+func PriorityClassesForTest() []*schedulingv1.PriorityClass {
+	return []*schedulingv1.PriorityClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "low"}, Value: 10, GlobalDefault: true},
+		{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000},
+	}
+}
