@@ -86,18 +86,8 @@ func (s *state) selectVictims(c *cycle, n *nodeInfo) (candidate, bool) {
 	if len(potential) == 0 {
 		return candidate{}, false
 	}
-	remove := func(q *podInfo) {
-		s.detach(q)
-		if c.spread != nil {
-			c.spread.add(n, []*podInfo{q}, -1)
-		}
-	}
-	restore := func(q *podInfo) {
-		s.attach(q, n)
-		if c.spread != nil {
-			c.spread.add(n, []*podInfo{q}, 1)
-		}
-	}
+	remove := s.detach
+	restore := func(q *podInfo) { s.attach(q, n) }
 	for _, q := range potential {
 		remove(q)
 	}

@@ -147,6 +147,8 @@ type state struct {
 	nominated map[string][]*podInfo
 	classes   map[string]*schedulingv1.PriorityClass
 	pdbs      []*policyv1.PodDisruptionBudget
+	// spreadCache holds one spread filter per workload shape.
+	spreadCache map[string]*spreadFilter
 	// deployments select the pods the default spread counts.
 	deployments []*appsv1.Deployment
 	plan        Plan
@@ -170,12 +172,13 @@ func Schedule(in Input) Plan {
 
 func newState(in Input) *state {
 	s := &state{
-		now:       in.Now,
-		byName:    map[string]*nodeInfo{},
-		pods:      map[types.NamespacedName]*podInfo{},
-		nominated: map[string][]*podInfo{},
-		classes:   map[string]*schedulingv1.PriorityClass{},
-		pdbs:      in.PDBs,
+		now:         in.Now,
+		byName:      map[string]*nodeInfo{},
+		pods:        map[types.NamespacedName]*podInfo{},
+		nominated:   map[string][]*podInfo{},
+		classes:     map[string]*schedulingv1.PriorityClass{},
+		spreadCache: map[string]*spreadFilter{},
+		pdbs:        in.PDBs,
 	}
 	for _, pc := range builtinPriorityClasses {
 		s.classes[pc.Name] = pc
@@ -224,6 +227,7 @@ func (s *state) attach(p *podInfo, n *nodeInfo) {
 	p.node = n
 	n.pods = append(n.pods, p)
 	n.used.add(p.req, 1)
+	s.track(n, p, 1)
 	cpu, mem := nonZero(p.req)
 	n.nonZeroCPU += cpu
 	n.nonZeroMem += mem
@@ -232,6 +236,7 @@ func (s *state) attach(p *podInfo, n *nodeInfo) {
 // detach takes a pod off its node's books (preemption's dry run).
 func (s *state) detach(p *podInfo) {
 	n := p.node
+	s.track(n, p, -1)
 	for i, q := range n.pods {
 		if q == p {
 			n.pods = slices.Delete(n.pods, i, i+1)
@@ -251,10 +256,21 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 	if p.terminating {
 		return
 	}
+	if p.node != nil {
+		s.track(p.node, p, -1)
+	}
 	p.terminating = true
 	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message})
 	if p.node == nil {
 		s.unnominate(p)
+	}
+}
+
+// track keeps the shared spread filters' counts in step with a pod
+// arriving on (1) or leaving (-1) a node.
+func (s *state) track(n *nodeInfo, p *podInfo, sign int) {
+	for _, f := range s.spreadCache {
+		f.add(n, []*podInfo{p}, sign)
 	}
 }
 

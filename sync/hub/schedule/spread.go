@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"encoding/json"
 	"math"
 
 	v1 "k8s.io/api/core/v1"
@@ -87,19 +88,33 @@ func countMatching(n *nodeInfo, sel labels.Selector, namespace string) int {
 // spreadFilter is PodTopologySpread's Filter for the DoNotSchedule
 // constraints: per constraint, matching pods per domain over the devices
 // that count (all topology keys present, inclusion policies met).
+//
+// Pods of one workload share one filter: it is kept up to date as pods are
+// placed, preempted or deleted (state.track), so a 1,000-replica
+// Deployment counts the fleet once, not once per replica.
 type spreadFilter struct {
 	c           *cycle
 	constraints []constraint
 	counts      []map[string]int
 	self        []int
+	// mins caches minMatch; nil when counts changed.
+	mins []int
 }
 
 func (s *state) newSpreadFilter(c *cycle) *spreadFilter {
+	if len(c.p.pod.Spec.TopologySpreadConstraints) == 0 {
+		return nil
+	}
+	sig := spreadSignature(c.p.pod)
+	if f := s.spreadCache[sig]; f != nil {
+		return f
+	}
 	cs := constraintsOf(c.p.pod, c.p.pod.Spec.TopologySpreadConstraints, v1.DoNotSchedule)
 	if len(cs) == 0 {
 		return nil
 	}
 	f := &spreadFilter{c: c, constraints: cs, counts: make([]map[string]int, len(cs)), self: make([]int, len(cs))}
+	defer func() { s.spreadCache[sig] = f }()
 	podLabels := labels.Set(c.p.pod.Labels)
 	for i := range cs {
 		f.counts[i] = map[string]int{}
@@ -133,11 +148,22 @@ func (f *spreadFilter) add(n *nodeInfo, pods []*podInfo, sign int) {
 		}
 		f.counts[i][v] += sign * count
 	}
+	f.mins = nil
 }
 
 // minMatch is the global minimum over eligible domains, 0 while there are
 // fewer domains than minDomains.
 func (f *spreadFilter) minMatch(i int) int {
+	if f.mins == nil {
+		f.mins = make([]int, len(f.constraints))
+		for j := range f.constraints {
+			f.mins[j] = f.computeMin(j)
+		}
+	}
+	return f.mins[i]
+}
+
+func (f *spreadFilter) computeMin(i int) int {
 	if len(f.counts[i]) < int(f.constraints[i].minDomains) {
 		return 0
 	}
@@ -149,6 +175,20 @@ func (f *spreadFilter) minMatch(i int) int {
 		return 0
 	}
 	return m
+}
+
+// spreadSignature is what a spread filter's counts depend on: the pod's
+// namespace, labels, constraints, selector, affinity and tolerations.
+func spreadSignature(p *v1.Pod) string {
+	b, _ := json.Marshal(struct {
+		NS          string
+		Labels      map[string]string
+		Constraints []v1.TopologySpreadConstraint
+		Selector    map[string]string
+		Affinity    *v1.Affinity
+		Tolerations []v1.Toleration
+	}{p.Namespace, p.Labels, p.Spec.TopologySpreadConstraints, p.Spec.NodeSelector, p.Spec.Affinity, p.Spec.Tolerations})
+	return string(b)
 }
 
 func (f *spreadFilter) filter(n *nodeInfo) status {
