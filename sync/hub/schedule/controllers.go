@@ -331,7 +331,6 @@ func (s *state) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) 
 			s.markDeleted(p, ReasonOwnerDeleted, fmt.Sprintf("%s %s was deleted", ref.Kind, ref.Name))
 		}
 	}
-	s.deployments = ds
 }
 
 // defaultSelector is the selector the system default spread uses for a

@@ -244,3 +244,24 @@ func zoneOf(devs []Device, name string) string {
 	}
 	return ""
 }
+
+func TestPodsOfARemovedDeviceAreDeletedAndReplaced(t *testing.T) {
+	web := deployment("web", 1, kv("app=web"), "", "")
+	in := Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}}
+	in = apply(in, Schedule(in), t0)
+	gone := in.Pods[0].Spec.NodeName
+	var keep []Device
+	for _, d := range in.Devices {
+		if d.Name != gone {
+			keep = append(keep, d)
+		}
+	}
+	in.Devices = keep
+	plan := Schedule(in)
+	if d, ok := deletionOf(plan, in.Pods[0].Name); !ok || d.Reason != ReasonNodeLost {
+		t.Fatalf("deletion %+v", d)
+	}
+	if len(plan.Create) != 1 || bindingOf(plan, plan.Create[0].Name) != keep[0].Name {
+		t.Fatalf("replacement: created %d bindings %v", len(plan.Create), plan.Bindings)
+	}
+}

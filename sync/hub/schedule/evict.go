@@ -45,6 +45,16 @@ func (s *state) evictTainted() {
 	}
 }
 
+// deleteLost deletes the pods bound to devices no longer in the fleet, as
+// the pod garbage collector does for pods of deleted nodes.
+func (s *state) deleteLost() {
+	for _, p := range s.order {
+		if name := p.pod.Spec.NodeName; name != "" && p.node == nil && !p.terminating {
+			s.markDeleted(p, ReasonNodeLost, fmt.Sprintf("device %s is no longer in the fleet", name))
+		}
+	}
+}
+
 // evictionDue is when a pod must go from a device with these NoExecute
 // taints; false when its tolerations keep it there for ever. A taint
 // without timeAdded counts from the zero time.

@@ -159,6 +159,8 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
+	s.deployments = in.Deployments
+	s.deleteLost()
 	s.evictTainted()
 	s.runDaemonSets(in.DaemonSets)
 	s.runDeployments(in.Deployments)
