@@ -109,45 +109,7 @@ func (s *state) runDaemonSets(dss []*appsv1.DaemonSet) {
 		probe.Labels = ds.Spec.Template.Labels
 		addDaemonTolerations(probe)
 		affinity := nodeaffinity.GetRequiredNodeAffinity(probe)
-		byNode := map[string][]*podInfo{}
-		for _, p := range s.order {
-			if p.terminating || !daemonOwned(ds, p.pod) {
-				continue
-			}
-			node := p.pod.Spec.NodeName
-			if node == "" {
-				if pins := pinnedNodes(p.pod); len(pins) == 1 {
-					node = pins[0]
-				}
-			}
-			if s.byName[node] == nil {
-				s.markDeleted(p, ReasonNotEligible, fmt.Sprintf("device %q is gone", node))
-				continue
-			}
-			byNode[node] = append(byNode[node], p)
-		}
-		for _, n := range s.nodes {
-			run, keep := daemonShouldRun(probe, affinity, n)
-			pods := byNode[n.name]
-			var current []*podInfo
-			for _, p := range pods {
-				switch {
-				case !keep:
-					s.markDeleted(p, ReasonNotEligible, fmt.Sprintf("device %s no longer matches DaemonSet %s", n.name, ds.Name))
-				case p.pod.Labels[LabelControllerHash] != hash:
-					s.markDeleted(p, ReasonOutdated, fmt.Sprintf("DaemonSet %s has a new template", ds.Name))
-				default:
-					current = append(current, p)
-				}
-			}
-			slices.SortStableFunc(current, func(a, b *podInfo) int { return a.created.Compare(b.created) })
-			for _, extra := range current[min(1, len(current)):] {
-				s.markDeleted(extra, ReasonScaledDown, fmt.Sprintf("more than one pod of DaemonSet %s on device %s", ds.Name, n.name))
-			}
-			if run && len(current) == 0 {
-				s.createDaemonPod(ds, hash, n)
-			}
-		}
+		s.syncDaemonSet(ds, hash, probe, affinity)
 	}
 }
 
@@ -225,45 +187,16 @@ func pinToNode(a *v1.Affinity, node string) *v1.Affinity {
 	return a
 }
 
-// runDeployments is the Deployment and ReplicaSet controllers: pods of an
-// older template are replaced (recreate; rolling updates are the hub's
-// next step), missing replicas created, surplus ones deleted in the
-// ReplicaSet controller's order.
+// runDeployments is the Deployment and ReplicaSet controllers: replicas
+// created or deleted to the count, a new template rolled out by the
+// Deployment's strategy (rollout.go).
 func (s *state) runDeployments(ds []*appsv1.Deployment) {
 	ds = slices.Clone(ds)
 	slices.SortFunc(ds, func(a, b *appsv1.Deployment) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, d := range ds {
-		hash := TemplateHash(&d.Spec.Template)
-		var current []*podInfo
-		for _, p := range s.order {
-			if p.terminating || !ownedBy(d, p.pod) {
-				continue
-			}
-			if p.pod.Labels[LabelPodTemplateHash] != hash {
-				s.markDeleted(p, ReasonOutdated, fmt.Sprintf("Deployment %s has a new template", d.Name))
-				continue
-			}
-			current = append(current, p)
-		}
-		want := 1
-		if d.Spec.Replicas != nil {
-			want = int(*d.Spec.Replicas)
-		}
-		rs := d.Name + "-" + hash
-		for i := len(current); i < want; i++ {
-			p := s.newPod(d.ObjectMeta, &d.Spec.Template, map[string]string{LabelPodTemplateHash: hash},
-				controllerRef("ReplicaSet", rs, types.UID(string(d.UID)+"-"+hash)))
-			p.Name = s.podName(p.Namespace, rs+"-", strconv.Itoa(i))
-			s.admitCreated(p, "Deployment", d.ObjectMeta)
-		}
-		if len(current) > want {
-			slices.SortStableFunc(current, deletionOrder(current))
-			for _, p := range current[:len(current)-want] {
-				s.markDeleted(p, ReasonScaledDown, fmt.Sprintf("Deployment %s scaled to %d", d.Name, want))
-			}
-		}
+		s.syncDeployment(d)
 	}
 }
 

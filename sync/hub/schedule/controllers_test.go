@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func zoned(n int) []Device {
@@ -175,15 +176,25 @@ func TestDeploymentZoneSpreadAndScaling(t *testing.T) {
 	if len(plan.Deletions) != 2 || plan.Deletions[0].Reason != ReasonScaledDown {
 		t.Fatalf("deletions %v, want 2 ScaledDown", plan.Deletions)
 	}
-	// A new template replaces the survivor.
-	in = removeTerminating(apply(in, plan, t0.Add(2*time.Second)))
+	// A new template rolls out (RollingUpdate, 25%: surge 1, unavailable
+	// 0): the new pod first, the old one once the new is Ready.
+	in = markReady(removeTerminating(apply(in, plan, t0.Add(2*time.Second))), t0)
 	web.Spec.Template.Spec.Containers[0].Image = "v2"
 	plan = Schedule(in)
-	if len(plan.Deletions) != 1 || plan.Deletions[0].Reason != ReasonOutdated || len(plan.Create) != 1 {
-		t.Fatalf("deletions %v created %d, want 1 Outdated and 1 new", plan.Deletions, len(plan.Create))
+	if len(plan.Deletions) != 0 || len(plan.Create) != 1 {
+		t.Fatalf("rollout start: deletions %v created %d, want 0 and 1", plan.Deletions, len(plan.Create))
+	}
+	in = apply(in, plan, t0.Add(3*time.Second))
+	if plan = Schedule(in); len(plan.Deletions)+len(plan.Create) != 0 {
+		t.Fatalf("new pod not ready yet: deletions %v created %d", plan.Deletions, len(plan.Create))
+	}
+	in = markReady(in, t0.Add(3*time.Second))
+	plan = Schedule(in)
+	if len(plan.Deletions) != 1 || plan.Deletions[0].Reason != ReasonOutdated || len(plan.Create) != 0 {
+		t.Fatalf("new pod ready: deletions %v created %d, want the old one Outdated", plan.Deletions, len(plan.Create))
 	}
 	// Deleting the Deployment deletes its pods.
-	in = apply(in, plan, t0.Add(3*time.Second))
+	in = removeTerminating(apply(in, plan, t0.Add(4*time.Second)))
 	in.Deployments = nil
 	plan = Schedule(in)
 	if len(plan.Deletions) != 1 || plan.Deletions[0].Reason != ReasonOwnerDeleted {
@@ -263,5 +274,119 @@ func TestPodsOfARemovedDeviceAreDeletedAndReplaced(t *testing.T) {
 	}
 	if len(plan.Create) != 1 || bindingOf(plan, plan.Create[0].Name) != keep[0].Name {
 		t.Fatalf("replacement: created %d bindings %v", len(plan.Create), plan.Bindings)
+	}
+}
+
+// markReady makes every bound, live pod Ready since at.
+func markReady(in Input, at time.Time) Input {
+	for _, p := range in.Pods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && len(p.Status.Conditions) == 0 {
+			p.Status.Phase = v1.PodRunning
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
+		}
+	}
+	return in
+}
+
+func countReason(plan Plan, reason string) int {
+	n := 0
+	for _, d := range plan.Deletions {
+		if d.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+func TestDeploymentRollingUpdateKeepsAvailability(t *testing.T) {
+	// 4 replicas, maxSurge 1, maxUnavailable 1: never more than 5 pods,
+	// never fewer than 3 available.
+	web := deployment("web", 4, kv("app=web"), "", "")
+	one := intstr.FromInt32(1)
+	web.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &one}}
+	in := Input{Now: t0, Devices: zoned(4), Deployments: []*appsv1.Deployment{web}}
+	in = markReady(apply(in, Schedule(in), t0), t0)
+	web.Spec.Template.Spec.Containers[0].Image = "v2"
+	for pass := 1; ; pass++ {
+		if pass > 20 {
+			t.Fatal("rollout did not finish in 20 passes")
+		}
+		now := t0.Add(time.Duration(pass) * time.Minute)
+		plan := Schedule(in)
+		in = markReady(removeTerminating(apply(in, plan, now)), now)
+		live, old := 0, 0
+		for _, p := range in.Pods {
+			live++
+			if p.Labels[LabelPodTemplateHash] != TemplateHash(&web.Spec.Template) {
+				old++
+			}
+		}
+		if live > 5 || live < 3 {
+			t.Fatalf("pass %d: %d pods, outside replicas-maxUnavailable..replicas+maxSurge", pass, live)
+		}
+		if len(plan.Create)+len(plan.Deletions) == 0 {
+			if old != 0 || live != 4 {
+				t.Fatalf("rollout stalled at pass %d with %d old of %d", pass, old, live)
+			}
+			break
+		}
+	}
+}
+
+func TestDeploymentRecreateWaitsForTheOldPods(t *testing.T) {
+	web := deployment("web", 2, kv("app=web"), "", "")
+	web.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+	in := Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}}
+	in = markReady(apply(in, Schedule(in), t0), t0)
+	web.Spec.Template.Spec.Containers[0].Image = "v2"
+	plan := Schedule(in)
+	if countReason(plan, ReasonOutdated) != 2 || len(plan.Create) != 0 {
+		t.Fatalf("deletions %v created %d, want both old deleted and none created", plan.Deletions, len(plan.Create))
+	}
+	in = apply(in, plan, t0.Add(time.Second))
+	if plan = Schedule(in); len(plan.Create) != 0 {
+		t.Fatal("new pods created while the old terminate")
+	}
+	if plan = Schedule(removeTerminating(in)); len(plan.Create) != 2 {
+		t.Fatalf("created %d once the old were gone, want 2", len(plan.Create))
+	}
+}
+
+func TestDaemonSetRollingUpdateOneDeviceAtATime(t *testing.T) {
+	agent := daemonSet("agent", kv("app=agent"), "", "")
+	in := Input{Now: t0, Devices: zoned(3), DaemonSets: []*appsv1.DaemonSet{agent}}
+	in = markReady(apply(in, Schedule(in), t0), t0)
+	agent.Spec.Template.Spec.Containers[0].Image = "v2"
+	for pass := 1; pass <= 3; pass++ {
+		now := t0.Add(time.Duration(pass) * time.Minute)
+		plan := Schedule(in)
+		if countReason(plan, ReasonOutdated) != 1 || len(plan.Create) != 0 {
+			t.Fatalf("pass %d: deletions %v created %d, want one old pod deleted (maxUnavailable 1)", pass, plan.Deletions, len(plan.Create))
+		}
+		in = apply(in, plan, now)
+		if plan = Schedule(in); len(plan.Create)+len(plan.Deletions) != 0 {
+			t.Fatalf("pass %d: acted while the old pod terminates: %+v", pass, plan)
+		}
+		in = removeTerminating(in)
+		plan = Schedule(in)
+		if len(plan.Create) != 1 || len(plan.Deletions) != 0 {
+			t.Fatalf("pass %d: created %d deletions %v, want the new pod", pass, len(plan.Create), plan.Deletions)
+		}
+		in = markReady(apply(in, plan, now), now)
+	}
+	if plan := Schedule(in); len(plan.Create)+len(plan.Deletions) != 0 {
+		t.Fatalf("rollout not finished: %+v", plan)
+	}
+}
+
+func TestDaemonSetOnDeleteKeepsOldPods(t *testing.T) {
+	agent := daemonSet("agent", kv("app=agent"), "", "")
+	agent.Spec.UpdateStrategy.Type = appsv1.OnDeleteDaemonSetStrategyType
+	in := Input{Now: t0, Devices: zoned(2), DaemonSets: []*appsv1.DaemonSet{agent}}
+	in = markReady(apply(in, Schedule(in), t0), t0)
+	agent.Spec.Template.Spec.Containers[0].Image = "v2"
+	if plan := Schedule(in); len(plan.Create)+len(plan.Deletions) != 0 {
+		t.Fatalf("OnDelete acted: %+v", plan)
 	}
 }
