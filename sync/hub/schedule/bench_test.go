@@ -51,3 +51,18 @@ func BenchmarkFleet10kSteady(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFleet10kDefaultSpread is the same fleet with a Deployment that
+// sets no constraints: the cluster-default spread (hostname 3, zone 5,
+// ScheduleAnyway) scores every device for every replica.
+func BenchmarkFleet10kDefaultSpread(b *testing.B) {
+	in := benchFleet()
+	in.Deployments[0].Spec.Template.Spec.TopologySpreadConstraints = nil
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := Schedule(in)
+		if len(plan.Bindings) != 11000 {
+			b.Fatalf("%d bindings, %d pending, want 11000 placed", len(plan.Bindings), len(plan.Pending))
+		}
+	}
+}

@@ -127,6 +127,7 @@ type podInfo struct {
 
 // nodeInfo is a device with the pods on it.
 type nodeInfo struct {
+	idx     int // position in state.nodes
 	name    string
 	node    *v1.Node
 	alloc   resources
@@ -149,6 +150,8 @@ type state struct {
 	pdbs      []*policyv1.PodDisruptionBudget
 	// spreadCache holds one spread filter per workload shape.
 	spreadCache map[string]*spreadFilter
+	// matchCache counts each selector's pods per node.
+	matchCache map[string]*matchCounts
 	// deployments select the pods the default spread counts.
 	deployments []*appsv1.Deployment
 	plan        Plan
@@ -180,6 +183,7 @@ func newState(in Input) *state {
 		nominated:   map[string][]*podInfo{},
 		classes:     map[string]*schedulingv1.PriorityClass{},
 		spreadCache: map[string]*spreadFilter{},
+		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
 	}
 	for _, pc := range builtinPriorityClasses {
@@ -195,7 +199,7 @@ func newState(in Input) *state {
 		if _, dup := s.byName[d.Name]; dup {
 			continue
 		}
-		n := &nodeInfo{name: d.Name, node: d.Node(), alloc: toResources(d.Allocatable), maxPods: defaultMaxPods}
+		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: toResources(d.Allocatable), maxPods: defaultMaxPods}
 		if q, ok := d.Allocatable[v1.ResourcePods]; ok {
 			n.maxPods = q.Value()
 		}
@@ -273,6 +277,11 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 func (s *state) track(n *nodeInfo, p *podInfo, sign int) {
 	for _, f := range s.spreadCache {
 		f.add(n, []*podInfo{p}, sign)
+	}
+	for _, mc := range s.matchCache {
+		if counts(p, mc.sel, mc.namespace) {
+			mc.perNode[n.idx] += sign
+		}
 	}
 }
 

@@ -78,11 +78,37 @@ func hasAllKeys(n *nodeInfo, cs []constraint) bool {
 func countMatching(n *nodeInfo, sel labels.Selector, namespace string) int {
 	count := 0
 	for _, q := range n.pods {
-		if !q.terminating && q.pod.Namespace == namespace && sel.Matches(labels.Set(q.pod.Labels)) {
+		if counts(q, sel, namespace) {
 			count++
 		}
 	}
 	return count
+}
+
+func counts(q *podInfo, sel labels.Selector, namespace string) bool {
+	return !q.terminating && q.pod.Namespace == namespace && sel.Matches(labels.Set(q.pod.Labels))
+}
+
+// matchCounts are countMatching for every node, for one selector and
+// namespace, kept in step by state.track: scoring a spread for every
+// replica then costs a lookup per device, not a count.
+type matchCounts struct {
+	sel       labels.Selector
+	namespace string
+	perNode   []int
+}
+
+func (s *state) matchCountsFor(sel labels.Selector, namespace string) *matchCounts {
+	key := namespace + "\x00" + sel.String()
+	if mc := s.matchCache[key]; mc != nil {
+		return mc
+	}
+	mc := &matchCounts{sel: sel, namespace: namespace, perNode: make([]int, len(s.nodes))}
+	for i, n := range s.nodes {
+		mc.perNode[i] = countMatching(n, sel, namespace)
+	}
+	s.matchCache[key] = mc
+	return mc
 }
 
 // spreadFilter is PodTopologySpread's Filter for the DoNotSchedule
@@ -226,6 +252,10 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 	if len(cs) == 0 {
 		return nil
 	}
+	matches := make([]*matchCounts, len(cs))
+	for i := range cs {
+		matches[i] = c.s.matchCountsFor(cs[i].selector, pod.Namespace)
+	}
 	ignored := make([]bool, len(feasible))
 	nIgnored := 0
 	counts := make([]map[string]int64, len(cs))
@@ -262,7 +292,7 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 			}
 			v := n.node.Labels[cs[i].key]
 			if _, ok := counts[i][v]; ok {
-				counts[i][v] += int64(countMatching(n, cs[i].selector, pod.Namespace))
+				counts[i][v] += int64(matches[i].perNode[n.idx])
 			}
 		}
 	}
@@ -280,7 +310,7 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 			}
 			var cnt int64
 			if cs[i].key == v1.LabelHostname {
-				cnt = int64(countMatching(n, cs[i].selector, pod.Namespace))
+				cnt = int64(matches[i].perNode[n.idx])
 			} else {
 				cnt = counts[i][v]
 			}
