@@ -52,6 +52,9 @@ func daemonOwned(ds *appsv1.DaemonSet, p *v1.Pod) bool {
 	return ref != nil && ref.Kind == "DaemonSet" && ref.Name == ds.Name && p.Namespace == ds.Namespace
 }
 
+// maxGeneratedNameLength is the API server's limit on generateName's prefix.
+const maxGeneratedNameLength = 63 - 5
+
 // podName is generateName's name for a new pod, made deterministic: the
 // prefix and five characters of the API server's alphabet drawn from a
 // hash of the seed, skipping names already taken in the namespace.
@@ -60,7 +63,8 @@ func (s *state) podName(namespace, prefix, seed string) string {
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%s/%s/%d", prefix, seed, i)
 		enc := utilrand.SafeEncodeString(strconv.FormatUint(h.Sum64(), 10))
-		name := prefix + enc[len(enc)-5:]
+		// generateName keeps the name within 63 characters.
+		name := prefix[:min(len(prefix), maxGeneratedNameLength)] + enc[len(enc)-5:]
 		if _, taken := s.pods[types.NamespacedName{Namespace: namespace, Name: name}]; !taken {
 			return name
 		}

@@ -390,3 +390,41 @@ func TestDaemonSetOnDeleteKeepsOldPods(t *testing.T) {
 		t.Fatalf("OnDelete acted: %+v", plan)
 	}
 }
+
+func TestDaemonPodThatDoesNotFitItsDevice(t *testing.T) {
+	agent := daemonSet("agent", kv("app=agent"), "", "8Gi")
+	plan := Schedule(Input{Now: t0, Devices: zoned(3), DaemonSets: []*appsv1.DaemonSet{agent}})
+	if len(plan.Pending) != 3 {
+		t.Fatalf("pending %v", plan.Pending)
+	}
+	want := "0/3 devices are available: 1 Insufficient memory, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]. " +
+		"preemption: 0/3 devices are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
+	if plan.Pending[0].Message != want {
+		t.Errorf("message\n got %q\nwant %q", plan.Pending[0].Message, want)
+	}
+}
+
+func TestDaemonSetMatchingNoDeviceSaysSo(t *testing.T) {
+	agent := daemonSet("agent", kv("app=agent"), "", "")
+	agent.Spec.Template.Spec.NodeSelector = map[string]string{"site": "mars"}
+	plan := Schedule(Input{Now: t0, Devices: zoned(3), DaemonSets: []*appsv1.DaemonSet{agent}})
+	if len(plan.Create) != 0 || len(plan.Events) != 1 || plan.Events[0].Reason != "NoMatchingDevices" ||
+		plan.Events[0].Message != "0/3 devices match the DaemonSet's nodeSelector, affinity and tolerations" {
+		t.Fatalf("create %d events %+v", len(plan.Create), plan.Events)
+	}
+}
+
+func TestGeneratedPodNamesStayWithin63Characters(t *testing.T) {
+	long := strings.Repeat("a", 80)
+	web := deployment(long, 2, kv("app=web"), "", "")
+	agent := daemonSet(long, kv("app=agent"), "", "")
+	plan := Schedule(Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}, DaemonSets: []*appsv1.DaemonSet{agent}})
+	if len(plan.Create) != 4 {
+		t.Fatalf("created %d", len(plan.Create))
+	}
+	for _, p := range plan.Create {
+		if len(p.Name) > 63 {
+			t.Errorf("pod name %q is %d characters", p.Name, len(p.Name))
+		}
+	}
+}

@@ -194,6 +194,11 @@ func (s *state) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1.Pod, 
 			dn.current = append(dn.current, p)
 		}
 	}
+	if len(nodes) > 0 && !slices.ContainsFunc(nodes, func(dn *daemonNode) bool { return dn.run || dn.keep }) {
+		s.plan.Events = append(s.plan.Events, Event{Kind: "DaemonSet", Namespace: ds.Namespace, Name: ds.Name,
+			Type: v1.EventTypeWarning, Reason: "NoMatchingDevices",
+			Message: fmt.Sprintf("0/%d devices match the DaemonSet's nodeSelector, affinity and tolerations", len(nodes))})
+	}
 	minReady := ds.Spec.MinReadySeconds
 	desired, unavailable := 0, 0
 	for _, dn := range nodes {
