@@ -123,6 +123,8 @@ func TestDecodeRejects(t *testing.T) {
 			`Deployment "web": spec.replicas: expected int32, got string`},
 		{"negative replicas", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  replicas: -1\n  selector", 1),
 			`Deployment "web": spec.replicas: Invalid value: -1: must be greater than or equal to 0`},
+		{"too many replicas", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  replicas: 1000000000\n  selector", 1),
+			`spec.replicas: Invalid value: 1000000000: must be no more than 100000 (the hub's limit)`},
 		{"selector does not match", strings.Replace(deploymentHead, "matchLabels: {app: web}", "matchLabels: {app: other}", 1),
 			"Deployment \"web\": spec.template.metadata.labels: Invalid value: {\"app\":\"web\"}: `selector` does not match template `labels`"},
 		{"no selector", strings.Replace(deploymentHead, "  selector:\n    matchLabels: {app: web}\n", "", 1), `spec.selector: Required value`},

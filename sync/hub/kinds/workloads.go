@@ -1,6 +1,7 @@
 package kinds
 
 import (
+	"fmt"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,6 +17,10 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/manifest"
 )
+
+// MaxReplicas bounds a Deployment's replicas: each is a pod the hub keeps
+// in memory and in its database.
+const MaxReplicas = 100000
 
 // HighestUserDefinablePriority is the largest value a user's
 // PriorityClass may have (scheduling.HighestUserDefinablePriority).
@@ -154,6 +159,9 @@ func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 	spec := field.NewPath("spec")
 	s := &d.Spec
 	errs = append(errs, apivalidation.ValidateNonnegativeField(int64(*s.Replicas), spec.Child("replicas"))...)
+	if *s.Replicas > MaxReplicas {
+		errs = append(errs, field.Invalid(spec.Child("replicas"), *s.Replicas, fmt.Sprintf("must be no more than %d (the hub's limit)", MaxReplicas)))
+	}
 	errs = append(errs, validateTemplate("Deployment", d.Name, s.Selector, &s.Template)...)
 	sp := spec.Child("strategy")
 	switch s.Strategy.Type {

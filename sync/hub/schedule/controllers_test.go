@@ -428,3 +428,32 @@ func TestGeneratedPodNamesStayWithin63Characters(t *testing.T) {
 		}
 	}
 }
+
+func TestUnplaceableWorkloadsDisturbNothing(t *testing.T) {
+	web := deployment("web", 3, kv("app=web"), "1", "")
+	agent := daemonSet("agent", kv("app=agent"), "100m", "")
+	in := Input{Now: t0, Devices: zoned(3), Deployments: []*appsv1.Deployment{web}, DaemonSets: []*appsv1.DaemonSet{agent}}
+	in = markReady(apply(in, Schedule(in), t0), t0)
+	before := len(in.Pods)
+	// Too big for any device, a spread no device can meet, a selector
+	// that matches nothing: all pending, nothing running is touched.
+	huge := deployment("huge", 2, kv("app=huge"), "64", "")
+	spread := deployment("spread", 2, kv("app=spread"), "", "")
+	spread.Spec.Template.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "rack",
+		WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: kv("app=spread")}}}
+	nowhere := deployment("nowhere", 1, kv("app=nowhere"), "", "")
+	nowhere.Spec.Template.Spec.NodeSelector = map[string]string{"site": "mars"}
+	in.Deployments = append(in.Deployments, huge, spread, nowhere)
+	plan := Schedule(in)
+	if len(plan.Deletions) != 0 || len(plan.Preemptions) != 0 || len(plan.Bindings) != 0 {
+		t.Fatalf("deletions %v preemptions %v bindings %v", plan.Deletions, plan.Preemptions, plan.Bindings)
+	}
+	if len(plan.Pending) != 5 || len(in.Pods) != before {
+		t.Fatalf("pending %d, want 5", len(plan.Pending))
+	}
+	for _, p := range plan.Pending {
+		if !strings.HasPrefix(p.Message, "0/3 devices are available: 3 ") {
+			t.Errorf("%s: %q", p.Pod, p.Message)
+		}
+	}
+}
