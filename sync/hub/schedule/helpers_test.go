@@ -11,6 +11,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -205,3 +206,6 @@ func PriorityClassesForTest() []*schedulingv1.PriorityClass {
 		{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000},
 	}
 }
+
+func labelsEverything() labels.Selector { return labels.Everything() }
+func labelsNothing() labels.Selector    { return labels.Nothing() }

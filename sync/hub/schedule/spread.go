@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 
 	v1 "k8s.io/api/core/v1"
@@ -99,7 +100,8 @@ type matchCounts struct {
 }
 
 func (s *state) matchCountsFor(sel labels.Selector, namespace string) *matchCounts {
-	key := namespace + "\x00" + sel.String()
+	// Everything and Nothing both print as "": Empty tells them apart.
+	key := fmt.Sprintf("%s\x00%t\x00%s", namespace, sel.Empty(), sel.String())
 	if mc := s.matchCache[key]; mc != nil {
 		return mc
 	}

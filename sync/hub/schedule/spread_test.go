@@ -203,3 +203,12 @@ func TestSpreadOtherNamespacesAndTerminatingPodsDoNotCount(t *testing.T) {
 	pods = append(pods, pod("b", "node2", fooBar, "", ""))
 	mustBind(t, Schedule(Input{Now: t0, Devices: docNodes(), Pods: append(pods, p)}), "mypod", "node3", "node4")
 }
+
+func TestMatchCountsTellEverythingFromNothing(t *testing.T) {
+	s := newState(Input{Now: t0, Devices: docNodes(), Pods: existing("node1")})
+	all := s.matchCountsFor(labelsEverything(), "default")
+	none := s.matchCountsFor(labelsNothing(), "default")
+	if all.perNode[0] != 1 || none.perNode[0] != 0 {
+		t.Fatalf("everything counts %v, nothing counts %v", all.perNode, none.perNode)
+	}
+}
