@@ -27,17 +27,21 @@ func (s *state) scheduleOne(p *podInfo) {
 		return
 	}
 	cands := c.candidates()
-	statuses := make([]status, len(cands))
-	var feasible []*nodeInfo
-	for i, n := range cands {
-		statuses[i] = c.filter(n)
-		if statuses[i].code == fits {
+	feasible := s.feasible[:0]
+	for _, n := range cands {
+		if c.filter(n).code == fits {
 			feasible = append(feasible, n)
 		}
 	}
+	s.feasible = feasible // reused: one cycle's list, not one per pod
 	if len(feasible) > 0 {
 		s.bind(p, c.pickBest(feasible))
 		return
+	}
+	// Only a pod that fits nowhere needs every device's reasons.
+	statuses := make([]status, len(cands))
+	for i, n := range cands {
+		statuses[i] = c.filter(n)
 	}
 	hist := map[string]int{}
 	for _, st := range statuses {

@@ -150,6 +150,9 @@ type state struct {
 	pdbs      []*policyv1.PodDisruptionBudget
 	// spreadCache holds one spread filter per workload shape.
 	spreadCache map[string]*spreadFilter
+	// feasible and scores are scheduleOne's scratch lists.
+	feasible []*nodeInfo
+	scores   [4][]int64
 	// matchCache counts each selector's pods per node.
 	matchCache map[string]*matchCounts
 	// deployments select the pods the default spread counts.

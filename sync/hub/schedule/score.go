@@ -26,7 +26,7 @@ func (c *cycle) pickBest(feasible []*nodeInfo) *nodeInfo {
 	if len(feasible) == 1 {
 		return feasible[0]
 	}
-	total := make([]int64, len(feasible))
+	total := c.s.scratch(0, len(feasible))
 	addNormalized := func(raw []int64, weight int64, reverse bool) {
 		normalize(raw, reverse)
 		for j := range raw {
@@ -85,7 +85,7 @@ func (c *cycle) taintScores(feasible []*nodeInfo) []int64 {
 			prefer = append(prefer, t)
 		}
 	}
-	out := make([]int64, len(feasible))
+	out := c.s.scratch(1, len(feasible))
 	for j, n := range feasible {
 		for i := range n.node.Spec.Taints {
 			t := &n.node.Spec.Taints[i]
@@ -110,7 +110,7 @@ func (c *cycle) taintScores(feasible []*nodeInfo) []int64 {
 // affinityScores sums the weights of the preferred node affinity terms
 // each device matches.
 func (c *cycle) affinityScores(feasible []*nodeInfo) []int64 {
-	out := make([]int64, len(feasible))
+	out := c.s.scratch(2, len(feasible))
 	a := c.p.pod.Spec.Affinity
 	if a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
 		return out
@@ -156,4 +156,15 @@ func balanced(cpu, cpuCap, mem, memCap int64) int64 {
 	}
 	std := math.Abs(fraction(cpu, cpuCap)-fraction(mem, memCap)) / 2
 	return int64((1 - std) * maxNodeScore)
+}
+
+// scratch returns the k-th reusable score list, zeroed, of length n: a
+// pass scores thousands of devices for each of thousands of pods.
+func (s *state) scratch(k, n int) []int64 {
+	if cap(s.scores[k]) < n {
+		s.scores[k] = make([]int64, n)
+	}
+	out := s.scores[k][:n]
+	clear(out)
+	return out
 }

@@ -298,7 +298,7 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 			}
 		}
 	}
-	scores := make([]int64, len(feasible))
+	scores := c.s.scratch(3, len(feasible))
 	minScore, maxScore := int64(math.MaxInt64), int64(0)
 	for j, n := range feasible {
 		if ignored[j] {
