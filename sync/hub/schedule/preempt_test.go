@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"fmt"
+	"math/rand"
 	"reflect"
 	"strings"
 	"testing"
@@ -142,4 +144,76 @@ func TestPriorityClassesOrderTheQueue(t *testing.T) {
 	plan := Schedule(Input{Now: t0, Devices: []Device{device("a")}, Pods: []*v1.Pod{early, late}, PriorityClasses: classes})
 	mustBind(t, plan, "late", "a")
 	mustPend(t, plan, "early")
+}
+
+// For random devices filled with pods of random size and priority, a
+// pending pod of random priority either preempts or says why not; when it
+// preempts, every victim has a lower priority, the pod fits once the
+// victims are gone, and no single victim could have been spared.
+func TestPreemptionIsMinimalOnRandomDevices(t *testing.T) {
+	preempted := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		var devs []Device
+		var pods []*v1.Pod
+		for d := range 1 + r.Intn(3) {
+			name := fmt.Sprintf("d%d", d)
+			devs = append(devs, device(name))
+			for i := range 1 + r.Intn(6) {
+				p := pod(fmt.Sprintf("%s-p%d", name, i), name, kv("app=x"), fmt.Sprintf("%dm", 100+r.Intn(1400)), fmt.Sprintf("%dMi", 64+r.Intn(1400)))
+				pods = append(pods, started(withPriority(p, int32(r.Intn(5)*10)), time.Duration(r.Intn(100))*time.Second))
+			}
+		}
+		want := withPriority(pod("urgent", "", nil, fmt.Sprintf("%dm", 500+r.Intn(3000)), fmt.Sprintf("%dMi", 256+r.Intn(3000))), int32(r.Intn(6)*10))
+		plan := Schedule(Input{Now: t0, Devices: devs, Pods: append(pods, want)})
+		if bindingOf(plan, "urgent") != "" {
+			continue
+		}
+		pending := mustPend(t, plan, "urgent")
+		if len(plan.Preemptions) == 0 {
+			if !strings.Contains(pending.Message, "preemption: ") || len(plan.Deletions) != 0 {
+				t.Fatalf("seed %d: no preemption, message %q, deletions %v", seed, pending.Message, plan.Deletions)
+			}
+			continue
+		}
+		preempted++
+		pre := plan.Preemptions[0]
+		victims := map[string]bool{}
+		for _, v := range pre.Victims {
+			victims[v.Name] = true
+		}
+		var cpu, mem int64
+		for _, p := range pods {
+			if p.Spec.NodeName != pre.Device || victims[p.Name] {
+				continue
+			}
+			cpu += p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+			mem += p.Spec.Containers[0].Resources.Requests.Memory().Value()
+		}
+		needCPU := want.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+		needMem := want.Spec.Containers[0].Resources.Requests.Memory().Value()
+		allocCPU, allocMem := int64(4000), int64(4<<30)
+		if cpu+needCPU > allocCPU || mem+needMem > allocMem {
+			t.Fatalf("seed %d: urgent does not fit on %s after its victims", seed, pre.Device)
+		}
+		for _, p := range pods {
+			if !victims[p.Name] {
+				continue
+			}
+			if *p.Spec.Priority >= *want.Spec.Priority || p.Spec.NodeName != pre.Device {
+				t.Fatalf("seed %d: victim %s (priority %d on %s) for urgent (priority %d) on %s", seed, p.Name, *p.Spec.Priority, p.Spec.NodeName, *want.Spec.Priority, pre.Device)
+			}
+			vc := p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+			vm := p.Spec.Containers[0].Resources.Requests.Memory().Value()
+			if cpu+vc+needCPU <= allocCPU && mem+vm+needMem <= allocMem {
+				t.Fatalf("seed %d: victim %s could have been spared", seed, p.Name)
+			}
+		}
+		if d, ok := deletionOf(plan, pre.Victims[0].Name); !ok || d.Reason != ReasonPreempted || pending.NominatedNodeName != pre.Device {
+			t.Fatalf("seed %d: deletion %+v nominated %q", seed, d, pending.NominatedNodeName)
+		}
+	}
+	if preempted < 20 {
+		t.Fatalf("only %d of 300 random fleets preempted", preempted)
+	}
 }
