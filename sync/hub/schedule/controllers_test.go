@@ -457,3 +457,43 @@ func TestUnplaceableWorkloadsDisturbNothing(t *testing.T) {
 		}
 	}
 }
+
+func eventsOf(plan Plan, kind, reason string) []string {
+	var out []string
+	for _, e := range plan.Events {
+		if e.Kind == kind && e.Reason == reason {
+			out = append(out, e.Name+": "+e.Message)
+		}
+	}
+	return out
+}
+
+func TestControllersAndSchedulerRecordEvents(t *testing.T) {
+	web := deployment("web", 2, kv("app=web"), "", "")
+	agent := daemonSet("agent", kv("app=agent"), "", "")
+	in := Input{Now: t0, Devices: zoned(1), Deployments: []*appsv1.Deployment{web}, DaemonSets: []*appsv1.DaemonSet{agent}}
+	plan := Schedule(in)
+	rs := "web-" + TemplateHash(&web.Spec.Template)
+	if got := eventsOf(plan, "Deployment", "ScalingReplicaSet"); len(got) != 1 || got[0] != "web: Scaled up replica set "+rs+" from 0 to 2" {
+		t.Errorf("ScalingReplicaSet %q", got)
+	}
+	if got := eventsOf(plan, "DaemonSet", "SuccessfulCreate"); len(got) != 1 || !strings.HasPrefix(got[0], "agent: Created pod: agent-") {
+		t.Errorf("SuccessfulCreate %q", got)
+	}
+	if got := eventsOf(plan, "Pod", "Scheduled"); len(got) != 3 || !strings.HasSuffix(got[0], " to dev0") {
+		t.Errorf("Scheduled %q", got)
+	}
+	in = apply(in, plan, t0)
+	*web.Spec.Replicas = 1
+	in.Devices[0].UnreachableSince = t0.Add(-time.Hour)
+	plan = Schedule(in)
+	if got := eventsOf(plan, "Pod", "TaintManagerEviction"); len(got) != 2 {
+		t.Errorf("TaintManagerEviction %q, want both web pods", got)
+	}
+	if got := eventsOf(plan, "Deployment", "ScalingReplicaSet"); len(got) != 1 || got[0] != "web: Scaled up replica set "+rs+" from 0 to 1" {
+		t.Errorf("after the eviction: ScalingReplicaSet %q", got)
+	}
+	if got := eventsOf(plan, "Pod", "FailedScheduling"); len(got) != 1 || !strings.Contains(got[0], "untolerated taint {node.kubernetes.io/unreachable: }") {
+		t.Errorf("FailedScheduling %q", got)
+	}
+}

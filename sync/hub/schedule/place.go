@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // scheduleOne is one scheduling cycle: the nominated device if it still
@@ -58,6 +60,7 @@ func (s *state) scheduleOne(p *podInfo) {
 		msg += " preemption: " + post
 	}
 	s.plan.Pending = append(s.plan.Pending, Pending{Pod: p.key, Message: msg, NominatedNodeName: nominated})
+	s.event("Pod", p.key, v1.EventTypeWarning, "FailedScheduling", msg)
 }
 
 // availability is the scheduler's FitError text with devices for nodes:
@@ -80,6 +83,7 @@ func (s *state) bind(p *podInfo, n *nodeInfo) {
 	s.unnominate(p)
 	s.attach(p, n)
 	s.plan.Bindings = append(s.plan.Bindings, Binding{Pod: p.key, Device: n.name})
+	s.event("Pod", p.key, v1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", p.key, n.name))
 }
 
 func sortNodes(ns []*nodeInfo) {

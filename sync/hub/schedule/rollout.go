@@ -42,6 +42,8 @@ func scaled(v *intstr.IntOrString, total int, up bool) int {
 // replicas+maxSurge pods and at least replicas-maxUnavailable available,
 // as the Deployment controller's rolloutRolling does.
 func (s *state) syncDeployment(d *appsv1.Deployment) {
+	before := s.replicaSets(d)
+	defer s.scalingEvents(d, before)
 	hash := TemplateHash(&d.Spec.Template)
 	var current, old []*podInfo
 	oldTerminating := false
@@ -270,4 +272,44 @@ func countSurging(nodes []*daemonNode) int {
 		}
 	}
 	return n
+}
+
+// replicaSets counts a Deployment's live pods per template hash: the
+// sizes of the ReplicaSets Kubernetes would have.
+func (s *state) replicaSets(d *appsv1.Deployment) map[string]int {
+	out := map[string]int{}
+	for _, p := range s.order {
+		if !p.terminating && ownedBy(d, p.pod) {
+			out[p.pod.Labels[LabelPodTemplateHash]]++
+		}
+	}
+	return out
+}
+
+// scalingEvents records the Deployment controller's ScalingReplicaSet
+// events for the ReplicaSets this pass resized.
+func (s *state) scalingEvents(d *appsv1.Deployment, before map[string]int) {
+	after := s.replicaSets(d)
+	var hashes []string
+	for h := range before {
+		hashes = append(hashes, h)
+	}
+	for h := range after {
+		if _, ok := before[h]; !ok {
+			hashes = append(hashes, h)
+		}
+	}
+	slices.Sort(hashes)
+	for _, h := range hashes {
+		from, to := before[h], after[h]
+		if from == to {
+			continue
+		}
+		dir := "up"
+		if to < from {
+			dir = "down"
+		}
+		s.event("Deployment", types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, v1.EventTypeNormal, "ScalingReplicaSet",
+			fmt.Sprintf("Scaled %s replica set %s-%s from %d to %d", dir, d.Name, h, from, to))
+	}
 }

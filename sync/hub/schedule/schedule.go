@@ -270,6 +270,14 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 	}
 	p.terminating = true
 	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message})
+	switch ref := controllerOf(p.pod); {
+	case reason == ReasonPreempted:
+		s.event("Pod", p.key, v1.EventTypeNormal, "Preempted", message)
+	case reason == ReasonNodeLost || reason == ReasonTaint:
+		s.event("Pod", p.key, v1.EventTypeNormal, "TaintManagerEviction", "Marking for deletion Pod "+p.key.String())
+	case ref != nil && ref.Kind == "DaemonSet":
+		s.event("DaemonSet", types.NamespacedName{Namespace: p.key.Namespace, Name: ref.Name}, v1.EventTypeNormal, "SuccessfulDelete", "Deleted pod: "+p.key.Name)
+	}
 	if p.node == nil {
 		s.unnominate(p)
 	}
@@ -306,7 +314,15 @@ func (s *state) addCreated(p *v1.Pod) *podInfo {
 	s.pods[pi.key] = pi
 	s.order = append(s.order, pi)
 	s.plan.Create = append(s.plan.Create, p)
+	if ref := controllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		s.event("DaemonSet", types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}, v1.EventTypeNormal, "SuccessfulCreate", "Created pod: "+p.Name)
+	}
 	return pi
+}
+
+// event records an event on an object, as its controller would.
+func (s *state) event(kind string, obj types.NamespacedName, typ, reason, message string) {
+	s.plan.Events = append(s.plan.Events, Event{Kind: kind, Namespace: obj.Namespace, Name: obj.Name, Type: typ, Reason: reason, Message: message})
 }
 
 // queue is every pod without a device, in the scheduler's queue order:
