@@ -1,0 +1,221 @@
+// Package kinds decodes what `podhub apply -f` accepts: multi-document
+// YAML or JSON of apps/v1 DaemonSet and Deployment, v1 Pod and
+// scheduling.k8s.io/v1 PriorityClass, strictly (unknown kinds and fields
+// are errors), defaulted and validated as the API server would, with
+// errors that name the file, the document, the object and the field.
+package kinds
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/supervisor/manifest"
+)
+
+// MaxDocuments bounds the objects one file may hold.
+const MaxDocuments = 1000
+
+// Objects are the decoded objects of one file, in file order per kind.
+type Objects struct {
+	Pods            []*v1.Pod
+	DaemonSets      []*appsv1.DaemonSet
+	Deployments     []*appsv1.Deployment
+	PriorityClasses []*schedulingv1.PriorityClass
+}
+
+// Len is the number of objects.
+func (o *Objects) Len() int {
+	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.PriorityClasses)
+}
+
+// Decode decodes every document of file's data. Any bad document fails
+// the whole file, so that an apply is all or nothing.
+func Decode(file string, data []byte) (*Objects, error) {
+	if len(data) > manifest.MaxFileSize {
+		return nil, fmt.Errorf("%s: file is %d bytes, larger than the %d byte limit", file, len(data), manifest.MaxFileSize)
+	}
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("%s: no objects", file)
+	}
+	if len(docs) > MaxDocuments {
+		return nil, fmt.Errorf("%s: %d documents, more than the %d allowed", file, len(docs), MaxDocuments)
+	}
+	out := &Objects{}
+	seen := map[string]int{}
+	for i, doc := range docs {
+		where := fmt.Sprintf("%s: document %d", file, i+1)
+		id, err := out.decode(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if prev, dup := seen[id]; dup {
+			return nil, fmt.Errorf("%s: %s: also in document %d", where, id, prev)
+		}
+		seen[id] = i + 1
+	}
+	return out, nil
+}
+
+// splitDocuments returns the non-empty documents of a YAML stream.
+func splitDocuments(data []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("splitting YAML documents: %w", err)
+		}
+		if !isBlank(doc) {
+			docs = append(docs, doc)
+		}
+		if len(docs) > MaxDocuments {
+			return docs, nil
+		}
+	}
+}
+
+func isBlank(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") && line != "---" {
+			return false
+		}
+	}
+	return true
+}
+
+// decode decodes one document into its kind's list and returns its
+// identity ("Deployment default/web").
+func (o *Objects) decode(doc []byte) (string, error) {
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return "", fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &head); err != nil {
+		return "", fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	ns := head.Metadata.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	named := fmt.Sprintf("%s %q", head.Kind, head.Metadata.Name)
+	id := fmt.Sprintf("%s %s/%s", head.Kind, ns, head.Metadata.Name)
+	switch gvk := head.APIVersion + ", " + head.Kind; gvk {
+	case "v1, Pod":
+		pods, err := manifest.Decode(doc)
+		if err != nil {
+			return "", err
+		}
+		p := pods[0]
+		if errs := validateScheduling(&p.Spec, specPath); len(errs) > 0 {
+			return "", fmt.Errorf("pod %q: %w", p.Name, errs.ToAggregate())
+		}
+		o.Pods = append(o.Pods, p)
+	case "apps/v1, DaemonSet":
+		var ds appsv1.DaemonSet
+		if err := strictInto(js, &ds); err != nil {
+			return "", fmt.Errorf("%s: %w", named, err)
+		}
+		setDaemonSetDefaults(&ds)
+		if errs := validateDaemonSet(&ds); len(errs) > 0 {
+			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
+		}
+		o.DaemonSets = append(o.DaemonSets, &ds)
+	case "apps/v1, Deployment":
+		var d appsv1.Deployment
+		if err := strictInto(js, &d); err != nil {
+			return "", fmt.Errorf("%s: %w", named, err)
+		}
+		setDeploymentDefaults(&d)
+		if errs := validateDeployment(&d); len(errs) > 0 {
+			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
+		}
+		o.Deployments = append(o.Deployments, &d)
+	case "scheduling.k8s.io/v1, PriorityClass":
+		var pc schedulingv1.PriorityClass
+		if err := strictInto(js, &pc); err != nil {
+			return "", fmt.Errorf("%s: %w", named, err)
+		}
+		if pc.PreemptionPolicy == nil {
+			p := v1.PreemptLowerPriority
+			pc.PreemptionPolicy = &p
+		}
+		if errs := validatePriorityClass(&pc); len(errs) > 0 {
+			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
+		}
+		o.PriorityClasses = append(o.PriorityClasses, &pc)
+		id = "PriorityClass " + pc.Name
+	default:
+		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet and Deployment, scheduling.k8s.io/v1 PriorityClass",
+			head.APIVersion, head.Kind)
+	}
+	return id, nil
+}
+
+// strictInto decodes JSON into v, failing on unknown or duplicate fields,
+// wrong types and unparsable quantities, each named by its path.
+func strictInto(js []byte, v any) error {
+	if err := checkQuantities(js); err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(js, v)
+	if err != nil {
+		return errors.New(describeJSONError(err))
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// describeJSONError rewrites "cannot unmarshal X into Go struct field
+// T.a.b of type Y" as "a.b: expected Y, got X".
+func describeJSONError(err error) string {
+	msg := err.Error()
+	i := strings.Index(msg, "cannot unmarshal ")
+	j := strings.Index(msg, " into Go struct field ")
+	k := strings.LastIndex(msg, " of type ")
+	if i < 0 || j < i || k < j {
+		return msg
+	}
+	got := msg[i+len("cannot unmarshal ") : j]
+	path := msg[j+len(" into Go struct field ") : k]
+	var parts []string
+	for n, seg := range strings.Split(path, ".") {
+		if n == 0 || seg == "" || (seg[0] >= 'A' && seg[0] <= 'Z') {
+			continue
+		}
+		parts = append(parts, seg)
+	}
+	return fmt.Sprintf("%s: expected %s, got %s", strings.Join(parts, "."), msg[k+len(" of type "):], got)
+}

@@ -1,0 +1,187 @@
+package kinds
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+const goodFile = `
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: important
+value: 1000
+---
+# a comment-only document is skipped
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {app: agent}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      runtimeClassName: process
+      containers:
+      - name: agent
+        image: host
+        command: ["sleep", "infinity"]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: bridge
+  namespace: lines
+spec:
+  selector:
+    matchLabels: {app: bridge}
+  template:
+    metadata:
+      labels: {app: bridge}
+    spec:
+      priorityClassName: important
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: topology.kubernetes.io/zone
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector:
+          matchLabels: {app: bridge}
+        matchLabelKeys: [pod-template-hash]
+        minDomains: 3
+      tolerations:
+      - key: dedicated
+        operator: Equal
+        value: bridge
+        effect: NoSchedule
+      containers:
+      - name: bridge
+        image: host
+        resources:
+          requests: {cpu: 100m, memory: 32Mi}
+---
+{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo"}, "spec": {"containers": [{"name": "c", "image": "host"}]}}
+`
+
+func TestDecodeAllFourKinds(t *testing.T) {
+	objs, err := Decode("fleet.yaml", []byte(goodFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.PriorityClasses) != 1 || len(objs.DaemonSets) != 1 || len(objs.Deployments) != 1 || len(objs.Pods) != 1 || objs.Len() != 4 {
+		t.Fatalf("decoded %+v", objs)
+	}
+	d := objs.Deployments[0]
+	if *d.Spec.Replicas != 1 || d.Namespace != "lines" || d.Spec.Strategy.RollingUpdate.MaxSurge.String() != "25%" ||
+		d.Spec.Template.Spec.RestartPolicy != v1.RestartPolicyAlways {
+		t.Errorf("deployment defaults: %+v", d.Spec)
+	}
+	if ds := objs.DaemonSets[0]; ds.Namespace != "default" || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("daemonset defaults: %+v", ds.Spec.UpdateStrategy)
+	}
+	if pc := objs.PriorityClasses[0]; *pc.PreemptionPolicy != v1.PreemptLowerPriority {
+		t.Errorf("priority class default policy %v", *pc.PreemptionPolicy)
+	}
+	if objs.Pods[0].Namespace != "default" {
+		t.Errorf("pod namespace %q", objs.Pods[0].Namespace)
+	}
+}
+
+const deploymentHead = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: host
+`
+
+func TestDecodeRejects(t *testing.T) {
+	pc := "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: %s\nvalue: %s\n"
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"unknown kind", "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\n",
+			`f.yaml: document 1: apiVersion "apps/v1" kind "StatefulSet": podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet and Deployment, scheduling.k8s.io/v1 PriorityClass`},
+		{"wrong group", "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: s}\n", `apiVersion "extensions/v1beta1" kind "Deployment"`},
+		{"unknown field in template", deploymentHead + "        imagePolicy: Always\n",
+			`f.yaml: document 1: Deployment "web": unknown field "spec.template.spec.containers[0].imagePolicy"`},
+		{"unknown top-level field", deploymentHead + "  replica: 3\n", `unknown field "spec.replica"`},
+		{"wrong type", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  replicas: three\n  selector", 1),
+			`Deployment "web": spec.replicas: expected int32, got string`},
+		{"negative replicas", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  replicas: -1\n  selector", 1),
+			`Deployment "web": spec.replicas: Invalid value: -1: must be greater than or equal to 0`},
+		{"too many replicas", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  replicas: 1000000000\n  selector", 1),
+			`spec.replicas: Invalid value: 1000000000: must be no more than 100000 (the hub's limit)`},
+		{"selector does not match", strings.Replace(deploymentHead, "matchLabels: {app: web}", "matchLabels: {app: other}", 1),
+			"Deployment \"web\": spec.template.metadata.labels: Invalid value: {\"app\":\"web\"}: `selector` does not match template `labels`"},
+		{"no selector", strings.Replace(deploymentHead, "  selector:\n    matchLabels: {app: web}\n", "", 1), `spec.selector: Required value`},
+		{"empty selector", strings.Replace(deploymentHead, "matchLabels: {app: web}", "matchLabels: {}", 1), `empty selector is invalid for deployment`},
+		{"bad name", strings.Replace(deploymentHead, "name: web\n", "name: Web_1\n", 1), `metadata.name: Invalid value: "Web_1"`},
+		{"template restartPolicy", deploymentHead + "      restartPolicy: Never\n",
+			`spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always"`},
+		{"template container invalid", strings.Replace(deploymentHead, "name: web\n        image", "name: Bad_Name\n        image", 1),
+			`spec.template.spec.containers[0].name`},
+		{"bad quantity", deploymentHead + "        resources:\n          requests: {memory: lots}\n",
+			`Deployment "web": spec.template.spec.containers[0].resources.requests[memory]: Invalid value: "lots"`},
+		{"pod affinity", deploymentHead + "      affinity:\n        podAffinity: {}\n", `spec.template.spec.affinity.podAffinity: Forbidden`},
+		{"maxSkew zero", deploymentHead + "      topologySpreadConstraints:\n      - {maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}\n",
+			`spec.template.spec.topologySpreadConstraints[0].maxSkew: Invalid value: 0: must be greater than zero`},
+		{"minDomains with ScheduleAnyway", deploymentHead + "      topologySpreadConstraints:\n      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 2}\n",
+			`can only use minDomains if whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway`},
+		{"bad whenUnsatisfiable", deploymentHead + "      topologySpreadConstraints:\n      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: Sometimes}\n",
+			`whenUnsatisfiable: Unsupported value: "Sometimes"`},
+		{"matchLabelKeys in selector", deploymentHead + "      topologySpreadConstraints:\n      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}, matchLabelKeys: [app]}\n",
+			`exists in both matchLabelKeys and labelSelector`},
+		{"toleration seconds without NoExecute", deploymentHead + "      tolerations:\n      - {key: k, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}\n",
+			`spec.template.spec.tolerations[0].effect: Invalid value: "NoSchedule": effect must be 'NoExecute' when ` + "`tolerationSeconds` is set"},
+		{"affinity operator", deploymentHead + "      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            nodeSelectorTerms:\n            - matchExpressions: [{key: zone, operator: Near, values: [a]}]\n",
+			`matchExpressions[0].operator: Unsupported value: "Near"`},
+		{"template nodeName", deploymentHead + "      nodeName: dev1\n", `spec.template.spec.nodeName: Forbidden`},
+		{"recreate with rollingUpdate", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {type: Recreate, rollingUpdate: {maxSurge: 1}}\n  selector", 1),
+			"spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"},
+		{"system priority class", strings.Replace(strings.Replace(pc, "%s", "system-mine", 1), "%s", "10", 1), `reserved for system use only`},
+		{"priority too high", strings.Replace(strings.Replace(pc, "%s", "huge", 1), "%s", "2000000000", 1),
+			`value: Forbidden: maximum allowed value of a user defined priority is 1000000000`},
+		{"duplicate", deploymentHead + "---\n" + deploymentHead, `f.yaml: document 2: Deployment default/web: also in document 1`},
+		{"daemonset selector", "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: a}\nspec:\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: other}}\n    spec:\n      containers: [{name: c, image: host}]\n",
+			"`selector` does not match template `labels`"},
+		{"pod with bad toleration", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  tolerations: [{value: x}]\n  containers: [{name: c, image: host}]\n",
+			`pod "p": spec.tolerations[0].operator`},
+		{"empty file", "# nothing\n", "f.yaml: no objects"},
+		{"not YAML", "kind: [\n", "f.yaml: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode("f.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatalf("accepted; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error\n %q\nwant it to contain\n %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeBounds(t *testing.T) {
+	big := make([]byte, 11<<20)
+	if _, err := Decode("big.yaml", big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("oversized file: %v", err)
+	}
+	many := strings.Repeat("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: host}]}\n---\n", MaxDocuments+1)
+	if _, err := Decode("many.yaml", []byte(many)); err == nil || !strings.Contains(err.Error(), "more than the 1000 allowed") {
+		t.Errorf("too many documents: %v", err)
+	}
+}

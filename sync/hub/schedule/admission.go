@@ -1,0 +1,157 @@
+package schedule
+
+import (
+	"cmp"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// builtinPriorityClasses exist in every cluster (scheduling.k8s.io/v1
+// SystemPriorityClasses).
+var builtinPriorityClasses = []*schedulingv1.PriorityClass{
+	{ObjectMeta: metav1.ObjectMeta{Name: "system-node-critical"}, Value: 2000001000},
+	{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}, Value: 2000000000},
+}
+
+// defaultTolerationSeconds is what the DefaultTolerationSeconds admission
+// plugin gives pods for not-ready and unreachable.
+const defaultTolerationSeconds = 300
+
+// admit does to a new pod what the API server's admission does before the
+// scheduler sees it: Priority (priority and preemptionPolicy from the
+// class, or the global default) and DefaultTolerationSeconds. A missing
+// class is the API server's refusal, returned as an error.
+func (s *state) admit(p *v1.Pod) error {
+	class, err := s.classFor(p)
+	if err != nil {
+		return err
+	}
+	var value int32
+	policy := v1.PreemptLowerPriority
+	if class != nil {
+		value = class.Value
+		if class.PreemptionPolicy != nil {
+			policy = *class.PreemptionPolicy
+		}
+	}
+	p.Spec.Priority = &value
+	if p.Spec.PreemptionPolicy == nil {
+		p.Spec.PreemptionPolicy = &policy
+	}
+	addDefaultTolerations(p)
+	return nil
+}
+
+// classFor is the pod's PriorityClass: the one it names, or the global
+// default (nil when there is none).
+func (s *state) classFor(p *v1.Pod) (*schedulingv1.PriorityClass, error) {
+	if name := p.Spec.PriorityClassName; name != "" {
+		if class := s.classes[name]; class != nil {
+			return class, nil
+		}
+		return nil, fmt.Errorf("pods %q is forbidden: no PriorityClass with name %s was found", p.Name, name)
+	}
+	return s.globalDefault(), nil
+}
+
+// resolvedPriority is a stored pod's priority: spec.priority once
+// admitted, else its class's value (a missing class leaves it unschedulable).
+func (s *state) resolvedPriority(p *v1.Pod) (int32, string) {
+	if p.Spec.Priority != nil {
+		return *p.Spec.Priority, ""
+	}
+	class, err := s.classFor(p)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if class == nil {
+		return 0, ""
+	}
+	return class.Value, ""
+}
+
+// preemptsOthers is false for preemptionPolicy Never, on the pod or its class.
+func (s *state) preemptsOthers(p *v1.Pod) bool {
+	if pp := p.Spec.PreemptionPolicy; pp != nil {
+		return *pp != v1.PreemptNever
+	}
+	if class, err := s.classFor(p); err == nil && class != nil && class.PreemptionPolicy != nil {
+		return *class.PreemptionPolicy != v1.PreemptNever
+	}
+	return true
+}
+
+// globalDefault is the globalDefault class with the lowest value (the
+// Priority admission plugin's choice when several claim it), or nil.
+func (s *state) globalDefault() *schedulingv1.PriorityClass {
+	var best *schedulingv1.PriorityClass
+	for _, pc := range s.classes {
+		if !pc.GlobalDefault {
+			continue
+		}
+		if best == nil || pc.Value < best.Value || (pc.Value == best.Value && cmp.Less(pc.Name, best.Name)) {
+			best = pc
+		}
+	}
+	return best
+}
+
+// addDefaultTolerations adds not-ready and unreachable NoExecute
+// tolerations for 300 s unless the pod already tolerates them, as the
+// DefaultTolerationSeconds admission plugin does.
+func addDefaultTolerations(p *v1.Pod) {
+	var notReady, unreachable bool
+	for _, t := range p.Spec.Tolerations {
+		if t.Effect != v1.TaintEffectNoExecute && t.Effect != "" {
+			continue
+		}
+		if t.Key == v1.TaintNodeNotReady || t.Key == "" {
+			notReady = true
+		}
+		if t.Key == v1.TaintNodeUnreachable || t.Key == "" {
+			unreachable = true
+		}
+	}
+	secs := int64(defaultTolerationSeconds)
+	if !notReady {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, v1.Toleration{Key: v1.TaintNodeNotReady,
+			Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: &secs})
+	}
+	if !unreachable {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, v1.Toleration{Key: v1.TaintNodeUnreachable,
+			Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: &secs})
+	}
+}
+
+// addDaemonTolerations adds what the DaemonSet controller gives its pods
+// (util.AddOrUpdateDaemonPodTolerations): they stay on not-ready,
+// unreachable, pressured and cordoned devices, with no time limit.
+func addDaemonTolerations(p *v1.Pod) {
+	add := func(key string, effect v1.TaintEffect) {
+		for _, t := range p.Spec.Tolerations {
+			if t.Key == key && t.Effect == effect && t.Operator == v1.TolerationOpExists && t.TolerationSeconds == nil {
+				return
+			}
+		}
+		// The controller replaces a toleration for the same key and effect.
+		kept := p.Spec.Tolerations[:0:0]
+		for _, t := range p.Spec.Tolerations {
+			if !(t.Key == key && t.Effect == effect) {
+				kept = append(kept, t)
+			}
+		}
+		p.Spec.Tolerations = append(kept, v1.Toleration{Key: key, Operator: v1.TolerationOpExists, Effect: effect})
+	}
+	add(v1.TaintNodeNotReady, v1.TaintEffectNoExecute)
+	add(v1.TaintNodeUnreachable, v1.TaintEffectNoExecute)
+	add(v1.TaintNodeDiskPressure, v1.TaintEffectNoSchedule)
+	add(v1.TaintNodeMemoryPressure, v1.TaintEffectNoSchedule)
+	add(v1.TaintNodePIDPressure, v1.TaintEffectNoSchedule)
+	add(v1.TaintNodeUnschedulable, v1.TaintEffectNoSchedule)
+	if p.Spec.HostNetwork {
+		add(v1.TaintNodeNetworkUnavailable, v1.TaintEffectNoSchedule)
+	}
+}

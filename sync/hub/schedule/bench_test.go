@@ -1,0 +1,68 @@
+package schedule
+
+import (
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// benchFleet is 10,000 devices in 10 zones, a DaemonSet for all of them
+// and a 1,000-replica Deployment spread over the zones (maxSkew 1,
+// DoNotSchedule).
+func benchFleet() Input {
+	in := Input{Now: t0}
+	for i := range 10000 {
+		in.Devices = append(in.Devices, device(fmt.Sprintf("dev%05d", i), fmt.Sprintf("%s=zone%d", v1.LabelTopologyZone, i%10)))
+	}
+	web := deployment("web", 1000, kv("app=web"), "100m", "64Mi")
+	web.Spec.Template.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone,
+		WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: kv("app=web")}}}
+	in.Deployments = []*appsv1.Deployment{web}
+	in.DaemonSets = []*appsv1.DaemonSet{daemonSet("agent", kv("app=agent"), "10m", "16Mi")}
+	return in
+}
+
+// BenchmarkFleet10k times one pass that places all 11,000 pods from
+// nothing: go test -run '^$' -bench Fleet10k ./sync/hub/schedule/
+func BenchmarkFleet10k(b *testing.B) {
+	in := benchFleet()
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := Schedule(in)
+		if len(plan.Bindings) != 11000 {
+			b.Fatalf("%d bindings, %d pending, want 11000 placed", len(plan.Bindings), len(plan.Pending))
+		}
+	}
+}
+
+// BenchmarkFleet10kSteady times a pass over the same fleet with every pod
+// already placed: the cost of the hub re-running the scheduler.
+func BenchmarkFleet10kSteady(b *testing.B) {
+	in := benchFleet()
+	in = apply(in, Schedule(in), t0)
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := Schedule(in)
+		if len(plan.Bindings)+len(plan.Create) != 0 {
+			b.Fatalf("steady pass placed %d", len(plan.Bindings))
+		}
+	}
+}
+
+// BenchmarkFleet10kDefaultSpread is the same fleet with a Deployment that
+// sets no constraints: the cluster-default spread (hostname 3, zone 5,
+// ScheduleAnyway) scores every device for every replica.
+func BenchmarkFleet10kDefaultSpread(b *testing.B) {
+	in := benchFleet()
+	in.Deployments[0].Spec.Template.Spec.TopologySpreadConstraints = nil
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := Schedule(in)
+		if len(plan.Bindings) != 11000 {
+			b.Fatalf("%d bindings, %d pending, want 11000 placed", len(plan.Bindings), len(plan.Pending))
+		}
+	}
+}
