@@ -103,7 +103,7 @@ func containerdConfig(c *config.Config, shimCmd []string) (supervisor.Containerd
 	// A containerd section in the config means containerd is wanted, even
 	// if it is not up yet (podvisor may start first at boot).
 	cfg := supervisor.ContainerdConfig{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
-		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir,
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ShimGroup: cc.ShimGroup,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs, ImageFS: cc.ImageFS, ConnectWait: 5 * time.Second,
 		ImageGC: supervisor.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
 			LowThresholdPercent: cc.ImageGC.LowThresholdPercent, MinimumAge: cc.ImageGC.MinimumAge.Duration}}
@@ -134,9 +134,9 @@ func containerdConfig(c *config.Config, shimCmd []string) (supervisor.Containerd
 		return cfg, c.FieldError("containerd", fmt.Errorf("the runtime plugin: %w", err))
 	}
 	if len(shimCmd) != 1 {
-		return cfg, c.FieldError("containerd", errors.New("containerd pods need podvisor-shim (their log driver) beside podvisor, or the shim setting"))
+		return cfg, c.FieldError("containerd", errors.New("containerd pods need podvisor-shim (their pods' shared PID namespace init) beside podvisor, or the shim setting"))
 	}
-	cfg.Plugin, cfg.LogDriver = []string{plugin}, shimCmd[0]
+	cfg.Plugin = []string{plugin}
 	cfg.PodInit = []string{shimCmd[0], shim.PodInitFlag}
 	return cfg, nil
 }

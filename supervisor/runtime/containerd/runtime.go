@@ -87,7 +87,7 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 			return fmt.Errorf("containerd.managed: %w", err)
 		}
 	}
-	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address, "--log-driver", cc.LogDriver)
+	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address)
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
 		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
 		if v != "" {

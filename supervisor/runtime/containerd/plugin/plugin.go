@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -18,13 +17,11 @@ import (
 	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd/api/types/runc/options"
 	ctrd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // Config is how the plugin reaches and uses containerd.
@@ -32,9 +29,6 @@ type Config struct {
 	Address     string
 	Snapshotter string // "" is containerd's default
 	Runtime     string // "" is io.containerd.runc.v2
-	// LogDriver is podvisor-shim's path: containerd's shim runs it to
-	// write each container's log (binary:// log URI).
-	LogDriver string
 	// AuthFile is a docker config.json with registry credentials.
 	AuthFile string
 	// RuncRoot is runc's state directory ("" is the shim's default,
@@ -55,6 +49,7 @@ type Plugin struct {
 	client *ctrd.Client
 	log    *slog.Logger
 	net    *network
+	logs   fifoLogs
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -86,8 +81,12 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs}}, nil
 }
 
-// Close drops the connection.
-func (p *Plugin) Close() error { return p.client.Close() }
+// Close stops copying containers' output and drops the connection. The
+// FIFOs stay for the next plugin; their writers block once they are full.
+func (p *Plugin) Close() error {
+	p.logs.detach()
+	return p.client.Close()
+}
 
 func (p *Plugin) ctx() context.Context {
 	return namespaces.WithNamespace(context.Background(), pluginapi.Namespace)
@@ -120,8 +119,9 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		return nil
 	}
 	p.touchImage(ctx, img)
+	logs := logSpec{Path: cfg.LogPath, MaxBytes: cfg.LogMaxBytes, MaxFiles: cfg.LogMaxFiles}
 	c, err := p.client.NewContainer(ctx, cfg.ID,
-		ctrd.WithContainerLabels(cfg.Labels),
+		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(logs.labels()),
 		ctrd.WithImage(img),
 		ctrd.WithSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithNewSnapshot(cfg.ID, img),
@@ -132,12 +132,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
-	logArgs := map[string]string{
-		shim.LoggerPath:     cfg.LogPath,
-		shim.LoggerMaxBytes: strconv.FormatInt(cfg.LogMaxBytes, 10),
-		shim.LoggerMaxFiles: strconv.Itoa(cfg.LogMaxFiles),
-	}
-	task, err := c.NewTask(ctx, cio.BinaryIO(p.cfg.LogDriver, logArgs))
+	task, err := c.NewTask(ctx, p.logs.creator(logs))
 	if err == nil {
 		err = task.Start(ctx)
 		if err != nil {
@@ -145,6 +140,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		}
 	}
 	if err != nil {
+		p.logs.finish(cfg.ID)
 		c.Delete(ctx, ctrd.WithSnapshotCleanup)
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.StartError, Message: err.Error()}
 		return nil
@@ -195,7 +191,7 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus,
 	if err != nil {
 		return pluginapi.ExitStatus{}, err
 	}
-	task, err := c.Task(ctx, nil)
+	task, err := p.loadTask(ctx, c)
 	if errdefs.IsNotFound(err) {
 		if st, ok := recordedExit(ctx, c); ok {
 			return st, nil // finished and deleted by an earlier wait
@@ -240,6 +236,29 @@ func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Tas
 	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
 		p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
 	}
+	p.logs.finish(c.ID())
+}
+
+// loadTask loads a container's task and, if it runs and this plugin does
+// not copy its output yet (it was restarted), re-opens its FIFOs into its
+// log. An ended task's FIFOs are removed: nobody writes them any more.
+func (p *Plugin) loadTask(ctx context.Context, c ctrd.Container) (ctrd.Task, error) {
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != ctrd.Running && st.Status != ctrd.Paused {
+		return c.Task(ctx, removeFIFOs)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.Task(ctx, p.logs.attach(c, labels))
 }
 
 // oomKilled reports whether the kernel's OOM killer killed a process in
@@ -316,11 +335,12 @@ func (p *Plugin) Remove(args pluginapi.IDArgs, _ *pluginapi.Empty) error {
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	if task, err := c.Task(ctx, nil); err == nil {
+	if task, err := c.Task(ctx, removeFIFOs); err == nil {
 		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("deleting task of %s: %w", args.ID, err)
 		}
 	}
+	p.logs.finish(args.ID)
 	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting container %s: %w", args.ID, err)
 	}
