@@ -36,7 +36,7 @@ const (
 // reach the log once containerd's shim has closed the container's streams
 // (a process that kept a copy of them, in the host's PID namespace, may
 // hold them open).
-const logDrainTimeout = 2 * time.Second
+const logDrainTimeout = time.Second
 
 // logSpec is where a container's output goes.
 type logSpec struct {
@@ -197,6 +197,24 @@ func (ls *fifoLogs) put(id string, l *fifoLog) {
 		go old.Close()
 	}
 	ls.byID[id] = l
+}
+
+// wait waits up to d for a container's streams to end (containerd's shim
+// closed them) and reports whether they did; true for a container whose
+// output this plugin does not copy.
+func (ls *fifoLogs) wait(id string, d time.Duration) bool {
+	ls.mu.Lock()
+	l := ls.byID[id]
+	ls.mu.Unlock()
+	if l == nil {
+		return true
+	}
+	select {
+	case <-l.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // finish logs what is left of a container's output (its task deleted, the

@@ -191,12 +191,10 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus,
 	if err != nil {
 		return pluginapi.ExitStatus{}, err
 	}
-	task, err := p.loadTask(ctx, c)
-	if errdefs.IsNotFound(err) {
-		if st, ok := recordedExit(ctx, c); ok {
-			return st, nil // finished and deleted by an earlier wait
-		}
+	if st, ok := recordedExit(ctx, c); ok {
+		return st, nil // finished by an earlier wait
 	}
+	task, err := p.loadTask(ctx, c)
 	if err != nil {
 		return pluginapi.ExitStatus{}, err
 	}
@@ -213,13 +211,16 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus,
 	return st, nil
 }
 
-// finishTask records a task's exit on its container and deletes the task
-// before the exit is reported. Deleting it is what has containerd's shim
-// close the container's output streams and wait for the log driver to
-// write what is left (the CRI, too, waits for the container's IO before
-// it reports an exit): without it, the last line of a container that
-// exits right after printing it may be missing from its log when the
-// daemon reads the log (FallbackToLogsOnError) or a user does.
+// finishTask records a task's exit on its container once the container's
+// output is in its log, before the exit is reported (the CRI, too, waits
+// for the container's IO): else the last line of a container that exits
+// right after printing it may be missing when the daemon reads the log
+// (FallbackToLogsOnError) or a user does. containerd's shim closes the
+// FIFOs when the container's processes are gone; if one outlives the
+// container holding them (hostPID), deleting the task has the shim close
+// them. Otherwise the ended task stays until its container is removed
+// (the daemon does so once it saved the exit): deleting it is not on the
+// way from an exit to the restart, and a per-pod shim keeps a task.
 //
 // The task's cgroup goes with it, so whether the OOM killer ended it is
 // read first.
@@ -227,16 +228,17 @@ func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Tas
 	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
 		st.Reason = "OOMKilled"
 	}
-	data, _ := json.Marshal(st)
-	if _, err := c.SetLabels(ctx, map[string]string{labelExit: string(data)}); err != nil {
-		// Kept: its status still holds the exit for a later List.
-		p.log.Warn("recording a container's exit; its task is kept", "id", c.ID(), "err", err)
-		return
-	}
-	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-		p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
+	if !p.logs.wait(c.ID(), logDrainTimeout) {
+		if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+			p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
+		}
 	}
 	p.logs.finish(c.ID())
+	data, _ := json.Marshal(st)
+	if _, err := c.SetLabels(ctx, map[string]string{labelExit: string(data)}); err != nil {
+		// Its task's status still holds the exit for a later List.
+		p.log.Warn("recording a container's exit", "id", c.ID(), "err", err)
+	}
 }
 
 // loadTask loads a container's task and, if it runs and this plugin does
@@ -371,7 +373,7 @@ func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])
 		task, err := c.Task(ctx, nil)
 		switch {
-		case errdefs.IsNotFound(err) && labels[labelExit] != "":
+		case (err == nil || errdefs.IsNotFound(err)) && labels[labelExit] != "":
 			if st, ok := recordedExit(ctx, c); ok {
 				st.StartedAt = f.StartedAt
 				f.Exit = &st
