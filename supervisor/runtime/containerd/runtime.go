@@ -307,9 +307,15 @@ func (r *Runtime) NetNS(pod *v1.Pod) string {
 }
 
 // ForgetPod detaches a pod that is gone from the network and removes its
-// namespaces and termination message files.
+// namespaces, termination message files and the container kept for its
+// shim.
 func (r *Runtime) ForgetPod(uid types.UID) {
 	r.teardownNetwork(uid)
+	if r.cfg.ShimGroup == "pod" {
+		if err := r.client.ForgetShimGroup(string(uid)); err != nil {
+			r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
+		}
+	}
 	r.mu.Lock()
 	for id := range r.imageRefs {
 		if strings.HasPrefix(id, string(uid)+"_") {

@@ -50,6 +50,8 @@ type Plugin struct {
 	log    *slog.Logger
 	net    *network
 	logs   fifoLogs
+	// forgotten are the pods whose shim groups ended.
+	forgotten forgottenGroups
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -120,8 +122,12 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	}
 	p.touchImage(ctx, img)
 	logs := logSpec{Path: cfg.LogPath, MaxBytes: cfg.LogMaxBytes, MaxFiles: cfg.LogMaxFiles}
+	own := logs.labels()
+	if cfg.ShimGroup != "" {
+		own[labelShimGroup] = cfg.ShimGroup
+	}
 	c, err := p.client.NewContainer(ctx, cfg.ID,
-		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(logs.labels()),
+		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(own),
 		ctrd.WithImage(img),
 		ctrd.WithSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithNewSnapshot(cfg.ID, img),
@@ -153,6 +159,13 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	}
 	if _, err := c.SetLabels(ctx, labels); err != nil {
 		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
+	}
+	if g := podShimGroup(map[string]string{labelShimGroup: cfg.ShimGroup, pluginapi.LabelPodUID: cfg.Labels[pluginapi.LabelPodUID]}); g != "" {
+		go func() { // this task keeps the pod's shim now
+			if err := p.removeParked(p.ctx(), g); err != nil {
+				p.log.Warn("removing a pod's parked containers", "pod", g, "err", err)
+			}
+		}()
 	}
 	return nil
 }
@@ -330,23 +343,19 @@ func (p *Plugin) Signal(args pluginapi.SignalArgs, _ *pluginapi.Empty) error {
 }
 
 // Remove deletes a container, its task (killed if it still runs) and its
-// snapshot.
+// snapshot; the ended last task of a pod's own shim is parked instead
+// (shimgroup.go).
 func (p *Plugin) Remove(args pluginapi.IDArgs, _ *pluginapi.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	if task, err := c.Task(ctx, removeFIFOs); err == nil {
-		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("deleting task of %s: %w", args.ID, err)
-		}
+	if labels, err := c.Labels(ctx); err == nil && p.park(ctx, c, labels) {
+		p.logs.finish(args.ID)
+		return nil
 	}
-	p.logs.finish(args.ID)
-	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("deleting container %s: %w", args.ID, err)
-	}
-	return nil
+	return p.deleteContainer(ctx, c)
 }
 
 // ignoreNotFound: what is gone needs no signal and no removal.
@@ -357,7 +366,8 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-// List returns every container podvisor made, with its task's state.
+// List returns every container podvisor made, with its task's state,
+// but for those the daemon removed and the plugin parked.
 func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 	ctx := p.ctx()
 	cs, err := p.client.Containers(ctx, `labels."`+pluginapi.LabelInstance+`"`)
@@ -368,6 +378,9 @@ func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 		labels, err := c.Labels(ctx)
 		if err != nil {
 			return err
+		}
+		if p.parked(ctx, c, labels) {
+			continue
 		}
 		f := pluginapi.Found{ID: c.ID(), Labels: labels}
 		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])

@@ -234,6 +234,11 @@ type NameArgs struct {
 	Name string `json:"name"`
 }
 
+// GroupArgs names a shim group: a pod's UID with containerd.shimGroup pod.
+type GroupArgs struct {
+	Group string `json:"group"`
+}
+
 // NetworkArgs attaches a pod's network namespace to the CNI network, or
 // detaches it.
 type NetworkArgs struct {
