@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,13 +15,16 @@ import (
 
 // shimPidsOf are the containerd-shim-runc-v2 processes of the containerd
 // at address.
-func shimPidsOf(address string) []int {
+func shimPidsOf(address string) []int { return pidsOf("containerd-shim-runc-v2", address) }
+
+// pidsOf are the processes of program with address as an argument.
+func pidsOf(program, address string) []int {
 	var pids []int
 	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, f := range cmdlines {
 		data, err := os.ReadFile(f)
 		argv := bytes.Split(data, []byte{0})
-		if err != nil || !strings.HasSuffix(string(argv[0]), "containerd-shim-runc-v2") || !bytes.Contains(data, []byte("\x00"+address+"\x00")) {
+		if err != nil || !strings.HasSuffix(string(argv[0]), program) || !bytes.Contains(data, []byte("\x00"+address+"\x00")) {
 			continue
 		}
 		var pid int
@@ -99,4 +103,51 @@ func TestContainerdShimPerPod(t *testing.T) {
 	d.waitGone("solo", 30*time.Second)
 	d.waitGone("other", 30*time.Second)
 	waitFor(t, "the pods' shims to exit once the pods are gone", func() bool { return len(shimPidsOf(ctrd.Address)) == 0 })
+}
+
+const talker = `apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  hostNetwork: true
+  containers:
+  - name: main
+    image: ` + testImage + `
+    imagePullPolicy: Never
+    command: ["sh", "-c", "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.05; done"]
+`
+
+// The plugin reads containers' output: killed (the daemon starts a new
+// one), its successor re-opens the FIFOs of the running containers, and
+// what a container prints meanwhile and afterwards reaches its log, in
+// order, nothing lost or repeated.
+func TestContainerdPluginRestartKeepsLogging(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	d.write("talker.yaml", talker)
+	d.waitPod("talker", 30*time.Second, func(p *v1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	lines := func() []string {
+		out, _, _ := d.cli("logs", "talker")
+		return strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	}
+	waitFor(t, "talker to log 5 lines", func() bool { return len(lines()) >= 5 })
+	plugins := pidsOf("podvisor-containerd", ctrd.Address)
+	if len(plugins) != 1 {
+		t.Fatalf("plugin processes %v, want 1", plugins)
+	}
+	if err := syscall.Kill(plugins[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	before := len(lines())
+	waitFor(t, "a new plugin", func() bool {
+		p := pidsOf("podvisor-containerd", ctrd.Address)
+		return len(p) == 1 && p[0] != plugins[0]
+	})
+	waitFor(t, "talker to log 20 more lines after the plugin was killed", func() bool { return len(lines()) >= before+20 })
+	for i, line := range lines() {
+		if want := fmt.Sprintf("line %d", i); line != want {
+			t.Fatalf("log line %d is %q, want %q: a line was lost or repeated across the plugin's restart", i, line, want)
+		}
+	}
 }
