@@ -79,6 +79,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
 	fs.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory (default: the shim's)")
 	fs.BoolVar(&cfg.NoPivotRoot, "no-pivot-root", false, "chroot into containers' roots (for an initramfs root)")
+	fs.StringVar(&cfg.FIFODir, "fifo-dir", "", "containers' output FIFOs (default "+plugin.DefaultFIFODir+")")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "", "pod network configuration (default /etc/cni/net.d)")
 	fs.Func("cni-bin-dirs", "CNI plugin directories, colon-separated (default /usr/lib/cni:/opt/cni/bin)", func(v string) error {
 		cfg.CNIBinDirs = strings.Split(v, ":")

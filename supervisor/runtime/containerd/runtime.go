@@ -88,6 +88,10 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 		}
 	}
 	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address)
+	if cc.SandboxDir != "" {
+		// Beside the sandboxes: /run/podvisor/fifo by default.
+		args = append(args, "--fifo-dir", filepath.Join(filepath.Dir(cc.SandboxDir), "fifo"))
+	}
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
 		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
 		if v != "" {

@@ -18,11 +18,12 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// FIFODir holds the FIFOs containerd's shims write containers' output to,
-// one directory per task, as containerd's own cio does. The plugin reads
-// them and writes each container's CRI log: no process per container
-// for logs (the binary:// log driver cost ~0.9 MiB each).
-const FIFODir = "/run/podvisor/fifo"
+// DefaultFIFODir holds the FIFOs containerd's shims write containers'
+// output to, one directory per task, as containerd's own cio does, unless
+// Config.FIFODir names another. The plugin reads them and writes each
+// container's CRI log: no process per container for logs (the binary://
+// log driver cost ~0.9 MiB each).
+const DefaultFIFODir = "/run/podvisor/fifo"
 
 // Labels that keep where a container's log goes, so that a restarted
 // plugin re-opens its FIFOs into the same log.
@@ -141,8 +142,10 @@ func (l *fifoLog) doneOrClosed() <-chan struct{} {
 	return l.done
 }
 
-// fifoLogs are the tasks' logs this plugin copies, by container ID.
+// fifoLogs are the tasks' logs this plugin copies, by container ID, and
+// root, the directory of their FIFOs.
 type fifoLogs struct {
+	root string
 	mu   sync.Mutex
 	byID map[string]*fifoLog
 }
@@ -150,7 +153,7 @@ type fifoLogs struct {
 // creator makes a new task's FIFOs and copies them into its log.
 func (ls *fifoLogs) creator(spec logSpec) cio.Creator {
 	return func(id string) (cio.IO, error) {
-		set, err := cio.NewFIFOSetInDir(FIFODir, id, false)
+		set, err := cio.NewFIFOSetInDir(ls.root, id, false)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +176,7 @@ func (ls *fifoLogs) attach(c ctrd.Container, labels map[string]string) cio.Attac
 		ls.mu.Lock()
 		_, copying := ls.byID[c.ID()]
 		ls.mu.Unlock()
-		dir, ours := fifoDirOf(found.Config)
+		dir, ours := ls.dirOf(found.Config)
 		if !ok || copying || !ours {
 			return nil, nil
 		}
@@ -246,16 +249,16 @@ func (ls *fifoLogs) detach() {
 	}
 }
 
-// fifoDirOf is the directory of a task's FIFOs, if the plugin made it.
-func fifoDirOf(set cio.Config) (string, bool) {
+// dirOf is the directory of a task's FIFOs, if the plugin made it.
+func (ls *fifoLogs) dirOf(set cio.Config) (string, bool) {
 	dir := filepath.Dir(set.Stdout)
-	return dir, set.Stdout != "" && filepath.Dir(dir) == FIFODir
+	return dir, set.Stdout != "" && filepath.Dir(dir) == filepath.Clean(ls.root)
 }
 
 // removeFIFOs is an Attach that removes the FIFOs of a task whose output
 // nobody will read (it ended while no plugin was copying it).
-func removeFIFOs(found *cio.FIFOSet) (cio.IO, error) {
-	if dir, ours := fifoDirOf(found.Config); ours {
+func (ls *fifoLogs) removeFIFOs(found *cio.FIFOSet) (cio.IO, error) {
+	if dir, ours := ls.dirOf(found.Config); ours {
 		os.RemoveAll(dir)
 	}
 	return nil, nil

@@ -42,7 +42,7 @@ func TestRestartedPluginReopensFIFOs(t *testing.T) {
 	p.Close() // the plugin stops reading; the container blocks once the FIFO is full
 	stopped, _ := os.ReadFile(logPath)
 
-	q, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot()}, slog.Default())
+	q, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot(), FIFODir: p.cfg.FIFODir}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +74,7 @@ func TestRestartedPluginReopensFIFOs(t *testing.T) {
 			t.Fatalf("log line %d is %q, want it to end in %q: a line was lost or repeated across the restart", i, line, want)
 		}
 	}
-	entries, _ := os.ReadDir(FIFODir)
-	for _, e := range entries {
-		if _, err := os.Stat(filepath.Join(FIFODir, e.Name(), "talker-stdout")); err == nil {
-			t.Errorf("the ended container's FIFOs are left in %s", e.Name())
-		}
+	if entries, _ := os.ReadDir(q.cfg.FIFODir); len(entries) != 0 {
+		t.Errorf("the removed container's FIFOs are left in %s: %v", q.cfg.FIFODir, entries)
 	}
 }

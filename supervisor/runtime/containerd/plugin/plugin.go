@@ -37,6 +37,8 @@ type Config struct {
 	// NoPivotRoot has runc chroot into a container's root instead of
 	// pivot_root, which an initramfs root does not allow.
 	NoPivotRoot bool
+	// FIFODir holds containers' output FIFOs (default DefaultFIFODir).
+	FIFODir string
 	// CNIConfDir holds the pod network's configuration (default
 	// /etc/cni/net.d); CNIBinDirs the CNI plugins.
 	CNIConfDir string
@@ -80,7 +82,11 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 	if len(cfg.CNIBinDirs) == 0 {
 		cfg.CNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 	}
-	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs}}, nil
+	if cfg.FIFODir == "" {
+		cfg.FIFODir = DefaultFIFODir
+	}
+	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs},
+		logs: fifoLogs{root: cfg.FIFODir}}, nil
 }
 
 // Close stops copying containers' output and drops the connection. The
@@ -267,7 +273,7 @@ func (p *Plugin) loadTask(ctx context.Context, c ctrd.Container) (ctrd.Task, err
 		return nil, err
 	}
 	if st.Status != ctrd.Running && st.Status != ctrd.Paused {
-		return c.Task(ctx, removeFIFOs)
+		return c.Task(ctx, p.logs.removeFIFOs)
 	}
 	labels, err := c.Labels(ctx)
 	if err != nil {

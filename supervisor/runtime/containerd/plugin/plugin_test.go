@@ -57,7 +57,7 @@ func TestArchiveName(t *testing.T) {
 // newPlugin starts a private containerd and a plugin on it.
 func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	ctrd := ctrdtest.Start(t)
-	p, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot()}, slog.Default())
+	p, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot(), FIFODir: filepath.Join(t.TempDir(), "fifo")}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

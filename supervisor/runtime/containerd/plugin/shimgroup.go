@@ -154,7 +154,7 @@ func (p *Plugin) ForgetShimGroup(args pluginapi.GroupArgs, _ *pluginapi.Empty) e
 // deleteContainer deletes a container, its task (killed if it still
 // runs), its snapshot and its FIFOs.
 func (p *Plugin) deleteContainer(ctx context.Context, c ctrd.Container) error {
-	if task, err := c.Task(ctx, removeFIFOs); err == nil {
+	if task, err := c.Task(ctx, p.logs.removeFIFOs); err == nil {
 		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("deleting task of %s: %w", c.ID(), err)
 		}
