@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,15 +73,16 @@ type fifoLog struct {
 	cancel context.CancelFunc
 	pipes  []io.ReadCloser
 	done   chan struct{} // closed once both streams ended
+	closed sync.Once
 }
 
 // openFIFOLog opens set's stdout and stderr FIFOs (creating them) for
 // reading and copies them into the log at spec. The opens complete when
-// the shim opens the writing ends; reads end when it closes them.
+// the shim opens the writing ends; reads end when it closes them. On an
+// error the FIFOs stay: the caller decides.
 func openFIFOLog(set *cio.FIFOSet, spec logSpec) (*fifoLog, error) {
 	w, err := shim.OpenLog(spec.Path, spec.MaxBytes, max(spec.MaxFiles, 1))
 	if err != nil {
-		set.Close()
 		return nil, fmt.Errorf("container log %s: %w", spec.Path, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,7 +92,7 @@ func openFIFOLog(set *cio.FIFOSet, spec logSpec) (*fifoLog, error) {
 	for stream, path := range streams {
 		r, err := fifo.OpenFifo(ctx, path, syscall.O_RDONLY|syscall.O_CREAT|syscall.O_NONBLOCK, 0o700)
 		if err != nil {
-			l.Close()
+			l.stop()
 			return nil, fmt.Errorf("%s FIFO of %s: %w", stream, spec.Path, err)
 		}
 		l.pipes = append(l.pipes, r)
@@ -110,25 +112,34 @@ func (l *fifoLog) Config() cio.Config {
 // to start).
 func (l *fifoLog) Cancel() { l.cancel() }
 
-// Wait waits for both streams to end.
-func (l *fifoLog) Wait() { <-l.done }
+// Wait waits for both streams to end, at most logDrainTimeout: the
+// client's task.Delete waits here before it has the shim close them.
+func (l *fifoLog) Wait() { l.drain() }
 
 // drain waits, bounded, for the output still in the FIFOs to be logged.
 func (l *fifoLog) drain() {
 	select {
-	case <-l.done:
+	case <-l.doneOrClosed():
 	case <-time.After(logDrainTimeout):
 	}
 }
 
-// Close stops copying, closes the log and removes the FIFOs.
+// stop stops copying and closes the log; the FIFOs stay.
+func (l *fifoLog) stop() {
+	l.closed.Do(func() {
+		l.cancel()
+		for _, p := range l.pipes {
+			p.Close()
+		}
+		<-l.doneOrClosed()
+		l.log.Close()
+	})
+}
+
+// Close stops copying, closes the log and removes the FIFOs. It may be
+// called more than once (the client's task.Delete and the plugin).
 func (l *fifoLog) Close() error {
-	l.cancel()
-	for _, p := range l.pipes {
-		p.Close()
-	}
-	<-l.doneOrClosed()
-	l.log.Close()
+	l.stop()
 	return l.set.Close()
 }
 
@@ -146,6 +157,7 @@ func (l *fifoLog) doneOrClosed() <-chan struct{} {
 // root, the directory of their FIFOs.
 type fifoLogs struct {
 	root string
+	log  *slog.Logger
 	mu   sync.Mutex
 	byID map[string]*fifoLog
 }
@@ -160,6 +172,7 @@ func (ls *fifoLogs) creator(spec logSpec) cio.Creator {
 		set.Stdin = ""
 		l, err := openFIFOLog(set, spec)
 		if err != nil {
+			set.Close()
 			return nil, err
 		}
 		ls.put(id, l)
@@ -183,7 +196,10 @@ func (ls *fifoLogs) attach(c ctrd.Container, labels map[string]string) cio.Attac
 		set := cio.NewFIFOSet(cio.Config{Stdout: found.Stdout, Stderr: found.Stderr}, func() error { return os.RemoveAll(dir) })
 		l, err := openFIFOLog(set, spec)
 		if err != nil {
-			return nil, err
+			// Not copied (its writes block once the FIFO is full), but
+			// its exit is still followed.
+			ls.log.Warn("re-opening a container's output", "id", c.ID(), "err", err)
+			return nil, nil
 		}
 		ls.put(c.ID(), l)
 		return l, nil
@@ -239,12 +255,7 @@ func (ls *fifoLogs) detach() {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for id, l := range ls.byID {
-		l.cancel()
-		for _, p := range l.pipes {
-			p.Close()
-		}
-		<-l.doneOrClosed()
-		l.log.Close()
+		l.stop()
 		delete(ls.byID, id)
 	}
 }

@@ -86,7 +86,7 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 		cfg.FIFODir = DefaultFIFODir
 	}
 	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs},
-		logs: fifoLogs{root: cfg.FIFODir}}, nil
+		logs: fifoLogs{root: cfg.FIFODir, log: log}}, nil
 }
 
 // Close stops copying containers' output and drops the connection. The
