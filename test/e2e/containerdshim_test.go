@@ -72,11 +72,11 @@ func TestContainerdPodsShareOneShim(t *testing.T) {
 	if shims := shimPidsOf(ctrd.Address); len(shims) != 1 {
 		t.Fatalf("3 pods run under %d containerd shims %v, want 1", len(shims), shims)
 	}
-	out, _, _ := d.cli("logs", "two")
-	prev, _, _ := d.cli("logs", "two", "--previous")
-	if out != "second run\n" || prev != "first run\n" {
-		t.Fatalf("logs %q, --previous %q", out, prev)
-	}
+	waitFor(t, `logs of pod two to say "second run", and --previous "first run"`, func() bool {
+		out, _, _ := d.cli("logs", "two")
+		prev, _, _ := d.cli("logs", "two", "--previous")
+		return out == "second run\n" && prev == "first run\n"
+	})
 }
 
 // With containerd.shimGroup: pod, each pod has its own shim, and a
