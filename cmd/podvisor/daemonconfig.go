@@ -94,7 +94,8 @@ func shimCommand(c *config.Config) ([]string, error) {
 
 // containerdConfig enables containerd pods where the config names
 // containerd, or its default socket exists. They need podvisor-containerd
-// (the plugin) and podvisor-shim (the log driver) beside this binary.
+// (the plugin) and podvisor-shim (the init of a pod's shared PID namespace)
+// beside this binary.
 func containerdConfig(c *config.Config, shimCmd []string) (supervisor.ContainerdConfig, error) {
 	cc := c.Containerd
 	if _, err := os.Stat(config.DefaultContainerdSocket); err != nil && !c.ContainerdNamed() {
