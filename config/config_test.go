@@ -57,6 +57,7 @@ func TestDefaults(t *testing.T) {
 		{"eviction.maxPodGracePeriod", c.Eviction.MaxPodGracePeriod, dur(0)},
 		{"containerd.imageGC", c.Containerd.ImageGC, ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: dur(2 * time.Minute)}},
 		{"containerd.sandboxDir", c.Containerd.SandboxDir, "/run/podvisor/sandbox"},
+		{"containerd.shimGroup", c.Containerd.ShimGroup, "device"},
 		{"containerd address", c.ContainerdAddress(), "/run/containerd/containerd.sock"},
 		{"containerd named", c.ContainerdNamed(), false},
 		{"managed root", c.ManagedRoot(), "/var/lib/podvisor/containerd/root"},
@@ -132,6 +133,7 @@ func TestContainerdNamed(t *testing.T) {
 		"containerd: {imageGC: {lowThresholdPercent: 80}}\n": true,
 		"containerd: {sandboxDir: /run/sb}\n":                true,
 		"containerd: {noPivotRoot: true}\n":                  true,
+		"containerd: {shimGroup: pod}\n":                     true,
 	} {
 		if c, _ := load(t, body); c.ContainerdNamed() != want {
 			t.Errorf("%q: named %v, want %v", body, !want, want)
@@ -207,6 +209,7 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"containerd: {imageGC: {highThresholdPercent: 70}}\n", []string{"containerd.imageGC", "lowThresholdPercent (80)", "highThresholdPercent (70)"}},
 		{"containerd: {imageGC: {highThresholdPercent: 101, lowThresholdPercent: 0}}\n", []string{"containerd.imageGC", "(101)"}},
 		{"containerd: {imageGC: {minimumAge: -1m}}\n", []string{"containerd.imageGC.minimumAge", "negative"}},
+		{"containerd: {shimGroup: container}\n", []string{"containerd.shimGroup", `"container"`, "device or pod"}},
 		{"hub: {url: http://hub:80}\n", []string{"hub.url", `"http://hub:80"`, "mqtts://"}},
 		{"hub: {heartbeat: -1s}\n", []string{"hub.heartbeat", "negative"}},
 		{"hub: {outbox: {maxRows: -1}}\n", []string{"hub.outbox.maxRows", "-1"}},

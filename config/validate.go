@@ -151,6 +151,9 @@ func (c *Config) validateContainerd(v *validation) {
 	if c.Containerd.SandboxDir == "" {
 		v.add("containerd.sandboxDir", "must be a path")
 	}
+	if g := c.Containerd.ShimGroup; g != ShimGroupDevice && g != ShimGroupPod {
+		v.add("containerd.shimGroup", "%q: want %s or %s", g, ShimGroupDevice, ShimGroupPod)
+	}
 }
 
 func (c *Config) validateHub(v *validation) {

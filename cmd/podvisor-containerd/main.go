@@ -27,7 +27,7 @@ import (
 )
 
 const usage = `usage:
-  podvisor-containerd serve --address SOCKET [--snapshotter S] [--runtime R] --log-driver PATH [--auth-file F]
+  podvisor-containerd serve --address SOCKET [--snapshotter S] [--runtime R] [--auth-file F]
   podvisor-containerd exec --address SOCKET [-i] [-t] CONTAINER-ID -- COMMAND [ARG...]
 `
 
@@ -76,10 +76,10 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&cfg.Snapshotter, "snapshotter", "", "snapshotter (default: containerd's)")
 	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime (default io.containerd.runc.v2)")
-	fs.StringVar(&cfg.LogDriver, "log-driver", "", "podvisor-shim, the containers' log driver")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
 	fs.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory (default: the shim's)")
 	fs.BoolVar(&cfg.NoPivotRoot, "no-pivot-root", false, "chroot into containers' roots (for an initramfs root)")
+	fs.StringVar(&cfg.FIFODir, "fifo-dir", "", "containers' output FIFOs (default "+plugin.DefaultFIFODir+")")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "", "pod network configuration (default /etc/cni/net.d)")
 	fs.Func("cni-bin-dirs", "CNI plugin directories, colon-separated (default /usr/lib/cni:/opt/cni/bin)", func(v string) error {
 		cfg.CNIBinDirs = strings.Split(v, ":")
@@ -90,9 +90,6 @@ func serve(args []string) error {
 		return err
 	}
 	defer p.Close()
-	if cfg.LogDriver == "" {
-		return errors.New("serve: --log-driver is required")
-	}
 	// The daemon owns the terminal's signals; the plugin ends with stdin.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	srv := rpc.NewServer()

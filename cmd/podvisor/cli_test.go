@@ -163,7 +163,7 @@ func TestDaemonConfigContainerd(t *testing.T) {
 	}
 	cc := cfg.Containerd
 	if cc.Address == "" || cc.SandboxDir != "/run/podvisor/sandbox" || cc.ImageGC.HighThresholdPercent != 85 || cc.ImageGC.LowThresholdPercent != 70 ||
-		cc.ImageGC.MinimumAge != 2*time.Minute || cc.ConnectWait != 5*time.Second || cc.Plugin[0] != plugin || cc.LogDriver != shimBin ||
+		cc.ImageGC.MinimumAge != 2*time.Minute || cc.ConnectWait != 5*time.Second || cc.Plugin[0] != plugin || cc.ShimGroup != "device" ||
 		len(cc.PodInit) != 2 || cc.PodInit[0] != shimBin {
 		t.Fatalf("containerd config %+v", cc)
 	}

@@ -94,7 +94,8 @@ func shimCommand(c *config.Config) ([]string, error) {
 
 // containerdConfig enables containerd pods where the config names
 // containerd, or its default socket exists. They need podvisor-containerd
-// (the plugin) and podvisor-shim (the log driver) beside this binary.
+// (the plugin) and podvisor-shim (the init of a pod's shared PID namespace)
+// beside this binary.
 func containerdConfig(c *config.Config, shimCmd []string) (supervisor.ContainerdConfig, error) {
 	cc := c.Containerd
 	if _, err := os.Stat(config.DefaultContainerdSocket); err != nil && !c.ContainerdNamed() {
@@ -103,7 +104,7 @@ func containerdConfig(c *config.Config, shimCmd []string) (supervisor.Containerd
 	// A containerd section in the config means containerd is wanted, even
 	// if it is not up yet (podvisor may start first at boot).
 	cfg := supervisor.ContainerdConfig{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
-		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir,
+		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ShimGroup: cc.ShimGroup,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs, ImageFS: cc.ImageFS, ConnectWait: 5 * time.Second,
 		ImageGC: supervisor.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
 			LowThresholdPercent: cc.ImageGC.LowThresholdPercent, MinimumAge: cc.ImageGC.MinimumAge.Duration}}
@@ -134,9 +135,9 @@ func containerdConfig(c *config.Config, shimCmd []string) (supervisor.Containerd
 		return cfg, c.FieldError("containerd", fmt.Errorf("the runtime plugin: %w", err))
 	}
 	if len(shimCmd) != 1 {
-		return cfg, c.FieldError("containerd", errors.New("containerd pods need podvisor-shim (their log driver) beside podvisor, or the shim setting"))
+		return cfg, c.FieldError("containerd", errors.New("containerd pods need podvisor-shim (their pods' shared PID namespace init) beside podvisor, or the shim setting"))
 	}
-	cfg.Plugin, cfg.LogDriver = []string{plugin}, shimCmd[0]
+	cfg.Plugin = []string{plugin}
 	cfg.PodInit = []string{shimCmd[0], shim.PodInitFlag}
 	return cfg, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,13 @@ import (
 )
 
 const benchImage = "podvisor.bench/busybox:1"
+
+// kubeletPSS is the kubelet's total with 20 containerd pods (agent,
+// containerd, shims), measured beside podvisor in issue 14; the goal is
+// at most half of it.
+const kubeletPSS = 219.7
+
+var ctrdShimGroup = flag.String("containerd-shim-group", "device", "containerd.shimGroup of the containerd pods: device or pod")
 
 // containerdPod is a one-container pod of the bench image with the marks
 // directory mounted at /marks, on the host's network unless ownNetwork.
@@ -82,8 +90,8 @@ func containerdBench(bin string, n, podCount int) error {
 	config := filepath.Join(dir, "config.yaml")
 	cgRoot := fmt.Sprintf("podvisor-bench-%d", os.Getpid())
 	defer removeCgroupTree(cgRoot)
-	os.WriteFile(config, []byte(fmt.Sprintf("cgroups: {root: %s}\ncontainerd: {address: %s, runcRoot: %s, sandboxDir: %s}\n",
-		cgRoot, ctrd.Address, ctrd.RuncRoot(), filepath.Join(dir, "sandbox"))), 0o644)
+	os.WriteFile(config, []byte(fmt.Sprintf("cgroups: {root: %s}\ncontainerd: {address: %s, runcRoot: %s, sandboxDir: %s, shimGroup: %s}\n",
+		cgRoot, ctrd.Address, ctrd.RuncRoot(), filepath.Join(dir, "sandbox"), *ctrdShimGroup)), 0o644)
 	b, err := startDaemon(bin, dir, "--config", config)
 	if err != nil {
 		return err
@@ -155,12 +163,14 @@ func containerdBench(bin string, n, podCount int) error {
 	printDist("process exit -> restarted workload running", restart)
 	fmt.Printf("daemon RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB\n", podCount, idle.total, full.total)
 	fmt.Printf("plugin RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB  (podvisor-containerd)\n", podCount, pluginIdle.total, pluginFull.total)
-	fmt.Printf("per pod: containerd-shim %.2f MiB (anon %.2f), log driver %.2f MiB (anon %.2f), n=%d/%d\n",
-		shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)),
-		loggers.total/float64(max(loggers.count, 1)), loggers.anon/float64(max(loggers.count, 1)), shims.count, loggers.count)
+	fmt.Printf("containerd shims (shimGroup %s): %d for %d pods, %.2f MiB RSS each (anon %.2f); log drivers: %d\n", *ctrdShimGroup,
+		shims.count, podCount, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)), loggers.count)
 
 	fmt.Println()
 	total := printPSS(fmt.Sprintf("containerd pods: %d, memory (smaps_rollup)", podCount), ctrdMem...)
+	if podCount == 20 {
+		fmt.Printf("  against the kubelet's %.1f MiB with 20 pods (issue 14, another run): %.2fx, goal <= 0.5x\n", kubeletPSS, total/kubeletPSS)
+	}
 	if ws, err := reclaimCold(plugin, 10*time.Second); err != nil {
 		fmt.Printf("  plugin working set: not measured: %v\n", err)
 	} else {

@@ -250,6 +250,11 @@ func (c *Client) Remove(id string) error {
 	return c.call("Remove", pluginapi.IDArgs{ID: id}, &pluginapi.Empty{})
 }
 
+// ForgetShimGroup deletes the containers kept for a gone pod's shim.
+func (c *Client) ForgetShimGroup(group string) error {
+	return c.call("ForgetShimGroup", pluginapi.GroupArgs{Group: group}, &pluginapi.Empty{})
+}
+
 // List returns podvisor's containers in containerd.
 func (c *Client) List() ([]pluginapi.Found, error) {
 	var reply pluginapi.ListReply

@@ -7,10 +7,7 @@ type Config struct {
 	// Address is containerd's socket; "" disables containerd pods.
 	Address string
 	// Plugin is the podvisor-containerd command (its arguments are added).
-	Plugin []string
-	// LogDriver is podvisor-shim, which containerd's shim runs to write
-	// each container's log.
-	LogDriver   string
+	Plugin      []string
 	Snapshotter string
 	Runtime     string
 	AuthFile    string
@@ -18,6 +15,10 @@ type Config struct {
 	// NoPivotRoot has runc chroot into containers' roots, where the
 	// device's root is an initramfs (pivot_root cannot leave it).
 	NoPivotRoot bool
+	// ShimGroup is which containers share one containerd shim: "pod", each
+	// pod's; anything else ("device", the default), every container of
+	// this daemon.
+	ShimGroup string
 	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
 	SandboxDir string
 	// PodInit is the command of the init that holds a pod's shared PID

@@ -1,6 +1,8 @@
 package containerd
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,8 +39,8 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 		Command: nilIfEmpty(p.Argv[:p.Command]), Args: nilIfEmpty(p.Argv[p.Command:]),
 		Env: imageEnv(p.Env, spec), WorkingDir: spec.WorkingDir,
 		HostNetwork: pod.Spec.HostNetwork, HostIPC: pod.Spec.HostIPC, HostPID: pod.Spec.HostPID,
-		Security: securityOf(pod, spec),
-		LogPath:  c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
+		Security: securityOf(pod, spec), ShimGroup: r.shimGroup(pod),
+		LogPath: c.LogPath, LogMaxBytes: c.LogMaxBytes, LogMaxFiles: c.LogMaxFiles,
 	}
 	if cfg.Security.SeccompProfile, err = r.seccompProfilePath(cfg.Security.SeccompProfile); err != nil {
 		return cfg, err
@@ -94,6 +96,18 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 		}
 	}
 	return cfg, nil
+}
+
+// shimGroup is the containerd shim a pod's containers join: the pod's own
+// (its UID) with shimGroup "pod", else this daemon's, named by its data
+// directory so that two daemons on one containerd (tests, a second data
+// directory) never share a shim.
+func (r *Runtime) shimGroup(pod *v1.Pod) string {
+	if r.cfg.ShimGroup == "pod" {
+		return string(pod.UID)
+	}
+	sum := sha256.Sum256([]byte(r.dataDir))
+	return "podvisor-" + hex.EncodeToString(sum[:6])
 }
 
 // sandbox makes (once) the namespaces a pod's containers share; nil when

@@ -87,7 +87,11 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 			return fmt.Errorf("containerd.managed: %w", err)
 		}
 	}
-	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address, "--log-driver", cc.LogDriver)
+	args := append(append([]string{}, cc.Plugin...), "serve", "--address", cc.Address)
+	if cc.SandboxDir != "" {
+		// Beside the sandboxes: /run/podvisor/fifo by default.
+		args = append(args, "--fifo-dir", filepath.Join(filepath.Dir(cc.SandboxDir), "fifo"))
+	}
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
 		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
 		if v != "" {
@@ -307,9 +311,15 @@ func (r *Runtime) NetNS(pod *v1.Pod) string {
 }
 
 // ForgetPod detaches a pod that is gone from the network and removes its
-// namespaces and termination message files.
+// namespaces, termination message files and the container kept for its
+// shim.
 func (r *Runtime) ForgetPod(uid types.UID) {
 	r.teardownNetwork(uid)
+	if r.cfg.ShimGroup == "pod" {
+		if err := r.client.ForgetShimGroup(string(uid)); err != nil {
+			r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
+		}
+	}
 	r.mu.Lock()
 	for id := range r.imageRefs {
 		if strings.HasPrefix(id, string(uid)+"_") {

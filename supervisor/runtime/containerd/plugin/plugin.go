@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -18,13 +17,11 @@ import (
 	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"github.com/containerd/containerd/api/types/runc/options"
 	ctrd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
-	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
 // Config is how the plugin reaches and uses containerd.
@@ -32,9 +29,6 @@ type Config struct {
 	Address     string
 	Snapshotter string // "" is containerd's default
 	Runtime     string // "" is io.containerd.runc.v2
-	// LogDriver is podvisor-shim's path: containerd's shim runs it to
-	// write each container's log (binary:// log URI).
-	LogDriver string
 	// AuthFile is a docker config.json with registry credentials.
 	AuthFile string
 	// RuncRoot is runc's state directory ("" is the shim's default,
@@ -43,6 +37,8 @@ type Config struct {
 	// NoPivotRoot has runc chroot into a container's root instead of
 	// pivot_root, which an initramfs root does not allow.
 	NoPivotRoot bool
+	// FIFODir holds containers' output FIFOs (default DefaultFIFODir).
+	FIFODir string
 	// CNIConfDir holds the pod network's configuration (default
 	// /etc/cni/net.d); CNIBinDirs the CNI plugins.
 	CNIConfDir string
@@ -55,6 +51,9 @@ type Plugin struct {
 	client *ctrd.Client
 	log    *slog.Logger
 	net    *network
+	logs   fifoLogs
+	// forgotten are the pods whose shim groups ended.
+	forgotten forgottenGroups
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -83,11 +82,19 @@ func New(cfg Config, log *slog.Logger) (*Plugin, error) {
 	if len(cfg.CNIBinDirs) == 0 {
 		cfg.CNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 	}
-	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs}}, nil
+	if cfg.FIFODir == "" {
+		cfg.FIFODir = DefaultFIFODir
+	}
+	return &Plugin{cfg: cfg, client: c, log: log, net: &network{confDir: cfg.CNIConfDir, binDirs: cfg.CNIBinDirs},
+		logs: fifoLogs{root: cfg.FIFODir, log: log}}, nil
 }
 
-// Close drops the connection.
-func (p *Plugin) Close() error { return p.client.Close() }
+// Close stops copying containers' output and drops the connection. The
+// FIFOs stay for the next plugin; their writers block once they are full.
+func (p *Plugin) Close() error {
+	p.logs.detach()
+	return p.client.Close()
+}
 
 func (p *Plugin) ctx() context.Context {
 	return namespaces.WithNamespace(context.Background(), pluginapi.Namespace)
@@ -120,8 +127,13 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		return nil
 	}
 	p.touchImage(ctx, img)
+	logs := logSpec{Path: cfg.LogPath, MaxBytes: cfg.LogMaxBytes, MaxFiles: cfg.LogMaxFiles}
+	own := logs.labels()
+	if cfg.ShimGroup != "" {
+		own[labelShimGroup] = cfg.ShimGroup
+	}
 	c, err := p.client.NewContainer(ctx, cfg.ID,
-		ctrd.WithContainerLabels(cfg.Labels),
+		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(own),
 		ctrd.WithImage(img),
 		ctrd.WithSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithNewSnapshot(cfg.ID, img),
@@ -132,12 +144,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
-	logArgs := map[string]string{
-		shim.LoggerPath:     cfg.LogPath,
-		shim.LoggerMaxBytes: strconv.FormatInt(cfg.LogMaxBytes, 10),
-		shim.LoggerMaxFiles: strconv.Itoa(cfg.LogMaxFiles),
-	}
-	task, err := c.NewTask(ctx, cio.BinaryIO(p.cfg.LogDriver, logArgs))
+	task, err := c.NewTask(ctx, p.logs.creator(logs))
 	if err == nil {
 		err = task.Start(ctx)
 		if err != nil {
@@ -145,6 +152,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		}
 	}
 	if err != nil {
+		p.logs.finish(cfg.ID)
 		c.Delete(ctx, ctrd.WithSnapshotCleanup)
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.StartError, Message: err.Error()}
 		return nil
@@ -157,6 +165,13 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	}
 	if _, err := c.SetLabels(ctx, labels); err != nil {
 		p.log.Warn("recording the start time", "id", cfg.ID, "err", err)
+	}
+	if g := podShimGroup(map[string]string{labelShimGroup: cfg.ShimGroup, pluginapi.LabelPodUID: cfg.Labels[pluginapi.LabelPodUID]}); g != "" {
+		go func() { // this task keeps the pod's shim now
+			if err := p.removeParked(p.ctx(), g); err != nil {
+				p.log.Warn("removing a pod's parked containers", "pod", g, "err", err)
+			}
+		}()
 	}
 	return nil
 }
@@ -195,12 +210,10 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus,
 	if err != nil {
 		return pluginapi.ExitStatus{}, err
 	}
-	task, err := c.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		if st, ok := recordedExit(ctx, c); ok {
-			return st, nil // finished and deleted by an earlier wait
-		}
+	if st, ok := recordedExit(ctx, c); ok {
+		return st, nil // finished by an earlier wait
 	}
+	task, err := p.loadTask(ctx, c)
 	if err != nil {
 		return pluginapi.ExitStatus{}, err
 	}
@@ -217,13 +230,16 @@ func (p *Plugin) waitOnce(ctx context.Context, id string) (pluginapi.ExitStatus,
 	return st, nil
 }
 
-// finishTask records a task's exit on its container and deletes the task
-// before the exit is reported. Deleting it is what has containerd's shim
-// close the container's output streams and wait for the log driver to
-// write what is left (the CRI, too, waits for the container's IO before
-// it reports an exit): without it, the last line of a container that
-// exits right after printing it may be missing from its log when the
-// daemon reads the log (FallbackToLogsOnError) or a user does.
+// finishTask records a task's exit on its container once the container's
+// output is in its log, before the exit is reported (the CRI, too, waits
+// for the container's IO): else the last line of a container that exits
+// right after printing it may be missing when the daemon reads the log
+// (FallbackToLogsOnError) or a user does. containerd's shim closes the
+// FIFOs when the container's processes are gone; if one outlives the
+// container holding them (hostPID), deleting the task has the shim close
+// them. Otherwise the ended task stays until its container is removed
+// (the daemon does so once it saved the exit): deleting it is not on the
+// way from an exit to the restart, and a per-pod shim keeps a task.
 //
 // The task's cgroup goes with it, so whether the OOM killer ended it is
 // read first.
@@ -231,15 +247,39 @@ func (p *Plugin) finishTask(ctx context.Context, c ctrd.Container, task ctrd.Tas
 	if st.Signal == 9 && st.Reason == "" && oomKilled(ctx, task) {
 		st.Reason = "OOMKilled"
 	}
+	if !p.logs.wait(c.ID(), logDrainTimeout) {
+		if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+			p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
+		}
+	}
+	p.logs.finish(c.ID())
 	data, _ := json.Marshal(st)
 	if _, err := c.SetLabels(ctx, map[string]string{labelExit: string(data)}); err != nil {
-		// Kept: its status still holds the exit for a later List.
-		p.log.Warn("recording a container's exit; its task is kept", "id", c.ID(), "err", err)
-		return
+		// Its task's status still holds the exit for a later List.
+		p.log.Warn("recording a container's exit", "id", c.ID(), "err", err)
 	}
-	if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-		p.log.Warn("deleting a finished task", "id", c.ID(), "err", err)
+}
+
+// loadTask loads a container's task and, if it runs and this plugin does
+// not copy its output yet (it was restarted), re-opens its FIFOs into its
+// log. An ended task's FIFOs are removed: nobody writes them any more.
+func (p *Plugin) loadTask(ctx context.Context, c ctrd.Container) (ctrd.Task, error) {
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return nil, err
 	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != ctrd.Running && st.Status != ctrd.Paused {
+		return c.Task(ctx, p.logs.removeFIFOs)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.Task(ctx, p.logs.attach(c, labels))
 }
 
 // oomKilled reports whether the kernel's OOM killer killed a process in
@@ -309,22 +349,19 @@ func (p *Plugin) Signal(args pluginapi.SignalArgs, _ *pluginapi.Empty) error {
 }
 
 // Remove deletes a container, its task (killed if it still runs) and its
-// snapshot.
+// snapshot; the ended last task of a pod's own shim is parked instead
+// (shimgroup.go).
 func (p *Plugin) Remove(args pluginapi.IDArgs, _ *pluginapi.Empty) error {
 	ctx := p.ctx()
 	c, err := p.client.LoadContainer(ctx, args.ID)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("deleting task of %s: %w", args.ID, err)
-		}
+	if labels, err := c.Labels(ctx); err == nil && p.park(ctx, c, labels) {
+		p.logs.finish(args.ID)
+		return nil
 	}
-	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("deleting container %s: %w", args.ID, err)
-	}
-	return nil
+	return p.deleteContainer(ctx, c)
 }
 
 // ignoreNotFound: what is gone needs no signal and no removal.
@@ -335,7 +372,8 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-// List returns every container podvisor made, with its task's state.
+// List returns every container podvisor made, with its task's state,
+// but for those the daemon removed and the plugin parked.
 func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 	ctx := p.ctx()
 	cs, err := p.client.Containers(ctx, `labels."`+pluginapi.LabelInstance+`"`)
@@ -347,11 +385,14 @@ func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 		if err != nil {
 			return err
 		}
+		if p.parked(ctx, c, labels) {
+			continue
+		}
 		f := pluginapi.Found{ID: c.ID(), Labels: labels}
 		f.StartedAt, _ = time.Parse(time.RFC3339Nano, labels[labelStarted])
 		task, err := c.Task(ctx, nil)
 		switch {
-		case errdefs.IsNotFound(err) && labels[labelExit] != "":
+		case (err == nil || errdefs.IsNotFound(err)) && labels[labelExit] != "":
 			if st, ok := recordedExit(ctx, c); ok {
 				st.StartedAt = f.StartedAt
 				f.Exit = &st

@@ -3,7 +3,6 @@ package plugin
 import (
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -55,15 +54,10 @@ func TestArchiveName(t *testing.T) {
 	}
 }
 
-// newPlugin starts a private containerd and a plugin on it, with
-// podvisor-shim built as the log driver.
+// newPlugin starts a private containerd and a plugin on it.
 func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	ctrd := ctrdtest.Start(t)
-	shimBin := filepath.Join(t.TempDir(), "podvisor-shim")
-	if out, err := exec.Command("go", "build", "-o", shimBin, "github.com/podvisor/podvisor/cmd/podvisor-shim").CombinedOutput(); err != nil {
-		t.Fatalf("building podvisor-shim: %v\n%s", err, out)
-	}
-	p, err := New(Config{Address: ctrd.Address, LogDriver: shimBin, RuncRoot: ctrd.RuncRoot()}, slog.Default())
+	p, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot(), FIFODir: filepath.Join(t.TempDir(), "fifo")}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg pluginapi.Con
 		return nil, "", err
 	}
 	opts = append(opts, sec...)
+	if cfg.ShimGroup != "" {
+		opts = append(opts, oci.WithAnnotations(map[string]string{pluginapi.AnnotationShimGroup: cfg.ShimGroup}))
+	}
 	if cfg.CgroupsPath != "" {
 		opts = append(opts, oci.WithCgroup(cfg.CgroupsPath))
 	}

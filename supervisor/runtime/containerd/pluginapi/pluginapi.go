@@ -16,6 +16,10 @@ const Service = "Runtime"
 // Namespace is the containerd namespace podvisor's containers live in.
 const Namespace = "podvisor"
 
+// AnnotationShimGroup is the OCI annotation by which containerd's runc
+// shim (v2) puts containers with the same value into one shim process.
+const AnnotationShimGroup = "io.containerd.runc.v2.group"
+
 // Labels every container podvisor creates carries: the Kubernetes ones
 // that tools like nerdctl and crictl show, and podvisor's instance.
 const (
@@ -78,6 +82,10 @@ type ContainerConfig struct {
 	SystemdCgroup bool      `json:"systemdCgroup,omitempty"`
 	Resources     Resources `json:"resources"`
 	OOMScoreAdj   *int      `json:"oomScoreAdj,omitempty"`
+	// ShimGroup names the containerd shim the container joins (the
+	// io.containerd.runc.v2.group annotation): containers with the same
+	// group share one containerd-shim-runc-v2 process.
+	ShimGroup string `json:"shimGroup,omitempty"`
 	// Log is where the container's output goes, in the CRI format.
 	LogPath     string `json:"logPath"`
 	LogMaxBytes int64  `json:"logMaxBytes"`
@@ -224,6 +232,11 @@ type ImportReply struct {
 // NameArgs names an image.
 type NameArgs struct {
 	Name string `json:"name"`
+}
+
+// GroupArgs names a shim group: a pod's UID with containerd.shimGroup pod.
+type GroupArgs struct {
+	Group string `json:"group"`
 }
 
 // NetworkArgs attaches a pod's network namespace to the CNI network, or
