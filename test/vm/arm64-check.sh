@@ -30,7 +30,7 @@ pid_of() { # the pid whose command line is exactly "$*"
 # The node's hard memory.available threshold: 200 MiB below what is free
 # before podvisor starts, so the hog (BestEffort) crosses it while the VM
 # still has about 100 MiB left and the kernel's OOM killer stays out of it.
-avail=$(awk '/^MemAvailable:/ {print $2 * 1024}' /proc/meminfo)
+avail=$(awk '/^MemAvailable:/ {printf "%d", $2 * 1024}' /proc/meminfo)
 threshold=$((avail - 200 * 1048576))
 hogmb=300
 mkdir -p /tmp/m /tmp/pv
@@ -68,7 +68,7 @@ t1=$(now)
 # Running comes with the start; the shell then logs and execs sleep.
 until_ok 30 sh -c 'podvisor logs web | grep -q "^started at "' || fail "web's log: $(podvisor logs web 2>&1)"
 started=$(podvisor logs web | sed -n 's/^started at //p')
-echo "VM: time manifest → web's process started: $(ms "$t0" "$started") ms, → Running in the API: $(ms "$t0" "$t1") ms"
+echo "VM: time manifest → Running in the API: $(ms "$t0" "$t1") ms, → web's command ran: $(ms "$t0" "$started") ms"
 web_execd() { [ -n "$(pid_of sleep 100000)" ]; }
 until_ok 30 web_execd || fail "web's shell did not exec sleep: $(podvisor get pods 2>&1)"
 web=$(pid_of sleep 100000)

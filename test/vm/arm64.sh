@@ -82,4 +82,5 @@ end=$(date +%s.%N)
 grep -a -v -E '^\s*$' "$work/console.log" | sed -n 's/^.*\(VM: booted\)/\1/; /^VM:/,$p' | grep -v 'level=' | head -100
 awk -v s="$start" -v b="$booting" -v e="$end" -v a="$arch" \
   'BEGIN { printf "arm64.sh: %s: %.0f s in all: %.0f s to fetch and pack, %.0f s in the VM\n", a, e - s, b - s, e - b }'
+grep -a -q 'VMTEST-EXIT=' "$work/console.log" || { echo "arm64.sh: the check did not finish; the console's end:"; tail -30 "$work/console.log"; }
 grep -a -q 'VMTEST-EXIT=0' "$work/console.log"
