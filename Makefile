@@ -27,6 +27,7 @@ test: lint build
 	@$(MAKE) --no-print-directory test-cgroup2
 	@$(MAKE) --no-print-directory test-kernel-config
 	@$(MAKE) --no-print-directory test-qemu-user
+	@$(MAKE) --no-print-directory test-arm64-vm
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2
 
@@ -47,6 +48,21 @@ test-qemu-user:
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-user-static"; exit 1; fi; \
 		echo "skipping the qemu-user tests: install qemu-user-static"; exit 0; fi
 	test/qemuuser/run.sh
+
+# podvisor's process runtime on an emulated arm64 VM (Debian's arm64
+# kernel, cgroup v2 only, PSI): a pod with limits, a crash loop with
+# backoff, adoption after kill -9 of the daemon, an eviction. About a
+# minute. Skipped where qemu-system-arm is missing, except in CI.
+.PHONY: test-arm64-vm
+test-arm64-vm:
+	@if ! command -v qemu-system-aarch64 >/dev/null || ! command -v cpio >/dev/null || ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-arm, cpio, apt-get, dpkg-deb"; exit 1; fi; \
+		echo "skipping the arm64 VM test: install qemu-system-arm cpio"; exit 0; fi; \
+	set -ex; \
+	GOARCH=arm64 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
+	GOARCH=arm64 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim; \
+	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog; \
+	test/vm/arm64.sh bin/arm64
 
 # podvisor check-kernel against the config of Debian's kernel package (the
 # one the VM tests boot). Skipped where apt-get cannot fetch it, except in CI.
