@@ -37,8 +37,9 @@ test: lint build
 test-cgroup2:
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v busybox >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, busybox-static, cpio"; exit 1; fi; \
-		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi
-	go test -c -o bin/cgroups.test ./cgroups/
+		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi; \
+	set -ex; \
+	go test -c -o bin/cgroups.test ./cgroups/; \
 	test/vm/cgroup2.sh bin/cgroups.test
 
 # The pure packages' unit tests on arm64, armv7 and riscv64 under
@@ -46,7 +47,8 @@ test-cgroup2:
 test-qemu-user:
 	@if ! command -v qemu-aarch64-static >/dev/null || ! command -v qemu-arm-static >/dev/null || ! command -v qemu-riscv64-static >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-user-static"; exit 1; fi; \
-		echo "skipping the qemu-user tests: install qemu-user-static"; exit 0; fi
+		echo "skipping the qemu-user tests: install qemu-user-static"; exit 0; fi; \
+	set -ex; \
 	test/qemuuser/run.sh
 
 # podvisor's process runtime on an emulated arm64 VM (Debian's arm64
@@ -69,7 +71,8 @@ test-arm64-vm:
 test-kernel-config: build
 	@if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: apt-get, dpkg-deb"; exit 1; fi; \
-		echo "skipping the kernel config check: needs apt-get and dpkg-deb"; exit 0; fi
+		echo "skipping the kernel config check: needs apt-get and dpkg-deb"; exit 0; fi; \
+	set -ex; \
 	test/vm/check-kernel.sh bin/podvisor
 
 # podvisor as the packaged systemd service in a VM running systemd, dbus
@@ -79,8 +82,9 @@ test-kernel-config: build
 test-systemd: build
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio, containerd, runc"; exit 1; fi; \
-		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi
-	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar
+		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi; \
+	set -ex; \
+	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar; \
 	test/vm/systemd.sh bin bin/busybox-image.tar
 
 # containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
@@ -88,8 +92,9 @@ test-systemd: build
 test-containerd-v2: build
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, containerd, runc, cpio"; exit 1; fi; \
-		echo "skipping the containerd cgroup v2 VM test: install qemu-system-x86 containerd runc cpio"; exit 0; fi
-	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar
+		echo "skipping the containerd cgroup v2 VM test: install qemu-system-x86 containerd runc cpio"; exit 0; fi; \
+	set -ex; \
+	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar; \
 	test/vm/containerd.sh bin bin/busybox-image.tar
 
 # Static binaries for every device architecture into dist/VERSION/, with
