@@ -155,7 +155,8 @@ func TestListenDrivenReadiness(t *testing.T) {
 		// The target: 100 ms after listen() (measured here: 1–3
 		// ms, through the API's watch).
 		{"ebpf", "", "ebpf-sockops", 100 * time.Millisecond},
-		// sock_diag learns of a listener by its dump once a second.
+		// sock_diag learns of a listener by a dump: at most 1 s apart in the
+		// 30 s after a container start (listen.NextDump), when both happen.
 		{"sockdiag", "probes: {ebpf: false}\n", "sock_diag", 2500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
