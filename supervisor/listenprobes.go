@@ -38,12 +38,17 @@ type listenProbes struct {
 }
 
 // setupListenProbes opens the listen watcher: eBPF then sock_diag, or
-// sock_diag alone when the config says probes.ebpf: false. Failing, probes
-// stay periodic; that is said once, here.
+// sock_diag alone when the config says probes.listen: sockdiag, or none
+// for probes.listen: off. Failing, probes stay periodic; that is said
+// once, here.
 func (d *Daemon) setupListenProbes(ctx context.Context) {
 	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
 		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64)}
 	d.listen = l
+	if d.cfg.ProbesListen == "off" {
+		d.log.Info("probes are periodic: probes.listen is off", "listenPath", l.path)
+		return
+	}
 	if d.cgroups.Driver == nil {
 		d.log.Info("probes are periodic: no cgroups to watch for listeners", "listenPath", l.path)
 		return
@@ -59,7 +64,7 @@ func (d *Daemon) setupListenProbes(ctx context.Context) {
 		hier.Hybrid = false
 	}
 	paths := []listen.Path{listen.PathEBPF, listen.PathSockDiag}
-	if d.cfg.ProbesSockDiagOnly {
+	if d.cfg.ProbesListen == "sockdiag" {
 		paths = paths[1:]
 	}
 	w, err := listen.Open(listen.Options{MaxCgroups: int(d.cfg.Node.MaxPods), Paths: paths,

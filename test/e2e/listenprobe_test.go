@@ -146,18 +146,25 @@ func nodeListenPath(t *testing.T, d *daemon) string {
 
 // A pod whose server listens 3 s after it started, probed every 30 s, is
 // Ready within bound of its listen(); closing the listener makes it
-// unready long before the next period. On each listen path.
+// unready long before the next period. On each listen path, each forced
+// by the config where it is a fallback, with the same outcomes.
 func TestListenDrivenReadiness(t *testing.T) {
 	for _, tc := range []struct {
 		name, config, path string
 		bound              time.Duration
+		period             int // the probe's periodSeconds
 	}{
 		// The target: 100 ms after listen() (measured here: 1–3
 		// ms, through the API's watch).
-		{"ebpf", "", "ebpf-sockops", 100 * time.Millisecond},
-		// sock_diag learns of a listener by a dump: at most 1 s apart in the
-		// 30 s after a container start (listen.NextDump), when both happen.
-		{"sockdiag", "probes: {ebpf: false}\n", "sock_diag", 2500 * time.Millisecond},
+		{"ebpf", "", "ebpf-sockops", 100 * time.Millisecond, 30},
+		// eBPF refused: sock_diag learns of a listener by a dump, at most
+		// 1 s apart in the 30 s after a container start
+		// (listen.NextDump), when both happen.
+		{"sockdiag", "probes: {ebpf: false}\n", "sock_diag", 2500 * time.Millisecond, 30},
+		{"sockdiag-listen", "probes: {listen: sockdiag}\n", "sock_diag", 2500 * time.Millisecond, 30},
+		// sock_diag refused too: the probe's period alone, made short so
+		// the test is too (a listen path would be as quick as above).
+		{"periodic", "probes: {listen: off}\n", "periodic", 5 * time.Second, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireRoot(t)
@@ -171,7 +178,8 @@ func TestListenDrivenReadiness(t *testing.T) {
 				t.Fatalf("node's listen path = %q, want %q", got, tc.path)
 			}
 			port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
-			d.write("srv.yaml", listenPod(t, "srv", port, port, 3*time.Second, stamp, closeOn))
+			pod := listenPod(t, "srv", port, port, 3*time.Second, stamp, closeOn)
+			d.write("srv.yaml", strings.Replace(pod, "periodSeconds: 30", fmt.Sprintf("periodSeconds: %d", tc.period), 1))
 
 			var readyAt time.Time
 			d.waitPod("srv", 20*time.Second, func(p *v1.Pod) bool {
