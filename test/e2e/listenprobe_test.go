@@ -22,9 +22,34 @@ import (
 // (writing the close time to STAMP.closed) once the file CLOSEON exists.
 const listenServerEnv = "PODVISOR_E2E_LISTEN_SERVER"
 
+// flapServerEnv makes this test binary a server that keeps listening on
+// and closing 127.0.0.1:PORT, every INTERVAL: "PORT INTERVAL".
+const flapServerEnv = "PODVISOR_E2E_FLAP_SERVER"
+
 func init() {
 	if spec := os.Getenv(listenServerEnv); spec != "" {
 		os.Exit(listenServer(spec))
+	}
+	if spec := os.Getenv(flapServerEnv); spec != "" {
+		os.Exit(flapServer(spec))
+	}
+}
+
+func flapServer(spec string) int {
+	var port int
+	var intervalText string
+	_, err := fmt.Sscan(spec, &port, &intervalText)
+	interval, derr := time.ParseDuration(intervalText)
+	if err != nil || derr != nil {
+		fmt.Fprintln(os.Stderr, "flap server:", err, derr)
+		return 2
+	}
+	for {
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			time.Sleep(interval)
+			ln.Close()
+		}
+		time.Sleep(interval)
 	}
 }
 
