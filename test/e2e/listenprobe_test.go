@@ -156,6 +156,16 @@ func freePort(t *testing.T) int {
 	return n
 }
 
+// listenBound is a latency target, three times as long where the tests
+// run under software emulation (the cgroup v2 VM without KVM:
+// PODVISOR_TEST_EMULATED=1), whose single samples stall for 100-200 ms.
+func listenBound(d time.Duration) time.Duration {
+	if os.Getenv("PODVISOR_TEST_EMULATED") == "1" {
+		return 3 * d
+	}
+	return d
+}
+
 // nodeListenPath is the listen path the node's status shows.
 func nodeListenPath(t *testing.T, d *daemon) string {
 	out, stderr, code := d.cli("get", "node", "-o", "json")
@@ -217,8 +227,8 @@ func TestListenDrivenReadiness(t *testing.T) {
 			listened := readStamp(t, stamp)
 			lag := readyAt.Sub(listened)
 			t.Logf("%s: Ready %v after listen()", tc.name, lag)
-			if lag > tc.bound {
-				t.Fatalf("Ready %v after listen(), want within %v (a 30 s period would be the periodic path)", lag, tc.bound)
+			if lag > listenBound(tc.bound) {
+				t.Fatalf("Ready %v after listen(), want within %v (a 30 s period would be the periodic path)", lag, listenBound(tc.bound))
 			}
 
 			if err := writeString(closeOn, ""); err != nil {
@@ -235,8 +245,8 @@ func TestListenDrivenReadiness(t *testing.T) {
 			closed := readStamp(t, stamp+".closed")
 			lag = unreadyAt.Sub(closed)
 			t.Logf("%s: unready %v after close()", tc.name, lag)
-			if lag > tc.bound {
-				t.Fatalf("unready %v after close(), want within %v", lag, tc.bound)
+			if lag > listenBound(tc.bound) {
+				t.Fatalf("unready %v after close(), want within %v", lag, listenBound(tc.bound))
 			}
 		})
 	}
@@ -328,8 +338,8 @@ func TestListenProbesAfterDaemonKill(t *testing.T) {
 	})
 	lag := unreadyAt.Sub(readStamp(t, stamp+".closed"))
 	t.Logf("after a restart: unready %v after close()", lag)
-	if lag > 100*time.Millisecond {
-		t.Fatalf("after a restart: unready %v after close(), want within 100ms (the period is 30 s)", lag)
+	if bound := listenBound(100 * time.Millisecond); lag > bound {
+		t.Fatalf("after a restart: unready %v after close(), want within %v (the period is 30 s)", lag, bound)
 	}
 }
 
