@@ -34,13 +34,16 @@ test: lint build
 # The cgroup v2 driver inside a VM whose only hierarchy is cgroup2 with all
 # controllers (this project's hosts have v1 controllers). Skipped where
 # qemu is missing, except in CI.
-test-cgroup2:
+test-cgroup2: build
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v busybox >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, busybox-static, cpio"; exit 1; fi; \
 		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi; \
 	set -ex; \
 	go test -c -o bin/cgroups.test ./cgroups/; \
-	test/vm/cgroup2.sh bin/cgroups.test
+	go test -c -o bin/listen.test ./probes/listen/; \
+	go test -c -o bin/e2e.test ./test/e2e/; \
+	test/vm/cgroup2.sh -f bin/podvisor -f bin/podvisor-shim bin/cgroups.test bin/listen.test \
+		'bin/e2e.test=-test.run=^(TestListenDrivenReadiness|TestListenOtherPortDoesNotTrigger|TestListenProbesSurviveKills)$$'
 
 # The pure packages' unit tests on arm64, armv7 and riscv64 under
 # qemu-user. Skipped where qemu-user-static is missing, except in CI.

@@ -1,7 +1,6 @@
 package cgroups
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/mountinfo"
 	"github.com/podvisor/podvisor/pod/resources"
 )
 
@@ -198,30 +198,20 @@ func newLegacy() (*legacy, error) {
 
 // v1Mounts reads where each v1 controller is mounted.
 func v1Mounts() (map[string]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string]string{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		sep := -1
-		for i, x := range fields {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) || fields[sep+1] != "cgroup" {
+	for _, m := range mounts {
+		if m.FSType != "cgroup" {
 			continue
 		}
-		for _, opt := range strings.Split(fields[sep+3], ",") {
-			out[opt] = fields[4]
+		for _, opt := range strings.Split(m.SuperOptions, ",") {
+			out[opt] = m.Point
 		}
 	}
-	return out, s.Err()
+	return out, nil
 }
 
 func (d *legacy) Version() int { return 1 }

@@ -15,6 +15,8 @@
 package config
 
 import (
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"time"
@@ -125,12 +127,53 @@ type Cgroups struct {
 
 // Probes configures how probes learn that a container's port opened.
 type Probes struct {
-	// EBPF (default true) lets tcpSocket, httpGet and grpc startup and
-	// readiness probes run the moment their port starts or stops
-	// listening, learnt by eBPF sock_ops programs, else by sock_diag
-	// dumps; false uses sock_diag only. Where neither works, probes are
-	// periodic only.
+	// Listen is the best path tcpSocket, httpGet and grpc startup and
+	// readiness probes may learn that their port opened or closed by, to
+	// run at once: "ebpf" (the default; sock_ops programs, else sock_diag
+	// where eBPF is refused), "sockdiag" (netlink dumps only) or "off"
+	// (probes keep their periods only; YAML's unquoted off, a boolean
+	// false, means it too). Where the chosen path does not work, the next
+	// one down is taken.
+	Listen ListenPath `json:"listen,omitempty"`
+	// EBPF false is the older spelling of listen: sockdiag.
 	EBPF bool `json:"ebpf"`
+}
+
+// ListenPath is a value of probes.listen.
+type ListenPath string
+
+// The values of probes.listen.
+const (
+	ListenEBPF     ListenPath = "ebpf"
+	ListenSockDiag ListenPath = "sockdiag"
+	ListenOff      ListenPath = "off"
+)
+
+// UnmarshalJSON takes a string, or false for off: YAML 1.1 reads an
+// unquoted off as a boolean.
+func (l *ListenPath) UnmarshalJSON(b []byte) error {
+	if string(b) == "false" {
+		*l = ListenOff
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("probes.listen: want ebpf, sockdiag or off, got %s", b)
+	}
+	*l = ListenPath(s)
+	return nil
+}
+
+// ListenMode is the probes.listen in effect: Listen, else sockdiag when
+// ebpf is false, else ebpf.
+func (p Probes) ListenMode() ListenPath {
+	switch {
+	case p.Listen != "":
+		return p.Listen
+	case !p.EBPF:
+		return ListenSockDiag
+	}
+	return ListenEBPF
 }
 
 // ShutdownGracePeriod is one step of a graceful node shutdown: pods from

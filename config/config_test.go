@@ -301,3 +301,44 @@ func TestProbesEBPF(t *testing.T) {
 		}
 	}
 }
+
+// probes.listen picks the best listen path; probes.ebpf: false still
+// means sockdiag; a bad value or a contradiction is refused naming the
+// field.
+func TestProbesListen(t *testing.T) {
+	for doc, want := range map[string]ListenPath{
+		"probes: {listen: false}\n":            ListenOff,
+		"nodeName: a\n":                        ListenEBPF,
+		"probes: {ebpf: false}\n":              ListenSockDiag,
+		"probes: {listen: sockdiag}\n":         ListenSockDiag,
+		"probes: {listen: \"off\"}\n":          ListenOff,
+		"probes: {listen: ebpf}\n":             ListenEBPF,
+		"probes: {listen: off, ebpf: false}\n": ListenOff,
+	} {
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if got := c.Probes.ListenMode(); got != want {
+			t.Errorf("%q: listen mode %q, want %q", doc, got, want)
+		}
+	}
+	for doc, want := range map[string]string{
+		"probes: {listen: bpf}\n":               `probes.listen: "bpf" is none of ebpf, sockdiag, off`,
+		"probes: {listen: EBPF}\n":              `probes.listen: "EBPF" is none`,
+		"probes: {listen: ebpf, ebpf: false}\n": "probes.listen: ebpf contradicts probes.ebpf: false",
+		"probes: {listen: true}\n":              "want ebpf, sockdiag or off, got true",
+		"probes: {listen: 3}\n":                 "probes.listen: want ebpf, sockdiag or off, got 3",
+	} {
+		c, err := Parse([]byte(doc))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want one containing %q", doc, err, want)
+		}
+	}
+}

@@ -102,6 +102,14 @@ func (c *Config) Validate() error {
 			v.add(fmt.Sprintf("shutdownGracePeriodByPodPriority[%d].shutdownGracePeriodSeconds", i), "must be >= 0, got %d", b.ShutdownGracePeriodSeconds)
 		}
 	}
+	switch string(c.Probes.Listen) {
+	case "", string(ListenEBPF), string(ListenSockDiag), string(ListenOff):
+		if c.Probes.Listen == ListenEBPF && !c.Probes.EBPF {
+			v.add("probes.listen", "ebpf contradicts probes.ebpf: false (drop probes.ebpf)")
+		}
+	default:
+		v.add("probes.listen", "%q is none of ebpf, sockdiag, off", c.Probes.Listen)
+	}
 	c.validateEviction(v)
 	c.validateContainerd(v)
 	c.validateHub(v)

@@ -72,9 +72,9 @@ type Config struct {
 	ShutdownBuckets []ShutdownBucket
 	Containerd      ContainerdConfig
 	Policy          Policy
-	// ProbesSockDiagOnly learns listeners by sock_diag dumps, never by
-	// eBPF (config probes.ebpf: false).
-	ProbesSockDiagOnly bool
+	// ProbesListen is the best path probes may learn of listeners by
+	// (config probes.listen): "ebpf" (also ""), "sockdiag" or "off".
+	ProbesListen string
 }
 
 // Defaults of the settings a config file does not carry.

@@ -18,12 +18,6 @@ import (
 // opened: ebpf-sockops, sock_diag or periodic.
 const ListenPathAnnotation = "podvisor.io/listen-path"
 
-// sockDiagRescan is how often the sock_diag path dumps the listeners of
-// every watched pod: it learns of a listen() only then (or at a
-// container's start), so it bounds that path's delay. A dump of one
-// network namespace's listeners costs tens of microseconds.
-const sockDiagRescan = time.Second
-
 // listenProbes runs tcpSocket, httpGet and grpc startup and readiness
 // probes the moment their port opens or closes: a listen.Watcher watches
 // the cgroup2 directory of each pod with such a probe and its events
@@ -37,17 +31,24 @@ type listenProbes struct {
 	pods   map[types.UID]uint64 // watched pods' cgroup ids
 	byID   map[uint64]types.UID
 	// watched is the cgroups to rescan, for the sock_diag path's
-	// goroutine.
+	// goroutine; started tells it a container of one started (or it was
+	// first watched), so it dumps that cgroup often for a while.
 	watched atomic.Pointer[[]uint64]
+	started chan uint64
 }
 
 // setupListenProbes opens the listen watcher: eBPF then sock_diag, or
-// sock_diag alone when the config says probes.ebpf: false. Failing, probes
-// stay periodic; that is said once, here.
+// sock_diag alone when the config says probes.listen: sockdiag, or none
+// for probes.listen: off. Failing, probes stay periodic; that is said
+// once, here.
 func (d *Daemon) setupListenProbes(ctx context.Context) {
 	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
-		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}}
+		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64)}
 	d.listen = l
+	if d.cfg.ProbesListen == "off" {
+		d.log.Info("probes are periodic: probes.listen is off", "listenPath", l.path)
+		return
+	}
 	if d.cgroups.Driver == nil {
 		d.log.Info("probes are periodic: no cgroups to watch for listeners", "listenPath", l.path)
 		return
@@ -63,7 +64,7 @@ func (d *Daemon) setupListenProbes(ctx context.Context) {
 		hier.Hybrid = false
 	}
 	paths := []listen.Path{listen.PathEBPF, listen.PathSockDiag}
-	if d.cfg.ProbesSockDiagOnly {
+	if d.cfg.ProbesListen == "sockdiag" {
 		paths = paths[1:]
 	}
 	w, err := listen.Open(listen.Options{MaxCgroups: int(d.cfg.Node.MaxPods), Paths: paths,
@@ -166,6 +167,7 @@ func (d *Daemon) watchListeners(pod *v1.Pod) {
 	}
 	l.pods[pod.UID], l.byID[id] = id, pod.UID
 	l.publish()
+	l.kick(id)
 	d.log.Info("listeners watched", "pod", pod.Namespace+"/"+pod.Name, "listenPath", l.path)
 }
 
@@ -227,33 +229,77 @@ func (d *Daemon) listened(e listen.Event) {
 	}
 }
 
-// rescanPod dumps a pod's listeners at once (after a container start),
-// off the loop: the sock_diag path learns of listeners only by dumps.
+// rescanPod has the pod's listeners dumped at once and then often for a
+// while (after a container start), off the loop: the sock_diag path
+// learns of listeners only by dumps.
 func (d *Daemon) rescanPod(uid types.UID) {
 	l := d.listen
-	if l == nil || l.w == nil || l.path != listen.PathSockDiag {
+	if l == nil || l.w == nil {
 		return
 	}
 	if id, ok := l.pods[uid]; ok {
-		go l.w.Rescan(id) // an error means the pod was unwatched since
+		l.kick(id)
 	}
 }
 
-// rescanListeners dumps every watched pod's listeners each
-// sockDiagRescan until ctx ends, on the sock_diag path only.
+// kick tells the rescanning goroutine (sock_diag path only) that a
+// container of the cgroup started. It never blocks the loop: with the
+// channel full, the cgroup is dumped on its slow timer.
+func (l *listenProbes) kick(id uint64) {
+	if l.path != listen.PathSockDiag {
+		return
+	}
+	select {
+	case l.started <- id:
+	default:
+	}
+}
+
+// rescanListeners dumps the watched pods' listeners on the schedule
+// listen.NextDump gives (often just after a container start, slowly
+// otherwise) until ctx ends, on the sock_diag path only.
 func (l *listenProbes) rescanListeners(ctx context.Context) {
-	t := time.NewTicker(sockDiagRescan)
-	defer t.Stop()
+	type schedule struct{ started, last time.Time }
+	due := map[uint64]*schedule{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case id := <-l.started:
+			due[id] = &schedule{started: time.Now(), last: time.Time{}}
+		case <-timer.C:
 		}
-		if ids := l.watched.Load(); ids != nil {
-			for _, id := range *ids {
+		now := time.Now()
+		next := now.Add(listen.DumpSlow)
+		var ids []uint64
+		if p := l.watched.Load(); p != nil {
+			ids = *p
+		}
+		watched := make(map[uint64]bool, len(ids))
+		for _, id := range ids {
+			watched[id] = true
+			s := due[id]
+			if s == nil { // watched before the goroutine heard of it
+				s = &schedule{last: now}
+				due[id] = s
+			}
+			at := listen.NextDump(s.started, s.last)
+			if !at.After(now) {
 				l.w.Rescan(id) // an error means the pod was unwatched since
+				s.last = time.Now()
+				at = listen.NextDump(s.started, s.last)
+			}
+			if at.Before(next) {
+				next = at
 			}
 		}
+		for id := range due {
+			if !watched[id] {
+				delete(due, id)
+			}
+		}
+		timer.Reset(time.Until(next))
 	}
 }

@@ -67,7 +67,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		ManifestResync:      c.ManifestResync.Duration,
 		LogMaxBytes:         c.Logs.MaxSize.Value(),
 		LogMaxFiles:         c.Logs.MaxFiles,
-		ProbesSockDiagOnly:  !c.Probes.EBPF,
+		ProbesListen:        string(c.Probes.ListenMode()),
 	}, nil
 }
 

@@ -1,11 +1,9 @@
 package listen
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/pod/mountinfo"
 )
 
 // Hierarchy is the host's cgroup2 mount: where sock_ops programs attach
@@ -30,61 +30,29 @@ type Hierarchy struct {
 
 // FindHierarchy reads /proc/self/mountinfo for the cgroup2 mount.
 func FindHierarchy() (Hierarchy, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return Hierarchy{}, err
 	}
-	defer f.Close()
-	return parseMountinfo(f)
+	return hierarchyOf(ms)
 }
 
-func parseMountinfo(f io.Reader) (Hierarchy, error) {
+func hierarchyOf(ms []mountinfo.Mount) (Hierarchy, error) {
 	var h Hierarchy
-	v1 := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// "36 35 0:30 / /sys/fs/cgroup/unified rw,… shared:9 - cgroup2 cgroup2 rw"
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, typ := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(typ) < 1 {
-			continue
-		}
-		switch typ[0] {
+	for _, m := range ms {
+		switch m.FSType {
 		case "cgroup2":
 			if h.Mount == "" {
-				h.Mount = unescapeMount(fields[4])
+				h.Mount = m.Point
 			}
 		case "cgroup":
-			v1 = true
+			h.Hybrid = true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return Hierarchy{}, fmt.Errorf("read mountinfo: %w", err)
 	}
 	if h.Mount == "" {
 		return Hierarchy{}, errors.New("no cgroup2 mount in /proc/self/mountinfo")
 	}
-	h.Hybrid = v1
 	return h, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Dir is the directory of the cgroup rel (a path relative to the

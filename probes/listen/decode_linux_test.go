@@ -2,8 +2,11 @@ package listen
 
 import (
 	"encoding/binary"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/pod/mountinfo"
 )
 
 func TestParseMountinfo(t *testing.T) {
@@ -12,6 +15,13 @@ func TestParseMountinfo(t *testing.T) {
 35 34 0:30 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate
 36 34 0:31 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory
 `
+	parseMountinfo := func(r io.Reader) (Hierarchy, error) {
+		ms, err := mountinfo.Parse(r)
+		if err != nil {
+			return Hierarchy{}, err
+		}
+		return hierarchyOf(ms)
+	}
 	h, err := parseMountinfo(strings.NewReader(hybrid))
 	if err != nil || h.Mount != "/sys/fs/cgroup/unified" || !h.Hybrid {
 		t.Fatalf("hybrid: %+v %v", h, err)

@@ -51,6 +51,16 @@ func prerequisite(t *testing.T, format string, args ...any) {
 	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
 }
 
+// latencyBound is a latency target, three times as long where the tests
+// run under software emulation (the cgroup v2 VM without KVM:
+// PODVISOR_TEST_EMULATED=1), whose single samples stall for 100-200 ms.
+func latencyBound(d time.Duration) time.Duration {
+	if os.Getenv("PODVISOR_TEST_EMULATED") == "1" {
+		return 3 * d
+	}
+	return d
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -156,6 +156,9 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
 	}
 	b.stop() // one daemon measured at a time
+	if err := listenBench(abs); err != nil {
+		return err
+	}
 	if ctrdPods > 0 {
 		if err := containerdBench(abs, n, ctrdPods); err != nil {
 			return err

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/pod/mountinfo"
 )
 
 // Containerd is a running private containerd.
@@ -224,42 +226,20 @@ func descendants(pid int) []int {
 
 // UnmountUnder lazily unmounts every mount at or below dir, deepest first.
 func UnmountUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return
 	}
 	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		// id parent major:minor root mount-point ...
-		if f := strings.Fields(line); len(f) > 4 {
-			if p := unescapeMount(f[4]); p == dir || strings.HasPrefix(p, dir+"/") {
-				points = append(points, p)
-			}
+	for _, m := range mounts {
+		if p := m.Point; p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
 		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(points)))
 	for _, p := range points {
 		syscall.Unmount(p, syscall.MNT_DETACH)
 	}
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // KillShims ends the shims (and with them the containers) of the

@@ -59,13 +59,6 @@ func TestLeaksAreNewAndTheTests(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	id, m, ok := parseMountinfo(`36 35 98:0 /mnt1 /tmp/a\040b rw,noatime master:1 - ext3 /dev/root rw,errors=continue`)
-	if !ok || id != "36" || m.point != "/tmp/a b" || m.fstype != "ext3" || m.source != "/dev/root" {
-		t.Fatalf("got %q %+v %v", id, m, ok)
-	}
-}
-
 // On a shared machine, what is under another run's temporary directory,
 // or merely looks like a test program, is not this run's.
 func TestLeaksOnASharedMachine(t *testing.T) {

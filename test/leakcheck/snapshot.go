@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/podvisor/podvisor/pod/mountinfo"
 )
 
 // snapshot is what of the host a test could leave behind.
@@ -40,14 +42,11 @@ type procHost struct {
 func (h procHost) snapshot(token string) snapshot {
 	s := snapshot{procs: map[string]process{}, mounts: map[string]mount{}, cgroups: map[string]bool{}, netns: map[string]bool{}}
 	h.readProcs(token, s.procs)
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	mounts, _ := mountinfo.Read()
 	var hierarchies []string
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		id, m, ok := parseMountinfo(line)
-		if !ok {
-			continue
-		}
-		s.mounts[id+" "+m.point] = m
+	for _, mi := range mounts {
+		m := mount{point: mi.Point, fstype: mi.FSType, source: mi.Source}
+		s.mounts[mi.ID+" "+m.point] = m
 		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
 			hierarchies = append(hierarchies, m.point)
 		}
@@ -102,42 +101,6 @@ func (h procHost) readProcs(token string, into map[string]process) {
 		}
 		into[strconv.Itoa(pid)+"@"+fields[19]] = p
 	}
-}
-
-// parseMountinfo reads one line of /proc/self/mountinfo:
-// id parent major:minor root point options [tags...] - fstype source super.
-func parseMountinfo(line string) (string, mount, bool) {
-	f := strings.Fields(line)
-	sep := -1
-	for i := 6; i < len(f); i++ {
-		if f[i] == "-" {
-			sep = i
-			break
-		}
-	}
-	if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
-		return "", mount{}, false
-	}
-	return f[0], mount{point: unescape(f[4]), fstype: f[sep+1], source: unescape(f[sep+2])}, true
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // findCgroups records the cgroup directories named podvisor* down to a

@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/mountinfo"
+)
+
+// The names the listen watcher gives its programs and ring buffer
+// (probes/listen; BPF object names are 15 characters at most).
+const (
+	listenProgName  = "podvisor_listen"
+	releaseProgName = "podvisor_close"
+)
+
+// The daemon killed with SIGKILL 20 times while its pods listen and close:
+// after each start every watched pod's cgroup has its programs attached
+// once, the daemon holds as many programs as after the first start, and a
+// kill leaves none attached; after the last kill no program or map of
+// the watcher is left in the kernel; after the last start probes still
+// fire on a close.
+func TestListenProbesSurviveKills(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	root := d.cgroupRoot("listen-kills")
+	d.withConfig("cgroups: {root: " + root + "}\n")
+	d.start()
+	if got := nodeListenPath(t, d); got != "ebpf-sockops" {
+		prerequisite(t, "listen path is %q, not eBPF", got)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flapPort := freePort(t)
+	d.write("flap.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: flap}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: host
+    command: [%q]
+    env: [{name: %s, value: "%d 30ms"}]
+    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 30}
+`, self, flapServerEnv, flapPort, flapPort))
+	port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
+	d.write("srv.yaml", listenPod(t, "srv", port, port, time.Second, stamp, closeOn))
+	d.waitPod("srv", 20*time.Second, podReady)
+	d.waitPod("flap", 20*time.Second, running)
+
+	cgroup2 := cgroup2Mount(t)
+	watched := func() {
+		t.Helper()
+		waitFor(t, "the daemon to watch both pods' listeners", func() bool {
+			log := d.log.String()
+			return strings.Contains(log, `msg="listeners watched" pod=default/srv`) && strings.Contains(log, `msg="listeners watched" pod=default/flap`)
+		})
+	}
+	watched()
+	dirs := podCgroup2Dirs(t, filepath.Join(cgroup2, root), 2)
+	heldFirst := heldPrograms(t, d.cmd.Process.Pid)
+	if heldFirst == 0 {
+		t.Fatalf("the daemon holds no %s program", listenProgName)
+	}
+	for round := 1; round <= 20; round++ {
+		for _, dir := range dirs {
+			if n := attachedTo(t, dir); n != 1 {
+				t.Fatalf("round %d: %d listen programs attached to %s, want 1", round, n, dir)
+			}
+		}
+		if n := heldPrograms(t, d.cmd.Process.Pid); n != heldFirst {
+			t.Fatalf("round %d: the daemon holds %d listen programs, %d after its first start", round, n, heldFirst)
+		}
+		d.stop(syscall.SIGKILL)
+		for _, dir := range dirs {
+			waitFor(t, "a killed daemon's programs to leave "+dir, func() bool { return attachedTo(t, dir) == 0 })
+		}
+		if round == 20 {
+			waitForLong(t, 20*time.Second, "no listen program or map left in the kernel but other processes'", func() bool {
+				progs, maps := unheldListenObjects(t)
+				return progs == 0 && maps == 0
+			})
+		}
+		d.start()
+		watched()
+	}
+	d.waitPod("srv", 20*time.Second, func(p *v1.Pod) bool { return podReady(p) && running(p) })
+	if err := writeString(closeOn, ""); err != nil {
+		t.Fatal(err)
+	}
+	var unreadyAt time.Time
+	d.waitPod("srv", 20*time.Second, func(p *v1.Pod) bool {
+		unreadyAt = time.Now()
+		return !podReady(p)
+	})
+	lag := unreadyAt.Sub(readStamp(t, stamp+".closed"))
+	t.Logf("after 20 kills: unready %v after close()", lag)
+	if bound := listenBound(100 * time.Millisecond); lag > bound {
+		t.Fatalf("after 20 kills: unready %v after close(), want within %v (the period is 30 s)", lag, bound)
+	}
+}
+
+func cgroup2Mount(t *testing.T) string {
+	t.Helper()
+	ms, err := mountinfo.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.FSType == "cgroup2" {
+			return m.Point
+		}
+	}
+	prerequisite(t, "no cgroup2 mount")
+	return ""
+}
+
+// podCgroup2Dirs finds the want pod cgroups (pod<uid>) under root.
+func podCgroup2Dirs(t *testing.T, root string, want int) []string {
+	t.Helper()
+	var dirs []string
+	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() && p != root && strings.HasPrefix(e.Name(), "pod") {
+			dirs = append(dirs, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if len(dirs) != want {
+		t.Fatalf("%d pod cgroups under %s, want %d: %v", len(dirs), root, want, dirs)
+	}
+	return dirs
+}
+
+// attachedTo counts the sock_ops programs attached to the cgroup dir
+// itself; where sock_release programs are attached, there must be as
+// many.
+func attachedTo(t *testing.T, dir string) int {
+	t.Helper()
+	count := func(attach ebpf.AttachType) int {
+		cg, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
+		if err != nil {
+			t.Fatalf("query %s programs of %s: %v", attach, dir, err)
+		}
+		return len(r.Programs)
+	}
+	ops := count(ebpf.AttachCGroupSockOps)
+	if rel := count(ebpf.AttachCgroupInetSockRelease); rel != 0 && rel != ops {
+		t.Fatalf("%s: %d sock_ops but %d sock_release programs attached", dir, ops, rel)
+	}
+	return ops
+}
+
+// fdinfoIDs are the BPF program and map ids the process holds (a link's
+// fdinfo names its program).
+func fdinfoIDs(pid string) (progs, maps []uint32) {
+	fds, _ := os.ReadDir("/proc/" + pid + "/fdinfo")
+	for _, fd := range fds {
+		b, err := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			switch {
+			case err != nil:
+			case k == "prog_id":
+				progs = append(progs, uint32(n))
+			case k == "map_id":
+				maps = append(maps, uint32(n))
+			}
+		}
+	}
+	return progs, maps
+}
+
+func progName(id uint32) (string, []ebpf.MapID) {
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return "", nil
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return "", nil
+	}
+	maps, _ := info.MapIDs()
+	return info.Name, maps
+}
+
+// heldPrograms counts the distinct listen programs the process holds.
+func heldPrograms(t *testing.T, pid int) int {
+	t.Helper()
+	progs, _ := fdinfoIDs(strconv.Itoa(pid))
+	seen := map[uint32]bool{}
+	for _, id := range progs {
+		if name, _ := progName(id); name == listenProgName || name == releaseProgName {
+			seen[id] = true
+		}
+	}
+	return len(seen)
+}
+
+// unheldListenObjects counts the programs and maps named like the
+// watcher's that no process holds (other tests' daemons hold theirs):
+// what a killed daemon would have leaked.
+func unheldListenObjects(t *testing.T) (progs, maps int) {
+	t.Helper()
+	heldProgs, heldMaps := map[uint32]bool{}, map[uint32]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		ps, ms := fdinfoIDs(p.Name())
+		for _, id := range ps {
+			heldProgs[id] = true
+			_, owned := progName(id)
+			for _, m := range owned {
+				heldMaps[uint32(m)] = true
+			}
+		}
+		for _, id := range ms {
+			heldMaps[id] = true
+		}
+	}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		if name, _ := progName(uint32(id)); (name == listenProgName || name == releaseProgName) && !heldProgs[uint32(id)] {
+			progs++
+		}
+	}
+	for id := ebpf.MapID(0); ; {
+		next, err := ebpf.MapGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := m.Info(); err == nil && info.Name == listenProgName && !heldMaps[uint32(id)] {
+			maps++
+		}
+		m.Close()
+	}
+	return progs, maps
+}
