@@ -113,6 +113,9 @@ type State struct {
 	LeaderStart uint64    `json:"leaderStart"`
 	StartedAt   time.Time `json:"startedAt"`
 	BootID      string    `json:"bootID"`
+	// Keeper is the control socket of the keeper running the instance
+	// (then ShimPid and ShimStart are the keeper's); empty: its own shim.
+	Keeper string `json:"keeper,omitempty"`
 }
 
 // ExitStatus is how a container instance ended.
