@@ -68,6 +68,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		LogMaxBytes:         c.Logs.MaxSize.Value(),
 		LogMaxFiles:         c.Logs.MaxFiles,
 		ProbesSockDiagOnly:  !c.Probes.EBPF,
+		ProcessKeeper:       c.Process.Keeper,
 	}, nil
 }
 

@@ -55,13 +55,16 @@ func newKeepers(r *Runtime) *keepers {
 // systemd cgroup driver) still get their own shim. Instances a keeper
 // runs are adopted whether or not it is enabled.
 func (r *Runtime) EnableKeeper() error {
+	if filepath.Base(r.dir) != shim.InstancesDir {
+		return fmt.Errorf("a keeper needs its instances in a directory named %s, not %s", shim.InstancesDir, r.dir)
+	}
 	version, err := shim.KeeperVersion(r.shimCmd[0])
 	if err != nil {
 		return fmt.Errorf("keeper version: %w", err)
 	}
 	ks := r.keepers
-	ks.version, ks.socket = version, shim.KeeperSocket(r.dir, version)
-	ks.cmd = append(append([]string{}, r.shimCmd...), shim.KeeperFlag, r.dir)
+	ks.version, ks.socket = version, shim.KeeperSocket(ks.dataDir(), version)
+	ks.cmd = append(append([]string{}, r.shimCmd...), shim.KeeperFlag, ks.dataDir())
 	r.keeperOn = true
 	return nil
 }
@@ -90,6 +93,9 @@ func (ks *keepers) ensure() (*keeperConn, error) {
 	return kc, nil
 }
 
+// dataDir is the keeper's directory: the one holding the instances'.
+func (ks *keepers) dataDir() string { return filepath.Dir(ks.r.dir) }
+
 func (kc *keeperConn) goneNow(r *Runtime) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -99,7 +105,7 @@ func (kc *keeperConn) goneNow(r *Runtime) bool {
 // launch starts a keeper in its own session (it outlives the daemon) and
 // waits until its socket answers.
 func (ks *keepers) launch() (*keeperConn, error) {
-	logf, err := os.OpenFile(filepath.Join(ks.r.dir, "keeper.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(ks.dataDir(), "keeper.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +130,7 @@ func (ks *keepers) launch() (*keeperConn, error) {
 			if kc, err2 := ks.watch(ks.socket, 0, 0); err2 == nil {
 				return kc, nil // another keeper of this version answered
 			}
-			return nil, fmt.Errorf("keeper exited (%v) before it answered; see %s", cmd.ProcessState, filepath.Join(ks.r.dir, "keeper.log"))
+			return nil, fmt.Errorf("keeper exited (%v) before it answered; see %s", cmd.ProcessState, filepath.Join(ks.dataDir(), "keeper.log"))
 		case <-time.After(wait):
 		}
 	}
@@ -135,7 +141,7 @@ func (ks *keepers) launch() (*keeperConn, error) {
 // drainOthers tells every keeper of another version to take no more starts
 // and to exit with its last container.
 func (ks *keepers) drainOthers() {
-	socks, _ := filepath.Glob(filepath.Join(ks.r.dir, "keeper-*.sock"))
+	socks, _ := filepath.Glob(filepath.Join(ks.dataDir(), "keeper-*.sock"))
 	for _, s := range socks {
 		if s == ks.socket {
 			continue

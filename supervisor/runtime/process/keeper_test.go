@@ -343,7 +343,7 @@ func TestKeeperUpgradeDrainsTheOldOne(t *testing.T) {
 		t.Fatalf("old keeper's container: %+v", x)
 	}
 	waitFor(t, "the drained old keeper to exit", func() bool { return syscall.Kill(oldKeeper, 0) != nil || zombie(oldKeeper) })
-	if _, err := os.Stat(shim.KeeperSocket(e.rt.dir, oldEnv.rt.keepers.version)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(oldEnv.rt.keepers.socket); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the old keeper left its socket: %v", err)
 	}
 	if !lockHeld(t, e.rt, fresh.InstanceID) {

@@ -59,8 +59,9 @@ type forkRequest struct {
 	done chan error
 }
 
-// RunKeeper is the body of "podvisor-shim --keeper DIR": it listens on
-// DIR's keeper socket for its version and runs the containers the daemon
+// RunKeeper is the body of "podvisor-shim --keeper DIR" (DIR is the data
+// directory; instances are under DIR/containers): it listens on DIR's
+// keeper socket for its version and runs the containers the daemon
 // starts through it until it is told to drain and its last container has
 // ended. It lives in its own session and outlives the daemon; if it dies,
 // its containers die with it (parent-death signal) and their locks are
@@ -238,7 +239,7 @@ func (k *keeper) start(id string, lock *os.File) (*State, error) {
 		}
 		return nil, fmt.Errorf("invalid instance %q", id)
 	}
-	dir := filepath.Join(k.dir, id)
+	dir := filepath.Join(k.dir, InstancesDir, id)
 	if lock == nil {
 		return nil, fmt.Errorf("instance %s: no lock handed over", id)
 	}

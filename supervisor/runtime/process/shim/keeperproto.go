@@ -37,6 +37,10 @@ const (
 	KeeperDrain = "drain"
 )
 
+// InstancesDir holds the instance directories in a keeper's data
+// directory; the keeper's socket, lock and log are beside it.
+const InstancesDir = "containers"
+
 // maxKeeperMessage bounds one request or reply line.
 const maxKeeperMessage = 64 << 10
 
