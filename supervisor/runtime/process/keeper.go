@@ -317,36 +317,58 @@ func (r *Runtime) keeperExited(kc *keeperConn, id string) {
 // startKept runs an instance through the keeper: the lock, taken by the
 // caller, is handed over with the request and closed here.
 func (r *Runtime) startKept(spec shim.Spec, lock *os.File) (time.Time, error) {
-	kc, err := r.keepers.ensure()
-	if err != nil {
-		return time.Time{}, err
-	}
+	defer lock.Close() // the keeper holds it now, or nobody
 	id := spec.InstanceID
-	in := &instance{id: id, keeper: kc, starting: true, pidfd: -1}
-	r.mu.Lock()
-	r.live[id] = in
-	r.mu.Unlock()
-	rep, err := r.keepers.request(kc.socket, shim.KeeperRequest{Op: shim.KeeperStart, Instance: id}, int(lock.Fd()))
-	lock.Close() // the keeper holds it now, or nobody
-	if err != nil || rep.Started == nil {
-		if err == nil {
-			err = errors.New("keeper reported no start")
+	for attempt := 0; ; attempt++ {
+		kc, err := r.keepers.ensure()
+		if err != nil {
+			return time.Time{}, err
 		}
-		r.settleFailedStart(kc, id)
-		return time.Time{}, err
+		in := &instance{id: id, keeper: kc, starting: true, pidfd: -1}
+		r.mu.Lock()
+		r.live[id] = in
+		r.mu.Unlock()
+		rep, err := r.keepers.request(kc.socket, shim.KeeperRequest{Op: shim.KeeperStart, Instance: id}, int(lock.Fd()))
+		if err != nil && err.Error() == shim.KeeperRefused && attempt == 0 {
+			// It was exiting as we asked, before it forked: our copy of
+			// the lock still holds it; go to a new keeper.
+			r.mu.Lock()
+			delete(r.live, id)
+			r.keepers.forget(kc)
+			r.mu.Unlock()
+			continue
+		}
+		lock.Close()
+		if err != nil || rep.Started == nil {
+			if err == nil {
+				err = errors.New("keeper reported no start")
+			}
+			r.settleFailedStart(kc, id)
+			return time.Time{}, err
+		}
+		r.mu.Lock()
+		in.starting = false
+		endedAlready := kc.ended[id] || kc.gone
+		if endedAlready {
+			delete(kc.ended, id)
+			delete(r.live, id)
+		}
+		r.mu.Unlock()
+		if endedAlready {
+			go func() { r.exits <- exitOf(id, r.exitStatus(id)) }()
+		}
+		return rep.Started.StartedAt, nil
 	}
-	r.mu.Lock()
-	in.starting = false
-	endedAlready := kc.ended[id] || kc.gone
-	if endedAlready {
-		delete(kc.ended, id)
-		delete(r.live, id)
+}
+
+// forget stops using a keeper that refuses starts; r.mu held.
+func (ks *keepers) forget(kc *keeperConn) {
+	if ks.current == kc {
+		ks.current = nil
 	}
-	r.mu.Unlock()
-	if endedAlready {
-		go func() { r.exits <- exitOf(id, r.exitStatus(id)) }()
+	if ks.watched[kc.socket] == kc {
+		delete(ks.watched, kc.socket)
 	}
-	return rep.Started.StartedAt, nil
 }
 
 // settleFailedStart makes sure an instance whose start got no clear answer

@@ -81,7 +81,7 @@ func RunKeeper(dir string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if !lockWithin(lock, 2*time.Second) {
 		return 0 // the other one serves
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -104,6 +104,19 @@ func RunKeeper(dir string) int {
 	ln.Close()
 	os.Remove(k.socket)
 	return 0
+}
+
+// lockWithin takes the keeper lock, waiting a little for a keeper that is
+// on its way out (it unlinks its socket first, then lets go).
+func lockWithin(lock *os.File, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 func (k *keeper) listen() (*net.UnixListener, error) {
@@ -177,6 +190,11 @@ func (k *keeper) handle(c *net.UnixConn) {
 	case KeeperWatch:
 		closeAll(fds)
 		k.mu.Lock()
+		if k.quitting() {
+			k.mu.Unlock()
+			k.reply(c, KeeperReply{Error: KeeperRefused})
+			break
+		}
 		rep := KeeperReply{Version: k.version, Live: []string{}}
 		for id := range k.byID {
 			rep.Live = append(rep.Live, id)
@@ -192,6 +210,7 @@ func (k *keeper) handle(c *net.UnixConn) {
 			c.Read(b[:])
 			k.mu.Lock()
 			delete(k.watchers, c)
+			k.quitIfDone()
 			k.mu.Unlock()
 		}
 	case KeeperDrain:
@@ -218,14 +237,22 @@ func (k *keeper) reply(c *net.UnixConn, rep KeeperReply) bool {
 	return err == nil
 }
 
-// quitIfDone ends a draining keeper with no container left; k.mu held.
+// quitIfDone ends a keeper with no container left that is draining or
+// that no daemon watches (the daemon stopped its pods and went); k.mu
+// held. A daemon that comes back starts a new one.
 func (k *keeper) quitIfDone() {
-	if k.draining && len(k.byID) == 0 {
-		select {
-		case <-k.quit:
-		default:
-			close(k.quit)
-		}
+	if (k.draining || len(k.watchers) == 0) && len(k.byID) == 0 && !k.quitting() {
+		close(k.quit)
+	}
+}
+
+// quitting reports whether the keeper is on its way out; k.mu held.
+func (k *keeper) quitting() bool {
+	select {
+	case <-k.quit:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -249,10 +276,10 @@ func (k *keeper) start(id string, lock *os.File) (*State, error) {
 	}
 	in := &kept{id: id, dir: dir, lock: lock, pidfd: -1, started: time.Now()}
 	k.mu.Lock()
-	if k.draining {
+	if k.draining || k.quitting() {
 		k.mu.Unlock()
 		lock.Close()
-		return nil, errors.New("keeper is draining: start through the current one")
+		return nil, errors.New(KeeperRefused)
 	}
 	if _, dup := k.byID[id]; dup {
 		k.mu.Unlock()

@@ -41,6 +41,10 @@ const (
 // directory; the keeper's socket, lock and log are beside it.
 const InstancesDir = "containers"
 
+// KeeperRefused is a keeper's error for a start or watch it refuses
+// because it is on its way out: the daemon goes to a new keeper.
+const KeeperRefused = "keeper is draining or exiting"
+
 // maxKeeperMessage bounds one request or reply line.
 const maxKeeperMessage = 64 << 10
 
