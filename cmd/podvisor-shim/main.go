@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -32,6 +33,11 @@ func main() {
 		// smallest runtime (docs/footprint.md).
 		if os.Getenv("GOMAXPROCS") == "" {
 			runtime.GOMAXPROCS(1)
+		}
+		if os.Getenv("GOGC") == "" {
+			// Go's smallest heap goal is 4 MiB at GOGC=100: the keeper's
+			// live heap is well under it, so garbage would fill it.
+			debug.SetGCPercent(25)
 		}
 		os.Exit(shim.RunKeeper(os.Args[2]))
 	}

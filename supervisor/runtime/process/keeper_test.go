@@ -158,6 +158,10 @@ func TestKeeperRunsEveryContainer(t *testing.T) {
 	if !lockHeld(t, e.rt, trapped.InstanceID) || !lockHeld(t, e.rt, tree.InstanceID) {
 		t.Fatal("a running instance's lock is free")
 	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", a.ShimPid))
+	if strings.Contains(string(cg), "podvisor-keeper-test") {
+		t.Fatalf("the keeper stayed in a container's cgroup after forking it:\n%s", cg)
+	}
 
 	waitFor(t, "the trap to be set", func() bool { _, err := os.Stat(pidfile + ".trap"); return err == nil })
 	if err := e.rt.Signal(trapped.InstanceID, syscall.SIGTERM); err != nil {

@@ -46,7 +46,7 @@ const InstancesDir = "containers"
 const KeeperRefused = "keeper is draining or exiting"
 
 // maxKeeperMessage bounds one request or reply line.
-const maxKeeperMessage = 64 << 10
+const maxKeeperMessage = 4 << 10
 
 // KeeperRequest is one request to a keeper.
 type KeeperRequest struct {
