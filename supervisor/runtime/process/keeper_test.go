@@ -356,3 +356,47 @@ func TestKeeperUpgradeDrainsTheOldOne(t *testing.T) {
 	e.rt.Kill(fresh.InstanceID)
 	e.exit(fresh.InstanceID)
 }
+
+// A start must come with the instance's own lock, held: a keeper handed
+// another file, or the lock file unlocked, runs nothing (the rule "lock
+// held <=> instance alive" would not hold), and an ID may not leave the
+// data directory.
+func TestKeeperRefusesAStartWithoutItsLock(t *testing.T) {
+	e := newKeeperEnv(t, "", nil)
+	first := e.keptSpec("true")
+	e.start(first) // brings the keeper up
+	e.exit(first.InstanceID)
+	kc, err := e.rt.keepers.ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.keptSpec("sh", "-c", "touch "+e.root+"/ran")
+	dir := e.rt.instanceDir(s.InstanceID)
+	os.Mkdir(dir, 0o700)
+	shim.WriteJSONAtomic(filepath.Join(dir, shim.SpecFile), s)
+	lock, _ := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	defer lock.Close()
+	other, _ := os.Open(filepath.Join(dir, shim.SpecFile))
+	defer other.Close()
+	for name, req := range map[string]struct {
+		id string
+		fd *os.File
+	}{
+		"another file":     {s.InstanceID, other},
+		"the lock, unheld": {s.InstanceID, lock},
+		"no descriptor":    {s.InstanceID, nil},
+		"a path":           {"../" + filepath.Base(e.rt.dir) + "/" + s.InstanceID, lock},
+	} {
+		var fds []int
+		if req.fd != nil {
+			fds = append(fds, int(req.fd.Fd()))
+		}
+		if _, err := e.rt.keepers.request(kc.socket, shim.KeeperRequest{Op: shim.KeeperStart, Instance: req.id}, fds...); err == nil {
+			t.Fatalf("%s: the keeper started the instance", name)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(e.root, "ran")); err == nil {
+		t.Fatal("a refused start ran its command")
+	}
+}

@@ -340,8 +340,18 @@ func (k *keeper) checkLock(dir string, lock *os.File) error {
 	if want.Dev != got.Dev || want.Ino != got.Ino {
 		return errors.New("the descriptor handed over is not its lock file")
 	}
+	// Held by someone: a fresh open cannot take it...
+	probe, err := os.Open(filepath.Join(dir, LockFile))
+	if err != nil {
+		return err
+	}
+	defer probe.Close()
+	if unix.Flock(int(probe.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		return errors.New("the lock handed over is not held")
+	}
+	// ...and by this very descriptor: re-locking one's own lock succeeds.
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("the lock handed over is not held by its sender: %w", err)
+		return fmt.Errorf("the lock handed over is held by another: %w", err)
 	}
 	return nil
 }
