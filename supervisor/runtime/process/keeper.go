@@ -405,6 +405,10 @@ func (r *Runtime) adoptKept(id string, ss shim.State) (in *instance, alive bool,
 	if err != nil {
 		return nil, false, err
 	}
+	if !r.keeperOn {
+		// Keepers were turned off: this one ends with its last container.
+		r.keepers.request(kc.socket, shim.KeeperRequest{Op: shim.KeeperDrain})
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if kc.ended[id] || !kc.live[id] {
