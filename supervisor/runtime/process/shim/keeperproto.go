@@ -1,11 +1,11 @@
 package shim
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"os"
@@ -73,14 +73,16 @@ func KeeperSocket(dir, version string) string {
 }
 
 // KeeperVersion names a keeper binary by its content: a rebuilt shim is a
-// new version, started beside the old one.
+// new version, started beside the old one. FNV-128a tells builds apart;
+// nothing trusts it (the socket's owner is checked), and crypto/sha256
+// would pull the FIPS module into the shim binary.
 func KeeperVersion(exe string) (string, error) {
 	f, err := os.Open(exe)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := fnv.New128a()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("hashing %s: %w", exe, err)
 	}
