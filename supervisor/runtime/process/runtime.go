@@ -1,13 +1,16 @@
-// Package process runs containers as host processes, each under a small
-// shim ("podvisor shim") that outlives the daemon.
+// Package process runs containers as host processes that outlive the
+// daemon: under one keeper per data directory ("podvisor-shim --keeper",
+// see keeper.go) when they have a cgroup of their own, else each under a
+// small shim ("podvisor-shim DIR").
 //
-// At most once: before forking a shim the daemon creates the instance
-// directory and takes an exclusive flock on its lock file, and hands the
-// locked descriptor to the shim. The lock is therefore held from before the
-// fork until the shim's last moment, whatever is killed when: "a shim is
-// alive" is exactly "the lock is held". A restarted daemon scans the
-// instance directories, adopts every instance whose lock is held and reads
-// the recorded exit status of every other.
+// At most once: before starting an instance the daemon creates the
+// instance directory, takes an exclusive flock on its lock file, and hands
+// the locked descriptor to the keeper (SCM_RIGHTS) or the shim. The lock
+// is therefore held from before the start until the instance has ended and
+// its exit is recorded, whatever is killed when: "the instance is alive" is
+// exactly "the lock is held". A restarted daemon scans the instance
+// directories, adopts every instance whose lock is held and reads the
+// recorded exit status of every other.
 package process
 
 import (
@@ -34,7 +37,8 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// Runtime starts, signals and watches shims.
+// Runtime starts, signals and watches container instances through their
+// keeper or shim.
 type Runtime struct {
 	dir     string   // one directory per instance
 	shimCmd []string // the shim command; the instance directory is appended
