@@ -27,6 +27,7 @@ type keeper struct {
 	version string
 	socket  string
 	self    State // ShimPid, ShimStart, BootID, Keeper
+	copy    *copier
 	forks   chan forkRequest
 	sigchld chan os.Signal
 
@@ -94,6 +95,9 @@ func RunKeeper(dir string) int {
 		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{})}
 	start, _ := ProcStartTime(os.Getpid())
 	k.self = State{ShimPid: os.Getpid(), ShimStart: start, BootID: BootID(), Keeper: k.socket}
+	if k.copy, err = newCopier(); err != nil {
+		return fail(err)
+	}
 	ln, err := k.listen()
 	if err != nil {
 		return fail(err)

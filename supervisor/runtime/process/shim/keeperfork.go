@@ -68,8 +68,12 @@ func (k *keeper) fork(in *kept) error {
 		unix.CloseOnExec(fd)
 	}
 	in.copying.Add(2)
-	go func() { defer in.copying.Done(); in.logs.copyStream("stdout", outR) }()
-	go func() { defer in.copying.Done(); in.logs.copyStream("stderr", errR) }()
+	for name, r := range map[string]*os.File{"stdout": outR, "stderr": errR} {
+		if err := k.copy.add(r, name, in.logs, in.copying.Done); err != nil {
+			os.Stderr.WriteString("keeper: copying " + name + " of " + in.id + ": " + err.Error() + "\n")
+			in.copying.Done()
+		}
+	}
 	k.mu.Lock()
 	in.leader, in.pidfd = pid, fd
 	k.byPid[pid] = in
@@ -143,6 +147,7 @@ func (k *keeper) finish(in *kept) {
 	select {
 	case <-drained:
 	case <-time.After(2 * time.Second):
+		k.copy.drop(in.logs)
 	}
 	st := exitStatusOf(in.status, in.started)
 	if in.oom {

@@ -87,8 +87,42 @@ func TestCopyStreamSplitsLongLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := strings.Repeat("a", MaxLine-1), strings.Repeat("b", MaxLine), strings.Repeat("c", 2*MaxLine+100)
-	w.copyStream("stdout", strings.NewReader("short\n"+a+"\n"+b+"\n"+c+"\n"+strings.Repeat("d", 700)+"\nend"))
+	w.copyStream("stdout", strings.NewReader(splitInput(a, b, c)))
 	w.close()
+	checkSplit(t, path, a, b, c)
+}
+
+// The keeper's copier splits lines as copyStream does, however the
+// output arrives in reads.
+func TestKeeperCopierSplitsLongLines(t *testing.T) {
+	a, b, c := strings.Repeat("a", MaxLine-1), strings.Repeat("b", MaxLine), strings.Repeat("c", 2*MaxLine+100)
+	in := splitInput(a, b, c)
+	for _, chunk := range []int{1, 7, 512, MaxLine, 1 << 20} {
+		path := filepath.Join(t.TempDir(), "pod", "c", "0.log")
+		w, err := openLog(path, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stream{name: "stdout", logs: w}
+		for rest := in; len(rest) > 0; {
+			n := min(chunk, len(rest))
+			s.lines([]byte(rest[:n]))
+			rest = rest[n:]
+		}
+		if len(s.carry) > 0 { // EOF
+			w.write("stdout", "P", s.carry)
+		}
+		w.close()
+		checkSplit(t, path, a, b, c)
+	}
+}
+
+func splitInput(a, b, c string) string {
+	return "short\n" + a + "\n" + b + "\n" + c + "\n" + strings.Repeat("d", 700) + "\nend"
+}
+
+func checkSplit(t *testing.T, path, a, b, c string) {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
