@@ -32,21 +32,7 @@ func countKeepers(t *testing.T, d *daemon) int { return len(keeperPids(t, d)) }
 
 // instanceLocksFree reports whether no instance lock under the daemon's
 // data directory is held.
-func instanceLocksFree(t *testing.T, d *daemon) bool {
-	locks, _ := filepath.Glob(filepath.Join(d.data, "containers", "*", "lock"))
-	for _, l := range locks {
-		f, err := os.Open(l)
-		if err != nil {
-			continue
-		}
-		free := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
-		f.Close()
-		if !free {
-			return false
-		}
-	}
-	return true
-}
+func instanceLocksFree(t *testing.T, d *daemon) bool { return heldLocks(t, d) == 0 }
 
 // Every process pod runs under one keeper, not a shim each, and the
 // keeper outlives the daemon.
@@ -86,12 +72,16 @@ func TestKeeperKilledRestartsEveryPod(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
 	names := []string{"a", "b", "c"}
+	pids := filepath.Join(d.dir, "pids")
 	for _, name := range names {
-		d.write(name+".yaml", processPod(name, "Always", 2, "exec sleep 1000"))
+		// $$ is a literal $ in a pod's command: $$$$ is the shell's $$.
+		d.write(name+".yaml", processPod(name, "Always", 2, "echo $$$$ >> "+pids+"; exec sleep 1000"))
 	}
 	for _, name := range names {
 		d.waitPod(name, 10*time.Second, running)
 	}
+	waitFor(t, "three containers to write their pids", func() bool { return len(readLines(pids)) == 3 })
+	first := readLines(pids)
 	old := keeperPids(t, d)
 	if len(old) != 1 {
 		t.Fatalf("keepers: %v", old)
@@ -111,6 +101,37 @@ func TestKeeperKilledRestartsEveryPod(t *testing.T) {
 	if now := keeperPids(t, d); len(now) != 1 || now[0] == old[0] {
 		t.Fatalf("keepers after the restart: %v (the killed one was %d)", now, old[0])
 	}
+	for _, p := range first {
+		pid, _ := strconv.Atoi(p)
+		if alive(pid) && !zombieProc(pid) {
+			t.Fatalf("container %d outlived its keeper", pid)
+		}
+	}
+	if held := heldLocks(t, d); held != len(names) {
+		t.Fatalf("%d instance locks held for %d running containers: the killed keeper's must be free", held, len(names))
+	}
+}
+
+func zombieProc(pid int) bool {
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return strings.Contains(string(stat), ") Z ")
+}
+
+// heldLocks counts the instance locks someone holds.
+func heldLocks(t *testing.T, d *daemon) int {
+	locks, _ := filepath.Glob(filepath.Join(d.data, "containers", "*", "lock"))
+	n := 0
+	for _, l := range locks {
+		f, err := os.Open(l)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			n++
+		}
+		f.Close()
+	}
+	return n
 }
 
 // A container that exits while the daemon is down (killed -9) has its
