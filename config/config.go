@@ -87,6 +87,7 @@ type Config struct {
 	Containerd                       Containerd            `json:"containerd"`
 	Hub                              Hub                   `json:"hub"`
 	Probes                           Probes                `json:"probes"`
+	Process                          Process               `json:"process"`
 
 	// containerdNamed: the file sets something in its containerd section.
 	containerdNamed bool
@@ -123,6 +124,15 @@ type Cgroups struct {
 	// Driver is cgroupfs or systemd (slices and scopes made through
 	// systemd).
 	Driver string `json:"driver,omitempty"`
+}
+
+// Process is how process pods run.
+type Process struct {
+	// Keeper (default true) runs every process container that has a
+	// cgroup of its own under one keeper process per device
+	// (podvisor-shim --keeper) instead of one shim each; false: a shim
+	// per container.
+	Keeper bool `json:"keeper"`
 }
 
 // Probes configures how probes learn that a container's port opened.
@@ -341,6 +351,7 @@ func Default() *Config {
 			MonitorPeriod: Duration{Duration: 10 * time.Second}},
 		Containerd: defaultContainerd(),
 		Probes:     Probes{EBPF: true},
+		Process:    Process{Keeper: true},
 	}
 }
 

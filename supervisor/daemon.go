@@ -37,7 +37,10 @@ type Config struct {
 	NodeName    string
 	// ShimCommand runs a container's shim; the instance directory is
 	// appended (podvisor-shim, or podvisor shim).
-	ShimCommand    []string
+	ShimCommand []string
+	// ProcessKeeper runs process containers under one keeper per data
+	// directory instead of one shim each (process.Runtime.EnableKeeper).
+	ProcessKeeper  bool
 	Lifecycle      lifecycle.Config
 	ManifestResync time.Duration
 	// ManifestSettle is how long a manifest file must be quiet after a

@@ -53,6 +53,11 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.ProcessKeeper {
+		if err := proc.EnableKeeper(); err != nil {
+			return nil, err
+		}
+	}
 	d.runtimes.Register(manifest.ProcessRuntimeClass, proc)
 	closeAll = func() {}
 	if cc := d.cfg.Containerd; cc.Configured() {

@@ -68,6 +68,7 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		LogMaxBytes:         c.Logs.MaxSize.Value(),
 		LogMaxFiles:         c.Logs.MaxFiles,
 		ProbesListen:        string(c.Probes.ListenMode()),
+		ProcessKeeper:       c.Process.Keeper,
 	}, nil
 }
 

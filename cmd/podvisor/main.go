@@ -129,6 +129,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	switch args[0] {
 	case "shim":
+		if len(args) == 3 && args[1] == shim.KeeperFlag {
+			signal.Reset()
+			return shim.RunKeeper(args[2])
+		}
 		if len(args) != 2 {
 			err = errors.New("usage: podvisor shim DIR (started by the daemon)")
 			break

@@ -124,19 +124,16 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		shims.count, shims.total/float64(max(shims.count, 1)), shims.anon/float64(max(shims.count, 1)))
 	fmt.Println()
 	daemon := groupOf("daemon (podvisor run)", []int{b.cmd.Process.Pid})
+	// Containers with a cgroup of their own run under the keeper; the
+	// others (no cgroups, the systemd driver) under a shim each.
 	total := printPSS(fmt.Sprintf("process pods: %d, memory (smaps_rollup)", podCount), daemon,
+		groupOf("keeper (podvisor-shim --keeper, one for all)", pidsWith("--keeper\x00"+filepath.Join(dir, "data")+"\x00")),
 		groupOf("shims (podvisor-shim, one per container)", pidsWith("shim\x00"+filepath.Join(dir, "data", "containers"))))
-	fmt.Printf("  daemon + all shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
+	fmt.Printf("  daemon + keeper + shims PSS %.2f MiB, budget 32 MiB: %.2fx\n", total, total/32)
 	if ws, err := reclaimCold(b.cmd.Process.Pid, 10*time.Second); err != nil {
 		fmt.Printf("  daemon working set: not measured: %v\n", err)
 	} else {
 		fmt.Printf("  daemon PSS 10 s after its cold pages were paged out: %.2f MiB (anon %.2f): the part that stays under memory pressure\n", ws.pss, ws.anon)
-	}
-	if k, err := keeperPrototype(dir, podCount); err != nil {
-		fmt.Printf("  keeper prototype: not measured: %v\n", err)
-	} else {
-		fmt.Printf("  instead of the shims, one keeper (prototype): PSS %.2f MiB (anon %.2f) for %d containers; with the daemon %.2f MiB\n",
-			k.pss, k.anon, podCount, k.pss+daemon.pss)
 	}
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("idle-%d.yaml", i)))

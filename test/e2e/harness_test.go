@@ -183,13 +183,16 @@ func (d *daemon) cleanup() {
 // t.Cleanup runs them in, so the daemon restarts nothing behind it.
 func (d *daemon) kill() {
 	d.stop(syscall.SIGKILL)
-	out, _ := exec.Command("pgrep", "-f", "podvisor-shim "+d.data).Output()
+	out, _ := exec.Command("pgrep", "-f", shimPattern(d)).Output()
 	for _, f := range strings.Fields(string(out)) {
 		var pid int
 		fmt.Sscan(f, &pid)
-		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim (pdeathsig)
+		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim or keeper (pdeathsig)
 	}
 }
+
+// shimPattern matches (pgrep -f) the daemon's shims and its keeper.
+func shimPattern(d *daemon) string { return "podvisor-shim (--keeper )?" + d.data }
 
 func (d *daemon) write(name, content string) {
 	d.t.Helper()

@@ -54,14 +54,14 @@ func TestShimKilledWhileDaemonDown(t *testing.T) {
 	d.write("victim.yaml", processPod("victim", "Always", 2, "exec sleep 1000"))
 	d.waitPod("victim", 10*time.Second, running)
 	d.stop(syscall.SIGKILL)
-	// The shim dies without recording an exit; its container dies with it
-	// (parent-death signal).
-	out, _ := osexec.Command("pgrep", "-f", "podvisor-shim "+d.data).Output()
+	// The shim (or keeper) dies without recording an exit; its container
+	// dies with it (parent-death signal).
+	out, _ := osexec.Command("pgrep", "-f", shimPattern(d)).Output()
 	for _, f := range strings.Fields(string(out)) {
 		pid, _ := strconv.Atoi(f)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	waitFor(t, "every shim of the killed daemon to be gone", func() bool { return countShims(t, d) == 0 })
+	waitFor(t, "every shim and keeper of the killed daemon to be gone", func() bool { return countShims(t, d)+countKeepers(t, d) == 0 })
 	d.start()
 	p := d.waitPod("victim", 10*time.Second, func(p *v1.Pod) bool {
 		cs := p.Status.ContainerStatuses[0]

@@ -1,13 +1,16 @@
-// Package process runs containers as host processes, each under a small
-// shim ("podvisor shim") that outlives the daemon.
+// Package process runs containers as host processes that outlive the
+// daemon: under one keeper per data directory ("podvisor-shim --keeper",
+// see keeper.go) when they have a cgroup of their own, else each under a
+// small shim ("podvisor-shim DIR").
 //
-// At most once: before forking a shim the daemon creates the instance
-// directory and takes an exclusive flock on its lock file, and hands the
-// locked descriptor to the shim. The lock is therefore held from before the
-// fork until the shim's last moment, whatever is killed when: "a shim is
-// alive" is exactly "the lock is held". A restarted daemon scans the
-// instance directories, adopts every instance whose lock is held and reads
-// the recorded exit status of every other.
+// At most once: before starting an instance the daemon creates the
+// instance directory, takes an exclusive flock on its lock file, and hands
+// the locked descriptor to the keeper (SCM_RIGHTS) or the shim. The lock
+// is therefore held from before the start until the instance has ended and
+// its exit is recorded, whatever is killed when: "the instance is alive" is
+// exactly "the lock is held". A restarted daemon scans the instance
+// directories, adopts every instance whose lock is held and reads the
+// recorded exit status of every other.
 package process
 
 import (
@@ -34,13 +37,17 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// Runtime starts, signals and watches shims.
+// Runtime starts, signals and watches container instances through their
+// keeper or shim.
 type Runtime struct {
 	dir     string   // one directory per instance
 	shimCmd []string // the shim command; the instance directory is appended
 	cgroups runtime.Cgroups
 	log     *slog.Logger
 	exits   chan runtime.Exit
+
+	keepers  *keepers
+	keeperOn bool // start through the keeper (EnableKeeper)
 
 	mu   sync.Mutex
 	live map[string]*instance
@@ -51,6 +58,10 @@ type instance struct {
 	shimPid int
 	child   bool // ours to reap
 	pidfd   int  // for signalling; the waiter holds its own copy
+	// keeper runs the instance instead of a shim of its own (then shimPid
+	// and pidfd are unused); starting: its start is not answered yet.
+	keeper   *keeperConn
+	starting bool
 }
 
 // StartTimeout bounds how long a shim may take to report its container
@@ -67,7 +78,9 @@ func New(dir string, shimCmd []string, cg runtime.Cgroups, log *slog.Logger) (*R
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{dir: dir, shimCmd: shimCmd, cgroups: cg, log: log, exits: make(chan runtime.Exit, 256), live: map[string]*instance{}}, nil
+	r := &Runtime{dir: dir, shimCmd: shimCmd, cgroups: cg, log: log, exits: make(chan runtime.Exit, 256), live: map[string]*instance{}}
+	r.keepers = newKeepers(r)
+	return r, nil
 }
 
 // Exits delivers the end of every started or adopted instance.
@@ -104,6 +117,11 @@ func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (ti
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return time.Time{}, fmt.Errorf("locking new instance %s: %w", spec.InstanceID, err)
+	}
+	// The keeper tells a container's processes from another's by their
+	// cgroup: without one of its own, a container gets its own shim.
+	if r.keeperOn && place == nil && (spec.Cgroup.Dir != "" || len(spec.Cgroup.Procs) > 0) {
+		return r.startKept(spec, lock)
 	}
 	repR, repW, err := os.Pipe()
 	if err != nil {
@@ -237,6 +255,9 @@ func (r *Runtime) Signal(id string, sig syscall.Signal) error {
 	if in == nil {
 		return fmt.Errorf("instance %s is not running", id)
 	}
+	if in.keeper != nil {
+		return r.signalKept(in, sig)
+	}
 	if err := unix.PidfdSendSignal(in.pidfd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal %v to instance %s: %w", sig, id, err)
 	}
@@ -299,14 +320,20 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
-		if in, started, ok := r.adopt(id); ok {
+		in, started, state := r.adopt(id)
+		switch state {
+		case adopted:
 			rec.Alive, rec.StartedAt = true, started
-			r.watch(in)
+			if in.keeper == nil {
+				r.watch(in)
+			}
 			return rec, true
+		case undescribed:
+			// A locked instance is alive, whatever it failed to say: it
+			// may not be written off while it could still start its
+			// container.
+			r.killUndescribed(id, lock)
 		}
-		// A locked instance is alive, whatever it failed to say: it may
-		// not be written off while it could still start its container.
-		r.killUndescribed(id, lock)
 	}
 	// Nobody holds the lock: the shim is gone.
 	exit := exitOf(rec.InstanceID, r.exitStatus(id))
@@ -339,24 +366,44 @@ func (r *Runtime) killUndescribed(id string, lock *os.File) {
 	r.log.Error("an instance lock stays held after its shim was killed", "instance", id)
 }
 
-// adopt finds the live shim of an instance whose lock is held.
-func (r *Runtime) adopt(id string) (*instance, time.Time, bool) {
+// What adopt found of a locked instance.
+type adoption int
+
+const (
+	adopted     adoption = iota
+	ended                // its keeper finished it meanwhile: the exit is recorded
+	undescribed          // no shim or keeper could be found for it
+)
+
+// adopt finds the live shim or keeper of an instance whose lock is held.
+func (r *Runtime) adopt(id string) (*instance, time.Time, adoption) {
 	path := filepath.Join(r.instanceDir(id), shim.StateFile)
 	// A shim that was just forked writes its state within milliseconds;
 	// a loaded machine may take longer.
 	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
 		var ss shim.State
 		if err := shim.ReadJSON(path, &ss); err == nil {
+			if ss.Keeper != "" {
+				in, alive, err := r.adoptKept(id, ss)
+				switch {
+				case err != nil:
+					r.log.Error("instance is locked but its keeper does not answer", "instance", id, "keeper", ss.Keeper, "err", err)
+					return nil, time.Time{}, undescribed
+				case !alive:
+					return nil, time.Time{}, ended
+				}
+				return in, ss.StartedAt, adopted
+			}
 			fd, err := pidfd.Open(ss.ShimPid, ss.ShimStart)
 			if err != nil {
-				return nil, time.Time{}, false
+				return nil, time.Time{}, undescribed
 			}
-			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, true
+			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, adopted
 		}
 		time.Sleep(wait)
 	}
 	r.log.Error("instance is locked but its shim never described itself", "instance", id)
-	return nil, time.Time{}, false
+	return nil, time.Time{}, undescribed
 }
 
 // exitOf is the exit a shim recorded, as the daemon keeps it.

@@ -23,6 +23,9 @@ import (
 
 // The test binary doubles as the shim, as podvisor does.
 func TestMain(m *testing.M) {
+	if len(os.Args) == 4 && os.Args[1] == "shim" && os.Args[2] == shim.KeeperFlag {
+		os.Exit(shim.RunKeeper(os.Args[3]))
+	}
 	if len(os.Args) == 3 && os.Args[1] == "shim" {
 		os.Exit(shim.Run(os.Args[2]))
 	}

@@ -2,7 +2,6 @@ package shim
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ type logWriter struct {
 	f        *os.File
 	size     int64
 	now      func() time.Time
+	rec      []byte // the record being written
 }
 
 // logDirDepth is how many directories above a log file podvisor made
@@ -134,11 +134,28 @@ func openLogFile(dir *os.File, name string, truncate bool) (*os.File, error) {
 	}
 }
 
-// copyStream copies one output stream line by line until EOF.
+// copyStream copies one output stream line by line until EOF. Lines of
+// MaxLine bytes or more are split into partial records. It reads through
+// a small buffer and keeps a longer line only while it lasts: a keeper
+// copies two streams per container, and most lines are short.
 func (w *logWriter) copyStream(stream string, r io.Reader) {
-	br := bufio.NewReaderSize(r, MaxLine)
+	br := bufio.NewReaderSize(r, 512)
+	var long []byte // the start of a line longer than br's buffer
 	for {
-		line, err := br.ReadSlice('\n')
+		frag, err := br.ReadSlice('\n')
+		line := frag
+		if len(long) > 0 || errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, frag...)
+			line = long
+		}
+		for len(line) >= MaxLine && line[MaxLine-1] != '\n' {
+			w.write(stream, "P", line[:MaxLine])
+			line = line[MaxLine:]
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long[:0], line...)
+			continue
+		}
 		if len(line) > 0 {
 			tag := "P"
 			if line[len(line)-1] == '\n' {
@@ -146,7 +163,11 @@ func (w *logWriter) copyStream(stream string, r io.Reader) {
 			}
 			w.write(stream, tag, line)
 		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		if cap(long) > 4<<10 {
+			long = nil // a long line's memory goes back to the heap
+		}
+		long = long[:0]
+		if err != nil {
 			return
 		}
 	}
@@ -155,16 +176,20 @@ func (w *logWriter) copyStream(stream string, r io.Reader) {
 func (w *logWriter) write(stream, tag string, text []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var b bytes.Buffer
-	b.WriteString(w.now().UTC().Format(time.RFC3339Nano))
-	b.WriteByte(' ')
-	b.WriteString(stream)
-	b.WriteByte(' ')
-	b.WriteString(tag)
-	b.WriteByte(' ')
-	b.Write(text)
-	b.WriteByte('\n')
-	n, _ := w.f.Write(b.Bytes())
+	// One record buffer per log, reused: a keeper writes for every
+	// container, and garbage would grow its heap.
+	b := w.now().UTC().AppendFormat(w.rec[:0], time.RFC3339Nano)
+	b = append(b, ' ')
+	b = append(b, stream...)
+	b = append(b, ' ')
+	b = append(b, tag...)
+	b = append(b, ' ')
+	b = append(b, text...)
+	b = append(b, '\n')
+	if cap(b) <= 1<<10 {
+		w.rec = b
+	}
+	n, _ := w.f.Write(b)
 	w.size += int64(n)
 	if w.maxBytes > 0 && w.size >= w.maxBytes {
 		w.rotate()

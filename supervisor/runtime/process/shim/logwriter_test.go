@@ -74,3 +74,72 @@ func TestRotationStaysInItsDirectory(t *testing.T) {
 		t.Errorf("0.log: %v, %v", st, err)
 	}
 }
+
+// Lines are split into partial records at MaxLine bytes exactly as a
+// MaxLine-sized buffer split them, though the copy reads through a small
+// one: a line that fits with its newline is one F record, a longer one is
+// P records of MaxLine bytes and then the rest; output that ends without a
+// newline is a last P record.
+func TestCopyStreamSplitsLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pod", "c", "0.log")
+	w, err := openLog(path, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := strings.Repeat("a", MaxLine-1), strings.Repeat("b", MaxLine), strings.Repeat("c", 2*MaxLine+100)
+	w.copyStream("stdout", strings.NewReader(splitInput(a, b, c)))
+	w.close()
+	checkSplit(t, path, a, b, c)
+}
+
+// The keeper's copier splits lines as copyStream does, however the
+// output arrives in reads.
+func TestKeeperCopierSplitsLongLines(t *testing.T) {
+	a, b, c := strings.Repeat("a", MaxLine-1), strings.Repeat("b", MaxLine), strings.Repeat("c", 2*MaxLine+100)
+	in := splitInput(a, b, c)
+	for _, chunk := range []int{1, 7, 512, MaxLine, 1 << 20} {
+		path := filepath.Join(t.TempDir(), "pod", "c", "0.log")
+		w, err := openLog(path, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stream{name: "stdout", logs: w}
+		for rest := in; len(rest) > 0; {
+			n := min(chunk, len(rest))
+			s.lines([]byte(rest[:n]))
+			rest = rest[n:]
+		}
+		if len(s.carry) > 0 { // EOF
+			w.write("stdout", "P", s.carry)
+		}
+		w.close()
+		checkSplit(t, path, a, b, c)
+	}
+}
+
+func splitInput(a, b, c string) string {
+	return "short\n" + a + "\n" + b + "\n" + c + "\n" + strings.Repeat("d", 700) + "\nend"
+}
+
+func checkSplit(t *testing.T, path, a, b, c string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		f := strings.SplitN(rec, " ", 4)
+		got = append(got, f[2]+" "+f[3])
+	}
+	want := []string{"F short", "F " + a, "P " + b, "F ", "P " + c[:MaxLine], "P " + c[MaxLine:2*MaxLine], "F " + c[2*MaxLine:],
+		"F " + strings.Repeat("d", 700), "P end"}
+	if len(got) != len(want) {
+		t.Fatalf("%d records, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("record %d: %.40q (%d bytes), want %.40q (%d bytes)", i, got[i], len(got[i]), want[i], len(want[i]))
+		}
+	}
+}

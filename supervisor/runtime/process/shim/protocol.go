@@ -1,8 +1,10 @@
-// Package shim is the per-container supervisor process and the protocol
-// the daemon speaks with it through an instance directory. It imports only
+// Package shim is the supervisor process of process containers — the
+// keeper that runs all of a data directory's (RunKeeper), or a shim per
+// container (Run) — and the protocol the daemon speaks with them through
+// instance directories and the keeper's socket. It imports only
 // the standard library, x/sys and two small packages built on them alone
 // (pidfd, pod/hostcmd), so the podvisor-shim binary that runs it stays
-// small: one shim runs per container, and its memory is paid per
+// small: it runs beside the daemon, and a shim's memory is paid per
 // container.
 package shim
 
@@ -113,6 +115,9 @@ type State struct {
 	LeaderStart uint64    `json:"leaderStart"`
 	StartedAt   time.Time `json:"startedAt"`
 	BootID      string    `json:"bootID"`
+	// Keeper is the control socket of the keeper running the instance
+	// (then ShimPid and ShimStart are the keeper's); empty: its own shim.
+	Keeper string `json:"keeper,omitempty"`
 }
 
 // ExitStatus is how a container instance ended.
