@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -56,10 +55,6 @@ var errMemoryBacked = errors.New("the program is on a memory-backed file system"
 // MADV_RANDOM first, so that a page faulted back in brings no read-around
 // of its neighbours with it. It returns the bytes advised.
 func releaseStartupText() (int64, error) {
-	exe, err := os.Stat("/proc/self/exe")
-	if err != nil {
-		return 0, err
-	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs("/proc/self/exe", &fs); err != nil {
 		return 0, err
@@ -69,10 +64,13 @@ func releaseStartupText() (int64, error) {
 		// and paging them out would write them to swap.
 		return 0, errMemoryBacked
 	}
-	st := exe.Sys().(*syscall.Stat_t)
-	ranges, err := readOnlyMappingsOf(devOf(st), st.Ino)
+	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return 0, err
+	}
+	ranges := programMappings(maps, reflect.ValueOf(releaseStartupText).Pointer())
+	if len(ranges) == 0 {
+		return 0, errors.New("the program's mappings are not in /proc/self/maps")
 	}
 	var total int64
 	for _, r := range ranges {
@@ -87,40 +85,45 @@ func releaseStartupText() (int64, error) {
 	return total, nil
 }
 
-// devOf is the file's device as /proc/PID/maps writes it.
-func devOf(st *syscall.Stat_t) string {
-	return fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
-}
-
 type addrRange struct{ start, end uintptr }
 
-// readOnlyMappingsOf lists this process's mappings of the file dev, ino
-// (dev as /proc/PID/maps writes it) that are not writable: the program's text and read-only data, not
-// its data segment (which may be written, so not clean).
-func readOnlyMappingsOf(dev string, ino uint64) ([]addrRange, error) {
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return nil, err
+// programMappings lists, from /proc/PID/maps content, the mappings that
+// are not writable of the file that holds the code at codeAddr: the
+// program's text and read-only data, not its data segment (which may be
+// written, so not clean). The file is named by the device and inode the
+// mapping lines give, not by stat(/proc/self/exe), which on overlayfs
+// names the overlay's inode instead of the one mapped.
+func programMappings(maps []byte, codeAddr uintptr) []addrRange {
+	type mapping struct {
+		addrRange
+		writable bool
+		file     string // "dev inode"
 	}
-	defer f.Close()
-	var ranges []addrRange
-	s := bufio.NewScanner(f)
-	for s.Scan() {
+	var all []mapping
+	var program string
+	for _, line := range strings.Split(string(maps), "\n") {
 		// 00400000-00c2e000 r-xp 00000000 fd:01 1234 /usr/bin/podvisor
-		fields := strings.Fields(s.Text())
-		if len(fields) < 6 || strings.Contains(fields[1], "w") {
-			continue
+		f := strings.Fields(line)
+		if len(f) < 5 || f[4] == "0" {
+			continue // anonymous
 		}
-		if n, err := strconv.ParseUint(fields[4], 10, 64); err != nil || n != ino || fields[3] != dev {
-			continue
-		}
-		lo, hi, _ := strings.Cut(fields[0], "-")
+		lo, hi, _ := strings.Cut(f[0], "-")
 		start, err1 := strconv.ParseUint(lo, 16, 64)
 		end, err2 := strconv.ParseUint(hi, 16, 64)
 		if err1 != nil || err2 != nil || end <= start {
 			continue
 		}
-		ranges = append(ranges, addrRange{uintptr(start), uintptr(end)})
+		m := mapping{addrRange{uintptr(start), uintptr(end)}, strings.Contains(f[1], "w"), f[3] + " " + f[4]}
+		if m.start <= codeAddr && codeAddr < m.end {
+			program = m.file
+		}
+		all = append(all, m)
 	}
-	return ranges, s.Err()
+	var ranges []addrRange
+	for _, m := range all {
+		if program != "" && m.file == program && !m.writable {
+			ranges = append(ranges, m.addrRange)
+		}
+	}
+	return ranges
 }
