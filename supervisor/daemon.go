@@ -108,6 +108,9 @@ type Daemon struct {
 	hubPods []*v1.Pod
 	// stopped closes when Run ends: requests fail at once from then on.
 	stopped chan struct{}
+	// supervising closes when Run has restored the pods, read the
+	// manifests and starts supervising them.
+	supervising chan struct{}
 	// stoppingAll: the daemon is stopping every pod before it exits, and
 	// nothing may be desired again.
 	stoppingAll bool
@@ -167,6 +170,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		hooks:        make(chan hookResult, 64),
 		requests:     make(chan request),
 		stopped:      make(chan struct{}),
+		supervising:  make(chan struct{}),
 		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
 		view:         newView(),
 		views:        map[types.UID]cachedView{},
@@ -247,6 +251,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
+	close(d.supervising)
 	d.loop(ctx, manifests, nil)
 	if d.cfg.StopPodsOnExit {
 		d.stopAll()
@@ -254,6 +259,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.persist()
 	return nil
 }
+
+// Supervising closes once Run has restored the pods and read the
+// manifests, and starts supervising them: the daemon's start-up is over.
+func (d *Daemon) Supervising() <-chan struct{} { return d.supervising }
 
 // OpenState takes the data directory's lock and opens the state database,
 // moving a damaged one aside for an empty one: the pods are then rebuilt

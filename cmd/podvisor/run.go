@@ -145,6 +145,7 @@ func runDaemon(ctx context.Context, conf *config.Config, daemonCfg supervisor.Co
 	}
 	defer closeHub()
 	drainOnShutdown(ctx, d, supervisor.ShutdownTime(daemonCfg.ShutdownBuckets), log)
+	go releaseAfterStartup(ctx, d.Supervising(), log)
 	runErr := d.Run(ctx)
 	stopAPI()
 	if runErr != nil {
