@@ -83,10 +83,14 @@ func (a *API) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
 		pods, err := a.Fleet.MirrorPods(r.URL.Query().Get("device"), time.Now(), a.Timeout)
+		if err == nil {
+			pods, err = a.withHubPods(pods, r.URL.Query().Get("device"))
+		}
 		list := v1.PodList{Items: pods}
 		list.Kind, list.APIVersion = "PodList", "v1"
 		reply(w, list, err)
 	})
+	a.workloadRoutes(mux)
 	return mux
 }
 

@@ -1,0 +1,437 @@
+package hub
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule"
+)
+
+// AnnotationScheduled marks the pods of a device's desired document that
+// the scheduler placed, apart from those applied to the device by hand
+// (apply --device/--selector), which it leaves alone.
+const AnnotationScheduled = "podvisor.io/scheduled"
+
+// DefaultDeviceTimeout is how long a device may be silent and still be
+// Ready, when the hub is not told otherwise.
+const DefaultDeviceTimeout = 90 * time.Second
+
+// Reschedule asks for a scheduling pass soon. Requests coalesce: one
+// pass answers every request made before it starts.
+func (h *Hub) Reschedule() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scheduleLoop runs the passes, one at a time: on request and at the
+// next moment the fleet changes by itself (a device's heartbeat goes
+// stale, a toleration runs out) — a timer, not polling.
+func (h *Hub) scheduleLoop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-h.done:
+			timer.Stop()
+			return
+		case <-h.kick:
+		case <-timer.C:
+		}
+		next, err := h.SchedulePass()
+		if err != nil {
+			h.log.Error("scheduling pass", "err", err)
+			next = h.now().Add(10 * time.Second) // try again
+		}
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(max(next.Sub(h.now()), 100*time.Millisecond))
+		}
+	}
+}
+
+// SchedulePass runs the scheduler over the fleet once and stores its
+// plan: new pods, bindings, pending reasons, graceful deletions and
+// events; terminating pods the device confirmed stopped are forgotten,
+// and the desired documents of devices whose pods changed are signed
+// again. It returns when the fleet will next change by itself.
+func (h *Hub) SchedulePass() (time.Time, error) {
+	now := h.now()
+	devices, next, err := h.scheduleDevices(now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	w, err := h.fleet.LoadWorkloads()
+	if err != nil {
+		return time.Time{}, err
+	}
+	pods, err := h.fleet.HubPods()
+	if err != nil {
+		return time.Time{}, err
+	}
+	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
+		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses})
+	if err := h.fleet.storePlan(pods, plan, now); err != nil {
+		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
+	}
+	if err := h.pushScheduled(); err != nil {
+		return time.Time{}, err
+	}
+	if err := h.fleet.forgetStopped(devices); err != nil {
+		return time.Time{}, err
+	}
+	if pods, err = h.fleet.HubPods(); err != nil {
+		return time.Time{}, err
+	}
+	return earliest(next, tolerationDeadline(devices, pods)), nil
+}
+
+// scheduleDevices makes every device a schedule.Device, and says when
+// the first Ready one goes stale if it is not heard from.
+func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, error) {
+	ds, err := h.fleet.Devices(now, h.cfg.DeviceTimeout)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	extra, err := h.fleet.schedFields()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var next time.Time
+	out := make([]schedule.Device, 0, len(ds))
+	for _, d := range ds {
+		sd := schedule.Device{Name: d.ID, Labels: maps.Clone(d.Labels)}
+		if d.Node != nil {
+			sd.Allocatable, sd.Conditions = d.Node.Allocatable, d.Node.Conditions
+			setIfAbsent(sd.Labels, v1.LabelArchStable, d.Node.NodeInfo.Architecture)
+			setIfAbsent(sd.Labels, v1.LabelOSStable, d.Node.NodeInfo.OperatingSystem)
+		}
+		sd.Labels[v1.LabelHostname] = d.ID
+		if e, ok := extra[d.ID]; ok {
+			sd.Unschedulable, sd.Taints = e.unschedulable, e.taints
+		}
+		if d.Ready {
+			next = earliest(next, d.LastSeen.Add(h.cfg.DeviceTimeout))
+		} else if d.LastSeen.IsZero() {
+			sd.UnreachableSince = h.started // never heard from since this hub started
+		} else {
+			sd.UnreachableSince = d.LastSeen
+		}
+		out = append(out, sd)
+	}
+	return out, next, nil
+}
+
+func setIfAbsent(m map[string]string, k, v string) {
+	if _, ok := m[k]; !ok && v != "" {
+		m[k] = v
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// tolerationDeadline is when the first pod on an unreachable device
+// runs out of its toleration of the unreachable taint.
+func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
+	since := map[string]time.Time{}
+	for _, d := range devices {
+		if !d.UnreachableSince.IsZero() {
+			since[d.Name] = d.UnreachableSince
+		}
+	}
+	taint := &v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}
+	var next time.Time
+	for _, p := range pods {
+		start, ok := since[p.Spec.NodeName]
+		if !ok || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, tol := range p.Spec.Tolerations {
+			if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), taint, false) {
+				next = earliest(next, start.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
+			}
+		}
+	}
+	return next
+}
+
+type schedExtra struct {
+	unschedulable bool
+	taints        []v1.Taint
+}
+
+func (f *Fleet) schedFields() (map[string]schedExtra, error) {
+	rows, err := f.db.Query(`SELECT id, unschedulable, taints FROM devices`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]schedExtra{}
+	for rows.Next() {
+		var id string
+		var e schedExtra
+		var raw []byte
+		if err := rows.Scan(&id, &e.unschedulable, &raw); err != nil {
+			return nil, err
+		}
+		json.Unmarshal(raw, &e.taints) // written by SetTaint
+		out[id] = e
+	}
+	return out, rows.Err()
+}
+
+// storePlan writes one pass's plan in one transaction, touching only the
+// pods it changes.
+func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) error {
+	pods := make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
+	orig := map[types.NamespacedName][]byte{}
+	for _, p := range before {
+		k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		pods[k] = p
+		orig[k], _ = json.Marshal(p)
+	}
+	for _, p := range plan.Create {
+		pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for _, b := range plan.Bindings {
+		if p := pods[b.Pod]; p != nil {
+			p.Spec.NodeName = b.Device
+			p.Status.NominatedNodeName = ""
+			setScheduled(p, v1.ConditionTrue, "", "", now)
+		}
+	}
+	for _, pe := range plan.Pending {
+		if p := pods[pe.Pod]; p != nil {
+			p.Status.Phase = v1.PodPending
+			p.Status.NominatedNodeName = pe.NominatedNodeName
+			setScheduled(p, v1.ConditionFalse, v1.PodReasonUnschedulable, pe.Message, now)
+		}
+	}
+	gone := map[types.NamespacedName]bool{}
+	for _, d := range plan.Deletions {
+		p := pods[d.Pod]
+		if p == nil {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			gone[d.Pod] = true // never on a device: nothing to stop
+			continue
+		}
+		if p.DeletionTimestamp == nil {
+			t := metav1.NewTime(now)
+			p.DeletionTimestamp = &t
+			p.Status.Reason, p.Status.Message = d.Reason, d.Message
+		}
+	}
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for k, p := range pods {
+		if gone[k] {
+			if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		raw, _ := json.Marshal(p)
+		if bytes.Equal(raw, orig[k]) {
+			continue
+		}
+		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES (?, ?, ?, ?)
+			ON CONFLICT(namespace, name) DO UPDATE SET device = excluded.device, pod = excluded.pod`,
+			k.Namespace, k.Name, p.Spec.NodeName, raw); err != nil {
+			return err
+		}
+	}
+	for _, e := range plan.Events {
+		if err := addSchedEvent(tx, SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
+			Reason: e.Reason, Message: e.Message}, now); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// setScheduled sets the PodScheduled condition, keeping its transition
+// time while the status stays.
+func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, now time.Time) {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type != v1.PodScheduled {
+			continue
+		}
+		if c.Status != status {
+			c.LastTransitionTime = metav1.NewTime(now)
+		}
+		c.Status, c.Reason, c.Message = status, reason, message
+		return
+	}
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodScheduled, Status: status,
+		Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(now)})
+}
+
+// pushScheduled signs again the desired document of every device whose
+// scheduled pods changed: the bound pods that are not terminating, as
+// the device runs them, next to the pods applied to it by hand.
+func (h *Hub) pushScheduled() error {
+	pods, err := h.fleet.HubPods()
+	if err != nil {
+		return err
+	}
+	want := map[string][]json.RawMessage{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			raw, _ := json.Marshal(devicePod(p))
+			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
+		}
+	}
+	current, err := h.fleet.allDesiredPods()
+	if err != nil {
+		return err
+	}
+	devices := slices.Sorted(maps.Keys(want))
+	for dev := range current {
+		if _, ok := want[dev]; !ok {
+			devices = append(devices, dev)
+		}
+	}
+	for _, dev := range devices {
+		var have []json.RawMessage
+		for _, raw := range current[dev] {
+			if scheduledPod(raw) {
+				have = append(have, raw)
+			}
+		}
+		if slices.EqualFunc(have, want[dev], func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+			continue
+		}
+		if _, err := h.fleet.GetDevice(dev, h.now(), 0); err != nil {
+			continue // a device removed from the fleet gets nothing new
+		}
+		if _, err := h.update(dev, func(cur []json.RawMessage) []json.RawMessage {
+			keep := cur[:0:0]
+			for _, raw := range cur {
+				if !scheduledPod(raw) {
+					keep = append(keep, raw)
+				}
+			}
+			return append(keep, want[dev]...)
+		}); err != nil {
+			return fmt.Errorf("device %s: %w", dev, err)
+		}
+	}
+	return nil
+}
+
+// devicePod is a bound pod as its device gets it: its identity, labels,
+// annotations and owner, and its spec without what only the scheduler
+// reads (the device resolves priority from its own PriorityClasses, so
+// only the built-in system- classes are kept).
+func devicePod(p *v1.Pod) *v1.Pod {
+	out := &v1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+		Annotations: maps.Clone(p.Annotations)}, Spec: *p.Spec.DeepCopy()}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationScheduled] = "true"
+	s := &out.Spec
+	s.Affinity, s.TopologySpreadConstraints, s.Tolerations, s.SchedulerName = nil, nil, nil, ""
+	s.Priority, s.PreemptionPolicy = nil, nil
+	if !strings.HasPrefix(s.PriorityClassName, "system-") {
+		s.PriorityClassName = ""
+	}
+	return out
+}
+
+func scheduledPod(raw json.RawMessage) bool {
+	var meta struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	json.Unmarshal(raw, &meta)
+	return meta.Metadata.Annotations[AnnotationScheduled] == "true"
+}
+
+// allDesiredPods reads every device's desired pods.
+func (f *Fleet) allDesiredPods() (map[string][]json.RawMessage, error) {
+	rows, err := f.db.Query(`SELECT device, pods FROM desired`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]json.RawMessage{}
+	for rows.Next() {
+		var dev string
+		var raw []byte
+		if err := rows.Scan(&dev, &raw); err != nil {
+			return nil, err
+		}
+		var pods []json.RawMessage
+		if err := json.Unmarshal(raw, &pods); err != nil {
+			return nil, fmt.Errorf("device %s: stored desired pods: %w", dev, err)
+		}
+		out[dev] = pods
+	}
+	return out, rows.Err()
+}
+
+// forgetStopped forgets the terminating pods whose device confirmed they
+// stopped — it applied a desired generation without them and reports no
+// such pod — and those of devices no longer in the fleet.
+func (f *Fleet) forgetStopped(devices []schedule.Device) error {
+	known := map[string]bool{}
+	for _, d := range devices {
+		known[d.Name] = true
+	}
+	rows, err := f.db.Query(`SELECT p.namespace, p.name, p.device,
+		COALESCE((SELECT generation FROM desired WHERE device = p.device), 0),
+		COALESCE((SELECT observed FROM acks WHERE device = p.device), 0),
+		EXISTS (SELECT 1 FROM mirrors m WHERE m.device = p.device AND m.key = p.namespace || '/' || p.name)
+		FROM hub_pods p WHERE p.device != '' AND json_extract(p.pod, '$.metadata.deletionTimestamp') IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	var stopped []types.NamespacedName
+	for rows.Next() {
+		var ns, name, dev string
+		var gen, observed int64
+		var mirrored bool
+		if err := rows.Scan(&ns, &name, &dev, &gen, &observed, &mirrored); err != nil {
+			rows.Close()
+			return err
+		}
+		if !known[dev] || (observed >= gen && !mirrored) {
+			stopped = append(stopped, types.NamespacedName{Namespace: ns, Name: name})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, k := range stopped {
+		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
