@@ -88,8 +88,12 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 	if err := h.pushScheduled(); err != nil {
 		return time.Time{}, err
 	}
-	if err := h.fleet.forgetStopped(devices); err != nil {
+	forgot, err := h.fleet.forgetStopped(devices)
+	if err != nil {
 		return time.Time{}, err
+	}
+	if forgot > 0 {
+		h.Reschedule() // their room is free: a nominated pod may bind now
 	}
 	if pods, err = h.fleet.HubPods(); err != nil {
 		return time.Time{}, err
@@ -398,7 +402,7 @@ func (f *Fleet) allDesiredPods() (map[string][]json.RawMessage, error) {
 // forgetStopped forgets the terminating pods whose device confirmed they
 // stopped — it applied a desired generation without them and reports no
 // such pod — and those of devices no longer in the fleet.
-func (f *Fleet) forgetStopped(devices []schedule.Device) error {
+func (f *Fleet) forgetStopped(devices []schedule.Device) (int, error) {
 	known := map[string]bool{}
 	for _, d := range devices {
 		known[d.Name] = true
@@ -409,7 +413,7 @@ func (f *Fleet) forgetStopped(devices []schedule.Device) error {
 		EXISTS (SELECT 1 FROM mirrors m WHERE m.device = p.device AND m.key = p.namespace || '/' || p.name)
 		FROM hub_pods p WHERE p.device != '' AND json_extract(p.pod, '$.metadata.deletionTimestamp') IS NOT NULL`)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var stopped []types.NamespacedName
 	for rows.Next() {
@@ -418,7 +422,7 @@ func (f *Fleet) forgetStopped(devices []schedule.Device) error {
 		var mirrored bool
 		if err := rows.Scan(&ns, &name, &dev, &gen, &observed, &mirrored); err != nil {
 			rows.Close()
-			return err
+			return 0, err
 		}
 		if !known[dev] || (observed >= gen && !mirrored) {
 			stopped = append(stopped, types.NamespacedName{Namespace: ns, Name: name})
@@ -426,12 +430,12 @@ func (f *Fleet) forgetStopped(devices []schedule.Device) error {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	for _, k := range stopped {
 		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return len(stopped), nil
 }

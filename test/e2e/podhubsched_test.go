@@ -75,17 +75,13 @@ func hubPodsByApp(t *testing.T, h *podhubServer) (running map[string][]string, a
 	return running, list.Items
 }
 
-// The hub as a scheduler, end to end with real binaries: six podvisor
-// daemons in three zones, a DaemonSet on each, a Deployment spread one
-// per zone; a device killed loses its Deployment pod to another device
-// of its zone after the shortened toleration, its DaemonSet pod stays;
-// deleting the Deployment stops its pods on the devices.
-func TestPodhubSchedulesWorkloads(t *testing.T) {
-	h := newPodhub(t)
+// startFleet enrols n devices dev-1..dev-n in zones a, b, c in turn,
+// starts a real podvisor daemon for each, and waits for them Ready.
+func startFleet(t *testing.T, h *podhubServer, n int) ([]string, map[string]*daemon, map[string]string) {
 	zone := map[string]string{}
 	daemons := map[string]*daemon{}
 	var ids []string
-	for i := 1; i <= 6; i++ {
+	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("dev-%d", i)
 		ids = append(ids, id)
 		zone[id] = string(rune('a' + (i-1)%3))
@@ -98,7 +94,7 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 		d.start()
 		daemons[id] = d
 	}
-	waitForLong(t, 60*time.Second, "six devices Ready at the hub", func() bool {
+	waitForLong(t, 60*time.Second, fmt.Sprintf("%d devices Ready at the hub", n), func() bool {
 		out, _ := h.cli("get", "devices")
 		for _, id := range ids {
 			if deviceStatus(out, id) != "Ready" {
@@ -108,6 +104,17 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 		return true
 	})
 
+	return ids, daemons, zone
+}
+
+// The hub as a scheduler, end to end with real binaries: six podvisor
+// daemons in three zones, a DaemonSet on each, a Deployment spread one
+// per zone; a device killed loses its Deployment pod to another device
+// of its zone after the shortened toleration, its DaemonSet pod stays;
+// deleting the Deployment stops its pods on the devices.
+func TestPodhubSchedulesWorkloads(t *testing.T) {
+	h := newPodhub(t)
+	_, daemons, zone := startFleet(t, h, 6)
 	file := filepath.Join(t.TempDir(), "fleet.yaml")
 	os.WriteFile(file, []byte(workloadsYAML), 0o644)
 	if out, code := h.cli("apply", "-f", file); code != 0 || !strings.Contains(out, "1 deployment(s), 1 daemonset(s)") {
@@ -188,5 +195,79 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 	}
 	if m, _ := hubPodsByApp(t, h); len(m["agent"]) != 5 {
 		t.Errorf("agent pods running after the delete: %v, want the 5 live devices' untouched", m["agent"])
+	}
+}
+
+// Priority preemption across the fleet: two devices each full with a
+// low-priority Deployment pod; a pod of a higher PriorityClass preempts
+// one of them (which stops on its device), then runs there, and the
+// replacement of the victim stays Pending for want of CPU.
+func TestPodhubPreemptsAcrossFleet(t *testing.T) {
+	h := newPodhub(t)
+	startFleet(t, h, 2)
+	out, code := h.cli("get", "devices", "-o", "json")
+	var devs []struct {
+		Node *v1.NodeStatus `json:"node"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &devs) != nil || len(devs) != 2 || devs[0].Node == nil {
+		t.Fatalf("get devices -o json: %s", out)
+	}
+	cpu := devs[0].Node.Allocatable[v1.ResourceCPU]
+	big := fmt.Sprintf("%dm", cpu.MilliValue()*6/10) // two never fit on one device
+	pod := func(kind, name, extra string) string {
+		return fmt.Sprintf(`apiVersion: %s
+kind: %s
+metadata: {name: %s, labels: {app: %s}}
+spec:
+%s`, map[string]string{"Deployment": "apps/v1", "Pod": "v1"}[kind], kind, name, name, extra)
+	}
+	spec := `runtimeClassName: process
+terminationGracePeriodSeconds: 1
+containers:
+- name: main
+  image: host
+  command: ["sh", "-c", "exec sleep 1003"]
+  resources: {requests: {cpu: ` + big + `}}
+`
+	indent := func(s, by string) string {
+		return by + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+by) + "\n"
+	}
+	filler := pod("Deployment", "filler", "  replicas: 2\n  selector: {matchLabels: {app: filler}}\n  template:\n"+
+		"    metadata: {labels: {app: filler}}\n    spec:\n"+indent(spec, "      "))
+	file := filepath.Join(t.TempDir(), "filler.yaml")
+	os.WriteFile(file, []byte(filler), 0o644)
+	if out, code := h.cli("apply", "-f", file); code != 0 {
+		t.Fatalf("apply filler: %s", out)
+	}
+	waitForValue(t, 60*time.Second, "filler Running on both devices",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool { return len(m["filler"]) == 2 && m["filler"][0] != m["filler"][1] })
+
+	urgent := "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n---\n" +
+		pod("Pod", "urgent", indent("priorityClassName: high\n"+spec, "  "))
+	file = filepath.Join(t.TempDir(), "urgent.yaml")
+	os.WriteFile(file, []byte(urgent), 0o644)
+	if out, code := h.cli("apply", "-f", file); code != 0 || !strings.Contains(out, "1 priorityclass(es), 1 pod(s)") {
+		t.Fatalf("apply urgent: %d %s", code, out)
+	}
+	waitForValue(t, 60*time.Second, "urgent Running after preempting one filler pod",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool {
+			return len(m["urgent"]) == 1 && len(m["filler"]) == 1 && m["filler"][0] != m["urgent"][0]
+		})
+	waitForLong(t, 30*time.Second, "the victim's replacement Pending for want of cpu", func() bool {
+		_, all := hubPodsByApp(t, h)
+		for _, p := range all {
+			for _, c := range p.Status.Conditions {
+				if p.Labels["app"] == "filler" && c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse &&
+					strings.Contains(c.Message, "Insufficient cpu") {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if out, _ := h.cli("get", "priorityclasses"); !strings.Contains(out, "high") || !strings.Contains(out, "1000") {
+		t.Errorf("get priorityclasses:\n%s", out)
 	}
 }
