@@ -22,6 +22,10 @@ import (
 // (apply --device/--selector), which it leaves alone.
 const AnnotationScheduled = "podvisor.io/scheduled"
 
+// minPassGap spaces the passes: the requests of a busy fleet (every
+// heartbeat asks) coalesce into at most one pass a second.
+const minPassGap = time.Second
+
 // DefaultDeviceTimeout is how long a device may be silent and still be
 // Ready, when the hub is not told otherwise.
 const DefaultDeviceTimeout = 90 * time.Second
@@ -49,6 +53,7 @@ func (h *Hub) scheduleLoop() {
 		case <-h.kick:
 		case <-timer.C:
 		}
+		started := time.Now()
 		next, err := h.SchedulePass()
 		if err != nil {
 			h.log.Error("scheduling pass", "err", err)
@@ -57,6 +62,11 @@ func (h *Hub) scheduleLoop() {
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(max(next.Sub(h.now()), 100*time.Millisecond))
+		}
+		select {
+		case <-h.done:
+			return
+		case <-time.After(minPassGap - time.Since(started)):
 		}
 	}
 }
@@ -68,6 +78,11 @@ func (h *Hub) scheduleLoop() {
 // again. It returns when the fleet will next change by itself.
 func (h *Hub) SchedulePass() (time.Time, error) {
 	now := h.now()
+	if idle, err := h.fleet.nothingToSchedule(); err != nil || idle {
+		// A fleet without workloads or hub pods costs no pass; their
+		// last pods left the desired documents before they were forgotten.
+		return time.Time{}, err
+	}
 	devices, next, err := h.scheduleDevices(now)
 	if err != nil {
 		return time.Time{}, err
@@ -173,6 +188,12 @@ func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 		}
 	}
 	return next
+}
+
+func (f *Fleet) nothingToSchedule() (bool, error) {
+	var n int
+	err := f.db.QueryRow(`SELECT (SELECT COUNT(*) FROM workloads) + (SELECT COUNT(*) FROM hub_pods)`).Scan(&n)
+	return n == 0, err
 }
 
 type schedExtra struct {

@@ -1,8 +1,12 @@
 package hub_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -346,5 +350,69 @@ spec:
 	d, _ := r.fleet.Desired("d2")
 	if len(d.Pods) != 1 || json.Unmarshal(d.Pods[0], &raw) != nil || raw.Metadata.Annotations[hub.AnnotationScheduled] != "true" {
 		t.Fatalf("d2 desired %s", d.Pods)
+	}
+}
+
+// Bad input through the API: refused whole, naming the file, document
+// and field, and nothing already stored is disturbed; a selector that
+// matches no device leaves the pod Pending with the scheduler's reason.
+func TestApplyObjectsBadInput(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	post := func(file, data string) (int, string) {
+		body, _ := json.Marshal(hub.ObjectsRequest{File: file, Data: []byte(data)})
+		resp, err := http.Post(srv.URL+"/v1/objects", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	if code, out := post("fleet.yaml", fleetYAML); code != http.StatusOK {
+		t.Fatalf("a good file: %d %s", code, out)
+	}
+	for _, c := range []struct{ data, want string }{
+		{"apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: x}\n", "StatefulSet"},
+		{strings.Replace(fleetYAML, "replicas: 3", "replicas: 3\n  replicaz: 1", 1), "replicaz"},
+		{strings.Replace(fleetYAML, "app: bridge}}\n  template", "app: other}}\n  template", 1), "selector"},
+	} {
+		code, out := post("bad.yaml", c.data)
+		if code != http.StatusBadRequest || !strings.Contains(out, "bad.yaml: document") || !strings.Contains(out, c.want) {
+			t.Errorf("bad file naming %q: %d %s", c.want, code, out)
+		}
+	}
+	w, _ := r.fleet.LoadWorkloads()
+	if len(w.Deployments) != 1 || *w.Deployments[0].Spec.Replicas != 3 || len(w.DaemonSets) != 1 {
+		t.Fatalf("stored workloads changed by refused files: %+v", w)
+	}
+	r.apply(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: nowhere}
+spec:
+  selector: {matchLabels: {app: nowhere}}
+  template:
+    metadata: {labels: {app: nowhere}}
+    spec:
+      nodeSelector: {zone: mars}
+      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
+`)
+	r.pass()
+	pods, _ := r.fleet.HubPods()
+	found := false
+	for _, p := range pods {
+		if p.Labels["app"] != "nowhere" {
+			continue
+		}
+		found = true
+		if p.Spec.NodeName != "" || len(p.Status.Conditions) == 0 ||
+			!strings.Contains(p.Status.Conditions[0].Message, "didn't match Pod's node affinity/selector") {
+			t.Errorf("pod %s on %q, conditions %+v: want Pending naming the selector", p.Name, p.Spec.NodeName, p.Status.Conditions)
+		}
+	}
+	if !found {
+		t.Fatal("no pod made for the Deployment")
 	}
 }
