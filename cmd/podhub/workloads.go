@@ -223,7 +223,7 @@ func (c *cli) taint(args []string) error {
 		return err
 	}
 	if len(pos) < 3 || pos[0] != "device" {
-		return errors.New("usage: podhub taint device ID k=v:EFFECT|k:EFFECT-|k- ...")
+		return errors.New("usage: podhub taint device ID k=v:EFFECT|k:EFFECT-|k- [...]")
 	}
 	for _, spec := range pos[2:] {
 		req, err := parseTaint(spec)
