@@ -65,6 +65,9 @@ type Hub struct {
 	// updating serialises desired-document updates (API, acks and the
 	// scheduler each make the next generation).
 	updating sync.Mutex
+	// seen is each device's heartbeat as the scheduler reads it, so that
+	// only a heartbeat that changes it asks for a pass.
+	seen sync.Map
 }
 
 // New makes a hub; Start connects it.
@@ -244,7 +247,11 @@ func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
 	h.duplicate(dev, dup)
 	if err == nil {
-		h.Reschedule()
+		// Only a heartbeat that changes what the scheduler reads asks for
+		// a pass (a stale device is found by the scheduler's timer).
+		if fp := schedFingerprint(hb); h.seenChanged(dev, fp) {
+			h.Reschedule()
+		}
 		epoch, seq, cerr := h.fleet.Cursor(dev)
 		if cerr != nil {
 			return cerr
@@ -255,6 +262,25 @@ func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 		err = fmt.Errorf("%w: %s", errLabelsDropped, strings.Join(dropped, ", "))
 	}
 	return err
+}
+
+// seenChanged records a device's scheduling fingerprint and says whether
+// it changed (or is the first since the hub started).
+// A heartbeat after a silence of over half the timeout asks too: the
+// device may have been stale, and is Ready again.
+func (h *Hub) seenChanged(dev, fp string) bool {
+	now := h.now()
+	old, ok := h.seen.Swap(dev, seenHeartbeat{fp, now})
+	if !ok {
+		return true
+	}
+	prev := old.(seenHeartbeat)
+	return prev.fingerprint != fp || now.Sub(prev.at) > h.cfg.DeviceTimeout/2
+}
+
+type seenHeartbeat struct {
+	fingerprint string
+	at          time.Time
 }
 
 // duplicate logs a device ID found shared by two installations.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/sync/hub/schedule"
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // AnnotationScheduled marks the pods of a device's desired document that
@@ -97,10 +98,10 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
 		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses})
-	if err := h.fleet.storePlan(pods, plan, now); err != nil {
+	if pods, err = h.fleet.storePlan(pods, plan, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
-	if err := h.pushScheduled(); err != nil {
+	if err := h.pushScheduled(pods, devices); err != nil {
 		return time.Time{}, err
 	}
 	forgot, err := h.fleet.forgetStopped(devices)
@@ -109,9 +110,6 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 	}
 	if forgot > 0 {
 		h.Reschedule() // their room is free: a nominated pod may bind now
-	}
-	if pods, err = h.fleet.HubPods(); err != nil {
-		return time.Time{}, err
 	}
 	return earliest(next, tolerationDeadline(devices, pods)), nil
 }
@@ -150,6 +148,25 @@ func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, erro
 		out = append(out, sd)
 	}
 	return out, next, nil
+}
+
+// schedFingerprint is what the scheduler reads of a heartbeat: labels,
+// allocatable, conditions' statuses, architecture and OS. (A device
+// going silent or offline asks by itself: presence and the stale timer.)
+func schedFingerprint(hb *protocol.Heartbeat) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(hb.Labels)) {
+		fmt.Fprintf(&b, "%s=%s,", k, hb.Labels[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(hb.Node.Allocatable)) {
+		q := hb.Node.Allocatable[k]
+		fmt.Fprintf(&b, "%s:%s,", k, q.String())
+	}
+	for _, c := range hb.Node.Conditions {
+		fmt.Fprintf(&b, "%s/%s,", c.Type, c.Status)
+	}
+	fmt.Fprintf(&b, "%s/%s", hb.Node.NodeInfo.Architecture, hb.Node.NodeInfo.OperatingSystem)
+	return b.String()
 }
 
 func setIfAbsent(m map[string]string, k, v string) {
@@ -222,8 +239,8 @@ func (f *Fleet) schedFields() (map[string]schedExtra, error) {
 }
 
 // storePlan writes one pass's plan in one transaction, touching only the
-// pods it changes.
-func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) error {
+// pods it changes, and returns the pods the hub then holds.
+func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
 	pods := make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
 	orig := map[types.NamespacedName][]byte{}
 	for _, p := range before {
@@ -266,16 +283,18 @@ func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) e
 	}
 	tx, err := f.db.Begin()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
+	after := make([]*v1.Pod, 0, len(pods))
 	for k, p := range pods {
 		if gone[k] {
 			if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
+		after = append(after, p)
 		raw, _ := json.Marshal(p)
 		if bytes.Equal(raw, orig[k]) {
 			continue
@@ -283,16 +302,24 @@ func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) e
 		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES (?, ?, ?, ?)
 			ON CONFLICT(namespace, name) DO UPDATE SET device = excluded.device, pod = excluded.pod`,
 			k.Namespace, k.Name, p.Spec.NodeName, raw); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	events, err := newEventWriter(tx)
+	if err != nil {
+		return nil, err
+	}
+	defer events.close()
 	for _, e := range plan.Events {
-		if err := addSchedEvent(tx, SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
+		if err := events.add(SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
 			Reason: e.Reason, Message: e.Message}, now); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return tx.Commit()
+	slices.SortFunc(after, func(a, b *v1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return after, tx.Commit()
 }
 
 // setScheduled sets the PodScheduled condition, keeping its transition
@@ -316,10 +343,10 @@ func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, 
 // pushScheduled signs again the desired document of every device whose
 // scheduled pods changed: the bound pods that are not terminating, as
 // the device runs them, next to the pods applied to it by hand.
-func (h *Hub) pushScheduled() error {
-	pods, err := h.fleet.HubPods()
-	if err != nil {
-		return err
+func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
+	known := make(map[string]bool, len(fleet))
+	for _, d := range fleet {
+		known[d.Name] = true
 	}
 	want := map[string][]json.RawMessage{}
 	for _, p := range pods {
@@ -348,7 +375,7 @@ func (h *Hub) pushScheduled() error {
 		if slices.EqualFunc(have, want[dev], func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
 			continue
 		}
-		if _, err := h.fleet.GetDevice(dev, h.now(), 0); err != nil {
+		if !known[dev] {
 			continue // a device removed from the fleet gets nothing new
 		}
 		if _, err := h.update(dev, func(cur []json.RawMessage) []json.RawMessage {

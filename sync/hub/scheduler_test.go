@@ -62,13 +62,13 @@ spec:
 // schedRig is a hub with a fake clock over a real fleet database, not
 // connected to a broker: passes are run by hand.
 type schedRig struct {
-	t     *testing.T
+	t     testing.TB
 	fleet *hub.Fleet
 	hub   *hub.Hub
 	now   time.Time
 }
 
-func newSchedRig(t *testing.T, devices map[string]string) *schedRig {
+func newSchedRig(t testing.TB, devices map[string]string) *schedRig {
 	r := &schedRig{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var err error
 	if r.fleet, err = hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db")); err != nil {

@@ -313,25 +313,50 @@ func (f *Fleet) ObjectEvents(kind, namespace, name string) ([]SchedEvent, error)
 // maxEventsPerObject bounds each object's stored events.
 const maxEventsPerObject = 100
 
-// addSchedEvent records an event, or counts it again when the object's
-// newest event says the same (FailedScheduling every pass is one line).
-func addSchedEvent(tx *sql.Tx, e SchedEvent, at time.Time) error {
-	res, err := tx.Exec(`UPDATE sched_events SET count = count + 1, last = ? WHERE rowid = (
+// eventWriter records events in a transaction with its statements
+// prepared once (a first pass over a large fleet records one per pod).
+type eventWriter struct {
+	again, insert, prune *sql.Stmt
+}
+
+func newEventWriter(tx *sql.Tx) (*eventWriter, error) {
+	w := &eventWriter{}
+	var err error
+	if w.again, err = tx.Prepare(`UPDATE sched_events SET count = count + 1, last = ? WHERE rowid = (
 		SELECT rowid FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last DESC, rowid DESC LIMIT 1)
-		AND type = ? AND reason = ? AND message = ?`,
-		at.UnixMilli(), e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message)
+		AND type = ? AND reason = ? AND message = ?`); err != nil {
+		return nil, err
+	}
+	if w.insert, err = tx.Prepare(`INSERT INTO sched_events (kind, namespace, name, type, reason, message, count, first, last)
+		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)`); err != nil {
+		return nil, err
+	}
+	w.prune, err = tx.Prepare(`DELETE FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? AND rowid NOT IN (
+		SELECT rowid FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last DESC, rowid DESC LIMIT ?)`)
+	return w, err
+}
+
+func (w *eventWriter) close() {
+	for _, s := range []*sql.Stmt{w.again, w.insert, w.prune} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// add records an event, or counts it again when the object's newest
+// event says the same (FailedScheduling every pass is one line).
+func (w *eventWriter) add(e SchedEvent, at time.Time) error {
+	res, err := w.again.Exec(at.UnixMilli(), e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		return nil
 	}
-	if _, err := tx.Exec(`INSERT INTO sched_events (kind, namespace, name, type, reason, message, count, first, last)
-		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)`, e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message, at.UnixMilli(), at.UnixMilli()); err != nil {
+	if _, err := w.insert.Exec(e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message, at.UnixMilli(), at.UnixMilli()); err != nil {
 		return err
 	}
-	_, err = tx.Exec(`DELETE FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? AND rowid NOT IN (
-		SELECT rowid FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last DESC, rowid DESC LIMIT ?)`,
-		e.Kind, e.Namespace, e.Name, e.Kind, e.Namespace, e.Name, maxEventsPerObject)
+	_, err = w.prune.Exec(e.Kind, e.Namespace, e.Name, e.Kind, e.Namespace, e.Name, maxEventsPerObject)
 	return err
 }
