@@ -137,7 +137,7 @@ func (c *cli) get(args []string) error {
 		for i := range list.Items {
 			p := &list.Items[i]
 			r := podRow(p, now)
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Annotations[hub.AnnotationDevice], p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[hub.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
 		}
 		return w.Flush()
 	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc":

@@ -15,6 +15,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/podrow"
 	"github.com/podvisor/podvisor/sync/hub"
 )
@@ -23,6 +24,9 @@ import (
 // and pods to the hub's scheduler; the hub decodes it strictly, all or
 // nothing.
 func (c *cli) applyObjects(file string, data []byte) error {
+	if len(data) > manifest.MaxFileSize {
+		return fmt.Errorf("%s: file is %d bytes, larger than the %d byte limit", file, len(data), manifest.MaxFileSize)
+	}
 	var out hub.ObjectsApplied
 	if err := c.client().Do("POST", "/v1/objects", hub.ObjectsRequest{File: file, Data: data}, &out); err != nil {
 		return err

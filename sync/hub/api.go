@@ -141,7 +141,15 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 }
 
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 2*protocol.MaxDesiredBytes))
+	return decodeBodyUpTo(r, v, 2*protocol.MaxDesiredBytes)
+}
+
+// decodeBodyUpTo decodes a JSON body of at most limit bytes, strictly.
+func decodeBodyUpTo(r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return fmt.Errorf("request body: %d bytes, over the %d byte limit", r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %w", err)

@@ -53,7 +53,8 @@ var workloadKinds = map[string]string{
 func (a *API) workloadRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/objects", func(w http.ResponseWriter, r *http.Request) {
 		var req ObjectsRequest
-		if err := decodeBody(r, &req); err != nil {
+		// A file of up to manifest.MaxFileSize travels base64-encoded.
+		if err := decodeBodyUpTo(r, &req, manifest.MaxFileSize/3*4+1<<20); err != nil {
 			reply(w, nil, err)
 			return
 		}
