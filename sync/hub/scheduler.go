@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -359,6 +360,7 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
 	if err != nil {
 		return err
 	}
+	var errs []error
 	devices := slices.Sorted(maps.Keys(want))
 	for dev := range current {
 		if _, ok := want[dev]; !ok {
@@ -387,10 +389,11 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
 			}
 			return append(keep, want[dev]...)
 		}); err != nil {
-			return fmt.Errorf("device %s: %w", dev, err)
+			// One device's document (too large, say) holds back no other's.
+			errs = append(errs, fmt.Errorf("device %s: %w", dev, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // devicePod is a bound pod as its device gets it: its identity, labels,

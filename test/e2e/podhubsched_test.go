@@ -143,6 +143,29 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 		t.Errorf("get pods -A -o wide:\n%s", out)
 	}
 
+	// The hub restarts: it keeps the workloads and their placement, and
+	// signs no document again.
+	generations := func() string {
+		out, code := h.cli("get", "devices", "-o", "json")
+		var ds []struct {
+			ID         string `json:"id"`
+			Generation int64  `json:"generation"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &ds) != nil {
+			t.Fatalf("get devices -o json: %s", out)
+		}
+		return fmt.Sprint(ds)
+	}
+	before := generations()
+	h.stop()
+	h.start()
+	waitForValue(t, 60*time.Second, "the same placement after the hub restarted",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool { return fmt.Sprint(m) == fmt.Sprint(placed) })
+	if after := generations(); after != before {
+		t.Errorf("generations changed across a hub restart:\n%s\n%s", before, after)
+	}
+
 	// Kill the device of one bridge pod.
 	lost := placed["bridge"][0]
 	daemons[lost].kill()
