@@ -78,6 +78,13 @@ func (c *cli) delete(args []string) error {
 	if len(pos) == 2 && pos[0] != "pod" {
 		return c.deleteWorkload(pos[0], pos[1], *ns)
 	}
+	if len(pos) == 2 && *device == "" {
+		if err := c.client().Do("DELETE", "/v1/pods/"+url.PathEscape(*ns)+"/"+url.PathEscape(pos[1]), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "pod %s/%s deleted; it terminates on its device\n", *ns, pos[1])
+		return nil
+	}
 	if len(pos) != 2 || pos[0] != "pod" || *device == "" {
 		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]")
 	}

@@ -30,7 +30,7 @@ Usage:
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
-  podhub [--data-dir DIR] delete pod NAME --device ID [-n NAMESPACE]
+  podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
   podhub [--data-dir DIR] delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json|yaml]
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
@@ -161,7 +161,7 @@ var synopses = map[string]string{
 	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke": "device revoke ID",
 	"apply":         "apply -f FILE [--device ID | --selector k=v[,k=v]]",
-	"delete":        "delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]",
+	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]",
 	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|priorityclasses",
 	"describe":      "describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]",
 	"label":         "label device ID k=v|k- ...",

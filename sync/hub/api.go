@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -118,6 +119,19 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 	}
 	if len(req.Pods) == 0 {
 		return nil, errors.New("apply: no pods")
+	}
+	// A pod the scheduler holds is the scheduler's: a pod of the same
+	// namespace/name applied by hand would clash with it on a device.
+	var keys []string
+	for _, raw := range req.Pods {
+		ns, name := podKey(raw)
+		keys = append(keys, ns+"/"+name)
+	}
+	if taken, err := a.Fleet.scheduledKeys(keys); err != nil || len(taken) > 0 {
+		if err == nil {
+			err = fmt.Errorf("apply: pod %s is scheduled by the hub (podhub delete pod NAME without --device deletes it)", strings.Join(taken, ", "))
+		}
+		return nil, err
 	}
 	targets := []string{req.Device}
 	if req.Device == "" {

@@ -87,6 +87,11 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 		a.Hub.Reschedule()
 		reply(w, map[string]string{}, err)
 	})
+	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		err := a.Fleet.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now())
+		a.Hub.Reschedule()
+		reply(w, map[string]string{}, err)
+	})
 	mux.HandleFunc("PUT /v1/devices/{id}/cordon", func(w http.ResponseWriter, r *http.Request) {
 		var req CordonRequest
 		err := decodeBody(r, &req)

@@ -416,3 +416,42 @@ spec:
 		t.Fatal("no pod made for the Deployment")
 	}
 }
+
+// A bare pod the hub placed is deleted gracefully through the API, and a
+// pod of the same name applied by hand to a device is refused.
+func TestDeleteHubPodAndNoClash(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	r.apply(`apiVersion: v1
+kind: Pod
+metadata: {name: solo, labels: {app: solo}}
+spec:
+  containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
+`)
+	r.pass()
+	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"solo"},"spec":{"containers":[{"name":"c","image":"process:///bin/sleep"}]}}`)
+	body, _ := json.Marshal(hub.ApplyRequest{Device: "d1", Pods: []json.RawMessage{pod}})
+	resp, err := http.Post(srv.URL+"/v1/apply", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(out), "default/solo is scheduled by the hub") {
+		t.Fatalf("a hand-applied pod clashing with a scheduled one: %d %s", resp.StatusCode, out)
+	}
+	req, _ := http.NewRequest("DELETE", srv.URL+"/v1/pods/default/solo", nil)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("delete: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	r.pass()
+	if _, term := r.placed(); len(term) != 1 || term[0] != "solo@d1" {
+		t.Fatalf("terminating %v, want solo on d1", term)
+	}
+	if apps := r.desired("d1"); len(apps) != 0 {
+		t.Fatalf("d1 desired %v after the delete, want nothing", apps)
+	}
+}

@@ -127,6 +127,54 @@ func stamped[T any](obj T, created *time.Time, now time.Time) T {
 	return obj
 }
 
+// DeleteHubPod deletes a pod the scheduler placed: gracefully on its
+// device (deletionTimestamp until the device confirms), at once if it
+// was never placed. A workload's pod is made again unless the workload
+// goes too.
+func (f *Fleet) DeleteHubPod(namespace, name string, now time.Time) error {
+	var raw []byte
+	err := f.db.QueryRow(`SELECT pod FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name).Scan(&raw)
+	if err == sql.ErrNoRows {
+		return fmt.Errorf("pod %s/%s is not one the hub schedules: %w", namespace, name, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	p := &v1.Pod{}
+	if err := json.Unmarshal(raw, p); err != nil {
+		return err
+	}
+	if p.Spec.NodeName == "" {
+		_, err = f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name)
+		return err
+	}
+	if p.DeletionTimestamp == nil {
+		t := metav1.NewTime(now)
+		p.DeletionTimestamp = &t
+		p.Status.Reason, p.Status.Message = "Deleted", "deleted by the operator"
+	}
+	raw, _ = json.Marshal(p)
+	_, err = f.db.Exec(`UPDATE hub_pods SET pod = ? WHERE namespace = ? AND name = ?`, raw, namespace, name)
+	return err
+}
+
+// scheduledKeys lists which of the keys (namespace/name) are pods the
+// scheduler holds.
+func (f *Fleet) scheduledKeys(keys []string) ([]string, error) {
+	var out []string
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var n int
+		if err := f.db.QueryRow(`SELECT COUNT(*) FROM hub_pods WHERE namespace = ? AND name = ?`, ns, name).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
 // DeleteWorkload removes a Deployment, DaemonSet or PriorityClass; the
 // scheduler then deletes a workload's pods gracefully.
 func (f *Fleet) DeleteWorkload(kind, namespace, name string) error {
