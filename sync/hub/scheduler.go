@@ -12,9 +12,11 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -102,7 +104,7 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 	if pods, err = h.fleet.storePlan(pods, plan, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
-	if err := h.pushScheduled(pods, devices); err != nil {
+	if err := h.pushScheduled(pods, devices, w.PriorityClasses); err != nil {
 		return time.Time{}, err
 	}
 	forgot, err := h.fleet.forgetStopped(devices)
@@ -344,7 +346,11 @@ func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, 
 // pushScheduled signs again the desired document of every device whose
 // scheduled pods changed: the bound pods that are not terminating, as
 // the device runs them, next to the pods applied to it by hand.
-func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
+func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
+	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
+	for _, pc := range pcs {
+		classes[pc.Name] = pc
+	}
 	known := make(map[string]bool, len(fleet))
 	for _, d := range fleet {
 		known[d.Name] = true
@@ -352,7 +358,7 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
 	want := map[string][]json.RawMessage{}
 	for _, p := range pods {
 		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			raw, _ := json.Marshal(devicePod(p))
+			raw, _ := json.Marshal(devicePod(p, classes[p.Spec.PriorityClassName]))
 			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
 		}
 	}
@@ -398,9 +404,10 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device) error {
 
 // devicePod is a bound pod as its device gets it: its identity, labels,
 // annotations and owner, and its spec without what only the scheduler
-// reads (the device resolves priority from its own PriorityClasses, so
-// only the built-in system- classes are kept).
-func devicePod(p *v1.Pod) *v1.Pod {
+// reads. The device resolves priority itself: the hub's PriorityClass
+// travels in the pod (priority.AnnotationHubClass), and a pod whose
+// class is gone from the hub goes without one.
+func devicePod(p *v1.Pod, class *schedulingv1.PriorityClass) *v1.Pod {
 	out := &v1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{
 		Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, OwnerReferences: p.OwnerReferences,
 		Annotations: maps.Clone(p.Annotations)}, Spec: *p.Spec.DeepCopy()}
@@ -411,7 +418,15 @@ func devicePod(p *v1.Pod) *v1.Pod {
 	s := &out.Spec
 	s.Affinity, s.TopologySpreadConstraints, s.Tolerations, s.SchedulerName = nil, nil, nil, ""
 	s.Priority, s.PreemptionPolicy = nil, nil
-	if !strings.HasPrefix(s.PriorityClassName, "system-") {
+	switch {
+	case class != nil:
+		hc := priority.HubClass{Value: class.Value}
+		if class.PreemptionPolicy != nil {
+			hc.PreemptionPolicy = *class.PreemptionPolicy
+		}
+		raw, _ := json.Marshal(hc)
+		out.Annotations[priority.AnnotationHubClass] = string(raw)
+	case !strings.HasPrefix(s.PriorityClassName, "system-"):
 		s.PriorityClassName = ""
 	}
 	return out

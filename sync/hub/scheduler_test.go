@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -209,6 +210,24 @@ func TestSchedulePassPlacesReplacesAndForgets(t *testing.T) {
 		if len(apps) == 0 || apps[0] != "agent" && apps[len(apps)-1] != "agent" {
 			t.Errorf("device %s desired %v, want the agent", id, apps)
 		}
+	}
+
+	// The bridge pods carry their PriorityClass; the device resolves it.
+	d0, _ := r.fleet.Desired(live["bridge"][0])
+	resolvedHub := false
+	for _, raw := range d0.Pods {
+		var p v1.Pod
+		json.Unmarshal(raw, &p)
+		if p.Labels["app"] != "bridge" {
+			continue
+		}
+		if err := priority.Builtin().ResolveHub(&p); err != nil || *p.Spec.Priority != 1000 {
+			t.Fatalf("the device resolves bridge's priority to %v: %v (annotations %v)", p.Spec.Priority, err, p.Annotations)
+		}
+		resolvedHub = true
+	}
+	if !resolvedHub {
+		t.Fatalf("no bridge pod in %s's document", live["bridge"][0])
 	}
 
 	// A steady pass changes no desired document.

@@ -227,7 +227,7 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 // replacement of the victim stays Pending for want of CPU.
 func TestPodhubPreemptsAcrossFleet(t *testing.T) {
 	h := newPodhub(t)
-	startFleet(t, h, 2)
+	_, daemons, _ := startFleet(t, h, 2)
 	out, code := h.cli("get", "devices", "-o", "json")
 	var devs []struct {
 		Node *v1.NodeStatus `json:"node"`
@@ -273,11 +273,15 @@ containers:
 	if out, code := h.cli("apply", "-f", file); code != 0 || !strings.Contains(out, "1 priorityclass(es), 1 pod(s)") {
 		t.Fatalf("apply urgent: %d %s", code, out)
 	}
-	waitForValue(t, 60*time.Second, "urgent Running after preempting one filler pod",
+	after := waitForValue(t, 60*time.Second, "urgent Running after preempting one filler pod",
 		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
 		func(m map[string][]string) bool {
 			return len(m["urgent"]) == 1 && len(m["filler"]) == 1 && m["filler"][0] != m["urgent"][0]
 		})
+	// The device knows the hub's PriorityClass from the pod it got.
+	if p := daemons[after["urgent"][0]].waitPod("urgent", 10*time.Second, running); p.Spec.Priority == nil || *p.Spec.Priority != 1000 {
+		t.Errorf("urgent runs on its device at priority %v, want 1000 (the hub's class)", p.Spec.Priority)
+	}
 	waitForLong(t, 30*time.Second, "the victim's replacement Pending for want of cpu", func() bool {
 		_, all := hubPodsByApp(t, h)
 		for _, p := range all {
