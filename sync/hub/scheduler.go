@@ -141,12 +141,20 @@ func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, erro
 		if e, ok := extra[d.ID]; ok {
 			sd.Unschedulable, sd.Taints = e.unschedulable, e.taints
 		}
-		if d.Ready {
+		// As the node lifecycle controller after a restart, the hub
+		// gives every device it has not heard from since it started a
+		// full timeout to be heard, and counts its silence from then: a
+		// hub that was down does not evict the fleet as it comes up.
+		grace := h.started.Add(h.cfg.DeviceTimeout)
+		switch {
+		case d.Ready:
 			next = earliest(next, d.LastSeen.Add(h.cfg.DeviceTimeout))
-		} else if d.LastSeen.IsZero() {
-			sd.UnreachableSince = h.started // never heard from since this hub started
-		} else {
-			sd.UnreachableSince = d.LastSeen
+		case d.LastSeen.After(h.started):
+			sd.UnreachableSince = d.LastSeen // offline, or silent, since
+		case now.Before(grace):
+			next = earliest(next, grace)
+		default:
+			sd.UnreachableSince = grace
 		}
 		out = append(out, sd)
 	}

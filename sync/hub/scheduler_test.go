@@ -474,3 +474,42 @@ spec:
 		t.Fatalf("d1 desired %v after the delete, want nothing", apps)
 	}
 }
+
+// A hub that comes up after a long downtime finds every device offline
+// (ForgetPresence) and long silent; it gives each a full timeout to be
+// heard before counting the silence, as the node lifecycle controller
+// does after a restart: nothing is evicted as it starts.
+func TestScheduleAfterHubDowntimeEvictsNothingAtOnce(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b", "d3": "c"})
+	r.apply(fleetYAML)
+	r.pass()
+	// Down for an hour; up again, with a new hub on the same database.
+	r.now = r.now.Add(time.Hour)
+	if err := r.fleet.ForgetPresence(); err != nil {
+		t.Fatal(err)
+	}
+	_, priv, _ := ed25519.GenerateKey(nil)
+	r.hub = hub.New(hub.Config{Broker: "mqtt://127.0.0.1:1", Key: priv, DeviceTimeout: 30 * time.Second,
+		Now: func() time.Time { return r.now }}, r.fleet, quiet())
+	next := r.pass()
+	if _, term := r.placed(); len(term) != 0 {
+		t.Fatalf("evicted at the hub's start: %v", term)
+	}
+	if want := r.now.Add(30 * time.Second); !next.Equal(want) {
+		t.Errorf("next pass at %v, want %v (the end of the grace)", next, want)
+	}
+	// d1 and d2 come back; d3 stays silent past the grace and its
+	// toleration (20 s): only its bridge pod is replaced.
+	r.now = r.now.Add(10 * time.Second)
+	r.heartbeat("d1")
+	r.heartbeat("d2")
+	r.pass()
+	r.now = r.now.Add(45 * time.Second)
+	r.heartbeat("d1")
+	r.heartbeat("d2")
+	r.pass()
+	live, term := r.placed()
+	if len(term) != 1 || term[0] != "bridge@d3" || len(live["agent"]) != 3 {
+		t.Fatalf("terminating %v, live %v: want only d3's bridge pod going", term, live)
+	}
+}
