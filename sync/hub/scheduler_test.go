@@ -403,6 +403,25 @@ func TestApplyObjectsBadInput(t *testing.T) {
 			t.Errorf("bad file naming %q: %d %s", c.want, code, out)
 		}
 	}
+	// Each file is valid, but together they ask for more pods than the
+	// hub keeps: the one that passes the bound is refused whole.
+	many := func(name string) string {
+		return strings.NewReplacer("name: bridge", "name: "+name, "replicas: 3", "replicas: 99000",
+			"name: agent", "name: agent-"+name, "name: important", "name: important-"+name).Replace(fleetYAML)
+	}
+	for _, name := range []string{"b1", "b2"} {
+		if code, out := post(name+".yaml", many(name)); code != http.StatusOK {
+			t.Fatalf("%s: %d %s", name, code, out)
+		}
+	}
+	if code, out := post("b3.yaml", many("b3")); code != http.StatusBadRequest || !strings.Contains(out, "replicas in all") {
+		t.Errorf("a third 99000-replica Deployment: %d %s", code, out)
+	}
+	for _, name := range []string{"b1", "b2"} {
+		r.fleet.DeleteWorkload(hub.KindDeployment, "default", name)
+		r.fleet.DeleteWorkload(hub.KindDaemonSet, "default", "agent-"+name)
+		r.fleet.DeleteWorkload(hub.KindPriorityClass, "", "important-"+name)
+	}
 	w, _ := r.fleet.LoadWorkloads()
 	if len(w.Deployments) != 1 || *w.Deployments[0].Spec.Replicas != 3 || len(w.DaemonSets) != 1 {
 		t.Fatalf("stored workloads changed by refused files: %+v", w)

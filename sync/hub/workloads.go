@@ -97,6 +97,9 @@ func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 			return err
 		}
 	}
+	if err := checkWorkloadBounds(tx); err != nil {
+		return err
+	}
 	var held int
 	if err := tx.QueryRow(`SELECT COUNT(*) FROM hub_pods`).Scan(&held); err != nil {
 		return err
@@ -117,6 +120,33 @@ func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// Bounds on what the hub is asked to keep: every replica and every
+// DaemonSet pod (one per device) is a pod the hub stores and schedules.
+const (
+	maxWorkloads  = 10000
+	maxDaemonSets = 256
+)
+
+// checkWorkloadBounds refuses an apply that would make the stored
+// workloads too many, or ask for more replicas than the hub keeps pods.
+func checkWorkloadBounds(tx *sql.Tx) error {
+	var all, daemonSets, replicas int64
+	if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(kind = 'DaemonSet'), 0),
+		COALESCE(SUM(CASE WHEN kind = 'Deployment' THEN json_extract(object, '$.spec.replicas') ELSE 0 END), 0)
+		FROM workloads`).Scan(&all, &daemonSets, &replicas); err != nil {
+		return err
+	}
+	switch {
+	case all > maxWorkloads:
+		return fmt.Errorf("the hub would hold %d workloads and PriorityClasses, more than the %d it keeps", all, maxWorkloads)
+	case daemonSets > maxDaemonSets:
+		return fmt.Errorf("the hub would hold %d DaemonSets, more than the %d it keeps", daemonSets, maxDaemonSets)
+	case replicas > maxHubPods:
+		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, maxHubPods)
+	}
+	return nil
 }
 
 // stamped sets a creation time on a new object.
