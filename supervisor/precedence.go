@@ -53,7 +53,7 @@ func desiredPods(files, hub []*v1.Pod, policy Policy, classes priority.Classes) 
 			continue
 		}
 		resolved := p.DeepCopy()
-		if err := classes.Resolve(resolved); err != nil {
+		if err := classes.ResolveHub(resolved); err != nil {
 			refused = append(refused, hubRefusal{pod: p, cause: byPriority, reason: fmt.Sprintf("pod %q: %v", p.Name, err)})
 			continue
 		}

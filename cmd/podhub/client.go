@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/podrow"
 	"github.com/podvisor/podvisor/sync/hub"
 )
 
@@ -40,6 +39,9 @@ func (c *cli) apply(args []string) error {
 	data, err := os.ReadFile(*file)
 	if err != nil {
 		return err
+	}
+	if *device == "" && *selector == "" {
+		return c.applyObjects(*file, data)
 	}
 	pods, err := manifest.Decode(data)
 	if err != nil {
@@ -73,8 +75,18 @@ func (c *cli) delete(args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(pos) == 2 && pos[0] != "pod" {
+		return c.deleteWorkload(pos[0], pos[1], *ns)
+	}
+	if len(pos) == 2 && *device == "" {
+		if err := c.client().Do("DELETE", "/v1/pods/"+url.PathEscape(*ns)+"/"+url.PathEscape(pos[1]), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "pod %s/%s deleted; it terminates on its device\n", *ns, pos[1])
+		return nil
+	}
 	if len(pos) != 2 || pos[0] != "pod" || *device == "" {
-		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE]")
+		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]")
 	}
 	var a hub.Applied
 	path := "/v1/devices/" + url.PathEscape(*device) + "/pods/" + url.PathEscape(*ns) + "/" + url.PathEscape(pos[1])
@@ -87,7 +99,7 @@ func (c *cli) delete(args []string) error {
 
 func (c *cli) get(args []string) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	output := fs.String("o", "", "json or yaml")
+	output := fs.String("o", "", "json, yaml or wide")
 	all := fs.Bool("A", false, "the pods of every device")
 	device := fs.String("device", "", "the pods of one device")
 	pos, err := flags(fs, args)
@@ -121,6 +133,9 @@ func (c *cli) get(args []string) error {
 		if err := c.client().Do("GET", "/v1/pods?device="+url.QueryEscape(*device), nil, &list); err != nil {
 			return err
 		}
+		if *output == "wide" {
+			return c.podsWide(list, now)
+		}
 		if *output != "" {
 			return printObject(c, list, *output)
 		}
@@ -128,25 +143,28 @@ func (c *cli) get(args []string) error {
 		fmt.Fprintln(w, "DEVICE\tNAMESPACE\tNAME\tREADY\tSTATUS\tRESTARTS\tAGE")
 		for i := range list.Items {
 			p := &list.Items[i]
-			r := podrow.Of(p, now)
-			if p.Status.Phase == v1.PodUnknown {
-				r.Status = "Unknown"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Annotations[hub.AnnotationDevice], p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
+			r := podRow(p, now)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[hub.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
 		}
 		return w.Flush()
+	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc":
+		return c.getWorkloads(pos[0], *output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, priorityclasses)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {
 	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
+	ns := fs.String("n", "default", "namespace (deployment, daemonset)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
 	}
+	if len(pos) == 2 && pos[0] != "device" {
+		return c.describeWorkload(pos[0], pos[1], *ns)
+	}
 	if len(pos) != 2 || pos[0] != "device" {
-		return errors.New("usage: podhub describe device ID")
+		return errors.New("usage: podhub describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]")
 	}
 	var d hub.DeviceDetail
 	if err := c.client().Do("GET", "/v1/devices/"+url.PathEscape(pos[1]), nil, &d); err != nil {

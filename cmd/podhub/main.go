@@ -29,12 +29,16 @@ Usage:
   podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
-  podhub [--data-dir DIR] apply -f FILE (--device ID | --selector k=v[,k=v])
-  podhub [--data-dir DIR] delete pod NAME --device ID [-n NAMESPACE]
+  podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
+  podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
+  podhub [--data-dir DIR] delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json|yaml]
-  podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml]
-  podhub [--data-dir DIR] describe device ID
+  podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
+  podhub [--data-dir DIR] get deployments|daemonsets|priorityclasses [-o json|yaml]
+  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
+  podhub [--data-dir DIR] cordon|uncordon device ID
+  podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -99,6 +103,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.describe(args[1:])
 	case "label":
 		return c.label(args[1:])
+	case "cordon", "uncordon":
+		return c.cordon(args[0], args[1:])
+	case "taint":
+		return c.taint(args[1:])
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -152,11 +160,14 @@ var synopses = map[string]string{
 	"device":        "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
 	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke": "device revoke ID",
-	"apply":         "apply -f FILE (--device ID | --selector k=v[,k=v])",
-	"delete":        "delete pod NAME --device ID [-n NAMESPACE]",
-	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml]",
-	"describe":      "describe device ID",
+	"apply":         "apply -f FILE [--device ID | --selector k=v[,k=v]]",
+	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]",
+	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|priorityclasses",
+	"describe":      "describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]",
 	"label":         "label device ID k=v|k- ...",
+	"cordon":        "cordon device ID",
+	"uncordon":      "uncordon device ID",
+	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"version":       "version",
 }
 

@@ -167,7 +167,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		// ./test/bench -fleet-only -hub-devices 3000 -hub-heartbeat 30s).
 		debug.SetGCPercent(10)
 	}
-	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username}
+	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout}
 	var b *hub.Broker
 	if cfg.Broker == "" {
 		if b, err = c.startBroker(cfg, log); err != nil {

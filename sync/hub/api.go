@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -83,10 +84,14 @@ func (a *API) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
 		pods, err := a.Fleet.MirrorPods(r.URL.Query().Get("device"), time.Now(), a.Timeout)
+		if err == nil {
+			pods, err = a.withHubPods(pods, r.URL.Query().Get("device"))
+		}
 		list := v1.PodList{Items: pods}
 		list.Kind, list.APIVersion = "PodList", "v1"
 		reply(w, list, err)
 	})
+	a.workloadRoutes(mux)
 	return mux
 }
 
@@ -115,6 +120,19 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 	if len(req.Pods) == 0 {
 		return nil, errors.New("apply: no pods")
 	}
+	// A pod the scheduler holds is the scheduler's: a pod of the same
+	// namespace/name applied by hand would clash with it on a device.
+	var keys []string
+	for _, raw := range req.Pods {
+		ns, name := podKey(raw)
+		keys = append(keys, ns+"/"+name)
+	}
+	if taken, err := a.Fleet.scheduledKeys(keys); err != nil || len(taken) > 0 {
+		if err == nil {
+			err = fmt.Errorf("apply: pod %s is scheduled by the hub (podhub delete pod NAME without --device deletes it)", strings.Join(taken, ", "))
+		}
+		return nil, err
+	}
 	targets := []string{req.Device}
 	if req.Device == "" {
 		var err error
@@ -137,7 +155,15 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 }
 
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 2*protocol.MaxDesiredBytes))
+	return decodeBodyUpTo(r, v, 2*protocol.MaxDesiredBytes)
+}
+
+// decodeBodyUpTo decodes a JSON body of at most limit bytes, strictly.
+func decodeBodyUpTo(r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return fmt.Errorf("request body: %d bytes, over the %d byte limit", r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %w", err)

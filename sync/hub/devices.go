@@ -202,6 +202,7 @@ func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) 
 				p.Annotations = map[string]string{}
 			}
 			p.Annotations[AnnotationDevice] = d.ID
+			p.Spec.NodeName = d.ID // bound to its device, as a pod to its node
 			if !d.Ready {
 				p.Status.Phase = v1.PodUnknown
 				p.Status.Reason = "NodeLost"

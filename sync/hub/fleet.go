@@ -29,6 +29,36 @@ var fleetMigrations = []string{fleetSchema1,
 	CREATE INDEX events_by_device ON events(device);`,
 	// The newest heartbeat's network summary (protocol.NetSummary).
 	`ALTER TABLE devices ADD COLUMN net BLOB;`,
+	// Scheduling (sync/hub/schedule): workloads, the hub's pods with their
+	// device, the scheduler's events, and each device's cordon and taints.
+	`CREATE TABLE workloads (
+		kind      TEXT NOT NULL,
+		namespace TEXT NOT NULL,
+		name      TEXT NOT NULL,
+		object    BLOB NOT NULL,
+		PRIMARY KEY (kind, namespace, name)
+	);
+	CREATE TABLE hub_pods (
+		namespace TEXT NOT NULL,
+		name      TEXT NOT NULL,
+		device    TEXT NOT NULL DEFAULT '',
+		pod       BLOB NOT NULL,
+		PRIMARY KEY (namespace, name)
+	);
+	CREATE TABLE sched_events (
+		kind      TEXT NOT NULL,
+		namespace TEXT NOT NULL,
+		name      TEXT NOT NULL,
+		type      TEXT NOT NULL,
+		reason    TEXT NOT NULL,
+		message   TEXT NOT NULL,
+		count     INTEGER NOT NULL,
+		first     INTEGER NOT NULL,
+		last      INTEGER NOT NULL
+	);
+	CREATE INDEX sched_events_by_object ON sched_events(kind, namespace, name);
+	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE devices ADD COLUMN taints BLOB NOT NULL DEFAULT '[]';`,
 }
 
 var fleetSchema1 = `

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -35,6 +36,12 @@ type Config struct {
 	// Connect makes the MQTT client from the options (default paho's);
 	// podhub serve passes its embedded broker's HubClient.
 	Connect func(*mqtt.ClientOptions) mqtt.Client
+	// DeviceTimeout is how long a device may be silent and still be
+	// Ready (default DefaultDeviceTimeout); the scheduler taints it
+	// unreachable after.
+	DeviceTimeout time.Duration
+	// Now is the clock (default time.Now); tests pass a fake one.
+	Now func() time.Time
 }
 
 // Hub serves the fleet over MQTT. Its messages are handled one at a time
@@ -51,6 +58,16 @@ type Hub struct {
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
 	done    chan struct{}
+	// kick asks the scheduling loop for a pass; started is when this hub
+	// started (a device never heard from is unreachable since then).
+	kick    chan struct{}
+	started time.Time
+	// updating serialises desired-document updates (API, acks and the
+	// scheduler each make the next generation).
+	updating sync.Mutex
+	// seen is each device's heartbeat as the scheduler reads it, so that
+	// only a heartbeat that changes it asks for a pass.
+	seen sync.Map
 }
 
 // New makes a hub; Start connects it.
@@ -58,8 +75,15 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "podhub"
 	}
-	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: time.Now,
-		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{})}
+	if cfg.DeviceTimeout <= 0 {
+		cfg.DeviceTimeout = DefaultDeviceTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: cfg.Now,
+		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{}),
+		kick: make(chan struct{}, 1), started: cfg.Now()}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
@@ -86,6 +110,9 @@ func (h *Hub) Start(wait time.Duration) error {
 		return err
 	}
 	go h.summarise()
+	h.started = h.now()
+	go h.scheduleLoop()
+	h.Reschedule()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
 		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
@@ -134,6 +161,7 @@ func (h *Hub) onConnect(c mqtt.Client) {
 			func(dev string, p *protocol.Presence) error {
 				dup, err := h.fleet.SavePresence(dev, p, h.now())
 				h.duplicate(dev, dup)
+				h.Reschedule()
 				return err
 			}),
 	} {
@@ -196,6 +224,9 @@ var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix
 // again until the device has acknowledged something newer.
 func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
 	regressed, err := h.fleet.SaveAck(a, h.now())
+	if err == nil {
+		h.Reschedule() // a terminating pod may be confirmed stopped
+	}
 	if err != nil || !regressed {
 		return err
 	}
@@ -216,6 +247,11 @@ func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
 	h.duplicate(dev, dup)
 	if err == nil {
+		// Only a heartbeat that changes what the scheduler reads asks for
+		// a pass (a stale device is found by the scheduler's timer).
+		if fp := schedFingerprint(hb); h.seenChanged(dev, fp) {
+			h.Reschedule()
+		}
 		epoch, seq, cerr := h.fleet.Cursor(dev)
 		if cerr != nil {
 			return cerr
@@ -226,6 +262,25 @@ func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 		err = fmt.Errorf("%w: %s", errLabelsDropped, strings.Join(dropped, ", "))
 	}
 	return err
+}
+
+// seenChanged records a device's scheduling fingerprint and says whether
+// it changed (or is the first since the hub started).
+// A heartbeat after a silence of over half the timeout asks too: the
+// device may have been stale, and is Ready again.
+func (h *Hub) seenChanged(dev, fp string) bool {
+	now := h.now()
+	old, ok := h.seen.Swap(dev, seenHeartbeat{fp, now})
+	if !ok {
+		return true
+	}
+	prev := old.(seenHeartbeat)
+	return prev.fingerprint != fp || now.Sub(prev.at) > h.cfg.DeviceTimeout/2
+}
+
+type seenHeartbeat struct {
+	fingerprint string
+	at          time.Time
 }
 
 // duplicate logs a device ID found shared by two installations.
@@ -270,6 +325,7 @@ func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
 	if err != nil {
 		return err
 	}
+	h.Reschedule()
 	h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
 	return nil
 }
@@ -337,6 +393,8 @@ func (h *Hub) update(device string, change func([]json.RawMessage) []json.RawMes
 	if err := protocol.ValidDeviceID(device); err != nil {
 		return 0, err
 	}
+	h.updating.Lock()
+	defer h.updating.Unlock()
 	cur, err := h.fleet.Desired(device)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,305 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/sync/hub/kinds"
+)
+
+// ObjectsRequest is a file of objects for the scheduler (apply -f
+// without --device or --selector): the hub decodes it with kinds.Decode.
+type ObjectsRequest struct {
+	File string `json:"file"`
+	Data []byte `json:"data"`
+}
+
+// ObjectsApplied counts what an apply stored.
+type ObjectsApplied struct {
+	Pods            int `json:"pods"`
+	Deployments     int `json:"deployments"`
+	DaemonSets      int `json:"daemonSets"`
+	PriorityClasses int `json:"priorityClasses"`
+}
+
+// WorkloadDetail is a workload with its events (describe).
+type WorkloadDetail struct {
+	Object json.RawMessage `json:"object"`
+	Events []SchedEvent    `json:"events"`
+}
+
+// CordonRequest cordons (true) or uncordons a device.
+type CordonRequest struct {
+	Unschedulable bool `json:"unschedulable"`
+}
+
+// TaintRequest adds an operator taint to a device, or removes it.
+type TaintRequest struct {
+	Taint  v1.Taint `json:"taint"`
+	Remove bool     `json:"remove,omitempty"`
+}
+
+// workloadKinds maps the API's path names to stored kinds.
+var workloadKinds = map[string]string{
+	"deployments": KindDeployment, "daemonsets": KindDaemonSet, "priorityclasses": KindPriorityClass,
+}
+
+func (a *API) workloadRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/objects", func(w http.ResponseWriter, r *http.Request) {
+		var req ObjectsRequest
+		// A file of up to manifest.MaxFileSize travels base64-encoded.
+		if err := decodeBodyUpTo(r, &req, manifest.MaxFileSize/3*4+1<<20); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		out, err := a.applyObjects(req)
+		reply(w, out, err)
+	})
+	mux.HandleFunc("GET /v1/workloads/{kind}", func(w http.ResponseWriter, r *http.Request) {
+		kind, err := workloadKind(r.PathValue("kind"))
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		list, err := a.Fleet.listWorkloads(kind)
+		reply(w, list, err)
+	})
+	mux.HandleFunc("GET /v1/workloads/{kind}/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		kind, err := workloadKind(r.PathValue("kind"))
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		d, err := a.Fleet.workloadDetail(kind, r.PathValue("namespace"), r.PathValue("name"))
+		reply(w, d, err)
+	})
+	mux.HandleFunc("DELETE /v1/workloads/{kind}/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		kind, err := workloadKind(r.PathValue("kind"))
+		if err == nil {
+			err = a.Fleet.DeleteWorkload(kind, r.PathValue("namespace"), r.PathValue("name"))
+		}
+		a.Hub.Reschedule()
+		reply(w, map[string]string{}, err)
+	})
+	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		err := a.Fleet.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now())
+		a.Hub.Reschedule()
+		reply(w, map[string]string{}, err)
+	})
+	mux.HandleFunc("PUT /v1/devices/{id}/cordon", func(w http.ResponseWriter, r *http.Request) {
+		var req CordonRequest
+		err := decodeBody(r, &req)
+		if err == nil {
+			err = a.Fleet.SetCordon(r.PathValue("id"), req.Unschedulable)
+		}
+		a.Hub.Reschedule()
+		reply(w, map[string]string{}, err)
+	})
+	mux.HandleFunc("PUT /v1/devices/{id}/taints", func(w http.ResponseWriter, r *http.Request) {
+		var req TaintRequest
+		err := decodeBody(r, &req)
+		if err == nil {
+			err = a.Fleet.SetTaint(r.PathValue("id"), req.Taint, req.Remove)
+		}
+		a.Hub.Reschedule()
+		reply(w, map[string]string{}, err)
+	})
+}
+
+func workloadKind(name string) (string, error) {
+	if k, ok := workloadKinds[name]; ok {
+		return k, nil
+	}
+	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses): %w", name, ErrNotFound)
+}
+
+// applyObjects decodes a file strictly, all or nothing, and stores it for
+// the scheduler, which runs at once.
+func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
+	if req.File == "" {
+		req.File = "<request>"
+	}
+	objs, err := kinds.Decode(req.File, req.Data)
+	if err != nil {
+		return ObjectsApplied{}, err
+	}
+	for _, p := range objs.Pods {
+		// A bare pod must be one a device accepts as it is.
+		manifest.SetDefaults(p)
+		if errs := manifest.Validate(p); len(errs) > 0 {
+			return ObjectsApplied{}, fmt.Errorf("%s: pod %q: %w", req.File, p.Name, errs.ToAggregate())
+		}
+	}
+	if err := a.Fleet.ApplyObjects(objs, time.Now()); err != nil {
+		return ObjectsApplied{}, err
+	}
+	a.Hub.Reschedule()
+	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
+		PriorityClasses: len(objs.PriorityClasses)}, nil
+}
+
+// listWorkloads returns the stored objects of a kind, as the API server's
+// list (with status counts for workloads, from the hub's pods).
+func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
+	w, err := f.LoadWorkloads()
+	if err != nil {
+		return nil, err
+	}
+	pods, err := f.HubPods()
+	if err != nil {
+		return nil, err
+	}
+	st := statusCounts(pods)
+	var out []json.RawMessage
+	add := func(v any) { raw, _ := json.Marshal(v); out = append(out, raw) }
+	switch kind {
+	case KindDeployment:
+		for _, d := range w.Deployments {
+			c := st[ownerKey{"ReplicaSet", d.Namespace, d.Name}]
+			d.Status.Replicas, d.Status.UpdatedReplicas = c.placed, c.placed
+			d.Status.ReadyReplicas, d.Status.AvailableReplicas = c.bound, c.bound
+			d.Kind, d.APIVersion = KindDeployment, "apps/v1"
+			add(d)
+		}
+	case KindDaemonSet:
+		for _, d := range w.DaemonSets {
+			c := st[ownerKey{"DaemonSet", d.Namespace, d.Name}]
+			d.Status.DesiredNumberScheduled, d.Status.CurrentNumberScheduled = c.all, c.bound
+			d.Status.NumberReady, d.Status.NumberAvailable = c.bound, c.bound
+			d.Kind, d.APIVersion = KindDaemonSet, "apps/v1"
+			add(d)
+		}
+	case KindPriorityClass:
+		for _, pc := range w.PriorityClasses {
+			pc.Kind, pc.APIVersion = KindPriorityClass, "scheduling.k8s.io/v1"
+			add(pc)
+		}
+	}
+	return out, nil
+}
+
+type ownerKey struct{ kind, namespace, name string }
+
+// counts are a workload's pods: all (not terminating), placed on a
+// device, and bound there (the same here: the hub sees no readiness of
+// its own).
+type counts struct{ all, placed, bound int32 }
+
+// statusCounts counts the live pods of each owner; a ReplicaSet's pods
+// count for their Deployment (the ReplicaSet is named <deployment>-<hash>).
+func statusCounts(pods []*v1.Pod) map[ownerKey]counts {
+	out := map[ownerKey]counts{}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, ref := range p.OwnerReferences {
+			if ref.Controller == nil || !*ref.Controller {
+				continue
+			}
+			name := ref.Name
+			if ref.Kind == "ReplicaSet" {
+				name = deploymentOf(p, ref.Name)
+			}
+			k := ownerKey{ref.Kind, p.Namespace, name}
+			c := out[k]
+			c.all++
+			if p.Spec.NodeName != "" {
+				c.placed++
+				c.bound++
+			}
+			out[k] = c
+		}
+	}
+	return out
+}
+
+// deploymentOf strips the pod-template-hash from a ReplicaSet's name.
+func deploymentOf(p *v1.Pod, rs string) string {
+	if h := p.Labels["pod-template-hash"]; h != "" && len(rs) > len(h)+1 && rs[len(rs)-len(h)-1:] == "-"+h {
+		return rs[:len(rs)-len(h)-1]
+	}
+	return rs
+}
+
+func (f *Fleet) workloadDetail(kind, namespace, name string) (WorkloadDetail, error) {
+	if kind == KindPriorityClass {
+		namespace = ""
+	}
+	var d WorkloadDetail
+	err := f.db.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object)
+	if err != nil {
+		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
+	}
+	d.Events, err = f.ObjectEvents(kind, namespace, name)
+	if err != nil {
+		return d, err
+	}
+	if kind != KindDeployment {
+		return d, nil
+	}
+	// A Deployment's describe shows its pods' scheduling events too.
+	pods, err := f.HubPods()
+	if err != nil {
+		return d, err
+	}
+	for _, p := range pods {
+		for _, ref := range p.OwnerReferences {
+			if ref.Kind == "ReplicaSet" && p.Namespace == namespace && deploymentOf(p, ref.Name) == name {
+				evs, err := f.ObjectEvents("Pod", p.Namespace, p.Name)
+				if err != nil {
+					return d, err
+				}
+				d.Events = append(d.Events, evs...)
+			}
+		}
+	}
+	sort.SliceStable(d.Events, func(i, j int) bool { return d.Events[i].Last.Before(d.Events[j].Last) })
+	return d, nil
+}
+
+// withHubPods adds to the devices' mirror pods what only the hub knows:
+// its pods no device reports (pending, not yet started, or terminating on
+// a lost device), and the deletion of mirrored pods it is terminating.
+func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
+	pods, err := a.Fleet.HubPods()
+	if err != nil {
+		return nil, err
+	}
+	index := map[string]int{}
+	for i := range mirrors {
+		index[mirrors[i].Spec.NodeName+"|"+mirrors[i].Namespace+"/"+mirrors[i].Name] = i
+	}
+	for _, p := range pods {
+		if device != "" && p.Spec.NodeName != device {
+			continue
+		}
+		if i, ok := index[p.Spec.NodeName+"|"+p.Namespace+"/"+p.Name]; ok {
+			m := &mirrors[i]
+			m.OwnerReferences = p.OwnerReferences
+			if p.DeletionTimestamp != nil {
+				m.DeletionTimestamp = p.DeletionTimestamp
+				if p.Status.Reason == "NodeLost" {
+					m.Status.Reason = "NodeLost"
+				}
+			}
+			continue
+		}
+		cp := *p
+		if cp.Annotations == nil {
+			cp.Annotations = map[string]string{}
+		}
+		cp.Annotations[AnnotationDevice] = p.Spec.NodeName
+		if cp.Status.Phase == "" {
+			cp.Status.Phase = v1.PodPending
+		}
+		mirrors = append(mirrors, cp)
+	}
+	return mirrors, nil
+}

@@ -1,0 +1,515 @@
+package hub
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/sync/hub/schedule"
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// AnnotationScheduled marks the pods of a device's desired document that
+// the scheduler placed, apart from those applied to the device by hand
+// (apply --device/--selector), which it leaves alone.
+const AnnotationScheduled = "podvisor.io/scheduled"
+
+// minPassGap spaces the passes: the requests of a busy fleet (every
+// heartbeat asks) coalesce into at most one pass a second.
+const minPassGap = time.Second
+
+// DefaultDeviceTimeout is how long a device may be silent and still be
+// Ready, when the hub is not told otherwise.
+const DefaultDeviceTimeout = 90 * time.Second
+
+// Reschedule asks for a scheduling pass soon. Requests coalesce: one
+// pass answers every request made before it starts.
+func (h *Hub) Reschedule() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scheduleLoop runs the passes, one at a time: on request and at the
+// next moment the fleet changes by itself (a device's heartbeat goes
+// stale, a toleration runs out) — a timer, not polling.
+func (h *Hub) scheduleLoop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-h.done:
+			timer.Stop()
+			return
+		case <-h.kick:
+		case <-timer.C:
+		}
+		started := time.Now()
+		next, err := h.SchedulePass()
+		if err != nil {
+			h.log.Error("scheduling pass", "err", err)
+			next = h.now().Add(10 * time.Second) // try again
+		}
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(max(next.Sub(h.now()), 100*time.Millisecond))
+		}
+		select {
+		case <-h.done:
+			return
+		case <-time.After(minPassGap - time.Since(started)):
+		}
+	}
+}
+
+// SchedulePass runs the scheduler over the fleet once and stores its
+// plan: new pods, bindings, pending reasons, graceful deletions and
+// events; terminating pods the device confirmed stopped are forgotten,
+// and the desired documents of devices whose pods changed are signed
+// again. It returns when the fleet will next change by itself.
+func (h *Hub) SchedulePass() (time.Time, error) {
+	now := h.now()
+	if idle, err := h.fleet.nothingToSchedule(); err != nil || idle {
+		// A fleet without workloads or hub pods costs no pass; their
+		// last pods left the desired documents before they were forgotten.
+		return time.Time{}, err
+	}
+	devices, next, err := h.scheduleDevices(now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	w, err := h.fleet.LoadWorkloads()
+	if err != nil {
+		return time.Time{}, err
+	}
+	pods, err := h.fleet.HubPods()
+	if err != nil {
+		return time.Time{}, err
+	}
+	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
+		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses})
+	if pods, err = h.fleet.storePlan(pods, plan, now); err != nil {
+		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
+	}
+	if err := h.pushScheduled(pods, devices, w.PriorityClasses); err != nil {
+		return time.Time{}, err
+	}
+	forgot, err := h.fleet.forgetStopped(devices)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if forgot > 0 {
+		h.Reschedule() // their room is free: a nominated pod may bind now
+	}
+	return earliest(next, tolerationDeadline(devices, pods)), nil
+}
+
+// scheduleDevices makes every device a schedule.Device, and says when
+// the first Ready one goes stale if it is not heard from.
+func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, error) {
+	ds, err := h.fleet.Devices(now, h.cfg.DeviceTimeout)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	extra, err := h.fleet.schedFields()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var next time.Time
+	out := make([]schedule.Device, 0, len(ds))
+	for _, d := range ds {
+		sd := schedule.Device{Name: d.ID, Labels: maps.Clone(d.Labels)}
+		if d.Node != nil {
+			sd.Allocatable, sd.Conditions = d.Node.Allocatable, d.Node.Conditions
+			setIfAbsent(sd.Labels, v1.LabelArchStable, d.Node.NodeInfo.Architecture)
+			setIfAbsent(sd.Labels, v1.LabelOSStable, d.Node.NodeInfo.OperatingSystem)
+		}
+		sd.Labels[v1.LabelHostname] = d.ID
+		if e, ok := extra[d.ID]; ok {
+			sd.Unschedulable, sd.Taints = e.unschedulable, e.taints
+		}
+		// As the node lifecycle controller after a restart, the hub
+		// gives every device it has not heard from since it started a
+		// full timeout to be heard, and counts its silence from then: a
+		// hub that was down does not evict the fleet as it comes up.
+		grace := h.started.Add(h.cfg.DeviceTimeout)
+		switch {
+		case d.Ready:
+			next = earliest(next, d.LastSeen.Add(h.cfg.DeviceTimeout))
+		case d.LastSeen.After(h.started):
+			sd.UnreachableSince = d.LastSeen // offline, or silent, since
+		case now.Before(grace):
+			next = earliest(next, grace)
+		default:
+			sd.UnreachableSince = grace
+		}
+		out = append(out, sd)
+	}
+	return out, next, nil
+}
+
+// schedFingerprint is what the scheduler reads of a heartbeat: labels,
+// allocatable, conditions' statuses, architecture and OS. (A device
+// going silent or offline asks by itself: presence and the stale timer.)
+func schedFingerprint(hb *protocol.Heartbeat) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(hb.Labels)) {
+		fmt.Fprintf(&b, "%s=%s,", k, hb.Labels[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(hb.Node.Allocatable)) {
+		q := hb.Node.Allocatable[k]
+		fmt.Fprintf(&b, "%s:%s,", k, q.String())
+	}
+	for _, c := range hb.Node.Conditions {
+		fmt.Fprintf(&b, "%s/%s,", c.Type, c.Status)
+	}
+	fmt.Fprintf(&b, "%s/%s", hb.Node.NodeInfo.Architecture, hb.Node.NodeInfo.OperatingSystem)
+	return b.String()
+}
+
+func setIfAbsent(m map[string]string, k, v string) {
+	if _, ok := m[k]; !ok && v != "" {
+		m[k] = v
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// tolerationDeadline is when the first pod on an unreachable device
+// runs out of its toleration of the unreachable taint.
+func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
+	since := map[string]time.Time{}
+	for _, d := range devices {
+		if !d.UnreachableSince.IsZero() {
+			since[d.Name] = d.UnreachableSince
+		}
+	}
+	taint := &v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}
+	var next time.Time
+	for _, p := range pods {
+		start, ok := since[p.Spec.NodeName]
+		if !ok || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, tol := range p.Spec.Tolerations {
+			if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), taint, false) {
+				next = earliest(next, start.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
+			}
+		}
+	}
+	return next
+}
+
+func (f *Fleet) nothingToSchedule() (bool, error) {
+	var n int
+	err := f.db.QueryRow(`SELECT (SELECT COUNT(*) FROM workloads) + (SELECT COUNT(*) FROM hub_pods)`).Scan(&n)
+	return n == 0, err
+}
+
+type schedExtra struct {
+	unschedulable bool
+	taints        []v1.Taint
+}
+
+func (f *Fleet) schedFields() (map[string]schedExtra, error) {
+	rows, err := f.db.Query(`SELECT id, unschedulable, taints FROM devices`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]schedExtra{}
+	for rows.Next() {
+		var id string
+		var e schedExtra
+		var raw []byte
+		if err := rows.Scan(&id, &e.unschedulable, &raw); err != nil {
+			return nil, err
+		}
+		json.Unmarshal(raw, &e.taints) // written by SetTaint
+		out[id] = e
+	}
+	return out, rows.Err()
+}
+
+// storePlan writes one pass's plan in one transaction, touching only the
+// pods it changes, and returns the pods the hub then holds.
+func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
+	pods := make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
+	orig := map[types.NamespacedName][]byte{}
+	for _, p := range before {
+		k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		pods[k] = p
+		orig[k], _ = json.Marshal(p)
+	}
+	for _, p := range plan.Create {
+		pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for _, b := range plan.Bindings {
+		if p := pods[b.Pod]; p != nil {
+			p.Spec.NodeName = b.Device
+			p.Status.NominatedNodeName = ""
+			setScheduled(p, v1.ConditionTrue, "", "", now)
+		}
+	}
+	for _, pe := range plan.Pending {
+		if p := pods[pe.Pod]; p != nil {
+			p.Status.Phase = v1.PodPending
+			p.Status.NominatedNodeName = pe.NominatedNodeName
+			setScheduled(p, v1.ConditionFalse, v1.PodReasonUnschedulable, pe.Message, now)
+		}
+	}
+	gone := map[types.NamespacedName]bool{}
+	for _, d := range plan.Deletions {
+		p := pods[d.Pod]
+		if p == nil {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			gone[d.Pod] = true // never on a device: nothing to stop
+			continue
+		}
+		if p.DeletionTimestamp == nil {
+			t := metav1.NewTime(now)
+			p.DeletionTimestamp = &t
+			p.Status.Reason, p.Status.Message = d.Reason, d.Message
+		}
+	}
+	tx, err := f.db.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	after := make([]*v1.Pod, 0, len(pods))
+	for k, p := range pods {
+		if gone[k] {
+			if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		after = append(after, p)
+		raw, _ := json.Marshal(p)
+		if bytes.Equal(raw, orig[k]) {
+			continue
+		}
+		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES (?, ?, ?, ?)
+			ON CONFLICT(namespace, name) DO UPDATE SET device = excluded.device, pod = excluded.pod`,
+			k.Namespace, k.Name, p.Spec.NodeName, raw); err != nil {
+			return nil, err
+		}
+	}
+	events, err := newEventWriter(tx)
+	if err != nil {
+		return nil, err
+	}
+	defer events.close()
+	for _, e := range plan.Events {
+		if err := events.add(SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
+			Reason: e.Reason, Message: e.Message}, now); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(after, func(a, b *v1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return after, tx.Commit()
+}
+
+// setScheduled sets the PodScheduled condition, keeping its transition
+// time while the status stays.
+func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, now time.Time) {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type != v1.PodScheduled {
+			continue
+		}
+		if c.Status != status {
+			c.LastTransitionTime = metav1.NewTime(now)
+		}
+		c.Status, c.Reason, c.Message = status, reason, message
+		return
+	}
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.PodScheduled, Status: status,
+		Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(now)})
+}
+
+// pushScheduled signs again the desired document of every device whose
+// scheduled pods changed: the bound pods that are not terminating, as
+// the device runs them, next to the pods applied to it by hand.
+func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
+	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
+	for _, pc := range pcs {
+		classes[pc.Name] = pc
+	}
+	known := make(map[string]bool, len(fleet))
+	for _, d := range fleet {
+		known[d.Name] = true
+	}
+	want := map[string][]json.RawMessage{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			raw, _ := json.Marshal(devicePod(p, classes[p.Spec.PriorityClassName]))
+			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
+		}
+	}
+	current, err := h.fleet.allDesiredPods()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	devices := slices.Sorted(maps.Keys(want))
+	for dev := range current {
+		if _, ok := want[dev]; !ok {
+			devices = append(devices, dev)
+		}
+	}
+	for _, dev := range devices {
+		var have []json.RawMessage
+		for _, raw := range current[dev] {
+			if scheduledPod(raw) {
+				have = append(have, raw)
+			}
+		}
+		if slices.EqualFunc(have, want[dev], func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+			continue
+		}
+		if !known[dev] {
+			continue // a device removed from the fleet gets nothing new
+		}
+		if _, err := h.update(dev, func(cur []json.RawMessage) []json.RawMessage {
+			keep := cur[:0:0]
+			for _, raw := range cur {
+				if !scheduledPod(raw) {
+					keep = append(keep, raw)
+				}
+			}
+			return append(keep, want[dev]...)
+		}); err != nil {
+			// One device's document (too large, say) holds back no other's.
+			errs = append(errs, fmt.Errorf("device %s: %w", dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// devicePod is a bound pod as its device gets it: its identity, labels,
+// annotations and owner, and its spec without what only the scheduler
+// reads. The device resolves priority itself: the hub's PriorityClass
+// travels in the pod (priority.AnnotationHubClass), and a pod whose
+// class is gone from the hub goes without one.
+func devicePod(p *v1.Pod, class *schedulingv1.PriorityClass) *v1.Pod {
+	out := &v1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{
+		Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+		Annotations: maps.Clone(p.Annotations)}, Spec: *p.Spec.DeepCopy()}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationScheduled] = "true"
+	s := &out.Spec
+	s.Affinity, s.TopologySpreadConstraints, s.Tolerations, s.SchedulerName = nil, nil, nil, ""
+	s.Priority, s.PreemptionPolicy = nil, nil
+	switch {
+	case class != nil:
+		hc := priority.HubClass{Value: class.Value}
+		if class.PreemptionPolicy != nil {
+			hc.PreemptionPolicy = *class.PreemptionPolicy
+		}
+		raw, _ := json.Marshal(hc)
+		out.Annotations[priority.AnnotationHubClass] = string(raw)
+	case !strings.HasPrefix(s.PriorityClassName, "system-"):
+		s.PriorityClassName = ""
+	}
+	return out
+}
+
+func scheduledPod(raw json.RawMessage) bool {
+	var meta struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	json.Unmarshal(raw, &meta)
+	return meta.Metadata.Annotations[AnnotationScheduled] == "true"
+}
+
+// allDesiredPods reads every device's desired pods.
+func (f *Fleet) allDesiredPods() (map[string][]json.RawMessage, error) {
+	rows, err := f.db.Query(`SELECT device, pods FROM desired`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]json.RawMessage{}
+	for rows.Next() {
+		var dev string
+		var raw []byte
+		if err := rows.Scan(&dev, &raw); err != nil {
+			return nil, err
+		}
+		var pods []json.RawMessage
+		if err := json.Unmarshal(raw, &pods); err != nil {
+			return nil, fmt.Errorf("device %s: stored desired pods: %w", dev, err)
+		}
+		out[dev] = pods
+	}
+	return out, rows.Err()
+}
+
+// forgetStopped forgets the terminating pods whose device confirmed they
+// stopped — it applied a desired generation without them and reports no
+// such pod — and those of devices no longer in the fleet.
+func (f *Fleet) forgetStopped(devices []schedule.Device) (int, error) {
+	known := map[string]bool{}
+	for _, d := range devices {
+		known[d.Name] = true
+	}
+	rows, err := f.db.Query(`SELECT p.namespace, p.name, p.device,
+		COALESCE((SELECT generation FROM desired WHERE device = p.device), 0),
+		COALESCE((SELECT observed FROM acks WHERE device = p.device), 0),
+		EXISTS (SELECT 1 FROM mirrors m WHERE m.device = p.device AND m.key = p.namespace || '/' || p.name)
+		FROM hub_pods p WHERE p.device != '' AND json_extract(p.pod, '$.metadata.deletionTimestamp') IS NOT NULL`)
+	if err != nil {
+		return 0, err
+	}
+	var stopped []types.NamespacedName
+	for rows.Next() {
+		var ns, name, dev string
+		var gen, observed int64
+		var mirrored bool
+		if err := rows.Scan(&ns, &name, &dev, &gen, &observed, &mirrored); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if !known[dev] || (observed >= gen && !mirrored) {
+			stopped = append(stopped, types.NamespacedName{Namespace: ns, Name: name})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, k := range stopped {
+		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+			return 0, err
+		}
+	}
+	return len(stopped), nil
+}

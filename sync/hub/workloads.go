@@ -1,0 +1,440 @@
+package hub
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/podvisor/podvisor/sync/hub/kinds"
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// Workload kinds as stored (and named in the API's paths).
+const (
+	KindDeployment    = "Deployment"
+	KindDaemonSet     = "DaemonSet"
+	KindPriorityClass = "PriorityClass"
+)
+
+// maxHubPods bounds the pods the hub holds (bare and made by workloads),
+// so that an apply cannot grow the database without bound.
+const maxHubPods = 200000
+
+// Workloads are every stored workload and PriorityClass.
+type Workloads struct {
+	Deployments     []*appsv1.Deployment
+	DaemonSets      []*appsv1.DaemonSet
+	PriorityClasses []*schedulingv1.PriorityClass
+}
+
+// ApplyObjects stores decoded objects, all or nothing: workloads and
+// PriorityClasses replace those of the same name, bare pods are added
+// unbound (a pod already held keeps its place: pods are immutable).
+func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	// uid keeps a replaced object's UID (its pods' owner references
+	// name it), and gives a new one a fresh UID, as the API server does.
+	uid := func(kind, ns, name string, meta *metav1.ObjectMeta) error {
+		var raw []byte
+		err := tx.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, ns, name).Scan(&raw)
+		var old struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		switch {
+		case err == sql.ErrNoRows:
+			meta.UID = uuid.NewUUID()
+		case err != nil:
+			return err
+		default:
+			json.Unmarshal(raw, &old)
+			meta.UID, meta.CreationTimestamp = old.Metadata.UID, old.Metadata.CreationTimestamp
+		}
+		return nil
+	}
+	put := func(kind, ns, name string, obj any) error {
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(`INSERT INTO workloads (kind, namespace, name, object) VALUES (?, ?, ?, ?)
+			ON CONFLICT(kind, namespace, name) DO UPDATE SET object = excluded.object`, kind, ns, name, raw)
+		return err
+	}
+	for _, d := range objs.Deployments {
+		if err := uid(KindDeployment, d.Namespace, d.Name, &d.ObjectMeta); err != nil {
+			return err
+		}
+		if err := put(KindDeployment, d.Namespace, d.Name, stamped(d, &d.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+			return err
+		}
+	}
+	for _, d := range objs.DaemonSets {
+		if err := uid(KindDaemonSet, d.Namespace, d.Name, &d.ObjectMeta); err != nil {
+			return err
+		}
+		if err := put(KindDaemonSet, d.Namespace, d.Name, stamped(d, &d.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+			return err
+		}
+	}
+	for _, pc := range objs.PriorityClasses {
+		if err := uid(KindPriorityClass, "", pc.Name, &pc.ObjectMeta); err != nil {
+			return err
+		}
+		if err := put(KindPriorityClass, "", pc.Name, stamped(pc, &pc.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+			return err
+		}
+	}
+	if err := checkWorkloadBounds(tx); err != nil {
+		return err
+	}
+	var held int
+	if err := tx.QueryRow(`SELECT COUNT(*) FROM hub_pods`).Scan(&held); err != nil {
+		return err
+	}
+	if held+len(objs.Pods) > maxHubPods {
+		return fmt.Errorf("the hub holds %d pods; %d more would pass the limit of %d", held, len(objs.Pods), maxHubPods)
+	}
+	for _, p := range objs.Pods {
+		if p.Namespace == "" {
+			p.Namespace = "default"
+		}
+		p.Spec.NodeName = "" // the scheduler places bare pods
+		p.UID = uuid.NewUUID()
+		raw, _ := json.Marshal(stamped(p, &p.ObjectMeta.CreationTimestamp.Time, now))
+		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, pod) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+			p.Namespace, p.Name, raw); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Bounds on what the hub is asked to keep: every replica and every
+// DaemonSet pod (one per device) is a pod the hub stores and schedules.
+const (
+	maxWorkloads  = 10000
+	maxDaemonSets = 256
+)
+
+// checkWorkloadBounds refuses an apply that would make the stored
+// workloads too many, or ask for more replicas than the hub keeps pods.
+func checkWorkloadBounds(tx *sql.Tx) error {
+	var all, daemonSets, replicas int64
+	if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(kind = 'DaemonSet'), 0),
+		COALESCE(SUM(CASE WHEN kind = 'Deployment' THEN json_extract(object, '$.spec.replicas') ELSE 0 END), 0)
+		FROM workloads`).Scan(&all, &daemonSets, &replicas); err != nil {
+		return err
+	}
+	switch {
+	case all > maxWorkloads:
+		return fmt.Errorf("the hub would hold %d workloads and PriorityClasses, more than the %d it keeps", all, maxWorkloads)
+	case daemonSets > maxDaemonSets:
+		return fmt.Errorf("the hub would hold %d DaemonSets, more than the %d it keeps", daemonSets, maxDaemonSets)
+	case replicas > maxHubPods:
+		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, maxHubPods)
+	}
+	return nil
+}
+
+// stamped sets a creation time on a new object.
+func stamped[T any](obj T, created *time.Time, now time.Time) T {
+	if created.IsZero() {
+		*created = now.UTC().Truncate(time.Second)
+	}
+	return obj
+}
+
+// DeleteHubPod deletes a pod the scheduler placed: gracefully on its
+// device (deletionTimestamp until the device confirms), at once if it
+// was never placed. A workload's pod is made again unless the workload
+// goes too.
+func (f *Fleet) DeleteHubPod(namespace, name string, now time.Time) error {
+	var raw []byte
+	err := f.db.QueryRow(`SELECT pod FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name).Scan(&raw)
+	if err == sql.ErrNoRows {
+		return fmt.Errorf("pod %s/%s is not one the hub schedules: %w", namespace, name, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	p := &v1.Pod{}
+	if err := json.Unmarshal(raw, p); err != nil {
+		return err
+	}
+	if p.Spec.NodeName == "" {
+		_, err = f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name)
+		return err
+	}
+	if p.DeletionTimestamp == nil {
+		t := metav1.NewTime(now)
+		p.DeletionTimestamp = &t
+		p.Status.Reason, p.Status.Message = "Deleted", "deleted by the operator"
+	}
+	raw, _ = json.Marshal(p)
+	_, err = f.db.Exec(`UPDATE hub_pods SET pod = ? WHERE namespace = ? AND name = ?`, raw, namespace, name)
+	return err
+}
+
+// scheduledKeys lists which of the keys (namespace/name) are pods the
+// scheduler holds.
+func (f *Fleet) scheduledKeys(keys []string) ([]string, error) {
+	var out []string
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		var n int
+		if err := f.db.QueryRow(`SELECT COUNT(*) FROM hub_pods WHERE namespace = ? AND name = ?`, ns, name).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// DeleteWorkload removes a Deployment, DaemonSet or PriorityClass; the
+// scheduler then deletes a workload's pods gracefully.
+func (f *Fleet) DeleteWorkload(kind, namespace, name string) error {
+	if kind == KindPriorityClass {
+		namespace = ""
+	}
+	res, err := f.db.Exec(`DELETE FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
+	}
+	return nil
+}
+
+// LoadWorkloads reads every stored workload and PriorityClass.
+func (f *Fleet) LoadWorkloads() (Workloads, error) {
+	var w Workloads
+	rows, err := f.db.Query(`SELECT kind, object FROM workloads ORDER BY kind, namespace, name`)
+	if err != nil {
+		return w, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind string
+		var raw []byte
+		if err := rows.Scan(&kind, &raw); err != nil {
+			return w, err
+		}
+		switch kind {
+		case KindDeployment:
+			d := &appsv1.Deployment{}
+			err = json.Unmarshal(raw, d)
+			w.Deployments = append(w.Deployments, d)
+		case KindDaemonSet:
+			d := &appsv1.DaemonSet{}
+			err = json.Unmarshal(raw, d)
+			w.DaemonSets = append(w.DaemonSets, d)
+		case KindPriorityClass:
+			pc := &schedulingv1.PriorityClass{}
+			err = json.Unmarshal(raw, pc)
+			w.PriorityClasses = append(w.PriorityClasses, pc)
+		}
+		if err != nil {
+			return w, fmt.Errorf("stored %s: %w", kind, err)
+		}
+	}
+	return w, rows.Err()
+}
+
+// HubPods reads every pod the hub holds, bound or not.
+func (f *Fleet) HubPods() ([]*v1.Pod, error) {
+	rows, err := f.db.Query(`SELECT pod FROM hub_pods ORDER BY namespace, name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*v1.Pod
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		p := &v1.Pod{}
+		if err := json.Unmarshal(raw, p); err != nil {
+			return nil, fmt.Errorf("stored hub pod: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// SetCordon marks a device unschedulable (cordon) or not.
+func (f *Fleet) SetCordon(id string, cordoned bool) error {
+	return f.updateDevice(id, `UPDATE devices SET unschedulable = ? WHERE id = ?`, cordoned)
+}
+
+// SetTaint adds or replaces (by key and effect) an operator taint, or,
+// with remove, takes every taint of that key (and effect, if given) off.
+func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool) error {
+	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(errs, "; "))
+	}
+	if strings.HasPrefix(t.Key, "node.kubernetes.io/") {
+		return fmt.Errorf("taint key %q: node.kubernetes.io/ taints are set by the hub from the device's state", t.Key)
+	}
+	if !remove {
+		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
+			return fmt.Errorf("taint %s value %q: %s", t.Key, t.Value, strings.Join(errs, "; "))
+		}
+		switch t.Effect {
+		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
+		default:
+			return fmt.Errorf("taint %s: effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Key, t.Effect)
+		}
+	}
+	taints, err := f.deviceTaints(id)
+	if err != nil {
+		return err
+	}
+	keep := taints[:0:0]
+	for _, old := range taints {
+		if old.Key == t.Key && (t.Effect == "" || old.Effect == t.Effect) {
+			continue
+		}
+		keep = append(keep, old)
+	}
+	if remove && len(keep) == len(taints) {
+		return fmt.Errorf("device %s has no taint %s: %w", id, t.Key, ErrNotFound)
+	}
+	if !remove {
+		if len(keep) >= 64 {
+			return fmt.Errorf("device %s: at most 64 taints", id)
+		}
+		keep = append(keep, v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	raw, _ := json.Marshal(keep)
+	return f.updateDevice(id, `UPDATE devices SET taints = ? WHERE id = ?`, raw)
+}
+
+func (f *Fleet) deviceTaints(id string) ([]v1.Taint, error) {
+	var raw []byte
+	err := f.db.QueryRow(`SELECT taints FROM devices WHERE id = ?`, id).Scan(&raw)
+	if err == sql.ErrNoRows {
+		return nil, fmt.Errorf("device %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []v1.Taint
+	return out, json.Unmarshal(raw, &out)
+}
+
+func (f *Fleet) updateDevice(id, query string, value any) error {
+	if err := protocol.ValidDeviceID(id); err != nil {
+		return err
+	}
+	res, err := f.db.Exec(query, value, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("device %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SchedEvent is an event the scheduler or a workload controller recorded
+// about an object, counted when repeated as Kubernetes counts them.
+type SchedEvent struct {
+	Kind      string    `json:"kind"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+	Count     int       `json:"count"`
+	First     time.Time `json:"firstTimestamp"`
+	Last      time.Time `json:"lastTimestamp"`
+}
+
+// ObjectEvents lists an object's events, oldest first.
+func (f *Fleet) ObjectEvents(kind, namespace, name string) ([]SchedEvent, error) {
+	rows, err := f.db.Query(`SELECT type, reason, message, count, first, last FROM sched_events
+		WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last, rowid`, kind, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SchedEvent
+	for rows.Next() {
+		e := SchedEvent{Kind: kind, Namespace: namespace, Name: name}
+		var first, last int64
+		if err := rows.Scan(&e.Type, &e.Reason, &e.Message, &e.Count, &first, &last); err != nil {
+			return nil, err
+		}
+		e.First, e.Last = time.UnixMilli(first), time.UnixMilli(last)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// maxEventsPerObject bounds each object's stored events.
+const maxEventsPerObject = 100
+
+// eventWriter records events in a transaction with its statements
+// prepared once (a first pass over a large fleet records one per pod).
+type eventWriter struct {
+	again, insert, prune *sql.Stmt
+}
+
+func newEventWriter(tx *sql.Tx) (*eventWriter, error) {
+	w := &eventWriter{}
+	var err error
+	if w.again, err = tx.Prepare(`UPDATE sched_events SET count = count + 1, last = ? WHERE rowid = (
+		SELECT rowid FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last DESC, rowid DESC LIMIT 1)
+		AND type = ? AND reason = ? AND message = ?`); err != nil {
+		return nil, err
+	}
+	if w.insert, err = tx.Prepare(`INSERT INTO sched_events (kind, namespace, name, type, reason, message, count, first, last)
+		VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)`); err != nil {
+		return nil, err
+	}
+	w.prune, err = tx.Prepare(`DELETE FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? AND rowid NOT IN (
+		SELECT rowid FROM sched_events WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last DESC, rowid DESC LIMIT ?)`)
+	return w, err
+}
+
+func (w *eventWriter) close() {
+	for _, s := range []*sql.Stmt{w.again, w.insert, w.prune} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// add records an event, or counts it again when the object's newest
+// event says the same (FailedScheduling every pass is one line).
+func (w *eventWriter) add(e SchedEvent, at time.Time) error {
+	res, err := w.again.Exec(at.UnixMilli(), e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	if _, err := w.insert.Exec(e.Kind, e.Namespace, e.Name, e.Type, e.Reason, e.Message, at.UnixMilli(), at.UnixMilli()); err != nil {
+		return err
+	}
+	_, err = w.prune.Exec(e.Kind, e.Namespace, e.Name, e.Kind, e.Namespace, e.Name, maxEventsPerObject)
+	return err
+}
