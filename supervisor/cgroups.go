@@ -128,7 +128,7 @@ func (d *Daemon) instanceCgroupFor(rt runtime.Runtime, pod *v1.Pod, container, i
 		d.podCgroups[pod.UID] = true
 	}
 	d.watchListeners(pod) // before the container starts: its listen() is seen
-	d.watchNet(pod)       // and its first packet counted
+	d.net.watch(pod)      // and its first packet counted
 	path := rt.InstanceCgroup(pod, container, instanceID)
 	d.oomBase[path], _ = drv.OOMKills(d.oomCounter(pod, path))
 	return path, nil
@@ -196,7 +196,7 @@ func (d *Daemon) oomJudged(in *lifecycle.Instance) {
 // removeCgroups deletes a pod's cgroups, containers first, wherever its
 // QoS class put them.
 func (d *Daemon) removeCgroups(uid types.UID) {
-	d.unwatchNet(uid) // before the listen watcher removes the cgroup2 mirror
+	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
 	d.unwatchListeners(uid)
 	if d.cgroups.Driver == nil {
 		return

@@ -205,7 +205,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.setupListenProbes(ctx)                         // before the runtimes: it sets where process containers are placed
 	defer d.closeListenProbes()
 	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
-	defer d.closeNetCounters()
+	defer func() { d.net.close() }()
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {

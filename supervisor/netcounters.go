@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,13 @@ type netCounters struct {
 	// not), so it removes a gone pod's cgroup2 mirror.
 	mirrors bool
 	pods    map[types.UID]*podNet
+
+	// What it reads of the daemon: set once at setup.
+	log        *slog.Logger
+	cgroupsOn  bool                          // pods have cgroups to attach programs to
+	runtimeOf  func(*v1.Pod) runtime.Runtime // the runtime that runs a pod
+	podCgroup  func(*v1.Pod) string          // a pod's cgroup, relative to the hierarchy
+	podCgroups func(uid types.UID) []string  // every cgroup a pod's UID may have had
 }
 
 // podNet is where one pod's counters come from.
@@ -42,7 +50,8 @@ type podNet struct {
 // (which may already mirror process containers into cgroup2) and before
 // the runtimes (which place containers where Cgroups.Unified says).
 func (d *Daemon) setupNetCounters() {
-	n := &netCounters{pods: map[types.UID]*podNet{}}
+	n := &netCounters{pods: map[types.UID]*podNet{}, log: d.log, cgroupsOn: d.cgroups.Driver != nil,
+		runtimeOf: d.runtimeOf, podCgroup: d.podCgroup, podCgroups: d.cgroups.Layout.Pods}
 	d.net = n
 	if d.cgroups.Driver == nil {
 		d.log.Info("network counters from veths only: no cgroups to attach programs to")
@@ -69,21 +78,20 @@ func (d *Daemon) setupNetCounters() {
 	d.log.Info("network counters", "source", netcount.SourceEBPF, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
 }
 
-// closeNetCounters detaches every program.
-func (d *Daemon) closeNetCounters() {
-	if d.net != nil && d.net.c != nil {
-		if err := d.net.c.Close(); err != nil {
-			d.log.Warn("closing the network counters", "err", err)
+// close detaches every program.
+func (n *netCounters) close() {
+	if n != nil && n.c != nil {
+		if err := n.c.Close(); err != nil {
+			n.log.Warn("closing the network counters", "err", err)
 		}
 	}
 }
 
-// watchNet starts counting a pod, once it can: before its first
+// watch starts counting a pod, once it can: before its first
 // container starts (eBPF sees the first packet), and again from Stats
 // for a pod adopted after a restart or whose network came up since. A
 // pod with a host-side veth moves to it from eBPF once the veth exists.
-func (d *Daemon) watchNet(pod *v1.Pod) {
-	n := d.net
+func (n *netCounters) watch(pod *v1.Pod) {
 	if n == nil {
 		return
 	}
@@ -96,32 +104,32 @@ func (d *Daemon) watchNet(pod *v1.Pod) {
 		return
 	}
 	if !p.vethLooked && !pod.Spec.HostNetwork {
-		if veth, ok := d.podVeth(pod); ok {
+		if veth, ok := n.podVeth(pod); ok {
 			p.vethLooked = true
 			if veth != "" {
 				if p.source == netcount.SourceEBPF {
 					// The veth counts the same traffic, for free.
 					if err := n.c.Unwatch(p.id); err != nil {
-						d.log.Warn("detaching a pod's network counters", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+						n.log.Warn("detaching a pod's network counters", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 					}
 				}
 				p.source, p.veth = netcount.SourceVeth, veth
-				d.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source, "veth", veth)
+				n.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source, "veth", veth)
 				return
 			}
 		}
 	}
-	if p.source != "" || p.noEBPF || n.c == nil || d.cgroups.Driver == nil {
+	if p.source != "" || p.noEBPF || n.c == nil || !n.cgroupsOn {
 		return
 	}
-	if _, inContainer := d.runtimeOf(pod).(runtime.InContainer); inContainer && n.hier.Hybrid {
+	if _, inContainer := n.runtimeOf(pod).(runtime.InContainer); inContainer && n.hier.Hybrid {
 		// On a hybrid host only process containers are mirrored into
 		// cgroup2: programs on an empty mirror would count zero, which
 		// is wrong, not absent.
 		p.noEBPF = true
 		return
 	}
-	dir, err := n.hier.Dir(d.podCgroup(pod))
+	dir, err := n.hier.Dir(n.podCgroup(pod))
 	if err == nil && n.hier.Hybrid {
 		err = os.MkdirAll(dir, 0o755) // the mirror the containers are placed in
 	}
@@ -129,19 +137,19 @@ func (d *Daemon) watchNet(pod *v1.Pod) {
 		p.id, err = n.c.Watch(dir)
 	}
 	if err != nil {
-		d.log.Warn("no network counters for this pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		n.log.Warn("no network counters for this pod", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		p.noEBPF = true // tried; not again
 		return
 	}
 	p.source, p.dir = netcount.SourceEBPF, dir
-	d.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source)
+	n.log.Info("network counters", "pod", pod.Namespace+"/"+pod.Name, "source", p.source)
 }
 
 // podVeth finds the host side of the pod's veth once its network is
 // attached (ok false: not yet, ask again later). veth "" means it has
 // none (host network, loopback only).
-func (d *Daemon) podVeth(pod *v1.Pod) (veth string, ok bool) {
-	rt := d.runtimeOf(pod)
+func (n *netCounters) podVeth(pod *v1.Pod) (veth string, ok bool) {
+	rt := n.runtimeOf(pod)
 	ic, isIn := rt.(runtime.InContainer)
 	pn, hasIPs := rt.(runtime.PodNetworks)
 	if !isIn || !hasIPs {
@@ -156,15 +164,14 @@ func (d *Daemon) podVeth(pod *v1.Pod) (veth string, ok bool) {
 	}
 	veth, err := netcount.HostVeth(netns)
 	if err != nil {
-		d.log.Info("no veth to count this pod's traffic by", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		n.log.Info("no veth to count this pod's traffic by", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return "", true
 	}
 	return veth, true
 }
 
-// readNet is the pod's counters for the stats API, nil when none.
-func (d *Daemon) readNet(uid types.UID) *api.NetStats {
-	n := d.net
+// read is the pod's counters for the stats API, nil when none.
+func (n *netCounters) read(uid types.UID) *api.NetStats {
 	if n == nil || n.pods[uid] == nil {
 		return nil
 	}
@@ -185,31 +192,30 @@ func (d *Daemon) readNet(uid types.UID) *api.NetStats {
 		return nil
 	}
 	if err != nil {
-		d.log.Debug("reading a pod's network counters", "uid", uid, "err", err)
+		n.log.Debug("reading a pod's network counters", "uid", uid, "err", err)
 		return nil
 	}
 	return &api.NetStats{Source: string(p.source), RxBytes: c.RxBytes, RxPackets: c.RxPackets, TxBytes: c.TxBytes, TxPackets: c.TxPackets}
 }
 
-// unwatchNet stops counting a gone pod and, when this file made it,
+// unwatch stops counting a gone pod and, when this file made it,
 // removes its cgroup2 mirror.
-func (d *Daemon) unwatchNet(uid types.UID) {
-	n := d.net
+func (n *netCounters) unwatch(uid types.UID) {
 	if n == nil {
 		return
 	}
 	if p := n.pods[uid]; p != nil && p.source == netcount.SourceEBPF {
 		if err := n.c.Unwatch(p.id); err != nil {
-			d.log.Warn("detaching a pod's network counters", "uid", uid, "err", err)
+			n.log.Warn("detaching a pod's network counters", "uid", uid, "err", err)
 		}
 	}
 	delete(n.pods, uid)
 	if !n.mirrors {
 		return
 	}
-	for _, rel := range d.cgroups.Layout.Pods(uid) {
+	for _, rel := range n.podCgroups(uid) {
 		if err := n.hier.Remove(rel); err != nil {
-			d.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
+			n.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
 		}
 	}
 }

@@ -301,8 +301,8 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 				continue
 			}
 			ps := api.PodStats{Namespace: in.Pod.Namespace, Name: in.Pod.Name, Time: d.now()}
-			d.watchNet(in.Pod) // adopted after a restart, or its network attached since
-			ps.Net = d.readNet(in.Pod.UID)
+			d.net.watch(in.Pod) // adopted after a restart, or its network attached since
+			ps.Net = d.net.read(in.Pod.UID)
 			if s, err := d.cgroups.Driver.Stats(d.podCgroup(in.Pod)); err == nil {
 				ps.Usage = api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}
 			}
