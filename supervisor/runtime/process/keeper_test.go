@@ -171,16 +171,7 @@ func TestKeeperRunsEveryContainer(t *testing.T) {
 		t.Fatalf("SIGTERM not forwarded: %+v", st)
 	}
 
-	var pids []int
-	waitFor(t, "both sleeps to record their pids", func() bool {
-		data, _ := os.ReadFile(pidfile)
-		pids = nil
-		for _, f := range strings.Fields(string(data)) {
-			p, _ := strconv.Atoi(f)
-			pids = append(pids, p)
-		}
-		return len(pids) == 2
-	})
+	pids := waitPids(t, pidfile, 2)
 	if err := e.rt.Kill(tree.InstanceID); err != nil {
 		t.Fatal(err)
 	}

@@ -117,22 +117,30 @@ func TestStartErrorForMissingCommand(t *testing.T) {
 	}
 }
 
-func TestKillTakesTheWholeTree(t *testing.T) {
-	e := newEnv(t)
-	pidfile := filepath.Join(e.root, "pids")
-	// A child in the group, and one that escapes into its own session.
-	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
-	e.start(s)
+// waitPids waits for the container's processes to write n pids, one a
+// line, to pidfile and returns them.
+func waitPids(t *testing.T, pidfile string, n int) []int {
+	t.Helper()
 	var pids []int
-	waitFor(t, "both sleeps to record their pids", func() bool {
+	waitFor(t, fmt.Sprintf("%d processes to record their pids in %s", n, pidfile), func() bool {
 		data, _ := os.ReadFile(pidfile)
 		pids = nil
 		for _, f := range strings.Fields(string(data)) {
 			p, _ := strconv.Atoi(f)
 			pids = append(pids, p)
 		}
-		return len(pids) == 2
+		return len(pids) == n
 	})
+	return pids
+}
+
+func TestKillTakesTheWholeTree(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(e.root, "pids")
+	// A child in the group, and one that escapes into its own session.
+	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
+	e.start(s)
+	pids := waitPids(t, pidfile, 2)
 	if err := e.rt.Kill(s.InstanceID); err != nil {
 		t.Fatal(err)
 	}
