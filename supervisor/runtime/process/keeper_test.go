@@ -250,21 +250,7 @@ func TestKeeperAdoptionAfterDaemonRestart(t *testing.T) {
 	os.WriteFile(filepath.Join(marks, "go5"), nil, 0o600)
 	waitFor(t, "the first container's lock to be free", func() bool { return !lockHeld(t, e.rt, whileDown.InstanceID) })
 
-	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt2.EnableKeeper(); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := rt2.Recover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byID := map[string]runtime.Found{}
-	for _, r := range recs {
-		byID[r.InstanceID] = r
-	}
+	rt2, byID := e.restarted(true)
 	if r := byID[whileDown.InstanceID]; r.Alive || r.Exit == nil || r.Exit.ExitCode != 5 {
 		t.Fatalf("exit while the daemon was down: %+v", r)
 	}

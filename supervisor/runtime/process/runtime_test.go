@@ -117,6 +117,31 @@ func TestStartErrorForMissingCommand(t *testing.T) {
 	}
 }
 
+// restarted is a second runtime over e's directory, standing for a
+// restarted daemon (with the keeper enabled if keeper), and what its
+// Recover found, by instance.
+func (e *env) restarted(keeper bool) (*Runtime, map[string]runtime.Found) {
+	e.t.Helper()
+	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if keeper {
+		if err := rt2.EnableKeeper(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	recs, err := rt2.Recover()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	byID := map[string]runtime.Found{}
+	for _, r := range recs {
+		byID[r.InstanceID] = r
+	}
+	return rt2, byID
+}
+
 // waitPids waits for the container's processes to write n pids, one a
 // line, to pidfile and returns them.
 func waitPids(t *testing.T, pidfile string, n int) []int {
@@ -197,18 +222,7 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	// A second runtime over the same directory stands for a restarted
 	// daemon: the running instance is adopted, the finished one reports
 	// its real exit code.
-	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := rt2.Recover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byID := map[string]runtime.Found{}
-	for _, r := range recs {
-		byID[r.InstanceID] = r
-	}
+	rt2, byID := e.restarted(false)
 	if r := byID[running.InstanceID]; !r.Alive || r.StartedAt.IsZero() {
 		t.Fatalf("running instance not adopted: %+v", r)
 	}
