@@ -2,20 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/test/listenserver"
 )
 
 // The listen rows (issue 15): listen() → pod Ready in the API on each
@@ -34,34 +33,7 @@ const benchListenServerEnv = "PODVISOR_BENCH_LISTEN_SERVER"
 
 func init() {
 	if spec := os.Getenv(benchListenServerEnv); spec != "" {
-		os.Exit(benchListenServer(spec))
-	}
-}
-
-func benchListenServer(spec string) int {
-	var port int
-	var delayText, stamp string
-	_, err := fmt.Sscan(spec, &port, &delayText, &stamp)
-	delay, derr := time.ParseDuration(delayText)
-	if err := errors.Join(err, derr); err != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err)
-		return 2
-	}
-	time.Sleep(delay)
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err)
-		return 1
-	}
-	at := time.Now()
-	os.WriteFile(stamp+".tmp", []byte(strconv.FormatInt(at.UnixNano(), 10)), 0o644)
-	os.Rename(stamp+".tmp", stamp)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return 0
-		}
-		c.Close()
+		os.Exit(listenserver.Run(spec))
 	}
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,24 +39,9 @@ func TestListenProbesSurviveKills(t *testing.T) {
 	if got := nodeListenPath(t, d); got != "ebpf-sockops" {
 		prerequisite(t, "listen path is %q, not eBPF", got)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	flapPort := freePort(t)
-	d.write("flap.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: flap}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: host
-    command: [%q]
-    env: [{name: %s, value: "%d 30ms"}]
-    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 30}
-`, self, flapServerEnv, flapPort, flapPort))
+	d.write("flap.yaml", serverPod(t, "flap", flapServerEnv, fmt.Sprintf("%d 30ms", flapPort),
+		fmt.Sprintf("    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 30}\n", flapPort)))
 	port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
 	d.write("srv.yaml", listenPod(t, "srv", port, port, time.Second, stamp, closeOn))
 	d.waitPod("srv", 20*time.Second, podReady)
