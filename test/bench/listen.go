@@ -124,19 +124,8 @@ func listenLatency(bin, self, mode string, n int) ([]time.Duration, string, erro
 		delay := 500*time.Millisecond + time.Duration(rng.Int64N(int64(9*time.Second)))
 		name := fmt.Sprintf("listen-%d", i)
 		spec := fmt.Sprintf("%d %s %s", ports[i], delay, filepath.Join(b.marks, name))
-		b.write(name, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: host
-    command: [%q]
-    env: [{name: %s, value: %q}]
-    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 10}
-`, name, self, benchListenServerEnv, spec, ports[i]))
+		b.write(name, listenserver.Pod(name, self, benchListenServerEnv, spec,
+			fmt.Sprintf("    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 10}\n", ports[i])))
 	}
 	ready, err := b.waitAllReady("listen-", n, 60*time.Second)
 	if err != nil {

@@ -71,27 +71,16 @@ func listenPod(t *testing.T, name string, port, probePort int, delay time.Durati
 `, port, probe))
 }
 
-// serverPod is a process pod whose container "app" runs this test binary
-// as the server env selects (see init), given spec; more is the rest of
-// the container's fields, as YAML lines at its indent.
+// serverPod is a process pod whose container runs this test binary as
+// the server env selects (see init), given spec; more is the rest of the
+// container's fields.
 func serverPod(t *testing.T, name, env, spec, more string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: host
-    command: [%q]
-    env: [{name: %s, value: %q}]
-`, name, self, env, spec) + more
+	return listenserver.Pod(name, self, env, spec, more)
 }
 
 func podReady(p *v1.Pod) bool {

@@ -67,3 +67,22 @@ func WriteStamp(path string, at time.Time) {
 	os.WriteFile(path+".tmp", []byte(strconv.FormatInt(at.UnixNano(), 10)), 0o644)
 	os.Rename(path+".tmp", path)
 }
+
+// Pod is a process pod whose one container, app, runs binary as a server
+// that reads its spec from the environment variable env (the listen
+// server, or another the binary knows); more is the rest of the
+// container's fields, as YAML lines at the container's indent.
+func Pod(name, binary, env, spec, more string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: host
+    command: [%q]
+    env: [{name: %s, value: %q}]
+`, name, binary, env, spec) + more
+}
