@@ -2,13 +2,12 @@ package main
 
 import (
 	"errors"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/procstat"
 )
 
 // The mappings of the file holding the code are chosen by the device and
@@ -52,21 +51,12 @@ func TestReleaseStartupTextPagesOutTheProgram(t *testing.T) {
 	t.Logf("released %d bytes: file-backed RSS %d KiB before, %d KiB after", n, before, after)
 }
 
+// rssFileKiB is this process's file-backed RSS.
 func rssFileKiB(t *testing.T) int {
 	t.Helper()
-	status, err := os.ReadFile("/proc/self/status")
+	kib, err := procstat.KiB("self", "RssFile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kib
-		}
-	}
-	t.Fatal("no RssFile in /proc/self/status")
-	return 0
+	return kib
 }

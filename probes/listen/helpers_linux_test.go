@@ -9,12 +9,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/bpftest"
 )
 
 // The test binary doubles as the processes the tests watch: with
@@ -41,15 +41,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// prerequisite skips a test whose environment is missing, except in CI
-// where that is a failure (the e2e harness's rule).
-func prerequisite(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-}
+// prerequisite is the e2e harness's rule: skip, but fail in CI.
+var prerequisite = bpftest.Prerequisite
 
 // latencyBound is a latency target, three times as long where the tests
 // run under software emulation (the cgroup v2 VM without KVM:
@@ -88,27 +81,12 @@ func requireEBPF(t *testing.T) Features {
 	return f
 }
 
-var cgroupSeq atomic.Int64
-
 // testCgroup makes an empty cgroup under the cgroup2 mount, removed
 // (with anything below it) when the test ends: register it before the
 // processes placed in it, so they are gone first.
 func testCgroup(t *testing.T, h Hierarchy) (rel, dir string) {
 	t.Helper()
-	rel = fmt.Sprintf("podvisor-listen-test-%d-%d", os.Getpid(), cgroupSeq.Add(1))
-	dir, err := h.Dir(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := h.Remove(rel); err != nil {
-			t.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	return rel, dir
+	return bpftest.Cgroup(t, h, "podvisor-listen-test")
 }
 
 // server is a child process that listens and closes on command.
@@ -123,32 +101,11 @@ type server struct {
 // newNetNS, and places it in the cgroup rel before it makes any socket.
 func startServer(t *testing.T, h Hierarchy, rel string, newNetNS bool) *server {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=server")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if newNetNS {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
-	}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	cmd, in, out := bpftest.StartChild(t, childEnv+"=server", newNetNS)
 	if _, err := h.Place(rel, cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	return &server{t: t, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	return &server{t: t, cmd: cmd, in: in, out: out}
 }
 
 // do sends a command and returns the port and the CLOCK_MONOTONIC time

@@ -1,7 +1,6 @@
 package listen
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/probes/bpfcgroup"
+	"github.com/podvisor/podvisor/test/bpftest"
 )
 
 // Every scenario runs on both paths: the eBPF watcher reports on its own;
@@ -286,97 +288,17 @@ func TestKilledAttacherLeavesNothingAttachedTwice(t *testing.T) {
 	}
 }
 
+// watcherObjects are the watcher's programs and ring buffer in the kernel.
+var watcherObjects = bpftest.Objects{Programs: []string{progName, progReleaseName}, Map: progName}
+
 // waitKernelObjects waits up to 10 s for the kernel to hold exactly
-// progs programs and maps maps named like the watcher's (it frees a dead
-// process's objects after an RCU grace period, not at once).
+// progs programs and maps maps named like the watcher's that no other
+// process holds: daemons of other test packages running at the same time
+// open watchers too (the kernel frees a dead process's objects after an
+// RCU grace period, not at once).
 func waitKernelObjects(t *testing.T, progs, maps int) {
 	t.Helper()
-	var p, m int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if p, m = kernelObjects(t); p == progs && m == maps {
-			return
-		}
-	}
-	t.Fatalf("waited 10 s for %d programs and %d maps named like the watcher's in the kernel; there are %d and %d", progs, maps, p, m)
-}
-
-// kernelObjects counts the programs and maps named like the watcher's
-// that no other process holds: daemons of other test packages running at
-// the same time open watchers too, and their objects are not this test's.
-func kernelObjects(t *testing.T) (progs, maps int) {
-	t.Helper()
-	foreignProgs, foreignMaps := heldByOthers()
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		if p, err := ebpf.NewProgramFromID(id); err == nil {
-			if info, err := p.Info(); err == nil && (info.Name == progName || info.Name == progReleaseName) {
-				if foreignProgs[uint32(id)] {
-					// Its maps are another process's too.
-					if ids, ok := info.MapIDs(); ok {
-						for _, m := range ids {
-							foreignMaps[uint32(m)] = true
-						}
-					}
-				} else {
-					progs++
-				}
-			}
-			p.Close()
-		}
-	}
-	for id := ebpf.MapID(0); ; {
-		next, err := ebpf.MapGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		if m, err := ebpf.NewMapFromID(id); err == nil {
-			if info, err := m.Info(); err == nil && info.Name == progName && !foreignMaps[uint32(id)] {
-				maps++
-			}
-			m.Close()
-		}
-	}
-	return progs, maps
-}
-
-// heldByOthers lists the ids of the BPF programs and maps that processes
-// other than this one hold open (their fdinfo names prog_id or map_id; a
-// link's names its program).
-func heldByOthers() (progs, maps map[uint32]bool) {
-	progs, maps = map[uint32]bool{}, map[uint32]bool{}
-	self := strconv.Itoa(os.Getpid())
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if p.Name() == self || p.Name()[0] < '0' || p.Name()[0] > '9' {
-			continue
-		}
-		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fdinfo")
-		for _, fd := range fds {
-			b, err := os.ReadFile("/proc/" + p.Name() + "/fdinfo/" + fd.Name())
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				k, v, ok := strings.Cut(line, ":")
-				if !ok || (k != "prog_id" && k != "map_id") {
-					continue
-				}
-				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					if k == "prog_id" {
-						progs[uint32(n)] = true
-					} else {
-						maps[uint32(n)] = true
-					}
-				}
-			}
-		}
-	}
-	return progs, maps
+	watcherObjects.WaitUnheld(t, progs, maps)
 }
 
 // killAttacher starts a process that watches dir (with bpf_link or the
@@ -384,25 +306,9 @@ func heldByOthers() (progs, maps map[uint32]bool) {
 // SIGKILL.
 func killAttacher(t *testing.T, dir, mode string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir, mode)
-	cmd.Env = append(os.Environ(), childEnv+"=attacher")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	if _, err := cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "attached" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("attacher did not attach: %q %v", sc.Text(), sc.Err())
+	cmd, _, out := bpftest.StartChild(t, childEnv+"=attacher", false, dir, mode)
+	if !out.Scan() || out.Text() != "attached" {
+		t.Fatalf("attacher did not attach: %q %v", out.Text(), out.Err())
 	}
 	if n := countAttached(t, dir); n != 1 {
 		t.Errorf("%d programs attached while the attacher runs, want 1", n)
@@ -415,12 +321,12 @@ func killAttacher(t *testing.T, dir, mode string) {
 // sock_release where the watcher uses it. A watched cgroup has one set.
 func countAttached(t *testing.T, dir string) int {
 	t.Helper()
-	progs, err := attachedPrograms(dir, ebpf.AttachCGroupSockOps)
+	progs, err := bpfcgroup.AttachedPrograms(dir, ebpf.AttachCGroupSockOps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if DetectFeatures().SockRelease {
-		release, err := attachedPrograms(dir, ebpf.AttachCgroupInetSockRelease)
+		release, err := bpfcgroup.AttachedPrograms(dir, ebpf.AttachCgroupInetSockRelease)
 		if err != nil {
 			t.Fatal(err)
 		}

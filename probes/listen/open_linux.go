@@ -3,14 +3,13 @@ package listen
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/probes/bpfcgroup"
 )
 
 // Features is what the kernel offers the eBPF path, from cilium/ebpf's
@@ -36,15 +35,7 @@ type Features struct {
 // DetectFeatures probes the kernel.
 func DetectFeatures() Features {
 	var f Features
-	have := func(name string, err error) bool {
-		switch {
-		case err == nil:
-			return true
-		case !errors.Is(err, ebpf.ErrNotSupported):
-			f.Inconclusive = append(f.Inconclusive, fmt.Sprintf("%s: %v", name, err))
-		}
-		return false
-	}
+	have := func(name string, err error) bool { return bpfcgroup.Have(&f.Inconclusive, name, err) }
 	helper := func(pt ebpf.ProgramType, fn asm.BuiltinFunc) bool {
 		return have(pt.String()+" "+fn.String(), features.HaveProgramHelper(pt, fn))
 	}
@@ -147,103 +138,16 @@ func Open(o Options) (Watcher, error) {
 }
 
 func openEBPF(o Options) (Watcher, error) {
-	// Before 5.11 eBPF memory counts against RLIMIT_MEMLOCK; after, this
-	// is a no-op. Failing is not fatal: the feature probes say what works.
-	memlock := rlimit.RemoveMemlock()
+	var memlock []string
+	bpfcgroup.RemoveMemlock(&memlock)
 	detect := o.detect
 	if detect == nil {
 		detect = DetectFeatures
 	}
 	f := detect()
-	if memlock != nil {
-		f.Inconclusive = append(f.Inconclusive, fmt.Sprintf("raise RLIMIT_MEMLOCK: %v", memlock))
-	}
+	f.Inconclusive = append(f.Inconclusive, memlock...)
 	if o.Logf != nil && len(f.Inconclusive) > 0 {
 		o.Logf("listen watcher: inconclusive eBPF feature probes: %v", f.Inconclusive)
 	}
 	return newSockOpsWatcher(f, o.MaxCgroups, o.Logf)
-}
-
-// legacyAttachment is a program attached with BPF_PROG_ATTACH, as
-// kernels before 5.7 must: it stays attached until detached, even after
-// the process that attached it dies.
-type legacyAttachment struct {
-	cgroup *os.File
-	prog   *ebpf.Program
-	attach ebpf.AttachType
-}
-
-func attachLegacy(dir string, attach ebpf.AttachType, prog *ebpf.Program) (*legacyAttachment, error) {
-	cg, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	err = link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: int(cg.Fd()), Program: prog, Attach: attach, Flags: unix.BPF_F_ALLOW_MULTI,
-	})
-	if err != nil {
-		cg.Close()
-		return nil, err
-	}
-	return &legacyAttachment{cgroup: cg, prog: prog, attach: attach}, nil
-}
-
-func (l *legacyAttachment) Close() error {
-	defer l.cgroup.Close()
-	return link.RawDetachProgram(link.RawDetachProgramOptions{
-		Target: int(l.cgroup.Fd()), Program: l.prog, Attach: l.attach,
-	})
-}
-
-// DetachLeftovers is detachLeftovers, for the other cgroup programs of
-// podvisor (probes/netcount) that attach the same way.
-func DetachLeftovers(dir string, attach ebpf.AttachType, name string) error {
-	return detachLeftovers(dir, attach, name)
-}
-
-// detachLeftovers detaches the programs called name that are attached
-// to dir for attach without a bpf_link: what a killed podvisor left with
-// BPF_PROG_ATTACH. Programs attached through links belong to a live
-// process and are left alone.
-func detachLeftovers(dir string, attach ebpf.AttachType, name string) error {
-	progs, err := attachedPrograms(dir, attach)
-	if err != nil {
-		return err
-	}
-	cg, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer cg.Close()
-	var errs []error
-	for _, ap := range progs {
-		if _, isLink := ap.LinkID(); isLink {
-			continue
-		}
-		prog, err := ebpf.NewProgramFromID(ap.ID)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		if info, err := prog.Info(); err == nil && info.Name == name {
-			if err := link.RawDetachProgram(link.RawDetachProgramOptions{Target: int(cg.Fd()), Program: prog, Attach: attach}); err != nil {
-				errs = append(errs, fmt.Errorf("detach leftover %s program %d from %s: %w", name, ap.ID, dir, err))
-			}
-		}
-		prog.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// attachedPrograms are the programs attached to dir itself for attach.
-func attachedPrograms(dir string, attach ebpf.AttachType) ([]link.AttachedProgram, error) {
-	cg, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer cg.Close()
-	r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
-	if err != nil {
-		return nil, fmt.Errorf("query %s programs of %s: %w", attach, dir, err)
-	}
-	return r.Programs, nil
 }

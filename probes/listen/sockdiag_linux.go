@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/probes/netns"
 )
 
 // Wire constants of NETLINK_SOCK_DIAG (linux/inet_diag.h, linux/tcp_states.h).
@@ -65,53 +66,16 @@ func sockDiagSocketIn(nsPath string) (int, error) {
 	open := func() (int, error) {
 		return unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	}
-	if sameNetNS(nsPath) {
+	if netns.Same(nsPath) {
 		return open()
 	}
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err, back := enterAndOpen(nsPath, open)
-		if back {
-			runtime.UnlockOSThread()
+	return netns.Do(nsPath, func() (int, error) {
+		fd, err := open()
+		if err != nil {
+			err = fmt.Errorf("sock_diag socket in %s: %w", nsPath, err)
 		}
-		done <- result{fd, err}
-	}()
-	r := <-done
-	return r.fd, r.err
-}
-
-// enterAndOpen runs open in the namespace at nsPath on the calling
-// (locked) thread; back says whether the thread returned to its own
-// namespace.
-func enterAndOpen(nsPath string, open func() (int, error)) (fd int, err error, back bool) {
-	own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open own network namespace: %w", err), true
-	}
-	defer unix.Close(own)
-	target, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open network namespace %s: %w", nsPath, err), true
-	}
-	defer unix.Close(target)
-	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		return -1, fmt.Errorf("enter network namespace %s: %w", nsPath, err), true
-	}
-	fd, err = open()
-	if err != nil {
-		err = fmt.Errorf("sock_diag socket in %s: %w", nsPath, err)
-	}
-	return fd, err, unix.Setns(own, unix.CLONE_NEWNET) == nil
-}
-
-func sameNetNS(nsPath string) bool {
-	var a, b unix.Stat_t
-	return unix.Stat(nsPath, &a) == nil && unix.Stat("/proc/self/ns/net", &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev
+		return fd, err
+	})
 }
 
 // dumpFamily sends one SOCK_DIAG_BY_FAMILY dump request for listening

@@ -3,35 +3,20 @@ package listen
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/perf"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/podvisor/podvisor/probes/bpfcgroup"
 )
 
 // eventsPerCgroup sizes the ring buffer: room for this many undelivered
 // events per watched cgroup before the program starts dropping them.
 const eventsPerCgroup = 8
-
-// attached is one watched cgroup's programs and their attachments.
-type attached struct {
-	progs []*ebpf.Program
-	links []io.Closer
-}
-
-// hook is one program a watched cgroup gets.
-type hook struct {
-	name   string
-	typ    ebpf.ProgramType
-	attach ebpf.AttachType
-	insns  asm.Instructions
-}
 
 // sockOpsWatcher learns listeners from sock_ops programs, one per
 // watched cgroup, writing to one ring (or perf) buffer.
@@ -52,7 +37,7 @@ type sockOpsWatcher struct {
 	wg     sync.WaitGroup
 
 	progsMu sync.Mutex
-	progs   map[uint64]attached
+	progs   map[uint64]bpfcgroup.Attachments
 
 	pending map[uint64]bool // cgroups with a hinted rescan scheduled; guarded by mu
 }
@@ -61,7 +46,7 @@ func newSockOpsWatcher(f Features, maxCgroups int, logf func(string, ...any)) (*
 	if err := f.EBPFUsable(); err != nil {
 		return nil, err
 	}
-	w := &sockOpsWatcher{base: newBase(maxCgroups, logf), features: f, progs: map[uint64]attached{}, pending: map[uint64]bool{}}
+	w := &sockOpsWatcher{base: newBase(maxCgroups, logf), features: f, progs: map[uint64]bpfcgroup.Attachments{}, pending: map[uint64]bool{}}
 	if err := w.openEvents(maxCgroups); err != nil {
 		return nil, err
 	}
@@ -213,50 +198,23 @@ func (w *sockOpsWatcher) Watch(dir string) (uint64, error) {
 
 // attach loads and attaches the cgroup's programs: sock_ops, and
 // sock_release where the kernel has it (5.9+).
-func (w *sockOpsWatcher) attach(dir string, id uint64) (attached, error) {
+func (w *sockOpsWatcher) attach(dir string, id uint64) (bpfcgroup.Attachments, error) {
 	f := w.features
-	var a attached
-	err := a.add(dir, hook{progName, ebpf.SockOps, ebpf.AttachCGroupSockOps,
-		sockOpsProgram(id, output{w.ring.FD(), f.RingBuf, f.NetNSCookie})}, w.legacy, w.logf)
+	var a bpfcgroup.Attachments
+	logf := func(format string, args ...any) { w.logf("listen watcher: "+format, args...) }
+	err := a.Add(dir, &ebpf.ProgramSpec{Name: progName, Type: ebpf.SockOps, AttachType: ebpf.AttachCGroupSockOps,
+		Instructions: sockOpsProgram(id, output{w.ring.FD(), f.RingBuf, f.NetNSCookie}), License: progLicense}, w.legacy, logf)
 	if err != nil {
-		return attached{}, err
+		return bpfcgroup.Attachments{}, err
 	}
 	if f.SockRelease {
-		err := a.add(dir, hook{progReleaseName, ebpf.CGroupSock, ebpf.AttachCgroupInetSockRelease,
-			sockReleaseProgram(id, output{w.ring.FD(), f.RingBuf, f.ReleaseNetNS})}, w.legacy, w.logf)
+		err := a.Add(dir, &ebpf.ProgramSpec{Name: progReleaseName, Type: ebpf.CGroupSock, AttachType: ebpf.AttachCgroupInetSockRelease,
+			Instructions: sockReleaseProgram(id, output{w.ring.FD(), f.RingBuf, f.ReleaseNetNS}), License: progLicense}, w.legacy, logf)
 		if err != nil {
 			w.logf("listen watcher: the close of a listener open before %s was watched shows at the next rescan only: %v", dir, err)
 		}
 	}
 	return a, nil
-}
-
-func (a *attached) add(dir string, h hook, legacy bool, logf func(string, ...any)) error {
-	if err := detachLeftovers(dir, h.attach, h.name); err != nil {
-		logf("listen watcher: %v", err)
-	}
-	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Name:         h.name,
-		Type:         h.typ,
-		AttachType:   h.attach,
-		Instructions: h.insns,
-		License:      progLicense,
-	}, ebpf.ProgramOptions{LogDisabled: true})
-	if err != nil {
-		return fmt.Errorf("load %s program for %s: %w", h.name, dir, err)
-	}
-	var l io.Closer
-	if legacy {
-		l, err = attachLegacy(dir, h.attach, prog)
-	} else {
-		l, err = link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: h.attach, Program: prog})
-	}
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach %s program to %s: %w", h.name, dir, err)
-	}
-	a.progs, a.links = append(a.progs, prog), append(a.links, l)
-	return nil
 }
 
 func (w *sockOpsWatcher) Unwatch(id uint64) error {
@@ -268,21 +226,7 @@ func (w *sockOpsWatcher) Unwatch(id uint64) error {
 	if !ok {
 		return fmt.Errorf("cgroup %d is not watched", id)
 	}
-	return a.close()
-}
-
-func (a attached) close() error {
-	var errs []error
-	for _, l := range a.links {
-		// A cgroup removed first has already let go of the program.
-		if err := l.Close(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	for _, p := range a.progs {
-		errs = append(errs, p.Close())
-	}
-	return errors.Join(errs...)
+	return a.Close()
 }
 
 func (w *sockOpsWatcher) Close() error {
@@ -293,7 +237,7 @@ func (w *sockOpsWatcher) Close() error {
 	w.wg.Wait()
 	w.progsMu.Lock()
 	for id, a := range w.progs {
-		err = errors.Join(err, a.close())
+		err = errors.Join(err, a.Close())
 		delete(w.progs, id)
 	}
 	w.progsMu.Unlock()

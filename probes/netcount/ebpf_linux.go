@@ -3,17 +3,13 @@ package netcount
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
+	"github.com/podvisor/podvisor/probes/bpfcgroup"
 	"github.com/podvisor/podvisor/probes/listen"
 )
 
@@ -49,15 +45,7 @@ type Features struct {
 // DetectFeatures probes the kernel.
 func DetectFeatures() Features {
 	var f Features
-	have := func(name string, err error) bool {
-		switch {
-		case err == nil:
-			return true
-		case !errors.Is(err, ebpf.ErrNotSupported):
-			f.Inconclusive = append(f.Inconclusive, fmt.Sprintf("%s: %v", name, err))
-		}
-		return false
-	}
+	have := func(name string, err error) bool { return bpfcgroup.Have(&f.Inconclusive, name, err) }
 	f.CgroupSKB = have("cgroup_skb programs", features.HaveProgramType(ebpf.CGroupSKB)) &&
 		have("cgroup_skb map_lookup_elem", features.HaveProgramHelper(ebpf.CGroupSKB, asm.FnMapLookupElem))
 	f.PerCPUArray = have("per-CPU array maps", features.HaveMapType(ebpf.PerCPUArray))
@@ -97,9 +85,8 @@ type Counter struct {
 }
 
 type watched struct {
-	slot  uint32
-	progs []*ebpf.Program
-	links []io.Closer
+	slot uint32
+	bpfcgroup.Attachments
 }
 
 // Open makes the counter map, after checking that the kernel can run the
@@ -108,13 +95,10 @@ func Open(o Options) (*Counter, error) {
 	if o.MaxPods <= 0 {
 		o.MaxPods = 110
 	}
-	// Before 5.11 eBPF memory counts against RLIMIT_MEMLOCK; after, this
-	// is a no-op. Failing is not fatal: the feature probes say what works.
-	memlock := rlimit.RemoveMemlock()
+	var memlock []string
+	bpfcgroup.RemoveMemlock(&memlock)
 	f := DetectFeatures()
-	if memlock != nil {
-		f.Inconclusive = append(f.Inconclusive, fmt.Sprintf("raise RLIMIT_MEMLOCK: %v", memlock))
-	}
+	f.Inconclusive = append(f.Inconclusive, memlock...)
 	if o.Logf != nil && len(f.Inconclusive) > 0 {
 		o.Logf("network counters: inconclusive eBPF feature probes: %v", f.Inconclusive)
 	}
@@ -188,7 +172,7 @@ func (c *Counter) Watch(dir string) (uint64, error) {
 		off    int16
 	}{{progIngressName, ebpf.AttachCGroupInetIngress, offRxBytes}, {progEgressName, ebpf.AttachCGroupInetEgress, offTxBytes}} {
 		if err := c.attach(w, dir, h.name, h.attach, countProgram(c.counts.FD(), w.slot, h.off)); err != nil {
-			w.close()
+			w.Close()
 			return 0, err
 		}
 	}
@@ -198,27 +182,12 @@ func (c *Counter) Watch(dir string) (uint64, error) {
 }
 
 func (c *Counter) attach(w *watched, dir, name string, attach ebpf.AttachType, insns asm.Instructions) error {
-	// What a killed daemon left attached without a link; errors only cost
-	// double counting, which the next Watch retries.
-	_ = listen.DetachLeftovers(dir, attach, name)
-	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+	// Leftovers a killed daemon left attached without a link that cannot
+	// be detached only cost double counting, which the next Watch retries:
+	// no logf.
+	return w.Add(dir, &ebpf.ProgramSpec{
 		Name: name, Type: ebpf.CGroupSKB, AttachType: attach, Instructions: insns, License: progLicense,
-	}, ebpf.ProgramOptions{LogDisabled: true})
-	if err != nil {
-		return fmt.Errorf("load %s program for %s: %w", name, dir, err)
-	}
-	var l io.Closer
-	if c.legacy {
-		l, err = attachLegacy(dir, attach, prog)
-	} else {
-		l, err = link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: attach, Program: prog})
-	}
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach %s program to %s: %w", name, dir, err)
-	}
-	w.progs, w.links = append(w.progs, prog), append(w.links, l)
-	return nil
+	}, c.legacy, nil)
 }
 
 // zero clears a slot on every CPU.
@@ -254,21 +223,7 @@ func (c *Counter) Unwatch(id uint64) error {
 	}
 	delete(c.byID, id)
 	c.slots[w.slot] = false
-	return w.close()
-}
-
-func (w *watched) close() error {
-	var errs []error
-	for _, l := range w.links {
-		// A cgroup removed first has already let go of the program.
-		if err := l.Close(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	for _, p := range w.progs {
-		errs = append(errs, p.Close())
-	}
-	return errors.Join(errs...)
+	return w.Close()
 }
 
 // Close detaches every program and frees the map.
@@ -281,38 +236,8 @@ func (c *Counter) Close() error {
 	c.closed = true
 	var errs []error
 	for id, w := range c.byID {
-		errs = append(errs, w.close())
+		errs = append(errs, w.Close())
 		delete(c.byID, id)
 	}
 	return errors.Join(append(errs, c.counts.Close())...)
-}
-
-// legacyAttachment is a program attached with BPF_PROG_ATTACH, as
-// kernels before 5.7 must: it stays attached until detached.
-type legacyAttachment struct {
-	cgroup *os.File
-	prog   *ebpf.Program
-	attach ebpf.AttachType
-}
-
-func attachLegacy(dir string, attach ebpf.AttachType, prog *ebpf.Program) (*legacyAttachment, error) {
-	cg, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	err = link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: int(cg.Fd()), Program: prog, Attach: attach, Flags: unix.BPF_F_ALLOW_MULTI,
-	})
-	if err != nil {
-		cg.Close()
-		return nil, err
-	}
-	return &legacyAttachment{cgroup: cg, prog: prog, attach: attach}, nil
-}
-
-func (l *legacyAttachment) Close() error {
-	defer l.cgroup.Close()
-	return link.RawDetachProgram(link.RawDetachProgramOptions{
-		Target: int(l.cgroup.Fd()), Program: l.prog, Attach: l.attach,
-	})
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/bpftest"
 )
 
 // A process in the counted cgroup sends N bytes over loopback UDP and
@@ -30,26 +32,7 @@ func TestCountsUDPTrafficOfTheCgroup(t *testing.T) {
 	if got, err := c.Read(id); err != nil || got != (Counters{}) {
 		t.Fatalf("fresh counters: %+v, %v; want zero", got, err)
 	}
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	go func() {
-		buf := make([]byte, 2*udpPayload)
-		for {
-			_, from, err := peer.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			peer.WriteToUDP(buf[:udpReply], from)
-		}
-	}()
-	_, in, out := child(t, h, rel, "udp")
-	fmt.Fprintln(in, peer.LocalAddr().String())
-	if !out.Scan() || out.Text() != "done" {
-		t.Fatalf("the UDP child did not finish: %q %v", out.Text(), out.Err())
-	}
+	peer := exchangeUDP(t, h, rel)
 	got, err := c.Read(id)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +50,7 @@ func TestCountsUDPTrafficOfTheCgroup(t *testing.T) {
 	check("rxPackets", got.RxPackets, udpDatagrams, udpDatagrams+10)
 
 	// The test process's own traffic, outside the cgroup, is not counted.
-	other, err := net.DialUDP("udp4", nil, peer.LocalAddr().(*net.UDPAddr))
+	other, err := net.DialUDP("udp4", nil, peer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +100,13 @@ func TestOtherProgramsKeepWorking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 2 {
+	if n := len(bpftest.Attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 2 {
 		t.Fatalf("%d egress programs attached, want 2 (the other and ours)", n)
 	}
 	if err := c.Unwatch(id); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 1 {
+	if n := len(bpftest.Attached(t, dir, ebpf.AttachCGroupInetEgress)); n != 1 {
 		t.Fatalf("%d egress programs attached after Unwatch, want the other one only", n)
 	}
 }
@@ -191,28 +174,9 @@ func TestCostPerPacket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	go func() {
-		buf := make([]byte, 2*udpPayload)
-		for {
-			_, from, err := peer.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			peer.WriteToUDP(buf[:udpReply], from)
-		}
-	}()
-	_, in, out := child(t, h, rel, "udp")
-	fmt.Fprintln(in, peer.LocalAddr().String())
-	if !out.Scan() || out.Text() != "done" {
-		t.Fatalf("the UDP child did not finish: %q %v", out.Text(), out.Err())
-	}
+	exchangeUDP(t, h, rel)
 	c.mu.Lock()
-	progs := c.byID[id].progs
+	progs := c.byID[id].Programs()
 	c.mu.Unlock()
 	var runs uint64
 	var total time.Duration

@@ -7,17 +7,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/podvisor/podvisor/probes/listen"
+	"github.com/podvisor/podvisor/test/bpftest"
 )
 
 // The test binary doubles as the processes the tests count or kill:
@@ -39,15 +36,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// prerequisite skips a test whose environment is missing, except in CI
-// where that is a failure (the e2e harness's rule).
-func prerequisite(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-}
+// prerequisite is the e2e harness's rule: skip, but fail in CI.
+var prerequisite = bpftest.Prerequisite
 
 func requireCounters(t *testing.T) listen.Hierarchy {
 	t.Helper()
@@ -64,26 +54,11 @@ func requireCounters(t *testing.T) listen.Hierarchy {
 	return h
 }
 
-var cgroupSeq atomic.Int64
-
 // testCgroup makes an empty cgroup under the cgroup2 mount, removed when
 // the test ends: register it before the processes placed in it.
 func testCgroup(t *testing.T, h listen.Hierarchy) (rel, dir string) {
 	t.Helper()
-	rel = fmt.Sprintf("podvisor-netcount-test-%d-%d", os.Getpid(), cgroupSeq.Add(1))
-	dir, err := h.Dir(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := h.Remove(rel); err != nil {
-			t.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	return rel, dir
+	return bpftest.Cgroup(t, h, "podvisor-netcount-test")
 }
 
 func openCounter(t *testing.T) *Counter {
@@ -105,31 +80,13 @@ func openCounter(t *testing.T) *Counter {
 // stdin), and killed at the end of the test.
 func child(t *testing.T, h listen.Hierarchy, rel, kind string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
-	cmd.Env = append(os.Environ(), childEnv+"="+kind)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s child: %v", kind, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	cmd, in, out := bpftest.StartChild(t, childEnv+"="+kind, false, args...)
 	if rel != "" {
 		if _, err := h.Place(rel, cmd.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return cmd, in, bufio.NewScanner(out)
+	return cmd, in, out
 }
 
 const (
@@ -137,6 +94,35 @@ const (
 	udpPayload   = 1000 // per datagram, sent by the child
 	udpReply     = 300  // per datagram, sent back to it
 )
+
+// exchangeUDP runs a UDP child in the cgroup rel that sends
+// udpDatagrams datagrams of udpPayload bytes to a peer on 127.0.0.1,
+// which answers each with udpReply bytes, and waits until it is done. It
+// returns the peer's address; the peer closes when the test ends.
+func exchangeUDP(t *testing.T, h listen.Hierarchy, rel string) *net.UDPAddr {
+	t.Helper()
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	go func() {
+		buf := make([]byte, 2*udpPayload)
+		for {
+			_, from, err := peer.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			peer.WriteToUDP(buf[:udpReply], from)
+		}
+	}()
+	_, in, out := child(t, h, rel, "udp")
+	fmt.Fprintln(in, peer.LocalAddr().String())
+	if !out.Scan() || out.Text() != "done" {
+		t.Fatalf("the UDP child did not finish: %q %v", out.Text(), out.Err())
+	}
+	return peer.LocalAddr().(*net.UDPAddr)
+}
 
 // runUDPChild reads the peer's address, sends it udpDatagrams datagrams
 // of udpPayload bytes, reads as many replies, and says "done".
@@ -181,26 +167,12 @@ func runAttacher(dir string, legacy bool) {
 	io.Copy(io.Discard, os.Stdin)
 }
 
-func attached(t *testing.T, dir string, attach ebpf.AttachType) []link.AttachedProgram {
-	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
-	if err != nil {
-		t.Fatalf("query %s programs of %s: %v", attach, dir, err)
-	}
-	return r.Programs
-}
-
 // attachedOurs counts the counting programs attached to dir, both hooks.
 func attachedOurs(t *testing.T, dir string) int {
 	t.Helper()
 	n := 0
 	for _, a := range []ebpf.AttachType{ebpf.AttachCGroupInetIngress, ebpf.AttachCGroupInetEgress} {
-		for _, ap := range attached(t, dir, a) {
+		for _, ap := range bpftest.Attached(t, dir, a) {
 			p, err := ebpf.NewProgramFromID(ap.ID)
 			if err != nil {
 				continue
@@ -214,88 +186,14 @@ func attachedOurs(t *testing.T, dir string) int {
 	return n
 }
 
+// counterObjects are the counter's programs and map in the kernel.
+var counterObjects = bpftest.Objects{Programs: []string{progIngressName, progEgressName}, Map: mapName}
+
 // waitKernelObjects waits up to 10 s for the kernel to hold exactly progs
 // programs and maps maps named like the counter's that no other process
 // holds (daemons of the e2e tests may count at the same time); it frees
 // a dead process's objects after an RCU grace period, not at once.
 func waitKernelObjects(t *testing.T, progs, maps int) {
 	t.Helper()
-	var p, m int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if p, m = kernelObjects(); p == progs && m == maps {
-			return
-		}
-	}
-	t.Fatalf("waited 10 s for %d programs and %d maps named like the counter's in the kernel; there are %d and %d", progs, maps, p, m)
-}
-
-func kernelObjects() (progs, maps int) {
-	foreignProgs, foreignMaps := heldByOthers()
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		if p, err := ebpf.NewProgramFromID(id); err == nil {
-			if info, err := p.Info(); err == nil && (info.Name == progIngressName || info.Name == progEgressName) {
-				if !foreignProgs[uint32(id)] {
-					progs++
-				} else if ids, ok := info.MapIDs(); ok {
-					for _, m := range ids { // its map is another process's too
-						foreignMaps[uint32(m)] = true
-					}
-				}
-			}
-			p.Close()
-		}
-	}
-	for id := ebpf.MapID(0); ; {
-		next, err := ebpf.MapGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		if m, err := ebpf.NewMapFromID(id); err == nil {
-			if info, err := m.Info(); err == nil && info.Name == mapName && !foreignMaps[uint32(id)] {
-				maps++
-			}
-			m.Close()
-		}
-	}
-	return progs, maps
-}
-
-// heldByOthers are the programs and maps other processes hold an fd of
-// (a link's fdinfo names its program), from /proc/*/fdinfo.
-func heldByOthers() (progs, maps map[uint32]bool) {
-	progs, maps = map[uint32]bool{}, map[uint32]bool{}
-	self := strconv.Itoa(os.Getpid())
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if p.Name() == self || p.Name()[0] < '0' || p.Name()[0] > '9' {
-			continue
-		}
-		fds, _ := os.ReadDir("/proc/" + p.Name() + "/fdinfo")
-		for _, fd := range fds {
-			b, err := os.ReadFile("/proc/" + p.Name() + "/fdinfo/" + fd.Name())
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(b), "\n") {
-				k, v, ok := strings.Cut(line, ":")
-				if !ok || (k != "prog_id" && k != "map_id") {
-					continue
-				}
-				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					if k == "prog_id" {
-						progs[uint32(n)] = true
-					} else {
-						maps[uint32(n)] = true
-					}
-				}
-			}
-		}
-	}
-	return progs, maps
+	counterObjects.WaitUnheld(t, progs, maps)
 }

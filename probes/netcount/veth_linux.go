@@ -6,12 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/podvisor/podvisor/probes/netns"
 )
 
 // ifla* are the rtnetlink link attributes read (linux/if_link.h).
@@ -61,42 +60,14 @@ func hostPeer(links []nsLink) (int, bool) {
 	return 0, false
 }
 
-func linksIn(netns string) ([]nsLink, error) {
-	target, err := os.Open(netns)
+func linksIn(nsPath string) ([]nsLink, error) {
+	msgs, err := netns.Do(nsPath, func() ([]byte, error) {
+		return syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("network namespace: %w", err)
+		return nil, fmt.Errorf("links of %s: %w", nsPath, err)
 	}
-	defer target.Close()
-	type result struct {
-		msgs []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		home, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		defer home.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("enter network namespace %s: %w", netns, err)}
-			return
-		}
-		b, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
-		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread() // else the thread ends with the goroutine
-		}
-		done <- result{b, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		return nil, fmt.Errorf("links of %s: %w", netns, r.err)
-	}
-	return parseLinks(r.msgs)
+	return parseLinks(msgs)
 }
 
 // parseLinks decodes an RTM_GETLINK dump.

@@ -2,20 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/test/listenserver"
 )
 
 // The listen rows (issue 15): listen() → pod Ready in the API on each
@@ -34,34 +33,7 @@ const benchListenServerEnv = "PODVISOR_BENCH_LISTEN_SERVER"
 
 func init() {
 	if spec := os.Getenv(benchListenServerEnv); spec != "" {
-		os.Exit(benchListenServer(spec))
-	}
-}
-
-func benchListenServer(spec string) int {
-	var port int
-	var delayText, stamp string
-	_, err := fmt.Sscan(spec, &port, &delayText, &stamp)
-	delay, derr := time.ParseDuration(delayText)
-	if err := errors.Join(err, derr); err != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err)
-		return 2
-	}
-	time.Sleep(delay)
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err)
-		return 1
-	}
-	at := time.Now()
-	os.WriteFile(stamp+".tmp", []byte(strconv.FormatInt(at.UnixNano(), 10)), 0o644)
-	os.Rename(stamp+".tmp", stamp)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return 0
-		}
-		c.Close()
+		os.Exit(listenserver.Run(spec))
 	}
 }
 
@@ -152,19 +124,8 @@ func listenLatency(bin, self, mode string, n int) ([]time.Duration, string, erro
 		delay := 500*time.Millisecond + time.Duration(rng.Int64N(int64(9*time.Second)))
 		name := fmt.Sprintf("listen-%d", i)
 		spec := fmt.Sprintf("%d %s %s", ports[i], delay, filepath.Join(b.marks, name))
-		b.write(name, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: host
-    command: [%q]
-    env: [{name: %s, value: %q}]
-    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 10}
-`, name, self, benchListenServerEnv, spec, ports[i]))
+		b.write(name, listenserver.Pod(name, self, benchListenServerEnv, spec,
+			fmt.Sprintf("    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 10}\n", ports[i])))
 	}
 	ready, err := b.waitAllReady("listen-", n, 60*time.Second)
 	if err != nil {

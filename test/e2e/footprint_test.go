@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/procstat"
 )
 
 // Once start-up is over the daemon pages out its own program code: its
@@ -58,19 +60,9 @@ func TestDaemonReleasesStartupCode(t *testing.T) {
 // rssFileKiB is the RssFile line of /proc/PID/status.
 func rssFileKiB(t *testing.T, pid int) int {
 	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := procstat.KiB(strconv.Itoa(pid), "RssFile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
-			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kib
-		}
-	}
-	t.Fatalf("no RssFile in /proc/%d/status", pid)
-	return 0
+	return kib
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,10 +11,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/test/bpftest"
 )
 
 // The names the listen watcher gives its programs and ring buffer
@@ -40,24 +39,9 @@ func TestListenProbesSurviveKills(t *testing.T) {
 	if got := nodeListenPath(t, d); got != "ebpf-sockops" {
 		prerequisite(t, "listen path is %q, not eBPF", got)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	flapPort := freePort(t)
-	d.write("flap.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: flap}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: host
-    command: [%q]
-    env: [{name: %s, value: "%d 30ms"}]
-    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 30}
-`, self, flapServerEnv, flapPort, flapPort))
+	d.write("flap.yaml", serverPod(t, "flap", flapServerEnv, fmt.Sprintf("%d 30ms", flapPort),
+		fmt.Sprintf("    readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 30}\n", flapPort)))
 	port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
 	d.write("srv.yaml", listenPod(t, "srv", port, port, time.Second, stamp, closeOn))
 	d.waitPod("srv", 20*time.Second, podReady)
@@ -92,7 +76,7 @@ spec:
 		}
 		if round == 20 {
 			waitForLong(t, 20*time.Second, "no listen program or map left in the kernel but other processes'", func() bool {
-				progs, maps := unheldListenObjects(t)
+				progs, maps := listenObjects.Unheld()
 				return progs == 0 && maps == 0
 			})
 		}
@@ -152,18 +136,7 @@ func podCgroup2Dirs(t *testing.T, root string, want int) []string {
 // many.
 func attachedTo(t *testing.T, dir string) int {
 	t.Helper()
-	count := func(attach ebpf.AttachType) int {
-		cg, err := os.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cg.Close()
-		r, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.Fd()), Attach: attach})
-		if err != nil {
-			t.Fatalf("query %s programs of %s: %v", attach, dir, err)
-		}
-		return len(r.Programs)
-	}
+	count := func(attach ebpf.AttachType) int { return len(bpftest.Attached(t, dir, attach)) }
 	ops := count(ebpf.AttachCGroupSockOps)
 	if rel := count(ebpf.AttachCgroupInetSockRelease); rel != 0 && rel != ops {
 		t.Fatalf("%s: %d sock_ops but %d sock_release programs attached", dir, ops, rel)
@@ -171,104 +144,32 @@ func attachedTo(t *testing.T, dir string) int {
 	return ops
 }
 
-// fdinfoIDs are the BPF program and map ids the process holds (a link's
-// fdinfo names its program).
-func fdinfoIDs(pid string) (progs, maps []uint32) {
-	fds, _ := os.ReadDir("/proc/" + pid + "/fdinfo")
-	for _, fd := range fds {
-		b, err := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			switch {
-			case err != nil:
-			case k == "prog_id":
-				progs = append(progs, uint32(n))
-			case k == "map_id":
-				maps = append(maps, uint32(n))
-			}
-		}
-	}
-	return progs, maps
-}
-
-func progName(id uint32) (string, []ebpf.MapID) {
+// progName is the name of the BPF program id, "" if it is gone.
+func progName(id uint32) string {
 	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
 	if err != nil {
-		return "", nil
+		return ""
 	}
 	defer p.Close()
 	info, err := p.Info()
 	if err != nil {
-		return "", nil
+		return ""
 	}
-	maps, _ := info.MapIDs()
-	return info.Name, maps
+	return info.Name
 }
 
 // heldPrograms counts the distinct listen programs the process holds.
 func heldPrograms(t *testing.T, pid int) int {
 	t.Helper()
-	progs, _ := fdinfoIDs(strconv.Itoa(pid))
+	progs, _ := bpftest.FdinfoIDs(strconv.Itoa(pid))
 	seen := map[uint32]bool{}
 	for _, id := range progs {
-		if name, _ := progName(id); name == listenProgName || name == releaseProgName {
+		if name := progName(id); name == listenProgName || name == releaseProgName {
 			seen[id] = true
 		}
 	}
 	return len(seen)
 }
 
-// unheldListenObjects counts the programs and maps named like the
-// watcher's that no process holds (other tests' daemons hold theirs):
-// what a killed daemon would have leaked.
-func unheldListenObjects(t *testing.T) (progs, maps int) {
-	t.Helper()
-	heldProgs, heldMaps := map[uint32]bool{}, map[uint32]bool{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if p.Name()[0] < '0' || p.Name()[0] > '9' {
-			continue
-		}
-		ps, ms := fdinfoIDs(p.Name())
-		for _, id := range ps {
-			heldProgs[id] = true
-			_, owned := progName(id)
-			for _, m := range owned {
-				heldMaps[uint32(m)] = true
-			}
-		}
-		for _, id := range ms {
-			heldMaps[id] = true
-		}
-	}
-	for id := ebpf.ProgramID(0); ; {
-		next, err := ebpf.ProgramGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		if name, _ := progName(uint32(id)); (name == listenProgName || name == releaseProgName) && !heldProgs[uint32(id)] {
-			progs++
-		}
-	}
-	for id := ebpf.MapID(0); ; {
-		next, err := ebpf.MapGetNextID(id)
-		if err != nil {
-			break
-		}
-		id = next
-		m, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			continue
-		}
-		if info, err := m.Info(); err == nil && info.Name == listenProgName && !heldMaps[uint32(id)] {
-			maps++
-		}
-		m.Close()
-	}
-	return progs, maps
-}
+// listenObjects are the listen watcher's programs and ring buffer.
+var listenObjects = bpftest.Objects{Programs: []string{listenProgName, releaseProgName}, Map: listenProgName}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/listenserver"
 )
 
 // listenServerEnv makes this test binary a pod's server (see init):
@@ -28,7 +30,7 @@ const flapServerEnv = "PODVISOR_E2E_FLAP_SERVER"
 
 func init() {
 	if spec := os.Getenv(listenServerEnv); spec != "" {
-		os.Exit(listenServer(spec))
+		os.Exit(listenserver.Run(spec))
 	}
 	if spec := os.Getenv(flapServerEnv); spec != "" {
 		os.Exit(flapServer(spec))
@@ -53,75 +55,32 @@ func flapServer(spec string) int {
 	}
 }
 
-func listenServer(spec string) int {
-	var port int
-	var delayText, stamp, closeOn string
-	_, err := fmt.Sscan(spec, &port, &delayText, &stamp, &closeOn)
-	delay, derr := time.ParseDuration(delayText)
-	if err != nil || derr != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err, derr)
-		return 2
-	}
-	time.Sleep(delay)
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "listen server:", err)
-		return 1
-	}
-	writeStamp(stamp, time.Now())
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	for !exists(closeOn) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	ln.Close()
-	writeStamp(stamp+".closed", time.Now())
-	select {}
-}
-
-// writeStamp writes a time whole, through a rename: the test may look at
-// any moment.
-func writeStamp(path string, at time.Time) {
-	os.WriteFile(path+".tmp", []byte(strconv.FormatInt(at.UnixNano(), 10)), 0o644)
-	os.Rename(path+".tmp", path)
-}
-
 // listenPod is a process pod running the listen server on port, with a
 // readiness tcpSocket probe on probePort (by the name "web" when they are
 // the same) every 30 s; failureThreshold 1, so one failed run is unready.
 func listenPod(t *testing.T, name string, port, probePort int, delay time.Duration, stamp, closeOn string) string {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	probe := strconv.Itoa(probePort)
 	if probePort == port {
 		probe = "web"
 	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s}
-spec:
-  runtimeClassName: process
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: app
-    image: host
-    command: [%q]
-    env: [{name: %s, value: %q}]
-    ports: [{name: web, containerPort: %d}]
+	return serverPod(t, name, listenServerEnv, fmt.Sprintf("%d %s %s %s", port, delay, stamp, closeOn), fmt.Sprintf(`    ports: [{name: web, containerPort: %d}]
     readinessProbe:
       tcpSocket: {port: %s}
       periodSeconds: 30
       failureThreshold: 1
-`, name, self, listenServerEnv, fmt.Sprintf("%d %s %s %s", port, delay, stamp, closeOn), port, probe)
+`, port, probe))
+}
+
+// serverPod is a process pod whose container runs this test binary as
+// the server env selects (see init), given spec; more is the rest of the
+// container's fields.
+func serverPod(t *testing.T, name, env, spec, more string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return listenserver.Pod(name, self, env, spec, more)
 }
 
 func podReady(p *v1.Pod) bool {

@@ -171,16 +171,7 @@ func TestKeeperRunsEveryContainer(t *testing.T) {
 		t.Fatalf("SIGTERM not forwarded: %+v", st)
 	}
 
-	var pids []int
-	waitFor(t, "both sleeps to record their pids", func() bool {
-		data, _ := os.ReadFile(pidfile)
-		pids = nil
-		for _, f := range strings.Fields(string(data)) {
-			p, _ := strconv.Atoi(f)
-			pids = append(pids, p)
-		}
-		return len(pids) == 2
-	})
+	pids := waitPids(t, pidfile, 2)
 	if err := e.rt.Kill(tree.InstanceID); err != nil {
 		t.Fatal(err)
 	}
@@ -259,21 +250,7 @@ func TestKeeperAdoptionAfterDaemonRestart(t *testing.T) {
 	os.WriteFile(filepath.Join(marks, "go5"), nil, 0o600)
 	waitFor(t, "the first container's lock to be free", func() bool { return !lockHeld(t, e.rt, whileDown.InstanceID) })
 
-	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt2.EnableKeeper(); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := rt2.Recover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byID := map[string]runtime.Found{}
-	for _, r := range recs {
-		byID[r.InstanceID] = r
-	}
+	rt2, byID := e.restarted(true)
 	if r := byID[whileDown.InstanceID]; r.Alive || r.Exit == nil || r.Exit.ExitCode != 5 {
 		t.Fatalf("exit while the daemon was down: %+v", r)
 	}

@@ -117,22 +117,55 @@ func TestStartErrorForMissingCommand(t *testing.T) {
 	}
 }
 
-func TestKillTakesTheWholeTree(t *testing.T) {
-	e := newEnv(t)
-	pidfile := filepath.Join(e.root, "pids")
-	// A child in the group, and one that escapes into its own session.
-	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
-	e.start(s)
+// restarted is a second runtime over e's directory, standing for a
+// restarted daemon (with the keeper enabled if keeper), and what its
+// Recover found, by instance.
+func (e *env) restarted(keeper bool) (*Runtime, map[string]runtime.Found) {
+	e.t.Helper()
+	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if keeper {
+		if err := rt2.EnableKeeper(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	recs, err := rt2.Recover()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	byID := map[string]runtime.Found{}
+	for _, r := range recs {
+		byID[r.InstanceID] = r
+	}
+	return rt2, byID
+}
+
+// waitPids waits for the container's processes to write n pids, one a
+// line, to pidfile and returns them.
+func waitPids(t *testing.T, pidfile string, n int) []int {
+	t.Helper()
 	var pids []int
-	waitFor(t, "both sleeps to record their pids", func() bool {
+	waitFor(t, fmt.Sprintf("%d processes to record their pids in %s", n, pidfile), func() bool {
 		data, _ := os.ReadFile(pidfile)
 		pids = nil
 		for _, f := range strings.Fields(string(data)) {
 			p, _ := strconv.Atoi(f)
 			pids = append(pids, p)
 		}
-		return len(pids) == 2
+		return len(pids) == n
 	})
+	return pids
+}
+
+func TestKillTakesTheWholeTree(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(e.root, "pids")
+	// A child in the group, and one that escapes into its own session.
+	s := e.spec("sh", "-c", "sleep 1000 & echo $! >> "+pidfile+"; setsid sleep 1001 & echo $! >> "+pidfile+"; wait")
+	e.start(s)
+	pids := waitPids(t, pidfile, 2)
 	if err := e.rt.Kill(s.InstanceID); err != nil {
 		t.Fatal(err)
 	}
@@ -189,18 +222,7 @@ func TestAdoptionByANewRuntime(t *testing.T) {
 	// A second runtime over the same directory stands for a restarted
 	// daemon: the running instance is adopted, the finished one reports
 	// its real exit code.
-	rt2, err := New(e.rt.dir, []string{os.Args[0], "shim"}, runtime.Cgroups{}, slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := rt2.Recover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byID := map[string]runtime.Found{}
-	for _, r := range recs {
-		byID[r.InstanceID] = r
-	}
+	rt2, byID := e.restarted(false)
 	if r := byID[running.InstanceID]; !r.Alive || r.StartedAt.IsZero() {
 		t.Fatalf("running instance not adopted: %+v", r)
 	}
