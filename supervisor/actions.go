@@ -44,7 +44,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			d.runHook(in, a)
 		case lifecycle.Probe:
 			if t, err := d.target(in, a.Container); err == nil {
-				d.watchListeners(in.Pod) // an adopted pod after a restart
+				d.listen.watch(in.Pod) // an adopted pod after a restart
 				d.probes.Start(a.InstanceID, in.Spec(a.Container), t)
 			} else {
 				d.log.Error("cannot probe", "instance", a.InstanceID, "err", err)
@@ -172,7 +172,7 @@ func (d *Daemon) startDone(r startResult) {
 	switch o.Kind {
 	case startRan:
 		d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.At))
-		d.rescanPod(r.pod)
+		d.listen.rescan(r.pod)
 	case startNotCreated:
 		if o.RemoveLeftover {
 			d.removeAfterSave(r.rt, r.instanceID)

@@ -127,8 +127,8 @@ func (d *Daemon) instanceCgroupFor(rt runtime.Runtime, pod *v1.Pod, container, i
 		}
 		d.podCgroups[pod.UID] = true
 	}
-	d.watchListeners(pod) // before the container starts: its listen() is seen
-	d.net.watch(pod)      // and its first packet counted
+	d.listen.watch(pod) // before the container starts: its listen() is seen
+	d.net.watch(pod)    // and its first packet counted
 	path := rt.InstanceCgroup(pod, container, instanceID)
 	d.oomBase[path], _ = drv.OOMKills(d.oomCounter(pod, path))
 	return path, nil
@@ -197,7 +197,7 @@ func (d *Daemon) oomJudged(in *lifecycle.Instance) {
 // QoS class put them.
 func (d *Daemon) removeCgroups(uid types.UID) {
 	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
-	d.unwatchListeners(uid)
+	d.listen.unwatch(uid)
 	if d.cgroups.Driver == nil {
 		return
 	}

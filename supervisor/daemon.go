@@ -203,7 +203,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
 	d.setupListenProbes(ctx)                         // before the runtimes: it sets where process containers are placed
-	defer d.closeListenProbes()
+	defer func() { d.listen.close() }()
 	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
 	defer func() { d.net.close() }()
 	var errs []error
@@ -323,7 +323,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.hookDone(r)
 		case r := <-d.probes.Results():
 			d.probed(r)
-		case e := <-d.listenEvents():
+		case e := <-d.listen.eventsToLoop():
 			d.listened(e)
 		case req := <-d.requests:
 			req.reply <- req.fn()

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,13 @@ type listenProbes struct {
 	// first watched), so it dumps that cgroup often for a while.
 	watched atomic.Pointer[[]uint64]
 	started chan uint64
+
+	// What it reads of the daemon: set once at setup.
+	log        *slog.Logger
+	cgroupsOn  bool                         // pods have cgroups to watch
+	podCgroup  func(*v1.Pod) string         // a pod's cgroup, relative to the hierarchy
+	podCgroups func(uid types.UID) []string // every cgroup a pod's UID may have had
+	mirrored   func() bool                  // containers are placed in cgroup2 mirrors
 }
 
 // setupListenProbes opens the listen watcher: eBPF then sock_diag, or
@@ -43,7 +51,9 @@ type listenProbes struct {
 // once, here.
 func (d *Daemon) setupListenProbes(ctx context.Context) {
 	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
-		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64)}
+		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64),
+		log: d.log, cgroupsOn: d.cgroups.Driver != nil, podCgroup: d.podCgroup, podCgroups: d.cgroups.Layout.Pods,
+		mirrored: func() bool { return d.cgroups.Unified != "" }}
 	d.listen = l
 	if d.cfg.ProbesListen == "off" {
 		d.log.Info("probes are periodic: probes.listen is off", "listenPath", l.path)
@@ -94,29 +104,29 @@ func (d *Daemon) setupListenProbes(ctx context.Context) {
 	}()
 }
 
-// closeListenProbes detaches everything the watcher attached.
-func (d *Daemon) closeListenProbes() {
-	if d.listen != nil && d.listen.w != nil {
-		if err := d.listen.w.Close(); err != nil {
-			d.log.Warn("closing the listen watcher", "err", err)
+// close detaches everything the watcher attached.
+func (l *listenProbes) close() {
+	if l != nil && l.w != nil {
+		if err := l.w.Close(); err != nil {
+			l.log.Warn("closing the listen watcher", "err", err)
 		}
 	}
 }
 
-// listenPath is the active path, for the node's status.
-func (d *Daemon) listenPath() listen.Path {
-	if d.listen == nil {
+// activePath is the active path, for the node's status.
+func (l *listenProbes) activePath() listen.Path {
+	if l == nil {
 		return listen.PathPeriodic
 	}
-	return d.listen.path
+	return l.path
 }
 
-// listenEvents is the loop's channel of listen events (nil: none).
-func (d *Daemon) listenEvents() <-chan listen.Event {
-	if d.listen == nil || d.listen.w == nil {
+// eventsToLoop is the loop's channel of listen events (nil: none).
+func (l *listenProbes) eventsToLoop() <-chan listen.Event {
+	if l == nil || l.w == nil {
 		return nil
 	}
-	return d.listen.events
+	return l.events
 }
 
 // listenProbed reports whether a pod has a probe a listen event can
@@ -137,19 +147,18 @@ func listenProbed(pod *v1.Pod) bool {
 	return false
 }
 
-// watchListeners starts watching the pod's cgroup2 directory, once, if
+// watch starts watching the pod's cgroup2 directory, once, if
 // it has a listen-triggered probe. It runs before each container start
 // (the pod's cgroup exists by then) and when probing starts (an adopted
 // pod after a restart). A failure leaves the pod's probes periodic.
-func (d *Daemon) watchListeners(pod *v1.Pod) {
-	l := d.listen
-	if l == nil || l.w == nil || d.cgroups.Driver == nil || !listenProbed(pod) {
+func (l *listenProbes) watch(pod *v1.Pod) {
+	if l == nil || l.w == nil || !l.cgroupsOn || !listenProbed(pod) {
 		return
 	}
 	if _, ok := l.pods[pod.UID]; ok {
 		return
 	}
-	rel := d.podCgroup(pod)
+	rel := l.podCgroup(pod)
 	dir, err := l.hier.Dir(rel)
 	if err == nil && l.hier.Hybrid {
 		// The mirror of the pod's v1 cgroup; the process runtime places
@@ -157,18 +166,18 @@ func (d *Daemon) watchListeners(pod *v1.Pod) {
 		err = os.MkdirAll(dir, 0o755)
 	}
 	if err != nil {
-		d.log.Warn("probes of this pod are periodic: its cgroup2 directory", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		l.log.Warn("probes of this pod are periodic: its cgroup2 directory", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return
 	}
 	id, err := l.w.Watch(dir)
 	if err != nil {
-		d.log.Warn("probes of this pod are periodic: cannot watch its listeners", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		l.log.Warn("probes of this pod are periodic: cannot watch its listeners", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		return
 	}
 	l.pods[pod.UID], l.byID[id] = id, pod.UID
 	l.publish()
 	l.kick(id)
-	d.log.Info("listeners watched", "pod", pod.Namespace+"/"+pod.Name, "listenPath", l.path)
+	l.log.Info("listeners watched", "pod", pod.Namespace+"/"+pod.Name, "listenPath", l.path)
 }
 
 // publish hands the rescanning goroutine the watched cgroups.
@@ -180,27 +189,26 @@ func (l *listenProbes) publish() {
 	l.watched.Store(&ids)
 }
 
-// unwatchListeners stops watching a pod that is gone and, on a hybrid
+// unwatch stops watching a pod that is gone and, on a hybrid
 // host, removes the cgroup2 mirror its containers were placed in.
-func (d *Daemon) unwatchListeners(uid types.UID) {
-	l := d.listen
+func (l *listenProbes) unwatch(uid types.UID) {
 	if l == nil || l.w == nil {
 		return
 	}
 	if id, ok := l.pods[uid]; ok {
 		if err := l.w.Unwatch(id); err != nil {
-			d.log.Warn("unwatching a pod's listeners", "uid", uid, "err", err)
+			l.log.Warn("unwatching a pod's listeners", "uid", uid, "err", err)
 		}
 		delete(l.pods, uid)
 		delete(l.byID, id)
 		l.publish()
 	}
-	if d.cgroups.Unified == "" {
+	if !l.mirrored() {
 		return
 	}
-	for _, rel := range d.cgroups.Layout.Pods(uid) { // wherever its QoS class put it
+	for _, rel := range l.podCgroups(uid) { // wherever its QoS class put it
 		if err := l.hier.Remove(rel); err != nil {
-			d.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
+			l.log.Warn("removing a pod's cgroup2 mirror", "cgroup", rel, "err", err)
 		}
 	}
 }
@@ -229,11 +237,10 @@ func (d *Daemon) listened(e listen.Event) {
 	}
 }
 
-// rescanPod has the pod's listeners dumped at once and then often for a
+// rescan has the pod's listeners dumped at once and then often for a
 // while (after a container start), off the loop: the sock_diag path
 // learns of listeners only by dumps.
-func (d *Daemon) rescanPod(uid types.UID) {
-	l := d.listen
+func (l *listenProbes) rescan(uid types.UID) {
 	if l == nil || l.w == nil {
 		return
 	}

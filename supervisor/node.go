@@ -137,7 +137,7 @@ func (d *Daemon) NodeView() *v1.Node {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 		Spec:     spec,
 		ObjectMeta: metav1.ObjectMeta{Name: d.cfg.NodeName, Labels: map[string]string{"kubernetes.io/hostname": d.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": runtime.GOARCH},
-			Annotations: map[string]string{ListenPathAnnotation: string(d.listenPath())}},
+			Annotations: map[string]string{ListenPathAnnotation: string(d.listen.activePath())}},
 		Status: v1.NodeStatus{
 			Capacity: capacity, Allocatable: d.allocatable(capacity), Conditions: conds,
 			Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: d.cfg.NodeName}, {Type: v1.NodeInternalIP, Address: d.node.HostIP}},
