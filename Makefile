@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release test test-cgroup2 test-kernel-config test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release packages test-packages test test-cgroup2 test-kernel-config test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -70,7 +70,23 @@ test-containerd-v2: build
 # Static binaries for every device architecture into dist/VERSION/, with
 # SHA-256 sums, an SPDX SBOM per architecture and the size per device image.
 release:
-	packaging/release.sh $(VERSION)
+	packaging/release.sh $(VERSION) $(ARCHES)
+
+# .deb, .rpm, .apk and .ipk of podvisor, podvisor-containerd and podhub per
+# architecture into dist/VERSION/packages/ (nfpm, run at a pinned version
+# outside podvisor's module). ARCHES="amd64 arm64" limits both targets.
+packages: release
+	packaging/packages.sh $(VERSION) $(ARCHES)
+
+# The packages' contents and maintainer scripts: the .deb installed,
+# upgraded with a pod running (same PIDs after) and purged in a chroot of
+# the systemd VM's Debian root. Skipped where debootstrap is missing,
+# except in CI.
+test-packages: build
+	@if ! command -v debootstrap >/dev/null || ! command -v dpkg-deb >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: debootstrap, dpkg"; exit 1; fi; \
+		echo "skipping the package test: install debootstrap"; exit 0; fi
+	test/vm/packages.sh
 
 unit:
 	go test -count=1 ./supervisor/...
