@@ -9,11 +9,16 @@ set -eu
 version=${1:?usage: packages.sh VERSION [ARCH...]}
 shift
 arches=${*:-amd64 arm64 armv7 armv6 riscv64 386}
-NFPM=${NFPM:-go run -C "$(pwd)" github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2}
 out=dist/$version/packages
 top=$(pwd)
 stage=$(mktemp -d "${TMPDIR:-/tmp}/podvisor-pkg.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$stage.bin"' EXIT
+# nfpm at a pinned version, built once (go install PKG@VERSION builds
+# outside this module: nfpm is no requirement of podvisor's go.mod).
+if [ -z "${NFPM:-}" ]; then
+	GOBIN="$stage.bin" go install github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+	NFPM=$stage.bin/nfpm
+fi
 mkdir -p "$out"
 
 # Package managers want a version that starts with a digit: v1.2.3 is
