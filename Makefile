@@ -80,15 +80,19 @@ release:
 packages: release
 	packaging/packages.sh $(VERSION) $(ARCHES)
 
-# The packages' contents and maintainer scripts: the .deb installed,
-# upgraded with a pod running (same PIDs after) and purged in a chroot of
-# the systemd VM's Debian root. Skipped where debootstrap is missing,
-# except in CI.
+# The packages: the .deb installed, upgraded with a pod running (same PID
+# after) and purged, in a chroot of a Debian root (sysvinit scripts) and in
+# the systemd VM; the .apk, .ipk and .rpm metadata. Skipped where
+# debootstrap (or, for the VM, qemu and cpio) is missing, except in CI.
 test-packages: build
 	@if ! command -v debootstrap >/dev/null || ! command -v dpkg-deb >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: debootstrap, dpkg"; exit 1; fi; \
 		echo "skipping the package test: install debootstrap"; exit 0; fi
 	test/vm/packages.sh
+	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v cpio >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, cpio"; exit 1; fi; \
+		echo "skipping the package VM test: install qemu-system-x86 cpio"; exit 0; fi; \
+	test/vm/packages-systemd.sh
 
 # podvisor with / read-only and only its data dir writable (private mount
 # namespace): pods run and restart; prints the daemon's SQLite writes per

@@ -8,7 +8,7 @@
 #      keeps its PID and its restart count stays 0;
 #   3. dpkg --purge: the pod is drained, the daemon stopped, the data dir
 #      and the files gone.
-# It also checks the .apk's and .ipk's metadata (apk-tools is not in
+# It also checks the .apk's, .ipk's and (with rpm) .rpm's metadata (apk-tools is not in
 # Debian bookworm, so no Alpine-like root installs the .apk here).
 #
 #   test/vm/packages.sh      (from the repository's root; needs root,
@@ -54,6 +54,11 @@ info=$(tar -xzOf "$pkgs/podvisor-containerd_0.0.1_x86_64.apk" .PKGINFO 2>/dev/nu
 grep -q '^depend = podvisor$' <<<"$info" || fail "podvisor-containerd .apk does not depend on podvisor: $info"
 mkdir "$work/ipk" && tar -C "$work/ipk" -xzf "$pkgs/podvisor_0.0.1_x86_64.ipk" && tar -C "$work/ipk" -xzf "$work/ipk/control.tar.gz"
 grep -q '^Package: podvisor$' "$work/ipk/control" && [ -x "$work/ipk/postinst" ] || fail ".ipk control: $(cat "$work/ipk/control")"
+if command -v rpm >/dev/null; then
+  rpm -qp --configfiles "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -qx /etc/podvisor/config.yaml || fail ".rpm: config.yaml is no config file"
+  rpm -qp --requires "$pkgs/podvisor-containerd-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -qx podvisor || fail "podvisor-containerd .rpm does not require podvisor"
+  rpm -qp --scripts "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -q '^preuninstall scriptlet' || fail ".rpm has no preuninstall scriptlet"
+fi
 grep -qx 'Depends: podvisor' <(dpkg-deb -f "$pkgs/podvisor-containerd_0.0.1_amd64.deb" Depends | sed 's/^/Depends: /') ||
   fail "podvisor-containerd .deb does not depend on podvisor"
 
