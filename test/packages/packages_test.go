@@ -6,6 +6,7 @@ package packages
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -170,5 +171,18 @@ func TestUnitSparesPods(t *testing.T) {
 	}
 	if strings.Contains(unit, "stop-pods-on-exit") {
 		t.Error("podvisor.service stops the pods whenever the daemon exits")
+	}
+}
+
+// Every shell script the packages install or run parses (sh -n): the
+// OpenRC script runs nowhere in these tests but on Alpine-like devices.
+func TestShellScriptsParse(t *testing.T) {
+	scripts, _ := filepath.Glob(filepath.Join(repo, "packaging/nfpm/scripts/*.sh"))
+	scripts = append(scripts, filepath.Join(repo, "packaging/openrc/podvisor"), filepath.Join(repo, "packaging/sysvinit/podvisor"),
+		filepath.Join(repo, "packaging/packages.sh"))
+	for _, s := range scripts {
+		if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("sh -n %s: %v\n%s", s, err, out)
+		}
 	}
 }
