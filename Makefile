@@ -75,7 +75,7 @@ release:
 	packaging/release.sh $(VERSION) $(ARCHES)
 
 # .deb, .rpm, .apk and .ipk of podvisor, podvisor-containerd and podhub per
-# architecture into dist/VERSION/packages/ (nfpm, run at a pinned version
+# architecture into dist/VERSION/packages/linux-ARCH/ (nfpm, run at a pinned version
 # outside podvisor's module). ARCHES="amd64 arm64" limits both targets.
 packages: release
 	packaging/packages.sh $(VERSION) $(ARCHES)

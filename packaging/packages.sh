@@ -2,7 +2,8 @@
 # Builds podvisor's packages with nfpm from the binaries `make release` put
 # in dist/VERSION/linux-ARCH/: for each architecture a .deb, .rpm, .apk and
 # .ipk of podvisor, podvisor-containerd and podhub, into
-# dist/VERSION/packages/. nfpm runs through `go run` at a pinned version,
+# dist/VERSION/packages/linux-ARCH/ (a directory per architecture: armv6
+# and armv7 are both Debian's armhf, as Raspberry Pi OS names them). nfpm runs through `go run` at a pinned version,
 # so it is no requirement of podvisor's module.
 # Usage: packaging/packages.sh VERSION [ARCH...]   (ARCH as release.sh's)
 set -eu
@@ -45,15 +46,16 @@ for arch in $arches; do
 	dist=$top/dist/$version/linux-$arch
 	[ -x "$dist/podvisor" ] || { echo "packages.sh: no $dist/podvisor: run make release first" >&2; exit 2; }
 	export ARCH
+	mkdir -p "$out/linux-$arch"
 	# nfpm expands variables in a few fields only, not in contents' src:
 	# the YAMLs name bin/ and packaging/, linked here per architecture.
 	rm -rf "$stage" && mkdir -p "$stage"
 	ln -s "$dist" "$stage/bin" && ln -s "$top/packaging" "$stage/packaging"
 	for pkg in podvisor podvisor-containerd podhub; do
 		for fmt in deb rpm apk ipk; do
-			(cd "$stage" && $NFPM package --config "packaging/nfpm/$pkg.yaml" --packager "$fmt" --target "$top/$out/") >/dev/null
+			(cd "$stage" && $NFPM package --config "packaging/nfpm/$pkg.yaml" --packager "$fmt" --target "$top/$out/linux-$arch/") >/dev/null
 		done
 	done
 done
 rm -rf "$stage"
-ls -l "$out"
+ls -lR "$out"

@@ -43,7 +43,7 @@ cd "$repo"
 for v in 0.0.1 0.0.2; do
   packaging/release.sh "v$v" amd64 >/dev/null
   packaging/packages.sh "v$v" amd64 >/dev/null
-  cp "dist/v$v/packages/podvisor_${v}_amd64.deb" "$root/root/"
+  cp "dist/v$v/packages/linux-amd64/podvisor_${v}_amd64.deb" "$root/root/"
 done
 # The device's own config, there before the package: the systemd cgroup
 # driver, as the packaged unit delegates its cgroup.

@@ -37,13 +37,13 @@ cd "$repo"
 for v in 0.0.1 0.0.2; do
   packaging/release.sh "v$v" amd64 >/dev/null
   packaging/packages.sh "v$v" amd64 >/dev/null
-  cp "dist/v$v/packages/podvisor_${v}_amd64.deb" "$work/"
+  cp "dist/v$v/packages/linux-amd64/podvisor_${v}_amd64.deb" "$work/"
 done
 status=0
 fail() { echo "FAIL: $*"; status=1; }
 
 # The other formats' metadata: name, architecture, dependencies, scripts.
-pkgs=dist/v0.0.1/packages
+pkgs=dist/v0.0.1/packages/linux-amd64
 info=$(tar -xzOf "$pkgs/podvisor_0.0.1_x86_64.apk" .PKGINFO 2>/dev/null || true)
 grep -q '^pkgname = podvisor$' <<<"$info" && grep -q '^arch = x86_64$' <<<"$info" || fail ".apk .PKGINFO: $info"
 list=$(tar -tzf "$pkgs/podvisor_0.0.1_x86_64.apk" 2>/dev/null || true)
