@@ -210,9 +210,7 @@ func TestBuildrootPackage(t *testing.T) {
 			if !slices.Contains(buildrootGeneric, m[1]) && !slices.Contains(buildrootGolang, m[1]) {
 				t.Errorf("podvisor.mk:%d: PODVISOR_%s is no variable of Buildroot's package infrastructure", i+1, m[1])
 			}
-			if _, dup := set[m[1]]; !dup || m[2] != "+=" {
-				set[m[1]] += m[3]
-			}
+			set[m[1]] = strings.TrimSpace(set[m[1]] + " " + m[3]) // = then += accumulate
 		}
 	}
 	for _, v := range []string{"VERSION", "SITE", "LICENSE", "GOMOD", "BUILD_TARGETS", "LDFLAGS", "GO_ENV",
