@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench clean
 
 all: build
 
@@ -30,6 +30,8 @@ test: lint build
 	@$(MAKE) --no-print-directory test-arm64-vm
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2
+	@$(MAKE) --no-print-directory test-packages
+	@$(MAKE) --no-print-directory test-readonly-root
 
 # The cgroup v2 driver inside a VM whose only hierarchy is cgroup2 with all
 # controllers (this project's hosts have v1 controllers). Skipped where
@@ -103,7 +105,32 @@ test-containerd-v2: build
 # Static binaries for every device architecture into dist/VERSION/, with
 # SHA-256 sums, an SPDX SBOM per architecture and the size per device image.
 release:
-	packaging/release.sh $(VERSION)
+	packaging/release.sh $(VERSION) $(ARCHES)
+
+# .deb, .rpm, .apk and .ipk of podvisor, podvisor-containerd and podhub per
+# architecture into dist/VERSION/packages/linux-ARCH/ (nfpm, run at a pinned version
+# outside podvisor's module). ARCHES="amd64 arm64" limits both targets.
+packages: release
+	packaging/packages.sh $(VERSION) $(ARCHES)
+
+# The packages: the .deb installed, upgraded with a pod running (same PID
+# after) and purged, in a chroot of a Debian root (sysvinit scripts) and in
+# the systemd VM; the .apk, .ipk and .rpm metadata. Skipped where
+# debootstrap (or, for the VM, qemu and cpio) is missing, except in CI.
+test-packages: build
+	@if ! command -v debootstrap >/dev/null || ! command -v dpkg-deb >/dev/null || ! command -v qemu-system-x86_64 >/dev/null || ! command -v cpio >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: debootstrap, dpkg, qemu-system-x86, cpio"; exit 1; fi; \
+		echo "skipping the package tests: install debootstrap qemu-system-x86 cpio"; exit 0; fi; \
+	set -ex; \
+	test/vm/packages.sh; \
+	test/vm/packages-systemd.sh
+
+test-readonly-root: build
+	@if [ "$$(id -u)" != 0 ] || ! command -v unshare >/dev/null || ! command -v strace >/dev/null; then \
+		if [ "$$CI" = true ]; then echo "CI prerequisite missing: root, unshare, strace"; exit 1; fi; \
+		echo "skipping the read-only root test: needs root, unshare and strace"; exit 0; fi; \
+	set -ex; \
+	test/vm/readonly-root.sh bin 60
 
 unit:
 	go test -count=1 ./supervisor/...

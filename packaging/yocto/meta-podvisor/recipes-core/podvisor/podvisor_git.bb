@@ -1,0 +1,64 @@
+SUMMARY = "podvisor: Kubernetes static pods on small Linux devices"
+DESCRIPTION = "A small static daemon that supervises Kubernetes-style static \
+pods (process pods and, with podvisor-containerd, containerd pods) with \
+cgroup limits, probes and eviction, and syncs from an optional fleet hub."
+HOMEPAGE = "https://github.com/podvisor/podvisor"
+SECTION = "admin"
+
+# The repository has no LICENSE file yet. Once it has, set LICENSE to its
+# SPDX name and LIC_FILES_CHKSUM = "file://src/${GO_IMPORT}/LICENSE;md5=...".
+LICENSE = "CLOSED"
+LIC_FILES_CHKSUM = ""
+
+GO_IMPORT = "github.com/podvisor/podvisor"
+SRC_URI = "git://${GO_IMPORT}.git;protocol=https;branch=main;destsuffix=${GO_SRCURI_DESTSUFFIX}"
+# Pin a commit for a reproducible image; AUTOREV follows main.
+SRCREV ?= "${AUTOREV}"
+PV = "0.0+git${SRCPV}"
+S = "${WORKDIR}/git"
+
+inherit go-mod systemd update-rc.d
+
+# podvisor's binaries are static and built without cgo, as every release.
+export CGO_ENABLED = "0"
+GO_LINKSHARED = ""
+GOBUILDFLAGS:remove = "-buildmode=pie"
+GO_EXTRA_LDFLAGS = "-X main.version=${PV}"
+GO_INSTALL = "${GO_IMPORT}/cmd/podvisor ${GO_IMPORT}/cmd/podvisor-shim ${GO_IMPORT}/cmd/podvisor-containerd"
+# go-mod fetches the modules of go.sum in do_compile.
+do_compile[network] = "1"
+
+SYSTEMD_SERVICE:${PN} = "podvisor.service"
+SYSTEMD_AUTO_ENABLE:${PN} = "enable"
+INITSCRIPT_NAME = "podvisor"
+INITSCRIPT_PARAMS = "defaults 90 10"
+
+PODVISOR_SRC = "${S}/src/${GO_IMPORT}"
+
+do_install:append() {
+	install -d ${D}${sysconfdir}/podvisor/manifests ${D}${sysconfdir}/podvisor/priorityclasses
+	install -m 0644 ${PODVISOR_SRC}/packaging/config.yaml ${D}${sysconfdir}/podvisor/config.yaml
+	install -d -m 0700 ${D}${localstatedir}/lib/podvisor
+	if ${@bb.utils.contains('DISTRO_FEATURES', 'systemd', 'true', 'false', d)}; then
+		install -d ${D}${systemd_system_unitdir}
+		install -m 0644 ${PODVISOR_SRC}/packaging/systemd/podvisor.service ${D}${systemd_system_unitdir}/
+	fi
+	if ${@bb.utils.contains('DISTRO_FEATURES', 'sysvinit', 'true', 'false', d)}; then
+		install -d ${D}${sysconfdir}/init.d
+		install -m 0755 ${PODVISOR_SRC}/packaging/sysvinit/podvisor ${D}${sysconfdir}/init.d/podvisor
+	fi
+	# go.bbclass installs the sources for -dev; devices need none.
+	rm -rf ${D}${libdir}/go/src
+}
+
+PACKAGES =+ "${PN}-containerd"
+FILES:${PN}-containerd = "${bindir}/podvisor-containerd"
+RDEPENDS:${PN}-containerd = "${PN}"
+RRECOMMENDS:${PN}-containerd = "containerd-opencontainers runc-opencontainers"
+
+FILES:${PN} += "${systemd_system_unitdir}/podvisor.service ${localstatedir}/lib/podvisor"
+CONFFILES:${PN} = "${sysconfdir}/podvisor/config.yaml"
+
+# Static Go binaries: no GNU_HASH, and go links them itself.
+INSANE_SKIP:${PN} += "ldflags already-stripped"
+INSANE_SKIP:${PN}-containerd += "ldflags already-stripped"
