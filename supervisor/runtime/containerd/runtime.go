@@ -206,8 +206,20 @@ func signalByName(s string) syscall.Signal {
 	return unix.SignalNum(s)
 }
 
-// Kill SIGKILLs every process of a container.
-func (r *Runtime) Kill(instanceID string) error { return r.client.Kill(ContainerID(instanceID)) }
+// Kill SIGKILLs every process of a container. It returns at once: the
+// call goes through the plugin, containerd, the shim and `runc kill --all`
+// (which freezes the cgroup on v1), hundreds of milliseconds on a busy
+// device, and the daemon's loop kills a pod's containers one after another
+// at their grace deadline, which must be one moment for all of them, as
+// the kubelet kills them in parallel. The end arrives on Exits as always.
+func (r *Runtime) Kill(instanceID string) error {
+	go func() {
+		if err := r.client.Kill(ContainerID(instanceID)); err != nil {
+			r.log.Warn("kill", "instance", instanceID, "err", err)
+		}
+	}()
+	return nil
+}
 
 // Remove deletes a finished container (task, container, snapshot) and its
 // termination message file. The daemon calls it once the end is saved:
