@@ -59,7 +59,9 @@ func releaseStartupText() (int64, error) {
 	if err := unix.Statfs("/proc/self/exe", &fs); err != nil {
 		return 0, err
 	}
-	if fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.RAMFS_MAGIC {
+	// uint32: f_type is an int32 on 32-bit ARM and 386, and RAMFS_MAGIC
+	// does not fit one.
+	if magic := uint32(fs.Type); magic == unix.TMPFS_MAGIC || magic == unix.RAMFS_MAGIC {
 		// Memory-backed: its pages are not a copy of anything on disk,
 		// and paging them out would write them to swap.
 		return 0, errMemoryBacked
