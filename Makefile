@@ -159,7 +159,7 @@ demo: build
 	@examples/demo.sh
 
 bench: build
-	go run ./test/bench -bin bin/podvisor -hub-devices 1000
+	go run ./test/bench -bin bin/podvisor -hub-devices 1000 -sched-devices 10000
 
 clean:
 	rm -rf bin

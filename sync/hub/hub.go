@@ -68,6 +68,8 @@ type Hub struct {
 	// seen is each device's heartbeat as the scheduler reads it, so that
 	// only a heartbeat that changes it asks for a pass.
 	seen sync.Map
+	// sched is what one scheduling pass keeps for the next.
+	sched schedCache
 }
 
 // New makes a hub; Start connects it.

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +81,10 @@ func (h *Hub) scheduleLoop() {
 // again. It returns when the fleet will next change by itself.
 func (h *Hub) SchedulePass() (time.Time, error) {
 	now := h.now()
+	c := &h.sched
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
 	if idle, err := h.fleet.nothingToSchedule(); err != nil || idle {
 		// A fleet without workloads or hub pods costs no pass; their
 		// last pods left the desired documents before they were forgotten.
@@ -95,21 +98,25 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	pods, err := h.fleet.HubPods()
+	pods, hashes, err := c.hubPods(h.fleet)
 	if err != nil {
 		return time.Time{}, err
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
 		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses})
-	if pods, err = h.fleet.storePlan(pods, plan, now); err != nil {
+	if pods, err = h.fleet.storePlan(pods, hashes, plan, now, c); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
-	if err := h.pushScheduled(pods, devices, w.PriorityClasses); err != nil {
+	if err := h.pushScheduled(pods, hashes, devices, w.PriorityClasses); err != nil {
 		return time.Time{}, err
 	}
-	forgot, err := h.fleet.forgetStopped(devices)
-	if err != nil {
-		return time.Time{}, err
+	forgot := 0
+	if slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.Spec.NodeName != "" && p.DeletionTimestamp != nil }) {
+		// Only a terminating pod can be forgotten: a pass without one
+		// skips the query.
+		if forgot, err = h.fleet.forgetStopped(devices); err != nil {
+			return time.Time{}, err
+		}
 	}
 	if forgot > 0 {
 		h.Reschedule() // their room is free: a nominated pod may bind now
@@ -250,27 +257,37 @@ func (f *Fleet) schedFields() (map[string]schedExtra, error) {
 }
 
 // storePlan writes one pass's plan in one transaction, touching only the
-// pods it changes, and returns the pods the hub then holds.
-func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
+// pods it changes, and returns the pods the hub then holds. The pods
+// before are the cache's: a pod the plan changes is copied first. hashes
+// (the stored bytes' hashes by pod) follow what it writes.
+func (f *Fleet) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, now time.Time, c *schedCache) ([]*v1.Pod, error) {
 	pods := make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
-	orig := map[types.NamespacedName][]byte{}
 	for _, p := range before {
-		k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		pods[k] = p
-		orig[k], _ = json.Marshal(p)
-	}
-	for _, p := range plan.Create {
 		pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
+	// changed are the pods the plan may change, each a copy of its own.
+	changed := map[types.NamespacedName]bool{}
+	mutable := func(k types.NamespacedName) *v1.Pod {
+		p := pods[k]
+		if p != nil && !changed[k] {
+			p = p.DeepCopy()
+			pods[k], changed[k] = p, true
+		}
+		return p
+	}
+	for _, p := range plan.Create {
+		k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		pods[k], changed[k] = p, true
+	}
 	for _, b := range plan.Bindings {
-		if p := pods[b.Pod]; p != nil {
+		if p := mutable(b.Pod); p != nil {
 			p.Spec.NodeName = b.Device
 			p.Status.NominatedNodeName = ""
 			setScheduled(p, v1.ConditionTrue, "", "", now)
 		}
 	}
 	for _, pe := range plan.Pending {
-		if p := pods[pe.Pod]; p != nil {
+		if p := mutable(pe.Pod); p != nil {
 			p.Status.Phase = v1.PodPending
 			p.Status.NominatedNodeName = pe.NominatedNodeName
 			setScheduled(p, v1.ConditionFalse, v1.PodReasonUnschedulable, pe.Message, now)
@@ -278,7 +295,7 @@ func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (
 	}
 	gone := map[types.NamespacedName]bool{}
 	for _, d := range plan.Deletions {
-		p := pods[d.Pod]
+		p := mutable(d.Pod)
 		if p == nil {
 			continue
 		}
@@ -300,16 +317,26 @@ func (f *Fleet) storePlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (
 	after := make([]*v1.Pod, 0, len(pods))
 	for k, p := range pods {
 		if gone[k] {
+			c.forget(k)
+			delete(hashes, k)
 			if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		after = append(after, p)
+		if !changed[k] {
+			continue // as stored: the scheduler changes no pod it is given
+		}
 		raw, _ := json.Marshal(p)
-		if bytes.Equal(raw, orig[k]) {
+		h := c.hash(raw)
+		if old, ok := hashes[k]; ok && old == h {
 			continue
 		}
+		// The next pass gets the pod as stored (times to the second), as
+		// it did before the cache.
+		c.remember(k, h, raw)
+		hashes[k] = h
 		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES (?, ?, ?, ?)
 			ON CONFLICT(namespace, name) DO UPDATE SET device = excluded.device, pod = excluded.pod`,
 			k.Namespace, k.Name, p.Spec.NodeName, raw); err != nil {
@@ -354,11 +381,19 @@ func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, 
 // pushScheduled signs again the desired document of every device whose
 // scheduled pods changed: the bound pods that are not terminating, as
 // the device runs them, next to the pods applied to it by hand.
-func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
+//
+// It compares cheaply what it can: each pod as its device gets it is
+// encoded again only when the pod's stored bytes or the classes changed,
+// and a device's stored document is read again only when its bytes, or
+// the pods wanted there, changed since they were last found to agree.
+func (h *Hub) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
+	c := &h.sched
 	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
 	for _, pc := range pcs {
 		classes[pc.Name] = pc
 	}
+	rawClasses, _ := json.Marshal(pcs)
+	classesHash := c.hash(rawClasses)
 	known := make(map[string]bool, len(fleet))
 	for _, d := range fleet {
 		known[d.Name] = true
@@ -366,29 +401,40 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device, pcs []*sche
 	want := map[string][]json.RawMessage{}
 	for _, p := range pods {
 		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			raw, _ := json.Marshal(devicePod(p, classes[p.Spec.PriorityClassName]))
+			k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+			raw := c.devicePod(k, hashes[k], classesHash, func() *v1.Pod { return devicePod(p, classes[p.Spec.PriorityClassName]) })
 			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
 		}
 	}
-	current, err := h.fleet.allDesiredPods()
+	c.pruneDevicePods(hashes)
+	stored, err := c.storedDesired(h.fleet)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	devices := slices.Sorted(maps.Keys(want))
-	for dev := range current {
+	for dev := range stored {
 		if _, ok := want[dev]; !ok {
 			devices = append(devices, dev)
 		}
 	}
-	for _, dev := range devices {
-		var have []json.RawMessage
-		for _, raw := range current[dev] {
-			if scheduledPod(raw) {
-				have = append(have, raw)
-			}
+	for dev := range c.pushed {
+		if _, ok := stored[dev]; !ok {
+			delete(c.pushed, dev)
 		}
-		if slices.EqualFunc(have, want[dev], func(a, b json.RawMessage) bool { return bytes.Equal(a, b) }) {
+	}
+	for _, dev := range devices {
+		wantHash := c.hashPods(want[dev])
+		if p, ok := c.pushed[dev]; ok && p.stored == stored[dev] && p.want == wantHash {
+			continue // the document is as it was when it agreed
+		}
+		storedHash, equal, err := c.scheduledMatch(h.fleet, dev, want[dev])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if equal {
+			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
 			continue
 		}
 		if !known[dev] {
@@ -405,6 +451,10 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, fleet []schedule.Device, pcs []*sche
 		}); err != nil {
 			// One device's document (too large, say) holds back no other's.
 			errs = append(errs, fmt.Errorf("device %s: %w", dev, err))
+			continue
+		}
+		if storedHash, equal, err := c.scheduledMatch(h.fleet, dev, want[dev]); err == nil && equal {
+			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
 		}
 	}
 	return errors.Join(errs...)
@@ -448,29 +498,6 @@ func scheduledPod(raw json.RawMessage) bool {
 	}
 	json.Unmarshal(raw, &meta)
 	return meta.Metadata.Annotations[AnnotationScheduled] == "true"
-}
-
-// allDesiredPods reads every device's desired pods.
-func (f *Fleet) allDesiredPods() (map[string][]json.RawMessage, error) {
-	rows, err := f.db.Query(`SELECT device, pods FROM desired`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string][]json.RawMessage{}
-	for rows.Next() {
-		var dev string
-		var raw []byte
-		if err := rows.Scan(&dev, &raw); err != nil {
-			return nil, err
-		}
-		var pods []json.RawMessage
-		if err := json.Unmarshal(raw, &pods); err != nil {
-			return nil, fmt.Errorf("device %s: stored desired pods: %w", dev, err)
-		}
-		out[dev] = pods
-	}
-	return out, rows.Err()
 }
 
 // forgetStopped forgets the terminating pods whose device confirmed they

@@ -41,6 +41,13 @@ func main() {
 	outboxChildDB := flag.String("outbox-child", "", "internal: make 1,000 outbox changes in this database (the fsync count)")
 	fleetOnly := flag.Bool("fleet-only", false, "measure only podhub with -hub-devices simulated devices (its idle cost per device)")
 	flag.Parse()
+	if *schedChild != "" || *schedOnly {
+		if err := schedMain(*bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *fleetOnly {
 		if err := fleetOnlyBench(*bin, *hubDevices); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -55,7 +62,11 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods, *hubDevices); err != nil {
+	err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods, *hubDevices)
+	if err == nil {
+		err = schedBench(*bin, *schedDevices)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/podvisor/podvisor/sync/device"
+	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/pki"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/store"
+)
+
+// The fleet scheduling benchmark's knobs.
+var (
+	schedDevices = flag.Int("sched-devices", 0, "simulated devices for the fleet scheduling measurement: a DaemonSet and a 1,000-replica zone-spread Deployment (0: skip)")
+	schedOnly    = flag.Bool("sched-only", false, "measure only the fleet scheduling with -sched-devices simulated devices")
+	schedChild   = flag.String("sched-child", "", "internal: simulate devices ADDR,DATADIR,DIR,FROM,COUNT for the scheduling measurement")
+)
+
+// schedShard is how many simulated devices one child process runs: each
+// holds a TLS connection and a SQLite store (about four descriptors), and
+// a process may hold 20,000 here.
+const schedShard = 2500
+
+// schedReplicas is the Deployment's replica count.
+const schedReplicas = 1000
+
+// schedManifest is what the operator applies: an agent on every device
+// and a bridge spread evenly over the zones.
+const schedManifest = `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: bridge}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: bridge}}
+  template:
+    metadata: {labels: {app: bridge}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
+      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
+`
+
+// schedBench runs podhub serve with n simulated devices (labels
+// zone=z0..z9, heartbeats with allocatable) in child processes, applies
+// the DaemonSet and the Deployment with podhub apply -f, and measures the
+// time until the API shows every pod bound, the time until every device
+// acked a desired document holding exactly its pods, and podhub's memory.
+func schedBench(bin string, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "podvisor-schedbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	podhub := filepath.Join(filepath.Dir(abs), "podhub")
+	data := filepath.Join(dir, "podhub")
+	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
+		return fmt.Errorf("podhub init: %v %s", err, out)
+	}
+	addr := freePort()
+	// Devices heartbeat seldom (the bench measures scheduling, not
+	// heartbeats) and stay Ready for three periods.
+	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr,
+		"--device-timeout", (3 * *hubHeartbeat).String())
+	var hubLog bytes.Buffer
+	serve.Stdout, serve.Stderr = &hubLog, &hubLog
+	if err := serve.Start(); err != nil {
+		return err
+	}
+	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
+	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
+	for i := 0; client.Do("GET", "/v1/devices", nil, nil) != nil; i++ {
+		if i > 200 {
+			return fmt.Errorf("podhub did not start:\n%s", hubLog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Printf("\nfleet scheduling: podhub with %d simulated devices in 10 zones (%s, %d CPUs)\n", n, cpuModel(), runtime.NumCPU())
+	connectStart := time.Now()
+	for i := range n {
+		// Enrolled (labelled) first: the hub believes only devices it knows.
+		if err := client.Do("PUT", "/v1/devices/"+schedID(i)+"/labels", map[string]string{"zone": fmt.Sprintf("z%d", i%10)}, nil); err != nil {
+			return err
+		}
+	}
+	applied := newAppliedPods()
+	var children []*exec.Cmd
+	defer func() {
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	var readers sync.WaitGroup
+	defer readers.Wait()
+	for from := 0; from < n; from += schedShard {
+		c := exec.Command(os.Args[0], "-sched-child", strings.Join([]string{addr, data, dir, strconv.Itoa(from), strconv.Itoa(min(schedShard, n-from))}, ","))
+		c.Stderr = os.Stderr
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		in, err := c.StdinPipe() // closed when the bench ends: the child stops
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		if err := c.Start(); err != nil {
+			return err
+		}
+		children = append(children, c)
+		readers.Add(1)
+		go func() { defer readers.Done(); applied.read(out) }()
+	}
+	var ds []hub.Device
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		err := client.Do("GET", "/v1/devices", nil, &ds)
+		if err == nil && countReady(ds) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(hubLog.String(), 30))
+		}
+	}
+	connected := time.Since(connectStart)
+	time.Sleep(5 * time.Second) // the connection storm's garbage collected
+	idle := rss(serve.Process.Pid)
+
+	manifest := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(manifest, fmt.Appendf(nil, schedManifest, schedReplicas), 0o644); err != nil {
+		return err
+	}
+	start := time.Now()
+	if out, err := exec.Command(podhub, "--data-dir", data, "apply", "-f", manifest).CombinedOutput(); err != nil {
+		return fmt.Errorf("podhub apply -f: %v %s", err, out)
+	}
+	applyDone := time.Since(start)
+	var want map[string][]string // device -> its pods, sorted
+	var zones map[string]int
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+		var agents, bridges int
+		agents, bridges, want, zones, err = boundPods(client)
+		if err == nil && agents == n && bridges == schedReplicas {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 5 min the API shows %d of %d agent and %d of %d bridge pods bound (%v)", agents, n, bridges, schedReplicas, err)
+		}
+	}
+	placed := time.Since(start)
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+		err := client.Do("GET", "/v1/devices", nil, &ds)
+		done := 0
+		if err == nil {
+			done = applied.ackedAll(ds, want)
+		}
+		if done == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 5 min %d of %d devices acked a desired document holding their pods (%v)", done, n, err)
+		}
+	}
+	acked := time.Since(start)
+	full, pss := rss(serve.Process.Pid), pssOf(serve.Process.Pid)
+	perZone := slices.Sorted(func(yield func(int) bool) {
+		for _, c := range zones {
+			if !yield(c) {
+				return
+			}
+		}
+	})
+	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
+	fmt.Printf("  podhub apply -f (DaemonSet + Deployment x%d)         %8.2f s\n", schedReplicas, applyDone.Seconds())
+	fmt.Printf("  apply -> API shows all %d pods bound                %8.2f s  (bridge pods per zone %d..%d)\n", n+schedReplicas, placed.Seconds(), perZone[0], perZone[len(perZone)-1])
+	fmt.Printf("  apply -> every device acked a document with its pods   %8.2f s\n", acked.Seconds())
+	fmt.Printf("  podhub RSS idle fleet / scheduled                      %6.1f / %.1f MiB (PSS %.1f MiB)\n", idle.total, full.total, pss.pss)
+	return nil
+}
+
+func schedID(i int) string { return fmt.Sprintf("sched-%05d", i) }
+
+// boundPods counts the workloads' pods the API shows bound (not
+// terminating), lists each device's, and counts the bridge pods by zone.
+func boundPods(client *hub.Client) (agents, bridges int, byDevice map[string][]string, zones map[string]int, err error) {
+	var list v1.PodList
+	if err := client.Do("GET", "/v1/pods", nil, &list); err != nil {
+		return 0, 0, nil, nil, err
+	}
+	byDevice, zones = map[string][]string{}, map[string]int{}
+	for _, p := range list.Items {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		switch p.Labels["app"] {
+		case "agent":
+			agents++
+		case "bridge":
+			bridges++
+			i, _ := strconv.Atoi(strings.TrimPrefix(p.Spec.NodeName, "sched-"))
+			zones[fmt.Sprintf("z%d", i%10)]++
+		default:
+			continue
+		}
+		byDevice[p.Spec.NodeName] = append(byDevice[p.Spec.NodeName], p.Namespace+"/"+p.Name)
+	}
+	for _, names := range byDevice {
+		slices.Sort(names)
+	}
+	return agents, bridges, byDevice, zones, nil
+}
+
+// appliedPods is what each simulated device last applied, as its child
+// process reports it: "DEVICE GENERATION ns/name,ns/name".
+type appliedPods struct {
+	mu   sync.Mutex
+	gen  map[string]int64
+	pods map[string][]string
+}
+
+func newAppliedPods() *appliedPods {
+	return &appliedPods{gen: map[string]int64{}, pods: map[string][]string{}}
+}
+
+func (a *appliedPods) read(r io.Reader) {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 4<<20)
+	for s.Scan() {
+		f := strings.Fields(s.Text())
+		if len(f) < 2 {
+			continue
+		}
+		gen, _ := strconv.ParseInt(f[1], 10, 64)
+		var names []string
+		if len(f) > 2 {
+			names = strings.Split(f[2], ",")
+		}
+		a.mu.Lock()
+		if gen >= a.gen[f[0]] {
+			a.gen[f[0]], a.pods[f[0]] = gen, names
+		}
+		a.mu.Unlock()
+	}
+}
+
+// ackedAll counts the devices that applied exactly the pods want gives
+// them and whose ack of that generation the hub stored.
+func (a *appliedPods) ackedAll(ds []hub.Device, want map[string][]string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, d := range ds {
+		gen, ok := a.gen[d.ID]
+		if ok && d.ObservedGeneration >= gen && slices.Equal(a.pods[d.ID], want[d.ID]) {
+			n++
+		}
+	}
+	return n
+}
+
+// schedChildMain simulates the devices FROM..FROM+COUNT-1 (real agents,
+// each with its own SQLite store and certificate from the hub's CA)
+// until its standard input closes, reporting every document applied.
+func schedChildMain(spec string) error {
+	f := strings.Split(spec, ",")
+	if len(f) != 5 {
+		return fmt.Errorf("-sched-child %q: want ADDR,DATADIR,DIR,FROM,COUNT", spec)
+	}
+	addr, data, dir := f[0], f[1], f[2]
+	from, err1 := strconv.Atoi(f[3])
+	count, err2 := strconv.Atoi(f[4])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("-sched-child %q: FROM and COUNT are numbers", spec)
+	}
+	ca, err := pki.Load(filepath.Join(data, "pki"))
+	if err != nil {
+		return err
+	}
+	pubPEM, err := os.ReadFile(filepath.Join(data, "hub.pub"))
+	if err != nil {
+		return err
+	}
+	pub, err := protocol.ParsePublicKey(pubPEM)
+	if err != nil {
+		return fmt.Errorf("podhub's hub.pub: %w", err)
+	}
+	report := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var stores []*store.Store
+	for i := from; i < from+count; i++ {
+		id := schedID(i)
+		st, err := store.Open(filepath.Join(dir, "devices", id, "state.db"), store.DefaultLimits)
+		if err != nil {
+			return err
+		}
+		stores = append(stores, st)
+		issued, err := ca.IssueDevice(id)
+		if err != nil {
+			return err
+		}
+		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
+		if err != nil {
+			return err
+		}
+		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
+		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
+			Heartbeat: *hubHeartbeat}, st, simDevice{id: id, report: report}, silent)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); a.Run(stop) }()
+	}
+	io.Copy(io.Discard, os.Stdin) // until the bench is done with us
+	close(stop)
+	wg.Wait()
+	for _, st := range stores {
+		st.Close()
+	}
+	return nil
+}
+
+// lineWriter writes whole lines from many goroutines.
+type lineWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (l *lineWriter) line(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w.WriteString(s + "\n")
+	l.w.Flush()
+}
+
+// simDevice is a simulated device's daemon: it accepts every pod, reports
+// what it applied, and has room for many small pods.
+type simDevice struct {
+	id     string
+	report *lineWriter
+}
+
+func (simDevice) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
+
+func (s simDevice) ApplyHub(gen int64, pods []*v1.Pod) {
+	names := make([]string, 0, len(pods))
+	for _, p := range pods {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	slices.Sort(names)
+	s.report.line(fmt.Sprintf("%s %d %s", s.id, gen, strings.Join(names, ",")))
+}
+
+func (simDevice) Node() (*v1.Node, error) {
+	room := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi"),
+		v1.ResourcePods: resource.MustParse("110")}
+	return &v1.Node{Status: v1.NodeStatus{Capacity: room, Allocatable: room,
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+		NodeInfo:   v1.NodeSystemInfo{Architecture: runtime.GOARCH, OperatingSystem: "linux"}}}, nil
+}
+
+// schedMain runs the scheduling measurement alone (-sched-only), or a
+// child's share of its simulated devices (-sched-child).
+func schedMain(bin string) error {
+	if *schedChild != "" {
+		return schedChildMain(*schedChild)
+	}
+	if *schedDevices <= 0 {
+		return fmt.Errorf("-sched-only needs -sched-devices > 0")
+	}
+	return schedBench(bin, *schedDevices)
+}
