@@ -22,6 +22,9 @@ const (
 	groupTypes   = "(type descriptors, type:*)"
 	groupGoFunc  = "(go:func.* funcdata)"
 	groupGoOther = "(go:string, go:itab, other linker data)"
+	// groupNoPackage holds assembly and linker symbols named without a
+	// package, as the runtime's debugCall1024 or _rt0_arm64_linux.
+	groupNoPackage = "(no package: assembly, linker)"
 )
 
 // packageOf returns the import path of the package that defined a Go
@@ -50,10 +53,11 @@ func packageOf(name string, modules []string) string {
 	}
 	// The linker escapes dots in a path's last element as %2e
 	// ("paho%2emqtt%2egolang"), so the first dot ends the path.
-	if dot := strings.IndexByte(name[slash:], '.'); dot >= 0 {
-		name = name[:slash+dot]
+	dot := strings.IndexByte(name[slash:], '.')
+	if dot < 0 {
+		return groupNoPackage
 	}
-	return strings.ReplaceAll(name, "%2e", ".")
+	return strings.ReplaceAll(name[:slash+dot], "%2e", ".")
 }
 
 // moduleOf returns the module among modules (paths from the binary's
