@@ -21,7 +21,7 @@ type Row struct {
 const (
 	groupTypes   = "(type descriptors, type:*)"
 	groupGoFunc  = "(go:func.* funcdata)"
-	groupGoOther = "(go:string, go:itab, other linker data)"
+	groupGoOther = "(go:string, go:itab, constants, other linker data)"
 	// groupNoPackage holds assembly and linker symbols named without a
 	// package, as the runtime's debugCall1024 or _rt0_arm64_linux.
 	groupNoPackage = "(no package: assembly, linker)"
@@ -39,7 +39,7 @@ func packageOf(name string, modules []string) string {
 		return groupTypes
 	case strings.HasPrefix(name, "go:func."):
 		return groupGoFunc
-	case strings.HasPrefix(name, "go:"):
+	case strings.HasPrefix(name, "go:"), strings.HasPrefix(name, "$"): // $f64.*: float constants
 		return groupGoOther
 	}
 	if i := strings.IndexByte(name, '['); i >= 0 {

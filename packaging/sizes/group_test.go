@@ -1,7 +1,12 @@
 package main
 
 import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +23,7 @@ func TestPackageOf(t *testing.T) {
 		"vendor/golang.org/x/net/idna.idnaValues":                   "vendor/golang.org/x/net/idna",
 		"type:*k8s.io/api/core/v1.Pod":                              groupTypes,
 		"go:func.*":                                                 groupGoFunc,
+		"$f64.3ff0000000000000":                                     groupGoOther,
 		"go:string.*":                                               groupGoOther,
 		"go:itab.*os.File,io.Reader":                                groupGoOther,
 		"github.com/eclipse/paho%2emqtt%2egolang.(*client).Connect": "github.com/eclipse/paho.mqtt.golang",
@@ -72,5 +78,40 @@ func TestGroupSumsAndOrders(t *testing.T) {
 	got := group(syms, mods, byPackage)
 	if got[0] != (Row{"k8s.io/api/core/v1", 100}) || len(got) != 6 {
 		t.Errorf("by package: got %v", got)
+	}
+}
+
+// TestReportOnABinary builds this tool with its symbol table (go test
+// strips its own binary) and reports on it: the report must find the
+// runtime, the command (package main) and the function tables.
+func TestReportOnABinary(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	exe := filepath.Join(t.TempDir(), "sizes")
+	build := exec.Command(goTool, "build", "-trimpath", "-o", exe, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var out strings.Builder
+	if err := report(&out, exe, "module", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MiB stripped", ".gopclntab", "std/runtime\n", "  main\n", "std/debug\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// A stripped binary is refused with the reason.
+	stripped := filepath.Join(t.TempDir(), "stripped")
+	build = exec.Command(goTool, "build", "-trimpath", "-ldflags=-s -w", "-o", stripped, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := report(io.Discard, stripped, "module", 0); err == nil || !strings.Contains(err.Error(), "without -s") {
+		t.Errorf("stripped binary: err = %v, want one naming -s", err)
 	}
 }
