@@ -71,13 +71,16 @@ test-arm64-vm:
 
 # Where each binary's bytes go, by module, for amd64 and arm64: built with
 # the release flags but the symbol table kept (the sizes tool reports the
-# stripped size). SIZE_BY=package for a finer cut, SIZE_TOP=0 for all rows.
+# stripped size). SIZE_BY=package for a finer cut, SIZE_TOP=0 for all rows;
+# SIZE_GCFLAGS to try compiler flags, e.g. the no-inlining candidate in
+# docs/footprint.md: SIZE_GCFLAGS='-gcflags=all=-l -gcflags=runtime= -gcflags=internal/...='
 .PHONY: size
 SIZE_BY ?= module
 SIZE_TOP ?= 25
+SIZE_GCFLAGS ?=
 size:
 	@set -e; for arch in amd64 arm64; do for cmd in podvisor podvisor-shim podvisor-containerd; do \
-		GOARCH=$$arch go build -trimpath -ldflags "-buildid= -X main.version=$(VERSION)" -o bin/size/$$arch/$$cmd ./cmd/$$cmd; \
+		GOARCH=$$arch go build -trimpath $(SIZE_GCFLAGS) -ldflags "-buildid= -X main.version=$(VERSION)" -o bin/size/$$arch/$$cmd ./cmd/$$cmd; \
 	done; done; \
 	go run ./packaging/sizes -by $(SIZE_BY) -top $(SIZE_TOP) bin/size/amd64/* bin/size/arm64/*
 
