@@ -71,6 +71,21 @@ test-arm64-vm:
 	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog; \
 	test/vm/arm64.sh bin/arm64
 
+# Where each binary's bytes go, by module, for amd64 and arm64: built with
+# the release flags but the symbol table kept (the sizes tool reports the
+# stripped size). SIZE_BY=package for a finer cut, SIZE_TOP=0 for all rows;
+# SIZE_GCFLAGS to try compiler flags, e.g. the no-inlining candidate in
+# docs/footprint.md: SIZE_GCFLAGS='-gcflags=all=-l -gcflags=runtime= -gcflags=internal/...='
+.PHONY: size
+SIZE_BY ?= module
+SIZE_TOP ?= 25
+SIZE_GCFLAGS ?=
+size:
+	@set -e; for arch in amd64 arm64; do for cmd in podvisor podvisor-shim podvisor-containerd; do \
+		GOARCH=$$arch go build -trimpath $(SIZE_GCFLAGS) -ldflags "-buildid= -X main.version=$(VERSION)" -o bin/size/$$arch/$$cmd ./cmd/$$cmd; \
+	done; done; \
+	go run ./packaging/sizes -by $(SIZE_BY) -top $(SIZE_TOP) bin/size/amd64/* bin/size/arm64/*
+
 # podvisor check-kernel against the config of Debian's kernel package (the
 # one the VM tests boot). Skipped where apt-get cannot fetch it, except in CI.
 test-kernel-config: build
