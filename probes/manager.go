@@ -334,9 +334,9 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke
 	initialDelay := time.Duration(p.InitialDelaySeconds) * unit
 	start := clk.Now()
 	notBefore := start.Add(initialDelay)
-	// The first run waits for the grid after the initial delay: at most
-	// a tenth of the period, which also spreads pods that start together
-	// over no more than the kubelet's restart jitter would.
+	// The first run waits for the grid time after the initial delay: at
+	// most a second, or a tenth of a shorter period (the random jitter
+	// this replaces allowed a tenth of any period).
 	due := gridAfter(notBefore, grid)
 	timer := clk.NewTimer(until(start, due, initialDelay+grid))
 	defer timer.Stop()
@@ -401,8 +401,8 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke
 }
 
 // probeGrid is the spacing of the times periodic probes run at: a
-// second of probe time, or a tenth of a shorter period, so that a period
-// never stretches by more than the kubelet's first-run jitter.
+// second of probe time, or a tenth of a shorter period, so that moving a
+// run to the grid delays it by at most that.
 func probeGrid(period, unit time.Duration) time.Duration {
 	return max(min(unit, period/10), time.Millisecond)
 }
