@@ -97,7 +97,7 @@ func listenBench(bin string) error {
 	for _, r := range []struct {
 		mode   string
 		probed bool
-	}{{"ebpf", true}, {"off", true}, {"off", false}} {
+	}{{"ebpf", true}, {"sockdiag", true}, {"off", true}, {"off", false}} {
 		if err := listenIdleCPU(bin, r.mode, r.probed, *listenIdlePod, *listenIdle); err != nil {
 			return fmt.Errorf("idle, listen %s: %w", r.mode, err)
 		}
