@@ -285,11 +285,11 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 				s = &schedule{last: now}
 				due[id] = s
 			}
-			at := slowDumpsTogether(listen.NextDump(s.started, s.last), now)
+			at := listen.NextDump(s.started, s.last)
 			if !at.After(now) {
 				l.w.Rescan(id) // an error means the pod was unwatched since
 				s.last = time.Now()
-				at = slowDumpsTogether(listen.NextDump(s.started, s.last), now)
+				at = listen.NextDump(s.started, s.last)
 			}
 			if at.Before(next) {
 				next = at
@@ -302,17 +302,4 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 		}
 		timer.Reset(time.Until(next))
 	}
-}
-
-// slowDumpsTogether moves a dump due seconds from now to the whole second
-// before it, so that idle pods' 10 s dumps (and the probes, which run on
-// whole seconds too) share one wake-up of the daemon instead of one
-// each: a wake-up costs more than a dump. Earlier, never later, so the
-// bound on how late a listener is seen holds; the burst after a
-// container start is left alone.
-func slowDumpsTogether(at, now time.Time) time.Time {
-	if at.Sub(now) <= 2*time.Second {
-		return at
-	}
-	return at.Truncate(time.Second)
 }

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -32,27 +31,6 @@ func TestListenProbed(t *testing.T) {
 		pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{tc.c}}}
 		if got := listenProbed(pod); got != tc.want {
 			t.Errorf("%s: listenProbed = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// Slow dumps move to the whole second before them, so idle pods dump in
-// one wake-up; dumps due within two seconds (the burst after a start)
-// keep their time.
-func TestSlowDumpsTogether(t *testing.T) {
-	now := time.Unix(1000, 300_000_000)
-	for _, tc := range []struct {
-		name string
-		at   time.Time
-		want time.Time
-	}{
-		{"slow dump", time.Unix(1010, 300_000_000), time.Unix(1010, 0)},
-		{"slow dump of another pod", time.Unix(1009, 900_000_000), time.Unix(1009, 0)},
-		{"burst dump", now.Add(time.Second), now.Add(time.Second)},
-		{"due now", now, now},
-	} {
-		if got := slowDumpsTogether(tc.at, now); !got.Equal(tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
