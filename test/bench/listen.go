@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/probes/listen"
 )
 
 // The listen rows (issue 15): listen() → pod Ready in the API on each
@@ -247,7 +248,11 @@ func listenIdleCPU(bin, mode string, probed bool, count int, window time.Duratio
 	if _, err := b.waitAllReady("idle-listen-", count, 120*time.Second); err != nil {
 		return err
 	}
-	time.Sleep(5 * time.Second) // past the start-up burst
+	settle := 5 * time.Second // past the start-up burst
+	if mode == "sockdiag" {
+		settle += listen.DumpBurstFor // and past the dumps that follow each start
+	}
+	time.Sleep(settle)
 	self0, _ := cpuTicks(b.cmd.Process.Pid)
 	time.Sleep(window)
 	self1, _ := cpuTicks(b.cmd.Process.Pid)
