@@ -149,15 +149,39 @@ func withDialIn(ctx context.Context, dialIn dialInFunc) context.Context {
 	return context.WithValue(ctx, dialInKey{}, dialIn)
 }
 
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dialFuncs are the dial functions by timeout, at most maxDialFuncs of
+// them: a probe every few seconds per pod need not build a dialer each
+// time, and manifests choose the timeouts.
+var dialFuncs struct {
+	sync.Mutex
+	byTimeout map[time.Duration]dialFunc
+}
+
+const maxDialFuncs = 32
+
 // dialContext dials from the network namespace the context names, if any.
-func dialContext(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func dialContext(timeout time.Duration) dialFunc {
+	dialFuncs.Lock()
+	defer dialFuncs.Unlock()
+	if f, ok := dialFuncs.byTimeout[timeout]; ok {
+		return f
+	}
 	d := dialer(timeout)
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+	f := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if dialIn, _ := ctx.Value(dialInKey{}).(dialInFunc); dialIn != nil {
 			return dialIn(ctx, d, network, addr)
 		}
 		return d.DialContext(ctx, network, addr)
 	}
+	if dialFuncs.byTimeout == nil {
+		dialFuncs.byTimeout = map[time.Duration]dialFunc{}
+	}
+	if len(dialFuncs.byTimeout) < maxDialFuncs {
+		dialFuncs.byTimeout[timeout] = f
+	}
+	return f
 }
 
 // address is host:port for a handler: its own host or the target's, its

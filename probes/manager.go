@@ -2,7 +2,6 @@ package probes
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -321,31 +320,49 @@ func (w *workers) startMain() {
 // ends at its first success; liveness and startup pause after a failure
 // verdict, since the container is being killed and a new instance gets
 // new workers.
+//
+// Periodic runs fall on a grid shared by every worker (see probeGrid), a
+// period apart: the probes of many pods then run in one wake-up of the
+// daemon instead of one each, and a wake-up, not the probe, is most of
+// what an idle daemon spends (the Go runtime's sysmon alone polls for
+// about 10 ms after each one).
 func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke <-chan struct{}) {
 	defer w.done(ctx, kind)
 	unit, clk := w.m.TimeUnit, w.m.clock
 	period := time.Duration(p.PeriodSeconds) * unit
+	grid := probeGrid(period, unit)
 	initialDelay := time.Duration(p.InitialDelaySeconds) * unit
-	notBefore := clk.Now().Add(initialDelay)
-	// Spread the first run over a tenth of the period (at most 100ms per
-	// second) so that many pods started together do not probe together.
-	jitter := time.Duration(rand.Int64N(int64(period/10) + 1))
-	timer := clk.NewTimer(initialDelay + jitter)
+	start := clk.Now()
+	notBefore := start.Add(initialDelay)
+	// The first run waits for the grid time after the initial delay: at
+	// most a second, or a tenth of a shorter period (the random jitter
+	// this replaces allowed a tenth of any period).
+	due := gridAfter(notBefore, grid)
+	timer := clk.NewTimer(until(start, due, initialDelay+grid))
 	defer timer.Stop()
 	c := newCounter(p, kind)
 	timeout := time.Duration(p.TimeoutSeconds) * unit
 	lastWarning := ""
+	// delayedPoke: the timer is armed for a poke that came during the
+	// initial delay, not for a periodic run.
+	delayedPoke := false
 	for {
+		poked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C():
+			poked, delayedPoke = delayedPoke, false
 		case <-poke:
-			if wait := notBefore.Sub(clk.Now()); wait > 0 {
+			now := clk.Now()
+			if wait := notBefore.Sub(now); wait > 0 {
+				delayedPoke = true
 				timer.Reset(wait) // never before initialDelaySeconds
 				continue
 			}
+			delayedPoke = false
 			timer.Stop()
+			poked = true
 		}
 		raw, err := probe(ctx, w.target, p.ProbeHandler, timeout)
 		if ctx.Err() != nil {
@@ -377,6 +394,53 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke
 				return
 			}
 		}
-		timer.Reset(period)
+		now := clk.Now()
+		due = nextDue(due, now, period, grid, poked)
+		timer.Reset(until(now, due, period+grid))
 	}
+}
+
+// probeGrid is the spacing of the times periodic probes run at: a
+// second of probe time, or a tenth of a shorter period, so that moving a
+// run to the grid delays it by at most that.
+func probeGrid(period, unit time.Duration) time.Duration {
+	return max(min(unit, period/10), time.Millisecond)
+}
+
+// gridAfter is the first grid time at or after t. The grid is counted
+// from the zero time, so every worker shares it.
+func gridAfter(t time.Time, grid time.Duration) time.Time {
+	g := t.Truncate(grid)
+	if g.Before(t) {
+		g = g.Add(grid)
+	}
+	return g
+}
+
+// nextDue is when the run after one that ended at now is due. After a
+// timed run (due was its time) it is exactly a period later, skipping
+// periods an overlong run overlapped, as the kubelet's ticker does. After
+// a poked run it is a period after now, moved to the grid.
+func nextDue(due, now time.Time, period, grid time.Duration, poked bool) time.Time {
+	if poked {
+		return gridAfter(now.Add(period), grid)
+	}
+	if period <= 0 {
+		return now
+	}
+	next := due.Add(period)
+	switch {
+	case next.Sub(now) > period: // the wall clock went back
+		next = gridAfter(now.Add(period), grid)
+	case !next.After(now):
+		next = due.Add((now.Sub(due)/period + 1) * period)
+	}
+	return next
+}
+
+// until is the wait from now until due, within [0, limit]: the grid is on
+// the wall clock, and a wall clock set back or forward must not stall or
+// hurry the probes.
+func until(now, due time.Time, limit time.Duration) time.Duration {
+	return min(max(due.Sub(now), 0), limit)
 }

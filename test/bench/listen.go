@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/probes/listen"
 	"github.com/podvisor/podvisor/test/listenserver"
 )
 
@@ -69,7 +70,7 @@ func listenBench(bin string) error {
 	for _, r := range []struct {
 		mode   string
 		probed bool
-	}{{"ebpf", true}, {"off", true}, {"off", false}} {
+	}{{"ebpf", true}, {"sockdiag", true}, {"off", true}, {"off", false}} {
 		if err := listenIdleCPU(bin, r.mode, r.probed, *listenIdlePod, *listenIdle); err != nil {
 			return fmt.Errorf("idle, listen %s: %w", r.mode, err)
 		}
@@ -208,7 +209,11 @@ func listenIdleCPU(bin, mode string, probed bool, count int, window time.Duratio
 	if _, err := b.waitAllReady("idle-listen-", count, 120*time.Second); err != nil {
 		return err
 	}
-	time.Sleep(5 * time.Second) // past the start-up burst
+	settle := 5 * time.Second // past the start-up burst
+	if mode == "sockdiag" {
+		settle += listen.DumpBurstFor // and past the dumps that follow each start
+	}
+	time.Sleep(settle)
 	self0, _ := cpuTicks(b.cmd.Process.Pid)
 	time.Sleep(window)
 	self1, _ := cpuTicks(b.cmd.Process.Pid)
