@@ -285,6 +285,7 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 			ids = *p
 		}
 		watched := make(map[uint64]bool, len(ids))
+		var sweep []uint64 // due now: dumped together, one dump per network namespace
 		for _, id := range ids {
 			watched[id] = true
 			s := due[id]
@@ -292,13 +293,19 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 				s = &schedule{last: now}
 				due[id] = s
 			}
-			at := listen.NextDump(s.started, s.last)
-			if !at.After(now) {
-				l.w.Rescan(id) // an error means the pod was unwatched since
-				s.last = time.Now()
-				at = listen.NextDump(s.started, s.last)
+			if !listen.NextDump(s.started, s.last).After(now) {
+				sweep = append(sweep, id)
 			}
-			if at.Before(next) {
+		}
+		if len(sweep) > 0 {
+			l.w.Rescan(sweep...) // an error means a pod was unwatched since
+			done := time.Now()
+			for _, id := range sweep {
+				due[id].last = done
+			}
+		}
+		for _, id := range ids {
+			if at := listen.NextDump(due[id].started, due[id].last); at.Before(next) {
 				next = at
 			}
 		}

@@ -100,10 +100,12 @@ type Watcher interface {
 	// Unwatch stops watching the cgroup. Its listeners are not reported
 	// as closed.
 	Unwatch(id uint64) error
-	// Rescan dumps the cgroup's listeners now and reports what changed.
-	// It is how the sock_diag path learns anything; on the eBPF path it
-	// repairs what a lost event would have missed.
-	Rescan(id uint64) error
+	// Rescan dumps the listeners of the cgroups now and reports what
+	// changed; cgroups whose processes share a network namespace share one
+	// dump of it (host-network pods all share the host's). It is how the
+	// sock_diag path learns anything; on the eBPF path it repairs what a
+	// lost event would have missed.
+	Rescan(ids ...uint64) error
 	// Events delivers the events. It is closed by Close.
 	Events() <-chan Event
 	// Path says which path this watcher takes.

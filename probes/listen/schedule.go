@@ -3,7 +3,7 @@ package listen
 import "time"
 
 // The sock_diag path's dump schedule. A dump of one pod's listeners costs
-// about 130 µs (BenchmarkRescan, a pod in its own network namespace, on
+// about 130 µs of the dump itself (BenchmarkRescan, a pod in its own network namespace, on
 // a busy 2-core machine), so dumping 100 idle pods once a second would
 // cost 1.3 % of a core, six times the budget. Listeners mostly open soon after a container starts:
 // dumps follow a start closely, backing off, and then come slowly.
@@ -17,8 +17,10 @@ const (
 	DumpBurstFor = 30 * time.Second
 	// DumpSlow is the interval otherwise: it bounds how late a listener
 	// opened long after its container started, or closed, is seen (the
-	// probes' own periods still run meanwhile). 100 idle pods cost ~0.13 %
-	// of a core.
+	// probes' own periods still run meanwhile). Slow dumps fall on a
+	// shared grid of DumpSlow (wall clock), so every idle pod is dumped in
+	// one sweep: it wakes the daemon once, and one dump of each network
+	// namespace answers for all the pods in it (Watcher.Rescan of many).
 	DumpSlow = 10 * time.Second
 )
 
@@ -32,7 +34,8 @@ func NextDump(started, last time.Time) time.Time {
 	case since < 0:
 		return started
 	case since >= DumpBurstFor:
-		return last.Add(DumpSlow)
+		return last.Add(DumpSlow).Truncate(DumpSlow) // on the grid, at most DumpSlow on
+
 	}
 	return last.Add(min(max(since, DumpFirst), DumpBurst))
 }

@@ -155,7 +155,7 @@ func parseDiagMsg(b []byte) (dumped, bool) {
 // cgroups below it: in each network namespace its processes are in, the
 // sockets whose cgroup is one of them, or, where the kernel does not say
 // (before 5.7) or byInode is set, the sockets its processes hold.
-func listenersIn(dir string, byInode bool) ([]socket, error) {
+func listenersIn(dir string, byInode bool, dump func(nsPath string, nsIno uint64) ([]dumped, error)) ([]socket, error) {
 	ids, err := cgroupIDs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup ids below %s: %w", dir, err)
@@ -172,11 +172,11 @@ func listenersIn(dir string, byInode bool) ([]socket, error) {
 		}
 	}
 	var out []socket
-	for _, nsPids := range byNS {
+	for ino, nsPids := range byNS {
 		var got []dumped
 		var err error
 		for _, pid := range nsPids { // the first that has not exited
-			if _, got, err = dumpListeners(nsPath(pid)); !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOENT) {
+			if got, err = dump(nsPath(pid), ino); !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOENT) {
 				break
 			}
 		}

@@ -1,6 +1,7 @@
 package listen
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -70,9 +71,11 @@ func (b *base) watched() []uint64 {
 	return ids
 }
 
-// Rescan dumps the cgroup's listeners with sock_diag and reports what
-// changed since the tracker last knew.
-func (b *base) Rescan(id uint64) error {
+// Rescan dumps the cgroups' listeners with sock_diag and reports what
+// changed since the tracker last knew. Every scan starts before the first
+// dump, so no dump is older than its scan (an eBPF event that came before
+// a dump is in it); the cgroups of one network namespace share its dump.
+func (b *base) Rescan(ids ...uint64) error {
 	b.scanMu.Lock()
 	defer b.scanMu.Unlock()
 	select {
@@ -80,32 +83,51 @@ func (b *base) Rescan(id uint64) error {
 		return fmt.Errorf("listen watcher closed")
 	default:
 	}
+	type scan struct {
+		id    uint64
+		dir   string
+		since uint64
+	}
+	var scans []scan
+	var errs []error
 	b.mu.Lock()
-	dir, ok := b.dirs[id]
-	if !ok {
+	for _, id := range ids {
+		dir, ok := b.dirs[id]
+		if !ok {
+			errs = append(errs, fmt.Errorf("cgroup %d is not watched", id))
+			continue
+		}
+		scans = append(scans, scan{id, dir, b.t.scanStart()})
+	}
+	b.mu.Unlock()
+
+	dumps := map[uint64][]dumped{} // by network namespace inode, this call only
+	dump := func(nsPath string, nsIno uint64) ([]dumped, error) {
+		if got, ok := dumps[nsIno]; ok {
+			return got, nil
+		}
+		_, got, err := dumpListeners(nsPath)
+		if err == nil {
+			dumps[nsIno] = got
+		}
+		return got, err
+	}
+	for _, sc := range scans {
+		now, err := listenersIn(sc.dir, b.byInode, dump)
+		b.mu.Lock()
+		var out []Event
+		if err != nil {
+			b.t.scanDone()
+			errs = append(errs, fmt.Errorf("rescan cgroup %s: %w", sc.dir, err))
+		} else {
+			out = b.t.scanned(sc.id, sc.since, now, time.Now())
+		}
 		b.mu.Unlock()
-		return fmt.Errorf("cgroup %d is not watched", id)
+		for _, e := range out {
+			b.send(e)
+		}
 	}
-	since := b.t.scanStart()
-	b.mu.Unlock()
-
-	now, err := listenersIn(dir, b.byInode)
-
-	b.mu.Lock()
-	var out []Event
-	if err != nil {
-		b.t.scanDone()
-	} else {
-		out = b.t.scanned(id, since, now, time.Now())
-	}
-	b.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("rescan cgroup %s: %w", dir, err)
-	}
-	for _, e := range out {
-		b.send(e)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // observe applies an event of the eBPF program and sends it if it
