@@ -29,7 +29,7 @@ func Decode(data []byte) ([]*v1.Pod, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("file is %d bytes, larger than the %d byte limit", len(data), MaxFileSize)
 	}
-	docs, err := splitDocuments(data)
+	docs, err := SplitDocuments(data, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -52,9 +52,10 @@ func Decode(data []byte) ([]*v1.Pod, error) {
 	return pods, nil
 }
 
-// splitDocuments returns the non-empty documents of a YAML stream (a JSON
-// file is one document).
-func splitDocuments(data []byte) ([][]byte, error) {
+// SplitDocuments returns the non-empty documents of a YAML stream (a JSON
+// file is one document). With max > 0 it stops reading after max+1, so a
+// caller bounding the count sees that it was passed without reading on.
+func SplitDocuments(data []byte, max int) ([][]byte, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var docs [][]byte
 	for {
@@ -69,6 +70,9 @@ func splitDocuments(data []byte) ([][]byte, error) {
 			continue
 		}
 		docs = append(docs, doc)
+		if max > 0 && len(docs) > max {
+			return docs, nil
+		}
 	}
 }
 

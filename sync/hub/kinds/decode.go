@@ -6,17 +6,13 @@
 package kinds
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -45,7 +41,7 @@ func Decode(file string, data []byte) (*Objects, error) {
 	if len(data) > manifest.MaxFileSize {
 		return nil, fmt.Errorf("%s: file is %d bytes, larger than the %d byte limit", file, len(data), manifest.MaxFileSize)
 	}
-	docs, err := splitDocuments(data)
+	docs, err := manifest.SplitDocuments(data, MaxDocuments)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -69,37 +65,6 @@ func Decode(file string, data []byte) (*Objects, error) {
 		seen[id] = i + 1
 	}
 	return out, nil
-}
-
-// splitDocuments returns the non-empty documents of a YAML stream.
-func splitDocuments(data []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("splitting YAML documents: %w", err)
-		}
-		if !isBlank(doc) {
-			docs = append(docs, doc)
-		}
-		if len(docs) > MaxDocuments {
-			return docs, nil
-		}
-	}
-}
-
-func isBlank(doc []byte) bool {
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") && line != "---" {
-			return false
-		}
-	}
-	return true
 }
 
 // decode decodes one document into its kind's list and returns its
