@@ -19,3 +19,31 @@ boot_vm() {
     -kernel "$1" -initrd "$2" \
     -append "console=ttyS0 quiet psi=1 panic=-1 systemd.show_status=0" > "$3" 2>&1 || true
 }
+
+# systemd_root WORK ROOT: unpacks a Debian bookworm root with systemd into
+# ROOT, made to boot as the initramfs (systemd as /init, no getty or
+# periodic jobs). The root is debootstrapped once (about a minute) and
+# cached in $PODVISOR_VM_CACHE (default ~/.cache/podvisor-vm).
+systemd_root() {
+  local work=$1 root=$2 suite=bookworm cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm} u
+  mkdir -p "$cache"
+  if [ ! -s "$cache/rootfs-$suite.tar" ]; then
+    echo "vm: debootstrapping $suite with systemd (once; cached in $cache)" >&2
+    debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
+      >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log" >&2; return 2; }
+    tar -C "$work/bootstrap" -cf "$cache/rootfs-$suite.tar.tmp" .
+    mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
+    rm -rf "$work/bootstrap"
+  fi
+  mkdir -p "$root"
+  tar -C "$root" -xf "$cache/rootfs-$suite.tar"
+  rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
+  # The kernel runs /init from an initramfs: make it systemd. Nothing waits
+  # for a serial getty (no udev here) or runs periodic jobs.
+  ln -sf /lib/systemd/systemd "$root/init"
+  ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
+  for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
+    dpkg-db-backup.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service; do
+    ln -sf /dev/null "$root/etc/systemd/system/$u"
+  done
+}

@@ -12,32 +12,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 . "$here/lib.sh"
-cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm}
-suite=bookworm
 work=$(mktemp -d /tmp/podvisor-pkgvm.XXXXXX)
 trap 'rm -rf "$work" "$repo/dist/v0.0.1" "$repo/dist/v0.0.2"' EXIT
 
-mkdir -p "$cache"
-if [ ! -s "$cache/rootfs-$suite.tar" ]; then
-  echo "packages-systemd.sh: debootstrapping $suite with systemd (once; cached in $cache)"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
-    >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 2; }
-  tar -C "$work/bootstrap" -cf "$cache/rootfs-$suite.tar.tmp" .
-  mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
-  rm -rf "$work/bootstrap"
-fi
 vmlinuz=$(fetch_kernel "$work/k")
-
 root="$work/root"
-mkdir -p "$root"
-tar -C "$root" -xf "$cache/rootfs-$suite.tar"
-rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
-ln -sf /lib/systemd/systemd "$root/init"
-ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
-for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
-  dpkg-db-backup.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service; do
-  ln -sf /dev/null "$root/etc/systemd/system/$u"
-done
+systemd_root "$work" "$root"
 
 cd "$repo"
 for v in 0.0.1 0.0.2; do

@@ -16,21 +16,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm}
-suite=bookworm
+. "$here/lib.sh"
 work=$(mktemp -d /tmp/podvisor-pkgtest.XXXXXX)
 cleanup() { rm -rf "$work" "$repo/dist/v0.0.1" "$repo/dist/v0.0.2"; }
 trap cleanup EXIT
-
-mkdir -p "$cache"
-if [ ! -s "$cache/rootfs-$suite.tar" ]; then
-  echo "packages.sh: debootstrapping $suite (once; cached in $cache)"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
-    >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 2; }
-  tar -C "$work/bootstrap" -cf "$cache/rootfs-$suite.tar.tmp" .
-  mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
-  rm -rf "$work/bootstrap"
-fi
 
 # Two releases that differ in their version only.
 cd "$repo"
@@ -63,8 +52,7 @@ grep -qx 'Depends: podvisor' <(dpkg-deb -f "$pkgs/podvisor-containerd_0.0.1_amd6
   fail "podvisor-containerd .deb does not depend on podvisor"
 
 root="$work/root"
-mkdir -p "$root"
-tar -C "$root" -xf "$cache/rootfs-$suite.tar"
+systemd_root "$work" "$root" # the bookworm root, used as a chroot here
 mv "$work"/*.deb "$root/tmp/"
 # The device's own settings, there before the package (dpkg keeps them with
 # --force-confold): no cgroups, as this host's hierarchy is shared.

@@ -25,34 +25,12 @@ set -euo pipefail
 bin=$(cd "$1" && pwd) image=$2
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm}
-suite=bookworm
 work=$(mktemp -d /tmp/podvisor-sdvm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-mkdir -p "$cache"
-if [ ! -s "$cache/rootfs-$suite.tar" ]; then
-  echo "systemd.sh: debootstrapping $suite with systemd (once; cached in $cache)"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
-    >"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log"; exit 2; }
-  tar -C "$work/bootstrap" -cf "$cache/rootfs-$suite.tar.tmp" .
-  mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
-  rm -rf "$work/bootstrap"
-fi
 vmlinuz=$(fetch_kernel "$work/k")
-
 root="$work/root"
-mkdir -p "$root"
-tar -C "$root" -xf "$cache/rootfs-$suite.tar"
-rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
-# The kernel runs /init from an initramfs: make it systemd. Nothing waits
-# for a serial getty (no udev here) or runs periodic jobs.
-ln -sf /lib/systemd/systemd "$root/init"
-ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
-for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
-  dpkg-db-backup.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service; do
-  ln -sf /dev/null "$root/etc/systemd/system/$u"
-done
+systemd_root "$work" "$root"
 echo podvisor-vm > "$root/etc/hostname"
 
 install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$bin/podvisor-containerd" "$root/usr/bin/"
