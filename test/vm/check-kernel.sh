@@ -16,5 +16,5 @@ config=$(ls "$work"/k/kernel/boot/config-* | head -1)
 if out=$("$podvisor" check-kernel --config kernel/testdata/minimal.config 2>&1); then
   echo "check-kernel passed a kernel without CONFIG_CGROUP_SCHED:"; echo "$out"; exit 1
 fi
-echo "$out" | grep -q 'MISSING  CONFIG_CGROUP_SCHED' || { echo "minimal config: CONFIG_CGROUP_SCHED not named:"; echo "$out"; exit 1; }
+grep -q 'MISSING  CONFIG_CGROUP_SCHED' <<<"$out" || { echo "minimal config: CONFIG_CGROUP_SCHED not named:"; echo "$out"; exit 1; }
 echo "check-kernel: Debian's $(basename "$config") passes; the minimal config fails as it should"

@@ -44,9 +44,14 @@ grep -q '^depend = podvisor$' <<<"$info" || fail "podvisor-containerd .apk does 
 mkdir "$work/ipk" && tar -C "$work/ipk" -xzf "$pkgs/podvisor_0.0.1_x86_64.ipk" && tar -C "$work/ipk" -xzf "$work/ipk/control.tar.gz"
 grep -q '^Package: podvisor$' "$work/ipk/control" && [ -x "$work/ipk/postinst" ] || fail ".ipk control: $(cat "$work/ipk/control")"
 if command -v rpm >/dev/null; then
-  rpm -qp --configfiles "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -qx /etc/podvisor/config.yaml || fail ".rpm: config.yaml is no config file"
-  rpm -qp --requires "$pkgs/podvisor-containerd-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -qx podvisor || fail "podvisor-containerd .rpm does not require podvisor"
-  rpm -qp --scripts "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null | grep -q '^preuninstall scriptlet' || fail ".rpm has no preuninstall scriptlet"
+  # Read whole before grep: grep -q stops at the first match, and under
+  # pipefail the SIGPIPE rpm may then get fails the check.
+  out=$(rpm -qp --configfiles "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null || true)
+  grep -qx /etc/podvisor/config.yaml <<<"$out" || fail ".rpm: config.yaml is no config file"
+  out=$(rpm -qp --requires "$pkgs/podvisor-containerd-0.0.1-1.x86_64.rpm" 2>/dev/null || true)
+  grep -qx podvisor <<<"$out" || fail "podvisor-containerd .rpm does not require podvisor"
+  out=$(rpm -qp --scripts "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null || true)
+  grep -q '^preuninstall scriptlet' <<<"$out" || fail ".rpm has no preuninstall scriptlet"
 fi
 grep -qx 'Depends: podvisor' <(dpkg-deb -f "$pkgs/podvisor-containerd_0.0.1_amd64.deb" Depends | sed 's/^/Depends: /') ||
   fail "podvisor-containerd .deb does not depend on podvisor"
