@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"syscall"
 	"time"
 
@@ -144,7 +145,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
-	task, err := c.NewTask(ctx, p.logs.creator(logs))
+	task, err := p.newTask(ctx, c, cfg.ShimGroup, logs)
 	if err == nil {
 		err = task.Start(ctx)
 		if err != nil {
@@ -418,4 +419,29 @@ func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 		reply.Containers = append(reply.Containers, f)
 	}
 	return nil
+}
+
+// shimStartAttempts bounds newTask's tries.
+const shimStartAttempts = 4
+
+// newTask creates a container's task. Containers of one shim group whose
+// shim is not running yet race to start it: containerd 1.6's runc shim
+// lets one remove the socket another is still setting up ("create new
+// shim socket: chmod …: no such file or directory"), as the containers
+// of a new pod starting together showed. The loser tries again, a little
+// later, and joins the shim the winner started.
+func (p *Plugin) newTask(ctx context.Context, c ctrd.Container, group string, logs logSpec) (ctrd.Task, error) {
+	for attempt := 1; ; attempt++ {
+		task, err := c.NewTask(ctx, p.logs.creator(logs))
+		if err == nil || group == "" || attempt == shimStartAttempts || !strings.Contains(err.Error(), "failed to start shim") {
+			return task, err
+		}
+		p.logs.finish(c.ID())
+		p.log.Info("starting the shim raced another start; trying again", "id", c.ID(), "attempt", attempt, "err", err)
+		select {
+		case <-time.After(time.Duration(attempt) * 25 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
