@@ -25,7 +25,7 @@ func TestDaemonReleasesStartupCode(t *testing.T) {
 	// uint32: f_type is an int32 on 32-bit ARM and 386, and RAMFS_MAGIC
 	// does not fit one.
 	if magic := uint32(fs.Type); magic == unix.TMPFS_MAGIC || magic == unix.RAMFS_MAGIC {
-		t.Skip("the test binaries are on tmpfs, where the daemon keeps its code (paging it out would write it to swap)")
+		prerequisite(t, "test binaries off tmpfs: on tmpfs the daemon keeps its code (paging it out would write it to swap)")
 	}
 	d := newDaemon(t)
 	d.start()

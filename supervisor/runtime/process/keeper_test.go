@@ -24,7 +24,7 @@ import (
 // its own (the keeper runs only those).
 func newKeeperEnv(t *testing.T, dir string, shimCmd []string) *env {
 	if os.Geteuid() != 0 {
-		t.Skip("the keeper's containers need cgroups of their own: run as root")
+		missing(t, "root: the keeper's containers need cgroups of their own")
 	}
 	if shimCmd == nil {
 		shimCmd = []string{os.Args[0], "shim"}
@@ -74,7 +74,7 @@ func testCgroup(t *testing.T, name string) shim.Cgroup {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		dir := filepath.Join("/sys/fs/cgroup", "podvisor-keeper-test-"+name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Skipf("no cgroup for the test: %v", err)
+			missing(t, "a cgroup for the test: %v", err)
 		}
 		t.Cleanup(func() { rmdirWhenEmpty(dir) })
 		return shim.Cgroup{Dir: dir}
@@ -89,7 +89,7 @@ func testCgroup(t *testing.T, name string) shim.Cgroup {
 	base := "/sys/fs/cgroup/pids"
 	dir := filepath.Join(base, "podvisor-keeper-test-"+name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("no cgroup for the test: %v", err)
+		missing(t, "a cgroup for the test: %v", err)
 	}
 	t.Cleanup(func() { rmdirWhenEmpty(dir) })
 	return shim.Cgroup{Procs: []string{filepath.Join(dir, "cgroup.procs")}, Return: []string{filepath.Join(base, self, "cgroup.procs")}}
