@@ -108,6 +108,25 @@ spec:
         image: host
 `
 
+func daemonSetHead(rollingUpdate string) string {
+	return "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  updateStrategy: {rollingUpdate: " + rollingUpdate +
+		"}\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      containers: [{name: c, image: host}]\n"
+}
+
+// A Deployment may surge past 100% (only maxUnavailable is bounded) and
+// a DaemonSet may surge instead of taking pods down, as in Kubernetes.
+func TestDecodeRollingUpdateBounds(t *testing.T) {
+	for name, file := range map[string]string{
+		"deployment surge 200%": strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxSurge: 200%, maxUnavailable: 0}}\n  selector", 1),
+		"daemonset surge only":  daemonSetHead("{maxSurge: 100%, maxUnavailable: 0}"),
+		"daemonset default":     daemonSetHead("{}"),
+	} {
+		if _, err := Decode("f.yaml", []byte(file)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	pc := "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: %s\nvalue: %s\n"
 	for _, tc := range []struct {
@@ -152,6 +171,24 @@ func TestDecodeRejects(t *testing.T) {
 		{"template nodeName", deploymentHead + "      nodeName: dev1\n", `spec.template.spec.nodeName: Forbidden`},
 		{"recreate with rollingUpdate", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {type: Recreate, rollingUpdate: {maxSurge: 1}}\n  selector", 1),
 			"spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"},
+		{"deployment negative percent", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxSurge: \"-5%\"}}\n  selector", 1),
+			`spec.strategy.rollingUpdate.maxSurge: Invalid value: "-5%": a valid percent string must be a numeric string followed by an ending '%'`},
+		{"deployment signed percent", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxUnavailable: \"+5%\"}}\n  selector", 1),
+			`spec.strategy.rollingUpdate.maxUnavailable: Invalid value: "+5%"`},
+		{"deployment unavailable over 100%", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxUnavailable: 101%}}\n  selector", 1),
+			`spec.strategy.rollingUpdate.maxUnavailable: Invalid value: "101%": must not be greater than 100%`},
+		{"deployment both zero", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxUnavailable: 0%, maxSurge: 0}}\n  selector", 1),
+			"spec.strategy.rollingUpdate.maxUnavailable: Invalid value: \"0%\": may not be 0 when `maxSurge` is 0"},
+		{"deployment activeDeadlineSeconds", deploymentHead + "      activeDeadlineSeconds: 5\n",
+			`spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported`},
+		{"daemonset surge and unavailable", daemonSetHead("{maxSurge: 1, maxUnavailable: 1}"),
+			`DaemonSet "agent": spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: 1: may not be set when maxUnavailable is non-zero`},
+		{"daemonset both zero", daemonSetHead("{maxSurge: 0%, maxUnavailable: 0}"),
+			`spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0`},
+		{"daemonset surge over 100%", daemonSetHead("{maxSurge: 150%, maxUnavailable: 0}"),
+			`spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: "150%": must not be greater than 100%`},
+		{"daemonset negative", daemonSetHead("{maxUnavailable: -1}"),
+			`spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: -1: must be greater than or equal to 0`},
 		{"system priority class", strings.Replace(strings.Replace(pc, "%s", "system-mine", 1), "%s", "10", 1), `reserved for system use only`},
 		{"priority too high", strings.Replace(strings.Replace(pc, "%s", "huge", 1), "%s", "2000000000", 1),
 			`value: Forbidden: maximum allowed value of a user defined priority is 1000000000`},

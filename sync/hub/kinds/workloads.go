@@ -1,7 +1,9 @@
 package kinds
 
 import (
+	"cmp"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -146,7 +148,9 @@ func validateTemplate(kind string, name string, sel *metav1.LabelSelector, t *v1
 		errs = append(errs, field.NotSupported(tp.Child("spec", "restartPolicy"), t.Spec.RestartPolicy, []string{string(v1.RestartPolicyAlways)}))
 	}
 	if t.Spec.ActiveDeadlineSeconds != nil {
-		errs = append(errs, field.Forbidden(tp.Child("spec", "activeDeadlineSeconds"), "activeDeadlineSeconds in "+kind+" is not Supported"))
+		// The API server checks a Deployment's template as its ReplicaSet's.
+		owner := map[string]string{"Deployment": "ReplicaSet"}[kind]
+		errs = append(errs, field.Forbidden(tp.Child("spec", "activeDeadlineSeconds"), "activeDeadlineSeconds in "+cmp.Or(owner, kind)+" is not Supported"))
 	}
 	if t.Spec.NodeName != "" {
 		errs = append(errs, field.Forbidden(tp.Child("spec", "nodeName"), "the hub places a "+kind+"'s pods; use nodeSelector or affinity"))
@@ -170,8 +174,7 @@ func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 			errs = append(errs, field.Forbidden(sp.Child("rollingUpdate"), "may not be specified when strategy `type` is '"+string(appsv1.RecreateDeploymentStrategyType)+"'"))
 		}
 	case appsv1.RollingUpdateDeploymentStrategyType:
-		ru := s.Strategy.RollingUpdate
-		errs = append(errs, validateSurge(ru.MaxUnavailable, ru.MaxSurge, sp.Child("rollingUpdate"))...)
+		errs = append(errs, validateRollingUpdateDeployment(s.Strategy.RollingUpdate, sp.Child("rollingUpdate"))...)
 	default:
 		errs = append(errs, field.NotSupported(sp.Child("type"), s.Strategy.Type, []string{"Recreate", "RollingUpdate"}))
 	}
@@ -192,8 +195,7 @@ func validateDaemonSet(ds *appsv1.DaemonSet) field.ErrorList {
 	switch s.UpdateStrategy.Type {
 	case appsv1.OnDeleteDaemonSetStrategyType:
 	case appsv1.RollingUpdateDaemonSetStrategyType:
-		ru := s.UpdateStrategy.RollingUpdate
-		errs = append(errs, validateSurge(ru.MaxUnavailable, ru.MaxSurge, up.Child("rollingUpdate"))...)
+		errs = append(errs, validateRollingUpdateDaemonSet(s.UpdateStrategy.RollingUpdate, up.Child("rollingUpdate"))...)
 	default:
 		errs = append(errs, field.NotSupported(up.Child("type"), s.UpdateStrategy.Type, []string{"OnDelete", "RollingUpdate"}))
 	}
@@ -202,43 +204,69 @@ func validateDaemonSet(ds *appsv1.DaemonSet) field.ErrorList {
 	return errs
 }
 
-// validateSurge checks maxUnavailable and maxSurge: non-negative integers
-// or percentages up to 100%, not both zero.
-func validateSurge(unavailable, surge *intstr.IntOrString, path *field.Path) field.ErrorList {
+// intOrPercent is ValidatePositiveIntOrPercent: a non-negative integer or
+// a percentage ("25%"; no sign, no space). It returns the number held, 0
+// when invalid (as the API server's getIntOrPercentValue), and whether it
+// is a percentage.
+func intOrPercent(v *intstr.IntOrString, p *field.Path) (int, bool, field.ErrorList) {
+	if v == nil {
+		return 0, false, nil
+	}
+	if v.Type != intstr.String {
+		return int(v.IntVal), false, apivalidation.ValidateNonnegativeField(int64(v.IntVal), p)
+	}
 	var errs field.ErrorList
-	check := func(v *intstr.IntOrString, name string) bool {
-		if v == nil {
-			return true
-		}
-		p := path.Child(name)
-		if v.Type == intstr.String {
-			n, ok := strings.CutSuffix(v.StrVal, "%")
-			pct, err := intstrPercent(n)
-			if !ok || err != nil {
-				errs = append(errs, field.Invalid(p, v.StrVal, "a valid percent string must be a numeric string followed by an ending '%'"))
-				return false
-			}
-			if pct > 100 {
-				errs = append(errs, field.Invalid(p, v.StrVal, "must not be greater than 100%"))
-			}
-			return pct == 0
-		}
-		if v.IntVal < 0 {
-			errs = append(errs, field.Invalid(p, v.IntVal, "must be greater than or equal to 0"))
-		}
-		return v.IntVal == 0
+	for _, msg := range validation.IsValidPercent(v.StrVal) {
+		errs = append(errs, field.Invalid(p, v.StrVal, msg))
 	}
-	zeroUnavailable := check(unavailable, "maxUnavailable")
-	zeroSurge := check(surge, "maxSurge")
-	if zeroUnavailable && zeroSurge {
-		errs = append(errs, field.Invalid(path.Child("maxUnavailable"), unavailable, "may not be 0 when `maxSurge` is 0"))
+	if len(errs) > 0 {
+		return 0, false, errs
 	}
-	return errs
+	n, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
+	if err != nil { // more digits than an int holds
+		return 0, true, field.ErrorList{field.Invalid(p, v.StrVal, "must not be greater than 100%")}
+	}
+	return n, true, nil
 }
 
-func intstrPercent(s string) (int, error) {
-	v := intstr.FromString(s + "%")
-	return intstr.GetScaledValueFromIntOrPercent(&v, 100, false)
+// notOver100 is IsNotMoreThan100Percent.
+func notOver100(v *intstr.IntOrString, n int, percent bool, p *field.Path) field.ErrorList {
+	if !percent || n <= 100 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, v.StrVal, "must not be greater than 100%")}
+}
+
+// validateRollingUpdateDeployment is ValidateRollingUpdateDeployment:
+// not both zero, maxUnavailable at most 100% (maxSurge may pass it).
+func validateRollingUpdateDeployment(ru *appsv1.RollingUpdateDeployment, path *field.Path) field.ErrorList {
+	up, sp := path.Child("maxUnavailable"), path.Child("maxSurge")
+	unavailable, percent, errs := intOrPercent(ru.MaxUnavailable, up)
+	surge, _, surgeErrs := intOrPercent(ru.MaxSurge, sp)
+	errs = append(errs, surgeErrs...)
+	if unavailable == 0 && surge == 0 {
+		errs = append(errs, field.Invalid(up, ru.MaxUnavailable, "may not be 0 when `maxSurge` is 0"))
+	}
+	return append(errs, notOver100(ru.MaxUnavailable, unavailable, percent, up)...)
+}
+
+// validateRollingUpdateDaemonSet is ValidateRollingUpdateDaemonSet: both
+// at most 100%, and exactly one of them not zero (a DaemonSet either
+// surges or takes pods down, never both).
+func validateRollingUpdateDaemonSet(ru *appsv1.RollingUpdateDaemonSet, path *field.Path) field.ErrorList {
+	up, sp := path.Child("maxUnavailable"), path.Child("maxSurge")
+	unavailable, unavailablePercent, errs := intOrPercent(ru.MaxUnavailable, up)
+	surge, surgePercent, surgeErrs := intOrPercent(ru.MaxSurge, sp)
+	errs = append(errs, surgeErrs...)
+	errs = append(errs, notOver100(ru.MaxUnavailable, unavailable, unavailablePercent, up)...)
+	errs = append(errs, notOver100(ru.MaxSurge, surge, surgePercent, sp)...)
+	switch {
+	case unavailable != 0 && surge != 0:
+		errs = append(errs, field.Invalid(sp, ru.MaxSurge, "may not be set when maxUnavailable is non-zero"))
+	case unavailable == 0 && surge == 0:
+		errs = append(errs, field.Required(up, "cannot be 0 when maxSurge is 0"))
+	}
+	return errs
 }
 
 func validatePriorityClass(pc *schedulingv1.PriorityClass) field.ErrorList {
@@ -256,7 +284,8 @@ func validatePriorityClass(pc *schedulingv1.PriorityClass) field.ErrorList {
 		errs = append(errs, field.Forbidden(path.Child("namespace"), "not allowed on this type"))
 	}
 	if strings.HasPrefix(pc.Name, "system-") {
-		errs = append(errs, field.Forbidden(path.Child("name"), "priority class names with 'system-' prefix are reserved for system use only"))
+		// The built-in classes exist already: none is the user's to apply.
+		errs = append(errs, field.Forbidden(path.Child("name"), "priority class names with 'system-' prefix are reserved for system use only. error: "+pc.Name+" is not a known system priority class"))
 	}
 	errs = append(errs, metavalidation.ValidateLabels(pc.Labels, path.Child("labels"))...)
 	if pc.Value > HighestUserDefinablePriority {
