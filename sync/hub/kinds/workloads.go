@@ -285,7 +285,11 @@ func validatePriorityClass(pc *schedulingv1.PriorityClass) field.ErrorList {
 	}
 	if strings.HasPrefix(pc.Name, "system-") {
 		// The built-in classes exist already: none is the user's to apply.
-		errs = append(errs, field.Forbidden(path.Child("name"), "priority class names with 'system-' prefix are reserved for system use only. error: "+pc.Name+" is not a known system priority class"))
+		why := pc.Name + " is not a known system priority class"
+		if pc.Name == "system-node-critical" || pc.Name == "system-cluster-critical" {
+			why = pc.Name + " is built in"
+		}
+		errs = append(errs, field.Forbidden(path.Child("name"), "priority class names with 'system-' prefix are reserved for system use only. error: "+why))
 	}
 	errs = append(errs, metavalidation.ValidateLabels(pc.Labels, path.Child("labels"))...)
 	if pc.Value > HighestUserDefinablePriority {
