@@ -10,9 +10,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -38,32 +40,17 @@ type Workloads struct {
 
 // ApplyObjects stores decoded objects, all or nothing: workloads and
 // PriorityClasses replace those of the same name, bare pods are added
-// unbound (a pod already held keeps its place: pods are immutable).
+// unbound (a pod already held keeps its place: pods are immutable). What
+// the API server checks against stored objects is checked here: fields
+// immutable on update, one global default PriorityClass, a bare pod's
+// priority against its class; and the server's own metadata is set
+// whatever the file says (see serverFields).
 func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	// uid keeps a replaced object's UID (its pods' owner references
-	// name it), and gives a new one a fresh UID, as the API server does.
-	uid := func(kind, ns, name string, meta *metav1.ObjectMeta) error {
-		var raw []byte
-		err := tx.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, ns, name).Scan(&raw)
-		var old struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-		}
-		switch {
-		case err == sql.ErrNoRows:
-			meta.UID = uuid.NewUUID()
-		case err != nil:
-			return err
-		default:
-			json.Unmarshal(raw, &old)
-			meta.UID, meta.CreationTimestamp = old.Metadata.UID, old.Metadata.CreationTimestamp
-		}
-		return nil
-	}
 	put := func(kind, ns, name string, obj any) error {
 		raw, err := json.Marshal(obj)
 		if err != nil {
@@ -73,27 +60,59 @@ func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 			ON CONFLICT(kind, namespace, name) DO UPDATE SET object = excluded.object`, kind, ns, name, raw)
 		return err
 	}
+	refused := func(kind, ns, name string, errs field.ErrorList) error {
+		return fmt.Errorf("%s: %w", objs.Where(kind, ns, name), errs.ToAggregate())
+	}
+	selectorPath := field.NewPath("spec", "selector")
 	for _, d := range objs.Deployments {
-		if err := uid(KindDeployment, d.Namespace, d.Name, &d.ObjectMeta); err != nil {
+		old := &appsv1.Deployment{}
+		found, err := storedObject(tx, KindDeployment, d.Namespace, d.Name, old)
+		if err != nil {
 			return err
 		}
-		if err := put(KindDeployment, d.Namespace, d.Name, stamped(d, &d.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+		if found {
+			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
+				return refused(KindDeployment, d.Namespace, d.Name, errs)
+			}
+		}
+		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
+		d.Status = appsv1.DeploymentStatus{}
+		if err := put(KindDeployment, d.Namespace, d.Name, d); err != nil {
 			return err
 		}
 	}
 	for _, d := range objs.DaemonSets {
-		if err := uid(KindDaemonSet, d.Namespace, d.Name, &d.ObjectMeta); err != nil {
+		old := &appsv1.DaemonSet{}
+		found, err := storedObject(tx, KindDaemonSet, d.Namespace, d.Name, old)
+		if err != nil {
 			return err
 		}
-		if err := put(KindDaemonSet, d.Namespace, d.Name, stamped(d, &d.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+		if found {
+			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
+				return refused(KindDaemonSet, d.Namespace, d.Name, errs)
+			}
+		}
+		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
+		d.Status = appsv1.DaemonSetStatus{}
+		if err := put(KindDaemonSet, d.Namespace, d.Name, d); err != nil {
 			return err
 		}
 	}
 	for _, pc := range objs.PriorityClasses {
-		if err := uid(KindPriorityClass, "", pc.Name, &pc.ObjectMeta); err != nil {
+		old := &schedulingv1.PriorityClass{}
+		found, err := storedObject(tx, KindPriorityClass, "", pc.Name, old)
+		if err != nil {
 			return err
 		}
-		if err := put(KindPriorityClass, "", pc.Name, stamped(pc, &pc.ObjectMeta.CreationTimestamp.Time, now)); err != nil {
+		errs, err := checkPriorityClass(tx, pc, old, found)
+		if err != nil {
+			return err
+		}
+		if len(errs) > 0 {
+			return refused(KindPriorityClass, "", pc.Name, errs)
+		}
+		serverFields(&pc.ObjectMeta, &old.ObjectMeta, found, false, now)
+		if err := put(KindPriorityClass, "", pc.Name, pc); err != nil {
 			return err
 		}
 	}
@@ -111,9 +130,13 @@ func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 		if p.Namespace == "" {
 			p.Namespace = "default"
 		}
+		if err := admitPriority(tx, p); err != nil {
+			return fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), err)
+		}
 		p.Spec.NodeName = "" // the scheduler places bare pods
-		p.UID = uuid.NewUUID()
-		raw, _ := json.Marshal(stamped(p, &p.ObjectMeta.CreationTimestamp.Time, now))
+		p.Status = v1.PodStatus{}
+		serverFields(&p.ObjectMeta, nil, false, false, now)
+		raw, _ := json.Marshal(p)
 		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, pod) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
 			p.Namespace, p.Name, raw); err != nil {
 			return err
@@ -147,14 +170,6 @@ func checkWorkloadBounds(tx *sql.Tx) error {
 		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, maxHubPods)
 	}
 	return nil
-}
-
-// stamped sets a creation time on a new object.
-func stamped[T any](obj T, created *time.Time, now time.Time) T {
-	if created.IsZero() {
-		*created = now.UTC().Truncate(time.Second)
-	}
-	return obj
 }
 
 // DeleteHubPod deletes a pod the scheduler placed: gracefully on its

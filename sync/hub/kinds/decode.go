@@ -6,6 +6,7 @@
 package kinds
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +31,28 @@ type Objects struct {
 	DaemonSets      []*appsv1.DaemonSet
 	Deployments     []*appsv1.Deployment
 	PriorityClasses []*schedulingv1.PriorityClass
+
+	file      string
+	documents map[string]int // by ID
+}
+
+// ID names an object as Decode knows it: "Deployment default/web",
+// "Pod default/p", "PriorityClass high".
+func ID(kind, namespace, name string) string {
+	if kind == "PriorityClass" {
+		return kind + " " + name
+	}
+	return kind + " " + namespace + "/" + name
+}
+
+// Where is "file: document N: ID", for errors about a decoded object
+// found after decoding (an apply that conflicts with what is stored).
+func (o *Objects) Where(kind, namespace, name string) string {
+	id := ID(kind, namespace, name)
+	if n, ok := o.documents[id]; ok {
+		return fmt.Sprintf("%s: document %d: %s", o.file, n, id)
+	}
+	return cmp.Or(o.file, "<request>") + ": " + id
 }
 
 // Len is the number of objects.
@@ -51,8 +76,9 @@ func Decode(file string, data []byte) (*Objects, error) {
 	if len(docs) > MaxDocuments {
 		return nil, fmt.Errorf("%s: %d documents, more than the %d allowed", file, len(docs), MaxDocuments)
 	}
-	out := &Objects{}
+	out := &Objects{file: file}
 	seen := map[string]int{}
+	out.documents = seen
 	for i, doc := range docs {
 		where := fmt.Sprintf("%s: document %d", file, i+1)
 		id, err := out.decode(doc)
@@ -90,7 +116,7 @@ func (o *Objects) decode(doc []byte) (string, error) {
 		ns = "default"
 	}
 	named := fmt.Sprintf("%s %q", head.Kind, head.Metadata.Name)
-	id := fmt.Sprintf("%s %s/%s", head.Kind, ns, head.Metadata.Name)
+	id := ID(head.Kind, ns, head.Metadata.Name)
 	switch gvk := head.APIVersion + ", " + head.Kind; gvk {
 	case "v1, Pod":
 		pods, err := manifest.Decode(doc)
@@ -98,7 +124,9 @@ func (o *Objects) decode(doc []byte) (string, error) {
 			return "", err
 		}
 		p := pods[0]
-		if errs := validateScheduling(&p.Spec, specPath); len(errs) > 0 {
+		errs := validateScheduling(&p.Spec, specPath)
+		errs = append(errs, validateBareOwners(p.OwnerReferences)...)
+		if len(errs) > 0 {
 			return "", fmt.Errorf("pod %q: %w", p.Name, errs.ToAggregate())
 		}
 		o.Pods = append(o.Pods, p)
@@ -135,7 +163,6 @@ func (o *Objects) decode(doc []byte) (string, error) {
 			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
 		}
 		o.PriorityClasses = append(o.PriorityClasses, &pc)
-		id = "PriorityClass " + pc.Name
 	default:
 		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet and Deployment, scheduling.k8s.io/v1 PriorityClass",
 			head.APIVersion, head.Kind)
@@ -183,4 +210,19 @@ func describeJSONError(err error) string {
 		parts = append(parts, seg)
 	}
 	return fmt.Sprintf("%s: expected %s, got %s", strings.Join(parts, "."), msg[k+len(" of type "):], got)
+}
+
+// validateBareOwners refuses a controller owner reference on a pod
+// applied by itself: the hub's controllers know their pods by the
+// owner's name, so such a pod would be counted as a Deployment's replica
+// or deleted as an orphan (a pod copied from `kubectl get -o yaml`).
+func validateBareOwners(refs []metav1.OwnerReference) field.ErrorList {
+	var errs field.ErrorList
+	for i, ref := range refs {
+		if ref.Controller != nil && *ref.Controller {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "ownerReferences").Index(i),
+				"a pod applied by itself has no controller: the hub's Deployments and DaemonSets make their own pods"))
+		}
+	}
+	return errs
 }

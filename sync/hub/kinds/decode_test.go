@@ -197,6 +197,8 @@ func TestDecodeRejects(t *testing.T) {
 			"`selector` does not match template `labels`"},
 		{"pod with bad toleration", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  tolerations: [{value: x}]\n  containers: [{name: c, image: host}]\n",
 			`pod "p": spec.tolerations[0].operator`},
+		{"pod with a controller", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d4f8, uid: u, controller: true}]\nspec:\n  containers: [{name: c, image: host}]\n",
+			`f.yaml: document 1: pod "p": metadata.ownerReferences[0]: Forbidden: a pod applied by itself has no controller`},
 		{"empty file", "# nothing\n", "f.yaml: no objects"},
 		{"not YAML", "kind: [\n", "f.yaml: "},
 	} {

@@ -1,0 +1,146 @@
+package hub_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/podvisor/podvisor/sync/hub/kinds"
+)
+
+// applyErr applies a file and returns the refusal, if any.
+func (r *schedRig) applyErr(yaml string) error {
+	r.t.Helper()
+	objs, err := kinds.Decode("fleet.yaml", []byte(yaml))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return r.fleet.ApplyObjects(objs, r.now)
+}
+
+const barePod = "apiVersion: v1\nkind: Pod\nmetadata: {name: solo}\nspec:\n  containers: [{name: c, image: \"process:///bin/sleep\", args: [\"1000\"]}]\n"
+
+// What the API server refuses against stored objects is refused, naming
+// the file, the document, the object and the field; nothing of a
+// refused file is kept.
+func TestApplyRefusesAsTheAPIServer(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	r.apply(fleetYAML)
+	for _, c := range []struct{ name, file, want string }{
+		{"deployment selector", strings.ReplaceAll(fleetYAML, "app: bridge}", "app: bridge, tier: x}"),
+			`fleet.yaml: document 3: Deployment default/bridge: spec.selector: Invalid value: `},
+		{"daemonset selector", strings.ReplaceAll(fleetYAML, "app: agent}", "app: agent2}"),
+			`fleet.yaml: document 2: DaemonSet default/agent: spec.selector: Invalid value: `},
+		{"class value", strings.Replace(fleetYAML, "value: 1000", "value: 2000", 1),
+			`fleet.yaml: document 1: PriorityClass important: value: Forbidden: may not be changed in an update.`},
+		{"class preemptionPolicy", strings.Replace(fleetYAML, "value: 1000", "value: 1000\npreemptionPolicy: Never", 1),
+			`fleet.yaml: document 1: PriorityClass important: preemptionPolicy: Invalid value: "Never": field is immutable`},
+		{"two defaults", "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: a}\nvalue: 5\nglobalDefault: true\n---\n" +
+			"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: b}\nvalue: 6\nglobalDefault: true\n",
+			`fleet.yaml: document 2: PriorityClass b: globalDefault: Forbidden: PriorityClass a is already marked as default. Only one default can exist`},
+		{"pod priority without class", strings.Replace(barePod, "spec:\n", "spec:\n  priority: 2000001000\n", 1),
+			`fleet.yaml: document 1: Pod default/solo: pods "solo" is forbidden: the integer value of priority (2000001000) must not be provided in pod spec; priority admission controller computed 0 from the given PriorityClass name`},
+		{"pod priority above its class", fleetYAML + "---\n" + strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: important\n  priority: 5000\n", 1),
+			`computed 1000 from the given PriorityClass name`},
+		{"pod priority of an unknown class", strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: gold\n  priority: 5000\n", 1),
+			`pods "solo" is forbidden: no PriorityClass with name gold was found`},
+		{"pod preemptionPolicy", fleetYAML + "---\n" + strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: important\n  preemptionPolicy: Never\n", 1),
+			`the string value of PreemptionPolicy (Never) must not be provided in pod spec; priority admission controller computed PreemptLowerPriority from the given PriorityClass name`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := r.applyErr(c.file)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v\nwant an error containing %q", err, c.want)
+			}
+		})
+	}
+	w, err := r.fleet.LoadWorkloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.PriorityClasses) != 1 || w.PriorityClasses[0].Value != 1000 || w.PriorityClasses[0].GlobalDefault {
+		t.Errorf("classes changed by refused files: %+v", w.PriorityClasses)
+	}
+	if pods, _ := r.fleet.HubPods(); len(pods) != 0 {
+		t.Errorf("%d pods stored by refused files", len(pods))
+	}
+	// What the class gives may be said again; the default may move once
+	// it is free, and a class stays the default when applied again.
+	ok := []string{
+		fleetYAML + "---\n" + strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: important\n  priority: 1000\n  preemptionPolicy: PreemptLowerPriority\n", 1),
+		"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: a}\nvalue: 5\nglobalDefault: true\n",
+		"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: a}\nvalue: 5\nglobalDefault: true\ndescription: again\n",
+		strings.Replace(strings.Replace(barePod, "solo", "solo2", 1), "spec:\n", "spec:\n  priority: 5\n", 1),
+	}
+	for i, file := range ok {
+		if err := r.applyErr(file); err != nil {
+			t.Errorf("file %d: %v", i, err)
+		}
+	}
+}
+
+// A file copied from `kubectl get -o yaml` carries what the API server
+// owns: a deletion timestamp, a status, a generation, a creation time.
+// The hub sets them itself, so the pod is scheduled (not left pending and
+// terminating for ever) and the Deployment counts its generations.
+func TestApplySetsServerFields(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b"})
+	copied := `apiVersion: v1
+kind: Pod
+metadata:
+  name: copied
+  uid: 11111111-2222-3333-4444-555555555555
+  resourceVersion: "42"
+  creationTimestamp: "2020-01-01T00:00:00Z"
+  deletionTimestamp: "2020-01-02T00:00:00Z"
+  deletionGracePeriodSeconds: 30
+spec:
+  nodeName: d2
+  containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
+status:
+  phase: Running
+  nominatedNodeName: d2
+`
+	r.apply(copied)
+	deployment := strings.Replace(fleetYAML, "metadata: {name: bridge}",
+		"metadata: {name: bridge, generation: 7, deletionTimestamp: \"2020-01-02T00:00:00Z\"}", 1)
+	r.apply(deployment)
+	pods, err := r.fleet.HubPods()
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("pods %v, %v", pods, err)
+	}
+	p := pods[0]
+	if p.DeletionTimestamp != nil || p.DeletionGracePeriodSeconds != nil || p.ResourceVersion != "" ||
+		p.Status.Phase != "" || p.Status.NominatedNodeName != "" || !p.CreationTimestamp.Time.Equal(r.now) ||
+		p.UID == "11111111-2222-3333-4444-555555555555" || p.Spec.NodeName != "" {
+		t.Errorf("stored pod keeps what the file said of it: %+v", p.ObjectMeta)
+	}
+	generation := func() (int64, string) {
+		t.Helper()
+		w, err := r.fleet.LoadWorkloads()
+		if err != nil || len(w.Deployments) != 1 {
+			t.Fatalf("%+v %v", w, err)
+		}
+		d := w.Deployments[0]
+		if d.DeletionTimestamp != nil || !d.CreationTimestamp.Time.Equal(r.now) {
+			t.Errorf("deployment metadata %+v", d.ObjectMeta)
+		}
+		return d.Generation, string(d.UID)
+	}
+	if g, _ := generation(); g != 1 {
+		t.Errorf("generation %d on create, want 1", g)
+	}
+	_, uid := generation()
+	r.apply(deployment)
+	if g, u := generation(); g != 1 || u != uid {
+		t.Errorf("the same spec again: generation %d uid %s, want 1 and %s", g, u, uid)
+	}
+	r.apply(strings.Replace(deployment, "replicas: 3", "replicas: 2", 1))
+	if g, u := generation(); g != 2 || u != uid {
+		t.Errorf("a new spec: generation %d uid %s, want 2 and %s", g, u, uid)
+	}
+	r.pass()
+	live, terminating := r.placed()
+	if len(terminating) != 0 || len(live[""]) != 1 || live[""][0] == "" {
+		t.Errorf("the copied pod: live %v, terminating %v; want it placed", live, terminating)
+	}
+}
