@@ -60,8 +60,20 @@ func (c *cli) deleteWorkload(kind, name, ns string) error {
 	if err := c.client().Do("DELETE", "/v1/workloads/"+path+"/"+url.PathEscape(ns)+"/"+url.PathEscape(name), nil, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "%s %s deleted; its pods terminate on their devices\n", strings.TrimSuffix(path, "s"), name)
+	fmt.Fprintln(c.out, deletedMessage(path, name))
 	return nil
+}
+
+// deletedMessage is kubectl's line for a deleted object, and what
+// becomes of a workload's pods.
+func deletedMessage(path, name string) string {
+	switch path {
+	case "priorityclasses":
+		return fmt.Sprintf("priorityclass.scheduling.k8s.io %q deleted", name)
+	case "daemonsets":
+		return fmt.Sprintf("daemonset.apps %q deleted; its pods terminate on their devices", name)
+	}
+	return fmt.Sprintf("deployment.apps %q deleted; its pods terminate on their devices", name)
 }
 
 func (c *cli) getWorkloads(kind, output string, now time.Time) error {
@@ -229,17 +241,39 @@ func (c *cli) taint(args []string) error {
 	if len(pos) < 3 || pos[0] != "device" {
 		return errors.New("usage: podhub taint device ID k=v:EFFECT|k:EFFECT-|k- [...]")
 	}
+	var reqs []hub.TaintRequest
 	for _, spec := range pos[2:] {
 		req, err := parseTaint(spec)
 		if err != nil {
 			return err
 		}
+		reqs = append(reqs, req)
+	}
+	for _, req := range reqs {
 		if err := c.client().Do("PUT", "/v1/devices/"+url.PathEscape(pos[1])+"/taints", req, nil); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(c.out, "device/%s tainted\n", pos[1])
+	fmt.Fprintf(c.out, "device/%s %s\n", pos[1], taintVerb(reqs))
 	return nil
+}
+
+// taintVerb is what kubectl taint says it did: tainted, untainted, or
+// modified when it did both.
+func taintVerb(reqs []hub.TaintRequest) string {
+	removes := 0
+	for _, r := range reqs {
+		if r.Remove {
+			removes++
+		}
+	}
+	switch removes {
+	case 0:
+		return "tainted"
+	case len(reqs):
+		return "untainted"
+	}
+	return "modified"
 }
 
 func parseTaint(spec string) (hub.TaintRequest, error) {

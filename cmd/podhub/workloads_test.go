@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/sync/hub"
 )
 
 func TestParseTaintAsKubectl(t *testing.T) {
@@ -25,6 +27,38 @@ func TestParseTaintAsKubectl(t *testing.T) {
 	for _, bad := range []string{"dedicated=cam", "=v:NoSchedule", ":NoSchedule"} {
 		if _, err := parseTaint(bad); err == nil {
 			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
+
+func TestDeleteAndTaintSayWhatKubectlSays(t *testing.T) {
+	for path, want := range map[string]string{
+		"priorityclasses": `priorityclass.scheduling.k8s.io "high" deleted`,
+		"daemonsets":      `daemonset.apps "high" deleted; its pods terminate on their devices`,
+		"deployments":     `deployment.apps "high" deleted; its pods terminate on their devices`,
+	} {
+		if got := deletedMessage(path, "high"); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	parse := func(specs ...string) []hub.TaintRequest {
+		var out []hub.TaintRequest
+		for _, s := range specs {
+			r, err := parseTaint(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	for want, specs := range map[string][]string{
+		"tainted":   {"a=b:NoSchedule", "c:NoExecute"},
+		"untainted": {"a-", "c:NoExecute-"},
+		"modified":  {"a=b:NoSchedule", "c-"},
+	} {
+		if got := taintVerb(parse(specs...)); got != want {
+			t.Errorf("%v: %s, want %s", specs, got, want)
 		}
 	}
 }
