@@ -133,7 +133,7 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 		// A bare pod must be one a device accepts as it is.
 		manifest.SetDefaults(p)
 		if errs := manifest.Validate(p); len(errs) > 0 {
-			return ObjectsApplied{}, fmt.Errorf("%s: pod %q: %w", req.File, p.Name, errs.ToAggregate())
+			return ObjectsApplied{}, fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), errs.ToAggregate())
 		}
 	}
 	if err := a.Fleet.ApplyObjects(objs, time.Now()); err != nil {

@@ -1,6 +1,7 @@
 package hub_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -142,5 +143,17 @@ status:
 	live, terminating := r.placed()
 	if len(terminating) != 0 || len(live[""]) != 1 || live[""][0] == "" {
 		t.Errorf("the copied pod: live %v, terminating %v; want it placed", live, terminating)
+	}
+}
+
+// A pod applied to a device by hand may not carry the scheduler's mark:
+// the next pass would take it off the device as one of its own.
+func TestHandAppliedPodMayNotClaimTheSchedulersMark(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"mine","annotations":{"podvisor.io/scheduled":"true"}},` +
+		`"spec":{"containers":[{"name":"c","image":"process:///bin/sleep"}]}}`)
+	_, err := r.hub.Apply("d1", []json.RawMessage{pod})
+	if err == nil || !strings.Contains(err.Error(), `pod "mine": metadata.annotations[podvisor.io/scheduled]: Forbidden`) {
+		t.Fatalf("got %v, want the annotation refused", err)
 	}
 }

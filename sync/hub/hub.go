@@ -345,6 +345,14 @@ func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 			reasons = append(reasons, r.Reason)
 		}
 	}
+	for _, p := range decoded {
+		// The scheduler takes the pods marked as its own off the device
+		// when it pushes the ones it placed.
+		if _, marked := p.Annotations[AnnotationScheduled]; marked {
+			reasons = append(reasons, fmt.Sprintf("pod %q: metadata.annotations[%s]: Forbidden: marks the pods the hub's scheduler places; the next pass would take this one off the device",
+				p.Name, AnnotationScheduled))
+		}
+	}
 	if len(reasons) > 0 {
 		return 0, fmt.Errorf("refused: %v", reasons)
 	}
