@@ -103,7 +103,7 @@ func (h *Hub) SchedulePass() (time.Time, error) {
 		return time.Time{}, err
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
-		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses})
+		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses, MaxPods: maxHubPods})
 	if pods, err = h.fleet.storePlan(pods, hashes, plan, now, c); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}

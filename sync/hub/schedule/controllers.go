@@ -168,7 +168,17 @@ func (s *state) createDaemonPod(ds *appsv1.DaemonSet, hash string, n *nodeInfo) 
 // admitCreated admits a controller's new pod and queues it, or records
 // the API server's refusal as a FailedCreate event on the workload.
 func (s *state) admitCreated(p *v1.Pod, kind string, owner metav1.ObjectMeta) {
-	if err := s.admit(p); err != nil {
+	key := types.NamespacedName{Namespace: owner.Namespace, Name: kind + "/" + owner.Name}
+	if s.overQuota[key] {
+		return // refused once this pass: one event says so
+	}
+	err := s.admit(p)
+	if err == nil && s.maxPods > 0 && len(s.pods) >= s.maxPods {
+		s.overQuota[key] = true
+		err = fmt.Errorf("pods %q is forbidden: exceeded quota: podhub, requested: pods=1, used: pods=%d, limited: pods=%d",
+			p.Name, len(s.pods), s.maxPods)
+	}
+	if err != nil {
 		s.plan.Events = append(s.plan.Events, Event{Kind: kind, Namespace: owner.Namespace, Name: owner.Name,
 			Type: v1.EventTypeWarning, Reason: "FailedCreate", Message: "Error creating: " + err.Error()})
 		return

@@ -497,3 +497,33 @@ func TestControllersAndSchedulerRecordEvents(t *testing.T) {
 		t.Errorf("FailedScheduling %q", got)
 	}
 }
+
+// A DaemonSet asks for a pod per device, which no apply-time check can
+// bound: past MaxPods its controller is refused as a pod quota refuses
+// it, with one FailedCreate event per workload and pass.
+func TestControllersStopAtMaxPods(t *testing.T) {
+	ds := daemonSet("agent", kv("app=agent"), "10m", "")
+	d := deployment("web", 3, kv("app=web"), "10m", "")
+	in := Input{Now: t0, Devices: zoned(5), DaemonSets: []*appsv1.DaemonSet{ds}, Deployments: []*appsv1.Deployment{d},
+		Pods: []*v1.Pod{pod("solo", "", nil, "10m", "")}, MaxPods: 4}
+	plan := Schedule(in)
+	if len(plan.Create) != 3 {
+		t.Fatalf("created %d pods with 1 held and a bound of 4, want 3", len(plan.Create))
+	}
+	var refused []string
+	for _, e := range plan.Events {
+		if e.Reason == "FailedCreate" {
+			refused = append(refused, e.Kind+" "+e.Name+": "+e.Message)
+		}
+	}
+	if len(refused) != 2 || !strings.HasPrefix(refused[0], `DaemonSet agent: Error creating: pods "agent-`) ||
+		!strings.HasSuffix(refused[0], `" is forbidden: exceeded quota: podhub, requested: pods=1, used: pods=4, limited: pods=4`) ||
+		!strings.HasPrefix(refused[1], "Deployment web: Error creating: pods \"web-") {
+		t.Fatalf("FailedCreate events %q, want one for the DaemonSet and one for the Deployment", refused)
+	}
+	// The next pass creates nothing more, and says so again the same way.
+	again := Schedule(apply(in, plan, t0.Add(time.Second)))
+	if len(again.Create) != 0 {
+		t.Errorf("created %d more pods past the bound", len(again.Create))
+	}
+}

@@ -36,6 +36,11 @@ type Input struct {
 	// PDBs make preemption prefer victims whose budget allows a
 	// disruption; status.disruptionsAllowed is taken as given.
 	PDBs []*policyv1.PodDisruptionBudget
+	// MaxPods bounds the pods the hub holds (0: no bound). A controller's
+	// pod past it is refused as a pod quota refuses it: a FailedCreate
+	// event, once per workload and pass. A DaemonSet makes a pod per
+	// device, so no check at apply time can bound what it asks for.
+	MaxPods int
 }
 
 // Plan is what the hub must do after one pass.
@@ -157,7 +162,10 @@ type state struct {
 	matchCache map[string]*matchCounts
 	// deployments select the pods the default spread counts.
 	deployments []*appsv1.Deployment
-	plan        Plan
+	maxPods     int
+	// overQuota are the workloads refused a pod this pass for MaxPods.
+	overQuota map[types.NamespacedName]bool
+	plan      Plan
 }
 
 // Schedule runs one pass: taint-based eviction, the DaemonSet and
@@ -188,6 +196,8 @@ func newState(in Input) *state {
 		spreadCache: map[string]*spreadFilter{},
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
+		maxPods:     in.MaxPods,
+		overQuota:   map[types.NamespacedName]bool{},
 	}
 	for _, pc := range builtinPriorityClasses {
 		s.classes[pc.Name] = pc
