@@ -179,6 +179,8 @@ func TestDecodeRejects(t *testing.T) {
 			`spec.strategy.rollingUpdate.maxUnavailable: Invalid value: "101%": must not be greater than 100%`},
 		{"deployment both zero", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  strategy: {rollingUpdate: {maxUnavailable: 0%, maxSurge: 0}}\n  selector", 1),
 			"spec.strategy.rollingUpdate.maxUnavailable: Invalid value: \"0%\": may not be 0 when `maxSurge` is 0"},
+		{"deployment paused", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  paused: true\n  selector", 1),
+			`Deployment "web": spec.paused: Forbidden: the hub does not pause rollouts`},
 		{"deployment activeDeadlineSeconds", deploymentHead + "      activeDeadlineSeconds: 5\n",
 			`spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported`},
 		{"daemonset surge and unavailable", daemonSetHead("{maxSurge: 1, maxUnavailable: 1}"),

@@ -167,6 +167,10 @@ func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("replicas"), *s.Replicas, fmt.Sprintf("must be no more than %d (the hub's limit)", MaxReplicas)))
 	}
 	errs = append(errs, validateTemplate("Deployment", d.Name, s.Selector, &s.Template)...)
+	if s.Paused {
+		// Ignoring it would roll out what the operator meant to hold back.
+		errs = append(errs, field.Forbidden(spec.Child("paused"), "the hub does not pause rollouts: a new template rolls out at once"))
+	}
 	sp := spec.Child("strategy")
 	switch s.Strategy.Type {
 	case appsv1.RecreateDeploymentStrategyType:
