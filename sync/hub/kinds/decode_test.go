@@ -181,6 +181,8 @@ func TestDecodeRejects(t *testing.T) {
 			"spec.strategy.rollingUpdate.maxUnavailable: Invalid value: \"0%\": may not be 0 when `maxSurge` is 0"},
 		{"deployment paused", strings.Replace(deploymentHead, "spec:\n  selector", "spec:\n  paused: true\n  selector", 1),
 			`Deployment "web": spec.paused: Forbidden: the hub does not pause rollouts`},
+		{"another scheduler", deploymentHead + "      schedulerName: my-scheduler\n",
+			`spec.template.spec.schedulerName: Unsupported value: "my-scheduler": supported values: "default-scheduler"`},
 		{"deployment activeDeadlineSeconds", deploymentHead + "      activeDeadlineSeconds: 5\n",
 			`spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported`},
 		{"daemonset surge and unavailable", daemonSetHead("{maxSurge: 1, maxUnavailable: 1}"),

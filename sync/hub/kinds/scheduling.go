@@ -54,6 +54,11 @@ func validateScheduling(s *v1.PodSpec, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("priorityClassName"), s.PriorityClassName, msg))
 		}
 	}
+	if s.SchedulerName != "" && s.SchedulerName != v1.DefaultSchedulerName {
+		// Kubernetes' default scheduler leaves such a pod to another; the
+		// hub has no other, and would place it as its own.
+		errs = append(errs, field.NotSupported(path.Child("schedulerName"), s.SchedulerName, []string{v1.DefaultSchedulerName}))
+	}
 	if pp := s.PreemptionPolicy; pp != nil && *pp != v1.PreemptNever && *pp != v1.PreemptLowerPriority {
 		errs = append(errs, field.NotSupported(path.Child("preemptionPolicy"), *pp, []string{string(v1.PreemptLowerPriority), string(v1.PreemptNever)}))
 	}
