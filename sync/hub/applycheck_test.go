@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 )
 
@@ -155,5 +156,53 @@ func TestHandAppliedPodMayNotClaimTheSchedulersMark(t *testing.T) {
 	_, err := r.hub.Apply("d1", []json.RawMessage{pod})
 	if err == nil || !strings.Contains(err.Error(), `pod "mine": metadata.annotations[podvisor.io/scheduled]: Forbidden`) {
 		t.Fatalf("got %v, want the annotation refused", err)
+	}
+}
+
+// The events of a pod or workload the hub forgets go with it: pod names
+// are new with every replica, so kept events would grow without bound.
+func TestForgottenObjectsTakeTheirEvents(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	r.apply(strings.Replace(barePod, "spec:\n", "spec:\n  nodeSelector: {zone: mars}\n", 1))
+	r.apply(strings.Replace(fleetYAML, "zone, whenUnsatisfiable", "mars, whenUnsatisfiable", 1))
+	r.pass()
+	events := func(kind, ns, name string) int {
+		t.Helper()
+		evs, err := r.fleet.ObjectEvents(kind, ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(evs)
+	}
+	if events("Pod", "default", "solo") == 0 || events("DaemonSet", "default", "agent") == 0 {
+		t.Fatal("no FailedScheduling event for the pending pod, or SuccessfulCreate for the DaemonSet")
+	}
+	if err := r.fleet.DeleteHubPod("default", "solo", r.now); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.fleet.DeleteWorkload(hub.KindDaemonSet, "default", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := events("Pod", "default", "solo"), events("DaemonSet", "default", "agent"); n != 0 || m != 0 {
+		t.Errorf("%d events of the deleted pod and %d of the deleted DaemonSet kept", n, m)
+	}
+	// Pods a pass deletes before they were placed (the Deployment's,
+	// pending for want of a zone label, scaled to 0) take theirs too.
+	pods, _ := r.fleet.HubPods()
+	var pending []string
+	for _, p := range pods {
+		if p.Labels["app"] == "bridge" {
+			pending = append(pending, p.Name)
+		}
+	}
+	if len(pending) == 0 || events("Pod", "default", pending[0]) == 0 {
+		t.Fatalf("bridge pods %v without events", pending)
+	}
+	r.apply(strings.Replace(strings.Replace(fleetYAML, "zone, whenUnsatisfiable", "mars, whenUnsatisfiable", 1), "replicas: 3", "replicas: 0", 1))
+	r.pass()
+	for _, name := range pending {
+		if n := events("Pod", "default", name); n != 0 {
+			t.Errorf("%d events of the deleted pod %s kept", n, name)
+		}
 	}
 }

@@ -354,6 +354,11 @@ func (f *Fleet) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint
 			return nil, err
 		}
 	}
+	for k := range gone {
+		if err := forgetEvents(tx, "Pod", k.Namespace, k.Name); err != nil {
+			return nil, err
+		}
+	}
 	slices.SortFunc(after, func(a, b *v1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
@@ -535,6 +540,9 @@ func (f *Fleet) forgetStopped(devices []schedule.Device) (int, error) {
 	}
 	for _, k := range stopped {
 		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+			return 0, err
+		}
+		if err := forgetEvents(f.db, "Pod", k.Namespace, k.Name); err != nil {
 			return 0, err
 		}
 	}

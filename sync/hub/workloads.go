@@ -190,8 +190,10 @@ func (f *Fleet) DeleteHubPod(namespace, name string, now time.Time) error {
 		return err
 	}
 	if p.Spec.NodeName == "" {
-		_, err = f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name)
-		return err
+		if _, err = f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name); err != nil {
+			return err
+		}
+		return forgetEvents(f.db, "Pod", namespace, name)
 	}
 	if p.DeletionTimestamp == nil {
 		t := metav1.NewTime(now)
@@ -233,7 +235,18 @@ func (f *Fleet) DeleteWorkload(kind, namespace, name string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
-	return nil
+	return forgetEvents(f.db, kind, namespace, name)
+}
+
+// forgetEvents drops the events of an object the hub no longer holds:
+// pod names are new with every replica made, so events kept past their
+// pod would grow the database without bound (Kubernetes lets them expire
+// after an hour).
+func forgetEvents(db interface {
+	Exec(string, ...any) (sql.Result, error)
+}, kind, namespace, name string) error {
+	_, err := db.Exec(`DELETE FROM sched_events WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name)
+	return err
 }
 
 // LoadWorkloads reads every stored workload and PriorityClass.
