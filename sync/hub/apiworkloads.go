@@ -261,6 +261,10 @@ func (f *Fleet) workloadDetail(kind, namespace, name string) (WorkloadDetail, er
 		}
 	}
 	sort.SliceStable(d.Events, func(i, j int) bool { return d.Events[i].Last.Before(d.Events[j].Last) })
+	// Its pods' events are up to a hundred each: describe shows the newest.
+	if n := len(d.Events); n > maxEventsPerObject {
+		d.Events = d.Events[n-maxEventsPerObject:]
+	}
 	return d, nil
 }
 

@@ -2,8 +2,11 @@ package hub_test
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
@@ -204,5 +207,28 @@ func TestForgottenObjectsTakeTheirEvents(t *testing.T) {
 		if n := events("Pod", "default", name); n != 0 {
 			t.Errorf("%d events of the deleted pod %s kept", n, name)
 		}
+	}
+}
+
+// A Deployment's describe shows its pods' events too, the newest hundred
+// of them: a large Deployment's would otherwise make the answer unbounded.
+func TestDescribeDeploymentBoundsEvents(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	r.apply(strings.Replace(strings.Replace(fleetYAML, "replicas: 3", "replicas: 150", 1), "zone, whenUnsatisfiable", "mars, whenUnsatisfiable", 1))
+	r.pass()
+	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/workloads/deployments/default/bridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d hub.WorkloadDetail
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("describe: %d %v", resp.StatusCode, err)
+	}
+	if len(d.Events) != 100 {
+		t.Errorf("%d events described, want the newest 100", len(d.Events))
 	}
 }
