@@ -11,6 +11,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
+	"github.com/podvisor/podvisor/sync/hub/schedule"
 )
 
 // ObjectsRequest is a file of objects for the scheduler (apply -f
@@ -162,8 +163,12 @@ func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
 	case KindDeployment:
 		for _, d := range w.Deployments {
 			c := st[ownerKey{"ReplicaSet", d.Namespace, d.Name}]
-			d.Status.Replicas, d.Status.UpdatedReplicas = c.placed, c.placed
+			// Up to date are the pods of the current template's ReplicaSet.
+			updated := st[ownerKey{replicaSetExact, d.Namespace, d.Name + "-" + schedule.TemplateHash(&d.Spec.Template)}]
+			d.Status.Replicas, d.Status.UpdatedReplicas = c.all, updated.all
 			d.Status.ReadyReplicas, d.Status.AvailableReplicas = c.bound, c.bound
+			d.Status.UnavailableReplicas = max(0, *d.Spec.Replicas-c.bound)
+			d.Status.ObservedGeneration = d.Generation // every pass reconciles every workload
 			d.Kind, d.APIVersion = KindDeployment, "apps/v1"
 			add(d)
 		}
@@ -172,6 +177,7 @@ func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
 			c := st[ownerKey{"DaemonSet", d.Namespace, d.Name}]
 			d.Status.DesiredNumberScheduled, d.Status.CurrentNumberScheduled = c.all, c.bound
 			d.Status.NumberReady, d.Status.NumberAvailable = c.bound, c.bound
+			d.Status.ObservedGeneration = d.Generation
 			d.Kind, d.APIVersion = KindDaemonSet, "apps/v1"
 			add(d)
 		}
@@ -186,10 +192,13 @@ func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
 
 type ownerKey struct{ kind, namespace, name string }
 
-// counts are a workload's pods: all (not terminating), placed on a
-// device, and bound there (the same here: the hub sees no readiness of
-// its own).
-type counts struct{ all, placed, bound int32 }
+// replicaSetExact keys the counts of one ReplicaSet (one template of a
+// Deployment), where "ReplicaSet" keys all of its Deployment's.
+const replicaSetExact = "ReplicaSet/exact"
+
+// counts are a workload's pods: all (not terminating), and bound to a
+// device (taken as ready: the hub sees no readiness of its own).
+type counts struct{ all, bound int32 }
 
 // statusCounts counts the live pods of each owner; a ReplicaSet's pods
 // count for their Deployment (the ReplicaSet is named <deployment>-<hash>).
@@ -207,14 +216,18 @@ func statusCounts(pods []*v1.Pod) map[ownerKey]counts {
 			if ref.Kind == "ReplicaSet" {
 				name = deploymentOf(p, ref.Name)
 			}
-			k := ownerKey{ref.Kind, p.Namespace, name}
-			c := out[k]
-			c.all++
-			if p.Spec.NodeName != "" {
-				c.placed++
-				c.bound++
+			keys := []ownerKey{{ref.Kind, p.Namespace, name}}
+			if ref.Kind == "ReplicaSet" {
+				keys = append(keys, ownerKey{replicaSetExact, p.Namespace, ref.Name})
 			}
-			out[k] = c
+			for _, k := range keys {
+				c := out[k]
+				c.all++
+				if p.Spec.NodeName != "" {
+					c.bound++
+				}
+				out[k] = c
+			}
 		}
 	}
 	return out

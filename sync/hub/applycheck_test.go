@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 )
@@ -230,5 +232,31 @@ func TestDescribeDeploymentBoundsEvents(t *testing.T) {
 	}
 	if len(d.Events) != 100 {
 		t.Errorf("%d events described, want the newest 100", len(d.Events))
+	}
+}
+
+// During a rollout a Deployment's replicas are all its pods and only the
+// new template's are up to date, as kubectl get deployments shows them.
+func TestDeploymentStatusDuringRollout(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b", "d3": "c"})
+	rolling := strings.Replace(fleetYAML, "replicas: 3", "replicas: 3\n  strategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}", 1)
+	r.apply(rolling)
+	r.pass()
+	r.apply(strings.Replace(rolling, `args: ["1000"]`, `args: ["2000"]`, 2))
+	r.pass()
+	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
+	srv := httptest.NewServer(api.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/workloads/deployments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []appsv1.Deployment
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if st := list[0].Status; st.Replicas != 4 || st.UpdatedReplicas != 1 || st.ObservedGeneration != 2 || st.UnavailableReplicas != 0 {
+		t.Errorf("status %+v: want 4 replicas (3 old, 1 surge), 1 up to date, generation 2 observed, none unavailable", st)
 	}
 }
