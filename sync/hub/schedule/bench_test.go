@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -63,6 +64,42 @@ func BenchmarkFleet10kDefaultSpread(b *testing.B) {
 		plan := Schedule(in)
 		if len(plan.Bindings) != 11000 {
 			b.Fatalf("%d bindings, %d pending, want 11000 placed", len(plan.Bindings), len(plan.Pending))
+		}
+	}
+}
+
+// manyWorkloads is 100 devices, 2,000 two-replica Deployments and 4
+// DaemonSets, every pod placed: a fleet of many small workloads.
+func manyWorkloads() Input {
+	in := Input{Now: t0}
+	for i := range 100 {
+		d := device(fmt.Sprintf("dev%03d", i), fmt.Sprintf("%s=zone%d", v1.LabelTopologyZone, i%10))
+		d.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("64Gi"), v1.ResourcePods: resource.MustParse("1000")}
+		in.Devices = append(in.Devices, d)
+	}
+	for i := range 2000 {
+		name := fmt.Sprintf("web%04d", i)
+		in.Deployments = append(in.Deployments, deployment(name, 2, kv("app="+name), "1m", "1Mi"))
+	}
+	for i := range 4 {
+		name := fmt.Sprintf("agent%d", i)
+		in.DaemonSets = append(in.DaemonSets, daemonSet(name, kv("app="+name), "1m", "1Mi"))
+	}
+	return apply(in, Schedule(in), t0)
+}
+
+// BenchmarkManyWorkloadsSteady times a steady pass over many small
+// workloads: go test -run '^$' -bench ManyWorkloads ./sync/hub/schedule/
+func BenchmarkManyWorkloadsSteady(b *testing.B) {
+	in := manyWorkloads()
+	if len(in.Pods) != 4400 {
+		b.Fatalf("%d pods, want 4400", len(in.Pods))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := Schedule(in)
+		if len(plan.Bindings)+len(plan.Create)+len(plan.Deletions) != 0 {
+			b.Fatalf("steady pass changed %d pods", len(plan.Bindings)+len(plan.Create)+len(plan.Deletions))
 		}
 	}
 }

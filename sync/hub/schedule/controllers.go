@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -39,17 +40,53 @@ func controllerOf(p *v1.Pod) *metav1.OwnerReference {
 	return metav1.GetControllerOfNoCopy(p)
 }
 
+// workloadIndex keys state.owned.
+func workloadIndex(kind, namespace, name string) string {
+	return kind + "/" + namespace + "/" + name
+}
+
+// ownerIndex is the workload a pod's controller reference names: its
+// DaemonSet, or the Deployment of its ReplicaSet (named after the
+// Deployment and the pod's template hash); "" for none.
+func ownerIndex(p *v1.Pod) string {
+	ref := controllerOf(p)
+	if ref == nil {
+		return ""
+	}
+	switch ref.Kind {
+	case "DaemonSet":
+		return workloadIndex("DaemonSet", p.Namespace, ref.Name)
+	case "ReplicaSet":
+		if d, ok := strings.CutSuffix(ref.Name, "-"+p.Labels[LabelPodTemplateHash]); ok {
+			return workloadIndex("Deployment", p.Namespace, d)
+		}
+	}
+	return ""
+}
+
+// index files a pod under its workload.
+func (s *state) index(p *podInfo) {
+	if k := ownerIndex(p.pod); k != "" {
+		s.owned[k] = append(s.owned[k], p)
+	}
+}
+
+// podsOf are the pods a Deployment controls, in pass order.
+func (s *state) podsOf(d *appsv1.Deployment) []*podInfo {
+	return s.owned[workloadIndex("Deployment", d.Namespace, d.Name)]
+}
+
+// daemonPods are the pods a DaemonSet controls, in pass order.
+func (s *state) daemonPods(ds *appsv1.DaemonSet) []*podInfo {
+	return s.owned[workloadIndex("DaemonSet", ds.Namespace, ds.Name)]
+}
+
 // ownedBy reports whether a Deployment controls a pod (through the
 // ReplicaSet named after it and the pod's template hash).
 func ownedBy(d *appsv1.Deployment, p *v1.Pod) bool {
 	ref := controllerOf(p)
 	return ref != nil && ref.Kind == "ReplicaSet" && p.Namespace == d.Namespace &&
 		ref.Name == d.Name+"-"+p.Labels[LabelPodTemplateHash]
-}
-
-func daemonOwned(ds *appsv1.DaemonSet, p *v1.Pod) bool {
-	ref := controllerOf(p)
-	return ref != nil && ref.Kind == "DaemonSet" && ref.Name == ds.Name && p.Namespace == ds.Namespace
 }
 
 // maxGeneratedNameLength is the API server's limit on generateName's prefix.
@@ -262,17 +299,21 @@ func deletionOrder(pods []*podInfo) func(a, b *podInfo) int {
 // deleteOrphans deletes pods whose controlling workload is gone, as the
 // garbage collector does.
 func (s *state) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) {
+	live := make(map[string]bool, len(dss)+len(ds))
+	for _, d := range dss {
+		live[workloadIndex("DaemonSet", d.Namespace, d.Name)] = true
+	}
+	for _, d := range ds {
+		live[workloadIndex("Deployment", d.Namespace, d.Name)] = true
+	}
 	for _, p := range s.order {
 		ref := controllerOf(p.pod)
 		if p.terminating || ref == nil {
 			continue
 		}
 		found := true
-		switch ref.Kind {
-		case "DaemonSet":
-			found = slices.ContainsFunc(dss, func(d *appsv1.DaemonSet) bool { return daemonOwned(d, p.pod) })
-		case "ReplicaSet":
-			found = slices.ContainsFunc(ds, func(d *appsv1.Deployment) bool { return ownedBy(d, p.pod) })
+		if ref.Kind == "DaemonSet" || ref.Kind == "ReplicaSet" {
+			found = live[ownerIndex(p.pod)]
 		}
 		if !found {
 			s.markDeleted(p, ReasonOwnerDeleted, fmt.Sprintf("%s %s was deleted", ref.Kind, ref.Name))
@@ -285,10 +326,7 @@ func (s *state) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) 
 // hash); nil for pods no ReplicaSet selects (DaemonSet and bare pods, as
 // helper.DefaultSelector finds no Service here).
 func (s *state) defaultSelector(p *v1.Pod) labels.Selector {
-	for _, d := range s.deployments {
-		if !ownedBy(d, p) {
-			continue
-		}
+	if d := s.deploymentOf[ownerIndex(p)]; d != nil && ownedBy(d, p) {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || sel.Empty() {
 			return nil

@@ -47,10 +47,7 @@ func (s *state) syncDeployment(d *appsv1.Deployment) {
 	hash := TemplateHash(&d.Spec.Template)
 	var current, old []*podInfo
 	oldTerminating := false
-	for _, p := range s.order {
-		if !ownedBy(d, p.pod) {
-			continue
-		}
+	for _, p := range s.podsOf(d) {
 		isOld := p.pod.Labels[LabelPodTemplateHash] != hash
 		switch {
 		case p.terminating:
@@ -171,10 +168,7 @@ func (s *state) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1.Pod, 
 		byNode[n.name] = dn
 		nodes = append(nodes, dn)
 	}
-	for _, p := range s.order {
-		if !daemonOwned(ds, p.pod) {
-			continue
-		}
+	for _, p := range s.daemonPods(ds) {
 		node := p.pod.Spec.NodeName
 		if node == "" {
 			if pins := pinnedNodes(p.pod); len(pins) == 1 {
@@ -278,8 +272,8 @@ func countSurging(nodes []*daemonNode) int {
 // sizes of the ReplicaSets Kubernetes would have.
 func (s *state) replicaSets(d *appsv1.Deployment) map[string]int {
 	out := map[string]int{}
-	for _, p := range s.order {
-		if !p.terminating && ownedBy(d, p.pod) {
+	for _, p := range s.podsOf(d) {
+		if !p.terminating {
 			out[p.pod.Labels[LabelPodTemplateHash]]++
 		}
 	}

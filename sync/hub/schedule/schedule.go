@@ -163,6 +163,11 @@ type state struct {
 	// deployments select the pods the default spread counts.
 	deployments []*appsv1.Deployment
 	maxPods     int
+	// owned indexes the pods by their workload (ownerIndex), in order's
+	// order: each controller reads its own pods, not every pod.
+	owned map[string][]*podInfo
+	// deploymentOf finds a ReplicaSet pod's Deployment (defaultSelector).
+	deploymentOf map[string]*appsv1.Deployment
 	// overQuota are the workloads refused a pod this pass for MaxPods.
 	overQuota map[types.NamespacedName]bool
 	plan      Plan
@@ -174,6 +179,12 @@ type state struct {
 func Schedule(in Input) Plan {
 	s := newState(in)
 	s.deployments = in.Deployments
+	s.deploymentOf = make(map[string]*appsv1.Deployment, len(in.Deployments))
+	for _, d := range in.Deployments {
+		if k := workloadIndex("Deployment", d.Namespace, d.Name); s.deploymentOf[k] == nil {
+			s.deploymentOf[k] = d
+		}
+	}
 	s.deleteLost()
 	s.evictTainted()
 	s.runDaemonSets(in.DaemonSets)
@@ -197,6 +208,7 @@ func newState(in Input) *state {
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
 		maxPods:     in.MaxPods,
+		owned:       map[string][]*podInfo{},
 		overQuota:   map[types.NamespacedName]bool{},
 	}
 	for _, pc := range builtinPriorityClasses {
@@ -228,6 +240,7 @@ func newState(in Input) *state {
 		pi.priority, pi.unschedulable = s.resolvedPriority(p)
 		s.pods[pi.key] = pi
 		s.order = append(s.order, pi)
+		s.index(pi)
 		if n := s.byName[p.Spec.NodeName]; n != nil {
 			s.attach(pi, n)
 		} else if nn := p.Status.NominatedNodeName; p.Spec.NodeName == "" && nn != "" && !pi.terminating {
@@ -323,6 +336,7 @@ func (s *state) addCreated(p *v1.Pod) *podInfo {
 	pi.priority, pi.unschedulable = s.resolvedPriority(p)
 	s.pods[pi.key] = pi
 	s.order = append(s.order, pi)
+	s.index(pi)
 	s.plan.Create = append(s.plan.Create, p)
 	if ref := controllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
 		s.event("DaemonSet", types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}, v1.EventTypeNormal, "SuccessfulCreate", "Created pod: "+p.Name)
