@@ -97,17 +97,16 @@ func defaultClass(tx *sql.Tx) (*schedulingv1.PriorityClass, error) {
 	return pc, json.Unmarshal(raw, pc)
 }
 
-// admitPriority is the Priority admission plugin's refusal of a bare pod
-// whose spec.priority or spec.preemptionPolicy differ from what its
-// class (or the global default) gives: the scheduler takes a stored
-// pod's spec.priority as admitted, so a file could otherwise give a pod
-// any priority and preempt the fleet. A pod naming a class the hub does
-// not know yet waits for it (the scheduler says why), unless it claims a
-// priority, which nothing could then confirm.
+// admitPriority is the Priority admission plugin for a bare pod: its
+// priority and preemption policy come from its class (or the global
+// default, whose name it then carries) and stay what they were at apply,
+// as in Kubernetes; a pod whose spec.priority or preemptionPolicy differ
+// is refused — the scheduler takes a stored pod's spec.priority as
+// admitted, so a file could otherwise give a pod any priority and
+// preempt the fleet. A pod naming a class the hub does not know yet
+// waits for it (the scheduler says why), unless it claims a priority,
+// which nothing could then confirm.
 func admitPriority(tx *sql.Tx, p *v1.Pod) error {
-	if p.Spec.Priority == nil && p.Spec.PreemptionPolicy == nil {
-		return nil
-	}
 	var class *schedulingv1.PriorityClass
 	switch name := p.Spec.PriorityClassName; name {
 	case "":
@@ -148,5 +147,9 @@ func admitPriority(tx *sql.Tx, p *v1.Pod) error {
 		return fmt.Errorf("pods %q is forbidden: the string value of PreemptionPolicy (%s) must not be provided in pod spec; priority admission controller computed %s from the given PriorityClass name",
 			p.Name, *pp, policy)
 	}
+	if class != nil && p.Spec.PriorityClassName == "" {
+		p.Spec.PriorityClassName = class.Name
+	}
+	p.Spec.Priority, p.Spec.PreemptionPolicy = &value, &policy
 	return nil
 }

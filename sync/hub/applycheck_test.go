@@ -2,6 +2,7 @@ package hub_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -258,5 +259,31 @@ func TestDeploymentStatusDuringRollout(t *testing.T) {
 	}
 	if st := list[0].Status; st.Replicas != 4 || st.UpdatedReplicas != 1 || st.ObservedGeneration != 2 || st.UnavailableReplicas != 0 {
 		t.Errorf("status %+v: want 4 replicas (3 old, 1 surge), 1 up to date, generation 2 observed, none unavailable", st)
+	}
+}
+
+// A bare pod is admitted at apply as the Priority plugin admits it: its
+// class's value and policy (or the global default's, named on the pod),
+// kept when the class goes.
+func TestBarePodPriorityFixedAtApply(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a"})
+	r.apply(fleetYAML + "---\n" + strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: important\n", 1))
+	r.apply("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: low}\nvalue: 5\nglobalDefault: true\npreemptionPolicy: Never\n---\n" +
+		strings.Replace(barePod, "solo", "plain", 1))
+	if err := r.fleet.DeleteWorkload(hub.KindPriorityClass, "", "important"); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := r.fleet.HubPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, p := range pods {
+		if p.Spec.Priority != nil && p.Spec.PreemptionPolicy != nil {
+			got[p.Name] = fmt.Sprintf("%s %d %s", p.Spec.PriorityClassName, *p.Spec.Priority, *p.Spec.PreemptionPolicy)
+		}
+	}
+	if got["solo"] != "important 1000 PreemptLowerPriority" || got["plain"] != "low 5 Never" {
+		t.Errorf("admitted priorities %v", got)
 	}
 }
