@@ -377,3 +377,23 @@ func TestKeeperRefusesAStartWithoutItsLock(t *testing.T) {
 		t.Fatal("a refused start ran its command")
 	}
 }
+
+// A keeper refuses a data directory others may write to: whoever can
+// rename an instance directory there could have it run their spec.json
+// as root. The start fails; nothing runs.
+func TestKeeperRefusesADataDirOthersMayWrite(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	e := newKeeperEnv(t, filepath.Join(data, shim.InstancesDir), nil)
+	if err := os.Chmod(data, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	s := e.keptSpec("sh", "-c", "touch "+e.root+"/ran")
+	if _, err := e.rt.StartPlaced(s, nil); err == nil {
+		t.Fatal("a keeper ran a container from a data directory anyone may write to")
+	} else if !strings.Contains(err.Error(), "keeper exited") {
+		t.Fatalf("start failed for another reason: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "ran")); err == nil {
+		t.Fatal("the container ran")
+	}
+}

@@ -78,6 +78,9 @@ func RunKeeper(dir string) int {
 		fmt.Fprintf(os.Stderr, "podvisor-shim %s: %v\n", KeeperFlag, err)
 		return 1
 	}
+	if err := checkDataDir(dir); err != nil {
+		return fail(err)
+	}
 	version, err := KeeperVersion("/proc/self/exe")
 	if err != nil {
 		return fail(err)
@@ -114,6 +117,22 @@ func RunKeeper(dir string) int {
 	ln.Close()
 	os.Remove(k.socket)
 	return 0
+}
+
+// checkDataDir refuses a data directory, or instances directory, that
+// another user owns or may write to: the keeper runs the spec.json of every
+// instance below it with its own privileges, and binds its socket there.
+func checkDataDir(dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, InstancesDir)} {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return &os.PathError{Op: "stat", Path: d, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return fmt.Errorf("%s: not a directory of uid %d that only it may write to (mode %#o, uid %d)", d, os.Geteuid(), st.Mode&0o7777, st.Uid)
+		}
+	}
+	return nil
 }
 
 // lockWithin takes the keeper lock, waiting a little for a keeper that is
