@@ -197,16 +197,10 @@ func TestCostPerPacket(t *testing.T) {
 	}
 }
 
-// A pod with a network namespace of its own and a veth to the host: the
-// host side is found from inside the namespace, and what the host sends
-// to the pod is the pod's Rx.
-func TestHostVethOfANamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		prerequisite(t, "needs root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		prerequisite(t, "iproute2's ip: %v", err)
-	}
+// netnsChild is a process in a network namespace of its own (with only
+// loopback), killed at the end of the test.
+func netnsChild(t *testing.T) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=sleeper")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWNET}
@@ -220,8 +214,74 @@ func TestHostVethOfANamespace(t *testing.T) {
 	t.Cleanup(func() {
 		in.Close()
 		cmd.Process.Kill()
-		cmd.Wait() // the namespace, and the veth pair with it, go
+		cmd.Wait() // the namespace, and the links in it, go
 	})
+	pid := fmt.Sprint(cmd.Process.Pid)
+	// The child is in its namespace once the kernel shows it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ns, _ := os.Readlink("/proc/" + pid + "/ns/net"); ns != "" {
+			if self, _ := os.Readlink("/proc/self/ns/net"); ns != self {
+				return cmd
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waited 5 s for the child to be in a network namespace of its own")
+		}
+	}
+}
+
+// A pod whose link to another namespace is not a veth to the host has no
+// host side to count by: a macvlan names its parent, the host's NIC (whose
+// counters are the whole host's), and a veth to a third namespace names an
+// index that, in the host, is some other interface.
+func TestHostVethOnlyForAVethToTheHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		prerequisite(t, "iproute2's ip: %v", err)
+	}
+	pod, third := netnsChild(t), netnsChild(t)
+	podNS, podPid, thirdPid := fmt.Sprintf("/proc/%d/ns/net", pod.Process.Pid), fmt.Sprint(pod.Process.Pid), fmt.Sprint(third.Process.Pid)
+	parent := fmt.Sprintf("pvnd%d", pod.Process.Pid%100000)
+	ip := func(args ...string) error {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %v: %v: %s", args, err, out)
+		}
+		return nil
+	}
+	// The macvlan's parent, a host NIC here, is one side of a veth pair
+	// in the host (a dummy interface needs a module some kernels lack).
+	if err := ip("link", "add", parent, "type", "veth", "peer", "name", parent+"p"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ip("link", "del", parent) })
+	if err := ip("link", "add", "link", parent, "name", "eth0", "netns", podPid, "type", "macvlan"); err != nil {
+		prerequisite(t, "a macvlan: %v", err)
+	}
+	if v, err := HostVeth(podNS); err == nil {
+		t.Fatalf("a pod with a macvlan has host-side veth %q", v)
+	}
+	// A veth to a third namespace, its peer at an index the host uses.
+	if err := ip("link", "add", "eth1", "netns", podPid, "type", "veth", "peer", "name", "eth1", "netns", thirdPid); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := HostVeth(podNS); err == nil {
+		t.Fatalf("a pod with a veth to another pod has host-side veth %q", v)
+	}
+}
+
+// A pod with a network namespace of its own and a veth to the host: the
+// host side is found from inside the namespace, and what the host sends
+// to the pod is the pod's Rx.
+func TestHostVethOfANamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		prerequisite(t, "needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		prerequisite(t, "iproute2's ip: %v", err)
+	}
+	cmd := netnsChild(t)
 	pid := fmt.Sprint(cmd.Process.Pid)
 	host := fmt.Sprintf("pvnc%d", cmd.Process.Pid%100000)
 	run := func(args ...string) {
@@ -231,17 +291,6 @@ func TestHostVethOfANamespace(t *testing.T) {
 		}
 	}
 	inPod := []string{"nsenter", "--net=/proc/" + pid + "/ns/net", "ip"}
-	// The sleeper is in its namespace once the kernel shows it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ns, _ := os.Readlink("/proc/" + pid + "/ns/net"); ns != "" {
-			if self, _ := os.Readlink("/proc/self/ns/net"); ns != self {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("waited 5 s for the child to be in a network namespace of its own")
-		}
-	}
 	if v, err := HostVeth("/proc/" + pid + "/ns/net"); err == nil {
 		t.Fatalf("a namespace with loopback only has host-side veth %q", v)
 	}

@@ -3,7 +3,6 @@ package netcount
 import (
 	"encoding/binary"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +16,9 @@ import (
 const (
 	iflaIfname      = 3
 	iflaLink        = 5
+	iflaLinkinfo    = 18
 	iflaLinkNetnsID = 37
+	iflaInfoKind    = 1 // in IFLA_LINKINFO
 )
 
 // HostVeth finds the host side of the veth pair that connects the
@@ -30,34 +31,59 @@ func HostVeth(netns string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	idx, ok := hostPeer(peers)
+	pod, ok := hostPeer(peers)
 	if !ok {
 		return "", fmt.Errorf("network namespace %s has no veth to another namespace", netns)
 	}
-	ifc, err := net.InterfaceByIndex(idx)
+	msgs, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
 	if err != nil {
-		return "", fmt.Errorf("host side (ifindex %d) of the veth of %s: %w", idx, netns, err)
+		return "", fmt.Errorf("host links: %w", err)
 	}
-	return ifc.Name, nil
+	host, err := parseLinks(msgs)
+	if err != nil {
+		return "", err
+	}
+	name, ok := hostSide(pod, host)
+	if !ok {
+		// Its peer is in a third namespace, and the host's interface with
+		// that index is another one.
+		return "", fmt.Errorf("the peer (ifindex %d) of %s's veth %s is not in this network namespace", pod.peer, netns, pod.name)
+	}
+	return name, nil
 }
 
 // link is what rtnetlink says of one interface.
 type nsLink struct {
+	index    int
 	name     string
-	peer     int  // IFLA_LINK: the peer's ifindex, 0 if none
-	peerAway bool // IFLA_LINK_NETNSID: the peer is in another namespace
+	kind     string // IFLA_INFO_KIND: "veth", "macvlan", ...; "" for a physical one
+	peer     int    // IFLA_LINK: the peer's (or a macvlan's parent's) ifindex, 0 if none
+	peerAway bool   // IFLA_LINK_NETNSID: the peer is in another namespace
 	loopback bool
 }
 
-// hostPeer picks the ifindex of the first link's peer in another
-// namespace: the pod's eth0 ↔ the host's veth.
-func hostPeer(links []nsLink) (int, bool) {
+// hostPeer picks the first veth whose peer is in another namespace: the
+// pod's eth0 ↔ the host's veth. A macvlan or ipvlan also names a link in
+// another namespace, its parent: the host's NIC, whose counters are the
+// whole host's.
+func hostPeer(links []nsLink) (nsLink, bool) {
 	for _, l := range links {
-		if !l.loopback && l.peer > 0 && l.peerAway {
-			return l.peer, true
+		if !l.loopback && l.kind == "veth" && l.peer > 0 && l.peerAway {
+			return l, true
 		}
 	}
-	return 0, false
+	return nsLink{}, false
+}
+
+// hostSide names the host link that is pod's peer: a veth at the index
+// pod names whose own peer, in another namespace, has pod's index.
+func hostSide(pod nsLink, host []nsLink) (string, bool) {
+	for _, l := range host {
+		if l.index == pod.peer {
+			return l.name, l.kind == "veth" && l.peerAway && l.peer == pod.index
+		}
+	}
+	return "", false
 }
 
 func linksIn(nsPath string) ([]nsLink, error) {
@@ -82,8 +108,9 @@ func parseLinks(b []byte) ([]nsLink, error) {
 		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
 			continue
 		}
-		flags := binary.NativeEndian.Uint32(m.Data[8:12]) // ifinfomsg.ifi_flags
-		l := nsLink{loopback: flags&syscall.IFF_LOOPBACK != 0}
+		index := int(int32(binary.NativeEndian.Uint32(m.Data[4:8]))) // ifinfomsg.ifi_index
+		flags := binary.NativeEndian.Uint32(m.Data[8:12])            // ifinfomsg.ifi_flags
+		l := nsLink{index: index, loopback: flags&syscall.IFF_LOOPBACK != 0}
 		attrs, err := syscall.ParseNetlinkRouteAttr(m)
 		if err != nil {
 			return nil, fmt.Errorf("parse link attributes: %w", err)
@@ -98,11 +125,29 @@ func parseLinks(b []byte) ([]nsLink, error) {
 				}
 			case iflaLinkNetnsID:
 				l.peerAway = true
+			case iflaLinkinfo:
+				l.kind = infoKind(a.Value)
 			}
 		}
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// infoKind reads IFLA_INFO_KIND from the nested attributes of
+// IFLA_LINKINFO.
+func infoKind(b []byte) string {
+	for len(b) >= syscall.SizeofRtAttr {
+		n := int(binary.NativeEndian.Uint16(b[0:2]))
+		if n < syscall.SizeofRtAttr || n > len(b) {
+			return ""
+		}
+		if binary.NativeEndian.Uint16(b[2:4])&0x3fff == iflaInfoKind { // without NLA_F_NESTED, NLA_F_NET_BYTEORDER
+			return strings.TrimRight(string(b[syscall.SizeofRtAttr:n]), "\x00")
+		}
+		b = b[min((n+3)&^3, len(b)):]
+	}
+	return ""
 }
 
 // ReadVeth reads the pod's counters from the host side of its veth.

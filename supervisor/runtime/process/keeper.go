@@ -240,9 +240,9 @@ func (ks *keepers) follow(kc *keeperConn, c *net.UnixConn, rd *bufio.Reader) {
 		line, err := rd.ReadBytes('\n')
 		if err != nil {
 			c.Close()
-			// The keeper drops a watcher that does not read; if it
-			// still answers, watch again and settle what ended meanwhile.
-			if c, rd, err = ks.rewatch(kc); err != nil {
+			// The keeper drops a watcher that does not read; while it
+			// lives, watch again and settle what ended meanwhile.
+			if c, rd, err = ks.rewatchWhileAlive(kc); err != nil {
 				break
 			}
 			continue
@@ -272,6 +272,32 @@ func (ks *keepers) follow(kc *keeperConn, c *net.UnixConn, rd *bufio.Reader) {
 		ks.r.exits <- exitOf(id, ks.r.exitStatus(id))
 	}
 }
+
+// rewatchWhileAlive watches a keeper again, retrying while it lives: one
+// failed attempt (descriptors short, the keeper's accept loop backing off)
+// must not leave its containers' exits unheard for the rest of its life.
+func (ks *keepers) rewatchWhileAlive(kc *keeperConn) (*net.UnixConn, *bufio.Reader, error) {
+	fd, err := pidfd.Open(kc.pid, kc.start)
+	if err != nil {
+		return nil, nil, err // gone
+	}
+	defer unix.Close(fd)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, maxRewatchWait) {
+		c, rd, err := ks.rewatch(kc)
+		if err == nil {
+			return c, rd, nil
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, perr := unix.Poll(pfd, int(wait.Milliseconds())); n > 0 || (perr != nil && !errors.Is(perr, unix.EINTR)) {
+			return nil, nil, err // it exited (or cannot be waited for)
+		}
+		ks.r.log.Debug("watching the keeper again", "socket", kc.socket, "err", err)
+	}
+}
+
+// maxRewatchWait is the longest pause between attempts to watch a live
+// keeper again.
+const maxRewatchWait = 2 * time.Second
 
 func (ks *keepers) rewatch(kc *keeperConn) (*net.UnixConn, *bufio.Reader, error) {
 	c, rd, live, cred, err := ks.openWatch(kc.socket)

@@ -377,3 +377,90 @@ func TestKeeperRefusesAStartWithoutItsLock(t *testing.T) {
 		t.Fatal("a refused start ran its command")
 	}
 }
+
+// A keeper refuses a data directory others may write to: whoever can
+// rename an instance directory there could have it run their spec.json
+// as root. The start fails; nothing runs.
+func TestKeeperRefusesADataDirOthersMayWrite(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	e := newKeeperEnv(t, filepath.Join(data, shim.InstancesDir), nil)
+	if err := os.Chmod(data, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	s := e.keptSpec("sh", "-c", "touch "+e.root+"/ran")
+	if _, err := e.rt.StartPlaced(s, nil); err == nil {
+		t.Fatal("a keeper ran a container from a data directory anyone may write to")
+	} else if !strings.Contains(err.Error(), "keeper exited") {
+		t.Fatalf("start failed for another reason: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "ran")); err == nil {
+		t.Fatal("the container ran")
+	}
+}
+
+// A keeper whose watch connection broke and that cannot be watched again
+// at once (its socket unreachable for a while) is watched again once it
+// can: the exits of its containers are still reported.
+func TestKeeperWatchedAgainAfterAFailedAttempt(t *testing.T) {
+	e := newKeeperEnv(t, "", nil)
+	flag := filepath.Join(e.root, "end")
+	s := e.keptSpec("sh", "-c", "while [ ! -e "+flag+" ]; do sleep 0.05; done; exit 5")
+	e.start(s)
+	up := e.keptSpec("sleep", "1000") // keeps the keeper up once s ends
+	e.start(up)
+	ss := state(t, e.rt, s.InstanceID)
+	away := ss.Keeper + ".away"
+	if err := os.Rename(ss.Keeper, away); err != nil {
+		t.Fatal(err)
+	}
+	if n := shutdownKeeperConns(t, ss.ShimPid); n == 0 {
+		t.Fatal("the keeper has no connection to break")
+	}
+	time.Sleep(300 * time.Millisecond) // the daemon's first attempts to watch again fail meanwhile
+	if err := os.Rename(away, ss.Keeper); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(flag, nil, 0o600)
+	if x := e.exit(s.InstanceID); x.ExitCode != 5 {
+		t.Fatalf("exit %+v", x)
+	}
+	if err := e.rt.Kill(up.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	e.exit(up.InstanceID)
+}
+
+// shutdownKeeperConns breaks every connection the keeper accepted (the
+// daemon's watch), through copies of its descriptors (pidfd_getfd), and
+// returns how many.
+func shutdownKeeperConns(t *testing.T, pid int) int {
+	t.Helper()
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pfd)
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ent := range entries {
+		target, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		fd, err := unix.PidfdGetfd(pfd, target, 0)
+		if err != nil {
+			continue
+		}
+		sa, err := unix.Getsockname(fd)
+		listening, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+		if u, ok := sa.(*unix.SockaddrUnix); err == nil && ok && strings.Contains(u.Name, "keeper-") && listening == 0 {
+			unix.Shutdown(fd, unix.SHUT_RDWR)
+			n++
+		}
+		unix.Close(fd)
+	}
+	return n
+}

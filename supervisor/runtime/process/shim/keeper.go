@@ -53,6 +53,12 @@ type kept struct {
 	reaped  bool
 	status  unix.WaitStatus
 	oom     bool
+	// killed: KillSignal came. One that comes while the instance is
+	// still starting stops its fork, or kills the leader once forked.
+	killed bool
+	// groupGone: its process group was seen empty; the id may be
+	// another group's since, so it is signalled no more.
+	groupGone bool
 }
 
 type forkRequest struct {
@@ -71,6 +77,9 @@ func RunKeeper(dir string) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "podvisor-shim %s: %v\n", KeeperFlag, err)
 		return 1
+	}
+	if err := checkDataDir(dir); err != nil {
+		return fail(err)
 	}
 	version, err := KeeperVersion("/proc/self/exe")
 	if err != nil {
@@ -108,6 +117,22 @@ func RunKeeper(dir string) int {
 	ln.Close()
 	os.Remove(k.socket)
 	return 0
+}
+
+// checkDataDir refuses a data directory, or instances directory, that
+// another user owns or may write to: the keeper runs the spec.json of every
+// instance below it with its own privileges, and binds its socket there.
+func checkDataDir(dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, InstancesDir)} {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return &os.PathError{Op: "stat", Path: d, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return fmt.Errorf("%s: not a directory of uid %d that only it may write to (mode %#o, uid %d)", d, os.Geteuid(), st.Mode&0o7777, st.Uid)
+		}
+	}
+	return nil
 }
 
 // lockWithin takes the keeper lock, waiting a little for a keeper that is
@@ -327,7 +352,15 @@ func (k *keeper) start(id string, lock *os.File) (*State, error) {
 	st := k.self
 	st.LeaderPid, st.StartedAt = in.leader, in.started
 	st.LeaderStart, _ = ProcStartTime(in.leader)
-	WriteJSONAtomic(filepath.Join(dir, StateFile), st)
+	if err := WriteJSONAtomic(filepath.Join(dir, StateFile), st); err != nil {
+		// Without its state a restarted daemon finds the instance locked
+		// but cannot adopt it, and would count it as ended while it runs.
+		k.mu.Lock()
+		in.killed = true
+		k.killTree(in)
+		k.mu.Unlock()
+		return nil, fmt.Errorf("instance %s: recording its state (killed): %w", id, err)
+	}
 	return &st, nil
 }
 
@@ -366,19 +399,42 @@ func (k *keeper) signal(id string, sig syscall.Signal) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	in := k.byID[id]
-	if in == nil || in.leader == 0 {
+	if in == nil {
 		return
 	}
 	if sig == KillSignal {
-		if !in.reaped { // until reaped, the group is the container's
-			unix.Kill(-in.leader, unix.SIGKILL)
+		// Still starting (no leader yet), it is killed as it forks: the
+		// daemon kills a start it got no answer to and waits for its lock.
+		in.killed = true
+		if in.leader != 0 {
+			k.killTree(in)
 		}
-		unix.PidfdSendSignal(in.pidfd, unix.SIGKILL, nil, 0)
-		killCgroup(in.spec.Cgroup)
 		return
 	}
-	if sig > 0 && sig < 65 {
+	if in.leader != 0 && sig > 0 && sig < 65 {
+		signalLeader(in, sig)
+	}
+}
+
+// killTree SIGKILLs an instance's leader, process group and cgroups; k.mu
+// held.
+func (k *keeper) killTree(in *kept) {
+	if !in.reaped { // until reaped, the group is the container's
+		unix.Kill(-in.leader, unix.SIGKILL)
+	}
+	signalLeader(in, unix.SIGKILL)
+	killCgroup(in.spec.Cgroup)
+}
+
+// signalLeader signals an instance's leader through its pidfd or, without
+// one, by pid while it is not reaped (an unreaped child's pid is not
+// reused); k.mu held.
+func signalLeader(in *kept, sig syscall.Signal) {
+	switch {
+	case in.pidfd >= 0:
 		unix.PidfdSendSignal(in.pidfd, sig, nil, 0)
+	case !in.reaped:
+		unix.Kill(in.leader, sig)
 	}
 }
 

@@ -103,7 +103,14 @@ func (c *copier) loop() {
 	}
 }
 
-// readable copies what one pipe holds; at EOF it flushes and closes it.
+// readsPerTurn bounds what one pipe has copied before the others get
+// their turn (epoll reports it again): a container that writes without a
+// pause must not stall the other containers' logs, nor the forks and ends
+// that wait for c.mu.
+const readsPerTurn = 4
+
+// readable copies what one pipe holds, up to readsPerTurn reads; at EOF
+// it flushes and closes it.
 func (c *copier) readable(fd int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -111,7 +118,7 @@ func (c *copier) readable(fd int32) {
 	if s == nil {
 		return // dropped meanwhile
 	}
-	for {
+	for range readsPerTurn {
 		n, err := unix.Read(int(fd), c.buf)
 		if errors.Is(err, unix.EINTR) {
 			continue

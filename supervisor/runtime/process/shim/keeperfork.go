@@ -41,6 +41,12 @@ func (k *keeper) forkThread() {
 
 // fork starts an instance's leader with its output copied to its log.
 func (k *keeper) fork(in *kept) error {
+	k.mu.Lock()
+	killed := in.killed
+	k.mu.Unlock()
+	if killed {
+		return errors.New("killed before it started")
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -77,6 +83,9 @@ func (k *keeper) fork(in *kept) error {
 	k.mu.Lock()
 	in.leader, in.pidfd = pid, fd
 	k.byPid[pid] = in
+	if in.killed { // while it forked
+		k.killTree(in)
+	}
 	k.mu.Unlock()
 	return nil
 }
@@ -122,7 +131,11 @@ func (k *keeper) endInstances() bool {
 		}
 		// The group is signalled only until it is seen empty: after that
 		// its id may be reused.
-		groupLeft := unix.Kill(-pid, unix.SIGKILL) == nil
+		groupLeft := false
+		if !in.groupGone {
+			groupLeft = unix.Kill(-pid, unix.SIGKILL) == nil
+			in.groupGone = !groupLeft
+		}
 		cgLeft := cgroupPids(in.spec.Cgroup)
 		for _, p := range cgLeft {
 			unix.Kill(p, unix.SIGKILL)

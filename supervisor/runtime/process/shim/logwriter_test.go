@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Links and hard links planted where the shim writes a log, or in place
@@ -141,5 +142,77 @@ func checkSplit(t *testing.T, path, a, b, c string) {
 		if got[i] != want[i] {
 			t.Fatalf("record %d: %.40q (%d bytes), want %.40q (%d bytes)", i, got[i], len(got[i]), want[i], len(want[i]))
 		}
+	}
+}
+
+// A stream that does not run dry (a container writing short lines without
+// a pause) leaves the copier to the other streams, and to add.
+func TestKeeperCopierSharesItselfAmongStreams(t *testing.T) {
+	c, err := newCopier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() *logWriter {
+		w, err := openLog(filepath.Join(t.TempDir(), "pod", "c", "0.log"), 1<<20, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	busyLog, quietLog := open(), open()
+	busy, producer, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// Refilled long before the copier has written out a read's worth.
+		chunk := []byte(strings.Repeat("y\n", 32<<10))
+		for {
+			if _, err := producer.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	busyEnded := make(chan struct{})
+	if err := c.add(busy, "stdout", busyLog, func() { close(busyEnded) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		producer.Close()
+		<-busyEnded
+		busyLog.close()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		busyLog.mu.Lock()
+		size := busyLog.size
+		busyLog.mu.Unlock()
+		if size > 0 {
+			break // the copier is at it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the busy stream was not copied")
+		}
+	}
+	ended := make(chan struct{})
+	go func() {
+		r, w, err := os.Pipe()
+		if err != nil {
+			panic(err)
+		}
+		w.WriteString("quiet\n")
+		w.Close()
+		if err := c.add(r, "stdout", quietLog, func() { close(ended) }); err != nil {
+			panic(err)
+		}
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stream that never runs dry kept the copier from another")
+	}
+	quietLog.close()
+	data, err := os.ReadFile(quietLog.path)
+	if err != nil || !strings.HasSuffix(string(data), " stdout F quiet\n") {
+		t.Fatalf("quiet log %q, %v", data, err)
 	}
 }
