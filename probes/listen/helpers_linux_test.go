@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/test/bpftest"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // The test binary doubles as the processes the tests watch: with
@@ -41,8 +42,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// prerequisite is the e2e harness's rule: skip, but fail in CI.
-var prerequisite = bpftest.Prerequisite
+// prerequisite skips a test whose environment lacks something, and fails it in CI.
+var prerequisite = prereq.Missing
 
 // latencyBound is a latency target, three times as long where the tests
 // run under software emulation (the cgroup v2 VM without KVM:

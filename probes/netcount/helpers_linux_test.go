@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvisor/podvisor/probes/listen"
 	"github.com/podvisor/podvisor/test/bpftest"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // The test binary doubles as the processes the tests count or kill:
@@ -36,8 +37,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// prerequisite is the e2e harness's rule: skip, but fail in CI.
-var prerequisite = bpftest.Prerequisite
+// prerequisite skips a test whose environment lacks something, and fails it in CI.
+var prerequisite = prereq.Missing
 
 func requireCounters(t *testing.T) listen.Hierarchy {
 	t.Helper()

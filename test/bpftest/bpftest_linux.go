@@ -18,16 +18,6 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Prerequisite skips a test whose environment is missing, except in CI
-// where that is a failure (the e2e harness's rule).
-func Prerequisite(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-}
-
 // Hierarchy is the part of a cgroup2 hierarchy (probes/listen.Hierarchy)
 // a test cgroup needs.
 type Hierarchy interface {
