@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // The fleet scheduling benchmark's knobs.
@@ -45,29 +46,11 @@ const schedReplicas = 1000
 
 // schedManifest is what the operator applies: an agent on every device
 // and a bridge spread evenly over the zones.
-const schedManifest = `apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
-`
+var schedManifest = workloadfile.File(workloadfile.DaemonSet("agent", schedContainer),
+	workloadfile.Deployment("bridge", schedReplicas, workloadfile.Spread("zone", "bridge"), schedContainer))
+
+// schedContainer is the one container of both workloads.
+const schedContainer = `containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]`
 
 // schedBench runs podhub serve with n simulated devices (labels
 // zone=z0..z9, heartbeats with allocatable) in child processes, applies
@@ -162,7 +145,7 @@ func schedBench(bin string, n int) error {
 	idle := rss(serve.Process.Pid)
 
 	manifest := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(manifest, fmt.Appendf(nil, schedManifest, schedReplicas), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(schedManifest), 0o644); err != nil {
 		return err
 	}
 	start := time.Now()
