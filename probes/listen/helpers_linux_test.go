@@ -23,23 +23,22 @@ import (
 const childEnv = "PODVISOR_LISTEN_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "server":
-		runServer(os.Stdin, os.Stdout)
-		os.Exit(0)
-	case "opener":
-		w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(0)
-		}
-		fmt.Println("path", w.Path())
-		os.Exit(0)
-	case "attacher":
-		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
-		os.Exit(0)
+	bpftest.Main(m, childEnv, map[string]func(){
+		"server":   func() { runServer(os.Stdin, os.Stdout) },
+		"opener":   runOpener,
+		"attacher": func() { bpftest.RunAttacher(attachWatcher) },
+	})
+}
+
+// runOpener opens a watcher, logging to stdout, and says which path it
+// chose.
+func runOpener() {
+	w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
+	if err != nil {
+		fmt.Println("error", err)
+		return
 	}
-	os.Exit(m.Run())
+	fmt.Println("path", w.Path())
 }
 
 // prerequisite skips a test whose environment lacks something, and fails it in CI.
@@ -173,21 +172,15 @@ func runServer(in io.Reader, out io.Writer) {
 	}
 }
 
-// runAttacher watches dir with the eBPF watcher, says so, and waits to be
-// killed.
-func runAttacher(dir string, legacy bool) {
+// attachWatcher watches dir with the eBPF watcher, in an attacher child.
+func attachWatcher(dir string, legacy bool) error {
 	w, err := newSockOpsWatcher(DetectFeatures(), 4, nil)
 	if err != nil {
-		fmt.Println("error", err)
-		return
+		return err
 	}
 	w.legacy = legacy
-	if _, err := w.Watch(dir); err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	fmt.Println("attached")
-	io.Copy(io.Discard, os.Stdin)
+	_, err = w.Watch(dir)
+	return err
 }
 
 // next returns the next event, failing the test if none comes in 10 s.
