@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -25,8 +24,6 @@ import (
 
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
-	"github.com/podvisor/podvisor/sync/pki"
-	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
 
@@ -278,14 +275,9 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	// Every simulated device gets its certificate from the hub's CA, as
 	// podhub device add issues it.
-	ca, err := pki.Load(filepath.Join(data, "pki"))
+	enrolled, err := loadEnrolment(data, addr)
 	if err != nil {
 		return err
-	}
-	pubPEM, _ := os.ReadFile(filepath.Join(data, "hub.pub"))
-	pub, err := protocol.ParsePublicKey(pubPEM)
-	if err != nil {
-		return fmt.Errorf("podhub's hub.pub: %w", err)
 	}
 
 	stop := make(chan struct{})
@@ -308,18 +300,7 @@ func fleetBench(binDir, dir string, devices int) error {
 			return err
 		}
 		stores = append(stores, st)
-		id := fmt.Sprintf("sim-%04d", i)
-		issued, err := ca.IssueDevice(id)
-		if err != nil {
-			return err
-		}
-		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
-		if err != nil {
-			return err
-		}
-		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
-		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: *hubHeartbeat}, st, quietPods{}, silent)
+		a, err := enrolled.agent(fmt.Sprintf("sim-%04d", i), st, quietPods{})
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -21,10 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
-	"github.com/podvisor/podvisor/sync/pki"
-	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
@@ -290,17 +286,9 @@ func schedChildMain(spec string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("-sched-child %q: FROM and COUNT are numbers", spec)
 	}
-	ca, err := pki.Load(filepath.Join(data, "pki"))
+	enrolled, err := loadEnrolment(data, addr)
 	if err != nil {
 		return err
-	}
-	pubPEM, err := os.ReadFile(filepath.Join(data, "hub.pub"))
-	if err != nil {
-		return err
-	}
-	pub, err := protocol.ParsePublicKey(pubPEM)
-	if err != nil {
-		return fmt.Errorf("podhub's hub.pub: %w", err)
 	}
 	report := &lineWriter{w: bufio.NewWriter(os.Stdout)}
 	stop := make(chan struct{})
@@ -313,17 +301,7 @@ func schedChildMain(spec string) error {
 			return err
 		}
 		stores = append(stores, st)
-		issued, err := ca.IssueDevice(id)
-		if err != nil {
-			return err
-		}
-		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
-		if err != nil {
-			return err
-		}
-		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
-		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: *hubHeartbeat}, st, simDevice{id: id, report: report}, silent)
+		a, err := enrolled.agent(id, st, simDevice{id: id, report: report})
 		if err != nil {
 			return err
 		}
