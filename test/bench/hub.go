@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -246,29 +245,13 @@ func outboxChild(path string) error {
 // time from podhub apply to every device's ack, and podhub's RSS.
 func fleetBench(binDir, dir string, devices int) error {
 	podhub := filepath.Join(binDir, "podhub")
-	data := filepath.Join(dir, "podhub")
-	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
-		return fmt.Errorf("podhub init: %v %s", err, out)
-	}
-	addr := freePort()
-	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr)
-	var slog bytes.Buffer
-	serve.Stdout, serve.Stderr = &slog, &slog
-	if err := serve.Start(); err != nil {
+	ph, err := startPodhub(podhub, dir)
+	if err != nil {
 		return err
 	}
-	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
-	for i := 0; ; i++ {
-		if client.Do("GET", "/v1/devices", nil, nil) == nil {
-			break
-		}
-		if i > 200 {
-			return fmt.Errorf("podhub did not start:\n%s", slog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	idle := rss(serve.Process.Pid)
+	defer ph.stop()
+	client, data, addr := ph.client, ph.data, ph.addr
+	idle := rss(ph.pid())
 	var memIdle podhubMemory
 	if err := client.Do("GET", "/v1/debug/memory", nil, &memIdle); err != nil {
 		return fmt.Errorf("podhub's memory breakdown: %w", err)
@@ -319,12 +302,12 @@ func fleetBench(binDir, dir string, devices int) error {
 				dump = err.Error()
 			}
 			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
-				countReady(ds), devices, listErr, dump, lastLines(slog.String(), 30))
+				countReady(ds), devices, listErr, dump, lastLines(ph.log.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
-	idleFleet := rss(serve.Process.Pid)
+	idleFleet := rss(ph.pid())
 	if *hubHeapProfile != "" {
 		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/heap?gc=1", *hubHeapProfile); err != nil {
 			return err
@@ -336,9 +319,9 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	// What the connected fleet costs podhub's CPU (heartbeats, MQTT
 	// pings, the collector).
-	cpuBefore, _ := cpuTicks(serve.Process.Pid)
+	cpuBefore, _ := cpuTicks(ph.pid())
 	time.Sleep(*hubIdleWindow)
-	cpuAfter, _ := cpuTicks(serve.Process.Pid)
+	cpuAfter, _ := cpuTicks(ph.pid())
 	if err := client.Do("GET", "/v1/debug/memory", nil, &memWindow); err != nil {
 		return fmt.Errorf("podhub's memory breakdown: %w", err)
 	}
@@ -359,7 +342,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 	}
 	acked := time.Since(start)
-	full := rss(serve.Process.Pid)
+	full := rss(ph.pid())
 	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
 	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -67,28 +65,14 @@ func schedBench(bin string, n int) error {
 	}
 	defer os.RemoveAll(dir)
 	podhub := filepath.Join(filepath.Dir(abs), "podhub")
-	data := filepath.Join(dir, "podhub")
-	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
-		return fmt.Errorf("podhub init: %v %s", err, out)
-	}
-	addr := freePort()
 	// Devices heartbeat seldom (the bench measures scheduling, not
 	// heartbeats) and stay Ready for three periods.
-	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr,
-		"--device-timeout", (3 * *hubHeartbeat).String())
-	var hubLog bytes.Buffer
-	serve.Stdout, serve.Stderr = &hubLog, &hubLog
-	if err := serve.Start(); err != nil {
+	ph, err := startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
+	if err != nil {
 		return err
 	}
-	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
-	for i := 0; client.Do("GET", "/v1/devices", nil, nil) != nil; i++ {
-		if i > 200 {
-			return fmt.Errorf("podhub did not start:\n%s", hubLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer ph.stop()
+	client, data, addr := ph.client, ph.data, ph.addr
 	fmt.Printf("\nfleet scheduling: podhub with %d simulated devices in 10 zones (%s, %d CPUs)\n", n, cpuModel(), runtime.NumCPU())
 	connectStart := time.Now()
 	for i := range n {
@@ -133,12 +117,12 @@ func schedBench(bin string, n int) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(hubLog.String(), 30))
+			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
-	idle := rss(serve.Process.Pid)
+	idle := rss(ph.pid())
 
 	manifest := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(manifest, []byte(schedManifest), 0o644); err != nil {
@@ -176,7 +160,7 @@ func schedBench(bin string, n int) error {
 		}
 	}
 	acked := time.Since(start)
-	full, pss := rss(serve.Process.Pid), pssOf(serve.Process.Pid)
+	full, pss := rss(ph.pid()), pssOf(ph.pid())
 	perZone := slices.Sorted(func(yield func(int) bool) {
 		for _, c := range zones {
 			if !yield(c) {
