@@ -278,6 +278,15 @@ func validateRollingUpdateDaemonSet(ru *appsv1.RollingUpdateDaemonSet, path *fie
 	return errs
 }
 
+// setPriorityClassDefaults gives a PriorityClass the API server's
+// default preemptionPolicy.
+func setPriorityClassDefaults(pc *schedulingv1.PriorityClass) {
+	if pc.PreemptionPolicy == nil {
+		p := v1.PreemptLowerPriority
+		pc.PreemptionPolicy = &p
+	}
+}
+
 func validatePriorityClass(pc *schedulingv1.PriorityClass) field.ErrorList {
 	path := field.NewPath("metadata")
 	errs := validateName(pc.Name, path.Child("name"))
