@@ -49,11 +49,12 @@ systemd_root() {
 }
 
 # vm_check ROOT SCRIPT DESCRIPTION AFTER: installs SCRIPT as the VM's
-# /usr/local/bin/vm-check, run once at boot after the unit AFTER by
-# vm-check.service, its output on the console.
+# /usr/local/bin/vm-check (check-lib.sh beside it), run once at boot after
+# the unit AFTER by vm-check.service, its output on the console.
 vm_check() {
   local root=$1
   install -m 755 "$2" "$root/usr/local/bin/vm-check"
+  install -m 644 "$(dirname "${BASH_SOURCE[0]}")/check-lib.sh" "$root/usr/local/bin/"
   cat > "$root/etc/systemd/system/vm-check.service" <<EOF2
 [Unit]
 Description=$3
