@@ -249,6 +249,17 @@ func (k *keeper) handle(c *net.UnixConn) {
 		k.quitIfDone()
 		k.mu.Unlock()
 		k.reply(c, KeeperReply{Version: k.version})
+	case KeeperResume:
+		closeAll(fds)
+		k.mu.Lock()
+		rep := KeeperReply{Version: k.version}
+		if k.quitting() {
+			rep.Error = KeeperRefused
+		} else {
+			k.draining = false
+		}
+		k.mu.Unlock()
+		k.reply(c, rep)
 	default:
 		closeAll(fds)
 		k.reply(c, KeeperReply{Error: fmt.Sprintf("unknown keeper request %q", req.Op)})
