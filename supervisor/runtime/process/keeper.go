@@ -111,7 +111,9 @@ func (kc *keeperConn) goneNow(r *Runtime) bool {
 // launch starts a keeper in its own session (it outlives the daemon) and
 // waits until its socket answers.
 func (ks *keepers) launch() (*keeperConn, error) {
-	logf, err := os.OpenFile(filepath.Join(ks.dataDir(), "keeper.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logPath := filepath.Join(ks.dataDir(), "keeper.log")
+	rotateLog(logPath, keeperLogMax)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +158,7 @@ func (ks *keepers) drainOthers() {
 			ks.r.log.Debug("draining an older keeper", "socket", s, "err", err)
 		}
 	}
+	ks.removeDeadVersions()
 }
 
 // request sends one request to the keeper at socket and reads its reply.

@@ -94,3 +94,50 @@ func (r *Runtime) awaitLock(id string) {
 		r.exits <- exitOf(id, r.exitStatus(id))
 	}()
 }
+
+// keeperLogMax is the size past which keeper.log is moved to keeper.log.1
+// when a keeper is launched (a keeper writes only its errors there).
+const keeperLogMax = 1 << 20
+
+// rotateLog moves path to path.1, replacing it, once path exceeds max.
+func rotateLog(path string, max int64) {
+	if st, err := os.Stat(path); err == nil && st.Size() > max {
+		os.Rename(path, path+".1")
+	}
+}
+
+// removeDeadVersions removes the lock and socket of every other keeper
+// version that no live keeper holds: each version leaves a pair behind,
+// and a device upgraded often would collect them. Whether a keeper lives
+// is asked of its lock; a keeper that takes a lock file unlinked under it
+// takes the new one (shim.RunKeeper checks the path still names it).
+func (ks *keepers) removeDeadVersions() {
+	dir := ks.dataDir()
+	versions := map[string]bool{}
+	for _, pattern := range []string{"keeper-*.lock", "keeper-*.sock"} {
+		paths, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, p := range paths {
+			name := filepath.Base(p)
+			versions[name[len("keeper-"):len(name)-len(".lock")]] = true
+		}
+	}
+	for v := range versions {
+		sock, lockPath := shim.KeeperSocket(dir, v), filepath.Join(dir, "keeper-"+v+".lock")
+		if sock == ks.socket {
+			continue
+		}
+		lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			lock.Close() // a live keeper's
+			continue
+		}
+		// No keeper of v lives, and none serves while the lock is ours.
+		os.Remove(sock)
+		os.Remove(lockPath)
+		lock.Close()
+		ks.r.log.Debug("removed a gone keeper version's socket and lock", "version", v)
+	}
+}

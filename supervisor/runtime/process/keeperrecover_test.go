@@ -144,3 +144,47 @@ func TestLockedUndescribedInstanceIsNeverReportedEnded(t *testing.T) {
 		t.Fatal("no exit once the lock came free")
 	}
 }
+
+// The lock and socket of a keeper version nobody runs any more are
+// removed when a keeper is brought up, a live one's never; keeper.log
+// past its bound is rotated.
+func TestKeeperRemovesGoneVersionsAndRotatesItsLog(t *testing.T) {
+	e := newKeeperEnv(t, "", nil)
+	data := e.rt.keepers.dataDir()
+	at := func(name string) string { return filepath.Join(data, name) }
+	for _, name := range []string{"keeper-gone.lock", "keeper-gone.sock", "keeper-nolock.sock", "keeper-live.lock", "keeper-live.sock"} {
+		if err := os.WriteFile(at(name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := os.Open(at("keeper-live.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if err := syscall.Flock(int(live.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(at("keeper.log"), make([]byte, keeperLogMax+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := e.keptSpec("true")
+	e.start(s)
+	e.exit(s.InstanceID)
+	for _, name := range []string{"keeper-gone.lock", "keeper-gone.sock", "keeper-nolock.sock", "keeper-nolock.lock"} {
+		if _, err := os.Stat(at(name)); err == nil {
+			t.Errorf("%s of a gone keeper version is still there", name)
+		}
+	}
+	for _, name := range []string{"keeper-live.lock", "keeper-live.sock", filepath.Base(e.rt.keepers.socket)} {
+		if _, err := os.Stat(at(name)); err != nil {
+			t.Errorf("a live keeper's %s was removed: %v", name, err)
+		}
+	}
+	if st, err := os.Stat(at("keeper.log.1")); err != nil || st.Size() != keeperLogMax+1 {
+		t.Fatalf("keeper.log past its bound not rotated: %v", err)
+	}
+	if st, err := os.Stat(at("keeper.log")); err != nil || st.Size() > keeperLogMax {
+		t.Fatalf("keeper.log after rotation: %v", err)
+	}
+}

@@ -26,6 +26,9 @@ type keeper struct {
 	dir     string
 	version string
 	socket  string
+	// verLock is the version's lock, held for the keeper's life: kept
+	// reachable, or the finalizer of an unused *os.File would let it go.
+	verLock *os.File
 	self    State // ShimPid, ShimStart, BootID, Keeper
 	copy    *copier
 	forks   chan forkRequest
@@ -87,11 +90,11 @@ func RunKeeper(dir string) int {
 	}
 	// One keeper per version: a second one started by a race exits and the
 	// daemon talks to the first.
-	lock, err := os.OpenFile(filepath.Join(dir, "keeper-"+version+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := lockKeeper(filepath.Join(dir, "keeper-"+version+".lock"), 2*time.Second)
 	if err != nil {
 		return fail(err)
 	}
-	if !lockWithin(lock, 2*time.Second) {
+	if lock == nil {
 		return 0 // the other one serves
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -99,7 +102,7 @@ func RunKeeper(dir string) int {
 	}
 	// Without CAP_SYS_RESOURCE the keeper keeps the daemon's score.
 	os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(KeeperOOMScoreAdj)), 0)
-	k := &keeper{dir: dir, version: version, socket: KeeperSocket(dir, version),
+	k := &keeper{dir: dir, version: version, socket: KeeperSocket(dir, version), verLock: lock,
 		forks: make(chan forkRequest), sigchld: make(chan os.Signal, 1),
 		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{})}
 	start, _ := ProcStartTime(os.Getpid())
@@ -133,6 +136,29 @@ func checkDataDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// lockKeeper takes the keeper lock at path within d, or returns nil. The
+// daemon removes a lock file no keeper holds (of a gone version) while it
+// holds it: a lock taken on a file unlinked meanwhile is let go and the
+// one now at path taken.
+func lockKeeper(path string, d time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(d)
+	for {
+		lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if !lockWithin(lock, time.Until(deadline)) {
+			lock.Close()
+			return nil, nil
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(lock.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			return lock, nil
+		}
+		lock.Close()
+	}
 }
 
 // lockWithin takes the keeper lock, waiting a little for a keeper that is
