@@ -40,6 +40,12 @@ type keeper struct {
 	watchers map[*net.UnixConn]bool
 	draining bool
 	quit     chan struct{}
+	// broken: after a fork the keeper could not leave the container's
+	// cgroups or take back its oom_score_adj. Charged as (or OOM-killed
+	// with) a container, it must not run on: it exits once the start that
+	// found it out is answered, and its containers die with it.
+	broken error
+	exit   func(code int) // os.Exit
 }
 
 // kept is one running container instance.
@@ -104,7 +110,7 @@ func RunKeeper(dir string) int {
 	os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(KeeperOOMScoreAdj)), 0)
 	k := &keeper{dir: dir, version: version, socket: KeeperSocket(dir, version), verLock: lock,
 		forks: make(chan forkRequest), sigchld: make(chan os.Signal, 1),
-		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{})}
+		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{}), exit: os.Exit}
 	start, _ := ProcStartTime(os.Getpid())
 	k.self = State{ShimPid: os.Getpid(), ShimStart: start, BootID: BootID(), Keeper: k.socket}
 	if k.copy, err = newCopier(); err != nil {
@@ -238,6 +244,7 @@ func (k *keeper) handle(c *net.UnixConn) {
 			rep.Error = err.Error()
 		}
 		k.reply(c, rep)
+		k.exitIfBroken()
 	case KeeperSignal:
 		closeAll(fds)
 		k.signal(req.Instance, syscall.Signal(req.Signal))
@@ -301,6 +308,18 @@ func (k *keeper) reply(c *net.UnixConn, rep KeeperReply) bool {
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, err = c.Write(data)
 	return err == nil
+}
+
+// exitIfBroken ends a broken keeper at once: no exit is recorded for its
+// containers (their leaders die with it), as when it is killed.
+func (k *keeper) exitIfBroken() {
+	k.mu.Lock()
+	broken := k.broken
+	k.mu.Unlock()
+	if broken != nil {
+		fmt.Fprintf(os.Stderr, "podvisor-shim %s: %v: exiting\n", KeeperFlag, broken)
+		k.exit(1)
+	}
 }
 
 // quitIfDone ends a keeper with no container left that is draining or
