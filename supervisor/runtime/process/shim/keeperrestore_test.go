@@ -8,12 +8,14 @@ import (
 	"testing"
 )
 
-// A keeper that cannot leave a container's cgroups after forking it (its
-// own cgroup gone, say) must not run on charged as that container: the
+// A keeper that cannot leave a container's cgroups after forking it (where
+// ptrace is refused and it joins them itself; its own cgroup gone, say) must not run on charged as that container: the
 // container is killed, the start fails saying why, later forks are
 // refused, and the keeper exits once the start is answered.
 func TestKeeperStuckInAContainerCgroupExits(t *testing.T) {
 	sleep := lookPath(t, "sleep")
+	traceForks = false // as where ptrace is refused: the keeper joins and goes back
+	t.Cleanup(func() { traceForks = true })
 	k := newTestKeeper(t)
 	exited := -1
 	k.exit = func(code int) { exited = code }
@@ -54,5 +56,49 @@ func TestKeeperStuckInAContainerCgroupExits(t *testing.T) {
 	}()
 	if st, err := startKept(t, k, "b", next); err == nil {
 		t.Fatalf("a broken keeper started another container: %+v", st)
+	}
+}
+
+// A leader is given its oom_score_adj and cgroup v1 groups while stopped
+// at its exec: the keeper never joins them or takes the score itself.
+func TestKeeperPlacesTheLeaderItself(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root: setting another process's oom_score_adj")
+	}
+	sleep := lookPath(t, "sleep")
+	k := newTestKeeper(t)
+	lock := newTestInstance(t, k, "a", sleep, "100")
+	var spec Spec
+	specPath := filepath.Join(k.dir, InstancesDir, "a", SpecFile)
+	if err := ReadJSON(specPath, &spec); err != nil {
+		t.Fatal(err)
+	}
+	score := 777
+	spec.OOMScoreAdj = &score
+	if err := WriteJSONAtomic(specPath, spec); err != nil {
+		t.Fatal(err)
+	}
+	own, _ := os.ReadFile("/proc/self/oom_score_adj")
+	go func() {
+		r := <-k.forks
+		r.done <- k.fork(r.k)
+	}()
+	st, err := startKept(t, k, "a", lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.LeaderPid), "oom_score_adj"))
+	if strings.TrimSpace(string(got)) != "777" {
+		t.Fatalf("leader's oom_score_adj = %q", got)
+	}
+	if now, _ := os.ReadFile("/proc/self/oom_score_adj"); string(now) != string(own) {
+		t.Fatalf("the keeper's own oom_score_adj changed: %q -> %q", own, now)
+	}
+	procs, _ := os.ReadFile(spec.Cgroup.Procs[0])
+	if strings.TrimSpace(string(procs)) != strconv.Itoa(st.LeaderPid) {
+		t.Fatalf("cgroup.procs got %q, not the leader %d: the keeper joined it itself", procs, st.LeaderPid)
+	}
+	if status, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.LeaderPid), "status")); !strings.Contains(string(status), "TracerPid:\t0\n") || strings.Contains(string(status), "State:\tt") || strings.Contains(string(status), "State:\tT") {
+		t.Fatalf("the leader is still traced or stopped:\n%s", status)
 	}
 }

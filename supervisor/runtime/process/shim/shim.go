@@ -244,14 +244,37 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		attr.Sys.Credential = cred
 	}
 	s.restoreErr = nil
-	undo, err := s.prepare(attr.Sys)
+	traced := traceForks && !s.spec.Cgroup.Await && (s.spec.OOMScoreAdj != nil || len(s.spec.Cgroup.Procs) > 0)
+	if traced {
+		runtime.LockOSThread() // ptrace requests come from the thread that forked
+		defer runtime.UnlockOSThread()
+	}
+	undo, err := s.prepare(attr.Sys, traced)
 	if err != nil {
 		return 0, err
 	}
+	attr.Sys.Ptrace = traced
 	pid, err := syscall.ForkExec(path, argv, attr)
+	if traced && errors.Is(err, syscall.EPERM) {
+		// ptrace refused (Yama, seccomp, an exec that refuses it): take
+		// the container's place around the fork instead.
+		if s.restoreErr = undo(); s.restoreErr != nil {
+			return 0, fmt.Errorf("exec %s: %w", path, err)
+		}
+		if undo, err = s.prepare(attr.Sys, false); err != nil {
+			return 0, err
+		}
+		attr.Sys.Ptrace, traced = false, false
+		pid, err = syscall.ForkExec(path, argv, attr)
+	}
 	s.restoreErr = undo()
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", path, err)
+	}
+	if traced {
+		if err := s.placeStopped(pid); err != nil {
+			return 0, err
+		}
 	}
 	return pid, nil
 }
@@ -293,8 +316,10 @@ func hasEnv(env []string, name string) bool {
 
 // prepare arranges for the next fork to land in the container's cgroup
 // with its oom_score_adj; the returned func undoes what applies to the
-// shim itself and reports what it could not undo.
-func (s *shim) prepare(sys *syscall.SysProcAttr) (func() error, error) {
+// shim itself and reports what it could not undo. traced: the child is
+// given its oom_score_adj and cgroup v1 groups while stopped at exec
+// (placeStopped), the shim does not take them itself.
+func (s *shim) prepare(sys *syscall.SysProcAttr, traced bool) (func() error, error) {
 	var undo []func() error
 	done := func() error {
 		var errs []error
@@ -303,7 +328,7 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func() error, error) {
 		}
 		return errors.Join(errs...)
 	}
-	if v := s.spec.OOMScoreAdj; v != nil {
+	if v := s.spec.OOMScoreAdj; v != nil && !traced {
 		const file = "/proc/self/oom_score_adj"
 		old, err := os.ReadFile(file)
 		if err != nil {
@@ -339,6 +364,9 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func() error, error) {
 			return func() error { return nil }, errors.New("the daemon did not place the container in its cgroup")
 		}
 		os.Stdin.Close()
+	}
+	if traced {
+		return done, nil
 	}
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, procs := range cg.Procs {
