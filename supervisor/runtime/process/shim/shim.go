@@ -255,9 +255,10 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 	}
 	attr.Sys.Ptrace = traced
 	pid, err := syscall.ForkExec(path, argv, attr)
-	if traced && errors.Is(err, syscall.EPERM) {
-		// ptrace refused (Yama, seccomp, an exec that refuses it): take
-		// the container's place around the fork instead.
+	if traced && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
+		// ptrace refused (Yama, seccomp, an LSM; or the exec itself
+		// failed, and fails again): take the container's place around the
+		// fork instead.
 		if s.restoreErr = undo(); s.restoreErr != nil {
 			return 0, fmt.Errorf("exec %s: %w", path, err)
 		}
