@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A keeper that cannot leave a container's cgroups after forking it (where
@@ -101,4 +104,60 @@ func TestKeeperPlacesTheLeaderItself(t *testing.T) {
 	if status, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.LeaderPid), "status")); !strings.Contains(string(status), "TracerPid:\t0\n") || strings.Contains(string(status), "State:\tt") || strings.Contains(string(status), "State:\tT") {
 		t.Fatalf("the leader is still traced or stopped:\n%s", status)
 	}
+}
+
+// A keeper waiting for its version's lock while the daemon removes that
+// lock file (a gone version's, as it thought) must not end up holding the
+// unlinked file: a second keeper would take the new one beside it.
+func TestKeeperLockTakenIsTheOneAtItsPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keeper-v.lock")
+	held, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *os.File, 1)
+	go func() {
+		lock, _ := lockKeeper(path, 10*time.Second)
+		got <- lock
+	}()
+	// Once the waiter has the old file open, it is unlinked and let go.
+	for deadline := time.Now().Add(10 * time.Second); openCount(t, path) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("lockKeeper never opened the lock file")
+		}
+	}
+	os.Remove(path)
+	held.Close()
+	lock := <-got
+	if lock == nil {
+		t.Fatal("no lock taken")
+	}
+	defer lock.Close()
+	var fst, st unix.Stat_t
+	if err := unix.Fstat(int(lock.Fd()), &fst); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(path, &st); err != nil || fst.Ino != st.Ino {
+		t.Fatalf("the lock held is not the file at %s (%v)", path, err)
+	}
+}
+
+// openCount is how many of this process's descriptors name path.
+func openCount(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }
