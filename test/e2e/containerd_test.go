@@ -237,19 +237,25 @@ func TestContainerdPod(t *testing.T) {
 	}
 
 	// Removal stops both, removes them from containerd and clears the
-	// sandbox and the pod's files.
+	// sandbox and the pod's files. The network and the sandbox go in the
+	// background, right after the pod (off the daemon's loop).
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
 	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 	client := http.Client{Timeout: time.Second}
-	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort)); err == nil {
-		resp.Body.Close()
-		t.Fatalf("hostPort %d still answers after the pod is gone", hostPort)
-	}
-	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID))} {
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Fatalf("%s left behind (%v)", dir, err)
+	waitFor(t, fmt.Sprintf("hostPort %d to stop answering after the pod is gone", hostPort), func() bool {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		if err == nil {
+			resp.Body.Close()
 		}
+		return err != nil
+	})
+	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID)),
+		filepath.Join(d.data, "network-detach", string(p.UID)+".json")} {
+		waitFor(t, dir+" to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
 	}
 }
 
