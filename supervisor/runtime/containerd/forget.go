@@ -82,7 +82,8 @@ func (r *Runtime) takeNetworkRecord(uid types.UID) (networkRecord, bool) {
 	if err != nil || json.Unmarshal(data, &rec) != nil {
 		return rec, false
 	}
-	if err := os.MkdirAll(r.detachDir(), 0o700); err == nil {
+	err = os.MkdirAll(r.detachDir(), 0o700)
+	if err == nil {
 		err = os.WriteFile(filepath.Join(r.detachDir(), string(uid)+".json"), data, 0o600)
 	}
 	if err != nil {
