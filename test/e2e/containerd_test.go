@@ -324,6 +324,37 @@ spec:
 	})
 }
 
+// A daemon killed right after a pod with its own network was removed
+// (its detach from the network runs in the background) leaves nothing of
+// it once restarted: whether the detach was done, in flight or not begun,
+// the next daemon finishes it.
+func TestContainerdPodRemovedAcrossDaemonKill(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	hostPort := 20000 + (os.Getpid()+7)%10000
+	d.write("duo.yaml", strings.Replace(twoContainers, "HOSTPORT", fmt.Sprint(hostPort), 1))
+	p := d.waitPod("duo", 30*time.Second, bothReady)
+	d.remove("duo.yaml")
+	d.waitGone("duo", 30*time.Second)
+	d.stop(syscall.SIGKILL)
+	d.start()
+	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	client := http.Client{Timeout: time.Second}
+	waitFor(t, fmt.Sprintf("hostPort %d to stop answering", hostPort), func() bool {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err != nil
+	})
+	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID)),
+		filepath.Join(d.data, "network-detach", string(p.UID)+".json")} {
+		waitFor(t, dir+" to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
+	}
+}
+
 // A container that ends while no daemon runs reports its real exit code,
 // learned from containerd, and a record whose container vanished ends as
 // ContainerStatusUnknown.

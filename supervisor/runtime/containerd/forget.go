@@ -54,24 +54,30 @@ func (r *Runtime) ForgetPod(uid types.UID) {
 		if before != nil {
 			<-before
 		}
-		if attached {
-			r.detach(uid, rec)
-		}
-		if r.cfg.ShimGroup == "pod" {
-			if err := r.client.ForgetShimGroup(string(uid)); err != nil {
-				r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
-			}
-		}
-		if r.cfg.SandboxDir != "" {
-			sb := sandbox.Sandbox{Dir: filepath.Join(r.cfg.SandboxDir, string(uid))}
-			if _, err := os.Stat(sb.Dir); err == nil {
-				if err := sb.Remove(); err != nil {
-					r.log.Warn("removing a pod sandbox", "pod", uid, "err", err)
-				}
-			}
-		}
+		r.clear(uid, rec, attached)
 		r.forgotten(uid, done)
 	}()
+}
+
+// clear detaches a forgotten pod from the network (if it was attached),
+// deletes the container kept for its shim and removes its namespaces.
+func (r *Runtime) clear(uid types.UID, rec networkRecord, attached bool) {
+	if attached {
+		r.detach(uid, rec)
+	}
+	if r.cfg.ShimGroup == "pod" {
+		if err := r.client.ForgetShimGroup(string(uid)); err != nil {
+			r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
+		}
+	}
+	if r.cfg.SandboxDir != "" {
+		sb := sandbox.Sandbox{Dir: filepath.Join(r.cfg.SandboxDir, string(uid))}
+		if _, err := os.Stat(sb.Dir); err == nil {
+			if err := sb.Remove(); err != nil {
+				r.log.Warn("removing a pod sandbox", "pod", uid, "err", err)
+			}
+		}
+	}
 }
 
 // takeNetworkRecord moves a pod's network record from its pod directory
@@ -108,8 +114,8 @@ func (r *Runtime) detach(uid types.UID, rec networkRecord) {
 	}
 }
 
-// resumeDetaches detaches the pods a previous daemon was detaching when
-// it stopped.
+// resumeDetaches finishes forgetting the pods a previous daemon was
+// detaching when it stopped: their network, shim and namespaces.
 func (r *Runtime) resumeDetaches() {
 	files, _ := filepath.Glob(filepath.Join(r.detachDir(), "*.json"))
 	for _, f := range files {
@@ -126,7 +132,7 @@ func (r *Runtime) resumeDetaches() {
 		r.forgetting[uid] = done
 		r.mu.Unlock()
 		go func() {
-			r.detach(uid, rec)
+			r.clear(uid, rec, true)
 			r.forgotten(uid, done)
 		}()
 	}
