@@ -134,6 +134,13 @@ func containerdBench(bin string, n, podCount int) error {
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, b.log.String())
 	}
+	if podCount == 0 { // -containerd-only -containerd-pods 0: latencies alone
+		fmt.Printf("\ncontainerd pods — %s, OCI runtime %s\n", containerdVersion(), ociRuntimeVersion("runc"))
+		fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
+		printDist("manifest write -> workload running", toRun)
+		printDist("process exit -> restarted workload running", restart)
+		return nil
+	}
 
 	for i := 0; i < podCount; i++ {
 		name := fmt.Sprintf("cidle-%d", i)
@@ -156,7 +163,8 @@ func containerdBench(bin string, n, podCount int) error {
 	shims := sumRSS("containerd-shim-runc-v2", ctrd.Address)
 	loggers := sumRSS("podvisor-shim", "log-path")
 
-	fmt.Printf("\ncontainerd pods — %s (private instance), local side-loaded image, one container per pod, hostNetwork\n", containerdVersion())
+	fmt.Printf("\ncontainerd pods — %s (private instance), OCI runtime %s, local side-loaded image, one container per pod, hostNetwork\n",
+		containerdVersion(), ociRuntimeVersion("runc"))
 	fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 	printDist("manifest write -> workload running", toRun)
 	printDist("  the same with its own network (CNI)", toRunCNI)
@@ -205,8 +213,10 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 		return nil
 	}
 	// This sandbox forbids raising rlimits; podman's defaults raise them.
+	// runc, as podvisor's containerd uses: podman takes crun when it is
+	// installed, which differs in cost (and fails on hybrid cgroups).
 	conf := filepath.Join(dir, "containers.conf")
-	os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n"), 0o644)
+	os.WriteFile(conf, []byte("[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=4096:4096\"]\n[engine]\nruntime = \"runc\"\n"), 0o644)
 	podman := func(args ...string) ([]byte, error) {
 		cmd := exec.Command("podman", args...)
 		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
@@ -277,7 +287,9 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 		podman("kube", "down", f)
 	}
 	v, _ := podman("--version")
-	fmt.Printf("\npeer: %s, kube play, the same pods (hostNetwork) and image\n", strings.TrimSpace(string(v)))
+	oci, _ := podman("info", "--format", "{{.Host.OCIRuntime.Name}}")
+	fmt.Printf("\npeer: %s, OCI runtime %s, kube play, the same pods (hostNetwork) and image\n", strings.TrimSpace(string(v)),
+		ociRuntimeVersion(strings.TrimSpace(string(oci))))
 	printDist("kube play -> workload running", pmRun)
 	printDist("process exit -> restarted (restartPolicy Always)", pmRestart)
 	fmt.Printf("  ratio podman/podvisor at p50: start %.1fx, restart %.1fx\n",
@@ -289,6 +301,16 @@ func podmanPeer(dir, archive string, b *bench, n, podCount int, toRun, restart [
 	peer := printPSS(fmt.Sprintf("podman kube play, %d pods (smaps_rollup)", podCount), podmanMem...)
 	fmt.Printf("  ratio podvisor/podman total PSS: %.2fx\n", podvisorPSS/peer)
 	return nil
+}
+
+// ociRuntimeVersion is an OCI runtime's name and version ("runc 1.1.5").
+func ociRuntimeVersion(name string) string {
+	out, err := exec.Command(name, "--version").Output()
+	if err != nil {
+		return name
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(strings.Replace(first, " version", "", 1))
 }
 
 // pidOf finds a process whose command line holds every word.

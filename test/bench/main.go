@@ -39,6 +39,7 @@ func main() {
 	ctrdPods := flag.Int("containerd-pods", 20, "containerd pods for the memory measurement (0: skip containerd)")
 	hubDevices := flag.Int("hub-devices", 1000, "simulated devices for the hub measurement (-1: skip hub sync)")
 	outboxChildDB := flag.String("outbox-child", "", "internal: make 1,000 outbox changes in this database (the fsync count)")
+	ctrdOnly := flag.Bool("containerd-only", false, "measure only the containerd pods and their podman peer (with -containerd-pods 0: only their latencies)")
 	fleetOnly := flag.Bool("fleet-only", false, "measure only podhub with -hub-devices simulated devices (its idle cost per device)")
 	flag.Parse()
 	if *schedChild != "" || *schedOnly {
@@ -50,6 +51,17 @@ func main() {
 	}
 	if *fleetOnly {
 		if err := fleetOnlyBench(*bin, *hubDevices); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *ctrdOnly {
+		abs, err := filepath.Abs(*bin)
+		if err == nil {
+			err = containerdBench(abs, *samples, *ctrdPods)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

@@ -237,19 +237,25 @@ func TestContainerdPod(t *testing.T) {
 	}
 
 	// Removal stops both, removes them from containerd and clears the
-	// sandbox and the pod's files.
+	// sandbox and the pod's files. The network and the sandbox go in the
+	// background, right after the pod (off the daemon's loop).
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
 	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 	client := http.Client{Timeout: time.Second}
-	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort)); err == nil {
-		resp.Body.Close()
-		t.Fatalf("hostPort %d still answers after the pod is gone", hostPort)
-	}
-	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID))} {
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Fatalf("%s left behind (%v)", dir, err)
+	waitFor(t, fmt.Sprintf("hostPort %d to stop answering after the pod is gone", hostPort), func() bool {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		if err == nil {
+			resp.Body.Close()
 		}
+		return err != nil
+	})
+	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID)),
+		filepath.Join(d.data, "network-detach", string(p.UID)+".json")} {
+		waitFor(t, dir+" to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
 	}
 }
 
@@ -316,6 +322,37 @@ spec:
 		out, _, _ := d.cli("images")
 		return strings.Contains(out, "not imported: "+filepath.Join(d.data, "images", "junk.tar"))
 	})
+}
+
+// A daemon killed right after a pod with its own network was removed
+// (its detach from the network runs in the background) leaves nothing of
+// it once restarted: whether the detach was done, in flight or not begun,
+// the next daemon finishes it.
+func TestContainerdPodRemovedAcrossDaemonKill(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	hostPort := 20000 + (os.Getpid()+7)%10000
+	d.write("duo.yaml", strings.Replace(twoContainers, "HOSTPORT", fmt.Sprint(hostPort), 1))
+	p := d.waitPod("duo", 30*time.Second, bothReady)
+	d.remove("duo.yaml")
+	d.waitGone("duo", 30*time.Second)
+	d.stop(syscall.SIGKILL)
+	d.start()
+	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	client := http.Client{Timeout: time.Second}
+	waitFor(t, fmt.Sprintf("hostPort %d to stop answering", hostPort), func() bool {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err != nil
+	})
+	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID)),
+		filepath.Join(d.data, "network-detach", string(p.UID)+".json")} {
+		waitFor(t, dir+" to be removed", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
+	}
 }
 
 // A container that ends while no daemon runs reports its real exit code,

@@ -137,22 +137,6 @@ func (r *Runtime) podIPsLocked(pod *v1.Pod) []string {
 	return nil
 }
 
-// teardownNetwork detaches a forgotten pod from the network.
-func (r *Runtime) teardownNetwork(uid types.UID) {
-	r.mu.Lock()
-	delete(r.podIPs, uid)
-	delete(r.podNets, uid)
-	r.mu.Unlock()
-	var rec networkRecord
-	data, err := os.ReadFile(filepath.Join(r.podDir(uid), networkFile))
-	if err != nil || json.Unmarshal(data, &rec) != nil {
-		return
-	}
-	if err := r.client.TeardownNetwork(pluginapi.NetworkArgs{PodUID: string(uid), NetNS: rec.NetNS, Ports: rec.Ports}); err != nil {
-		r.log.Warn("detaching a pod from the network", "pod", uid, "err", err)
-	}
-}
-
 // withPodIP fills the downward API's status.podIP into an environment
 // built before the pod had an address.
 func withPodIP(env []string, c *v1.Container, ips []string) []string {

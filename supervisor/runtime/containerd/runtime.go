@@ -63,7 +63,10 @@ type Runtime struct {
 	// addresses of those attached (read back lazily after a restart).
 	podNets map[types.UID]*podNetwork
 	podIPs  map[types.UID][]string
-	pruning atomic.Bool // an image garbage collection runs
+	// forgetting are the pods whose network and namespaces are being
+	// removed (forget.go), each closed when done.
+	forgetting map[types.UID]chan struct{}
+	pruning    atomic.Bool // an image garbage collection runs
 }
 
 // New returns the containerd runtime for cfg; Launch runs its plugin.
@@ -71,7 +74,7 @@ type Runtime struct {
 func New(cfg Config, dataDir string, cg runtime.Cgroups, log *slog.Logger) *Runtime {
 	return &Runtime{cfg: cfg, dataDir: dataDir, cgroups: cg, log: log,
 		followed: map[string]string{}, foundSignals: map[string]string{}, imageRefs: map[string]string{},
-		podNets: map[types.UID]*podNetwork{}, podIPs: map[types.UID][]string{}}
+		podNets: map[types.UID]*podNetwork{}, podIPs: map[types.UID][]string{}, forgetting: map[types.UID]chan struct{}{}}
 }
 
 // Configured reports whether cfg runs containerd pods at all.
@@ -105,11 +108,16 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 	if !r.client.Start(cc.ConnectWait) {
 		r.log.Warn("containerd is not reachable yet; its pods wait until it is", "address", cc.Address)
 	}
+	r.resumeDetaches()
 	return nil
 }
 
-// Close stops the plugin; containers keep running.
-func (r *Runtime) Close() { r.client.Close() }
+// Close stops the plugin once the pods being forgotten are detached (at
+// most forgetWait); containers keep running.
+func (r *Runtime) Close() {
+	r.waitForgotten(forgetWait)
+	r.client.Close()
+}
 
 // Connected signals each (re)connection to containerd.
 func (r *Runtime) Connected() <-chan struct{} { return r.client.Connected() }
@@ -121,6 +129,7 @@ func (r *Runtime) Exits() <-chan runtime.Exit { return r.client.Exits() }
 // volumes, cgroup) is made here, the pod's network and the plugin's Run
 // on another goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
+	r.awaitForgotten(c.Pod.UID)
 	cfg, err := r.containerConfig(c)
 	if err != nil {
 		done(runtime.Started{Err: &runtime.CreateError{Reason: "CreateContainerConfigError", Message: err.Error()}})
@@ -320,37 +329,6 @@ func (r *Runtime) NetNS(pod *v1.Pod) string {
 		return ""
 	}
 	return filepath.Join(r.cfg.SandboxDir, string(pod.UID), sandbox.Net)
-}
-
-// ForgetPod detaches a pod that is gone from the network and removes its
-// namespaces, termination message files and the container kept for its
-// shim.
-func (r *Runtime) ForgetPod(uid types.UID) {
-	r.teardownNetwork(uid)
-	if r.cfg.ShimGroup == "pod" {
-		if err := r.client.ForgetShimGroup(string(uid)); err != nil {
-			r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
-		}
-	}
-	r.mu.Lock()
-	for id := range r.imageRefs {
-		if strings.HasPrefix(id, string(uid)+"_") {
-			delete(r.imageRefs, id)
-		}
-	}
-	r.mu.Unlock()
-	files, _ := filepath.Glob(filepath.Join(r.dataDir, "termination", string(uid)+"_*"))
-	for _, f := range files {
-		r.removeTerminationFile(filepath.Base(f))
-	}
-	if r.cfg.SandboxDir != "" {
-		sb := sandbox.Sandbox{Dir: filepath.Join(r.cfg.SandboxDir, string(uid))}
-		if _, err := os.Stat(sb.Dir); err == nil {
-			if err := sb.Remove(); err != nil {
-				r.log.Warn("removing a pod sandbox", "pod", uid, "err", err)
-			}
-		}
-	}
 }
 
 // DecorateStatuses sets the imageID of containers' statuses, as the
