@@ -166,6 +166,8 @@ type state struct {
 	// owned indexes the pods by their workload (ownerIndex), in order's
 	// order: each controller reads its own pods, not every pod.
 	owned map[string][]*podInfo
+	// ownerUIDs are the live workloads' UIDs by workloadIndex (ownerKey).
+	ownerUIDs map[string]types.UID
 	// deploymentOf finds a ReplicaSet pod's Deployment (defaultSelector).
 	deploymentOf map[string]*appsv1.Deployment
 	// overQuota are the workloads refused a pod this pass for MaxPods.
@@ -210,6 +212,17 @@ func newState(in Input) *state {
 		maxPods:     in.MaxPods,
 		owned:       map[string][]*podInfo{},
 		overQuota:   map[types.NamespacedName]bool{},
+		ownerUIDs:   make(map[string]types.UID, len(in.DaemonSets)+len(in.Deployments)),
+	}
+	for _, d := range in.DaemonSets {
+		if k := workloadIndex("DaemonSet", d.Namespace, d.Name); !hasKey(s.ownerUIDs, k) {
+			s.ownerUIDs[k] = d.UID
+		}
+	}
+	for _, d := range in.Deployments {
+		if k := workloadIndex("Deployment", d.Namespace, d.Name); !hasKey(s.ownerUIDs, k) {
+			s.ownerUIDs[k] = d.UID
+		}
 	}
 	for _, pc := range builtinPriorityClasses {
 		s.classes[pc.Name] = pc
@@ -248,6 +261,11 @@ func newState(in Input) *state {
 		}
 	}
 	return s
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 func keyOf(p *v1.Pod) types.NamespacedName {
