@@ -76,7 +76,10 @@ func (s *state) ownerKey(p *v1.Pod) string {
 		return ""
 	}
 	ref := controllerOf(p)
-	uid, live := s.ownerUIDs[k]
+	uid, live := s.daemonSetUIDs[k]
+	if d := s.deploymentOf[k]; d != nil {
+		uid, live = d.UID, true
+	}
 	if !live || ref.UID == "" || uid == "" {
 		return k
 	}
