@@ -75,3 +75,23 @@ func TestNotReadyEvictionTimedByTheHub(t *testing.T) {
 		t.Fatalf("terminating %v after 300 s, want web@a", term)
 	}
 }
+
+// The pass wakes up when a pod's toleration of the not-ready taint runs
+// out, not only at the next stale heartbeat.
+func TestNotReadyTolerationWakesThePass(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"a": "z1"})
+	r.apply(webYAML + `      tolerations:
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 10}
+`)
+	r.pass()
+	wentDown := r.now
+	r.heartbeatReady("a", v1.ConditionFalse, wentDown)
+	if next, want := r.pass(), wentDown.Add(10*time.Second); !next.Equal(want) {
+		t.Fatalf("next pass at %v, want %v (the toleration runs out)", next, want)
+	}
+	r.now = wentDown.Add(10 * time.Second)
+	r.pass()
+	if _, term := r.placed(); len(term) != 1 || term[0] != "web@a" {
+		t.Fatalf("terminating %v, want web@a", term)
+	}
+}
