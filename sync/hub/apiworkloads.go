@@ -106,7 +106,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 		var req TaintRequest
 		err := decodeBody(r, &req)
 		if err == nil {
-			err = a.Fleet.SetTaint(r.PathValue("id"), req.Taint, req.Remove)
+			err = a.Fleet.SetTaint(r.PathValue("id"), req.Taint, req.Remove, time.Now())
 		}
 		a.Hub.Reschedule()
 		reply(w, map[string]string{}, err)

@@ -95,3 +95,31 @@ func TestNotReadyTolerationWakesThePass(t *testing.T) {
 		t.Fatalf("terminating %v, want web@a", term)
 	}
 }
+
+// An operator's NoExecute taint is timed from when it was set: a pod
+// tolerating it for a minute stays that minute.
+func TestOperatorNoExecuteTaintIsTimedFromItsSetting(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"a": "z1"})
+	r.apply(webYAML + `      tolerations:
+      - {key: maintenance, operator: Exists, effect: NoExecute, tolerationSeconds: 60}
+`)
+	r.pass()
+	r.now = r.now.Add(time.Hour)
+	set := r.now
+	r.heartbeat("a")
+	if err := r.fleet.SetTaint("a", v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoExecute}, false, set); err != nil {
+		t.Fatal(err)
+	}
+	if next, want := r.pass(), set.Add(time.Minute); next.After(want) {
+		t.Fatalf("next pass at %v, want by %v", next, want)
+	}
+	if live, term := r.placed(); len(live["web"]) != 1 || len(term) != 0 {
+		t.Fatalf("evicted at once: live %v terminating %v", live, term)
+	}
+	r.now = set.Add(time.Minute)
+	r.heartbeat("a")
+	r.pass()
+	if _, term := r.placed(); len(term) != 1 || term[0] != "web@a" {
+		t.Fatalf("terminating %v after the minute, want web@a", term)
+	}
+}
