@@ -16,24 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/resources"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // driver returns this host's driver, or skips (fails in CI) without root
 // or a cgroup hierarchy.
 func driver(t *testing.T) Driver {
 	t.Helper()
-	need := func(format string, args ...any) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: "+format, args...)
-		}
-		t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-	}
-	if os.Geteuid() != 0 {
-		need("cgroups need root")
-	}
+	prereq.Root(t, "cgroups")
 	d, err := Detect("/sys/fs/cgroup")
 	if err != nil {
-		need("%v", err)
+		prereq.Missing(t, "a cgroup hierarchy: %v", err)
 	}
 	return d
 }

@@ -1,9 +1,10 @@
 package config
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/linked"
 )
 
 // The config sits between cmd and the daemon: it may use the pure deciders
@@ -11,14 +12,10 @@ import (
 // observers or the hub's side, so that the import graph stays one-way
 // (cmd → config, sync, supervisor → … → vocabulary).
 func TestConfigImportsNoShell(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
 	const module = "github.com/podvisor/podvisor/"
 	trees := []string{"supervisor/runtime", "supervisor/state", "supervisor/api", "supervisor/pressure", "supervisor/sandbox",
 		"supervisor/logind", "sync", "probes", "cgroups", "cmd"}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range linked.Packages(t, ".") {
 		rel, ok := strings.CutPrefix(pkg, module)
 		if !ok {
 			continue

@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/podvisor/podvisor/test/listenserver"
 )
 
 func BenchmarkTCP(b *testing.B) {
@@ -16,15 +18,7 @@ func BenchmarkTCP(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go listenserver.AcceptAndClose(ln)
 	a := &v1.TCPSocketAction{Port: intstr.FromInt32(int32(ln.Addr().(*net.TCPAddr).Port))}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/safepath"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func TestAllowedRoot(t *testing.T) {
@@ -91,12 +92,7 @@ func TestOpenAllowedHostPath(t *testing.T) {
 // Cleaning a pod's staged mounts unmounts them and removes only the
 // mount points: the files they showed stay where they are.
 func TestCleanStagedMounts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI prerequisite missing: mounting needs root")
-		}
-		t.Skip("mounting needs root (fails in CI)")
-	}
+	prereq.Root(t, "mounting")
 	base := t.TempDir()
 	src, pod := filepath.Join(base, "hostdir"), filepath.Join(base, "pod")
 	if err := os.MkdirAll(src, 0o755); err != nil {

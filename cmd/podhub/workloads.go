@@ -49,15 +49,21 @@ func workloadPath(kind string) (string, error) {
 	return "", fmt.Errorf("unknown kind %q (pod, deployment, daemonset, priorityclass)", kind)
 }
 
+// workloadURL is the API's URL of one workload of the kind path (a
+// PriorityClass has no namespace: "-").
+func workloadURL(path, ns, name string) string {
+	if path == "priorityclasses" {
+		ns = "-"
+	}
+	return "/v1/workloads/" + path + "/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+}
+
 func (c *cli) deleteWorkload(kind, name, ns string) error {
 	path, err := workloadPath(kind)
 	if err != nil {
 		return err
 	}
-	if path == "priorityclasses" {
-		ns = "-"
-	}
-	if err := c.client().Do("DELETE", "/v1/workloads/"+path+"/"+url.PathEscape(ns)+"/"+url.PathEscape(name), nil, nil); err != nil {
+	if err := c.client().Do("DELETE", workloadURL(path, ns, name), nil, nil); err != nil {
 		return err
 	}
 	fmt.Fprintln(c.out, deletedMessage(path, name))
@@ -136,11 +142,8 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if err != nil {
 		return err
 	}
-	if path == "priorityclasses" {
-		ns = "-"
-	}
 	var d hub.WorkloadDetail
-	if err := c.client().Do("GET", "/v1/workloads/"+path+"/"+url.PathEscape(ns)+"/"+url.PathEscape(name), nil, &d); err != nil {
+	if err := c.client().Do("GET", workloadURL(path, ns, name), nil, &d); err != nil {
 		return err
 	}
 	var obj struct {

@@ -62,3 +62,16 @@ func TestDeleteAndTaintSayWhatKubectlSays(t *testing.T) {
 		}
 	}
 }
+
+// A PriorityClass has no namespace: its URL says "-" whatever -n says.
+func TestWorkloadURL(t *testing.T) {
+	for _, c := range []struct{ path, ns, name, want string }{
+		{"deployments", "default", "bridge", "/v1/workloads/deployments/default/bridge"},
+		{"daemonsets", "a/b", "x y", "/v1/workloads/daemonsets/a%2Fb/x%20y"},
+		{"priorityclasses", "default", "important", "/v1/workloads/priorityclasses/-/important"},
+	} {
+		if got := workloadURL(c.path, c.ns, c.name); got != c.want {
+			t.Errorf("workloadURL(%q, %q, %q) = %q, want %q", c.path, c.ns, c.name, got, c.want)
+		}
+	}
+}

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/linked"
 )
 
 // The plugin speaks pluginapi and links nothing of the daemon's side:
 // linking Kubernetes' API types through the daemon's runtime packages
 // measured +6.7 MiB of plugin binary (17.8 → 24.5 MiB stripped).
 func TestPluginLinksNoDaemon(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range linked.Packages(t, ".") {
 		if strings.HasPrefix(pkg, "k8s.io/") || pkg == "github.com/podvisor/podvisor/supervisor/runtime" ||
 			pkg == "github.com/podvisor/podvisor/supervisor/runtime/containerd" ||
 			pkg == "github.com/podvisor/podvisor/supervisor/lifecycle" {

@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podvisor/podvisor/test/prereq"
 	"github.com/podvisor/podvisor/test/procstat"
 )
 
@@ -40,10 +40,7 @@ func TestReleaseStartupTextPagesOutTheProgram(t *testing.T) {
 	before := rssFileKiB(t)
 	n, err := releaseStartupText()
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, errMemoryBacked) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: a file-backed binary and MADV_PAGEOUT: %v", err)
-		}
-		t.Skipf("nothing to page out here: %v", err)
+		prereq.Missing(t, "a file-backed binary and MADV_PAGEOUT: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/linked"
 )
 
 // The daemon must not link containerd's client or gRPC: that measured +12
@@ -11,11 +12,7 @@ import (
 // in podvisor-containerd, which runs only where containerd pods do. Nor
 // net/rpc, whose debug page links html/template (+0.65 MiB).
 func TestDaemonLinksNoContainerdClient(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range linked.Packages(t, ".") {
 		if strings.HasPrefix(pkg, "github.com/containerd/") || strings.HasPrefix(pkg, "google.golang.org/grpc") ||
 			pkg == "net/rpc" || pkg == "html/template" {
 			t.Errorf("podvisor links %s", pkg)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func TestPrivateDir(t *testing.T) {
@@ -41,12 +43,13 @@ func TestPrivateDir(t *testing.T) {
 	if err := privateDir("data directory", filepath.Join(swap, "data")); err != nil {
 		t.Fatalf("under a sticky parent: %v", err)
 	}
-	if os.Geteuid() == 0 {
+	t.Run("owned by another user", func(t *testing.T) {
+		prereq.Root(t, "chown to another user")
 		foreign := filepath.Join(base, "foreign")
 		os.Mkdir(foreign, 0o700)
 		os.Chown(foreign, 4242, 4242)
 		if err := privateDir("data directory", foreign); err == nil || !strings.Contains(err.Error(), "owned by another user") {
 			t.Fatalf("foreign-owned directory: %v", err)
 		}
-	}
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func TestPackageOf(t *testing.T) {
@@ -87,10 +89,7 @@ func TestGroupSumsAndOrders(t *testing.T) {
 func TestReportOnABinary(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI prerequisite missing: the go command:", err)
-		}
-		t.Skip("no go command:", err)
+		prereq.Missing(t, "the go command: %v", err)
 	}
 	exe := filepath.Join(t.TempDir(), "sizes")
 	build := exec.Command(goTool, "build", "-trimpath", "-o", exe, ".")

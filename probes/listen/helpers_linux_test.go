@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/test/bpftest"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // The test binary doubles as the processes the tests watch: with
@@ -22,27 +23,26 @@ import (
 const childEnv = "PODVISOR_LISTEN_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "server":
-		runServer(os.Stdin, os.Stdout)
-		os.Exit(0)
-	case "opener":
-		w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(0)
-		}
-		fmt.Println("path", w.Path())
-		os.Exit(0)
-	case "attacher":
-		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	bpftest.Main(m, childEnv, map[string]func(){
+		"server":   func() { runServer(os.Stdin, os.Stdout) },
+		"opener":   runOpener,
+		"attacher": func() { bpftest.RunAttacher(attachWatcher) },
+	})
 }
 
-// prerequisite is the e2e harness's rule: skip, but fail in CI.
-var prerequisite = bpftest.Prerequisite
+// runOpener opens a watcher, logging to stdout, and says which path it
+// chose.
+func runOpener() {
+	w, err := Open(Options{Logf: func(f string, a ...any) { fmt.Printf("log "+f+"\n", a...) }})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("path", w.Path())
+}
+
+// prerequisite skips a test whose environment lacks something, and fails it in CI.
+var prerequisite = prereq.Missing
 
 // latencyBound is a latency target, three times as long where the tests
 // run under software emulation (the cgroup v2 VM without KVM:
@@ -172,21 +172,15 @@ func runServer(in io.Reader, out io.Writer) {
 	}
 }
 
-// runAttacher watches dir with the eBPF watcher, says so, and waits to be
-// killed.
-func runAttacher(dir string, legacy bool) {
+// attachWatcher watches dir with the eBPF watcher, in an attacher child.
+func attachWatcher(dir string, legacy bool) error {
 	w, err := newSockOpsWatcher(DetectFeatures(), 4, nil)
 	if err != nil {
-		fmt.Println("error", err)
-		return
+		return err
 	}
 	w.legacy = legacy
-	if _, err := w.Watch(dir); err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	fmt.Println("attached")
-	io.Copy(io.Discard, os.Stdin)
+	_, err = w.Watch(dir)
+	return err
 }
 
 // next returns the next event, failing the test if none comes in 10 s.

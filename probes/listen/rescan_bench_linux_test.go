@@ -12,13 +12,16 @@ import (
 // BenchmarkRescan is the CPU one sock_diag dump of a pod with a listener
 // costs: what the dump schedule (NextDump) is chosen from.
 func BenchmarkRescan(b *testing.B) {
+	if os.Geteuid() != 0 {
+		prerequisite(b, "needs root")
+	}
 	h, err := FindHierarchy()
-	if err != nil || os.Geteuid() != 0 {
-		b.Skip("needs root and cgroup2")
+	if err != nil {
+		prerequisite(b, "cgroup2: %v", err)
 	}
 	w, err := Open(Options{Paths: []Path{PathSockDiag}})
 	if err != nil {
-		b.Skip(err)
+		prerequisite(b, "the sock_diag listen watcher: %v", err)
 	}
 	defer w.Close()
 	rel := fmt.Sprintf("podvisor-listen-bench-%d", os.Getpid())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvisor/podvisor/probes/listen"
 	"github.com/podvisor/podvisor/test/bpftest"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // The test binary doubles as the processes the tests count or kill:
@@ -22,22 +23,15 @@ import (
 const childEnv = "PODVISOR_NETCOUNT_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "udp":
-		runUDPChild()
-		os.Exit(0)
-	case "sleeper":
-		io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	case "attacher":
-		runAttacher(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy")
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	bpftest.Main(m, childEnv, map[string]func(){
+		"udp":      runUDPChild,
+		"sleeper":  func() { io.Copy(io.Discard, os.Stdin) },
+		"attacher": func() { bpftest.RunAttacher(attachCounter) },
+	})
 }
 
-// prerequisite is the e2e harness's rule: skip, but fail in CI.
-var prerequisite = bpftest.Prerequisite
+// prerequisite skips a test whose environment lacks something, and fails it in CI.
+var prerequisite = prereq.Missing
 
 func requireCounters(t *testing.T) listen.Hierarchy {
 	t.Helper()
@@ -151,20 +145,15 @@ func runUDPChild() {
 	fmt.Println("done")
 }
 
-// runAttacher counts dir, says so, and waits to be killed.
-func runAttacher(dir string, legacy bool) {
+// attachCounter counts dir, in an attacher child.
+func attachCounter(dir string, legacy bool) error {
 	c, err := Open(Options{MaxPods: 2})
 	if err != nil {
-		fmt.Println("error", err)
-		return
+		return err
 	}
 	c.legacy = legacy
-	if _, err := c.Watch(dir); err != nil {
-		fmt.Println("error", err)
-		return
-	}
-	fmt.Println("attached")
-	io.Copy(io.Discard, os.Stdin)
+	_, err = c.Watch(dir)
+	return err
 }
 
 // attachedOurs counts the counting programs attached to dir, both hooks.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/eviction"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func TestObserveReadsSignals(t *testing.T) {
@@ -23,18 +24,12 @@ func TestObserveReadsSignals(t *testing.T) {
 
 func TestPSITriggerStopsWithItsContext(t *testing.T) {
 	if _, err := os.Stat("/proc/pressure/memory"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: PSI: %v", err)
-		}
-		t.Skipf("no PSI (fails in CI): %v", err)
+		prereq.Missing(t, "PSI: %v", err)
 	}
 	n := NewNotifier(slog.Default())
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := n.PSI(ctx, 150*time.Millisecond, 2*time.Second, "/proc/pressure/memory"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: PSI trigger: %v", err)
-		}
-		t.Skipf("PSI trigger not permitted here (fails in CI): %v", err)
+		prereq.Missing(t, "PSI trigger: %v", err)
 	}
 	before := countFDs(t)
 	cancel()

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // tree makes a volume with a real directory and file, and an outside
@@ -196,12 +198,7 @@ func TestCreateAndWriteFile(t *testing.T) {
 // A descriptor held from resolution is what gets mounted: swapping the
 // directory for a link to the outside afterwards changes nothing.
 func TestBindAtMountsTheDescriptorNotThePath(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI prerequisite missing: mounting needs root")
-		}
-		t.Skip("mounting needs root (fails in CI)")
-	}
+	prereq.Root(t, "mounting")
 	vol, outside := tree(t)
 	stage := filepath.Join(t.TempDir(), "stage")
 	t.Cleanup(func() { Unbind(stage) })

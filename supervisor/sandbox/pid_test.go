@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // A process that joins the pod's PID namespace sees the init as pid 1;
@@ -17,10 +18,7 @@ func TestEnsurePIDHoldsTheNamespace(t *testing.T) {
 	requireRoot(t)
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI prerequisite missing: nsenter (util-linux)")
-		}
-		t.Skip("nsenter (util-linux) not installed; skipped outside CI")
+		prereq.Missing(t, "nsenter (util-linux): %v", err)
 	}
 	s := Sandbox{Dir: filepath.Join(t.TempDir(), "uid-2")}
 	t.Cleanup(func() { s.Remove() })

@@ -9,16 +9,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func requireRoot(t *testing.T) {
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("CI runs as root: sandboxes need CAP_SYS_ADMIN")
-	}
-	t.Skip("sandboxes need root; skipped outside CI")
+	t.Helper()
+	prereq.Root(t, "sandboxes need CAP_SYS_ADMIN")
 }
 
 // inNamespace runs fn on a thread inside the namespace bound at path.

@@ -85,32 +85,37 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 		if err == nil {
 			err = a.Fleet.DeleteWorkload(kind, r.PathValue("namespace"), r.PathValue("name"))
 		}
-		a.Hub.Reschedule()
-		reply(w, map[string]string{}, err)
+		a.rescheduled(w, err)
 	})
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
-		err := a.Fleet.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now())
-		a.Hub.Reschedule()
-		reply(w, map[string]string{}, err)
+		a.rescheduled(w, a.Fleet.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now()))
 	})
-	mux.HandleFunc("PUT /v1/devices/{id}/cordon", func(w http.ResponseWriter, r *http.Request) {
-		var req CordonRequest
+	mux.HandleFunc("PUT /v1/devices/{id}/cordon", deviceChange(a, func(id string, req CordonRequest) error {
+		return a.Fleet.SetCordon(id, req.Unschedulable)
+	}))
+	mux.HandleFunc("PUT /v1/devices/{id}/taints", deviceChange(a, func(id string, req TaintRequest) error {
+		return a.Fleet.SetTaint(id, req.Taint, req.Remove, time.Now())
+	}))
+}
+
+// rescheduled replies to a request that changed what the scheduler reads
+// (err: whether it did), once a pass is asked for.
+func (a *API) rescheduled(w http.ResponseWriter, err error) {
+	a.Hub.Reschedule()
+	reply(w, map[string]string{}, err)
+}
+
+// deviceChange handles a PUT that changes how a device is scheduled: set
+// applies the request body, decoded as a Req, to the device {id}.
+func deviceChange[Req any](a *API, set func(id string, req Req) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
 		err := decodeBody(r, &req)
 		if err == nil {
-			err = a.Fleet.SetCordon(r.PathValue("id"), req.Unschedulable)
+			err = set(r.PathValue("id"), req)
 		}
-		a.Hub.Reschedule()
-		reply(w, map[string]string{}, err)
-	})
-	mux.HandleFunc("PUT /v1/devices/{id}/taints", func(w http.ResponseWriter, r *http.Request) {
-		var req TaintRequest
-		err := decodeBody(r, &req)
-		if err == nil {
-			err = a.Fleet.SetTaint(r.PathValue("id"), req.Taint, req.Remove, time.Now())
-		}
-		a.Hub.Reschedule()
-		reply(w, map[string]string{}, err)
-	})
+		a.rescheduled(w, err)
+	}
 }
 
 func workloadKind(name string) (string, error) {

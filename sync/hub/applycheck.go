@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/sync/hub/schedule"
 )
 
 // storedObject reads a stored workload or PriorityClass into v, and says
@@ -131,14 +132,7 @@ func admitPriority(tx *sql.Tx, p *v1.Pod) error {
 			return fmt.Errorf("pods %q is forbidden: no PriorityClass with name %s was found", p.Name, name)
 		}
 	}
-	var value int32
-	policy := v1.PreemptLowerPriority
-	if class != nil {
-		value = class.Value
-		if class.PreemptionPolicy != nil {
-			policy = *class.PreemptionPolicy
-		}
-	}
+	value, policy := schedule.ClassPriority(class)
 	if p.Spec.Priority != nil && *p.Spec.Priority != value {
 		return fmt.Errorf("pods %q is forbidden: the integer value of priority (%d) must not be provided in pod spec; priority admission controller computed %d from the given PriorityClass name",
 			p.Name, *p.Spec.Priority, value)

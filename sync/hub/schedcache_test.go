@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // What a pass remembers for the next is checked against the database:
@@ -13,16 +14,7 @@ import (
 // when its scheduled pods are still right and mended when not.
 func TestSchedulePassCacheFollowsTheDatabase(t *testing.T) {
 	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b"})
-	r.apply(`apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
-`)
+	r.apply(workloadfile.DaemonSet("agent", `containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]`))
 	r.pass()
 	generation := func(id string) int64 {
 		t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // One pass of podhub's wiring over 10,000 devices in 10 zones with a
@@ -24,29 +25,9 @@ func BenchmarkSchedulePassFleet10k(b *testing.B) {
 			}
 			r.heartbeat(id)
 		}
-		r.apply(`apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: 1000
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m}}}]
-`)
+		const container = `containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m}}}]`
+		r.apply(workloadfile.File(workloadfile.DaemonSet("agent", container),
+			workloadfile.Deployment("bridge", 1000, workloadfile.Spread("zone", "bridge"), container)))
 		b.StartTimer()
 		start := time.Now()
 		r.pass()

@@ -21,44 +21,22 @@ import (
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
-const fleetYAML = `
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: important}
-value: 1000
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      priorityClassName: important
-      tolerations:
-      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 20}
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
-      containers:
-      - name: c
-        image: "process:///bin/sleep"
-        args: ["1000"]
-        resources: {requests: {cpu: 100m, memory: 64Mi}}
-`
+var fleetYAML = workloadfile.File(
+	workloadfile.PriorityClass("important", 1000),
+	workloadfile.DaemonSet("agent", `containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]`),
+	workloadfile.Deployment("bridge", 3, `
+priorityClassName: important
+tolerations:
+- {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 20}`,
+		workloadfile.Spread("zone", "bridge"), `
+containers:
+- name: c
+  image: "process:///bin/sleep"
+  args: ["1000"]
+  resources: {requests: {cpu: 100m, memory: 64Mi}}`))
 
 // schedRig is a hub with a fake clock over a real fleet database, not
 // connected to a broker: passes are run by hand.
@@ -426,17 +404,9 @@ func TestApplyObjectsBadInput(t *testing.T) {
 	if len(w.Deployments) != 1 || *w.Deployments[0].Spec.Replicas != 3 || len(w.DaemonSets) != 1 {
 		t.Fatalf("stored workloads changed by refused files: %+v", w)
 	}
-	r.apply(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: nowhere}
-spec:
-  selector: {matchLabels: {app: nowhere}}
-  template:
-    metadata: {labels: {app: nowhere}}
-    spec:
-      nodeSelector: {zone: mars}
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
-`)
+	r.apply(workloadfile.Deployment("nowhere", -1, `
+nodeSelector: {zone: mars}
+containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]`))
 	r.pass()
 	pods, _ := r.fleet.HubPods()
 	found := false

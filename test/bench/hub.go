@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,8 +23,6 @@ import (
 
 	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
-	"github.com/podvisor/podvisor/sync/pki"
-	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
 
@@ -249,43 +245,22 @@ func outboxChild(path string) error {
 // time from podhub apply to every device's ack, and podhub's RSS.
 func fleetBench(binDir, dir string, devices int) error {
 	podhub := filepath.Join(binDir, "podhub")
-	data := filepath.Join(dir, "podhub")
-	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
-		return fmt.Errorf("podhub init: %v %s", err, out)
-	}
-	addr := freePort()
-	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr)
-	var slog bytes.Buffer
-	serve.Stdout, serve.Stderr = &slog, &slog
-	if err := serve.Start(); err != nil {
+	ph, err := startPodhub(podhub, dir)
+	if err != nil {
 		return err
 	}
-	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
-	for i := 0; ; i++ {
-		if client.Do("GET", "/v1/devices", nil, nil) == nil {
-			break
-		}
-		if i > 200 {
-			return fmt.Errorf("podhub did not start:\n%s", slog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	idle := rss(serve.Process.Pid)
+	defer ph.stop()
+	client, data, addr := ph.client, ph.data, ph.addr
+	idle := rss(ph.pid())
 	var memIdle podhubMemory
 	if err := client.Do("GET", "/v1/debug/memory", nil, &memIdle); err != nil {
 		return fmt.Errorf("podhub's memory breakdown: %w", err)
 	}
 	// Every simulated device gets its certificate from the hub's CA, as
 	// podhub device add issues it.
-	ca, err := pki.Load(filepath.Join(data, "pki"))
+	enrolled, err := loadEnrolment(data, addr)
 	if err != nil {
 		return err
-	}
-	pubPEM, _ := os.ReadFile(filepath.Join(data, "hub.pub"))
-	pub, err := protocol.ParsePublicKey(pubPEM)
-	if err != nil {
-		return fmt.Errorf("podhub's hub.pub: %w", err)
 	}
 
 	stop := make(chan struct{})
@@ -308,18 +283,7 @@ func fleetBench(binDir, dir string, devices int) error {
 			return err
 		}
 		stores = append(stores, st)
-		id := fmt.Sprintf("sim-%04d", i)
-		issued, err := ca.IssueDevice(id)
-		if err != nil {
-			return err
-		}
-		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
-		if err != nil {
-			return err
-		}
-		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
-		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: *hubHeartbeat}, st, quietPods{}, silent)
+		a, err := enrolled.agent(fmt.Sprintf("sim-%04d", i), st, quietPods{})
 		if err != nil {
 			return err
 		}
@@ -338,12 +302,12 @@ func fleetBench(binDir, dir string, devices int) error {
 				dump = err.Error()
 			}
 			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
-				countReady(ds), devices, listErr, dump, lastLines(slog.String(), 30))
+				countReady(ds), devices, listErr, dump, lastLines(ph.log.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
-	idleFleet := rss(serve.Process.Pid)
+	idleFleet := rss(ph.pid())
 	if *hubHeapProfile != "" {
 		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/heap?gc=1", *hubHeapProfile); err != nil {
 			return err
@@ -355,9 +319,9 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	// What the connected fleet costs podhub's CPU (heartbeats, MQTT
 	// pings, the collector).
-	cpuBefore, _ := cpuTicks(serve.Process.Pid)
+	cpuBefore, _ := cpuTicks(ph.pid())
 	time.Sleep(*hubIdleWindow)
-	cpuAfter, _ := cpuTicks(serve.Process.Pid)
+	cpuAfter, _ := cpuTicks(ph.pid())
 	if err := client.Do("GET", "/v1/debug/memory", nil, &memWindow); err != nil {
 		return fmt.Errorf("podhub's memory breakdown: %w", err)
 	}
@@ -378,7 +342,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 	}
 	acked := time.Since(start)
-	full := rss(serve.Process.Pid)
+	full := rss(ph.pid())
 	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
 	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -15,17 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
-	"github.com/podvisor/podvisor/sync/pki"
-	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // The fleet scheduling benchmark's knobs.
@@ -45,29 +40,11 @@ const schedReplicas = 1000
 
 // schedManifest is what the operator applies: an agent on every device
 // and a bridge spread evenly over the zones.
-const schedManifest = `apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
-      containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]
-`
+var schedManifest = workloadfile.File(workloadfile.DaemonSet("agent", schedContainer),
+	workloadfile.Deployment("bridge", schedReplicas, workloadfile.Spread("zone", "bridge"), schedContainer))
+
+// schedContainer is the one container of both workloads.
+const schedContainer = `containers: [{name: c, image: "process:///bin/sleep", args: ["1000"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]`
 
 // schedBench runs podhub serve with n simulated devices (labels
 // zone=z0..z9, heartbeats with allocatable) in child processes, applies
@@ -88,28 +65,14 @@ func schedBench(bin string, n int) error {
 	}
 	defer os.RemoveAll(dir)
 	podhub := filepath.Join(filepath.Dir(abs), "podhub")
-	data := filepath.Join(dir, "podhub")
-	if out, err := exec.Command(podhub, "--data-dir", data, "init").CombinedOutput(); err != nil {
-		return fmt.Errorf("podhub init: %v %s", err, out)
-	}
-	addr := freePort()
 	// Devices heartbeat seldom (the bench measures scheduling, not
 	// heartbeats) and stay Ready for three periods.
-	serve := exec.Command(podhub, "--data-dir", data, "serve", "--mqtt-listen", addr,
-		"--device-timeout", (3 * *hubHeartbeat).String())
-	var hubLog bytes.Buffer
-	serve.Stdout, serve.Stderr = &hubLog, &hubLog
-	if err := serve.Start(); err != nil {
+	ph, err := startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
+	if err != nil {
 		return err
 	}
-	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	client := hub.NewClient(filepath.Join(data, "podhub.sock"))
-	for i := 0; client.Do("GET", "/v1/devices", nil, nil) != nil; i++ {
-		if i > 200 {
-			return fmt.Errorf("podhub did not start:\n%s", hubLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer ph.stop()
+	client, data, addr := ph.client, ph.data, ph.addr
 	fmt.Printf("\nfleet scheduling: podhub with %d simulated devices in 10 zones (%s, %d CPUs)\n", n, cpuModel(), runtime.NumCPU())
 	connectStart := time.Now()
 	for i := range n {
@@ -154,15 +117,15 @@ func schedBench(bin string, n int) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(hubLog.String(), 30))
+			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
 		}
 	}
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
-	idle := rss(serve.Process.Pid)
+	idle := rss(ph.pid())
 
 	manifest := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(manifest, fmt.Appendf(nil, schedManifest, schedReplicas), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(schedManifest), 0o644); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -197,7 +160,7 @@ func schedBench(bin string, n int) error {
 		}
 	}
 	acked := time.Since(start)
-	full, pss := rss(serve.Process.Pid), pssOf(serve.Process.Pid)
+	full, pss := rss(ph.pid()), pssOf(ph.pid())
 	perZone := slices.Sorted(func(yield func(int) bool) {
 		for _, c := range zones {
 			if !yield(c) {
@@ -307,17 +270,9 @@ func schedChildMain(spec string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("-sched-child %q: FROM and COUNT are numbers", spec)
 	}
-	ca, err := pki.Load(filepath.Join(data, "pki"))
+	enrolled, err := loadEnrolment(data, addr)
 	if err != nil {
 		return err
-	}
-	pubPEM, err := os.ReadFile(filepath.Join(data, "hub.pub"))
-	if err != nil {
-		return err
-	}
-	pub, err := protocol.ParsePublicKey(pubPEM)
-	if err != nil {
-		return fmt.Errorf("podhub's hub.pub: %w", err)
 	}
 	report := &lineWriter{w: bufio.NewWriter(os.Stdout)}
 	stop := make(chan struct{})
@@ -330,17 +285,7 @@ func schedChildMain(spec string) error {
 			return err
 		}
 		stores = append(stores, st)
-		issued, err := ca.IssueDevice(id)
-		if err != nil {
-			return err
-		}
-		pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
-		if err != nil {
-			return err
-		}
-		tc := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}
-		a, err := device.New(device.Config{Broker: "mqtts://" + addr, DeviceID: id, HubKey: pub, TLS: tc,
-			Heartbeat: *hubHeartbeat}, st, simDevice{id: id, report: report}, silent)
+		a, err := enrolled.agent(id, st, simDevice{id: id, report: report})
 		if err != nil {
 			return err
 		}

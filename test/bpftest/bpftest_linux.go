@@ -18,16 +18,6 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Prerequisite skips a test whose environment is missing, except in CI
-// where that is a failure (the e2e harness's rule).
-func Prerequisite(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
-}
-
 // Hierarchy is the part of a cgroup2 hierarchy (probes/listen.Hierarchy)
 // a test cgroup needs.
 type Hierarchy interface {
@@ -56,6 +46,32 @@ func Cgroup(t testing.TB, h Hierarchy, prefix string) (rel, dir string) {
 		}
 	})
 	return rel, dir
+}
+
+// Main is the TestMain of a test binary that doubles as the processes its
+// tests start (StartChild): with the environment variable env set to the
+// name of one of children, it runs that child and exits; otherwise it
+// runs the tests.
+func Main(m *testing.M, env string, children map[string]func()) {
+	if child, ok := children[os.Getenv(env)]; ok {
+		child()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// RunAttacher is a child that holds a probe's programs attached to a
+// cgroup until it is killed (the kill -9 tests): attach attaches them to
+// the directory the child's next-to-last argument names, with the
+// attachment of kernels before 5.7 if the last is "legacy". It says
+// "attached", or "error" and why, and waits for its stdin to close.
+func RunAttacher(attach func(dir string, legacy bool) error) {
+	if err := attach(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1] == "legacy"); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("attached")
+	io.Copy(io.Discard, os.Stdin)
 }
 
 // StartChild starts the test binary again with env (NAME=kind: its

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 const testImage = "podvisor.test/busybox:1"
@@ -73,10 +74,7 @@ func TestMain(m *testing.M) {
 // in CI, where that is a failure.
 func prerequisite(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+	prereq.Missing(t, format, args...)
 }
 
 // node is one podvisor daemon with its own directories and cgroup root,

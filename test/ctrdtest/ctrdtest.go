@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/pod/mountinfo"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // Containerd is a running private containerd.
@@ -43,10 +44,7 @@ func Require(t testing.TB) {
 	if len(missing) == 0 {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: %v (install containerd and runc, run as root)", missing)
-	}
-	t.Skipf("containerd tests need %v; skipped outside CI", missing)
+	prereq.Missing(t, "%v (install containerd and runc, run as root)", missing)
 }
 
 // Start runs a containerd until the test ends.

@@ -145,14 +145,18 @@ func TestUnsafeDataDirRefused(t *testing.T) {
 	if exists(d.socket) || exists(filepath.Join(d.data, "state.db")) {
 		t.Fatal("a refused daemon created its socket or state")
 	}
-	if os.Geteuid() == 0 {
-		os.Chmod(d.data, 0o700)
+	t.Run("owned by another user", func(t *testing.T) {
+		requireRoot(t) // to chown it
+		d := newDaemon(t)
+		if err := os.Mkdir(d.data, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		os.Chown(d.data, 4242, 4242)
-		stderr, code = d.runOnce()
+		stderr, code := d.runOnce()
 		if code != 1 || !strings.Contains(stderr, d.data) || !strings.Contains(stderr, "owned by another user") {
 			t.Fatalf("foreign-owned data dir: exit %d, stderr %q", code, stderr)
 		}
-	}
+	})
 	// A new data directory is made private.
 	os.RemoveAll(d.data)
 	d.start()

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 var binary string
@@ -70,10 +71,7 @@ func requireRoot(t *testing.T) {
 
 func prerequisite(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("prerequisite missing (fails in CI): "+format, args...)
+	prereq.Missing(t, format, args...)
 }
 
 // daemon is one podvisor run with its own directories.

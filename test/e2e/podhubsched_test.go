@@ -11,45 +11,30 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // workloadsYAML is a DaemonSet on every device and a 3-replica
 // Deployment spread over the zones, that leaves a lost device after 5 s.
-const workloadsYAML = `apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      runtimeClassName: process
-      terminationGracePeriodSeconds: 1
-      containers:
-      - {name: main, image: host, command: ["sh", "-c", "exec sleep 1001"]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      runtimeClassName: process
-      terminationGracePeriodSeconds: 1
-      tolerations:
-      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
-      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}}
-      containers:
-      - name: main
-        image: host
-        command: ["sh", "-c", "exec sleep 1002"]
-        resources: {requests: {cpu: 10m, memory: 8Mi}}
-`
+var workloadsYAML = workloadfile.File(
+	workloadfile.DaemonSet("agent", `
+runtimeClassName: process
+terminationGracePeriodSeconds: 1
+containers:
+- {name: main, image: host, command: ["sh", "-c", "exec sleep 1001"]}`),
+	workloadfile.Deployment("bridge", 3, `
+runtimeClassName: process
+terminationGracePeriodSeconds: 1
+tolerations:
+- {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+- {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}`,
+		workloadfile.Spread("zone", "bridge"), `
+containers:
+- name: main
+  image: host
+  command: ["sh", "-c", "exec sleep 1002"]
+  resources: {requests: {cpu: 10m, memory: 8Mi}}`))
 
 // hubPodsByApp lists the hub's pods (get pods -A -o json) that run
 // (mirrored Running, not terminating) by their app label, as device IDs.

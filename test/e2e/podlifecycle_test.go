@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/listenserver"
 )
 
 // sh quotes a script for a YAML flow sequence.
@@ -225,15 +227,7 @@ func TestProbeHandlersDriveReadinessAndRestarts(t *testing.T) {
 	httpPort := srv.Listener.Addr().(*net.TCPAddr).Port
 	tcp, _ := net.Listen("tcp", "127.0.0.1:0")
 	defer tcp.Close()
-	go func() {
-		for {
-			c, err := tcp.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go listenserver.AcceptAndClose(tcp)
 	glis, _ := net.Listen("tcp", "127.0.0.1:0")
 	gs := grpc.NewServer()
 	hs := health.NewServer()

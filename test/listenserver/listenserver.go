@@ -39,15 +39,7 @@ func Run(spec string) int {
 		return 1
 	}
 	WriteStamp(stamp, time.Now())
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go AcceptAndClose(ln)
 	if len(f) == 4 {
 		for {
 			if _, err := os.Stat(f[3]); err == nil {
@@ -59,6 +51,18 @@ func Run(spec string) int {
 		WriteStamp(stamp+".closed", time.Now())
 	}
 	select {}
+}
+
+// AcceptAndClose accepts connections on ln and closes them at once, until
+// ln is closed: all a TCP probe asks of a server.
+func AcceptAndClose(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
 }
 
 // WriteStamp writes a time (Unix ns) whole, through a rename: the test

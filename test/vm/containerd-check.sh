@@ -1,17 +1,9 @@
 #!/bin/sh
 # Runs inside the containerd VM (test/vm/containerd.sh): containerd and
 # podvisor on cgroup v2, a containerd pod with limits, exec and OOMKilled.
+. "$(dirname "$0")/check-lib.sh" # ok, until_ok
 status=0
-ok() { echo "VM: ok $*"; }
 fail() { echo "VM: FAIL $*"; status=1; }
-until_ok() {
-  n=$(($1 * 5)); shift
-  while [ "$n" -gt 0 ]; do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2; n=$((n - 1))
-  done
-  return 1
-}
 cat > /tmp/containerd.toml <<CFG
 version = 2
 root = "/tmp/ctd/root"

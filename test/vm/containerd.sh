@@ -31,6 +31,7 @@ for b in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
 done
 cp "$image" "$root/image.tar"
 cp "$(dirname "$0")/containerd-check.sh" "$root/check.sh"
+cp "$(dirname "$0")/check-lib.sh" "$root/check-lib.sh"
 # runc cannot pivot_root out of the initramfs: the first init copies the
 # system into a tmpfs and switches its root there.
 cat > "$root/init" <<'INIT'

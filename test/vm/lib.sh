@@ -47,3 +47,56 @@ systemd_root() {
     ln -sf /dev/null "$root/etc/systemd/system/$u"
   done
 }
+
+# vm_check ROOT SCRIPT DESCRIPTION AFTER: installs SCRIPT as the VM's
+# /usr/local/bin/vm-check (check-lib.sh beside it), run once at boot after
+# the unit AFTER by vm-check.service, its output on the console.
+vm_check() {
+  local root=$1
+  install -m 755 "$2" "$root/usr/local/bin/vm-check"
+  install -m 644 "$(dirname "${BASH_SOURCE[0]}")/check-lib.sh" "$root/usr/local/bin/"
+  cat > "$root/etc/systemd/system/vm-check.service" <<EOF2
+[Unit]
+Description=$3
+After=$4
+[Service]
+Type=oneshot
+StandardOutput=journal+console
+StandardError=journal+console
+ExecStart=/usr/local/bin/vm-check
+[Install]
+WantedBy=multi-user.target
+EOF2
+  ln -sf /etc/systemd/system/vm-check.service "$root/etc/systemd/system/multi-user.target.wants/"
+}
+
+# build_debs DIR: builds releases v0.0.1 and v0.0.2 for amd64, which
+# differ in their version only, into dist/ (run from the repository's
+# root; the caller removes them) and copies their podvisor .deb to DIR.
+build_debs() {
+  local v
+  for v in 0.0.1 0.0.2; do
+    packaging/release.sh "v$v" amd64 >/dev/null
+    packaging/packages.sh "v$v" amd64 >/dev/null
+    cp "dist/v$v/packages/linux-amd64/podvisor_${v}_amd64.deb" "$1/"
+  done
+}
+
+# device_settings ROOT CONFIG: what the device holds before the package
+# is installed (dpkg keeps it): /etc/podvisor/config.yaml saying CONFIG,
+# and a process pod, sleeper (sleep 100000), in the manifests directory.
+device_settings() {
+  mkdir -p "$1/etc/podvisor/manifests"
+  printf '%s\n' "$2" > "$1/etc/podvisor/config.yaml"
+  cat > "$1/etc/podvisor/manifests/sleeper.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: sleeper}
+spec:
+  runtimeClassName: process
+  containers:
+  - name: app
+    image: host
+    command: ["sleep", "100000"]
+YAML
+}

@@ -3,17 +3,9 @@
 # the podvisor .deb installed, upgraded and purged under systemd, then
 # powers off. Prints "VM: ok ..." per check and VMTEST-EXIT=0 when all
 # passed.
+. "$(dirname "$0")/check-lib.sh" # ok, until_ok
 status=0
-ok() { echo "VM: ok $*"; }
 fail() { echo "VM: FAIL $*"; status=1; }
-until_ok() { # SECONDS CMD...: retries CMD every 0.2 s
-  n=$(($1 * 5)); shift
-  while [ "$n" -gt 0 ]; do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2; n=$((n - 1))
-  done
-  return 1
-}
 running() { podvisor get pod sleeper -o json | grep -q '"phase": "Running"'; }
 pod_pid() { for p in /proc/[0-9]*; do [ "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" = "sleep 100000 " ] && basename "$p"; done; }
 main_pid() { systemctl show -P MainPID podvisor.service; }

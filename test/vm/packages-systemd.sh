@@ -20,41 +20,13 @@ root="$work/root"
 systemd_root "$work" "$root"
 
 cd "$repo"
-for v in 0.0.1 0.0.2; do
-  packaging/release.sh "v$v" amd64 >/dev/null
-  packaging/packages.sh "v$v" amd64 >/dev/null
-  cp "dist/v$v/packages/linux-amd64/podvisor_${v}_amd64.deb" "$root/root/"
-done
+build_debs "$root/root"
 # The device's own config, there before the package: the systemd cgroup
 # driver, as the packaged unit delegates its cgroup.
-mkdir -p "$root/etc/podvisor/manifests" "$root/etc/systemd/system/podvisor.service.d"
-printf 'cgroups: {driver: systemd}\n' > "$root/etc/podvisor/config.yaml"
+device_settings "$root" 'cgroups: {driver: systemd}'
+mkdir -p "$root/etc/systemd/system/podvisor.service.d"
 printf '[Service]\nStandardError=journal+console\n' > "$root/etc/systemd/system/podvisor.service.d/console.conf"
-cat > "$root/etc/podvisor/manifests/sleeper.yaml" <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata: {name: sleeper}
-spec:
-  runtimeClassName: process
-  containers:
-  - name: app
-    image: host
-    command: ["sleep", "100000"]
-YAML
-install -m 755 "$here/packages-systemd-check.sh" "$root/usr/local/bin/vm-check"
-cat > "$root/etc/systemd/system/vm-check.service" <<'EOF2'
-[Unit]
-Description=podvisor package checks
-After=multi-user.target
-[Service]
-Type=oneshot
-StandardOutput=journal+console
-StandardError=journal+console
-ExecStart=/usr/local/bin/vm-check
-[Install]
-WantedBy=default.target
-EOF2
-ln -sf /etc/systemd/system/vm-check.service "$root/etc/systemd/system/multi-user.target.wants/"
+vm_check "$root" "$here/packages-systemd-check.sh" "podvisor package checks" multi-user.target
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
 rm -rf "$root"

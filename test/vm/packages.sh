@@ -23,11 +23,7 @@ trap cleanup EXIT
 
 # Two releases that differ in their version only.
 cd "$repo"
-for v in 0.0.1 0.0.2; do
-  packaging/release.sh "v$v" amd64 >/dev/null
-  packaging/packages.sh "v$v" amd64 >/dev/null
-  cp "dist/v$v/packages/linux-amd64/podvisor_${v}_amd64.deb" "$work/"
-done
+build_debs "$work"
 status=0
 fail() { echo "FAIL: $*"; status=1; }
 
@@ -61,19 +57,7 @@ systemd_root "$work" "$root" # the bookworm root, used as a chroot here
 mv "$work"/*.deb "$root/tmp/"
 # The device's own settings, there before the package (dpkg keeps them with
 # --force-confold): no cgroups, as this host's hierarchy is shared.
-mkdir -p "$root/etc/podvisor/manifests"
-printf 'cgroups: {root: ""}\n' > "$root/etc/podvisor/config.yaml"
-cat > "$root/etc/podvisor/manifests/sleeper.yaml" <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata: {name: sleeper}
-spec:
-  runtimeClassName: process
-  containers:
-  - name: app
-    image: host
-    command: ["sleep", "100000"]
-YAML
+device_settings "$root" 'cgroups: {root: ""}'
 
 unshare --mount --pid --fork --kill-child -- bash -s "$root" <<'INNER' || status=1
 set -euo pipefail

@@ -2,18 +2,9 @@
 # Runs inside the systemd VM (test/vm/systemd.sh) as vm-check.service, then
 # powers the VM off through logind. Prints "VM: ok ..." per check and
 # VMTEST-EXIT=0 when all passed.
+. "$(dirname "$0")/check-lib.sh" # ok, until_ok
 status=0
-ok() { echo "VM: ok $*"; }
 fail() { echo "FAIL $*" | sed 's/^/VM: /'; status=1; }
-# until SECONDS CMD...: retries CMD every 0.2 s.
-until_ok() {
-  n=$(($1 * 5)); shift
-  while [ "$n" -gt 0 ]; do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2; n=$((n - 1))
-  done
-  return 1
-}
 running() { podvisor get pod "$1" -o json | grep -q '"phase": "Running"'; }
 uid_of() { podvisor get pod "$1" -o json | sed -n 's/^ *"uid": "\(.*\)",$/\1/p' | head -1 | tr - _; }
 pid_of() { # the pid of the pod's shell, found by its command line

@@ -113,20 +113,7 @@ spec:
     resources: {limits: {memory: 32Mi}}
 EOF
 
-install -m 755 "$here/systemd-check.sh" "$root/usr/local/bin/vm-check"
-cat > "$root/etc/systemd/system/vm-check.service" <<'EOF'
-[Unit]
-Description=podvisor VM checks
-After=podvisor.service
-[Service]
-Type=oneshot
-StandardOutput=journal+console
-StandardError=journal+console
-ExecStart=/usr/local/bin/vm-check
-[Install]
-WantedBy=multi-user.target
-EOF
-ln -sf /etc/systemd/system/vm-check.service "$root/etc/systemd/system/multi-user.target.wants/"
+vm_check "$root" "$here/systemd-check.sh" "podvisor VM checks" podvisor.service
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
 rm -rf "$root"

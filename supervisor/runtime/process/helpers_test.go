@@ -1,11 +1,12 @@
 package process
 
 import (
-	"os"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 func testPod() *v1.Pod {
@@ -35,8 +36,5 @@ func testPod() *v1.Pod {
 // CI=true, where a missing prerequisite fails it.
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI prerequisite missing: "+format, args...)
-	}
-	t.Skipf("skipping: missing "+format, args...)
+	prereq.Missing(t, format, args...)
 }

@@ -81,6 +81,12 @@ func (ks *keepers) ensure() (*keeperConn, error) {
 		return kc, nil
 	}
 	kc, err := ks.watch(ks.socket, 0, 0)
+	if err == nil && ks.r.keeperOn {
+		// Another version's daemon may have drained it; ours serves on.
+		if _, err = ks.request(ks.socket, shim.KeeperRequest{Op: shim.KeeperResume}); err != nil {
+			ks.r.log.Warn("the keeper of this version does not take starts again", "socket", ks.socket, "err", err)
+		}
+	}
 	if err != nil {
 		if kc, err = ks.launch(); err != nil {
 			return nil, err
@@ -105,7 +111,9 @@ func (kc *keeperConn) goneNow(r *Runtime) bool {
 // launch starts a keeper in its own session (it outlives the daemon) and
 // waits until its socket answers.
 func (ks *keepers) launch() (*keeperConn, error) {
-	logf, err := os.OpenFile(filepath.Join(ks.dataDir(), "keeper.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logPath := filepath.Join(ks.dataDir(), "keeper.log")
+	rotateLog(logPath, keeperLogMax)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +158,7 @@ func (ks *keepers) drainOthers() {
 			ks.r.log.Debug("draining an older keeper", "socket", s, "err", err)
 		}
 	}
+	ks.removeDeadVersions()
 }
 
 // request sends one request to the keeper at socket and reads its reply.
@@ -330,8 +339,16 @@ func (ks *keepers) rewatch(kc *keeperConn) (*net.UnixConn, *bufio.Reader, error)
 func (r *Runtime) keeperExited(kc *keeperConn, id string) {
 	r.mu.Lock()
 	in := r.live[id]
-	if in == nil || in.keeper != kc || in.starting {
-		kc.ended[id] = true // adopted or started later: seen there
+	switch {
+	case in != nil && in.keeper == kc && in.starting:
+		kc.ended[id] = true // startKept reports it once answered
+		r.mu.Unlock()
+		return
+	case in == nil || in.keeper != kc:
+		// Not (yet) adopted: adoptKept finds it no longer live. Anything
+		// else (a failed start settled already) is nobody's to report,
+		// and is not kept: one entry per failure would pile up.
+		delete(kc.live, id)
 		r.mu.Unlock()
 		return
 	}
@@ -437,10 +454,10 @@ func (r *Runtime) adoptKept(id string, ss shim.State) (in *instance, alive bool,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if kc.ended[id] || !kc.live[id] {
-		delete(kc.ended, id)
+	if !kc.live[id] { // its exit came before
 		return nil, false, nil
 	}
+	delete(kc.live, id) // followed in r.live from now on
 	in = &instance{id: id, keeper: kc, pidfd: -1}
 	r.live[id] = in
 	return in, true, nil

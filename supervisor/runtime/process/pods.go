@@ -95,7 +95,7 @@ func (r *Runtime) place(c *v1.Container, path string, s *shim.Spec) (place func(
 }
 
 // placeUnified adds, on a hybrid host, the container's mirror cgroup
-// under the cgroup2 mount to the cgroups its shim joins before the fork
+// under the cgroup2 mount to the cgroups its shim places it in at its exec
 // (and the shims' mirror to those it returns to). The shim is where this
 // belongs: the container is in it from its first instruction, so a
 // listen() at once is seen, and the daemon neither races the container

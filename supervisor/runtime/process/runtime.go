@@ -258,6 +258,9 @@ func (r *Runtime) Signal(id string, sig syscall.Signal) error {
 	if in.keeper != nil {
 		return r.signalKept(in, sig)
 	}
+	if in.pidfd < 0 {
+		return fmt.Errorf("instance %s: its lock is held by a process neither shim nor keeper; it ends when the lock comes free", id)
+	}
 	if err := unix.PidfdSendSignal(in.pidfd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal %v to instance %s: %w", sig, id, err)
 	}
@@ -320,7 +323,7 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
-		in, started, state := r.adopt(id)
+		in, started, state := r.adopt(id, lock)
 		switch state {
 		case adopted:
 			rec.Alive, rec.StartedAt = true, started
@@ -332,7 +335,13 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 			// A locked instance is alive, whatever it failed to say: it
 			// may not be written off while it could still start its
 			// container.
-			r.killUndescribed(id, lock)
+			if !r.killUndescribed(id, lock) {
+				// Reported ended, it could be started again beside
+				// itself: it is reported when its lock comes free.
+				r.awaitLock(id)
+				rec.Alive = true
+				return rec, true
+			}
 		}
 	}
 	// Nobody holds the lock: the shim is gone.
@@ -342,9 +351,11 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 }
 
 // killUndescribed kills the shim of a locked instance that never wrote its
-// state (its container dies with it through the parent-death signal), and
-// waits until the lock is free.
-func (r *Runtime) killUndescribed(id string, lock *os.File) {
+// state (its container dies with it through the parent-death signal), or
+// has every keeper of the data directory kill it, and reports whether its
+// lock came free.
+func (r *Runtime) killUndescribed(id string, lock *os.File) bool {
+	r.keepers.killEverywhere(id)
 	dir := r.instanceDir(id)
 	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, c := range cmdlines {
@@ -357,14 +368,19 @@ func (r *Runtime) killUndescribed(id string, lock *os.File) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 	}
-	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
+	for wait := time.Millisecond; wait < undescribedWait; wait *= 2 {
 		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			return
+			return true
 		}
 		time.Sleep(wait)
 	}
-	r.log.Error("an instance lock stays held after its shim was killed", "instance", id)
+	r.log.Error("an instance lock stays held after its shim was killed; it counts as running until it is free", "instance", id)
+	return false
 }
+
+// undescribedWait bounds the last step of the doubling waits for a locked
+// instance's state, and for its lock once it was killed (~16 s in all).
+var undescribedWait = 10 * time.Second
 
 // What adopt found of a locked instance.
 type adoption int
@@ -376,11 +392,20 @@ const (
 )
 
 // adopt finds the live shim or keeper of an instance whose lock is held.
-func (r *Runtime) adopt(id string) (*instance, time.Time, adoption) {
+func (r *Runtime) adopt(id string, lock *os.File) (*instance, time.Time, adoption) {
 	path := filepath.Join(r.instanceDir(id), shim.StateFile)
 	// A shim that was just forked writes its state within milliseconds;
 	// a loaded machine may take longer.
-	for wait := time.Millisecond; wait < 10*time.Second; wait *= 2 {
+	for wait := time.Millisecond; wait < undescribedWait; wait *= 2 {
+		if wait == askKeepersAfter {
+			// A keeper writes the state once it has forked, but runs the
+			// instance from the moment it took its lock.
+			if in, state, ok := r.keepers.adoptUndescribed(id, lock); ok {
+				var ss shim.State
+				shim.ReadJSON(path, &ss)
+				return in, ss.StartedAt, state
+			}
+		}
 		var ss shim.State
 		if err := shim.ReadJSON(path, &ss); err == nil {
 			if ss.Keeper != "" {
@@ -401,6 +426,9 @@ func (r *Runtime) adopt(id string) (*instance, time.Time, adoption) {
 			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, adopted
 		}
 		time.Sleep(wait)
+	}
+	if in, state, ok := r.keepers.adoptUndescribed(id, lock); ok {
+		return in, time.Time{}, state
 	}
 	r.log.Error("instance is locked but its shim never described itself", "instance", id)
 	return nil, time.Time{}, undescribed

@@ -131,43 +131,42 @@ func (o *Objects) decode(doc []byte) (string, error) {
 		}
 		o.Pods = append(o.Pods, p)
 	case "apps/v1, DaemonSet":
-		var ds appsv1.DaemonSet
-		if err := strictInto(js, &ds); err != nil {
-			return "", fmt.Errorf("%s: %w", named, err)
+		ds, err := decodeValid(js, named, setDaemonSetDefaults, validateDaemonSet)
+		if err != nil {
+			return "", err
 		}
-		setDaemonSetDefaults(&ds)
-		if errs := validateDaemonSet(&ds); len(errs) > 0 {
-			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
-		}
-		o.DaemonSets = append(o.DaemonSets, &ds)
+		o.DaemonSets = append(o.DaemonSets, ds)
 	case "apps/v1, Deployment":
-		var d appsv1.Deployment
-		if err := strictInto(js, &d); err != nil {
-			return "", fmt.Errorf("%s: %w", named, err)
+		d, err := decodeValid(js, named, setDeploymentDefaults, validateDeployment)
+		if err != nil {
+			return "", err
 		}
-		setDeploymentDefaults(&d)
-		if errs := validateDeployment(&d); len(errs) > 0 {
-			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
-		}
-		o.Deployments = append(o.Deployments, &d)
+		o.Deployments = append(o.Deployments, d)
 	case "scheduling.k8s.io/v1, PriorityClass":
-		var pc schedulingv1.PriorityClass
-		if err := strictInto(js, &pc); err != nil {
-			return "", fmt.Errorf("%s: %w", named, err)
+		pc, err := decodeValid(js, named, setPriorityClassDefaults, validatePriorityClass)
+		if err != nil {
+			return "", err
 		}
-		if pc.PreemptionPolicy == nil {
-			p := v1.PreemptLowerPriority
-			pc.PreemptionPolicy = &p
-		}
-		if errs := validatePriorityClass(&pc); len(errs) > 0 {
-			return "", fmt.Errorf("%s: %w", named, errs.ToAggregate())
-		}
-		o.PriorityClasses = append(o.PriorityClasses, &pc)
+		o.PriorityClasses = append(o.PriorityClasses, pc)
 	default:
 		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet and Deployment, scheduling.k8s.io/v1 PriorityClass",
 			head.APIVersion, head.Kind)
 	}
 	return id, nil
+}
+
+// decodeValid decodes an object strictly, gives it its defaults and
+// validates it; errors name the object.
+func decodeValid[T any](js []byte, named string, setDefaults func(*T), validate func(*T) field.ErrorList) (*T, error) {
+	obj := new(T)
+	if err := strictInto(js, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", named, err)
+	}
+	setDefaults(obj)
+	if errs := validate(obj); len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", named, errs.ToAggregate())
+	}
+	return obj, nil
 }
 
 // strictInto decodes JSON into v, failing on unknown or duplicate fields,

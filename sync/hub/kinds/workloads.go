@@ -102,20 +102,25 @@ func defaultTemplate(t *v1.PodTemplateSpec) {
 // annotations.
 func validateMeta(m *metav1.ObjectMeta) field.ErrorList {
 	path := field.NewPath("metadata")
-	var errs field.ErrorList
-	if m.Name == "" {
-		errs = append(errs, field.Required(path.Child("name"), "name or generateName is required"))
-	}
-	for _, msg := range validation.IsDNS1123Subdomain(m.Name) {
-		if m.Name != "" {
-			errs = append(errs, field.Invalid(path.Child("name"), m.Name, msg))
-		}
-	}
+	errs := validateName(m.Name, path.Child("name"))
 	for _, msg := range validation.IsDNS1123Label(m.Namespace) {
 		errs = append(errs, field.Invalid(path.Child("namespace"), m.Namespace, msg))
 	}
 	errs = append(errs, metavalidation.ValidateLabels(m.Labels, path.Child("labels"))...)
 	return append(errs, apivalidation.ValidateAnnotations(m.Annotations, path.Child("annotations"))...)
+}
+
+// validateName checks an object's metadata.name as the API server does:
+// required, and a DNS subdomain.
+func validateName(name string, path *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(path, "name or generateName is required")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
 }
 
 // validateTemplate checks a workload's selector and pod template: the
@@ -273,17 +278,18 @@ func validateRollingUpdateDaemonSet(ru *appsv1.RollingUpdateDaemonSet, path *fie
 	return errs
 }
 
+// setPriorityClassDefaults gives a PriorityClass the API server's
+// default preemptionPolicy.
+func setPriorityClassDefaults(pc *schedulingv1.PriorityClass) {
+	if pc.PreemptionPolicy == nil {
+		p := v1.PreemptLowerPriority
+		pc.PreemptionPolicy = &p
+	}
+}
+
 func validatePriorityClass(pc *schedulingv1.PriorityClass) field.ErrorList {
 	path := field.NewPath("metadata")
-	var errs field.ErrorList
-	if pc.Name == "" {
-		errs = append(errs, field.Required(path.Child("name"), "name or generateName is required"))
-	}
-	for _, msg := range validation.IsDNS1123Subdomain(pc.Name) {
-		if pc.Name != "" {
-			errs = append(errs, field.Invalid(path.Child("name"), pc.Name, msg))
-		}
-	}
+	errs := validateName(pc.Name, path.Child("name"))
 	if pc.Namespace != "" {
 		errs = append(errs, field.Forbidden(path.Child("namespace"), "not allowed on this type"))
 	}

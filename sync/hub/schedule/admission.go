@@ -29,20 +29,26 @@ func (s *state) admit(p *v1.Pod) error {
 	if err != nil {
 		return err
 	}
-	var value int32
-	policy := v1.PreemptLowerPriority
-	if class != nil {
-		value = class.Value
-		if class.PreemptionPolicy != nil {
-			policy = *class.PreemptionPolicy
-		}
-	}
+	value, policy := ClassPriority(class)
 	p.Spec.Priority = &value
 	if p.Spec.PreemptionPolicy == nil {
 		p.Spec.PreemptionPolicy = &policy
 	}
 	addDefaultTolerations(p)
 	return nil
+}
+
+// ClassPriority is the priority and preemption policy the Priority
+// admission plugin gives a pod of class: nil (no class named and no
+// global default) is 0 and PreemptLowerPriority.
+func ClassPriority(class *schedulingv1.PriorityClass) (int32, v1.PreemptionPolicy) {
+	if class == nil {
+		return 0, v1.PreemptLowerPriority
+	}
+	if class.PreemptionPolicy == nil {
+		return class.Value, v1.PreemptLowerPriority
+	}
+	return class.Value, *class.PreemptionPolicy
 }
 
 // classFor is the pod's PriorityClass: the one it names, or the global

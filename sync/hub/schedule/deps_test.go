@@ -1,19 +1,16 @@
 package schedule
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/podvisor/podvisor/test/linked"
 )
 
 // The scheduler and its dependency k8s.io/component-helpers belong to the
 // hub: the device daemon must not link them (binary size is a budget).
 func TestDaemonDoesNotLinkTheScheduler(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/podvisor/podvisor/cmd/podvisor").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
+	for _, pkg := range linked.Packages(t, "github.com/podvisor/podvisor/cmd/podvisor") {
 		if strings.HasPrefix(pkg, "k8s.io/component-helpers") || strings.HasPrefix(pkg, "github.com/podvisor/podvisor/sync/hub") {
 			t.Errorf("podvisor links %s", pkg)
 		}

@@ -5,42 +5,21 @@ import (
 	"testing"
 
 	"github.com/podvisor/podvisor/sync/hub/kinds"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // A file as an operator applies it, decoded by kinds and scheduled: three
 // bridge replicas, no two in one zone, the agent on every device, the
 // PriorityClass applied to the bridge.
 func TestAppliedFileIsScheduled(t *testing.T) {
-	const file = `
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: important}
-value: 1000
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: agent, image: host, resources: {requests: {cpu: 50m, memory: 16Mi}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bridge}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: bridge}}
-  template:
-    metadata: {labels: {app: bridge}}
-    spec:
-      priorityClassName: important
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}, minDomains: 3}
-      containers: [{name: bridge, image: host, resources: {requests: {cpu: 100m, memory: 32Mi}}}]
-`
+	file := workloadfile.File(
+		workloadfile.PriorityClass("important", 1000),
+		workloadfile.DaemonSet("agent", `containers: [{name: agent, image: host, resources: {requests: {cpu: 50m, memory: 16Mi}}}]`),
+		workloadfile.Deployment("bridge", 3, `
+priorityClassName: important
+topologySpreadConstraints:
+- {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: bridge}}, minDomains: 3}
+containers: [{name: bridge, image: host, resources: {requests: {cpu: 100m, memory: 32Mi}}}]`))
 	objs, err := kinds.Decode("fleet.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)

@@ -147,18 +147,8 @@ func checkPlan(t *testing.T, where string, in Input, plan Plan) {
 		if p == nil || n == nil {
 			t.Fatalf("%s: binding %v of an unknown pod or device", where, b)
 		}
-		for i := range n.Spec.Taints {
-			taint := &n.Spec.Taints[i]
-			if taint.Effect == v1.TaintEffectPreferNoSchedule {
-				continue
-			}
-			ok := false
-			for _, tol := range p.Spec.Tolerations {
-				ok = ok || tol.ToleratesTaint(quiet, taint, false)
-			}
-			if !ok {
-				t.Errorf("%s: %s placed on %s with untolerated taint %v", where, b.Pod, b.Device, taint)
-			}
+		if taint := untolerated(p, n); taint != nil {
+			t.Errorf("%s: %s placed on %s with untolerated taint %v", where, b.Pod, b.Device, taint)
 		}
 		for k, v := range p.Spec.NodeSelector {
 			if n.Labels[k] != v {
@@ -221,7 +211,7 @@ func checkSkew(t *testing.T, where string, p *v1.Pod, device string, nodes map[s
 			if !ok || !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(n.Labels)) {
 				continue
 			}
-			if c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == v1.NodeInclusionPolicyHonor && !toleratesAll(p, n) {
+			if c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == v1.NodeInclusionPolicyHonor && untolerated(p, n) != nil {
 				continue
 			}
 			if _, seen := counts[v]; !seen {
@@ -251,7 +241,9 @@ func checkSkew(t *testing.T, where string, p *v1.Pod, device string, nodes map[s
 	}
 }
 
-func toleratesAll(p *v1.Pod, n *v1.Node) bool {
+// untolerated is a taint of n, PreferNoSchedule aside, that p does not
+// tolerate, or nil.
+func untolerated(p *v1.Pod, n *v1.Node) *v1.Taint {
 	for i := range n.Spec.Taints {
 		taint := &n.Spec.Taints[i]
 		if taint.Effect == v1.TaintEffectPreferNoSchedule {
@@ -262,10 +254,10 @@ func toleratesAll(p *v1.Pod, n *v1.Node) bool {
 			ok = ok || tol.ToleratesTaint(quiet, taint, false)
 		}
 		if !ok {
-			return false
+			return taint
 		}
 	}
-	return true
+	return nil
 }
 
 var _ = appsv1.DaemonSet{}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ociimage"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // runSleeper runs a sleeping container and returns how its start went;
@@ -193,10 +194,7 @@ func startPlainRegistry(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: docker-registry: %v", err)
-		}
-		t.Skipf("needs docker-registry (Debian's docker-registry; fails in CI): %v", err)
+		prereq.Missing(t, "docker-registry (Debian's docker-registry): %v", err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

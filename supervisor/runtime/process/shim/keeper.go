@@ -26,6 +26,9 @@ type keeper struct {
 	dir     string
 	version string
 	socket  string
+	// verLock is the version's lock, held for the keeper's life: kept
+	// reachable, or the finalizer of an unused *os.File would let it go.
+	verLock *os.File
 	self    State // ShimPid, ShimStart, BootID, Keeper
 	copy    *copier
 	forks   chan forkRequest
@@ -37,6 +40,12 @@ type keeper struct {
 	watchers map[*net.UnixConn]bool
 	draining bool
 	quit     chan struct{}
+	// broken: after a fork the keeper could not leave the container's
+	// cgroups or take back its oom_score_adj. Charged as (or OOM-killed
+	// with) a container, it must not run on: it exits once the start that
+	// found it out is answered, and its containers die with it.
+	broken error
+	exit   func(code int) // os.Exit
 }
 
 // kept is one running container instance.
@@ -87,11 +96,11 @@ func RunKeeper(dir string) int {
 	}
 	// One keeper per version: a second one started by a race exits and the
 	// daemon talks to the first.
-	lock, err := os.OpenFile(filepath.Join(dir, "keeper-"+version+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := lockKeeper(filepath.Join(dir, "keeper-"+version+".lock"), 2*time.Second)
 	if err != nil {
 		return fail(err)
 	}
-	if !lockWithin(lock, 2*time.Second) {
+	if lock == nil {
 		return 0 // the other one serves
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -99,9 +108,9 @@ func RunKeeper(dir string) int {
 	}
 	// Without CAP_SYS_RESOURCE the keeper keeps the daemon's score.
 	os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(KeeperOOMScoreAdj)), 0)
-	k := &keeper{dir: dir, version: version, socket: KeeperSocket(dir, version),
+	k := &keeper{dir: dir, version: version, socket: KeeperSocket(dir, version), verLock: lock,
 		forks: make(chan forkRequest), sigchld: make(chan os.Signal, 1),
-		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{})}
+		byPid: map[int]*kept{}, byID: map[string]*kept{}, watchers: map[*net.UnixConn]bool{}, quit: make(chan struct{}), exit: os.Exit}
 	start, _ := ProcStartTime(os.Getpid())
 	k.self = State{ShimPid: os.Getpid(), ShimStart: start, BootID: BootID(), Keeper: k.socket}
 	if k.copy, err = newCopier(); err != nil {
@@ -133,6 +142,29 @@ func checkDataDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// lockKeeper takes the keeper lock at path within d, or returns nil. The
+// daemon removes a lock file no keeper holds (of a gone version) while it
+// holds it: a lock taken on a file unlinked meanwhile is let go and the
+// one now at path taken.
+func lockKeeper(path string, d time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(d)
+	for {
+		lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if !lockWithin(lock, time.Until(deadline)) {
+			lock.Close()
+			return nil, nil
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(lock.Fd()), &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			return lock, nil
+		}
+		lock.Close()
+	}
 }
 
 // lockWithin takes the keeper lock, waiting a little for a keeper that is
@@ -212,6 +244,7 @@ func (k *keeper) handle(c *net.UnixConn) {
 			rep.Error = err.Error()
 		}
 		k.reply(c, rep)
+		k.exitIfBroken()
 	case KeeperSignal:
 		closeAll(fds)
 		k.signal(req.Instance, syscall.Signal(req.Signal))
@@ -249,6 +282,17 @@ func (k *keeper) handle(c *net.UnixConn) {
 		k.quitIfDone()
 		k.mu.Unlock()
 		k.reply(c, KeeperReply{Version: k.version})
+	case KeeperResume:
+		closeAll(fds)
+		k.mu.Lock()
+		rep := KeeperReply{Version: k.version}
+		if k.quitting() {
+			rep.Error = KeeperRefused
+		} else {
+			k.draining = false
+		}
+		k.mu.Unlock()
+		k.reply(c, rep)
 	default:
 		closeAll(fds)
 		k.reply(c, KeeperReply{Error: fmt.Sprintf("unknown keeper request %q", req.Op)})
@@ -264,6 +308,18 @@ func (k *keeper) reply(c *net.UnixConn, rep KeeperReply) bool {
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, err = c.Write(data)
 	return err == nil
+}
+
+// exitIfBroken ends a broken keeper at once: no exit is recorded for its
+// containers (their leaders die with it), as when it is killed.
+func (k *keeper) exitIfBroken() {
+	k.mu.Lock()
+	broken := k.broken
+	k.mu.Unlock()
+	if broken != nil {
+		fmt.Fprintf(os.Stderr, "podvisor-shim %s: %v: exiting\n", KeeperFlag, broken)
+		k.exit(1)
+	}
 }
 
 // quitIfDone ends a keeper with no container left that is draining or

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // newTestKeeper is a keeper of a fresh data directory whose forks the
@@ -227,10 +229,7 @@ func lookPath(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI prerequisite missing: %s: %v", name, err)
-		}
-		t.Skipf("skipping: missing %s: %v", name, err)
+		prereq.Missing(t, "%s: %v", name, err)
 	}
 	return path
 }

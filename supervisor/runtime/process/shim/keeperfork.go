@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -42,8 +43,11 @@ func (k *keeper) forkThread() {
 // fork starts an instance's leader with its output copied to its log.
 func (k *keeper) fork(in *kept) error {
 	k.mu.Lock()
-	killed := in.killed
+	killed, broken := in.killed, k.broken
 	k.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("the keeper is exiting: %w", broken)
+	}
 	if killed {
 		return errors.New("killed before it started")
 	}
@@ -58,9 +62,24 @@ func (k *keeper) fork(in *kept) error {
 		return err
 	}
 	in.started = time.Now()
-	pid, err := (&shim{dir: in.dir, spec: in.spec}).fork(outW, errW)
+	sh := &shim{dir: in.dir, spec: in.spec}
+	pid, err := sh.fork(outW, errW)
 	outW.Close()
 	errW.Close()
+	if sh.restoreErr != nil {
+		if err == nil {
+			// Not started: it goes before its start is failed.
+			unix.Kill(-pid, unix.SIGKILL)
+			unix.Kill(pid, unix.SIGKILL)
+			var ws unix.WaitStatus
+			unix.Wait4(pid, &ws, 0, nil)
+			killCgroup(in.spec.Cgroup)
+		}
+		k.mu.Lock()
+		k.broken = sh.restoreErr
+		k.mu.Unlock()
+		err = fmt.Errorf("%w; the keeper exits, a new one runs the next start", sh.restoreErr)
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()

@@ -35,6 +35,12 @@ const (
 	// KeeperDrain tells an older keeper to take no more starts and to exit
 	// when its last container has ended.
 	KeeperDrain = "drain"
+	// KeeperResume takes a drain back: the daemon of the keeper's own
+	// version sends it, as a daemon of another version may have drained
+	// it (downgraded and upgraded again) and would otherwise leave no
+	// keeper of this version to start through until its containers end.
+	// A keeper already exiting refuses it (KeeperRefused).
+	KeeperResume = "resume"
 )
 
 // InstancesDir holds the instance directories in a keeper's data

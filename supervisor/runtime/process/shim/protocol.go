@@ -92,8 +92,10 @@ type Cgroup struct {
 	// Dir is the cgroup v2 directory: the container is cloned into it
 	// (clone3 CLONE_INTO_CGROUP), so not one page runs outside.
 	Dir string `json:"dir,omitempty"`
-	// Procs are cgroup v1 cgroup.procs files: the shim joins them, forks
-	// (the child inherits them), and goes back to Return.
+	// Procs are cgroup v1 cgroup.procs files: the shim writes the
+	// leader's pid there while it is stopped at its exec; where ptrace is
+	// refused, it joins them, forks (the child inherits them), and goes
+	// back to Return.
 	Procs  []string `json:"procs,omitempty"`
 	Return []string `json:"return,omitempty"`
 	// Await: the daemon places the shim itself (into a systemd scope)

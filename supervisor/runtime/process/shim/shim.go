@@ -97,6 +97,9 @@ type shim struct {
 	leader  int
 	reaped  bool // the leader's pid is no longer ours to signal
 	started time.Time
+	// restoreErr: after the last fork the shim could not take back its
+	// own oom_score_adj or cgroups (it is charged as the container).
+	restoreErr error
 }
 
 // run starts the leader and reaps until no descendant is left. It keeps its
@@ -118,6 +121,10 @@ func (s *shim) run(startc chan<- error, exitc chan<- ExitStatus) {
 	pid, err := s.fork(outW, errW)
 	outW.Close()
 	errW.Close()
+	if s.restoreErr != nil {
+		// Only its own container is charged for it: the shim carries on.
+		fmt.Fprintf(os.Stderr, "podvisor-shim: %v\n", s.restoreErr)
+	}
 	if err != nil {
 		startc <- err
 		return
@@ -236,14 +243,39 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		}
 		attr.Sys.Credential = cred
 	}
-	undo, err := s.prepare(attr.Sys)
+	s.restoreErr = nil
+	traced := traceForks && !s.spec.Cgroup.Await && (s.spec.OOMScoreAdj != nil || len(s.spec.Cgroup.Procs) > 0)
+	if traced {
+		runtime.LockOSThread() // ptrace requests come from the thread that forked
+		defer runtime.UnlockOSThread()
+	}
+	undo, err := s.prepare(attr.Sys, traced)
 	if err != nil {
 		return 0, err
 	}
+	attr.Sys.Ptrace = traced
 	pid, err := syscall.ForkExec(path, argv, attr)
-	undo()
+	if traced && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
+		// ptrace refused (Yama, seccomp, an LSM; or the exec itself
+		// failed, and fails again): take the container's place around the
+		// fork instead.
+		if s.restoreErr = undo(); s.restoreErr != nil {
+			return 0, fmt.Errorf("exec %s: %w", path, err)
+		}
+		if undo, err = s.prepare(attr.Sys, false); err != nil {
+			return 0, err
+		}
+		attr.Sys.Ptrace, traced = false, false
+		pid, err = syscall.ForkExec(path, argv, attr)
+	}
+	s.restoreErr = undo()
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", path, err)
+	}
+	if traced {
+		if err := s.placeStopped(pid); err != nil {
+			return 0, err
+		}
 	}
 	return pid, nil
 }
@@ -285,15 +317,19 @@ func hasEnv(env []string, name string) bool {
 
 // prepare arranges for the next fork to land in the container's cgroup
 // with its oom_score_adj; the returned func undoes what applies to the
-// shim itself.
-func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
-	var undo []func()
-	done := func() {
+// shim itself and reports what it could not undo. traced: the child is
+// given its oom_score_adj and cgroup v1 groups while stopped at exec
+// (placeStopped), the shim does not take them itself.
+func (s *shim) prepare(sys *syscall.SysProcAttr, traced bool) (func() error, error) {
+	var undo []func() error
+	done := func() error {
+		var errs []error
 		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
+			errs = append(errs, undo[i]())
 		}
+		return errors.Join(errs...)
 	}
-	if v := s.spec.OOMScoreAdj; v != nil {
+	if v := s.spec.OOMScoreAdj; v != nil && !traced {
 		const file = "/proc/self/oom_score_adj"
 		old, err := os.ReadFile(file)
 		if err != nil {
@@ -302,7 +338,12 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
 		// Lowering a score needs CAP_SYS_RESOURCE; without it the
 		// container keeps the inherited score (the daemon warns once).
 		if err := os.WriteFile(file, []byte(strconv.Itoa(*v)), 0); err == nil {
-			undo = append(undo, func() { os.WriteFile(file, old, 0) })
+			undo = append(undo, func() error {
+				if err := os.WriteFile(file, old, 0); err != nil {
+					return fmt.Errorf("restoring oom_score_adj %s: %w", strings.TrimSpace(string(old)), err)
+				}
+				return nil
+			})
 		} else if !errors.Is(err, os.ErrPermission) {
 			return done, fmt.Errorf("oom_score_adj %d: %w", *v, err)
 		}
@@ -311,32 +352,38 @@ func (s *shim) prepare(sys *syscall.SysProcAttr) (func(), error) {
 	if cg.Dir != "" {
 		dir, err := os.Open(cg.Dir)
 		if err != nil {
-			done()
-			return func() {}, fmt.Errorf("container cgroup: %w", err)
+			s.restoreErr = done()
+			return func() error { return nil }, fmt.Errorf("container cgroup: %w", err)
 		}
 		sys.UseCgroupFD, sys.CgroupFD = true, int(dir.Fd())
-		undo = append(undo, func() { dir.Close() })
+		undo = append(undo, func() error { dir.Close(); return nil })
 	}
 	if cg.Await {
 		var b [1]byte
 		if n, _ := os.Stdin.Read(b[:]); n != 1 {
-			done()
-			return func() {}, errors.New("the daemon did not place the container in its cgroup")
+			s.restoreErr = done()
+			return func() error { return nil }, errors.New("the daemon did not place the container in its cgroup")
 		}
 		os.Stdin.Close()
+	}
+	if traced {
+		return done, nil
 	}
 	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, procs := range cg.Procs {
 		if err := os.WriteFile(procs, self, 0); err != nil {
-			done()
-			return func() {}, fmt.Errorf("joining cgroup %s: %w", filepath.Dir(procs), err)
+			s.restoreErr = done()
+			return func() error { return nil }, fmt.Errorf("joining cgroup %s: %w", filepath.Dir(procs), err)
 		}
 	}
 	if len(cg.Procs) > 0 || cg.Await {
-		undo = append(undo, func() {
+		undo = append(undo, func() error {
 			for _, procs := range cg.Return {
-				os.WriteFile(procs, self, 0)
+				if err := os.WriteFile(procs, self, 0); err != nil {
+					return fmt.Errorf("leaving the container's cgroups for %s: %w", filepath.Dir(procs), err)
+				}
 			}
+			return nil
 		})
 	}
 	return done, nil
