@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -94,7 +94,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 		return a.Fleet.SetCordon(id, req.Unschedulable)
 	}))
 	mux.HandleFunc("PUT /v1/devices/{id}/taints", deviceChange(a, func(id string, req TaintRequest) error {
-		return a.Fleet.SetTaint(id, req.Taint, req.Remove)
+		return a.Fleet.SetTaint(id, req.Taint, req.Remove, time.Now())
 	}))
 }
 
@@ -255,35 +255,46 @@ func (f *Fleet) workloadDetail(kind, namespace, name string) (WorkloadDetail, er
 	if err != nil {
 		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
-	d.Events, err = f.ObjectEvents(kind, namespace, name)
+	if kind == KindDeployment {
+		// A Deployment's describe shows its pods' scheduling events too.
+		d.Events, err = f.deploymentEvents(namespace, name)
+	} else {
+		d.Events, err = f.ObjectEvents(kind, namespace, name)
+	}
+	return d, err
+}
+
+// deploymentEvents are a Deployment's events and its pods', the newest
+// maxEventsPerObject of them, oldest first, in one query: its pods are
+// found among the pods named after it (an index range, not every pod),
+// by a ReplicaSet controller named after it and their template hash.
+func (f *Fleet) deploymentEvents(namespace, name string) ([]SchedEvent, error) {
+	rows, err := f.db.Query(`SELECT kind, name, type, reason, message, count, first, last FROM (
+		SELECT e.rowid AS id, e.* FROM sched_events e WHERE e.kind = ? AND e.namespace = ? AND e.name = ?
+		UNION ALL
+		SELECT e.rowid AS id, e.* FROM sched_events e JOIN hub_pods p ON p.namespace = e.namespace AND p.name = e.name
+		WHERE e.kind = 'Pod' AND e.namespace = ? AND e.name >= ? || '-' AND e.name < ? || '.'
+		AND EXISTS (SELECT 1 FROM json_each(p.pod, '$.metadata.ownerReferences') r
+			WHERE json_extract(r.value, '$.kind') = 'ReplicaSet' AND json_extract(r.value, '$.name') =
+				? || COALESCE('-' || NULLIF(json_extract(p.pod, '$.metadata.labels."pod-template-hash"'), ''), ''))
+		) ORDER BY last DESC, id DESC LIMIT ?`,
+		KindDeployment, namespace, name, namespace, name, name, name, maxEventsPerObject)
 	if err != nil {
-		return d, err
+		return nil, err
 	}
-	if kind != KindDeployment {
-		return d, nil
-	}
-	// A Deployment's describe shows its pods' scheduling events too.
-	pods, err := f.HubPods()
-	if err != nil {
-		return d, err
-	}
-	for _, p := range pods {
-		for _, ref := range p.OwnerReferences {
-			if ref.Kind == "ReplicaSet" && p.Namespace == namespace && deploymentOf(p, ref.Name) == name {
-				evs, err := f.ObjectEvents("Pod", p.Namespace, p.Name)
-				if err != nil {
-					return d, err
-				}
-				d.Events = append(d.Events, evs...)
-			}
+	defer rows.Close()
+	var out []SchedEvent
+	for rows.Next() {
+		e := SchedEvent{Namespace: namespace}
+		var first, last int64
+		if err := rows.Scan(&e.Kind, &e.Name, &e.Type, &e.Reason, &e.Message, &e.Count, &first, &last); err != nil {
+			return nil, err
 		}
+		e.First, e.Last = time.UnixMilli(first), time.UnixMilli(last)
+		out = append(out, e)
 	}
-	sort.SliceStable(d.Events, func(i, j int) bool { return d.Events[i].Last.Before(d.Events[j].Last) })
-	// Its pods' events are up to a hundred each: describe shows the newest.
-	if n := len(d.Events); n > maxEventsPerObject {
-		d.Events = d.Events[n-maxEventsPerObject:]
-	}
-	return d, nil
+	slices.Reverse(out)
+	return out, rows.Err()
 }
 
 // withHubPods adds to the devices' mirror pods what only the hub knows:

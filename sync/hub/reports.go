@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -197,7 +199,6 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 // lets a kubelet set only some labels of its Node); dropped names the
 // others. duplicate says its ID was just found shared by two instances.
 func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []string, duplicate bool, err error) {
-	node, _ := json.Marshal(h.Node)
 	var net []byte // NULL: the device counts nothing (validated by DecodeHeartbeat)
 	if h.Net != nil {
 		net, _ = json.Marshal(h.Net)
@@ -223,11 +224,41 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 	if duplicate, err = f.seeInstance(tx, h.Device, h.Instance, at); err != nil {
 		return dropped, false, err
 	}
+	var prevNode []byte
+	if err := tx.QueryRow(`SELECT node FROM devices WHERE id = ?`, h.Device).Scan(&prevNode); err != nil {
+		return dropped, false, err
+	}
+	stampConditions(&h.Node, prevNode, at)
+	node, _ := json.Marshal(h.Node)
 	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ? WHERE id = ?`,
 		h.Version, node, labels, net, h.Device); err != nil {
 		return dropped, false, err
 	}
 	return dropped, duplicate, tx.Commit()
+}
+
+// stampConditions puts the hub's own clock on a heartbeat's node
+// conditions, as the node lifecycle controller times a node's health by
+// its own observation: a condition keeps the transition time the hub
+// stamped while its status stays, and takes at when it changes (or is
+// new); its heartbeat time is at. What the device claims is ignored, so
+// it cannot choose when the NoExecute taint its Ready condition sets was
+// added, nor so when its pods are evicted.
+func stampConditions(node *v1.NodeStatus, prevNode []byte, at time.Time) {
+	var prev v1.NodeStatus
+	if len(prevNode) > 0 {
+		json.Unmarshal(prevNode, &prev) // written by SaveHeartbeat
+	}
+	stamp := metav1.NewTime(at.UTC().Truncate(time.Second))
+	for i := range node.Conditions {
+		c := &node.Conditions[i]
+		c.LastHeartbeatTime, c.LastTransitionTime = stamp, stamp
+		for _, p := range prev.Conditions {
+			if p.Type == c.Type && p.Status == c.Status && !p.LastTransitionTime.IsZero() {
+				c.LastTransitionTime = p.LastTransitionTime
+			}
+		}
+	}
 }
 
 // seeInstance follows the installation instances reporting under a

@@ -200,25 +200,33 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// tolerationDeadline is when the first pod on an unreachable device
-// runs out of its toleration of the unreachable taint.
+// tolerationDeadline is when the first pod on a device with a timed
+// NoExecute taint (unreachable, not-ready, or the operator's) runs out
+// of its toleration of it, so the taint manager's eviction is on time.
 func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
-	since := map[string]time.Time{}
-	for _, d := range devices {
-		if !d.UnreachableSince.IsZero() {
-			since[d.Name] = d.UnreachableSince
+	taints := map[string][]v1.Taint{}
+	for i := range devices {
+		d := &devices[i]
+		if len(d.Taints) == 0 && d.UnreachableSince.IsZero() && d.Ready() {
+			continue // no NoExecute taint: the common case costs nothing
+		}
+		for _, t := range d.NodeTaints() {
+			if t.Effect == v1.TaintEffectNoExecute && t.TimeAdded != nil {
+				taints[d.Name] = append(taints[d.Name], t)
+			}
 		}
 	}
-	taint := &v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}
 	var next time.Time
 	for _, p := range pods {
-		start, ok := since[p.Spec.NodeName]
-		if !ok || p.DeletionTimestamp != nil {
+		ts := taints[p.Spec.NodeName]
+		if len(ts) == 0 || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, tol := range p.Spec.Tolerations {
-			if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), taint, false) {
-				next = earliest(next, start.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
+		for i := range ts {
+			for _, tol := range p.Spec.Tolerations {
+				if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), &ts[i], false) {
+					next = earliest(next, ts[i].TimeAdded.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
+				}
 			}
 		}
 	}

@@ -304,10 +304,10 @@ func TestSchedulePassPendingCordonTaint(t *testing.T) {
 	if err := r.fleet.SetCordon("d1", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}, false); err != nil {
+	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}, false, r.now); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "node.kubernetes.io/unreachable", Effect: v1.TaintEffectNoSchedule}, false); err == nil {
+	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "node.kubernetes.io/unreachable", Effect: v1.TaintEffectNoSchedule}, false, r.now); err == nil {
 		t.Error("an operator set a node.kubernetes.io/ taint")
 	}
 	r.apply(`
@@ -335,7 +335,7 @@ spec:
 	}
 
 	// Untainting d2 places it there.
-	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "dedicated"}, true); err != nil {
+	if err := r.fleet.SetTaint("d2", v1.Taint{Key: "dedicated"}, true, r.now); err != nil {
 		t.Fatal(err)
 	}
 	r.pass()

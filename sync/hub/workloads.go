@@ -313,7 +313,9 @@ func (f *Fleet) SetCordon(id string, cordoned bool) error {
 
 // SetTaint adds or replaces (by key and effect) an operator taint, or,
 // with remove, takes every taint of that key (and effect, if given) off.
-func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool) error {
+// A NoExecute taint is stamped with at as its timeAdded: the taint
+// manager times a tolerating pod's eviction from when it saw the taint.
+func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool, at time.Time) error {
 	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
 		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(errs, "; "))
 	}
@@ -348,7 +350,12 @@ func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool) error {
 		if len(keep) >= 64 {
 			return fmt.Errorf("device %s: at most 64 taints", id)
 		}
-		keep = append(keep, v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		taint := v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
+		if t.Effect == v1.TaintEffectNoExecute {
+			added := metav1.NewTime(at.UTC())
+			taint.TimeAdded = &added
+		}
+		keep = append(keep, taint)
 	}
 	raw, _ := json.Marshal(keep)
 	return f.updateDevice(id, `UPDATE devices SET taints = ? WHERE id = ?`, raw)

@@ -181,11 +181,15 @@ func DecodeStatusAck(data []byte) (*StatusAck, error) {
 	return decodeDoc("status ack", data, func(a *StatusAck) int { return a.Schema })
 }
 
-// DecodeHeartbeat decodes a heartbeat strictly.
+// DecodeHeartbeat decodes a heartbeat strictly and bounds the resources
+// it claims (validateNodeResources).
 func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 	h, err := decodeDoc("heartbeat", data, func(h *Heartbeat) int { return h.Schema })
 	if err != nil {
 		return nil, err
+	}
+	if err := validateNodeResources(&h.Node); err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
 	if h.Net != nil {
 		if err := h.Net.Validate(); err != nil {

@@ -213,13 +213,16 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 func TestPodhubPreemptsAcrossFleet(t *testing.T) {
 	h := newPodhub(t)
 	_, daemons, _ := startFleet(t, h, 2)
-	out, code := h.cli("get", "devices", "-o", "json")
 	var devs []struct {
 		Node *v1.NodeStatus `json:"node"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &devs) != nil || len(devs) != 2 || devs[0].Node == nil {
-		t.Fatalf("get devices -o json: %s", out)
-	}
+	// A device is Ready from its presence, before its first heartbeat
+	// brings its node status.
+	waitForLong(t, 60*time.Second, "the devices' node status at the hub", func() bool {
+		out, code := h.cli("get", "devices", "-o", "json")
+		devs = nil
+		return code == 0 && json.Unmarshal([]byte(out), &devs) == nil && len(devs) == 2 && devs[0].Node != nil
+	})
 	cpu := devs[0].Node.Allocatable[v1.ResourceCPU]
 	big := fmt.Sprintf("%dm", cpu.MilliValue()*6/10) // two never fit on one device
 	pod := func(kind, name, extra string) string {

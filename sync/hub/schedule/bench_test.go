@@ -103,3 +103,27 @@ func BenchmarkManyWorkloadsSteady(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPreemptFleet5k: 5,000 full devices of low-priority pods and
+// 100 pending high-priority pods, each preempting: the dry run looks at
+// a window of 500 devices, not all 5,000.
+func BenchmarkPreemptFleet5k(b *testing.B) {
+	const n = 5000
+	var devices []Device
+	var pods []*v1.Pod
+	for i := range n {
+		name := fmt.Sprintf("d%04d", i)
+		devices = append(devices, device(name))
+		pods = append(pods, withPriority(pod("low-"+name, name, nil, "4", ""), 10))
+	}
+	for i := range 100 {
+		pods = append(pods, withPriority(pod(fmt.Sprintf("urgent-%d", i), "", nil, "1", ""), 1000))
+	}
+	in := Input{Now: t0, Devices: devices, Pods: pods}
+	b.ResetTimer()
+	for range b.N {
+		if plan := Schedule(in); len(plan.Preemptions) != 100 {
+			b.Fatalf("%d preemptions", len(plan.Preemptions))
+		}
+	}
+}

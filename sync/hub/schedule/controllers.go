@@ -64,9 +64,44 @@ func ownerIndex(p *v1.Pod) string {
 	return ""
 }
 
+// ownerKey is ownerIndex for a pod of the live workload of that name: a
+// pod whose controller reference carries another UID belongs to a
+// workload deleted and applied again, which the garbage collector
+// deletes (as it does when a new object takes an old one's name) and
+// the new workload never adopts. A reference or workload without a UID
+// matches by name.
+func (s *state) ownerKey(p *v1.Pod) string {
+	k := ownerIndex(p)
+	if k == "" {
+		return ""
+	}
+	ref := controllerOf(p)
+	uid, live := s.daemonSetUIDs[k]
+	if d := s.deploymentOf[k]; d != nil {
+		uid, live = d.UID, true
+	}
+	if !live || ref.UID == "" || uid == "" {
+		return k
+	}
+	want := uid
+	if ref.Kind == "ReplicaSet" {
+		want = replicaSetUID(uid, p.Labels[LabelPodTemplateHash])
+	}
+	if ref.UID != want {
+		return ""
+	}
+	return k
+}
+
+// replicaSetUID is the UID a Deployment's ReplicaSet of one template
+// hash carries in its pods' controller references.
+func replicaSetUID(deployment types.UID, hash string) types.UID {
+	return types.UID(string(deployment) + "-" + hash)
+}
+
 // index files a pod under its workload.
 func (s *state) index(p *podInfo) {
-	if k := ownerIndex(p.pod); k != "" {
+	if k := s.ownerKey(p.pod); k != "" {
 		s.owned[k] = append(s.owned[k], p)
 	}
 }
@@ -313,7 +348,7 @@ func (s *state) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) 
 		}
 		found := true
 		if ref.Kind == "DaemonSet" || ref.Kind == "ReplicaSet" {
-			found = live[ownerIndex(p.pod)]
+			found = live[s.ownerKey(p.pod)]
 		}
 		if !found {
 			s.markDeleted(p, ReasonOwnerDeleted, fmt.Sprintf("%s %s was deleted", ref.Kind, ref.Name))
@@ -326,7 +361,7 @@ func (s *state) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) 
 // hash); nil for pods no ReplicaSet selects (DaemonSet and bare pods, as
 // helper.DefaultSelector finds no Service here).
 func (s *state) defaultSelector(p *v1.Pod) labels.Selector {
-	if d := s.deploymentOf[ownerIndex(p)]; d != nil && ownedBy(d, p) {
+	if d := s.deploymentOf[s.ownerKey(p)]; d != nil && ownedBy(d, p) {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || sel.Empty() {
 			return nil

@@ -527,3 +527,41 @@ func TestControllersStopAtMaxPods(t *testing.T) {
 		t.Errorf("created %d more pods past the bound", len(again.Create))
 	}
 }
+
+// A workload deleted and applied again between passes has a new UID: its
+// old pods are the garbage collector's, not the new workload's.
+func TestReappliedWorkloadDoesNotAdoptTheOldPods(t *testing.T) {
+	web := deployment("web", 2, kv("app=web"), "", "")
+	agent := daemonSet("agent", kv("app=agent"), "", "")
+	in := Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}, DaemonSets: []*appsv1.DaemonSet{agent}}
+	in = apply(in, Schedule(in), t0)
+	if len(in.Pods) != 4 {
+		t.Fatalf("%d pods, want 4", len(in.Pods))
+	}
+	old := map[string]bool{}
+	for _, p := range in.Pods {
+		old[p.Name] = true
+	}
+	web2, agent2 := web.DeepCopy(), agent.DeepCopy()
+	web2.UID, agent2.UID = "uid-web-again", "uid-agent-again"
+	in.Deployments, in.DaemonSets = []*appsv1.Deployment{web2}, []*appsv1.DaemonSet{agent2}
+	plan := Schedule(in)
+	for name := range old {
+		if d, ok := deletionOf(plan, name); !ok || d.Reason != ReasonOwnerDeleted {
+			t.Errorf("old pod %s: deletion %+v, want %s", name, d, ReasonOwnerDeleted)
+		}
+	}
+	if len(plan.Create) != 4 {
+		t.Fatalf("created %d pods, want 4 for the new workloads", len(plan.Create))
+	}
+	for _, p := range plan.Create {
+		if old[p.Name] {
+			t.Errorf("new pod %s reuses an old name", p.Name)
+		}
+	}
+	// The same UID again keeps the pods.
+	in.Deployments, in.DaemonSets = []*appsv1.Deployment{web}, []*appsv1.DaemonSet{agent}
+	if plan := Schedule(in); len(plan.Deletions) != 0 || len(plan.Create) != 0 {
+		t.Fatalf("same workloads: %d deletions, %d created", len(plan.Deletions), len(plan.Create))
+	}
+}

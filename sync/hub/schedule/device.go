@@ -79,6 +79,12 @@ func (d *Device) NodeTaints() []v1.Taint {
 	return out
 }
 
+// Ready says the device's Ready condition is True.
+func (d *Device) Ready() bool {
+	c := d.condition(v1.NodeReady)
+	return c != nil && c.Status == v1.ConditionTrue
+}
+
 func (d *Device) condition(t v1.NodeConditionType) *v1.NodeCondition {
 	for i := range d.Conditions {
 		if d.Conditions[i].Type == t {

@@ -3,6 +3,7 @@ package schedule
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -26,10 +27,11 @@ type candidate struct {
 	violations int
 }
 
-// preempt is DefaultPreemption: on every device where only resources or
-// skew stood in the way, find the fewest lower-priority victims that make
-// the pod fit (reprieving PDB-protected pods first), pick one device by
-// the scheduler's criteria, delete its victims and nominate the device.
+// preempt is DefaultPreemption: on the devices where only resources or
+// skew stood in the way (a window of them in a large fleet), find the
+// fewest lower-priority victims that make the pod fit (reprieving
+// PDB-protected pods first), pick one device by the scheduler's
+// criteria, delete its victims and nominate the device.
 // It returns the nominated device and, when there is none, the message.
 func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominated, message string) {
 	p := c.p
@@ -47,21 +49,39 @@ func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominat
 	if skipped := len(s.nodes) - len(cands); skipped > 0 {
 		hist[reasonNotHelpful] += skipped
 	}
-	var found []candidate
+	var potential []*nodeInfo
 	for i, n := range cands {
 		if statuses[i].code == unresolvable {
 			hist[reasonNotHelpful]++
+		} else {
+			potential = append(potential, n)
+		}
+	}
+	// DryRunPreemption: from an offset, stop once enough candidates are
+	// found (one without PDB violations among them); a pod with none
+	// found has tried every device, so the message counts them all.
+	offset, enough := candidateWindow(p.key, len(potential))
+	var found []candidate
+	nonViolating := 0
+	for j := range potential {
+		cand, ok := s.selectVictims(c, potential[(offset+j)%len(potential)])
+		if !ok {
+			hist[reasonNoVictims]++
 			continue
 		}
-		if cand, ok := s.selectVictims(c, n); ok {
-			found = append(found, cand)
-		} else {
-			hist[reasonNoVictims]++
+		found = append(found, cand)
+		if cand.violations == 0 {
+			nonViolating++
+		}
+		if nonViolating > 0 && len(found) >= enough {
+			break
 		}
 	}
 	if len(found) == 0 {
 		return "", availability(len(s.nodes), hist)
 	}
+	// Ties go to the first device by name, whatever the offset.
+	slices.SortFunc(found, func(a, b candidate) int { return cmp.Compare(a.node.idx, b.node.idx) })
 	best := pickCandidate(found)
 	victims := make([]types.NamespacedName, len(best.victims))
 	for i, v := range best.victims {
@@ -72,6 +92,27 @@ func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominat
 	s.nominated[best.node.name] = append(s.nominated[best.node.name], p)
 	s.plan.Preemptions = append(s.plan.Preemptions, Preemption{Pod: p.key, Device: best.node.name, Victims: victims})
 	return best.node.name, ""
+}
+
+// DefaultPreemption's defaults: the dry run looks for candidates on at
+// least 10% of the devices where preemption may help, and at least 100.
+const (
+	minCandidateNodesPercentage = 10
+	minCandidateNodesAbsolute   = 100
+)
+
+// candidateWindow is GetOffsetAndNumCandidates made deterministic: the
+// dry run starts at an offset drawn from a hash of the pod's name (the
+// scheduler draws it at random, which spreads preemption over the fleet
+// the same way) and may stop after enough candidates.
+func candidateWindow(pod types.NamespacedName, devices int) (offset, enough int) {
+	if devices == 0 {
+		return 0, 0
+	}
+	enough = min(max(devices*minCandidateNodesPercentage/100, minCandidateNodesAbsolute), devices)
+	h := fnv.New32a()
+	h.Write([]byte(pod.String()))
+	return int(h.Sum32() % uint32(devices)), enough
 }
 
 // selectVictims is selectVictimsOnNode, as a dry run that leaves the

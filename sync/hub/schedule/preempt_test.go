@@ -219,6 +219,47 @@ func TestPreemptionIsMinimalOnRandomDevices(t *testing.T) {
 	}
 }
 
+// In a large fleet the dry run stops after DefaultPreemption's number of
+// candidates (10% of the devices, at least 100), from an offset drawn
+// from the pod's name: a better device outside that window is not
+// looked at, and the cost does not grow devices × victims.
+func TestPreemptionLooksAtAWindowOfALargeFleet(t *testing.T) {
+	const n = 1000
+	offset, enough := candidateWindow(ref("urgent"), n)
+	if enough != 100 {
+		t.Fatalf("%d candidates wanted of %d devices, want 100", enough, n)
+	}
+	if _, e := candidateWindow(ref("urgent"), 5000); e != 500 {
+		t.Fatalf("%d candidates wanted of 5000 devices, want 10%%", e)
+	}
+	if _, e := candidateWindow(ref("urgent"), 40); e != 40 {
+		t.Fatalf("%d candidates wanted of 40 devices, want all", e)
+	}
+	outside := (offset + n/2) % n
+	var devices []Device
+	var pods []*v1.Pod
+	for i := range n {
+		name := fmt.Sprintf("d%04d", i)
+		devices = append(devices, device(name))
+		prio := int32(10)
+		if i == outside {
+			prio = 5 // the best victim of all
+		}
+		pods = append(pods, withPriority(pod("low-"+name, name, nil, "4", ""), prio))
+	}
+	pods = append(pods, withPriority(pod("urgent", "", nil, "1", ""), 1000))
+	plan := Schedule(Input{Now: t0, Devices: devices, Pods: pods})
+	if len(plan.Preemptions) != 1 {
+		t.Fatalf("preemptions %v", plan.Preemptions)
+	}
+	var at int
+	fmt.Sscanf(plan.Preemptions[0].Device, "d%04d", &at)
+	if dist := (at - offset + n) % n; dist >= enough {
+		t.Fatalf("nominated %s, %d devices past the offset %d: outside the window of %d (the best victim is on d%04d)",
+			plan.Preemptions[0].Device, dist, offset, enough, outside)
+	}
+}
+
 // A class gives its value and policy (PreemptLowerPriority when it names
 // none); no class at all is 0 and PreemptLowerPriority.
 func TestClassPriority(t *testing.T) {

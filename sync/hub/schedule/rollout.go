@@ -138,7 +138,7 @@ func (s *state) createReplicas(d *appsv1.Deployment, hash string, have, n int) {
 	rs := d.Name + "-" + hash
 	for i := have; i < have+n; i++ {
 		p := s.newPod(d.ObjectMeta, &d.Spec.Template, map[string]string{LabelPodTemplateHash: hash},
-			controllerRef("ReplicaSet", rs, types.UID(string(d.UID)+"-"+hash)))
+			controllerRef("ReplicaSet", rs, replicaSetUID(d.UID, hash)))
 		p.Name = s.podName(p.Namespace, rs+"-", strconv.Itoa(i))
 		s.admitCreated(p, "Deployment", d.ObjectMeta)
 	}

@@ -166,7 +166,11 @@ type state struct {
 	// owned indexes the pods by their workload (ownerIndex), in order's
 	// order: each controller reads its own pods, not every pod.
 	owned map[string][]*podInfo
-	// deploymentOf finds a ReplicaSet pod's Deployment (defaultSelector).
+	// daemonSetUIDs are the live DaemonSets' UIDs by workloadIndex
+	// (ownerKey).
+	daemonSetUIDs map[string]types.UID
+	// deploymentOf finds a ReplicaSet pod's Deployment (defaultSelector,
+	// ownerKey).
 	deploymentOf map[string]*appsv1.Deployment
 	// overQuota are the workloads refused a pod this pass for MaxPods.
 	overQuota map[types.NamespacedName]bool
@@ -179,12 +183,6 @@ type state struct {
 func Schedule(in Input) Plan {
 	s := newState(in)
 	s.deployments = in.Deployments
-	s.deploymentOf = make(map[string]*appsv1.Deployment, len(in.Deployments))
-	for _, d := range in.Deployments {
-		if k := workloadIndex("Deployment", d.Namespace, d.Name); s.deploymentOf[k] == nil {
-			s.deploymentOf[k] = d
-		}
-	}
 	s.deleteLost()
 	s.evictTainted()
 	s.runDaemonSets(in.DaemonSets)
@@ -210,6 +208,19 @@ func newState(in Input) *state {
 		maxPods:     in.MaxPods,
 		owned:       map[string][]*podInfo{},
 		overQuota:   map[types.NamespacedName]bool{},
+		// Pods are filed under their workload as they are read (ownerKey).
+		deploymentOf:  make(map[string]*appsv1.Deployment, len(in.Deployments)),
+		daemonSetUIDs: make(map[string]types.UID, len(in.DaemonSets)),
+	}
+	for _, d := range in.Deployments {
+		if k := workloadIndex("Deployment", d.Namespace, d.Name); s.deploymentOf[k] == nil {
+			s.deploymentOf[k] = d
+		}
+	}
+	for _, d := range in.DaemonSets {
+		if k := workloadIndex("DaemonSet", d.Namespace, d.Name); !hasKey(s.daemonSetUIDs, k) {
+			s.daemonSetUIDs[k] = d.UID
+		}
 	}
 	for _, pc := range builtinPriorityClasses {
 		s.classes[pc.Name] = pc
@@ -248,6 +259,11 @@ func newState(in Input) *state {
 		}
 	}
 	return s
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 func keyOf(p *v1.Pod) types.NamespacedName {
