@@ -47,7 +47,7 @@ for arch in $arches; do
 	printf '%-8s %12s %12s %12s %12s %12s\n' "$arch" "$(mib "$pv")" "$(mib "$sh")" "$(mib "$ct")" \
 		"$(mib $((pv + sh)))" "$(mib $((pv + sh + ct)))" >> "$report.new"
 	# The budgets of issue 17: podvisor ≤ 16 MiB on arm64, podvisor-containerd ≤ 20 MiB.
-	[ "$arch" = arm64 ] && budget podvisor "$pv" 16
+	[ "$arch" = arm64 ] && budget "podvisor (arm64)" "$pv" 16
 	budget "podvisor-containerd ($arch)" "$ct" 20
 done
 echo "(MiB, stripped; process-img = podvisor + podvisor-shim; ctrd-img adds podvisor-containerd)" >> "$report.new"
