@@ -3,6 +3,9 @@
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
+# A shipped binary's other flags (build tags, where inlining is off), the
+# same in every build of it: packaging/buildflags.sh says which and why.
+buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
@@ -13,10 +16,10 @@ all: build
 # podvisor-shim and podvisor-containerd go beside podvisor: the daemon runs
 # a shim per process container and the plugin for containerd pods.
 build:
-	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor ./cmd/podvisor
-	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-shim ./cmd/podvisor-shim
-	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podvisor-containerd ./cmd/podvisor-containerd
-	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/podhub ./cmd/podhub
+	go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/podvisor ./cmd/podvisor
+	go build -trimpath $(call buildflags,podvisor-shim) -ldflags "$(LDFLAGS)" -o bin/podvisor-shim ./cmd/podvisor-shim
+	go build -trimpath $(call buildflags,podvisor-containerd) -ldflags "$(LDFLAGS)" -o bin/podvisor-containerd ./cmd/podvisor-containerd
+	go build -trimpath $(call buildflags,podhub) -ldflags "$(LDFLAGS)" -o bin/podhub ./cmd/podhub
 
 # Everything CI runs: lint, unit and integration tests (real processes),
 # and the fuzz seed corpus (part of go test). leakcheck fails the run when
@@ -66,23 +69,24 @@ test-arm64-vm:
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-arm, cpio, apt-get, dpkg-deb"; exit 1; fi; \
 		echo "skipping the arm64 VM test: install qemu-system-arm cpio"; exit 0; fi; \
 	set -ex; \
-	GOARCH=arm64 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
-	GOARCH=arm64 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim; \
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-shim) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim; \
 	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog; \
 	test/vm/arm64.sh bin/arm64
 
 # Where each binary's bytes go, by module, for amd64 and arm64: built with
 # the release flags but the symbol table kept (the sizes tool reports the
 # stripped size). SIZE_BY=package for a finer cut, SIZE_TOP=0 for all rows;
-# SIZE_GCFLAGS to try compiler flags, e.g. the no-inlining candidate in
-# docs/footprint.md: SIZE_GCFLAGS='-gcflags=all=-l -gcflags=runtime= -gcflags=internal/...='
+# SIZE_GCFLAGS adds compiler flags after the release ones to try others:
+# the last pattern matching a package wins, so SIZE_GCFLAGS=-gcflags=all=
+# measures the binaries with inlining everywhere (docs/footprint.md).
 .PHONY: size
 SIZE_BY ?= module
 SIZE_TOP ?= 25
 SIZE_GCFLAGS ?=
 size:
 	@set -e; for arch in amd64 arm64; do for cmd in podvisor podvisor-shim podvisor-containerd; do \
-		GOARCH=$$arch go build -trimpath $(SIZE_GCFLAGS) -ldflags "-buildid= -X main.version=$(VERSION)" -o bin/size/$$arch/$$cmd ./cmd/$$cmd; \
+		GOARCH=$$arch go build -trimpath $$(packaging/buildflags.sh $$cmd) $(SIZE_GCFLAGS) -ldflags "-buildid= -X main.version=$(VERSION)" -o bin/size/$$arch/$$cmd ./cmd/$$cmd; \
 	done; done; \
 	go run ./packaging/sizes -by $(SIZE_BY) -top $(SIZE_TOP) bin/size/amd64/* bin/size/arm64/*
 

@@ -16,6 +16,14 @@ export CGO_ENABLED=0
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 ldflags="-s -w -buildid= -X main.version=$version"
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
+budgets=
+# budget NAME BYTES MIB notes a binary's size against its target.
+budget() {
+	verdict="within"
+	[ "$2" -le $(($3 * 1048576)) ] || verdict="OVER"
+	budgets="$budgets  $1 $(mib "$2") MiB: $verdict the $3 MiB target
+"
+}
 
 report=$out/SIZES.txt
 mkdir -p "$out"
@@ -30,14 +38,19 @@ for arch in $arches; do
 	dir=$out/linux-$arch
 	mkdir -p "$dir"
 	for cmd in podvisor podvisor-shim podvisor-containerd podhub; do
-		GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath -ldflags "$ldflags" -o "$dir/$cmd" "./cmd/$cmd"
+		# shellcheck disable=SC2046 # the flags are words without spaces
+		GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath $(packaging/buildflags.sh "$cmd") -ldflags "$ldflags" -o "$dir/$cmd" "./cmd/$cmd"
 	done
 	go run ./packaging/sbom "$dir"/podvisor "$dir"/podvisor-shim "$dir"/podvisor-containerd "$dir"/podhub > "$dir/sbom.spdx.json"
 	(cd "$dir" && sha256sum podvisor podvisor-shim podvisor-containerd podhub sbom.spdx.json > SHA256SUMS)
 	pv=$(stat -c %s "$dir/podvisor"); sh=$(stat -c %s "$dir/podvisor-shim"); ct=$(stat -c %s "$dir/podvisor-containerd")
 	printf '%-8s %12s %12s %12s %12s %12s\n' "$arch" "$(mib "$pv")" "$(mib "$sh")" "$(mib "$ct")" \
 		"$(mib $((pv + sh)))" "$(mib $((pv + sh + ct)))" >> "$report.new"
+	# The budgets of issue 17: podvisor ≤ 16 MiB on arm64, podvisor-containerd ≤ 20 MiB.
+	[ "$arch" = arm64 ] && budget "podvisor (arm64)" "$pv" 16
+	budget "podvisor-containerd ($arch)" "$ct" 20
 done
 echo "(MiB, stripped; process-img = podvisor + podvisor-shim; ctrd-img adds podvisor-containerd)" >> "$report.new"
+[ -z "$budgets" ] || printf 'targets:\n%s' "$budgets" >> "$report.new"
 mv "$report.new" "$report"
 cat "$report"

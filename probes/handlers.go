@@ -375,31 +375,16 @@ func GRPC(ctx context.Context, t Target, a *v1.GRPCAction, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	addr := net.JoinHostPort(t.Host, strconv.Itoa(int(a.Port)))
-	req, err := http.NewRequestWithContext(withDialIn(ctx, t.DialIn), http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(frame))
+	conn, err := dialContext(timeout)(withDialIn(ctx, t.DialIn), "tcp", addr)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("TE", "trailers")
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{DialContext: dialContext(timeout), Protocols: &protocols}
-	defer tr.CloseIdleConnections()
-	resp, err := tr.RoundTrip(req)
+	defer conn.Close()
+	body, code, m, err := grpcCall(ctx, conn, addr, "/grpc.health.v1.Health/Check", frame)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput))
-	if err != nil {
-		return err
-	}
-	code := resp.Trailer.Get("Grpc-Status")
-	if code == "" {
-		code = resp.Header.Get("Grpc-Status") // trailers-only response
 	}
 	if code != "0" {
-		m := resp.Trailer.Get("Grpc-Message") + resp.Header.Get("Grpc-Message")
 		return fmt.Errorf("rpc error: code = %s desc = %s", code, m)
 	}
 	if len(body) < 5 {

@@ -23,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 	"github.com/podvisor/podvisor/test/prereq"
+	"github.com/podvisor/podvisor/test/shipped"
 )
 
 const testImage = "podvisor.test/busybox:1"
@@ -46,17 +47,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor",
-		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/cmd/podvisor-containerd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
+	if err := shipped.Build(dir, "podvisor", "podvisor-shim", "podvisor-containerd"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	// The gRPC and HTTPS servers upstream takes from agnhost, stripped:
 	// it goes into the containerd test image too.
 	agnhost = filepath.Join(dir, "agnhost")
-	build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agnhost, "github.com/podvisor/podvisor/test/conformance/agnhost")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", agnhost, "github.com/podvisor/podvisor/test/conformance/agnhost")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building agnhost: %v\n%s", err, out)

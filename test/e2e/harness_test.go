@@ -20,6 +20,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/test/prereq"
+	"github.com/podvisor/podvisor/test/shipped"
 )
 
 var binary string
@@ -37,14 +38,16 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}
-	// Both binaries, side by side as installed: the daemon finds its shim.
-	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/cmd/podvisor",
-		"github.com/podvisor/podvisor/cmd/podvisor-shim", "github.com/podvisor/podvisor/cmd/podvisor-containerd",
-		"github.com/podvisor/podvisor/cmd/podhub",
-		"github.com/podvisor/podvisor/test/hog")
+	// The binaries side by side as installed (the daemon finds its shim),
+	// built as they ship.
+	if err := shipped.Build(dir, "podvisor", "podvisor-shim", "podvisor-containerd", "podhub"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir, "github.com/podvisor/podvisor/test/hog")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building podvisor: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "building test/hog: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -194,7 +194,7 @@ func TestYoctoLayer(t *testing.T) {
 // package/pkg-golang.mk).
 var (
 	buildrootGeneric = []string{"VERSION", "SITE", "SITE_METHOD", "SOURCE", "LICENSE", "LICENSE_FILES", "DEPENDENCIES",
-		"INSTALL_TARGET_CMDS", "INSTALL_INIT_SYSTEMD", "INSTALL_INIT_SYSV", "INSTALL_INIT_OPENRC", "USERS", "PERMISSIONS",
+		"BUILD_CMDS", "INSTALL_TARGET_CMDS", "INSTALL_INIT_SYSTEMD", "INSTALL_INIT_SYSV", "INSTALL_INIT_OPENRC", "USERS", "PERMISSIONS",
 		"POST_INSTALL_TARGET_HOOKS", "CPE_ID_VENDOR"}
 	buildrootGolang = []string{"GOMOD", "LDFLAGS", "TAGS", "BUILD_TARGETS", "BIN_NAME", "INSTALL_BINS", "GO_ENV"}
 )
@@ -214,7 +214,7 @@ func TestBuildrootPackage(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"VERSION", "SITE", "LICENSE", "GOMOD", "BUILD_TARGETS", "LDFLAGS", "GO_ENV",
-		"INSTALL_TARGET_CMDS", "INSTALL_INIT_SYSTEMD", "INSTALL_INIT_SYSV"} {
+		"BUILD_CMDS", "INSTALL_TARGET_CMDS", "INSTALL_INIT_SYSTEMD", "INSTALL_INIT_SYSV"} {
 		if _, ok := set[v]; !ok {
 			t.Errorf("podvisor.mk does not set PODVISOR_%s", v)
 		}

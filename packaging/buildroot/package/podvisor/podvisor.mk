@@ -29,6 +29,20 @@ ifeq ($(BR2_PACKAGE_PODVISOR_CONTAINERD),y)
 PODVISOR_BUILD_TARGETS += cmd/podvisor-containerd
 endif
 
+# Each binary with its own flags (build tags, where inlining is off:
+# packaging/buildflags.sh), as make and the releases build it; otherwise
+# golang-package's build step (its -tags is replaced by the binary's tags
+# joined to PODVISOR_TAGS).
+define PODVISOR_BUILD_CMDS
+	$(foreach d,$(PODVISOR_BUILD_TARGETS),\
+		cd $(@D); \
+		$(HOST_GO_TARGET_ENV) $(PODVISOR_GO_ENV) \
+			$(GO_BIN) build -v $(PODVISOR_BUILD_OPTS) \
+			$$($(@D)/packaging/buildflags.sh $(notdir $(d)) $(PODVISOR_TAGS)) \
+			-o $(@D)/bin/$(notdir $(d)) $(PODVISOR_GOMOD)/$(d)
+	)
+endef
+
 # PODVISOR_INSTALL_BINS is not set: Buildroot before 2025 installs only
 # the package's name by default, later versions refuse the variable. The
 # install step names the binaries itself, which both honour.

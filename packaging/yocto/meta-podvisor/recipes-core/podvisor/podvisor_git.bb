@@ -28,12 +28,22 @@ GO_INSTALL = "${GO_IMPORT}/cmd/podvisor ${GO_IMPORT}/cmd/podvisor-shim ${GO_IMPO
 # go-mod fetches the modules of go.sum in do_compile.
 do_compile[network] = "1"
 
+PODVISOR_SRC = "${S}/src/${GO_IMPORT}"
+
+# Each binary with its own flags (build tags, where inlining is off:
+# packaging/buildflags.sh), as make and the releases build it; otherwise
+# go.bbclass's go_do_compile, one go install per binary.
+do_compile() {
+	export TMPDIR="${GOTMPDIR}"
+	for pkg in ${GO_INSTALL}; do
+		${GO} install ${GOBUILDFLAGS} $(sh ${PODVISOR_SRC}/packaging/buildflags.sh $(basename $pkg)) $pkg
+	done
+}
+
 SYSTEMD_SERVICE:${PN} = "podvisor.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 INITSCRIPT_NAME = "podvisor"
 INITSCRIPT_PARAMS = "defaults 90 10"
-
-PODVISOR_SRC = "${S}/src/${GO_IMPORT}"
 
 do_install:append() {
 	install -d ${D}${sysconfdir}/podvisor/manifests ${D}${sysconfdir}/podvisor/priorityclasses
