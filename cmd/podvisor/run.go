@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -59,15 +58,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	daemonCfg.StopPodsOnExit = *stopPods
 	tuneGoRuntime()
-	if path := os.Getenv("PODVISOR_CPUPROFILE"); path != "" {
-		// For measuring the daemon itself: a pprof CPU profile until exit.
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("PODVISOR_CPUPROFILE: %w", err)
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile()
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
