@@ -31,6 +31,7 @@ test: lint build
 	@$(MAKE) --no-print-directory test-kernel-config
 	@$(MAKE) --no-print-directory test-qemu-user
 	@$(MAKE) --no-print-directory test-arm64-vm
+	@$(MAKE) --no-print-directory test-size-budget
 	@$(MAKE) --no-print-directory test-systemd
 	@$(MAKE) --no-print-directory test-containerd-v2
 	@$(MAKE) --no-print-directory test-packages
@@ -73,6 +74,20 @@ test-arm64-vm:
 	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-shim) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim; \
 	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog; \
 	test/vm/arm64.sh bin/arm64
+
+# The device image budgets (issue 17): podvisor ≤ 16 MiB stripped on arm64,
+# podvisor-containerd ≤ 20 MiB, built as releases are. Fails when a change
+# takes a binary over; `make size` says where the bytes go.
+.PHONY: test-size-budget
+test-size-budget:
+	@set -e; \
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-containerd) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-containerd ./cmd/podvisor-containerd; \
+	for b in podvisor:16 podvisor-containerd:20; do \
+		f=bin/arm64/$${b%%:*}; max=$$(( $${b##*:} * 1048576 )); size=$$(stat -c %s $$f); \
+		if [ $$size -gt $$max ]; then echo "size budget: $$f is $$size bytes, over $${b##*:} MiB by $$((size - max)) (make size says where the bytes go)"; exit 1; fi; \
+		echo "size budget: $$f $$size bytes, $$((max - size)) under $${b##*:} MiB"; \
+	done
 
 # Where each binary's bytes go, by module, for amd64 and arm64: built with
 # the release flags but the symbol table kept (the sizes tool reports the
