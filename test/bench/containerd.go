@@ -192,6 +192,10 @@ func containerdBench(bin string, n, podCount int) error {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("cidle-%d.yaml", i)))
 	}
 	if *kubeletBin != "" {
+		// The peer's containerd and shims share their text with these: stop
+		// them first, or each side's PSS would hold half of it.
+		b.stop()
+		ctrd.Close()
 		if err := kubeletPeer(*kubeletBin, dir, archive, b.marks, n, podCount, restart, total); err != nil {
 			return err
 		}
