@@ -22,8 +22,9 @@ var kubeletBin = flag.String("kubelet", "", "kubelet binary: also run the contai
 var kubeletLog = flag.String("kubelet-log", "", "with -kubelet: keep a copy of the kubelet's log (-v=2) in this file")
 
 const (
-	pauseImage  = "podvisor.bench/pause:1"
-	kubeletNode = "podvisor-bench"
+	pauseImage       = "podvisor.bench/pause:1"
+	kubeletNode      = "podvisor-bench"
+	devicePluginRoot = "/var/lib/kubelet"
 )
 
 // kubeletPeer runs the containerd bench's restart pods, and podCount idle
@@ -113,10 +114,13 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 		}()
 	}
 	cmd := exec.Command(kubelet, "--config", config, "--root-dir", filepath.Join(kdir, "root"),
-		"--cert-dir", filepath.Join(kdir, "pki"), "--hostname-override", kubeletNode, "-v=2")
+		"--cert-dir", filepath.Join(kdir, "pki"), "--volume-plugin-dir", filepath.Join(kdir, "volume-plugins"),
+		"--hostname-override", kubeletNode, "-v=2")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	defer removeLogLinks(logDirExisted())
+	// The device plugin directory is fixed, not under --root-dir.
+	defer removeIfNew(devicePluginRoot)()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -357,4 +361,13 @@ func removeLogLinks(dirExisted bool) {
 func logDirExisted() bool {
 	_, err := os.Stat("/var/log/containers")
 	return err == nil
+}
+
+// removeIfNew returns a func that removes dir and what is in it, when dir
+// did not exist at the call.
+func removeIfNew(dir string) func() {
+	if _, err := os.Stat(dir); err == nil {
+		return func() {}
+	}
+	return func() { os.RemoveAll(dir) }
 }
