@@ -139,6 +139,9 @@ func containerdBench(bin string, n, podCount int) error {
 		fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 		printDist("manifest write -> workload running", toRun)
 		printDist("process exit -> restarted workload running", restart)
+		if *kubeletBin != "" {
+			return kubeletPeer(*kubeletBin, dir, archive, b.marks, n, 0, restart, 0)
+		}
 		return nil
 	}
 
@@ -187,6 +190,15 @@ func containerdBench(bin string, n, podCount int) error {
 
 	for i := 0; i < podCount; i++ {
 		os.Remove(filepath.Join(b.manifests, fmt.Sprintf("cidle-%d.yaml", i)))
+	}
+	if *kubeletBin != "" {
+		// The peer's containerd and shims share their text with these: stop
+		// them first, or each side's PSS would hold half of it.
+		b.stop()
+		ctrd.Close()
+		if err := kubeletPeer(*kubeletBin, dir, archive, b.marks, n, podCount, restart, total); err != nil {
+			return err
+		}
 	}
 	return podmanPeer(dir, archive, b, n, podCount, toRun, restart, total)
 }

@@ -61,6 +61,17 @@ func Start(t testing.TB) *Containerd {
 
 // Launch runs a private containerd (for benchmarks; tests use Start).
 func Launch() (*Containerd, error) {
+	return launch(func(string) string { return `disabled_plugins = ["io.containerd.grpc.v1.cri"]` + "\n" })
+}
+
+// LaunchCRI runs a private containerd with its CRI plugin, for a kubelet
+// to use as its runtime (the bench's kubelet peer). cri returns the
+// plugin's configuration, given containerd's directory.
+func LaunchCRI(cri func(dir string) string) (*Containerd, error) {
+	return launch(cri)
+}
+
+func launch(extra func(dir string) string) (*Containerd, error) {
 	// Short paths: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "ctrd")
 	if err != nil {
@@ -70,12 +81,11 @@ func Launch() (*Containerd, error) {
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
+%s[grpc]
   address = %q
 [ttrpc]
   address = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Address, c.Address+".ttrpc")
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), extra(dir), c.Address, c.Address+".ttrpc")
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
