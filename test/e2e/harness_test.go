@@ -185,11 +185,35 @@ func (d *daemon) cleanup() {
 func (d *daemon) kill() {
 	d.stop(syscall.SIGKILL)
 	out, _ := exec.Command("pgrep", "-f", shimPattern(d)).Output()
+	var killed []int
 	for _, f := range strings.Fields(string(out)) {
 		var pid int
 		fmt.Sscan(f, &pid)
 		syscall.Kill(pid, syscall.SIGKILL) // leaders die with their shim or keeper (pdeathsig)
+		killed = append(killed, pid)
 	}
+	// Gone, not only signalled: a keeper still dying may finish a write
+	// into an instance directory while the test's temp dir is removed.
+	for _, pid := range killed {
+		deadline := time.Now().Add(10 * time.Second)
+		for !exited(pid) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !exited(pid) {
+			d.t.Errorf("shim or keeper %d still alive 10 s after SIGKILL", pid)
+		}
+	}
+}
+
+// exited: the process is gone or a zombie (it runs no more code).
+func exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, which ends at the last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
 
 // shimPattern matches (pgrep -f) the daemon's shims and its keeper.
