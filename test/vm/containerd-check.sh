@@ -34,6 +34,10 @@ spec:
     command: ["sh", "-c", "echo started; exec sleep 100000"]
     resources: {limits: {memory: 32Mi, cpu: 100m}}
 POD
+# 64Mi, not less: runc 1.1's init copies its own binary (~10 MiB) into a
+# memfd while runc create moves it into the container's cgroup; at 16Mi
+# that copy was charged there now and then and runc init was OOM-killed
+# before the start ("cannot start a stopped process", a StartError).
 cat > /tmp/m/hog.yaml <<POD
 apiVersion: v1
 kind: Pod
@@ -42,7 +46,7 @@ spec:
   hostNetwork: true
   restartPolicy: Never
   containers:
-  - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 16Mi}}}
+  - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 64Mi}}}
 POD
 running() { podvisor get pod "$1" -o json | grep -q '"ready": true'; }
 until_ok 120 running web || fail "web not Running: $(podvisor get pods 2>&1; tail -20 /tmp/podvisor.log)"
