@@ -241,7 +241,15 @@ func TestContainerdPod(t *testing.T) {
 	// background, right after the pod (off the daemon's loop).
 	d.remove("duo.yaml")
 	d.waitGone("duo", 30*time.Second)
-	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
+	waitPodLeftNothing(t, d, ctrd, p, hostPort)
+}
+
+// waitPodLeftNothing waits until nothing of a removed CNI pod is left: no
+// container in containerd, its hostPort closed, its sandbox, pod files and
+// network-detach record gone (the network goes off the daemon's loop).
+func waitPodLeftNothing(t *testing.T, d *daemon, ctrd *ctrdtest.Containerd, p *v1.Pod, hostPort int) {
+	t.Helper()
+	waitFor(t, "containerd to hold no container after "+p.Name+"'s removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
 	client := http.Client{Timeout: time.Second}
 	waitFor(t, fmt.Sprintf("hostPort %d to stop answering after the pod is gone", hostPort), func() bool {
 		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
@@ -337,22 +345,7 @@ func TestContainerdPodRemovedAcrossDaemonKill(t *testing.T) {
 	d.waitGone("duo", 30*time.Second)
 	d.stop(syscall.SIGKILL)
 	d.start()
-	waitFor(t, "containerd to hold no container after duo's removal", func() bool { return len(ctrContainers(t, ctrd)) == 0 })
-	client := http.Client{Timeout: time.Second}
-	waitFor(t, fmt.Sprintf("hostPort %d to stop answering", hostPort), func() bool {
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err != nil
-	})
-	for _, dir := range []string{filepath.Join(d.dir, "sandbox", string(p.UID)), filepath.Join(d.data, "pods", string(p.UID)),
-		filepath.Join(d.data, "network-detach", string(p.UID)+".json")} {
-		waitFor(t, dir+" to be removed", func() bool {
-			_, err := os.Stat(dir)
-			return os.IsNotExist(err)
-		})
-	}
+	waitPodLeftNothing(t, d, ctrd, p, hostPort)
 }
 
 // A container that ends while no daemon runs reports its real exit code,
