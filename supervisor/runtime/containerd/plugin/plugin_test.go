@@ -56,6 +56,16 @@ func TestArchiveName(t *testing.T) {
 
 // newPlugin starts a private containerd and a plugin on it.
 func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
+	// The tests' containers have no cgroup path of their own, so containerd
+	// gives them /NAMESPACE/ID; runc removes the ID level only, and not for
+	// a task still running when containerd stops. Registered first, so it
+	// runs after containerd and its shims are gone.
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + pluginapi.Namespace)
+		for _, dir := range append(dirs, "/sys/fs/cgroup/"+pluginapi.Namespace) {
+			removeEmptyCgroups(dir)
+		}
+	})
 	ctrd := ctrdtest.Start(t)
 	p, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot(), FIFODir: filepath.Join(t.TempDir(), "fifo")}, slog.Default())
 	if err != nil {
@@ -63,6 +73,18 @@ func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p, ctrd
+}
+
+// removeEmptyCgroups removes dir's cgroups deepest first; one that still
+// holds a process (or a daemon's own tree in use) stays.
+func removeEmptyCgroups(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removeEmptyCgroups(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir)
 }
 
 func importTestImage(t *testing.T, p *Plugin, name string) {
