@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podvisor/podvisor/test/cgrouptree"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
@@ -385,19 +386,4 @@ func containerdVersion() string {
 
 // removeCgroupTree removes a cgroup root in every hierarchy, children
 // first.
-func removeCgroupTree(root string) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", root))
-	for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", root)) {
-		rmdirAll(d)
-	}
-}
-
-func rmdirAll(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.IsDir() {
-			rmdirAll(filepath.Join(dir, e.Name()))
-		}
-	}
-	os.Remove(dir)
-}
+func removeCgroupTree(root string) { cgrouptree.RemoveEmpty(root) }

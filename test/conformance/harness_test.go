@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/test/cgrouptree"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 	"github.com/podvisor/podvisor/test/prereq"
@@ -208,29 +209,12 @@ func (n *node) stop() {
 	}
 	exec.Command("sh", "-c", "grep "+n.dir+" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l").Run()
 	// Killed processes leave their cgroups a moment later.
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", n.root))
-	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", n.root))
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := false
-		for _, d := range dirs {
-			rmdirTree(d)
-			left = left || exists(d)
-		}
-		if !left || time.Now().After(deadline) {
+		if !cgrouptree.RemoveEmpty(n.root) || time.Now().After(deadline) {
 			break
 		}
 	}
 	os.RemoveAll(n.dir)
-}
-
-func rmdirTree(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.IsDir() {
-			rmdirTree(filepath.Join(dir, e.Name()))
-		}
-	}
-	os.Remove(dir)
 }
 
 func exists(path string) bool {

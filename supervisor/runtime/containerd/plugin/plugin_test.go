@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
+	"github.com/podvisor/podvisor/test/cgrouptree"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
 )
@@ -61,10 +62,7 @@ func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	// a task still running when containerd stops. Registered first, so it
 	// runs after containerd and its shims are gone.
 	t.Cleanup(func() {
-		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/" + pluginapi.Namespace)
-		for _, dir := range append(dirs, "/sys/fs/cgroup/"+pluginapi.Namespace) {
-			removeEmptyCgroups(dir)
-		}
+		cgrouptree.RemoveEmpty(pluginapi.Namespace)
 	})
 	ctrd := ctrdtest.Start(t)
 	p, err := New(Config{Address: ctrd.Address, RuncRoot: ctrd.RuncRoot(), FIFODir: filepath.Join(t.TempDir(), "fifo")}, slog.Default())
@@ -73,18 +71,6 @@ func newPlugin(t *testing.T) (*Plugin, *ctrdtest.Containerd) {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p, ctrd
-}
-
-// removeEmptyCgroups removes dir's cgroups deepest first; one that still
-// holds a process (or a daemon's own tree in use) stays.
-func removeEmptyCgroups(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.IsDir() {
-			removeEmptyCgroups(filepath.Join(dir, e.Name()))
-		}
-	}
-	os.Remove(dir)
 }
 
 func importTestImage(t *testing.T, p *Plugin, name string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/test/prereq"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,9 +66,7 @@ func TestKeeperStuckInAContainerCgroupExits(t *testing.T) {
 // A leader is given its oom_score_adj and cgroup v1 groups while stopped
 // at its exec: the keeper never joins them or takes the score itself.
 func TestKeeperPlacesTheLeaderItself(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("root: setting another process's oom_score_adj")
-	}
+	prereq.Root(t, "setting another process's oom_score_adj")
 	sleep := lookPath(t, "sleep")
 	k := newTestKeeper(t)
 	lock := newTestInstance(t, k, "a", sleep, "100")
