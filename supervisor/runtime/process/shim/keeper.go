@@ -34,6 +34,11 @@ type keeper struct {
 	forks   chan forkRequest
 	sigchld chan os.Signal
 
+	// forking is held from a fork until its child is placed and
+	// untraced: a Wait4(-1) by the reaper in that window could take the
+	// child's exec stop meant for the forking thread, which then waits
+	// for ever with the child stopped.
+	forking  sync.Mutex
 	mu       sync.Mutex
 	byPid    map[int]*kept // leaders not yet reaped, and ending instances
 	byID     map[string]*kept

@@ -63,7 +63,9 @@ func (k *keeper) fork(in *kept) error {
 	}
 	in.started = time.Now()
 	sh := &shim{dir: in.dir, spec: in.spec}
+	k.forking.Lock()
 	pid, err := sh.fork(outW, errW)
+	k.forking.Unlock()
 	outW.Close()
 	errW.Close()
 	if sh.restoreErr != nil {
@@ -111,6 +113,8 @@ func (k *keeper) fork(in *kept) error {
 
 // reapAll reaps every child that has ended; a leader's status is kept.
 func (k *keeper) reapAll() {
+	k.forking.Lock() // no child is between its fork and its placement
+	defer k.forking.Unlock()
 	for {
 		k.mu.Lock()
 		var ws unix.WaitStatus
