@@ -24,23 +24,50 @@ build:
 # Everything CI runs: lint, unit and integration tests (real processes),
 # and the fuzz seed corpus (part of go test). leakcheck fails the run when
 # the tests left a process, mount, cgroup or network namespace behind.
-test: lint build
-	go run ./test/leakcheck -- go test -count=1 -timeout 20m ./...
-	cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/
-	@$(MAKE) --no-print-directory test-cgroup2
-	@$(MAKE) --no-print-directory test-kernel-config
-	@$(MAKE) --no-print-directory test-qemu-user
-	@$(MAKE) --no-print-directory test-arm64-vm
-	@$(MAKE) --no-print-directory test-size-budget
-	@$(MAKE) --no-print-directory test-systemd
-	@$(MAKE) --no-print-directory test-containerd-v2
-	@$(MAKE) --no-print-directory test-packages
-	@$(MAKE) --no-print-directory test-readonly-root
+# Each stage is timed (test/stage.sh) and the times are printed at the end,
+# so a CI log says where its minutes went. The Go tests run alone: their
+# e2e and conformance packages already run side by side (go test -p), and
+# a machine busier than that would test the runner's load, not podvisor.
+# The VM and package stages then run two at a time (TEST_STAGE_JOBS): each
+# has its own work dir, VM and logs, and what they share is made once
+# before them (the shipped binaries, the test image, the arm64 builds) or
+# taken under a lock (the debootstrapped root's cache); each one's output
+# is printed whole when it ends (--output-sync).
+TEST_STAGES := packages systemd containerd-v2 arm64-vm readonly-root qemu-user cgroup2 kernel-config size-budget
+TEST_STAGE_JOBS ?= 2
+test:
+	@test/stage.sh --reset
+	@test/stage.sh lint $(MAKE) --no-print-directory lint || { test/stage.sh --summary; exit 1; }
+	@test/stage.sh build $(MAKE) --no-print-directory build
+	@test/stage.sh go-test go run ./test/leakcheck -- go test -count=1 -timeout 20m ./... || { test/stage.sh --summary; exit 1; }
+	@test/stage.sh mochi-test sh -c 'cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/' || { test/stage.sh --summary; exit 1; }
+	@$(MAKE) --no-print-directory -j$(TEST_STAGE_JOBS) --output-sync=target test-stages; rc=$$?; test/stage.sh --summary; exit $$rc
+
+# The stages after the Go tests, each timed; STAGE_DEPS= tells their own
+# makes that the shared inputs are already built.
+.PHONY: test-stages test-stage-inputs
+test-stages: $(addprefix stage-,$(TEST_STAGES))
+stage-%: test-stage-inputs
+	@test/stage.sh $* $(MAKE) --no-print-directory STAGE_DEPS= ARM64_DEPS= test-$*
+test-stage-inputs: build bin/busybox-image.tar arm64-bins
+
+# What the stages share, made once: the test image (systemd and containerd
+# VMs) and the arm64 builds (arm64 VM and size budget).
+bin/busybox-image.tar: $(wildcard test/ociimage/mkimage/*.go test/ociimage/*.go)
+	go run ./test/ociimage/mkimage podvisor.test/busybox:1 $@
+.PHONY: arm64-bins
+arm64-bins:
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-shim) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim
+	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-containerd) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-containerd ./cmd/podvisor-containerd
+	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog
+STAGE_DEPS ?= build
+ARM64_DEPS ?= arm64-bins
 
 # The cgroup v2 driver inside a VM whose only hierarchy is cgroup2 with all
 # controllers (this project's hosts have v1 controllers). Skipped where
 # qemu is missing, except in CI.
-test-cgroup2: build
+test-cgroup2: $(STAGE_DEPS)
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v busybox >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, busybox-static, cpio"; exit 1; fi; \
 		echo "skipping the cgroup v2 VM test: install qemu-system-x86 busybox-static cpio"; exit 0; fi; \
@@ -65,24 +92,19 @@ test-qemu-user:
 # backoff, adoption after kill -9 of the daemon, an eviction. About a
 # minute. Skipped where qemu-system-arm is missing, except in CI.
 .PHONY: test-arm64-vm
-test-arm64-vm:
+test-arm64-vm: $(ARM64_DEPS)
 	@if ! command -v qemu-system-aarch64 >/dev/null || ! command -v cpio >/dev/null || ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-arm, cpio, apt-get, dpkg-deb"; exit 1; fi; \
 		echo "skipping the arm64 VM test: install qemu-system-arm cpio"; exit 0; fi; \
 	set -ex; \
-	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
-	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-shim) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-shim ./cmd/podvisor-shim; \
-	GOARCH=arm64 go build -trimpath -ldflags "-s -w" -o bin/arm64/hog ./test/hog; \
 	test/vm/arm64.sh bin/arm64
 
 # The device image budgets (issue 17): podvisor ≤ 16 MiB stripped on arm64,
 # podvisor-containerd ≤ 20 MiB, built as releases are. Fails when a change
 # takes a binary over; `make size` says where the bytes go.
 .PHONY: test-size-budget
-test-size-budget:
+test-size-budget: $(ARM64_DEPS)
 	@set -e; \
-	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor ./cmd/podvisor; \
-	GOARCH=arm64 go build -trimpath $(call buildflags,podvisor-containerd) -ldflags "$(LDFLAGS)" -o bin/arm64/podvisor-containerd ./cmd/podvisor-containerd; \
 	for b in podvisor:16 podvisor-containerd:20; do \
 		f=bin/arm64/$${b%%:*}; max=$$(( $${b##*:} * 1048576 )); size=$$(stat -c %s $$f); \
 		if [ $$size -gt $$max ]; then echo "size budget: $$f is $$size bytes, over $${b##*:} MiB by $$((size - max)) (make size says where the bytes go)"; exit 1; fi; \
@@ -107,7 +129,7 @@ size:
 
 # podvisor check-kernel against the config of Debian's kernel package (the
 # one the VM tests boot). Skipped where apt-get cannot fetch it, except in CI.
-test-kernel-config: build
+test-kernel-config: $(STAGE_DEPS)
 	@if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: apt-get, dpkg-deb"; exit 1; fi; \
 		echo "skipping the kernel config check: needs apt-get and dpkg-deb"; exit 0; fi; \
@@ -118,22 +140,20 @@ test-kernel-config: build
 # and logind: the systemd cgroup driver for process and containerd pods,
 # and graceful shutdown through logind. Skipped where qemu, debootstrap,
 # containerd or runc is missing, except in CI.
-test-systemd: build
+test-systemd: $(STAGE_DEPS) bin/busybox-image.tar
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio, containerd, runc"; exit 1; fi; \
 		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi; \
 	set -ex; \
-	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar; \
 	test/vm/systemd.sh bin bin/busybox-image.tar
 
 # containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
 # Skipped where they or qemu are missing, except in CI.
-test-containerd-v2: build
+test-containerd-v2: $(STAGE_DEPS) bin/busybox-image.tar
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, containerd, runc, cpio"; exit 1; fi; \
 		echo "skipping the containerd cgroup v2 VM test: install qemu-system-x86 containerd runc cpio"; exit 0; fi; \
 	set -ex; \
-	go run ./test/ociimage/mkimage podvisor.test/busybox:1 bin/busybox-image.tar; \
 	test/vm/containerd.sh bin bin/busybox-image.tar
 
 # Static binaries for every device architecture into dist/VERSION/, with
@@ -151,7 +171,7 @@ packages: release
 # after) and purged, in a chroot of a Debian root (sysvinit scripts) and in
 # the systemd VM; the .apk, .ipk and .rpm metadata. Skipped where
 # debootstrap (or, for the VM, qemu and cpio) is missing, except in CI.
-test-packages: build
+test-packages: $(STAGE_DEPS)
 	@if ! command -v debootstrap >/dev/null || ! command -v dpkg-deb >/dev/null || ! command -v qemu-system-x86_64 >/dev/null || ! command -v cpio >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: debootstrap, dpkg, qemu-system-x86, cpio"; exit 1; fi; \
 		echo "skipping the package tests: install debootstrap qemu-system-x86 cpio"; exit 0; fi; \
@@ -159,7 +179,7 @@ test-packages: build
 	test/vm/packages.sh; \
 	test/vm/packages-systemd.sh
 
-test-readonly-root: build
+test-readonly-root: $(STAGE_DEPS)
 	@if [ "$$(id -u)" != 0 ] || ! command -v unshare >/dev/null || ! command -v strace >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: root, unshare, strace"; exit 1; fi; \
 		echo "skipping the read-only root test: needs root, unshare and strace"; exit 0; fi; \

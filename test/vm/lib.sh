@@ -25,8 +25,12 @@ boot_vm() {
 # periodic jobs). The root is debootstrapped once (about a minute) and
 # cached in $PODVISOR_VM_CACHE (default ~/.cache/podvisor-vm).
 systemd_root() {
-  local work=$1 root=$2 suite=bookworm cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm} u
+  local work=$1 root=$2 suite=bookworm cache=${PODVISOR_VM_CACHE:-$HOME/.cache/podvisor-vm} u lock
   mkdir -p "$cache"
+  # The package and systemd stages may run at once (make -j): the first
+  # debootstraps under the lock, the other waits for the tar it makes.
+  exec {lock}>"$cache/rootfs-$suite.lock"
+  flock "$lock"
   if [ ! -s "$cache/rootfs-$suite.tar" ]; then
     echo "vm: debootstrapping $suite with systemd (once; cached in $cache)" >&2
     debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus "$suite" "$work/bootstrap" \
@@ -35,6 +39,7 @@ systemd_root() {
     mv "$cache/rootfs-$suite.tar.tmp" "$cache/rootfs-$suite.tar"
     rm -rf "$work/bootstrap"
   fi
+  exec {lock}>&-
   mkdir -p "$root"
   tar -C "$root" -xf "$cache/rootfs-$suite.tar"
   rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
