@@ -224,6 +224,12 @@ type Security struct {
 	// AllowedHostPaths, when set, are the only host directories hostPath
 	// volumes may name.
 	AllowedHostPaths []string `json:"allowedHostPaths,omitempty"`
+	// AllowUntrustedManifests reads manifest files that someone other
+	// than root (or the daemon's user) could have written, with a
+	// warning: whoever can write one can run pods as root, so by default
+	// such a file, or one under such a directory or reached through such
+	// a link, is refused (sshd's StrictModes).
+	AllowUntrustedManifests bool `json:"allowUntrustedManifests,omitempty"`
 }
 
 // Containerd is how pods without runtimeClassName: process run. Empty

@@ -62,6 +62,7 @@ func TestDefaults(t *testing.T) {
 		{"containerd named", c.ContainerdNamed(), false},
 		{"managed root", c.ManagedRoot(), "/var/lib/podvisor/containerd/root"},
 		{"hub.url", c.Hub.URL, ""},
+		{"security.allowUntrustedManifests", c.Security.AllowUntrustedManifests, false},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
@@ -86,6 +87,7 @@ node: {maxPods: 0}
 eviction: {hard: {memory.available: 50Mi}}
 containerd: {managed: true}
 hub: {url: "mqtt://hub:1883", heartbeat: 5s}
+security: {allowUntrustedManifests: true}
 `)
 	if c.File != path {
 		t.Errorf("File %q, want %q", c.File, path)
@@ -112,6 +114,8 @@ hub: {url: "mqtt://hub:1883", heartbeat: 5s}
 		{"containerd address", c.ContainerdAddress(), DefaultManagedSocket},
 		{"managed root", c.ManagedRoot(), "/data/pv/containerd/root"},
 		{"hub.heartbeat", c.Hub.Heartbeat, dur(5 * time.Second)},
+		{"security.allowUntrustedManifests", c.Security.AllowUntrustedManifests, true},
+		{"security.forbidPrivileged", c.Security.ForbidPrivileged, false},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)

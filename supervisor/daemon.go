@@ -48,6 +48,9 @@ type Config struct {
 	ManifestSettle time.Duration
 	LogMaxBytes    int64
 	LogMaxFiles    int
+	// AllowUntrustedManifests reads manifests someone other than root or
+	// the daemon's user could have written (manifest.Dir.AllowUntrusted).
+	AllowUntrustedManifests bool
 	// StopPodsOnExit stops every pod gracefully before the daemon exits;
 	// by default pods keep running and the next daemon adopts them.
 	StopPodsOnExit bool
@@ -227,6 +230,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
+	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
 	if d.hub != nil {
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}

@@ -90,7 +90,7 @@ logs: {maxSize: 64Ki}
 gc: {maxDeadContainers: 0}
 eviction: {hard: {memory.available: 50Mi}, monitorPeriod: 1s}
 shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 7}]
-security: {forbidPrivileged: true}
+security: {forbidPrivileged: true, allowUntrustedManifests: true}
 hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true}
 `), 0o644)
 	c, err := config.Load(path)
@@ -129,6 +129,7 @@ hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true
 		{"ShutdownBuckets", len(cfg.ShutdownBuckets), 1},
 		{"ShutdownBuckets[0]", cfg.ShutdownBuckets[0].GracePeriod, 7 * time.Second},
 		{"ForbidPrivileged", cfg.Policy.ForbidPrivileged, true},
+		{"AllowUntrustedManifests", cfg.AllowUntrustedManifests, true},
 		{"Policy.Hub", cfg.Policy.Hub.Level(), "restricted:v1.30"},
 		{"ShimCommand", cfg.ShimCommand[0], shimBin},
 	} {

@@ -69,6 +69,8 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		LogMaxFiles:         c.Logs.MaxFiles,
 		ProbesListen:        string(c.Probes.ListenMode()),
 		ProcessKeeper:       c.Process.Keeper,
+		// Off by default: whoever can write a manifest runs pods as root.
+		AllowUntrustedManifests: c.Security.AllowUntrustedManifests,
 	}, nil
 }
 

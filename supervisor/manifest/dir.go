@@ -45,6 +45,10 @@ type Dir struct {
 	// before it counts (default DefaultConfirm).
 	Confirm time.Duration
 	Log     *slog.Logger
+	// AllowUntrusted reads manifests that someone other than root or
+	// the daemon's user could have written (security.
+	// allowUntrustedManifests), with a warning, instead of refusing them.
+	AllowUntrusted bool
 	// Now is the clock for Invalid.Since and the Confirm wait.
 	Now func() time.Time
 
@@ -55,7 +59,7 @@ type Dir struct {
 	// backup before it writes the new file) or missing at a re-list is
 	// confirmed first.
 	unlinked map[string]bool
-	noted    map[string]string // what was last logged about a skipped or untrusted file
+	noted    map[string]string // what was last logged about a skipped or untrusted file or directory
 	watcher  *fsnotify.Watcher
 }
 
@@ -128,12 +132,15 @@ func (d *Dir) Load() (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("manifest directory %s: %w", d.Path, err)
 	}
-	if st, err := os.Stat(d.Path); err == nil {
-		if why := untrusted(st, os.Geteuid()); why != "" {
-			d.note(d.Path, "the manifest directory "+why+": whoever can write to it can run pods as root")
-		} else {
-			d.note(d.Path, "")
-		}
+	// Every file's read judges its whole path; this says it once for
+	// the directory, before anyone writes a file there.
+	switch err := dirTrust(d.Path, os.Geteuid()); {
+	case err == nil:
+		d.note(d.Path, "")
+	case d.AllowUntrusted:
+		d.note(d.Path, "manifests are read although "+err.Error()+" (security.allowUntrustedManifests)")
+	default:
+		d.note(d.Path, "every manifest is refused: "+err.Error())
 	}
 	now := d.Now()
 	seen := map[string]bool{}
@@ -155,7 +162,7 @@ func (d *Dir) Load() (State, error) {
 // refresh reads one file and reports whether what it asks for changed.
 func (d *Dir) refresh(name string, now time.Time) bool {
 	path := filepath.Join(d.Path, name)
-	r := readFile(path)
+	r := readFile(d.Path, name, d.AllowUntrusted)
 	f := d.files[name]
 	switch {
 	case r.gone:
@@ -165,8 +172,10 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 		if f == nil {
 			return false
 		}
-	case r.info != nil:
-		d.note(path, untrustedFile(r.info, os.Geteuid()))
+	case r.untrusted != nil:
+		d.note(path, "manifest read although "+r.untrusted.Error()+" (security.allowUntrustedManifests)")
+	default:
+		d.note(path, "")
 	}
 	if f == nil && r.gone {
 		return false
@@ -340,6 +349,15 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 		case <-ctx.Done():
 		}
 	}
+	relist := func() {
+		st, err := d.Load()
+		if err != nil {
+			d.Log.Error("manifest resync", "err", err)
+			return
+		}
+		d.arm(settle)
+		send(st)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -347,6 +365,12 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 		case ev, ok := <-w.Events:
 			if !ok {
 				return errors.New("manifest watcher closed")
+			}
+			if filepath.Clean(ev.Name) == filepath.Clean(d.Path) {
+				// The directory itself changed (chmod, chown): its
+				// files are judged again at once, not at the resync.
+				relist()
+				continue
 			}
 			name := filepath.Base(ev.Name)
 			if filepath.Dir(ev.Name) != filepath.Clean(d.Path) || Ignored(name) {
@@ -374,13 +398,7 @@ func (d *Dir) Run(ctx context.Context, out chan<- State) error {
 		case err := <-w.Errors:
 			d.Log.Warn("manifest watch error; the resync will catch up", "dir", d.Path, "err", err)
 		case <-resync.C:
-			st, err := d.Load()
-			if err != nil {
-				d.Log.Error("manifest resync", "err", err)
-				continue
-			}
-			d.arm(settle)
-			send(st)
+			relist()
 		}
 	}
 }

@@ -179,30 +179,3 @@ func TestDirRefusesOversizedFileUnread(t *testing.T) {
 		t.Fatalf("state = %+v", st)
 	}
 }
-
-func TestDirWarnsAboutFilesOthersCanWrite(t *testing.T) {
-	d, _, log := testDir(t)
-	path := filepath.Join(d.Path, "web.yaml")
-	os.Chmod(path, 0o666)
-	os.WriteFile(path, []byte(goodPod+"\n"), 0o666)
-	d.Load()
-	if !strings.Contains(log.String(), "writable by group or others") || !strings.Contains(log.String(), path) {
-		t.Fatalf("no warning naming the world-writable file:\n%s", log)
-	}
-	os.Chmod(d.Path, 0o777)
-	d.Load()
-	if !strings.Contains(log.String(), "manifest directory is writable") {
-		t.Fatalf("no warning about the world-writable directory:\n%s", log)
-	}
-	other := t.TempDir()
-	target := filepath.Join(other, "pod.yaml")
-	os.WriteFile(target, []byte(strings.Replace(goodPod, "name: web", "name: foreign", 1)), 0o644)
-	if err := os.Chown(target, 4242, 4242); err != nil {
-		prereq.Missing(t, "chown needs root: %v", err)
-	}
-	os.Symlink(target, filepath.Join(d.Path, "foreign.yaml"))
-	d.Load()
-	if !strings.Contains(log.String(), "owned by uid 4242") || !strings.Contains(log.String(), "foreign.yaml") {
-		t.Fatalf("no warning about a link to a file another user owns:\n%s", log)
-	}
-}

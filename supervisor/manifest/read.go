@@ -7,9 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -19,10 +17,12 @@ type reading struct {
 	// skip: not a regular file (FIFO, device, socket, directory), never
 	// opened.
 	skip bool
-	key  [32]byte    // identifies the content (or the error) read
-	info fs.FileInfo // of the file read (through a link), when opened
+	key  [32]byte // identifies the content (or the error) read
 	pods []*v1.Pod
 	err  error
+	// untrusted is why the file would have been refused, had
+	// Dir.AllowUntrusted not had it read.
+	untrusted error
 }
 
 // errEmpty is the verdict on a file that had pods and stayed empty: an
@@ -30,40 +30,37 @@ type reading struct {
 // keep running until the file is removed or written again.
 var errEmpty = errors.New("the file is empty; its pods keep running until the file is removed or holds them again")
 
-// readFile reads one manifest safely: a FIFO, device or socket (or a link
-// to one) is never opened, since opening a FIFO blocks and opening a
+// readFile reads the manifest name in dir safely. A file someone other
+// than root or the daemon's user could have written (judgeTrust) is
+// refused unread, unless allowUntrusted. A FIFO, device or socket (or a
+// link to one) is never opened, since opening a FIFO blocks and opening a
 // device can act on it; the size is checked before reading and the read
 // is bounded, in case the file grows meanwhile. A symbolic link to a
 // regular file is followed, as in Kubernetes' static pod directories.
-func readFile(path string) reading {
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
+// Everything is judged on the descriptors openManifest went through and
+// read from, not on a second look at the path.
+func readFile(dir, name string, allowUntrusted bool) reading {
+	f, steps, err := openManifest(dir, name)
+	var nr notRegular
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return reading{gone: true}
-	}
-	if err != nil {
-		return failed(err)
-	}
-	if !st.Mode().IsRegular() {
-		return reading{skip: true, err: fmt.Errorf("not a regular file (%s)", st.Mode().Type())}
-	}
-	if st.Size() > MaxFileSize {
-		return failed(tooLarge(st.Size()))
-	}
-	// O_NONBLOCK: should the file turn into a FIFO between the stat and
-	// the open, the open does not block; fstat then sees what it is.
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return reading{gone: true}
-	}
-	if err != nil {
+	case errors.As(err, &nr):
+		return reading{skip: true, err: err}
+	case err != nil:
 		return failed(err)
 	}
 	defer f.Close()
-	if st, err = f.Stat(); err != nil {
-		return failed(err)
+	var r reading
+	if err := judgeTrust(steps, os.Geteuid()); err != nil {
+		if !allowUntrusted {
+			return failed(fmt.Errorf("refused, unread: %w", err))
+		}
+		r.untrusted = err
 	}
-	if !st.Mode().IsRegular() {
-		return reading{skip: true, err: fmt.Errorf("not a regular file (%s)", st.Mode().Type())}
+	st, err := f.Stat()
+	if err != nil {
+		return failed(err)
 	}
 	if st.Size() > MaxFileSize {
 		return failed(tooLarge(st.Size()))
@@ -75,7 +72,7 @@ func readFile(path string) reading {
 	if len(data) > MaxFileSize {
 		return failed(tooLarge(int64(len(data))))
 	}
-	r := reading{key: sha256.Sum256(data), info: st}
+	r.key = sha256.Sum256(data)
 	r.pods, r.err = Decode(data)
 	return r
 }
@@ -88,28 +85,4 @@ func tooLarge(size int64) error {
 // identifies it.
 func failed(err error) reading {
 	return reading{key: sha256.Sum256([]byte(err.Error())), err: err}
-}
-
-// untrustedFile is the warning for a manifest file untrusted(st) judges,
-// or "".
-func untrustedFile(st fs.FileInfo, euid int) string {
-	if why := untrusted(st, euid); why != "" {
-		return "manifest file " + why + ": whoever can write it can run pods as root"
-	}
-	return ""
-}
-
-// untrusted says why a manifest (or the directory) could be changed by
-// someone other than root and the daemon's own user, or "". Whoever can
-// write a manifest can run pods, as root. st follows links: a link to a
-// file someone else owns is judged by that file.
-func untrusted(st fs.FileInfo, euid int) string {
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if ok && sys.Uid != 0 && int(sys.Uid) != euid {
-		return fmt.Sprintf("is owned by uid %d, not root", sys.Uid)
-	}
-	if st.Mode().Perm()&0o022 != 0 {
-		return fmt.Sprintf("is writable by group or others (mode %s)", st.Mode().Perm())
-	}
-	return ""
 }
