@@ -91,10 +91,10 @@ func pullOver(labels map[string]string, target string, resolve func() (string, e
 type importGate struct {
 	names sync.RWMutex // read: a hub pod's pull; write: an import
 
-	mu        sync.Mutex
-	imports   int // in progress
-	next      int
-	pulls     map[int]context.CancelFunc
+	mu      sync.Mutex
+	imports int // in progress
+	next    int
+	pulls   map[int]context.CancelFunc
 }
 
 // pull starts a hub pod's pull: ctx ends at an import. Call done when the
