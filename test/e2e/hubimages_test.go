@@ -135,9 +135,7 @@ spec:
 			t.Errorf("a refused hub pod runs: sleep %s, pids %v", marker, pids)
 		}
 	}
-	if len(withCommandArg("7353")) != 1 {
-		t.Errorf("the shared image's hub pod does not run its sleep 7353")
-	}
+	waitForLong(t, 10*time.Second, "the shared image's hub pod's sleep 7353 on the host", func() bool { return len(withCommandArg("7353")) == 1 })
 	// No container was made for the refused pods (containerd IDs begin
 	// with the pod's UID); no log of a hub pod holds the key.
 	for _, c := range ctrContainers(t, ctrd) {
@@ -151,5 +149,56 @@ spec:
 		if out, _, _ := d.cli("logs", name); strings.Contains(out, key) {
 			t.Errorf("hub pod %s printed the owner's key: %q", name, out)
 		}
+	}
+}
+
+// The migration rule: a running hub pod is adopted after a daemon
+// restart whatever its image, even one it may no longer use (here the
+// owner stopped sharing it, as an upgrade finds images of unknown
+// origin): nothing is killed for a missing label. When its container
+// ends, the new one is checked, and refused.
+func TestHubPodAdoptedWhateverItsImage(t *testing.T) {
+	r := newFleetRig(t)
+	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
+	d.stop(syscall.SIGTERM)
+	shareTestImage(t, d, fmt.Sprintf(", url: mqtt://%s, deviceId: e2e-adopt, key: %s", r.addr, r.pubFile))
+	d.start()
+	r.apply(t, "e2e-adopt", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: keep}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: %s, imagePullPolicy: Never, command: ["sleep", "7361"]}
+`, testImage))
+	d.waitPod("keep", 60*time.Second, running)
+	var pids []int
+	waitForLong(t, 10*time.Second, "the hub pod's sleep 7361 on the host", func() bool {
+		pids = withCommandArg("7361")
+		return len(pids) == 1
+	})
+
+	d.stop(syscall.SIGTERM)
+	config, err := os.ReadFile(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unshared := strings.Replace(string(config), "shared: [", "shared: [podvisor.test/other, ", 1)
+	unshared = strings.Replace(unshared, "podvisor.test/busybox]", "]", 1)
+	if unshared == string(config) {
+		t.Fatalf("no shared list to take the test image from in:\n%s", config)
+	}
+	os.WriteFile(d.config, []byte(unshared), 0o644)
+	d.start()
+	p := d.waitPod("keep", 30*time.Second, running)
+	if now := withCommandArg("7361"); len(now) != 1 || now[0] != pids[0] || statusOf(p, "main").RestartCount != 0 {
+		t.Fatalf("the running hub pod was not adopted as it ran: pids %v, then %v; %s", pids, now, describePod(p))
+	}
+
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	p = d.waitPod("keep", 60*time.Second, func(p *v1.Pod) bool { r, _ := waitingReason(p, "main"); return r == "ErrImageNeverPull" })
+	if _, msg := waitingReason(p, "main"); !strings.Contains(msg, "hub.images.shared") {
+		t.Fatalf("the restarted container waits with %q, want the refusal naming hub.images.shared", msg)
 	}
 }
