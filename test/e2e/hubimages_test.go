@@ -63,9 +63,14 @@ func TestHubPodCannotRunSideloadedImage(t *testing.T) {
 		ociimage.Image{Name: private, Cmd: []string{"sh"}, Files: map[string]string{"licence": licence}}); err != nil {
 		t.Fatal(err)
 	}
-	waitForLong(t, 60*time.Second, "podvisor images to list the side-loaded "+private, func() bool {
+	waitForLong(t, 60*time.Second, "podvisor images to list "+private+" as side-loaded", func() bool {
 		out, _, _ := d.cli("images")
-		return strings.Contains(out, private)
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == private {
+				return f[len(f)-1] == "side-loaded"
+			}
+		}
+		return false
 	})
 	digest := fullDigest(t, ctrd, private)
 

@@ -186,6 +186,10 @@ func TestHubPodPulls(t *testing.T) {
 	if origin != originPull {
 		t.Fatalf("a pulled image's origin %q, want %q", origin, originPull)
 	}
+	var list pluginapi.ImagesReply
+	if err := p.Images(pluginapi.Empty{}, &list); err != nil || len(list.Images) != 1 || list.Images[0].Origin != originPull {
+		t.Fatalf("images listed: %+v %v, want the pulled one with its origin", list.Images, err)
+	}
 	if f := runLimited(t, p, "never", app, "Never", hub); f != nil {
 		t.Fatalf("a hub pod with the image pulled for it, Never: %+v", f)
 	}

@@ -230,7 +230,7 @@ func (p *Plugin) Images(_ pluginapi.Empty, reply *pluginapi.ImagesReply) error {
 	for _, img := range imgs {
 		size, _ := img.Size(ctx)
 		reply.Images = append(reply.Images, pluginapi.Image{Name: img.Name(), Digest: img.Target().Digest.String(),
-			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()]})
+			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()], Origin: img.Labels()[labelOrigin]})
 	}
 	sort.Slice(reply.Images, func(i, j int) bool { return reply.Images[i].Name < reply.Images[j].Name })
 	return nil

@@ -226,6 +226,10 @@ type Image struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// InUse: a container (of any state) uses it.
 	InUse bool `json:"inUse"`
+	// Origin is where its content came from: "pull" (a registry),
+	// "import" (side-loaded) or "" (unknown: stored by something else).
+	// Hub pods use only pulled images and the shared ones.
+	Origin string `json:"origin,omitempty"`
 }
 
 // ImagesReply lists images.
