@@ -336,6 +336,9 @@ type HubImages struct {
 	Registries []string `json:"registries,omitempty"`
 	// RequireDigest: every image pinned name@sha256:….
 	RequireDigest bool `json:"requireDigest,omitempty"`
+	// Shared are the local images (side-loaded) hub pods may use; they
+	// use only images pulled from a registry otherwise.
+	Shared []string `json:"shared,omitempty"`
 }
 
 // Default is the config of a device without a config file.

@@ -224,6 +224,7 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"hub: {podSecurityVersion: '1.30'}\n", []string{"hub.podSecurityVersion", `"latest" or "v1.x"`}},
 		{"hub: {allowRootProcessPods: true}\n", []string{"hub.allowRootProcessPods", "allowProcessPods"}},
 		{"hub: {images: {registries: [ghcr.io, busybox]}}\n", []string{"hub.images.registries[1]", `"busybox"`}},
+		{"hub: {images: {shared: [vendor-tools:2, Vendor App]}}\n", []string{"hub.images.shared[1]", `"Vendor App"`}},
 	} {
 		c, path := load(t, tc.body)
 		err := c.Validate()

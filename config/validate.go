@@ -197,7 +197,7 @@ func (c *Config) validateHub(v *validation) {
 func (h *Hub) PodPolicy(daemonUID int64) (*podsecurity.Policy, error) {
 	return podsecurity.New(podsecurity.Config{Level: h.PodSecurity, Version: h.PodSecurityVersion,
 		AllowProcessPods: h.AllowProcessPods, AllowRootProcessPods: h.AllowRootProcessPods, DefaultUID: daemonUID,
-		Images: podsecurity.ImageConfig{Registries: h.Images.Registries, RequireDigest: h.Images.RequireDigest}})
+		Images: podsecurity.ImageConfig{Registries: h.Images.Registries, RequireDigest: h.Images.RequireDigest, Shared: h.Images.Shared}})
 }
 
 // validation collects the bad settings.

@@ -8,7 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/podsecurity"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // Policy is what the device owner allows pods, whatever their source.
@@ -34,6 +36,21 @@ var defaultHubPolicy = sync.OnceValue(func() *podsecurity.Policy {
 	}
 	return p
 })
+
+// localImages is what a pod may use of the images on the device: any for
+// the device's own (file) pods; for every other pod, only images pulled
+// from a registry and those the owner shares (hub.images.shared), so a
+// hub pod cannot name the owner's side-loaded images.
+func (p Policy) localImages(pod *v1.Pod) *runtime.LocalImages {
+	if pod.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
+		return nil
+	}
+	hub := p.Hub
+	if hub == nil {
+		hub = defaultHubPolicy()
+	}
+	return &runtime.LocalImages{Shared: hub.SharedImages()}
+}
 
 // CheckHub returns why a pod from the hub may not run here, or nil: the
 // policy for every pod and then the hub's own.

@@ -6,6 +6,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/supervisor/podsecurity"
 )
 
 func TestPolicy(t *testing.T) {
@@ -37,5 +40,31 @@ func TestPolicy(t *testing.T) {
 	hostPID := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1.PodSpec{HostPID: true}}
 	if strict.Check(hostPID) == nil {
 		t.Error("hostPID allowed under forbidPrivileged")
+	}
+}
+
+// A file pod may use any image on the device; a hub pod only pulled ones
+// and those the owner shares, named as the plugin stores them; a pod
+// stamped with no source counts as not the device's own.
+func TestLocalImages(t *testing.T) {
+	pod := func(source string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{manifest.AnnotationSource: source}}}
+	}
+	hub, err := podsecurity.New(podsecurity.Config{Images: podsecurity.ImageConfig{Shared: []string{"vendor-tools:2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Hub: hub}
+	if l := p.localImages(pod(manifest.SourceFile)); l != nil {
+		t.Errorf("a file pod is limited to %+v", l)
+	}
+	for _, source := range []string{manifest.SourceHub, ""} {
+		l := p.localImages(pod(source))
+		if l == nil || len(l.Shared) != 1 || l.Shared[0] != "docker.io/library/vendor-tools:2" {
+			t.Errorf("source %q: limited to %+v, want the shared docker.io/library/vendor-tools:2", source, l)
+		}
+	}
+	if l := (Policy{}).localImages(pod(manifest.SourceHub)); l == nil || len(l.Shared) != 0 {
+		t.Errorf("a hub pod under the default policy: %+v, want limited, nothing shared", l)
 	}
 }

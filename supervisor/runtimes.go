@@ -228,6 +228,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			}
 			return d.containerMounts(pod, spec, volumes, env)
 		},
+		LocalImages: d.cfg.Policy.localImages(pod),
 	}
 }
 

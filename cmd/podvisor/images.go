@@ -37,7 +37,7 @@ func cmdImages(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(w, "IMAGE\tDIGEST\tSIZE\tIN USE\tCREATED")
+		fmt.Fprintln(w, "IMAGE\tDIGEST\tSIZE\tIN USE\tCREATED\tORIGIN")
 		for _, img := range list.Images {
 			digest := img.Digest
 			if len(digest) > 19 {
@@ -47,7 +47,8 @@ func cmdImages(ctx context.Context, args []string, out io.Writer) error {
 			if img.InUse {
 				inUse = "yes"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", img.Name, digest, sizeOf(img.Size), inUse, duration.HumanDuration(time.Since(img.CreatedAt)))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, digest, sizeOf(img.Size), inUse,
+				duration.HumanDuration(time.Since(img.CreatedAt)), originOf(img.Origin))
 		}
 		if err := w.Flush(); err != nil {
 			return err
@@ -147,4 +148,16 @@ func expandIT(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// originOf names where an image came from, as podvisor images shows it:
+// hub pods use pulled images, and side-loaded ones only when shared.
+func originOf(label string) string {
+	switch label {
+	case "pull":
+		return "pulled"
+	case "import":
+		return "side-loaded"
+	}
+	return "unknown"
 }

@@ -15,8 +15,13 @@ type ImageConfig struct {
 	// images must come from.
 	Registries []string
 	// RequireDigest refuses images not pinned by digest (name@sha256:…),
-	// so a name cannot stand for an image side-loaded on the device.
+	// so a name cannot stand for another image than the hub means.
 	RequireDigest bool
+	// Shared are the device's local images (side-loaded, or of unknown
+	// origin) that hub pods may use: image references, a repository
+	// alone for each of its tags. Hub pods use only images pulled from a
+	// registry otherwise.
+	Shared []string
 }
 
 // registryPrefix is one allowed registry, normalised as image names are.
@@ -29,6 +34,7 @@ type imageRules struct {
 	registries    []registryPrefix
 	written       string // the registries as configured, for messages
 	requireDigest bool
+	shared        []string // normalised
 }
 
 // maxRegistries bounds the list a config may give.
@@ -45,6 +51,16 @@ func parseImageConfig(c ImageConfig) (imageRules, error) {
 			return imageRules{}, &ConfigError{fmt.Sprintf("images.registries[%d]", i), err}
 		}
 		r.registries = append(r.registries, p)
+	}
+	if len(c.Shared) > maxRegistries {
+		return imageRules{}, &ConfigError{"images.shared", fmt.Errorf("%d entries, at most %d", len(c.Shared), maxRegistries)}
+	}
+	for i, entry := range c.Shared {
+		named, err := reference.ParseNormalizedNamed(strings.TrimSpace(entry))
+		if err != nil {
+			return imageRules{}, &ConfigError{fmt.Sprintf("images.shared[%d]", i), fmt.Errorf("%q: %w", entry, err)}
+		}
+		r.shared = append(r.shared, named.String())
 	}
 	return r, nil
 }

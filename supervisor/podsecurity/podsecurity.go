@@ -85,6 +85,11 @@ func New(cfg Config) (*Policy, error) {
 	return &Policy{cfg: cfg, level: psapi.LevelVersion{Level: level, Version: version}, evaluator: evaluator, images: images}, nil
 }
 
+// SharedImages are the local images the device owner lets hub pods use
+// (ImageConfig.Shared), normalised ("vendor-tools:2" is
+// docker.io/library/vendor-tools:2).
+func (p *Policy) SharedImages() []string { return p.images.shared }
+
 // Level is the level and version enforced, as in "baseline:latest".
 func (p *Policy) Level() string { return p.level.String() }
 

@@ -208,6 +208,9 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Images: ImageConfig{Registries: []string{"ghcr.io", ""}}}, "images.registries[1]"},
 		{Config{Images: ImageConfig{Registries: []string{"ghcr.io/Acme"}}}, "images.registries[0]"},
 		{Config{Images: ImageConfig{Registries: make([]string, maxRegistries+1)}}, "images.registries"},
+		{Config{Images: ImageConfig{Shared: []string{"vendor-tools:2", "Vendor App"}}}, "images.shared[1]"},
+		{Config{Images: ImageConfig{Shared: []string{""}}}, "images.shared[0]"},
+		{Config{Images: ImageConfig{Shared: make([]string, maxRegistries+1)}}, "images.shared"},
 	} {
 		_, err := New(tc.cfg)
 		var ce *ConfigError
@@ -220,6 +223,22 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := New(ok); err != nil {
 			t.Errorf("%+v: %v", ok, err)
 		}
+	}
+}
+
+// The shared local images are normalised as the plugin stores names, so a
+// short name shares the image it stands for.
+func TestSharedImages(t *testing.T) {
+	p, err := New(Config{Images: ImageConfig{Shared: []string{"vendor-tools:2", " import.local/maps ", "ghcr.io/acme/app@sha256:" + strings.Repeat("a", 64)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"docker.io/library/vendor-tools:2", "import.local/maps", "ghcr.io/acme/app@sha256:" + strings.Repeat("a", 64)}
+	if got := p.SharedImages(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("shared %q, want %q", got, want)
+	}
+	if d, _ := New(Config{}); len(d.SharedImages()) != 0 {
+		t.Fatalf("the default shares %q, want nothing", d.SharedImages())
 	}
 }
 

@@ -84,6 +84,21 @@ type Container struct {
 	// Runtimes that give a container its own root call it; a host
 	// process sees the host's file system.
 	Mounts func(env []string) ([]Mount, error)
+	// LocalImages, when set, limits which images already on the device
+	// the container may use (a pod from the hub); nil lets it use any
+	// (the device's own pods). Runtimes without images ignore it.
+	LocalImages *LocalImages
+}
+
+// LocalImages is what a pod from outside the device may use of the
+// images on it: those pulled from a registry, which it could pull itself,
+// and the ones the device owner shares. A pull for it never replaces
+// another image of the same name.
+type LocalImages struct {
+	// Shared are the owner's image references (normalised): a
+	// repository alone stands for each of its tags, one with a digest
+	// for that content.
+	Shared []string
 }
 
 // Mount is a bind of a host path into a container.

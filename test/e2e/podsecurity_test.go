@@ -112,6 +112,20 @@ spec:
 %s`, name, podExtra, marker, containerExtra)
 }
 
+// shareTestImage lets hub pods use the side-loaded test image: hub pods
+// use only pulled images and those the owner shares. hubSettings are the
+// rest of the hub section, on one line.
+func shareTestImage(t *testing.T, d *daemon, hubSettings string) {
+	t.Helper()
+	f, err := os.OpenFile(d.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	repo, _, _ := strings.Cut(testImage, ":")
+	fmt.Fprintf(f, "hub: {images: {shared: [%s]}%s}\n", repo, hubSettings)
+}
+
 // Under the default level (baseline), hub pods that ask for host access
 // are refused with the Pod Security Standards rule named in the verdict
 // the hub keeps, and start nothing on the host; a pod that asks for
@@ -169,6 +183,7 @@ func TestHubPodSecurityBaselineContainerd(t *testing.T) {
 	// Again, now connected to the hub (ctrdDaemon starts it without).
 	d.stop(syscall.SIGTERM)
 	d.extraArgs = []string{"--hub", "mqtt://" + r.addr, "--device-id", "pss-ctrd", "--hub-key", r.pubFile, "--stop-pods-on-exit"}
+	shareTestImage(t, d, "")
 	startStopping(d)
 	pod := func(name string, marker int, podExtra, containerExtra string) string {
 		return fmt.Sprintf(`apiVersion: v1

@@ -354,12 +354,7 @@ func TestHubPodSubPathSymlinkEscape(t *testing.T) {
 	d, _ := ctrdDaemon(t)
 	killContainersAtCleanup(t, d)
 	d.stop(syscall.SIGTERM)
-	f, err := os.OpenFile(d.config, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(f, "hub: {url: mqtt://%s, deviceId: e2e-vol, key: %s}\n", r.addr, r.pubFile)
-	f.Close()
+	shareTestImage(t, d, fmt.Sprintf(", url: mqtt://%s, deviceId: e2e-vol, key: %s", r.addr, r.pubFile))
 	d.start()
 	r.apply(t, "e2e-vol", `apiVersion: v1
 kind: Pod

@@ -35,7 +35,7 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 			pluginapi.LabelPodUID: string(pod.UID), pluginapi.LabelContainer: spec.Name,
 			pluginapi.LabelInstance: c.InstanceID, pluginapi.LabelAttempt: strconv.Itoa(c.Attempt),
 		},
-		Image: spec.Image, PullPolicy: string(spec.ImagePullPolicy),
+		Image: spec.Image, PullPolicy: string(spec.ImagePullPolicy), LocalImages: localImages(c.LocalImages),
 		Command: nilIfEmpty(p.Argv[:p.Command]), Args: nilIfEmpty(p.Argv[p.Command:]),
 		Env: imageEnv(p.Env, spec), WorkingDir: spec.WorkingDir,
 		HostNetwork: pod.Spec.HostNetwork, HostIPC: pod.Spec.HostIPC, HostPID: pod.Spec.HostPID,
@@ -96,6 +96,15 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 		}
 	}
 	return cfg, nil
+}
+
+// localImages is the plugin's form of a container's limit on local
+// images.
+func localImages(l *runtime.LocalImages) *pluginapi.LocalImages {
+	if l == nil {
+		return nil
+	}
+	return &pluginapi.LocalImages{Shared: l.Shared}
 }
 
 // shimGroup is the containerd shim a pod's containers join: the pod's own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,35 +33,34 @@ func NormalizeImage(image string) (string, error) {
 }
 
 // ensureImage finds or pulls the image as the pull policy says, and
-// makes sure it is unpacked for the snapshotter.
-func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Image, *pluginapi.Failure) {
+// makes sure it is unpacked for the snapshotter. A container limited by
+// access (a hub pod's) uses only the local images it may (mayUse); for
+// another of that name it pulls, as the kubelet re-pulls an image a pod
+// has not shown it may use, and with Never it is refused.
+func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *pluginapi.LocalImages) (ctrd.Image, *pluginapi.Failure) {
 	ref, err := NormalizeImage(image)
 	if err != nil {
 		return nil, &pluginapi.Failure{Reason: pluginapi.InvalidImageName, Message: err.Error()}
 	}
 	var img ctrd.Image
+	refused := false
 	if policy != "Always" {
-		img, err = p.localImage(ctx, ref)
+		img, refused, err = p.localImage(ctx, ref, access)
 		if err != nil && !errdefs.IsNotFound(err) {
 			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: err.Error()}
 		}
 	}
 	if img == nil && policy == "Never" {
+		if refused {
+			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImageNeverPull,
+				Message: fmt.Sprintf("Container image %q is present with pull policy of Never, but a hub pod may not use it: "+
+					"it is a local image of this device, not pulled from a registry, and not in hub.images.shared", image)}
+		}
 		return nil, &pluginapi.Failure{Reason: pluginapi.ErrImageNeverPull,
 			Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", image)}
 	}
 	if img == nil {
-		p.log.Info("pulling image", "image", ref)
-		img, err = p.client.Pull(ctx, ref, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(p.cfg.Snapshotter),
-			ctrd.WithResolver(docker.NewResolver(docker.ResolverOptions{Hosts: p.registryHosts()})))
-		if err == nil {
-			err = checkPinned(ref, img)
-		}
-		if err != nil {
-			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull,
-				Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
-		}
-		return img, nil
+		return p.pull(ctx, ref, image, access)
 	}
 	if err := p.unpack(ctx, img); err != nil {
 		return nil, &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
@@ -68,32 +68,81 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string) (ctrd.Im
 	return img, nil
 }
 
-// localImage finds an image in the store. A digest-pinned reference
-// (repo@sha256:…, or repo:tag@sha256:… whose tag only informs) is found
-// by its digest, as the CRI finds it by repo digest: any image of that
-// repository whose target is that digest, whatever it is named (a
-// side-loaded busybox:1.36 serves busybox@sha256:… of the same content).
-// An image merely named like the reference but of other content is not
-// it.
-func (p *Plugin) localImage(ctx context.Context, ref string) (ctrd.Image, error) {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return nil, err
-	}
-	pinned, ok := named.(reference.Digested)
-	if !ok {
-		return p.client.GetImage(ctx, ref)
-	}
-	imgs, err := p.client.ListImages(ctx, fmt.Sprintf("target.digest==%q", pinned.Digest().String()))
-	if err != nil {
-		return nil, err
-	}
-	for _, img := range imgs {
-		if n, err := reference.ParseNormalizedNamed(img.Name()); err == nil && n.Name() == named.Name() {
-			return img, nil
+// pull pulls an image and records that it came from a registry. For a
+// container limited by access it holds imports off (names), so that no
+// side-loaded image appears under the name between the check that the
+// pull may replace what is there (pullOver) and the pull's end.
+func (p *Plugin) pull(ctx context.Context, ref, image string, access *pluginapi.LocalImages) (ctrd.Image, *pluginapi.Failure) {
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.registryHosts()})
+	if access != nil {
+		var done func()
+		ctx, done = p.gate.pull(ctx)
+		defer done()
+		if existing, err := p.client.ImageService().Get(ctx, ref); err == nil {
+			err = pullOver(existing.Labels, existing.Target.Digest.String(), func() (string, error) {
+				_, desc, err := resolver.Resolve(ctx, ref)
+				return desc.Digest.String(), err
+			})
+			if err != nil {
+				return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+			}
+		} else if !errdefs.IsNotFound(err) {
+			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
 		}
 	}
-	return nil, fmt.Errorf("image %s: %w", ref, errdefs.ErrNotFound)
+	p.log.Info("pulling image", "image", ref)
+	img, err := p.client.Pull(ctx, ref, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(p.cfg.Snapshotter),
+		ctrd.WithResolver(resolver), ctrd.WithPullLabel(labelOrigin, originPull))
+	if err == nil {
+		err = checkPinned(ref, img)
+	}
+	if err != nil {
+		if access != nil && ctx.Err() != nil {
+			err = errors.New("an image import on the device stopped it; it is tried again")
+		}
+		return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull,
+			Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+	}
+	return img, nil
+}
+
+// localImage finds an image in the store that the container may use
+// (mayUse); refused says one is there that it may not. A digest-pinned
+// reference (repo@sha256:…, or repo:tag@sha256:… whose tag only
+// informs) is found by its digest, as the CRI finds it by repo digest:
+// any image of that repository whose target is that digest, whatever it
+// is named (a side-loaded busybox:1.36 serves busybox@sha256:… of the
+// same content). An image merely named like the reference but of other
+// content is not it.
+func (p *Plugin) localImage(ctx context.Context, ref string, access *pluginapi.LocalImages) (img ctrd.Image, refused bool, err error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, false, err
+	}
+	var candidates []ctrd.Image
+	if pinned, ok := named.(reference.Digested); ok {
+		imgs, err := p.client.ListImages(ctx, fmt.Sprintf("target.digest==%q", pinned.Digest().String()))
+		if err != nil {
+			return nil, false, err
+		}
+		for _, img := range imgs {
+			if n, err := reference.ParseNormalizedNamed(img.Name()); err == nil && n.Name() == named.Name() {
+				candidates = append(candidates, img)
+			}
+		}
+	} else {
+		img, err := p.client.GetImage(ctx, ref)
+		if err != nil {
+			return nil, false, err
+		}
+		candidates = append(candidates, img)
+	}
+	for _, img := range candidates {
+		if mayUse(access, img.Name(), img.Target().Digest.String(), img.Labels()) {
+			return img, false, nil
+		}
+	}
+	return nil, len(candidates) > 0, fmt.Errorf("image %s: %w", ref, errdefs.ErrNotFound)
 }
 
 // checkPinned makes sure an image pulled for a digest-pinned reference
@@ -181,7 +230,7 @@ func (p *Plugin) Images(_ pluginapi.Empty, reply *pluginapi.ImagesReply) error {
 	for _, img := range imgs {
 		size, _ := img.Size(ctx)
 		reply.Images = append(reply.Images, pluginapi.Image{Name: img.Name(), Digest: img.Target().Digest.String(),
-			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()]})
+			Size: size, CreatedAt: img.Metadata().CreatedAt, InUse: used[img.Name()], Origin: img.Labels()[labelOrigin]})
 	}
 	sort.Slice(reply.Images, func(i, j int) bool { return reply.Images[i].Name < reply.Images[j].Name })
 	return nil
@@ -221,7 +270,13 @@ func (p *Plugin) Import(args pluginapi.ImportArgs, reply *pluginapi.ImportReply)
 	}
 	defer f.Close()
 	base := "import.local/" + archiveName(args.Path)
+	// Not while a pull for a hub pod may replace what it changes.
+	defer p.gate.startImport()()
+	now := time.Now().UTC().Format(time.RFC3339Nano)
 	imgs, err := p.client.Import(ctx, f,
+		// Whatever the name held before (a pull for a hub pod), it is a
+		// side-loaded image now; and a fresh one, not collected at once.
+		ctrd.WithImageLabels(map[string]string{labelOrigin: originImport, labelLastUsed: now}),
 		ctrd.WithImageRefTranslator(func(name string) string {
 			if strings.ContainsAny(name, "/:@") {
 				if ref, err := NormalizeImage(name); err == nil {

@@ -55,6 +55,8 @@ type Plugin struct {
 	logs   fifoLogs
 	// forgotten are the pods whose shim groups ended.
 	forgotten forgottenGroups
+	// gate orders imports and hub pods' pulls.
+	gate importGate
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -117,7 +119,7 @@ func (p *Plugin) Version(_ pluginapi.Empty, reply *pluginapi.VersionReply) error
 func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	ctx := p.ctx()
 	cfg := args.Config
-	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy)
+	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy, cfg.LocalImages)
 	if fail != nil {
 		reply.Failure = fail
 		return nil

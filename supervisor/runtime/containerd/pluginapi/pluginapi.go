@@ -56,6 +56,10 @@ type ContainerConfig struct {
 	Labels     map[string]string `json:"labels"`
 	Image      string            `json:"image"`
 	PullPolicy string            `json:"pullPolicy"`
+	// LocalImages, when set, limits which images already in containerd
+	// the container may use (a hub pod's); nil lets it use any (the
+	// device's own pods).
+	LocalImages *LocalImages `json:"localImages,omitempty"`
 	// Command replaces the image's entrypoint and Args its cmd, as in
 	// Kubernetes; nil keeps the image's.
 	Command    []string `json:"command,omitempty"`
@@ -90,6 +94,16 @@ type ContainerConfig struct {
 	LogPath     string `json:"logPath"`
 	LogMaxBytes int64  `json:"logMaxBytes"`
 	LogMaxFiles int    `json:"logMaxFiles"`
+}
+
+// LocalImages is what a pod from outside the device may use of the
+// images in containerd: those pulled from a registry (which it could pull
+// itself), and the ones the device owner shares. A pull for it never
+// replaces another image of the same name.
+type LocalImages struct {
+	// Shared are image references (normalised): a repository alone
+	// stands for each of its tags, one with a digest for that content.
+	Shared []string `json:"shared,omitempty"`
 }
 
 // Mount is a bind or tmpfs mount into the container.
@@ -212,6 +226,10 @@ type Image struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// InUse: a container (of any state) uses it.
 	InUse bool `json:"inUse"`
+	// Origin is where its content came from: "pull" (a registry),
+	// "import" (side-loaded) or "" (unknown: stored by something else).
+	// Hub pods use only pulled images and the shared ones.
+	Origin string `json:"origin,omitempty"`
 }
 
 // ImagesReply lists images.
