@@ -45,7 +45,8 @@ func TestStateDatabaseReadersWhileDaemonChurns(t *testing.T) {
 	names := make([]string, pods)
 	for i := range names {
 		names[i] = fmt.Sprintf("crash%02d", i)
-		d.write(names[i]+".yaml", processPod(names[i], "Always", 1, "[ -e "+settle+" ] && exec sleep 1000; exit 1"))
+		script := fmt.Sprintf("[ -e %s ] && { touch %s/%s.settled; exec sleep 1000; }; exit 1", settle, d.dir, names[i])
+		d.write(names[i]+".yaml", processPod(names[i], "Always", 1, script))
 	}
 	db := filepath.Join(d.data, "state.db")
 	for _, n := range names {
@@ -78,11 +79,13 @@ func TestStateDatabaseReadersWhileDaemonChurns(t *testing.T) {
 		t.Fatalf("the daemon died under the readers:\n%s", d.log)
 	}
 
-	// The churn ends: every pod runs on its next restart, and its count
-	// stays put; the readers go on until the records are in.
+	// The churn ends: every pod runs from its next restart on, and its
+	// count stays put (an instance that saw no settle file still exits);
+	// the readers go on until the records are in.
 	must(t, os.WriteFile(settle, nil, 0o644))
 	want := map[string]int32{}
 	for _, n := range names {
+		waitForLong(t, 30*time.Second, n+" settled", func() bool { return exists(filepath.Join(d.dir, n+".settled")) })
 		p := d.waitPod(n, 30*time.Second, running)
 		want["default/"+n] = p.Status.ContainerStatuses[0].RestartCount
 	}
