@@ -513,17 +513,24 @@ func holders(path string) string {
 // files 0600. SQLite creates them 0644 less the umask, and makes a new WAL
 // with the database's own mode, so fixing the database fixes the rest for
 // good.
+//
+// It changes modes by name and never opens the files: SQLite holds POSIX
+// record locks on them for this process, and closing any descriptor of a
+// file drops every such lock the process holds on it (fcntl(2)). Without
+// its shared lock on the -shm "DMS" byte, the next process to open the
+// database (an operator's sqlite3, a backup) truncates -shm under the
+// daemon's mapping of it: SIGBUS; without its SHARED lock on the database,
+// a read-write reader that closes checkpoints and deletes the WAL the
+// daemon still writes. The data directory is the daemon's own (0700), so
+// no one can swap a name between the Lstat and the Chmod.
 func tightenStateFiles(db string, log *slog.Logger) {
 	for _, name := range []string{db, db + "-wal", db + "-shm"} {
-		f, err := os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue // not there (yet)
+		st, err := os.Lstat(name)
+		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() == 0o600 {
+			continue // not there (yet), not ours to change, or done
 		}
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Mode().Perm() != 0o600 {
-			if err := f.Chmod(0o600); err != nil {
-				log.Warn("could not make a state file private", "file", name, "err", err)
-			}
+		if err := os.Chmod(name, 0o600); err != nil {
+			log.Warn("could not make a state file private", "file", name, "err", err)
 		}
-		f.Close()
 	}
 }

@@ -2,6 +2,12 @@
 // instance the core knows (its spec, container records, restart counts and
 // backoff) and the history of container instances.
 //
+// Only SQLite opens the database and its -wal and -shm files in the
+// daemon: closing any descriptor of a file drops every POSIX lock the
+// process holds on it, SQLite's included, and another process (an
+// operator's sqlite3) would then truncate the -shm the daemon has mapped
+// or checkpoint and delete its WAL.
+//
 // Durability: at-most-once does not rest on this database but on the
 // instance locks of the process runtime, so writes use WAL with
 // synchronous=NORMAL and are batched by the daemon; a power cut may lose
@@ -15,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -55,13 +62,25 @@ type Store struct {
 	damage *Damage // set by OpenOrReplace
 }
 
+// WALSizeLimit is the size the WAL is cut back to when it starts over,
+// above its usual size at SQLite's checkpoint of every 1000 pages (4 MiB):
+// a reader that holds a long read transaction stalls the checkpoints and
+// the WAL grows meanwhile; the space comes back once the reader is done.
+const WALSizeLimit = 8 << 20
+
+// DSN is how the daemon opens the state database, whichever of its stores
+// opens it: one set of pragmas for the file.
+func DSN(path string) string {
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)" +
+		"&_pragma=foreign_keys(ON)&_pragma=cache_size(-256)&_pragma=journal_size_limit(" + strconv.Itoa(WALSizeLimit) + ")"
+}
+
 // Open opens or creates the database and brings its schema up to date.
 func Open(path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)&_pragma=cache_size(-256)"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", DSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("state database %s: %w", path, err)
 	}

@@ -89,8 +89,7 @@ func Open(path string, limits Limits) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", state.DSN(path)+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
 	}
