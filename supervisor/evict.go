@@ -144,7 +144,7 @@ func (d *Daemon) checkPressure(ctx context.Context, why pressure.Wake) {
 	case eviction.TurnNoVictim:
 		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
 	case eviction.TurnEvict:
-		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message, "woken by", why.String())
+		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message, "wokenBy", why.String())
 		d.record(d.machine.Instance(victim.Pod.UID), "Warning", ReasonThresholdMet, thresholdsMet(st.Met, why))
 		d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
 	}
