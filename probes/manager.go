@@ -24,6 +24,9 @@ type Result struct {
 	// every period.
 	Warning     string
 	WarningOnly bool
+	// Listen: the run was one a listener's opening or closing brought
+	// (Listening), not a periodic one.
+	Listen bool
 }
 
 // counter applies success and failure thresholds to raw results, as the
@@ -380,7 +383,7 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke
 				msg = err.Error()
 			}
 			select {
-			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg, Warning: warning, WarningOnly: !changed}:
+			case w.m.results <- Result{InstanceID: w.id, Kind: kind, OK: err == nil, Message: msg, Warning: warning, WarningOnly: !changed, Listen: poked}:
 			case <-ctx.Done():
 				return
 			}

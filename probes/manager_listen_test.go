@@ -196,15 +196,15 @@ func TestListeningRunsReadinessAtOnce(t *testing.T) {
 	if n := m.Listening("i1", s.port, true); n != 1 {
 		t.Fatalf("Listening triggered %d probes, want 1", n)
 	}
-	if r := nextResult(t, m, "readiness success after the port opened"); r.Kind != pod.Readiness || !r.OK {
-		t.Fatalf("verdict = %+v, want readiness success", r)
+	if r := nextResult(t, m, "readiness success after the port opened"); r.Kind != pod.Readiness || !r.OK || !r.Listen {
+		t.Fatalf("verdict = %+v, want readiness success from the listen's run", r)
 	}
 	s.close()
 	if n := m.Listening("i1", s.port, false); n != 1 {
 		t.Fatalf("a close triggered %d probes, want 1", n)
 	}
-	if r := nextResult(t, m, "readiness failure after the listener closed"); r.Kind != pod.Readiness || r.OK {
-		t.Fatalf("verdict = %+v, want readiness failure", r)
+	if r := nextResult(t, m, "readiness failure after the listener closed"); r.Kind != pod.Readiness || r.OK || !r.Listen {
+		t.Fatalf("verdict = %+v, want readiness failure from the close's run", r)
 	}
 	if d := s.dials.Load(); d != 2 {
 		t.Fatalf("%d probe runs, want 2 (one per event)", d)
@@ -261,8 +261,23 @@ func TestListeningWaitsForInitialDelay(t *testing.T) {
 	clk.advance(3*time.Second - time.Millisecond)
 	noResult(t, m, "a run a millisecond before initialDelaySeconds ended")
 	clk.advance(time.Millisecond)
-	if r := nextResult(t, m, "readiness success when initialDelaySeconds ended"); !r.OK {
-		t.Fatalf("verdict = %+v, want success", r)
+	if r := nextResult(t, m, "readiness success when initialDelaySeconds ended"); !r.OK || !r.Listen {
+		t.Fatalf("verdict = %+v, want success from the listen's delayed run", r)
+	}
+}
+
+// A verdict a periodic run changed says so: only a listen's run is
+// reported as one.
+func TestPeriodicVerdictIsNotListen(t *testing.T) {
+	m, clk := listenManager(t)
+	s := newServer(t)
+	s.listen(t)
+	c := &v1.Container{Name: "app", ReadinessProbe: tcpProbe(intstr.FromInt(s.port), 30, 0, 1)}
+	m.Start("i1", c, s.target())
+	waitFor(t, "the readiness worker armed its first timer", func() bool { return clk.armed() == 1 })
+	clk.advance(time.Second)
+	if r := nextResult(t, m, "readiness success from the first periodic run"); !r.OK || r.Listen {
+		t.Fatalf("verdict = %+v, want success from a periodic run", r)
 	}
 }
 

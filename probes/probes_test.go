@@ -59,8 +59,12 @@ func TestExecTimeoutLeavesNothingBehind(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "timed out") {
 		t.Fatalf("err = %v", err)
 	}
-	if took := time.Since(begin); took > 1500*time.Millisecond {
-		t.Fatalf("a 300ms timeout took %v", took)
+	// The command runs 100 s: a return long before that is the timeout's
+	// kill, not the command ending (how long after 300 ms is a figure).
+	took := time.Since(begin)
+	t.Logf("a 300ms timeout returned after %v", took)
+	if took > 30*time.Second {
+		t.Fatalf("a 300ms timeout returned after %v: it waited for the command", took)
 	}
 	data, _ := os.ReadFile(pidfile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))

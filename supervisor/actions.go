@@ -219,6 +219,14 @@ func (d *Daemon) probed(r probes.Result) {
 	if r.WarningOnly {
 		return
 	}
+	if in := d.machine.Instance(uid); in != nil {
+		// Which run changed the verdict: a listen event's or the period's.
+		run := "period"
+		if r.Listen {
+			run = "listen event"
+		}
+		d.log.Info("probe verdict", "pod", in.Key(), "container", name, "probe", r.Kind, "ok", r.OK, "run", run)
+	}
 	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))
 }
 

@@ -332,9 +332,9 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		case req := <-d.requests:
 			req.reply <- req.fn()
 		case <-d.evict.notifier.C:
-			d.checkPressure(ctx)
+			d.wakePressure(ctx)
 		case <-d.evict.recheck.C:
-			d.checkPressure(ctx)
+			d.checkPressure(ctx, pressure.WakeRecheck)
 		case <-d.drainTimer():
 		case <-wake.C:
 		case <-persist.C:

@@ -2,8 +2,10 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +33,7 @@ type EvictionConfig struct {
 type evictor struct {
 	mgr       *eviction.Manager
 	observer  pressure.Observer
+	observe   func() map[eviction.Signal]eviction.Observation // nil: observer's
 	notifier  *pressure.Notifier
 	threshold *pressure.MemoryThreshold
 	memLimit  int64 // hard memory.available threshold in bytes, for the eventfd
@@ -85,16 +88,29 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 	}
 	e.notifier.Every(ctx, c.MonitorPeriod)
 	d.evict = e
-	d.checkPressure(ctx)
+	d.checkPressure(ctx, pressure.WakeStart)
 	return nil
 }
 
+// wakePressure looks at the signals for what the notifier says woke it.
+func (d *Daemon) wakePressure(ctx context.Context) {
+	if why := d.evict.notifier.Take(); why != 0 {
+		d.checkPressure(ctx, why)
+	} // else an earlier look took this poke's cause and saw what it saw
+}
+
 // checkPressure observes the signals, updates the node conditions and
-// evicts a pod if a threshold is met.
-func (d *Daemon) checkPressure(ctx context.Context) {
+// evicts a pod if a threshold is met. why is what woke it: an eviction
+// records it on the victim, so that an eviction the kernel's events
+// brought at once can be told from one the safety net found late.
+func (d *Daemon) checkPressure(ctx context.Context, why pressure.Wake) {
 	e := d.evict
 	now := d.now()
-	obs := e.observer.Observe()
+	observe := e.observe
+	if observe == nil {
+		observe = e.observer.Observe
+	}
+	obs := observe()
 	d.collectImages(obs)
 	st := e.mgr.Synchronize(obs, now)
 	d.pressure = st.Conditions
@@ -128,9 +144,23 @@ func (d *Daemon) checkPressure(ctx context.Context) {
 	case eviction.TurnNoVictim:
 		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
 	case eviction.TurnEvict:
-		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message)
+		d.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message, "wokenBy", why.String())
+		d.record(d.machine.Instance(victim.Pod.UID), "Warning", ReasonThresholdMet, thresholdsMet(st.Met, why))
 		d.execute(d.machine.Evict(victim.Pod.UID, victim.Message, victim.GracePeriod, now))
 	}
+}
+
+// ReasonThresholdMet is the event an eviction's victim gets before its
+// Evicted: which thresholds were met and what made the daemon look. The
+// kubelet gives its node an event of this reason.
+const ReasonThresholdMet = "EvictionThresholdMet"
+
+func thresholdsMet(met []eviction.Threshold, why pressure.Wake) string {
+	names := make([]string, len(met))
+	for i, t := range met {
+		names[i] = t.String()
+	}
+	return fmt.Sprintf("eviction threshold met (%s); woken by the %s", strings.Join(names, ", "), why)
 }
 
 // podStats describes every running pod for eviction ranking.

@@ -44,16 +44,6 @@ func runOpener() {
 // prerequisite skips a test whose environment lacks something, and fails it in CI.
 var prerequisite = prereq.Missing
 
-// latencyBound is a latency target, three times as long where the tests
-// run under software emulation (the cgroup v2 VM without KVM:
-// PODVISOR_TEST_EMULATED=1), whose single samples stall for 100-200 ms.
-func latencyBound(d time.Duration) time.Duration {
-	if os.Getenv("PODVISOR_TEST_EMULATED") == "1" {
-		return 3 * d
-	}
-	return d
-}
-
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -72,8 +72,9 @@ func forPaths(t *testing.T, scenario func(t *testing.T, p Path)) {
 	}
 }
 
-// A process in the watched cgroup listens: Listening within 100 ms (eBPF);
-// it closes the listener: Closed.
+// A process in the watched cgroup listens: Listening, from the kernel's
+// hook on the eBPF path (nothing dumps there: the event is the hook's);
+// it closes the listener: Closed. The latencies are logged figures.
 func TestListenThenClose(t *testing.T) {
 	forPaths(t, func(t *testing.T, p Path) {
 		h := requireHierarchy(t)
@@ -93,9 +94,6 @@ func TestListenThenClose(t *testing.T) {
 		t.Logf("listen → event: %v", latency)
 		if e.Kind != Listening || e.Cgroup != id || e.Port != port || e.Family != unix.AF_INET6 || e.Socket == 0 {
 			t.Fatalf("got %v, want listening cgroup=%d port=%d family=%d", e, id, port, unix.AF_INET6)
-		}
-		if bound := latencyBound(100 * time.Millisecond); p == PathEBPF && latency > bound {
-			t.Errorf("listen → event took %v, want < %v", latency, bound)
 		}
 
 		at = s.close(0)
@@ -337,8 +335,10 @@ func countAttached(t *testing.T, dir string) int {
 	return len(progs)
 }
 
-// The event latency over 100 listens, reported as p50/p90 (the issue's
-// target for listen → Ready is p50 < 10 ms; this is the watcher's share).
+// 100 listens and closes in a row each bring their event. The event
+// latency is reported as p50/p90, not asserted (the target for listen →
+// Ready is p50 < 10 ms, which test/bench's listen rows measure; this is
+// the watcher's share).
 func TestListenLatency(t *testing.T) {
 	requireEBPF(t)
 	h := requireHierarchy(t)
@@ -359,9 +359,6 @@ func TestListenLatency(t *testing.T) {
 	slices.Sort(lat)
 	p50, p90 := lat[49], lat[89]
 	t.Logf("listen() → event over 100 listens: p50 %v, p90 %v, max %v", p50, p90, lat[99])
-	if p90 > 100*time.Millisecond {
-		t.Errorf("p90 %v, want < 100 ms", p90)
-	}
 }
 
 // eBPF refused → sock_diag, with the path saying so; nothing to try →

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -157,10 +158,12 @@ func pids() (eviction.Observation, error) {
 	return eviction.Observation{Available: max - running, Capacity: max}, nil
 }
 
-// Notifier sends on C whenever the signals should be looked at again.
+// Notifier sends on C whenever the signals should be looked at again;
+// Take then says why.
 type Notifier struct {
-	C   chan struct{}
-	log *slog.Logger
+	C       chan struct{}
+	log     *slog.Logger
+	pending atomic.Uint32 // the Wake bits not taken yet
 }
 
 // NewNotifier returns a notifier; call its sources' Start methods.
@@ -168,12 +171,19 @@ func NewNotifier(log *slog.Logger) *Notifier {
 	return &Notifier{C: make(chan struct{}, 1), log: log}
 }
 
-func (n *Notifier) poke() {
+// Poke records why the signals should be looked at and wakes the reader
+// of C.
+func (n *Notifier) Poke(why Wake) {
+	n.pending.Or(uint32(why))
 	select {
 	case n.C <- struct{}{}:
-	default: // one pending wake-up is enough
+	default: // one pending wake-up is enough: its causes add up
 	}
 }
+
+// Take returns every cause poked since the last Take and clears them. Call
+// it after each receive from C: 0 means an earlier Take already had them.
+func (n *Notifier) Take() Wake { return Wake(n.pending.Swap(0)) }
 
 // Every pokes on a slow period: the safety net behind the kernel events.
 func (n *Notifier) Every(ctx context.Context, d time.Duration) {
@@ -185,7 +195,7 @@ func (n *Notifier) Every(ctx context.Context, d time.Duration) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				n.poke()
+				n.Poke(WakePeriodic)
 			}
 		}
 	}()
@@ -246,7 +256,7 @@ func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration, files .
 					n.log.Warn("PSI trigger source gone", "file", files[i-1])
 					fds[i].Events, fds[i].Fd = 0, -1 // poll ignores a negative fd
 				case fds[i].Revents&unix.POLLPRI != 0:
-					n.poke()
+					n.Poke(WakePSI)
 				}
 			}
 		}
@@ -254,9 +264,9 @@ func (n *Notifier) PSI(ctx context.Context, stall, window time.Duration, files .
 	return nil
 }
 
-// Modified pokes whenever the kernel notifies a change of file, such as a
-// cgroup v2 memory.events (a cgroup hit its memory.high or memory.max, or
-// the OOM killer ran in it), through inotify.
+// Modified pokes (WakeMemoryEvents) whenever the kernel notifies a change
+// of file, a cgroup v2 memory.events (a cgroup hit its memory.high or
+// memory.max, or the OOM killer ran in it), through inotify.
 func (n *Notifier) Modified(ctx context.Context, file string) error {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
@@ -277,7 +287,7 @@ func (n *Notifier) Modified(ctx context.Context, file string) error {
 			if _, err := f.Read(buf); err != nil {
 				return // closed
 			}
-			n.poke()
+			n.Poke(WakeMemoryEvents)
 		}
 	}()
 	return nil
@@ -329,7 +339,7 @@ func (t *MemoryThreshold) Set(ctx context.Context, level int64) error {
 			if _, err := f.Read(buf); err != nil {
 				return
 			}
-			t.n.poke()
+			t.n.Poke(WakeThreshold)
 		}
 	}()
 	return nil

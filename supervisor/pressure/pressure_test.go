@@ -81,3 +81,29 @@ func TestModifiedPokes(t *testing.T) {
 		t.Fatal("watching a missing file succeeded")
 	}
 }
+
+// Pokes that come before the reader add up to one wake that names them
+// all; Take clears them.
+func TestPokesAddUp(t *testing.T) {
+	n := NewNotifier(slog.Default())
+	n.Poke(WakePeriodic)
+	n.Poke(WakeThreshold)
+	<-n.C
+	select {
+	case <-n.C:
+		t.Fatal("two wakes for two pokes before the reader")
+	default:
+	}
+	if w := n.Take(); w != WakeThreshold|WakePeriodic || !w.Kernel() {
+		t.Fatalf("Take = %v, want the threshold event and the periodic check", w)
+	}
+	if w := n.Take(); w != 0 {
+		t.Fatalf("Take after Take = %v, want nothing", w)
+	}
+	if s := (WakeThreshold | WakePeriodic).String(); s != "memory threshold event and periodic check" {
+		t.Fatalf("String = %q", s)
+	}
+	if WakePeriodic.Kernel() || (WakeRecheck | WakeStart).Kernel() {
+		t.Fatal("the daemon's own timers count as a kernel event")
+	}
+}

@@ -53,6 +53,7 @@ func evictionLatency(bin, dir string, rounds int) ([]time.Duration, error) {
 	}
 	var out []time.Duration
 	discarded := 0
+	woken := map[string]int{} // what woke each eviction's check
 	observer := pressure.Observer{MemoryCgroup: cgroups.V1MemoryMount()}
 	for r := 0; r < rounds; r++ {
 		// Start each round with memory well above the threshold, so that
@@ -83,6 +84,7 @@ func evictionLatency(bin, dir string, rounds int) ([]time.Duration, error) {
 				}
 			}
 		}
+		woken[evictionCause(client, name)]++
 		os.Remove(filepath.Join(manifests, name+".yaml"))
 		switch {
 		case term == 0:
@@ -96,8 +98,23 @@ func evictionLatency(bin, dir string, rounds int) ([]time.Duration, error) {
 	if discarded > 0 {
 		fmt.Printf("  (%d eviction rounds discarded: the victim was evicted before it observed the crossing itself)\n", discarded)
 	}
+	fmt.Printf("  (woken by: %v)\n", woken)
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no eviction round could be timed")
 	}
 	return out, nil
+}
+
+// evictionCause is what woke the check that evicted the pod, from its
+// EvictionThresholdMet event.
+func evictionCause(client *api.Client, name string) string {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		evs, _ := client.Events(context.Background(), "default", name)
+		for _, e := range evs {
+			if _, woken, ok := strings.Cut(e.Message, "woken by the "); ok && e.Reason == "EvictionThresholdMet" {
+				return woken
+			}
+		}
+	}
+	return "no EvictionThresholdMet event within 5 s"
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,10 +64,25 @@ spec:
 	if cs := pr.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.LastTerminationState.Terminated != nil {
 		t.Fatalf("the Guaranteed pod suffered: %+v", cs)
 	}
-	// The kernel's threshold event, not the 10s safety net, must have
-	// triggered the eviction.
-	lines := readLines(marks)
+	// The kernel's event, not the 10 s safety net, must have woken the
+	// look that chose the hog: the daemon names what woke it on the victim.
+	evs, err := d.client.Events(context.Background(), "default", "hog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cause string
+	for _, e := range evs {
+		if e.Reason == "EvictionThresholdMet" {
+			cause = e.Message
+		}
+	}
+	_, woken, _ := strings.Cut(cause, "woken by the ")
+	if !strings.Contains(woken, "memory threshold event") && !strings.Contains(woken, "PSI trigger") {
+		t.Fatalf("the eviction was not woken by the kernel's memory events: EvictionThresholdMet %q (events %+v)", cause, evs)
+	}
+	// How fast is a figure, not a verdict: test/bench -evictions measures it.
 	var cross, term int64
+	lines := readLines(marks)
 	for i := 0; i+1 < len(lines); i++ {
 		switch lines[i] {
 		case "cross":
@@ -75,10 +91,9 @@ spec:
 			fmt.Sscan(lines[i+1], &term)
 		}
 	}
-	if cross == 0 || term == 0 || term-cross > int64(time.Second) {
-		t.Fatalf("crossing to SIGTERM: cross %d term %d (log %v)", cross, term, lines)
+	if cross != 0 && term != 0 {
+		t.Logf("memory threshold crossed -> SIGTERM in %v (%s)", time.Duration(term-cross), cause)
 	}
-	t.Logf("memory threshold crossed -> SIGTERM in %v", time.Duration(term-cross))
 	out, _, _ := d.cli("get", "pods")
 	if !strings.Contains(out, "Evicted") {
 		t.Fatalf("get pods:\n%s", out)

@@ -382,6 +382,10 @@ func (r *Runtime) killUndescribed(id string, lock *os.File) bool {
 // instance's state, and for its lock once it was killed (~16 s in all).
 var undescribedWait = 10 * time.Second
 
+// adoptSleep is adopt's wait between looks for a locked instance's state;
+// tests add the waits up instead of timing them.
+var adoptSleep = time.Sleep
+
 // What adopt found of a locked instance.
 type adoption int
 
@@ -425,7 +429,7 @@ func (r *Runtime) adopt(id string, lock *os.File) (*instance, time.Time, adoptio
 			}
 			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, adopted
 		}
-		time.Sleep(wait)
+		adoptSleep(wait)
 	}
 	if in, state, ok := r.keepers.adoptUndescribed(id, lock); ok {
 		return in, time.Time{}, state
