@@ -32,7 +32,8 @@ build:
 # has its own work dir, VM and logs, and what they share is made once
 # before them (the shipped binaries, the test image, the arm64 builds) or
 # taken under a lock (the debootstrapped root's cache); each one's output
-# is printed whole when it ends (--output-sync).
+# is printed whole when it ends (--output-sync), and one failing stage
+# does not stop the others (-k), so a CI log shows every failure at once.
 TEST_STAGES := packages systemd containerd-v2 arm64-vm readonly-root qemu-user cgroup2 kernel-config size-budget
 TEST_STAGE_JOBS ?= 2
 test:
@@ -41,7 +42,7 @@ test:
 	@test/stage.sh build $(MAKE) --no-print-directory build
 	@test/stage.sh go-test go run ./test/leakcheck -- go test -count=1 -timeout 20m ./... || { test/stage.sh --summary; exit 1; }
 	@test/stage.sh mochi-test sh -c 'cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/' || { test/stage.sh --summary; exit 1; }
-	@$(MAKE) --no-print-directory -j$(TEST_STAGE_JOBS) --output-sync=target test-stages; rc=$$?; test/stage.sh --summary; exit $$rc
+	@$(MAKE) --no-print-directory -k -j$(TEST_STAGE_JOBS) --output-sync=target test-stages; rc=$$?; test/stage.sh --summary; exit $$rc
 
 # The stages after the Go tests, each timed; STAGE_DEPS= tells their own
 # makes that the shared inputs are already built.
