@@ -48,7 +48,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		return 0, 0, false, err
 	}
 	var epoch string
-	err = tx.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, b.Device).Scan(&epoch, &cursor)
+	err = f.stmts.queryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return 0, 0, false, err
@@ -56,7 +56,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		if b.After != 0 {
 			return 0, 0, true, nil
 		}
-		if _, err := tx.Exec(`DELETE FROM mirrors WHERE device = ?`, b.Device); err != nil {
+		if _, err := f.stmts.exec(tx, qDropMirrors, b.Device); err != nil {
 			return 0, 0, false, err
 		}
 		cursor = 0
@@ -65,7 +65,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	}
 	events := 0
 	var mirrors int // counted once a batch: the bound on made-up pods
-	if err := tx.QueryRow(`SELECT COUNT(*) FROM mirrors WHERE device = ?`, b.Device).Scan(&mirrors); err != nil {
+	if err := f.stmts.queryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
 		return 0, 0, false, err
 	}
 	for _, it := range b.Items {
@@ -77,17 +77,17 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		switch {
 		case it.Event != nil:
 			ev, _ := json.Marshal(it.Event)
-			_, err = tx.Exec(`INSERT INTO events (device, seq, key, event, at) VALUES (?, ?, ?, ?, ?)`, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
+			_, err = f.stmts.exec(tx, qInsertEvent, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
 			events++
 		case it.Pod == nil:
 			var res sql.Result
-			if res, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key); err == nil {
+			if res, err = f.stmts.exec(tx, qDeleteMirror, b.Device, it.Key); err == nil {
 				n, _ := res.RowsAffected()
 				mirrors -= int(n)
 			}
 		default:
 			var known bool
-			if err = tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`, b.Device, it.Key).Scan(&known); err != nil {
+			if err = f.stmts.queryRow(tx, qMirrorKnown, []any{b.Device, it.Key}, &known); err != nil {
 				break
 			}
 			if !known {
@@ -97,16 +97,14 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 				mirrors++
 			}
 			pod, _ := json.Marshal(it.Pod)
-			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
-				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`,
+			_, err = f.stmts.exec(tx, qUpsertMirror,
 				b.Device, it.Key, it.Seq, pod)
 		}
 		if err != nil {
 			return 0, 0, false, err
 		}
 	}
-	if _, err := tx.Exec(`INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`, b.Device, b.Epoch, cursor); err != nil {
+	if _, err := f.stmts.exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
 		return 0, 0, false, err
 	}
 	if events > 0 {
@@ -145,7 +143,7 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 		return false, err
 	}
 	var published int64
-	if err := tx.QueryRow(`SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`, a.Device).Scan(&published); err != nil {
+	if err := f.stmts.queryRow(tx, qPublished, []any{a.Device}, &published); err != nil {
 		return false, err
 	}
 	if a.Generation > published || a.ObservedGeneration > published || a.ObservedGeneration < 0 {
@@ -153,14 +151,12 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 			a.Generation, a.ObservedGeneration, ErrNotPublished, published)
 	}
 	var before int64
-	err = tx.QueryRow(`SELECT observed FROM acks WHERE device = ?`, a.Device).Scan(&before)
+	err = f.stmts.queryRow(tx, qObserved, []any{a.Device}, &before)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
 	regressed = err == nil && a.ObservedGeneration < before && a.ObservedGeneration < published
-	if _, err := tx.Exec(`INSERT INTO acks (device, generation, observed, error, results) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, observed = excluded.observed,
-		error = excluded.error, results = excluded.results`, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
+	if _, err := f.stmts.exec(tx, qUpsertAck, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
 		return false, err
 	}
 	return regressed, tx.Commit()
@@ -188,7 +184,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 	if duplicate, err = f.seeInstance(tx, device, p.Instance, at); err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(`UPDATE devices SET online = ? WHERE id = ?`, p.Online, device); err != nil {
+	if _, err := f.stmts.exec(tx, qOnline, p.Online, device); err != nil {
 		return false, err
 	}
 	return duplicate, tx.Commit()
@@ -225,12 +221,12 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 		return dropped, false, err
 	}
 	var prevNode []byte
-	if err := tx.QueryRow(`SELECT node FROM devices WHERE id = ?`, h.Device).Scan(&prevNode); err != nil {
+	if err := f.stmts.queryRow(tx, qNode, []any{h.Device}, &prevNode); err != nil {
 		return dropped, false, err
 	}
 	stampConditions(&h.Node, prevNode, at)
 	node, _ := json.Marshal(h.Node)
-	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ? WHERE id = ?`,
+	if _, err := f.stmts.exec(tx, qSaveNode,
 		h.Version, node, labels, net, h.Device); err != nil {
 		return dropped, false, err
 	}
@@ -272,8 +268,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	}
 	var cur, prev string
 	var since, dupUntil int64
-	if err := tx.QueryRow(`SELECT instance, prev_instance, instance_since, duplicate_until FROM devices WHERE id = ?`, device).
-		Scan(&cur, &prev, &since, &dupUntil); err != nil {
+	if err := f.stmts.queryRow(tx, qInstance, []any{device}, &cur, &prev, &since, &dupUntil); err != nil {
 		return false, err
 	}
 	now := at.UnixMilli()
@@ -281,7 +276,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	case cur == instance:
 		return false, nil
 	case cur == "":
-		_, err = tx.Exec(`UPDATE devices SET instance = ?, instance_since = ? WHERE id = ?`, instance, now, device)
+		_, err = f.stmts.exec(tx, qFirstInstance, instance, now, device)
 		return false, err
 	}
 	alternating := instance == prev && now-since < DuplicateWindow.Milliseconds()
@@ -289,7 +284,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 		duplicate = dupUntil < now
 		dupUntil = now + DuplicateWindow.Milliseconds()
 	}
-	if _, err := tx.Exec(`UPDATE devices SET prev_instance = ?, instance = ?, instance_since = ?, duplicate_until = ? WHERE id = ?`,
+	if _, err := f.stmts.exec(tx, qSwitchInstance,
 		cur, instance, now, dupUntil, device); err != nil {
 		return false, err
 	}
