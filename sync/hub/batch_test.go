@@ -153,3 +153,47 @@ func TestReportPathsUsePreparedStatements(t *testing.T) {
 		t.Fatalf("%d queries of the report paths were not prepared at open", n)
 	}
 }
+
+// The bound on a device's mirrors holds across batches although the
+// count is kept between them: removals free room, a replayed batch
+// (QoS 1 redelivery) changes nothing, a new epoch starts from none.
+func TestMirrorBoundAcrossBatches(t *testing.T) {
+	f := testFleet(t, "dev")
+	f.SetRetention(Retention{Events: 10, Mirrors: 3})
+	at := time.Unix(1700000000, 0)
+	pod := func(seq int64, name string) protocol.StatusItem {
+		return protocol.StatusItem{Seq: seq, Key: "default/" + name, Pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}}
+	}
+	keys := func() string {
+		ms, err := f.Mirrors("dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Key)
+		}
+		return fmt.Sprint(out)
+	}
+	steps := []struct {
+		batch protocol.StatusBatch
+		want  string
+	}{
+		{protocol.StatusBatch{Epoch: "e1", After: 0, Items: []protocol.StatusItem{pod(1, "a"), pod(2, "b")}}, "[default/a default/b]"},
+		{protocol.StatusBatch{Epoch: "e1", After: 2, Items: []protocol.StatusItem{pod(3, "c"), pod(4, "d")}}, "[default/a default/b default/c]"},
+		// Replayed: nothing new, the count unchanged.
+		{protocol.StatusBatch{Epoch: "e1", After: 2, Items: []protocol.StatusItem{pod(3, "c"), pod(4, "d")}}, "[default/a default/b default/c]"},
+		{protocol.StatusBatch{Epoch: "e1", After: 4, Items: []protocol.StatusItem{{Seq: 5, Key: "default/a"}, pod(6, "e"), pod(7, "f")}}, "[default/b default/c default/e]"},
+		{protocol.StatusBatch{Epoch: "e2", After: 0, Items: []protocol.StatusItem{pod(1, "x"), pod(2, "y"), pod(3, "z")}}, "[default/x default/y default/z]"},
+		{protocol.StatusBatch{Epoch: "e2", After: 3, Items: []protocol.StatusItem{pod(4, "w")}}, "[default/x default/y default/z]"},
+	}
+	for i, s := range steps {
+		s.batch.Device = "dev"
+		if _, _, gap, err := f.ApplyStatus(&s.batch, at); err != nil || gap {
+			t.Fatalf("step %d: gap %v, %v", i, gap, err)
+		}
+		if got := keys(); got != s.want {
+			t.Fatalf("step %d: mirrors %s, want %s", i, got, s.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver
@@ -113,6 +114,10 @@ type Fleet struct {
 	db        *sql.DB
 	stmts     stmtCache
 	retention Retention
+	// counts are devices' mirror counts, kept by ApplyStatus (the
+	// mirrors' only writer) so a batch need not count them again.
+	countsMu sync.Mutex
+	counts   map[string]int
 }
 
 // Retention bounds what the fleet keeps of each device.

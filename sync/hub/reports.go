@@ -59,14 +59,20 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		if _, err := f.stmts.exec(tx, qDropMirrors, b.Device); err != nil {
 			return 0, 0, false, err
 		}
+		f.forgetMirrorCount(b.Device) // none now: counted below
 		cursor = 0
 	case b.After > cursor:
 		return cursor, 0, true, nil // a batch is missing before this one
 	}
 	events := 0
-	var mirrors int // counted once a batch: the bound on made-up pods
-	if err := f.stmts.queryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
-		return 0, 0, false, err
+	// The device's mirrors, for the bound on made-up pods: counted once,
+	// then kept by this, their only writer, as each batch commits (read
+	// while this transaction holds the fleet's one connection).
+	mirrors, counted := f.mirrorCount(b.Device)
+	if !counted {
+		if err := f.stmts.queryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
+			return 0, 0, false, err
+		}
 	}
 	for _, it := range b.Items {
 		if it.Seq <= cursor {
@@ -112,7 +118,37 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			return 0, 0, false, err
 		}
 	}
-	return cursor, applied, false, tx.Commit()
+	// Kept before the commit releases the connection to the next batch.
+	f.keepMirrorCount(b.Device, mirrors)
+	if err := tx.Commit(); err != nil {
+		f.forgetMirrorCount(b.Device)
+		return 0, 0, false, err
+	}
+	return cursor, applied, false, nil
+}
+
+// mirrorCount is a device's mirror count as its last committed status
+// batch left it; counted is false when unknown.
+func (f *Fleet) mirrorCount(device string) (n int, counted bool) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	n, counted = f.counts[device]
+	return n, counted
+}
+
+func (f *Fleet) forgetMirrorCount(device string) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	delete(f.counts, device)
+}
+
+func (f *Fleet) keepMirrorCount(device string, n int) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	if f.counts == nil {
+		f.counts = map[string]int{}
+	}
+	f.counts[device] = n
 }
 
 // Cursor is a device's outbox cursor: its epoch ("" before any) and the

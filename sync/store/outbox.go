@@ -55,10 +55,19 @@ func (s *Store) Add(items []Item) error {
 		return err
 	}
 	defer tx.Rollback()
+	// Prepared once for the batch: the driver parses a query at every Exec.
+	replace, err := tx.Prepare(`DELETE FROM outbox WHERE key = ? AND kind = ?
+		AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`)
+	if err != nil {
+		return err
+	}
+	insert, err := tx.Prepare(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`)
+	if err != nil {
+		return err
+	}
 	for _, it := range items {
 		if it.Kind == KindPod {
-			if _, err := tx.Exec(`DELETE FROM outbox WHERE key = ? AND kind = ?
-				AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`, it.Key, KindPod); err != nil {
+			if _, err := replace.Exec(it.Key, KindPod); err != nil {
 				return err
 			}
 		}
@@ -66,7 +75,7 @@ func (s *Store) Add(items []Item) error {
 		if payload == nil {
 			payload = []byte{} // a pod gone from the device
 		}
-		if _, err := tx.Exec(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`, it.Key, it.Kind, payload); err != nil {
+		if _, err := insert.Exec(it.Key, it.Kind, payload); err != nil {
 			return err
 		}
 	}
@@ -147,9 +156,13 @@ func (s *Store) Next(after int64, n int) ([]Row, error) {
 	if err != nil || len(fresh) == 0 {
 		return out, err
 	}
+	number, err := tx.Prepare(`UPDATE outbox SET wseq = ? WHERE seq = ?`)
+	if err != nil {
+		return nil, err
+	}
 	for i := range fresh {
 		assigned++
-		if _, err := tx.Exec(`UPDATE outbox SET wseq = ? WHERE seq = ?`, assigned, fresh[i].Seq); err != nil {
+		if _, err := number.Exec(assigned, fresh[i].Seq); err != nil {
 			return nil, err
 		}
 		fresh[i].Seq = assigned
