@@ -284,10 +284,9 @@ func fleetBench(binDir, dir string, devices int) error {
 			s.Close()
 		}
 	}()
-	var wg sync.WaitGroup
-	connectStart := time.Now()
+	// Enrolled (labelled) first, as an operator does before a device
+	// connects: the hub believes only devices it knows. Not timed.
 	for i := range devices {
-		// Enrolled (labelled) first: the hub believes only devices it knows.
 		group := "bench" // the apply's selector
 		if *hubApplyDevices > 0 && i >= *hubApplyDevices {
 			group = "idle"
@@ -295,6 +294,10 @@ func fleetBench(binDir, dir string, devices int) error {
 		if err := client.Do("PUT", fmt.Sprintf("/v1/devices/sim-%04d/labels", i), map[string]string{"fleet": group}, nil); err != nil {
 			return err
 		}
+	}
+	var wg sync.WaitGroup
+	connectStart := time.Now()
+	for i := range devices {
 		st, err := store.Open(filepath.Join(dir, "devices", fmt.Sprintf("d%04d", i), "state.db"), store.DefaultLimits)
 		if err != nil {
 			return err
@@ -309,7 +312,7 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	var ds []hub.Device
 	var listErr error
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if listErr = client.Do("GET", "/v1/devices", nil, &ds); listErr == nil && countReady(ds) == devices {
 			break
 		}
@@ -318,7 +321,7 @@ func fleetBench(binDir, dir string, devices int) error {
 			if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/goroutine?debug=1", dump); err != nil {
 				dump = err.Error()
 			}
-			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
+			return fmt.Errorf("only %d of %d simulated devices connected in 5 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
 				countReady(ds), devices, listErr, dump, lastLines(ph.log.String(), 30))
 		}
 	}
