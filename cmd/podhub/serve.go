@@ -91,7 +91,8 @@ func (c *cli) init(args []string) error {
 		"# The embedded broker speaks TLS and admits only certificates from pki/ca.pem;\n" +
 		"# listen on a public address (\"0.0.0.0:8883\") for devices on other hosts.\n" +
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
-		"deviceTimeout: 90s     # a device silent this long is NotReady\n"
+		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
+		"memoryLimit: auto      # soft memory limit: auto (24Mi + 24Ki per connected device), off, or a size (512Mi)\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
