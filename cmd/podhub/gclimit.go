@@ -28,7 +28,7 @@ import (
 //   - a size (512Mi, 1G): that limit, fixed;
 //   - off: no limit, the collector paced by GOGC alone.
 const (
-	autoBase      = 24 << 20
+	autoBase      = 16 << 20
 	autoPerDevice = 24 << 10
 	autoEvery     = 2 * time.Second
 )

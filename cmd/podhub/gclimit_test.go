@@ -24,8 +24,8 @@ func TestAutoLimit(t *testing.T) {
 	if got := autoLimit(0, 8<<20); got != autoBase {
 		t.Errorf("no devices, 8 MiB live: %d, want the base %d", got, autoBase)
 	}
-	if got, want := autoLimit(3000, 80<<20), int64(autoBase+3000*autoPerDevice); got != want {
-		t.Errorf("3,000 devices, 80 MiB live: %d, want %d", got, want)
+	if got, want := autoLimit(3000, 70<<20), int64(autoBase+3000*autoPerDevice); got != want {
+		t.Errorf("3,000 devices, 70 MiB live: %d, want %d", got, want)
 	}
 	if got, want := autoLimit(1000, 400<<20), int64(400<<20)/8*9; got != want {
 		t.Errorf("1,000 devices, 400 MiB live (a heavier fleet than the budget): %d, want 9/8 of live %d", got, want)

@@ -92,7 +92,7 @@ func (c *cli) init(args []string) error {
 		"# listen on a public address (\"0.0.0.0:8883\") for devices on other hosts.\n" +
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
 		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
-		"memoryLimit: auto      # soft memory limit: auto (24Mi + 24Ki per connected device), off, or a size (512Mi)\n"
+		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
@@ -129,7 +129,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
 	broker := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
-	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (24Mi + 24Ki per connected device, at least 9/8 of what is live), off, or a size such as 512Mi (default auto)")
+	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what is live), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return err
 	}
