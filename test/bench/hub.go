@@ -359,6 +359,10 @@ func fleetBench(binDir, dir string, devices int) error {
 	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
 	profiled := make(chan error, 1)
 	if *hubCPUProfile != "" {
+		// With the allocations before and after (go tool pprof -base).
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/allocs", *hubCPUProfile+".allocs0"); err != nil {
+			return err
+		}
 		// Started first: the profile covers the apply and the acks.
 		go func() {
 			profiled <- saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/profile?seconds=5", *hubCPUProfile)
@@ -385,6 +389,18 @@ func fleetBench(binDir, dir string, devices int) error {
 	if len(applied) != targets {
 		return fmt.Errorf("the apply reached %d devices, want %d", len(applied), targets)
 	}
+	// The devices' own stores first (in this process: no load on
+	// podhub), then podhub's listing of 3,000 devices, which is not
+	// cheap, until it has every ack.
+	waiting := stores[:targets]
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if waiting = unstored(waiting); len(waiting) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the devices did not all store the applied document in 3 min")
+		}
+	}
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countObserved(ds, 1) == targets {
 			break
@@ -402,6 +418,11 @@ func fleetBench(binDir, dir string, devices int) error {
 	full := rss(ph.pid())
 	if err := <-profiled; err != nil {
 		return err
+	}
+	if *hubCPUProfile != "" {
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/allocs", *hubCPUProfile+".allocs1"); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
@@ -492,6 +513,18 @@ func countReady(ds []hub.Device) int {
 		}
 	}
 	return n
+}
+
+// unstored drops the leading stores that hold an applied desired
+// document: what is left starts with one that does not yet.
+func unstored(stores []*store.Store) []*store.Store {
+	for len(stores) > 0 {
+		if r, ok, err := stores[0].Desired(); err != nil || !ok || r.Generation < 1 {
+			break
+		}
+		stores = stores[1:]
+	}
+	return stores
 }
 
 func countObserved(ds []hub.Device, gen int64) int {
