@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestParseMemoryLimit(t *testing.T) {
 	for in, want := range map[string]memoryLimit{
@@ -30,7 +33,30 @@ func TestAutoLimit(t *testing.T) {
 	if got, want := autoLimit(1000, 400<<20), int64(400<<20)/8*9; got != want {
 		t.Errorf("1,000 devices, 400 MiB live (a heavier fleet than the budget): %d, want 9/8 of live %d", got, want)
 	}
-	if live := liveBytes(); live == 0 {
-		t.Error("liveBytes read nothing")
+	if live, allocated := memStats(); live == 0 || allocated == 0 {
+		t.Errorf("memStats read %d live, %d allocated", live, allocated)
+	}
+}
+
+// A burst of allocation lends headroom until burstHold after its last
+// busy period; an idle trickle does not start one.
+func TestBurstHeadroom(t *testing.T) {
+	var b burst
+	t0 := time.Unix(1700000000, 0)
+	steps := []struct {
+		after     time.Duration
+		allocated uint64
+		want      int64
+	}{
+		{0, 10 << 20, burstHeadroom}, // the first reading counts from 0
+		{autoEvery, 10<<20 + 1000, burstHeadroom},
+		{burstHold + time.Millisecond, 10<<20 + 2000, 0},
+		{burstHold + 2*autoEvery, 10<<20 + 2000 + burstAlloc, burstHeadroom},
+		{2*burstHold + 3*autoEvery, 10<<20 + 3000 + burstAlloc, 0},
+	}
+	for i, s := range steps {
+		if got := b.headroom(s.allocated, t0.Add(s.after)); got != s.want {
+			t.Errorf("step %d: headroom %d, want %d", i, got, s.want)
+		}
 	}
 }

@@ -129,7 +129,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
 	broker := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
-	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what is live), off, or a size such as 512Mi (default auto)")
+	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return err
 	}
