@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub clean
 
 all: build
 
@@ -214,7 +214,12 @@ demo: build
 	@examples/demo.sh
 
 bench: build
-	go run ./test/bench -bin bin/podvisor -hub-devices 1000 -sched-devices 10000
+	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000
+
+# Only the hub sync rows: status throughput, podhub with 3,000 devices
+# (1,000 of them take the apply).
+bench-hub: build
+	go run ./test/bench -bin bin/podvisor -hub-only -hub-devices 3000 -hub-apply-devices 1000
 
 clean:
 	rm -rf bin

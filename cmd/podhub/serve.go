@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -34,9 +33,12 @@ type config struct {
 	Broker        string `json:"broker,omitempty"`
 	Prefix        string `json:"prefix,omitempty"`
 	DeviceTimeout string `json:"deviceTimeout,omitempty"`
-	Username      string `json:"username,omitempty"`
-	PasswordFile  string `json:"passwordFile,omitempty"`
-	TLS           struct {
+	// MemoryLimit is podhub's soft memory limit: auto, off or a size
+	// (gclimit.go).
+	MemoryLimit  string `json:"memoryLimit,omitempty"`
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
+	TLS          struct {
 		CA   string `json:"ca,omitempty"`
 		Cert string `json:"cert,omitempty"`
 		Key  string `json:"key,omitempty"`
@@ -89,7 +91,8 @@ func (c *cli) init(args []string) error {
 		"# The embedded broker speaks TLS and admits only certificates from pki/ca.pem;\n" +
 		"# listen on a public address (\"0.0.0.0:8883\") for devices on other hosts.\n" +
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
-		"deviceTimeout: 90s     # a device silent this long is NotReady\n"
+		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
+		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
@@ -126,6 +129,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
 	broker := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
+	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return err
 	}
@@ -137,6 +141,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	if *timeout != "" {
 		cfg.DeviceTimeout = *timeout
+	}
+	if *memoryLimitFlag != "" {
+		cfg.MemoryLimit = *memoryLimitFlag
 	}
 	deviceTimeout, err := time.ParseDuration(cfg.DeviceTimeout)
 	if err != nil || deviceTimeout <= 0 {
@@ -157,15 +164,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(c.errOut, nil))
-	if os.Getenv("GOGC") == "" {
-		// podhub's heap is mostly long-lived per-connection state, and a
-		// connected fleet allocates little (about 1.4 MiB/s for 3,000
-		// devices heartbeating every 30 s), so collecting at 10% growth
-		// keeps little garbage resident for a few more collections: with
-		// 3,000 idle devices about 3 KiB less per device than at 25%, for
-		// 6-7 collections in 20 s instead of 2 at 30 s heartbeats (go run
-		// ./test/bench -fleet-only -hub-devices 3000 -hub-heartbeat 30s).
-		debug.SetGCPercent(10)
+	memLimit, err := parseMemoryLimit(cfg.MemoryLimit)
+	if err != nil {
+		return err
 	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout}
 	var b *hub.Broker
@@ -199,6 +200,13 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	var clients func() int
+	if b != nil {
+		clients = b.Clients
+	}
+	stopLimit := make(chan struct{})
+	defer close(stopLimit)
+	applyMemoryLimit(memLimit, clients, stopLimit)
 	fleet, err := openFleet(c.path("fleet.db"))
 	if err != nil {
 		return err

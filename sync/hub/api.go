@@ -143,15 +143,15 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 			return nil, fmt.Errorf("apply: no device matches %v", req.Selector)
 		}
 	}
+	gens, err := a.Hub.ApplyTo(targets, req.Pods)
 	var out []Applied
-	for _, id := range targets {
-		gen, err := a.Hub.Apply(id, req.Pods)
-		if err != nil {
-			return out, fmt.Errorf("device %s: %w", id, err)
-		}
-		out = append(out, Applied{Device: id, Generation: gen})
+	for i, gen := range gens {
+		out = append(out, Applied{Device: targets[i], Generation: gen})
 	}
-	return out, nil
+	if err != nil && len(gens) < len(targets) {
+		err = fmt.Errorf("device %s: %w", targets[len(gens)], err)
+	}
+	return out, err
 }
 
 func decodeBody(r *http.Request, v any) error {

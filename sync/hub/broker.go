@@ -246,3 +246,6 @@ func BrokerTLS(certFile, keyFile string, ca *pki.CA) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}, nil
 }
+
+// Clients counts the broker's connected clients.
+func (b *Broker) Clients() int { return b.server.Clients.Len() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver
@@ -111,7 +112,12 @@ CREATE TABLE IF NOT EXISTS cursors (
 // so a forged heartbeat cannot put a ghost online.
 type Fleet struct {
 	db        *sql.DB
+	stmts     stmtCache
 	retention Retention
+	// counts are devices' mirror counts, kept by ApplyStatus (the
+	// mirrors' only writer) so a batch need not count them again.
+	countsMu sync.Mutex
+	counts   map[string]int
 }
 
 // Retention bounds what the fleet keeps of each device.
@@ -158,19 +164,27 @@ func OpenFleet(path string) (*Fleet, error) {
 		db.Close()
 		return nil, fmt.Errorf("fleet database %s: %w", path, err)
 	}
-	return &Fleet{db: db, retention: DefaultRetention}, nil
+	f := &Fleet{db: db, stmts: stmtCache{db: db}, retention: DefaultRetention}
+	if err := f.stmts.prepare(preparedQueries); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fleet database %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // SetRetention changes the bounds of stored events.
 func (f *Fleet) SetRetention(r Retention) { f.retention = r }
 
 // Close closes the database.
-func (f *Fleet) Close() error { return f.db.Close() }
+func (f *Fleet) Close() error {
+	f.stmts.close()
+	return f.db.Close()
+}
 
 // touch records that a known device was heard from; ErrUnknownDevice
 // for another.
 func (f *Fleet) touch(tx *sql.Tx, device string, at time.Time) error {
-	res, err := tx.Exec(`UPDATE devices SET last_seen = MAX(last_seen, ?) WHERE id = ?`, at.UnixMilli(), device)
+	res, err := f.stmts.exec(tx, qTouch, at.UnixMilli(), device)
 	if err != nil {
 		return err
 	}
@@ -192,7 +206,7 @@ type DesiredDoc struct {
 func (f *Fleet) Desired(device string) (DesiredDoc, error) {
 	d := DesiredDoc{Device: device}
 	var pods []byte
-	err := f.db.QueryRow(`SELECT generation, pods, document FROM desired WHERE device = ?`, device).Scan(&d.Generation, &pods, &d.Document)
+	err := f.stmts.dbQueryRow(qDesired, []any{device}, &d.Generation, &pods, &d.Document)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, nil
 	}
@@ -204,27 +218,31 @@ func (f *Fleet) Desired(device string) (DesiredDoc, error) {
 
 // SaveDesired stores a device's next desired document; it fails if
 // another writer moved the generation meanwhile.
-func (f *Fleet) SaveDesired(d DesiredDoc) error {
-	pods, _ := json.Marshal(d.Pods)
+func (f *Fleet) SaveDesired(d DesiredDoc) error { return f.SaveDesiredAll([]DesiredDoc{d}) }
+
+// SaveDesiredAll stores devices' next desired documents in one
+// transaction: all or none (none if another writer moved a generation).
+func (f *Fleet) SaveDesiredAll(docs []DesiredDoc) error {
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var current int64
-	if err := tx.QueryRow(`SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`, d.Device).Scan(&current); err != nil {
-		return err
-	}
-	if current != d.Generation-1 {
-		return fmt.Errorf("device %s: generation %d is stored, cannot store %d", d.Device, current, d.Generation)
-	}
-	if _, err := tx.Exec(`INSERT INTO desired (device, generation, pods, document) VALUES (?, ?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, pods = excluded.pods, document = excluded.document`,
-		d.Device, d.Generation, pods, d.Document); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(`INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`, d.Device); err != nil {
-		return err
+	for _, d := range docs {
+		pods, _ := json.Marshal(d.Pods)
+		var current int64
+		if err := f.stmts.queryRow(tx, qPublished, []any{d.Device}, &current); err != nil {
+			return err
+		}
+		if current != d.Generation-1 {
+			return fmt.Errorf("device %s: generation %d is stored, cannot store %d", d.Device, current, d.Generation)
+		}
+		if _, err := f.stmts.exec(tx, qUpsertDesired, d.Device, d.Generation, pods, d.Document); err != nil {
+			return err
+		}
+		if _, err := f.stmts.exec(tx, qAddDevice, d.Device); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

@@ -337,7 +337,42 @@ func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
 // checked as the device will check them: any invalid pod refuses the
 // whole apply, with every reason.
 func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
-	check := protocol.Desired{Device: device, Generation: 1, Pods: pods}
+	gens, err := h.ApplyTo([]string{device}, pods)
+	if len(gens) == 1 {
+		return gens[0], err
+	}
+	return 0, err
+}
+
+// ApplyTo is Apply to each of devices, in order: the pods are checked
+// once, and the documents stored a batch per transaction and published
+// once stored. It stops at the first device whose document cannot be
+// made; gens holds the generations of the devices before it.
+func (h *Hub) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, err error) {
+	if err := checkApplied(pods); err != nil {
+		return nil, err
+	}
+	replaced := map[string]bool{}
+	for _, raw := range pods {
+		ns, name := podKey(raw)
+		replaced[ns+"/"+name] = true
+	}
+	return h.updateAll(devices, func(current []json.RawMessage) []json.RawMessage {
+		keep := current[:0:0]
+		for _, raw := range current {
+			ns, name := podKey(raw)
+			if !replaced[ns+"/"+name] {
+				keep = append(keep, raw)
+			}
+		}
+		return append(keep, pods...)
+	})
+}
+
+// checkApplied checks applied pods as a device will (the check depends
+// on the pods only, not on the device).
+func checkApplied(pods []json.RawMessage) error {
+	check := protocol.Desired{Device: "check", Generation: 1, Pods: pods}
 	decoded, results := protocol.DecodePods(&check, manifest.Decode)
 	var reasons []string
 	for _, r := range results {
@@ -354,22 +389,9 @@ func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 		}
 	}
 	if len(reasons) > 0 {
-		return 0, fmt.Errorf("refused: %v", reasons)
+		return fmt.Errorf("refused: %v", reasons)
 	}
-	return h.update(device, func(current []json.RawMessage) []json.RawMessage {
-		keep := current[:0:0]
-		replaced := map[string]bool{}
-		for _, p := range decoded {
-			replaced[p.Namespace+"/"+p.Name] = true
-		}
-		for _, raw := range current {
-			ns, name := podKey(raw)
-			if !replaced[ns+"/"+name] {
-				keep = append(keep, raw)
-			}
-		}
-		return append(keep, pods...)
-	})
+	return nil
 }
 
 // Delete removes a pod from a device's desired state.
@@ -400,29 +422,68 @@ func (h *Hub) Delete(device, namespace, name string) (int64, error) {
 }
 
 func (h *Hub) update(device string, change func([]json.RawMessage) []json.RawMessage) (int64, error) {
-	if err := protocol.ValidDeviceID(device); err != nil {
-		return 0, err
+	gens, err := h.updateAll([]string{device}, change)
+	if len(gens) == 1 {
+		return gens[0], err
 	}
+	return 0, err
+}
+
+// storeBatch bounds the documents stored in one transaction, so that the
+// reports waiting for the database meanwhile wait for a batch, not for a
+// whole fleet.
+const storeBatch = 256
+
+// updateAll makes each device's next generation with change, signs it,
+// and stores a batch of documents in one transaction before publishing
+// them; it stops at the first device whose document cannot be made.
+func (h *Hub) updateAll(devices []string, change func([]json.RawMessage) []json.RawMessage) (gens []int64, err error) {
 	h.updating.Lock()
 	defer h.updating.Unlock()
+	for len(devices) > 0 && err == nil {
+		n := min(len(devices), storeBatch)
+		var docs []DesiredDoc
+		for _, device := range devices[:n] {
+			var next DesiredDoc
+			if next, err = h.nextDoc(device, change); err != nil {
+				break
+			}
+			docs = append(docs, next)
+		}
+		devices = devices[n:]
+		if len(docs) == 0 {
+			break
+		}
+		if serr := h.fleet.SaveDesiredAll(docs); serr != nil {
+			return gens, serr
+		}
+		// Stored first: a hub that dies here publishes them at its next start.
+		for _, d := range docs {
+			h.client.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
+			gens = append(gens, d.Generation)
+		}
+	}
+	return gens, err
+}
+
+// nextDoc makes a device's next desired document, signed.
+func (h *Hub) nextDoc(device string, change func([]json.RawMessage) []json.RawMessage) (DesiredDoc, error) {
+	if err := protocol.ValidDeviceID(device); err != nil {
+		return DesiredDoc{}, err
+	}
 	cur, err := h.fleet.Desired(device)
 	if err != nil {
-		return 0, err
+		return DesiredDoc{}, err
 	}
 	next := DesiredDoc{Device: device, Generation: cur.Generation + 1, Pods: change(cur.Pods)}
 	next.Document, err = protocol.Sign(protocol.Desired{Device: device, Generation: next.Generation, Pods: next.Pods}, h.cfg.Key)
 	if err != nil {
-		return 0, err
+		return DesiredDoc{}, err
 	}
 	if len(next.Document) > protocol.MaxDesiredBytes {
-		return 0, fmt.Errorf("device %s: the desired document would be %d bytes, over the %d byte limit", device, len(next.Document), protocol.MaxDesiredBytes)
+		return DesiredDoc{}, fmt.Errorf("device %s: the desired document would be %d bytes, over the %d byte limit", device, len(next.Document), protocol.MaxDesiredBytes)
 	}
-	if err := h.fleet.SaveDesired(next); err != nil {
-		return 0, err
-	}
-	// Stored first: a hub that dies here publishes it at its next start.
-	h.client.Publish(h.topics.Device(device, protocol.KindDesired), 1, true, next.Document)
-	return next.Generation, nil
+	return next, nil
 }
 
 // podKey reads a stored pod's namespace and name (stored pods were

@@ -48,7 +48,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		return 0, 0, false, err
 	}
 	var epoch string
-	err = tx.QueryRow(`SELECT epoch, seq FROM cursors WHERE device = ?`, b.Device).Scan(&epoch, &cursor)
+	err = f.stmts.queryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return 0, 0, false, err
@@ -56,17 +56,23 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		if b.After != 0 {
 			return 0, 0, true, nil
 		}
-		if _, err := tx.Exec(`DELETE FROM mirrors WHERE device = ?`, b.Device); err != nil {
+		if _, err := f.stmts.exec(tx, qDropMirrors, b.Device); err != nil {
 			return 0, 0, false, err
 		}
+		f.forgetMirrorCount(b.Device) // none now: counted below
 		cursor = 0
 	case b.After > cursor:
 		return cursor, 0, true, nil // a batch is missing before this one
 	}
 	events := 0
-	var mirrors int // counted once a batch: the bound on made-up pods
-	if err := tx.QueryRow(`SELECT COUNT(*) FROM mirrors WHERE device = ?`, b.Device).Scan(&mirrors); err != nil {
-		return 0, 0, false, err
+	// The device's mirrors, for the bound on made-up pods: counted once,
+	// then kept by this, their only writer, as each batch commits (read
+	// while this transaction holds the fleet's one connection).
+	mirrors, counted := f.mirrorCount(b.Device)
+	if !counted {
+		if err := f.stmts.queryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
+			return 0, 0, false, err
+		}
 	}
 	for _, it := range b.Items {
 		if it.Seq <= cursor {
@@ -77,17 +83,17 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		switch {
 		case it.Event != nil:
 			ev, _ := json.Marshal(it.Event)
-			_, err = tx.Exec(`INSERT INTO events (device, seq, key, event, at) VALUES (?, ?, ?, ?, ?)`, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
+			_, err = f.stmts.exec(tx, qInsertEvent, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
 			events++
 		case it.Pod == nil:
 			var res sql.Result
-			if res, err = tx.Exec(`DELETE FROM mirrors WHERE device = ? AND key = ?`, b.Device, it.Key); err == nil {
+			if res, err = f.stmts.exec(tx, qDeleteMirror, b.Device, it.Key); err == nil {
 				n, _ := res.RowsAffected()
 				mirrors -= int(n)
 			}
 		default:
 			var known bool
-			if err = tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`, b.Device, it.Key).Scan(&known); err != nil {
+			if err = f.stmts.queryRow(tx, qMirrorKnown, []any{b.Device, it.Key}, &known); err != nil {
 				break
 			}
 			if !known {
@@ -97,16 +103,14 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 				mirrors++
 			}
 			pod, _ := json.Marshal(it.Pod)
-			_, err = tx.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
-				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`,
+			_, err = f.stmts.exec(tx, qUpsertMirror,
 				b.Device, it.Key, it.Seq, pod)
 		}
 		if err != nil {
 			return 0, 0, false, err
 		}
 	}
-	if _, err := tx.Exec(`INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`, b.Device, b.Epoch, cursor); err != nil {
+	if _, err := f.stmts.exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
 		return 0, 0, false, err
 	}
 	if events > 0 {
@@ -114,7 +118,37 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			return 0, 0, false, err
 		}
 	}
-	return cursor, applied, false, tx.Commit()
+	// Kept before the commit releases the connection to the next batch.
+	f.keepMirrorCount(b.Device, mirrors)
+	if err := tx.Commit(); err != nil {
+		f.forgetMirrorCount(b.Device)
+		return 0, 0, false, err
+	}
+	return cursor, applied, false, nil
+}
+
+// mirrorCount is a device's mirror count as its last committed status
+// batch left it; counted is false when unknown.
+func (f *Fleet) mirrorCount(device string) (n int, counted bool) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	n, counted = f.counts[device]
+	return n, counted
+}
+
+func (f *Fleet) forgetMirrorCount(device string) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	delete(f.counts, device)
+}
+
+func (f *Fleet) keepMirrorCount(device string, n int) {
+	f.countsMu.Lock()
+	defer f.countsMu.Unlock()
+	if f.counts == nil {
+		f.counts = map[string]int{}
+	}
+	f.counts[device] = n
 }
 
 // Cursor is a device's outbox cursor: its epoch ("" before any) and the
@@ -145,7 +179,7 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 		return false, err
 	}
 	var published int64
-	if err := tx.QueryRow(`SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`, a.Device).Scan(&published); err != nil {
+	if err := f.stmts.queryRow(tx, qPublished, []any{a.Device}, &published); err != nil {
 		return false, err
 	}
 	if a.Generation > published || a.ObservedGeneration > published || a.ObservedGeneration < 0 {
@@ -153,14 +187,12 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 			a.Generation, a.ObservedGeneration, ErrNotPublished, published)
 	}
 	var before int64
-	err = tx.QueryRow(`SELECT observed FROM acks WHERE device = ?`, a.Device).Scan(&before)
+	err = f.stmts.queryRow(tx, qObserved, []any{a.Device}, &before)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
 	regressed = err == nil && a.ObservedGeneration < before && a.ObservedGeneration < published
-	if _, err := tx.Exec(`INSERT INTO acks (device, generation, observed, error, results) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, observed = excluded.observed,
-		error = excluded.error, results = excluded.results`, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
+	if _, err := f.stmts.exec(tx, qUpsertAck, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
 		return false, err
 	}
 	return regressed, tx.Commit()
@@ -188,7 +220,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 	if duplicate, err = f.seeInstance(tx, device, p.Instance, at); err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(`UPDATE devices SET online = ? WHERE id = ?`, p.Online, device); err != nil {
+	if _, err := f.stmts.exec(tx, qOnline, p.Online, device); err != nil {
 		return false, err
 	}
 	return duplicate, tx.Commit()
@@ -225,12 +257,12 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 		return dropped, false, err
 	}
 	var prevNode []byte
-	if err := tx.QueryRow(`SELECT node FROM devices WHERE id = ?`, h.Device).Scan(&prevNode); err != nil {
+	if err := f.stmts.queryRow(tx, qNode, []any{h.Device}, &prevNode); err != nil {
 		return dropped, false, err
 	}
 	stampConditions(&h.Node, prevNode, at)
 	node, _ := json.Marshal(h.Node)
-	if _, err := tx.Exec(`UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ? WHERE id = ?`,
+	if _, err := f.stmts.exec(tx, qSaveNode,
 		h.Version, node, labels, net, h.Device); err != nil {
 		return dropped, false, err
 	}
@@ -272,8 +304,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	}
 	var cur, prev string
 	var since, dupUntil int64
-	if err := tx.QueryRow(`SELECT instance, prev_instance, instance_since, duplicate_until FROM devices WHERE id = ?`, device).
-		Scan(&cur, &prev, &since, &dupUntil); err != nil {
+	if err := f.stmts.queryRow(tx, qInstance, []any{device}, &cur, &prev, &since, &dupUntil); err != nil {
 		return false, err
 	}
 	now := at.UnixMilli()
@@ -281,7 +312,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	case cur == instance:
 		return false, nil
 	case cur == "":
-		_, err = tx.Exec(`UPDATE devices SET instance = ?, instance_since = ? WHERE id = ?`, instance, now, device)
+		_, err = f.stmts.exec(tx, qFirstInstance, instance, now, device)
 		return false, err
 	}
 	alternating := instance == prev && now-since < DuplicateWindow.Milliseconds()
@@ -289,7 +320,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 		duplicate = dupUntil < now
 		dupUntil = now + DuplicateWindow.Milliseconds()
 	}
-	if _, err := tx.Exec(`UPDATE devices SET prev_instance = ?, instance = ?, instance_since = ?, duplicate_until = ? WHERE id = ?`,
+	if _, err := f.stmts.exec(tx, qSwitchInstance,
 		cur, instance, now, dupUntil, device); err != nil {
 		return false, err
 	}

@@ -44,15 +44,30 @@ func (s *Store) Add(items []Item) error {
 	if len(items) == 0 {
 		return nil
 	}
+	s.adding.Lock()
+	defer s.adding.Unlock()
+	var added int64
+	for _, it := range items {
+		added += int64(len(it.Payload))
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	// Prepared once for the batch: the driver parses a query at every Exec.
+	replace, err := tx.Prepare(`DELETE FROM outbox WHERE key = ? AND kind = ?
+		AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`)
+	if err != nil {
+		return err
+	}
+	insert, err := tx.Prepare(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`)
+	if err != nil {
+		return err
+	}
 	for _, it := range items {
 		if it.Kind == KindPod {
-			if _, err := tx.Exec(`DELETE FROM outbox WHERE key = ? AND kind = ?
-				AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`, it.Key, KindPod); err != nil {
+			if _, err := replace.Exec(it.Key, KindPod); err != nil {
 				return err
 			}
 		}
@@ -60,45 +75,53 @@ func (s *Store) Add(items []Item) error {
 		if payload == nil {
 			payload = []byte{} // a pod gone from the device
 		}
-		if _, err := tx.Exec(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`, it.Key, it.Kind, payload); err != nil {
+		if _, err := insert.Exec(it.Key, it.Kind, payload); err != nil {
 			return err
 		}
 	}
-	if err := s.enforceLimits(tx); err != nil {
-		return err
+	size := s.size
+	size.rows += len(items)
+	size.bytes += added
+	if !size.known || size.rows > s.limits.Rows || size.bytes > s.limits.Bytes {
+		rows, bytes, err := s.enforceLimits(tx)
+		if err != nil {
+			return err
+		}
+		size.known, size.rows, size.bytes = true, rows, bytes
 	}
 	if err := tx.Commit(); err != nil {
+		s.size.known = false
 		return fmt.Errorf("outbox: %w", err)
 	}
+	s.size = size
 	return nil
 }
 
 // enforceLimits drops the oldest unsent events until the outbox fits, or
-// only pods' newest statuses (and sent events) are left.
-func (s *Store) enforceLimits(tx *sql.Tx) error {
+// only pods' newest statuses (and sent events) are left; it returns the
+// outbox's size then.
+func (s *Store) enforceLimits(tx *sql.Tx) (rows int, bytes int64, err error) {
 	for {
-		var rows int
-		var bytes int64
 		if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM outbox`).Scan(&rows, &bytes); err != nil {
-			return err
+			return 0, 0, err
 		}
 		over := rows - s.limits.Rows
 		if bytes > s.limits.Bytes && over < 1 {
 			over = max(1, rows/100) // shed bytes a slice at a time
 		}
 		if over < 1 {
-			return nil
+			return rows, bytes, nil
 		}
 		res, err := tx.Exec(`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE kind = ? AND wseq IS NULL ORDER BY seq LIMIT ?)`, KindEvent, over)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		n, _ := res.RowsAffected()
 		if n == 0 {
-			return nil // only pod statuses: those are never dropped
+			return rows, bytes, nil // only pod statuses: those are never dropped
 		}
 		if _, err := tx.Exec(`UPDATE outbox_meta SET dropped = dropped + ? WHERE id = 1`, n); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
 }
@@ -133,9 +156,13 @@ func (s *Store) Next(after int64, n int) ([]Row, error) {
 	if err != nil || len(fresh) == 0 {
 		return out, err
 	}
+	number, err := tx.Prepare(`UPDATE outbox SET wseq = ? WHERE seq = ?`)
+	if err != nil {
+		return nil, err
+	}
 	for i := range fresh {
 		assigned++
-		if _, err := tx.Exec(`UPDATE outbox SET wseq = ? WHERE seq = ?`, assigned, fresh[i].Seq); err != nil {
+		if _, err := number.Exec(assigned, fresh[i].Seq); err != nil {
 			return nil, err
 		}
 		fresh[i].Seq = assigned
@@ -189,8 +216,12 @@ func (s *Store) Ack(seq int64) error {
 	if seq <= acked {
 		return nil
 	}
-	if _, err := tx.Exec(`DELETE FROM outbox WHERE wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
-		OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`, seq, KindEvent); err != nil {
+	// Only the rows this receipt covers: those at or below the previous
+	// one were settled by it (and a pod's status replaced since went in
+	// Add), so the pods' retained statuses are not scanned at every
+	// receipt.
+	if _, err := tx.Exec(`DELETE FROM outbox WHERE wseq > ? AND wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
+		OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`, acked, seq, KindEvent); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(`UPDATE outbox_meta SET acked = ? WHERE id = 1`, seq); err != nil {
@@ -223,6 +254,13 @@ func (s *Store) NewEpoch() (string, error) {
 	}
 	s.epoch = epoch
 	return epoch, nil
+}
+
+// Progress reads the hub's receipt cursor and the highest sequence
+// number sent, without counting the rows as Stats does.
+func (s *Store) Progress() (acked, assigned int64, err error) {
+	err = s.db.QueryRow(`SELECT acked, assigned FROM outbox_meta WHERE id = 1`).Scan(&acked, &assigned)
+	return acked, assigned, err
 }
 
 // Stats reads the outbox's size and counters.

@@ -82,6 +82,18 @@ type Store struct {
 
 	mu    sync.Mutex
 	epoch string
+
+	// adding serialises Add with what it knows of the outbox's size:
+	// at most size (rows, bytes), known once counted. Only Add grows the
+	// outbox, so the bound holds until the next Add; the table is
+	// counted (a scan) only when the bound reaches the limits, not at
+	// every Add.
+	adding sync.Mutex
+	size   struct {
+		known bool
+		rows  int
+		bytes int64
+	}
 }
 
 // Open opens (creating if needed) the hub tables in the database at path.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -224,6 +225,101 @@ func TestMirroredIsTheNewestStatusOfEachPod(t *testing.T) {
 	for k, v := range want {
 		if string(got[k]) != v {
 			t.Fatalf("mirrored %q, want %q", got, want)
+		}
+	}
+}
+
+// A receipt deletes only the rows it covers; what earlier receipts left
+// (pods' newest statuses) must then be exactly what a delete over the
+// whole outbox would keep, through pods replaced while in flight, after
+// their receipt, removals and events, in seeded random order.
+func TestAckSettlesOnlyItsRows(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	rng := rand.New(rand.NewPCG(7, 11))
+	var sent int64
+	for step := range 400 {
+		var items []Item
+		for range rng.IntN(5) {
+			key := fmt.Sprintf("default/p%d", rng.IntN(12))
+			switch rng.IntN(6) {
+			case 0:
+				items = append(items, Item{key, KindEvent, []byte("ev")})
+			case 1:
+				items = append(items, Item{key, KindPod, nil})
+			default:
+				items = append(items, Item{key, KindPod, fmt.Appendf(nil, "%s@%d", key, step)})
+			}
+		}
+		if err := s.Add(items); err != nil {
+			t.Fatal(err)
+		}
+		if rng.IntN(2) == 0 {
+			rows, err := s.Next(sent, 1+rng.IntN(6))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) > 0 {
+				sent = rows[len(rows)-1].Seq
+			}
+		}
+		st, _ := s.Stats()
+		if st.Assigned > st.Acked && rng.IntN(3) == 0 {
+			if err := s.Ack(st.Acked + 1 + rng.Int64N(st.Assigned-st.Acked)); err != nil {
+				t.Fatal(err)
+			}
+			st, _ = s.Stats()
+			// The delete over every acknowledged row finds nothing left.
+			res, err := s.db.Exec(`DELETE FROM outbox WHERE wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
+				OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`, st.Acked, KindEvent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 0 {
+				t.Fatalf("step %d: %d acknowledged rows left that the receipt at %d should have settled", step, n, st.Acked)
+			}
+		}
+		if st.Retained > 12 {
+			t.Fatalf("step %d: %d retained statuses of 12 pods", step, st.Retained)
+		}
+	}
+}
+
+// Add counts the outbox only when what it knows of its size may pass the
+// limits; the limits hold after every Add all the same, through receipts
+// that shrink it and a reopen that forgets the count.
+func TestOutboxLimitsHoldWithoutCountingEveryAdd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	l := Limits{Rows: 30, Bytes: 600}
+	s := open(t, path, l)
+	var sent int64
+	for i := range 300 {
+		if i == 150 {
+			s.Close()
+			s = open(t, path, l)
+		}
+		payload := bytes.Repeat([]byte{'x'}, 1+i%40)
+		if err := s.Add([]Item{{fmt.Sprintf("default/p%d", i%4), KindPod, []byte("p")}, {"default/web", KindEvent, payload}}); err != nil {
+			t.Fatal(err)
+		}
+		var rows int
+		var size int64
+		if err := s.db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM outbox`).Scan(&rows, &size); err != nil {
+			t.Fatal(err)
+		}
+		if rows > l.Rows || size > l.Bytes {
+			t.Fatalf("add %d: the outbox holds %d rows, %d bytes; limits %+v", i, rows, size, l)
+		}
+		if i%7 == 0 {
+			next, err := s.Next(sent, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(next) > 0 {
+				sent = next[len(next)-1].Seq
+				if err := s.Ack(sent); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,19 +58,19 @@ func hubBench(binDir string, devices int) error {
 	if err != nil {
 		return err
 	}
-	rate, err := statusThroughput(filepath.Join(dir, "embedded"), embedded, 10000)
+	rate, cpu, err := statusThroughput(filepath.Join(dir, "embedded"), embedded, 10000)
 	b.Close()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("status updates device -> hub, stored, embedded broker   %8.0f /s  (10,000 distinct pods' statuses, acked by the hub)\n", rate)
+	fmt.Printf("status updates device -> hub, stored, embedded broker   %8.0f /s  (10,000 distinct pods' statuses, acked by the hub; %.1f µs CPU each: device, broker, hub)\n", rate, float64(cpu)/1e3)
 	if peer, ok := startMosquittoPlain(dir); ok {
-		prate, err := statusThroughput(filepath.Join(dir, "mosquitto"), peer.addr, 10000)
+		prate, pcpu, err := statusThroughput(filepath.Join(dir, "mosquitto"), peer.addr, 10000)
 		peer.stop()
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  peer: the same through Mosquitto %s                %8.0f /s  (embedded/Mosquitto %.2fx)\n", peer.version, prate, rate/prate)
+		fmt.Printf("  peer: the same through Mosquitto %s                %8.0f /s  (embedded/Mosquitto %.2fx; %.1f µs CPU each: device, hub)\n", peer.version, prate, rate/prate, float64(pcpu)/1e3)
 	} else {
 		fmt.Println("  peer: Mosquitto not installed (Debian's mosquitto); skipped")
 	}
@@ -104,62 +105,74 @@ func fleetOnlyBench(bin string, devices int) error {
 
 // statusThroughput sends n statuses of distinct pods (no coalescing) and
 // times until the hub has acknowledged every one.
-func statusThroughput(dir, addr string, n int) (float64, error) {
+func statusThroughput(dir, addr string, n int) (rate float64, cpuPer time.Duration, err error) {
 	fleet, err := hub.OpenFleet(filepath.Join(dir, "fleet.db"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer fleet.Close()
 	if err := fleet.AddDevice("bench-1"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	fleet.SetRetention(hub.Retention{Events: 1000, Mirrors: n}) // n distinct pods, all kept
 	_, priv, _ := ed25519.GenerateKey(nil)
 	h := hub.New(hub.Config{Broker: "mqtt://" + addr, Key: priv, ClientID: "podhub-bench"}, fleet, silent)
 	if err := h.Start(10 * time.Second); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer h.Close()
 	st, err := store.Open(filepath.Join(dir, "device.db"), store.Limits{Rows: 2 * n, Bytes: 1 << 30})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer st.Close()
 	a, err := device.New(device.Config{Broker: "mqtt://" + addr, DeviceID: "bench-1", AllowUnsigned: true}, st, quietPods{}, silent)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go a.Run(stop)
 	items := make([]store.Item, 0, 100)
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for i := range n {
 		name := fmt.Sprintf("pod-%05d", i)
 		p, _ := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Status: v1.PodStatus{Phase: v1.PodRunning}})
 		items = append(items, store.Item{Key: "default/" + name, Kind: store.KindPod, Payload: p})
 		if len(items) == cap(items) {
 			if err := a.Publish(items); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			items = items[:0]
 		}
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		s, _ := st.Stats()
-		if s.Rows == 0 {
-			break
+	// Progress is polled (cheap); the rows are counted once all is acked.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Millisecond) {
+		acked, assigned, _ := st.Progress()
+		if acked == assigned && assigned >= int64(n) {
+			if s, _ := st.Stats(); s.Rows == 0 {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("status throughput: %d statuses still unacknowledged after 2 min", s.Rows)
+			s, _ := st.Stats()
+			return 0, 0, fmt.Errorf("status throughput: %d statuses still unacknowledged after 2 min", s.Rows)
 		}
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	ms, _ := fleet.Mirrors("bench-1")
 	if len(ms) != n {
-		return 0, fmt.Errorf("status throughput: the hub holds %d mirrors, want %d", len(ms), n)
+		return 0, 0, fmt.Errorf("status throughput: the hub holds %d mirrors, want %d", len(ms), n)
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), cpu / time.Duration(n), nil
+}
+
+// processCPU is this process's CPU time (user and system) so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type mosquittoPeer struct {
@@ -271,14 +284,31 @@ func fleetBench(binDir, dir string, devices int) error {
 			s.Close()
 		}
 	}()
+	// The simulated devices' stores in memory where the machine has a
+	// tmpfs: a device stores its desired document with synchronous=FULL
+	// before it acks, and 3,000 devices sharing this machine's one disk
+	// would queue their fsyncs behind each other, where each real device
+	// has its own.
+	devDir, err := os.MkdirTemp("/dev/shm", "podvisor-bench-devices")
+	if err != nil {
+		devDir = filepath.Join(dir, "devices")
+	}
+	defer os.RemoveAll(devDir)
+	// Enrolled (labelled) first, as an operator does before a device
+	// connects: the hub believes only devices it knows. Not timed.
+	for i := range devices {
+		group := "bench" // the apply's selector
+		if *hubApplyDevices > 0 && i >= *hubApplyDevices {
+			group = "idle"
+		}
+		if err := client.Do("PUT", fmt.Sprintf("/v1/devices/sim-%04d/labels", i), map[string]string{"fleet": group}, nil); err != nil {
+			return err
+		}
+	}
 	var wg sync.WaitGroup
 	connectStart := time.Now()
 	for i := range devices {
-		// Enrolled (labelled) first: the hub believes only devices it knows.
-		if err := client.Do("PUT", fmt.Sprintf("/v1/devices/sim-%04d/labels", i), map[string]string{"fleet": "bench"}, nil); err != nil {
-			return err
-		}
-		st, err := store.Open(filepath.Join(dir, "devices", fmt.Sprintf("d%04d", i), "state.db"), store.DefaultLimits)
+		st, err := store.Open(filepath.Join(devDir, fmt.Sprintf("d%04d", i), "state.db"), store.DefaultLimits)
 		if err != nil {
 			return err
 		}
@@ -292,7 +322,7 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	var ds []hub.Device
 	var listErr error
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if listErr = client.Do("GET", "/v1/devices", nil, &ds); listErr == nil && countReady(ds) == devices {
 			break
 		}
@@ -301,7 +331,7 @@ func fleetBench(binDir, dir string, devices int) error {
 			if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/goroutine?debug=1", dump); err != nil {
 				dump = err.Error()
 			}
-			return fmt.Errorf("only %d of %d simulated devices connected in 3 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
+			return fmt.Errorf("only %d of %d simulated devices connected in 5 min (last listing error: %v; podhub's goroutines: %s); podhub's log ends:\n%s",
 				countReady(ds), devices, listErr, dump, lastLines(ph.log.String(), 30))
 		}
 	}
@@ -327,22 +357,73 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 
 	pod := json.RawMessage(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"greeter"},"spec":{"runtimeClassName":"process","containers":[{"name":"app","image":"host","command":["sleep","1000"]}]}}`)
+	profiled := make(chan error, 1)
+	if *hubCPUProfile != "" {
+		// With the allocations before and after (go tool pprof -base).
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/allocs", *hubCPUProfile+".allocs0"); err != nil {
+			return err
+		}
+		// Started first: the profile covers the apply and the acks.
+		go func() {
+			profiled <- saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/profile?seconds=5", *hubCPUProfile)
+		}()
+		time.Sleep(100 * time.Millisecond)
+	} else {
+		profiled <- nil
+	}
+	var memApply podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memApply); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
+	applyCPU0, _ := cpuTicks(ph.pid())
 	start := time.Now()
 	var applied []hub.Applied
 	if err := client.Do("POST", "/v1/apply", hub.ApplyRequest{Selector: map[string]string{"fleet": "bench"}, Pods: []json.RawMessage{pod}}, &applied); err != nil {
 		return err
 	}
 	applyDone := time.Since(start)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countObserved(ds, 1) == devices {
+	targets := devices
+	if *hubApplyDevices > 0 {
+		targets = min(devices, *hubApplyDevices)
+	}
+	if len(applied) != targets {
+		return fmt.Errorf("the apply reached %d devices, want %d", len(applied), targets)
+	}
+	// The devices' own stores first (in this process: no load on
+	// podhub), then podhub's listing of 3,000 devices, which is not
+	// cheap, until it has every ack.
+	waiting := stores[:targets]
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if waiting = unstored(waiting); len(waiting) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d devices acked in 3 min", countObserved(ds, 1), devices)
+			return fmt.Errorf("the devices did not all store the applied document in 3 min")
+		}
+	}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if err := client.Do("GET", "/v1/devices", nil, &ds); err == nil && countObserved(ds, 1) == targets {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d devices acked in 3 min", countObserved(ds, 1), targets)
 		}
 	}
 	acked := time.Since(start)
+	applyCPU1, _ := cpuTicks(ph.pid())
+	var memAcked podhubMemory
+	if err := client.Do("GET", "/v1/debug/memory", nil, &memAcked); err != nil {
+		return fmt.Errorf("podhub's memory breakdown: %w", err)
+	}
 	full := rss(ph.pid())
+	if err := <-profiled; err != nil {
+		return err
+	}
+	if *hubCPUProfile != "" {
+		if err := saveDebug(filepath.Join(data, "podhub.sock"), "/debug/pprof/allocs", *hubCPUProfile+".allocs1"); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("podhub with %d simulated devices (real agents, one SQLite store each, in the bench process)\n", devices)
 	fmt.Printf("  all connected and Ready (TLS, client certificates)     %8.2f s\n", connected.Seconds())
 	fmt.Printf("  podhub RSS with %d idle devices                      %6.1f MiB (%.1f KiB per device)\n", devices, idleFleet.total,
@@ -358,17 +439,22 @@ func fleetBench(binDir, dir string, devices int) error {
 	fmt.Printf("  podhub CPU over %.0f s with the fleet connected (heartbeat %v)  %5.2f%% of a core (%d GCs: %.2f%%; %.2f MiB/s allocated)\n",
 		window, *hubHeartbeat, float64(cpuAfter-cpuBefore)/clockTicks/window*100, memWindow.GCs-memFleet.GCs,
 		(memWindow.GCCPUSeconds-memFleet.GCCPUSeconds)/window*100, float64(memWindow.AllocatedBytes-memFleet.AllocatedBytes)/(1<<20)/window)
-	fmt.Printf("  podhub apply --selector (sign, store, publish all)     %8.2f s\n", applyDone.Seconds())
+	fmt.Printf("  podhub apply --selector to %d devices (sign, store, publish all) %8.2f s\n", targets, applyDone.Seconds())
 	fmt.Printf("  podhub apply -> every device's ack stored at the hub   %8.2f s\n", acked.Seconds())
+	fmt.Printf("    podhub's CPU from apply to the last ack: %.2f s (%d GCs, %.2f s of it in the collector; %.1f MiB allocated)\n",
+		float64(applyCPU1-applyCPU0)/clockTicks, memAcked.GCs-memApply.GCs, memAcked.GCCPUSeconds-memApply.GCCPUSeconds,
+		float64(memAcked.AllocatedBytes-memApply.AllocatedBytes)/(1<<20))
 	fmt.Printf("  podhub RSS, 0 / %d devices                          %6.1f / %.1f MiB\n", devices, idle.total, full.total)
 	return nil
 }
 
 // The fleet benchmark's knobs beyond the device count.
 var (
-	hubHeapProfile = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
-	hubHeartbeat   = flag.Duration("hub-heartbeat", 10*time.Minute, "the simulated devices' heartbeat period (devices default to 30s)")
-	hubIdleWindow  = flag.Duration("hub-idle-window", 20*time.Second, "how long podhub's CPU is measured with the fleet connected")
+	hubHeapProfile  = flag.String("hub-heap-profile", "", "save podhub's heap profile with -hub-devices idle devices to this file (go tool pprof)")
+	hubHeartbeat    = flag.Duration("hub-heartbeat", 10*time.Minute, "the simulated devices' heartbeat period (devices default to 30s)")
+	hubApplyDevices = flag.Int("hub-apply-devices", 0, "apply to the first this many simulated devices, the others idle (0: all)")
+	hubCPUProfile   = flag.String("hub-cpu-profile", "", "save podhub's CPU profile of 5 s from just before the apply to this file (go tool pprof)")
+	hubIdleWindow   = flag.Duration("hub-idle-window", 20*time.Second, "how long podhub's CPU is measured with the fleet connected")
 )
 
 // saveDebug saves what podhub's API socket answers at path (a profile).
@@ -427,6 +513,18 @@ func countReady(ds []hub.Device) int {
 		}
 	}
 	return n
+}
+
+// unstored drops the leading stores that hold an applied desired
+// document: what is left starts with one that does not yet.
+func unstored(stores []*store.Store) []*store.Store {
+	for len(stores) > 0 {
+		if r, ok, err := stores[0].Desired(); err != nil || !ok || r.Generation < 1 {
+			break
+		}
+		stores = stores[1:]
+	}
+	return stores
 }
 
 func countObserved(ds []hub.Device, gen int64) int {

@@ -41,7 +41,25 @@ func main() {
 	outboxChildDB := flag.String("outbox-child", "", "internal: make 1,000 outbox changes in this database (the fsync count)")
 	ctrdOnly := flag.Bool("containerd-only", false, "measure only the containerd pods and their podman peer (with -containerd-pods 0: only their latencies)")
 	fleetOnly := flag.Bool("fleet-only", false, "measure only podhub with -hub-devices simulated devices (its idle cost per device)")
+	hubOnly := flag.Bool("hub-only", false, "measure only hub sync: status throughput (embedded broker and Mosquitto), the outbox's fsyncs, and podhub with -hub-devices simulated devices")
 	flag.Parse()
+	if stop, err := startCPUProfile(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	} else {
+		defer stop()
+	}
+	if *hubOnly {
+		abs, err := filepath.Abs(*bin)
+		if err == nil {
+			err = hubBench(filepath.Dir(abs), *hubDevices)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *schedChild != "" || *schedOnly {
 		if err := schedMain(*bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
