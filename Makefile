@@ -100,13 +100,14 @@ test-arm64-vm: $(ARM64_DEPS)
 	set -ex; \
 	test/vm/arm64.sh bin/arm64
 
-# The device image budgets (issue 17): podvisor ≤ 16 MiB stripped on arm64,
+# The device image budgets: podvisor ≤ 18 MiB stripped on arm64 (it was 16;
+# raised so the next capabilities fit, each reporting what it adds) and
 # podvisor-containerd ≤ 20 MiB, built as releases are. Fails when a change
 # takes a binary over; `make size` says where the bytes go.
 .PHONY: test-size-budget
 test-size-budget: $(ARM64_DEPS)
 	@set -e; \
-	for b in podvisor:16 podvisor-containerd:20; do \
+	for b in podvisor:18 podvisor-containerd:20; do \
 		f=bin/arm64/$${b%%:*}; max=$$(( $${b##*:} * 1048576 )); size=$$(stat -c %s $$f); \
 		if [ $$size -gt $$max ]; then echo "size budget: $$f is $$size bytes, over $${b##*:} MiB by $$((size - max)) (make size says where the bytes go)"; exit 1; fi; \
 		echo "size budget: $$f $$size bytes, $$((max - size)) under $${b##*:} MiB"; \

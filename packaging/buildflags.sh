@@ -4,7 +4,7 @@
 # Yocto recipe and the Buildroot package build the same bytes.
 # Usage: packaging/buildflags.sh CMD [TAG...]   (extra tags join the binary's)
 #
-# podvisor and podvisor-shim (the process-pod image, ≤ 16 MiB on arm64;
+# podvisor and podvisor-shim (the process-pod image, ≤ 18 MiB on arm64;
 # docs/footprint.md, "Binary size per device image", has the measurements):
 # - nethttpomithttp2: net/http without its HTTP/2 client and server
 #   (0.5 MiB). podvisor's HTTP is HTTP/1.1 (probes, as the kubelet's; the API
