@@ -25,9 +25,17 @@ const kubeletPSS = 219.7
 
 var ctrdShimGroup = flag.String("containerd-shim-group", "device", "containerd.shimGroup of the containerd pods: device or pod")
 
+var ctrdSeccomp = flag.String("containerd-seccomp", "", "seccompProfile type of the containerd pods, for every side: RuntimeDefault or Unconfined "+
+	"(default: none, so each side's own default: podvisor's RuntimeDefault, the kubelet's Unconfined)")
+
 // containerdPod is a one-container pod of the bench image with the marks
-// directory mounted at /marks, on the host's network unless ownNetwork.
+// directory mounted at /marks, on the host's network unless ownNetwork,
+// with the -containerd-seccomp profile if one is set.
 func containerdPod(name, marks, restartPolicy, script string, ownNetwork bool) string {
+	security := ""
+	if *ctrdSeccomp != "" {
+		security = fmt.Sprintf("  securityContext: {seccompProfile: {type: %s}}\n", *ctrdSeccomp)
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s}
@@ -35,14 +43,22 @@ spec:
   hostNetwork: %t
   restartPolicy: %s
   terminationGracePeriodSeconds: 2
-  volumes: [{name: marks, hostPath: {path: %s, type: Directory}}]
+%s  volumes: [{name: marks, hostPath: {path: %s, type: Directory}}]
   containers:
   - name: main
     image: %s
     imagePullPolicy: Never
     command: ["sh", "-c", %q]
     volumeMounts: [{name: marks, mountPath: /marks}]
-`, name, !ownNetwork, restartPolicy, marks, benchImage, script)
+`, name, !ownNetwork, restartPolicy, security, marks, benchImage, script)
+}
+
+// seccompNote says which seccomp profile a side's containers ran under.
+func seccompNote(sideDefault string) string {
+	if *ctrdSeccomp != "" {
+		return "seccomp " + *ctrdSeccomp + " (the pods')"
+	}
+	return "seccomp " + sideDefault + " (its default)"
 }
 
 func startScript(name string) string { return "stamp /marks/" + name + "; exec sleep 100000" }
@@ -122,24 +138,32 @@ func containerdBench(bin string, n, podCount int) error {
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, b.log.String())
 	}
-	restart, err := b.timed(n, "crestart", func(name string) (time.Time, time.Time, error) {
+	var firsts []string // the first instance of each round's pod
+	restart, exits, err := b.timedAt(n, "crestart", func(name string) (time.Time, time.Time, error) {
 		b.write(name, containerdPod(name, b.marks, "Always", restartScript(name), false))
 		exited, err := b.mark(name + ".exit")
 		if err != nil {
 			return exited, exited, err
 		}
 		ran, err := b.mark(name + ".start")
+		first := ""
+		if p, perr := b.client.Pod(context.Background(), "default", name); perr == nil {
+			first = string(p.UID) + "_main_1"
+		}
+		firsts = append(firsts, first)
 		os.Remove(filepath.Join(b.manifests, name+".yaml"))
 		return exited, ran, err
 	})
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, b.log.String())
 	}
+	detect, noticedToRun := splitAtNotice(b.log.String(), firsts, exits, restart)
 	if podCount == 0 { // -containerd-only -containerd-pods 0: latencies alone
-		fmt.Printf("\ncontainerd pods — %s, OCI runtime %s\n", containerdVersion(), ociRuntimeVersion("runc"))
+		fmt.Printf("\ncontainerd pods — %s, OCI runtime %s, %s\n", containerdVersion(), ociRuntimeVersion("runc"), seccompNote("RuntimeDefault"))
 		fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 		printDist("manifest write -> workload running", toRun)
 		printDist("process exit -> restarted workload running", restart)
+		printNoticed(detect, noticedToRun)
 		if *kubeletBin != "" {
 			return kubeletPeer(*kubeletBin, dir, archive, b.marks, n, 0, restart, 0)
 		}
@@ -167,12 +191,13 @@ func containerdBench(bin string, n, podCount int) error {
 	shims := sumRSS("containerd-shim-runc-v2", ctrd.Address)
 	loggers := sumRSS("podvisor-shim", "log-path")
 
-	fmt.Printf("\ncontainerd pods — %s (private instance), OCI runtime %s, local side-loaded image, one container per pod, hostNetwork\n",
-		containerdVersion(), ociRuntimeVersion("runc"))
+	fmt.Printf("\ncontainerd pods — %s (private instance), OCI runtime %s, %s, local side-loaded image, one container per pod, hostNetwork\n",
+		containerdVersion(), ociRuntimeVersion("runc"), seccompNote("RuntimeDefault"))
 	fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 	printDist("manifest write -> workload running", toRun)
 	printDist("  the same with its own network (CNI)", toRunCNI)
 	printDist("process exit -> restarted workload running", restart)
+	printNoticed(detect, noticedToRun)
 	fmt.Printf("daemon RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB\n", podCount, idle.total, full.total)
 	fmt.Printf("plugin RSS, 0 / %d containerd pods       %6.2f / %6.2f MiB  (podvisor-containerd)\n", podCount, pluginIdle.total, pluginFull.total)
 	fmt.Printf("containerd shims (shimGroup %s): %d for %d pods, %.2f MiB RSS each (anon %.2f); log drivers: %d\n", *ctrdShimGroup,
@@ -207,15 +232,23 @@ func containerdBench(bin string, n, podCount int) error {
 // timed runs n rounds; each returns when its clock started and when the
 // workload said it ran.
 func (b *bench) timed(n int, prefix string, round func(name string) (from, to time.Time, err error)) ([]time.Duration, error) {
+	lat, _, err := b.timedAt(n, prefix, round)
+	return lat, err
+}
+
+// timedAt is timed that also returns when each round's clock started.
+func (b *bench) timedAt(n int, prefix string, round func(name string) (from, to time.Time, err error)) ([]time.Duration, []time.Time, error) {
 	var lat []time.Duration
+	var froms []time.Time
 	for i := 0; i < n; i++ {
 		from, to, err := round(fmt.Sprintf("%s-%d", prefix, i))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		lat = append(lat, to.Sub(from))
+		froms = append(froms, from)
 	}
-	return lat, nil
+	return lat, froms, nil
 }
 
 // podmanPeer runs the same pods with "podman kube play" (Debian's podman)

@@ -180,8 +180,8 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 		}
 	}
 	v, _ := exec.Command(kubelet, "--version").Output()
-	fmt.Printf("\npeer: %s, standalone (static pods), generic PLEG, %s (private instance, CRI), OCI runtime %s, the same pods and image\n",
-		strings.TrimSpace(string(v)), containerdVersion(), ociRuntimeVersion("runc"))
+	fmt.Printf("\npeer: %s, standalone (static pods), generic PLEG, %s (private instance, CRI), OCI runtime %s, %s, the same pods and image\n",
+		strings.TrimSpace(string(v)), containerdVersion(), ociRuntimeVersion("runc"), seccompNote("Unconfined"))
 	fmt.Printf("%-44s %8s %8s %8s\n", "latency (n="+fmt.Sprint(n)+")", "p50", "p90", "max")
 	printDist("process exit -> restarted workload running", restart)
 	if len(noticed) > 0 {

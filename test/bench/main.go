@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -106,7 +107,26 @@ type bench struct {
 	dir, manifests, socket, marks string
 	cmd                           *exec.Cmd
 	client                        *api.Client
-	log                           bytes.Buffer
+	log                           logBuffer
+}
+
+// logBuffer keeps the daemon's output, which exec's copier writes while
+// the bench reads it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func run(bin string, n, podCount, probed int, window time.Duration, evictions, ctrdPods, hubDevices int) error {

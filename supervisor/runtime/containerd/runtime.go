@@ -66,7 +66,10 @@ type Runtime struct {
 	// forgetting are the pods whose network and namespaces are being
 	// removed (forget.go), each closed when done.
 	forgetting map[types.UID]chan struct{}
-	pruning    atomic.Bool // an image garbage collection runs
+	// starting are the starts in flight, by instance, each closed when
+	// done (restart.go).
+	starting map[string]chan struct{}
+	pruning  atomic.Bool // an image garbage collection runs
 }
 
 // New returns the containerd runtime for cfg; Launch runs its plugin.
@@ -74,7 +77,8 @@ type Runtime struct {
 func New(cfg Config, dataDir string, cg runtime.Cgroups, log *slog.Logger) *Runtime {
 	return &Runtime{cfg: cfg, dataDir: dataDir, cgroups: cg, log: log,
 		followed: map[string]string{}, foundSignals: map[string]string{}, imageRefs: map[string]string{},
-		podNets: map[types.UID]*podNetwork{}, podIPs: map[types.UID][]string{}, forgetting: map[types.UID]chan struct{}{}}
+		podNets: map[types.UID]*podNetwork{}, podIPs: map[types.UID][]string{}, forgetting: map[types.UID]chan struct{}{},
+		starting: map[string]chan struct{}{}}
 }
 
 // Configured reports whether cfg runs containerd pods at all.
@@ -141,7 +145,9 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	ips := r.podIPsLocked(c.Pod)
 	r.mu.Unlock()
 	spec := c.Spec
+	started := r.runStarted(c.InstanceID)
 	go func() {
+		defer started()
 		if nw != nil {
 			r.ensure(nw)
 			r.networkDone(c.Pod.UID, nw)
@@ -231,11 +237,13 @@ func (r *Runtime) Kill(instanceID string) error {
 }
 
 // Remove deletes a finished container (task, container, snapshot) and its
-// termination message file. The daemon calls it once the end is saved:
-// kept until then, a daemon that dies in between still learns its exit
-// code from containerd.
+// termination message file, once its pod's starts in flight are done
+// (restart.go). The daemon calls it once the end is saved: kept until
+// then, a daemon that dies in between still learns its exit code from
+// containerd.
 func (r *Runtime) Remove(instanceID string) error {
 	r.forget(instanceID)
+	r.awaitPodStarts(instanceID)
 	if err := r.client.Remove(ContainerID(instanceID)); err != nil {
 		return err
 	}

@@ -62,6 +62,9 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *
 	if img == nil {
 		return p.pull(ctx, ref, image, access)
 	}
+	if p.images.get(img) != nil {
+		return img, nil // unpacked when its entry was read
+	}
 	if err := p.unpack(ctx, img); err != nil {
 		return nil, &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 	}
@@ -340,6 +343,7 @@ func (p *Plugin) RemoveImage(args pluginapi.NameArgs, _ *pluginapi.Empty) error 
 	if used[ref] {
 		return fmt.Errorf("image %s is used by a container", ref)
 	}
+	p.images.drop(ref)
 	err = p.client.ImageService().Delete(ctx, ref, images.SynchronousDelete())
 	if errdefs.IsNotFound(err) {
 		return fmt.Errorf("image %s not found", args.Name)
@@ -352,6 +356,7 @@ func (p *Plugin) RemoveImage(args pluginapi.NameArgs, _ *pluginapi.Empty) error 
 // used images first, as the kubelet does.
 const labelLastUsed = "io.podvisor.last-used"
 
+// touchImage records an image's use.
 func (p *Plugin) touchImage(ctx context.Context, img ctrd.Image) {
 	meta := img.Metadata()
 	if meta.Labels == nil {
@@ -387,6 +392,7 @@ func (p *Plugin) PruneImages(args pluginapi.PruneArgs, reply *pluginapi.PruneRep
 			continue
 		}
 		size, _ := img.Size(ctx)
+		p.images.drop(img.Name())
 		if err := p.client.ImageService().Delete(ctx, img.Name(), images.SynchronousDelete()); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("removing image %s: %w", img.Name(), err)
 		}

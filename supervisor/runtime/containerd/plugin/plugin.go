@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,7 +57,11 @@ type Plugin struct {
 	// forgotten are the pods whose shim groups ended.
 	forgotten forgottenGroups
 	// gate orders imports and hub pods' pulls.
-	gate importGate
+	gate   importGate
+	images imageCache
+	// snapName is the snapshotter, once resolved.
+	snapMu   sync.Mutex
+	snapName string
 }
 
 // labelStarted records when a container's task started: containerd's task
@@ -124,12 +129,24 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		reply.Failure = fail
 		return nil
 	}
-	opts, stopSignal, err := p.specOpts(ctx, img, cfg)
+	info, err := p.imageInfo(ctx, img)
 	if err != nil {
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
-	p.touchImage(ctx, img)
+	opts, stopSignal, err := p.specOpts(img, info, cfg)
+	if err != nil {
+		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
+		return nil
+	}
+	// The image's use is recorded as Run ends, the container started or
+	// not: a write to containerd's database, kept off the way to the start.
+	defer p.touchImage(ctx, img)
+	snapshotter, err := p.snapshotter(ctx)
+	if err != nil {
+		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
+		return nil
+	}
 	logs := logSpec{Path: cfg.LogPath, MaxBytes: cfg.LogMaxBytes, MaxFiles: cfg.LogMaxFiles}
 	own := logs.labels()
 	if cfg.ShimGroup != "" {
@@ -137,9 +154,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	}
 	c, err := p.client.NewContainer(ctx, cfg.ID,
 		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(own),
-		ctrd.WithImage(img),
-		ctrd.WithSnapshotter(p.cfg.Snapshotter),
-		ctrd.WithNewSnapshot(cfg.ID, img),
+		p.withSnapshot(cfg.ID, snapshotter, img, info),
 		ctrd.WithRuntime(p.cfg.Runtime, p.runtimeOptions(cfg.SystemdCgroup)),
 		ctrd.WithNewSpec(opts...),
 	)
@@ -161,7 +176,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		return nil
 	}
 	reply.StartedAt, reply.Pid, reply.StopSignal = time.Now(), int(task.Pid()), stopSignal
-	reply.ImageRef = imageRef(ctx, img)
+	reply.ImageRef = info.ref
 	labels := map[string]string{labelStarted: reply.StartedAt.Format(time.RFC3339Nano), pluginapi.LabelImageRef: reply.ImageRef}
 	if stopSignal != "" {
 		labels[pluginapi.LabelStopSignal] = stopSignal

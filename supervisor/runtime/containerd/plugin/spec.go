@@ -18,17 +18,14 @@ import (
 
 // specOpts builds the OCI runtime spec of a container from its image and
 // the pod, with Kubernetes' rules, and returns the image's stop signal.
-func (p *Plugin) specOpts(ctx context.Context, img ctrd.Image, cfg pluginapi.ContainerConfig) ([]oci.SpecOpts, string, error) {
-	ic, err := img.Spec(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("reading the image's config: %w", err)
-	}
+func (p *Plugin) specOpts(img ctrd.Image, info *imageInfo, cfg pluginapi.ContainerConfig) ([]oci.SpecOpts, string, error) {
+	ic := info.config
 	args := kubernetesArgs(ic.Config.Entrypoint, ic.Config.Cmd, cfg.Command, cfg.Args)
 	if len(args) == 0 {
 		return nil, "", errors.New("no command specified: the image has no entrypoint or cmd and the container sets none")
 	}
 	opts := []oci.SpecOpts{
-		oci.WithImageConfig(img),
+		oci.WithImageConfig(cachedConfig{img.ContentStore(), info}),
 		oci.WithProcessArgs(args...),
 		oci.WithEnv(cfg.Env),
 	}
