@@ -48,9 +48,11 @@ for arch in $arches; do
 	export ARCH
 	mkdir -p "$out/linux-$arch"
 	# nfpm expands variables in a few fields only, not in contents' src:
-	# the YAMLs name bin/ and packaging/, linked here per architecture.
+	# the YAMLs name bin/, packaging/ and the licence files, linked here
+	# per architecture.
 	rm -rf "$stage" && mkdir -p "$stage"
 	ln -s "$dist" "$stage/bin" && ln -s "$top/packaging" "$stage/packaging"
+	ln -s "$top/LICENSE" "$top/NOTICE" "$top/third_party" "$stage/"
 	for pkg in podvisor podvisor-containerd podhub; do
 		for fmt in deb rpm apk ipk; do
 			(cd "$stage" && $NFPM package --config "packaging/nfpm/$pkg.yaml" --packager "$fmt" --target "$top/$out/linux-$arch/") >/dev/null

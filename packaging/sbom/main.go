@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"time"
 )
 
@@ -140,14 +141,18 @@ func describe(doc *document, seen map[string]bool, path string) error {
 		Comment:          "built with " + info.GoVersion + " from " + info.Path + "; " + settings,
 		LicenseConcluded: "NOASSERTION", LicenseDeclared: "NOASSERTION", CopyrightText: "NOASSERTION",
 	}
+	if info.Main.Path == ownModule {
+		bin.LicenseConcluded, bin.LicenseDeclared = ownLicense, ownLicense
+		bin.CopyrightText = ownCopyright
+	}
 	doc.Packages = append(doc.Packages, bin)
 	doc.Relationships = append(doc.Relationships, relationship{"SPDXRef-DOCUMENT", "DESCRIBES", bin.ID})
 	goID := spdxID("Package", "golang.org/toolchain", info.GoVersion)
-	add := func(id, name, version, sum string) {
+	add := func(id, name, version, sum, license string) {
 		if !seen[id] {
 			seen[id] = true
 			p := pkg{ID: id, Name: name, Version: version, Download: "NOASSERTION",
-				PrimaryPurpose: "LIBRARY", LicenseConcluded: "NOASSERTION", LicenseDeclared: "NOASSERTION", CopyrightText: "NOASSERTION",
+				PrimaryPurpose: "LIBRARY", LicenseConcluded: license, LicenseDeclared: license, CopyrightText: "NOASSERTION",
 				ExternalRefs: []externalRef{{"PACKAGE-MANAGER", "purl", "pkg:golang/" + name + "@" + version}}}
 			if sum != "" {
 				p.Comment = "go.sum " + sum
@@ -156,7 +161,7 @@ func describe(doc *document, seen map[string]bool, path string) error {
 		}
 		doc.Relationships = append(doc.Relationships, relationship{bin.ID, "CONTAINS", id})
 	}
-	add(goID, "stdlib", info.GoVersion, "")
+	add(goID, "stdlib", info.GoVersion, "", "NOASSERTION")
 	for _, d := range info.Deps {
 		m := d
 		if d.Replace != nil {
@@ -166,7 +171,32 @@ func describe(doc *document, seen map[string]bool, path string) error {
 		if version == "" {
 			version = "(devel)" // a local replace, e.g. third_party/
 		}
-		add(spdxID("Package", d.Path, version), d.Path, version, m.Sum)
+		add(spdxID("Package", d.Path, version), d.Path, version, m.Sum, depLicense(d))
 	}
 	return nil
+}
+
+// podvisor's own licence (LICENSE), for binaries built from its module.
+const (
+	ownModule    = "github.com/podvisor/podvisor"
+	ownLicense   = "Apache-2.0"
+	ownCopyright = "Copyright 2026 the podvisor authors"
+)
+
+// inTree are the licences of the modules podvisor carries in its tree
+// (third_party/, used through a local replace), so known for certain.
+var inTree = map[string]string{
+	"github.com/mochi-mqtt/server/v2": "MIT", // third_party/mochi-mqtt-server/LICENSE.md
+}
+
+// depLicense is a linked module's licence where it is known: only for the
+// in-tree copies. Others are NOASSERTION: a version fetched from the
+// proxy is not read here, so nothing is asserted about it.
+func depLicense(d *debug.Module) string {
+	if d.Replace != nil && d.Replace.Version == "" {
+		if l, ok := inTree[d.Path]; ok {
+			return l
+		}
+	}
+	return "NOASSERTION"
 }

@@ -12,9 +12,10 @@
 PODVISOR_VERSION = $(shell git -C $(BR2_EXTERNAL_PODVISOR_PATH) describe --tags --always --dirty 2>/dev/null || echo dev)
 PODVISOR_SITE = $(realpath $(BR2_EXTERNAL_PODVISOR_PATH)/../..)
 PODVISOR_SITE_METHOD = local
-# The repository has no LICENSE file yet: no PODVISOR_LICENSE_FILES until
-# it does (test/packages fails then, to have both set).
-PODVISOR_LICENSE = NOASSERTION
+# The binaries built here are podvisor's own code; the MIT-licensed
+# broker in third_party/ is linked into podhub only, not built here.
+PODVISOR_LICENSE = Apache-2.0
+PODVISOR_LICENSE_FILES = LICENSE NOTICE
 PODVISOR_GOMOD = github.com/podvisor/podvisor
 
 # Static, without cgo, as every podvisor release. A local source is not

@@ -5,10 +5,12 @@ cgroup limits, probes and eviction, and syncs from an optional fleet hub."
 HOMEPAGE = "https://github.com/podvisor/podvisor"
 SECTION = "admin"
 
-# The repository has no LICENSE file yet. Once it has, set LICENSE to its
-# SPDX name and LIC_FILES_CHKSUM = "file://src/${GO_IMPORT}/LICENSE;md5=...".
-LICENSE = "CLOSED"
-LIC_FILES_CHKSUM = ""
+# The binaries this recipe builds are podvisor's own code (Apache-2.0):
+# the MIT-licensed MQTT broker in third_party/ is linked into podhub
+# only, which runs on servers and is not built here. test/packages
+# checks the md5 against LICENSE.
+LICENSE = "Apache-2.0"
+LIC_FILES_CHKSUM = "file://src/${GO_IMPORT}/LICENSE;md5=3b83ef96387f14655fc854ddc3c6bd57"
 
 GO_IMPORT = "github.com/podvisor/podvisor"
 SRC_URI = "git://${GO_IMPORT}.git;protocol=https;branch=main;destsuffix=${GO_SRCURI_DESTSUFFIX}"
