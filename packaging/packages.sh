@@ -48,11 +48,13 @@ for arch in $arches; do
 	export ARCH
 	mkdir -p "$out/linux-$arch"
 	# nfpm expands variables in a few fields only, not in contents' src:
-	# the YAMLs name bin/, packaging/ and the licence files, linked here
-	# per architecture.
+	# the YAMLs name bin/, packaging/, third_party/ and the licence files,
+	# linked here per architecture. Files are copied: nfpm packs a
+	# symbolic link as a link (directories' contents as files).
 	rm -rf "$stage" && mkdir -p "$stage"
 	ln -s "$dist" "$stage/bin" && ln -s "$top/packaging" "$stage/packaging"
-	ln -s "$top/LICENSE" "$top/NOTICE" "$top/third_party" "$stage/"
+	ln -s "$top/third_party" "$stage/third_party"
+	cp "$top/LICENSE" "$top/NOTICE" "$stage/"
 	for pkg in podvisor podvisor-containerd podhub; do
 		for fmt in deb rpm apk ipk; do
 			(cd "$stage" && $NFPM package --config "packaging/nfpm/$pkg.yaml" --packager "$fmt" --target "$top/$out/linux-$arch/") >/dev/null

@@ -43,6 +43,9 @@ for arch in $arches; do
 	done
 	go run ./packaging/sbom "$dir"/podvisor "$dir"/podvisor-shim "$dir"/podvisor-containerd "$dir"/podhub > "$dir/sbom.spdx.json"
 	(cd "$dir" && sha256sum podvisor podvisor-shim podvisor-containerd podhub sbom.spdx.json > SHA256SUMS)
+	# The licences go with the binaries: podvisor's, and the MIT broker's
+	# that podhub links.
+	cp LICENSE NOTICE "$dir/" && cp third_party/mochi-mqtt-server/LICENSE.md "$dir/LICENSE.mochi-mqtt-server"
 	pv=$(stat -c %s "$dir/podvisor"); sh=$(stat -c %s "$dir/podvisor-shim"); ct=$(stat -c %s "$dir/podvisor-containerd")
 	printf '%-8s %12s %12s %12s %12s %12s\n' "$arch" "$(mib "$pv")" "$(mib "$sh")" "$(mib "$ct")" \
 		"$(mib $((pv + sh)))" "$(mib $((pv + sh + ct)))" >> "$report.new"

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strings"
 	"time"
 )
 
@@ -190,10 +191,11 @@ var inTree = map[string]string{
 }
 
 // depLicense is a linked module's licence where it is known: only for the
-// in-tree copies. Others are NOASSERTION: a version fetched from the
-// proxy is not read here, so nothing is asserted about it.
+// in-tree copies (replaced by a path into third_party/; the binary records
+// its version as "(devel)"). Others are NOASSERTION: a version fetched
+// from the proxy is not read here, so nothing is asserted about it.
 func depLicense(d *debug.Module) string {
-	if d.Replace != nil && d.Replace.Version == "" {
+	if d.Replace != nil && strings.HasPrefix(d.Replace.Path, "./third_party/") {
 		if l, ok := inTree[d.Path]; ok {
 			return l
 		}

@@ -54,10 +54,11 @@ func TestDepLicense(t *testing.T) {
 		d    *debug.Module
 		want string
 	}{
-		{&debug.Module{Path: mochi, Version: "v2.7.9", Replace: &debug.Module{Path: "./third_party/mochi-mqtt-server"}}, "MIT"},
+		{&debug.Module{Path: mochi, Version: "v2.7.9", Replace: &debug.Module{Path: "./third_party/mochi-mqtt-server", Version: "(devel)"}}, "MIT"},
 		{&debug.Module{Path: mochi, Version: "v2.7.9"}, "NOASSERTION"},
 		{&debug.Module{Path: mochi, Version: "v2.7.9", Replace: &debug.Module{Path: "example.com/fork", Version: "v2.7.10"}}, "NOASSERTION"},
-		{&debug.Module{Path: "example.com/other", Replace: &debug.Module{Path: "../other"}}, "NOASSERTION"},
+		{&debug.Module{Path: "example.com/other", Replace: &debug.Module{Path: "../other", Version: "(devel)"}}, "NOASSERTION"},
+		{&debug.Module{Path: mochi, Version: "v2.7.9", Replace: &debug.Module{Path: "../mochi", Version: "(devel)"}}, "NOASSERTION"},
 	} {
 		if got := depLicense(c.d); got != c.want {
 			t.Errorf("depLicense(%s => %+v) = %q, want %q", c.d.Path, c.d.Replace, got, c.want)

@@ -121,6 +121,9 @@ func TestNfpmLicence(t *testing.T) {
 		got := map[string]string{} // packager + " " + src → dst
 		for _, e := range cfg.Contents {
 			got[e.Packager+" "+e.Src] = e.Dst
+			if (e.Type == "doc" || e.Type == "license") && e.Packager != "rpm" {
+				t.Errorf("%s.yaml: %s has type %s, which nfpm packs into .rpm only", c.name, e.Dst, e.Type)
+			}
 			if top, _, _ := strings.Cut(e.Src, "/"); e.Src != "" && top != "bin" && top != "packaging" &&
 				!strings.Contains(script, `"$top/`+top+`"`) {
 				t.Errorf("%s.yaml: %s, but packages.sh does not link %s into its stage", c.name, e.Src, top)

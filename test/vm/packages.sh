@@ -32,7 +32,8 @@ pkgs=dist/v0.0.1/packages/linux-amd64
 info=$(tar -xzOf "$pkgs/podvisor_0.0.1_x86_64.apk" .PKGINFO 2>/dev/null || true)
 grep -q '^pkgname = podvisor$' <<<"$info" && grep -q '^arch = x86_64$' <<<"$info" || fail ".apk .PKGINFO: $info"
 list=$(tar -tzf "$pkgs/podvisor_0.0.1_x86_64.apk" 2>/dev/null || true)
-for s in .post-install .post-upgrade .pre-deinstall .post-deinstall etc/init.d/podvisor usr/bin/podvisor-shim; do
+for s in .post-install .post-upgrade .pre-deinstall .post-deinstall etc/init.d/podvisor usr/bin/podvisor-shim \
+  usr/share/licenses/podvisor/LICENSE usr/share/doc/podvisor/NOTICE; do
   grep -qx -- "$s" <<<"$list" || fail ".apk lacks $s"
 done
 info=$(tar -xzOf "$pkgs/podvisor-containerd_0.0.1_x86_64.apk" .PKGINFO 2>/dev/null || true)
@@ -49,6 +50,16 @@ if command -v rpm >/dev/null; then
   out=$(rpm -qp --scripts "$pkgs/podvisor-0.0.1-1.x86_64.rpm" 2>/dev/null || true)
   grep -q '^preuninstall scriptlet' <<<"$out" || fail ".rpm has no preuninstall scriptlet"
 fi
+# The licence: Debian's copyright file; podhub's .apk with the MIT broker's.
+list=$(dpkg-deb -c "$pkgs/podvisor_0.0.1_amd64.deb" 2>/dev/null || true)
+for f in copyright NOTICE; do # files, not links to the build tree
+  grep -q "^-rw-r--r-- .* ./usr/share/doc/podvisor/$f\$" <<<"$list" || fail ".deb lacks the file /usr/share/doc/podvisor/$f"
+done
+for f in LICENSE NOTICE LICENSE.mochi-mqtt-server; do
+  [ -s "dist/v0.0.1/linux-amd64/$f" ] || fail "the release has no $f beside its binaries"
+done
+grep -qx usr/share/licenses/podhub/mochi-mqtt-server.LICENSE <<<"$(tar -tzf "$pkgs/podhub_0.0.1_x86_64.apk" 2>/dev/null || true)" ||
+  fail "podhub .apk lacks the MIT broker's licence"
 grep -qx 'Depends: podvisor' <(dpkg-deb -f "$pkgs/podvisor-containerd_0.0.1_amd64.deb" Depends | sed 's/^/Depends: /') ||
   fail "podvisor-containerd .deb does not depend on podvisor"
 
