@@ -63,7 +63,8 @@ type Hub struct {
 	kick    chan struct{}
 	started time.Time
 	// updating serialises desired-document updates (API, acks and the
-	// scheduler each make the next generation).
+	// scheduler each make the next generation) and a reconnect's
+	// republishing of every document, so no older one is published last.
 	updating sync.Mutex
 	// seen is each device's heartbeat as the scheduler reads it, so that
 	// only a heartbeat that changes it asks for a pass.
@@ -174,14 +175,20 @@ func (h *Hub) onConnect(c mqtt.Client) {
 	session := make([]byte, 8)
 	rand.Read(session)
 	c.Publish(h.topics.HubPresence(), 1, true, protocol.Encode(&protocol.Presence{Online: true, Session: hex.EncodeToString(session)}))
+	// Under the update lock: an update stored after this read but published
+	// before this loop would otherwise be overwritten at the broker by the
+	// older document read here, and the device would never see it.
+	h.updating.Lock()
 	docs, err := h.fleet.AllDesired()
 	if err != nil {
+		h.updating.Unlock()
 		h.log.Error("reading desired documents", "err", err)
 		return
 	}
 	for _, d := range docs {
 		c.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
 	}
+	h.updating.Unlock()
 	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs))
 }
 
