@@ -2,17 +2,14 @@ package plugin
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ociimage"
-	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // runSleeper runs a sleeping container and returns how its start went;
@@ -135,7 +132,7 @@ func TestSeccompOptsWithoutKernelSupport(t *testing.T) {
 // any tag.
 func TestDigestPinnedPull(t *testing.T) {
 	p, ctrd := newPlugin(t)
-	registry := startPlainRegistry(t)
+	registry := startRegistry(t)
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
 		t.Fatal(err)
@@ -185,41 +182,5 @@ func TestDigestPinnedPull(t *testing.T) {
 		if got != tc.failure {
 			t.Errorf("%s (%s): failure %+v, want %q", tc.image, tc.policy, run.Failure, tc.failure)
 		}
-	}
-}
-
-// startPlainRegistry runs Debian's docker-registry on loopback without
-// authentication and returns its host:port.
-func startPlainRegistry(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		prereq.Missing(t, "docker-registry (Debian's docker-registry): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yml")
-	os.WriteFile(config, []byte(fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n",
-		filepath.Join(dir, "data"), addr)), 0o644)
-	cmd := exec.Command(bin, "serve", config)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; ; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if i == 500 {
-			t.Fatalf("docker-registry did not listen on %s within 5s", addr)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
