@@ -545,13 +545,3 @@ func unstored(stores []*store.Store) []*store.Store {
 	}
 	return stores
 }
-
-func countObserved(ds []hub.Device, gen int64) int {
-	n := 0
-	for _, d := range ds {
-		if d.ObservedGeneration >= gen {
-			n++
-		}
-	}
-	return n
-}
