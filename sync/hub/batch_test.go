@@ -247,3 +247,51 @@ func TestMirrorUpdateOrInsert(t *testing.T) {
 		}
 	}
 }
+
+// Select matches the labels a device listing shows: the operator's, and
+// the device's own under DeviceLabelPrefix, the operator's winning.
+func TestSelectMatchesTheListedLabels(t *testing.T) {
+	f := testFleet(t, "a", "b", "c")
+	at := time.Unix(1700000000, 0)
+	own := protocol.DeviceLabelPrefix + "site"
+	for dev, site := range map[string]string{"a": "north", "b": "north", "c": "south"} {
+		if _, _, err := f.SaveHeartbeat(&protocol.Heartbeat{Device: dev, Labels: map[string]string{own: site}}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.SetLabels("a", map[string]string{"fleet": "bench"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetLabels("b", map[string]string{"fleet": "bench", own: "south"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		selector map[string]string
+		want     string
+	}{
+		{map[string]string{"fleet": "bench"}, "[a b]"},
+		{map[string]string{own: "north"}, "[a]"},
+		{map[string]string{own: "south"}, "[b c]"},
+		{map[string]string{"fleet": "bench", own: "south"}, "[b]"},
+		{map[string]string{"fleet": "idle"}, "[]"},
+	} {
+		ids, err := f.Select(c.selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, _ := f.Devices(at, time.Hour)
+		var listed []string
+		for _, d := range ds {
+			match := true
+			for k, v := range c.selector {
+				match = match && d.Labels[k] == v
+			}
+			if match {
+				listed = append(listed, d.ID)
+			}
+		}
+		if fmt.Sprint(ids) != c.want || fmt.Sprint(listed) != c.want {
+			t.Errorf("select %v: %v (the listing matches %v), want %s", c.selector, ids, listed, c.want)
+		}
+	}
+}
