@@ -197,3 +197,101 @@ func TestMirrorBoundAcrossBatches(t *testing.T) {
 		}
 	}
 }
+
+// A mirror stores a pod's newest status whichever statement a pod's
+// status tries first (an update of a known pod or an insert of a new
+// one): new and known pods alternate in a batch, a pod reported twice
+// keeps its later status, and at the bound a known pod is still updated
+// while a new one is refused.
+func TestMirrorUpdateOrInsert(t *testing.T) {
+	f := testFleet(t, "dev")
+	f.SetRetention(Retention{Events: 10, Mirrors: 3})
+	at := time.Unix(1700000000, 0)
+	pod := func(seq int64, name string, phase v1.PodPhase) protocol.StatusItem {
+		return protocol.StatusItem{Seq: seq, Key: "default/" + name, Pod: &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Status: v1.PodStatus{Phase: phase}}}
+	}
+	mirrors := func() string {
+		ms, err := f.Mirrors("dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ms {
+			var p v1.Pod
+			if err := json.Unmarshal(m.Pod, &p); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s@%d:%s", m.Key, m.Seq, p.Status.Phase))
+		}
+		return fmt.Sprint(out)
+	}
+	steps := []struct {
+		batch protocol.StatusBatch
+		want  string
+	}{
+		{protocol.StatusBatch{Epoch: "e1", After: 0, Items: []protocol.StatusItem{
+			pod(1, "a", v1.PodPending), pod(2, "a", v1.PodRunning), pod(3, "b", v1.PodPending)}},
+			"[default/a@2:Running default/b@3:Pending]"},
+		{protocol.StatusBatch{Epoch: "e1", After: 3, Items: []protocol.StatusItem{
+			pod(4, "b", v1.PodRunning), pod(5, "c", v1.PodPending), pod(6, "a", v1.PodFailed), pod(7, "d", v1.PodPending), pod(8, "c", v1.PodRunning)}},
+			"[default/a@6:Failed default/b@4:Running default/c@8:Running]"},
+	}
+	for i, s := range steps {
+		s.batch.Device = "dev"
+		if _, _, gap, err := f.ApplyStatus(&s.batch, at); err != nil || gap {
+			t.Fatalf("step %d: gap %v, %v", i, gap, err)
+		}
+		if got := mirrors(); got != s.want {
+			t.Fatalf("step %d: mirrors %s, want %s", i, got, s.want)
+		}
+	}
+}
+
+// Select matches the labels a device listing shows: the operator's, and
+// the device's own under DeviceLabelPrefix, the operator's winning.
+func TestSelectMatchesTheListedLabels(t *testing.T) {
+	f := testFleet(t, "a", "b", "c")
+	at := time.Unix(1700000000, 0)
+	own := protocol.DeviceLabelPrefix + "site"
+	for dev, site := range map[string]string{"a": "north", "b": "north", "c": "south"} {
+		if _, _, err := f.SaveHeartbeat(&protocol.Heartbeat{Device: dev, Labels: map[string]string{own: site}}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.SetLabels("a", map[string]string{"fleet": "bench"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetLabels("b", map[string]string{"fleet": "bench", own: "south"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		selector map[string]string
+		want     string
+	}{
+		{map[string]string{"fleet": "bench"}, "[a b]"},
+		{map[string]string{own: "north"}, "[a]"},
+		{map[string]string{own: "south"}, "[b c]"},
+		{map[string]string{"fleet": "bench", own: "south"}, "[b]"},
+		{map[string]string{"fleet": "idle"}, "[]"},
+	} {
+		ids, err := f.Select(c.selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, _ := f.Devices(at, time.Hour)
+		var listed []string
+		for _, d := range ds {
+			match := true
+			for k, v := range c.selector {
+				match = match && d.Labels[k] == v
+			}
+			if match {
+				listed = append(listed, d.ID)
+			}
+		}
+		if fmt.Sprint(ids) != c.want || fmt.Sprint(listed) != c.want {
+			t.Errorf("select %v: %v (the listing matches %v), want %s", c.selector, ids, listed, c.want)
+		}
+	}
+}

@@ -9,9 +9,10 @@ var (
 	qCountMirrors = `SELECT COUNT(*) FROM mirrors WHERE device = ?`
 	qInsertEvent  = `INSERT INTO events (device, seq, key, event, at) VALUES (?, ?, ?, ?, ?)`
 	qDeleteMirror = `DELETE FROM mirrors WHERE device = ? AND key = ?`
-	qMirrorKnown  = `SELECT EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`
-	qUpsertMirror = `INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?)
-				ON CONFLICT(device, key) DO UPDATE SET seq = excluded.seq, pod = excluded.pod WHERE excluded.seq > mirrors.seq`
+	// A status replaces a mirror only with a higher seq; a new mirror is
+	// inserted only while the device is under its bound (reports.go).
+	qUpdateMirror = `UPDATE mirrors SET seq = ?, pod = ? WHERE device = ? AND key = ? AND seq < ?`
+	qInsertMirror = `INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?) ON CONFLICT(device, key) DO NOTHING`
 	qUpsertCursor = `INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
 		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`
 	qPublished = `SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`
@@ -34,5 +35,5 @@ var (
 // preparedQueries are prepared at OpenFleet (with the only connection
 // free: a statement cannot be prepared outside a transaction that holds it).
 var preparedQueries = []string{qTouch, qCursor, qDropMirrors, qCountMirrors, qInsertEvent,
-	qDeleteMirror, qMirrorKnown, qUpsertMirror, qUpsertCursor, qPublished, qObserved, qUpsertAck,
+	qDeleteMirror, qUpdateMirror, qInsertMirror, qUpsertCursor, qPublished, qObserved, qUpsertAck,
 	qOnline, qNode, qSaveNode, qInstance, qFirstInstance, qSwitchInstance, qDesired, qUpsertDesired, qAddDevice}

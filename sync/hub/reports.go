@@ -74,6 +74,9 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			return 0, 0, false, err
 		}
 	}
+	// insertFirst guesses whether the next pod is new here (a new epoch
+	// reports every pod again) or already mirrored (a status change).
+	insertFirst := mirrors == 0
 	for _, it := range b.Items {
 		if it.Seq <= cursor {
 			continue
@@ -92,19 +95,12 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 				mirrors -= int(n)
 			}
 		default:
-			var known bool
-			if err = f.stmts.queryRow(tx, qMirrorKnown, []any{b.Device, it.Key}, &known); err != nil {
-				break
-			}
-			if !known {
-				if limit := f.retention.Mirrors; limit > 0 && mirrors >= limit {
-					break // more pods than any device runs: made up
-				}
+			pod, _ := json.Marshal(it.Pod)
+			var added bool
+			added, insertFirst, err = f.storeMirror(tx, b.Device, it.Key, it.Seq, pod, mirrors, insertFirst)
+			if added {
 				mirrors++
 			}
-			pod, _ := json.Marshal(it.Pod)
-			_, err = f.stmts.exec(tx, qUpsertMirror,
-				b.Device, it.Key, it.Seq, pod)
 		}
 		if err != nil {
 			return 0, 0, false, err
@@ -125,6 +121,49 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		return 0, 0, false, err
 	}
 	return cursor, applied, false, nil
+}
+
+// storeMirror stores a pod's status unless the hub has a newer one (a
+// higher seq), in one statement when insertFirst guesses right: an
+// UPDATE of a known pod, or an INSERT of a new one, which the bound on
+// made-up pods refuses at the device's limit of mirrors. It returns
+// whether a mirror was added, and the guess for the next pod.
+func (f *Fleet) storeMirror(tx *sql.Tx, device, key string, seq int64, pod []byte, mirrors int, insertFirst bool) (added, nextInsertFirst bool, err error) {
+	room := f.retention.Mirrors <= 0 || mirrors < f.retention.Mirrors
+	insert := func() (bool, error) {
+		if !room {
+			return false, nil // more pods than any device runs: made up
+		}
+		res, err := f.stmts.exec(tx, qInsertMirror, device, key, seq, pod)
+		if err != nil {
+			return false, err
+		}
+		n, _ := res.RowsAffected()
+		return n == 1, nil
+	}
+	update := func() (bool, error) {
+		res, err := f.stmts.exec(tx, qUpdateMirror, seq, pod, device, key, seq)
+		if err != nil {
+			return false, err
+		}
+		n, _ := res.RowsAffected()
+		return n == 1, nil
+	}
+	if insertFirst {
+		if added, err = insert(); err != nil || added {
+			return added, true, err
+		}
+		// Known (or refused at the bound): update it if this is newer.
+		_, err = update()
+		return false, false, err
+	}
+	updated, err := update()
+	if err != nil || updated {
+		return false, false, err
+	}
+	// Unknown, or known with a newer status (which the insert leaves).
+	added, err = insert()
+	return added, added, err
 }
 
 // mirrorCount is a device's mirror count as its last committed status

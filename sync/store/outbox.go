@@ -35,6 +35,23 @@ type Stats struct {
 // dense; a pod's newest status is kept after the receipt, so a new epoch
 // can report every pod again.
 
+// The outbox's hot queries (prepared on first use).
+const (
+	qReplace = `DELETE FROM outbox WHERE key = ? AND kind = ?
+		AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`
+	qInsert = `INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`
+	qMeta   = `SELECT acked, assigned FROM outbox_meta WHERE id = 1`
+	qSent   = `SELECT wseq, key, kind, payload FROM outbox WHERE wseq > ? ORDER BY wseq LIMIT ?`
+	qNumber = `UPDATE outbox SET wseq = ? + fresh.n FROM
+		(SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) AS n FROM
+			(SELECT seq FROM outbox WHERE wseq IS NULL ORDER BY seq LIMIT ?)) AS fresh
+		WHERE outbox.seq = fresh.seq`
+	qAssigned = `UPDATE outbox_meta SET assigned = ? WHERE id = 1`
+	qSettle   = `DELETE FROM outbox WHERE wseq > ? AND wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
+		OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`
+	qAcked = `UPDATE outbox_meta SET acked = ? WHERE id = 1`
+)
+
 // Add appends items in one transaction: the caller batches many status
 // changes into one commit, which in WAL mode with synchronous=NORMAL
 // writes the log without an fsync. A pod's item replaces its older one
@@ -50,21 +67,16 @@ func (s *Store) Add(items []Item) error {
 	for _, it := range items {
 		added += int64(len(it.Payload))
 	}
+	st, err := s.prepare(qReplace, qInsert)
+	if err != nil {
+		return err
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	// Prepared once for the batch: the driver parses a query at every Exec.
-	replace, err := tx.Prepare(`DELETE FROM outbox WHERE key = ? AND kind = ?
-		AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`)
-	if err != nil {
-		return err
-	}
-	insert, err := tx.Prepare(`INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`)
-	if err != nil {
-		return err
-	}
+	replace, insert := tx.Stmt(st[0]), tx.Stmt(st[1])
 	for _, it := range items {
 		if it.Kind == KindPod {
 			if _, err := replace.Exec(it.Key, KindPod); err != nil {
@@ -131,17 +143,21 @@ func (s *Store) enforceLimits(tx *sql.Tx) (rows int, bytes int64, err error) {
 // get the next numbers now, so that what goes on the wire is numbered
 // without gaps.
 func (s *Store) Next(after int64, n int) ([]Row, error) {
+	st, err := s.prepare(qMeta, qSent, qNumber, qAssigned)
+	if err != nil {
+		return nil, err
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
 	var acked, assigned int64
-	if err := tx.QueryRow(`SELECT acked, assigned FROM outbox_meta WHERE id = 1`).Scan(&acked, &assigned); err != nil {
+	if err := tx.Stmt(st[0]).QueryRow().Scan(&acked, &assigned); err != nil {
 		return nil, err
 	}
 	after = max(after, acked)
-	out, err := scanRows(tx.Query(`SELECT wseq, key, kind, payload FROM outbox WHERE wseq > ? ORDER BY wseq LIMIT ?`, after, n))
+	out, err := scanRows(tx.Stmt(st[1]).Query(after, n))
 	if err != nil {
 		return nil, err
 	}
@@ -152,22 +168,26 @@ func (s *Store) Next(after int64, n int) ([]Row, error) {
 	if len(out) == n || last != assigned {
 		return out, nil
 	}
-	fresh, err := scanRows(tx.Query(`SELECT seq, key, kind, payload FROM outbox WHERE wseq IS NULL ORDER BY seq LIMIT ?`, n-len(out)))
-	if err != nil || len(fresh) == 0 {
-		return out, err
-	}
-	number, err := tx.Prepare(`UPDATE outbox SET wseq = ? WHERE seq = ?`)
+	// The unsent rows are numbered in one statement (one UPDATE per row
+	// was most of the device's cost of a batch), in the order they were
+	// added, then read back by their numbers. The LIMIT is inside: a
+	// window function numbers every row it is given.
+	res, err := tx.Stmt(st[2]).Exec(assigned, n-len(out))
 	if err != nil {
 		return nil, err
 	}
-	for i := range fresh {
-		assigned++
-		if _, err := number.Exec(assigned, fresh[i].Seq); err != nil {
-			return nil, err
-		}
-		fresh[i].Seq = assigned
+	numbered, err := res.RowsAffected()
+	if err != nil || numbered == 0 {
+		return out, err
 	}
-	if _, err := tx.Exec(`UPDATE outbox_meta SET assigned = ? WHERE id = 1`, assigned); err != nil {
+	fresh, err := scanRows(tx.Stmt(st[1]).Query(assigned, numbered))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(fresh)) != numbered {
+		return nil, fmt.Errorf("outbox: numbered %d items, read back %d", numbered, len(fresh))
+	}
+	if _, err := tx.Stmt(st[3]).Exec(assigned + numbered); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -201,13 +221,17 @@ var ErrNotSent = errors.New("outbox: a receipt for a sequence number never sent"
 // receipt beyond what was sent is refused with ErrNotSent, so the outbox
 // never records a cursor it did not reach.
 func (s *Store) Ack(seq int64) error {
+	st, err := s.prepare(qMeta, qSettle, qAcked)
+	if err != nil {
+		return err
+	}
 	tx, err := s.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	var acked, assigned int64
-	if err := tx.QueryRow(`SELECT acked, assigned FROM outbox_meta WHERE id = 1`).Scan(&acked, &assigned); err != nil {
+	if err := tx.Stmt(st[0]).QueryRow().Scan(&acked, &assigned); err != nil {
 		return err
 	}
 	if seq > assigned {
@@ -220,11 +244,10 @@ func (s *Store) Ack(seq int64) error {
 	// one were settled by it (and a pod's status replaced since went in
 	// Add), so the pods' retained statuses are not scanned at every
 	// receipt.
-	if _, err := tx.Exec(`DELETE FROM outbox WHERE wseq > ? AND wseq <= ? AND (kind = ? OR LENGTH(payload) = 0
-		OR EXISTS (SELECT 1 FROM outbox o WHERE o.key = outbox.key AND o.kind = outbox.kind AND o.seq > outbox.seq))`, acked, seq, KindEvent); err != nil {
+	if _, err := tx.Stmt(st[1]).Exec(acked, seq, KindEvent); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(`UPDATE outbox_meta SET acked = ? WHERE id = 1`, seq); err != nil {
+	if _, err := tx.Stmt(st[2]).Exec(seq); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -88,6 +88,12 @@ type Store struct {
 	// outbox, so the bound holds until the next Add; the table is
 	// counted (a scan) only when the bound reaches the limits, not at
 	// every Add.
+	// stmts are the outbox's hot queries, prepared on first use: the
+	// driver parses a query's text at every Exec, a third of the cost of
+	// numbering a batch.
+	stmtsMu sync.Mutex
+	stmts   map[string]*sql.Stmt
+
 	adding sync.Mutex
 	size   struct {
 		known bool
@@ -119,7 +125,38 @@ func Open(path string, limits Limits) (*Store, error) {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.stmtsMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtsMu.Unlock()
+	return s.db.Close()
+}
+
+// prepare returns the queries prepared; it must be called before a
+// transaction takes the one connection (preparing would wait for it).
+func (s *Store) prepare(queries ...string) ([]*sql.Stmt, error) {
+	s.stmtsMu.Lock()
+	defer s.stmtsMu.Unlock()
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	out := make([]*sql.Stmt, len(queries))
+	for i, q := range queries {
+		st, ok := s.stmts[q]
+		if !ok {
+			var err error
+			if st, err = s.db.Prepare(q); err != nil {
+				return nil, err
+			}
+			s.stmts[q] = st
+		}
+		out[i] = st
+	}
+	return out, nil
+}
 
 func (s *Store) migrate() error {
 	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS sync_schema (version INTEGER NOT NULL)`); err != nil {

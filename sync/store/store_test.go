@@ -323,3 +323,46 @@ func TestOutboxLimitsHoldWithoutCountingEveryAdd(t *testing.T) {
 		}
 	}
 }
+
+// Next numbers only as many unsent items as the batch takes, in the
+// order they were added, and sends the numbered ones again first.
+func TestOutboxNumbersABatchAtATime(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	for _, p := range []string{"a", "b", "c", "d", "e"} {
+		if err := s.Add([]Item{{"default/" + p, KindPod, []byte(p)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b changes before anything is sent: it moves behind e.
+	s.Add([]Item{{"default/b", KindPod, []byte("b2")}})
+	wire := func(after int64, n int) string {
+		t.Helper()
+		rows, err := s.Next(after, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, fmt.Sprintf("%d:%s", r.Seq, r.Payload))
+		}
+		return fmt.Sprint(got)
+	}
+	for _, step := range []struct {
+		after int64
+		n     int
+		want  string
+	}{
+		{0, 2, "[1:a 2:c]"},
+		{2, 2, "[3:d 4:e]"},
+		{1, 2, "[2:c 3:d]"},
+		{0, 10, "[1:a 2:c 3:d 4:e 5:b2]"},
+		{5, 10, "[]"},
+	} {
+		if got := wire(step.after, step.n); got != step.want {
+			t.Fatalf("Next(%d, %d) = %s, want %s", step.after, step.n, got, step.want)
+		}
+	}
+	if st, _ := s.Stats(); st.Assigned != 5 {
+		t.Fatalf("assigned %d, want 5", st.Assigned)
+	}
+}
