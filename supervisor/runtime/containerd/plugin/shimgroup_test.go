@@ -22,6 +22,12 @@ func shimsOf(address string) []int {
 		if err != nil || !strings.HasSuffix(string(argv[0]), "containerd-shim-runc-v2") || !bytes.Contains(data, []byte("\x00"+address+"\x00")) {
 			continue
 		}
+		// containerd also runs the shim's binary for a moment to start or
+		// join a shim ("start") and to clean up after a task ("delete",
+		// as when a parked container goes): those are not shims.
+		if last := string(bytes.TrimRight(data, "\x00")); strings.HasSuffix(last, "\x00start") || strings.HasSuffix(last, "\x00delete") {
+			continue
+		}
 		var pid int
 		fmt.Sscan(filepath.Base(filepath.Dir(f)), &pid)
 		pids = append(pids, pid)
