@@ -6,6 +6,10 @@
 # sends the device one more pod. Ctrl-C stops both (and, for the demo,
 # the pods).
 set -eu
+# podvisor refuses manifests that group or others could write: with a
+# umask of 002 (common for users with a group of their own) the copies
+# below would be group-writable and refused.
+umask 022
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d /tmp/podvisor-demo.XXXXXX)
 mkdir -p "$tmp/manifests"
