@@ -50,7 +50,13 @@ func Run(spec string) int {
 		ln.Close()
 		WriteStamp(stamp+".closed", time.Now())
 	}
-	select {}
+	// Not select{}: once the listener is closed and its accept loop has
+	// returned, no goroutine is left, and the runtime would end the process
+	// with "all goroutines are asleep" (exit 2): the pod would turn unready
+	// by the exit, not by its probe.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // AcceptAndClose accepts connections on ln and closes them at once, until
