@@ -83,17 +83,17 @@ type Store struct {
 	mu    sync.Mutex
 	epoch string
 
-	// adding serialises Add with what it knows of the outbox's size:
-	// at most size (rows, bytes), known once counted. Only Add grows the
-	// outbox, so the bound holds until the next Add; the table is
-	// counted (a scan) only when the bound reaches the limits, not at
-	// every Add.
 	// stmts are the outbox's hot queries, prepared on first use: the
 	// driver parses a query's text at every Exec, a third of the cost of
 	// numbering a batch.
 	stmtsMu sync.Mutex
 	stmts   map[string]*sql.Stmt
 
+	// adding serialises Add with what it knows of the outbox's size:
+	// at most size (rows, bytes), known once counted. Only Add grows the
+	// outbox, so the bound holds until the next Add; the table is
+	// counted (a scan) only when the bound reaches the limits, not at
+	// every Add.
 	adding sync.Mutex
 	size   struct {
 		known bool
