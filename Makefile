@@ -207,7 +207,7 @@ vet-cross:
 
 # Explore the manifest and hub-protocol decoders beyond the seed corpus.
 fuzz:
-	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./supervisor/manifest/
+	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./pod/manifest/
 	go test -run '^$$' -fuzz FuzzOpenDesired -fuzztime 30s ./sync/protocol/
 	go test -run '^$$' -fuzz FuzzDecodeStatusBatch -fuzztime 30s ./sync/protocol/
 

@@ -8,14 +8,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // Result is a probe verdict that changed, past its threshold, or a
 // warning about a probe run (WarningOnly: the verdict did not change).
 type Result struct {
 	InstanceID string
-	Kind       pod.ProbeKind
+	Kind       vocab.ProbeKind
 	OK         bool
 	Message    string
 	// Warning is the kubelet's ProbeWarning event text ("Liveness probe
@@ -45,17 +45,17 @@ type counter struct {
 
 // initialResult is a probe's result before it first ran: the kubelet
 // starts liveness at Success, readiness at Failure, startup at Unknown.
-func initialResult(kind pod.ProbeKind) (verdict, known bool) {
+func initialResult(kind vocab.ProbeKind) (verdict, known bool) {
 	switch kind {
-	case pod.Liveness:
+	case vocab.Liveness:
 		return true, true
-	case pod.Readiness:
+	case vocab.Readiness:
 		return false, true
 	}
 	return false, false
 }
 
-func newCounter(p *v1.Probe, kind pod.ProbeKind) *counter {
+func newCounter(p *v1.Probe, kind vocab.ProbeKind) *counter {
 	verdict, known := initialResult(kind)
 	return &counter{successThreshold: p.SuccessThreshold, failureThreshold: p.FailureThreshold,
 		known: known, verdict: verdict, last: verdict}
@@ -122,11 +122,11 @@ type Manager struct {
 type probed struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
-	kinds   map[pod.ProbeKind]context.CancelFunc
-	stopped map[pod.ProbeKind]bool
+	kinds   map[vocab.ProbeKind]context.CancelFunc
+	stopped map[vocab.ProbeKind]bool
 	// pokes run a kind's probe now ([Manager.Listening]); one pending
 	// poke is enough.
-	pokes map[pod.ProbeKind]chan struct{}
+	pokes map[vocab.ProbeKind]chan struct{}
 	spec  *v1.Container
 	ports []v1.ContainerPort
 }
@@ -149,12 +149,12 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	m.instances[instanceID] = &probed{ctx: ctx, cancel: cancel,
-		kinds: map[pod.ProbeKind]context.CancelFunc{}, stopped: map[pod.ProbeKind]bool{},
-		pokes: map[pod.ProbeKind]chan struct{}{}, spec: c, ports: t.Ports}
+		kinds: map[vocab.ProbeKind]context.CancelFunc{}, stopped: map[vocab.ProbeKind]bool{},
+		pokes: map[vocab.ProbeKind]chan struct{}{}, spec: c, ports: t.Ports}
 	m.mu.Unlock()
 	w := &workers{m: m, id: instanceID, spec: c, target: t}
 	if c.StartupProbe != nil {
-		w.start(pod.Startup, c.StartupProbe)
+		w.start(vocab.Startup, c.StartupProbe)
 		return
 	}
 	w.startMain()
@@ -163,7 +163,7 @@ func (m *Manager) Start(instanceID string, c *v1.Container, t Target) {
 // Stop ends the given probes of an instance, or all of them when kinds is
 // empty. The kubelet stops liveness and startup when a container starts
 // terminating and readiness only when it exited.
-func (m *Manager) Stop(instanceID string, kinds ...pod.ProbeKind) {
+func (m *Manager) Stop(instanceID string, kinds ...vocab.ProbeKind) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.instances[instanceID]
@@ -204,7 +204,7 @@ func (m *Manager) Listening(instanceID string, port int, opened bool) int {
 		return 0
 	}
 	n := 0
-	for _, kind := range []pod.ProbeKind{pod.Startup, pod.Readiness} {
+	for _, kind := range []vocab.ProbeKind{vocab.Startup, vocab.Readiness} {
 		poke := inst.pokes[kind]
 		if poke == nil || !listenTriggers(kind, probeOf(inst.spec, kind), inst.ports, port, opened) {
 			continue
@@ -219,13 +219,13 @@ func (m *Manager) Listening(instanceID string, port int, opened bool) int {
 }
 
 // probeOf is the container's probe of the kind.
-func probeOf(c *v1.Container, kind pod.ProbeKind) *v1.Probe {
+func probeOf(c *v1.Container, kind vocab.ProbeKind) *v1.Probe {
 	switch kind {
-	case pod.Startup:
+	case vocab.Startup:
 		return c.StartupProbe
-	case pod.Readiness:
+	case vocab.Readiness:
 		return c.ReadinessProbe
-	case pod.Liveness:
+	case vocab.Liveness:
 		return c.LivenessProbe
 	}
 	return nil
@@ -234,8 +234,8 @@ func probeOf(c *v1.Container, kind pod.ProbeKind) *v1.Probe {
 // listenTriggers decides whether a listener opening or closing on port
 // runs the probe of the kind now: startup and readiness probes on that
 // port when it opens, readiness probes when it closes.
-func listenTriggers(kind pod.ProbeKind, p *v1.Probe, ports []v1.ContainerPort, port int, opened bool) bool {
-	if p == nil || kind == pod.Liveness || (!opened && kind != pod.Readiness) {
+func listenTriggers(kind vocab.ProbeKind, p *v1.Probe, ports []v1.ContainerPort, port int, opened bool) bool {
+	if p == nil || kind == vocab.Liveness || (!opened && kind != vocab.Readiness) {
 		return false
 	}
 	n, ok := ProbePort(p.ProbeHandler, ports)
@@ -269,7 +269,7 @@ func (m *Manager) Running() int {
 }
 
 // probing reports whether a probe of the kind runs for the instance.
-func (m *Manager) probing(instanceID string, kind pod.ProbeKind) bool {
+func (m *Manager) probing(instanceID string, kind vocab.ProbeKind) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.instances[instanceID]
@@ -285,7 +285,7 @@ type workers struct {
 
 // start runs one kind's worker unless the instance or the kind was
 // stopped.
-func (w *workers) start(kind pod.ProbeKind, p *v1.Probe) {
+func (w *workers) start(kind vocab.ProbeKind, p *v1.Probe) {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	inst, ok := w.m.instances[w.id]
@@ -300,7 +300,7 @@ func (w *workers) start(kind pod.ProbeKind, p *v1.Probe) {
 }
 
 // done forgets a worker that ended by itself.
-func (w *workers) done(ctx context.Context, kind pod.ProbeKind) {
+func (w *workers) done(ctx context.Context, kind vocab.ProbeKind) {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	if inst, ok := w.m.instances[w.id]; ok && inst.kinds[kind] != nil && ctx.Err() == nil {
@@ -312,10 +312,10 @@ func (w *workers) done(ctx context.Context, kind pod.ProbeKind) {
 
 func (w *workers) startMain() {
 	if p := w.spec.LivenessProbe; p != nil {
-		w.start(pod.Liveness, p)
+		w.start(vocab.Liveness, p)
 	}
 	if p := w.spec.ReadinessProbe; p != nil {
-		w.start(pod.Readiness, p)
+		w.start(vocab.Readiness, p)
 	}
 }
 
@@ -329,7 +329,7 @@ func (w *workers) startMain() {
 // daemon instead of one each, and a wake-up, not the probe, is most of
 // what an idle daemon spends (the Go runtime's sysmon alone polls for
 // about 10 ms after each one).
-func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke <-chan struct{}) {
+func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, poke <-chan struct{}) {
 	defer w.done(ctx, kind)
 	unit, clk := w.m.TimeUnit, w.m.clock
 	period := time.Duration(p.PeriodSeconds) * unit
@@ -390,10 +390,10 @@ func (w *workers) run(ctx context.Context, kind pod.ProbeKind, p *v1.Probe, poke
 		}
 		if changed {
 			switch {
-			case kind == pod.Startup && err == nil:
+			case kind == vocab.Startup && err == nil:
 				w.startMain()
 				return
-			case kind != pod.Readiness && err != nil:
+			case kind != vocab.Readiness && err != nil:
 				return
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // fakeClock moves only when advanced: the workers' timers fire then and
@@ -196,14 +196,14 @@ func TestListeningRunsReadinessAtOnce(t *testing.T) {
 	if n := m.Listening("i1", s.port, true); n != 1 {
 		t.Fatalf("Listening triggered %d probes, want 1", n)
 	}
-	if r := nextResult(t, m, "readiness success after the port opened"); r.Kind != pod.Readiness || !r.OK || !r.Listen {
+	if r := nextResult(t, m, "readiness success after the port opened"); r.Kind != vocab.Readiness || !r.OK || !r.Listen {
 		t.Fatalf("verdict = %+v, want readiness success from the listen's run", r)
 	}
 	s.close()
 	if n := m.Listening("i1", s.port, false); n != 1 {
 		t.Fatalf("a close triggered %d probes, want 1", n)
 	}
-	if r := nextResult(t, m, "readiness failure after the listener closed"); r.Kind != pod.Readiness || r.OK || !r.Listen {
+	if r := nextResult(t, m, "readiness failure after the listener closed"); r.Kind != vocab.Readiness || r.OK || !r.Listen {
 		t.Fatalf("verdict = %+v, want readiness failure from the close's run", r)
 	}
 	if d := s.dials.Load(); d != 2 {
@@ -309,10 +309,10 @@ func TestListeningTriggersOnlyItsPort(t *testing.T) {
 	if n := m.Listening("i1", s.port, true); n != 1 {
 		t.Fatalf("the named port's listen triggered %d probes, want 1 (startup)", n)
 	}
-	if r := nextResult(t, m, "startup success on the named port"); r.Kind != pod.Startup || !r.OK {
+	if r := nextResult(t, m, "startup success on the named port"); r.Kind != vocab.Startup || !r.OK {
 		t.Fatalf("verdict = %+v, want startup success", r)
 	}
-	waitFor(t, "liveness started after startup", func() bool { return m.probing("i1", pod.Liveness) })
+	waitFor(t, "liveness started after startup", func() bool { return m.probing("i1", vocab.Liveness) })
 	if n := m.Listening("i1", s.port, true); n != 0 {
 		t.Fatalf("a listen after startup succeeded triggered %d probes (liveness or exec readiness), want 0", n)
 	}

@@ -19,12 +19,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/pressure"
-	"github.com/podvisor/podvisor/supervisor/priority"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/state"
@@ -105,10 +105,10 @@ type Daemon struct {
 	started   chan startResult
 	hooks     chan hookResult
 	requests  chan request
-	// hub carries pod events to the hub's agent (nil: no hub attached,
-	// see HubSide); hubPods are the hub's pods.
-	hub     chan PodEvent
-	hubPods []*v1.Pod
+	// podEvents carry pod events to the uplink (nil: no hub attached,
+	// see Assignments); assigned are the pods the hub gave.
+	podEvents chan PodEvent
+	assigned  []*v1.Pod
 	// stopped closes when Run ends: requests fail at once from then on.
 	stopped chan struct{}
 	// supervising closes when Run has restored the pods, read the
@@ -231,7 +231,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
-	if d.hub != nil {
+	if d.podEvents != nil {
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}
 	if err := d.restore(); err != nil {

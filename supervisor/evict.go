@@ -11,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
-	"github.com/podvisor/podvisor/supervisor/priority"
 )
 
 // EvictionConfig holds the kubelet-style eviction settings.

@@ -5,8 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/priority"
 )
 
 // refusalCause says which rule kept a hub pod from running.

@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/priority"
 )
 
 // pod is a minimal pod; file names the manifest file it came from ("":

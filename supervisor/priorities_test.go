@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/priority"
 )
 
 func TestResolveFilePods(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/manifest"
 )
 
 // restore rebuilds the core's records after a daemon start: pod instances
@@ -216,7 +216,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++
 	}
-	if rebuilt > 0 && lost && d.hub != nil {
+	if rebuilt > 0 && lost && d.podEvents != nil {
 		// The hub's document went with the database: give the hub time
 		// to send it again before its pods count as undesired.
 		d.machine.KeepRebuilt(now.Add(RebuiltHubWait))

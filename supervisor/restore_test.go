@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	vocab "github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 

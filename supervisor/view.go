@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vocab "github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/manifest"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -178,7 +178,7 @@ func (d *Daemon) addEvent(key, typ, reason, msg string) {
 		d.log.Info(msg, "pod", key, "reason", reason)
 	}
 	now := d.now()
-	d.hubEvent(key, typ, reason, msg, now)
+	d.podEvent(key, typ, reason, msg, now)
 	v := d.view
 	v.mu.Lock()
 	defer v.mu.Unlock()

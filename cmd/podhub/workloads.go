@@ -15,8 +15,8 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/podrow"
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/podrow"
 	"github.com/podvisor/podvisor/sync/hub"
 )
 

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podvisor/podvisor/pod/podrow"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
-	"github.com/podvisor/podvisor/supervisor/podrow"
 )
 
 func newClient(socket string) *api.Client { return api.NewClient(socket) }

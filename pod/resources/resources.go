@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // Kubelet constants (pkg/kubelet/cm/helpers_linux.go, pkg/kubelet/qos).
@@ -100,7 +100,7 @@ func ContainerLimits(c *v1.Container) Limits {
 // memory limit only when every container sets that limit; BestEffort pods
 // get the minimum shares.
 func PodLimits(p *v1.Pod, pidsPerPod int64) Limits {
-	qos := pod.QOSClass(p)
+	qos := vocab.QOSClass(p)
 	req := PodRequests(p)
 	l := Limits{CPUShares: CPUShares(req.Cpu().MilliValue()), PidsMax: pidsPerPod}
 	if qos == v1.PodQOSBestEffort {
@@ -135,7 +135,7 @@ func sumLimit(p *v1.Pod, name v1.ResourceName) (resource.Quantity, bool) {
 func longRunning(p *v1.Pod) []v1.Container {
 	var out []v1.Container
 	for _, c := range p.Spec.InitContainers {
-		if pod.IsSidecar(&c) {
+		if vocab.IsSidecar(&c) {
 			out = append(out, c)
 		}
 	}
@@ -155,7 +155,7 @@ func PodRequests(p *v1.Pod) v1.ResourceList {
 	initPeak := v1.ResourceList{}
 	for _, c := range p.Spec.InitContainers {
 		step := v1.ResourceList{}
-		if pod.IsSidecar(&c) {
+		if vocab.IsSidecar(&c) {
 			addList(reqs, c.Resources.Requests)
 			addList(sidecars, c.Resources.Requests)
 			addList(step, sidecars)
@@ -195,14 +195,14 @@ func OOMScoreAdj(p *v1.Pod, c *v1.Container, memoryCapacity int64) int {
 	if p.Spec.Priority != nil && *p.Spec.Priority >= SystemNodeCritical {
 		return GuaranteedOOM
 	}
-	switch pod.QOSClass(p) {
+	switch vocab.QOSClass(p) {
 	case v1.PodQOSGuaranteed:
 		return GuaranteedOOM
 	case v1.PodQOSBestEffort:
 		return BestEffortOOM
 	}
 	score := burstableScore(c, memoryCapacity)
-	if pod.IsSidecar(c) {
+	if vocab.IsSidecar(c) {
 		for i := range p.Spec.Containers {
 			score = min(score, burstableScore(&p.Spec.Containers[i], memoryCapacity))
 		}

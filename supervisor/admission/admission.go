@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vocab "github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/pod/resources"
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // Pod is a pod as admission sees it.

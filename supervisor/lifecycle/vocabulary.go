@@ -4,7 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	vocab "github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // The pod vocabulary the core speaks lives in package pod, below every

@@ -17,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // Exit is how a container instance ended: the one termination record the
 // runtimes report and the core keeps.
-type Exit = pod.Termination
+type Exit = vocab.Termination
 
 // Unlocated is how a container ends whose runtime lost it (its shim was
 // killed before recording, containerd forgot its task, a reboot wiped the
@@ -180,7 +180,7 @@ type Cgroups struct {
 
 // PodCgroup is a pod's cgroup.
 func (c Cgroups) PodCgroup(p *v1.Pod) string {
-	return c.Layout.Pod(pod.QOSClass(p), p.UID)
+	return c.Layout.Pod(vocab.QOSClass(p), p.UID)
 }
 
 // Reconnecting is a runtime that talks to a daemon which may be away: it

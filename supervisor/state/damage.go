@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/podvisor/podvisor/sqldb"
 )
 
 // CheckTimeout bounds the integrity check at startup: the database holds a
@@ -56,7 +58,7 @@ func OpenOrReplace(path string, log *slog.Logger) (*Store, error) {
 			}
 			s.Close()
 		}
-		if errors.Is(err, ErrNewerSchema) {
+		if errors.Is(err, sqldb.ErrNewerSchema) {
 			return nil, err
 		}
 		reason = err.Error()

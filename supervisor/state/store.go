@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver, pure Go
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
@@ -100,7 +101,7 @@ func Open(path string) (*Store, error) {
 }
 
 func (s *Store) migrate() error {
-	return Migrate(s.db, Schema{Name: "state", Migrations: migrations,
+	return sqldb.Migrate(s.db, sqldb.Schema{Name: "state", Migrations: migrations,
 		Version: func(db *sql.DB) (v int, err error) {
 			err = db.QueryRow(`PRAGMA user_version`).Scan(&v)
 			return v, err

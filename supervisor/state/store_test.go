@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
@@ -85,7 +86,7 @@ func TestNewerSchemaIsRefusedNotMovedAside(t *testing.T) {
 	}
 	s.db.Exec(`PRAGMA user_version = 99`)
 	s.Close()
-	if _, err := OpenOrReplace(path, slog.New(slog.DiscardHandler)); !errors.Is(err, ErrNewerSchema) {
+	if _, err := OpenOrReplace(path, slog.New(slog.DiscardHandler)); !errors.Is(err, sqldb.ErrNewerSchema) {
 		t.Fatalf("err = %v, want ErrNewerSchema", err)
 	}
 	if moved, _ := filepath.Glob(path + ".corrupt-*"); len(moved) != 0 {

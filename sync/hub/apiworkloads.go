@@ -9,7 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
-	"github.com/podvisor/podvisor/supervisor/state"
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -147,7 +147,7 @@ func OpenFleet(path string) (*Fleet, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	err = state.Migrate(db, state.Schema{Name: "fleet", Migrations: fleetMigrations,
+	err = sqldb.Migrate(db, sqldb.Schema{Name: "fleet", Migrations: fleetMigrations,
 		Version: func(db *sql.DB) (v int, err error) {
 			if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS fleet_schema (version INTEGER NOT NULL)`); err != nil {
 				return 0, err

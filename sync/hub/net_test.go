@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/api"
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // countingPods is a daemon that counts its pods' traffic: it has Stats,
@@ -27,7 +27,7 @@ func (*countingPods) Stats() ([]api.PodStats, error) {
 // heartbeat, and the hub shows it.
 func TestDeviceHeartbeatCarriesNetSummary(t *testing.T) {
 	r := newRig(t)
-	r.deviceWith("gw-s", filepath.Join(r.dir, "device.db"), &countingPods{}, func(c *device.Config) { c.Heartbeat = 100 * time.Millisecond })
+	r.deviceWith("gw-s", filepath.Join(r.dir, "device.db"), &countingPods{}, func(c *uplink.Config) { c.Heartbeat = 100 * time.Millisecond })
 	eventually(t, 10*time.Second, "gw-s's network summary at the hub", func() bool {
 		d, _ := r.fleet.GetDevice("gw-s", time.Now(), time.Minute)
 		return d.Net != nil && d.Net.Counted == 1 && len(d.Net.Pods) == 1 && d.Net.Pods[0].Key == "default/web" &&

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 	"github.com/podvisor/podvisor/sync/protocol"
 )

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
-	"github.com/podvisor/podvisor/supervisor/priority"
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/protocol"

@@ -18,10 +18,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // fakePods records what the agent applies; "default/clash" collides with
@@ -47,7 +47,7 @@ func (f *fakePods) Node() (*v1.Node, error) {
 	return &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: "test"}}}, nil
 }
 
-func (f *fakePods) ApplyHub(gen int64, pods []*v1.Pod) {
+func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gen, f.pods = gen, pods
@@ -112,12 +112,12 @@ func newRig(t *testing.T) *rig {
 }
 
 // device starts an agent with its own store; stop it with the returned func.
-func (r *rig) device(id, db string, pods device.Pods) (*device.Agent, *store.Store, func()) {
+func (r *rig) device(id, db string, pods uplink.Pods) (*uplink.Agent, *store.Store, func()) {
 	return r.deviceWith(id, db, pods, nil)
 }
 
 // deviceWith is device with a change to the agent's configuration.
-func (r *rig) deviceWith(id, db string, pods device.Pods, tune func(*device.Config)) (*device.Agent, *store.Store, func()) {
+func (r *rig) deviceWith(id, db string, pods uplink.Pods, tune func(*uplink.Config)) (*uplink.Agent, *store.Store, func()) {
 	if err := r.fleet.AddDevice(id); err != nil {
 		r.t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func (r *rig) deviceWith(id, db string, pods device.Pods, tune func(*device.Conf
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cfg := device.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
+	cfg := uplink.Config{Broker: "mqtt://" + r.addr, DeviceID: id, HubKey: r.pub,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond}
 	if tune != nil {
 		tune(&cfg)
 	}
-	a, err := device.New(cfg, st, pods, quiet())
+	a, err := uplink.New(cfg, st, pods, quiet())
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestDesiredStateRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ag, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-1", HubKey: r.pub}, st, &fakePods{}, quiet())
+	ag, err := uplink.New(uplink.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-1", HubKey: r.pub}, st, &fakePods{}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestLongOfflineThenDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a, err := device.New(device.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-4", HubKey: r.pub,
+	a, err := uplink.New(uplink.Config{Broker: "mqtt://" + r.addr, DeviceID: "gw-4", HubKey: r.pub,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, st, &fakePods{}, quiet())
 	if err != nil {
 		t.Fatal(err)

@@ -15,10 +15,10 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // Attacks by a client of the broker that publishes as a device, or as
@@ -44,7 +44,7 @@ func publish(t *testing.T, c mqtt.Client, topic string, retained bool, payload [
 }
 
 // report queues one status of pod web, marked n, on the device.
-func report(t *testing.T, a *device.Agent, n int) {
+func report(t *testing.T, a *uplink.Agent, n int) {
 	t.Helper()
 	if err := a.Publish([]store.Item{{Key: "default/web", Kind: store.KindPod, Payload: mirror("web", n)}}); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestForgedStatusAckIgnored(t *testing.T) {
 // its real reports replace the fakes.
 func TestForgedStatusJumpIgnored(t *testing.T) {
 	r := newRig(t)
-	a, st, _ := r.deviceWith("gw-j", filepath.Join(r.dir, "device.db"), &fakePods{}, func(c *device.Config) {
+	a, st, _ := r.deviceWith("gw-j", filepath.Join(r.dir, "device.db"), &fakePods{}, func(c *uplink.Config) {
 		c.ResendAfter = 600 * time.Millisecond
 	})
 	report(t, a, 1)
@@ -156,7 +156,7 @@ func (r *rig) api(t *testing.T, method, path string, body any) (int, string) {
 // --selector`, and a heartbeat under an unknown ID makes no device.
 func TestLabelInjectionDoesNotSteerSelectors(t *testing.T) {
 	r := newRig(t)
-	r.deviceWith("gw-l", filepath.Join(r.dir, "l", "device.db"), &fakePods{}, func(c *device.Config) {
+	r.deviceWith("gw-l", filepath.Join(r.dir, "l", "device.db"), &fakePods{}, func(c *uplink.Config) {
 		c.Labels = map[string]string{"site": "plant-1", protocol.DeviceLabelPrefix + "model": "gw100"} // site is not sent
 	})
 	r.device("gw-x", filepath.Join(r.dir, "x", "device.db"), &fakePods{})
@@ -237,8 +237,8 @@ func TestForgedAckAndPresenceRefused(t *testing.T) {
 // DuplicateID, not Ready, with an event, instead of being merged.
 func TestDuplicateDeviceIDShown(t *testing.T) {
 	r := newRig(t)
-	r.deviceWith("twin", filepath.Join(r.dir, "a", "device.db"), &fakePods{}, func(c *device.Config) { c.Heartbeat = 200 * time.Millisecond })
-	r.deviceWith("twin", filepath.Join(r.dir, "b", "device.db"), &fakePods{}, func(c *device.Config) { c.Heartbeat = 200 * time.Millisecond })
+	r.deviceWith("twin", filepath.Join(r.dir, "a", "device.db"), &fakePods{}, func(c *uplink.Config) { c.Heartbeat = 200 * time.Millisecond })
+	r.deviceWith("twin", filepath.Join(r.dir, "b", "device.db"), &fakePods{}, func(c *uplink.Config) { c.Heartbeat = 200 * time.Millisecond })
 	eventually(t, 20*time.Second, "twin shown DuplicateID", func() bool {
 		d, _ := r.fleet.GetDevice("twin", time.Now(), time.Minute)
 		return d.DuplicateID && !d.Ready && len(d.Instances) == 2
@@ -264,7 +264,7 @@ func TestDuplicateDeviceIDShown(t *testing.T) {
 func TestSessionTakeoverKeepsDeviceListening(t *testing.T) {
 	r := newRig(t)
 	pods := &fakePods{}
-	r.deviceWith("gw-t", filepath.Join(r.dir, "device.db"), pods, func(c *device.Config) { c.Heartbeat = 300 * time.Millisecond })
+	r.deviceWith("gw-t", filepath.Join(r.dir, "device.db"), pods, func(c *uplink.Config) { c.Heartbeat = 300 * time.Millisecond })
 	r.hub.Apply("gw-t", []json.RawMessage{podJSON("web")})
 	eventually(t, 10*time.Second, "generation 1", func() bool { g, _, _ := pods.state(); return g == 1 })
 	for i := range 3 {

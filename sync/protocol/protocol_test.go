@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 )
 
 func keys(t testing.TB) (ed25519.PublicKey, ed25519.PrivateKey) {

@@ -22,6 +22,7 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/supervisor/state"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -162,7 +163,7 @@ func (s *Store) migrate() error {
 	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS sync_schema (version INTEGER NOT NULL)`); err != nil {
 		return err
 	}
-	return state.Migrate(s.db, state.Schema{Name: "hub", Migrations: migrations,
+	return sqldb.Migrate(s.db, sqldb.Schema{Name: "hub", Migrations: migrations,
 		Version: func(db *sql.DB) (v int, err error) {
 			err = db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM sync_schema`).Scan(&v)
 			return v, err

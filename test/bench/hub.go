@@ -22,16 +22,16 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // quietPods is a simulated device's daemon: it accepts everything.
 type quietPods struct{}
 
 func (quietPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
-func (quietPods) ApplyHub(int64, []*v1.Pod)                      {}
+func (quietPods) ApplyAssigned(int64, []*v1.Pod)                 {}
 func (quietPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 var silent = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -126,7 +126,7 @@ func statusThroughput(dir, addr string, n int) (rate float64, cpuPer time.Durati
 		return 0, 0, err
 	}
 	defer st.Close()
-	a, err := device.New(device.Config{Broker: "mqtt://" + addr, DeviceID: "bench-1", AllowUnsigned: true}, st, quietPods{}, silent)
+	a, err := uplink.New(uplink.Config{Broker: "mqtt://" + addr, DeviceID: "bench-1", AllowUnsigned: true}, st, quietPods{}, silent)
 	if err != nil {
 		return 0, 0, err
 	}

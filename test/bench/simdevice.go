@@ -7,10 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // enrolment is what simulated devices take from podhub's data directory:
@@ -40,7 +40,7 @@ func loadEnrolment(data, brokerAddr string) (enrolment, error) {
 
 // agent is simulated device id's agent, with a certificate of its own,
 // its state in st and pods as its pod side.
-func (e enrolment) agent(id string, st *store.Store, pods device.Pods) (*device.Agent, error) {
+func (e enrolment) agent(id string, st *store.Store, pods uplink.Pods) (*uplink.Agent, error) {
 	issued, err := e.ca.IssueDevice(id)
 	if err != nil {
 		return nil, err
@@ -50,6 +50,6 @@ func (e enrolment) agent(id string, st *store.Store, pods device.Pods) (*device.
 		return nil, err
 	}
 	tc := &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{pair}}
-	return device.New(device.Config{Broker: e.broker, DeviceID: id, HubKey: e.hubKey, TLS: tc,
+	return uplink.New(uplink.Config{Broker: e.broker, DeviceID: id, HubKey: e.hubKey, TLS: tc,
 		Heartbeat: *hubHeartbeat}, st, pods, silent)
 }

@@ -28,21 +28,32 @@ type layer struct {
 var layers = []layer{
 	{"cmd", []string{"cmd"}},
 	{"config", []string{"config"}},
-	{"sync", []string{"sync"}},
+	// The device's side of sync: its link up to the hub and its outbox.
+	{"uplink", []string{"sync/uplink", "sync/store"}},
+	// The fleet side: podhub's packages. It imports nothing of the device.
+	{"hub", []string{"sync/hub"}},
+	// What both sides of sync speak: the wire protocol, enrolment
+	// certificates, TLS settings, rate limits.
+	{"wire", []string{"sync/protocol", "sync/pki", "sync/throttle", "sync/tlsconfig"}},
 	// The daemon's shell and its edges: local API, SQLite records,
-	// logind, pressure observers, kubectl columns.
+	// logind, pressure observers.
 	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",
-		"supervisor/pressure", "supervisor/podrow", "supervisor/safepath"}},
+		"supervisor/pressure", "supervisor/safepath"}},
 	// What runs containers, and the namespaces and process handles it uses.
 	{"runtime", []string{"supervisor/runtime", "supervisor/sandbox"}},
 	{"probes", []string{"probes"}},
 	{"cgroups", []string{"cgroups"}},
-	// The pure core and the deciders and decoders beside it.
+	// The pure core and the deciders beside it.
 	{"core", []string{"supervisor/lifecycle", "supervisor/admission", "supervisor/eviction",
-		"supervisor/priority", "supervisor/manifest", "supervisor/podsecurity"}},
-	// What everything says about a pod: QoS, sidecars, priority, instance
-	// IDs, exit records, resource arithmetic, host commands.
+		"supervisor/podsecurity"}},
+	// What everything says about a pod, device and hub alike: QoS,
+	// sidecars, priority, instance IDs, exit records, resource arithmetic,
+	// host commands, manifest decoding and validation, PriorityClasses,
+	// kubectl's pod columns.
 	{"vocabulary", []string{"pod"}},
+	// SQLite's schema migrations, shared by the device's and the hub's
+	// databases.
+	{"sqldb", []string{"sqldb"}},
 	// What a device's kernel must offer (podvisor check-kernel).
 	{"kernel", []string{"kernel"}},
 	// Release tools (SBOM); they read binaries, not podvisor's packages.
@@ -53,18 +64,21 @@ var layers = []layer{
 
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
-	"cmd":        {"config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "kernel"},
+	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel"},
 	"config":     {"core", "vocabulary"},
-	"sync":       {"shell", "core", "vocabulary"},
-	"shell":      {"runtime", "probes", "cgroups", "core", "vocabulary"},
+	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb"},
+	"hub":        {"wire", "vocabulary", "sqldb"},
+	"wire":       {},
+	"shell":      {"runtime", "probes", "cgroups", "core", "vocabulary", "sqldb"},
 	"runtime":    {"cgroups", "vocabulary"},
 	"probes":     {"vocabulary"},
 	"cgroups":    {"vocabulary"},
 	"core":       {"vocabulary"},
 	"vocabulary": {},
+	"sqldb":      {},
 	"kernel":     {},
 	"packaging":  {},
-	"test":       {"cmd", "config", "sync", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "kernel", "packaging"},
+	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "packaging"},
 }
 
 // layerOf is the layer of a package path relative to the module: the one
@@ -168,6 +182,10 @@ func TestLayerOfNamedLoops(t *testing.T) {
 		{"probes", "supervisor/runtime/process/shim"},
 		{"probes", "supervisor/sandbox"},
 		{"supervisor", "sync/store"},
+		{"sync/hub", "supervisor/state"},
+		{"sync/hub", "supervisor"},
+		{"sync/hub/kinds", "sync/uplink"},
+		{"sync/uplink", "sync/hub"},
 		{"supervisor/runtime/process", "supervisor/lifecycle"},
 	} {
 		if f, to := layerOf(tc.from), layerOf(tc.to); f == to || slices.Contains(allowed[f], to) {

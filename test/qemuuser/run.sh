@@ -12,7 +12,7 @@ arches=${*:-arm64 armv7 riscv64}
 pkgs=(
   ./pod/... ./kernel/ ./config/
   ./supervisor/lifecycle/ ./supervisor/admission/ ./supervisor/eviction/
-  ./supervisor/priority/ ./supervisor/manifest/ ./supervisor/podsecurity/
+  ./pod/priority/ ./pod/manifest/ ./supervisor/podsecurity/
   ./sync/protocol/ ./sync/throttle/
 )
 export CGO_ENABLED=0

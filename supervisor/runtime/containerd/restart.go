@@ -3,7 +3,7 @@ package containerd
 import (
 	"time"
 
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // A finished container's removal waits for the starts of its pod's
@@ -51,7 +51,7 @@ func (r *Runtime) awaitPodStarts(instanceID string) {
 // podStarts are the starts in flight of the other instances of
 // instanceID's pod.
 func (r *Runtime) podStarts(instanceID string) []chan struct{} {
-	uid, _, _, ok := pod.ParseInstanceID(instanceID)
+	uid, _, _, ok := vocab.ParseInstanceID(instanceID)
 	if !ok {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (r *Runtime) podStarts(instanceID string) []chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, ch := range r.starting {
-		if u, _, _, _ := pod.ParseInstanceID(id); u == uid && id != instanceID {
+		if u, _, _, _ := vocab.ParseInstanceID(id); u == uid && id != instanceID {
 			starts = append(starts, ch)
 		}
 	}

@@ -29,7 +29,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/pod"
+	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/supervisor/sandbox"
@@ -352,13 +352,13 @@ func (r *Runtime) DecorateStatuses(statuses []v1.ContainerStatus) {
 		if id == "" && cs.LastTerminationState.Terminated != nil {
 			id = cs.LastTerminationState.Terminated.ContainerID
 		}
-		if ref := r.imageRefs[strings.TrimPrefix(id, pod.ContainerIDPrefix)]; ref != "" {
+		if ref := r.imageRefs[strings.TrimPrefix(id, vocab.ContainerIDPrefix)]; ref != "" {
 			cs.ImageID = ref
 		}
 	}
 	r.mu.Unlock()
 	rename := func(id *string) {
-		if rest, ok := strings.CutPrefix(*id, pod.ContainerIDPrefix); ok {
+		if rest, ok := strings.CutPrefix(*id, vocab.ContainerIDPrefix); ok {
 			*id = "containerd://" + ContainerID(rest)
 		}
 	}

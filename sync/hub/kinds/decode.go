@@ -19,7 +19,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 )
 
 // MaxDocuments bounds the objects one file may hold.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 )
 
 // MaxReplicas bounds a Deployment's replicas: each is a pod the hub keeps

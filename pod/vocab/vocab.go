@@ -1,9 +1,9 @@
-// Package pod is the vocabulary every part of podvisor shares about a pod:
+// Package vocab is the vocabulary every part of podvisor shares about a pod:
 // its QoS class, which init containers are sidecars, its priority, the
 // names of its container instances, its probe kinds and how an instance
 // ended. It sits at the bottom of the import graph: it imports nothing of
 // podvisor, so the core, the runtimes, probes and cgroups can all use it.
-package pod
+package vocab
 
 import (
 	v1 "k8s.io/api/core/v1"

@@ -1,4 +1,4 @@
-package device
+package uplink
 
 import (
 	"crypto/ed25519"
@@ -19,7 +19,7 @@ import (
 type nopPods struct{}
 
 func (nopPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
-func (nopPods) ApplyHub(int64, []*v1.Pod)                      {}
+func (nopPods) ApplyAssigned(int64, []*v1.Pod)                 {}
 func (nopPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 // message is an MQTT message as paho hands it to a handler.

@@ -1,10 +1,10 @@
-// Package device is the device's side of hub sync: it keeps an MQTT
+// Package uplink is the device's side of hub sync: it keeps an MQTT
 // connection to the hub's broker, takes desired documents (verify,
 // validate, store, then acknowledge, then apply), mirrors the daemon's
 // pod statuses and events into the outbox and drains it to the hub in
 // order, with a bounded window of unacknowledged items. Attach wires it
-// to the daemon's supervisor.HubSide from outside.
-package device
+// to the daemon's supervisor.Assignments from outside.
+package uplink
 
 import (
 	"crypto/ed25519"
@@ -20,7 +20,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/throttle"
@@ -56,15 +56,15 @@ type Config struct {
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
-// supervisor.HubSide).
+// supervisor.Assignments).
 type Pods interface {
 	// Conflicts names the hub pods that cannot run here (a file pod of
 	// the same name, a priority class the device lacks), by
 	// namespace/name, with the reason. An error means the daemon could
 	// not answer now.
 	Conflicts(pods []*v1.Pod) (map[string]string, error)
-	// ApplyHub makes the hub pods exactly these; it is idempotent.
-	ApplyHub(generation int64, pods []*v1.Pod)
+	// ApplyAssigned makes the hub pods exactly these; it is idempotent.
+	ApplyAssigned(generation int64, pods []*v1.Pod)
 	// Node is the device's node status, for heartbeats.
 	Node() (*v1.Node, error)
 }
@@ -381,7 +381,7 @@ func (a *Agent) applyAccepted(gen int64, pods []*v1.Pod, results []protocol.PodR
 	a.mu.Lock()
 	a.applied = gen
 	a.mu.Unlock()
-	a.pods.ApplyHub(gen, accepted(pods, results))
+	a.pods.ApplyAssigned(gen, accepted(pods, results))
 }
 
 // accepted are the pods whose verdict is accepted.

@@ -10,21 +10,21 @@ import (
 
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/supervisor"
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
-// attachHub connects the daemon to its hub when one is configured (call
+// attachUplink connects the daemon to its hub when one is configured (call
 // it before the daemon runs): the hub's agent attaches to the daemon's
-// HubSide and keeps its tables in the daemon's state database. The
+// Assignments and keeps its tables in the daemon's state database. The
 // returned function detaches it.
-func attachHub(hc config.Hub, nodeName, dataDir string, d supervisor.HubSide, log *slog.Logger) (func(), error) {
+func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignments, log *slog.Logger) (func(), error) {
 	if hc.URL == "" {
 		return func() {}, nil
 	}
-	cfg := device.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
+	cfg := uplink.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
 		Username: hc.Username, Version: version, Labels: hc.Labels}
 	if cfg.DeviceID == "" {
 		cfg.DeviceID = nodeName
@@ -62,7 +62,7 @@ func attachHub(hc config.Hub, nodeName, dataDir string, d supervisor.HubSide, lo
 	if err != nil {
 		return nil, err
 	}
-	stop, err := device.Attach(cfg, st, d, log.With("component", "hub"))
+	stop, err := uplink.Attach(cfg, st, d, log.With("component", "hub"))
 	if err != nil {
 		st.Close()
 		return nil, err

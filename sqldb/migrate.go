@@ -1,4 +1,7 @@
-package state
+// Package sqldb holds what every SQLite database of podvisor and podhub
+// shares: schema migrations kept in code, each set of tables with its own
+// version, and a refusal to run on a database written by a newer release.
+package sqldb
 
 import (
 	"database/sql"

@@ -1,4 +1,4 @@
-package device
+package uplink
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
@@ -91,7 +91,7 @@ func (a *Agent) applyDesired(stop <-chan struct{}) {
 
 // take validates a checked document against the file pods, stores it
 // durably, applies it, then acknowledges it. A document is applied whole
-// (one ApplyHub call) or not at all; a stale generation is ignored; the
+// (one ApplyAssigned call) or not at all; a stale generation is ignored; the
 // generation in force is acknowledged again, unchanged. false asks for a
 // retry.
 func (a *Agent) take(p *pendingDoc) bool {

@@ -6,39 +6,39 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 )
 
-// HubSide is the daemon's narrow side for a source of pods outside the
-// device: the fleet hub's agent (sync/device), which cmd/podvisor attaches
+// Assignments is the daemon's narrow side for a source of pods outside the
+// device: the hub's uplink (sync/uplink), which cmd/podvisor attaches
 // to it. Desired pods come in and verdicts on them go back; the daemon's
 // status stream (every pod's status, pod events, the node) goes out.
 // *Daemon implements it; the daemon knows nothing of the hub's wire or
 // storage.
-type HubSide interface {
-	// ExpectHub says a hub is attached, with the hub pods it accepted
+type Assignments interface {
+	// ExpectAssigned says a hub is attached, with the hub pods it accepted
 	// before (stored on the device): they run from the first
 	// reconciliation, even with the hub out of reach. Call before Run.
-	ExpectHub(generation int64, stored []*v1.Pod)
+	ExpectAssigned(generation int64, stored []*v1.Pod)
 	// Conflicts are the verdicts on hub pods that cannot run here (a
 	// file pod of the same name, the device's policy, a priority class
 	// the device lacks), by namespace/name, with the reason. An error
 	// means the daemon could not answer now.
 	Conflicts(pods []*v1.Pod) (map[string]string, error)
-	// ApplyHub makes the hub pods exactly these; it is idempotent.
-	ApplyHub(generation int64, pods []*v1.Pod)
+	// ApplyAssigned makes the hub pods exactly these; it is idempotent.
+	ApplyAssigned(generation int64, pods []*v1.Pod)
 	// Pods is the status stream: every pod's newest status, the view's
 	// version (0 until the first reconciliation is published), and a
 	// channel closed at the next change.
 	Pods() ([]*v1.Pod, uint64, <-chan struct{})
-	// PodEvents are the pod events recorded since ExpectHub; they wait
+	// PodEvents are the pod events recorded since ExpectAssigned; they wait
 	// in a bounded queue that drops the newest when full.
 	PodEvents() <-chan PodEvent
 	// Node is the device's node status.
 	Node() (*v1.Node, error)
 }
 
-var _ HubSide = (*Daemon)(nil)
+var _ Assignments = (*Daemon)(nil)
 
 // PodEvent is an event about a pod, as describe shows it.
 type PodEvent struct {
@@ -47,16 +47,16 @@ type PodEvent struct {
 	Type, Reason, Message string
 }
 
-// hubEventQueue bounds the pod events waiting for the hub's agent.
-const hubEventQueue = 256
+// podEventQueue bounds the pod events waiting for the hub's agent.
+const podEventQueue = 256
 
 // errStopped is the answer to a request once the daemon's loop has ended.
 var errStopped = errors.New("the daemon has stopped")
 
-// ExpectHub implements HubSide.
-func (d *Daemon) ExpectHub(generation int64, stored []*v1.Pod) {
-	d.hub = make(chan PodEvent, hubEventQueue)
-	d.hubPods = withHubIdentity(stored)
+// ExpectAssigned implements Assignments.
+func (d *Daemon) ExpectAssigned(generation int64, stored []*v1.Pod) {
+	d.podEvents = make(chan PodEvent, podEventQueue)
+	d.assigned = withHubIdentity(stored)
 	d.log.Info("hub pods", "generation", generation, "pods", len(stored))
 }
 
@@ -78,7 +78,7 @@ func (d *Daemon) applyDesired() {
 	if d.stoppingAll {
 		return
 	}
-	pods, refused := desiredPods(d.manifests.Pods, d.hubPods, d.cfg.Policy, d.classes)
+	pods, refused := desiredPods(d.manifests.Pods, d.assigned, d.cfg.Policy, d.classes)
 	for _, r := range refused {
 		key := r.pod.Namespace + "/" + r.pod.Name
 		switch r.cause {
@@ -94,7 +94,7 @@ func (d *Daemon) applyDesired() {
 	d.machine.SetDesired(pods)
 }
 
-// Conflicts implements HubSide with the decision that applies the pods.
+// Conflicts implements Assignments with the decision that applies the pods.
 func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 	out := map[string]string{}
 	hub := withHubIdentity(pods)
@@ -112,12 +112,12 @@ func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 	return out, err
 }
 
-// ApplyHub implements HubSide.
-func (d *Daemon) ApplyHub(gen int64, pods []*v1.Pod) {
+// ApplyAssigned implements Assignments.
+func (d *Daemon) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	hub := withHubIdentity(pods)
 	for {
 		err := d.do(func() error {
-			d.hubPods = hub
+			d.assigned = hub
 			d.log.Info("hub pods", "generation", gen, "pods", len(hub))
 			d.applyDesired()
 			return nil
@@ -129,17 +129,17 @@ func (d *Daemon) ApplyHub(gen int64, pods []*v1.Pod) {
 	}
 }
 
-// PodEvents implements HubSide.
-func (d *Daemon) PodEvents() <-chan PodEvent { return d.hub }
+// PodEvents implements Assignments.
+func (d *Daemon) PodEvents() <-chan PodEvent { return d.podEvents }
 
 // hubEvent queues a pod event for the hub; a full queue drops it (the
 // outbox would drop old events first anyway).
-func (d *Daemon) hubEvent(key, typ, reason, msg string, at time.Time) {
-	if d.hub == nil {
+func (d *Daemon) podEvent(key, typ, reason, msg string, at time.Time) {
+	if d.podEvents == nil {
 		return
 	}
 	select {
-	case d.hub <- PodEvent{Pod: key, Time: at, Type: typ, Reason: reason, Message: msg}:
+	case d.podEvents <- PodEvent{Pod: key, Time: at, Type: typ, Reason: reason, Message: msg}:
 	default:
 	}
 }

@@ -1,4 +1,4 @@
-package device
+package uplink
 
 import (
 	"log/slog"
@@ -9,13 +9,13 @@ import (
 )
 
 // Attach connects a daemon to its hub from outside: an agent on the
-// daemon's HubSide, keeping its outbox and desired document in st, which
+// daemon's Assignments, keeping its outbox and desired document in st, which
 // must stay open until stop returns. The hub pods stored on the device go
 // to the daemon first, so call Attach before the daemon's Run: they run
 // from its first reconciliation, even with the hub out of reach. Then the
 // agent keeps the hub connection and mirrors the daemon's status stream
 // until stop, which waits for both.
-func Attach(cfg Config, st *store.Store, d supervisor.HubSide, log *slog.Logger) (stop func(), err error) {
+func Attach(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Logger) (stop func(), err error) {
 	a, err := New(cfg, st, d, log)
 	if err != nil {
 		return nil, err
@@ -25,7 +25,7 @@ func Attach(cfg Config, st *store.Store, d supervisor.HubSide, log *slog.Logger)
 		// The hub sends its document again at the next connection.
 		log.Error("hub pods stored on this device cannot run", "err", err)
 	}
-	d.ExpectHub(gen, pods)
+	d.ExpectAssigned(gen, pods)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Run(done) })

@@ -1,4 +1,4 @@
-package device_test
+package uplink_test
 
 import (
 	"crypto/ed25519"
@@ -19,18 +19,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor"
-	"github.com/podvisor/podvisor/sync/device"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
-// daemon is the daemon's HubSide as the agent sees it: it records what
+// daemon is the daemon's Assignments as the agent sees it: it records what
 // the agent hands it and publishes the statuses and events a test sets.
 type daemon struct {
 	mu        sync.Mutex
-	expected  []string // "generation:pod,pod" per ExpectHub call
-	applied   []string // the same per ApplyHub call
+	expected  []string // "generation:pod,pod" per ExpectAssigned call
+	applied   []string // the same per ApplyAssigned call
 	conflicts map[string]string
 	pods      []*v1.Pod
 	version   uint64
@@ -38,7 +38,7 @@ type daemon struct {
 	events    chan supervisor.PodEvent
 }
 
-var _ supervisor.HubSide = (*daemon)(nil)
+var _ supervisor.Assignments = (*daemon)(nil)
 
 func newDaemon(conflicts map[string]string) *daemon {
 	return &daemon{conflicts: conflicts, changed: make(chan struct{}), events: make(chan supervisor.PodEvent, 16)}
@@ -52,13 +52,13 @@ func names(gen int64, pods []*v1.Pod) string {
 	return strings.Join(append([]string{strconv.FormatInt(gen, 10)}, n...), ":")
 }
 
-func (d *daemon) ExpectHub(gen int64, pods []*v1.Pod) {
+func (d *daemon) ExpectAssigned(gen int64, pods []*v1.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expected = append(d.expected, names(gen, pods))
 }
 
-func (d *daemon) ApplyHub(gen int64, pods []*v1.Pod) {
+func (d *daemon) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.applied = append(d.applied, names(gen, pods))
@@ -260,15 +260,15 @@ func TestAttachedAgent(t *testing.T) {
 	// A reconnect comes well after the hub's client is back (its
 	// subscriptions then see every batch); a batch lost anyway is sent
 	// again after ResendAfter.
-	cfg := device.Config{Broker: "mqtt://" + addr, DeviceID: "gw-1", HubKey: pub,
+	cfg := uplink.Config{Broker: "mqtt://" + addr, DeviceID: "gw-1", HubKey: pub,
 		BackoffMin: 700 * time.Millisecond, BackoffMax: time.Second, ResendAfter: 3 * time.Second}
-	stop, err := device.Attach(cfg, st, d, quiet())
+	stop, err := uplink.Attach(cfg, st, d, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	if expected, _ := d.record(); len(expected) != 1 || expected[0] != "0" {
-		t.Fatalf("ExpectHub calls %q, want one with nothing stored", expected)
+		t.Fatalf("ExpectAssigned calls %q, want one with nothing stored", expected)
 	}
 
 	// The document: web accepted and applied, clash refused with the
@@ -343,12 +343,12 @@ func TestAttachedAgent(t *testing.T) {
 	// Restarted with no broker: the stored document's pods go to the
 	// daemon before it runs.
 	d2 := newDaemon(nil)
-	stop2, err := device.Attach(cfg, st, d2, quiet())
+	stop2, err := uplink.Attach(cfg, st, d2, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop2()
 	if expected, _ := d2.record(); len(expected) != 1 || expected[0] != "1:web" {
-		t.Fatalf("ExpectHub calls after a restart %q, want generation 1 with web", expected)
+		t.Fatalf("ExpectAssigned calls after a restart %q, want generation 1 with web", expected)
 	}
 }

@@ -1,4 +1,4 @@
-package device
+package uplink
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/podvisor/podvisor/sync/store"
 )
 
-// Statuses is the daemon's status stream (part of supervisor.HubSide).
+// Statuses is the daemon's status stream (part of supervisor.Assignments).
 type Statuses interface {
 	// Pods is every pod's newest status, the version (0: nothing
 	// published yet) and a channel closed at the next change.

@@ -16,7 +16,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/podvisor/podvisor/supervisor/manifest"
+	"github.com/podvisor/podvisor/pod/manifest"
 )
 
 // Values of the built-in classes and the limits on user classes.
