@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare clean
 
 all: build
 
@@ -216,6 +216,12 @@ demo: build
 
 bench: build
 	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000
+
+# The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
+# status/s and idle cost per device), for BASE and this tree in one run:
+# make bench-compare BASE=<commit>.
+bench-compare:
+	test/bench-compare.sh $(BASE)
 
 # Only the hub sync rows: status throughput, podhub with 3,000 devices
 # (1,000 of them take the apply).
