@@ -53,7 +53,7 @@ const (
 const DefaultMaxPods = 110
 
 // Config is the config file. Field docs give each setting's default;
-// README.md's "Config file" section shows them all.
+// docs/configuration.md's "Config file" section shows them all.
 type Config struct {
 	// File is where the config was loaded from ("" for none): errors
 	// name it.

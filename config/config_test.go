@@ -27,7 +27,7 @@ func load(t *testing.T, body string) (*Config, string) {
 
 func dur(d time.Duration) Duration { return Duration{Duration: d} }
 
-// The defaults are the ones README.md documents and the daemon has always
+// The defaults are the ones docs/configuration.md documents and the daemon has always
 // had; without a file, the config is the defaults and valid.
 func TestDefaults(t *testing.T) {
 	c := Default()

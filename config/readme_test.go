@@ -7,42 +7,46 @@ import (
 	"testing"
 )
 
+// configReference is the device configuration reference, relative to
+// this package.
+const configReference = "../docs/configuration.md"
+
 // readmeYAML is the first ```yaml block after the line that starts with
-// heading in README.md.
+// heading in the configuration reference.
 func readmeYAML(t *testing.T, readme, heading string) string {
 	t.Helper()
 	_, after, ok := strings.Cut(readme, "\n"+heading)
 	if !ok {
-		t.Fatalf("README.md has no %q", heading)
+		t.Fatalf("%s has no %q", configReference, heading)
 	}
 	_, block, ok := strings.Cut(after, "```yaml\n")
 	if !ok {
-		t.Fatalf("README.md has no yaml block after %q", heading)
+		t.Fatalf("%s has no yaml block after %q", configReference, heading)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	return block
 }
 
-// README.md's config reference stays true: its examples load with this
+// The config reference (docs/configuration.md) stays true: its examples load with this
 // schema and validate, and every setting of the schema is in them.
 func TestReadmeConfigReference(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile(configReference)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	doc := readmeYAML(t, readme, "### Config file") + readmeYAML(t, readme, "The device's side, in podvisor's config:")
+	doc := readmeYAML(t, readme, "## Config file") + readmeYAML(t, readme, "The device's side, in podvisor's config:")
 	c, err := Parse([]byte(doc))
 	if err != nil {
-		t.Fatalf("README's config does not load: %v\n%s", err, doc)
+		t.Fatalf("the reference's config does not load: %v\n%s", err, doc)
 	}
 	if err := c.Validate(); err != nil {
-		t.Fatalf("README's config is invalid: %v", err)
+		t.Fatalf("the reference's config is invalid: %v", err)
 	}
 	for _, key := range schemaKeys(reflect.TypeOf(Config{}), "") {
 		name := key[strings.LastIndex(key, ".")+1:]
 		if !strings.Contains(doc, name+":") {
-			t.Errorf("README.md's config reference does not show %s", key)
+			t.Errorf("%s does not show %s", configReference, key)
 		}
 	}
 }

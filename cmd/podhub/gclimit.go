@@ -17,7 +17,7 @@ import (
 // the garbage an idle fleet leaves resident. A fixed GOGC 10 kept about
 // 3 KiB less per idle device but collected at every 10% of growth, so
 // an apply to a fleet or a burst of reports spent most of podhub's CPU in
-// the collector (README, Measured).
+// the collector (docs/measurements.md).
 //
 // memoryLimit (podhub.yaml) or --memory-limit:
 //   - auto (the default): autoBase plus autoPerDevice for each client of

@@ -159,8 +159,8 @@ func TestKilledCounterLeavesNothingAttachedTwice(t *testing.T) {
 }
 
 // The cost of counting: the kernel's own run-time statistics of the two
-// programs, per packet. Logged for the README; bounded loosely so that a
-// program grown by mistake (a loop, a helper per packet) fails.
+// programs, per packet. Logged for docs/internals.md; bounded loosely so
+// that a program grown by mistake (a loop, a helper per packet) fails.
 func TestCostPerPacket(t *testing.T) {
 	h := requireCounters(t)
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)

@@ -213,8 +213,8 @@ func (r *readers) cliRead(flags ...string) error {
 	return nil
 }
 
-// backup is sqlite3's online backup as the README gives it, every other
-// second, and the copy must be whole.
+// backup is sqlite3's online backup as docs/operations.md gives it,
+// every other second, and the copy must be whole.
 func (r *readers) backup(ctx context.Context, n int64) error {
 	dst := filepath.Join(r.backups, "state.db")
 	os.Remove(dst)
