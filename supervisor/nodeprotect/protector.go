@@ -57,7 +57,8 @@ type Options struct {
 	Now func() time.Time
 	// DataDir holds the pods' data and logs: the node file system.
 	DataDir string
-	// ImageFS is the image file system ("" : the node file system).
+	// ImageFS is a path on the file system containerd keeps images on
+	// ("": no images).
 	ImageFS string
 	// MemoryCgroup is the v1 memory hierarchy's mount ("" without one):
 	// its root's usage is watched by a threshold event.
