@@ -24,6 +24,7 @@ import (
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -128,11 +129,8 @@ type Daemon struct {
 	// hookCancels ends the hooks still running for a container instance
 	// once it exits (a postStart exec hook has no timeout); loop-owned.
 	hookCancels map[string][]context.CancelFunc
-	// pressure holds the node conditions currently true.
-	pressure map[v1.NodeConditionType]bool
-	evict    *evictor
-	draining *drain
-	memory   int64 // the device's memory, for OOM scores
+	// protector: pressure eviction, drain and the node's status.
+	protector *nodeprotect.Protector
 	// runtimes run the pods by runtimeClassName; exits and reconnected
 	// gather theirs for the loop, recoverRetry asks for a recovery again;
 	// removals are finished instances to remove once their end is saved.
@@ -178,7 +176,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		view:         newView(),
 		views:        map[types.UID]cachedView{},
 		podCgroups:   map[types.UID]bool{},
-		pressure:     map[v1.NodeConditionType]bool{},
 		oomBase:      map[string]uint64{},
 		exits:        make(chan runtimeExit, 256),
 		reconnected:  make(chan runtime.Runtime),
@@ -200,12 +197,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
 	}
-	d.memory = pressure.MemTotal()
+	if err := d.setupNodeProtection(); err != nil {
+		return err
+	}
 	if err := d.setupCgroups(); err != nil {
 		return err
 	}
-	d.node.Allocatable = d.allocatable(d.capacity()) // downward API limits a container leaves unset
-	d.setupListenProbes(ctx)                         // before the runtimes: it sets where process containers are placed
+	d.node.Allocatable = d.protector.Allocatable() // downward API limits a container leaves unset
+	d.setupListenProbes(ctx)                       // before the runtimes: it sets where process containers are placed
 	defer func() { d.listen.close() }()
 	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
 	defer func() { d.net.close() }()
@@ -223,10 +222,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeRuntimes()
-	d.machine.SetAdmitter(d.admitter())
-	if err := d.setupEviction(ctx); err != nil {
-		return err
-	}
+	d.machine.SetAdmitter(d.protector.Admitter())
+	d.watchPressure(ctx)
 	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
@@ -331,25 +328,17 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.listened(e)
 		case req := <-d.requests:
 			req.reply <- req.fn()
-		case <-d.evict.notifier.C:
-			d.wakePressure(ctx)
-		case <-d.evict.recheck.C:
-			d.checkPressure(ctx, pressure.WakeRecheck)
-		case <-d.drainTimer():
+		case <-d.protector.Woken():
+			d.protectNode(d.protector.Wake(ctx, d.machine))
+		case <-d.protector.Recheck():
+			d.protectNode(d.protector.Look(ctx, pressure.WakeRecheck, d.machine))
+		case <-d.protector.DrainTimer():
 		case <-wake.C:
 		case <-persist.C:
 			persistPending = false
 			d.persist()
 		}
 	}
-}
-
-// drainTimer is the drain's timer channel, or nil (never ready).
-func (d *Daemon) drainTimer() <-chan time.Time {
-	if d.draining == nil {
-		return nil
-	}
-	return d.draining.timer.C
 }
 
 // step reconciles, executes the actions and publishes the new status. A
@@ -366,7 +355,7 @@ func (d *Daemon) step() {
 			break
 		}
 	}
-	d.advanceDrain()
+	d.stopDrained(d.protector.AdvanceDrain(d.machine))
 	d.publish(now)
 }
 

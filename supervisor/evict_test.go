@@ -9,6 +9,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 )
 
@@ -34,10 +35,14 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 			clock := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 			d.now = func() time.Time { return clock }
 			available := int64(900)
-			d.evict.mgr = &eviction.Manager{Thresholds: []eviction.Threshold{{Signal: eviction.MemoryAvailable, Quantity: 100}}}
-			d.evict.observe = func() map[eviction.Signal]eviction.Observation {
-				return map[eviction.Signal]eviction.Observation{eviction.MemoryAvailable: {Available: available, Capacity: 1000}}
-			}
+			notifier := pressure.NewNotifier(d.log)
+			d.protector = shellProtector(t, d, nodeprotect.Options{
+				Eviction: nodeprotect.EvictionConfig{Hard: map[string]string{"memory.available": "100"}},
+				Observer: observerFunc(func() map[eviction.Signal]eviction.Observation {
+					return map[eviction.Signal]eviction.Observation{eviction.MemoryAvailable: {Available: available, Capacity: 1000}}
+				}),
+				Notifier: notifier,
+			})
 			st := desireWebPod(t, d, `  - {name: app, image: host}`)
 			uid := st.Pods[0].UID
 			runUntil(t, d, "the container runs", func() bool {
@@ -48,7 +53,7 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 			clock = clock.Add(time.Minute)
 			available = 50 // below the threshold from now on
 			for _, w := range tc.pokes {
-				d.evict.notifier.Poke(w)
+				notifier.Poke(w)
 			}
 			runUntil(t, d, "the pod is evicted", func() bool {
 				in := d.machine.Instance(uid)
@@ -59,20 +64,20 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 			evs := d.Events("default", "web")
 			for i := range evs {
 				switch evs[i].Reason {
-				case ReasonThresholdMet:
+				case nodeprotect.ReasonThresholdMet:
 					met = &evs[i]
 				case "Evicted":
 					evicted = &evs[i]
 				}
 			}
 			if met == nil || evicted == nil {
-				t.Fatalf("events %+v: want %s then Evicted", evs, ReasonThresholdMet)
+				t.Fatalf("events %+v: want %s then Evicted", evs, nodeprotect.ReasonThresholdMet)
 			}
 			if !strings.Contains(met.Message, tc.want) || !strings.Contains(met.Message, "hard memory.available<100") {
-				t.Errorf("%s message %q, want the threshold and %q", ReasonThresholdMet, met.Message, tc.want)
+				t.Errorf("%s message %q, want the threshold and %q", nodeprotect.ReasonThresholdMet, met.Message, tc.want)
 			}
 			if !met.FirstTime.Equal(clock) || met.Type != "Warning" {
-				t.Errorf("%s at %v (%s), want a Warning at the daemon's clock %v", ReasonThresholdMet, met.FirstTime, met.Type, clock)
+				t.Errorf("%s at %v (%s), want a Warning at the daemon's clock %v", nodeprotect.ReasonThresholdMet, met.FirstTime, met.Type, clock)
 			}
 			if strings.Contains(evicted.Message, "woken") {
 				t.Errorf("the Evicted message %q carries the cause: it is the pod's status message, kept as the kubelet's", evicted.Message)
@@ -85,23 +90,7 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 	}
 }
 
-// A wake whose causes an earlier look already took looks no more: the
-// earlier look saw what the kernel had to say.
-func TestPressureWakeWithoutCauseDoesNotLook(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	d := shellDaemon(t, ctx, newFakeRuntime())
-	looks := 0
-	d.evict.mgr = &eviction.Manager{}
-	d.evict.observe = func() map[eviction.Signal]eviction.Observation { looks++; return nil }
-	d.evict.notifier.Poke(pressure.WakePSI)
-	<-d.evict.notifier.C
-	d.wakePressure(ctx)
-	// A poke whose bit the look above took, but whose send came after.
-	d.evict.notifier.C <- struct{}{}
-	<-d.evict.notifier.C
-	d.wakePressure(ctx)
-	if looks != 1 {
-		t.Fatalf("%d looks, want 1", looks)
-	}
-}
+// observerFunc observes the signals by calling itself.
+type observerFunc func() map[eviction.Signal]eviction.Observation
+
+func (f observerFunc) Observe() map[eviction.Signal]eviction.Observation { return f() }

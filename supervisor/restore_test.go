@@ -12,7 +12,7 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -86,7 +86,7 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	d2.runtimes = runtime.NewRegistry("fake")
 	d2.runtimes.Register("fake", rt)
 	d2.probes = probes.NewManager(ctx)
-	d2.evict = &evictor{notifier: pressure.NewNotifier(d2.log), recheck: time.NewTimer(time.Hour)}
+	d2.protector = shellProtector(t, d2, nodeprotect.Options{})
 	d2.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Log: d2.log}
 	if err := d2.restore(); err != nil {
 		t.Fatal(err)

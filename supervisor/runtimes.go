@@ -217,7 +217,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 	return &runtime.Container{
 		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.node,
 		LogPath: d.logPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
-		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.memory),
+		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
 			return d.instanceCgroupFor(rt, pod, a.Container, a.InstanceID)
 		},

@@ -17,7 +17,7 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -112,9 +112,23 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 		t.Fatal(err)
 	}
 	d.probes = probes.NewManager(ctx)
-	d.evict = &evictor{notifier: pressure.NewNotifier(d.log), recheck: time.NewTimer(time.Hour)}
+	d.protector = shellProtector(t, d, nodeprotect.Options{})
 	d.dir = &manifest.Dir{Path: cfg.ManifestDir, Log: d.log}
 	return d
+}
+
+// shellProtector is node protection on the daemon's clock that arms no
+// kernel notification: o's thresholds, observer and notifier, if any.
+func shellProtector(t *testing.T, d *Daemon, o nodeprotect.Options) *nodeprotect.Protector {
+	t.Helper()
+	o.Log, o.Now = d.log, func() time.Time { return d.now() }
+	o.DataDir, o.NodeName, o.HostIP = d.cfg.DataDir, d.cfg.NodeName, d.node.HostIP
+	o.Usage = d.podUsage
+	p, err := nodeprotect.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // runUntil runs the daemon's loop until cond holds, failing after a

@@ -1,4 +1,4 @@
-package supervisor
+package nodeprotect
 
 import (
 	"os"
@@ -30,24 +30,28 @@ type NodeConfig struct {
 }
 
 // capacity reads what the device has.
-func (d *Daemon) capacity() v1.ResourceList {
+func (p *Protector) capacity() v1.ResourceList {
 	c := v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(d.memory, resource.BinarySI),
-		v1.ResourcePods:   *resource.NewQuantity(d.cfg.Node.MaxPods, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(p.memory, resource.BinarySI),
+		v1.ResourcePods:   *resource.NewQuantity(p.node.MaxPods, resource.DecimalSI),
 	}
 	var st unix.Statfs_t
-	if unix.Statfs(d.cfg.DataDir, &st) == nil {
+	if unix.Statfs(p.dataDir, &st) == nil {
 		c[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(st.Blocks)*int64(st.Bsize), resource.BinarySI)
 	}
 	return c
 }
 
+// Allocatable is what pods may use of the device's capacity: the downward
+// API's limits for a container that sets none.
+func (p *Protector) Allocatable() v1.ResourceList { return p.allocatable(p.capacity()) }
+
 // allocatable is capacity less the reservations and the hard eviction
 // thresholds, as the kubelet computes it.
-func (d *Daemon) allocatable(capacity v1.ResourceList) v1.ResourceList {
+func (p *Protector) allocatable(capacity v1.ResourceList) v1.ResourceList {
 	a := capacity.DeepCopy()
-	for _, reserved := range []v1.ResourceList{d.cfg.Node.SystemReserved, d.cfg.Node.PodvisorReserved} {
+	for _, reserved := range []v1.ResourceList{p.node.SystemReserved, p.node.PodvisorReserved} {
 		for name, q := range reserved {
 			if v, ok := a[name]; ok {
 				v.Sub(q)
@@ -55,7 +59,7 @@ func (d *Daemon) allocatable(capacity v1.ResourceList) v1.ResourceList {
 			}
 		}
 	}
-	if ts, err := eviction.Parse(d.cfg.Node.EvictionHard, nil, nil, nil); err == nil {
+	if ts, err := eviction.Parse(p.node.EvictionHard, nil, nil, nil); err == nil {
 		for _, t := range ts {
 			name := map[eviction.Signal]v1.ResourceName{eviction.MemoryAvailable: v1.ResourceMemory,
 				eviction.NodeFsAvailable: v1.ResourceEphemeralStorage}[t.Signal]
@@ -80,26 +84,27 @@ func (d *Daemon) allocatable(capacity v1.ResourceList) v1.ResourceList {
 	return a
 }
 
-// admitter is the core's admission decision: requests against
-// allocatable, preemption by priority, and the pressure rules.
-func (d *Daemon) admitter() lifecycle.AdmitFunc {
-	alloc := d.allocatable(d.capacity())
+// Admitter is the core's admission decision: requests against
+// allocatable, preemption by priority, and the pressure rules; nothing
+// while the node drains.
+func (p *Protector) Admitter() lifecycle.AdmitFunc {
+	alloc := p.allocatable(p.capacity())
 	return func(candidate *v1.Pod, held []*v1.Pod) lifecycle.Admission {
-		if d.draining != nil {
-			return lifecycle.Admission{Reason: "NodeShutdown", Message: "The node is draining (" + d.draining.reason + "); 'podvisor uncordon' admits pods again"}
+		if p.draining != nil {
+			return lifecycle.Admission{Reason: "NodeShutdown", Message: "The node is draining (" + p.draining.reason + "); 'podvisor uncordon' admits pods again"}
 		}
 		var running []admission.Pod
 		for _, p := range held {
 			running = append(running, admission.FromPod(p))
 		}
-		dec := admission.Admit(admission.FromPod(candidate), running, admission.Node{Allocatable: alloc, Pressure: d.pressure})
+		dec := admission.Admit(admission.FromPod(candidate), running, admission.Node{Allocatable: alloc, Pressure: p.conditions})
 		return lifecycle.Admission{Admit: dec.Admit, Reason: dec.Reason, Message: dec.Message, Victims: dec.Victims}
 	}
 }
 
-// NodeView is the device as a v1.Node.
-func (d *Daemon) NodeView() *v1.Node {
-	capacity := d.capacity()
+// NodeView is the device as a v1.Node, with the annotations given.
+func (p *Protector) NodeView(annotations map[string]string) *v1.Node {
+	capacity := p.capacity()
 	conds := []v1.NodeCondition{}
 	// The kubelet's reasons, so tools that read them keep working.
 	reasons := map[v1.NodeConditionType][2]string{
@@ -109,7 +114,7 @@ func (d *Daemon) NodeView() *v1.Node {
 	}
 	for _, t := range []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
 		st, reason := v1.ConditionFalse, reasons[t][0]
-		if d.pressure[t] {
+		if p.conditions[t] {
 			st, reason = v1.ConditionTrue, reasons[t][1]
 		}
 		conds = append(conds, v1.NodeCondition{Type: t, Status: st, Reason: reason, LastHeartbeatTime: metav1.Now()})
@@ -129,21 +134,21 @@ func (d *Daemon) NodeView() *v1.Node {
 	// A drained node is cordoned: unschedulable, with the taint the node
 	// lifecycle controller gives it; get node shows SchedulingDisabled.
 	var spec v1.NodeSpec
-	if d.draining != nil {
+	if p.draining != nil {
 		spec.Unschedulable = true
 		spec.Taints = []v1.Taint{{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}}
 	}
 	return &v1.Node{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 		Spec:     spec,
-		ObjectMeta: metav1.ObjectMeta{Name: d.cfg.NodeName, Labels: map[string]string{"kubernetes.io/hostname": d.cfg.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": runtime.GOARCH},
-			Annotations: map[string]string{ListenPathAnnotation: string(d.listen.activePath())}},
+		ObjectMeta: metav1.ObjectMeta{Name: p.nodeName, Labels: map[string]string{"kubernetes.io/hostname": p.nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": runtime.GOARCH},
+			Annotations: annotations},
 		Status: v1.NodeStatus{
-			Capacity: capacity, Allocatable: d.allocatable(capacity), Conditions: conds,
-			Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: d.cfg.NodeName}, {Type: v1.NodeInternalIP, Address: d.node.HostIP}},
+			Capacity: capacity, Allocatable: p.allocatable(capacity), Conditions: conds,
+			Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: p.nodeName}, {Type: v1.NodeInternalIP, Address: p.hostIP}},
 			NodeInfo: v1.NodeSystemInfo{
 				KernelVersion: unix.ByteSliceToString(uts.Release[:]), OSImage: osImage, OperatingSystem: "linux",
-				Architecture: runtime.GOARCH, KubeletVersion: "podvisor " + d.cfg.Node.Version,
+				Architecture: runtime.GOARCH, KubeletVersion: "podvisor " + p.node.Version,
 			},
 		},
 	}
