@@ -22,8 +22,8 @@ git -C "$head" worktree add --detach "$work/base" "$base" >/dev/null
 basecommit=$(git -C "$work/base" rev-parse --short HEAD)
 headcommit="$(git -C "$head" rev-parse --short HEAD)$(git -C "$head" diff --quiet HEAD -- . ':!bin' || echo +changes)"
 
-arm64size() { # the stripped arm64 podvisor of a tree, in bytes
-  (cd "$1" && GOARCH=arm64 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/$2.arm64" ./cmd/podvisor)
+arm64size() { # the shipped arm64 podvisor of a tree (make arm64-bins), in bytes
+  (cd "$1" && GOARCH=arm64 CGO_ENABLED=0 go build -trimpath $(packaging/buildflags.sh podvisor) -ldflags "-s -w" -o "$work/$2.arm64" ./cmd/podvisor)
   stat -c %s "$work/$2.arm64"
 }
 
