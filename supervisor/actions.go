@@ -309,7 +309,7 @@ func (d *Daemon) gcDevice() {
 func (d *Daemon) forget(uid types.UID) {
 	d.removeCgroups(uid)
 	d.forgetPod(uid)
-	d.removePodDir(uid)
+	d.podFS.RemovePod(uid)
 	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
 	for _, dir := range logDirs {
 		os.RemoveAll(dir)

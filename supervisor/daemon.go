@@ -24,6 +24,7 @@ import (
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/podfs"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -150,6 +151,8 @@ type Daemon struct {
 	listen *listenProbes
 	// net counts each pod's traffic.
 	net *netCounters
+	// podFS prepares pods' volumes and files and removes them.
+	podFS *podfs.FS
 }
 
 type startResult struct {
@@ -184,6 +187,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		reconnected:  make(chan runtime.Runtime),
 		recoverRetry: make(chan runtime.Runtime, 1),
 		newImages:    make(chan time.Time, 1),
+		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 	}
 }
 

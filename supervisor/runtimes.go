@@ -221,13 +221,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 		Cgroup: func() (string, error) {
 			return d.instanceCgroupFor(rt, pod, a.Container, a.InstanceID)
 		},
-		Mounts: func(env []string) ([]runtime.Mount, error) {
-			volumes, err := d.setupVolumes(pod)
-			if err != nil {
-				return nil, err
-			}
-			return d.containerMounts(pod, spec, volumes, env)
-		},
+		Mounts:      d.podFS.MountsFor(pod, spec, d.node),
 		LocalImages: d.cfg.Policy.localImages(pod),
 	}
 }
