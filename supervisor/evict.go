@@ -181,7 +181,7 @@ func (d *Daemon) podStats() []eviction.PodStats {
 			ps.GracePeriod = time.Duration(*g) * time.Second
 		}
 		if d.cgroups.Driver != nil {
-			if s, err := d.cgroups.Driver.Stats(d.podCgroup(p)); err == nil {
+			if s, err := d.cgroups.Driver.Stats(d.cgroups.PodCgroup(p)); err == nil {
 				ps.MemoryUsage, ps.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 			}
 		}
