@@ -39,7 +39,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 					d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 				}
 			}
-			d.killCgroup(in, a.Container, a.InstanceID)
+			d.cgroups.Kill(d.runtimeOf(in.Pod), in.Pod, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
 			d.runHook(in, a)
 		case lifecycle.Probe:
@@ -191,11 +191,13 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 		return
 	}
 	d.withTerminationMessage(rt, d.machine.Instance(uid), name, attempt, &x)
-	if x.Signal == 9 && x.Reason == "" && d.oomKilled(d.machine.Instance(uid), name, x.InstanceID) {
-		x.Reason = "OOMKilled"
-	}
-	if x.Reason == "OOMKilled" {
-		d.oomJudged(d.machine.Instance(uid))
+	if in := d.machine.Instance(uid); in != nil {
+		if x.Signal == 9 && x.Reason == "" && d.cgroups.OOMKilled(d.runtimeOf(in.Pod), in.Pod, name, x.InstanceID) {
+			x.Reason = "OOMKilled"
+		}
+		if x.Reason == "OOMKilled" {
+			d.cgroups.OOMJudged(in.Pod)
+		}
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", x.ExitCode, "reason", x.Reason)
 	d.endHooks(x.InstanceID)
@@ -307,9 +309,11 @@ func (d *Daemon) gcDevice() {
 
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
-	d.removeCgroups(uid)
+	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
+	d.listen.unwatch(uid)
+	d.cgroups.RemovePod(uid)
 	d.forgetPod(uid)
-	d.removePodDir(uid)
+	d.podFS.RemovePod(uid)
 	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
 	for _, dir := range logDirs {
 		os.RemoveAll(dir)

@@ -25,6 +25,8 @@ import (
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
+	"github.com/podvisor/podvisor/supervisor/podcgroups"
+	"github.com/podvisor/podvisor/supervisor/podfs"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -120,12 +122,8 @@ type Daemon struct {
 	stoppingAll bool
 	view        *view
 	views       map[types.UID]cachedView // PodView cache, loop-owned
-	cgroups     runtime.Cgroups          // Driver nil without cgroups
-	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
-	// kill counts of container cgroups when their instance started.
-	podCgroups map[types.UID]bool
-	oomBase    map[string]uint64
-	classes    priority.Classes
+	cgroups     *podcgroups.Manager      // Driver nil without cgroups
+	classes     priority.Classes
 	// hookCancels ends the hooks still running for a container instance
 	// once it exits (a postStart exec hook has no timeout); loop-owned.
 	hookCancels map[string][]context.CancelFunc
@@ -148,6 +146,8 @@ type Daemon struct {
 	listen *listenProbes
 	// net counts each pod's traffic.
 	net *netCounters
+	// podFS prepares pods' volumes and files and removes them.
+	podFS *podfs.FS
 }
 
 type startResult struct {
@@ -175,12 +175,12 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
 		view:         newView(),
 		views:        map[types.UID]cachedView{},
-		podCgroups:   map[types.UID]bool{},
-		oomBase:      map[string]uint64{},
+		cgroups:      podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
 		exits:        make(chan runtimeExit, 256),
 		reconnected:  make(chan runtime.Runtime),
 		recoverRetry: make(chan runtime.Runtime, 1),
 		newImages:    make(chan time.Time, 1),
+		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 	}
 }
 
@@ -200,7 +200,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.setupNodeProtection(); err != nil {
 		return err
 	}
-	if err := d.setupCgroups(); err != nil {
+	if err := d.cgroups.Setup(); err != nil {
 		return err
 	}
 	d.node.Allocatable = d.protector.Allocatable() // downward API limits a container leaves unset

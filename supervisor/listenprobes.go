@@ -52,7 +52,7 @@ type listenProbes struct {
 func (d *Daemon) setupListenProbes(ctx context.Context) {
 	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
 		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64),
-		log: d.log, cgroupsOn: d.cgroups.Driver != nil, podCgroup: d.podCgroup, podCgroups: d.cgroups.Layout.Pods,
+		log: d.log, cgroupsOn: d.cgroups.Driver != nil, podCgroup: d.cgroups.PodCgroup, podCgroups: d.cgroups.Layout.Pods,
 		mirrored: func() bool { return d.cgroups.Unified != "" }}
 	d.listen = l
 	if d.cfg.ProbesListen == "off" {

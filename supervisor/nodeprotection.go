@@ -117,7 +117,7 @@ func (d *Daemon) NodeView() *v1.Node {
 func (d *Daemon) podUsage(p *v1.Pod) nodeprotect.Usage {
 	var u nodeprotect.Usage
 	if d.cgroups.Driver != nil {
-		if s, err := d.cgroups.Driver.Stats(d.podCgroup(p)); err == nil {
+		if s, err := d.cgroups.Driver.Stats(d.cgroups.PodCgroup(p)); err == nil {
 			u.MemoryWorkingSet, u.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 		}
 	}

@@ -49,7 +49,7 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 		return func() {}, nil
 	}
 	d.runtimes = runtime.NewRegistry(containerd.Name)
-	proc, err := process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.cgroups, d.log)
+	proc, err := process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.cgroups.Cgroups, d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	d.runtimes.Register(manifest.ProcessRuntimeClass, proc)
 	closeAll = func() {}
 	if cc := d.cfg.Containerd; cc.Configured() {
-		ctr := containerd.New(cc, d.cfg.DataDir, d.cgroups, d.log)
+		ctr := containerd.New(cc, d.cfg.DataDir, d.cgroups.Cgroups, d.log)
 		if err := ctr.Launch(stop); err != nil {
 			return nil, err
 		}
@@ -219,15 +219,17 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 		LogPath: d.logPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
 		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
-			return d.instanceCgroupFor(rt, pod, a.Container, a.InstanceID)
-		},
-		Mounts: func(env []string) ([]runtime.Mount, error) {
-			volumes, err := d.setupVolumes(pod)
-			if err != nil {
-				return nil, err
+			if d.cgroups.Driver == nil {
+				return "", nil
 			}
-			return d.containerMounts(pod, spec, volumes, env)
+			if err := d.cgroups.EnsurePod(pod); err != nil {
+				return "", err
+			}
+			d.listen.watch(pod) // before the container starts: its listen() is seen
+			d.net.watch(pod)    // and its first packet counted
+			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
+		Mounts:      d.podFS.MountsFor(pod, spec, d.node),
 		LocalImages: d.cfg.Policy.localImages(pod),
 	}
 }

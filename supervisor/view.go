@@ -303,14 +303,14 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 			ps := api.PodStats{Namespace: in.Pod.Namespace, Name: in.Pod.Name, Time: d.now()}
 			d.net.watch(in.Pod) // adopted after a restart, or its network attached since
 			ps.Net = d.net.read(in.Pod.UID)
-			if s, err := d.cgroups.Driver.Stats(d.podCgroup(in.Pod)); err == nil {
+			if s, err := d.cgroups.Driver.Stats(d.cgroups.PodCgroup(in.Pod)); err == nil {
 				ps.Usage = api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}
 			}
 			for _, c := range in.AllContainers() {
 				if c.Phase != lifecycle.Running {
 					continue
 				}
-				if s, err := d.cgroups.Driver.Stats(d.instanceCgroup(in.Pod, c.Name, c.InstanceID)); err == nil {
+				if s, err := d.cgroups.Driver.Stats(d.cgroups.InstanceCgroup(d.runtimeOf(in.Pod), in.Pod, c.Name, c.InstanceID)); err == nil {
 					ps.Containers = append(ps.Containers, api.ContainerStats{Name: c.Name,
 						Usage: api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}})
 				}

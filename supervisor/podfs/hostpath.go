@@ -1,4 +1,4 @@
-package supervisor
+package podfs
 
 import (
 	"errors"
@@ -19,8 +19,8 @@ import (
 // an earlier pod planted there can neither lead the check astray nor make
 // DirectoryOrCreate create anything outside. It returns that directory
 // ("" when the device allows any host path).
-func (d *Daemon) prepareHostPath(h *v1.HostPathVolumeSource) (string, error) {
-	allowed := d.cfg.Policy.AllowedHostPaths
+func (f *FS) prepareHostPath(h *v1.HostPathVolumeSource) (string, error) {
+	allowed := f.allowedHostPaths
 	if len(allowed) == 0 {
 		return "", checkHostPath(h)
 	}
@@ -28,11 +28,11 @@ func (d *Daemon) prepareHostPath(h *v1.HostPathVolumeSource) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("hostPath %s is outside the host paths this device allows (%s)", h.Path, strings.Join(allowed, ", "))
 	}
-	f, err := openAllowedHostPath(root, rel, h.Type)
+	opened, err := openAllowedHostPath(root, rel, h.Type)
 	if err != nil {
 		return "", err
 	}
-	f.Close()
+	opened.Close()
 	return root, nil
 }
 

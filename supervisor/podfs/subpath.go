@@ -1,4 +1,4 @@
-package supervisor
+package podfs
 
 import (
 	"errors"
@@ -23,13 +23,13 @@ const stagedMountsDir = "volume-subpaths"
 // writes to. The runtime gets that path: it mounts exactly the file that
 // was resolved, whatever a container does to the volume meanwhile. A
 // missing subPath is created as a directory with the volume's mode.
-func (d *Daemon) stageMount(uid types.UID, container string, index int, vol podVolume, subPath string) (string, error) {
+func (f *FS) stageMount(uid types.UID, container string, index int, vol volume, subPath string) (string, error) {
 	root, err := openVolume(vol)
 	if err != nil {
 		return "", err
 	}
 	defer root.Close()
-	f := root
+	src := root
 	if subPath != "" {
 		// As the kubelet: a subPath that does not seem to exist is
 		// created first (and a failure is said so); whether it seems to
@@ -45,16 +45,16 @@ func (d *Daemon) stageMount(uid types.UID, container string, index int, vol podV
 			}
 			made.Close()
 		}
-		if f, err = safepath.Open(root, subPath); err != nil {
+		if src, err = safepath.Open(root, subPath); err != nil {
 			return "", &subPathError{err: fmt.Errorf("subPath %q of %s: %w", subPath, vol.path, err)}
 		}
-		defer f.Close()
+		defer src.Close()
 	}
-	target := filepath.Join(d.podDir(uid), stagedMountsDir, vol.name, container, strconv.Itoa(index))
+	target := filepath.Join(f.podDir(uid), stagedMountsDir, vol.name, container, strconv.Itoa(index))
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		return "", err
 	}
-	if err := safepath.BindAt(f, target); err != nil {
+	if err := safepath.BindAt(src, target); err != nil {
 		return "", err
 	}
 	return target, nil
@@ -73,7 +73,7 @@ func (e *subPathError) Unwrap() error { return e.err }
 // openVolume opens a volume's root: a path of the daemon's own or one
 // the device allows any pod to name is opened as it is; a hostPath under
 // security.allowedHostPaths is resolved beneath its allowed directory.
-func openVolume(vol podVolume) (*os.File, error) {
+func openVolume(vol volume) (*os.File, error) {
 	if vol.allowedRoot == "" {
 		return safepath.OpenTrusted(vol.path)
 	}
