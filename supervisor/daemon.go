@@ -118,8 +118,8 @@ type Daemon struct {
 	// nothing may be desired again.
 	stoppingAll bool
 	view        *view
-	views       map[types.UID]cachedView // PodView cache, loop-owned
-	cgroups     runtime.Cgroups          // Driver nil without cgroups
+	views       map[types.UID]*v1.Pod // PodView cache, loop-owned
+	cgroups     runtime.Cgroups       // Driver nil without cgroups
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
@@ -164,6 +164,7 @@ type startResult struct {
 func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
+	cfg.Lifecycle.SaveDelay = cfg.PersistDelay
 	return &Daemon{
 		cfg:          cfg,
 		log:          log,
@@ -176,7 +177,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		supervising:  make(chan struct{}),
 		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
 		view:         newView(),
-		views:        map[types.UID]cachedView{},
+		views:        map[types.UID]*v1.Pod{},
 		podCgroups:   map[types.UID]bool{},
 		pressure:     map[v1.NodeConditionType]bool{},
 		oomBase:      map[string]uint64{},
@@ -260,7 +261,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.StopPodsOnExit {
 		d.stopAll()
 	}
-	d.persist()
+	d.apply(d.machine.Flush())
 	return nil
 }
 
@@ -288,22 +289,12 @@ func (d *Daemon) OpenState() error {
 // or, when done is given, until done reports true after a step.
 func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done func() bool) {
 	wake := time.NewTimer(time.Hour)
-	persist := time.NewTimer(time.Hour)
-	persist.Stop()
-	persistPending := false
 	for {
-		d.step()
+		next := d.step()
 		if done != nil && done() {
 			return
 		}
-		if !persistPending && d.machine.Dirty() {
-			persist.Reset(d.cfg.PersistDelay)
-			persistPending = true
-		}
-		if !persistPending {
-			d.flushRemovals()
-		}
-		resetTimer(wake, d.machine.NextWake(), d.now())
+		resetTimer(wake, next, d.now())
 		select {
 		case <-ctx.Done():
 			return
@@ -337,9 +328,6 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.checkPressure(ctx, pressure.WakeRecheck)
 		case <-d.drainTimer():
 		case <-wake.C:
-		case <-persist.C:
-			persistPending = false
-			d.persist()
 		}
 	}
 }
@@ -352,29 +340,35 @@ func (d *Daemon) drainTimer() <-chan time.Time {
 	return d.draining.timer.C
 }
 
-// step reconciles, executes the actions and publishes the new status. A
-// start is recorded at once, so a daemon killed right after still knows
-// the instance and its restart count; other changes are batched.
-func (d *Daemon) step() {
+// step carries out one Ready of the machine and publishes the new status;
+// it returns when the machine wants the next step at the latest. The drain
+// goes first, so that the pods it stops are in the Ready: saved, shown and
+// woken for like any change.
+func (d *Daemon) step() time.Time {
 	now := d.now()
-	acts := d.machine.Reconcile(now)
-	d.execute(acts)
-	for _, a := range acts {
-		if a.Kind == lifecycle.Start {
-			d.persist()
-			d.flushRemovals()
-			break
-		}
-	}
 	d.advanceDrain()
-	d.publish(now)
+	rd := d.machine.Ready(now)
+	d.apply(rd)
+	d.publish(now, rd.Changed)
+	return rd.NextWake
 }
 
-func (d *Daemon) persist() {
-	changed, forgotten := d.machine.TakeDirty()
-	if err := d.store.Save(changed, forgotten); err != nil {
-		d.log.Error("saving state", "err", err)
+// apply is the one place the daemon persists: the Ready's records are
+// saved before its actions leave, so a start is on disk before its
+// process runs and a daemon killed right after knows the instance and its
+// restart count (the machine batches the changes nothing waits on).
+// Finished instances are removed once every change is saved.
+func (d *Daemon) apply(rd lifecycle.Ready) {
+	if len(rd.Records) > 0 || len(rd.Forgotten) > 0 {
+		if err := d.store.Save(rd.Records, rd.Forgotten); err != nil {
+			d.log.Error("saving state", "err", err)
+		}
 	}
+	if !rd.Unsaved {
+		d.flushRemovals()
+	}
+	d.execute(rd.Actions)
+	d.machine.Advance(rd)
 }
 
 // request is work the API asks the loop to do on the machine.

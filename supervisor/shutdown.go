@@ -104,7 +104,7 @@ func (d *Daemon) Uncordon() error {
 }
 
 // advanceDrain starts the next bucket once the current one is done or out
-// of time. It runs on the loop goroutine after every step and timer.
+// of time. It runs on the loop goroutine at the start of every step.
 func (d *Daemon) advanceDrain() {
 	dr := d.draining
 	if dr == nil {

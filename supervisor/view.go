@@ -24,8 +24,12 @@ const maxEvents = 50
 // StatusInvalid is the STATUS of a manifest file that was rejected.
 const StatusInvalid = "Invalid"
 
-// publish rebuilds the status the API serves and wakes its watchers.
-func (d *Daemon) publish(now time.Time) {
+// publish rebuilds the status the API serves and wakes its watchers; the
+// views of the changed pods are built anew.
+func (d *Daemon) publish(now time.Time, changed []types.UID) {
+	for _, uid := range changed {
+		delete(d.views, uid)
+	}
 	var pods []*v1.Pod
 	logs := map[string]api.LogRef{}
 	seen := map[types.UID]bool{}
@@ -71,8 +75,8 @@ func (d *Daemon) publish(now time.Time) {
 // podView returns the instance as a v1.Pod, rebuilt only when the instance
 // changed: with many pods, one event must not copy them all.
 func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
-	if v, ok := d.views[in.UID()]; ok && v.revision == in.Revision() {
-		return v.pod
+	if p, ok := d.views[in.UID()]; ok {
+		return p
 	}
 	p := d.machine.PodView(in, now)
 	p.Spec.NodeName = d.cfg.NodeName
@@ -97,13 +101,8 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 		sd.DecorateStatuses(p.Status.InitContainerStatuses)
 		sd.DecorateStatuses(p.Status.ContainerStatuses)
 	}
-	d.views[in.UID()] = cachedView{revision: in.Revision(), pod: p}
+	d.views[in.UID()] = p
 	return p
-}
-
-type cachedView struct {
-	revision uint64
-	pod      *v1.Pod
 }
 
 func (d *Daemon) hasDesired(key string) bool {
