@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -117,9 +117,8 @@ type Daemon struct {
 	// stoppingAll: the daemon is stopping every pod before it exits, and
 	// nothing may be desired again.
 	stoppingAll bool
-	view        *view
-	views       map[types.UID]*v1.Pod // PodView cache, loop-owned
-	cgroups     runtime.Cgroups       // Driver nil without cgroups
+	view        *podview.View   // published pod status, written by the loop
+	cgroups     runtime.Cgroups // Driver nil without cgroups
 	// podCgroups are the pod cgroups made by this daemon; oomBase the OOM
 	// kill counts of container cgroups when their instance started.
 	podCgroups map[types.UID]bool
@@ -165,7 +164,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
 	cfg.Lifecycle.SaveDelay = cfg.PersistDelay
-	return &Daemon{
+	d := &Daemon{
 		cfg:          cfg,
 		log:          log,
 		machine:      lifecycle.NewMachine(cfg.Lifecycle),
@@ -176,8 +175,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		stopped:      make(chan struct{}),
 		supervising:  make(chan struct{}),
 		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:         newView(),
-		views:        map[types.UID]*v1.Pod{},
 		podCgroups:   map[types.UID]bool{},
 		pressure:     map[v1.NodeConditionType]bool{},
 		oomBase:      map[string]uint64{},
@@ -186,6 +183,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		recoverRetry: make(chan runtime.Runtime, 1),
 		newImages:    make(chan time.Time, 1),
 	}
+	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
+	return d
 }
 
 // Run supervises until ctx ends. Pods keep running after it returns unless
@@ -349,7 +348,7 @@ func (d *Daemon) step() time.Time {
 	d.advanceDrain()
 	rd := d.machine.Ready(now)
 	d.apply(rd)
-	d.publish(now, rd.Changed)
+	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
 	return rd.NextWake
 }
 
@@ -418,7 +417,9 @@ func (d *Daemon) setManifests(st manifest.State) {
 	for p, err := range rejected {
 		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})
 	}
-	d.noteInvalid(d.manifests, st)
+	for _, n := range podview.NewlyInvalid(d.manifests, st) {
+		d.addEvent(n)
+	}
 	d.manifests = st
 	d.applyDesired()
 }
@@ -470,20 +471,6 @@ func lockDataDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("data directory %s is in use by another podvisor%s", dir, holders(name))
 	}
 	return f, err
-}
-
-// view is the published status the API reads.
-type view struct {
-	mu      sync.RWMutex
-	pods    []*v1.Pod
-	version uint64
-	changed chan struct{}
-	events  map[string][]api.Event // by namespace/name
-	logs    map[string]api.LogRef  // by namespace/name/container, and …/previous
-}
-
-func newView() *view {
-	return &view{changed: make(chan struct{}), events: map[string][]api.Event{}, logs: map[string]api.LogRef{}}
 }
 
 // holders names the processes that have a file open, for error messages.

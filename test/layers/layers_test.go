@@ -38,7 +38,7 @@ var layers = []layer{
 	// The daemon's shell and its edges: local API, SQLite records,
 	// logind, pressure observers.
 	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",
-		"supervisor/pressure", "supervisor/safepath"}},
+		"supervisor/pressure", "supervisor/safepath", "supervisor/podview"}},
 	// What runs containers, and the namespaces and process handles it uses.
 	{"runtime", []string{"supervisor/runtime", "supervisor/sandbox"}},
 	{"probes", []string{"probes"}},
