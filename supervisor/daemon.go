@@ -348,6 +348,9 @@ func (d *Daemon) step() time.Time {
 	d.advanceDrain()
 	rd := d.machine.Ready(now)
 	d.apply(rd)
+	if !rd.Unsaved {
+		d.flushRemovals() // every exit they follow is saved
+	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
 	return rd.NextWake
 }
@@ -356,15 +359,11 @@ func (d *Daemon) step() time.Time {
 // saved before its actions leave, so a start is on disk before its
 // process runs and a daemon killed right after knows the instance and its
 // restart count (the machine batches the changes nothing waits on).
-// Finished instances are removed once every change is saved.
 func (d *Daemon) apply(rd lifecycle.Ready) {
 	if len(rd.Records) > 0 || len(rd.Forgotten) > 0 {
 		if err := d.store.Save(rd.Records, rd.Forgotten); err != nil {
 			d.log.Error("saving state", "err", err)
 		}
-	}
-	if !rd.Unsaved {
-		d.flushRemovals()
 	}
 	d.execute(rd.Actions)
 	d.machine.Advance(rd)

@@ -171,6 +171,7 @@ func TestShellDrivesARuntime(t *testing.T) {
 		t.Fatalf("status after the restart: restartCount %d, lastState %+v", cs.RestartCount, cs.LastTerminationState)
 	}
 	d.apply(d.machine.Flush()) // a removal waits until the exit is saved
+	d.flushRemovals()
 	select {
 	case id := <-fake.removals:
 		if id != first {
