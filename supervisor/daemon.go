@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
 	"github.com/podvisor/podvisor/supervisor/podfs"
+	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -120,9 +120,8 @@ type Daemon struct {
 	// stoppingAll: the daemon is stopping every pod before it exits, and
 	// nothing may be desired again.
 	stoppingAll bool
-	view        *view
-	views       map[types.UID]cachedView // PodView cache, loop-owned
-	cgroups     *podcgroups.Manager      // Driver nil without cgroups
+	view        *podview.View       // published pod status, written by the loop
+	cgroups     *podcgroups.Manager // Driver nil without cgroups
 	classes     priority.Classes
 	// hookCancels ends the hooks still running for a container instance
 	// once it exits (a postStart exec hook has no timeout); loop-owned.
@@ -162,7 +161,8 @@ type startResult struct {
 func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
-	return &Daemon{
+	cfg.Lifecycle.SaveDelay = cfg.PersistDelay
+	d := &Daemon{
 		cfg:          cfg,
 		log:          log,
 		machine:      lifecycle.NewMachine(cfg.Lifecycle),
@@ -173,8 +173,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		stopped:      make(chan struct{}),
 		supervising:  make(chan struct{}),
 		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:         newView(),
-		views:        map[types.UID]cachedView{},
 		cgroups:      podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
 		exits:        make(chan runtimeExit, 256),
 		reconnected:  make(chan runtime.Runtime),
@@ -182,6 +180,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		newImages:    make(chan time.Time, 1),
 		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 	}
+	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
+	return d
 }
 
 // Run supervises until ctx ends. Pods keep running after it returns unless
@@ -257,7 +257,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.StopPodsOnExit {
 		d.stopAll()
 	}
-	d.persist()
+	d.apply(d.machine.Flush())
 	return nil
 }
 
@@ -285,22 +285,12 @@ func (d *Daemon) OpenState() error {
 // or, when done is given, until done reports true after a step.
 func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done func() bool) {
 	wake := time.NewTimer(time.Hour)
-	persist := time.NewTimer(time.Hour)
-	persist.Stop()
-	persistPending := false
 	for {
-		d.step()
+		next := d.step()
 		if done != nil && done() {
 			return
 		}
-		if !persistPending && d.machine.Dirty() {
-			persist.Reset(d.cfg.PersistDelay)
-			persistPending = true
-		}
-		if !persistPending {
-			d.flushRemovals()
-		}
-		resetTimer(wake, d.machine.NextWake(), d.now())
+		resetTimer(wake, next, d.now())
 		select {
 		case <-ctx.Done():
 			return
@@ -334,36 +324,38 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.protectNode(d.protector.Look(ctx, pressure.WakeRecheck, d.machine))
 		case <-d.protector.DrainTimer():
 		case <-wake.C:
-		case <-persist.C:
-			persistPending = false
-			d.persist()
 		}
 	}
 }
 
-// step reconciles, executes the actions and publishes the new status. A
-// start is recorded at once, so a daemon killed right after still knows
-// the instance and its restart count; other changes are batched.
-func (d *Daemon) step() {
+// step carries out one Ready of the machine and publishes the new status;
+// it returns when the machine wants the next step at the latest. The drain
+// goes first, so that the pods it stops are in the Ready: saved, shown and
+// woken for like any change.
+func (d *Daemon) step() time.Time {
 	now := d.now()
-	acts := d.machine.Reconcile(now)
-	d.execute(acts)
-	for _, a := range acts {
-		if a.Kind == lifecycle.Start {
-			d.persist()
-			d.flushRemovals()
-			break
-		}
-	}
 	d.stopDrained(d.protector.AdvanceDrain(d.machine))
-	d.publish(now)
+	rd := d.machine.Ready(now)
+	d.apply(rd)
+	if !rd.Unsaved {
+		d.flushRemovals() // every exit they follow is saved
+	}
+	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
+	return rd.NextWake
 }
 
-func (d *Daemon) persist() {
-	changed, forgotten := d.machine.TakeDirty()
-	if err := d.store.Save(changed, forgotten); err != nil {
-		d.log.Error("saving state", "err", err)
+// apply is the one place the daemon persists: the Ready's records are
+// saved before its actions leave, so a start is on disk before its
+// process runs and a daemon killed right after knows the instance and its
+// restart count (the machine batches the changes nothing waits on).
+func (d *Daemon) apply(rd lifecycle.Ready) {
+	if len(rd.Records) > 0 || len(rd.Forgotten) > 0 {
+		if err := d.store.Save(rd.Records, rd.Forgotten); err != nil {
+			d.log.Error("saving state", "err", err)
+		}
 	}
+	d.execute(rd.Actions)
+	d.machine.Advance(rd)
 }
 
 // request is work the API asks the loop to do on the machine.
@@ -413,7 +405,9 @@ func (d *Daemon) setManifests(st manifest.State) {
 	for p, err := range rejected {
 		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})
 	}
-	d.noteInvalid(d.manifests, st)
+	for _, n := range podview.NewlyInvalid(d.manifests, st) {
+		d.addEvent(n)
+	}
 	d.manifests = st
 	d.applyDesired()
 }
@@ -465,20 +459,6 @@ func lockDataDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("data directory %s is in use by another podvisor%s", dir, holders(name))
 	}
 	return f, err
-}
-
-// view is the published status the API reads.
-type view struct {
-	mu      sync.RWMutex
-	pods    []*v1.Pod
-	version uint64
-	changed chan struct{}
-	events  map[string][]api.Event // by namespace/name
-	logs    map[string]api.LogRef  // by namespace/name/container, and …/previous
-}
-
-func newView() *view {
-	return &view{changed: make(chan struct{}), events: map[string][]api.Event{}, logs: map[string]api.LogRef{}}
 }
 
 // holders names the processes that have a file open, for error messages.

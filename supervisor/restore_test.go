@@ -64,7 +64,7 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	})
 	app := *d.machine.Instance(uid).Container("app")
 	side := *d.machine.Instance(uid).Container("side")
-	d.persist()
+	d.apply(d.machine.Flush())
 	d.store.Close()
 	d.unlockDataDir()
 

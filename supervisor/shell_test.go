@@ -184,7 +184,7 @@ func TestShellDrivesARuntime(t *testing.T) {
 	if cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 3 {
 		t.Fatalf("status after the restart: restartCount %d, lastState %+v", cs.RestartCount, cs.LastTerminationState)
 	}
-	d.persist() // a removal waits until the exit is saved
+	d.apply(d.machine.Flush()) // a removal waits until the exit is saved
 	d.flushRemovals()
 	select {
 	case id := <-fake.removals:

@@ -4,108 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
-	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/podview"
 )
 
-// maxEvents is how many events each pod keeps.
-const maxEvents = 50
-
 // StatusInvalid is the STATUS of a manifest file that was rejected.
-const StatusInvalid = "Invalid"
+const StatusInvalid = podview.StatusInvalid
 
-// publish rebuilds the status the API serves and wakes its watchers.
-func (d *Daemon) publish(now time.Time) {
-	var pods []*v1.Pod
-	logs := map[string]api.LogRef{}
-	seen := map[types.UID]bool{}
-	for _, in := range d.machine.Instances() {
-		p := d.podView(in, now)
-		seen[in.UID()] = true
-		pods = append(pods, p)
-		if in.Terminating && d.hasDesired(in.Key()) {
-			continue // the replacement's logs are the ones to show
-		}
-		for _, c := range in.AllContainers() {
-			key := in.Key() + "/" + c.Name
-			if c.Attempt > 0 {
-				logs[key] = api.LogRef{Path: d.logPath(in.Pod, c.Name, c.Attempt), InstanceID: c.InstanceID,
-					Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting}
-			}
-			if prev := previousAttempt(c); prev > 0 {
-				logs[key+"/previous"] = api.LogRef{Path: d.logPath(in.Pod, c.Name, prev)}
-			}
-		}
-	}
-	for uid := range d.views {
-		if !seen[uid] {
-			delete(d.views, uid)
-		}
-	}
-	for _, p := range d.machine.PendingView() {
-		p.Spec.NodeName = d.cfg.NodeName
-		pods = append(pods, p)
-	}
-	for _, bad := range d.manifests.Invalid {
-		pods = append(pods, invalidRow(bad))
-	}
-	v := d.view
-	v.mu.Lock()
-	v.pods, v.logs = pods, logs
-	v.version++
-	close(v.changed)
-	v.changed = make(chan struct{})
-	v.mu.Unlock()
-}
-
-// podView returns the instance as a v1.Pod, rebuilt only when the instance
-// changed: with many pods, one event must not copy them all.
-func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
-	if v, ok := d.views[in.UID()]; ok && v.revision == in.Revision() {
-		return v.pod
-	}
-	p := d.machine.PodView(in, now)
-	p.Spec.NodeName = d.cfg.NodeName
-	p.Status.HostIP = d.node.HostIP
-	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
-	ips := []string{d.node.HostIP}
-	rt := d.runtimeOf(p)
-	switch pn, ok := rt.(runtime.PodNetworks); {
-	case p.Spec.HostNetwork:
-	case ok:
-		ips = pn.PodIPs(p)
-	case rt == nil:
-		ips = nil // no runtime here to give it an address
-	}
-	if len(ips) > 0 {
-		p.Status.PodIP = ips[0]
-		for _, ip := range ips {
-			p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: ip})
-		}
-	}
-	if sd, ok := rt.(runtime.StatusDecorator); ok {
-		sd.DecorateStatuses(p.Status.InitContainerStatuses)
-		sd.DecorateStatuses(p.Status.ContainerStatuses)
-	}
-	d.views[in.UID()] = cachedView{revision: in.Revision(), pod: p}
-	return p
-}
-
-type cachedView struct {
-	revision uint64
-	pod      *v1.Pod
-}
-
+// hasDesired reports whether a source still asks for namespace/name.
 func (d *Daemon) hasDesired(key string) bool {
 	for _, p := range d.manifests.Pods {
 		if lifecycle.KeyOf(p) == key {
@@ -115,119 +27,35 @@ func (d *Daemon) hasDesired(key string) bool {
 	return false
 }
 
-// previousAttempt is the attempt of the instance shown as lastState: what
-// "logs --previous" reads, whatever the container is doing now.
-func previousAttempt(c *lifecycle.Container) int {
-	if c.Last == nil {
-		return 0
-	}
-	_, _, n, _ := vocab.ParseInstanceID(c.Last.InstanceID)
-	return n
-}
-
-// invalidRow shows a rejected manifest file in pod listings, named after
-// the file, until it is fixed or removed.
-func invalidRow(bad manifest.Invalid) *v1.Pod {
-	return &v1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: filepath.Base(bad.File), Namespace: "default",
-			CreationTimestamp: metav1.NewTime(bad.Since),
-			Annotations: map[string]string{
-				manifest.AnnotationSource: manifest.SourceFile,
-				manifest.AnnotationFile:   bad.File,
-			},
-		},
-		Status: v1.PodStatus{Phase: v1.PodPending, Reason: StatusInvalid, Message: bad.File + ": " + bad.Err.Error()},
-	}
-}
-
-// noteInvalid records a FailedValidation event for each newly rejected
-// file, on its row and on the pods it still keeps running.
-func (d *Daemon) noteInvalid(old, cur manifest.State) {
-	before := map[string]string{}
-	for _, b := range old.Invalid {
-		before[b.File] = b.Err.Error()
-	}
-	for _, b := range cur.Invalid {
-		if before[b.File] == b.Err.Error() {
-			continue
-		}
-		msg := fmt.Sprintf("%s: %v", b.File, b.Err)
-		d.addEvent("default/"+filepath.Base(b.File), "Warning", "FailedValidation", msg)
-		for _, p := range cur.Pods {
-			if p.Annotations[manifest.AnnotationFile] == b.File {
-				d.addEvent(lifecycle.KeyOf(p), "Warning", "FailedValidation", msg+" (still running the last valid version)")
-			}
-		}
-	}
-}
-
 // record logs an event about a pod instance and keeps it for describe.
 func (d *Daemon) record(in *lifecycle.Instance, typ, reason, msg string) {
 	if in == nil {
 		return
 	}
-	d.addEvent(in.Key(), typ, reason, msg)
+	d.addEvent(podview.Note{Key: in.Key(), Type: typ, Reason: reason, Message: msg})
 }
 
-func (d *Daemon) addEvent(key, typ, reason, msg string) {
-	if typ == "Warning" {
-		d.log.Warn(msg, "pod", key, "reason", reason)
+// addEvent logs an event, queues it for the hub and keeps it for describe.
+func (d *Daemon) addEvent(n podview.Note) {
+	if n.Type == "Warning" {
+		d.log.Warn(n.Message, "pod", n.Key, "reason", n.Reason)
 	} else {
-		d.log.Info(msg, "pod", key, "reason", reason)
+		d.log.Info(n.Message, "pod", n.Key, "reason", n.Reason)
 	}
 	now := d.now()
-	d.podEvent(key, typ, reason, msg, now)
-	v := d.view
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	evs := v.events[key]
-	if n := len(evs); n > 0 && evs[n-1].Reason == reason && evs[n-1].Message == msg {
-		evs[n-1].Count++
-		evs[n-1].LastTime = now
-		return
-	}
-	evs = append(evs, api.Event{FirstTime: now, LastTime: now, Count: 1, Type: typ, Reason: reason, Message: msg})
-	if len(evs) > maxEvents {
-		evs = evs[len(evs)-maxEvents:]
-	}
-	v.events[key] = evs
+	d.podEvent(n.Key, n.Type, n.Reason, n.Message, now)
+	d.view.Record(n, now)
 }
 
-// Pods implements api.Backend.
-func (d *Daemon) Pods() ([]*v1.Pod, uint64, <-chan struct{}) {
-	v := d.view
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.pods, v.version, v.changed
-}
+// Pods implements api.Backend and Assignments.
+func (d *Daemon) Pods() ([]*v1.Pod, uint64, <-chan struct{}) { return d.view.Pods() }
 
 // Events implements api.Backend.
-func (d *Daemon) Events(namespace, name string) []api.Event {
-	v := d.view
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return append([]api.Event(nil), v.events[namespace+"/"+name]...)
-}
+func (d *Daemon) Events(namespace, name string) []api.Event { return d.view.Events(namespace, name) }
 
 // Log implements api.Backend.
 func (d *Daemon) Log(namespace, name, container string, previous bool) (api.LogRef, error) {
-	key := namespace + "/" + name + "/" + container
-	if previous {
-		key += "/previous"
-	}
-	v := d.view
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	ref, ok := v.logs[key]
-	if !ok {
-		if previous {
-			return ref, fmt.Errorf("previous terminated container %q in pod %q not found", container, name)
-		}
-		return ref, fmt.Errorf("container %q in pod %q has not started", container, name)
-	}
-	return ref, nil
+	return d.view.Log(namespace, name, container, previous)
 }
 
 // Delete implements api.Backend: it terminates a pod instance with an

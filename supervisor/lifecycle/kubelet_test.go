@@ -40,7 +40,7 @@ func TestRestartCountIsGivenAtTheRestart(t *testing.T) {
 	}
 	// A start that is issued but not yet answered changes nothing shown.
 	h.now = h.now.Add(10 * time.Second)
-	if acts := h.m.Reconcile(h.now); len(kinds(acts, Start)) != 1 {
+	if acts := h.step(h.now); len(kinds(acts, Start)) != 1 {
 		t.Fatalf("no restart after the backoff: %+v", acts)
 	}
 	if got := rc(); got != 1 {
@@ -58,7 +58,7 @@ func TestRestartCountIsGivenAtTheRestart(t *testing.T) {
 func TestStartErrorCountsAsACreatedInstance(t *testing.T) {
 	h := newHarness(t)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "c")})
-	acts := h.m.Reconcile(h.now)
+	acts := h.step(h.now)
 	id := kinds(acts, Start)[0].InstanceID
 	h.m.Exited("u", "c", Termination{InstanceID: id, ExitCode: 128, Reason: "StartError", Message: "exec: no such file", FinishedAt: h.now})
 	if got := h.status("u").ContainerStatuses[0].RestartCount; got != 0 {
@@ -348,7 +348,7 @@ func TestStartFailedEvents(t *testing.T) {
 	} {
 		h := newHarness(t)
 		h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
-		id := kinds(h.m.Reconcile(h.now), Start)[0].InstanceID
+		id := kinds(h.step(h.now), Start)[0].InstanceID
 		var got []string
 		for _, a := range kinds(h.m.StartFailed("u", "app", id, tc.reason, tc.message, h.now), Record) {
 			if a.EventType == "Warning" {

@@ -435,8 +435,8 @@ func TestActiveDeadline(t *testing.T) {
 	p.Spec.ActiveDeadlineSeconds = &d
 	h.m.SetDesired([]*v1.Pod{p})
 	h.reconcile() // i1 runs and never finishes: the deadline counts init too
-	if !h.m.NextWake().Equal(h.now.Add(time.Minute)) {
-		t.Fatalf("wake at %v", h.m.NextWake().Sub(h.now))
+	if !h.wake.Equal(h.now.Add(time.Minute)) {
+		t.Fatalf("wake at %v", h.wake.Sub(h.now))
 	}
 	acts := h.advance(time.Minute)
 	if len(kinds(acts, Signal)) != 1 || !hasRecord(acts, "DeadlineExceeded") {

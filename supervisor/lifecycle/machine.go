@@ -16,8 +16,16 @@ type Machine struct {
 	cfg       Config
 	desired   map[string]*v1.Pod      // by namespace/name
 	instances map[types.UID]*Instance // live or terminating instances
-	dirty     map[types.UID]bool      // changed since TakeDirty
-	forgotten map[types.UID]bool      // removed since TakeDirty
+	dirty     map[types.UID]bool      // records changed since they were saved
+	forgotten map[types.UID]bool      // records to delete
+	// saveFirst are the instances whose records must be durable before
+	// this step's actions leave the process (Ready.MustSave); viewed the
+	// instances whose status changed since the last Ready.
+	saveFirst map[types.UID]bool
+	viewed    map[types.UID]bool
+	// unsavedSince is when a Ready first saw the unsaved changes: they
+	// are saved Config.SaveDelay later at the latest.
+	unsavedSince time.Time
 	// attempts remembers the last attempt of each container of a
 	// forgotten instance, so a pod recreated with the same UID (deleted,
 	// same content) never reuses a container ID.
@@ -39,13 +47,15 @@ func NewMachine(cfg Config) *Machine {
 		instances: map[types.UID]*Instance{},
 		dirty:     map[types.UID]bool{},
 		forgotten: map[types.UID]bool{},
+		saveFirst: map[types.UID]bool{},
+		viewed:    map[types.UID]bool{},
 		attempts:  map[types.UID]map[string]int{},
 		pending:   map[string]Admission{},
 	}
 }
 
 // Restore puts back an instance recorded before a daemon restart, before the
-// first Reconcile. Times after now (the clock stepped back) become now. A
+// first Ready. Times after now (the clock stepped back) become now. A
 // termination in progress starts over with the full grace
 // period, as the kubelet does, and its stop signals are sent again; a
 // forced stop sends its SIGKILL again.
@@ -141,36 +151,23 @@ func (m *Machine) Instances() []*Instance {
 // Instance returns the instance with the UID, or nil.
 func (m *Machine) Instance(uid types.UID) *Instance { return m.instances[uid] }
 
-// TakeDirty returns the instances changed and the UIDs forgotten since the
-// last call, for persistence.
-func (m *Machine) TakeDirty() (changed []*Instance, forgotten []types.UID) {
-	for uid := range m.dirty {
-		if in := m.instances[uid]; in != nil {
-			changed = append(changed, in)
-		}
-	}
-	for uid := range m.forgotten {
-		forgotten = append(forgotten, uid)
-	}
-	m.dirty = map[types.UID]bool{}
-	m.forgotten = map[types.UID]bool{}
-	return changed, forgotten
-}
-
 // touch marks an instance changed: to be saved, and shown anew.
 func (m *Machine) touch(uid types.UID) {
 	m.dirty[uid] = true
+	m.viewed[uid] = true
 	if in := m.instances[uid]; in != nil {
 		in.revision++
 	}
 }
 
-// Dirty reports whether anything changed since the last TakeDirty.
-func (m *Machine) Dirty() bool { return len(m.dirty) > 0 || len(m.forgotten) > 0 }
-
-// NextWake is when Reconcile must run again even without new observations
-// (zero: no timer needed).
-func (m *Machine) NextWake() time.Time { return m.nextWake }
+// forget drops an instance whose processes are all gone: its record is
+// deleted and its view goes.
+func (m *Machine) forget(in *Instance) {
+	delete(m.instances, in.UID())
+	delete(m.dirty, in.UID())
+	m.forgotten[in.UID()] = true
+	m.viewed[in.UID()] = true
+}
 
 func (m *Machine) lookup(uid types.UID, name, instanceID string) (*Instance, *Container) {
 	in := m.instances[uid]
@@ -445,10 +442,10 @@ func (m *Machine) SawAttempt(uid types.UID, name string, attempt int) {
 	}
 }
 
-// Reconcile compares desired and known instances at now and returns what to
+// reconcile compares desired and known instances at now and returns what to
 // do. It is idempotent: calling it again without new observations returns
 // no further start or stop actions.
-func (m *Machine) Reconcile(now time.Time) []Action {
+func (m *Machine) reconcile(now time.Time) []Action {
 	var acts []Action
 	m.nextWake = time.Time{}
 
@@ -498,8 +495,7 @@ func (m *Machine) Reconcile(now time.Time) []Action {
 				blocked = true
 				continue
 			}
-			delete(m.instances, in.UID())
-			m.forgotten[in.UID()] = true
+			m.forget(in)
 			if want != nil && want.UID == in.UID() {
 				last := map[string]int{}
 				for _, c := range in.AllContainers() {

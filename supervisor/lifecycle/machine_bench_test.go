@@ -11,8 +11,8 @@ import (
 
 // BenchmarkExitRestartStep is the core's step for one crash on a device
 // with 10 pods: the exit, the reconcile that restarts it once its backoff
-// passed, the start acknowledged, every pod's status view and the dirty
-// set taken for the store.
+// passed, the start acknowledged, every pod's status view and the records
+// handed to the store.
 func BenchmarkExitRestartStep(b *testing.B) {
 	m := NewMachine(DefaultConfig())
 	now := t0
@@ -21,15 +21,18 @@ func BenchmarkExitRestartStep(b *testing.B) {
 		pods = append(pods, pod(fmt.Sprintf("web-%d", i), fmt.Sprintf("uid-%d", i), v1.RestartPolicyAlways, "app", "side"))
 	}
 	m.SetDesired(pods)
-	reconcile := func() {
-		for _, a := range m.Reconcile(now) {
+	reconcile := func() Ready {
+		rd := m.Ready(now)
+		m.Advance(rd)
+		for _, a := range rd.Actions {
 			if a.Kind == Start {
 				m.Started(a.Pod, a.Container, a.InstanceID, now)
 			}
 		}
+		return rd
 	}
 	reconcile()
-	m.TakeDirty()
+	m.Advance(m.Flush())
 	uid := types.UID("uid-3")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -40,11 +43,11 @@ func BenchmarkExitRestartStep(b *testing.B) {
 		now = now.Add(time.Second)
 		m.Exited(uid, "app", Termination{InstanceID: c.InstanceID, ExitCode: 1, Reason: "Error", FinishedAt: now})
 		now = now.Add(6 * time.Minute) // past the longest backoff
-		reconcile()
+		rd := reconcile()
 		for _, in := range m.Instances() {
 			m.PodView(in, now)
 		}
-		if changed, _ := m.TakeDirty(); len(changed) == 0 {
+		if len(rd.Records) == 0 {
 			b.Fatal("the restart changed no instance")
 		}
 	}

@@ -20,6 +20,10 @@ type harness struct {
 	m   *Machine
 	now time.Time
 	log []Action
+	// wake is the NextWake of the last Ready; starts counts the Starts
+	// every Ready emitted.
+	wake   time.Time
+	starts int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -40,13 +44,39 @@ func pod(name string, uid string, policy v1.RestartPolicy, containers ...string)
 
 // reconcile runs the machine and acknowledges every Start immediately.
 func (h *harness) reconcile() []Action {
-	acts := h.m.Reconcile(h.now)
+	h.t.Helper()
+	acts := h.step(h.now)
 	for _, a := range acts {
 		if a.Kind == Start {
-			acts = append(acts, h.m.Started(a.Pod, a.Container, a.InstanceID, h.now)...)
+			acts = append(acts, h.observed(h.m.Started(a.Pod, a.Container, a.InstanceID, h.now))...)
 		}
 	}
 	h.log = append(h.log, acts...)
+	return acts
+}
+
+// step asks the machine for one Ready at now, fails the test if a Start
+// in it could leave before its record is saved (savedFirst), and
+// acknowledges it.
+func (h *harness) step(now time.Time) []Action {
+	h.t.Helper()
+	rd := h.m.Ready(now)
+	if err := savedFirst(rd); err != nil {
+		h.t.Fatal(err)
+	}
+	h.wake = rd.NextWake
+	h.starts += len(kinds(rd.Actions, Start))
+	h.m.Advance(rd)
+	return rd.Actions
+}
+
+// observed checks the actions an observation returned: they leave at
+// once, with no save before them, so none may be a Start.
+func (h *harness) observed(acts []Action) []Action {
+	h.t.Helper()
+	if starts := kinds(acts, Start); len(starts) > 0 {
+		h.t.Fatalf("an observation returned a Start, which no save precedes: %+v", starts)
+	}
 	return acts
 }
 
@@ -59,12 +89,14 @@ func (h *harness) container(uid, name string) *Container {
 }
 
 func (h *harness) exit(uid, name string, code int32) []Action {
+	h.t.Helper()
 	c := h.container(uid, name)
-	acts := h.m.Exited(types.UID(uid), name, Termination{InstanceID: c.InstanceID, ExitCode: code, FinishedAt: h.now})
+	acts := h.observed(h.m.Exited(types.UID(uid), name, Termination{InstanceID: c.InstanceID, ExitCode: code, FinishedAt: h.now}))
 	return append(acts, h.reconcile()...)
 }
 
 func (h *harness) advance(d time.Duration) []Action {
+	h.t.Helper()
 	h.now = h.now.Add(d)
 	return h.reconcile()
 }
@@ -172,7 +204,7 @@ func TestBackoffSequenceAndCrashLoopReason(t *testing.T) {
 		if len(kinds(acts, Start)) != 0 || len(kinds(acts, Record)) == 0 {
 			t.Fatalf("restart %d: want BackOff without start, got %+v", i+1, acts)
 		}
-		if wake := h.m.NextWake(); !wake.Equal(h.now.Add(w * time.Second)) {
+		if wake := h.wake; !wake.Equal(h.now.Add(w * time.Second)) {
 			t.Fatalf("restart %d: wake %v, want +%ds", i+1, wake.Sub(h.now), w)
 		}
 		cs := h.status("u").ContainerStatuses[0]
@@ -213,8 +245,8 @@ func TestConfigurableBackoff(t *testing.T) {
 	h.reconcile()
 	for _, w := range []time.Duration{0, 1, 2, 3, 3} {
 		h.exit("u", "c", 1)
-		if w > 0 && !h.m.NextWake().Equal(h.now.Add(w*time.Second)) {
-			t.Fatalf("want wait %ds, wake in %v", w, h.m.NextWake().Sub(h.now))
+		if w > 0 && !h.wake.Equal(h.now.Add(w*time.Second)) {
+			t.Fatalf("want wait %ds, wake in %v", w, h.wake.Sub(h.now))
 		}
 		h.advance(w * time.Second)
 	}
@@ -229,8 +261,8 @@ func TestRemovedPodStopsGracefullyThenKills(t *testing.T) {
 	if len(kinds(acts, Signal)) != 1 || len(kinds(acts, Kill)) != 0 {
 		t.Fatalf("want one Stop: %+v", acts)
 	}
-	if !h.m.NextWake().Equal(h.now.Add(30 * time.Second)) {
-		t.Fatalf("kill timer at %v", h.m.NextWake().Sub(h.now))
+	if !h.wake.Equal(h.now.Add(30 * time.Second)) {
+		t.Fatalf("kill timer at %v", h.wake.Sub(h.now))
 	}
 	if acts := h.advance(29 * time.Second); len(kinds(acts, Kill))+len(kinds(acts, Signal)) != 0 {
 		t.Fatalf("acted before the grace period ran out: %+v", acts)
@@ -253,7 +285,7 @@ func TestMinimumGracePeriod(t *testing.T) {
 	h.reconcile()
 	h.m.SetDesired(nil)
 	h.reconcile()
-	if got := h.m.NextWake().Sub(h.now); got != 2*time.Second {
+	if got := h.wake.Sub(h.now); got != 2*time.Second {
 		t.Fatalf("grace = %v, want the 2s minimum", got)
 	}
 }
@@ -280,14 +312,14 @@ func TestChangedPodWaitsForOldInstance(t *testing.T) {
 func TestStopWaitsForInFlightStart(t *testing.T) {
 	h := newHarness(t)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "c")})
-	acts := h.m.Reconcile(h.now) // the start is not answered yet
+	acts := h.step(h.now) // the start is not answered yet
 	start := kinds(acts, Start)[0]
 	h.m.SetDesired(nil)
-	if acts := h.m.Reconcile(h.now); len(kinds(acts, Forget)) != 0 {
+	if acts := h.step(h.now); len(kinds(acts, Forget)) != 0 {
 		t.Fatalf("forgot an instance whose start is in flight: %+v", acts)
 	}
 	h.m.Started(start.Pod, start.Container, start.InstanceID, h.now)
-	if acts := h.m.Reconcile(h.now); len(kinds(acts, Signal)) != 1 {
+	if acts := h.step(h.now); len(kinds(acts, Signal)) != 1 {
 		t.Fatalf("want Stop once the start is answered: %+v", acts)
 	}
 }
@@ -295,7 +327,7 @@ func TestStopWaitsForInFlightStart(t *testing.T) {
 func TestStartErrorIsATerminationWithBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "c")})
-	acts := h.m.Reconcile(h.now)
+	acts := h.step(h.now)
 	a := kinds(acts, Start)[0]
 	h.m.Exited(a.Pod, a.Container, Termination{InstanceID: a.InstanceID, ExitCode: 128, Reason: "StartError",
 		Message: "exec: no such file", FinishedAt: h.now})

@@ -23,7 +23,7 @@ type Found struct {
 
 // Rebuild records a pod instance from what the runtime found of it, when
 // its record was lost. The instance is a placeholder until a desired pod
-// with its UID claims it (Reconcile): then it takes that pod's spec, and
+// with its UID claims it (Ready): then it takes that pod's spec, and
 // its running containers are adopted, not started again. Unclaimed, it is
 // stopped as any undesired instance, unless KeepRebuilt holds it.
 //

@@ -73,7 +73,7 @@ func TestKeepRebuiltHoldsAnUnclaimedInstance(t *testing.T) {
 	if acts := h.reconcile(); len(kinds(acts, Signal)) != 0 {
 		t.Fatalf("stopped while held: %+v", acts)
 	}
-	if wake := h.m.NextWake(); !wake.Equal(h.now.Add(5 * time.Minute)) {
+	if wake := h.wake; !wake.Equal(h.now.Add(5 * time.Minute)) {
 		t.Fatalf("next wake %v, want the end of the hold", wake)
 	}
 	if acts := h.advance(5 * time.Minute); len(kinds(acts, Signal)) != 1 {

@@ -14,7 +14,7 @@ import (
 func TestStartFailedBacksOffWithoutRestarts(t *testing.T) {
 	h := newHarness(t)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
-	acts := h.m.Reconcile(h.now)
+	acts := h.step(h.now)
 	starts := kinds(acts, Start)
 	if len(starts) != 1 {
 		t.Fatalf("want one start, got %v", acts)
@@ -39,14 +39,14 @@ func TestStartFailedBacksOffWithoutRestarts(t *testing.T) {
 		t.Fatalf("after the first failure: %+v", w)
 	}
 	// Nothing is tried again before the backoff ends.
-	if got := kinds(h.m.Reconcile(h.now.Add(9*time.Second)), Start); len(got) != 0 {
+	if got := kinds(h.step(h.now.Add(9*time.Second)), Start); len(got) != 0 {
 		t.Fatalf("retried during the backoff: %v", got)
 	}
-	if next := h.m.NextWake(); !next.Equal(h.now.Add(10 * time.Second)) {
+	if next := h.wake; !next.Equal(h.now.Add(10 * time.Second)) {
 		t.Fatalf("next wake %v, want the end of a 10s backoff", next)
 	}
 	h.now = h.now.Add(10 * time.Second)
-	starts = kinds(h.m.Reconcile(h.now), Start)
+	starts = kinds(h.step(h.now), Start)
 	if len(starts) != 1 || starts[0].Attempt != 2 {
 		t.Fatalf("want a second attempt after 10s, got %v", starts)
 	}
@@ -55,11 +55,11 @@ func TestStartFailedBacksOffWithoutRestarts(t *testing.T) {
 		t.Fatalf("after the second failure: %+v, want ImagePullBackOff", w)
 	}
 	// The backoff doubles: 20s now.
-	if got := kinds(h.m.Reconcile(h.now.Add(19*time.Second)), Start); len(got) != 0 {
+	if got := kinds(h.step(h.now.Add(19*time.Second)), Start); len(got) != 0 {
 		t.Fatalf("retried before 20s: %v", got)
 	}
 	h.now = h.now.Add(20 * time.Second)
-	starts = kinds(h.m.Reconcile(h.now), Start)
+	starts = kinds(h.step(h.now), Start)
 	if len(starts) != 1 {
 		t.Fatalf("no third attempt: %v", starts)
 	}
@@ -88,17 +88,17 @@ func TestStartFailedIgnoresStaleInstances(t *testing.T) {
 func TestRetryWaitingEndsPullBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app", "other")})
-	acts := kinds(h.m.Reconcile(h.now), Start)
+	acts := kinds(h.step(h.now), Start)
 	h.m.StartFailed("u", acts[0].Container, acts[0].InstanceID, "ErrImageNeverPull", "not present", h.now)
 	h.m.StartFailed("u", acts[1].Container, acts[1].InstanceID, "CreateContainerError", "bad", h.now)
 	h.now = h.now.Add(time.Second)
 	// An image that arrived before the failures retries nothing.
 	h.m.RetryWaiting(h.now.Add(-2*time.Second), h.now, ErrImagePull, "ErrImageNeverPull")
-	if starts := kinds(h.m.Reconcile(h.now), Start); len(starts) != 0 {
+	if starts := kinds(h.step(h.now), Start); len(starts) != 0 {
 		t.Fatalf("retried for an older image: %v", starts)
 	}
 	h.m.RetryWaiting(h.now, h.now, ErrImagePull, "ErrImageNeverPull")
-	starts := kinds(h.m.Reconcile(h.now), Start)
+	starts := kinds(h.step(h.now), Start)
 	if len(starts) != 1 || starts[0].Container != acts[0].Container {
 		t.Fatalf("after new images: %v, want only %s retried", starts, acts[0].Container)
 	}

@@ -170,7 +170,7 @@ func TestSidecarPreStopHooksThatNeverEndAreCutAtTheDeadline(t *testing.T) {
 	h.reconcile()
 	h.reconcile()
 	h.exit("u", "app", 0)
-	if next := h.m.NextWake(); !next.Equal(h.now.Add(30 * time.Second)) {
+	if next := h.wake; !next.Equal(h.now.Add(30 * time.Second)) {
 		t.Fatalf("next wake %v, want the grace deadline %v", next, h.now.Add(30*time.Second))
 	}
 	acts := h.advance(30 * time.Second)

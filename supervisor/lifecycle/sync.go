@@ -155,7 +155,10 @@ func (m *Machine) start(in *Instance, c *Container) Action {
 	c.InstanceID = InstanceID(in.UID(), c.Name, c.Attempt)
 	c.NotBefore = time.Time{}
 	m.touch(in.UID())
-	return Action{Kind: Start, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Attempt: c.Attempt}
+	// At most once: a daemon that dies after the start must find the
+	// attempt recorded, or the next one would start it again.
+	m.saveFirst[in.UID()] = true
+	return Action{Kind: Start, Pod: in.UID(), Container: c.Name, InstanceID: c.InstanceID, Attempt: c.Attempt, AfterSave: true}
 }
 
 // terminal reports whether the app containers are done for good: every one

@@ -4,7 +4,9 @@
 // pod's Kubernetes status.
 //
 // Nothing here performs I/O or reads a clock. The daemon feeds observations
-// in, executes the returned actions and calls Reconcile again at NextWake.
+// in and asks for a Ready at each step: it saves the records the Ready
+// names, then executes its actions, then hands it back through Advance, and
+// asks again at the Ready's NextWake.
 package lifecycle
 
 import (
@@ -27,6 +29,9 @@ type Config struct {
 	// MinGracePeriod is the shortest time between a stop signal and
 	// SIGKILL (the kubelet's minimumGracePeriodInSeconds).
 	MinGracePeriod time.Duration
+	// SaveDelay batches the saves no action waits on: flash storage
+	// wears per write (0: every Ready saves every change).
+	SaveDelay time.Duration
 }
 
 // DefaultConfig returns the kubelet's values: 10s doubling to 300s, reset
@@ -188,10 +193,6 @@ type Instance struct {
 	notedRevision uint64
 }
 
-// Revision changes whenever the instance does, so views of it can be
-// cached.
-func (in *Instance) Revision() uint64 { return in.revision }
-
 // UID returns the instance's pod UID.
 func (in *Instance) UID() types.UID { return in.Pod.UID }
 
@@ -317,6 +318,9 @@ type Action struct {
 	Timeout    time.Duration // Kind == RunHook
 	// Probes are the probes an Unprobe stops; empty: every probe.
 	Probes []ProbeKind
+	// AfterSave: the action must not leave the process before the
+	// records in its Ready's MustSave are durable (a Start: see Ready).
+	AfterSave bool
 	// Event fields (Kind == Record).
 	EventType string // Normal or Warning
 	Reason    string
