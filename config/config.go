@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // Paths the daemon uses unless the config or a flag names others.
@@ -77,9 +78,8 @@ type Config struct {
 	// ConfigDir holds priorityclasses/.
 	ConfigDir string `json:"configDir,omitempty"`
 	// ShutdownGracePeriodByPodPriority orders a node shutdown or drain;
-	// empty: 20 s for pods below priority 2000000000, then 10 s for the
-	// critical ones (the kubelet's shutdownGracePeriod 30s with
-	// shutdownGracePeriodCriticalPods 10s).
+	// by default (and when empty) 20 s for pods below priority
+	// 2000000000, then 10 s for the critical ones.
 	ShutdownGracePeriodByPodPriority []ShutdownGracePeriod `json:"shutdownGracePeriodByPodPriority,omitempty"`
 	Node                             Node                  `json:"node"`
 	Eviction                         Eviction              `json:"eviction"`
@@ -254,8 +254,7 @@ type Containerd struct {
 	// device (one shim, ~10 MiB instead of ~2.7 MiB per container; a shim
 	// crash ends them all), or ShimGroupPod, each pod's containers.
 	ShimGroup string `json:"shimGroup,omitempty"`
-	// CNIConfDir and CNIBinDirs locate the pod network ("": the
-	// runtime's defaults, /etc/cni/net.d and /usr/lib/cni:/opt/cni/bin).
+	// CNIConfDir and CNIBinDirs locate the pod network.
 	CNIConfDir string `json:"cniConfDir,omitempty"`
 	CNIBinDirs string `json:"cniBinDirs,omitempty"`
 	// ImageFS is a path on the file system containerd keeps images on:
@@ -297,7 +296,7 @@ type Hub struct {
 	Prefix        string `json:"prefix,omitempty"`
 	Username      string `json:"username,omitempty"`
 	PasswordFile  string `json:"passwordFile,omitempty"`
-	// Heartbeat is the period of node status reports (0: 30 s).
+	// Heartbeat is the period of node status reports.
 	Heartbeat Duration          `json:"heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	TLS       HubTLS            `json:"tls"`
@@ -322,8 +321,8 @@ type HubTLS struct {
 	ServerName string `json:"serverName,omitempty"`
 }
 
-// Outbox bounds the statuses and events waiting for the hub (0: the
-// store's defaults, 10000 rows and 8 MiB).
+// Outbox bounds the statuses and events waiting for the hub (by default
+// 10000 rows and 8 MiB; 0 is the default too).
 type Outbox struct {
 	MaxRows  int               `json:"maxRows,omitempty"`
 	MaxBytes resource.Quantity `json:"maxBytes"`
@@ -358,14 +357,22 @@ func Default() *Config {
 		Node:      Node{MaxPods: DefaultMaxPods},
 		Eviction: Eviction{PressureTransitionPeriod: Duration{Duration: 5 * time.Minute},
 			MonitorPeriod: Duration{Duration: 10 * time.Second}},
+		// The kubelet's shutdownGracePeriod 30s with
+		// shutdownGracePeriodCriticalPods 10s.
+		ShutdownGracePeriodByPodPriority: []ShutdownGracePeriod{{Priority: 0, ShutdownGracePeriodSeconds: 20},
+			{Priority: 2000000000, ShutdownGracePeriodSeconds: 10}},
 		Containerd: defaultContainerd(),
-		Probes:     Probes{EBPF: true},
-		Process:    Process{Keeper: true},
+		Hub: Hub{Prefix: protocol.DefaultPrefix, Heartbeat: Duration{Duration: 30 * time.Second},
+			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
+			PodSecurity: "baseline", PodSecurityVersion: "latest"},
+		Probes:  Probes{EBPF: true},
+		Process: Process{Keeper: true},
 	}
 }
 
 func defaultContainerd() Containerd {
-	return Containerd{SandboxDir: "/run/podvisor/sandbox", ShimGroup: ShimGroupDevice,
+	return Containerd{Runtime: "io.containerd.runc.v2", SandboxDir: "/run/podvisor/sandbox", ShimGroup: ShimGroupDevice,
+		CNIConfDir: "/etc/cni/net.d", CNIBinDirs: "/usr/lib/cni:/opt/cni/bin",
 		ImageGC: ImageGC{HighThresholdPercent: 85, LowThresholdPercent: 80, MinimumAge: Duration{Duration: 2 * time.Minute}}}
 }
 

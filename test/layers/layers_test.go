@@ -66,7 +66,7 @@ var layers = []layer{
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
 	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel"},
-	"config":     {"core", "vocabulary"},
+	"config":     {"wire", "core", "vocabulary"},
 	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb"},
 	"hub":        {"wire", "vocabulary", "sqldb"},
 	"wire":       {},
