@@ -36,14 +36,15 @@ func (d *Daemon) publish(now time.Time) {
 		if in.Terminating && d.hasDesired(in.Key()) {
 			continue // the replacement's logs are the ones to show
 		}
+		reader, _ := d.runtimeOf(in.Pod).(runtime.LogReader)
 		for _, c := range in.AllContainers() {
 			key := in.Key() + "/" + c.Name
 			if c.Attempt > 0 {
 				logs[key] = api.LogRef{Path: d.logPath(in.Pod, c.Name, c.Attempt), InstanceID: c.InstanceID,
-					Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting}
+					Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting, Reader: reader}
 			}
 			if prev := previousAttempt(c); prev > 0 {
-				logs[key+"/previous"] = api.LogRef{Path: d.logPath(in.Pod, c.Name, prev)}
+				logs[key+"/previous"] = api.LogRef{Path: d.logPath(in.Pod, c.Name, prev), Reader: reader}
 			}
 		}
 	}
