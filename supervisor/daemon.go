@@ -23,10 +23,10 @@ import (
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
 
@@ -141,11 +141,8 @@ type Daemon struct {
 	reconnected  chan runtime.Runtime
 	recoverRetry chan runtime.Runtime
 	removals     []removal
-	// images is the runtime that keeps images (nil: none).
-	images       imageStore
-	sideload     *sideloader
-	rescanImages chan struct{}
-	newImages    chan time.Time // when images last arrived
+	// images manages the images of the runtime that keeps them.
+	images *images.Images
 	// listen runs probes the moment their port opens or closes.
 	listen *listenProbes
 	// net counts each pod's traffic.
@@ -183,7 +180,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		exits:        make(chan runtimeExit, 256),
 		reconnected:  make(chan runtime.Runtime),
 		recoverRetry: make(chan runtime.Runtime, 1),
-		newImages:    make(chan time.Time, 1),
 	}
 }
 
@@ -228,7 +224,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.probes = probes.NewManager(ctx)
-	d.setupSideload(ctx)
+	d.images.Start(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
 	if d.podEvents != nil {
@@ -315,12 +311,9 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.recoverRuntime(rt)
 		case rt := <-d.reconnected:
 			d.recoverRuntime(rt)
-			select { // what failed to import while it was away
-			case d.rescanImages <- struct{}{}:
-			default:
-			}
-		case at := <-d.newImages:
-			d.machine.RetryWaiting(at, d.now(), containerd.ImagesArrived()...)
+			d.images.Rescan() // what failed to import while it was away
+		case a := <-d.images.Arrived():
+			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:

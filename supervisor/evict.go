@@ -49,7 +49,7 @@ func (d *Daemon) setupEviction(ctx context.Context) error {
 	}
 	e := &evictor{
 		mgr:      &eviction.Manager{Thresholds: ts, TransitionPeriod: c.PressureTransitionPeriod, MaxPodGracePeriod: c.MaxPodGracePeriod},
-		observer: pressure.Observer{FsPath: d.cfg.DataDir, ImageFsPath: d.cfg.Containerd.ImageFS},
+		observer: pressure.Observer{FsPath: d.cfg.DataDir, ImageFsPath: d.images.FS()},
 		notifier: pressure.NewNotifier(d.log),
 		recheck:  time.NewTimer(time.Hour),
 	}
@@ -111,7 +111,7 @@ func (d *Daemon) checkPressure(ctx context.Context, why pressure.Wake) {
 		observe = e.observer.Observe
 	}
 	obs := observe()
-	d.collectImages(obs)
+	d.images.Collect(obs)
 	st := e.mgr.Synchronize(obs, now)
 	d.pressure = st.Conditions
 	if e.threshold != nil && e.memLimit > 0 {
@@ -140,7 +140,7 @@ func (d *Daemon) checkPressure(ctx context.Context, why pressure.Wake) {
 		d.log.Info("disk pressure: reclaiming finished containers, rotated logs and unused images first")
 		d.gcDevice()
 		d.removeRotatedLogs()
-		d.pruneImages()
+		d.images.PruneUnused()
 	case eviction.TurnNoVictim:
 		d.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
 	case eviction.TurnEvict:

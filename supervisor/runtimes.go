@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
@@ -45,7 +47,7 @@ type removal struct {
 // what to do when the daemon stops.
 func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(), err error) {
 	if d.runtimes != nil { // given (tests)
-		d.watchRuntimes(forwarding)
+		d.watchRuntimes(forwarding, errors.New("no runtime on this device keeps images"))
 		return func() {}, nil
 	}
 	d.runtimes = runtime.NewRegistry(containerd.Name)
@@ -70,13 +72,15 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	} else {
 		d.runtimes.Unavailable(containerd.Name, containerd.ErrNotConfigured.Error()+"; set runtimeClassName: process to run host processes")
 	}
-	d.watchRuntimes(forwarding)
+	d.watchRuntimes(forwarding, containerd.ErrNotConfigured)
 	return closeAll, nil
 }
 
 // watchRuntimes forwards every runtime's exits and reconnections to the
-// loop, and finds the runtime that keeps images.
-func (d *Daemon) watchRuntimes(stop <-chan struct{}) {
+// loop, and gives the image component the runtime that keeps images
+// (without one, its requests fail with noImages).
+func (d *Daemon) watchRuntimes(stop <-chan struct{}, noImages error) {
+	var store runtime.Images
 	for _, rt := range d.runtimes.All() {
 		go func() {
 			for {
@@ -100,10 +104,12 @@ func (d *Daemon) watchRuntimes(stop <-chan struct{}) {
 				}
 			}()
 		}
-		if is, ok := rt.(imageStore); ok && d.images == nil {
-			d.images = is
+		if is, ok := rt.(runtime.Images); ok && store == nil {
+			store = is
 		}
 	}
+	d.images = images.New(store, noImages, images.Options{Dir: filepath.Join(d.cfg.DataDir, "images"), Log: d.log,
+		Settle: 500 * time.Millisecond})
 }
 
 // runtimeOf is the runtime of a pod, or nil (its pods cannot start).
