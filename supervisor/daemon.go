@@ -35,12 +35,11 @@ type Config struct {
 	ManifestDir string
 	DataDir     string
 	NodeName    string
-	// ShimCommand runs a container's shim; the instance directory is
-	// appended (podvisor-shim, or podvisor shim).
-	ShimCommand []string
-	// ProcessKeeper runs process containers under one keeper per data
-	// directory instead of one shim each (process.Runtime.EnableKeeper).
-	ProcessKeeper  bool
+	// Runtimes are the runtimes to run (registered plugins, each with its
+	// own settings); DefaultRuntime runs the pods that name no runtime
+	// class.
+	Runtimes       []runtime.Choice
+	DefaultRuntime string
 	Lifecycle      lifecycle.Config
 	ManifestResync time.Duration
 	// ManifestSettle is how long a manifest file must be quiet after a
@@ -76,7 +75,6 @@ type Config struct {
 	Eviction  EvictionConfig
 	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
 	ShutdownBuckets []ShutdownBucket
-	Containerd      ContainerdConfig
 	Policy          Policy
 	// ProbesListen is the best path probes may learn of listeners by
 	// (config probes.listen): "ebpf" (also ""), "sockdiag" or "off".

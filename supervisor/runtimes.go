@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -9,24 +10,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
-
-// ContainerdConfig is how pods without runtimeClassName process run.
-type ContainerdConfig = containerd.Config
-
-// ImageGC are the image garbage collection thresholds.
-type ImageGC = containerd.ImageGC
-
-// ManagedContainerd is a containerd podvisor runs itself.
-type ManagedContainerd = containerd.Managed
 
 // runtimeExit is an exit with the runtime that reported it.
 type runtimeExit struct {
@@ -40,39 +29,48 @@ type removal struct {
 	id string
 }
 
-// setupRuntimes registers the process runtime and, when configured,
-// containerd (which also runs pods that name no runtime class), and
-// gathers their exits and reconnections for the loop until forwarding
-// ends: after stop, when the daemon may still stop every pod. It returns
-// what to do when the daemon stops.
+// setupRuntimes makes the runtimes the configuration chooses (the
+// default one also runs pods that name no runtime class), and gathers
+// their exits and reconnections for the loop until forwarding ends: after
+// stop, when the daemon may still stop every pod. It returns what to do
+// when the daemon stops.
 func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(), err error) {
 	if d.runtimes != nil { // given (tests)
 		d.watchRuntimes(forwarding, errors.New("no runtime on this device keeps images"))
 		return func() {}, nil
 	}
-	d.runtimes = runtime.NewRegistry(containerd.Name)
-	proc, err := process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.cgroups, d.log)
-	if err != nil {
-		return nil, err
-	}
-	if d.cfg.ProcessKeeper {
-		if err := proc.EnableKeeper(); err != nil {
-			return nil, err
+	d.runtimes = runtime.NewRegistry(d.cfg.DefaultRuntime)
+	env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups, Log: d.log, Stop: stop}
+	var closers []runtime.Closer
+	closeAll = func() {
+		for _, c := range closers {
+			c.Close()
 		}
 	}
-	d.runtimes.Register(manifest.ProcessRuntimeClass, proc)
-	closeAll = func() {}
-	if cc := d.cfg.Containerd; cc.Configured() {
-		ctr := containerd.New(cc, d.cfg.DataDir, d.cgroups, d.log)
-		if err := ctr.Launch(stop); err != nil {
+	var noImages error
+	for _, choice := range d.cfg.Runtimes {
+		plugin, ok := runtime.PluginNamed(choice.Name)
+		if !ok {
+			closeAll()
+			return nil, fmt.Errorf("runtime %q is not built into this podvisor", choice.Name)
+		}
+		rt, err := plugin.New(choice.Settings, env)
+		var unavailable *runtime.UnavailableError
+		if errors.As(err, &unavailable) {
+			d.runtimes.Unavailable(choice.Name, unavailable.Error())
+			noImages = cmp.Or(noImages, unavailable.Err)
+			continue
+		}
+		if err != nil {
+			closeAll()
 			return nil, err
 		}
-		d.runtimes.Register(containerd.Name, ctr)
-		closeAll = ctr.Close
-	} else {
-		d.runtimes.Unavailable(containerd.Name, containerd.ErrNotConfigured.Error()+"; set runtimeClassName: process to run host processes")
+		d.runtimes.Register(choice.Name, rt)
+		if c, ok := rt.(runtime.Closer); ok {
+			closers = append(closers, c)
+		}
 	}
-	d.watchRuntimes(forwarding, containerd.ErrNotConfigured)
+	d.watchRuntimes(forwarding, cmp.Or(noImages, errors.New("no runtime on this device keeps images")))
 	return closeAll, nil
 }
 
