@@ -34,7 +34,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 				d.log.Warn("stop signal", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Kill:
-			if rt := d.runtimeOf(in.Pod); rt != nil {
+			if rt := d.runtimes.Of(in.Pod); rt != nil {
 				if err := rt.Kill(a.InstanceID); err != nil {
 					d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 				}
@@ -83,7 +83,7 @@ func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target
 		return probes.Target{}, err
 	}
 	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
-	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
+	if ic, ok := d.runtimes.Of(in.Pod).(runtime.InContainer); ok {
 		id := in.Container(container).InstanceID
 		if netns := ic.NetNS(in.Pod); netns != "" {
 			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
@@ -175,7 +175,7 @@ func (d *Daemon) startDone(r startResult) {
 		d.listen.rescan(r.pod)
 	case startNotCreated:
 		if o.RemoveLeftover {
-			d.removeAfterSave(r.rt, r.instanceID)
+			d.runtimes.RemoveAfterSave(r.rt, r.instanceID)
 		}
 		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", o.Reason, "err", o.Message)
 		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, o.Reason, o.Message, d.now()))
@@ -201,7 +201,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	d.endHooks(x.InstanceID)
 	d.execute(d.machine.Exited(uid, name, x))
 	if _, keeps := rt.(runtime.History); !keeps {
-		d.removeAfterSave(rt, x.InstanceID)
+		d.runtimes.RemoveAfterSave(rt, x.InstanceID)
 	} else if d.machine.Instance(uid) == nil {
 		rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
@@ -308,7 +308,7 @@ func (d *Daemon) gcDevice() {
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
 	d.removeCgroups(uid)
-	d.forgetPod(uid)
+	d.runtimes.ForgetPod(uid)
 	d.removePodDir(uid)
 	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
 	for _, dir := range logDirs {

@@ -106,7 +106,7 @@ func (d *Daemon) containerCgroup(pod *v1.Pod, container string) string {
 // instanceCgroup is the cgroup of one container instance, as its runtime
 // places it.
 func (d *Daemon) instanceCgroup(pod *v1.Pod, container, instanceID string) string {
-	if rt := d.runtimeOf(pod); rt != nil {
+	if rt := d.runtimes.Of(pod); rt != nil {
 		return rt.InstanceCgroup(pod, container, instanceID)
 	}
 	return d.containerCgroup(pod, container)

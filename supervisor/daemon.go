@@ -27,6 +27,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtimeset"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
 
@@ -131,14 +132,9 @@ type Daemon struct {
 	evict    *evictor
 	draining *drain
 	memory   int64 // the device's memory, for OOM scores
-	// runtimes run the pods by runtimeClassName; exits and reconnected
-	// gather theirs for the loop, recoverRetry asks for a recovery again;
-	// removals are finished instances to remove once their end is saved.
-	runtimes     *runtime.Registry
-	exits        chan runtimeExit
-	reconnected  chan runtime.Runtime
-	recoverRetry chan runtime.Runtime
-	removals     []removal
+	// runtimes run the pods by runtimeClassName and gather what they
+	// report for the loop.
+	runtimes *runtimeset.Set
 	// images manages the images of the runtime that keeps them.
 	images *images.Images
 	// listen runs probes the moment their port opens or closes.
@@ -160,24 +156,22 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
 	return &Daemon{
-		cfg:          cfg,
-		log:          log,
-		machine:      lifecycle.NewMachine(cfg.Lifecycle),
-		now:          time.Now,
-		started:      make(chan startResult, 64),
-		hooks:        make(chan hookResult, 64),
-		requests:     make(chan request),
-		stopped:      make(chan struct{}),
-		supervising:  make(chan struct{}),
-		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		view:         newView(),
-		views:        map[types.UID]cachedView{},
-		podCgroups:   map[types.UID]bool{},
-		pressure:     map[v1.NodeConditionType]bool{},
-		oomBase:      map[string]uint64{},
-		exits:        make(chan runtimeExit, 256),
-		reconnected:  make(chan runtime.Runtime),
-		recoverRetry: make(chan runtime.Runtime, 1),
+		cfg:         cfg,
+		log:         log,
+		machine:     lifecycle.NewMachine(cfg.Lifecycle),
+		now:         time.Now,
+		started:     make(chan startResult, 64),
+		hooks:       make(chan hookResult, 64),
+		requests:    make(chan request),
+		stopped:     make(chan struct{}),
+		supervising: make(chan struct{}),
+		node:        runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		view:        newView(),
+		views:       map[types.UID]cachedView{},
+		podCgroups:  map[types.UID]bool{},
+		pressure:    map[v1.NodeConditionType]bool{},
+		oomBase:     map[string]uint64{},
+		runtimes:    runtimeset.New(log),
 	}
 }
 
@@ -295,7 +289,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			persistPending = true
 		}
 		if !persistPending {
-			d.flushRemovals()
+			d.runtimes.FlushRemovals()
 		}
 		resetTimer(wake, d.machine.NextWake(), d.now())
 		select {
@@ -303,11 +297,11 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			return
 		case st := <-manifests:
 			d.setManifests(st)
-		case x := <-d.exits:
-			d.exited(x.rt, x.exit)
-		case rt := <-d.recoverRetry:
+		case x := <-d.runtimes.Exits():
+			d.exited(x.Runtime, x.Exit)
+		case rt := <-d.runtimes.RecoverRetry():
 			d.recoverRuntime(rt)
-		case rt := <-d.reconnected:
+		case rt := <-d.runtimes.Reconnected():
 			d.recoverRuntime(rt)
 			d.images.Rescan() // what failed to import while it was away
 		case a := <-d.images.Arrived():
@@ -353,7 +347,7 @@ func (d *Daemon) step() {
 	for _, a := range acts {
 		if a.Kind == lifecycle.Start {
 			d.persist()
-			d.flushRemovals()
+			d.runtimes.FlushRemovals()
 			break
 		}
 	}

@@ -1,14 +1,9 @@
 package supervisor
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/api"
@@ -17,103 +12,24 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
-// runtimeExit is an exit with the runtime that reported it.
-type runtimeExit struct {
-	rt   runtime.Runtime
-	exit runtime.Exit
-}
-
-// removal is a finished instance to remove once its end is saved.
-type removal struct {
-	rt runtime.Runtime
-	id string
-}
-
 // setupRuntimes makes the runtimes the configuration chooses (the
 // default one also runs pods that name no runtime class), and gathers
 // their exits and reconnections for the loop until forwarding ends: after
-// stop, when the daemon may still stop every pod. It returns what to do
-// when the daemon stops.
+// stop, when the daemon may still stop every pod. It gives the image
+// component the runtime that keeps images. It returns what to do when the
+// daemon stops.
 func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(), err error) {
-	if d.runtimes != nil { // given (tests)
-		d.watchRuntimes(forwarding, errors.New("no runtime on this device keeps images"))
-		return func() {}, nil
-	}
-	d.runtimes = runtime.NewRegistry(d.cfg.DefaultRuntime)
-	env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups, Log: d.log, Stop: stop}
-	var closers []runtime.Closer
-	closeAll = func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}
-	var noImages error
-	for _, choice := range d.cfg.Runtimes {
-		plugin, ok := runtime.PluginNamed(choice.Name)
-		if !ok {
-			closeAll()
-			return nil, fmt.Errorf("runtime %q is not built into this podvisor", choice.Name)
-		}
-		rt, err := plugin.New(choice.Settings, env)
-		var unavailable *runtime.UnavailableError
-		if errors.As(err, &unavailable) {
-			d.runtimes.Unavailable(choice.Name, unavailable.Error())
-			noImages = cmp.Or(noImages, unavailable.Err)
-			continue
-		}
-		if err != nil {
-			closeAll()
+	closeAll = func() {}
+	if d.runtimes.Registry == nil { // else given (tests)
+		env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups, Log: d.log, Stop: stop}
+		if closeAll, err = d.runtimes.Setup(d.cfg.Runtimes, d.cfg.DefaultRuntime, env); err != nil {
 			return nil, err
 		}
-		d.runtimes.Register(choice.Name, rt)
-		if c, ok := rt.(runtime.Closer); ok {
-			closers = append(closers, c)
-		}
 	}
-	d.watchRuntimes(forwarding, cmp.Or(noImages, errors.New("no runtime on this device keeps images")))
-	return closeAll, nil
-}
-
-// watchRuntimes forwards every runtime's exits and reconnections to the
-// loop, and gives the image component the runtime that keeps images
-// (without one, its requests fail with noImages).
-func (d *Daemon) watchRuntimes(stop <-chan struct{}, noImages error) {
-	var store runtime.Images
-	for _, rt := range d.runtimes.All() {
-		go func() {
-			for {
-				select {
-				case x := <-rt.Exits():
-					d.exits <- runtimeExit{rt, x}
-				case <-stop:
-					return
-				}
-			}
-		}()
-		if rc, ok := rt.(runtime.Reconnecting); ok {
-			go func() {
-				for {
-					select {
-					case <-rc.Connected():
-						d.reconnected <- rt
-					case <-stop:
-						return
-					}
-				}
-			}()
-		}
-		if is, ok := rt.(runtime.Images); ok && store == nil {
-			store = is
-		}
-	}
+	store, noImages := d.runtimes.Watch(forwarding)
 	d.images = images.New(store, noImages, images.Options{Dir: filepath.Join(d.cfg.DataDir, "images"), Log: d.log,
 		Settle: 500 * time.Millisecond})
-}
-
-// runtimeOf is the runtime of a pod, or nil (its pods cannot start).
-func (d *Daemon) runtimeOf(pod *v1.Pod) runtime.Runtime {
-	rt, _ := d.runtimes.For(pod)
-	return rt
+	return closeAll, nil
 }
 
 // recoverRuntime reconciles what a runtime that reconnects holds with the
@@ -128,12 +44,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 	if err != nil {
 		// Adoption must not be skipped: try again shortly.
 		d.log.Error("listing a runtime's containers; retrying in 1s", "err", err)
-		time.AfterFunc(time.Second, func() {
-			select {
-			case d.recoverRetry <- rt:
-			default:
-			}
-		})
+		d.runtimes.RecoverLater(rt)
 		return
 	}
 	now := d.now()
@@ -153,7 +64,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 			d.machine.RestoreOrphan(uid, f.PodNamespace, f.PodName, name, id, f.Attempt, now)
 			rc.Follow(id)
 		case recoverRemove:
-			d.removeAfterSave(rt, id)
+			d.runtimes.RemoveAfterSave(rt, id)
 		case recoverAdopt:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id, "runtime", d.runtimes.ClassOf(in.Pod))
@@ -168,11 +79,11 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 		case recoverDiscard:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			present[id] = false
-			d.removeAfterSave(rt, id)
+			d.runtimes.RemoveAfterSave(rt, id)
 		}
 	}
 	for _, in := range d.machine.Instances() {
-		if d.runtimeOf(in.Pod) != rt {
+		if d.runtimes.Of(in.Pod) != rt {
 			continue
 		}
 		for _, c := range in.AllContainers() {
@@ -181,37 +92,6 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 			}
 			d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
 		}
-	}
-}
-
-// removeAfterSave removes a finished instance once its end is saved:
-// kept until then, a daemon that dies in between still learns its exit
-// code from the runtime.
-func (d *Daemon) removeAfterSave(rt runtime.Runtime, id string) {
-	d.removals = append(d.removals, removal{rt, id})
-}
-
-// flushRemovals removes the queued instances; it runs once nothing is
-// left unsaved.
-func (d *Daemon) flushRemovals() {
-	if len(d.removals) == 0 {
-		return
-	}
-	batch := d.removals
-	d.removals = nil
-	go func() {
-		for _, r := range batch {
-			if err := r.rt.Remove(r.id); err != nil {
-				d.log.Warn("removing a finished container", "instance", r.id, "err", err)
-			}
-		}
-	}()
-}
-
-// forgetPod removes what every runtime keeps of a pod that is gone.
-func (d *Daemon) forgetPod(uid types.UID) {
-	for _, rt := range d.runtimes.All() {
-		rt.ForgetPod(uid)
 	}
 }
 

@@ -36,7 +36,7 @@ func (d *Daemon) publish(now time.Time) {
 		if in.Terminating && d.hasDesired(in.Key()) {
 			continue // the replacement's logs are the ones to show
 		}
-		reader, _ := d.runtimeOf(in.Pod).(runtime.LogReader)
+		reader, _ := d.runtimes.Of(in.Pod).(runtime.LogReader)
 		for _, c := range in.AllContainers() {
 			key := in.Key() + "/" + c.Name
 			if c.Attempt > 0 {
@@ -80,7 +80,7 @@ func (d *Daemon) podView(in *lifecycle.Instance, now time.Time) *v1.Pod {
 	p.Status.HostIP = d.node.HostIP
 	p.Status.HostIPs = []v1.HostIP{{IP: d.node.HostIP}}
 	ips := []string{d.node.HostIP}
-	rt := d.runtimeOf(p)
+	rt := d.runtimes.Of(p)
 	switch pn, ok := rt.(runtime.PodNetworks); {
 	case p.Spec.HostNetwork:
 	case ok:
