@@ -34,12 +34,12 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 				d.log.Warn("stop signal", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Kill:
-			if rt := d.runtimeOf(in.Pod); rt != nil {
+			if rt := d.runtimes.Of(in.Pod); rt != nil {
 				if err := rt.Kill(a.InstanceID); err != nil {
 					d.log.Warn("kill", "instance", a.InstanceID, "err", err)
 				}
 			}
-			d.cgroups.Kill(d.runtimeOf(in.Pod), in.Pod, a.Container, a.InstanceID)
+			d.cgroups.Kill(d.runtimes.Of(in.Pod), in.Pod, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
 			d.runHook(in, a)
 		case lifecycle.Probe:
@@ -83,7 +83,7 @@ func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target
 		return probes.Target{}, err
 	}
 	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
-	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
+	if ic, ok := d.runtimes.Of(in.Pod).(runtime.InContainer); ok {
 		id := in.Container(container).InstanceID
 		if netns := ic.NetNS(in.Pod); netns != "" {
 			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
@@ -175,7 +175,7 @@ func (d *Daemon) startDone(r startResult) {
 		d.listen.rescan(r.pod)
 	case startNotCreated:
 		if o.RemoveLeftover {
-			d.removeAfterSave(r.rt, r.instanceID)
+			d.runtimes.RemoveAfterSave(r.rt, r.instanceID)
 		}
 		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", o.Reason, "err", o.Message)
 		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, o.Reason, o.Message, d.now()))
@@ -192,7 +192,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	}
 	d.withTerminationMessage(rt, d.machine.Instance(uid), name, attempt, &x)
 	if in := d.machine.Instance(uid); in != nil {
-		if x.Signal == 9 && x.Reason == "" && d.cgroups.OOMKilled(d.runtimeOf(in.Pod), in.Pod, name, x.InstanceID) {
+		if x.Signal == 9 && x.Reason == "" && d.cgroups.OOMKilled(d.runtimes.Of(in.Pod), in.Pod, name, x.InstanceID) {
 			x.Reason = "OOMKilled"
 		}
 		if x.Reason == "OOMKilled" {
@@ -203,7 +203,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	d.endHooks(x.InstanceID)
 	d.execute(d.machine.Exited(uid, name, x))
 	if _, keeps := rt.(runtime.History); !keeps {
-		d.removeAfterSave(rt, x.InstanceID)
+		d.runtimes.RemoveAfterSave(rt, x.InstanceID)
 	} else if d.machine.Instance(uid) == nil {
 		rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
@@ -312,7 +312,7 @@ func (d *Daemon) forget(uid types.UID) {
 	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
 	d.listen.unwatch(uid)
 	d.cgroups.RemovePod(uid)
-	d.forgetPod(uid)
+	d.runtimes.ForgetPod(uid)
 	d.podFS.RemovePod(uid)
 	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
 	for _, dir := range logDirs {

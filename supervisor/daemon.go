@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
@@ -29,7 +30,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtimeset"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
 
@@ -38,12 +39,11 @@ type Config struct {
 	ManifestDir string
 	DataDir     string
 	NodeName    string
-	// ShimCommand runs a container's shim; the instance directory is
-	// appended (podvisor-shim, or podvisor shim).
-	ShimCommand []string
-	// ProcessKeeper runs process containers under one keeper per data
-	// directory instead of one shim each (process.Runtime.EnableKeeper).
-	ProcessKeeper  bool
+	// Runtimes are the runtimes to run (registered plugins, each with its
+	// own settings); DefaultRuntime runs the pods that name no runtime
+	// class.
+	Runtimes       []runtime.Choice
+	DefaultRuntime string
 	Lifecycle      lifecycle.Config
 	ManifestResync time.Duration
 	// ManifestSettle is how long a manifest file must be quiet after a
@@ -79,7 +79,6 @@ type Config struct {
 	Eviction  EvictionConfig
 	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
 	ShutdownBuckets []ShutdownBucket
-	Containerd      ContainerdConfig
 	Policy          Policy
 	// ProbesListen is the best path probes may learn of listeners by
 	// (config probes.listen): "ebpf" (also ""), "sockdiag" or "off".
@@ -128,19 +127,11 @@ type Daemon struct {
 	hookCancels map[string][]context.CancelFunc
 	// protector: pressure eviction, drain and the node's status.
 	protector *nodeprotect.Protector
-	// runtimes run the pods by runtimeClassName; exits and reconnected
-	// gather theirs for the loop, recoverRetry asks for a recovery again;
-	// removals are finished instances to remove once their end is saved.
-	runtimes     *runtime.Registry
-	exits        chan runtimeExit
-	reconnected  chan runtime.Runtime
-	recoverRetry chan runtime.Runtime
-	removals     []removal
-	// images is the runtime that keeps images (nil: none).
-	images       imageStore
-	sideload     *sideloader
-	rescanImages chan struct{}
-	newImages    chan time.Time // when images last arrived
+	// runtimes run the pods by runtimeClassName and gather what they
+	// report for the loop.
+	runtimes *runtimeset.Set
+	// images manages the images of the runtime that keeps them.
+	images *images.Images
 	// listen runs probes the moment their port opens or closes.
 	listen *listenProbes
 	// net counts each pod's traffic.
@@ -163,24 +154,21 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
 	cfg.Lifecycle.SaveDelay = cfg.PersistDelay
 	d := &Daemon{
-		cfg:          cfg,
-		log:          log,
-		machine:      lifecycle.NewMachine(cfg.Lifecycle),
-		now:          time.Now,
-		started:      make(chan startResult, 64),
-		hooks:        make(chan hookResult, 64),
-		requests:     make(chan request),
-		stopped:      make(chan struct{}),
-		supervising:  make(chan struct{}),
-		node:         runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		cgroups:      podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
-		exits:        make(chan runtimeExit, 256),
-		reconnected:  make(chan runtime.Runtime),
-		recoverRetry: make(chan runtime.Runtime, 1),
-		newImages:    make(chan time.Time, 1),
-		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
+		cfg:         cfg,
+		log:         log,
+		machine:     lifecycle.NewMachine(cfg.Lifecycle),
+		now:         time.Now,
+		started:     make(chan startResult, 64),
+		hooks:       make(chan hookResult, 64),
+		requests:    make(chan request),
+		stopped:     make(chan struct{}),
+		supervising: make(chan struct{}),
+		node:        runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
+		cgroups:     podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
+		runtimes:    runtimeset.New(log),
+		podFS:       podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 	}
-	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
+	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimes.Of})
 	return d
 }
 
@@ -223,9 +211,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer closeRuntimes()
 	d.machine.SetAdmitter(d.protector.Admitter())
+	d.protector.UseImageFS(d.images.FS())
 	d.watchPressure(ctx)
 	d.probes = probes.NewManager(ctx)
-	d.setupSideload(ctx)
+	d.images.Start(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
 	if d.podEvents != nil {
@@ -296,18 +285,15 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			return
 		case st := <-manifests:
 			d.setManifests(st)
-		case x := <-d.exits:
-			d.exited(x.rt, x.exit)
-		case rt := <-d.recoverRetry:
+		case x := <-d.runtimes.Exits():
+			d.exited(x.Runtime, x.Exit)
+		case rt := <-d.runtimes.RecoverRetry():
 			d.recoverRuntime(rt)
-		case rt := <-d.reconnected:
+		case rt := <-d.runtimes.Reconnected():
 			d.recoverRuntime(rt)
-			select { // what failed to import while it was away
-			case d.rescanImages <- struct{}{}:
-			default:
-			}
-		case at := <-d.newImages:
-			d.machine.RetryWaiting(at, d.now(), containerd.ImagesArrived()...)
+			d.images.Rescan() // what failed to import while it was away
+		case a := <-d.images.Arrived():
+			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
 		case r := <-d.started:
 			d.startDone(r)
 		case r := <-d.hooks:
@@ -338,7 +324,7 @@ func (d *Daemon) step() time.Time {
 	rd := d.machine.Ready(now)
 	d.apply(rd)
 	if !rd.Unsaved {
-		d.flushRemovals() // every exit they follow is saved
+		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
 	return rd.NextWake

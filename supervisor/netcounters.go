@@ -51,7 +51,7 @@ type podNet struct {
 // the runtimes (which place containers where Cgroups.Unified says).
 func (d *Daemon) setupNetCounters() {
 	n := &netCounters{pods: map[types.UID]*podNet{}, log: d.log, cgroupsOn: d.cgroups.Driver != nil,
-		runtimeOf: d.runtimeOf, podCgroup: d.cgroups.PodCgroup, podCgroups: d.cgroups.Layout.Pods}
+		runtimeOf: d.runtimes.Of, podCgroup: d.cgroups.PodCgroup, podCgroups: d.cgroups.Layout.Pods}
 	d.net = n
 	if d.cgroups.Driver == nil {
 		d.log.Info("network counters from veths only: no cgroups to attach programs to")

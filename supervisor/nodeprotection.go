@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 )
@@ -31,7 +32,7 @@ func ShutdownTime(buckets []ShutdownBucket) time.Duration { return nodeprotect.S
 // eviction, drain and the node's status.
 func (d *Daemon) setupNodeProtection() error {
 	p, err := nodeprotect.New(nodeprotect.Options{
-		Log: d.log, Now: d.now, DataDir: d.cfg.DataDir, ImageFS: d.cfg.Containerd.ImageFS,
+		Log: d.log, Now: d.now, DataDir: d.cfg.DataDir,
 		MemoryCgroup: cgroups.V1MemoryMount(), Memory: pressure.MemTotal(),
 		NodeName: d.cfg.NodeName, HostIP: d.node.HostIP, Node: d.cfg.Node,
 		Eviction: d.cfg.Eviction, ShutdownBuckets: d.cfg.ShutdownBuckets,
@@ -57,7 +58,7 @@ func (d *Daemon) protectNode(dec nodeprotect.Decision) {
 	if dec.Reclaim {
 		d.gcDevice()
 		removeRotatedLogs(d.cfg.DataDir, d.log)
-		d.pruneImages()
+		d.images.PruneUnused()
 	}
 	if e := dec.Evict; e != nil {
 		d.record(d.machine.Instance(e.Pod), "Warning", nodeprotect.ReasonThresholdMet, e.Event)
@@ -153,3 +154,7 @@ func dirSize(dir string) int64 {
 	})
 	return total
 }
+
+// collectImages hands every pressure observation to the image collector
+// (the runtimes are set up after the protector, so it is looked up late).
+func (d *Daemon) collectImages(obs map[eviction.Signal]eviction.Observation) { d.images.Collect(obs) }

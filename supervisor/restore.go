@@ -118,7 +118,7 @@ func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[ty
 		}
 	}
 	for _, in := range d.machine.Instances() {
-		if d.runtimeOf(in.Pod) != rt {
+		if d.runtimes.Of(in.Pod) != rt {
 			continue
 		}
 		for _, c := range in.AllContainers() {

@@ -83,7 +83,7 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { d2.store.Close(); d2.unlockDataDir() }()
-	d2.runtimes = runtime.NewRegistry("fake")
+	d2.runtimes.Registry = runtime.NewRegistry("fake")
 	d2.runtimes.Register("fake", rt)
 	d2.probes = probes.NewManager(ctx)
 	d2.protector = shellProtector(t, d2, nodeprotect.Options{})

@@ -5,111 +5,31 @@ import (
 	"path/filepath"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
-// ContainerdConfig is how pods without runtimeClassName process run.
-type ContainerdConfig = containerd.Config
-
-// ImageGC are the image garbage collection thresholds.
-type ImageGC = containerd.ImageGC
-
-// ManagedContainerd is a containerd podvisor runs itself.
-type ManagedContainerd = containerd.Managed
-
-// runtimeExit is an exit with the runtime that reported it.
-type runtimeExit struct {
-	rt   runtime.Runtime
-	exit runtime.Exit
-}
-
-// removal is a finished instance to remove once its end is saved.
-type removal struct {
-	rt runtime.Runtime
-	id string
-}
-
-// setupRuntimes registers the process runtime and, when configured,
-// containerd (which also runs pods that name no runtime class), and
-// gathers their exits and reconnections for the loop until forwarding
-// ends: after stop, when the daemon may still stop every pod. It returns
-// what to do when the daemon stops.
+// setupRuntimes makes the runtimes the configuration chooses (the
+// default one also runs pods that name no runtime class), and gathers
+// their exits and reconnections for the loop until forwarding ends: after
+// stop, when the daemon may still stop every pod. It gives the image
+// component the runtime that keeps images. It returns what to do when the
+// daemon stops.
 func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(), err error) {
-	if d.runtimes != nil { // given (tests)
-		d.watchRuntimes(forwarding)
-		return func() {}, nil
-	}
-	d.runtimes = runtime.NewRegistry(containerd.Name)
-	proc, err := process.New(filepath.Join(d.cfg.DataDir, "containers"), d.cfg.ShimCommand, d.cgroups.Cgroups, d.log)
-	if err != nil {
-		return nil, err
-	}
-	if d.cfg.ProcessKeeper {
-		if err := proc.EnableKeeper(); err != nil {
-			return nil, err
-		}
-	}
-	d.runtimes.Register(manifest.ProcessRuntimeClass, proc)
 	closeAll = func() {}
-	if cc := d.cfg.Containerd; cc.Configured() {
-		ctr := containerd.New(cc, d.cfg.DataDir, d.cgroups.Cgroups, d.log)
-		if err := ctr.Launch(stop); err != nil {
+	if d.runtimes.Registry == nil { // else given (tests)
+		env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups.Cgroups, Log: d.log, Stop: stop}
+		if closeAll, err = d.runtimes.Setup(d.cfg.Runtimes, d.cfg.DefaultRuntime, env); err != nil {
 			return nil, err
 		}
-		d.runtimes.Register(containerd.Name, ctr)
-		closeAll = ctr.Close
-	} else {
-		d.runtimes.Unavailable(containerd.Name, containerd.ErrNotConfigured.Error()+"; set runtimeClassName: process to run host processes")
 	}
-	d.watchRuntimes(forwarding)
+	store, noImages := d.runtimes.Watch(forwarding)
+	d.images = images.New(store, noImages, images.Options{Dir: filepath.Join(d.cfg.DataDir, "images"), Log: d.log,
+		Settle: 500 * time.Millisecond})
 	return closeAll, nil
-}
-
-// watchRuntimes forwards every runtime's exits and reconnections to the
-// loop, and finds the runtime that keeps images.
-func (d *Daemon) watchRuntimes(stop <-chan struct{}) {
-	for _, rt := range d.runtimes.All() {
-		go func() {
-			for {
-				select {
-				case x := <-rt.Exits():
-					d.exits <- runtimeExit{rt, x}
-				case <-stop:
-					return
-				}
-			}
-		}()
-		if rc, ok := rt.(runtime.Reconnecting); ok {
-			go func() {
-				for {
-					select {
-					case <-rc.Connected():
-						d.reconnected <- rt
-					case <-stop:
-						return
-					}
-				}
-			}()
-		}
-		if is, ok := rt.(imageStore); ok && d.images == nil {
-			d.images = is
-		}
-	}
-}
-
-// runtimeOf is the runtime of a pod, or nil (its pods cannot start).
-func (d *Daemon) runtimeOf(pod *v1.Pod) runtime.Runtime {
-	rt, _ := d.runtimes.For(pod)
-	return rt
 }
 
 // recoverRuntime reconciles what a runtime that reconnects holds with the
@@ -124,12 +44,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 	if err != nil {
 		// Adoption must not be skipped: try again shortly.
 		d.log.Error("listing a runtime's containers; retrying in 1s", "err", err)
-		time.AfterFunc(time.Second, func() {
-			select {
-			case d.recoverRetry <- rt:
-			default:
-			}
-		})
+		d.runtimes.RecoverLater(rt)
 		return
 	}
 	now := d.now()
@@ -149,7 +64,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 			d.machine.RestoreOrphan(uid, f.PodNamespace, f.PodName, name, id, f.Attempt, now)
 			rc.Follow(id)
 		case recoverRemove:
-			d.removeAfterSave(rt, id)
+			d.runtimes.RemoveAfterSave(rt, id)
 		case recoverAdopt:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id, "runtime", d.runtimes.ClassOf(in.Pod))
@@ -164,11 +79,11 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 		case recoverDiscard:
 			d.machine.SawAttempt(uid, name, f.Attempt)
 			present[id] = false
-			d.removeAfterSave(rt, id)
+			d.runtimes.RemoveAfterSave(rt, id)
 		}
 	}
 	for _, in := range d.machine.Instances() {
-		if d.runtimeOf(in.Pod) != rt {
+		if d.runtimes.Of(in.Pod) != rt {
 			continue
 		}
 		for _, c := range in.AllContainers() {
@@ -177,37 +92,6 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 			}
 			d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
 		}
-	}
-}
-
-// removeAfterSave removes a finished instance once its end is saved:
-// kept until then, a daemon that dies in between still learns its exit
-// code from the runtime.
-func (d *Daemon) removeAfterSave(rt runtime.Runtime, id string) {
-	d.removals = append(d.removals, removal{rt, id})
-}
-
-// flushRemovals removes the queued instances; it runs once nothing is
-// left unsaved.
-func (d *Daemon) flushRemovals() {
-	if len(d.removals) == 0 {
-		return
-	}
-	batch := d.removals
-	d.removals = nil
-	go func() {
-		for _, r := range batch {
-			if err := r.rt.Remove(r.id); err != nil {
-				d.log.Warn("removing a finished container", "instance", r.id, "err", err)
-			}
-		}
-	}()
-}
-
-// forgetPod removes what every runtime keeps of a pod that is gone.
-func (d *Daemon) forgetPod(uid types.UID) {
-	for _, rt := range d.runtimes.All() {
-		rt.ForgetPod(uid)
 	}
 }
 

@@ -104,7 +104,7 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.store.Close(); d.unlockDataDir() })
-	d.runtimes = runtime.NewRegistry("fake")
+	d.runtimes.Registry = runtime.NewRegistry("fake")
 	d.runtimes.Register("fake", fake)
 	forwarding := make(chan struct{})
 	t.Cleanup(func() { close(forwarding) })
@@ -185,7 +185,7 @@ func TestShellDrivesARuntime(t *testing.T) {
 		t.Fatalf("status after the restart: restartCount %d, lastState %+v", cs.RestartCount, cs.LastTerminationState)
 	}
 	d.apply(d.machine.Flush()) // a removal waits until the exit is saved
-	d.flushRemovals()
+	d.runtimes.FlushRemovals()
 	select {
 	case id := <-fake.removals:
 		if id != first {
@@ -235,7 +235,7 @@ func TestShellRuntimeUnavailable(t *testing.T) {
 	defer cancel()
 	fake := newFakeRuntime()
 	d := shellDaemon(t, ctx, fake)
-	d.runtimes = runtime.NewRegistry("gone")
+	d.runtimes.Registry = runtime.NewRegistry("gone")
 	d.runtimes.Unavailable("gone", "runtime gone is not installed here")
 	st := desireWebPod(t, d, `  - {name: app, image: host}`)
 	uid := st.Pods[0].UID

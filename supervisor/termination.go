@@ -3,12 +3,12 @@ package supervisor
 import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 )
 
 // withTerminationMessage sets a finished container's message as the
 // kubelet does: its termination message file, or under
-// FallbackToLogsOnError the tail of its log (process.TerminationMessage).
+// FallbackToLogsOnError the tail of its log (crilog.TerminationMessage).
 func (d *Daemon) withTerminationMessage(rt runtime.Runtime, in *lifecycle.Instance, name string, attempt int, x *runtime.Exit) {
 	if in == nil {
 		return
@@ -21,6 +21,6 @@ func (d *Daemon) withTerminationMessage(rt runtime.Runtime, in *lifecycle.Instan
 	if spec.TerminationMessagePath != "" {
 		file = rt.TerminationFile(x.InstanceID)
 	}
-	x.Message = process.TerminationMessage(spec.TerminationMessagePolicy, file,
+	x.Message = crilog.TerminationMessage(spec.TerminationMessagePolicy, file,
 		d.logPath(in.Pod, name, attempt), x.ExitCode, x.Reason, x.Message)
 }

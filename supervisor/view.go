@@ -138,7 +138,7 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 				if c.Phase != lifecycle.Running {
 					continue
 				}
-				if s, err := d.cgroups.Driver.Stats(d.cgroups.InstanceCgroup(d.runtimeOf(in.Pod), in.Pod, c.Name, c.InstanceID)); err == nil {
+				if s, err := d.cgroups.Driver.Stats(d.cgroups.InstanceCgroup(d.runtimes.Of(in.Pod), in.Pod, c.Name, c.InstanceID)); err == nil {
 					ps.Containers = append(ps.Containers, api.ContainerStats{Name: c.Name,
 						Usage: api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}})
 				}

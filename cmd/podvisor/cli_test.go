@@ -21,6 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
 func TestParseInterspersed(t *testing.T) {
@@ -131,7 +134,7 @@ hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true
 		{"ForbidPrivileged", cfg.Policy.ForbidPrivileged, true},
 		{"AllowUntrustedManifests", cfg.AllowUntrustedManifests, true},
 		{"Policy.Hub", cfg.Policy.Hub.Level(), "restricted:v1.30"},
-		{"ShimCommand", cfg.ShimCommand[0], shimBin},
+		{"ShimCommand", settingsOf[process.Settings](t, cfg, process.Name).ShimCommand[0], shimBin},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
@@ -162,7 +165,7 @@ func TestDaemonConfigContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := cfg.Containerd
+	cc := settingsOf[containerd.Config](t, cfg, containerd.Name)
 	if cc.Address == "" || cc.SandboxDir != "/run/podvisor/sandbox" || cc.ImageGC.HighThresholdPercent != 85 || cc.ImageGC.LowThresholdPercent != 70 ||
 		cc.ImageGC.MinimumAge != 2*time.Minute || cc.ConnectWait != 5*time.Second || cc.Plugin[0] != plugin || cc.ShimGroup != "device" ||
 		len(cc.PodInit) != 2 || cc.PodInit[0] != shimBin {
@@ -391,4 +394,21 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 		close(w.first)
 	}
 	return w.buf.Write(p)
+}
+
+// settingsOf is what the daemon's config gives the runtime named.
+func settingsOf[T any](t *testing.T, cfg supervisor.Config, name string) T {
+	t.Helper()
+	for _, c := range cfg.Runtimes {
+		if c.Name == name {
+			s, ok := c.Settings.(T)
+			if !ok {
+				t.Fatalf("runtime %s: settings %T", name, c.Settings)
+			}
+			return s
+		}
+	}
+	t.Fatalf("no runtime %s in the daemon's config", name)
+	var zero T
+	return zero
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
@@ -45,9 +48,15 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 	}
 	hard, ev := c.EvictionHard(), c.Eviction
 	return supervisor.Config{
-		Containerd: containerdCfg,
-		Policy:     supervisor.Policy{ForbidPrivileged: c.Security.ForbidPrivileged, AllowedHostPaths: c.Security.AllowedHostPaths, Hub: hubPods},
-		ConfigDir:  c.ConfigDir,
+		// The process runtime, and containerd, which also runs the pods
+		// that name no runtime class.
+		Runtimes: []runtime.Choice{
+			{Name: process.Name, Settings: process.Settings{ShimCommand: shimCmd, Keeper: c.Process.Keeper}},
+			{Name: containerd.Name, Settings: containerdCfg},
+		},
+		DefaultRuntime: containerd.Name,
+		Policy:         supervisor.Policy{ForbidPrivileged: c.Security.ForbidPrivileged, AllowedHostPaths: c.Security.AllowedHostPaths, Hub: hubPods},
+		ConfigDir:      c.ConfigDir,
 		Eviction: supervisor.EvictionConfig{Hard: hard, Soft: ev.Soft, SoftGracePeriod: ev.SoftGracePeriod, MinimumReclaim: ev.MinimumReclaim,
 			MaxPodGracePeriod: ev.MaxPodGracePeriod.Duration, PressureTransitionPeriod: ev.PressureTransitionPeriod.Duration,
 			MonitorPeriod: ev.MonitorPeriod.Duration},
@@ -62,13 +71,11 @@ func daemonConfig(c *config.Config) (supervisor.Config, error) {
 		ManifestDir:         c.Manifests,
 		DataDir:             c.DataDir,
 		NodeName:            node,
-		ShimCommand:         shimCmd,
 		Lifecycle:           lc,
 		ManifestResync:      c.ManifestResync.Duration,
 		LogMaxBytes:         c.Logs.MaxSize.Value(),
 		LogMaxFiles:         c.Logs.MaxFiles,
 		ProbesListen:        string(c.Probes.ListenMode()),
-		ProcessKeeper:       c.Process.Keeper,
 		// Off by default: whoever can write a manifest runs pods as root.
 		AllowUntrustedManifests: c.Security.AllowUntrustedManifests,
 	}, nil
@@ -99,24 +106,24 @@ func shimCommand(c *config.Config) ([]string, error) {
 // containerd, or its default socket exists. They need podvisor-containerd
 // (the plugin) and podvisor-shim (the init of a pod's shared PID namespace)
 // beside this binary.
-func containerdConfig(c *config.Config, shimCmd []string) (supervisor.ContainerdConfig, error) {
+func containerdConfig(c *config.Config, shimCmd []string) (containerd.Config, error) {
 	cc := c.Containerd
 	if _, err := os.Stat(config.DefaultContainerdSocket); err != nil && !c.ContainerdNamed() {
-		return supervisor.ContainerdConfig{}, nil // no containerd here: process pods only
+		return containerd.Config{}, nil // no containerd here: process pods only
 	}
 	// A containerd section in the config means containerd is wanted, even
 	// if it is not up yet (podvisor may start first at boot).
-	cfg := supervisor.ContainerdConfig{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
+	cfg := containerd.Config{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
 		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ShimGroup: cc.ShimGroup,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs, ImageFS: cc.ImageFS, ConnectWait: 5 * time.Second,
-		ImageGC: supervisor.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
+		ImageGC: containerd.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
 			LowThresholdPercent: cc.ImageGC.LowThresholdPercent, MinimumAge: cc.ImageGC.MinimumAge.Duration}}
 	if cc.Managed {
 		bin, err := exec.LookPath("containerd")
 		if err != nil {
 			return cfg, c.FieldError("containerd.managed", errors.New("containerd is not installed"))
 		}
-		cfg.Managed = &supervisor.ManagedContainerd{Binary: bin, Root: c.ManagedRoot(), State: cmp.Or(cc.State, config.DefaultManagedState),
+		cfg.Managed = &containerd.Managed{Binary: bin, Root: c.ManagedRoot(), State: cmp.Or(cc.State, config.DefaultManagedState),
 			Log: filepath.Join(c.DataDir, "containerd", "containerd.log")}
 	}
 	if cfg.ImageFS == "" {

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
 )
 
 // cmdImages lists, imports and removes the images of containerd pods.
@@ -93,9 +91,9 @@ func sizeOf(b int64) string {
 }
 
 // cmdExec runs a command in a running container, as the container's
-// runtime does it: containerd.Exec (the plugin, with a terminal for -t)
-// or process.Exec (on the host in the container's cgroup, environment and
-// user).
+// runtime does it (its registered Exec): containerd's through its plugin,
+// with a terminal for -t; the process runtime's on the host in the
+// container's cgroup, environment and user.
 func cmdExec(ctx context.Context, args []string) (int, error) {
 	var command []string
 	for i, a := range args {
@@ -128,13 +126,11 @@ func cmdExec(ctx context.Context, args []string) (int, error) {
 		return 1, err
 	}
 	target := runtime.ExecTarget(t)
-	switch target.Runtime {
-	case containerd.Name:
-		return 1, containerd.Exec(target, command, *stdin, *tty)
-	case process.Name:
-		return process.Exec(target, command, *stdin)
+	plugin, ok := runtime.PluginNamed(target.Runtime)
+	if !ok || plugin.Exec == nil {
+		return 1, fmt.Errorf("exec: the daemon names runtime %q, which this podvisor does not know", target.Runtime)
 	}
-	return 1, fmt.Errorf("exec: the daemon names runtime %q, which this podvisor does not know", target.Runtime)
+	return plugin.Exec(target, command, *stdin, *tty)
 }
 
 // expandIT lets "-it" mean "-i -t", as kubectl users type it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 )
 
 // fakeBackend serves fixed pods; publish bumps the version like the daemon.
@@ -169,7 +172,7 @@ func TestLogNeedsContainerWhenSeveral(t *testing.T) {
 	f := newFake(testPod("multi", "a", "b"))
 	path := filepath.Join(t.TempDir(), "1.log")
 	os.WriteFile(path, []byte("2026-01-01T00:00:00Z stdout F hello\n2026-01-01T00:00:00Z stdout P par\n2026-01-01T00:00:00Z stdout F tial\n"), 0o644)
-	f.logs["multi/b"] = LogRef{Path: path}
+	f.logs["multi/b"] = LogRef{Path: path, Reader: criLogReader{}}
 	c := serve(t, f)
 	var out bytes.Buffer
 	err := c.Log(context.Background(), "default", "multi", "", false, false, &out)
@@ -215,4 +218,12 @@ func TestDeleteAndConditions(t *testing.T) {
 	if err := c.SetCondition(ctx, "default", "web", "example.com/lb", true); err != nil || !f.gates["web/example.com/lb"] {
 		t.Fatalf("set condition: %v %v", err, f.gates)
 	}
+}
+
+// criLogReader reads logs as the runtimes do (runtime.LogReader).
+type criLogReader struct{}
+
+func (criLogReader) CopyLog(out io.Writer, path string) error { return crilog.Copy(out, path) }
+func (criLogReader) FollowLog(ctx context.Context, out io.Writer, path string, ended <-chan struct{}) error {
+	return crilog.Follow(ctx, out, path, ended)
 }

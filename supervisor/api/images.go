@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 )
 
 // Images and exec:
@@ -20,8 +19,8 @@ import (
 
 // ImageList is the images and the side-loaded archives that failed.
 type ImageList struct {
-	Images []containerd.Image `json:"images"`
-	Failed []ImportFailure    `json:"failed,omitempty"`
+	Images []runtime.Image `json:"images"`
+	Failed []ImportFailure `json:"failed,omitempty"`
 }
 
 // ImportFailure is a side-loaded archive that could not be imported.

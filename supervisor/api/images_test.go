@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 func (f *fakeBackend) Images() (ImageList, error) {
-	return ImageList{Images: []containerd.Image{{Name: "docker.io/library/busybox:1", Size: 42}},
+	return ImageList{Images: []runtime.Image{{Name: "docker.io/library/busybox:1", Size: 42}},
 		Failed: []ImportFailure{{File: "/data/images/bad.tar", Error: "not an archive"}}}, nil
 }
 

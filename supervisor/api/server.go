@@ -29,7 +29,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/supervisor/runtime/process"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // Event is a Kubernetes-style event about a pod.
@@ -47,6 +47,9 @@ type LogRef struct {
 	Path       string
 	InstanceID string
 	Running    bool
+	// Reader is the runtime that wrote it, which reads it back (nil: none
+	// on this device can).
+	Reader runtime.LogReader
 }
 
 // Version describes the daemon.
@@ -349,13 +352,17 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "%v", err)
 		return
 	}
+	if ref.Reader == nil {
+		httpError(w, http.StatusNotFound, "no runtime on this device reads the log of container %q", container)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if q.Get("follow") != "1" || !ref.Running {
-		process.CopyLog(w, ref.Path)
+		ref.Reader.CopyLog(w, ref.Path)
 		return
 	}
 	fw := flushWriter{w: w}
-	process.FollowLog(r.Context(), fw, ref.Path, s.instanceEnded(r.Context(), p.Namespace, p.Name, container, ref.InstanceID))
+	ref.Reader.FollowLog(r.Context(), fw, ref.Path, s.instanceEnded(r.Context(), p.Namespace, p.Name, container, ref.InstanceID))
 }
 
 // instanceEnded closes the returned channel once the followed instance is

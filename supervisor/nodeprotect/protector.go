@@ -113,6 +113,15 @@ type Protector struct {
 	draining   *drain
 }
 
+// UseImageFS tells the observer where the runtime keeps its images, once
+// the runtimes are up ("": none); the first look comes after it.
+func (p *Protector) UseImageFS(path string) {
+	if o, ok := p.observer.(pressure.Observer); ok {
+		o.ImageFsPath = path
+		p.observer = o
+	}
+}
+
 // New prepares a protector; Watch arms the kernel's notifications. It
 // fails on eviction thresholds eviction.Parse rejects.
 func New(o Options) (*Protector, error) {

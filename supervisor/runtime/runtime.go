@@ -3,7 +3,9 @@
 // and containerd (through the podvisor-containerd plugin). A runtime is
 // chosen per pod by its runtimeClassName (Registry); the daemon asks it,
 // never checks which one it is. Capabilities only some runtimes have are
-// narrow interfaces beside Runtime.
+// narrow interfaces beside Runtime. The concrete runtimes register
+// themselves (RegisterPlugin) and the command chooses which to run: only
+// their own packages and the commands import them.
 //
 // It also resolves what Kubernetes defines for a container whatever runs
 // it: its process (Resolve), downward API values and subPathExpr.

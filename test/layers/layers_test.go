@@ -101,7 +101,9 @@ type pkg struct {
 	Imports    []string // non-test imports: what the binaries link
 }
 
-func TestImportEdgesPointDown(t *testing.T) {
+// listPackages lists podvisor's packages with their non-test imports.
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
 	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...")
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
@@ -112,15 +114,22 @@ func TestImportEdgesPointDown(t *testing.T) {
 		}
 		t.Fatalf("go list: %v", err)
 	}
+	var pkgs []pkg
 	dec := json.NewDecoder(strings.NewReader(string(out)))
-	edges := 0
 	for {
 		var p pkg
 		if err := dec.Decode(&p); err == io.EOF {
-			break
+			return pkgs
 		} else if err != nil {
 			t.Fatalf("decoding go list: %v", err)
 		}
+		pkgs = append(pkgs, p)
+	}
+}
+
+func TestImportEdgesPointDown(t *testing.T) {
+	edges := 0
+	for _, p := range listPackages(t) {
 		from, ok := relative(p.ImportPath)
 		if !ok {
 			continue
@@ -144,6 +153,73 @@ func TestImportEdgesPointDown(t *testing.T) {
 	}
 	if edges == 0 {
 		t.Fatal("go list listed no import between podvisor's packages: the test checks nothing")
+	}
+}
+
+// concreteRuntimes are the runtimes' own packages. The daemon speaks to
+// runtimes only through supervisor/runtime (its types, its capabilities,
+// its registry); the commands choose which runtimes a binary carries.
+var concreteRuntimes = []string{"supervisor/runtime/containerd", "supervisor/runtime/process"}
+
+// runtimeSharing are the imports between concrete runtimes there are
+// reasons for: the containerd plugin writes its containers' logs with the
+// shim's CRI log writer, in the same format and rotation.
+var runtimeSharing = map[[2]string]bool{
+	{"supervisor/runtime/containerd/plugin", "supervisor/runtime/process/shim"}: true,
+}
+
+// concreteRuntimeOf is the concrete runtime whose tree holds a package,
+// or "".
+func concreteRuntimeOf(rel string) string {
+	for _, r := range concreteRuntimes {
+		if rel == r || strings.HasPrefix(rel, r+"/") {
+			return r
+		}
+	}
+	return ""
+}
+
+// mayImportRuntime reports whether a package may import the concrete
+// runtime rt: its own tree, the commands and the tests may.
+func mayImportRuntime(from, rt string) bool {
+	return concreteRuntimeOf(from) == rt || layerOf(from) == "cmd" || layerOf(from) == "test"
+}
+
+func TestOnlyCommandsChooseRuntimes(t *testing.T) {
+	for _, p := range listPackages(t) {
+		from, ok := relative(p.ImportPath)
+		if !ok {
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ok := relative(imp)
+			if !ok {
+				continue
+			}
+			if rt := concreteRuntimeOf(to); rt != "" && !mayImportRuntime(from, rt) && !runtimeSharing[[2]string{from, to}] {
+				t.Errorf("%s imports the concrete runtime %s: speak to it through supervisor/runtime", from, to)
+			}
+		}
+	}
+}
+
+func TestConcreteRuntimeRule(t *testing.T) {
+	for _, tc := range []struct {
+		from, rt string
+		may      bool
+	}{
+		{"supervisor", "supervisor/runtime/containerd", false},
+		{"supervisor/api", "supervisor/runtime/process", false},
+		{"supervisor/images", "supervisor/runtime/containerd", false},
+		{"supervisor/runtime", "supervisor/runtime/process", false},
+		{"supervisor/runtime/containerd", "supervisor/runtime/process", false},
+		{"supervisor/runtime/process/shim", "supervisor/runtime/process", true},
+		{"cmd/podvisor", "supervisor/runtime/containerd", true},
+		{"test/e2e", "supervisor/runtime/process", true},
+	} {
+		if got := mayImportRuntime(tc.from, tc.rt); got != tc.may {
+			t.Errorf("%s may import %s: %v, want %v", tc.from, tc.rt, got, tc.may)
+		}
 	}
 }
 

@@ -18,8 +18,14 @@ import (
 )
 
 // ErrNotRunning is returned while the plugin is down (between a crash
-// and its restart).
-var ErrNotRunning = errors.New("the containerd runtime plugin is not running")
+// and its restart). It is a runtime.ErrUnreachable: what failed is tried
+// again once the plugin is back.
+var ErrNotRunning error = notRunning{}
+
+type notRunning struct{}
+
+func (notRunning) Error() string        { return "the containerd runtime plugin is not running" }
+func (notRunning) Is(target error) bool { return target == runtime.ErrUnreachable }
 
 // Client runs the plugin and calls it. It restarts a plugin that dies and
 // resumes every wait, so a running container is never reported gone

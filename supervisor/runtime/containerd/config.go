@@ -1,6 +1,10 @@
 package containerd
 
-import "time"
+import (
+	"time"
+
+	"github.com/podvisor/podvisor/supervisor/runtime"
+)
 
 // Config is how pods without runtimeClassName process run.
 type Config struct {
@@ -39,11 +43,5 @@ type Config struct {
 	ConnectWait time.Duration
 }
 
-// ImageGC are the kubelet's image garbage collection thresholds, in
-// percent of the image file system used (defaults 85 and 80).
-type ImageGC struct {
-	HighThresholdPercent int
-	LowThresholdPercent  int
-	// MinimumAge spares images used or imported more recently.
-	MinimumAge time.Duration
-}
+// ImageGC are the image garbage collection thresholds.
+type ImageGC = runtime.ImageGC

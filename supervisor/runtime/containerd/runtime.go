@@ -374,8 +374,15 @@ func (r *Runtime) DecorateStatuses(statuses []v1.ContainerStatus) {
 	}
 }
 
-// Images lists images.
-func (r *Runtime) Images() ([]pluginapi.Image, error) { return r.client.Images() }
+// Images lists images (runtime.Images).
+func (r *Runtime) Images() ([]runtime.Image, error) {
+	imgs, err := r.client.Images()
+	out := make([]runtime.Image, len(imgs))
+	for i, img := range imgs {
+		out[i] = runtime.Image(img)
+	}
+	return out, err
+}
 
 // Import imports an image archive on the device.
 func (r *Runtime) Import(path string) ([]string, error) { return r.client.Import(path) }
@@ -384,16 +391,19 @@ func (r *Runtime) Import(path string) ([]string, error) { return r.client.Import
 func (r *Runtime) RemoveImage(name string) error { return r.client.RemoveImage(name) }
 
 // ImageGC is the image garbage collection's configuration.
-func (r *Runtime) ImageGC() ImageGC { return r.cfg.ImageGC }
+func (r *Runtime) ImageGC() runtime.ImageGC { return r.cfg.ImageGC }
+
+// ImageFS is a path on the file system containerd keeps images on.
+func (r *Runtime) ImageFS() string { return r.cfg.ImageFS }
 
 // PruneImages removes unused images in the background, one pass at a time.
-func (r *Runtime) PruneImages(a pluginapi.PruneArgs) {
+func (r *Runtime) PruneImages(a runtime.PruneArgs) {
 	if !r.pruning.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer r.pruning.Store(false)
-		reply, err := r.client.PruneImages(a)
+		reply, err := r.client.PruneImages(pluginapi.PruneArgs{Bytes: a.Bytes, All: a.All, MinAge: a.MinAge})
 		if err != nil {
 			r.log.Warn("image garbage collection", "err", err)
 			return
@@ -404,9 +414,11 @@ func (r *Runtime) PruneImages(a pluginapi.PruneArgs) {
 	}()
 }
 
-// ImagesArrived are the waiting reasons of containers an image that
+// ImageWaitReasons are the waiting reasons of containers an image that
 // arrived may let start.
-func ImagesArrived() []string { return []string{pluginapi.ErrImagePull, pluginapi.ErrImageNeverPull} }
+func (r *Runtime) ImageWaitReasons() []string {
+	return []string{pluginapi.ErrImagePull, pluginapi.ErrImageNeverPull}
+}
 
 // Exec runs a command in a container as a target says, the CLI's side of
 // exec for a containerd pod: this process becomes the plugin's exec.
@@ -421,9 +433,3 @@ func Exec(t runtime.ExecTarget, command []string, stdin, tty bool) error {
 	argv = append(append(argv, t.ContainerID, "--"), command...)
 	return syscall.Exec(t.Plugin, argv, os.Environ())
 }
-
-// Image is an image containerd keeps, as the local API lists it.
-type Image = pluginapi.Image
-
-// PruneArgs say which unused images an image garbage collection removes.
-type PruneArgs = pluginapi.PruneArgs

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 
 	"golang.org/x/sys/unix"
 
@@ -79,7 +80,7 @@ func (e *env) exit(id string) runtime.Exit {
 
 func logText(t *testing.T, path string) string {
 	var b bytes.Buffer
-	if err := CopyLog(&b, path); err != nil {
+	if err := crilog.Copy(&b, path); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -248,7 +249,7 @@ func TestLogRotationKeepsEveryLine(t *testing.T) {
 	s.LogMaxBytes, s.LogMaxFiles = 8<<10, 40
 	e.start(s)
 	e.exit(s.InstanceID)
-	files := LogFiles(s.LogPath)
+	files := crilog.Files(s.LogPath)
 	if len(files) < 5 {
 		t.Fatalf("expected several rotated files, got %v", files)
 	}
@@ -265,7 +266,7 @@ func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
 	done := make(chan struct{})
 	var out bytes.Buffer
 	finished := make(chan error)
-	go func() { finished <- FollowLog(context.Background(), &out, s.LogPath, done) }()
+	go func() { finished <- e.rt.FollowLog(context.Background(), &out, s.LogPath, done) }()
 	e.exit(s.InstanceID)
 	close(done)
 	select {
@@ -379,3 +380,12 @@ func TestShimReadsOOMKillsWhenTheLeaderDies(t *testing.T) {
 		}
 	}
 }
+
+// The log reader must take whole every record the shim writes.
+func TestLogReaderTakesTheShimsLongestLine(t *testing.T) {
+	if crilog.MaxLine != shim.MaxLine {
+		t.Fatalf("crilog.MaxLine = %d, shim.MaxLine = %d", crilog.MaxLine, shim.MaxLine)
+	}
+}
+
+var _ runtime.LogReader = (*Runtime)(nil)
