@@ -1,14 +1,11 @@
 package supervisor
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -16,9 +13,9 @@ import (
 
 	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/probes"
+	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -41,9 +38,9 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			}
 			d.cgroups.Kill(d.runtimeOf(in.Pod), in.Pod, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
-			d.runHook(in, a)
+			d.hooks.Run(in, a)
 		case lifecycle.Probe:
-			if t, err := d.target(in, a.Container); err == nil {
+			if t, err := d.hooks.Target(in, a.Container); err == nil {
 				d.listen.watch(in.Pod) // an adopted pod after a restart
 				d.probes.Start(a.InstanceID, in.Spec(a.Container), t)
 			} else {
@@ -71,81 +68,6 @@ func (d *Daemon) signal(in *lifecycle.Instance, a lifecycle.Action) error {
 		sig = unix.SignalNum(a.Signal)
 	}
 	return rt.Signal(a.InstanceID, sig)
-}
-
-// target is what probes and hooks need to act on a container: commands
-// run inside it and connections are made from inside its pod's network
-// where its runtime gives it its own.
-func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target, error) {
-	spec := in.Spec(container)
-	p, err := runtime.Resolve(in.Pod, spec, d.node)
-	if err != nil {
-		return probes.Target{}, err
-	}
-	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
-	if ic, ok := d.runtimeOf(in.Pod).(runtime.InContainer); ok {
-		id := in.Container(container).InstanceID
-		if netns := ic.NetNS(in.Pod); netns != "" {
-			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-				return sandbox.DialContext(ctx, d, netns, network, addr)
-			}
-		}
-		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
-			return ic.Exec(id, command, timeout)
-		}
-	}
-	return t, nil
-}
-
-type hookResult struct {
-	pod        types.UID
-	container  string
-	instanceID string
-	hook       lifecycle.HookKind
-	err        error
-	warning    string // the LifecycleHTTPFallback event's text, if any
-}
-
-func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
-	spec := in.Spec(a.Container)
-	h := spec.Lifecycle.PostStart
-	if a.Hook == lifecycle.PreStop {
-		h = spec.Lifecycle.PreStop
-	}
-	t, err := d.target(in, a.Container)
-	res := hookResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID, hook: a.Hook}
-	if err != nil {
-		res.err = err
-		d.hooks <- res
-		return
-	}
-	// A zero timeout is none (the kubelet sets none on exec hooks): the
-	// hook then ends with its container instance.
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = noHookTimeout
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if d.hookCancels == nil {
-		d.hookCancels = map[string][]context.CancelFunc{}
-	}
-	d.hookCancels[a.InstanceID] = append(d.hookCancels[a.InstanceID], cancel)
-	go func() {
-		res.warning, res.err = probes.Hook(ctx, t, h, timeout)
-		d.hooks <- res
-	}()
-}
-
-// noHookTimeout stands for "no timeout" where a duration is needed.
-const noHookTimeout = 100 * 365 * 24 * time.Hour
-
-// endHooks cancels the hooks still running for a container instance that
-// is gone.
-func (d *Daemon) endHooks(instanceID string) {
-	for _, cancel := range d.hookCancels[instanceID] {
-		cancel()
-	}
-	delete(d.hookCancels, instanceID)
 }
 
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
@@ -200,7 +122,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 		}
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", x.ExitCode, "reason", x.Reason)
-	d.endHooks(x.InstanceID)
+	d.hooks.End(x.InstanceID)
 	d.execute(d.machine.Exited(uid, name, x))
 	if _, keeps := rt.(runtime.History); !keeps {
 		d.removeAfterSave(rt, x.InstanceID)
@@ -232,14 +154,15 @@ func (d *Daemon) probed(r probes.Result) {
 	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))
 }
 
-func (d *Daemon) hookDone(r hookResult) {
-	if r.warning != "" {
-		d.record(d.machine.Instance(r.pod), "Warning", "LifecycleHTTPFallback", r.warning)
+// hookDone applies a hook's end to the machine.
+func (d *Daemon) hookDone(r hooks.Result) {
+	if r.Warning != "" {
+		d.record(d.machine.Instance(r.Pod), "Warning", "LifecycleHTTPFallback", r.Warning)
 	}
-	if r.err != nil {
-		d.log.Warn("hook failed", "instance", r.instanceID, "hook", r.hook, "err", r.err)
+	if r.Err != nil {
+		d.log.Warn("hook failed", "instance", r.InstanceID, "hook", r.Hook, "err", r.Err)
 	}
-	d.execute(d.machine.HookDone(r.pod, r.container, r.instanceID, r.hook, r.err, d.now()))
+	d.execute(d.machine.HookDone(r.Pod, r.Container, r.InstanceID, r.Hook, r.Err, d.now()))
 }
 
 // logPath is where a container instance logs, as the kubelet lays out

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
@@ -106,7 +107,7 @@ type Daemon struct {
 	manifests manifest.State
 	probes    *probes.Manager
 	started   chan startResult
-	hooks     chan hookResult
+	hooks     *hooks.Runner // lifecycle hooks, whose ends come back to the loop
 	requests  chan request
 	// podEvents carry pod events to the uplink (nil: no hub attached,
 	// see Assignments); assigned are the pods the hub gave.
@@ -123,9 +124,6 @@ type Daemon struct {
 	view        *podview.View       // published pod status, written by the loop
 	cgroups     *podcgroups.Manager // Driver nil without cgroups
 	classes     priority.Classes
-	// hookCancels ends the hooks still running for a container instance
-	// once it exits (a postStart exec hook has no timeout); loop-owned.
-	hookCancels map[string][]context.CancelFunc
 	// protector: pressure eviction, drain and the node's status.
 	protector *nodeprotect.Protector
 	// runtimes run the pods by runtimeClassName; exits and reconnected
@@ -168,7 +166,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		machine:      lifecycle.NewMachine(cfg.Lifecycle),
 		now:          time.Now,
 		started:      make(chan startResult, 64),
-		hooks:        make(chan hookResult, 64),
 		requests:     make(chan request),
 		stopped:      make(chan struct{}),
 		supervising:  make(chan struct{}),
@@ -180,6 +177,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		newImages:    make(chan time.Time, 1),
 		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 	}
+	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.node }, RuntimeOf: d.runtimeOf})
 	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
 	return d
 }
@@ -310,7 +308,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.machine.RetryWaiting(at, d.now(), containerd.ImagesArrived()...)
 		case r := <-d.started:
 			d.startDone(r)
-		case r := <-d.hooks:
+		case r := <-d.hooks.Results():
 			d.hookDone(r)
 		case r := <-d.probes.Results():
 			d.probed(r)
