@@ -1,14 +1,9 @@
 package supervisor
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/vocab"
@@ -82,7 +77,7 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 		return
 	}
 	res.rt = rt
-	d.gcContainer(in.Pod, a.Container, a.Attempt)
+	d.retention.TrimContainer(d.runtimes, in.Pod, a.Container, a.Attempt)
 	rt.Start(d.startRequest(in, a, rt), func(s runtime.Started) {
 		res.Started = s
 		d.started <- res
@@ -129,7 +124,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	} else if d.machine.Instance(uid) == nil {
 		rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
-	d.gcDevice()
+	d.retention.TrimDevice(d.runtimes, d.machine)
 }
 
 func (d *Daemon) probed(r probes.Result) {
@@ -165,71 +160,6 @@ func (d *Daemon) hookDone(r hooks.Result) {
 	d.execute(d.machine.HookDone(r.Pod, r.Container, r.InstanceID, r.Hook, r.Err, d.now()))
 }
 
-// logPath is where a container instance logs, as the kubelet lays out
-// /var/log/pods: one directory per pod, one per container, one file per
-// attempt.
-func (d *Daemon) logPath(pod *v1.Pod, container string, attempt int) string {
-	return filepath.Join(d.podLogDir(pod), container, strconv.Itoa(attempt)+".log")
-}
-
-func (d *Daemon) podLogDir(pod *v1.Pod) string {
-	return filepath.Join(d.cfg.DataDir, "logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
-}
-
-// kept lists the instances the runtimes keep whose IDs start with
-// prefix, with the runtime that keeps each.
-func (d *Daemon) kept(prefix string) ([]runtime.Kept, map[string]runtime.Runtime) {
-	var all []runtime.Kept
-	owner := map[string]runtime.Runtime{}
-	for _, rt := range d.runtimes.All() {
-		if h, ok := rt.(runtime.History); ok {
-			for _, k := range h.Kept(prefix) {
-				all = append(all, k)
-				owner[k.InstanceID] = rt
-			}
-		}
-	}
-	return all, owner
-}
-
-// gcContainer keeps the instance directories and logs of the attempt about
-// to start and of the MaxDeadPerContainer attempts before it.
-func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
-	keepFrom := attempt - d.cfg.MaxDeadPerContainer
-	kept, owner := d.kept(fmt.Sprintf("%s_%s_", pod.UID, container))
-	for _, id := range staleInstances(kept, keepFrom) {
-		if err := owner[id].Remove(id); err != nil {
-			d.log.Warn("removing old instance", "instance", id, "err", err)
-		}
-	}
-	logs, _ := filepath.Glob(filepath.Join(d.podLogDir(pod), container, "*.log*"))
-	for _, l := range staleLogs(logs, keepFrom) {
-		os.Remove(l)
-	}
-}
-
-// gcDevice keeps at most MaxDeadContainers finished instances on the
-// device (deviceGCCandidates).
-func (d *Daemon) gcDevice() {
-	if d.cfg.MaxDeadContainers <= 0 {
-		return
-	}
-	kept, owner := d.kept("")
-	candidates, excess := deviceGCCandidates(kept, d.cfg.MaxDeadContainers)
-	for _, x := range candidates {
-		if excess <= 0 {
-			break
-		}
-		if err := owner[x.InstanceID].Remove(x.InstanceID); err == nil {
-			excess--
-			uid, name, n, _ := vocab.ParseInstanceID(x.InstanceID)
-			if in := d.machine.Instance(uid); in != nil {
-				os.Remove(d.logPath(in.Pod, name, n))
-			}
-		}
-	}
-}
-
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
 	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
@@ -237,8 +167,5 @@ func (d *Daemon) forget(uid types.UID) {
 	d.cgroups.RemovePod(uid)
 	d.forgetPod(uid)
 	d.podFS.RemovePod(uid)
-	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
-	for _, dir := range logDirs {
-		os.RemoveAll(dir)
-	}
+	d.retention.RemovePodLogs(uid)
 }

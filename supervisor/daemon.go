@@ -29,6 +29,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/podfs"
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/retention"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/state"
@@ -145,6 +146,9 @@ type Daemon struct {
 	net *netCounters
 	// podFS prepares pods' volumes and files and removes them.
 	podFS *podfs.FS
+	// retention lays out containers' logs and keeps finished instances
+	// and logs within their bounds.
+	retention *retention.Keeper
 }
 
 type startResult struct {
@@ -176,9 +180,10 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		recoverRetry: make(chan runtime.Runtime, 1),
 		newImages:    make(chan time.Time, 1),
 		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
+		retention:    retention.New(retention.Options{DataDir: cfg.DataDir, MaxDeadPerContainer: cfg.MaxDeadPerContainer, MaxDeadContainers: cfg.MaxDeadContainers, Log: log}),
 	}
 	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.node }, RuntimeOf: d.runtimeOf})
-	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
+	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.retention.LogPath, RuntimeOf: d.runtimeOf})
 	return d
 }
 
