@@ -1,24 +1,16 @@
 package supervisor
 
 import (
-	"context"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/vocab"
 	"github.com/podvisor/podvisor/probes"
+	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/sandbox"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -41,9 +33,9 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			}
 			d.cgroups.Kill(d.runtimes.Of(in.Pod), in.Pod, a.Container, a.InstanceID)
 		case lifecycle.RunHook:
-			d.runHook(in, a)
+			d.hooks.Run(in, a)
 		case lifecycle.Probe:
-			if t, err := d.target(in, a.Container); err == nil {
+			if t, err := d.hooks.Target(in, a.Container); err == nil {
 				d.listen.watch(in.Pod) // an adopted pod after a restart
 				d.probes.Start(a.InstanceID, in.Spec(a.Container), t)
 			} else {
@@ -73,81 +65,6 @@ func (d *Daemon) signal(in *lifecycle.Instance, a lifecycle.Action) error {
 	return rt.Signal(a.InstanceID, sig)
 }
 
-// target is what probes and hooks need to act on a container: commands
-// run inside it and connections are made from inside its pod's network
-// where its runtime gives it its own.
-func (d *Daemon) target(in *lifecycle.Instance, container string) (probes.Target, error) {
-	spec := in.Spec(container)
-	p, err := runtime.Resolve(in.Pod, spec, d.node)
-	if err != nil {
-		return probes.Target{}, err
-	}
-	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
-	if ic, ok := d.runtimes.Of(in.Pod).(runtime.InContainer); ok {
-		id := in.Container(container).InstanceID
-		if netns := ic.NetNS(in.Pod); netns != "" {
-			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-				return sandbox.DialContext(ctx, d, netns, network, addr)
-			}
-		}
-		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
-			return ic.Exec(id, command, timeout)
-		}
-	}
-	return t, nil
-}
-
-type hookResult struct {
-	pod        types.UID
-	container  string
-	instanceID string
-	hook       lifecycle.HookKind
-	err        error
-	warning    string // the LifecycleHTTPFallback event's text, if any
-}
-
-func (d *Daemon) runHook(in *lifecycle.Instance, a lifecycle.Action) {
-	spec := in.Spec(a.Container)
-	h := spec.Lifecycle.PostStart
-	if a.Hook == lifecycle.PreStop {
-		h = spec.Lifecycle.PreStop
-	}
-	t, err := d.target(in, a.Container)
-	res := hookResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID, hook: a.Hook}
-	if err != nil {
-		res.err = err
-		d.hooks <- res
-		return
-	}
-	// A zero timeout is none (the kubelet sets none on exec hooks): the
-	// hook then ends with its container instance.
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = noHookTimeout
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if d.hookCancels == nil {
-		d.hookCancels = map[string][]context.CancelFunc{}
-	}
-	d.hookCancels[a.InstanceID] = append(d.hookCancels[a.InstanceID], cancel)
-	go func() {
-		res.warning, res.err = probes.Hook(ctx, t, h, timeout)
-		d.hooks <- res
-	}()
-}
-
-// noHookTimeout stands for "no timeout" where a duration is needed.
-const noHookTimeout = 100 * 365 * 24 * time.Hour
-
-// endHooks cancels the hooks still running for a container instance that
-// is gone.
-func (d *Daemon) endHooks(instanceID string) {
-	for _, cancel := range d.hookCancels[instanceID] {
-		cancel()
-	}
-	delete(d.hookCancels, instanceID)
-}
-
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 	res := startResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID}
 	rt, err := d.runtimes.For(in.Pod)
@@ -160,7 +77,7 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 		return
 	}
 	res.rt = rt
-	d.gcContainer(in.Pod, a.Container, a.Attempt)
+	d.retention.TrimContainer(d.runtimes, in.Pod, a.Container, a.Attempt)
 	rt.Start(d.startRequest(in, a, rt), func(s runtime.Started) {
 		res.Started = s
 		d.started <- res
@@ -200,14 +117,14 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 		}
 	}
 	d.log.Info("container exited", "instance", x.InstanceID, "exitCode", x.ExitCode, "reason", x.Reason)
-	d.endHooks(x.InstanceID)
+	d.hooks.End(x.InstanceID)
 	d.execute(d.machine.Exited(uid, name, x))
 	if _, keeps := rt.(runtime.History); !keeps {
 		d.runtimes.RemoveAfterSave(rt, x.InstanceID)
 	} else if d.machine.Instance(uid) == nil {
 		rt.Remove(x.InstanceID) // an orphan from a pod no record knows
 	}
-	d.gcDevice()
+	d.retention.TrimDevice(d.runtimes, d.machine)
 }
 
 func (d *Daemon) probed(r probes.Result) {
@@ -232,79 +149,15 @@ func (d *Daemon) probed(r probes.Result) {
 	d.execute(d.machine.Probed(uid, name, r.InstanceID, r.Kind, r.OK, r.Message, d.now()))
 }
 
-func (d *Daemon) hookDone(r hookResult) {
-	if r.warning != "" {
-		d.record(d.machine.Instance(r.pod), "Warning", "LifecycleHTTPFallback", r.warning)
+// hookDone applies a hook's end to the machine.
+func (d *Daemon) hookDone(r hooks.Result) {
+	if r.Warning != "" {
+		d.record(d.machine.Instance(r.Pod), "Warning", "LifecycleHTTPFallback", r.Warning)
 	}
-	if r.err != nil {
-		d.log.Warn("hook failed", "instance", r.instanceID, "hook", r.hook, "err", r.err)
+	if r.Err != nil {
+		d.log.Warn("hook failed", "instance", r.InstanceID, "hook", r.Hook, "err", r.Err)
 	}
-	d.execute(d.machine.HookDone(r.pod, r.container, r.instanceID, r.hook, r.err, d.now()))
-}
-
-// logPath is where a container instance logs, as the kubelet lays out
-// /var/log/pods: one directory per pod, one per container, one file per
-// attempt.
-func (d *Daemon) logPath(pod *v1.Pod, container string, attempt int) string {
-	return filepath.Join(d.podLogDir(pod), container, strconv.Itoa(attempt)+".log")
-}
-
-func (d *Daemon) podLogDir(pod *v1.Pod) string {
-	return filepath.Join(d.cfg.DataDir, "logs", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
-}
-
-// kept lists the instances the runtimes keep whose IDs start with
-// prefix, with the runtime that keeps each.
-func (d *Daemon) kept(prefix string) ([]runtime.Kept, map[string]runtime.Runtime) {
-	var all []runtime.Kept
-	owner := map[string]runtime.Runtime{}
-	for _, rt := range d.runtimes.All() {
-		if h, ok := rt.(runtime.History); ok {
-			for _, k := range h.Kept(prefix) {
-				all = append(all, k)
-				owner[k.InstanceID] = rt
-			}
-		}
-	}
-	return all, owner
-}
-
-// gcContainer keeps the instance directories and logs of the attempt about
-// to start and of the MaxDeadPerContainer attempts before it.
-func (d *Daemon) gcContainer(pod *v1.Pod, container string, attempt int) {
-	keepFrom := attempt - d.cfg.MaxDeadPerContainer
-	kept, owner := d.kept(fmt.Sprintf("%s_%s_", pod.UID, container))
-	for _, id := range staleInstances(kept, keepFrom) {
-		if err := owner[id].Remove(id); err != nil {
-			d.log.Warn("removing old instance", "instance", id, "err", err)
-		}
-	}
-	logs, _ := filepath.Glob(filepath.Join(d.podLogDir(pod), container, "*.log*"))
-	for _, l := range staleLogs(logs, keepFrom) {
-		os.Remove(l)
-	}
-}
-
-// gcDevice keeps at most MaxDeadContainers finished instances on the
-// device (deviceGCCandidates).
-func (d *Daemon) gcDevice() {
-	if d.cfg.MaxDeadContainers <= 0 {
-		return
-	}
-	kept, owner := d.kept("")
-	candidates, excess := deviceGCCandidates(kept, d.cfg.MaxDeadContainers)
-	for _, x := range candidates {
-		if excess <= 0 {
-			break
-		}
-		if err := owner[x.InstanceID].Remove(x.InstanceID); err == nil {
-			excess--
-			uid, name, n, _ := vocab.ParseInstanceID(x.InstanceID)
-			if in := d.machine.Instance(uid); in != nil {
-				os.Remove(d.logPath(in.Pod, name, n))
-			}
-		}
-	}
+	d.execute(d.machine.HookDone(r.Pod, r.Container, r.InstanceID, r.Hook, r.Err, d.now()))
 }
 
 // forget removes everything left of a terminated, undesired pod instance.
@@ -314,8 +167,5 @@ func (d *Daemon) forget(uid types.UID) {
 	d.cgroups.RemovePod(uid)
 	d.runtimes.ForgetPod(uid)
 	d.podFS.RemovePod(uid)
-	logDirs, _ := filepath.Glob(filepath.Join(d.cfg.DataDir, "logs", "*_"+string(uid)))
-	for _, dir := range logDirs {
-		os.RemoveAll(dir)
-	}
+	d.retention.RemovePodLogs(uid)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
@@ -29,6 +30,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/podfs"
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/retention"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtimeset"
 	"github.com/podvisor/podvisor/supervisor/state"
@@ -105,7 +107,7 @@ type Daemon struct {
 	manifests manifest.State
 	probes    *probes.Manager
 	started   chan startResult
-	hooks     chan hookResult
+	hooks     *hooks.Runner // lifecycle hooks, whose ends come back to the loop
 	requests  chan request
 	// podEvents carry pod events to the uplink (nil: no hub attached,
 	// see Assignments); assigned are the pods the hub gave.
@@ -122,9 +124,6 @@ type Daemon struct {
 	view        *podview.View       // published pod status, written by the loop
 	cgroups     *podcgroups.Manager // Driver nil without cgroups
 	classes     priority.Classes
-	// hookCancels ends the hooks still running for a container instance
-	// once it exits (a postStart exec hook has no timeout); loop-owned.
-	hookCancels map[string][]context.CancelFunc
 	// protector: pressure eviction, drain and the node's status.
 	protector *nodeprotect.Protector
 	// runtimes run the pods by runtimeClassName and gather what they
@@ -138,6 +137,9 @@ type Daemon struct {
 	net *netCounters
 	// podFS prepares pods' volumes and files and removes them.
 	podFS *podfs.FS
+	// retention lays out containers' logs and keeps finished instances
+	// and logs within their bounds.
+	retention *retention.Keeper
 }
 
 type startResult struct {
@@ -159,7 +161,6 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		machine:     lifecycle.NewMachine(cfg.Lifecycle),
 		now:         time.Now,
 		started:     make(chan startResult, 64),
-		hooks:       make(chan hookResult, 64),
 		requests:    make(chan request),
 		stopped:     make(chan struct{}),
 		supervising: make(chan struct{}),
@@ -167,8 +168,10 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		cgroups:     podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
 		runtimes:    runtimeset.New(log),
 		podFS:       podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
+		retention:   retention.New(retention.Options{DataDir: cfg.DataDir, MaxDeadPerContainer: cfg.MaxDeadPerContainer, MaxDeadContainers: cfg.MaxDeadContainers, Log: log}),
 	}
-	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimes.Of})
+	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.node }, RuntimeOf: d.runtimes.Of})
+	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
 	return d
 }
 
@@ -296,7 +299,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
 		case r := <-d.started:
 			d.startDone(r)
-		case r := <-d.hooks:
+		case r := <-d.hooks.Results():
 			d.hookDone(r)
 		case r := <-d.probes.Results():
 			d.probed(r)

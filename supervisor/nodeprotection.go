@@ -56,7 +56,7 @@ func (d *Daemon) watchPressure(ctx context.Context) {
 // protectNode carries out what a look at the signals decided.
 func (d *Daemon) protectNode(dec nodeprotect.Decision) {
 	if dec.Reclaim {
-		d.gcDevice()
+		d.retention.TrimDevice(d.runtimes, d.machine)
 		removeRotatedLogs(d.cfg.DataDir, d.log)
 		d.images.PruneUnused()
 	}
@@ -123,7 +123,7 @@ func (d *Daemon) podUsage(p *v1.Pod) nodeprotect.Usage {
 		}
 	}
 	// A process pod's own disk use is its logs.
-	u.Disk = dirSize(d.podLogDir(p))
+	u.Disk = dirSize(d.retention.PodLogDir(p))
 	return u
 }
 

@@ -100,7 +100,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 	pod, spec := in.Pod, in.Spec(a.Container)
 	return &runtime.Container{
 		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.node,
-		LogPath: d.logPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
+		LogPath: d.retention.LogPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
 		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
 			if d.cgroups.Driver == nil {

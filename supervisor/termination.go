@@ -22,5 +22,5 @@ func (d *Daemon) withTerminationMessage(rt runtime.Runtime, in *lifecycle.Instan
 		file = rt.TerminationFile(x.InstanceID)
 	}
 	x.Message = crilog.TerminationMessage(spec.TerminationMessagePolicy, file,
-		d.logPath(in.Pod, name, attempt), x.ExitCode, x.Reason, x.Message)
+		d.retention.LogPath(in.Pod, name, attempt), x.ExitCode, x.Reason, x.Message)
 }
