@@ -20,12 +20,12 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
-	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
 	"github.com/podvisor/podvisor/supervisor/podfs"
+	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/runtime"
@@ -104,7 +104,7 @@ type Daemon struct {
 	lock    *os.File // the data directory's instance lock
 
 	manifests manifest.State
-	probes    *probes.Manager
+	probing   *podprobes.Prober // probes, the listen watcher and traffic counters
 	started   chan startResult
 	hooks     chan hookResult
 	requests  chan request
@@ -141,10 +141,6 @@ type Daemon struct {
 	sideload     *sideloader
 	rescanImages chan struct{}
 	newImages    chan time.Time // when images last arrived
-	// listen runs probes the moment their port opens or closes.
-	listen *listenProbes
-	// net counts each pod's traffic.
-	net *netCounters
 	// podFS prepares pods' volumes and files and removes them.
 	podFS *podfs.FS
 }
@@ -204,10 +200,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.node.Allocatable = d.protector.Allocatable() // downward API limits a container leaves unset
-	d.setupListenProbes(ctx)                       // before the runtimes: it sets where process containers are placed
-	defer func() { d.listen.close() }()
-	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
-	defer func() { d.net.close() }()
+	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: d.cfg.ProbesListen, MaxPods: int(d.cfg.Node.MaxPods),
+		Cgroups: d.cgroups, RuntimeOf: d.runtimeOf, Log: d.log}) // before the runtimes: it sets where process containers are placed
+	defer d.probing.Close()
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
@@ -224,7 +219,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer closeRuntimes()
 	d.machine.SetAdmitter(d.protector.Admitter())
 	d.watchPressure(ctx)
-	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
@@ -312,10 +306,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.startDone(r)
 		case r := <-d.hooks:
 			d.hookDone(r)
-		case r := <-d.probes.Results():
+		case r := <-d.probing.Reports():
 			d.probed(r)
-		case e := <-d.listen.eventsToLoop():
-			d.listened(e)
 		case req := <-d.requests:
 			req.reply <- req.fn()
 		case <-d.protector.Woken():
