@@ -7,9 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/vocab"
-	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -36,13 +36,12 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			d.hooks.Run(in, a)
 		case lifecycle.Probe:
 			if t, err := d.hooks.Target(in, a.Container); err == nil {
-				d.listen.watch(in.Pod) // an adopted pod after a restart
-				d.probes.Start(a.InstanceID, in.Spec(a.Container), t)
+				d.probing.Start(in.Pod, a.InstanceID, in.Spec(a.Container), t)
 			} else {
 				d.log.Error("cannot probe", "instance", a.InstanceID, "err", err)
 			}
 		case lifecycle.Unprobe:
-			d.probes.Stop(a.InstanceID, a.Probes...)
+			d.probing.Stop(a.InstanceID, a.Probes...)
 		case lifecycle.Forget:
 			d.forget(a.Pod)
 		case lifecycle.Record:
@@ -89,7 +88,7 @@ func (d *Daemon) startDone(r startResult) {
 	switch o.Kind {
 	case startRan:
 		d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.At))
-		d.listen.rescan(r.pod)
+		d.probing.ContainerStarted(r.pod)
 	case startNotCreated:
 		if o.RemoveLeftover {
 			d.runtimes.RemoveAfterSave(r.rt, r.instanceID)
@@ -127,7 +126,14 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	d.retention.TrimDevice(d.runtimes, d.machine)
 }
 
-func (d *Daemon) probed(r probes.Result) {
+// probed applies what probing reports: a verdict to the machine, a
+// listener to the probes it triggers.
+func (d *Daemon) probed(rep podprobes.Report) {
+	if rep.Listener != nil {
+		d.probing.Listened(*rep.Listener, d.machine.Instance)
+		return
+	}
+	r := rep.Result
 	uid, name, _, ok := vocab.ParseInstanceID(r.InstanceID)
 	if !ok {
 		return
@@ -162,8 +168,7 @@ func (d *Daemon) hookDone(r hooks.Result) {
 
 // forget removes everything left of a terminated, undesired pod instance.
 func (d *Daemon) forget(uid types.UID) {
-	d.net.unwatch(uid) // before the listen watcher removes the cgroup2 mirror
-	d.listen.unwatch(uid)
+	d.probing.Unwatch(uid)
 	d.cgroups.RemovePod(uid)
 	d.runtimes.ForgetPod(uid)
 	d.podFS.RemovePod(uid)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
-	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/images"
@@ -28,6 +27,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
 	"github.com/podvisor/podvisor/supervisor/podfs"
+	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/retention"
@@ -105,7 +105,7 @@ type Daemon struct {
 	lock    *os.File // the data directory's instance lock
 
 	manifests manifest.State
-	probes    *probes.Manager
+	probing   *podprobes.Prober // probes, the listen watcher and traffic counters
 	started   chan startResult
 	hooks     *hooks.Runner // lifecycle hooks, whose ends come back to the loop
 	requests  chan request
@@ -131,10 +131,6 @@ type Daemon struct {
 	runtimes *runtimeset.Set
 	// images manages the images of the runtime that keeps them.
 	images *images.Images
-	// listen runs probes the moment their port opens or closes.
-	listen *listenProbes
-	// net counts each pod's traffic.
-	net *netCounters
 	// podFS prepares pods' volumes and files and removes them.
 	podFS *podfs.FS
 	// retention lays out containers' logs and keeps finished instances
@@ -195,10 +191,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.node.Allocatable = d.protector.Allocatable() // downward API limits a container leaves unset
-	d.setupListenProbes(ctx)                       // before the runtimes: it sets where process containers are placed
-	defer func() { d.listen.close() }()
-	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
-	defer func() { d.net.close() }()
+	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: d.cfg.ProbesListen, MaxPods: int(d.cfg.Node.MaxPods),
+		Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log}) // before the runtimes: it sets where process containers are placed
+	defer d.probing.Close()
 	var errs []error
 	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
@@ -216,7 +211,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.machine.SetAdmitter(d.protector.Admitter())
 	d.protector.UseImageFS(d.images.FS())
 	d.watchPressure(ctx)
-	d.probes = probes.NewManager(ctx)
 	d.images.Start(ctx)
 	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
 	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
@@ -301,10 +295,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.startDone(r)
 		case r := <-d.hooks.Results():
 			d.hookDone(r)
-		case r := <-d.probes.Results():
+		case r := <-d.probing.Reports():
 			d.probed(r)
-		case e := <-d.listen.eventsToLoop():
-			d.listened(e)
 		case req := <-d.requests:
 			req.reply <- req.fn()
 		case <-d.protector.Woken():

@@ -111,7 +111,7 @@ func (d *Daemon) Uncordon() error {
 
 // NodeView is the device as a v1.Node.
 func (d *Daemon) NodeView() *v1.Node {
-	return d.protector.NodeView(map[string]string{ListenPathAnnotation: string(d.listen.activePath())})
+	return d.protector.NodeView(d.probing.NodeAnnotations())
 }
 
 // podUsage is what a running pod uses, for eviction ranking.

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/pod/manifest"
-	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
+	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -85,7 +85,8 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	defer func() { d2.store.Close(); d2.unlockDataDir() }()
 	d2.runtimes.Registry = runtime.NewRegistry("fake")
 	d2.runtimes.Register("fake", rt)
-	d2.probes = probes.NewManager(ctx)
+	d2.probing = podprobes.Open(ctx, podprobes.Options{Cgroups: d2.cgroups, RuntimeOf: d2.runtimes.Of, Log: d2.log})
+	defer d2.probing.Close()
 	d2.protector = shellProtector(t, d2, nodeprotect.Options{})
 	d2.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Log: d2.log}
 	if err := d2.restore(); err != nil {

@@ -109,8 +109,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			if err := d.cgroups.EnsurePod(pod); err != nil {
 				return "", err
 			}
-			d.listen.watch(pod) // before the container starts: its listen() is seen
-			d.net.watch(pod)    // and its first packet counted
+			d.probing.Watch(pod) // before the container starts: its listen() is seen and its first packet counted
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
 		Mounts:      d.podFS.MountsFor(pod, spec, d.node),

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
-	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
+	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -111,7 +111,8 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 	if _, err := d.setupRuntimes(ctx.Done(), forwarding); err != nil {
 		t.Fatal(err)
 	}
-	d.probes = probes.NewManager(ctx)
+	d.probing = podprobes.Open(ctx, podprobes.Options{Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log})
+	t.Cleanup(d.probing.Close)
 	d.protector = shellProtector(t, d, nodeprotect.Options{})
 	d.dir = &manifest.Dir{Path: cfg.ManifestDir, Log: d.log}
 	return d

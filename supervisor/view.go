@@ -129,8 +129,7 @@ func (d *Daemon) Stats() ([]api.PodStats, error) {
 				continue
 			}
 			ps := api.PodStats{Namespace: in.Pod.Namespace, Name: in.Pod.Name, Time: d.now()}
-			d.net.watch(in.Pod) // adopted after a restart, or its network attached since
-			ps.Net = d.net.read(in.Pod.UID)
+			ps.Net = d.probing.NetStats(in.Pod) // counted from now if adopted after a restart, or its network attached since
 			if s, err := d.cgroups.Driver.Stats(d.cgroups.PodCgroup(in.Pod)); err == nil {
 				ps.Usage = api.Usage{CPUNanos: s.CPUUsageNanos, MemoryWorkingSet: s.MemoryWorkingSet, Tasks: s.Pids}
 			}

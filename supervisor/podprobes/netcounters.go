@@ -1,4 +1,4 @@
-package supervisor
+package podprobes
 
 import (
 	"fmt"
@@ -23,12 +23,12 @@ import (
 type netCounters struct {
 	c    *netcount.Counter // nil: no eBPF counting
 	hier listen.Hierarchy
-	// mirrors says this file set Cgroups.Unified (the listen watcher did
-	// not), so it removes a gone pod's cgroup2 mirror.
+	// mirrors says the counters set Cgroups.Unified (the listen watcher did
+	// not), so they remove a gone pod's cgroup2 mirror.
 	mirrors bool
 	pods    map[types.UID]*podNet
 
-	// What it reads of the daemon: set once at setup.
+	// What it reads of the device: set once at setup.
 	log        *slog.Logger
 	cgroupsOn  bool                          // pods have cgroups to attach programs to
 	runtimeOf  func(*v1.Pod) runtime.Runtime // the runtime that runs a pod
@@ -46,36 +46,37 @@ type podNet struct {
 	noEBPF     bool            // eBPF cannot count it (tried, or never in cgroup2)
 }
 
-// setupNetCounters opens the eBPF counters, after the listen watcher
+// openNetCounters opens the eBPF counters, after the listen watcher
 // (which may already mirror process containers into cgroup2) and before
 // the runtimes (which place containers where Cgroups.Unified says).
-func (d *Daemon) setupNetCounters() {
-	n := &netCounters{pods: map[types.UID]*podNet{}, log: d.log, cgroupsOn: d.cgroups.Driver != nil,
-		runtimeOf: d.runtimes.Of, podCgroup: d.cgroups.PodCgroup, podCgroups: d.cgroups.Layout.Pods}
-	d.net = n
-	if d.cgroups.Driver == nil {
-		d.log.Info("network counters from veths only: no cgroups to attach programs to")
-		return
+func openNetCounters(o Options) *netCounters {
+	cg := o.Cgroups
+	n := &netCounters{pods: map[types.UID]*podNet{}, log: o.Log, cgroupsOn: cg.Driver != nil,
+		runtimeOf: o.RuntimeOf, podCgroup: cg.PodCgroup, podCgroups: cg.Layout.Pods}
+	if cg.Driver == nil {
+		o.Log.Info("network counters from veths only: no cgroups to attach programs to")
+		return n
 	}
 	hier, err := listen.FindHierarchy()
 	if err != nil {
-		d.log.Info("network counters from veths only: no cgroup2 hierarchy", "err", err)
-		return
+		o.Log.Info("network counters from veths only: no cgroup2 hierarchy", "err", err)
+		return n
 	}
-	if hier.Hybrid && d.cgroups.Layout.Systemd {
+	if hier.Hybrid && cg.Layout.Systemd {
 		hier.Hybrid = false // systemd mirrors its scopes into the unified hierarchy itself
 	}
-	c, err := netcount.Open(netcount.Options{MaxPods: int(d.cfg.Node.MaxPods),
-		Logf: func(format string, args ...any) { d.log.Warn(fmt.Sprintf(format, args...)) }})
+	c, err := netcount.Open(netcount.Options{MaxPods: o.MaxPods,
+		Logf: func(format string, args ...any) { o.Log.Warn(fmt.Sprintf(format, args...)) }})
 	if err != nil {
-		d.log.Info("network counters from veths only: no eBPF", "err", err)
-		return
+		o.Log.Info("network counters from veths only: no eBPF", "err", err)
+		return n
 	}
 	n.c, n.hier = c, hier
-	if hier.Hybrid && d.cgroups.Unified == "" {
-		d.cgroups.Unified, n.mirrors = hier.Mount, true
+	if hier.Hybrid && cg.Unified == "" {
+		cg.Unified, n.mirrors = hier.Mount, true
 	}
-	d.log.Info("network counters", "source", netcount.SourceEBPF, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
+	o.Log.Info("network counters", "source", netcount.SourceEBPF, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
+	return n
 }
 
 // close detaches every program.
@@ -198,7 +199,7 @@ func (n *netCounters) read(uid types.UID) *api.NetStats {
 	return &api.NetStats{Source: string(p.source), RxBytes: c.RxBytes, RxPackets: c.RxPackets, TxBytes: c.TxBytes, TxPackets: c.TxPackets}
 }
 
-// unwatch stops counting a gone pod and, when this file made it,
+// unwatch stops counting a gone pod and, when the counters made it,
 // removes its cgroup2 mirror.
 func (n *netCounters) unwatch(uid types.UID) {
 	if n == nil {

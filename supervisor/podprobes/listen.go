@@ -1,4 +1,4 @@
-package supervisor
+package podprobes
 
 import (
 	"context"
@@ -13,11 +13,8 @@ import (
 
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/probes/listen"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
-
-// ListenPathAnnotation on the node says how probes learn that a port
-// opened: ebpf-sockops, sock_diag or periodic.
-const ListenPathAnnotation = "podvisor.io/listen-path"
 
 // listenProbes runs tcpSocket, httpGet and grpc startup and readiness
 // probes the moment their port opens or closes: a listen.Watcher watches
@@ -27,17 +24,15 @@ type listenProbes struct {
 	w    listen.Watcher // nil: periodic probes only
 	path listen.Path
 	hier listen.Hierarchy
-	// events carries the watcher's events to the loop.
-	events chan listen.Event
-	pods   map[types.UID]uint64 // watched pods' cgroup ids
-	byID   map[uint64]types.UID
+	pods map[types.UID]uint64 // watched pods' cgroup ids
+	byID map[uint64]types.UID
 	// watched is the cgroups to rescan, for the sock_diag path's
 	// goroutine; started tells it a container of one started (or it was
 	// first watched), so it dumps that cgroup often for a while.
 	watched atomic.Pointer[[]uint64]
 	started chan uint64
 
-	// What it reads of the daemon: set once at setup.
+	// What it reads of the device: set once at setup.
 	log        *slog.Logger
 	cgroupsOn  bool                         // pods have cgroups to watch
 	podCgroup  func(*v1.Pod) string         // a pod's cgroup, relative to the hierarchy
@@ -45,63 +40,64 @@ type listenProbes struct {
 	mirrored   func() bool                  // containers are placed in cgroup2 mirrors
 }
 
-// setupListenProbes opens the listen watcher: eBPF then sock_diag, or
-// sock_diag alone when the config says probes.listen: sockdiag, or none
-// for probes.listen: off. Failing, probes stay periodic; that is said
-// once, here.
-func (d *Daemon) setupListenProbes(ctx context.Context) {
-	l := &listenProbes{path: listen.PathPeriodic, events: make(chan listen.Event, 256),
+// openListen opens the listen watcher: eBPF then sock_diag, or sock_diag
+// alone when the config says probes.listen: sockdiag, or none for
+// probes.listen: off. Failing, probes stay periodic; that is said once,
+// here. The watcher's events go to reports until ctx ends.
+func openListen(ctx context.Context, o Options, reports chan<- Report) *listenProbes {
+	cg := o.Cgroups
+	l := &listenProbes{path: listen.PathPeriodic,
 		pods: map[types.UID]uint64{}, byID: map[uint64]types.UID{}, started: make(chan uint64, 64),
-		log: d.log, cgroupsOn: d.cgroups.Driver != nil, podCgroup: d.cgroups.PodCgroup, podCgroups: d.cgroups.Layout.Pods,
-		mirrored: func() bool { return d.cgroups.Unified != "" }}
-	d.listen = l
-	if d.cfg.ProbesListen == "off" {
-		d.log.Info("probes are periodic: probes.listen is off", "listenPath", l.path)
-		return
+		log: o.Log, cgroupsOn: cg.Driver != nil, podCgroup: cg.PodCgroup, podCgroups: cg.Layout.Pods,
+		mirrored: func() bool { return cg.Unified != "" }}
+	if o.Listen == "off" {
+		o.Log.Info("probes are periodic: probes.listen is off", "listenPath", l.path)
+		return l
 	}
-	if d.cgroups.Driver == nil {
-		d.log.Info("probes are periodic: no cgroups to watch for listeners", "listenPath", l.path)
-		return
+	if cg.Driver == nil {
+		o.Log.Info("probes are periodic: no cgroups to watch for listeners", "listenPath", l.path)
+		return l
 	}
 	hier, err := listen.FindHierarchy()
 	if err != nil {
-		d.log.Info("probes are periodic: no cgroup2 hierarchy to watch for listeners", "listenPath", l.path, "err", err)
-		return
+		o.Log.Info("probes are periodic: no cgroup2 hierarchy to watch for listeners", "listenPath", l.path, "err", err)
+		return l
 	}
-	if hier.Hybrid && d.cgroups.Layout.Systemd {
+	if hier.Hybrid && cg.Layout.Systemd {
 		// systemd places its scopes in the unified hierarchy itself, under
 		// the same slice path: nothing to mirror.
 		hier.Hybrid = false
 	}
 	paths := []listen.Path{listen.PathEBPF, listen.PathSockDiag}
-	if d.cfg.ProbesListen == "sockdiag" {
+	if o.Listen == "sockdiag" {
 		paths = paths[1:]
 	}
-	w, err := listen.Open(listen.Options{MaxCgroups: int(d.cfg.Node.MaxPods), Paths: paths,
-		Logf: func(format string, args ...any) { d.log.Warn(fmt.Sprintf(format, args...)) }})
+	w, err := listen.Open(listen.Options{MaxCgroups: o.MaxPods, Paths: paths,
+		Logf: func(format string, args ...any) { o.Log.Warn(fmt.Sprintf(format, args...)) }})
 	if err != nil {
-		d.log.Warn("probes are periodic: no listen watcher", "listenPath", l.path, "err", err)
-		return
+		o.Log.Warn("probes are periodic: no listen watcher", "listenPath", l.path, "err", err)
+		return l
 	}
 	l.w, l.path, l.hier = w, w.Path(), hier
 	if hier.Hybrid {
 		// Process containers also join a mirror of their cgroup under the
 		// cgroup2 mount, so their sockets carry a cgroup the watcher sees.
-		d.cgroups.Unified = hier.Mount
+		cg.Unified = hier.Mount
 	}
-	d.log.Info("listen-driven probes", "listenPath", l.path, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
+	o.Log.Info("listen-driven probes", "listenPath", l.path, "cgroup2", hier.Mount, "hybrid", hier.Hybrid)
 	if l.path == listen.PathSockDiag {
 		go l.rescanListeners(ctx)
 	}
 	go func() {
 		for e := range w.Events() {
 			select {
-			case l.events <- e:
+			case reports <- Report{Listener: &e}:
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
+	return l
 }
 
 // close detaches everything the watcher attached.
@@ -119,14 +115,6 @@ func (l *listenProbes) activePath() listen.Path {
 		return listen.PathPeriodic
 	}
 	return l.path
-}
-
-// eventsToLoop is the loop's channel of listen events (nil: none).
-func (l *listenProbes) eventsToLoop() <-chan listen.Event {
-	if l == nil || l.w == nil {
-		return nil
-	}
-	return l.events
 }
 
 // listenProbed reports whether a pod has a probe a listen event can
@@ -214,13 +202,14 @@ func (l *listenProbes) unwatch(uid types.UID) {
 }
 
 // listened pokes the probes of the pod whose cgroup saw a listener open
-// or close.
-func (d *Daemon) listened(e listen.Event) {
-	uid, ok := d.listen.byID[e.Cgroup]
+// or close: those of each of its containers' current instance. instance
+// is the loop's view of a pod (nil: gone).
+func (l *listenProbes) listened(e listen.Event, instance func(types.UID) *lifecycle.Instance, m manager) {
+	uid, ok := l.byID[e.Cgroup]
 	if !ok {
 		return // unwatched since
 	}
-	in := d.machine.Instance(uid)
+	in := instance(uid)
 	if in == nil {
 		return
 	}
@@ -228,12 +217,12 @@ func (d *Daemon) listened(e listen.Event) {
 	for _, list := range [][]v1.Container{in.Pod.Spec.InitContainers, in.Pod.Spec.Containers} {
 		for i := range list {
 			if c := in.Container(list[i].Name); c != nil && c.InstanceID != "" {
-				n += d.probes.Listening(c.InstanceID, int(e.Port), e.Kind == listen.Listening)
+				n += m.Listening(c.InstanceID, int(e.Port), e.Kind == listen.Listening)
 			}
 		}
 	}
 	if n > 0 {
-		d.log.Debug("listener triggered probes", "pod", in.Key(), "event", e.String(), "probes", n)
+		l.log.Debug("listener triggered probes", "pod", in.Key(), "event", e.String(), "probes", n)
 	}
 }
 
