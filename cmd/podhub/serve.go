@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
@@ -127,7 +128,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
-	broker := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
+	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
 	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
@@ -136,8 +137,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *listen != "" {
 		cfg.MQTTListen, cfg.Broker = *listen, ""
 	}
-	if *broker != "" {
-		cfg.Broker = *broker
+	if *brokerURL != "" {
+		cfg.Broker = *brokerURL
 	}
 	if *timeout != "" {
 		cfg.DeviceTimeout = *timeout
@@ -169,7 +170,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout}
-	var b *hub.Broker
+	var b *broker.Broker
 	if cfg.Broker == "" {
 		if b, err = c.startBroker(cfg, log); err != nil {
 			return err
@@ -231,12 +232,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 
 // startBroker starts the embedded broker with the CA's certificates and
 // revocation list.
-func (c *cli) startBroker(cfg config, log *slog.Logger) (*hub.Broker, error) {
+func (c *cli) startBroker(cfg config, log *slog.Logger) (*broker.Broker, error) {
 	ca, err := pki.Load(c.pkiDir())
 	if err != nil {
 		return nil, err
 	}
-	t, err := hub.BrokerTLS(filepath.Join(c.pkiDir(), pki.BrokerCert), filepath.Join(c.pkiDir(), pki.BrokerKey), ca)
+	t, err := broker.ServerTLS(filepath.Join(c.pkiDir(), pki.BrokerCert), filepath.Join(c.pkiDir(), pki.BrokerKey), ca)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func (c *cli) startBroker(cfg config, log *slog.Logger) (*hub.Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hub.NewBroker(hub.BrokerConfig{Address: cfg.MQTTListen, TLS: t, Revoked: revoked, Prefix: cfg.Prefix, Log: log})
+	return broker.New(broker.Config{Address: cfg.MQTTListen, TLS: t, Revoked: revoked, Prefix: cfg.Prefix, Log: log})
 }
 
 // Revocations is the reply to a reload of the revocation list.
@@ -255,7 +256,7 @@ type Revocations struct {
 
 // reloadRevocations reads the CRL again and disconnects the clients it
 // revokes (podhub device revoke calls it).
-func (c *cli) reloadRevocations(b *hub.Broker, log *slog.Logger) (Revocations, error) {
+func (c *cli) reloadRevocations(b *broker.Broker, log *slog.Logger) (Revocations, error) {
 	if b == nil {
 		return Revocations{}, errors.New("podhub uses an external broker: that broker enforces the revocation list (" + filepath.Join(c.pkiDir(), pki.CRLFile) + ")")
 	}

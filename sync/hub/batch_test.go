@@ -295,3 +295,13 @@ func TestSelectMatchesTheListedLabels(t *testing.T) {
 		}
 	}
 }
+
+// doneToken is a publish that completed at once.
+type doneToken struct{}
+
+func (doneToken) Wait() bool                     { return true }
+func (doneToken) WaitTimeout(time.Duration) bool { return true }
+func (doneToken) Done() <-chan struct{}          { return closedChan }
+func (doneToken) Error() error                   { return nil }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

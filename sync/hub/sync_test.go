@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -83,7 +84,7 @@ func quiet() *slog.Logger {
 type rig struct {
 	t      *testing.T
 	addr   string
-	broker *hub.Broker
+	broker *broker.Broker
 	fleet  *hub.Fleet
 	hub    *hub.Hub
 	pub    ed25519.PublicKey
@@ -93,7 +94,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, addr: freeAddr(t), dir: t.TempDir()}
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+	if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.broker.Close() })
@@ -315,7 +316,7 @@ func TestStatusesThroughBrokerRestarts(t *testing.T) {
 			r.broker.Close()
 			time.Sleep(200 * time.Millisecond)
 			var err error
-			if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+			if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -397,7 +398,7 @@ func TestLongOfflineThenDrain(t *testing.T) {
 	if s.Rows > 1000 || s.Dropped == 0 {
 		t.Fatalf("offline outbox: %+v, want at most 1000 rows and dropped events", s)
 	}
-	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+	if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the outbox drained", func() bool { s, _ := st.Stats(); return s.Rows == 0 })

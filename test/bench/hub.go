@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
 )
@@ -54,7 +55,7 @@ func hubBench(binDir string, devices int) error {
 	defer os.RemoveAll(dir)
 	fmt.Printf("\nhub sync\n")
 	embedded := freePort()
-	b, err := hub.StartBroker(embedded, silent)
+	b, err := broker.Start(embedded, silent)
 	if err != nil {
 		return err
 	}

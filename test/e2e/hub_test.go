@@ -16,13 +16,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // fleetRig is a hub with its embedded broker, run in the test process.
 type fleetRig struct {
 	addr    string
-	broker  *hub.Broker
+	broker  *broker.Broker
 	fleet   *hub.Fleet
 	hub     *hub.Hub
 	pubFile string
@@ -32,7 +33,7 @@ func newFleetRig(t *testing.T) *fleetRig {
 	r := &fleetRig{addr: freeLoopback(t)}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, log); err != nil {
+	if r.broker, err = broker.Start(r.addr, log); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.broker.Close() })
@@ -79,7 +80,7 @@ func (r *fleetRig) apply(t *testing.T, device string, manifests ...string) {
 // restartBroker starts the embedded broker again on the same address.
 func (r *fleetRig) restartBroker(t *testing.T) {
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
+	if r.broker, err = broker.Start(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
 		t.Fatal(err)
 	}
 }

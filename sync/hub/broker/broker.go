@@ -1,4 +1,8 @@
-package hub
+// Package broker is podhub's embedded MQTT broker (mochi-mqtt): the ACL of
+// who publishes and reads which topics, the hooks that authenticate
+// clients and bound what each costs, the TLS handshake listener, and the
+// hub's own in-process client.
+package broker
 
 import (
 	"crypto/tls"
@@ -18,13 +22,13 @@ import (
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
-// BrokerConfig configures the embedded broker.
-type BrokerConfig struct {
+// Config configures the embedded broker.
+type Config struct {
 	// Address is host:port. Only a loopback address may go without TLS,
 	// and only in Open mode.
 	Address string
 	// TLS is the server's certificate and the CA that signs client
-	// certificates (see BrokerTLS). Required unless Open.
+	// certificates (see ServerTLS). Required unless Open.
 	TLS *tls.Config
 	// Revoked are the certificates refused (SetRevoked changes them).
 	Revoked pki.RevokedSet
@@ -32,12 +36,12 @@ type BrokerConfig struct {
 	// Open admits anonymous clients and applies no ACL: for tests and
 	// development on a loopback address only.
 	Open   bool
-	Limits BrokerLimits
+	Limits Limits
 	Log    *slog.Logger
 }
 
-// BrokerLimits bound what one client can cost the broker.
-type BrokerLimits struct {
+// Limits bound what one client can cost the broker.
+type Limits struct {
 	// MaxPacketBytes is the largest packet a client may send (it is
 	// refused before it is read).
 	MaxPacketBytes uint32
@@ -59,10 +63,10 @@ type BrokerLimits struct {
 	HandshakeTimeout time.Duration
 }
 
-// DefaultBrokerLimits suit a device's traffic: a status batch is at most
+// DefaultLimits suit a device's traffic: a status batch is at most
 // protocol.MaxMessageBytes, a few batches are in flight, and a reconnect
 // resends at most the outbox window.
-var DefaultBrokerLimits = BrokerLimits{
+var DefaultLimits = Limits{
 	MaxPacketBytes:    protocol.MaxMessageBytes + 8<<10,
 	MessagesPerSecond: 100, MessageBurst: 1000,
 	BytesPerSecond: 1 << 20, ByteBurst: 8 << 20,
@@ -81,19 +85,19 @@ type Broker struct {
 	err    error
 }
 
-// StartBroker starts an open broker on a loopback address: anonymous
+// Start starts an open broker on a loopback address: anonymous
 // clients, no ACL, and mochi's own generous limits (no packet size or
 // rate limit), like an external broker that trusts everyone — for tests
 // of what devices and the hub refuse by themselves, and development.
-// podhub serve uses NewBroker with TLS and client certificates.
-func StartBroker(addr string, log *slog.Logger) (*Broker, error) {
-	limits := BrokerLimits{ClientWritesPending: 8192, Inflight: 8192, ReceiveMaximum: 1024, MaxClients: math.MaxInt64,
-		HandshakeTimeout: DefaultBrokerLimits.HandshakeTimeout}
-	return NewBroker(BrokerConfig{Address: addr, Open: true, Limits: limits, Log: log})
+// podhub serve uses New with TLS and client certificates.
+func Start(addr string, log *slog.Logger) (*Broker, error) {
+	limits := Limits{ClientWritesPending: 8192, Inflight: 8192, ReceiveMaximum: 1024, MaxClients: math.MaxInt64,
+		HandshakeTimeout: DefaultLimits.HandshakeTimeout}
+	return New(Config{Address: addr, Open: true, Limits: limits, Log: log})
 }
 
-// NewBroker starts the embedded broker.
-func NewBroker(cfg BrokerConfig) (*Broker, error) {
+// New starts the embedded broker.
+func New(cfg Config) (*Broker, error) {
 	loopback, err := isLoopback(cfg.Address)
 	if err != nil {
 		return nil, err
@@ -104,8 +108,8 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	case !cfg.Open && cfg.TLS == nil:
 		return nil, fmt.Errorf("broker %s: TLS with client certificates is required (run podhub init for the certificates)", cfg.Address)
 	}
-	if cfg.Limits == (BrokerLimits{}) {
-		cfg.Limits = DefaultBrokerLimits
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
 	}
 	lim := cfg.Limits
 	caps := mochi.NewDefaultServerCapabilities()
@@ -130,7 +134,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	mochiLog := slog.New(levelFilter{log.Handler(), slog.LevelError}).With("component", "broker")
 	s := mochi.New(&mochi.Options{Logger: mochiLog, InlineClient: true, Capabilities: caps,
 		ClientNetReadBufferSize: 1024, ClientNetWriteBufferSize: 1024, SysTopicResendInterval: math.MaxInt32})
-	hook := newBrokerHook(BrokerACL{Topics: protocol.Topics{Prefix: cfg.Prefix}}, cfg.Open, lim, log.With("component", "broker"))
+	hook := newBrokerHook(ACL{Topics: protocol.Topics{Prefix: cfg.Prefix}}, cfg.Open, lim, log.With("component", "broker"))
 	if cfg.Revoked != nil {
 		hook.revoked.Store(&cfg.Revoked)
 	}
@@ -232,9 +236,9 @@ func (l deadlineListener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// BrokerTLS is the embedded broker's TLS: its certificate and key, and
+// ServerTLS is the embedded broker's TLS: its certificate and key, and
 // the CA whose client certificates it accepts.
-func BrokerTLS(certFile, keyFile string, ca *pki.CA) (*tls.Config, error) {
+func ServerTLS(certFile, keyFile string, ca *pki.CA) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("broker certificate: %w", err)
