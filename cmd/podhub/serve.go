@@ -19,6 +19,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
@@ -218,7 +219,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}
 	defer h.Close()
-	api := &hub.API{Hub: h, Fleet: fleet, Timeout: deviceTimeout}
+	api := h.API(deviceTimeout)
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler())
 	handleDebug(mux)
@@ -275,7 +276,7 @@ func (c *cli) reloadRevocations(b *broker.Broker, log *slog.Logger) (Revocations
 
 // openFleet opens the fleet database, created private: it holds every
 // device's desired pods, secrets included.
-func openFleet(path string) (*hub.Fleet, error) {
+func openFleet(path string) (*fleetdb.Fleet, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("fleet database: %w", err)
@@ -286,7 +287,7 @@ func openFleet(path string) (*hub.Fleet, error) {
 			return nil, fmt.Errorf("fleet database: %w", err)
 		}
 	}
-	return hub.OpenFleet(path)
+	return fleetdb.Open(path)
 }
 
 // serveUnix serves the API on a socket only the owner and group reach.

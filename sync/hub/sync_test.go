@@ -20,6 +20,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -85,7 +86,7 @@ type rig struct {
 	t      *testing.T
 	addr   string
 	broker *broker.Broker
-	fleet  *hub.Fleet
+	fleet  *fleetdb.Fleet
 	hub    *hub.Hub
 	pub    ed25519.PublicKey
 	dir    string
@@ -100,7 +101,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() { r.broker.Close() })
 	var priv ed25519.PrivateKey
 	r.pub, priv, _ = ed25519.GenerateKey(nil)
-	if r.fleet, err = hub.OpenFleet(filepath.Join(r.dir, "fleet.db")); err != nil {
+	if r.fleet, err = fleetdb.Open(filepath.Join(r.dir, "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })

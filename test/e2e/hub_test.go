@@ -17,6 +17,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -24,7 +25,7 @@ import (
 type fleetRig struct {
 	addr    string
 	broker  *broker.Broker
-	fleet   *hub.Fleet
+	fleet   *fleetdb.Fleet
 	hub     *hub.Hub
 	pubFile string
 }
@@ -40,7 +41,7 @@ func newFleetRig(t *testing.T) *fleetRig {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	r.pubFile = filepath.Join(t.TempDir(), "hub.pub")
 	os.WriteFile(r.pubFile, protocol.EncodePublicKey(pub), 0o644)
-	if r.fleet, err = hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
+	if r.fleet, err = fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })

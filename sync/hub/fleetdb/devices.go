@@ -1,4 +1,4 @@
-package hub
+package fleetdb
 
 import (
 	"encoding/json"
@@ -43,6 +43,10 @@ type Device struct {
 	// Net is the pods' network traffic from the newest heartbeat.
 	Net *protocol.NetSummary `json:"net,omitempty"`
 }
+
+// DefaultDeviceTimeout is how long a device may be silent and still be
+// Ready, when the hub is not told otherwise.
+const DefaultDeviceTimeout = 90 * time.Second
 
 // Devices lists every device, Ready when online and heard from within
 // timeout.

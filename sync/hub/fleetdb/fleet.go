@@ -1,4 +1,9 @@
-package hub
+// Package fleetdb is the hub's fleet database (SQLite, fleet.db): its
+// schema migrations, and the tables of the devices and what they report
+// (devices, desired, acks, mirrors, events, cursors). The scheduler's
+// tables (workloads, hub_pods, sched_events) are workloaddb's, on the
+// same database. Every query of the hub is here or there.
+package fleetdb
 
 import (
 	"database/sql"
@@ -137,8 +142,8 @@ var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour, Mirr
 // ErrUnknownDevice is a report from a device the fleet has no record of.
 var ErrUnknownDevice = errors.New("no such device in the fleet (devices are added by the operator: podhub apply, label or device add)")
 
-// OpenFleet opens or creates the fleet database.
-func OpenFleet(path string) (*Fleet, error) {
+// Open opens or creates the fleet database.
+func Open(path string) (*Fleet, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -180,6 +185,10 @@ func (f *Fleet) Close() error {
 	f.stmts.close()
 	return f.db.Close()
 }
+
+// SQL is the database, for the owner of the scheduler's tables
+// (workloaddb), which shares the fleet's one connection.
+func (f *Fleet) SQL() *sql.DB { return f.db }
 
 // touch records that a known device was heard from; ErrUnknownDevice
 // for another.
