@@ -10,13 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
-	"github.com/podvisor/podvisor/sync/hub/kinds"
 )
 
 // Workload kinds as stored (and named in the API's paths).
@@ -35,113 +31,6 @@ type Workloads struct {
 	Deployments     []*appsv1.Deployment
 	DaemonSets      []*appsv1.DaemonSet
 	PriorityClasses []*schedulingv1.PriorityClass
-}
-
-// ApplyObjects stores decoded objects, all or nothing: workloads and
-// PriorityClasses replace those of the same name, bare pods are added
-// unbound (a pod already held keeps its place: pods are immutable). What
-// the API server checks against stored objects is checked here: fields
-// immutable on update, one global default PriorityClass, a bare pod's
-// priority against its class; and the server's own metadata is set
-// whatever the file says (see serverFields).
-func (f *Store) ApplyObjects(objs *kinds.Objects, now time.Time) error {
-	tx, err := f.db.Begin()
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	put := func(kind, ns, name string, obj any) error {
-		raw, err := json.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(`INSERT INTO workloads (kind, namespace, name, object) VALUES (?, ?, ?, ?)
-			ON CONFLICT(kind, namespace, name) DO UPDATE SET object = excluded.object`, kind, ns, name, raw)
-		return err
-	}
-	refused := func(kind, ns, name string, errs field.ErrorList) error {
-		return fmt.Errorf("%s: %w", objs.Where(kind, ns, name), errs.ToAggregate())
-	}
-	selectorPath := field.NewPath("spec", "selector")
-	for _, d := range objs.Deployments {
-		old := &appsv1.Deployment{}
-		found, err := storedObject(tx, KindDeployment, d.Namespace, d.Name, old)
-		if err != nil {
-			return err
-		}
-		if found {
-			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
-				return refused(KindDeployment, d.Namespace, d.Name, errs)
-			}
-		}
-		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
-		d.Status = appsv1.DeploymentStatus{}
-		if err := put(KindDeployment, d.Namespace, d.Name, d); err != nil {
-			return err
-		}
-	}
-	for _, d := range objs.DaemonSets {
-		old := &appsv1.DaemonSet{}
-		found, err := storedObject(tx, KindDaemonSet, d.Namespace, d.Name, old)
-		if err != nil {
-			return err
-		}
-		if found {
-			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
-				return refused(KindDaemonSet, d.Namespace, d.Name, errs)
-			}
-		}
-		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
-		d.Status = appsv1.DaemonSetStatus{}
-		if err := put(KindDaemonSet, d.Namespace, d.Name, d); err != nil {
-			return err
-		}
-	}
-	for _, pc := range objs.PriorityClasses {
-		old := &schedulingv1.PriorityClass{}
-		found, err := storedObject(tx, KindPriorityClass, "", pc.Name, old)
-		if err != nil {
-			return err
-		}
-		errs, err := checkPriorityClass(tx, pc, old, found)
-		if err != nil {
-			return err
-		}
-		if len(errs) > 0 {
-			return refused(KindPriorityClass, "", pc.Name, errs)
-		}
-		serverFields(&pc.ObjectMeta, &old.ObjectMeta, found, false, now)
-		if err := put(KindPriorityClass, "", pc.Name, pc); err != nil {
-			return err
-		}
-	}
-	if err := checkWorkloadBounds(tx); err != nil {
-		return err
-	}
-	var held int
-	if err := tx.QueryRow(`SELECT COUNT(*) FROM hub_pods`).Scan(&held); err != nil {
-		return err
-	}
-	if held+len(objs.Pods) > MaxHubPods {
-		return fmt.Errorf("the hub holds %d pods; %d more would pass the limit of %d", held, len(objs.Pods), MaxHubPods)
-	}
-	for _, p := range objs.Pods {
-		if p.Namespace == "" {
-			p.Namespace = "default"
-		}
-		if err := admitPriority(tx, p); err != nil {
-			return fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), err)
-		}
-		p.Spec.NodeName = "" // the scheduler places bare pods
-		p.Status = v1.PodStatus{}
-		serverFields(&p.ObjectMeta, nil, false, false, now)
-		raw, _ := json.Marshal(p)
-		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, pod) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-			p.Namespace, p.Name, raw); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
 }
 
 // Bounds on what the hub is asked to keep: every replica and every
