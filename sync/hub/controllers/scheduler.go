@@ -398,24 +398,11 @@ func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, 
 // the pods wanted there, changed since they were last found to agree.
 func (s *Scheduler) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
 	c := &s.sched
-	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
-	for _, pc := range pcs {
-		classes[pc.Name] = pc
-	}
-	rawClasses, _ := json.Marshal(pcs)
-	classesHash := c.hash(rawClasses)
 	known := make(map[string]bool, len(fleet))
 	for _, d := range fleet {
 		known[d.Name] = true
 	}
-	want := map[string][]json.RawMessage{}
-	for _, p := range pods {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-			raw := c.devicePod(k, hashes[k], classesHash, func() *v1.Pod { return devicePod(p, classes[p.Spec.PriorityClassName]) })
-			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
-		}
-	}
+	want := c.wantedPods(pods, hashes, pcs)
 	c.pruneDevicePods(hashes)
 	stored, err := c.storedDesired(s.fleet)
 	if err != nil {
@@ -434,40 +421,70 @@ func (s *Scheduler) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedNam
 		}
 	}
 	for _, dev := range devices {
-		wantHash := c.hashPods(want[dev])
-		if p, ok := c.pushed[dev]; ok && p.stored == stored[dev] && p.want == wantHash {
-			continue // the document is as it was when it agreed
-		}
-		storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want[dev])
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if equal {
-			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
-			continue
-		}
-		if !known[dev] {
-			continue // a device removed from the fleet gets nothing new
-		}
-		if _, err := s.link.Update(dev, func(cur []json.RawMessage) []json.RawMessage {
-			keep := cur[:0:0]
-			for _, raw := range cur {
-				if !scheduledPod(raw) {
-					keep = append(keep, raw)
-				}
-			}
-			return append(keep, want[dev]...)
-		}); err != nil {
+		if err := s.pushDevice(dev, want[dev], stored[dev], known[dev]); err != nil {
 			// One device's document (too large, say) holds back no other's.
-			errs = append(errs, fmt.Errorf("device %s: %w", dev, err))
-			continue
-		}
-		if storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want[dev]); err == nil && equal {
-			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// wantedPods are the bound pods that are not terminating, by device, as
+// each device gets them.
+func (c *schedCache) wantedPods(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, pcs []*schedulingv1.PriorityClass) map[string][]json.RawMessage {
+	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
+	for _, pc := range pcs {
+		classes[pc.Name] = pc
+	}
+	rawClasses, _ := json.Marshal(pcs)
+	classesHash := c.hash(rawClasses)
+	want := map[string][]json.RawMessage{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+			raw := c.devicePod(k, hashes[k], classesHash, func() *v1.Pod { return devicePod(p, classes[p.Spec.PriorityClassName]) })
+			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
+		}
+	}
+	return want
+}
+
+// pushDevice signs again a device's desired document with the scheduled
+// pods want, unless its stored one has them (stored: the hash of its
+// stored pods); a device no longer in the fleet (not known) gets nothing
+// new.
+func (s *Scheduler) pushDevice(dev string, want []json.RawMessage, stored uint64, known bool) error {
+	c := &s.sched
+	wantHash := c.hashPods(want)
+	if p, ok := c.pushed[dev]; ok && p.stored == stored && p.want == wantHash {
+		return nil // the document is as it was when it agreed
+	}
+	storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want)
+	if err != nil {
+		return err
+	}
+	if equal {
+		c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+		return nil
+	}
+	if !known {
+		return nil // a device removed from the fleet gets nothing new
+	}
+	if _, err := s.link.Update(dev, func(cur []json.RawMessage) []json.RawMessage {
+		keep := cur[:0:0]
+		for _, raw := range cur {
+			if !scheduledPod(raw) {
+				keep = append(keep, raw)
+			}
+		}
+		return append(keep, want...)
+	}); err != nil {
+		return fmt.Errorf("device %s: %w", dev, err)
+	}
+	if storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want); err == nil && equal {
+		c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+	}
+	return nil
 }
 
 // devicePod is a bound pod as its device gets it: its identity, labels,
