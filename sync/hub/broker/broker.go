@@ -112,21 +112,7 @@ func New(cfg Config) (*Broker, error) {
 		cfg.Limits = DefaultLimits
 	}
 	lim := cfg.Limits
-	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumPacketSize = lim.MaxPacketBytes
-	caps.MaximumClientWritesPending = lim.ClientWritesPending
-	caps.MaximumInflight = lim.Inflight
-	caps.ReceiveMaximum = lim.ReceiveMaximum
-	caps.MaximumClients = lim.MaxClients
-	// Retained desired documents must not expire (mochi's default drops
-	// every message after a day); queues are bounded by count instead.
-	caps.MaximumMessageExpiryInterval = 0
-	// A device that went away leaves its session for an hour at most.
-	caps.MaximumSessionExpiryInterval = 3600
-	caps.TopicAliasMaximum = 0
-	caps.SharedSubAvailable = 0
-	caps.MaximumQos = 1
-	caps.Compatibilities.ObscureNotAuthorized = true
+	caps := capabilities(lim)
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -147,15 +133,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	var nl net.Listener = deadlineListener{Listener: l, timeout: lim.HandshakeTimeout}
 	if cfg.TLS != nil {
-		t := cfg.TLS.Clone()
-		t.ClientAuth = tls.RequireAndVerifyClientCert
-		t.VerifyConnection = func(st tls.ConnectionState) error {
-			if len(st.PeerCertificates) > 0 && hook.revoked.Load().Has(st.PeerCertificates[0].SerialNumber) {
-				return fmt.Errorf("certificate %x (%s) is revoked", st.PeerCertificates[0].SerialNumber, st.PeerCertificates[0].Subject.CommonName)
-			}
-			return nil
-		}
-		nl = newHandshakeListener(nl, t, lim.HandshakeTimeout, log.With("component", "broker"))
+		nl = newHandshakeListener(nl, clientCertTLS(cfg.TLS, hook), lim.HandshakeTimeout, log.With("component", "broker"))
 	}
 	if err := s.AddListener(listeners.NewNet("mqtt", nl)); err != nil {
 		l.Close()
@@ -203,6 +181,40 @@ func (b *Broker) Close() error {
 		}
 	})
 	return b.err
+}
+
+// capabilities are the broker's MQTT capabilities under lim.
+func capabilities(lim Limits) *mochi.Capabilities {
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = lim.MaxPacketBytes
+	caps.MaximumClientWritesPending = lim.ClientWritesPending
+	caps.MaximumInflight = lim.Inflight
+	caps.ReceiveMaximum = lim.ReceiveMaximum
+	caps.MaximumClients = lim.MaxClients
+	// Retained desired documents must not expire (mochi's default drops
+	// every message after a day); queues are bounded by count instead.
+	caps.MaximumMessageExpiryInterval = 0
+	// A device that went away leaves its session for an hour at most.
+	caps.MaximumSessionExpiryInterval = 3600
+	caps.TopicAliasMaximum = 0
+	caps.SharedSubAvailable = 0
+	caps.MaximumQos = 1
+	caps.Compatibilities.ObscureNotAuthorized = true
+	return caps
+}
+
+// clientCertTLS is the server's TLS: a client certificate is required,
+// and refused once revoked (the hook holds the revocation list).
+func clientCertTLS(server *tls.Config, hook *brokerHook) *tls.Config {
+	t := server.Clone()
+	t.ClientAuth = tls.RequireAndVerifyClientCert
+	t.VerifyConnection = func(st tls.ConnectionState) error {
+		if len(st.PeerCertificates) > 0 && hook.revoked.Load().Has(st.PeerCertificates[0].SerialNumber) {
+			return fmt.Errorf("certificate %x (%s) is revoked", st.PeerCertificates[0].SerialNumber, st.PeerCertificates[0].Subject.CommonName)
+		}
+		return nil
+	}
+	return t
 }
 
 // isLoopback reports whether a listen address binds loopback only.
