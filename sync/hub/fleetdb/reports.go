@@ -64,7 +64,6 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	case b.After > cursor:
 		return cursor, 0, true, nil // a batch is missing before this one
 	}
-	events := 0
 	// The device's mirrors, for the bound on made-up pods: counted once,
 	// then kept by this, their only writer, as each batch commits (read
 	// while this transaction holds the fleet's one connection).
@@ -74,6 +73,32 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			return 0, 0, false, err
 		}
 	}
+	var events int
+	if cursor, applied, events, mirrors, err = f.storeItems(tx, b, cursor, mirrors, at); err != nil {
+		return 0, 0, false, err
+	}
+	if _, err := f.stmts.exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
+		return 0, 0, false, err
+	}
+	if events > 0 {
+		if err := f.prune(tx, b.Device, at); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	// Kept before the commit releases the connection to the next batch.
+	f.keepMirrorCount(b.Device, mirrors)
+	if err := tx.Commit(); err != nil {
+		f.forgetMirrorCount(b.Device)
+		return 0, 0, false, err
+	}
+	return cursor, applied, false, nil
+}
+
+// storeItems stores a batch's items past the cursor: events, removed
+// pods and pods' statuses, within the device's bound on mirrors. It
+// returns the new cursor, how many items were new, how many of them were
+// events, and the device's mirrors after.
+func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, err error) {
 	// insertFirst guesses whether the next pod is new here (a new epoch
 	// reports every pod again) or already mirrored (a status change).
 	insertFirst := mirrors == 0
@@ -103,24 +128,10 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 			}
 		}
 		if err != nil {
-			return 0, 0, false, err
+			return 0, 0, 0, 0, err
 		}
 	}
-	if _, err := f.stmts.exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
-		return 0, 0, false, err
-	}
-	if events > 0 {
-		if err := f.prune(tx, b.Device, at); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	// Kept before the commit releases the connection to the next batch.
-	f.keepMirrorCount(b.Device, mirrors)
-	if err := tx.Commit(); err != nil {
-		f.forgetMirrorCount(b.Device)
-		return 0, 0, false, err
-	}
-	return cursor, applied, false, nil
+	return cursor, applied, events, mirrors, nil
 }
 
 // storeMirror stores a pod's status unless the hub has a newer one (a
