@@ -56,7 +56,7 @@ func TestReportPathsUsePreparedStatements(t *testing.T) {
 	if _, err := f.SavePresence("dev", &protocol.Presence{Online: true, Instance: "i2"}, at); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.stmts.unprepared.Load(); n != 0 {
+	if n := f.stmts.Unprepared(); n != 0 {
 		t.Fatalf("%d queries of the report paths were not prepared at open", n)
 	}
 }
