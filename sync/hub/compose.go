@@ -31,7 +31,7 @@ type Hub struct {
 
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
-	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet)}
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL())}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	h.Link = devicelink.New(cfg, fleet, log)
 	h.Scheduler = controllers.New(controllers.Config{DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now},

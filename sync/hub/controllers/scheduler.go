@@ -170,7 +170,7 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 	if slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.Spec.NodeName != "" && p.DeletionTimestamp != nil }) {
 		// Only a terminating pod can be forgotten: a pass without one
 		// skips the query.
-		if forgot, err = s.workloads.ForgetStopped(devices); err != nil {
+		if forgot, err = s.forgetStopped(devices); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -485,6 +485,36 @@ func (s *Scheduler) pushDevice(dev string, want []json.RawMessage, stored uint64
 		c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
 	}
 	return nil
+}
+
+// forgetStopped forgets the terminating pods whose device confirmed they
+// stopped — it applied a desired generation without them and reports no
+// such pod — and those of devices no longer in the fleet.
+func (s *Scheduler) forgetStopped(devices []schedule.Device) (int, error) {
+	known := map[string]bool{}
+	for _, d := range devices {
+		known[d.Name] = true
+	}
+	terminating, err := s.workloads.Terminating()
+	if err != nil {
+		return 0, err
+	}
+	var stopped []types.NamespacedName
+	for _, p := range terminating {
+		done := !known[p.Device]
+		if !done {
+			if done, err = s.fleet.Stopped(p.Device, p.Key.Namespace+"/"+p.Key.Name); err != nil {
+				return 0, err
+			}
+		}
+		if done {
+			stopped = append(stopped, p.Key)
+		}
+	}
+	if err := s.workloads.Forget(stopped); err != nil {
+		return 0, err
+	}
+	return len(stopped), nil
 }
 
 // devicePod is a bound pod as its device gets it: its identity, labels,

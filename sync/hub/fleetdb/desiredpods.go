@@ -34,3 +34,15 @@ func (f *Fleet) DesiredPods(device string) ([]byte, error) {
 	}
 	return raw, err
 }
+
+// Stopped says whether a device confirmed that a pod (key: namespace/name)
+// no longer runs: it applied its newest desired generation and reports
+// no such pod.
+func (f *Fleet) Stopped(device, key string) (bool, error) {
+	var gen, observed int64
+	var mirrored bool
+	err := f.db.QueryRow(`SELECT COALESCE((SELECT generation FROM desired WHERE device = ?), 0),
+		COALESCE((SELECT observed FROM acks WHERE device = ?), 0),
+		EXISTS (SELECT 1 FROM mirrors WHERE device = ? AND key = ?)`, device, device, device, key).Scan(&gen, &observed, &mirrored)
+	return observed >= gen && !mirrored, err
+}

@@ -2,7 +2,6 @@ package fleetdb
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -114,8 +114,9 @@ func (f *Fleet) GetDevice(id string, now time.Time, timeout time.Duration) (Devi
 	return ds[0], nil
 }
 
-// ErrNotFound is a device or pod the hub does not know.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound is a device or pod the hub does not know (one sentinel
+// with workloaddb's, so the API answers 404 to either).
+var ErrNotFound = workloaddb.ErrNotFound
 
 // SetLabels merges labels into a device's; an empty value removes one.
 // Labelling is the operator's: it adds a device the fleet did not know.

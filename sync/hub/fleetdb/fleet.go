@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver
 
 	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -36,34 +37,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// The newest heartbeat's network summary (protocol.NetSummary).
 	`ALTER TABLE devices ADD COLUMN net BLOB;`,
 	// Scheduling (sync/hub/schedule): workloads, the hub's pods with their
-	// device, the scheduler's events, and each device's cordon and taints.
-	`CREATE TABLE workloads (
-		kind      TEXT NOT NULL,
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		object    BLOB NOT NULL,
-		PRIMARY KEY (kind, namespace, name)
-	);
-	CREATE TABLE hub_pods (
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		device    TEXT NOT NULL DEFAULT '',
-		pod       BLOB NOT NULL,
-		PRIMARY KEY (namespace, name)
-	);
-	CREATE TABLE sched_events (
-		kind      TEXT NOT NULL,
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		type      TEXT NOT NULL,
-		reason    TEXT NOT NULL,
-		message   TEXT NOT NULL,
-		count     INTEGER NOT NULL,
-		first     INTEGER NOT NULL,
-		last      INTEGER NOT NULL
-	);
-	CREATE INDEX sched_events_by_object ON sched_events(kind, namespace, name);
-	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
+	// device, the scheduler's events (workloaddb's tables), and each
+	// device's cordon and taints.
+	workloaddb.Tables + `	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE devices ADD COLUMN taints BLOB NOT NULL DEFAULT '[]';`,
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 )
 
 // WorkloadDetail is a workload with its events (describe).
@@ -24,7 +22,7 @@ func (f *Store) WorkloadDetail(kind, namespace, name string) (WorkloadDetail, er
 	var d WorkloadDetail
 	err := f.db.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object)
 	if err != nil {
-		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, fleetdb.ErrNotFound)
+		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
 	if kind == KindDeployment {
 		// A Deployment's describe shows its pods' scheduling events too.

@@ -8,11 +8,10 @@ package workloaddb
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 )
 
 // Store is the scheduler's tables, on the fleet's database.
@@ -20,8 +19,13 @@ type Store struct {
 	db *sql.DB
 }
 
-// New is the scheduler's tables of fleet (which migrated them).
-func New(fleet *fleetdb.Fleet) *Store { return &Store{db: fleet.SQL()} }
+// New is the scheduler's tables in the fleet database db (fleetdb opens
+// and migrates it: Fleet.SQL).
+func New(db *sql.DB) *Store { return &Store{db: db} }
+
+// ErrNotFound is a workload or pod the hub does not hold (the same as
+// fleetdb's, for a device: the API answers 404 to both).
+var ErrNotFound = errors.New("not found")
 
 // EachHubPod calls fn with every pod the hub holds, as stored (JSON), in
 // order of namespace and name; it stops at fn's first error.

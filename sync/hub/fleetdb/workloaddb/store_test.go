@@ -1,4 +1,4 @@
-package workloaddb
+package workloaddb_test
 
 import (
 	"encoding/json"
@@ -9,16 +9,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 )
 
-func testStore(t *testing.T) *Store {
+func testStore(t *testing.T) *workloaddb.Store {
 	t.Helper()
 	f, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return New(f)
+	return workloaddb.New(f.SQL())
 }
 
 // A pass's writes land together: pods put (replacing by key, with their
@@ -32,17 +33,17 @@ func TestStorePods(t *testing.T) {
 			"spec": map[string]string{"nodeName": device}})
 		return b
 	}
-	event := func(name, reason string) SchedEvent {
-		return SchedEvent{Kind: "Pod", Namespace: "default", Name: name, Type: "Normal", Reason: reason}
+	event := func(name, reason string) workloaddb.SchedEvent {
+		return workloaddb.SchedEvent{Kind: "Pod", Namespace: "default", Name: name, Type: "Normal", Reason: reason}
 	}
-	if err := s.StorePods(PodWrites{
-		Put:    []PodWrite{{Key: k("b"), Device: "d1", Raw: raw("b", "d1")}, {Key: k("a"), Raw: raw("a", "")}},
-		Events: []SchedEvent{event("a", "Scheduled"), event("b", "Scheduled")},
+	if err := s.StorePods(workloaddb.PodWrites{
+		Put:    []workloaddb.PodWrite{{Key: k("b"), Device: "d1", Raw: raw("b", "d1")}, {Key: k("a"), Raw: raw("a", "")}},
+		Events: []workloaddb.SchedEvent{event("a", "Scheduled"), event("b", "Scheduled")},
 	}, at); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.StorePods(PodWrites{
-		Put:    []PodWrite{{Key: k("a"), Device: "d2", Raw: raw("a", "d2")}},
+	if err := s.StorePods(workloaddb.PodWrites{
+		Put:    []workloaddb.PodWrite{{Key: k("a"), Device: "d2", Raw: raw("a", "d2")}},
 		Delete: []types.NamespacedName{k("b")},
 	}, at); err != nil {
 		t.Fatal(err)

@@ -11,8 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 )
 
 // Workload kinds as stored (and named in the API's paths).
@@ -68,7 +66,7 @@ func (f *Store) DeleteHubPod(namespace, name string, now time.Time) error {
 	var raw []byte
 	err := f.db.QueryRow(`SELECT pod FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name).Scan(&raw)
 	if err == sql.ErrNoRows {
-		return fmt.Errorf("pod %s/%s is not one the hub schedules: %w", namespace, name, fleetdb.ErrNotFound)
+		return fmt.Errorf("pod %s/%s is not one the hub schedules: %w", namespace, name, ErrNotFound)
 	}
 	if err != nil {
 		return err
@@ -121,7 +119,7 @@ func (f *Store) DeleteWorkload(kind, namespace, name string) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, fleetdb.ErrNotFound)
+		return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
 	return forgetEvents(f.db, kind, namespace, name)
 }
