@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -104,7 +104,7 @@ func TestDataDirBeforeOrAfterTheCommand(t *testing.T) {
 func TestDescribeEventsNameThePod(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var out bytes.Buffer
-	describeEvents(&out, []hub.DeviceEvent{
+	describeEvents(&out, []fleetdb.DeviceEvent{
 		{Event: protocol.Event{Time: now.Add(-time.Minute), Type: "Normal", Reason: "Started", Message: "Started container app"}, Pod: "default/app"},
 		{Event: protocol.Event{Time: now, Type: "Warning", Reason: "MessageRejected", Message: "bad batch"}},
 	}, now)

@@ -18,10 +18,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/pod/manifest"
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 )
 
-func (c *cli) client() *hub.Client { return hub.NewClient(c.path("podhub.sock")) }
+func (c *cli) client() *api.Client { return api.NewClient(c.path("podhub.sock")) }
 
 // apply sends a manifest file's pods to a device or to the devices a
 // selector matches. The file is checked here as a device checks it.
@@ -47,7 +48,7 @@ func (c *cli) apply(args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *file, err)
 	}
-	req := hub.ApplyRequest{Device: *device}
+	req := api.ApplyRequest{Device: *device}
 	if *selector != "" {
 		if req.Selector, err = parseLabels(strings.Split(*selector, ","), false); err != nil {
 			return err
@@ -57,7 +58,7 @@ func (c *cli) apply(args []string) error {
 		raw, _ := json.Marshal(p)
 		req.Pods = append(req.Pods, raw)
 	}
-	var applied []hub.Applied
+	var applied []api.Applied
 	if err := c.client().Do("POST", "/v1/apply", req, &applied); err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func (c *cli) delete(args []string) error {
 	if len(pos) != 2 || pos[0] != "pod" || *device == "" {
 		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]")
 	}
-	var a hub.Applied
+	var a api.Applied
 	path := "/v1/devices/" + url.PathEscape(*device) + "/pods/" + url.PathEscape(*ns) + "/" + url.PathEscape(pos[1])
 	if err := c.client().Do("DELETE", path, nil, &a); err != nil {
 		return err
@@ -112,7 +113,7 @@ func (c *cli) get(args []string) error {
 	now := time.Now()
 	switch pos[0] {
 	case "devices", "device":
-		var ds []hub.Device
+		var ds []fleetdb.Device
 		if err := c.client().Do("GET", "/v1/devices", nil, &ds); err != nil {
 			return err
 		}
@@ -144,7 +145,7 @@ func (c *cli) get(args []string) error {
 		for i := range list.Items {
 			p := &list.Items[i]
 			r := podRow(p, now)
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[hub.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[fleetdb.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
 		}
 		return w.Flush()
 	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc":
@@ -166,7 +167,7 @@ func (c *cli) describe(args []string) error {
 	if len(pos) != 2 || pos[0] != "device" {
 		return errors.New("usage: podhub describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]")
 	}
-	var d hub.DeviceDetail
+	var d api.DeviceDetail
 	if err := c.client().Do("GET", "/v1/devices/"+url.PathEscape(pos[1]), nil, &d); err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func (c *cli) describe(args []string) error {
 
 // describeEvents prints a device's last 20 events as kubectl describe
 // does, each naming its pod (namespace/name; <none> for the hub's own).
-func describeEvents(out io.Writer, events []hub.DeviceEvent, now time.Time) {
+func describeEvents(out io.Writer, events []fleetdb.DeviceEvent, now time.Time) {
 	if len(events) == 0 {
 		fmt.Fprintln(out, "Events:  <none>")
 		return
@@ -268,7 +269,7 @@ func parseLabels(items []string, removal bool) (map[string]string, error) {
 	return out, nil
 }
 
-func readiness(d hub.Device) string {
+func readiness(d fleetdb.Device) string {
 	if d.DuplicateID {
 		return "DuplicateID"
 	}

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/pki"
 )
 
@@ -174,7 +174,7 @@ func (c *cli) deviceRevoke(args []string) error {
 // enrolInFleet adds the device to the fleet database (beside a running
 // podhub serve: SQLite in WAL mode takes both).
 func enrolInFleet(path, id string) error {
-	fleet, err := hub.OpenFleet(path)
+	fleet, err := fleetdb.Open(path)
 	if err != nil {
 		return fmt.Errorf("fleet database %s: %w", path, err)
 	}

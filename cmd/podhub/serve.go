@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
@@ -121,33 +123,9 @@ func (c *cli) loadConfig() (config, error) {
 }
 
 func (c *cli) serve(ctx context.Context, args []string) error {
-	cfg, err := c.loadConfig()
+	cfg, deviceTimeout, err := c.serveConfig(args)
 	if err != nil {
 		return err
-	}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
-	broker := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
-	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
-	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
-	if _, err := flags(fs, args); err != nil {
-		return err
-	}
-	if *listen != "" {
-		cfg.MQTTListen, cfg.Broker = *listen, ""
-	}
-	if *broker != "" {
-		cfg.Broker = *broker
-	}
-	if *timeout != "" {
-		cfg.DeviceTimeout = *timeout
-	}
-	if *memoryLimitFlag != "" {
-		cfg.MemoryLimit = *memoryLimitFlag
-	}
-	deviceTimeout, err := time.ParseDuration(cfg.DeviceTimeout)
-	if err != nil || deviceTimeout <= 0 {
-		return fmt.Errorf("device timeout %q: want a positive duration", cfg.DeviceTimeout)
 	}
 	if err := prepareDataDir(c.dataDir, false); err != nil {
 		return err
@@ -169,40 +147,18 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout}
-	var b *hub.Broker
-	if cfg.Broker == "" {
-		if b, err = c.startBroker(cfg, log); err != nil {
-			return err
-		}
+	b, err := c.reachBroker(cfg, &hcfg, log)
+	if err != nil {
+		return err
+	}
+	var clients func() int
+	if b != nil {
+		clients = b.Clients
 		defer func() {
 			if err := b.Close(); err != nil {
 				log.Warn("stopping the embedded broker", "err", err)
 			}
 		}()
-		hcfg.Broker, hcfg.Connect = "embedded", b.HubClient
-		log.Info("embedded MQTT broker listening (TLS, client certificates)", "address", cfg.MQTTListen)
-	} else {
-		if cfg.PasswordFile != "" {
-			pw, err := os.ReadFile(cfg.PasswordFile)
-			if err != nil {
-				return err
-			}
-			hcfg.Password = strings.TrimSpace(string(pw))
-		}
-		if strings.HasPrefix(cfg.Broker, "mqtts://") {
-			certFile, keyFile, caFile := cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA
-			if certFile == "" && keyFile == "" {
-				// The hub's certificate from podhub init.
-				certFile, keyFile = filepath.Join(c.pkiDir(), pki.HubCert), filepath.Join(c.pkiDir(), pki.HubKey)
-			}
-			if hcfg.TLS, err = tlsconfig.Client(caFile, certFile, keyFile, ""); err != nil {
-				return err
-			}
-		}
-	}
-	var clients func() int
-	if b != nil {
-		clients = b.Clients
 	}
 	stopLimit := make(chan struct{})
 	defer close(stopLimit)
@@ -217,9 +173,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}
 	defer h.Close()
-	api := &hub.API{Hub: h, Fleet: fleet, Timeout: deviceTimeout}
 	mux := http.NewServeMux()
-	mux.Handle("/", api.Handler())
+	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		out, err := c.reloadRevocations(b, log)
@@ -229,14 +184,82 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	return serveUnix(ctx, c.path("podhub.sock"), mux)
 }
 
+// serveConfig is podhub.yaml with serve's flags over it, and the device
+// timeout it says.
+func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return cfg, 0, err
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
+	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
+	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
+	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
+	if _, err := flags(fs, args); err != nil {
+		return cfg, 0, err
+	}
+	if *listen != "" {
+		cfg.MQTTListen, cfg.Broker = *listen, ""
+	}
+	if *brokerURL != "" {
+		cfg.Broker = *brokerURL
+	}
+	if *timeout != "" {
+		cfg.DeviceTimeout = *timeout
+	}
+	if *memoryLimitFlag != "" {
+		cfg.MemoryLimit = *memoryLimitFlag
+	}
+	deviceTimeout, err := time.ParseDuration(cfg.DeviceTimeout)
+	if err != nil || deviceTimeout <= 0 {
+		return cfg, 0, fmt.Errorf("device timeout %q: want a positive duration", cfg.DeviceTimeout)
+	}
+	return cfg, deviceTimeout, nil
+}
+
+// reachBroker sets how the hub reaches its broker: the embedded one,
+// started here (returned, for the caller to close), or the external one
+// of the config, with its password and TLS.
+func (c *cli) reachBroker(cfg config, hcfg *hub.Config, log *slog.Logger) (*broker.Broker, error) {
+	if cfg.Broker == "" {
+		b, err := c.startBroker(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		hcfg.Broker, hcfg.Connect = "embedded", b.HubClient
+		log.Info("embedded MQTT broker listening (TLS, client certificates)", "address", cfg.MQTTListen)
+		return b, nil
+	}
+	if cfg.PasswordFile != "" {
+		pw, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		hcfg.Password = strings.TrimSpace(string(pw))
+	}
+	if strings.HasPrefix(cfg.Broker, "mqtts://") {
+		certFile, keyFile, caFile := cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA
+		if certFile == "" && keyFile == "" {
+			// The hub's certificate from podhub init.
+			certFile, keyFile = filepath.Join(c.pkiDir(), pki.HubCert), filepath.Join(c.pkiDir(), pki.HubKey)
+		}
+		var err error
+		if hcfg.TLS, err = tlsconfig.Client(caFile, certFile, keyFile, ""); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
 // startBroker starts the embedded broker with the CA's certificates and
 // revocation list.
-func (c *cli) startBroker(cfg config, log *slog.Logger) (*hub.Broker, error) {
+func (c *cli) startBroker(cfg config, log *slog.Logger) (*broker.Broker, error) {
 	ca, err := pki.Load(c.pkiDir())
 	if err != nil {
 		return nil, err
 	}
-	t, err := hub.BrokerTLS(filepath.Join(c.pkiDir(), pki.BrokerCert), filepath.Join(c.pkiDir(), pki.BrokerKey), ca)
+	t, err := broker.ServerTLS(filepath.Join(c.pkiDir(), pki.BrokerCert), filepath.Join(c.pkiDir(), pki.BrokerKey), ca)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +267,7 @@ func (c *cli) startBroker(cfg config, log *slog.Logger) (*hub.Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hub.NewBroker(hub.BrokerConfig{Address: cfg.MQTTListen, TLS: t, Revoked: revoked, Prefix: cfg.Prefix, Log: log})
+	return broker.New(broker.Config{Address: cfg.MQTTListen, TLS: t, Revoked: revoked, Prefix: cfg.Prefix, Log: log})
 }
 
 // Revocations is the reply to a reload of the revocation list.
@@ -255,7 +278,7 @@ type Revocations struct {
 
 // reloadRevocations reads the CRL again and disconnects the clients it
 // revokes (podhub device revoke calls it).
-func (c *cli) reloadRevocations(b *hub.Broker, log *slog.Logger) (Revocations, error) {
+func (c *cli) reloadRevocations(b *broker.Broker, log *slog.Logger) (Revocations, error) {
 	if b == nil {
 		return Revocations{}, errors.New("podhub uses an external broker: that broker enforces the revocation list (" + filepath.Join(c.pkiDir(), pki.CRLFile) + ")")
 	}
@@ -274,7 +297,7 @@ func (c *cli) reloadRevocations(b *hub.Broker, log *slog.Logger) (Revocations, e
 
 // openFleet opens the fleet database, created private: it holds every
 // device's desired pods, secrets included.
-func openFleet(path string) (*hub.Fleet, error) {
+func openFleet(path string) (*fleetdb.Fleet, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("fleet database: %w", err)
@@ -285,7 +308,7 @@ func openFleet(path string) (*hub.Fleet, error) {
 			return nil, fmt.Errorf("fleet database: %w", err)
 		}
 	}
-	return hub.OpenFleet(path)
+	return fleetdb.Open(path)
 }
 
 // serveUnix serves the API on a socket only the owner and group reach.

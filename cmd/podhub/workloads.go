@@ -17,7 +17,8 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/podrow"
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 )
 
 // applyObjects sends a file of Deployments, DaemonSets, PriorityClasses
@@ -27,8 +28,8 @@ func (c *cli) applyObjects(file string, data []byte) error {
 	if len(data) > manifest.MaxFileSize {
 		return fmt.Errorf("%s: file is %d bytes, larger than the %d byte limit", file, len(data), manifest.MaxFileSize)
 	}
-	var out hub.ObjectsApplied
-	if err := c.client().Do("POST", "/v1/objects", hub.ObjectsRequest{File: file, Data: data}, &out); err != nil {
+	var out api.ObjectsApplied
+	if err := c.client().Do("POST", "/v1/objects", api.ObjectsRequest{File: file, Data: data}, &out); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
@@ -142,7 +143,7 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if err != nil {
 		return err
 	}
-	var d hub.WorkloadDetail
+	var d workloaddb.WorkloadDetail
 	if err := c.client().Do("GET", workloadURL(path, ns, name), nil, &d); err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func (c *cli) cordon(verb string, args []string) error {
 	if len(pos) != 2 || pos[0] != "device" {
 		return fmt.Errorf("usage: podhub %s device ID", verb)
 	}
-	req := hub.CordonRequest{Unschedulable: verb == "cordon"}
+	req := api.CordonRequest{Unschedulable: verb == "cordon"}
 	if err := c.client().Do("PUT", "/v1/devices/"+url.PathEscape(pos[1])+"/cordon", req, nil); err != nil {
 		return err
 	}
@@ -244,7 +245,7 @@ func (c *cli) taint(args []string) error {
 	if len(pos) < 3 || pos[0] != "device" {
 		return errors.New("usage: podhub taint device ID k=v:EFFECT|k:EFFECT-|k- [...]")
 	}
-	var reqs []hub.TaintRequest
+	var reqs []api.TaintRequest
 	for _, spec := range pos[2:] {
 		req, err := parseTaint(spec)
 		if err != nil {
@@ -263,7 +264,7 @@ func (c *cli) taint(args []string) error {
 
 // taintVerb is what kubectl taint says it did: tainted, untainted, or
 // modified when it did both.
-func taintVerb(reqs []hub.TaintRequest) string {
+func taintVerb(reqs []api.TaintRequest) string {
 	removes := 0
 	for _, r := range reqs {
 		if r.Remove {
@@ -279,8 +280,8 @@ func taintVerb(reqs []hub.TaintRequest) string {
 	return "modified"
 }
 
-func parseTaint(spec string) (hub.TaintRequest, error) {
-	var req hub.TaintRequest
+func parseTaint(spec string) (api.TaintRequest, error) {
+	var req api.TaintRequest
 	spec, req.Remove = strings.CutSuffix(spec, "-")
 	kv, effect, hasEffect := strings.Cut(spec, ":")
 	if !hasEffect && !req.Remove {

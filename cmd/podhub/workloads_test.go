@@ -3,9 +3,8 @@ package main
 import (
 	"testing"
 
+	"github.com/podvisor/podvisor/sync/hub/api"
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/podvisor/podvisor/sync/hub"
 )
 
 func TestParseTaintAsKubectl(t *testing.T) {
@@ -41,8 +40,8 @@ func TestDeleteAndTaintSayWhatKubectlSays(t *testing.T) {
 			t.Errorf("%s: %q, want %q", path, got, want)
 		}
 	}
-	parse := func(specs ...string) []hub.TaintRequest {
-		var out []hub.TaintRequest
+	parse := func(specs ...string) []api.TaintRequest {
+		var out []api.TaintRequest
 		for _, s := range specs {
 			r, err := parseTaint(s)
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 )
 
@@ -22,7 +22,7 @@ func (r *schedRig) applyErr(yaml string) error {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return r.fleet.ApplyObjects(objs, r.now)
+	return r.hub.Workloads().ApplyObjects(objs, r.now)
 }
 
 const barePod = "apiVersion: v1\nkind: Pod\nmetadata: {name: solo}\nspec:\n  containers: [{name: c, image: \"process:///bin/sleep\", args: [\"1000\"]}]\n"
@@ -61,14 +61,14 @@ func TestApplyRefusesAsTheAPIServer(t *testing.T) {
 			}
 		})
 	}
-	w, err := r.fleet.LoadWorkloads()
+	w, err := r.hub.Workloads().LoadWorkloads()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(w.PriorityClasses) != 1 || w.PriorityClasses[0].Value != 1000 || w.PriorityClasses[0].GlobalDefault {
 		t.Errorf("classes changed by refused files: %+v", w.PriorityClasses)
 	}
-	if pods, _ := r.fleet.HubPods(); len(pods) != 0 {
+	if pods, _ := r.hub.Workloads().HubPods(); len(pods) != 0 {
 		t.Errorf("%d pods stored by refused files", len(pods))
 	}
 	// What the class gives may be said again; the default may move once
@@ -112,7 +112,7 @@ status:
 	deployment := strings.Replace(fleetYAML, "metadata: {name: bridge}",
 		"metadata: {name: bridge, generation: 7, deletionTimestamp: \"2020-01-02T00:00:00Z\"}", 1)
 	r.apply(deployment)
-	pods, err := r.fleet.HubPods()
+	pods, err := r.hub.Workloads().HubPods()
 	if err != nil || len(pods) != 1 {
 		t.Fatalf("pods %v, %v", pods, err)
 	}
@@ -124,7 +124,7 @@ status:
 	}
 	generation := func() (int64, string) {
 		t.Helper()
-		w, err := r.fleet.LoadWorkloads()
+		w, err := r.hub.Workloads().LoadWorkloads()
 		if err != nil || len(w.Deployments) != 1 {
 			t.Fatalf("%+v %v", w, err)
 		}
@@ -174,7 +174,7 @@ func TestForgottenObjectsTakeTheirEvents(t *testing.T) {
 	r.pass()
 	events := func(kind, ns, name string) int {
 		t.Helper()
-		evs, err := r.fleet.ObjectEvents(kind, ns, name)
+		evs, err := r.hub.Workloads().ObjectEvents(kind, ns, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,10 +183,10 @@ func TestForgottenObjectsTakeTheirEvents(t *testing.T) {
 	if events("Pod", "default", "solo") == 0 || events("DaemonSet", "default", "agent") == 0 {
 		t.Fatal("no FailedScheduling event for the pending pod, or SuccessfulCreate for the DaemonSet")
 	}
-	if err := r.fleet.DeleteHubPod("default", "solo", r.now); err != nil {
+	if err := r.hub.Workloads().DeleteHubPod("default", "solo", r.now); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.fleet.DeleteWorkload(hub.KindDaemonSet, "default", "agent"); err != nil {
+	if err := r.hub.Workloads().DeleteWorkload(workloaddb.KindDaemonSet, "default", "agent"); err != nil {
 		t.Fatal(err)
 	}
 	if n, m := events("Pod", "default", "solo"), events("DaemonSet", "default", "agent"); n != 0 || m != 0 {
@@ -194,7 +194,7 @@ func TestForgottenObjectsTakeTheirEvents(t *testing.T) {
 	}
 	// Pods a pass deletes before they were placed (the Deployment's,
 	// pending for want of a zone label, scaled to 0) take theirs too.
-	pods, _ := r.fleet.HubPods()
+	pods, _ := r.hub.Workloads().HubPods()
 	var pending []string
 	for _, p := range pods {
 		if p.Labels["app"] == "bridge" {
@@ -219,15 +219,14 @@ func TestDescribeDeploymentBoundsEvents(t *testing.T) {
 	r := newSchedRig(t, map[string]string{"d1": "a"})
 	r.apply(strings.Replace(strings.Replace(fleetYAML, "replicas: 3", "replicas: 150", 1), "zone, whenUnsatisfiable", "mars, whenUnsatisfiable", 1))
 	r.pass()
-	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
-	srv := httptest.NewServer(api.Handler())
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/workloads/deployments/default/bridge")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var d hub.WorkloadDetail
+	var d workloaddb.WorkloadDetail
 	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("describe: %d %v", resp.StatusCode, err)
 	}
@@ -245,8 +244,7 @@ func TestDeploymentStatusDuringRollout(t *testing.T) {
 	r.pass()
 	r.apply(strings.Replace(rolling, `args: ["1000"]`, `args: ["2000"]`, 2))
 	r.pass()
-	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
-	srv := httptest.NewServer(api.Handler())
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/workloads/deployments")
 	if err != nil {
@@ -270,10 +268,10 @@ func TestBarePodPriorityFixedAtApply(t *testing.T) {
 	r.apply(fleetYAML + "---\n" + strings.Replace(barePod, "spec:\n", "spec:\n  priorityClassName: important\n", 1))
 	r.apply("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: low}\nvalue: 5\nglobalDefault: true\npreemptionPolicy: Never\n---\n" +
 		strings.Replace(barePod, "solo", "plain", 1))
-	if err := r.fleet.DeleteWorkload(hub.KindPriorityClass, "", "important"); err != nil {
+	if err := r.hub.Workloads().DeleteWorkload(workloaddb.KindPriorityClass, "", "important"); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := r.fleet.HubPods()
+	pods, err := r.hub.Workloads().HubPods()
 	if err != nil {
 		t.Fatal(err)
 	}

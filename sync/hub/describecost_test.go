@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 )
 
 // bridgesYAML is two Deployments whose names share a prefix, with more
@@ -39,7 +39,7 @@ func TestDescribeDeploymentCostIsBounded(t *testing.T) {
 		r := newSchedRig(t, map[string]string{"d1": "a"})
 		r.apply(bridgesYAML(replicas))
 		r.pass()
-		d, err := hub.WorkloadDetailOf(r.fleet, hub.KindDeployment, "default", "bridge")
+		d, err := r.hub.Workloads().WorkloadDetail(workloaddb.KindDeployment, "default", "bridge")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestDescribeDeploymentCostIsBounded(t *testing.T) {
 			}
 		}
 		allocs[replicas] = testing.AllocsPerRun(5, func() {
-			hub.WorkloadDetailOf(r.fleet, hub.KindDeployment, "default", "bridge")
+			r.hub.Workloads().WorkloadDetail(workloaddb.KindDeployment, "default", "bridge")
 		})
 	}
 	t.Logf("allocations per describe: %.0f for 100 replicas, %.0f for 400", allocs[100], allocs[400])

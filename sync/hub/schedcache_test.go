@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -49,7 +49,7 @@ func TestSchedulePassCacheFollowsTheDatabase(t *testing.T) {
 	// The document stored without its scheduled pod (as an old backup
 	// restored would): the pass puts it back.
 	d, _ := r.fleet.Desired("d2")
-	if err := r.fleet.SaveDesired(hub.DesiredDoc{Device: "d2", Generation: d.Generation + 1, Pods: []json.RawMessage{}, Document: []byte("{}")}); err != nil {
+	if err := r.fleet.SaveDesired(fleetdb.DesiredDoc{Device: "d2", Generation: d.Generation + 1, Pods: []json.RawMessage{}, Document: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	r.pass()

@@ -19,6 +19,10 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/test/workloadfile"
@@ -42,7 +46,7 @@ containers:
 // connected to a broker: passes are run by hand.
 type schedRig struct {
 	t     testing.TB
-	fleet *hub.Fleet
+	fleet *fleetdb.Fleet
 	hub   *hub.Hub
 	now   time.Time
 }
@@ -50,7 +54,7 @@ type schedRig struct {
 func newSchedRig(t testing.TB, devices map[string]string) *schedRig {
 	r := &schedRig{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var err error
-	if r.fleet, err = hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
+	if r.fleet, err = fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })
@@ -87,7 +91,7 @@ func (r *schedRig) apply(yaml string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := r.fleet.ApplyObjects(objs, r.now); err != nil {
+	if err := r.hub.Workloads().ApplyObjects(objs, r.now); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -105,7 +109,7 @@ func (r *schedRig) pass() time.Time {
 // terminating pods as app@device.
 func (r *schedRig) placed() (live map[string][]string, terminating []string) {
 	r.t.Helper()
-	pods, err := r.fleet.HubPods()
+	pods, err := r.hub.Workloads().HubPods()
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -260,7 +264,7 @@ func TestSchedulePassPlacesReplacesAndForgets(t *testing.T) {
 	if apps := r.desired(lost); len(apps) != 1 || apps[0] != "agent" {
 		t.Errorf("lost device %s desired %v, want only the agent", lost, apps)
 	}
-	pods, _ := r.fleet.HubPods()
+	pods, _ := r.hub.Workloads().HubPods()
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil && p.Status.Reason != "NodeLost" {
 			t.Errorf("terminating pod %s: reason %q, want NodeLost", p.Name, p.Status.Reason)
@@ -284,7 +288,7 @@ func TestSchedulePassPlacesReplacesAndForgets(t *testing.T) {
 	}
 
 	// Deleting the Deployment terminates its pods on their devices.
-	if err := r.fleet.DeleteWorkload(hub.KindDeployment, "default", "bridge"); err != nil {
+	if err := r.hub.Workloads().DeleteWorkload(workloaddb.KindDeployment, "default", "bridge"); err != nil {
 		t.Fatal(err)
 	}
 	r.pass()
@@ -319,7 +323,7 @@ spec:
 `)
 	r.pass()
 	r.pass() // a second identical pass counts the event, not another one
-	pods, _ := r.fleet.HubPods()
+	pods, _ := r.hub.Workloads().HubPods()
 	if len(pods) != 1 || pods[0].Spec.NodeName != "" {
 		t.Fatalf("pods %v, want one pending", pods)
 	}
@@ -329,7 +333,7 @@ spec:
 		!strings.Contains(c[0].Message, "unschedulable") {
 		t.Fatalf("PodScheduled %+v, want False naming the cordon and the taint", c)
 	}
-	evs, err := r.fleet.ObjectEvents("Pod", "default", "lonely")
+	evs, err := r.hub.Workloads().ObjectEvents("Pod", "default", "lonely")
 	if err != nil || len(evs) != 1 || evs[0].Reason != "FailedScheduling" || evs[0].Count != 2 {
 		t.Fatalf("events %+v (%v), want one FailedScheduling counted twice", evs, err)
 	}
@@ -339,13 +343,13 @@ spec:
 		t.Fatal(err)
 	}
 	r.pass()
-	pods, _ = r.fleet.HubPods()
+	pods, _ = r.hub.Workloads().HubPods()
 	if pods[0].Spec.NodeName != "d2" {
 		t.Fatalf("pod on %q after the untaint, want d2", pods[0].Spec.NodeName)
 	}
 	var raw struct{ Metadata metav1.ObjectMeta }
 	d, _ := r.fleet.Desired("d2")
-	if len(d.Pods) != 1 || json.Unmarshal(d.Pods[0], &raw) != nil || raw.Metadata.Annotations[hub.AnnotationScheduled] != "true" {
+	if len(d.Pods) != 1 || json.Unmarshal(d.Pods[0], &raw) != nil || raw.Metadata.Annotations[devicelink.AnnotationScheduled] != "true" {
 		t.Fatalf("d2 desired %s", d.Pods)
 	}
 }
@@ -355,11 +359,10 @@ spec:
 // matches no device leaves the pod Pending with the scheduler's reason.
 func TestApplyObjectsBadInput(t *testing.T) {
 	r := newSchedRig(t, map[string]string{"d1": "a"})
-	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
-	srv := httptest.NewServer(api.Handler())
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
 	defer srv.Close()
 	post := func(file, data string) (int, string) {
-		body, _ := json.Marshal(hub.ObjectsRequest{File: file, Data: []byte(data)})
+		body, _ := json.Marshal(api.ObjectsRequest{File: file, Data: []byte(data)})
 		resp, err := http.Post(srv.URL+"/v1/objects", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -396,11 +399,11 @@ func TestApplyObjectsBadInput(t *testing.T) {
 		t.Errorf("a third 99000-replica Deployment: %d %s", code, out)
 	}
 	for _, name := range []string{"b1", "b2"} {
-		r.fleet.DeleteWorkload(hub.KindDeployment, "default", name)
-		r.fleet.DeleteWorkload(hub.KindDaemonSet, "default", "agent-"+name)
-		r.fleet.DeleteWorkload(hub.KindPriorityClass, "", "important-"+name)
+		r.hub.Workloads().DeleteWorkload(workloaddb.KindDeployment, "default", name)
+		r.hub.Workloads().DeleteWorkload(workloaddb.KindDaemonSet, "default", "agent-"+name)
+		r.hub.Workloads().DeleteWorkload(workloaddb.KindPriorityClass, "", "important-"+name)
 	}
-	w, _ := r.fleet.LoadWorkloads()
+	w, _ := r.hub.Workloads().LoadWorkloads()
 	if len(w.Deployments) != 1 || *w.Deployments[0].Spec.Replicas != 3 || len(w.DaemonSets) != 1 {
 		t.Fatalf("stored workloads changed by refused files: %+v", w)
 	}
@@ -408,7 +411,7 @@ func TestApplyObjectsBadInput(t *testing.T) {
 nodeSelector: {zone: mars}
 containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]`))
 	r.pass()
-	pods, _ := r.fleet.HubPods()
+	pods, _ := r.hub.Workloads().HubPods()
 	found := false
 	for _, p := range pods {
 		if p.Labels["app"] != "nowhere" {
@@ -436,11 +439,10 @@ spec:
   containers: [{name: c, image: "process:///bin/sleep", args: ["1000"]}]
 `)
 	r.pass()
-	api := &hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: 30 * time.Second}
-	srv := httptest.NewServer(api.Handler())
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
 	defer srv.Close()
 	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"solo"},"spec":{"containers":[{"name":"c","image":"process:///bin/sleep"}]}}`)
-	body, _ := json.Marshal(hub.ApplyRequest{Device: "d1", Pods: []json.RawMessage{pod}})
+	body, _ := json.Marshal(api.ApplyRequest{Device: "d1", Pods: []json.RawMessage{pod}})
 	resp, err := http.Post(srv.URL+"/v1/apply", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

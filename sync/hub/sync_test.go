@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -83,8 +85,8 @@ func quiet() *slog.Logger {
 type rig struct {
 	t      *testing.T
 	addr   string
-	broker *hub.Broker
-	fleet  *hub.Fleet
+	broker *broker.Broker
+	fleet  *fleetdb.Fleet
 	hub    *hub.Hub
 	pub    ed25519.PublicKey
 	dir    string
@@ -93,13 +95,13 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, addr: freeAddr(t), dir: t.TempDir()}
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+	if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.broker.Close() })
 	var priv ed25519.PrivateKey
 	r.pub, priv, _ = ed25519.GenerateKey(nil)
-	if r.fleet, err = hub.OpenFleet(filepath.Join(r.dir, "fleet.db")); err != nil {
+	if r.fleet, err = fleetdb.Open(filepath.Join(r.dir, "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })
@@ -315,7 +317,7 @@ func TestStatusesThroughBrokerRestarts(t *testing.T) {
 			r.broker.Close()
 			time.Sleep(200 * time.Millisecond)
 			var err error
-			if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+			if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -397,7 +399,7 @@ func TestLongOfflineThenDrain(t *testing.T) {
 	if s.Rows > 1000 || s.Dropped == 0 {
 		t.Fatalf("offline outbox: %+v, want at most 1000 rows and dropped events", s)
 	}
-	if r.broker, err = hub.StartBroker(r.addr, quiet()); err != nil {
+	if r.broker, err = broker.Start(r.addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the outbox drained", func() bool { s, _ := st.Stats(); return s.Rows == 0 })

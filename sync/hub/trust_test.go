@@ -15,7 +15,8 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -147,7 +148,7 @@ func (r *rig) api(t *testing.T, method, path string, body any) (int, string) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	rec := httptest.NewRecorder()
-	(&hub.API{Hub: r.hub, Fleet: r.fleet, Timeout: time.Minute}).Handler().ServeHTTP(rec, httptest.NewRequest(method, path, bytes.NewReader(b)))
+	r.hub.API(time.Minute).Handler().ServeHTTP(rec, httptest.NewRequest(method, path, bytes.NewReader(b)))
 	return rec.Code, rec.Body.String()
 }
 
@@ -183,11 +184,11 @@ func TestLabelInjectionDoesNotSteerSelectors(t *testing.T) {
 		}
 		return false
 	})
-	code, out := r.api(t, "POST", "/v1/apply", hub.ApplyRequest{Selector: map[string]string{"site": "plant-1"}, Pods: []json.RawMessage{podJSON("secret")}})
+	code, out := r.api(t, "POST", "/v1/apply", api.ApplyRequest{Selector: map[string]string{"site": "plant-1"}, Pods: []json.RawMessage{podJSON("secret")}})
 	if code != 200 || !strings.Contains(out, `"gw-l"`) || strings.Contains(out, "gw-x") || strings.Contains(out, "ghost") {
 		t.Fatalf("apply --selector site=plant-1: %d %s, want gw-l alone", code, out)
 	}
-	if _, err := r.fleet.GetDevice("ghost", time.Now(), time.Minute); !errors.Is(err, hub.ErrNotFound) {
+	if _, err := r.fleet.GetDevice("ghost", time.Now(), time.Minute); !errors.Is(err, fleetdb.ErrNotFound) {
 		t.Fatalf("a heartbeat made device ghost: %v", err)
 	}
 	d, _ := r.fleet.GetDevice("gw-x", time.Now(), time.Minute)
@@ -195,7 +196,7 @@ func TestLabelInjectionDoesNotSteerSelectors(t *testing.T) {
 		t.Fatalf("gw-x labels %v", d.Labels)
 	}
 	// The operator may choose to select on a device's own label.
-	code, out = r.api(t, "POST", "/v1/apply", hub.ApplyRequest{Selector: map[string]string{protocol.DeviceLabelPrefix + "model": "gw100"}, Pods: []json.RawMessage{podJSON("fw")}})
+	code, out = r.api(t, "POST", "/v1/apply", api.ApplyRequest{Selector: map[string]string{protocol.DeviceLabelPrefix + "model": "gw100"}, Pods: []json.RawMessage{podJSON("fw")}})
 	if code != 200 || !strings.Contains(out, `"gw-l"`) || strings.Contains(out, "gw-x") {
 		t.Fatalf("apply --selector on the device label: %d %s", code, out)
 	}
@@ -362,7 +363,7 @@ func TestRefusedFloodBounded(t *testing.T) {
 // is refused; a new epoch is taken only from its start and replaces the
 // device's mirrors; events are kept within the retention bounds.
 func TestFleetCursorRulesAndRetention(t *testing.T) {
-	f, err := hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +381,7 @@ func TestFleetCursorRulesAndRetention(t *testing.T) {
 		}
 		return b
 	}
-	if _, _, _, err := f.ApplyStatus(batch("e1", 0, "web"), now); !errors.Is(err, hub.ErrUnknownDevice) {
+	if _, _, _, err := f.ApplyStatus(batch("e1", 0, "web"), now); !errors.Is(err, fleetdb.ErrUnknownDevice) {
 		t.Fatalf("a batch of an unknown device: %v", err)
 	}
 	f.AddDevice("gw-c")
@@ -403,7 +404,7 @@ func TestFleetCursorRulesAndRetention(t *testing.T) {
 		t.Fatalf("a new epoch replaces the mirrors: %+v", ms)
 	}
 
-	f.SetRetention(hub.Retention{Events: 5, MaxAge: time.Hour})
+	f.SetRetention(fleetdb.Retention{Events: 5, MaxAge: time.Hour})
 	for i := range 20 {
 		f.SaveRejection("gw-c", fmt.Sprint("old ", i), now.Add(-2*time.Hour))
 	}
@@ -420,14 +421,14 @@ func TestFleetCursorRulesAndRetention(t *testing.T) {
 	}
 	// Not for unknown devices: nothing stored, nothing made.
 	f.SaveRejection("ghost", "x", now)
-	if _, err := f.GetDevice("ghost", now, time.Minute); !errors.Is(err, hub.ErrNotFound) {
+	if _, err := f.GetDevice("ghost", now, time.Minute); !errors.Is(err, fleetdb.ErrNotFound) {
 		t.Fatalf("a rejection made a device: %v", err)
 	}
 }
 
 // Forged status items of made-up pods stop at the bound of mirrors per device.
 func TestMirrorsBounded(t *testing.T) {
-	f, err := hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestMirrorsBounded(t *testing.T) {
 	var p v1.Pod
 	json.Unmarshal(mirror("x", 1), &p)
 	after := int64(0)
-	limit := hub.DefaultRetention.Mirrors
+	limit := fleetdb.DefaultRetention.Mirrors
 	for after < int64(limit)+200 {
 		b := &protocol.StatusBatch{Device: "gw-m", Epoch: "e", After: after}
 		for range protocol.MaxBatch {

@@ -87,8 +87,7 @@ type Store struct {
 	// stmts are the outbox's hot queries, prepared on first use: the
 	// driver parses a query's text at every Exec, a third of the cost of
 	// numbering a batch.
-	stmtsMu sync.Mutex
-	stmts   map[string]*sql.Stmt
+	stmts *sqldb.Stmts
 
 	// adding serialises Add with what it knows of the outbox's size:
 	// at most size (rows, bytes), known once counted. Only Add grows the
@@ -113,7 +112,7 @@ func Open(path string, limits Limits) (*Store, error) {
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, dir: filepath.Dir(path), limits: limits}
+	s := &Store{db: db, stmts: sqldb.NewStmts(db), dir: filepath.Dir(path), limits: limits}
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
@@ -127,36 +126,14 @@ func Open(path string, limits Limits) (*Store, error) {
 
 // Close closes the database.
 func (s *Store) Close() error {
-	s.stmtsMu.Lock()
-	for _, st := range s.stmts {
-		st.Close()
-	}
-	s.stmts = nil
-	s.stmtsMu.Unlock()
+	s.stmts.Close()
 	return s.db.Close()
 }
 
 // prepare returns the queries prepared; it must be called before a
 // transaction takes the one connection (preparing would wait for it).
 func (s *Store) prepare(queries ...string) ([]*sql.Stmt, error) {
-	s.stmtsMu.Lock()
-	defer s.stmtsMu.Unlock()
-	if s.stmts == nil {
-		s.stmts = map[string]*sql.Stmt{}
-	}
-	out := make([]*sql.Stmt, len(queries))
-	for i, q := range queries {
-		st, ok := s.stmts[q]
-		if !ok {
-			var err error
-			if st, err = s.db.Prepare(q); err != nil {
-				return nil, err
-			}
-			s.stmts[q] = st
-		}
-		out[i] = st
-	}
-	return out, nil
+	return s.stmts.Prepare(queries...)
 }
 
 func (s *Store) migrate() error {

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor"
-	"github.com/podvisor/podvisor/sync/hub"
+	hubbroker "github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -237,7 +237,7 @@ func phase(p v1.PodPhase) func(protocol.StatusItem) bool {
 // runs the stored document's pods with no broker at all.
 func TestAttachedAgent(t *testing.T) {
 	addr := freeAddr(t)
-	broker, err := hub.StartBroker(addr, quiet())
+	broker, err := hubbroker.Start(addr, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestAttachedAgent(t *testing.T) {
 		s, err := st.Stats()
 		return err == nil && s.Rows == 1
 	})
-	if broker, err = hub.StartBroker(addr, quiet()); err != nil {
+	if broker, err = hubbroker.Start(addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	far = connectHub(t, addr, far)

@@ -23,6 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
 )
@@ -54,7 +57,7 @@ func hubBench(binDir string, devices int) error {
 	defer os.RemoveAll(dir)
 	fmt.Printf("\nhub sync\n")
 	embedded := freePort()
-	b, err := hub.StartBroker(embedded, silent)
+	b, err := broker.Start(embedded, silent)
 	if err != nil {
 		return err
 	}
@@ -106,7 +109,7 @@ func fleetOnlyBench(bin string, devices int) error {
 // statusThroughput sends n statuses of distinct pods (no coalescing) and
 // times until the hub has acknowledged every one.
 func statusThroughput(dir, addr string, n int) (rate float64, cpuPer time.Duration, err error) {
-	fleet, err := hub.OpenFleet(filepath.Join(dir, "fleet.db"))
+	fleet, err := fleetdb.Open(filepath.Join(dir, "fleet.db"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -114,7 +117,7 @@ func statusThroughput(dir, addr string, n int) (rate float64, cpuPer time.Durati
 	if err := fleet.AddDevice("bench-1"); err != nil {
 		return 0, 0, err
 	}
-	fleet.SetRetention(hub.Retention{Events: 1000, Mirrors: n}) // n distinct pods, all kept
+	fleet.SetRetention(fleetdb.Retention{Events: 1000, Mirrors: n}) // n distinct pods, all kept
 	_, priv, _ := ed25519.GenerateKey(nil)
 	h := hub.New(hub.Config{Broker: "mqtt://" + addr, Key: priv, ClientID: "podhub-bench"}, fleet, silent)
 	if err := h.Start(10 * time.Second); err != nil {
@@ -324,7 +327,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.Run(stop) }()
 	}
-	var ds []hub.Device
+	var ds []fleetdb.Device
 	var listErr error
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if listErr = client.Do("GET", "/v1/devices", nil, &ds); listErr == nil && countReady(ds) == devices {
@@ -381,8 +384,8 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	applyCPU0, _ := cpuTicks(ph.pid())
 	start := time.Now()
-	var applied []hub.Applied
-	if err := client.Do("POST", "/v1/apply", hub.ApplyRequest{Selector: map[string]string{"fleet": "bench"}, Pods: []json.RawMessage{pod}}, &applied); err != nil {
+	var applied []api.Applied
+	if err := client.Do("POST", "/v1/apply", api.ApplyRequest{Selector: map[string]string{"fleet": "bench"}, Pods: []json.RawMessage{pod}}, &applied); err != nil {
 		return err
 	}
 	applyDone := time.Since(start)
@@ -418,7 +421,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		}
 	}
 	for deadline := time.Now().Add(3 * time.Minute); len(unacked) > 0; {
-		var d hub.DeviceDetail
+		var d api.DeviceDetail
 		if err := client.Do("GET", "/v1/devices/"+unacked[0], nil, &d); err == nil && d.ObservedGeneration >= 1 {
 			unacked = unacked[1:]
 			continue
@@ -524,7 +527,7 @@ func lastLines(log string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func countReady(ds []hub.Device) int {
+func countReady(ds []fleetdb.Device) int {
 	n := 0
 	for _, d := range ds {
 		if d.Ready {

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
 )
 
 // podhubServe is a podhub serve the bench runs, its embedded broker on
@@ -16,7 +16,7 @@ import (
 type podhubServe struct {
 	cmd    *exec.Cmd
 	log    *bytes.Buffer
-	client *hub.Client
+	client *api.Client
 	data   string // its data directory
 	addr   string // its broker's host:port
 }
@@ -35,7 +35,7 @@ func startPodhub(podhub, dir string, extra ...string) (*podhubServe, error) {
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
 	}
-	s.client = hub.NewClient(filepath.Join(s.data, "podhub.sock"))
+	s.client = api.NewClient(filepath.Join(s.data, "podhub.sock"))
 	for i := 0; s.client.Do("GET", "/v1/devices", nil, nil) != nil; i++ {
 		if i > 200 {
 			s.stop()

@@ -18,7 +18,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
@@ -110,7 +111,7 @@ func schedBench(bin string, n int) error {
 		readers.Add(1)
 		go func() { defer readers.Done(); applied.read(out) }()
 	}
-	var ds []hub.Device
+	var ds []fleetdb.Device
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
 		err := client.Do("GET", "/v1/devices", nil, &ds)
 		if err == nil && countReady(ds) == n {
@@ -180,7 +181,7 @@ func schedID(i int) string { return fmt.Sprintf("sched-%05d", i) }
 
 // boundPods counts the workloads' pods the API shows bound (not
 // terminating), lists each device's, and counts the bridge pods by zone.
-func boundPods(client *hub.Client) (agents, bridges int, byDevice map[string][]string, zones map[string]int, err error) {
+func boundPods(client *api.Client) (agents, bridges int, byDevice map[string][]string, zones map[string]int, err error) {
 	var list v1.PodList
 	if err := client.Do("GET", "/v1/pods", nil, &list); err != nil {
 		return 0, 0, nil, nil, err
@@ -243,7 +244,7 @@ func (a *appliedPods) read(r io.Reader) {
 
 // ackedAll counts the devices that applied exactly the pods want gives
 // them and whose ack of that generation the hub stored.
-func (a *appliedPods) ackedAll(ds []hub.Device, want map[string][]string) int {
+func (a *appliedPods) ackedAll(ds []fleetdb.Device, want map[string][]string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0

@@ -16,14 +16,16 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // fleetRig is a hub with its embedded broker, run in the test process.
 type fleetRig struct {
 	addr    string
-	broker  *hub.Broker
-	fleet   *hub.Fleet
+	broker  *broker.Broker
+	fleet   *fleetdb.Fleet
 	hub     *hub.Hub
 	pubFile string
 }
@@ -32,14 +34,14 @@ func newFleetRig(t *testing.T) *fleetRig {
 	r := &fleetRig{addr: freeLoopback(t)}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, log); err != nil {
+	if r.broker, err = broker.Start(r.addr, log); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.broker.Close() })
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	r.pubFile = filepath.Join(t.TempDir(), "hub.pub")
 	os.WriteFile(r.pubFile, protocol.EncodePublicKey(pub), 0o644)
-	if r.fleet, err = hub.OpenFleet(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
+	if r.fleet, err = fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })
@@ -79,7 +81,7 @@ func (r *fleetRig) apply(t *testing.T, device string, manifests ...string) {
 // restartBroker starts the embedded broker again on the same address.
 func (r *fleetRig) restartBroker(t *testing.T) {
 	var err error
-	if r.broker, err = hub.StartBroker(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
+	if r.broker, err = broker.Start(r.addr, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))); err != nil {
 		t.Fatal(err)
 	}
 }

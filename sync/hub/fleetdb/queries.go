@@ -1,4 +1,4 @@
-package hub
+package fleetdb
 
 // The report paths' and desired documents' queries, prepared when the
 // fleet opens.
@@ -32,7 +32,7 @@ var (
 	qSwitchInstance = `UPDATE devices SET prev_instance = ?, instance = ?, instance_since = ?, duplicate_until = ? WHERE id = ?`
 )
 
-// preparedQueries are prepared at OpenFleet (with the only connection
+// preparedQueries are prepared at Open (with the only connection
 // free: a statement cannot be prepared outside a transaction that holds it).
 var preparedQueries = []string{qTouch, qCursor, qDropMirrors, qCountMirrors, qInsertEvent,
 	qDeleteMirror, qUpdateMirror, qInsertMirror, qUpsertCursor, qPublished, qObserved, qUpsertAck,

@@ -1,4 +1,9 @@
-package hub
+// Package fleetdb is the hub's fleet database (SQLite, fleet.db): its
+// schema migrations, and the tables of the devices and what they report
+// (devices, desired, acks, mirrors, events, cursors). The scheduler's
+// tables (workloads, hub_pods, sched_events) are workloaddb's, on the
+// same database. Every query of the hub is here or there.
+package fleetdb
 
 import (
 	"database/sql"
@@ -13,6 +18,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver
 
 	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -31,34 +37,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// The newest heartbeat's network summary (protocol.NetSummary).
 	`ALTER TABLE devices ADD COLUMN net BLOB;`,
 	// Scheduling (sync/hub/schedule): workloads, the hub's pods with their
-	// device, the scheduler's events, and each device's cordon and taints.
-	`CREATE TABLE workloads (
-		kind      TEXT NOT NULL,
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		object    BLOB NOT NULL,
-		PRIMARY KEY (kind, namespace, name)
-	);
-	CREATE TABLE hub_pods (
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		device    TEXT NOT NULL DEFAULT '',
-		pod       BLOB NOT NULL,
-		PRIMARY KEY (namespace, name)
-	);
-	CREATE TABLE sched_events (
-		kind      TEXT NOT NULL,
-		namespace TEXT NOT NULL,
-		name      TEXT NOT NULL,
-		type      TEXT NOT NULL,
-		reason    TEXT NOT NULL,
-		message   TEXT NOT NULL,
-		count     INTEGER NOT NULL,
-		first     INTEGER NOT NULL,
-		last      INTEGER NOT NULL
-	);
-	CREATE INDEX sched_events_by_object ON sched_events(kind, namespace, name);
-	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
+	// device, the scheduler's events (workloaddb's tables), and each
+	// device's cordon and taints.
+	workloaddb.Tables + `	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE devices ADD COLUMN taints BLOB NOT NULL DEFAULT '[]';`,
 }
 
@@ -111,8 +92,11 @@ CREATE TABLE IF NOT EXISTS cursors (
 // under an ID the fleet does not know are refused with ErrUnknownDevice,
 // so a forged heartbeat cannot put a ghost online.
 type Fleet struct {
-	db        *sql.DB
-	stmts     stmtCache
+	db *sql.DB
+	// stmts are the report paths' statements (a status batch, an ack, a
+	// heartbeat, a desired document), prepared at Open: compiling their
+	// text at every Exec was half the hub's cost of storing a batch.
+	stmts     *sqldb.Stmts
 	retention Retention
 	// counts are devices' mirror counts, kept by ApplyStatus (the
 	// mirrors' only writer) so a batch need not count them again.
@@ -137,8 +121,8 @@ var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour, Mirr
 // ErrUnknownDevice is a report from a device the fleet has no record of.
 var ErrUnknownDevice = errors.New("no such device in the fleet (devices are added by the operator: podhub apply, label or device add)")
 
-// OpenFleet opens or creates the fleet database.
-func OpenFleet(path string) (*Fleet, error) {
+// Open opens or creates the fleet database.
+func Open(path string) (*Fleet, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -164,8 +148,8 @@ func OpenFleet(path string) (*Fleet, error) {
 		db.Close()
 		return nil, fmt.Errorf("fleet database %s: %w", path, err)
 	}
-	f := &Fleet{db: db, stmts: stmtCache{db: db}, retention: DefaultRetention}
-	if err := f.stmts.prepare(preparedQueries); err != nil {
+	f := &Fleet{db: db, stmts: sqldb.NewStmts(db), retention: DefaultRetention}
+	if _, err := f.stmts.Prepare(preparedQueries...); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("fleet database %s: %w", path, err)
 	}
@@ -177,14 +161,18 @@ func (f *Fleet) SetRetention(r Retention) { f.retention = r }
 
 // Close closes the database.
 func (f *Fleet) Close() error {
-	f.stmts.close()
+	f.stmts.Close()
 	return f.db.Close()
 }
+
+// SQL is the database, for the owner of the scheduler's tables
+// (workloaddb), which shares the fleet's one connection.
+func (f *Fleet) SQL() *sql.DB { return f.db }
 
 // touch records that a known device was heard from; ErrUnknownDevice
 // for another.
 func (f *Fleet) touch(tx *sql.Tx, device string, at time.Time) error {
-	res, err := f.stmts.exec(tx, qTouch, at.UnixMilli(), device)
+	res, err := f.stmts.Exec(tx, qTouch, at.UnixMilli(), device)
 	if err != nil {
 		return err
 	}
@@ -206,7 +194,7 @@ type DesiredDoc struct {
 func (f *Fleet) Desired(device string) (DesiredDoc, error) {
 	d := DesiredDoc{Device: device}
 	var pods []byte
-	err := f.stmts.dbQueryRow(qDesired, []any{device}, &d.Generation, &pods, &d.Document)
+	err := f.stmts.DBQueryRow(qDesired, []any{device}, &d.Generation, &pods, &d.Document)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, nil
 	}
@@ -231,16 +219,16 @@ func (f *Fleet) SaveDesiredAll(docs []DesiredDoc) error {
 	for _, d := range docs {
 		pods, _ := json.Marshal(d.Pods)
 		var current int64
-		if err := f.stmts.queryRow(tx, qPublished, []any{d.Device}, &current); err != nil {
+		if err := f.stmts.QueryRow(tx, qPublished, []any{d.Device}, &current); err != nil {
 			return err
 		}
 		if current != d.Generation-1 {
 			return fmt.Errorf("device %s: generation %d is stored, cannot store %d", d.Device, current, d.Generation)
 		}
-		if _, err := f.stmts.exec(tx, qUpsertDesired, d.Device, d.Generation, pods, d.Document); err != nil {
+		if _, err := f.stmts.Exec(tx, qUpsertDesired, d.Device, d.Generation, pods, d.Document); err != nil {
 			return err
 		}
-		if _, err := f.stmts.exec(tx, qAddDevice, d.Device); err != nil {
+		if _, err := f.stmts.Exec(tx, qAddDevice, d.Device); err != nil {
 			return err
 		}
 	}

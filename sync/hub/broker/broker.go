@@ -1,4 +1,8 @@
-package hub
+// Package broker is podhub's embedded MQTT broker (mochi-mqtt): the ACL of
+// who publishes and reads which topics, the hooks that authenticate
+// clients and bound what each costs, the TLS handshake listener, and the
+// hub's own in-process client.
+package broker
 
 import (
 	"crypto/tls"
@@ -18,13 +22,13 @@ import (
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
-// BrokerConfig configures the embedded broker.
-type BrokerConfig struct {
+// Config configures the embedded broker.
+type Config struct {
 	// Address is host:port. Only a loopback address may go without TLS,
 	// and only in Open mode.
 	Address string
 	// TLS is the server's certificate and the CA that signs client
-	// certificates (see BrokerTLS). Required unless Open.
+	// certificates (see ServerTLS). Required unless Open.
 	TLS *tls.Config
 	// Revoked are the certificates refused (SetRevoked changes them).
 	Revoked pki.RevokedSet
@@ -32,12 +36,12 @@ type BrokerConfig struct {
 	// Open admits anonymous clients and applies no ACL: for tests and
 	// development on a loopback address only.
 	Open   bool
-	Limits BrokerLimits
+	Limits Limits
 	Log    *slog.Logger
 }
 
-// BrokerLimits bound what one client can cost the broker.
-type BrokerLimits struct {
+// Limits bound what one client can cost the broker.
+type Limits struct {
 	// MaxPacketBytes is the largest packet a client may send (it is
 	// refused before it is read).
 	MaxPacketBytes uint32
@@ -59,10 +63,10 @@ type BrokerLimits struct {
 	HandshakeTimeout time.Duration
 }
 
-// DefaultBrokerLimits suit a device's traffic: a status batch is at most
+// DefaultLimits suit a device's traffic: a status batch is at most
 // protocol.MaxMessageBytes, a few batches are in flight, and a reconnect
 // resends at most the outbox window.
-var DefaultBrokerLimits = BrokerLimits{
+var DefaultLimits = Limits{
 	MaxPacketBytes:    protocol.MaxMessageBytes + 8<<10,
 	MessagesPerSecond: 100, MessageBurst: 1000,
 	BytesPerSecond: 1 << 20, ByteBurst: 8 << 20,
@@ -81,19 +85,19 @@ type Broker struct {
 	err    error
 }
 
-// StartBroker starts an open broker on a loopback address: anonymous
+// Start starts an open broker on a loopback address: anonymous
 // clients, no ACL, and mochi's own generous limits (no packet size or
 // rate limit), like an external broker that trusts everyone — for tests
 // of what devices and the hub refuse by themselves, and development.
-// podhub serve uses NewBroker with TLS and client certificates.
-func StartBroker(addr string, log *slog.Logger) (*Broker, error) {
-	limits := BrokerLimits{ClientWritesPending: 8192, Inflight: 8192, ReceiveMaximum: 1024, MaxClients: math.MaxInt64,
-		HandshakeTimeout: DefaultBrokerLimits.HandshakeTimeout}
-	return NewBroker(BrokerConfig{Address: addr, Open: true, Limits: limits, Log: log})
+// podhub serve uses New with TLS and client certificates.
+func Start(addr string, log *slog.Logger) (*Broker, error) {
+	limits := Limits{ClientWritesPending: 8192, Inflight: 8192, ReceiveMaximum: 1024, MaxClients: math.MaxInt64,
+		HandshakeTimeout: DefaultLimits.HandshakeTimeout}
+	return New(Config{Address: addr, Open: true, Limits: limits, Log: log})
 }
 
-// NewBroker starts the embedded broker.
-func NewBroker(cfg BrokerConfig) (*Broker, error) {
+// New starts the embedded broker.
+func New(cfg Config) (*Broker, error) {
 	loopback, err := isLoopback(cfg.Address)
 	if err != nil {
 		return nil, err
@@ -104,25 +108,11 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	case !cfg.Open && cfg.TLS == nil:
 		return nil, fmt.Errorf("broker %s: TLS with client certificates is required (run podhub init for the certificates)", cfg.Address)
 	}
-	if cfg.Limits == (BrokerLimits{}) {
-		cfg.Limits = DefaultBrokerLimits
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
 	}
 	lim := cfg.Limits
-	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumPacketSize = lim.MaxPacketBytes
-	caps.MaximumClientWritesPending = lim.ClientWritesPending
-	caps.MaximumInflight = lim.Inflight
-	caps.ReceiveMaximum = lim.ReceiveMaximum
-	caps.MaximumClients = lim.MaxClients
-	// Retained desired documents must not expire (mochi's default drops
-	// every message after a day); queues are bounded by count instead.
-	caps.MaximumMessageExpiryInterval = 0
-	// A device that went away leaves its session for an hour at most.
-	caps.MaximumSessionExpiryInterval = 3600
-	caps.TopicAliasMaximum = 0
-	caps.SharedSubAvailable = 0
-	caps.MaximumQos = 1
-	caps.Compatibilities.ObscureNotAuthorized = true
+	caps := capabilities(lim)
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
@@ -130,7 +120,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	mochiLog := slog.New(levelFilter{log.Handler(), slog.LevelError}).With("component", "broker")
 	s := mochi.New(&mochi.Options{Logger: mochiLog, InlineClient: true, Capabilities: caps,
 		ClientNetReadBufferSize: 1024, ClientNetWriteBufferSize: 1024, SysTopicResendInterval: math.MaxInt32})
-	hook := newBrokerHook(BrokerACL{Topics: protocol.Topics{Prefix: cfg.Prefix}}, cfg.Open, lim, log.With("component", "broker"))
+	hook := newBrokerHook(ACL{Topics: protocol.Topics{Prefix: cfg.Prefix}}, cfg.Open, lim, log.With("component", "broker"))
 	if cfg.Revoked != nil {
 		hook.revoked.Store(&cfg.Revoked)
 	}
@@ -143,15 +133,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 	}
 	var nl net.Listener = deadlineListener{Listener: l, timeout: lim.HandshakeTimeout}
 	if cfg.TLS != nil {
-		t := cfg.TLS.Clone()
-		t.ClientAuth = tls.RequireAndVerifyClientCert
-		t.VerifyConnection = func(st tls.ConnectionState) error {
-			if len(st.PeerCertificates) > 0 && hook.revoked.Load().Has(st.PeerCertificates[0].SerialNumber) {
-				return fmt.Errorf("certificate %x (%s) is revoked", st.PeerCertificates[0].SerialNumber, st.PeerCertificates[0].Subject.CommonName)
-			}
-			return nil
-		}
-		nl = newHandshakeListener(nl, t, lim.HandshakeTimeout, log.With("component", "broker"))
+		nl = newHandshakeListener(nl, clientCertTLS(cfg.TLS, hook), lim.HandshakeTimeout, log.With("component", "broker"))
 	}
 	if err := s.AddListener(listeners.NewNet("mqtt", nl)); err != nil {
 		l.Close()
@@ -201,6 +183,40 @@ func (b *Broker) Close() error {
 	return b.err
 }
 
+// capabilities are the broker's MQTT capabilities under lim.
+func capabilities(lim Limits) *mochi.Capabilities {
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = lim.MaxPacketBytes
+	caps.MaximumClientWritesPending = lim.ClientWritesPending
+	caps.MaximumInflight = lim.Inflight
+	caps.ReceiveMaximum = lim.ReceiveMaximum
+	caps.MaximumClients = lim.MaxClients
+	// Retained desired documents must not expire (mochi's default drops
+	// every message after a day); queues are bounded by count instead.
+	caps.MaximumMessageExpiryInterval = 0
+	// A device that went away leaves its session for an hour at most.
+	caps.MaximumSessionExpiryInterval = 3600
+	caps.TopicAliasMaximum = 0
+	caps.SharedSubAvailable = 0
+	caps.MaximumQos = 1
+	caps.Compatibilities.ObscureNotAuthorized = true
+	return caps
+}
+
+// clientCertTLS is the server's TLS: a client certificate is required,
+// and refused once revoked (the hook holds the revocation list).
+func clientCertTLS(server *tls.Config, hook *brokerHook) *tls.Config {
+	t := server.Clone()
+	t.ClientAuth = tls.RequireAndVerifyClientCert
+	t.VerifyConnection = func(st tls.ConnectionState) error {
+		if len(st.PeerCertificates) > 0 && hook.revoked.Load().Has(st.PeerCertificates[0].SerialNumber) {
+			return fmt.Errorf("certificate %x (%s) is revoked", st.PeerCertificates[0].SerialNumber, st.PeerCertificates[0].Subject.CommonName)
+		}
+		return nil
+	}
+	return t
+}
+
 // isLoopback reports whether a listen address binds loopback only.
 func isLoopback(addr string) (bool, error) {
 	host, _, err := net.SplitHostPort(addr)
@@ -232,9 +248,9 @@ func (l deadlineListener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// BrokerTLS is the embedded broker's TLS: its certificate and key, and
+// ServerTLS is the embedded broker's TLS: its certificate and key, and
 // the CA whose client certificates it accepts.
-func BrokerTLS(certFile, keyFile string, ca *pki.CA) (*tls.Config, error) {
+func ServerTLS(certFile, keyFile string, ca *pki.CA) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("broker certificate: %w", err)

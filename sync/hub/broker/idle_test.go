@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"bufio"
@@ -34,12 +34,12 @@ func TestBrokerIdleClientStacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverTLS, err := BrokerTLS(filepath.Join(dir, pki.BrokerCert), filepath.Join(dir, pki.BrokerKey), ca)
+	serverTLS, err := ServerTLS(filepath.Join(dir, pki.BrokerCert), filepath.Join(dir, pki.BrokerKey), ca)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := freeLoopbackPort(t)
-	b, err := NewBroker(BrokerConfig{Address: addr, TLS: serverTLS})
+	b, err := New(Config{Address: addr, TLS: serverTLS})
 	if err != nil {
 		t.Fatal(err)
 	}

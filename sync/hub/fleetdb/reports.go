@@ -1,4 +1,4 @@
-package hub
+package fleetdb
 
 import (
 	"database/sql"
@@ -48,7 +48,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		return 0, 0, false, err
 	}
 	var epoch string
-	err = f.stmts.queryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
+	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return 0, 0, false, err
@@ -56,7 +56,7 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 		if b.After != 0 {
 			return 0, 0, true, nil
 		}
-		if _, err := f.stmts.exec(tx, qDropMirrors, b.Device); err != nil {
+		if _, err := f.stmts.Exec(tx, qDropMirrors, b.Device); err != nil {
 			return 0, 0, false, err
 		}
 		f.forgetMirrorCount(b.Device) // none now: counted below
@@ -64,49 +64,20 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	case b.After > cursor:
 		return cursor, 0, true, nil // a batch is missing before this one
 	}
-	events := 0
 	// The device's mirrors, for the bound on made-up pods: counted once,
 	// then kept by this, their only writer, as each batch commits (read
 	// while this transaction holds the fleet's one connection).
 	mirrors, counted := f.mirrorCount(b.Device)
 	if !counted {
-		if err := f.stmts.queryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
+		if err := f.stmts.QueryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
 			return 0, 0, false, err
 		}
 	}
-	// insertFirst guesses whether the next pod is new here (a new epoch
-	// reports every pod again) or already mirrored (a status change).
-	insertFirst := mirrors == 0
-	for _, it := range b.Items {
-		if it.Seq <= cursor {
-			continue
-		}
-		cursor = it.Seq
-		applied++
-		switch {
-		case it.Event != nil:
-			ev, _ := json.Marshal(it.Event)
-			_, err = f.stmts.exec(tx, qInsertEvent, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
-			events++
-		case it.Pod == nil:
-			var res sql.Result
-			if res, err = f.stmts.exec(tx, qDeleteMirror, b.Device, it.Key); err == nil {
-				n, _ := res.RowsAffected()
-				mirrors -= int(n)
-			}
-		default:
-			pod, _ := json.Marshal(it.Pod)
-			var added bool
-			added, insertFirst, err = f.storeMirror(tx, b.Device, it.Key, it.Seq, pod, mirrors, insertFirst)
-			if added {
-				mirrors++
-			}
-		}
-		if err != nil {
-			return 0, 0, false, err
-		}
+	var events int
+	if cursor, applied, events, mirrors, err = f.storeItems(tx, b, cursor, mirrors, at); err != nil {
+		return 0, 0, false, err
 	}
-	if _, err := f.stmts.exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
+	if _, err := f.stmts.Exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
 		return 0, 0, false, err
 	}
 	if events > 0 {
@@ -123,6 +94,46 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	return cursor, applied, false, nil
 }
 
+// storeItems stores a batch's items past the cursor: events, removed
+// pods and pods' statuses, within the device's bound on mirrors. It
+// returns the new cursor, how many items were new, how many of them were
+// events, and the device's mirrors after.
+func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, err error) {
+	// insertFirst guesses whether the next pod is new here (a new epoch
+	// reports every pod again) or already mirrored (a status change).
+	insertFirst := mirrors == 0
+	for _, it := range b.Items {
+		if it.Seq <= cursor {
+			continue
+		}
+		cursor = it.Seq
+		applied++
+		switch {
+		case it.Event != nil:
+			ev, _ := json.Marshal(it.Event)
+			_, err = f.stmts.Exec(tx, qInsertEvent, b.Device, it.Seq, it.Key, ev, at.UnixMilli())
+			events++
+		case it.Pod == nil:
+			var res sql.Result
+			if res, err = f.stmts.Exec(tx, qDeleteMirror, b.Device, it.Key); err == nil {
+				n, _ := res.RowsAffected()
+				mirrors -= int(n)
+			}
+		default:
+			pod, _ := json.Marshal(it.Pod)
+			var added bool
+			added, insertFirst, err = f.storeMirror(tx, b.Device, it.Key, it.Seq, pod, mirrors, insertFirst)
+			if added {
+				mirrors++
+			}
+		}
+		if err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	return cursor, applied, events, mirrors, nil
+}
+
 // storeMirror stores a pod's status unless the hub has a newer one (a
 // higher seq), in one statement when insertFirst guesses right: an
 // UPDATE of a known pod, or an INSERT of a new one, which the bound on
@@ -134,7 +145,7 @@ func (f *Fleet) storeMirror(tx *sql.Tx, device, key string, seq int64, pod []byt
 		if !room {
 			return false, nil // more pods than any device runs: made up
 		}
-		res, err := f.stmts.exec(tx, qInsertMirror, device, key, seq, pod)
+		res, err := f.stmts.Exec(tx, qInsertMirror, device, key, seq, pod)
 		if err != nil {
 			return false, err
 		}
@@ -142,7 +153,7 @@ func (f *Fleet) storeMirror(tx *sql.Tx, device, key string, seq int64, pod []byt
 		return n == 1, nil
 	}
 	update := func() (bool, error) {
-		res, err := f.stmts.exec(tx, qUpdateMirror, seq, pod, device, key, seq)
+		res, err := f.stmts.Exec(tx, qUpdateMirror, seq, pod, device, key, seq)
 		if err != nil {
 			return false, err
 		}
@@ -218,7 +229,7 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 		return false, err
 	}
 	var published int64
-	if err := f.stmts.queryRow(tx, qPublished, []any{a.Device}, &published); err != nil {
+	if err := f.stmts.QueryRow(tx, qPublished, []any{a.Device}, &published); err != nil {
 		return false, err
 	}
 	if a.Generation > published || a.ObservedGeneration > published || a.ObservedGeneration < 0 {
@@ -226,12 +237,12 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 			a.Generation, a.ObservedGeneration, ErrNotPublished, published)
 	}
 	var before int64
-	err = f.stmts.queryRow(tx, qObserved, []any{a.Device}, &before)
+	err = f.stmts.QueryRow(tx, qObserved, []any{a.Device}, &before)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
 	regressed = err == nil && a.ObservedGeneration < before && a.ObservedGeneration < published
-	if _, err := f.stmts.exec(tx, qUpsertAck, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
+	if _, err := f.stmts.Exec(tx, qUpsertAck, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
 		return false, err
 	}
 	return regressed, tx.Commit()
@@ -259,7 +270,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 	if duplicate, err = f.seeInstance(tx, device, p.Instance, at); err != nil {
 		return false, err
 	}
-	if _, err := f.stmts.exec(tx, qOnline, p.Online, device); err != nil {
+	if _, err := f.stmts.Exec(tx, qOnline, p.Online, device); err != nil {
 		return false, err
 	}
 	return duplicate, tx.Commit()
@@ -296,12 +307,12 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 		return dropped, false, err
 	}
 	var prevNode []byte
-	if err := f.stmts.queryRow(tx, qNode, []any{h.Device}, &prevNode); err != nil {
+	if err := f.stmts.QueryRow(tx, qNode, []any{h.Device}, &prevNode); err != nil {
 		return dropped, false, err
 	}
 	stampConditions(&h.Node, prevNode, at)
 	node, _ := json.Marshal(h.Node)
-	if _, err := f.stmts.exec(tx, qSaveNode,
+	if _, err := f.stmts.Exec(tx, qSaveNode,
 		h.Version, node, labels, net, h.Device); err != nil {
 		return dropped, false, err
 	}
@@ -343,7 +354,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	}
 	var cur, prev string
 	var since, dupUntil int64
-	if err := f.stmts.queryRow(tx, qInstance, []any{device}, &cur, &prev, &since, &dupUntil); err != nil {
+	if err := f.stmts.QueryRow(tx, qInstance, []any{device}, &cur, &prev, &since, &dupUntil); err != nil {
 		return false, err
 	}
 	now := at.UnixMilli()
@@ -351,7 +362,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 	case cur == instance:
 		return false, nil
 	case cur == "":
-		_, err = f.stmts.exec(tx, qFirstInstance, instance, now, device)
+		_, err = f.stmts.Exec(tx, qFirstInstance, instance, now, device)
 		return false, err
 	}
 	alternating := instance == prev && now-since < DuplicateWindow.Milliseconds()
@@ -359,7 +370,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 		duplicate = dupUntil < now
 		dupUntil = now + DuplicateWindow.Milliseconds()
 	}
-	if _, err := f.stmts.exec(tx, qSwitchInstance,
+	if _, err := f.stmts.Exec(tx, qSwitchInstance,
 		cur, instance, now, dupUntil, device); err != nil {
 		return false, err
 	}

@@ -1,4 +1,4 @@
-package hub
+package workloaddb
 
 import (
 	"database/sql"

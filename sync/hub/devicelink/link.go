@@ -1,8 +1,9 @@
-// Package hub is the fleet side of sync: it publishes each device's
-// signed desired document (retained), and stores what devices send back
-// (acks, mirror pod statuses exactly once in effect, events, heartbeats,
-// presence) in its SQLite fleet database.
-package hub
+// Package devicelink is the hub's MQTT link to its devices: it publishes
+// each device's signed desired document (retained), and stores what
+// devices send back (acks, mirror pod statuses exactly once in effect,
+// events, heartbeats, presence) in the fleet database, refusing what a
+// device could not have sent.
+package devicelink
 
 import (
 	"crypto/ed25519"
@@ -13,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,11 +23,12 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/throttle"
 )
 
-// Config is how the hub reaches the broker and signs.
+// Config is how the link reaches the broker and signs.
 type Config struct {
 	Broker   string // mqtt://host:port or mqtts://host:port
 	ClientID string // default "podhub"
@@ -37,20 +41,23 @@ type Config struct {
 	// podhub serve passes its embedded broker's HubClient.
 	Connect func(*mqtt.ClientOptions) mqtt.Client
 	// DeviceTimeout is how long a device may be silent and still be
-	// Ready (default DefaultDeviceTimeout); the scheduler taints it
-	// unreachable after.
+	// Ready (default fleetdb.DefaultDeviceTimeout); the scheduler taints
+	// it unreachable after.
 	DeviceTimeout time.Duration
 	// Now is the clock (default time.Now); tests pass a fake one.
 	Now func() time.Time
+	// Changed is called after a report that may change what the
+	// scheduler reads (the scheduler's Reschedule); default none.
+	Changed func()
 }
 
-// Hub serves the fleet over MQTT. Its messages are handled one at a time
+// Link serves the fleet over MQTT. Its messages are handled one at a time
 // in arrival order (paho's OrderMatters), so a device's batches are
 // stored in the order it sent them.
-type Hub struct {
+type Link struct {
 	cfg    Config
 	topics protocol.Topics
-	fleet  *Fleet
+	fleet  *fleetdb.Fleet
 	log    *slog.Logger
 	client mqtt.Client
 	now    func() time.Time
@@ -58,10 +65,6 @@ type Hub struct {
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
 	done    chan struct{}
-	// kick asks the scheduling loop for a pass; started is when this hub
-	// started (a device never heard from is unreachable since then).
-	kick    chan struct{}
-	started time.Time
 	// updating serialises desired-document updates (API, acks and the
 	// scheduler each make the next generation) and a reconnect's
 	// republishing of every document, so no older one is published last.
@@ -69,24 +72,24 @@ type Hub struct {
 	// seen is each device's heartbeat as the scheduler reads it, so that
 	// only a heartbeat that changes it asks for a pass.
 	seen sync.Map
-	// sched is what one scheduling pass keeps for the next.
-	sched schedCache
 }
 
-// New makes a hub; Start connects it.
-func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
+// New makes a link; Connect connects it.
+func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "podhub"
 	}
 	if cfg.DeviceTimeout <= 0 {
-		cfg.DeviceTimeout = DefaultDeviceTimeout
+		cfg.DeviceTimeout = fleetdb.DefaultDeviceTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Hub{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: cfg.Now,
-		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{}),
-		kick: make(chan struct{}, 1), started: cfg.Now()}
+	if cfg.Changed == nil {
+		cfg.Changed = func() {}
+	}
+	h := &Link{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: cfg.Now,
+		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{})}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
@@ -106,16 +109,10 @@ func New(cfg Config, fleet *Fleet, log *slog.Logger) *Hub {
 	return h
 }
 
-// Start connects to the broker, waiting at most wait for the first
+// Connect connects to the broker, waiting at most wait for the first
 // connection (it keeps trying in the background).
-func (h *Hub) Start(wait time.Duration) error {
-	if err := h.fleet.ForgetPresence(); err != nil {
-		return err
-	}
+func (h *Link) Connect(wait time.Duration) error {
 	go h.summarise()
-	h.started = h.now()
-	go h.scheduleLoop()
-	h.Reschedule()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
 		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
@@ -125,7 +122,7 @@ func (h *Hub) Start(wait time.Duration) error {
 }
 
 // Close disconnects.
-func (h *Hub) Close() {
+func (h *Link) Close() {
 	h.client.Disconnect(500)
 	select {
 	case <-h.done:
@@ -136,7 +133,7 @@ func (h *Hub) Close() {
 
 // summarise logs, once a minute, how many refused messages were only
 // counted.
-func (h *Hub) summarise() {
+func (h *Link) summarise() {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -154,7 +151,7 @@ func (h *Hub) summarise() {
 // onConnect subscribes to every device's reports and publishes every
 // desired document again (a broker that lost its retained messages gets
 // them back; devices ignore a generation they have).
-func (h *Hub) onConnect(c mqtt.Client) {
+func (h *Link) onConnect(c mqtt.Client) {
 	for kind, handler := range map[string]mqtt.MessageHandler{
 		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
 			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
@@ -164,7 +161,7 @@ func (h *Hub) onConnect(c mqtt.Client) {
 			func(dev string, p *protocol.Presence) error {
 				dup, err := h.fleet.SavePresence(dev, p, h.now())
 				h.duplicate(dev, dup)
-				h.Reschedule()
+				h.cfg.Changed()
 				return err
 			}),
 	} {
@@ -193,7 +190,7 @@ func (h *Hub) onConnect(c mqtt.Client) {
 }
 
 // device parses a report's topic, logging what is wrong with it.
-func (h *Hub) device(m mqtt.Message) (string, bool) {
+func (h *Link) device(m mqtt.Message) (string, bool) {
 	dev, _, err := h.topics.Parse(m.Topic())
 	if err != nil {
 		h.log.Warn("ignored a message", "err", err)
@@ -206,7 +203,7 @@ func (h *Hub) device(m mqtt.Message) (string, bool) {
 // logged and recorded as the device's events (a device the fleet knows),
 // so `podhub describe device` shows them; the rest are summed up in one
 // line and one event, so a flood costs neither the log nor fleet.db.
-func (h *Hub) reject(dev string, m mqtt.Message, err error) {
+func (h *Link) reject(dev string, m mqtt.Message, err error) {
 	log, suppressed := h.refused.Note()
 	if suppressed > 0 {
 		h.log.Warn("refused more messages", "count", suppressed, "total", h.refused.Total())
@@ -222,7 +219,7 @@ func (h *Hub) reject(dev string, m mqtt.Message, err error) {
 // refusal says whether a save failed on what the message claims (to be
 // refused and counted) rather than on the database.
 func refusal(err error) bool {
-	return errors.Is(err, ErrUnknownDevice) || errors.Is(err, ErrNotPublished) || errors.Is(err, errLabelsDropped)
+	return errors.Is(err, fleetdb.ErrUnknownDevice) || errors.Is(err, fleetdb.ErrNotPublished) || errors.Is(err, errLabelsDropped)
 }
 
 var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix + " dropped: a device sets only its own labels")
@@ -231,15 +228,15 @@ var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix
 // older generation (its state was reset, or an old document replayed).
 // It happens once per regression: a forged ack cannot make the hub sign
 // again until the device has acknowledged something newer.
-func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
+func (h *Link) saveAck(dev string, a *protocol.Ack) error {
 	regressed, err := h.fleet.SaveAck(a, h.now())
 	if err == nil {
-		h.Reschedule() // a terminating pod may be confirmed stopped
+		h.cfg.Changed() // a terminating pod may be confirmed stopped
 	}
 	if err != nil || !regressed {
 		return err
 	}
-	gen, err := h.update(dev, func(current []json.RawMessage) []json.RawMessage { return current })
+	gen, err := h.Update(dev, func(current []json.RawMessage) []json.RawMessage { return current })
 	if err != nil {
 		return fmt.Errorf("resyncing: %w", err)
 	}
@@ -252,14 +249,14 @@ func (h *Hub) saveAck(dev string, a *protocol.Ack) error {
 // receipt, so a device that hears nothing back knows its connection no
 // longer delivers; labels a device may not set are dropped, and that
 // refusal counted.
-func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
+func (h *Link) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
 	h.duplicate(dev, dup)
 	if err == nil {
 		// Only a heartbeat that changes what the scheduler reads asks for
 		// a pass (a stale device is found by the scheduler's timer).
 		if fp := schedFingerprint(hb); h.seenChanged(dev, fp) {
-			h.Reschedule()
+			h.cfg.Changed()
 		}
 		epoch, seq, cerr := h.fleet.Cursor(dev)
 		if cerr != nil {
@@ -273,11 +270,30 @@ func (h *Hub) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	return err
 }
 
+// schedFingerprint is what the scheduler reads of a heartbeat: labels,
+// allocatable, conditions' statuses, architecture and OS. (A device
+// going silent or offline asks by itself: presence and the stale timer.)
+func schedFingerprint(hb *protocol.Heartbeat) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(hb.Labels)) {
+		fmt.Fprintf(&b, "%s=%s,", k, hb.Labels[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(hb.Node.Allocatable)) {
+		q := hb.Node.Allocatable[k]
+		fmt.Fprintf(&b, "%s:%s,", k, q.String())
+	}
+	for _, c := range hb.Node.Conditions {
+		fmt.Fprintf(&b, "%s/%s,", c.Type, c.Status)
+	}
+	fmt.Fprintf(&b, "%s/%s", hb.Node.NodeInfo.Architecture, hb.Node.NodeInfo.OperatingSystem)
+	return b.String()
+}
+
 // seenChanged records a device's scheduling fingerprint and says whether
 // it changed (or is the first since the hub started).
 // A heartbeat after a silence of over half the timeout asks too: the
 // device may have been stale, and is Ready again.
-func (h *Hub) seenChanged(dev, fp string) bool {
+func (h *Link) seenChanged(dev, fp string) bool {
 	now := h.now()
 	old, ok := h.seen.Swap(dev, seenHeartbeat{fp, now})
 	if !ok {
@@ -293,7 +309,7 @@ type seenHeartbeat struct {
 }
 
 // duplicate logs a device ID found shared by two installations.
-func (h *Hub) duplicate(dev string, found bool) {
+func (h *Link) duplicate(dev string, found bool) {
 	if found {
 		h.log.Warn("two devices report under one device ID; shown DuplicateID", "device", dev)
 	}
@@ -303,7 +319,7 @@ func (h *Hub) duplicate(dev string, found bool) {
 // the device, the payload must decode and name the same device; a refused
 // one is recorded, an accepted one saved. Empty payloads (a cleared
 // retained message) are ignored.
-func report[T any](h *Hub, what string, decode func([]byte) (*T, error), deviceOf func(*T) string, save func(dev string, v *T) error) mqtt.MessageHandler {
+func report[T any](h *Link, what string, decode func([]byte) (*T, error), deviceOf func(*T) string, save func(dev string, v *T) error) mqtt.MessageHandler {
 	return func(_ mqtt.Client, m mqtt.Message) {
 		dev, ok := h.device(m)
 		if !ok || len(m.Payload()) == 0 {
@@ -329,12 +345,12 @@ func report[T any](h *Hub, what string, decode func([]byte) (*T, error), deviceO
 
 // saveStatus stores a batch and sends the device its receipt. A failure
 // sends none: the device sends the batch again.
-func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
+func (h *Link) saveStatus(dev string, b *protocol.StatusBatch) error {
 	cursor, _, gap, err := h.fleet.ApplyStatus(b, h.now())
 	if err != nil {
 		return err
 	}
-	h.Reschedule()
+	h.cfg.Changed()
 	h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
 	return nil
 }
@@ -343,7 +359,7 @@ func (h *Hub) saveStatus(dev string, b *protocol.StatusBatch) error {
 // state, as the next generation, signed and published retained. Pods are
 // checked as the device will check them: any invalid pod refuses the
 // whole apply, with every reason.
-func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
+func (h *Link) Apply(device string, pods []json.RawMessage) (int64, error) {
 	gens, err := h.ApplyTo([]string{device}, pods)
 	if len(gens) == 1 {
 		return gens[0], err
@@ -355,19 +371,19 @@ func (h *Hub) Apply(device string, pods []json.RawMessage) (int64, error) {
 // once, and the documents stored a batch per transaction and published
 // once stored. It stops at the first device whose document cannot be
 // made; gens holds the generations of the devices before it.
-func (h *Hub) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, err error) {
+func (h *Link) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, err error) {
 	if err := checkApplied(pods); err != nil {
 		return nil, err
 	}
 	replaced := map[string]bool{}
 	for _, raw := range pods {
-		ns, name := podKey(raw)
+		ns, name := PodKey(raw)
 		replaced[ns+"/"+name] = true
 	}
 	return h.updateAll(devices, func(current []json.RawMessage) []json.RawMessage {
 		keep := current[:0:0]
 		for _, raw := range current {
-			ns, name := podKey(raw)
+			ns, name := PodKey(raw)
 			if !replaced[ns+"/"+name] {
 				keep = append(keep, raw)
 			}
@@ -375,6 +391,11 @@ func (h *Hub) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, e
 		return append(keep, pods...)
 	})
 }
+
+// AnnotationScheduled marks the pods of a device's desired document that
+// the scheduler placed, apart from those applied to the device by hand
+// (apply --device/--selector), which it leaves alone.
+const AnnotationScheduled = "podvisor.io/scheduled"
 
 // checkApplied checks applied pods as a device will (the check depends
 // on the pods only, not on the device).
@@ -402,18 +423,18 @@ func checkApplied(pods []json.RawMessage) error {
 }
 
 // Delete removes a pod from a device's desired state.
-func (h *Hub) Delete(device, namespace, name string) (int64, error) {
+func (h *Link) Delete(device, namespace, name string) (int64, error) {
 	if cur, err := h.fleet.Desired(device); err != nil || cur.Generation == 0 {
 		if err == nil {
-			err = fmt.Errorf("device %q has no hub pods: %w", device, ErrNotFound)
+			err = fmt.Errorf("device %q has no hub pods: %w", device, fleetdb.ErrNotFound)
 		}
 		return 0, err
 	}
 	found := false
-	gen, err := h.update(device, func(current []json.RawMessage) []json.RawMessage {
+	gen, err := h.Update(device, func(current []json.RawMessage) []json.RawMessage {
 		keep := current[:0:0]
 		for _, raw := range current {
-			ns, n := podKey(raw)
+			ns, n := PodKey(raw)
 			if ns == namespace && n == name {
 				found = true
 				continue
@@ -428,7 +449,9 @@ func (h *Hub) Delete(device, namespace, name string) (int64, error) {
 	return gen, err
 }
 
-func (h *Hub) update(device string, change func([]json.RawMessage) []json.RawMessage) (int64, error) {
+// Update makes a device's next desired document with change, stores it
+// and publishes it.
+func (h *Link) Update(device string, change func([]json.RawMessage) []json.RawMessage) (int64, error) {
 	gens, err := h.updateAll([]string{device}, change)
 	if len(gens) == 1 {
 		return gens[0], err
@@ -444,14 +467,14 @@ const storeBatch = 256
 // updateAll makes each device's next generation with change, signs it,
 // and stores a batch of documents in one transaction before publishing
 // them; it stops at the first device whose document cannot be made.
-func (h *Hub) updateAll(devices []string, change func([]json.RawMessage) []json.RawMessage) (gens []int64, err error) {
+func (h *Link) updateAll(devices []string, change func([]json.RawMessage) []json.RawMessage) (gens []int64, err error) {
 	h.updating.Lock()
 	defer h.updating.Unlock()
 	for len(devices) > 0 && err == nil {
 		n := min(len(devices), storeBatch)
-		var docs []DesiredDoc
+		var docs []fleetdb.DesiredDoc
 		for _, device := range devices[:n] {
-			var next DesiredDoc
+			var next fleetdb.DesiredDoc
 			if next, err = h.nextDoc(device, change); err != nil {
 				break
 			}
@@ -474,28 +497,28 @@ func (h *Hub) updateAll(devices []string, change func([]json.RawMessage) []json.
 }
 
 // nextDoc makes a device's next desired document, signed.
-func (h *Hub) nextDoc(device string, change func([]json.RawMessage) []json.RawMessage) (DesiredDoc, error) {
+func (h *Link) nextDoc(device string, change func([]json.RawMessage) []json.RawMessage) (fleetdb.DesiredDoc, error) {
 	if err := protocol.ValidDeviceID(device); err != nil {
-		return DesiredDoc{}, err
+		return fleetdb.DesiredDoc{}, err
 	}
 	cur, err := h.fleet.Desired(device)
 	if err != nil {
-		return DesiredDoc{}, err
+		return fleetdb.DesiredDoc{}, err
 	}
-	next := DesiredDoc{Device: device, Generation: cur.Generation + 1, Pods: change(cur.Pods)}
+	next := fleetdb.DesiredDoc{Device: device, Generation: cur.Generation + 1, Pods: change(cur.Pods)}
 	next.Document, err = protocol.Sign(protocol.Desired{Device: device, Generation: next.Generation, Pods: next.Pods}, h.cfg.Key)
 	if err != nil {
-		return DesiredDoc{}, err
+		return fleetdb.DesiredDoc{}, err
 	}
 	if len(next.Document) > protocol.MaxDesiredBytes {
-		return DesiredDoc{}, fmt.Errorf("device %s: the desired document would be %d bytes, over the %d byte limit", device, len(next.Document), protocol.MaxDesiredBytes)
+		return fleetdb.DesiredDoc{}, fmt.Errorf("device %s: the desired document would be %d bytes, over the %d byte limit", device, len(next.Document), protocol.MaxDesiredBytes)
 	}
 	return next, nil
 }
 
-// podKey reads a stored pod's namespace and name (stored pods were
+// PodKey reads a stored pod's namespace and name (stored pods were
 // validated; the namespace defaults to "default").
-func podKey(raw json.RawMessage) (string, string) {
+func PodKey(raw json.RawMessage) (string, string) {
 	var meta struct {
 		Metadata struct{ Namespace, Name string } `json:"metadata"`
 	}

@@ -1,15 +1,16 @@
-package hub
+package api
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 )
@@ -29,12 +30,6 @@ type ObjectsApplied struct {
 	PriorityClasses int `json:"priorityClasses"`
 }
 
-// WorkloadDetail is a workload with its events (describe).
-type WorkloadDetail struct {
-	Object json.RawMessage `json:"object"`
-	Events []SchedEvent    `json:"events"`
-}
-
 // CordonRequest cordons (true) or uncordons a device.
 type CordonRequest struct {
 	Unschedulable bool `json:"unschedulable"`
@@ -48,7 +43,7 @@ type TaintRequest struct {
 
 // workloadKinds maps the API's path names to stored kinds.
 var workloadKinds = map[string]string{
-	"deployments": KindDeployment, "daemonsets": KindDaemonSet, "priorityclasses": KindPriorityClass,
+	"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet, "priorityclasses": workloaddb.KindPriorityClass,
 }
 
 func (a *API) workloadRoutes(mux *http.ServeMux) {
@@ -68,7 +63,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 			reply(w, nil, err)
 			return
 		}
-		list, err := a.Fleet.listWorkloads(kind)
+		list, err := a.listWorkloads(kind)
 		reply(w, list, err)
 	})
 	mux.HandleFunc("GET /v1/workloads/{kind}/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -77,18 +72,18 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 			reply(w, nil, err)
 			return
 		}
-		d, err := a.Fleet.workloadDetail(kind, r.PathValue("namespace"), r.PathValue("name"))
+		d, err := a.Workloads.WorkloadDetail(kind, r.PathValue("namespace"), r.PathValue("name"))
 		reply(w, d, err)
 	})
 	mux.HandleFunc("DELETE /v1/workloads/{kind}/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		kind, err := workloadKind(r.PathValue("kind"))
 		if err == nil {
-			err = a.Fleet.DeleteWorkload(kind, r.PathValue("namespace"), r.PathValue("name"))
+			err = a.Workloads.DeleteWorkload(kind, r.PathValue("namespace"), r.PathValue("name"))
 		}
 		a.rescheduled(w, err)
 	})
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
-		a.rescheduled(w, a.Fleet.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now()))
+		a.rescheduled(w, a.Workloads.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now()))
 	})
 	mux.HandleFunc("PUT /v1/devices/{id}/cordon", deviceChange(a, func(id string, req CordonRequest) error {
 		return a.Fleet.SetCordon(id, req.Unschedulable)
@@ -101,7 +96,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 // rescheduled replies to a request that changed what the scheduler reads
 // (err: whether it did), once a pass is asked for.
 func (a *API) rescheduled(w http.ResponseWriter, err error) {
-	a.Hub.Reschedule()
+	a.Scheduler.Reschedule()
 	reply(w, map[string]string{}, err)
 }
 
@@ -122,7 +117,7 @@ func workloadKind(name string) (string, error) {
 	if k, ok := workloadKinds[name]; ok {
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses): %w", name, ErrNotFound)
+	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses): %w", name, fleetdb.ErrNotFound)
 }
 
 // applyObjects decodes a file strictly, all or nothing, and stores it for
@@ -142,22 +137,22 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 			return ObjectsApplied{}, fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), errs.ToAggregate())
 		}
 	}
-	if err := a.Fleet.ApplyObjects(objs, time.Now()); err != nil {
+	if err := a.Workloads.ApplyObjects(objs, time.Now()); err != nil {
 		return ObjectsApplied{}, err
 	}
-	a.Hub.Reschedule()
+	a.Scheduler.Reschedule()
 	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
 		PriorityClasses: len(objs.PriorityClasses)}, nil
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's
 // list (with status counts for workloads, from the hub's pods).
-func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
-	w, err := f.LoadWorkloads()
+func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
+	w, err := a.Workloads.LoadWorkloads()
 	if err != nil {
 		return nil, err
 	}
-	pods, err := f.HubPods()
+	pods, err := a.Workloads.HubPods()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +160,7 @@ func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
 	var out []json.RawMessage
 	add := func(v any) { raw, _ := json.Marshal(v); out = append(out, raw) }
 	switch kind {
-	case KindDeployment:
+	case workloaddb.KindDeployment:
 		for _, d := range w.Deployments {
 			c := st[ownerKey{"ReplicaSet", d.Namespace, d.Name}]
 			// Up to date are the pods of the current template's ReplicaSet.
@@ -174,21 +169,21 @@ func (f *Fleet) listWorkloads(kind string) ([]json.RawMessage, error) {
 			d.Status.ReadyReplicas, d.Status.AvailableReplicas = c.bound, c.bound
 			d.Status.UnavailableReplicas = max(0, *d.Spec.Replicas-c.bound)
 			d.Status.ObservedGeneration = d.Generation // every pass reconciles every workload
-			d.Kind, d.APIVersion = KindDeployment, "apps/v1"
+			d.Kind, d.APIVersion = workloaddb.KindDeployment, "apps/v1"
 			add(d)
 		}
-	case KindDaemonSet:
+	case workloaddb.KindDaemonSet:
 		for _, d := range w.DaemonSets {
 			c := st[ownerKey{"DaemonSet", d.Namespace, d.Name}]
 			d.Status.DesiredNumberScheduled, d.Status.CurrentNumberScheduled = c.all, c.bound
 			d.Status.NumberReady, d.Status.NumberAvailable = c.bound, c.bound
 			d.Status.ObservedGeneration = d.Generation
-			d.Kind, d.APIVersion = KindDaemonSet, "apps/v1"
+			d.Kind, d.APIVersion = workloaddb.KindDaemonSet, "apps/v1"
 			add(d)
 		}
-	case KindPriorityClass:
+	case workloaddb.KindPriorityClass:
 		for _, pc := range w.PriorityClasses {
-			pc.Kind, pc.APIVersion = KindPriorityClass, "scheduling.k8s.io/v1"
+			pc.Kind, pc.APIVersion = workloaddb.KindPriorityClass, "scheduling.k8s.io/v1"
 			add(pc)
 		}
 	}
@@ -246,62 +241,11 @@ func deploymentOf(p *v1.Pod, rs string) string {
 	return rs
 }
 
-func (f *Fleet) workloadDetail(kind, namespace, name string) (WorkloadDetail, error) {
-	if kind == KindPriorityClass {
-		namespace = ""
-	}
-	var d WorkloadDetail
-	err := f.db.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object)
-	if err != nil {
-		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
-	}
-	if kind == KindDeployment {
-		// A Deployment's describe shows its pods' scheduling events too.
-		d.Events, err = f.deploymentEvents(namespace, name)
-	} else {
-		d.Events, err = f.ObjectEvents(kind, namespace, name)
-	}
-	return d, err
-}
-
-// deploymentEvents are a Deployment's events and its pods', the newest
-// maxEventsPerObject of them, oldest first, in one query: its pods are
-// found among the pods named after it (an index range, not every pod),
-// by a ReplicaSet controller named after it and their template hash.
-func (f *Fleet) deploymentEvents(namespace, name string) ([]SchedEvent, error) {
-	rows, err := f.db.Query(`SELECT kind, name, type, reason, message, count, first, last FROM (
-		SELECT e.rowid AS id, e.* FROM sched_events e WHERE e.kind = ? AND e.namespace = ? AND e.name = ?
-		UNION ALL
-		SELECT e.rowid AS id, e.* FROM sched_events e JOIN hub_pods p ON p.namespace = e.namespace AND p.name = e.name
-		WHERE e.kind = 'Pod' AND e.namespace = ? AND e.name >= ? || '-' AND e.name < ? || '.'
-		AND EXISTS (SELECT 1 FROM json_each(p.pod, '$.metadata.ownerReferences') r
-			WHERE json_extract(r.value, '$.kind') = 'ReplicaSet' AND json_extract(r.value, '$.name') =
-				? || COALESCE('-' || NULLIF(json_extract(p.pod, '$.metadata.labels."pod-template-hash"'), ''), ''))
-		) ORDER BY last DESC, id DESC LIMIT ?`,
-		KindDeployment, namespace, name, namespace, name, name, name, maxEventsPerObject)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []SchedEvent
-	for rows.Next() {
-		e := SchedEvent{Namespace: namespace}
-		var first, last int64
-		if err := rows.Scan(&e.Kind, &e.Name, &e.Type, &e.Reason, &e.Message, &e.Count, &first, &last); err != nil {
-			return nil, err
-		}
-		e.First, e.Last = time.UnixMilli(first), time.UnixMilli(last)
-		out = append(out, e)
-	}
-	slices.Reverse(out)
-	return out, rows.Err()
-}
-
 // withHubPods adds to the devices' mirror pods what only the hub knows:
 // its pods no device reports (pending, not yet started, or terminating on
 // a lost device), and the deletion of mirrored pods it is terminating.
 func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
-	pods, err := a.Fleet.HubPods()
+	pods, err := a.Workloads.HubPods()
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +272,7 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 		if cp.Annotations == nil {
 			cp.Annotations = map[string]string{}
 		}
-		cp.Annotations[AnnotationDevice] = p.Spec.NodeName
+		cp.Annotations[fleetdb.AnnotationDevice] = p.Spec.NodeName
 		if cp.Status.Phase == "" {
 			cp.Status.Phase = v1.PodPending
 		}

@@ -1,38 +1,21 @@
-package hub
+package fleetdb
 
 import (
-	"bytes"
-	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
-// recordingClient is the hub's broker client in these tests: it records
-// what the hub publishes, and checks each publish with onPublish.
-type recordingClient struct {
-	mqtt.Client
-	onPublish func(topic string, payload []byte)
-}
-
-func (c *recordingClient) Publish(topic string, _ byte, _ bool, payload interface{}) mqtt.Token {
-	c.onPublish(topic, payload.([]byte))
-	return doneToken{}
-}
-
 func testFleet(t *testing.T, devices ...string) *Fleet {
 	t.Helper()
-	f, err := OpenFleet(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := Open(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,82 +26,6 @@ func testFleet(t *testing.T, devices ...string) *Fleet {
 		}
 	}
 	return f
-}
-
-func testPod(name, image string) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q},"spec":{"containers":[{"name":"app","image":%q}]}}`, name, image))
-}
-
-// An apply to many devices stores their documents a batch per
-// transaction and publishes each only once it is stored, in the
-// devices' order; a second apply replaces the pod by name.
-func TestApplyToStoresBeforePublishing(t *testing.T) {
-	var devices []string
-	for i := range 2*storeBatch + 3 { // three batches
-		devices = append(devices, fmt.Sprintf("dev-%04d", i))
-	}
-	f := testFleet(t, devices...)
-	pub, key, _ := ed25519.GenerateKey(nil)
-	var published []string
-	var checkErr error
-	client := &recordingClient{}
-	h := New(Config{Broker: "test", Key: key, Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }}, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	client.onPublish = func(topic string, payload []byte) {
-		dev, kind, err := h.topics.Parse(topic)
-		if err != nil || kind != protocol.KindDesired {
-			checkErr = fmt.Errorf("published on %s (%v)", topic, err)
-			return
-		}
-		stored, err := f.Desired(dev)
-		if err != nil || !bytes.Equal(stored.Document, payload) {
-			checkErr = fmt.Errorf("device %s: published a document not stored (stored generation %d, %v)", dev, stored.Generation, err)
-		}
-		if _, err := protocol.OpenDesired(payload, dev, pub, false); err != nil {
-			checkErr = fmt.Errorf("device %s: %v", dev, err)
-		}
-		published = append(published, dev)
-	}
-	for round, image := range []string{"web:1", "web:2"} {
-		published = published[:0]
-		gens, err := h.ApplyTo(devices, []json.RawMessage{testPod("web", image)})
-		if err != nil || checkErr != nil {
-			t.Fatalf("round %d: %v; %v", round, err, checkErr)
-		}
-		if len(gens) != len(devices) || fmt.Sprint(published) != fmt.Sprint(devices) {
-			t.Fatalf("round %d: %d generations; published in order %v, want %v", round, len(gens), published, devices)
-		}
-		for i, g := range gens {
-			if g != int64(round+1) {
-				t.Fatalf("round %d: device %s at generation %d", round, devices[i], g)
-			}
-		}
-	}
-	d, _ := f.Desired(devices[len(devices)-1])
-	if len(d.Pods) != 1 || !bytes.Contains(d.Pods[0], []byte("web:2")) {
-		t.Fatalf("after two applies of web: %s", d.Pods)
-	}
-}
-
-// The first device whose document cannot be made stops the apply: the
-// devices before it are stored and published, none after it.
-func TestApplyToStopsAtTheFirstBadDevice(t *testing.T) {
-	f := testFleet(t, "a", "b", "c")
-	_, key, _ := ed25519.GenerateKey(nil)
-	var published []string
-	client := &recordingClient{onPublish: func(topic string, _ []byte) { published = append(published, topic) }}
-	h := New(Config{Broker: "test", Key: key, Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }}, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	gens, err := h.ApplyTo([]string{"a", "b", "no/such id", "c"}, []json.RawMessage{testPod("web", "web:1")})
-	if err == nil || len(gens) != 2 || len(published) != 2 {
-		t.Fatalf("generations %v, published %v, err %v: want a and b only, and an error", gens, published, err)
-	}
-	if d, _ := f.Desired("c"); d.Generation != 0 {
-		t.Fatalf("c got generation %d after the apply stopped", d.Generation)
-	}
-	// Invalid pods refuse the whole apply: nothing stored or published.
-	published = nil
-	if gens, err := h.ApplyTo([]string{"a", "c"}, []json.RawMessage{testPod("Bad_Name", "x")}); err == nil || len(gens) != 0 || len(published) != 0 {
-		t.Fatalf("invalid pod: generations %v, published %v, err %v", gens, published, err)
-	}
 }
 
 // The report paths run on statements prepared when the fleet opens.
@@ -149,7 +56,7 @@ func TestReportPathsUsePreparedStatements(t *testing.T) {
 	if _, err := f.SavePresence("dev", &protocol.Presence{Online: true, Instance: "i2"}, at); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.stmts.unprepared.Load(); n != 0 {
+	if n := f.stmts.Unprepared(); n != 0 {
 		t.Fatalf("%d queries of the report paths were not prepared at open", n)
 	}
 }

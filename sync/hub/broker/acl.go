@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ const (
 	MaxRetainedPresenceBytes = 4 << 10
 )
 
-// BrokerACL decides what each authenticated identity may do on the topic
+// ACL decides what each authenticated identity may do on the topic
 // tree; the embedded broker enforces it, and packaging/mosquitto/acl is
 // the same rules for Mosquitto. The identity is the client certificate's
 // common name: pki.HubIdentity for the hub, the device ID for a device,
@@ -28,12 +28,12 @@ const (
 // only its desired document, its status receipts and the hub's presence.
 // The hub may do anything under the prefix. Nobody may use wildcards
 // except the hub, nor topics outside the prefix.
-type BrokerACL struct{ Topics protocol.Topics }
+type ACL struct{ Topics protocol.Topics }
 
 // CheckIdentity refuses an identity that is neither the hub's nor a valid
 // device ID, and a client ID that is not the identity (which would take
 // over another client's session).
-func (a BrokerACL) CheckIdentity(identity, clientID string) error {
+func (a ACL) CheckIdentity(identity, clientID string) error {
 	if identity != pki.HubIdentity {
 		if err := protocol.ValidDeviceID(identity); err != nil {
 			return fmt.Errorf("certificate common name: %w", err)
@@ -50,7 +50,7 @@ func (a BrokerACL) CheckIdentity(identity, clientID string) error {
 
 // CheckPublish decides whether identity may publish size bytes on topic,
 // retained or not.
-func (a BrokerACL) CheckPublish(identity, topic string, retain bool, size int) error {
+func (a ACL) CheckPublish(identity, topic string, retain bool, size int) error {
 	if identity == pki.HubIdentity {
 		if !a.underPrefix(topic) {
 			return fmt.Errorf("topic %q: outside %s", topic, a.root())
@@ -82,7 +82,7 @@ func (a BrokerACL) CheckPublish(identity, topic string, retain bool, size int) e
 
 // CheckRead decides whether identity may subscribe to filter, or be sent
 // a message on the topic filter names.
-func (a BrokerACL) CheckRead(identity, filter string) error {
+func (a ACL) CheckRead(identity, filter string) error {
 	if identity == pki.HubIdentity {
 		if !a.underPrefix(filter) {
 			return fmt.Errorf("filter %q: outside %s", filter, a.root())
@@ -97,7 +97,7 @@ func (a BrokerACL) CheckRead(identity, filter string) error {
 }
 
 // ownKind is the kind of a topic under the identity's own device topics.
-func (a BrokerACL) ownKind(identity, topic string) (string, bool) {
+func (a ACL) ownKind(identity, topic string) (string, bool) {
 	rest, ok := strings.CutPrefix(topic, a.Topics.Device(identity, ""))
 	if !ok || rest == "" || strings.ContainsAny(rest, "/+#") {
 		return "", false
@@ -105,9 +105,9 @@ func (a BrokerACL) ownKind(identity, topic string) (string, bool) {
 	return rest, true
 }
 
-func (a BrokerACL) underPrefix(topic string) bool {
+func (a ACL) underPrefix(topic string) bool {
 	return strings.HasPrefix(topic, a.root()) || topic+"/" == a.root()
 }
 
 // root is the topic prefix with its trailing slash.
-func (a BrokerACL) root() string { return strings.TrimSuffix(a.Topics.HubPresence(), "hub/presence") }
+func (a ACL) root() string { return strings.TrimSuffix(a.Topics.HubPresence(), "hub/presence") }

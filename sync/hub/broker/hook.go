@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"bytes"
@@ -19,15 +19,15 @@ import (
 
 // brokerHook is the embedded broker's gatekeeper: it authenticates each
 // client by its certificate (the common name is its identity and must be
-// its client ID), refuses revoked certificates, applies BrokerACL to
+// its client ID), refuses revoked certificates, applies ACL to
 // every publish, subscription and delivery, and disconnects a client
 // over its message or byte rate. In open mode (tests only) it lets
 // everyone do anything.
 type brokerHook struct {
 	mochi.HookBase
-	acl     BrokerACL
+	acl     ACL
 	open    bool
-	limits  BrokerLimits
+	limits  Limits
 	revoked atomic.Pointer[pki.RevokedSet]
 	log     *slog.Logger
 	now     func() time.Time
@@ -40,7 +40,7 @@ type brokerHook struct {
 
 type clientRate struct{ messages, bytes *tokenBucket }
 
-func newBrokerHook(acl BrokerACL, open bool, limits BrokerLimits, log *slog.Logger) *brokerHook {
+func newBrokerHook(acl ACL, open bool, limits Limits, log *slog.Logger) *brokerHook {
 	h := &brokerHook{acl: acl, open: open, limits: limits, log: log, now: time.Now, rates: map[string]*clientRate{}}
 	h.logRate = newBucket(1, 20, h.now())
 	h.revoked.Store(&pki.RevokedSet{})

@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestBrokerACLDevicePublish(t *testing.T) {
-	acl := BrokerACL{}
+	acl := ACL{}
 	dev := func(id, kind string) string { return protocol.Topics{}.Device(id, kind) }
 	for _, c := range []struct {
 		topic  string
@@ -48,7 +48,7 @@ func TestBrokerACLDevicePublish(t *testing.T) {
 }
 
 func TestBrokerACLDeviceRead(t *testing.T) {
-	acl := BrokerACL{}
+	acl := ACL{}
 	dev := func(id, kind string) string { return protocol.Topics{}.Device(id, kind) }
 	for topic, allowed := range map[string]bool{
 		dev("gw-1", protocol.KindDesired):   true,
@@ -71,7 +71,7 @@ func TestBrokerACLDeviceRead(t *testing.T) {
 }
 
 func TestBrokerACLHub(t *testing.T) {
-	acl := BrokerACL{Topics: protocol.Topics{Prefix: "fleet/v1"}}
+	acl := ACL{Topics: protocol.Topics{Prefix: "fleet/v1"}}
 	for _, topic := range []string{"fleet/v1/devices/gw-1/desired", "fleet/v1/devices/+/status", "fleet/v1/#", "fleet/v1/hub/presence"} {
 		if err := acl.CheckPublish("podhub", topic, true, protocol.MaxDesiredBytes); err != nil {
 			t.Errorf("the hub publishing %s: %v", topic, err)
@@ -88,7 +88,7 @@ func TestBrokerACLHub(t *testing.T) {
 }
 
 func TestBrokerACLIdentity(t *testing.T) {
-	acl := BrokerACL{}
+	acl := ACL{}
 	for _, c := range []struct{ cn, clientID, want string }{
 		{"gw-1", "gw-1", ""},
 		{"podhub", "podhub", ""},
@@ -141,13 +141,13 @@ func TestTokenBucket(t *testing.T) {
 }
 
 func TestNewBrokerRefusesInsecureSetups(t *testing.T) {
-	if _, err := NewBroker(BrokerConfig{Address: "0.0.0.0:0", Open: true}); err == nil || !strings.Contains(err.Error(), "loopback") {
+	if _, err := New(Config{Address: "0.0.0.0:0", Open: true}); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("an open broker on every interface: %v", err)
 	}
-	if _, err := NewBroker(BrokerConfig{Address: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "TLS") {
+	if _, err := New(Config{Address: "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("a broker without TLS that is not open: %v", err)
 	}
-	if _, err := NewBroker(BrokerConfig{Address: "0.0.0.0:0"}); err == nil || !strings.Contains(err.Error(), "TLS") {
+	if _, err := New(Config{Address: "0.0.0.0:0"}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("a broker off loopback without TLS: %v", err)
 	}
 }

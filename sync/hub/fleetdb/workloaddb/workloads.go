@@ -1,4 +1,4 @@
-package hub
+package workloaddb
 
 import (
 	"database/sql"
@@ -10,14 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"github.com/podvisor/podvisor/sync/hub/kinds"
-	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // Workload kinds as stored (and named in the API's paths).
@@ -27,122 +20,15 @@ const (
 	KindPriorityClass = "PriorityClass"
 )
 
-// maxHubPods bounds the pods the hub holds (bare and made by workloads),
+// MaxHubPods bounds the pods the hub holds (bare and made by workloads),
 // so that an apply cannot grow the database without bound.
-const maxHubPods = 200000
+const MaxHubPods = 200000
 
 // Workloads are every stored workload and PriorityClass.
 type Workloads struct {
 	Deployments     []*appsv1.Deployment
 	DaemonSets      []*appsv1.DaemonSet
 	PriorityClasses []*schedulingv1.PriorityClass
-}
-
-// ApplyObjects stores decoded objects, all or nothing: workloads and
-// PriorityClasses replace those of the same name, bare pods are added
-// unbound (a pod already held keeps its place: pods are immutable). What
-// the API server checks against stored objects is checked here: fields
-// immutable on update, one global default PriorityClass, a bare pod's
-// priority against its class; and the server's own metadata is set
-// whatever the file says (see serverFields).
-func (f *Fleet) ApplyObjects(objs *kinds.Objects, now time.Time) error {
-	tx, err := f.db.Begin()
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	put := func(kind, ns, name string, obj any) error {
-		raw, err := json.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(`INSERT INTO workloads (kind, namespace, name, object) VALUES (?, ?, ?, ?)
-			ON CONFLICT(kind, namespace, name) DO UPDATE SET object = excluded.object`, kind, ns, name, raw)
-		return err
-	}
-	refused := func(kind, ns, name string, errs field.ErrorList) error {
-		return fmt.Errorf("%s: %w", objs.Where(kind, ns, name), errs.ToAggregate())
-	}
-	selectorPath := field.NewPath("spec", "selector")
-	for _, d := range objs.Deployments {
-		old := &appsv1.Deployment{}
-		found, err := storedObject(tx, KindDeployment, d.Namespace, d.Name, old)
-		if err != nil {
-			return err
-		}
-		if found {
-			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
-				return refused(KindDeployment, d.Namespace, d.Name, errs)
-			}
-		}
-		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
-		d.Status = appsv1.DeploymentStatus{}
-		if err := put(KindDeployment, d.Namespace, d.Name, d); err != nil {
-			return err
-		}
-	}
-	for _, d := range objs.DaemonSets {
-		old := &appsv1.DaemonSet{}
-		found, err := storedObject(tx, KindDaemonSet, d.Namespace, d.Name, old)
-		if err != nil {
-			return err
-		}
-		if found {
-			if errs := apivalidation.ValidateImmutableField(d.Spec.Selector, old.Spec.Selector, selectorPath); len(errs) > 0 {
-				return refused(KindDaemonSet, d.Namespace, d.Name, errs)
-			}
-		}
-		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), now)
-		d.Status = appsv1.DaemonSetStatus{}
-		if err := put(KindDaemonSet, d.Namespace, d.Name, d); err != nil {
-			return err
-		}
-	}
-	for _, pc := range objs.PriorityClasses {
-		old := &schedulingv1.PriorityClass{}
-		found, err := storedObject(tx, KindPriorityClass, "", pc.Name, old)
-		if err != nil {
-			return err
-		}
-		errs, err := checkPriorityClass(tx, pc, old, found)
-		if err != nil {
-			return err
-		}
-		if len(errs) > 0 {
-			return refused(KindPriorityClass, "", pc.Name, errs)
-		}
-		serverFields(&pc.ObjectMeta, &old.ObjectMeta, found, false, now)
-		if err := put(KindPriorityClass, "", pc.Name, pc); err != nil {
-			return err
-		}
-	}
-	if err := checkWorkloadBounds(tx); err != nil {
-		return err
-	}
-	var held int
-	if err := tx.QueryRow(`SELECT COUNT(*) FROM hub_pods`).Scan(&held); err != nil {
-		return err
-	}
-	if held+len(objs.Pods) > maxHubPods {
-		return fmt.Errorf("the hub holds %d pods; %d more would pass the limit of %d", held, len(objs.Pods), maxHubPods)
-	}
-	for _, p := range objs.Pods {
-		if p.Namespace == "" {
-			p.Namespace = "default"
-		}
-		if err := admitPriority(tx, p); err != nil {
-			return fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), err)
-		}
-		p.Spec.NodeName = "" // the scheduler places bare pods
-		p.Status = v1.PodStatus{}
-		serverFields(&p.ObjectMeta, nil, false, false, now)
-		raw, _ := json.Marshal(p)
-		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, pod) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-			p.Namespace, p.Name, raw); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
 }
 
 // Bounds on what the hub is asked to keep: every replica and every
@@ -166,8 +52,8 @@ func checkWorkloadBounds(tx *sql.Tx) error {
 		return fmt.Errorf("the hub would hold %d workloads and PriorityClasses, more than the %d it keeps", all, maxWorkloads)
 	case daemonSets > maxDaemonSets:
 		return fmt.Errorf("the hub would hold %d DaemonSets, more than the %d it keeps", daemonSets, maxDaemonSets)
-	case replicas > maxHubPods:
-		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, maxHubPods)
+	case replicas > MaxHubPods:
+		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, MaxHubPods)
 	}
 	return nil
 }
@@ -176,7 +62,7 @@ func checkWorkloadBounds(tx *sql.Tx) error {
 // device (deletionTimestamp until the device confirms), at once if it
 // was never placed. A workload's pod is made again unless the workload
 // goes too.
-func (f *Fleet) DeleteHubPod(namespace, name string, now time.Time) error {
+func (f *Store) DeleteHubPod(namespace, name string, now time.Time) error {
 	var raw []byte
 	err := f.db.QueryRow(`SELECT pod FROM hub_pods WHERE namespace = ? AND name = ?`, namespace, name).Scan(&raw)
 	if err == sql.ErrNoRows {
@@ -205,9 +91,9 @@ func (f *Fleet) DeleteHubPod(namespace, name string, now time.Time) error {
 	return err
 }
 
-// scheduledKeys lists which of the keys (namespace/name) are pods the
+// ScheduledKeys lists which of the keys (namespace/name) are pods the
 // scheduler holds.
-func (f *Fleet) scheduledKeys(keys []string) ([]string, error) {
+func (f *Store) ScheduledKeys(keys []string) ([]string, error) {
 	var out []string
 	for _, k := range keys {
 		ns, name, _ := strings.Cut(k, "/")
@@ -224,7 +110,7 @@ func (f *Fleet) scheduledKeys(keys []string) ([]string, error) {
 
 // DeleteWorkload removes a Deployment, DaemonSet or PriorityClass; the
 // scheduler then deletes a workload's pods gracefully.
-func (f *Fleet) DeleteWorkload(kind, namespace, name string) error {
+func (f *Store) DeleteWorkload(kind, namespace, name string) error {
 	if kind == KindPriorityClass {
 		namespace = ""
 	}
@@ -250,7 +136,7 @@ func forgetEvents(db interface {
 }
 
 // LoadWorkloads reads every stored workload and PriorityClass.
-func (f *Fleet) LoadWorkloads() (Workloads, error) {
+func (f *Store) LoadWorkloads() (Workloads, error) {
 	var w Workloads
 	rows, err := f.db.Query(`SELECT kind, object FROM workloads ORDER BY kind, namespace, name`)
 	if err != nil {
@@ -285,7 +171,7 @@ func (f *Fleet) LoadWorkloads() (Workloads, error) {
 }
 
 // HubPods reads every pod the hub holds, bound or not.
-func (f *Fleet) HubPods() ([]*v1.Pod, error) {
+func (f *Store) HubPods() ([]*v1.Pod, error) {
 	rows, err := f.db.Query(`SELECT pod FROM hub_pods ORDER BY namespace, name`)
 	if err != nil {
 		return nil, err
@@ -306,88 +192,6 @@ func (f *Fleet) HubPods() ([]*v1.Pod, error) {
 	return out, rows.Err()
 }
 
-// SetCordon marks a device unschedulable (cordon) or not.
-func (f *Fleet) SetCordon(id string, cordoned bool) error {
-	return f.updateDevice(id, `UPDATE devices SET unschedulable = ? WHERE id = ?`, cordoned)
-}
-
-// SetTaint adds or replaces (by key and effect) an operator taint, or,
-// with remove, takes every taint of that key (and effect, if given) off.
-// A NoExecute taint is stamped with at as its timeAdded: the taint
-// manager times a tolerating pod's eviction from when it saw the taint.
-func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool, at time.Time) error {
-	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
-		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(errs, "; "))
-	}
-	if strings.HasPrefix(t.Key, "node.kubernetes.io/") {
-		return fmt.Errorf("taint key %q: node.kubernetes.io/ taints are set by the hub from the device's state", t.Key)
-	}
-	if !remove {
-		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
-			return fmt.Errorf("taint %s value %q: %s", t.Key, t.Value, strings.Join(errs, "; "))
-		}
-		switch t.Effect {
-		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
-		default:
-			return fmt.Errorf("taint %s: effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Key, t.Effect)
-		}
-	}
-	taints, err := f.deviceTaints(id)
-	if err != nil {
-		return err
-	}
-	keep := taints[:0:0]
-	for _, old := range taints {
-		if old.Key == t.Key && (t.Effect == "" || old.Effect == t.Effect) {
-			continue
-		}
-		keep = append(keep, old)
-	}
-	if remove && len(keep) == len(taints) {
-		return fmt.Errorf("device %s has no taint %s: %w", id, t.Key, ErrNotFound)
-	}
-	if !remove {
-		if len(keep) >= 64 {
-			return fmt.Errorf("device %s: at most 64 taints", id)
-		}
-		taint := v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
-		if t.Effect == v1.TaintEffectNoExecute {
-			added := metav1.NewTime(at.UTC())
-			taint.TimeAdded = &added
-		}
-		keep = append(keep, taint)
-	}
-	raw, _ := json.Marshal(keep)
-	return f.updateDevice(id, `UPDATE devices SET taints = ? WHERE id = ?`, raw)
-}
-
-func (f *Fleet) deviceTaints(id string) ([]v1.Taint, error) {
-	var raw []byte
-	err := f.db.QueryRow(`SELECT taints FROM devices WHERE id = ?`, id).Scan(&raw)
-	if err == sql.ErrNoRows {
-		return nil, fmt.Errorf("device %q: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []v1.Taint
-	return out, json.Unmarshal(raw, &out)
-}
-
-func (f *Fleet) updateDevice(id, query string, value any) error {
-	if err := protocol.ValidDeviceID(id); err != nil {
-		return err
-	}
-	res, err := f.db.Exec(query, value, id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("device %q: %w", id, ErrNotFound)
-	}
-	return nil
-}
-
 // SchedEvent is an event the scheduler or a workload controller recorded
 // about an object, counted when repeated as Kubernetes counts them.
 type SchedEvent struct {
@@ -403,7 +207,7 @@ type SchedEvent struct {
 }
 
 // ObjectEvents lists an object's events, oldest first.
-func (f *Fleet) ObjectEvents(kind, namespace, name string) ([]SchedEvent, error) {
+func (f *Store) ObjectEvents(kind, namespace, name string) ([]SchedEvent, error) {
 	rows, err := f.db.Query(`SELECT type, reason, message, count, first, last FROM sched_events
 		WHERE kind = ? AND namespace = ? AND name = ? ORDER BY last, rowid`, kind, namespace, name)
 	if err != nil {

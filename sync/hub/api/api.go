@@ -1,4 +1,7 @@
-package hub
+// Package api is podhub's HTTP+JSON API on its unix socket (devices,
+// pods, applies, workloads, cordons and taints) and the client podhub's
+// commands call it with.
+package api
 
 import (
 	"bytes"
@@ -15,6 +18,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/sync/hub/controllers"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -22,18 +29,22 @@ import (
 // Mirror pods are read-only here: a pod changes through apply or delete,
 // which change the device's desired document.
 type API struct {
-	Hub   *Hub
-	Fleet *Fleet
+	// Link publishes the desired documents an apply or delete changes.
+	Link *devicelink.Link
+	// Scheduler is asked for a pass after a change it reads.
+	Scheduler *controllers.Scheduler
+	Fleet     *fleetdb.Fleet
+	Workloads *workloaddb.Store
 	// Timeout is how long a device may be silent and still be Ready.
 	Timeout time.Duration
 }
 
 // DeviceDetail is one device with its desired pods, last ack and events.
 type DeviceDetail struct {
-	Device
-	Desired []json.RawMessage `json:"desired"`
-	Ack     *protocol.Ack     `json:"ack,omitempty"`
-	Events  []DeviceEvent     `json:"events"`
+	fleetdb.Device
+	Desired []json.RawMessage     `json:"desired"`
+	Ack     *protocol.Ack         `json:"ack,omitempty"`
+	Events  []fleetdb.DeviceEvent `json:"events"`
 }
 
 // ApplyRequest sends pods to one device or to every device a selector
@@ -79,7 +90,7 @@ func (a *API) Handler() http.Handler {
 		reply(w, out, err)
 	})
 	mux.HandleFunc("DELETE /v1/devices/{id}/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
-		gen, err := a.Hub.Delete(r.PathValue("id"), r.PathValue("namespace"), r.PathValue("name"))
+		gen, err := a.Link.Delete(r.PathValue("id"), r.PathValue("namespace"), r.PathValue("name"))
 		reply(w, Applied{Device: r.PathValue("id"), Generation: gen}, err)
 	})
 	mux.HandleFunc("GET /v1/pods", func(w http.ResponseWriter, r *http.Request) {
@@ -124,10 +135,10 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 	// namespace/name applied by hand would clash with it on a device.
 	var keys []string
 	for _, raw := range req.Pods {
-		ns, name := podKey(raw)
+		ns, name := devicelink.PodKey(raw)
 		keys = append(keys, ns+"/"+name)
 	}
-	if taken, err := a.Fleet.scheduledKeys(keys); err != nil || len(taken) > 0 {
+	if taken, err := a.Workloads.ScheduledKeys(keys); err != nil || len(taken) > 0 {
 		if err == nil {
 			err = fmt.Errorf("apply: pod %s is scheduled by the hub (podhub delete pod NAME without --device deletes it)", strings.Join(taken, ", "))
 		}
@@ -143,7 +154,7 @@ func (a *API) apply(req ApplyRequest) ([]Applied, error) {
 			return nil, fmt.Errorf("apply: no device matches %v", req.Selector)
 		}
 	}
-	gens, err := a.Hub.ApplyTo(targets, req.Pods)
+	gens, err := a.Link.ApplyTo(targets, req.Pods)
 	var out []Applied
 	for i, gen := range gens {
 		out = append(out, Applied{Device: targets[i], Generation: gen})
@@ -179,7 +190,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
 		code := http.StatusBadRequest
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, fleetdb.ErrNotFound) {
 			code = http.StatusNotFound
 		}
 		w.WriteHeader(code)

@@ -1,14 +1,15 @@
-package hub
+package controllers
 
 import (
 	"bytes"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -57,37 +58,28 @@ func (c *schedCache) init() {
 
 func (c *schedCache) hash(b []byte) uint64 { return maphash.Bytes(c.seed, b) }
 
-// hubPods reads every pod the hub holds, as Fleet.HubPods does, decoding
+// hubPods reads every pod the hub holds, as workloaddb's HubPods does, decoding
 // only those whose stored bytes changed since the last pass. The pods
 // returned are shared with the cache: a caller copies before it changes
 // one. hashes are the stored bytes' hashes.
-func (c *schedCache) hubPods(f *Fleet) (pods []*v1.Pod, hashes map[types.NamespacedName]uint64, err error) {
-	rows, err := f.db.Query(`SELECT namespace, name, pod FROM hub_pods ORDER BY namespace, name`)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
+func (c *schedCache) hubPods(w *workloaddb.Store) (pods []*v1.Pod, hashes map[types.NamespacedName]uint64, err error) {
 	hashes = make(map[types.NamespacedName]uint64, len(c.pods))
 	fresh := make(map[types.NamespacedName]cachedPod, len(c.pods))
-	for rows.Next() {
-		var k types.NamespacedName
-		var raw []byte
-		if err := rows.Scan(&k.Namespace, &k.Name, &raw); err != nil {
-			return nil, nil, err
-		}
+	err = w.EachHubPod(func(k types.NamespacedName, raw []byte) error {
 		h := c.hash(raw)
 		cp, ok := c.pods[k]
 		if !ok || cp.hash != h {
 			p := &v1.Pod{}
 			if err := json.Unmarshal(raw, p); err != nil {
-				return nil, nil, fmt.Errorf("stored hub pod: %w", err)
+				return fmt.Errorf("stored hub pod: %w", err)
 			}
 			cp = cachedPod{hash: h, pod: p}
 		}
 		fresh[k], hashes[k] = cp, h
 		pods = append(pods, cp.pod)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	c.pods = fresh
@@ -132,35 +124,22 @@ func (c *schedCache) pruneDevicePods(hashes map[types.NamespacedName]uint64) {
 
 // storedDesired hashes every device's stored desired pods, without
 // decoding them.
-func (c *schedCache) storedDesired(f *Fleet) (map[string]uint64, error) {
-	rows, err := f.db.Query(`SELECT device, pods FROM desired`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func (c *schedCache) storedDesired(f *fleetdb.Fleet) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	for rows.Next() {
-		var dev string
-		var raw []byte
-		if err := rows.Scan(&dev, &raw); err != nil {
-			return nil, err
-		}
-		out[dev] = c.hash(raw)
-	}
-	return out, rows.Err()
+	err := f.EachDesiredPods(func(dev string, raw []byte) { out[dev] = c.hash(raw) })
+	return out, err
 }
 
 // scheduledMatch reads one device's stored desired pods and says whether
 // their scheduled part is want, with the hash of what it read (a device
 // without a document holds no pods).
-func (c *schedCache) scheduledMatch(f *Fleet, dev string, want []json.RawMessage) (uint64, bool, error) {
-	var raw []byte
-	err := f.db.QueryRow(`SELECT pods FROM desired WHERE device = ?`, dev).Scan(&raw)
-	if err != nil && err != sql.ErrNoRows {
+func (c *schedCache) scheduledMatch(f *fleetdb.Fleet, dev string, want []json.RawMessage) (uint64, bool, error) {
+	raw, err := f.DesiredPods(dev)
+	if err != nil {
 		return 0, false, err
 	}
 	var pods []json.RawMessage
-	if err == nil {
+	if raw != nil {
 		if err := json.Unmarshal(raw, &pods); err != nil {
 			return 0, false, fmt.Errorf("device %s: stored desired pods: %w", dev, err)
 		}

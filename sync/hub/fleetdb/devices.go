@@ -1,8 +1,7 @@
-package hub
+package fleetdb
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -43,6 +43,10 @@ type Device struct {
 	// Net is the pods' network traffic from the newest heartbeat.
 	Net *protocol.NetSummary `json:"net,omitempty"`
 }
+
+// DefaultDeviceTimeout is how long a device may be silent and still be
+// Ready, when the hub is not told otherwise.
+const DefaultDeviceTimeout = 90 * time.Second
 
 // Devices lists every device, Ready when online and heard from within
 // timeout.
@@ -110,8 +114,9 @@ func (f *Fleet) GetDevice(id string, now time.Time, timeout time.Duration) (Devi
 	return ds[0], nil
 }
 
-// ErrNotFound is a device or pod the hub does not know.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound is a device or pod the hub does not know (one sentinel
+// with workloaddb's, so the API answers 404 to either).
+var ErrNotFound = workloaddb.ErrNotFound
 
 // SetLabels merges labels into a device's; an empty value removes one.
 // Labelling is the operator's: it adds a device the fleet did not know.

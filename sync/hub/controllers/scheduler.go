@@ -1,9 +1,15 @@
-package hub
+// Package controllers drives the hub's controllers over the fleet
+// database: today the scheduling loop, which runs sync/hub/schedule's
+// passes (the workload controllers, the scheduler, the taint manager),
+// stores their plans and has the device link publish the desired
+// documents that changed.
+package controllers
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -16,28 +22,78 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/priority"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
-	"github.com/podvisor/podvisor/sync/protocol"
 )
-
-// AnnotationScheduled marks the pods of a device's desired document that
-// the scheduler placed, apart from those applied to the device by hand
-// (apply --device/--selector), which it leaves alone.
-const AnnotationScheduled = "podvisor.io/scheduled"
 
 // minPassGap spaces the passes: the requests of a busy fleet (every
 // heartbeat asks) coalesce into at most one pass a second.
 const minPassGap = time.Second
 
-// DefaultDeviceTimeout is how long a device may be silent and still be
-// Ready, when the hub is not told otherwise.
-const DefaultDeviceTimeout = 90 * time.Second
+// Config is what the scheduler is told of the hub.
+type Config struct {
+	// DeviceTimeout is how long a device may be silent and still be
+	// Ready (default fleetdb.DefaultDeviceTimeout); it is tainted
+	// unreachable after.
+	DeviceTimeout time.Duration
+	// Now is the clock (default time.Now); tests pass a fake one.
+	Now func() time.Time
+}
+
+// Scheduler runs the scheduling passes over the fleet, one at a time.
+type Scheduler struct {
+	cfg       Config
+	fleet     *fleetdb.Fleet
+	workloads *workloaddb.Store
+	// link publishes the desired documents the passes change.
+	link *devicelink.Link
+	log  *slog.Logger
+	now  func() time.Time
+	done chan struct{}
+	// kick asks the scheduling loop for a pass; started is when this hub
+	// started (a device never heard from is unreachable since then).
+	kick    chan struct{}
+	started time.Time
+	// sched is what one scheduling pass keeps for the next.
+	sched schedCache
+}
+
+// New makes a scheduler; Start starts its loop.
+func New(cfg Config, fleet *fleetdb.Fleet, workloads *workloaddb.Store, link *devicelink.Link, log *slog.Logger) *Scheduler {
+	if cfg.DeviceTimeout <= 0 {
+		cfg.DeviceTimeout = fleetdb.DefaultDeviceTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Scheduler{cfg: cfg, fleet: fleet, workloads: workloads, link: link, log: log, now: cfg.Now,
+		done: make(chan struct{}), kick: make(chan struct{}, 1), started: cfg.Now()}
+}
+
+// Start starts the scheduling loop, with a first pass; the hub counts
+// its devices' silence from now.
+func (s *Scheduler) Start() {
+	s.started = s.now()
+	go s.scheduleLoop()
+	s.Reschedule()
+}
+
+// Close stops the scheduling loop.
+func (s *Scheduler) Close() {
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+}
 
 // Reschedule asks for a scheduling pass soon. Requests coalesce: one
 // pass answers every request made before it starts.
-func (h *Hub) Reschedule() {
+func (s *Scheduler) Reschedule() {
 	select {
-	case h.kick <- struct{}{}:
+	case s.kick <- struct{}{}:
 	default:
 	}
 }
@@ -45,29 +101,29 @@ func (h *Hub) Reschedule() {
 // scheduleLoop runs the passes, one at a time: on request and at the
 // next moment the fleet changes by itself (a device's heartbeat goes
 // stale, a toleration runs out) — a timer, not polling.
-func (h *Hub) scheduleLoop() {
+func (s *Scheduler) scheduleLoop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
-		case <-h.done:
+		case <-s.done:
 			timer.Stop()
 			return
-		case <-h.kick:
+		case <-s.kick:
 		case <-timer.C:
 		}
 		started := time.Now()
-		next, err := h.SchedulePass()
+		next, err := s.SchedulePass()
 		if err != nil {
-			h.log.Error("scheduling pass", "err", err)
-			next = h.now().Add(10 * time.Second) // try again
+			s.log.Error("scheduling pass", "err", err)
+			next = s.now().Add(10 * time.Second) // try again
 		}
 		timer.Stop()
 		if !next.IsZero() {
-			timer.Reset(max(next.Sub(h.now()), 100*time.Millisecond))
+			timer.Reset(max(next.Sub(s.now()), 100*time.Millisecond))
 		}
 		select {
-		case <-h.done:
+		case <-s.done:
 			return
 		case <-time.After(minPassGap - time.Since(started)):
 		}
@@ -79,59 +135,59 @@ func (h *Hub) scheduleLoop() {
 // events; terminating pods the device confirmed stopped are forgotten,
 // and the desired documents of devices whose pods changed are signed
 // again. It returns when the fleet will next change by itself.
-func (h *Hub) SchedulePass() (time.Time, error) {
-	now := h.now()
-	c := &h.sched
+func (s *Scheduler) SchedulePass() (time.Time, error) {
+	now := s.now()
+	c := &s.sched
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
-	if idle, err := h.fleet.nothingToSchedule(); err != nil || idle {
+	if idle, err := s.workloads.NothingToSchedule(); err != nil || idle {
 		// A fleet without workloads or hub pods costs no pass; their
 		// last pods left the desired documents before they were forgotten.
 		return time.Time{}, err
 	}
-	devices, next, err := h.scheduleDevices(now)
+	devices, next, err := s.scheduleDevices(now)
 	if err != nil {
 		return time.Time{}, err
 	}
-	w, err := h.fleet.LoadWorkloads()
+	w, err := s.workloads.LoadWorkloads()
 	if err != nil {
 		return time.Time{}, err
 	}
-	pods, hashes, err := c.hubPods(h.fleet)
+	pods, hashes, err := c.hubPods(s.workloads)
 	if err != nil {
 		return time.Time{}, err
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
-		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses, MaxPods: maxHubPods})
-	if pods, err = h.fleet.storePlan(pods, hashes, plan, now, c); err != nil {
+		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses, MaxPods: workloaddb.MaxHubPods})
+	if pods, err = s.storePlan(pods, hashes, plan, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
-	if err := h.pushScheduled(pods, hashes, devices, w.PriorityClasses); err != nil {
+	if err := s.pushScheduled(pods, hashes, devices, w.PriorityClasses); err != nil {
 		return time.Time{}, err
 	}
 	forgot := 0
 	if slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.Spec.NodeName != "" && p.DeletionTimestamp != nil }) {
 		// Only a terminating pod can be forgotten: a pass without one
 		// skips the query.
-		if forgot, err = h.fleet.forgetStopped(devices); err != nil {
+		if forgot, err = s.forgetStopped(devices); err != nil {
 			return time.Time{}, err
 		}
 	}
 	if forgot > 0 {
-		h.Reschedule() // their room is free: a nominated pod may bind now
+		s.Reschedule() // their room is free: a nominated pod may bind now
 	}
 	return earliest(next, tolerationDeadline(devices, pods)), nil
 }
 
 // scheduleDevices makes every device a schedule.Device, and says when
 // the first Ready one goes stale if it is not heard from.
-func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, error) {
-	ds, err := h.fleet.Devices(now, h.cfg.DeviceTimeout)
+func (s *Scheduler) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, error) {
+	ds, err := s.fleet.Devices(now, s.cfg.DeviceTimeout)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	extra, err := h.fleet.schedFields()
+	extra, err := s.fleet.DeviceScheduling()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -146,17 +202,17 @@ func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, erro
 		}
 		sd.Labels[v1.LabelHostname] = d.ID
 		if e, ok := extra[d.ID]; ok {
-			sd.Unschedulable, sd.Taints = e.unschedulable, e.taints
+			sd.Unschedulable, sd.Taints = e.Unschedulable, e.Taints
 		}
 		// As the node lifecycle controller after a restart, the hub
 		// gives every device it has not heard from since it started a
 		// full timeout to be heard, and counts its silence from then: a
 		// hub that was down does not evict the fleet as it comes up.
-		grace := h.started.Add(h.cfg.DeviceTimeout)
+		grace := s.started.Add(s.cfg.DeviceTimeout)
 		switch {
 		case d.Ready:
-			next = earliest(next, d.LastSeen.Add(h.cfg.DeviceTimeout))
-		case d.LastSeen.After(h.started):
+			next = earliest(next, d.LastSeen.Add(s.cfg.DeviceTimeout))
+		case d.LastSeen.After(s.started):
 			sd.UnreachableSince = d.LastSeen // offline, or silent, since
 		case now.Before(grace):
 			next = earliest(next, grace)
@@ -166,25 +222,6 @@ func (h *Hub) scheduleDevices(now time.Time) ([]schedule.Device, time.Time, erro
 		out = append(out, sd)
 	}
 	return out, next, nil
-}
-
-// schedFingerprint is what the scheduler reads of a heartbeat: labels,
-// allocatable, conditions' statuses, architecture and OS. (A device
-// going silent or offline asks by itself: presence and the stale timer.)
-func schedFingerprint(hb *protocol.Heartbeat) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(hb.Labels)) {
-		fmt.Fprintf(&b, "%s=%s,", k, hb.Labels[k])
-	}
-	for _, k := range slices.Sorted(maps.Keys(hb.Node.Allocatable)) {
-		q := hb.Node.Allocatable[k]
-		fmt.Fprintf(&b, "%s:%s,", k, q.String())
-	}
-	for _, c := range hb.Node.Conditions {
-		fmt.Fprintf(&b, "%s/%s,", c.Type, c.Status)
-	}
-	fmt.Fprintf(&b, "%s/%s", hb.Node.NodeInfo.Architecture, hb.Node.NodeInfo.OperatingSystem)
-	return b.String()
 }
 
 func setIfAbsent(m map[string]string, k, v string) {
@@ -233,48 +270,61 @@ func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 	return next
 }
 
-func (f *Fleet) nothingToSchedule() (bool, error) {
-	var n int
-	err := f.db.QueryRow(`SELECT (SELECT COUNT(*) FROM workloads) + (SELECT COUNT(*) FROM hub_pods)`).Scan(&n)
-	return n == 0, err
-}
-
-type schedExtra struct {
-	unschedulable bool
-	taints        []v1.Taint
-}
-
-func (f *Fleet) schedFields() (map[string]schedExtra, error) {
-	rows, err := f.db.Query(`SELECT id, unschedulable, taints FROM devices`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]schedExtra{}
-	for rows.Next() {
-		var id string
-		var e schedExtra
-		var raw []byte
-		if err := rows.Scan(&id, &e.unschedulable, &raw); err != nil {
-			return nil, err
-		}
-		json.Unmarshal(raw, &e.taints) // written by SetTaint
-		out[id] = e
-	}
-	return out, rows.Err()
-}
-
 // storePlan writes one pass's plan in one transaction, touching only the
 // pods it changes, and returns the pods the hub then holds. The pods
 // before are the cache's: a pod the plan changes is copied first. hashes
 // (the stored bytes' hashes by pod) follow what it writes.
-func (f *Fleet) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, now time.Time, c *schedCache) ([]*v1.Pod, error) {
-	pods := make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
+func (s *Scheduler) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
+	c := &s.sched
+	pods, changed, gone := applyPlan(before, plan, now)
+	var w workloaddb.PodWrites
+	after := make([]*v1.Pod, 0, len(pods))
+	for k, p := range pods {
+		if gone[k] {
+			c.forget(k)
+			delete(hashes, k)
+			w.Delete = append(w.Delete, k)
+			continue
+		}
+		after = append(after, p)
+		if !changed[k] {
+			continue // as stored: the scheduler changes no pod it is given
+		}
+		raw, _ := json.Marshal(p)
+		h := c.hash(raw)
+		if old, ok := hashes[k]; ok && old == h {
+			continue
+		}
+		// The next pass gets the pod as stored (times to the second), as
+		// it did before the cache.
+		c.remember(k, h, raw)
+		hashes[k] = h
+		w.Put = append(w.Put, workloaddb.PodWrite{Key: k, Device: p.Spec.NodeName, Raw: raw})
+	}
+	for _, e := range plan.Events {
+		w.Events = append(w.Events, workloaddb.SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
+			Reason: e.Reason, Message: e.Message})
+	}
+	if err := s.workloads.StorePods(w, now); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(after, func(a, b *v1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return after, nil
+}
+
+// applyPlan applies a plan to the pods before, copying a pod before it
+// changes it (they are the cache's): pods are the pods after, by key,
+// changed those the plan made or changed, and gone those it deletes at
+// once (never on a device: nothing to stop).
+func applyPlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (pods map[types.NamespacedName]*v1.Pod, changed, gone map[types.NamespacedName]bool) {
+	pods = make(map[types.NamespacedName]*v1.Pod, len(before)+len(plan.Create))
 	for _, p := range before {
 		pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	// changed are the pods the plan may change, each a copy of its own.
-	changed := map[types.NamespacedName]bool{}
+	changed = map[types.NamespacedName]bool{}
 	mutable := func(k types.NamespacedName) *v1.Pod {
 		p := pods[k]
 		if p != nil && !changed[k] {
@@ -301,7 +351,7 @@ func (f *Fleet) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint
 			setScheduled(p, v1.ConditionFalse, v1.PodReasonUnschedulable, pe.Message, now)
 		}
 	}
-	gone := map[types.NamespacedName]bool{}
+	gone = map[types.NamespacedName]bool{}
 	for _, d := range plan.Deletions {
 		p := mutable(d.Pod)
 		if p == nil {
@@ -317,60 +367,7 @@ func (f *Fleet) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint
 			p.Status.Reason, p.Status.Message = d.Reason, d.Message
 		}
 	}
-	tx, err := f.db.Begin()
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	after := make([]*v1.Pod, 0, len(pods))
-	for k, p := range pods {
-		if gone[k] {
-			c.forget(k)
-			delete(hashes, k)
-			if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		after = append(after, p)
-		if !changed[k] {
-			continue // as stored: the scheduler changes no pod it is given
-		}
-		raw, _ := json.Marshal(p)
-		h := c.hash(raw)
-		if old, ok := hashes[k]; ok && old == h {
-			continue
-		}
-		// The next pass gets the pod as stored (times to the second), as
-		// it did before the cache.
-		c.remember(k, h, raw)
-		hashes[k] = h
-		if _, err := tx.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES (?, ?, ?, ?)
-			ON CONFLICT(namespace, name) DO UPDATE SET device = excluded.device, pod = excluded.pod`,
-			k.Namespace, k.Name, p.Spec.NodeName, raw); err != nil {
-			return nil, err
-		}
-	}
-	events, err := newEventWriter(tx)
-	if err != nil {
-		return nil, err
-	}
-	defer events.close()
-	for _, e := range plan.Events {
-		if err := events.add(SchedEvent{Kind: e.Kind, Namespace: e.Namespace, Name: e.Name, Type: e.Type,
-			Reason: e.Reason, Message: e.Message}, now); err != nil {
-			return nil, err
-		}
-	}
-	for k := range gone {
-		if err := forgetEvents(tx, "Pod", k.Namespace, k.Name); err != nil {
-			return nil, err
-		}
-	}
-	slices.SortFunc(after, func(a, b *v1.Pod) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
-	return after, tx.Commit()
+	return pods, changed, gone
 }
 
 // setScheduled sets the PodScheduled condition, keeping its transition
@@ -399,28 +396,15 @@ func setScheduled(p *v1.Pod, status v1.ConditionStatus, reason, message string, 
 // encoded again only when the pod's stored bytes or the classes changed,
 // and a device's stored document is read again only when its bytes, or
 // the pods wanted there, changed since they were last found to agree.
-func (h *Hub) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
-	c := &h.sched
-	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
-	for _, pc := range pcs {
-		classes[pc.Name] = pc
-	}
-	rawClasses, _ := json.Marshal(pcs)
-	classesHash := c.hash(rawClasses)
+func (s *Scheduler) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, fleet []schedule.Device, pcs []*schedulingv1.PriorityClass) error {
+	c := &s.sched
 	known := make(map[string]bool, len(fleet))
 	for _, d := range fleet {
 		known[d.Name] = true
 	}
-	want := map[string][]json.RawMessage{}
-	for _, p := range pods {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-			raw := c.devicePod(k, hashes[k], classesHash, func() *v1.Pod { return devicePod(p, classes[p.Spec.PriorityClassName]) })
-			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
-		}
-	}
+	want := c.wantedPods(pods, hashes, pcs)
 	c.pruneDevicePods(hashes)
-	stored, err := c.storedDesired(h.fleet)
+	stored, err := c.storedDesired(s.fleet)
 	if err != nil {
 		return err
 	}
@@ -437,40 +421,100 @@ func (h *Hub) pushScheduled(pods []*v1.Pod, hashes map[types.NamespacedName]uint
 		}
 	}
 	for _, dev := range devices {
-		wantHash := c.hashPods(want[dev])
-		if p, ok := c.pushed[dev]; ok && p.stored == stored[dev] && p.want == wantHash {
-			continue // the document is as it was when it agreed
-		}
-		storedHash, equal, err := c.scheduledMatch(h.fleet, dev, want[dev])
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if equal {
-			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
-			continue
-		}
-		if !known[dev] {
-			continue // a device removed from the fleet gets nothing new
-		}
-		if _, err := h.update(dev, func(cur []json.RawMessage) []json.RawMessage {
-			keep := cur[:0:0]
-			for _, raw := range cur {
-				if !scheduledPod(raw) {
-					keep = append(keep, raw)
-				}
-			}
-			return append(keep, want[dev]...)
-		}); err != nil {
+		if err := s.pushDevice(dev, want[dev], stored[dev], known[dev]); err != nil {
 			// One device's document (too large, say) holds back no other's.
-			errs = append(errs, fmt.Errorf("device %s: %w", dev, err))
-			continue
-		}
-		if storedHash, equal, err := c.scheduledMatch(h.fleet, dev, want[dev]); err == nil && equal {
-			c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// wantedPods are the bound pods that are not terminating, by device, as
+// each device gets them.
+func (c *schedCache) wantedPods(pods []*v1.Pod, hashes map[types.NamespacedName]uint64, pcs []*schedulingv1.PriorityClass) map[string][]json.RawMessage {
+	classes := make(map[string]*schedulingv1.PriorityClass, len(pcs))
+	for _, pc := range pcs {
+		classes[pc.Name] = pc
+	}
+	rawClasses, _ := json.Marshal(pcs)
+	classesHash := c.hash(rawClasses)
+	want := map[string][]json.RawMessage{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+			raw := c.devicePod(k, hashes[k], classesHash, func() *v1.Pod { return devicePod(p, classes[p.Spec.PriorityClassName]) })
+			want[p.Spec.NodeName] = append(want[p.Spec.NodeName], raw)
+		}
+	}
+	return want
+}
+
+// pushDevice signs again a device's desired document with the scheduled
+// pods want, unless its stored one has them (stored: the hash of its
+// stored pods); a device no longer in the fleet (not known) gets nothing
+// new.
+func (s *Scheduler) pushDevice(dev string, want []json.RawMessage, stored uint64, known bool) error {
+	c := &s.sched
+	wantHash := c.hashPods(want)
+	if p, ok := c.pushed[dev]; ok && p.stored == stored && p.want == wantHash {
+		return nil // the document is as it was when it agreed
+	}
+	storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want)
+	if err != nil {
+		return err
+	}
+	if equal {
+		c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+		return nil
+	}
+	if !known {
+		return nil // a device removed from the fleet gets nothing new
+	}
+	if _, err := s.link.Update(dev, func(cur []json.RawMessage) []json.RawMessage {
+		keep := cur[:0:0]
+		for _, raw := range cur {
+			if !scheduledPod(raw) {
+				keep = append(keep, raw)
+			}
+		}
+		return append(keep, want...)
+	}); err != nil {
+		return fmt.Errorf("device %s: %w", dev, err)
+	}
+	if storedHash, equal, err := c.scheduledMatch(s.fleet, dev, want); err == nil && equal {
+		c.pushed[dev] = pushedDoc{stored: storedHash, want: wantHash}
+	}
+	return nil
+}
+
+// forgetStopped forgets the terminating pods whose device confirmed they
+// stopped — it applied a desired generation without them and reports no
+// such pod — and those of devices no longer in the fleet.
+func (s *Scheduler) forgetStopped(devices []schedule.Device) (int, error) {
+	known := map[string]bool{}
+	for _, d := range devices {
+		known[d.Name] = true
+	}
+	terminating, err := s.workloads.Terminating()
+	if err != nil {
+		return 0, err
+	}
+	var stopped []types.NamespacedName
+	for _, p := range terminating {
+		done := !known[p.Device]
+		if !done {
+			if done, err = s.fleet.Stopped(p.Device, p.Key.Namespace+"/"+p.Key.Name); err != nil {
+				return 0, err
+			}
+		}
+		if done {
+			stopped = append(stopped, p.Key)
+		}
+	}
+	if err := s.workloads.Forget(stopped); err != nil {
+		return 0, err
+	}
+	return len(stopped), nil
 }
 
 // devicePod is a bound pod as its device gets it: its identity, labels,
@@ -485,7 +529,7 @@ func devicePod(p *v1.Pod, class *schedulingv1.PriorityClass) *v1.Pod {
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[AnnotationScheduled] = "true"
+	out.Annotations[devicelink.AnnotationScheduled] = "true"
 	s := &out.Spec
 	s.Affinity, s.TopologySpreadConstraints, s.Tolerations, s.SchedulerName = nil, nil, nil, ""
 	s.Priority, s.PreemptionPolicy = nil, nil
@@ -510,49 +554,5 @@ func scheduledPod(raw json.RawMessage) bool {
 		} `json:"metadata"`
 	}
 	json.Unmarshal(raw, &meta)
-	return meta.Metadata.Annotations[AnnotationScheduled] == "true"
-}
-
-// forgetStopped forgets the terminating pods whose device confirmed they
-// stopped — it applied a desired generation without them and reports no
-// such pod — and those of devices no longer in the fleet.
-func (f *Fleet) forgetStopped(devices []schedule.Device) (int, error) {
-	known := map[string]bool{}
-	for _, d := range devices {
-		known[d.Name] = true
-	}
-	rows, err := f.db.Query(`SELECT p.namespace, p.name, p.device,
-		COALESCE((SELECT generation FROM desired WHERE device = p.device), 0),
-		COALESCE((SELECT observed FROM acks WHERE device = p.device), 0),
-		EXISTS (SELECT 1 FROM mirrors m WHERE m.device = p.device AND m.key = p.namespace || '/' || p.name)
-		FROM hub_pods p WHERE p.device != '' AND json_extract(p.pod, '$.metadata.deletionTimestamp') IS NOT NULL`)
-	if err != nil {
-		return 0, err
-	}
-	var stopped []types.NamespacedName
-	for rows.Next() {
-		var ns, name, dev string
-		var gen, observed int64
-		var mirrored bool
-		if err := rows.Scan(&ns, &name, &dev, &gen, &observed, &mirrored); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if !known[dev] || (observed >= gen && !mirrored) {
-			stopped = append(stopped, types.NamespacedName{Namespace: ns, Name: name})
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	for _, k := range stopped {
-		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
-			return 0, err
-		}
-		if err := forgetEvents(f.db, "Pod", k.Namespace, k.Name); err != nil {
-			return 0, err
-		}
-	}
-	return len(stopped), nil
+	return meta.Metadata.Annotations[devicelink.AnnotationScheduled] == "true"
 }

@@ -1,0 +1,65 @@
+// Package hub wires podhub's fleet side over one fleet database: the
+// link to the devices over MQTT (devicelink), the scheduling controllers
+// (controllers) and the API (api). The embedded broker (broker) is
+// started apart: the hub may use an external one.
+package hub
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/controllers"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+)
+
+// Config is how the hub reaches the broker and signs, how long a device
+// may be silent and its clock. Its Changed is the scheduler's (New sets it).
+type Config = devicelink.Config
+
+// Hub is the device link and the scheduler over one fleet: the link's
+// reports ask the scheduler for a pass, the scheduler's passes publish
+// through the link.
+type Hub struct {
+	*devicelink.Link
+	*controllers.Scheduler
+	fleet     *fleetdb.Fleet
+	workloads *workloaddb.Store
+}
+
+// New makes a hub; Start starts it.
+func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL())}
+	cfg.Changed = func() { h.Scheduler.Reschedule() }
+	h.Link = devicelink.New(cfg, fleet, log)
+	h.Scheduler = controllers.New(controllers.Config{DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now},
+		fleet, h.workloads, h.Link, log)
+	return h
+}
+
+// Start starts the scheduling loop and connects to the broker, waiting
+// at most wait for the first connection (it keeps trying in the
+// background). Every device is offline until its presence says again.
+func (h *Hub) Start(wait time.Duration) error {
+	if err := h.fleet.ForgetPresence(); err != nil {
+		return err
+	}
+	h.Scheduler.Start()
+	return h.Link.Connect(wait)
+}
+
+// Close disconnects and stops the scheduling loop.
+func (h *Hub) Close() {
+	h.Link.Close()
+	h.Scheduler.Close()
+}
+
+// Workloads is the scheduler's tables of the hub's fleet.
+func (h *Hub) Workloads() *workloaddb.Store { return h.workloads }
+
+// API is the hub's API, a device silent for timeout being NotReady.
+func (h *Hub) API(timeout time.Duration) *api.API {
+	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Timeout: timeout}
+}
