@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/desired"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
@@ -98,31 +98,22 @@ type Daemon struct {
 	log     *slog.Logger
 	machine *lifecycle.Machine
 	store   *state.Store
-	dir     *manifest.Dir
+	desired *desired.Pods // the pods the manifest files and the hub ask for
 	node    runtime.PodEnv
 	now     func() time.Time
 	lock    *os.File // the data directory's instance lock
 
-	manifests manifest.State
-	probes    *probes.Manager
-	started   chan startResult
-	hooks     chan hookResult
-	requests  chan request
-	// podEvents carry pod events to the uplink (nil: no hub attached,
-	// see Assignments); assigned are the pods the hub gave.
-	podEvents chan PodEvent
-	assigned  []*v1.Pod
+	probes   *probes.Manager
+	started  chan startResult
+	hooks    chan hookResult
+	requests chan request
 	// stopped closes when Run ends: requests fail at once from then on.
 	stopped chan struct{}
 	// supervising closes when Run has restored the pods, read the
 	// manifests and starts supervising them.
 	supervising chan struct{}
-	// stoppingAll: the daemon is stopping every pod before it exits, and
-	// nothing may be desired again.
-	stoppingAll bool
 	view        *podview.View       // published pod status, written by the loop
 	cgroups     *podcgroups.Manager // Driver nil without cgroups
-	classes     priority.Classes
 	// hookCancels ends the hooks still running for a container instance
 	// once it exits (a postStart exec hook has no timeout); loop-owned.
 	hookCancels map[string][]context.CancelFunc
@@ -179,6 +170,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		recoverRetry: make(chan runtime.Runtime, 1),
 		newImages:    make(chan time.Time, 1),
 		podFS:        podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
+		desired: desired.New(desired.Options{ManifestDir: cfg.ManifestDir, ManifestResync: cfg.ManifestResync, ManifestSettle: cfg.ManifestSettle,
+			AllowUntrustedManifests: cfg.AllowUntrustedManifests, Policy: cfg.Policy, Log: log}),
 	}
 	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.logPath, RuntimeOf: d.runtimeOf})
 	return d
@@ -208,11 +201,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer func() { d.listen.close() }()
 	d.setupNetCounters() // after the listen watcher, before the runtimes: it may set where process containers are placed
 	defer func() { d.net.close() }()
-	var errs []error
-	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
+	classes, errs := priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
 	}
+	d.desired.SetClasses(classes)
 	// Exits are forwarded until Run returns: StopPodsOnExit waits for
 	// them after ctx ends.
 	forwarding := make(chan struct{})
@@ -226,18 +219,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.watchPressure(ctx)
 	d.probes = probes.NewManager(ctx)
 	d.setupSideload(ctx)
-	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
-	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
-	if d.podEvents != nil {
+	if d.desired.HubAttached() {
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}
 	if err := d.restore(); err != nil {
 		return err
 	}
-	if err := d.dir.Watch(); err != nil {
+	if err := d.desired.Dir().Watch(); err != nil {
 		d.log.Error("manifest watch unavailable; relying on the periodic re-list", "err", err)
 	}
-	st, err := d.dir.Load()
+	st, err := d.desired.Dir().Load()
 	if err != nil {
 		return err
 	}
@@ -247,7 +238,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func() {
-		if err := d.dir.Run(watchCtx, manifests); err != nil {
+		if err := d.desired.Dir().Run(watchCtx, manifests); err != nil {
 			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
 		}
 	}()
@@ -340,7 +331,7 @@ func (d *Daemon) step() time.Time {
 	if !rd.Unsaved {
 		d.flushRemovals() // every exit they follow is saved
 	}
-	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
+	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.FileWants, Invalid: d.desired.Invalid()})
 	return rd.NextWake
 }
 
@@ -382,7 +373,7 @@ func (d *Daemon) do(fn func() error) error {
 // else (exits, hooks, API requests) is served as usual.
 func (d *Daemon) stopAll() {
 	d.log.Info("stopping all pods before exit")
-	d.stoppingAll = true
+	d.desired.Retire()
 	d.machine.SetDesired(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), d.longestGrace()+5*time.Second)
 	defer cancel()
@@ -400,15 +391,9 @@ func (d *Daemon) longestGrace() time.Duration {
 }
 
 func (d *Daemon) setManifests(st manifest.State) {
-	pods, rejected := resolveFilePods(st.Pods, d.cfg.Policy, d.classes)
-	st.Pods = pods
-	for p, err := range rejected {
-		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})
-	}
-	for _, n := range podview.NewlyInvalid(d.manifests, st) {
+	for _, n := range d.desired.SetFiles(st, d.now()) {
 		d.addEvent(n)
 	}
-	d.manifests = st
 	d.applyDesired()
 }
 

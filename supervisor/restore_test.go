@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
@@ -87,7 +86,6 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	d2.runtimes.Register("fake", rt)
 	d2.probes = probes.NewManager(ctx)
 	d2.protector = shellProtector(t, d2, nodeprotect.Options{})
-	d2.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Log: d2.log}
 	if err := d2.restore(); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ var layers = []layer{
 	// logind, pressure observers.
 	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",
 		"supervisor/pressure", "supervisor/safepath", "supervisor/nodeprotect", "supervisor/podfs",
-		"supervisor/podcgroups", "supervisor/podview"}},
+		"supervisor/podcgroups", "supervisor/podview", "supervisor/desired"}},
 	// What runs containers, and the namespaces and process handles it uses.
 	{"runtime", []string{"supervisor/runtime", "supervisor/sandbox"}},
 	{"probes", []string{"probes"}},
