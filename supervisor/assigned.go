@@ -2,19 +2,18 @@ package supervisor
 
 import (
 	"errors"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/supervisor/desired"
 )
 
 // Assignments is the daemon's narrow side for a source of pods outside the
 // device: the hub's uplink (sync/uplink), which cmd/podvisor attaches
 // to it. Desired pods come in and verdicts on them go back; the daemon's
 // status stream (every pod's status, pod events, the node) goes out.
-// *Daemon implements it; the daemon knows nothing of the hub's wire or
-// storage.
+// Daemon.Assignments returns it; the daemon knows nothing of the hub's
+// wire or storage.
 type Assignments interface {
 	// ExpectAssigned says a hub is attached, with the hub pods it accepted
 	// before (stored on the device): they run from the first
@@ -38,108 +37,67 @@ type Assignments interface {
 	Node() (*v1.Node, error)
 }
 
-var _ Assignments = (*Daemon)(nil)
-
 // PodEvent is an event about a pod, as describe shows it.
-type PodEvent struct {
-	Pod                   string // namespace/name
-	Time                  time.Time
-	Type, Reason, Message string
-}
-
-// podEventQueue bounds the pod events waiting for the hub's agent.
-const podEventQueue = 256
+type PodEvent = desired.PodEvent
 
 // errStopped is the answer to a request once the daemon's loop has ended.
 var errStopped = errors.New("the daemon has stopped")
 
+// Assignments is the daemon's side for the hub's uplink.
+func (d *Daemon) Assignments() Assignments { return hubSide{d} }
+
+// hubSide implements Assignments: the hub's pods go to the daemon's
+// desired pods on its loop, its status stream comes from the daemon.
+type hubSide struct{ d *Daemon }
+
+var _ Assignments = hubSide{}
+
 // ExpectAssigned implements Assignments.
-func (d *Daemon) ExpectAssigned(generation int64, stored []*v1.Pod) {
-	d.podEvents = make(chan PodEvent, podEventQueue)
-	d.assigned = withHubIdentity(stored)
-	d.log.Info("hub pods", "generation", generation, "pods", len(stored))
-}
-
-// withHubIdentity returns copies of the hub's pods with their identity
-// (source hub, a UID from their content).
-func withHubIdentity(pods []*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(pods))
-	for _, p := range pods {
-		p = p.DeepCopy()
-		manifest.Stamp(p, manifest.SourceHub, "")
-		out = append(out, p)
-	}
-	return out
-}
-
-// applyDesired hands the core the file pods and the hub pods that may run
-// (desiredPods decides).
-func (d *Daemon) applyDesired() {
-	if d.stoppingAll {
-		return
-	}
-	pods, refused := desiredPods(d.manifests.Pods, d.assigned, d.cfg.Policy, d.classes)
-	for _, r := range refused {
-		key := r.pod.Namespace + "/" + r.pod.Name
-		switch r.cause {
-		case shadowed:
-			d.log.Warn("hub pod shadowed by a manifest file of the same name", "pod", key)
-		case byPolicy:
-			// Accepted before under a laxer config: the device's word now wins.
-			d.log.Warn("hub pod refused by this device's hub policy", "pod", key, "err", r.reason)
-		default:
-			d.log.Warn("hub pod refused", "pod", key, "err", r.reason)
-		}
-	}
-	d.machine.SetDesired(pods)
+func (h hubSide) ExpectAssigned(generation int64, stored []*v1.Pod) {
+	h.d.desired.ExpectHub(generation, stored)
 }
 
 // Conflicts implements Assignments with the decision that applies the pods.
-func (d *Daemon) Conflicts(pods []*v1.Pod) (map[string]string, error) {
-	out := map[string]string{}
-	hub := withHubIdentity(pods)
-	err := d.do(func() error {
-		_, refused := desiredPods(d.manifests.Pods, hub, d.cfg.Policy, d.classes)
-		for _, r := range refused {
-			key := r.pod.Namespace + "/" + r.pod.Name
-			if r.cause == byPolicy {
-				d.log.Warn("hub pod refused by this device's policy", "pod", key, "err", r.reason)
-			}
-			out[key] = r.reason
-		}
+func (h hubSide) Conflicts(pods []*v1.Pod) (map[string]string, error) {
+	var out map[string]string
+	err := h.d.do(func() error {
+		out = h.d.desired.Conflicts(pods)
 		return nil
 	})
+	if out == nil {
+		out = map[string]string{}
+	}
 	return out, err
 }
 
 // ApplyAssigned implements Assignments.
-func (d *Daemon) ApplyAssigned(gen int64, pods []*v1.Pod) {
-	hub := withHubIdentity(pods)
+func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	for {
-		err := d.do(func() error {
-			d.assigned = hub
-			d.log.Info("hub pods", "generation", gen, "pods", len(hub))
-			d.applyDesired()
+		err := h.d.do(func() error {
+			h.d.desired.SetHub(gen, pods)
+			h.d.applyDesired()
 			return nil
 		})
 		if err == nil || errors.Is(err, errStopped) {
 			return
 		}
-		d.log.Warn("applying hub pods; retrying", "generation", gen, "err", err)
+		h.d.log.Warn("applying hub pods; retrying", "generation", gen, "err", err)
 	}
 }
 
-// PodEvents implements Assignments.
-func (d *Daemon) PodEvents() <-chan PodEvent { return d.podEvents }
+// Pods implements Assignments.
+func (h hubSide) Pods() ([]*v1.Pod, uint64, <-chan struct{}) { return h.d.Pods() }
 
-// hubEvent queues a pod event for the hub; a full queue drops it (the
-// outbox would drop old events first anyway).
-func (d *Daemon) podEvent(key, typ, reason, msg string, at time.Time) {
-	if d.podEvents == nil {
-		return
-	}
-	select {
-	case d.podEvents <- PodEvent{Pod: key, Time: at, Type: typ, Reason: reason, Message: msg}:
-	default:
+// PodEvents implements Assignments.
+func (h hubSide) PodEvents() <-chan PodEvent { return h.d.desired.Events() }
+
+// Node implements Assignments.
+func (h hubSide) Node() (*v1.Node, error) { return h.d.Node() }
+
+// applyDesired hands the core the file pods and the hub pods that may run
+// (desired.Pods decides).
+func (d *Daemon) applyDesired() {
+	if pods, ok := d.desired.Desired(); ok {
+		d.machine.SetDesired(pods)
 	}
 }

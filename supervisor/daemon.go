@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/desired"
 	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
@@ -99,31 +99,22 @@ type Daemon struct {
 	log     *slog.Logger
 	machine *lifecycle.Machine
 	store   *state.Store
-	dir     *manifest.Dir
+	desired *desired.Pods // the pods the manifest files and the hub ask for
 	node    runtime.PodEnv
 	now     func() time.Time
 	lock    *os.File // the data directory's instance lock
 
-	manifests manifest.State
-	probing   *podprobes.Prober // probes, the listen watcher and traffic counters
-	started   chan startResult
-	hooks     *hooks.Runner // lifecycle hooks, whose ends come back to the loop
-	requests  chan request
-	// podEvents carry pod events to the uplink (nil: no hub attached,
-	// see Assignments); assigned are the pods the hub gave.
-	podEvents chan PodEvent
-	assigned  []*v1.Pod
+	probing  *podprobes.Prober // probes, the listen watcher and traffic counters
+	started  chan startResult
+	hooks    *hooks.Runner // lifecycle hooks, whose ends come back to the loop
+	requests chan request
 	// stopped closes when Run ends: requests fail at once from then on.
 	stopped chan struct{}
 	// supervising closes when Run has restored the pods, read the
 	// manifests and starts supervising them.
 	supervising chan struct{}
-	// stoppingAll: the daemon is stopping every pod before it exits, and
-	// nothing may be desired again.
-	stoppingAll bool
 	view        *podview.View       // published pod status, written by the loop
 	cgroups     *podcgroups.Manager // Driver nil without cgroups
-	classes     priority.Classes
 	// protector: pressure eviction, drain and the node's status.
 	protector *nodeprotect.Protector
 	// runtimes run the pods by runtimeClassName and gather what they
@@ -165,6 +156,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 		runtimes:    runtimeset.New(log),
 		podFS:       podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
 		retention:   retention.New(retention.Options{DataDir: cfg.DataDir, MaxDeadPerContainer: cfg.MaxDeadPerContainer, MaxDeadContainers: cfg.MaxDeadContainers, Log: log}),
+		desired: desired.New(desired.Options{ManifestDir: cfg.ManifestDir, ManifestResync: cfg.ManifestResync, ManifestSettle: cfg.ManifestSettle,
+			AllowUntrustedManifests: cfg.AllowUntrustedManifests, Policy: cfg.Policy, Log: log}),
 	}
 	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.node }, RuntimeOf: d.runtimes.Of})
 	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
@@ -194,11 +187,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: d.cfg.ProbesListen, MaxPods: int(d.cfg.Node.MaxPods),
 		Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log}) // before the runtimes: it sets where process containers are placed
 	defer d.probing.Close()
-	var errs []error
-	d.classes, errs = priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
+	classes, errs := priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
 		d.log.Error("priority class rejected", "err", err)
 	}
+	d.desired.SetClasses(classes)
 	// Exits are forwarded until Run returns: StopPodsOnExit waits for
 	// them after ctx ends.
 	forwarding := make(chan struct{})
@@ -212,18 +205,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.protector.UseImageFS(d.images.FS())
 	d.watchPressure(ctx)
 	d.images.Start(ctx)
-	d.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Resync: d.cfg.ManifestResync, Settle: d.cfg.ManifestSettle, Log: d.log}
-	d.dir.AllowUntrusted = d.cfg.AllowUntrustedManifests
-	if d.podEvents != nil {
+	if d.desired.HubAttached() {
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}
 	if err := d.restore(); err != nil {
 		return err
 	}
-	if err := d.dir.Watch(); err != nil {
+	if err := d.desired.Dir().Watch(); err != nil {
 		d.log.Error("manifest watch unavailable; relying on the periodic re-list", "err", err)
 	}
-	st, err := d.dir.Load()
+	st, err := d.desired.Dir().Load()
 	if err != nil {
 		return err
 	}
@@ -233,7 +224,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func() {
-		if err := d.dir.Run(watchCtx, manifests); err != nil {
+		if err := d.desired.Dir().Run(watchCtx, manifests); err != nil {
 			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
 		}
 	}()
@@ -321,7 +312,7 @@ func (d *Daemon) step() time.Time {
 	if !rd.Unsaved {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
-	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.hasDesired, Invalid: d.manifests.Invalid})
+	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.FileWants, Invalid: d.desired.Invalid()})
 	return rd.NextWake
 }
 
@@ -363,7 +354,7 @@ func (d *Daemon) do(fn func() error) error {
 // else (exits, hooks, API requests) is served as usual.
 func (d *Daemon) stopAll() {
 	d.log.Info("stopping all pods before exit")
-	d.stoppingAll = true
+	d.desired.Retire()
 	d.machine.SetDesired(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), d.longestGrace()+5*time.Second)
 	defer cancel()
@@ -381,15 +372,9 @@ func (d *Daemon) longestGrace() time.Duration {
 }
 
 func (d *Daemon) setManifests(st manifest.State) {
-	pods, rejected := resolveFilePods(st.Pods, d.cfg.Policy, d.classes)
-	st.Pods = pods
-	for p, err := range rejected {
-		st.Invalid = append(st.Invalid, manifest.Invalid{File: p.Annotations[manifest.AnnotationFile], Err: err, Since: d.now()})
-	}
-	for _, n := range podview.NewlyInvalid(d.manifests, st) {
+	for _, n := range d.desired.SetFiles(st, d.now()) {
 		d.addEvent(n)
 	}
-	d.manifests = st
 	d.applyDesired()
 }
 

@@ -62,7 +62,7 @@ func (d *Daemon) restore() error {
 		}
 		// A file that is invalid now keeps the pods it defined before.
 		if !in.Terminating && in.Pod.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
-			d.dir.Seed(in.Pod.Annotations[manifest.AnnotationFile], []*v1.Pod{in.Pod})
+			d.desired.Dir().Seed(in.Pod.Annotations[manifest.AnnotationFile], []*v1.Pod{in.Pod})
 		}
 	}
 	return nil
@@ -216,7 +216,7 @@ func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.
 		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++
 	}
-	if rebuilt > 0 && lost && d.podEvents != nil {
+	if rebuilt > 0 && lost && d.desired.HubAttached() {
 		// The hub's document went with the database: give the hub time
 		// to send it again before its pods count as undesired.
 		d.machine.KeepRebuilt(now.Add(RebuiltHubWait))

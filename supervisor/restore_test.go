@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podprobes"
@@ -88,7 +87,6 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	d2.probing = podprobes.Open(ctx, podprobes.Options{Cgroups: d2.cgroups, RuntimeOf: d2.runtimes.Of, Log: d2.log})
 	defer d2.probing.Close()
 	d2.protector = shellProtector(t, d2, nodeprotect.Options{})
-	d2.dir = &manifest.Dir{Path: d.cfg.ManifestDir, Log: d2.log}
 	if err := d2.restore(); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
 		Mounts:      d.podFS.MountsFor(pod, spec, d.node),
-		LocalImages: d.cfg.Policy.localImages(pod),
+		LocalImages: d.cfg.Policy.LocalImages(pod),
 	}
 }
 

@@ -114,7 +114,6 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 	d.probing = podprobes.Open(ctx, podprobes.Options{Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log})
 	t.Cleanup(d.probing.Close)
 	d.protector = shellProtector(t, d, nodeprotect.Options{})
-	d.dir = &manifest.Dir{Path: cfg.ManifestDir, Log: d.log}
 	return d
 }
 
@@ -265,7 +264,7 @@ func desireWebPod(t *testing.T, d *Daemon, containers string) manifest.State {
 	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(pod), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.dir.Load()
+	st, err := d.desired.Dir().Load()
 	if err != nil || len(st.Pods) != 1 {
 		t.Fatalf("manifest: %v, %d pods", err, len(st.Pods))
 	}

@@ -17,16 +17,6 @@ import (
 // StatusInvalid is the STATUS of a manifest file that was rejected.
 const StatusInvalid = podview.StatusInvalid
 
-// hasDesired reports whether a source still asks for namespace/name.
-func (d *Daemon) hasDesired(key string) bool {
-	for _, p := range d.manifests.Pods {
-		if lifecycle.KeyOf(p) == key {
-			return true
-		}
-	}
-	return false
-}
-
 // record logs an event about a pod instance and keeps it for describe.
 func (d *Daemon) record(in *lifecycle.Instance, typ, reason, msg string) {
 	if in == nil {
@@ -43,11 +33,11 @@ func (d *Daemon) addEvent(n podview.Note) {
 		d.log.Info(n.Message, "pod", n.Key, "reason", n.Reason)
 	}
 	now := d.now()
-	d.podEvent(n.Key, n.Type, n.Reason, n.Message, now)
+	d.desired.QueueEvent(PodEvent{Pod: n.Key, Time: now, Type: n.Type, Reason: n.Reason, Message: n.Message})
 	d.view.Record(n, now)
 }
 
-// Pods implements api.Backend and Assignments.
+// Pods implements api.Backend; Assignments passes it on to the hub.
 func (d *Daemon) Pods() ([]*v1.Pod, uint64, <-chan struct{}) { return d.view.Pods() }
 
 // Events implements api.Backend.
@@ -75,7 +65,7 @@ func (d *Daemon) Delete(namespace, name string, grace *int64, force bool) (api.D
 		}
 		res.Source = in.Pod.Annotations[manifest.AnnotationSource]
 		res.File = in.Pod.Annotations[manifest.AnnotationFile]
-		res.Recreated = d.hasDesired(in.Key())
+		res.Recreated = d.desired.FileWants(in.Key())
 		return d.machine.Delete(in.UID(), g, force, d.now())
 	})
 	return res, err

@@ -134,7 +134,7 @@ func runDaemon(ctx context.Context, conf *config.Config, daemonCfg supervisor.Co
 	if err := d.OpenState(); err != nil {
 		return err
 	}
-	closeHub, err := attachUplink(conf.Hub, daemonCfg.NodeName, daemonCfg.DataDir, d, log)
+	closeHub, err := attachUplink(conf.Hub, daemonCfg.NodeName, daemonCfg.DataDir, d.Assignments(), log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}

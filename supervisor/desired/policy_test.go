@@ -1,4 +1,4 @@
-package supervisor
+package desired
 
 import (
 	"strings"
@@ -55,16 +55,16 @@ func TestLocalImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := Policy{Hub: hub}
-	if l := p.localImages(pod(manifest.SourceFile)); l != nil {
+	if l := p.LocalImages(pod(manifest.SourceFile)); l != nil {
 		t.Errorf("a file pod is limited to %+v", l)
 	}
 	for _, source := range []string{manifest.SourceHub, ""} {
-		l := p.localImages(pod(source))
+		l := p.LocalImages(pod(source))
 		if l == nil || len(l.Shared) != 1 || l.Shared[0] != "docker.io/library/vendor-tools:2" {
 			t.Errorf("source %q: limited to %+v, want the shared docker.io/library/vendor-tools:2", source, l)
 		}
 	}
-	if l := (Policy{}).localImages(pod(manifest.SourceHub)); l == nil || len(l.Shared) != 0 {
+	if l := (Policy{}).LocalImages(pod(manifest.SourceHub)); l == nil || len(l.Shared) != 0 {
 		t.Errorf("a hub pod under the default policy: %+v, want limited, nothing shared", l)
 	}
 }

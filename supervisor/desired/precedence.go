@@ -1,4 +1,4 @@
-package supervisor
+package desired
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ type hubRefusal struct {
 // pod that no file pod of the same namespace/name shadows, that the
 // device's policy for hub pods allows and whose priority class the device
 // knows (resolved, as a copy). Every other hub pod gets a refusal, in the
-// hub's order. It is the one answer both to what runs (applyDesired) and
+// hub's order. It is the one answer both to what runs (Desired) and
 // to what the hub is told it cannot run (Conflicts).
 func desiredPods(files, hub []*v1.Pod, policy Policy, classes priority.Classes) (run []*v1.Pod, refused []hubRefusal) {
 	run = append(run, files...)
