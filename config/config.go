@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
-	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // Paths the daemon uses unless the config or a flag names others.
@@ -36,6 +35,9 @@ const (
 	DefaultConfigDir = "/etc/podvisor"
 	// DefaultContainerdSocket is containerd's own socket.
 	DefaultContainerdSocket = "/run/containerd/containerd.sock"
+	// DefaultHubPrefix is the hub's topic prefix, the wire protocol's
+	// (sync/protocol.DefaultPrefix, which a test holds it to).
+	DefaultHubPrefix = "podvisor/v1"
 	// DefaultManagedSocket and DefaultManagedState are where a containerd
 	// podvisor runs itself listens and keeps its tasks.
 	DefaultManagedSocket = "/run/podvisor/containerd/containerd.sock"
@@ -88,6 +90,15 @@ type Config struct {
 	Hub                              Hub                   `json:"hub"`
 	Probes                           Probes                `json:"probes"`
 	Process                          Process               `json:"process"`
+
+	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
+	// --stop-pods-on-exit) stops every pod gracefully before the daemon
+	// exits; ManifestSettle is how long a manifest file must be quiet
+	// after a write before it is read; SaveDelay batches the state writes
+	// no action waits on, as flash storage wears per write.
+	StopPodsOnExit bool          `json:"-"`
+	ManifestSettle time.Duration `json:"-"`
+	SaveDelay      time.Duration `json:"-"`
 
 	// containerdNamed: the file sets something in its containerd section.
 	containerdNamed bool
@@ -362,11 +373,13 @@ func Default() *Config {
 		ShutdownGracePeriodByPodPriority: []ShutdownGracePeriod{{Priority: 0, ShutdownGracePeriodSeconds: 20},
 			{Priority: 2000000000, ShutdownGracePeriodSeconds: 10}},
 		Containerd: defaultContainerd(),
-		Hub: Hub{Prefix: protocol.DefaultPrefix, Heartbeat: Duration{Duration: 30 * time.Second},
+		Hub: Hub{Prefix: DefaultHubPrefix, Heartbeat: Duration{Duration: 30 * time.Second},
 			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
-		Probes:  Probes{EBPF: true},
-		Process: Process{Keeper: true},
+		Probes:         Probes{EBPF: true},
+		Process:        Process{Keeper: true},
+		ManifestSettle: 5 * time.Millisecond,
+		SaveDelay:      100 * time.Millisecond,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/test/linked"
 )
 
@@ -21,14 +22,17 @@ func TestConfigImportsNoShell(t *testing.T) {
 			continue
 		}
 		bad := rel == "supervisor" // the shell itself; the deciders below it are allowed
-		if rel == "sync/protocol" {
-			continue // the wire's names, such as the default topic prefix, are settings' defaults
-		}
 		for _, tree := range trees {
 			bad = bad || rel == tree || strings.HasPrefix(rel, tree+"/")
 		}
 		if bad {
 			t.Errorf("config imports %s", pkg)
 		}
+	}
+}
+
+func TestHubPrefixIsTheProtocols(t *testing.T) {
+	if DefaultHubPrefix != protocol.DefaultPrefix {
+		t.Errorf("DefaultHubPrefix %q, the protocol's %q", DefaultHubPrefix, protocol.DefaultPrefix)
 	}
 }

@@ -89,4 +89,7 @@ func (c *Config) fillEmpty() {
 	if c.Node.MaxPods == 0 {
 		c.Node.MaxPods = DefaultMaxPods
 	}
+	if len(c.ShutdownGracePeriodByPodPriority) == 0 {
+		c.ShutdownGracePeriodByPodPriority = d.ShutdownGracePeriodByPodPriority
+	}
 }

@@ -4,7 +4,6 @@
 package supervisor
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/supervisor/api"
@@ -36,66 +36,10 @@ import (
 	"github.com/podvisor/podvisor/supervisor/state"
 )
 
-// Config is what the daemon needs to run.
-type Config struct {
-	ManifestDir string
-	DataDir     string
-	NodeName    string
-	// Runtimes are the runtimes to run (registered plugins, each with its
-	// own settings); DefaultRuntime runs the pods that name no runtime
-	// class.
-	Runtimes       []runtime.Choice
-	DefaultRuntime string
-	Lifecycle      lifecycle.Config
-	ManifestResync time.Duration
-	// ManifestSettle is how long a manifest file must be quiet after a
-	// write before it is read (0: DefaultManifestSettle).
-	ManifestSettle time.Duration
-	LogMaxBytes    int64
-	LogMaxFiles    int
-	// AllowUntrustedManifests reads manifests someone other than root or
-	// the daemon's user could have written (manifest.Dir.AllowUntrusted).
-	AllowUntrustedManifests bool
-	// StopPodsOnExit stops every pod gracefully before the daemon exits;
-	// by default pods keep running and the next daemon adopts them.
-	StopPodsOnExit bool
-	// PersistDelay batches state writes: flash storage wears per write
-	// (0: DefaultPersistDelay).
-	PersistDelay time.Duration
-	// MaxDeadPerContainer is how many finished instances (directories
-	// and logs) each container keeps besides the current one.
-	MaxDeadPerContainer int
-	// MaxDeadContainers bounds finished instances on the whole device
-	// (0: no bound beyond the per-container one).
-	MaxDeadContainers int
-	// CgroupRoot is where pods' cgroups go ("" runs without cgroups);
-	// CgroupMount is the hierarchy's mount point.
-	CgroupRoot  string
-	CgroupMount string
-	// CgroupDriver is "cgroupfs" (default) or "systemd": slices and
-	// scopes made through systemd.
-	CgroupDriver string
-	// ConfigDir holds priorityclasses/.
-	ConfigDir string
-	Node      NodeConfig
-	Eviction  EvictionConfig
-	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
-	ShutdownBuckets []ShutdownBucket
-	Policy          Policy
-	// ProbesListen is the best path probes may learn of listeners by
-	// (config probes.listen): "ebpf" (also ""), "sockdiag" or "off".
-	ProbesListen string
-}
-
-// Defaults of the settings a config file does not carry.
-const (
-	DefaultManifestSettle = 5 * time.Millisecond
-	DefaultPersistDelay   = 100 * time.Millisecond
-)
-
 // Daemon supervises the pods of one device.
 type Daemon struct {
-	cfg     Config
+	cfg     *config.Config
+	opts    Options
 	log     *slog.Logger
 	machine *lifecycle.Machine
 	store   *state.Store
@@ -137,31 +81,34 @@ type startResult struct {
 	runtime.Started
 }
 
-// New prepares a daemon; Run starts it.
-func New(cfg Config, log *slog.Logger) *Daemon {
-	cfg.ManifestSettle = cmp.Or(cfg.ManifestSettle, DefaultManifestSettle)
-	cfg.PersistDelay = cmp.Or(cfg.PersistDelay, DefaultPersistDelay)
-	cfg.Lifecycle.SaveDelay = cfg.PersistDelay
+// New prepares a daemon from a validated config; Run starts it.
+func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
+	policy, err := devicePolicy(c)
+	if err != nil {
+		return nil, err
+	}
 	d := &Daemon{
-		cfg:         cfg,
+		cfg:         c,
+		opts:        o,
 		log:         log,
-		machine:     lifecycle.NewMachine(cfg.Lifecycle),
+		machine:     lifecycle.NewMachine(coreConfig(c)),
 		now:         time.Now,
 		started:     make(chan startResult, 64),
 		requests:    make(chan request),
 		stopped:     make(chan struct{}),
 		supervising: make(chan struct{}),
-		node:        runtime.PodEnv{NodeName: cfg.NodeName, HostIP: hostIP()},
-		cgroups:     podcgroups.New(podcgroups.Options{Root: cfg.CgroupRoot, Mount: cfg.CgroupMount, Driver: cfg.CgroupDriver, Log: log}),
+		node:        runtime.PodEnv{NodeName: c.NodeName, HostIP: hostIP()},
+		cgroups:     podcgroups.New(podcgroups.Options{Root: c.Cgroups.Root, Mount: c.Cgroups.Mount, Driver: c.Cgroups.Driver, Log: log}),
 		runtimes:    runtimeset.New(log),
-		podFS:       podfs.New(podfs.Options{DataDir: cfg.DataDir, AllowedHostPaths: cfg.Policy.AllowedHostPaths, Log: log}),
-		retention:   retention.New(retention.Options{DataDir: cfg.DataDir, MaxDeadPerContainer: cfg.MaxDeadPerContainer, MaxDeadContainers: cfg.MaxDeadContainers, Log: log}),
-		desired: desired.New(desired.Options{ManifestDir: cfg.ManifestDir, ManifestResync: cfg.ManifestResync, ManifestSettle: cfg.ManifestSettle,
-			AllowUntrustedManifests: cfg.AllowUntrustedManifests, Policy: cfg.Policy, Log: log}),
+		podFS:       podfs.New(podfs.Options{DataDir: c.DataDir, AllowedHostPaths: c.Security.AllowedHostPaths, Log: log}),
+		retention: retention.New(retention.Options{DataDir: c.DataDir, MaxDeadPerContainer: c.GC.MaxDeadPerContainer,
+			MaxDeadContainers: c.GC.MaxDeadContainers, Log: log}),
+		desired: desired.New(desired.Options{ManifestDir: c.Manifests, ManifestResync: c.ManifestResync.Duration, ManifestSettle: c.ManifestSettle,
+			AllowUntrustedManifests: c.Security.AllowUntrustedManifests, Policy: policy, Log: log}),
 	}
 	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.node }, RuntimeOf: d.runtimes.Of})
-	d.view = podview.New(podview.Options{NodeName: cfg.NodeName, HostIP: d.node.HostIP, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
-	return d
+	d.view = podview.New(podview.Options{NodeName: c.NodeName, HostIP: d.node.HostIP, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
+	return d, nil
 }
 
 // Run supervises until ctx ends. Pods keep running after it returns unless
@@ -174,7 +121,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.unlockDataDir()
 	defer d.store.Close()
 	tightenStateFiles(filepath.Join(d.cfg.DataDir, "state.db"), d.log)
-	if err := os.MkdirAll(d.cfg.ManifestDir, 0o755); err != nil {
+	if err := os.MkdirAll(d.cfg.Manifests, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
 	}
 	if err := d.setupNodeProtection(); err != nil {
@@ -184,7 +131,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.node.Allocatable = d.protector.Allocatable() // downward API limits a container leaves unset
-	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: d.cfg.ProbesListen, MaxPods: int(d.cfg.Node.MaxPods),
+	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: string(d.cfg.Probes.ListenMode()), MaxPods: int(d.cfg.Node.MaxPods),
 		Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log}) // before the runtimes: it sets where process containers are placed
 	defer d.probing.Close()
 	classes, errs := priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
@@ -228,7 +175,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Error("manifest watch stopped; relying on nothing else", "err", err)
 		}
 	}()
-	d.log.Info("podvisor running", "manifests", d.cfg.ManifestDir, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
+	d.log.Info("podvisor running", "manifests", d.cfg.Manifests, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	close(d.supervising)
 	d.loop(ctx, manifests, nil)
 	if d.cfg.StopPodsOnExit {
@@ -362,7 +309,7 @@ func (d *Daemon) stopAll() {
 }
 
 func (d *Daemon) longestGrace() time.Duration {
-	g := d.cfg.Lifecycle.MinGracePeriod
+	g := lifecycle.DefaultConfig().MinGracePeriod
 	for _, in := range d.machine.Instances() {
 		if s := in.Pod.Spec.TerminationGracePeriodSeconds; s != nil && time.Duration(*s)*time.Second > g {
 			g = time.Duration(*s) * time.Second

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -15,27 +14,14 @@ import (
 	"github.com/podvisor/podvisor/supervisor/pressure"
 )
 
-// The node protection's settings, as the daemon's Config names them.
-type (
-	EvictionConfig = nodeprotect.EvictionConfig
-	NodeConfig     = nodeprotect.NodeConfig
-	ShutdownBucket = nodeprotect.ShutdownBucket
-)
-
-// DefaultShutdownBuckets is nodeprotect.DefaultShutdownBuckets.
-func DefaultShutdownBuckets() []ShutdownBucket { return nodeprotect.DefaultShutdownBuckets() }
-
-// ShutdownTime is how long a drain by these buckets may take at most.
-func ShutdownTime(buckets []ShutdownBucket) time.Duration { return nodeprotect.ShutdownTime(buckets) }
-
 // setupNodeProtection reads the device's memory and prepares pressure
 // eviction, drain and the node's status.
 func (d *Daemon) setupNodeProtection() error {
 	p, err := nodeprotect.New(nodeprotect.Options{
 		Log: d.log, Now: d.now, DataDir: d.cfg.DataDir,
 		MemoryCgroup: cgroups.V1MemoryMount(), Memory: pressure.MemTotal(),
-		NodeName: d.cfg.NodeName, HostIP: d.node.HostIP, Node: d.cfg.Node,
-		Eviction: d.cfg.Eviction, ShutdownBuckets: d.cfg.ShutdownBuckets,
+		NodeName: d.cfg.NodeName, HostIP: d.node.HostIP, Node: nodeConfig(d.cfg, d.opts.Version),
+		Eviction: evictionConfig(d.cfg), ShutdownBuckets: ShutdownBuckets(d.cfg),
 		Usage: d.podUsage, Observed: d.collectImages,
 	})
 	d.protector = p
@@ -47,7 +33,7 @@ func (d *Daemon) setupNodeProtection() error {
 func (d *Daemon) watchPressure(ctx context.Context) {
 	var pods string
 	if d.cgroups.Driver != nil && d.cgroups.Driver.Version() == 2 {
-		pods = filepath.Join(d.cfg.CgroupMount, d.cgroups.Layout.Tiers()[0])
+		pods = filepath.Join(d.cfg.Cgroups.Mount, d.cgroups.Layout.Tiers()[0])
 	}
 	d.protector.Watch(ctx, pods)
 	d.protectNode(d.protector.Look(ctx, pressure.WakeStart, d.machine))

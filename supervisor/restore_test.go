@@ -77,7 +77,10 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 			Exit: &runtime.Exit{InstanceID: side.InstanceID, ExitCode: 7, Reason: "Error", StartedAt: now, FinishedAt: now}},
 		{InstanceID: ghost, PodUID: uid, PodNamespace: "default", PodName: "web", Container: "ghost", Attempt: 0},
 	}}
-	d2 := New(d.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d2, err := New(d.cfg, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d2.OpenState(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	closeAll = func() {}
 	if d.runtimes.Registry == nil { // else given (tests)
 		env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups.Cgroups, Log: d.log, Stop: stop}
-		if closeAll, err = d.runtimes.Setup(d.cfg.Runtimes, d.cfg.DefaultRuntime, env); err != nil {
+		if closeAll, err = d.runtimes.Setup(d.opts.Runtimes, d.opts.DefaultRuntime, env); err != nil {
 			return nil, err
 		}
 	}
@@ -100,7 +100,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 	pod, spec := in.Pod, in.Spec(a.Container)
 	return &runtime.Container{
 		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.node,
-		LogPath: d.retention.LogPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.LogMaxBytes, LogMaxFiles: d.cfg.LogMaxFiles,
+		LogPath: d.retention.LogPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.Logs.MaxSize.Value(), LogMaxFiles: d.cfg.Logs.MaxFiles,
 		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
 			if d.cgroups.Driver == nil {
@@ -113,7 +113,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
 		Mounts:      d.podFS.MountsFor(pod, spec, d.node),
-		LocalImages: d.cfg.Policy.LocalImages(pod),
+		LocalImages: d.desired.LocalImages(pod),
 	}
 }
 

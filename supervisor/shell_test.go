@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
@@ -94,12 +95,18 @@ func (f *fakeRuntime) snapshot() (started []string, removed []string, forgotten 
 func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemon {
 	t.Helper()
 	root := t.TempDir()
-	cfg := Config{DataDir: filepath.Join(root, "data"), ManifestDir: filepath.Join(root, "manifests"), NodeName: "dev",
-		Lifecycle: lifecycle.DefaultConfig(), PersistDelay: time.Hour, MaxDeadPerContainer: 1}
-	if err := os.MkdirAll(cfg.ManifestDir, 0o755); err != nil {
+	// The defaults, without cgroups and with every save batched for an
+	// hour: only what an action waits on is saved before the test looks.
+	cfg := config.Default()
+	cfg.DataDir, cfg.Manifests, cfg.ConfigDir, cfg.NodeName = filepath.Join(root, "data"), filepath.Join(root, "manifests"), root, "dev"
+	cfg.Cgroups.Root, cfg.SaveDelay, cfg.GC.MaxDeadContainers = "", time.Hour, 0
+	if err := os.MkdirAll(cfg.Manifests, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := New(cfg, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.OpenState(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +131,9 @@ func shellProtector(t *testing.T, d *Daemon, o nodeprotect.Options) *nodeprotect
 	o.Log, o.Now = d.log, func() time.Time { return d.now() }
 	o.DataDir, o.NodeName, o.HostIP = d.cfg.DataDir, d.cfg.NodeName, d.node.HostIP
 	o.Usage = d.podUsage
+	if o.ShutdownBuckets == nil {
+		o.ShutdownBuckets = ShutdownBuckets(d.cfg)
+	}
 	p, err := nodeprotect.New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +271,7 @@ func TestShellRuntimeUnavailable(t *testing.T) {
 func desireWebPod(t *testing.T, d *Daemon, containers string) manifest.State {
 	t.Helper()
 	pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n" + containers + "\n"
-	if err := os.WriteFile(filepath.Join(d.cfg.ManifestDir, "web.yaml"), []byte(pod), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d.cfg.Manifests, "web.yaml"), []byte(pod), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st, err := d.desired.Dir().Load()

@@ -76,9 +76,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-// daemonConfig carries every setting of the file, and the defaults of
-// those the file leaves out, into the daemon's input.
-func TestDaemonConfigFromTheFile(t *testing.T) {
+// daemonOptions finds what the file leaves to the host (the node name,
+// the shim) and hands each runtime its settings.
+func TestDaemonOptionsFromTheFile(t *testing.T) {
 	dir := t.TempDir()
 	path, shimBin := filepath.Join(dir, "c.yaml"), filepath.Join(dir, "podvisor-shim")
 	// The binaries, in case containerd's socket is on this host.
@@ -100,51 +100,30 @@ hub: {podSecurity: restricted, podSecurityVersion: v1.30, allowProcessPods: true
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := daemonConfig(c)
+	cfg, err := daemonOptions(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name      string
-		got, want any
-	}{
-		{"NodeName", cfg.NodeName, "gw-17"},
-		{"ManifestDir", cfg.ManifestDir, config.DefaultManifests},
-		{"DataDir", cfg.DataDir, config.DefaultDataDir},
-		{"ConfigDir", cfg.ConfigDir, config.DefaultConfigDir},
-		{"BackoffInitial", cfg.Lifecycle.BackoffInitial, 2 * time.Second},
-		{"BackoffMax", cfg.Lifecycle.BackoffMax, 20 * time.Second},
-		{"BackoffReset", cfg.Lifecycle.BackoffReset, 10 * time.Minute},
-		{"MinGracePeriod", cfg.Lifecycle.MinGracePeriod, 2 * time.Second},
-		{"ManifestResync", cfg.ManifestResync, time.Minute},
-		{"LogMaxBytes", cfg.LogMaxBytes, int64(64 << 10)},
-		{"LogMaxFiles", cfg.LogMaxFiles, 5},
-		{"MaxDeadPerContainer", cfg.MaxDeadPerContainer, 1},
-		{"MaxDeadContainers", cfg.MaxDeadContainers, 0},
-		{"CgroupRoot", cfg.CgroupRoot, "podvisor"},
-		{"CgroupMount", cfg.CgroupMount, "/sys/fs/cgroup"},
-		{"MaxPods", cfg.Node.MaxPods, int64(110)},
-		{"Node.Version", cfg.Node.Version, version},
-		{"Node.EvictionHard", len(cfg.Node.EvictionHard), 1},
-		{"Eviction.Hard", cfg.Eviction.Hard["memory.available"], "50Mi"},
-		{"Eviction.MonitorPeriod", cfg.Eviction.MonitorPeriod, time.Second},
-		{"Eviction.PressureTransitionPeriod", cfg.Eviction.PressureTransitionPeriod, 5 * time.Minute},
-		{"ShutdownBuckets", len(cfg.ShutdownBuckets), 1},
-		{"ShutdownBuckets[0]", cfg.ShutdownBuckets[0].GracePeriod, 7 * time.Second},
-		{"ForbidPrivileged", cfg.Policy.ForbidPrivileged, true},
-		{"AllowUntrustedManifests", cfg.AllowUntrustedManifests, true},
-		{"Policy.Hub", cfg.Policy.Hub.Level(), "restricted:v1.30"},
-		{"ShimCommand", settingsOf[process.Settings](t, cfg, process.Name).ShimCommand[0], shimBin},
-	} {
-		if tc.got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
-		}
+	if c.NodeName != "gw-17" || cfg.Version != version || cfg.DefaultRuntime != containerd.Name {
+		t.Errorf("node %q, version %q, default runtime %q", c.NodeName, cfg.Version, cfg.DefaultRuntime)
+	}
+	p := settingsOf[process.Settings](t, cfg, process.Name)
+	if p.ShimCommand[0] != shimBin || !p.Keeper {
+		t.Errorf("process runtime %+v, want the shim %s and the keeper", p, shimBin)
+	}
+	// A config without a node name takes the host's.
+	c.NodeName = ""
+	if _, err := daemonOptions(c); err != nil {
+		t.Fatal(err)
+	}
+	if host, _ := os.Hostname(); c.NodeName != host {
+		t.Errorf("node name %q, want the host name %q", c.NodeName, host)
 	}
 }
 
 // Where the config names containerd, its settings and their defaults reach
 // the daemon; a missing runtime plugin is an error naming the section.
-func TestDaemonConfigContainerd(t *testing.T) {
+func TestDaemonOptionsContainerd(t *testing.T) {
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "podvisor-containerd")
 	shimBin := filepath.Join(dir, "podvisor-shim")
@@ -161,7 +140,7 @@ func TestDaemonConfigContainerd(t *testing.T) {
 		c.Containerd.Managed = false
 		c.Containerd.Address = "/run/c.sock"
 	}
-	cfg, err := daemonConfig(c)
+	cfg, err := daemonOptions(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +156,7 @@ func TestDaemonConfigContainerd(t *testing.T) {
 		t.Fatalf("managed containerd %+v, image fs %s", cc.Managed, cc.ImageFS)
 	}
 	c.Containerd.Plugin = filepath.Join(dir, "none")
-	if _, err := daemonConfig(c); err == nil || !strings.Contains(err.Error(), "config: containerd: the runtime plugin") {
+	if _, err := daemonOptions(c); err == nil || !strings.Contains(err.Error(), "config: containerd: the runtime plugin") {
 		t.Fatalf("missing plugin: %v", err)
 	}
 }
@@ -397,7 +376,7 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 }
 
 // settingsOf is what the daemon's config gives the runtime named.
-func settingsOf[T any](t *testing.T, cfg supervisor.Config, name string) T {
+func settingsOf[T any](t *testing.T, cfg supervisor.Options, name string) T {
 	t.Helper()
 	for _, c := range cfg.Runtimes {
 		if c.Name == name {

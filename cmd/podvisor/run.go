@@ -52,11 +52,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := conf.Validate(); err != nil {
 		return err
 	}
-	daemonCfg, err := daemonConfig(conf)
+	opts, err := daemonOptions(conf)
 	if err != nil {
 		return err
 	}
-	daemonCfg.StopPodsOnExit = *stopPods
+	conf.StopPodsOnExit = *stopPods
 	tuneGoRuntime()
 	stopProfile, err := startCPUProfile()
 	if err != nil {
@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	return runDaemon(ctx, conf, daemonCfg, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	return runDaemon(ctx, conf, opts, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 }
 
 // loadConfig is the config file at path, or the defaults without one.
@@ -104,18 +104,21 @@ func tuneGoRuntime() {
 
 // runDaemon runs the daemon, its local API and its hub agent until ctx
 // ends.
-func runDaemon(ctx context.Context, conf *config.Config, daemonCfg supervisor.Config, log *slog.Logger) error {
+func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options, log *slog.Logger) error {
 	// The order matters: the directories are checked, then the data
 	// directory's lock is taken, then the socket's; only then is anything
 	// opened or replaced, so a second daemon fails without disturbing the
 	// first one's socket or state.
-	if err := privateDir("data directory", daemonCfg.DataDir); err != nil {
+	if err := privateDir("data directory", conf.DataDir); err != nil {
 		return err
 	}
 	if err := privateDir("API socket directory", filepath.Dir(conf.Socket)); err != nil {
 		return err
 	}
-	d := supervisor.New(daemonCfg, log)
+	d, err := supervisor.New(conf, opts, log)
+	if err != nil {
+		return err
+	}
 	if err := d.LockDataDir(); err != nil {
 		return err
 	}
@@ -134,12 +137,12 @@ func runDaemon(ctx context.Context, conf *config.Config, daemonCfg supervisor.Co
 	if err := d.OpenState(); err != nil {
 		return err
 	}
-	closeHub, err := attachUplink(conf.Hub, daemonCfg.NodeName, daemonCfg.DataDir, d.Assignments(), log)
+	closeHub, err := attachUplink(conf.Hub, conf.NodeName, conf.DataDir, d.Assignments(), log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
-	drainOnShutdown(ctx, d, supervisor.ShutdownTime(daemonCfg.ShutdownBuckets), log)
+	drainOnShutdown(ctx, d, supervisor.ShutdownTime(conf), log)
 	go releaseAfterStartup(ctx, d.Supervising(), log)
 	runErr := d.Run(ctx)
 	stopAPI()

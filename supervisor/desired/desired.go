@@ -15,6 +15,7 @@ import (
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/podview"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // Options configure Pods.
@@ -61,6 +62,10 @@ func New(o Options) *Pods {
 // Dir is the manifest directory whose states SetFiles takes: the daemon
 // watches and loads it, and seeds it with the file pods it restored.
 func (s *Pods) Dir() *manifest.Dir { return s.dir }
+
+// LocalImages is which local images the pod may use, by the device's
+// policy (hub pods only the shared ones).
+func (s *Pods) LocalImages(pod *v1.Pod) *runtime.LocalImages { return s.policy.LocalImages(pod) }
 
 // SetClasses sets the device's PriorityClasses, which every pod's
 // priority is resolved from.

@@ -17,18 +17,8 @@ type ShutdownBucket struct {
 	GracePeriod time.Duration
 }
 
-// DefaultShutdownBuckets stops non-critical pods within 20 s, then critical
-// ones within 10 s, as shutdownGracePeriod 30s with
-// shutdownGracePeriodCriticalPods 10s do in the kubelet.
-func DefaultShutdownBuckets() []ShutdownBucket {
-	return []ShutdownBucket{{Priority: 0, GracePeriod: 20 * time.Second}, {Priority: 2000000000, GracePeriod: 10 * time.Second}}
-}
-
 // ShutdownTime is how long a drain by these buckets may take at most.
 func ShutdownTime(buckets []ShutdownBucket) time.Duration {
-	if len(buckets) == 0 {
-		buckets = DefaultShutdownBuckets()
-	}
 	var total time.Duration
 	for _, b := range buckets {
 		total += b.GracePeriod

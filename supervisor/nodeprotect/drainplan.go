@@ -9,12 +9,9 @@ import (
 )
 
 // drainPlan is the buckets of a drain in the order they run: the
-// configured ones (the defaults if none), lowest priority first.
+// configured ones, lowest priority first.
 func drainPlan(configured []ShutdownBucket) []ShutdownBucket {
 	buckets := append([]ShutdownBucket(nil), configured...)
-	if len(buckets) == 0 {
-		buckets = DefaultShutdownBuckets()
-	}
 	sort.SliceStable(buckets, func(i, j int) bool { return buckets[i].Priority < buckets[j].Priority })
 	return buckets
 }

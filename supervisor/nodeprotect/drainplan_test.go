@@ -9,9 +9,6 @@ import (
 )
 
 func TestDrainPlan(t *testing.T) {
-	if got := drainPlan(nil); !slices.Equal(got, DefaultShutdownBuckets()) {
-		t.Errorf("no buckets configured: %v, want the defaults %v", got, DefaultShutdownBuckets())
-	}
 	configured := []ShutdownBucket{{Priority: 1000, GracePeriod: time.Second}, {Priority: -5, GracePeriod: 3 * time.Second}, {Priority: 0, GracePeriod: 2 * time.Second}}
 	want := []ShutdownBucket{configured[1], configured[2], configured[0]}
 	if got := drainPlan(configured); !slices.Equal(got, want) {

@@ -79,9 +79,16 @@ func protector(t *testing.T, o Options) (*Protector, *testClock, *fakeObserver) 
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	if o.ShutdownBuckets == nil {
+		o.ShutdownBuckets = kubeletBuckets
+	}
 	p, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p, clock, obs
 }
+
+// kubeletBuckets are the config's default order: non-critical pods within
+// 20 s, then critical ones within 10 s.
+var kubeletBuckets = []ShutdownBucket{{Priority: 0, GracePeriod: 20 * time.Second}, {Priority: 2000000000, GracePeriod: 10 * time.Second}}

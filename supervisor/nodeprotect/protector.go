@@ -10,6 +10,7 @@ package nodeprotect
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -69,7 +70,8 @@ type Options struct {
 	HostIP   string
 	Node     NodeConfig
 	Eviction EvictionConfig
-	// ShutdownBuckets order a node shutdown or drain (empty: defaults).
+	// ShutdownBuckets order a node shutdown or drain: at least one (the
+	// config's default is the kubelet's order).
 	ShutdownBuckets []ShutdownBucket
 	// Usage says what a running pod uses (nil: nothing known).
 	Usage func(*v1.Pod) Usage
@@ -125,6 +127,9 @@ func (p *Protector) UseImageFS(path string) {
 // New prepares a protector; Watch arms the kernel's notifications. It
 // fails on eviction thresholds eviction.Parse rejects.
 func New(o Options) (*Protector, error) {
+	if len(o.ShutdownBuckets) == 0 {
+		return nil, errors.New("node protection: no shutdown buckets, so a drain could stop no pod")
+	}
 	c := o.Eviction
 	ts, err := eviction.Parse(c.Hard, c.Soft, c.SoftGracePeriod, c.MinimumReclaim)
 	if err != nil {

@@ -67,11 +67,11 @@ var layers = []layer{
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
 	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel"},
-	"config":     {"wire", "core", "vocabulary"},
+	"config":     {"core", "vocabulary"},
 	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb"},
 	"hub":        {"wire", "vocabulary", "sqldb"},
 	"wire":       {},
-	"shell":      {"runtime", "probes", "cgroups", "core", "vocabulary", "sqldb"},
+	"shell":      {"config", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb"},
 	"runtime":    {"cgroups", "vocabulary"},
 	"probes":     {"vocabulary"},
 	"cgroups":    {"vocabulary"},

@@ -11,73 +11,40 @@ import (
 
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/supervisor"
-	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// daemonConfig turns a validated config into the daemon's input, finding
-// on this host what the config leaves to be found: the node name, the
-// shim, containerd and the runtime plugin.
-func daemonConfig(c *config.Config) (supervisor.Config, error) {
+// daemonOptions finds on this host what the config leaves to be found —
+// the node name (written into the config), the shim, containerd and its
+// runtime plugin — and chooses the runtimes: the process runtime, and
+// containerd, which also runs the pods that name no runtime class. The
+// daemon reads every other setting from the config itself.
+func daemonOptions(c *config.Config) (supervisor.Options, error) {
+	if c.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return supervisor.Options{}, err
+		}
+		c.NodeName = host
+	}
 	shimCmd, err := shimCommand(c)
 	if err != nil {
-		return supervisor.Config{}, err
-	}
-	node := c.NodeName
-	if node == "" {
-		if node, err = os.Hostname(); err != nil {
-			return supervisor.Config{}, err
-		}
+		return supervisor.Options{}, err
 	}
 	containerdCfg, err := containerdConfig(c, shimCmd)
 	if err != nil {
-		return supervisor.Config{}, err
+		return supervisor.Options{}, err
 	}
-	hubPods, err := c.Hub.PodPolicy(int64(os.Geteuid()))
-	if err != nil {
-		return supervisor.Config{}, c.FieldError("hub", err) // Validate has said which field
-	}
-	lc := lifecycle.DefaultConfig()
-	lc.BackoffInitial, lc.BackoffMax, lc.BackoffReset = c.Backoff.Initial.Duration, c.Backoff.Max.Duration, c.Backoff.Reset.Duration
-	var buckets []supervisor.ShutdownBucket
-	for _, b := range c.ShutdownGracePeriodByPodPriority {
-		buckets = append(buckets, supervisor.ShutdownBucket{Priority: b.Priority, GracePeriod: time.Duration(b.ShutdownGracePeriodSeconds) * time.Second})
-	}
-	hard, ev := c.EvictionHard(), c.Eviction
-	return supervisor.Config{
-		// The process runtime, and containerd, which also runs the pods
-		// that name no runtime class.
+	return supervisor.Options{
 		Runtimes: []runtime.Choice{
 			{Name: process.Name, Settings: process.Settings{ShimCommand: shimCmd, Keeper: c.Process.Keeper}},
 			{Name: containerd.Name, Settings: containerdCfg},
 		},
 		DefaultRuntime: containerd.Name,
-		Policy:         supervisor.Policy{ForbidPrivileged: c.Security.ForbidPrivileged, AllowedHostPaths: c.Security.AllowedHostPaths, Hub: hubPods},
-		ConfigDir:      c.ConfigDir,
-		Eviction: supervisor.EvictionConfig{Hard: hard, Soft: ev.Soft, SoftGracePeriod: ev.SoftGracePeriod, MinimumReclaim: ev.MinimumReclaim,
-			MaxPodGracePeriod: ev.MaxPodGracePeriod.Duration, PressureTransitionPeriod: ev.PressureTransitionPeriod.Duration,
-			MonitorPeriod: ev.MonitorPeriod.Duration},
-		ShutdownBuckets: buckets,
-		Node: supervisor.NodeConfig{MaxPods: c.Node.MaxPods, SystemReserved: c.Node.SystemReserved,
-			PodvisorReserved: c.Node.PodvisorReserved, EvictionHard: hard, Version: version},
-		CgroupRoot:          c.Cgroups.Root,
-		CgroupMount:         c.Cgroups.Mount,
-		CgroupDriver:        c.Cgroups.Driver,
-		MaxDeadPerContainer: c.GC.MaxDeadPerContainer,
-		MaxDeadContainers:   c.GC.MaxDeadContainers,
-		ManifestDir:         c.Manifests,
-		DataDir:             c.DataDir,
-		NodeName:            node,
-		Lifecycle:           lc,
-		ManifestResync:      c.ManifestResync.Duration,
-		LogMaxBytes:         c.Logs.MaxSize.Value(),
-		LogMaxFiles:         c.Logs.MaxFiles,
-		ProbesListen:        string(c.Probes.ListenMode()),
-		// Off by default: whoever can write a manifest runs pods as root.
-		AllowUntrustedManifests: c.Security.AllowUntrustedManifests,
+		Version:        version,
 	}, nil
 }
 
