@@ -11,6 +11,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtimeset"
 )
 
 // execute carries out the core's actions. Starts and hooks run in their own
@@ -65,39 +66,34 @@ func (d *Daemon) signal(in *lifecycle.Instance, a lifecycle.Action) error {
 }
 
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
-	res := startResult{pod: a.Pod, container: a.Container, instanceID: a.InstanceID}
+	res := runtimeset.Start{Pod: a.Pod, Container: a.Container, InstanceID: a.InstanceID}
 	rt, err := d.runtimes.For(in.Pod)
 	if err != nil {
 		// Nothing was created: the container waits with the reason, as
 		// the kubelet keeps one its runtime cannot create, and no
 		// restart is counted.
-		res.Err = &runtime.CreateError{Reason: "CreateContainerError", Message: err.Error()}
-		d.started <- res
+		d.runtimes.CannotStart(res, &runtime.CreateError{Reason: "CreateContainerError", Message: err.Error()})
 		return
 	}
-	res.rt = rt
 	d.retention.TrimContainer(d.runtimes, in.Pod, a.Container, a.Attempt)
-	rt.Start(d.startRequest(in, a, rt), func(s runtime.Started) {
-		res.Started = s
-		d.started <- res
-	})
+	d.runtimes.Start(rt, d.startRequest(in, a, rt), res)
 }
 
-func (d *Daemon) startDone(r startResult) {
-	o := classifyStart(r.Started, r.instanceID, d.now())
+func (d *Daemon) startDone(r runtimeset.Start) {
+	o := classifyStart(r.Started, r.InstanceID, d.now())
 	switch o.Kind {
 	case startRan:
-		d.execute(d.machine.Started(r.pod, r.container, r.instanceID, r.At))
-		d.probing.ContainerStarted(r.pod)
+		d.execute(d.machine.Started(r.Pod, r.Container, r.InstanceID, r.At))
+		d.probing.ContainerStarted(r.Pod)
 	case startNotCreated:
 		if o.RemoveLeftover {
-			d.runtimes.RemoveAfterSave(r.rt, r.instanceID)
+			d.runtimes.RemoveAfterSave(r.Runtime, r.InstanceID)
 		}
-		d.log.Warn("container could not be created", "instance", r.instanceID, "reason", o.Reason, "err", o.Message)
-		d.execute(d.machine.StartFailed(r.pod, r.container, r.instanceID, o.Reason, o.Message, d.now()))
+		d.log.Warn("container could not be created", "instance", r.InstanceID, "reason", o.Reason, "err", o.Message)
+		d.execute(d.machine.StartFailed(r.Pod, r.Container, r.InstanceID, o.Reason, o.Message, d.now()))
 	case startFailed:
-		d.log.Warn("container failed to start", "instance", r.instanceID, "err", r.Err)
-		d.execute(d.machine.Exited(r.pod, r.container, o.Exit))
+		d.log.Warn("container failed to start", "instance", r.InstanceID, "err", r.Err)
+		d.execute(d.machine.Exited(r.Pod, r.Container, o.Exit))
 	}
 }
 
@@ -106,7 +102,7 @@ func (d *Daemon) exited(rt runtime.Runtime, x runtime.Exit) {
 	if !ok {
 		return
 	}
-	d.withTerminationMessage(rt, d.machine.Instance(uid), name, attempt, &x)
+	withTerminationMessage(d.retention, rt, d.machine.Instance(uid), name, attempt, &x)
 	if in := d.machine.Instance(uid); in != nil {
 		if x.Signal == 9 && x.Reason == "" && d.cgroups.OOMKilled(d.runtimes.Of(in.Pod), in.Pod, name, x.InstanceID) {
 			x.Reason = "OOMKilled"

@@ -60,7 +60,7 @@ func (h hubSide) ExpectAssigned(generation int64, stored []*v1.Pod) {
 // Conflicts implements Assignments with the decision that applies the pods.
 func (h hubSide) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 	var out map[string]string
-	err := h.d.do(func() error {
+	err := h.d.inbox.do(func() error {
 		out = h.d.desired.Conflicts(pods)
 		return nil
 	})
@@ -73,7 +73,7 @@ func (h hubSide) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 // ApplyAssigned implements Assignments.
 func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	for {
-		err := h.d.do(func() error {
+		err := h.d.inbox.do(func() error {
 			h.d.desired.SetHub(gen, pods)
 			h.d.applyDesired()
 			return nil
@@ -86,13 +86,13 @@ func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod) {
 }
 
 // Pods implements Assignments.
-func (h hubSide) Pods() ([]*v1.Pod, uint64, <-chan struct{}) { return h.d.Pods() }
+func (h hubSide) Pods() ([]*v1.Pod, uint64, <-chan struct{}) { return h.d.view.Pods() }
 
 // PodEvents implements Assignments.
 func (h hubSide) PodEvents() <-chan PodEvent { return h.d.desired.Events() }
 
 // Node implements Assignments.
-func (h hubSide) Node() (*v1.Node, error) { return h.d.Node() }
+func (h hubSide) Node() (*v1.Node, error) { return localAPI(h).Node() }
 
 // applyDesired hands the core the file pods and the hub pods that may run
 // (desired.Pods decides).

@@ -48,7 +48,7 @@ func TestAssignmentsReachTheLoop(t *testing.T) {
 	}
 	hub.ApplyAssigned(2, []*v1.Pod{hubPod("web"), hubPod("db")})
 	var sources []string
-	d.do(func() error { // after the step that follows ApplyAssigned
+	d.inbox.do(func() error { // after the step that follows ApplyAssigned
 		for _, in := range d.machine.Instances() {
 			sources = append(sources, in.Key()+" "+in.Pod.Annotations[manifest.AnnotationSource])
 		}

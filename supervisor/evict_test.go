@@ -61,7 +61,7 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 			})
 
 			var met, evicted *api.Event
-			evs := d.Events("default", "web")
+			evs := d.API().Events("default", "web")
 			for i := range evs {
 				switch evs[i].Reason {
 				case nodeprotect.ReasonThresholdMet:
@@ -82,7 +82,7 @@ func TestEvictionRecordsWhatWokeIt(t *testing.T) {
 			if strings.Contains(evicted.Message, "woken") {
 				t.Errorf("the Evicted message %q carries the cause: it is the pod's status message, kept as the kubelet's", evicted.Message)
 			}
-			pods, _, _ := d.Pods()
+			pods, _, _ := d.API().Pods()
 			if pods[0].Status.Reason != "Evicted" || strings.Contains(pods[0].Status.Message, "woken") {
 				t.Errorf("pod status %q %q", pods[0].Status.Reason, pods[0].Status.Message)
 			}

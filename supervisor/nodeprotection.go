@@ -5,27 +5,31 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
+	"github.com/podvisor/podvisor/supervisor/podcgroups"
 	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/retention"
 )
 
-// setupNodeProtection reads the device's memory and prepares pressure
-// eviction, drain and the node's status.
-func (d *Daemon) setupNodeProtection() error {
-	p, err := nodeprotect.New(nodeprotect.Options{
-		Log: d.log, Now: d.now, DataDir: d.cfg.DataDir,
+// newProtector reads the device's memory and prepares pressure eviction,
+// drain, the node's status (reporting version) and what the downward API
+// tells of the node.
+func newProtector(c *config.Config, version, hostIP string, usage func(*v1.Pod) nodeprotect.Usage,
+	observed func(map[eviction.Signal]eviction.Observation), now func() time.Time, log *slog.Logger) (*nodeprotect.Protector, error) {
+	return nodeprotect.New(nodeprotect.Options{
+		Log: log, Now: now, DataDir: c.DataDir,
 		MemoryCgroup: cgroups.V1MemoryMount(), Memory: pressure.MemTotal(),
-		NodeName: d.cfg.NodeName, HostIP: d.node.HostIP, Node: nodeConfig(d.cfg, d.opts.Version),
-		Eviction: evictionConfig(d.cfg), ShutdownBuckets: ShutdownBuckets(d.cfg),
-		Usage: d.podUsage, Observed: d.collectImages,
+		NodeName: c.NodeName, HostIP: hostIP, Node: nodeConfig(c, version),
+		Eviction: evictionConfig(c), ShutdownBuckets: ShutdownBuckets(c),
+		Usage: usage, Observed: observed,
 	})
-	d.protector = p
-	return err
 }
 
 // watchPressure arms the kernel's pressure notifications and takes the
@@ -44,7 +48,7 @@ func (d *Daemon) protectNode(dec nodeprotect.Decision) {
 	if dec.Reclaim {
 		d.retention.TrimDevice(d.runtimes, d.machine)
 		removeRotatedLogs(d.cfg.DataDir, d.log)
-		d.images.PruneUnused()
+		d.runtimes.Images().PruneUnused()
 	}
 	if e := dec.Evict; e != nil {
 		d.record(d.machine.Instance(e.Pod), "Warning", nodeprotect.ReasonThresholdMet, e.Event)
@@ -59,58 +63,20 @@ func (d *Daemon) stopDrained(stops []nodeprotect.Stop) {
 	}
 }
 
-// Drain stops every pod, lowest priority bucket first, and admits nothing
-// until Uncordon. It returns once every pod has ended, or the buckets'
-// time is up.
-func (d *Daemon) Drain(reason string) error {
-	var done <-chan struct{}
-	err := d.do(func() error {
-		var stops []nodeprotect.Stop
-		done, stops = d.protector.Drain(reason, d.machine)
-		d.stopDrained(stops)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	<-done
-	return nil
-}
-
-// Uncordon ends a drain: pods are admitted again, and those the drain
-// stopped run again, as static pods do when a node boots after a shutdown.
-// Pods a drain stopped before the daemon restarted (which forgot the
-// drain) run again too.
-func (d *Daemon) Uncordon() error {
-	return d.do(func() error {
-		return d.protector.Uncordon(func() int {
-			revived := 0
-			for _, in := range d.machine.Instances() {
-				if d.machine.Revive(in.UID()) {
-					revived++
-				}
+// podUsage says what a running pod uses, for eviction ranking: its
+// cgroups' memory and processes, and its logs.
+func podUsage(cg *podcgroups.Manager, logs *retention.Keeper) func(*v1.Pod) nodeprotect.Usage {
+	return func(p *v1.Pod) nodeprotect.Usage {
+		var u nodeprotect.Usage
+		if cg.Driver != nil {
+			if s, err := cg.Driver.Stats(cg.PodCgroup(p)); err == nil {
+				u.MemoryWorkingSet, u.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 			}
-			return revived
-		})
-	})
-}
-
-// NodeView is the device as a v1.Node.
-func (d *Daemon) NodeView() *v1.Node {
-	return d.protector.NodeView(d.probing.NodeAnnotations())
-}
-
-// podUsage is what a running pod uses, for eviction ranking.
-func (d *Daemon) podUsage(p *v1.Pod) nodeprotect.Usage {
-	var u nodeprotect.Usage
-	if d.cgroups.Driver != nil {
-		if s, err := d.cgroups.Driver.Stats(d.cgroups.PodCgroup(p)); err == nil {
-			u.MemoryWorkingSet, u.Processes = int64(s.MemoryWorkingSet), int64(s.Pids)
 		}
+		// A process pod's own disk use is its logs.
+		u.Disk = dirSize(logs.PodLogDir(p))
+		return u
 	}
-	// A process pod's own disk use is its logs.
-	u.Disk = dirSize(d.retention.PodLogDir(p))
-	return u
 }
 
 // removeRotatedLogs deletes every rotated log file (name.log.N). Shims only
@@ -140,7 +106,3 @@ func dirSize(dir string) int64 {
 	})
 	return total
 }
-
-// collectImages hands every pressure observation to the image collector
-// (the runtimes are set up after the protector, so it is looked up late).
-func (d *Daemon) collectImages(obs map[eviction.Signal]eviction.Observation) { d.images.Collect(obs) }

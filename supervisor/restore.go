@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,10 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/supervisor/desired"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/runtimeset"
+	"github.com/podvisor/podvisor/supervisor/state"
 )
 
 // restore rebuilds the core's records after a daemon start: pod instances
@@ -25,44 +29,63 @@ import (
 // between a fork and its write) are rebuilt from their directories: the
 // instance locks, not the database, say what runs (DESIGN.md §3).
 func (d *Daemon) restore() error {
+	r := &restorer{machine: d.machine, store: d.state.Store(), runtimes: d.runtimes, desired: d.desired,
+		execute: d.execute, log: d.log, dataDir: d.cfg.DataDir}
+	return r.run(d.now())
+}
+
+// restorer is the one-time adoption at start-up: it rebuilds the
+// machine's records from the store and what the runtimes hold, carrying
+// out the core's answers with execute.
+type restorer struct {
+	machine  *lifecycle.Machine
+	store    *state.Store
+	runtimes *runtimeset.Set
+	desired  *desired.Pods
+	execute  func([]lifecycle.Action)
+	log      *slog.Logger
+	dataDir  string
+}
+
+// run restores at now.
+func (rs *restorer) run(now time.Time) error {
 	// lost: the records are gone (a database damaged, deleted or emptied).
-	lost := d.store.Empty() || d.store.Damaged() != nil
-	instances, err := d.store.Instances()
+	lost := rs.store.Empty() || rs.store.Damaged() != nil
+	instances, err := rs.store.Instances()
 	if err != nil {
 		lost = true
 		// Damaged since the check at open (which moves a damaged
 		// database aside): the pods are rebuilt from the runtime below.
-		d.log.Error("reading pod records from the state database; rebuilding pods from their instance directories", "err", err)
+		rs.log.Error("reading pod records from the state database; rebuilding pods from their instance directories", "err", err)
 		instances = nil
 	}
-	now := d.now()
 	for _, in := range instances {
-		d.machine.Restore(in, now)
+		rs.machine.Restore(in, now)
 	}
-	rebooted := d.bootChanged()
+	rebooted := rs.bootChanged()
 	unrecorded := map[types.UID]*lostPod{}
-	for _, class := range d.runtimes.Classes() {
-		rt := d.runtimes.Named(class)
+	for _, class := range rs.runtimes.Classes() {
+		rt := rs.runtimes.Named(class)
 		if _, later := rt.(runtime.Reconnecting); later {
 			// Reconciled when it answers; listed now only to rebuild
 			// lost records, before the first reconciliation.
 			if lost {
-				d.listLost(class, rt, unrecorded)
+				rs.listLost(class, rt, unrecorded)
 			}
 			continue
 		}
-		if err := d.restoreFrom(class, rt, unrecorded, now); err != nil {
+		if err := rs.restoreFrom(class, rt, unrecorded, now); err != nil {
 			return err
 		}
 	}
-	d.rebuild(unrecorded, lost, now)
-	for _, in := range d.machine.Instances() {
+	rs.rebuild(unrecorded, lost, now)
+	for _, in := range rs.machine.Instances() {
 		if rebooted {
-			d.machine.SandboxLost(in.UID()) // the pod restarts: init containers run again
+			rs.machine.SandboxLost(in.UID()) // the pod restarts: init containers run again
 		}
 		// A file that is invalid now keeps the pods it defined before.
 		if !in.Terminating && in.Pod.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
-			d.desired.Dir().Seed(in.Pod.Annotations[manifest.AnnotationFile], []*v1.Pod{in.Pod})
+			rs.desired.Dir().Seed(in.Pod.Annotations[manifest.AnnotationFile], []*v1.Pod{in.Pod})
 		}
 	}
 	return nil
@@ -73,7 +96,7 @@ func (d *Daemon) restore() error {
 // ended meanwhile report their recorded exit, and records of this
 // runtime's pods whose instance left no trace end as
 // ContainerStatusUnknown.
-func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[types.UID]*lostPod, now time.Time) error {
+func (rs *restorer) restoreFrom(class string, rt runtime.Runtime, unrecorded map[types.UID]*lostPod, now time.Time) error {
 	recs, err := rt.Recover()
 	if err != nil {
 		return err
@@ -82,50 +105,50 @@ func (d *Daemon) restoreFrom(class string, rt runtime.Runtime, unrecorded map[ty
 	for _, r := range recs {
 		id, uid, name := r.InstanceID, r.PodUID, r.Container
 		found[id] = true
-		in := d.machine.Instance(uid)
+		in := rs.machine.Instance(uid)
 		var rec *lifecycle.Container
 		if in != nil {
 			rec = in.Container(name)
 		}
 		what := recoverInstance(r, in != nil, rec)
 		if rec != nil {
-			d.machine.SawAttempt(uid, name, r.Attempt)
+			rs.machine.SawAttempt(uid, name, r.Attempt)
 		}
 		switch what {
 		case recoverUnrecorded:
 			addLost(unrecorded, uid, r.PodNamespace, r.PodName, foundOf(r), class)
 		case recoverOrphan:
-			d.log.Warn("killing an instance no record knows", "instance", id)
-			d.machine.RestoreOrphan(uid, r.PodNamespace, r.PodName, name, id, r.Attempt, now)
+			rs.log.Warn("killing an instance no record knows", "instance", id)
+			rs.machine.RestoreOrphan(uid, r.PodNamespace, r.PodName, name, id, r.Attempt, now)
 			// The orphan is this runtime's: without the class its pod
 			// passed for another runtime's, and a daemon restarted
 			// after its processes went (kill -9 twice in a row) never
 			// saw it gone: Terminating forever, its pod's name blocked.
-			if o := d.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
-				d.runtimes.Claim(o.Pod, class)
+			if o := rs.machine.Instance(uid); o != nil && o.Pod.Spec.RuntimeClassName == nil {
+				rs.runtimes.Claim(o.Pod, class)
 			}
 		case recoverRemove:
 			rt.Remove(id)
 		case recoverAdopt:
-			d.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
-			d.execute(d.machine.Adopted(uid, name, id, r.Attempt, r.StartedAt))
+			rs.log.Info("adopted running container", "pod", in.Key(), "container", name, "instance", id)
+			rs.execute(rs.machine.Adopted(uid, name, id, r.Attempt, r.StartedAt))
 		case recoverKillSuperseded:
-			d.log.Warn("stopping a superseded instance", "instance", id)
+			rs.log.Warn("stopping a superseded instance", "instance", id)
 			rt.Kill(id)
 		case recoverReportExit:
-			d.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
-			d.execute(d.machine.Exited(uid, name, *r.Exit))
+			rs.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
+			rs.execute(rs.machine.Exited(uid, name, *r.Exit))
 		}
 	}
-	for _, in := range d.machine.Instances() {
-		if d.runtimes.Of(in.Pod) != rt {
+	for _, in := range rs.machine.Instances() {
+		if rs.runtimes.Of(in.Pod) != rt {
 			continue
 		}
 		for _, c := range in.AllContainers() {
 			if !untraced(c, found) {
 				continue
 			}
-			d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
+			rs.execute(rs.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
 		}
 	}
 	return nil
@@ -139,12 +162,12 @@ func foundOf(r runtime.Found) lifecycle.Found {
 
 // bootChanged reports whether the device rebooted since the last daemon
 // run, and records the current boot.
-func (d *Daemon) bootChanged() bool {
-	path := filepath.Join(d.cfg.DataDir, "boot_id")
+func (rs *restorer) bootChanged() bool {
+	path := filepath.Join(rs.dataDir, "boot_id")
 	cur := pidfd.BootID()
 	prev, err := os.ReadFile(path)
 	if err := os.WriteFile(path, []byte(cur), 0o600); err != nil {
-		d.log.Warn("recording boot id", "err", err)
+		rs.log.Warn("recording boot id", "err", err)
 	}
 	return err == nil && strings.TrimSpace(string(prev)) != cur
 }
@@ -169,10 +192,10 @@ func addLost(lost map[types.UID]*lostPod, uid types.UID, namespace, name string,
 // rebuild after the records were lost, before the first reconciliation:
 // the desired pods then adopt those containers instead of starting second
 // copies, and recoverRuntime follows them when it runs.
-func (d *Daemon) listLost(class string, rt runtime.Runtime, lost map[types.UID]*lostPod) {
+func (rs *restorer) listLost(class string, rt runtime.Runtime, lost map[types.UID]*lostPod) {
 	found, err := rt.Recover()
 	if err != nil {
-		d.log.Error("a runtime did not answer while rebuilding lost pod records; its containers are reconciled when it does",
+		rs.log.Error("a runtime did not answer while rebuilding lost pod records; its containers are reconciled when it does",
 			"runtime", class, "err", err)
 		return
 	}
@@ -189,37 +212,37 @@ func (d *Daemon) listLost(class string, rt runtime.Runtime, lost map[types.UID]*
 // running ones. Finished instances of a pod with nothing running are
 // history worth keeping only when the records were lost; otherwise they
 // are leftovers of a pod already forgotten.
-func (d *Daemon) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.Time) {
+func (rs *restorer) rebuild(unrecorded map[types.UID]*lostPod, lost bool, now time.Time) {
 	if len(unrecorded) == 0 {
 		return
 	}
-	if lost && d.store.Damaged() == nil {
-		d.log.Error("STATE DATABASE HAS NO RECORDS but instances exist (was it deleted or emptied?); rebuilding pods from them",
-			"path", filepath.Join(d.cfg.DataDir, "state.db"), "pods", len(unrecorded))
+	if lost && rs.store.Damaged() == nil {
+		rs.log.Error("STATE DATABASE HAS NO RECORDS but instances exist (was it deleted or emptied?); rebuilding pods from them",
+			"path", filepath.Join(rs.dataDir, "state.db"), "pods", len(unrecorded))
 	}
 	rebuilt := 0
 	for uid, p := range unrecorded {
 		if !rebuildable(p.found, lost) {
 			for _, f := range p.found {
-				if rt := d.runtimes.Named(p.class); rt != nil {
+				if rt := rs.runtimes.Named(p.class); rt != nil {
 					rt.Remove(f.InstanceID)
 				}
 			}
 			continue
 		}
-		d.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
+		rs.log.Warn("rebuilt a pod from its instances", "pod", p.namespace+"/"+p.name, "uid", uid,
 			"instances", len(p.found), "running", anyAlive(p.found), "runtime", p.class)
 		class := p.class
-		if d.runtimes.ClassOf(&v1.Pod{}) == class {
+		if rs.runtimes.ClassOf(&v1.Pod{}) == class {
 			class = "" // the runtime of pods that name none
 		}
-		d.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
+		rs.machine.Rebuild(uid, p.namespace, p.name, class, p.found, now)
 		rebuilt++
 	}
-	if rebuilt > 0 && lost && d.desired.HubAttached() {
+	if rebuilt > 0 && lost && rs.desired.HubAttached() {
 		// The hub's document went with the database: give the hub time
 		// to send it again before its pods count as undesired.
-		d.machine.KeepRebuilt(now.Add(RebuiltHubWait))
+		rs.machine.KeepRebuilt(now.Add(RebuiltHubWait))
 	}
 }
 

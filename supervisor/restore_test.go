@@ -64,8 +64,7 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	app := *d.machine.Instance(uid).Container("app")
 	side := *d.machine.Instance(uid).Container("side")
 	d.apply(d.machine.Flush())
-	d.store.Close()
-	d.unlockDataDir()
+	d.state.Close()
 
 	// The next daemon, on the same data directory.
 	ghost := lifecycle.InstanceID(uid, "ghost", 0)
@@ -84,7 +83,7 @@ func TestShellRestoreExecutesRecoveryDecisions(t *testing.T) {
 	if err := d2.OpenState(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { d2.store.Close(); d2.unlockDataDir() }()
+	defer d2.state.Close()
 	d2.runtimes.Registry = runtime.NewRegistry("fake")
 	d2.runtimes.Register("fake", rt)
 	d2.probing = podprobes.Open(ctx, podprobes.Options{Cgroups: d2.cgroups, RuntimeOf: d2.runtimes.Of, Log: d2.log})

@@ -1,12 +1,10 @@
 package supervisor
 
 import (
-	"fmt"
 	"path/filepath"
 	"time"
 
 	"github.com/podvisor/podvisor/pod/resources"
-	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
@@ -22,12 +20,11 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	closeAll = func() {}
 	if d.runtimes.Registry == nil { // else given (tests)
 		env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups.Cgroups, Log: d.log, Stop: stop}
-		if closeAll, err = d.runtimes.Setup(d.opts.Runtimes, d.opts.DefaultRuntime, env); err != nil {
+		if closeAll, err = d.runtimes.SetupChosen(env); err != nil {
 			return nil, err
 		}
 	}
-	store, noImages := d.runtimes.Watch(forwarding)
-	d.images = images.New(store, noImages, images.Options{Dir: filepath.Join(d.cfg.DataDir, "images"), Log: d.log,
+	d.runtimes.WatchWithImages(forwarding, images.Options{Dir: filepath.Join(d.cfg.DataDir, "images"), Log: d.log,
 		Settle: 500 * time.Millisecond})
 	return closeAll, nil
 }
@@ -99,7 +96,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt runtime.Runtime) *runtime.Container {
 	pod, spec := in.Pod, in.Spec(a.Container)
 	return &runtime.Container{
-		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.node,
+		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.protector.PodEnv(),
 		LogPath: d.retention.LogPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.Logs.MaxSize.Value(), LogMaxFiles: d.cfg.Logs.MaxFiles,
 		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
@@ -112,37 +109,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			d.probing.Watch(pod) // before the container starts: its listen() is seen and its first packet counted
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
-		Mounts:      d.podFS.MountsFor(pod, spec, d.node),
+		Mounts:      d.podFS.MountsFor(pod, spec, d.protector.PodEnv()),
 		LocalImages: d.desired.LocalImages(pod),
 	}
-}
-
-// ExecTarget implements api.Backend: how the CLI runs a command in a
-// running container (the pod's first container by default, as kubectl),
-// as the container's runtime says.
-func (d *Daemon) ExecTarget(namespace, name, container string) (api.ExecTarget, error) {
-	var t runtime.ExecTarget
-	err := d.do(func() error {
-		in := d.current(namespace, name)
-		if in == nil {
-			return fmt.Errorf("pod %q not found in namespace %q", name, namespace)
-		}
-		if container == "" {
-			container = in.Pod.Spec.Containers[0].Name
-		}
-		c := in.Container(container)
-		if c == nil {
-			return fmt.Errorf("container %q not found in pod %q", container, name)
-		}
-		if c.Phase != lifecycle.Running {
-			return fmt.Errorf("container %q in pod %q is not running", container, name)
-		}
-		rt, err := d.runtimes.For(in.Pod)
-		if err != nil {
-			return err
-		}
-		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.node)
-		return err
-	})
-	return t, err
 }

@@ -110,7 +110,7 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 	if err := d.OpenState(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.store.Close(); d.unlockDataDir() })
+	t.Cleanup(d.state.Close)
 	d.runtimes.Registry = runtime.NewRegistry("fake")
 	d.runtimes.Register("fake", fake)
 	forwarding := make(chan struct{})
@@ -129,8 +129,8 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 func shellProtector(t *testing.T, d *Daemon, o nodeprotect.Options) *nodeprotect.Protector {
 	t.Helper()
 	o.Log, o.Now = d.log, func() time.Time { return d.now() }
-	o.DataDir, o.NodeName, o.HostIP = d.cfg.DataDir, d.cfg.NodeName, d.node.HostIP
-	o.Usage = d.podUsage
+	o.DataDir, o.NodeName, o.HostIP = d.cfg.DataDir, d.cfg.NodeName, d.protector.PodEnv().HostIP
+	o.Usage = podUsage(d.cgroups, d.retention)
 	if o.ShutdownBuckets == nil {
 		o.ShutdownBuckets = ShutdownBuckets(d.cfg)
 	}
@@ -189,7 +189,7 @@ func TestShellDrivesARuntime(t *testing.T) {
 	if len(started) != 2 || started[1] == first {
 		t.Fatalf("started %v, want a second, new instance", started)
 	}
-	pods, _, _ := d.Pods()
+	pods, _, _ := d.API().Pods()
 	cs := pods[0].Status.ContainerStatuses[0]
 	if cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 3 {
 		t.Fatalf("status after the restart: restartCount %d, lastState %+v", cs.RestartCount, cs.LastTerminationState)
@@ -251,7 +251,7 @@ func TestShellRuntimeUnavailable(t *testing.T) {
 	uid := st.Pods[0].UID
 	var waiting *v1.ContainerStateWaiting
 	runUntil(t, d, "the container waits with a reason", func() bool {
-		pods, _, _ := d.Pods()
+		pods, _, _ := d.API().Pods()
 		if len(pods) == 0 || pods[0].UID != uid || len(pods[0].Status.ContainerStatuses) == 0 {
 			return false
 		}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/retention"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 )
@@ -9,7 +10,7 @@ import (
 // withTerminationMessage sets a finished container's message as the
 // kubelet does: its termination message file, or under
 // FallbackToLogsOnError the tail of its log (crilog.TerminationMessage).
-func (d *Daemon) withTerminationMessage(rt runtime.Runtime, in *lifecycle.Instance, name string, attempt int, x *runtime.Exit) {
+func withTerminationMessage(logs *retention.Keeper, rt runtime.Runtime, in *lifecycle.Instance, name string, attempt int, x *runtime.Exit) {
 	if in == nil {
 		return
 	}
@@ -22,5 +23,5 @@ func (d *Daemon) withTerminationMessage(rt runtime.Runtime, in *lifecycle.Instan
 		file = rt.TerminationFile(x.InstanceID)
 	}
 	x.Message = crilog.TerminationMessage(spec.TerminationMessagePolicy, file,
-		d.retention.LogPath(in.Pod, name, attempt), x.ExitCode, x.Reason, x.Message)
+		logs.LogPath(in.Pod, name, attempt), x.ExitCode, x.Reason, x.Message)
 }

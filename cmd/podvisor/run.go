@@ -122,7 +122,7 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 	if err := d.LockDataDir(); err != nil {
 		return err
 	}
-	srv := &api.Server{Backend: d, Log: log, Version: api.Version{Version: version, GoVersion: runtime.Version(),
+	srv := &api.Server{Backend: d.API(), Log: log, Version: api.Version{Version: version, GoVersion: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}}
 	if err := srv.Listen(conf.Socket); err != nil {
 		return err
@@ -142,7 +142,7 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
-	drainOnShutdown(ctx, d, supervisor.ShutdownTime(conf), log)
+	drainOnShutdown(ctx, d.API(), supervisor.ShutdownTime(conf), log)
 	go releaseAfterStartup(ctx, d.Supervising(), log)
 	runErr := d.Run(ctx)
 	stopAPI()
@@ -159,7 +159,7 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 
 // drainOnShutdown stops the pods by priority when the machine announces
 // it is going down, taking need at most.
-func drainOnShutdown(ctx context.Context, d *supervisor.Daemon, need time.Duration, log *slog.Logger) {
+func drainOnShutdown(ctx context.Context, d api.Backend, need time.Duration, log *slog.Logger) {
 	// SIGPWR is how a UPS daemon or init without systemd announces a
 	// power loss: stop pods by priority while there is time.
 	power := make(chan os.Signal, 1)

@@ -103,7 +103,7 @@ type DeleteResult struct {
 	Recreated bool   `json:"recreated"` // its source still asks for it
 }
 
-// Backend is what the API serves from; the daemon implements it.
+// Backend is what the API serves from; the daemon gives it (supervisor's Daemon.API).
 type Backend interface {
 	// Delete terminates a pod, with an optional grace period in seconds
 	// that can only shorten, or at once with force.

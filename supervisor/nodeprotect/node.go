@@ -13,6 +13,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/admission"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	podruntime "github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // NodeConfig is how much of the device pods may use.
@@ -46,6 +47,17 @@ func (p *Protector) capacity() v1.ResourceList {
 // Allocatable is what pods may use of the device's capacity: the downward
 // API's limits for a container that sets none.
 func (p *Protector) Allocatable() v1.ResourceList { return p.allocatable(p.capacity()) }
+
+// ReadAllocatable reads Allocatable once, for PodEnv: once the data
+// directory, whose file system is the pods' ephemeral storage, exists.
+func (p *Protector) ReadAllocatable() { p.podAllocatable = p.Allocatable() }
+
+// PodEnv is what the downward API tells containers of the node: its name,
+// its host IP, and the allocatable resources ReadAllocatable read, for
+// limits a container leaves unset.
+func (p *Protector) PodEnv() podruntime.PodEnv {
+	return podruntime.PodEnv{NodeName: p.nodeName, HostIP: p.hostIP, Allocatable: p.podAllocatable}
+}
 
 // allocatable is capacity less the reservations and the hard eviction
 // thresholds, as the kubelet computes it.

@@ -48,3 +48,20 @@ func TestNodeView(t *testing.T) {
 		t.Errorf("drained node spec %+v, want cordoned", n.Spec)
 	}
 }
+
+// The downward API tells containers the node's name and host IP, and the
+// allocatable resources as read once by ReadAllocatable, not at each call.
+func TestPodEnv(t *testing.T) {
+	p, _, _ := protector(t, Options{Memory: 1000, NodeName: "dev", HostIP: "10.0.0.2", Node: NodeConfig{MaxPods: 10}})
+	if env := p.PodEnv(); env.NodeName != "dev" || env.HostIP != "10.0.0.2" || env.Allocatable != nil {
+		t.Fatalf("before ReadAllocatable: %+v, want the name, the IP and no allocatable yet", env)
+	}
+	p.ReadAllocatable()
+	env := p.PodEnv()
+	if m := env.Allocatable[v1.ResourceMemory]; m.Value() != 1000 {
+		t.Errorf("allocatable memory %s, want 1000", m.String())
+	}
+	if n := env.Allocatable[v1.ResourcePods]; n.Value() != 10 {
+		t.Errorf("allocatable pods %s, want 10", n.String())
+	}
+}

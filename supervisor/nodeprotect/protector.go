@@ -113,6 +113,8 @@ type Protector struct {
 	// conditions are the node conditions currently true.
 	conditions map[v1.NodeConditionType]bool
 	draining   *drain
+	// podAllocatable is what ReadAllocatable read, for the downward API.
+	podAllocatable v1.ResourceList
 }
 
 // UseImageFS tells the observer where the runtime keeps its images, once

@@ -1,7 +1,8 @@
 // Package runtimeset is the daemon's set of runtimes: it makes the ones
-// the configuration chooses from their plugins, forwards their exits and
-// reconnections to the loop, and removes finished instances once their
-// end is saved. The loop, which owns the lifecycle machine, decides what
+// the configuration chooses from their plugins, starts containers on them,
+// forwards their start results, exits and reconnections to the loop,
+// removes finished instances once their end is saved, and holds the image
+// component of the runtime that keeps images. The loop, which owns the lifecycle machine, decides what
 // to do with what it forwards.
 package runtimeset
 
@@ -15,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -22,6 +24,16 @@ import (
 type Exit struct {
 	Runtime runtime.Runtime
 	Exit    runtime.Exit
+}
+
+// Start is a container start the loop asked for, and how it went.
+type Start struct {
+	Pod        types.UID
+	Container  string
+	InstanceID string
+	// Runtime ran the start (nil: no runtime could take it).
+	Runtime runtime.Runtime
+	runtime.Started
 }
 
 // removal is a finished instance to remove once its end is saved.
@@ -38,7 +50,12 @@ var errNoImages = errors.New("no runtime on this device keeps images")
 // Registry, nil until Setup or given) and what they report.
 type Set struct {
 	*runtime.Registry
-	log         *slog.Logger
+	log *slog.Logger
+	// choices and fallback are the configuration's (Choose), made by
+	// SetupChosen.
+	choices     []runtime.Choice
+	fallback    string
+	started     chan Start
 	exits       chan Exit
 	reconnected chan runtime.Runtime
 	// recoverRetry asks for a recovery again; afterFunc runs f after d
@@ -49,13 +66,27 @@ type Set struct {
 	noImages error
 	// removals are loop-owned.
 	removals []removal
+	// images is the image component of the runtime that keeps images
+	// (nil until WatchWithImages).
+	images *images.Images
 }
 
 // New returns a set without runtimes yet.
 func New(log *slog.Logger) *Set {
-	return &Set{log: log, exits: make(chan Exit, 256), reconnected: make(chan runtime.Runtime),
+	return &Set{log: log, started: make(chan Start, 64), exits: make(chan Exit, 256), reconnected: make(chan runtime.Runtime),
 		recoverRetry: make(chan runtime.Runtime, 1),
 		afterFunc:    func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
+}
+
+// Choose keeps the runtimes the configuration chooses, for SetupChosen;
+// pods that name no runtime class run under fallback.
+func (s *Set) Choose(choices []runtime.Choice, fallback string) {
+	s.choices, s.fallback = choices, fallback
+}
+
+// SetupChosen is Setup with what Choose kept.
+func (s *Set) SetupChosen(env runtime.Env) (closeAll func(), err error) {
+	return s.Setup(s.choices, s.fallback, env)
 }
 
 // Setup makes the chosen runtimes from their plugins; pods that name no
@@ -133,6 +164,35 @@ func (s *Set) Watch(stop <-chan struct{}) (runtime.Images, error) {
 	}
 	return store, nil
 }
+
+// WatchWithImages is Watch, and makes the image component of the runtime
+// that keeps images (Images): without one, its requests fail with why.
+func (s *Set) WatchWithImages(stop <-chan struct{}, o images.Options) {
+	store, missing := s.Watch(stop)
+	s.images = images.New(store, missing, o)
+}
+
+// Images is the image component (nil before WatchWithImages).
+func (s *Set) Images() *images.Images { return s.images }
+
+// Start starts c on rt in the background; how it went arrives on Started,
+// as st with the runtime's report.
+func (s *Set) Start(rt runtime.Runtime, c *runtime.Container, st Start) {
+	st.Runtime = rt
+	rt.Start(c, func(r runtime.Started) {
+		st.Started = r
+		s.started <- st
+	})
+}
+
+// CannotStart reports a start no runtime could take, with why.
+func (s *Set) CannotStart(st Start, err error) {
+	st.Err = err
+	s.started <- st
+}
+
+// Started delivers how the starts went.
+func (s *Set) Started() <-chan Start { return s.started }
 
 // Exits delivers the runtimes' exits.
 func (s *Set) Exits() <-chan Exit { return s.exits }

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -257,5 +258,61 @@ func TestForgetPodTellsEveryRuntime(t *testing.T) {
 	s.ForgetPod("u1")
 	if !slices.Equal(a.forgotten, []types.UID{"u1"}) || !slices.Equal(b.forgotten, []types.UID{"u1"}) {
 		t.Fatalf("forgotten %v and %v", a.forgotten, b.forgotten)
+	}
+}
+
+// starting records the containers it is asked to start and reports each
+// start with err.
+type starting struct {
+	*fakeRuntime
+	err     error
+	started []string
+}
+
+func (s *starting) Start(c *runtime.Container, done func(runtime.Started)) {
+	s.started = append(s.started, c.InstanceID)
+	done(runtime.Started{Err: s.err})
+}
+
+// A start's result reaches the loop with the start it answers and the
+// runtime that ran it; one no runtime could take is reported at once.
+func TestStartsReportOnStarted(t *testing.T) {
+	s := New(quiet())
+	rt := &starting{fakeRuntime: newFake(), err: errors.New("exec failed")}
+	s.Start(rt, &runtime.Container{InstanceID: "i1"}, Start{Pod: "uid", Container: "app", InstanceID: "i1"})
+	r := <-s.Started()
+	if r.Pod != "uid" || r.Container != "app" || r.InstanceID != "i1" || r.Runtime != rt || r.Err == nil || r.Err.Error() != "exec failed" {
+		t.Fatalf("start %+v", r)
+	}
+	if !slices.Equal(rt.started, []string{"i1"}) {
+		t.Fatalf("started %v", rt.started)
+	}
+	s.CannotStart(Start{Pod: "uid", Container: "app", InstanceID: "i2"}, errors.New("no runtime"))
+	r = <-s.Started()
+	if r.InstanceID != "i2" || r.Runtime != nil || r.Err == nil || r.Err.Error() != "no runtime" {
+		t.Fatalf("refused start %+v", r)
+	}
+}
+
+// The image component comes with the watch: without a runtime that keeps
+// images, its requests say why; the chosen runtimes are what SetupChosen
+// makes.
+func TestWatchWithImagesAndChosenRuntimes(t *testing.T) {
+	testPlugins()
+	s := New(quiet())
+	s.Choose([]runtime.Choice{{Name: "test-away"}}, "test-away")
+	closeAll, err := s.SetupChosen(runtime.Env{Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	if s.Images() != nil {
+		t.Fatal("images before the watch")
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	s.WatchWithImages(stop, images.Options{Dir: t.TempDir(), Log: quiet()})
+	if _, _, err := s.Images().List(); err == nil || err.Error() != "away is not configured" {
+		t.Fatalf("listing images: %v, want why there are none", err)
 	}
 }
