@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/desired"
 )
 
@@ -35,6 +36,9 @@ type Assignments interface {
 	PodEvents() <-chan PodEvent
 	// Node is the device's node status.
 	Node() (*v1.Node, error)
+	// Stats is every pod's usage; the heartbeat's network summary comes
+	// from it.
+	Stats() ([]api.PodStats, error)
 }
 
 // PodEvent is an event about a pod, as describe shows it.
@@ -93,6 +97,9 @@ func (h hubSide) PodEvents() <-chan PodEvent { return h.d.desired.Events() }
 
 // Node implements Assignments.
 func (h hubSide) Node() (*v1.Node, error) { return localAPI(h).Node() }
+
+// Stats implements Assignments.
+func (h hubSide) Stats() ([]api.PodStats, error) { return localAPI(h).Stats() }
 
 // applyDesired hands the core the file pods and the hub pods that may run
 // (desired.Pods decides).

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/api"
 	hubbroker "github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
@@ -83,6 +84,9 @@ func (d *daemon) Pods() ([]*v1.Pod, uint64, <-chan struct{}) {
 func (d *daemon) PodEvents() <-chan supervisor.PodEvent { return d.events }
 
 func (d *daemon) Node() (*v1.Node, error) { return &v1.Node{}, nil }
+
+// Stats counts no pod's traffic: the heartbeat carries no network summary.
+func (d *daemon) Stats() ([]api.PodStats, error) { return nil, nil }
 
 // publish sets the daemon's pods, as a reconciliation does.
 func (d *daemon) publish(pods ...*v1.Pod) {

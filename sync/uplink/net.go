@@ -9,7 +9,7 @@ import (
 )
 
 // podStats is the daemon's usage per pod, when the Pods given to New
-// offer it (*supervisor.Daemon does): the heartbeat's network summary
+// offer it (supervisor.Assignments does): the heartbeat's network summary
 // comes from it.
 type podStats interface {
 	Stats() ([]api.PodStats, error)

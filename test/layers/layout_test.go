@@ -17,7 +17,7 @@ func TestLayoutMapNamesEveryPackage(t *testing.T) {
 	}
 	named := map[string]bool{}
 	// The first cell of a table row: `folder`, or several `a`, `b`.
-	row := regexp.MustCompile("(?m)^\\| ([^|]+) \\|")
+	row := regexp.MustCompile(`(?m)^\| ([^|]+) \|`)
 	folder := regexp.MustCompile("`([a-z0-9_./-]+)`")
 	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
 		for _, f := range folder.FindAllStringSubmatch(m[1], -1) {
