@@ -117,14 +117,16 @@ func (v *View) Publish(m Machine, now time.Time, changed []types.UID, src Source
 // addLogs indexes the logs of an instance's containers: the current
 // attempt's and the one lastState shows.
 func (v *View) addLogs(logs map[string]api.LogRef, in *lifecycle.Instance) {
+	// The runtime that wrote a container's logs reads them back.
+	reader, _ := v.opts.RuntimeOf(in.Pod).(runtime.LogReader)
 	for _, c := range in.AllContainers() {
 		key := in.Key() + "/" + c.Name
 		if c.Attempt > 0 {
 			logs[key] = api.LogRef{Path: v.opts.LogPath(in.Pod, c.Name, c.Attempt), InstanceID: c.InstanceID,
-				Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting}
+				Running: c.Phase == lifecycle.Running || c.Phase == lifecycle.Starting, Reader: reader}
 		}
 		if prev := previousAttempt(c); prev > 0 {
-			logs[key+"/previous"] = api.LogRef{Path: v.opts.LogPath(in.Pod, c.Name, prev)}
+			logs[key+"/previous"] = api.LogRef{Path: v.opts.LogPath(in.Pod, c.Name, prev), Reader: reader}
 		}
 	}
 }

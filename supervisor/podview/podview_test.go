@@ -1,8 +1,10 @@
 package podview
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,5 +158,33 @@ func TestNewlyInvalid(t *testing.T) {
 	}
 	if again := NewlyInvalid(cur, cur); len(again) != 0 {
 		t.Fatalf("noted again: %+v", again)
+	}
+}
+
+// logReadingRuntime is a runtime that reads back the logs it wrote.
+type logReadingRuntime struct{ runtime.Runtime }
+
+func (logReadingRuntime) CopyLog(io.Writer, string) error { return nil }
+func (logReadingRuntime) FollowLog(context.Context, io.Writer, string, <-chan struct{}) error {
+	return nil
+}
+
+// A container's log is read by the runtime that wrote it: the log the
+// API serves names that runtime's reader, for the current attempt and
+// for the previous one.
+func TestLogsAreReadByTheirRuntime(t *testing.T) {
+	m := &countingMachine{Machine: lifecycle.NewMachine(lifecycle.DefaultConfig()), built: map[types.UID]int{}}
+	m.SetDesired([]*v1.Pod{webPod("a", "ua")})
+	rt := logReadingRuntime{}
+	v := testView()
+	v.opts.RuntimeOf = func(*v1.Pod) runtime.Runtime { return rt }
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	step(v, m, now, Sources{Desired: none})
+	ref, err := v.Log("default", "a", "app", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.Reader != (runtime.LogReader)(rt) || ref.Path != "/logs/ua/app/1.log" {
+		t.Fatalf("log %+v, want /logs/ua/app/1.log read by the pod's runtime", ref)
 	}
 }
