@@ -131,33 +131,3 @@ func addDefaultTolerations(p *v1.Pod) {
 			Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: &secs})
 	}
 }
-
-// addDaemonTolerations adds what the DaemonSet controller gives its pods
-// (util.AddOrUpdateDaemonPodTolerations): they stay on not-ready,
-// unreachable, pressured and cordoned devices, with no time limit.
-func addDaemonTolerations(p *v1.Pod) {
-	add := func(key string, effect v1.TaintEffect) {
-		for _, t := range p.Spec.Tolerations {
-			if t.Key == key && t.Effect == effect && t.Operator == v1.TolerationOpExists && t.TolerationSeconds == nil {
-				return
-			}
-		}
-		// The controller replaces a toleration for the same key and effect.
-		kept := p.Spec.Tolerations[:0:0]
-		for _, t := range p.Spec.Tolerations {
-			if !(t.Key == key && t.Effect == effect) {
-				kept = append(kept, t)
-			}
-		}
-		p.Spec.Tolerations = append(kept, v1.Toleration{Key: key, Operator: v1.TolerationOpExists, Effect: effect})
-	}
-	add(v1.TaintNodeNotReady, v1.TaintEffectNoExecute)
-	add(v1.TaintNodeUnreachable, v1.TaintEffectNoExecute)
-	add(v1.TaintNodeDiskPressure, v1.TaintEffectNoSchedule)
-	add(v1.TaintNodeMemoryPressure, v1.TaintEffectNoSchedule)
-	add(v1.TaintNodePIDPressure, v1.TaintEffectNoSchedule)
-	add(v1.TaintNodeUnschedulable, v1.TaintEffectNoSchedule)
-	if p.Spec.HostNetwork {
-		add(v1.TaintNodeNetworkUnavailable, v1.TaintEffectNoSchedule)
-	}
-}

@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 func zoned(n int) []Device {
@@ -45,7 +47,7 @@ func TestDaemonSetOnePodPerMatchingDevice(t *testing.T) {
 		if p.Labels["app"] != "agent" || p.Labels[LabelControllerHash] == "" {
 			t.Errorf("%s: labels %v", p.Name, p.Labels)
 		}
-		pins := pinnedNodes(p)
+		pins := workloads.PinnedNodes(p)
 		if len(pins) != 1 || onDevice[pins[0]] != p.Name {
 			t.Errorf("%s: pinned to %v, bound %v", p.Name, pins, onDevice)
 		}

@@ -5,9 +5,10 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 // The scheduler's filter reasons, word for word.
@@ -50,37 +51,9 @@ type cycle struct {
 }
 
 func (s *state) newCycle(p *podInfo) *cycle {
-	c := &cycle{s: s, p: p, affinity: nodeaffinity.GetRequiredNodeAffinity(p.pod), pinned: pinnedNodes(p.pod)}
+	c := &cycle{s: s, p: p, affinity: nodeaffinity.GetRequiredNodeAffinity(p.pod), pinned: workloads.PinnedNodes(p.pod)}
 	c.spread = s.newSpreadFilter(c)
 	return c
-}
-
-// pinnedNodes returns the node names every required term restricts the
-// pod to with matchFields metadata.name In (as the DaemonSet controller
-// writes), or nil when some term does not.
-func pinnedNodes(p *v1.Pod) []string {
-	a := p.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return nil
-	}
-	var names []string
-	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		found := false
-		for _, r := range t.MatchFields {
-			if r.Key == metav1.ObjectNameField && r.Operator == v1.NodeSelectorOpIn {
-				names = append(names, r.Values...)
-				found = true
-				break
-			}
-		}
-		if !found {
-			return nil
-		}
-	}
-	if names == nil {
-		return []string{}
-	}
-	return names
 }
 
 // candidates are the devices the filters run on, in name order.

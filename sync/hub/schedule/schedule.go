@@ -20,6 +20,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 // Input is everything one scheduling pass sees.
@@ -60,11 +62,8 @@ type Plan struct {
 	Events []Event
 }
 
-// Event is an event on a workload, as its controller records it.
-type Event struct {
-	Kind, Namespace, Name string
-	Type, Reason, Message string
-}
+// Event is an event on an object, as its controller records it.
+type Event = workloads.Event
 
 // Binding places a pod on a device (spec.nodeName).
 type Binding struct {
@@ -97,15 +96,11 @@ const (
 	ReasonTaint = "DeletionByTaintManager"
 	// ReasonPreempted: a higher-priority pod needs the room.
 	ReasonPreempted = "PreemptionByScheduler"
-	// ReasonScaledDown: the Deployment has more pods than replicas.
-	ReasonScaledDown = "ScaledDown"
-	// ReasonOutdated: the pod's template is no longer the workload's.
-	ReasonOutdated = "Outdated"
-	// ReasonNotEligible: a DaemonSet pod on a device that no longer
-	// matches its selector, affinity or taints.
-	ReasonNotEligible = "NotEligible"
-	// ReasonOwnerDeleted: the pod's workload is gone.
-	ReasonOwnerDeleted = "OwnerDeleted"
+	// The workload controllers' reasons (package workloads).
+	ReasonScaledDown   = workloads.ReasonScaledDown
+	ReasonOutdated     = workloads.ReasonOutdated
+	ReasonNotEligible  = workloads.ReasonNotEligible
+	ReasonOwnerDeleted = workloads.ReasonOwnerDeleted
 )
 
 // Deletion is a pod to terminate gracefully.
@@ -160,18 +155,12 @@ type state struct {
 	scores   [4][]int64
 	// matchCache counts each selector's pods per node.
 	matchCache map[string]*matchCounts
-	// deployments select the pods the default spread counts.
-	deployments []*appsv1.Deployment
-	maxPods     int
-	// owned indexes the pods by their workload (ownerIndex), in order's
-	// order: each controller reads its own pods, not every pod.
+	maxPods    int
+	// owned indexes the pods by their workload (workloads.Index), in
+	// order's order: each controller reads its own pods, not every pod.
 	owned map[string][]*podInfo
-	// daemonSetUIDs are the live DaemonSets' UIDs by workloadIndex
-	// (ownerKey).
-	daemonSetUIDs map[string]types.UID
-	// deploymentOf finds a ReplicaSet pod's Deployment (defaultSelector,
-	// ownerKey).
-	deploymentOf map[string]*appsv1.Deployment
+	// owners finds a pod's live workload (index, the default spread).
+	owners *workloads.Owners
 	// overQuota are the workloads refused a pod this pass for MaxPods.
 	overQuota map[types.NamespacedName]bool
 	plan      Plan
@@ -182,12 +171,9 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
-	s.deployments = in.Deployments
 	s.deleteLost()
 	s.evictTainted()
-	s.runDaemonSets(in.DaemonSets)
-	s.runDeployments(in.Deployments)
-	s.deleteOrphans(in.DaemonSets, in.Deployments)
+	workloads.Sync(cluster{s}, s.owners, s.now, in.DaemonSets, in.Deployments)
 	queue := s.queue()
 	for _, p := range queue {
 		s.scheduleOne(p)
@@ -208,19 +194,8 @@ func newState(in Input) *state {
 		maxPods:     in.MaxPods,
 		owned:       map[string][]*podInfo{},
 		overQuota:   map[types.NamespacedName]bool{},
-		// Pods are filed under their workload as they are read (ownerKey).
-		deploymentOf:  make(map[string]*appsv1.Deployment, len(in.Deployments)),
-		daemonSetUIDs: make(map[string]types.UID, len(in.DaemonSets)),
-	}
-	for _, d := range in.Deployments {
-		if k := workloadIndex("Deployment", d.Namespace, d.Name); s.deploymentOf[k] == nil {
-			s.deploymentOf[k] = d
-		}
-	}
-	for _, d := range in.DaemonSets {
-		if k := workloadIndex("DaemonSet", d.Namespace, d.Name); !hasKey(s.daemonSetUIDs, k) {
-			s.daemonSetUIDs[k] = d.UID
-		}
+		// Pods are filed under their workload as they are read (index).
+		owners: workloads.NewOwners(in.DaemonSets, in.Deployments),
 	}
 	for _, pc := range builtinPriorityClasses {
 		s.classes[pc.Name] = pc
@@ -259,11 +234,6 @@ func newState(in Input) *state {
 		}
 	}
 	return s
-}
-
-func hasKey[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
 }
 
 func keyOf(p *v1.Pod) types.NamespacedName {
@@ -309,7 +279,7 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 	}
 	p.terminating = true
 	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message})
-	switch ref := controllerOf(p.pod); {
+	switch ref := workloads.ControllerOf(p.pod); {
 	case reason == ReasonPreempted:
 		s.event("Pod", p.key, v1.EventTypeNormal, "Preempted", message)
 	case reason == ReasonNodeLost || reason == ReasonTaint:
@@ -354,7 +324,7 @@ func (s *state) addCreated(p *v1.Pod) *podInfo {
 	s.order = append(s.order, pi)
 	s.index(pi)
 	s.plan.Create = append(s.plan.Create, p)
-	if ref := controllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+	if ref := workloads.ControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
 		s.event("DaemonSet", types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}, v1.EventTypeNormal, "SuccessfulCreate", "Created pod: "+p.Name)
 	}
 	return pi

@@ -242,7 +242,7 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 	cs := constraintsOf(pod, pod.Spec.TopologySpreadConstraints, v1.ScheduleAnyway)
 	requireAll := len(pod.Spec.TopologySpreadConstraints) > 0
 	if !requireAll {
-		sel := c.s.defaultSelector(pod)
+		sel := c.s.owners.DefaultSelector(pod)
 		if sel == nil {
 			return nil
 		}

@@ -1,0 +1,207 @@
+// Package workloads is the hub's workload controllers, as Kubernetes runs
+// them before its scheduler: the DaemonSet controller (a pod per eligible
+// device, rolling updates), the Deployment and ReplicaSet controllers
+// (replicas, rollouts by strategy) and the garbage collector of pods whose
+// workload is gone. They decide which pods to create and delete; the
+// scheduler (the parent package) owns the books and places the pods. The
+// controllers read and change those books only through Cluster.
+package workloads
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+)
+
+// Labels the workload controllers put on their pods.
+const (
+	LabelPodTemplateHash    = appsv1.DefaultDeploymentUniqueLabelKey // pod-template-hash
+	LabelControllerHash     = appsv1.ControllerRevisionHashLabelKey  // controller-revision-hash
+	LabelTemplateGeneration = appsv1.DeprecatedTemplateGeneration    // pod-template-generation
+)
+
+// Deletion reasons the controllers give.
+const (
+	// ReasonScaledDown: the Deployment has more pods than replicas.
+	ReasonScaledDown = "ScaledDown"
+	// ReasonOutdated: the pod's template is no longer the workload's.
+	ReasonOutdated = "Outdated"
+	// ReasonNotEligible: a DaemonSet pod on a device that no longer
+	// matches its selector, affinity or taints.
+	ReasonNotEligible = "NotEligible"
+	// ReasonOwnerDeleted: the pod's workload is gone.
+	ReasonOwnerDeleted = "OwnerDeleted"
+)
+
+// quiet is the logger the toleration helpers want; they log nothing we use.
+var quiet = logr.Discard()
+
+// Event is an event on an object, as its controller records it.
+type Event struct {
+	Kind, Namespace, Name string
+	Type, Reason, Message string
+}
+
+// Node is a device as the controllers see it.
+type Node struct {
+	Name string
+	Node *v1.Node
+}
+
+// Pod is a pod as the controllers see it, at the time it is read.
+type Pod struct {
+	Pod *v1.Pod
+	Key types.NamespacedName
+	// Created orders pods (creation time, or the pass's time for new ones).
+	Created time.Time
+	// Terminating pods count for no replica.
+	Terminating bool
+	// Node is the device the pod is on, "" while unplaced.
+	Node string
+}
+
+// Cluster is the scheduler's books, as the controllers read and change
+// them. Every read reflects the changes made before it.
+type Cluster interface {
+	// Nodes are the devices, in name order.
+	Nodes() []Node
+	// Pods are every pod, in the pass's order.
+	Pods() []Pod
+	// Owned are the pods of a workload (Index), in the pass's order.
+	Owned(index string) []Pod
+	// Taken reports whether a pod of that name exists.
+	Taken(types.NamespacedName) bool
+	// Create admits a controller's new pod for the workload of that kind
+	// and metadata, or records the refusal as a FailedCreate event.
+	Create(p *v1.Pod, kind string, owner metav1.ObjectMeta)
+	// Delete terminates a pod gracefully.
+	Delete(pod types.NamespacedName, reason, message string)
+	// Event records an event.
+	Event(Event)
+}
+
+// controllers is one pass of the controllers over the books.
+type controllers struct {
+	c      Cluster
+	now    time.Time
+	owners *Owners
+}
+
+// Sync runs the DaemonSet controller, then the Deployment controller,
+// then deletes the pods whose workload is gone.
+func Sync(c Cluster, owners *Owners, now time.Time, dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) {
+	k := &controllers{c: c, now: now, owners: owners}
+	k.runDaemonSets(dss)
+	k.runDeployments(ds)
+	k.deleteOrphans(dss, ds)
+}
+
+// TemplateHash is a pod template's hash as a label value, the name part
+// a Deployment's ReplicaSet and pods carry.
+func TemplateHash(t *v1.PodTemplateSpec) string {
+	h := fnv.New32a()
+	b, _ := json.Marshal(t) // a decoded template always marshals
+	h.Write(b)
+	return utilrand.SafeEncodeString(strconv.FormatUint(uint64(h.Sum32()), 10))
+}
+
+// maxGeneratedNameLength is the API server's limit on generateName's prefix.
+const maxGeneratedNameLength = 63 - 5
+
+// podName is generateName's name for a new pod, made deterministic: the
+// prefix and five characters of the API server's alphabet drawn from a
+// hash of the seed, skipping names already taken in the namespace.
+func (k *controllers) podName(namespace, prefix, seed string) string {
+	for i := 0; ; i++ {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%s/%d", prefix, seed, i)
+		enc := utilrand.SafeEncodeString(strconv.FormatUint(h.Sum64(), 10))
+		// generateName keeps the name within 63 characters.
+		name := prefix[:min(len(prefix), maxGeneratedNameLength)] + enc[len(enc)-5:]
+		if !k.c.Taken(types.NamespacedName{Namespace: namespace, Name: name}) {
+			return name
+		}
+	}
+}
+
+// newPod is a pod from a workload's template, before admission.
+func (k *controllers) newPod(meta metav1.ObjectMeta, t *v1.PodTemplateSpec, extra map[string]string, owner metav1.OwnerReference) *v1.Pod {
+	p := &v1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:         meta.Namespace,
+			Labels:            map[string]string{},
+			Annotations:       t.Annotations,
+			OwnerReferences:   []metav1.OwnerReference{owner},
+			CreationTimestamp: metav1.NewTime(k.now),
+		},
+		Spec: *t.Spec.DeepCopy(),
+	}
+	for key, v := range t.Labels {
+		p.Labels[key] = v
+	}
+	for key, v := range extra {
+		p.Labels[key] = v
+	}
+	return p
+}
+
+func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes, BlockOwnerDeletion: &yes}
+}
+
+// available is a pod Ready for at least minReadySeconds.
+func (k *controllers) available(p Pod, minReadySeconds int32) bool {
+	for _, c := range p.Pod.Status.Conditions {
+		if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
+			return !c.LastTransitionTime.Add(time.Duration(minReadySeconds) * time.Second).After(k.now)
+		}
+	}
+	return false
+}
+
+// deleteOrphans deletes pods whose controlling workload is gone, as the
+// garbage collector does.
+func (k *controllers) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) {
+	live := make(map[string]bool, len(dss)+len(ds))
+	for _, d := range dss {
+		live[Index("DaemonSet", d.Namespace, d.Name)] = true
+	}
+	for _, d := range ds {
+		live[Index("Deployment", d.Namespace, d.Name)] = true
+	}
+	for _, p := range k.c.Pods() {
+		ref := ControllerOf(p.Pod)
+		if p.Terminating || ref == nil {
+			continue
+		}
+		found := true
+		if ref.Kind == "DaemonSet" || ref.Kind == "ReplicaSet" {
+			found = live[k.owners.Key(p.Pod)]
+		}
+		if !found {
+			k.c.Delete(p.Key, ReasonOwnerDeleted, fmt.Sprintf("%s %s was deleted", ref.Kind, ref.Name))
+		}
+	}
+}
+
+// sortedByName is a clone of workloads in namespace/name order.
+func sortedByName[W metav1.Object](ws []W) []W {
+	ws = slices.Clone(ws)
+	slices.SortFunc(ws, func(a, b W) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	})
+	return ws
+}
