@@ -4,9 +4,11 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sync/hub/schedule/admission"
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
@@ -20,6 +22,12 @@ const (
 // TemplateHash is a pod template's hash as a label value, the name part
 // a Deployment's ReplicaSet and pods carry.
 func TemplateHash(t *v1.PodTemplateSpec) string { return workloads.TemplateHash(t) }
+
+// ClassPriority is the priority and preemption policy the Priority
+// admission plugin gives a pod of class (admission.ClassPriority).
+func ClassPriority(class *schedulingv1.PriorityClass) (int32, v1.PreemptionPolicy) {
+	return admission.ClassPriority(class)
+}
 
 // index files a pod under its workload.
 func (s *state) index(p *podInfo) {
@@ -84,7 +92,7 @@ func (s *state) admitCreated(p *v1.Pod, kind string, owner metav1.ObjectMeta) {
 	if s.overQuota[key] {
 		return // refused once this pass: one event says so
 	}
-	err := s.admit(p)
+	err := s.admission.Admit(p)
 	if err == nil && s.maxPods > 0 && len(s.pods) >= s.maxPods {
 		s.overQuota[key] = true
 		err = fmt.Errorf("pods %q is forbidden: exceeded quota: podhub, requested: pods=1, used: pods=%d, limited: pods=%d",

@@ -35,7 +35,7 @@ type candidate struct {
 // It returns the nominated device and, when there is none, the message.
 func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominated, message string) {
 	p := c.p
-	if !s.preemptsOthers(p.pod) {
+	if !s.admission.PreemptsOthers(p.pod) {
 		return "", "not eligible due to preemptionPolicy=Never."
 	}
 	if n := s.byName[p.pod.Status.NominatedNodeName]; n != nil {

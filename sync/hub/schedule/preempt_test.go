@@ -10,7 +10,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -257,24 +256,5 @@ func TestPreemptionLooksAtAWindowOfALargeFleet(t *testing.T) {
 	if dist := (at - offset + n) % n; dist >= enough {
 		t.Fatalf("nominated %s, %d devices past the offset %d: outside the window of %d (the best victim is on d%04d)",
 			plan.Preemptions[0].Device, dist, offset, enough, outside)
-	}
-}
-
-// A class gives its value and policy (PreemptLowerPriority when it names
-// none); no class at all is 0 and PreemptLowerPriority.
-func TestClassPriority(t *testing.T) {
-	never := v1.PreemptNever
-	for _, c := range []struct {
-		class  *schedulingv1.PriorityClass
-		value  int32
-		policy v1.PreemptionPolicy
-	}{
-		{nil, 0, v1.PreemptLowerPriority},
-		{&schedulingv1.PriorityClass{Value: 1000}, 1000, v1.PreemptLowerPriority},
-		{&schedulingv1.PriorityClass{Value: -5, PreemptionPolicy: &never}, -5, v1.PreemptNever},
-	} {
-		if value, policy := ClassPriority(c.class); value != c.value || policy != c.policy {
-			t.Errorf("ClassPriority(%+v) = %d, %s; want %d, %s", c.class, value, policy, c.value, c.policy)
-		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sync/hub/schedule/admission"
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
@@ -146,7 +147,7 @@ type state struct {
 	pods      map[types.NamespacedName]*podInfo
 	order     []*podInfo // every pod in input order, then created ones
 	nominated map[string][]*podInfo
-	classes   map[string]*schedulingv1.PriorityClass
+	admission *admission.Admission
 	pdbs      []*policyv1.PodDisruptionBudget
 	// spreadCache holds one spread filter per workload shape.
 	spreadCache map[string]*spreadFilter
@@ -187,7 +188,7 @@ func newState(in Input) *state {
 		byName:      map[string]*nodeInfo{},
 		pods:        map[types.NamespacedName]*podInfo{},
 		nominated:   map[string][]*podInfo{},
-		classes:     map[string]*schedulingv1.PriorityClass{},
+		admission:   admission.New(in.PriorityClasses),
 		spreadCache: map[string]*spreadFilter{},
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
@@ -196,12 +197,6 @@ func newState(in Input) *state {
 		overQuota:   map[types.NamespacedName]bool{},
 		// Pods are filed under their workload as they are read (index).
 		owners: workloads.NewOwners(in.DaemonSets, in.Deployments),
-	}
-	for _, pc := range builtinPriorityClasses {
-		s.classes[pc.Name] = pc
-	}
-	for _, pc := range in.PriorityClasses {
-		s.classes[pc.Name] = pc
 	}
 	devs := slices.Clone(in.Devices)
 	slices.SortFunc(devs, func(a, b Device) int { return cmp.Compare(a.Name, b.Name) })
@@ -223,7 +218,7 @@ func newState(in Input) *state {
 		if _, dup := s.pods[pi.key]; dup {
 			continue
 		}
-		pi.priority, pi.unschedulable = s.resolvedPriority(p)
+		pi.priority, pi.unschedulable = s.admission.Priority(p)
 		s.pods[pi.key] = pi
 		s.order = append(s.order, pi)
 		s.index(pi)
@@ -319,7 +314,7 @@ func (s *state) unnominate(p *podInfo) {
 // addCreated registers a pod a controller made in this pass.
 func (s *state) addCreated(p *v1.Pod) *podInfo {
 	pi := &podInfo{pod: p, key: keyOf(p), req: podRequests(p), created: s.now}
-	pi.priority, pi.unschedulable = s.resolvedPriority(p)
+	pi.priority, pi.unschedulable = s.admission.Priority(p)
 	s.pods[pi.key] = pi
 	s.order = append(s.order, pi)
 	s.index(pi)

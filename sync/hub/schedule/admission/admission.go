@@ -1,4 +1,8 @@
-package schedule
+// Package admission does to a pod what the API server's admission does
+// before the scheduler sees it: the Priority plugin (priority and
+// preemptionPolicy from the pod's PriorityClass or the global default)
+// and DefaultTolerationSeconds. It holds the pass's PriorityClasses.
+package admission
 
 import (
 	"cmp"
@@ -16,16 +20,34 @@ var builtinPriorityClasses = []*schedulingv1.PriorityClass{
 	{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}, Value: 2000000000},
 }
 
+// Admission is the Priority and DefaultTolerationSeconds admission
+// plugins over one set of PriorityClasses.
+type Admission struct {
+	classes map[string]*schedulingv1.PriorityClass
+}
+
+// New holds the built-in classes and the given ones (which win on a name).
+func New(classes []*schedulingv1.PriorityClass) *Admission {
+	a := &Admission{classes: make(map[string]*schedulingv1.PriorityClass, len(builtinPriorityClasses)+len(classes))}
+	for _, pc := range builtinPriorityClasses {
+		a.classes[pc.Name] = pc
+	}
+	for _, pc := range classes {
+		a.classes[pc.Name] = pc
+	}
+	return a
+}
+
 // defaultTolerationSeconds is what the DefaultTolerationSeconds admission
 // plugin gives pods for not-ready and unreachable.
 const defaultTolerationSeconds = 300
 
-// admit does to a new pod what the API server's admission does before the
+// Admit does to a new pod what the API server's admission does before the
 // scheduler sees it: Priority (priority and preemptionPolicy from the
 // class, or the global default) and DefaultTolerationSeconds. A missing
 // class is the API server's refusal, returned as an error.
-func (s *state) admit(p *v1.Pod) error {
-	class, err := s.classFor(p)
+func (a *Admission) Admit(p *v1.Pod) error {
+	class, err := a.classFor(p)
 	if err != nil {
 		return err
 	}
@@ -53,23 +75,24 @@ func ClassPriority(class *schedulingv1.PriorityClass) (int32, v1.PreemptionPolic
 
 // classFor is the pod's PriorityClass: the one it names, or the global
 // default (nil when there is none).
-func (s *state) classFor(p *v1.Pod) (*schedulingv1.PriorityClass, error) {
+func (a *Admission) classFor(p *v1.Pod) (*schedulingv1.PriorityClass, error) {
 	if name := p.Spec.PriorityClassName; name != "" {
-		if class := s.classes[name]; class != nil {
+		if class := a.classes[name]; class != nil {
 			return class, nil
 		}
 		return nil, fmt.Errorf("pods %q is forbidden: no PriorityClass with name %s was found", p.Name, name)
 	}
-	return s.globalDefault(), nil
+	return a.globalDefault(), nil
 }
 
-// resolvedPriority is a stored pod's priority: spec.priority once
-// admitted, else its class's value (a missing class leaves it unschedulable).
-func (s *state) resolvedPriority(p *v1.Pod) (int32, string) {
+// Priority is a stored pod's priority: spec.priority once
+// admitted, else its class's value; a missing class leaves it
+// unschedulable, with the API server's refusal as the reason.
+func (a *Admission) Priority(p *v1.Pod) (int32, string) {
 	if p.Spec.Priority != nil {
 		return *p.Spec.Priority, ""
 	}
-	class, err := s.classFor(p)
+	class, err := a.classFor(p)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -79,12 +102,12 @@ func (s *state) resolvedPriority(p *v1.Pod) (int32, string) {
 	return class.Value, ""
 }
 
-// preemptsOthers is false for preemptionPolicy Never, on the pod or its class.
-func (s *state) preemptsOthers(p *v1.Pod) bool {
+// PreemptsOthers is false for preemptionPolicy Never, on the pod or its class.
+func (a *Admission) PreemptsOthers(p *v1.Pod) bool {
 	if pp := p.Spec.PreemptionPolicy; pp != nil {
 		return *pp != v1.PreemptNever
 	}
-	if class, err := s.classFor(p); err == nil && class != nil && class.PreemptionPolicy != nil {
+	if class, err := a.classFor(p); err == nil && class != nil && class.PreemptionPolicy != nil {
 		return *class.PreemptionPolicy != v1.PreemptNever
 	}
 	return true
@@ -92,9 +115,9 @@ func (s *state) preemptsOthers(p *v1.Pod) bool {
 
 // globalDefault is the globalDefault class with the lowest value (the
 // Priority admission plugin's choice when several claim it), or nil.
-func (s *state) globalDefault() *schedulingv1.PriorityClass {
+func (a *Admission) globalDefault() *schedulingv1.PriorityClass {
 	var best *schedulingv1.PriorityClass
-	for _, pc := range s.classes {
+	for _, pc := range a.classes {
 		if !pc.GlobalDefault {
 			continue
 		}
