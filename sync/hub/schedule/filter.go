@@ -8,6 +8,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
+	"github.com/podvisor/podvisor/sync/hub/schedule/fleet"
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
@@ -111,26 +112,15 @@ func untoleratedTaint(taints []v1.Taint, tolerations []v1.Toleration) (v1.Taint,
 func (c *cycle) insufficient(n *nodeInfo) []string {
 	used, count := n.used, len(n.pods)
 	if nom := c.s.nominated[n.name]; len(nom) > 0 {
-		used = cloneResources(used)
+		used = used.Clone()
 		for _, q := range nom {
 			if q != c.p && q.priority >= c.p.priority {
-				used.add(q.req, 1)
+				used.Add(q.req, 1)
 				count++
 			}
 		}
 	}
-	return insufficient(c.p.req, n.alloc, n.maxPods, used, count)
-}
-
-func cloneResources(r resources) resources {
-	out := r
-	if r.scalar != nil {
-		out.scalar = make(map[v1.ResourceName]int64, len(r.scalar))
-		for k, v := range r.scalar {
-			out.scalar[k] = v
-		}
-	}
-	return out
+	return fleet.Insufficient(c.p.req, n.alloc, n.maxPods, used, count)
 }
 
 // matchesInclusion is a spread constraint's node inclusion policies:

@@ -22,8 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/sync/hub/schedule/admission"
+	"github.com/podvisor/podvisor/sync/hub/schedule/fleet"
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
+
+// Device is a device as the scheduler sees it: a node (fleet.Device).
+type Device = fleet.Device
 
 // Input is everything one scheduling pass sees.
 type Input struct {
@@ -115,7 +119,7 @@ type Deletion struct {
 type podInfo struct {
 	pod      *v1.Pod
 	key      types.NamespacedName
-	req      resources
+	req      fleet.Resources
 	priority int32
 	// created orders the queue (creation time, then arrival).
 	created time.Time
@@ -131,9 +135,9 @@ type nodeInfo struct {
 	idx     int // position in state.nodes
 	name    string
 	node    *v1.Node
-	alloc   resources
+	alloc   fleet.Resources
 	maxPods int64
-	used    resources
+	used    fleet.Resources
 	pods    []*podInfo
 	// nonZeroCPU and nonZeroMem are the pods' requests for scoring.
 	nonZeroCPU, nonZeroMem int64
@@ -205,15 +209,12 @@ func newState(in Input) *state {
 		if _, dup := s.byName[d.Name]; dup {
 			continue
 		}
-		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: toResources(d.Allocatable), maxPods: defaultMaxPods}
-		if q, ok := d.Allocatable[v1.ResourcePods]; ok {
-			n.maxPods = q.Value()
-		}
+		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods()}
 		s.nodes = append(s.nodes, n)
 		s.byName[d.Name] = n
 	}
 	for _, p := range in.Pods {
-		pi := &podInfo{pod: p, key: keyOf(p), req: podRequests(p), created: p.CreationTimestamp.Time,
+		pi := &podInfo{pod: p, key: keyOf(p), req: fleet.PodRequests(p), created: p.CreationTimestamp.Time,
 			terminating: p.DeletionTimestamp != nil}
 		if _, dup := s.pods[pi.key]; dup {
 			continue
@@ -239,9 +240,9 @@ func keyOf(p *v1.Pod) types.NamespacedName {
 func (s *state) attach(p *podInfo, n *nodeInfo) {
 	p.node = n
 	n.pods = append(n.pods, p)
-	n.used.add(p.req, 1)
+	n.used.Add(p.req, 1)
 	s.track(n, p, 1)
-	cpu, mem := nonZero(p.req)
+	cpu, mem := p.req.NonZero()
 	n.nonZeroCPU += cpu
 	n.nonZeroMem += mem
 }
@@ -256,8 +257,8 @@ func (s *state) detach(p *podInfo) {
 			break
 		}
 	}
-	n.used.add(p.req, -1)
-	cpu, mem := nonZero(p.req)
+	n.used.Add(p.req, -1)
+	cpu, mem := p.req.NonZero()
 	n.nonZeroCPU -= cpu
 	n.nonZeroMem -= mem
 	p.node = nil
@@ -313,7 +314,7 @@ func (s *state) unnominate(p *podInfo) {
 
 // addCreated registers a pod a controller made in this pass.
 func (s *state) addCreated(p *v1.Pod) *podInfo {
-	pi := &podInfo{pod: p, key: keyOf(p), req: podRequests(p), created: s.now}
+	pi := &podInfo{pod: p, key: keyOf(p), req: fleet.PodRequests(p), created: s.now}
 	pi.priority, pi.unschedulable = s.admission.Priority(p)
 	s.pods[pi.key] = pi
 	s.order = append(s.order, pi)

@@ -40,11 +40,11 @@ func (c *cycle) pickBest(feasible []*nodeInfo) *nodeInfo {
 			total[j] += weightTopologySpread * spread[j]
 		}
 	}
-	cpu, mem := nonZero(c.p.req)
+	cpu, mem := c.p.req.NonZero()
 	for j, n := range feasible {
 		reqCPU, reqMem := n.nonZeroCPU+cpu, n.nonZeroMem+mem
-		least := (leastAllocated(reqCPU, n.alloc.milliCPU) + leastAllocated(reqMem, n.alloc.memory)) / 2
-		total[j] += weightResourcesFit*least + weightBalanced*balanced(reqCPU, n.alloc.milliCPU, reqMem, n.alloc.memory)
+		least := (leastAllocated(reqCPU, n.alloc.MilliCPU) + leastAllocated(reqMem, n.alloc.Memory)) / 2
+		total[j] += weightResourcesFit*least + weightBalanced*balanced(reqCPU, n.alloc.MilliCPU, reqMem, n.alloc.Memory)
 	}
 	best := 0
 	for j := range total {
@@ -123,19 +123,6 @@ func (c *cycle) affinityScores(feasible []*nodeInfo) []int64 {
 		out[j] = terms.Score(n.node)
 	}
 	return out
-}
-
-// nonZero is a pod's CPU and memory for scoring, with the scheduler's
-// defaults for a pod that requests none.
-func nonZero(r resources) (int64, int64) {
-	cpu, mem := r.milliCPU, r.memory
-	if cpu == 0 {
-		cpu = defaultMilliCPURequest
-	}
-	if mem == 0 {
-		mem = defaultMemoryRequest
-	}
-	return cpu, mem
 }
 
 // leastAllocated is LeastAllocated's per-resource score.

@@ -1,4 +1,8 @@
-package schedule
+// Package fleet is the fleet as the scheduler's nodes: a device's state
+// as a v1.Node (its labels, the node-lifecycle taints, allocatable) and
+// resource lists in the scheduler's integer units, with what a pod
+// requests and what a device lacks for it.
+package fleet
 
 import (
 	"time"
@@ -31,6 +35,15 @@ type Device struct {
 
 // defaultMaxPods is the kubelet's default --max-pods.
 const defaultMaxPods = 110
+
+// MaxPods is how many pods the device takes: its allocatable "pods", or
+// the kubelet's default.
+func (d *Device) MaxPods() int64 {
+	if q, ok := d.Allocatable[v1.ResourcePods]; ok {
+		return q.Value()
+	}
+	return defaultMaxPods
+}
 
 // NodeTaints returns every taint the device carries: the operator's, and the
 // ones Kubernetes' node lifecycle controller would set from its state —
