@@ -2,11 +2,11 @@ package schedule
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule/fleet"
 )
 
 // evictTainted is the taint-based eviction of the node lifecycle
@@ -32,7 +32,7 @@ func (s *state) evictTainted() {
 			if p.terminating {
 				continue
 			}
-			due, ok := evictionDue(p.pod.Spec.Tolerations, noExec)
+			due, ok := fleet.EvictionDue(p.pod.Spec.Tolerations, noExec)
 			if !ok || s.now.Before(due) {
 				continue
 			}
@@ -53,43 +53,4 @@ func (s *state) deleteLost() {
 			s.markDeleted(p, ReasonNodeLost, fmt.Sprintf("device %s is no longer in the fleet", name))
 		}
 	}
-}
-
-// evictionDue is when a pod must go from a device with these NoExecute
-// taints; false when its tolerations keep it there for ever. A taint
-// without timeAdded counts from the zero time.
-func evictionDue(tolerations []v1.Toleration, taints []v1.Taint) (time.Time, bool) {
-	var start time.Time
-	var used []v1.Toleration
-	for i := range taints {
-		t := &taints[i]
-		if t.TimeAdded != nil && (start.IsZero() || t.TimeAdded.Time.Before(start)) {
-			start = t.TimeAdded.Time
-		}
-		found := false
-		for _, tol := range tolerations {
-			if tol.ToleratesTaint(quiet, t, false) {
-				used = append(used, tol)
-				found = true
-				break
-			}
-		}
-		if !found {
-			return time.Time{}, true // not tolerated: now
-		}
-	}
-	minSecs := int64(math.MaxInt64)
-	for _, tol := range used {
-		if tol.TolerationSeconds == nil {
-			continue
-		}
-		if *tol.TolerationSeconds <= 0 {
-			return time.Time{}, true
-		}
-		minSecs = min(minSecs, *tol.TolerationSeconds)
-	}
-	if minSecs == math.MaxInt64 {
-		return time.Time{}, false
-	}
-	return start.Add(time.Duration(minSecs) * time.Second), true
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
+// quiet is the logger the toleration helpers want; they log nothing we use.
+var quiet = logr.Discard()
+
 // The scheduler's filter reasons, word for word.
 const (
 	reasonUnschedulable   = "node(s) were unschedulable"
@@ -20,9 +23,6 @@ const (
 	reasonSpreadLabel     = reasonSpread + " (missing required label)"
 	reasonPrefilterFormat = "node(s) didn't satisfy plugin(s) [%s]"
 )
-
-// quiet is the logger the toleration helpers want; they log nothing we use.
-var quiet = logr.Discard()
 
 type code int
 
@@ -83,7 +83,7 @@ func (c *cycle) filter(n *nodeInfo) status {
 		&v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}, false) {
 		return status{unresolvable, []string{reasonUnschedulable}}
 	}
-	if t, bad := untoleratedTaint(n.node.Spec.Taints, pod.Spec.Tolerations); bad {
+	if t, bad := fleet.UntoleratedTaint(n.node.Spec.Taints, pod.Spec.Tolerations); bad {
 		return status{unresolvable, []string{fmt.Sprintf("node(s) had untolerated taint {%s: %s}", t.Key, t.Value)}}
 	}
 	if ok, _ := c.affinity.Match(n.node); !ok {
@@ -96,14 +96,6 @@ func (c *cycle) filter(n *nodeInfo) status {
 		return c.spread.filter(n)
 	}
 	return status{}
-}
-
-// untoleratedTaint is the first NoSchedule or NoExecute taint the
-// tolerations do not tolerate.
-func untoleratedTaint(taints []v1.Taint, tolerations []v1.Toleration) (v1.Taint, bool) {
-	return corev1helpers.FindMatchingUntoleratedTaint(quiet, taints, tolerations, func(t *v1.Taint) bool {
-		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
-	}, false)
 }
 
 // insufficient is NodeResourcesFit: the pod's requests against the
@@ -134,7 +126,7 @@ func (c *cycle) matchesInclusion(n *nodeInfo, k *constraint) bool {
 		}
 	}
 	if k.taintsPolicy == v1.NodeInclusionPolicyHonor {
-		if _, bad := untoleratedTaint(n.node.Spec.Taints, c.p.pod.Spec.Tolerations); bad {
+		if _, bad := fleet.UntoleratedTaint(n.node.Spec.Taints, c.p.pod.Spec.Tolerations); bad {
 			return false
 		}
 	}

@@ -57,10 +57,29 @@ func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominat
 			potential = append(potential, n)
 		}
 	}
-	// DryRunPreemption: from an offset, stop once enough candidates are
-	// found (one without PDB violations among them); a pod with none
-	// found has tried every device, so the message counts them all.
-	offset, enough := candidateWindow(p.key, len(potential))
+	found := s.dryRun(c, potential, hist)
+	if len(found) == 0 {
+		return "", availability(len(s.nodes), hist)
+	}
+	// Ties go to the first device by name, whatever the offset.
+	slices.SortFunc(found, func(a, b candidate) int { return cmp.Compare(a.node.idx, b.node.idx) })
+	best := pickCandidate(found)
+	victims := make([]types.NamespacedName, len(best.victims))
+	for i, v := range best.victims {
+		victims[i] = v.key
+		s.markDeleted(v, ReasonPreempted, fmt.Sprintf("Preempted by pod %s on node %s", p.key, best.node.name))
+	}
+	s.unnominate(p)
+	s.nominated[best.node.name] = append(s.nominated[best.node.name], p)
+	s.plan.Preemptions = append(s.plan.Preemptions, Preemption{Pod: p.key, Device: best.node.name, Victims: victims})
+	return best.node.name, ""
+}
+
+// dryRun is DryRunPreemption: from an offset, stop once enough candidates
+// are found (one without PDB violations among them); a pod with none
+// found has tried every device, so hist counts them all.
+func (s *state) dryRun(c *cycle, potential []*nodeInfo, hist map[string]int) []candidate {
+	offset, enough := candidateWindow(c.p.key, len(potential))
 	var found []candidate
 	nonViolating := 0
 	for j := range potential {
@@ -77,21 +96,7 @@ func (s *state) preempt(c *cycle, cands []*nodeInfo, statuses []status) (nominat
 			break
 		}
 	}
-	if len(found) == 0 {
-		return "", availability(len(s.nodes), hist)
-	}
-	// Ties go to the first device by name, whatever the offset.
-	slices.SortFunc(found, func(a, b candidate) int { return cmp.Compare(a.node.idx, b.node.idx) })
-	best := pickCandidate(found)
-	victims := make([]types.NamespacedName, len(best.victims))
-	for i, v := range best.victims {
-		victims[i] = v.key
-		s.markDeleted(v, ReasonPreempted, fmt.Sprintf("Preempted by pod %s on node %s", p.key, best.node.name))
-	}
-	s.unnominate(p)
-	s.nominated[best.node.name] = append(s.nominated[best.node.name], p)
-	s.plan.Preemptions = append(s.plan.Preemptions, Preemption{Pod: p.key, Device: best.node.name, Victims: victims})
-	return best.node.name, ""
+	return found
 }
 
 // DefaultPreemption's defaults: the dry run looks for candidates on at

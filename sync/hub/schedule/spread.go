@@ -238,52 +238,15 @@ func (f *spreadFilter) filter(n *nodeInfo) status {
 // ScheduleAnyway constraints (or the system defaults), over the feasible
 // devices; nil when there is nothing to score.
 func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
-	pod := c.p.pod
-	cs := constraintsOf(pod, pod.Spec.TopologySpreadConstraints, v1.ScheduleAnyway)
-	requireAll := len(pod.Spec.TopologySpreadConstraints) > 0
-	if !requireAll {
-		sel := c.s.owners.DefaultSelector(pod)
-		if sel == nil {
-			return nil
-		}
-		cs = constraintsOf(pod, systemDefaultConstraints, v1.ScheduleAnyway)
-		for i := range cs {
-			cs[i].selector = sel
-		}
-	}
+	cs, requireAll := c.scoreConstraints()
 	if len(cs) == 0 {
 		return nil
 	}
 	matches := make([]*matchCounts, len(cs))
 	for i := range cs {
-		matches[i] = c.s.matchCountsFor(cs[i].selector, pod.Namespace)
+		matches[i] = c.s.matchCountsFor(cs[i].selector, c.p.pod.Namespace)
 	}
-	ignored := make([]bool, len(feasible))
-	nIgnored := 0
-	counts := make([]map[string]int64, len(cs))
-	for i := range cs {
-		counts[i] = map[string]int64{}
-	}
-	for j, n := range feasible {
-		if requireAll && !hasAllKeys(n, cs) {
-			ignored[j] = true
-			nIgnored++
-			continue
-		}
-		for i := range cs {
-			if cs[i].key != v1.LabelHostname {
-				counts[i][n.node.Labels[cs[i].key]] = 0
-			}
-		}
-	}
-	weights := make([]float64, len(cs))
-	for i := range cs {
-		size := len(counts[i])
-		if cs[i].key == v1.LabelHostname {
-			size = len(feasible) - nIgnored
-		}
-		weights[i] = math.Log(float64(size + 2))
-	}
+	ignored, counts, weights := spreadDomains(feasible, cs, requireAll)
 	for _, n := range c.s.nodes {
 		if requireAll && !hasAllKeys(n, cs) {
 			continue
@@ -299,7 +262,6 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 		}
 	}
 	scores := c.s.scratch(3, len(feasible))
-	minScore, maxScore := int64(math.MaxInt64), int64(0)
 	for j, n := range feasible {
 		if ignored[j] {
 			continue
@@ -319,8 +281,72 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 			score += float64(cnt)*weights[i] + float64(cs[i].maxSkew-1)
 		}
 		scores[j] = int64(math.Round(score))
-		minScore = min(minScore, scores[j])
-		maxScore = max(maxScore, scores[j])
+	}
+	normalizeSpread(scores, ignored)
+	return scores
+}
+
+// scoreConstraints are the pod's ScheduleAnyway constraints, or the
+// system defaults over its ReplicaSet's selector when it sets none
+// (requireAll false: a device missing a key is scored, not ignored).
+func (c *cycle) scoreConstraints() (cs []constraint, requireAll bool) {
+	pod := c.p.pod
+	if len(pod.Spec.TopologySpreadConstraints) > 0 {
+		return constraintsOf(pod, pod.Spec.TopologySpreadConstraints, v1.ScheduleAnyway), true
+	}
+	sel := c.s.owners.DefaultSelector(pod)
+	if sel == nil {
+		return nil, false
+	}
+	cs = constraintsOf(pod, systemDefaultConstraints, v1.ScheduleAnyway)
+	for i := range cs {
+		cs[i].selector = sel
+	}
+	return cs, false
+}
+
+// spreadDomains are, per constraint, the domains of the feasible devices
+// (counts at zero, hostname left out: it counts per device) and their
+// weights; ignored marks the feasible devices missing a key.
+func spreadDomains(feasible []*nodeInfo, cs []constraint, requireAll bool) (ignored []bool, counts []map[string]int64, weights []float64) {
+	ignored = make([]bool, len(feasible))
+	nIgnored := 0
+	counts = make([]map[string]int64, len(cs))
+	for i := range cs {
+		counts[i] = map[string]int64{}
+	}
+	for j, n := range feasible {
+		if requireAll && !hasAllKeys(n, cs) {
+			ignored[j] = true
+			nIgnored++
+			continue
+		}
+		for i := range cs {
+			if cs[i].key != v1.LabelHostname {
+				counts[i][n.node.Labels[cs[i].key]] = 0
+			}
+		}
+	}
+	weights = make([]float64, len(cs))
+	for i := range cs {
+		size := len(counts[i])
+		if cs[i].key == v1.LabelHostname {
+			size = len(feasible) - nIgnored
+		}
+		weights[i] = math.Log(float64(size + 2))
+	}
+	return ignored, counts, weights
+}
+
+// normalizeSpread is the spread's NormalizeScore: the fewest matching
+// pods score highest; ignored devices score 0.
+func normalizeSpread(scores []int64, ignored []bool) {
+	minScore, maxScore := int64(math.MaxInt64), int64(0)
+	for j := range scores {
+		if !ignored[j] {
+			minScore = min(minScore, scores[j])
+			maxScore = max(maxScore, scores[j])
+		}
 	}
 	for j := range scores {
 		switch {
@@ -332,5 +358,4 @@ func (c *cycle) spreadScores(feasible []*nodeInfo) []int64 {
 			scores[j] = maxNodeScore * (maxScore + minScore - scores[j]) / maxScore
 		}
 	}
-	return scores
 }

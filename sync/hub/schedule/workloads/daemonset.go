@@ -6,8 +6,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule/fleet"
 )
 
 // runDaemonSets is the DaemonSet controller: one pod on every device the
@@ -34,19 +35,11 @@ func daemonShouldRun(probe *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity, 
 	if ok, _ := affinity.Match(n.Node); !ok {
 		return false, false
 	}
-	if _, bad := untoleratedTaint(n.Node.Spec.Taints, probe.Spec.Tolerations); bad {
+	if _, bad := fleet.UntoleratedTaint(n.Node.Spec.Taints, probe.Spec.Tolerations); bad {
 		_, badNoExec := findUntolerated(n.Node.Spec.Taints, probe.Spec.Tolerations, v1.TaintEffectNoExecute)
 		return false, !badNoExec
 	}
 	return true, true
-}
-
-// untoleratedTaint is the first NoSchedule or NoExecute taint the
-// tolerations do not tolerate (the scheduler's TaintToleration filter).
-func untoleratedTaint(taints []v1.Taint, tolerations []v1.Toleration) (v1.Taint, bool) {
-	return corev1helpers.FindMatchingUntoleratedTaint(quiet, taints, tolerations, func(t *v1.Taint) bool {
-		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
-	}, false)
 }
 
 func findUntolerated(taints []v1.Taint, tolerations []v1.Toleration, effect v1.TaintEffect) (v1.Taint, bool) {
