@@ -1,11 +1,8 @@
 package schedule
 
 import (
-	"fmt"
-
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/sync/hub/schedule/admission"
@@ -75,33 +72,14 @@ func (c cluster) Taken(key types.NamespacedName) bool {
 	return taken
 }
 
-func (c cluster) Create(p *v1.Pod, kind string, owner metav1.ObjectMeta) {
-	c.s.admitCreated(p, kind, owner)
-}
+func (c cluster) Admit(p *v1.Pod) error { return c.s.admission.Admit(p) }
+
+func (c cluster) Count() int { return len(c.s.pods) }
+
+func (c cluster) Add(p *v1.Pod) { c.s.addCreated(p) }
 
 func (c cluster) Delete(key types.NamespacedName, reason, message string) {
 	c.s.markDeleted(c.s.pods[key], reason, message)
 }
 
 func (c cluster) Event(e workloads.Event) { c.s.plan.Events = append(c.s.plan.Events, e) }
-
-// admitCreated admits a controller's new pod and queues it, or records
-// the API server's refusal as a FailedCreate event on the workload.
-func (s *state) admitCreated(p *v1.Pod, kind string, owner metav1.ObjectMeta) {
-	key := types.NamespacedName{Namespace: owner.Namespace, Name: kind + "/" + owner.Name}
-	if s.overQuota[key] {
-		return // refused once this pass: one event says so
-	}
-	err := s.admission.Admit(p)
-	if err == nil && s.maxPods > 0 && len(s.pods) >= s.maxPods {
-		s.overQuota[key] = true
-		err = fmt.Errorf("pods %q is forbidden: exceeded quota: podhub, requested: pods=1, used: pods=%d, limited: pods=%d",
-			p.Name, len(s.pods), s.maxPods)
-	}
-	if err != nil {
-		s.plan.Events = append(s.plan.Events, Event{Kind: kind, Namespace: owner.Namespace, Name: owner.Name,
-			Type: v1.EventTypeWarning, Reason: "FailedCreate", Message: "Error creating: " + err.Error()})
-		return
-	}
-	s.addCreated(p)
-}

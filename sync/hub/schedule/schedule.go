@@ -95,13 +95,11 @@ type Preemption struct {
 
 // Deletion reasons.
 const (
-	// ReasonNodeLost: the device is unreachable past the pod's toleration.
-	ReasonNodeLost = "NodeLost"
-	// ReasonTaint: a NoExecute taint the pod does not tolerate (long enough).
-	ReasonTaint = "DeletionByTaintManager"
 	// ReasonPreempted: a higher-priority pod needs the room.
 	ReasonPreempted = "PreemptionByScheduler"
-	// The workload controllers' reasons (package workloads).
+	// The controllers' reasons (package workloads).
+	ReasonNodeLost     = workloads.ReasonNodeLost
+	ReasonTaint        = workloads.ReasonTaint
 	ReasonScaledDown   = workloads.ReasonScaledDown
 	ReasonOutdated     = workloads.ReasonOutdated
 	ReasonNotEligible  = workloads.ReasonNotEligible
@@ -160,15 +158,12 @@ type state struct {
 	scores   [4][]int64
 	// matchCache counts each selector's pods per node.
 	matchCache map[string]*matchCounts
-	maxPods    int
 	// owned indexes the pods by their workload (workloads.Index), in
 	// order's order: each controller reads its own pods, not every pod.
 	owned map[string][]*podInfo
 	// owners finds a pod's live workload (index, the default spread).
 	owners *workloads.Owners
-	// overQuota are the workloads refused a pod this pass for MaxPods.
-	overQuota map[types.NamespacedName]bool
-	plan      Plan
+	plan   Plan
 }
 
 // Schedule runs one pass: taint-based eviction, the DaemonSet and
@@ -176,9 +171,8 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
-	s.deleteLost()
-	s.evictTainted()
-	workloads.Sync(cluster{s}, s.owners, s.now, in.DaemonSets, in.Deployments)
+	workloads.Sync(cluster{s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
+		Owners: s.owners, MaxPods: in.MaxPods})
 	queue := s.queue()
 	for _, p := range queue {
 		s.scheduleOne(p)
@@ -196,9 +190,7 @@ func newState(in Input) *state {
 		spreadCache: map[string]*spreadFilter{},
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
-		maxPods:     in.MaxPods,
 		owned:       map[string][]*podInfo{},
-		overQuota:   map[types.NamespacedName]bool{},
 		// Pods are filed under their workload as they are read (index).
 		owners: workloads.NewOwners(in.DaemonSets, in.Deployments),
 	}

@@ -70,7 +70,7 @@ func (k *controllers) createDaemonPod(ds *appsv1.DaemonSet, hash string, node st
 	p.Spec.NodeName = ""
 	addDaemonTolerations(p)
 	p.Spec.Affinity = pinToNode(p.Spec.Affinity, node)
-	k.c.Create(p, "DaemonSet", ds.ObjectMeta)
+	k.create(p, "DaemonSet", ds.ObjectMeta)
 }
 
 // pinToNode is ReplaceDaemonSetPodNodeNameNodeAffinity: the required

@@ -151,7 +151,7 @@ func (k *controllers) createReplicas(d *appsv1.Deployment, hash string, have, n 
 		p := k.newPod(d.ObjectMeta, &d.Spec.Template, map[string]string{LabelPodTemplateHash: hash},
 			controllerRef("ReplicaSet", rs, replicaSetUID(d.UID, hash)))
 		p.Name = k.podName(p.Namespace, rs+"-", strconv.Itoa(i))
-		k.c.Create(p, "Deployment", d.ObjectMeta)
+		k.create(p, "Deployment", d.ObjectMeta)
 	}
 }
 

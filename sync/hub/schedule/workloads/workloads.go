@@ -1,8 +1,9 @@
-// Package workloads is the hub's workload controllers, as Kubernetes runs
-// them before its scheduler: the DaemonSet controller (a pod per eligible
-// device, rolling updates), the Deployment and ReplicaSet controllers
-// (replicas, rollouts by strategy) and the garbage collector of pods whose
-// workload is gone. They decide which pods to create and delete; the
+// Package workloads is the controllers Kubernetes runs beside its
+// scheduler, over the hub's workloads: the node lifecycle controller's
+// taint-based eviction and the pod garbage collector (pods of devices
+// gone), the DaemonSet controller (a pod per eligible device, rolling
+// updates), the Deployment and ReplicaSet controllers (replicas, rollouts
+// by strategy) and the garbage collector of pods whose workload is gone. They decide which pods to create and delete; the
 // scheduler (the parent package) owns the books and places the pods. The
 // controllers read and change those books only through Cluster.
 package workloads
@@ -33,6 +34,11 @@ const (
 
 // Deletion reasons the controllers give.
 const (
+	// ReasonNodeLost: the device is unreachable past the pod's toleration,
+	// or gone from the fleet.
+	ReasonNodeLost = "NodeLost"
+	// ReasonTaint: a NoExecute taint the pod does not tolerate (long enough).
+	ReasonTaint = "DeletionByTaintManager"
 	// ReasonScaledDown: the Deployment has more pods than replicas.
 	ReasonScaledDown = "ScaledDown"
 	// ReasonOutdated: the pod's template is no longer the workload's.
@@ -82,29 +88,53 @@ type Cluster interface {
 	Owned(index string) []Pod
 	// Taken reports whether a pod of that name exists.
 	Taken(types.NamespacedName) bool
-	// Create admits a controller's new pod for the workload of that kind
-	// and metadata, or records the refusal as a FailedCreate event.
-	Create(p *v1.Pod, kind string, owner metav1.ObjectMeta)
+	// Admit does the API server's admission to a new pod (it may change
+	// the pod); an error is its refusal.
+	Admit(p *v1.Pod) error
+	// Count is how many pods the books hold.
+	Count() int
+	// Add puts an admitted new pod on the books, to be created.
+	Add(p *v1.Pod)
 	// Delete terminates a pod gracefully.
 	Delete(pod types.NamespacedName, reason, message string)
 	// Event records an event.
 	Event(Event)
 }
 
-// controllers is one pass of the controllers over the books.
-type controllers struct {
-	c      Cluster
-	now    time.Time
-	owners *Owners
+// Pass is what the controllers see besides the books.
+type Pass struct {
+	Now         time.Time
+	DaemonSets  []*appsv1.DaemonSet
+	Deployments []*appsv1.Deployment
+	// Owners are the live workloads the books file pods under.
+	Owners *Owners
+	// MaxPods bounds the pods the books hold (0: no bound); past it a new
+	// pod is refused as a pod quota refuses it.
+	MaxPods int
 }
 
-// Sync runs the DaemonSet controller, then the Deployment controller,
-// then deletes the pods whose workload is gone.
-func Sync(c Cluster, owners *Owners, now time.Time, dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) {
-	k := &controllers{c: c, now: now, owners: owners}
-	k.runDaemonSets(dss)
-	k.runDeployments(ds)
-	k.deleteOrphans(dss, ds)
+// controllers is one pass of the controllers over the books.
+type controllers struct {
+	c       Cluster
+	now     time.Time
+	owners  *Owners
+	maxPods int
+	// overQuota are the workloads refused a pod this pass for maxPods.
+	overQuota map[types.NamespacedName]bool
+}
+
+// Sync runs the controllers in Kubernetes' order: the pods of devices
+// gone and the taint-based evictions go first, then the DaemonSet and
+// Deployment controllers make and delete pods, then the pods whose
+// workload is gone are deleted.
+func Sync(c Cluster, pass Pass) {
+	k := &controllers{c: c, now: pass.Now, owners: pass.Owners, maxPods: pass.MaxPods,
+		overQuota: map[types.NamespacedName]bool{}}
+	k.deleteLost()
+	k.evictTainted()
+	k.runDaemonSets(pass.DaemonSets)
+	k.runDeployments(pass.Deployments)
+	k.deleteOrphans(pass.DaemonSets, pass.Deployments)
 }
 
 // TemplateHash is a pod template's hash as a label value, the name part

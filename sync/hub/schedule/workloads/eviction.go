@@ -1,8 +1,7 @@
-package schedule
+package workloads
 
 import (
 	"fmt"
-	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -15,11 +14,17 @@ import (
 // the tolerations it uses has passed since the taint was added (300 s for
 // unreachable and not-ready, from DefaultTolerationSeconds). DaemonSet
 // pods tolerate those two for ever and so never move.
-func (s *state) evictTainted() {
-	for _, n := range s.nodes {
+func (k *controllers) evictTainted() {
+	onNode := map[string][]Pod{}
+	for _, p := range k.c.Pods() {
+		if p.Node != "" {
+			onNode[p.Node] = append(onNode[p.Node], p)
+		}
+	}
+	for _, n := range k.c.Nodes() {
 		var noExec []v1.Taint
 		lost := false
-		for _, t := range n.node.Spec.Taints {
+		for _, t := range n.Node.Spec.Taints {
 			if t.Effect == v1.TaintEffectNoExecute {
 				noExec = append(noExec, t)
 				lost = lost || t.Key == v1.TaintNodeUnreachable
@@ -28,18 +33,18 @@ func (s *state) evictTainted() {
 		if len(noExec) == 0 {
 			continue
 		}
-		for _, p := range slices.Clone(n.pods) {
-			if p.terminating {
+		for _, p := range onNode[n.Name] {
+			if p.Terminating {
 				continue
 			}
-			due, ok := fleet.EvictionDue(p.pod.Spec.Tolerations, noExec)
-			if !ok || s.now.Before(due) {
+			due, ok := fleet.EvictionDue(p.Pod.Spec.Tolerations, noExec)
+			if !ok || k.now.Before(due) {
 				continue
 			}
 			if lost {
-				s.markDeleted(p, ReasonNodeLost, fmt.Sprintf("Device %s which was running pod %s is unresponsive", n.name, p.key.Name))
+				k.c.Delete(p.Key, ReasonNodeLost, fmt.Sprintf("Device %s which was running pod %s is unresponsive", n.Name, p.Key.Name))
 			} else {
-				s.markDeleted(p, ReasonTaint, "Taint manager: deleting due to NoExecute taint")
+				k.c.Delete(p.Key, ReasonTaint, "Taint manager: deleting due to NoExecute taint")
 			}
 		}
 	}
@@ -47,10 +52,10 @@ func (s *state) evictTainted() {
 
 // deleteLost deletes the pods bound to devices no longer in the fleet, as
 // the pod garbage collector does for pods of deleted nodes.
-func (s *state) deleteLost() {
-	for _, p := range s.order {
-		if name := p.pod.Spec.NodeName; name != "" && p.node == nil && !p.terminating {
-			s.markDeleted(p, ReasonNodeLost, fmt.Sprintf("device %s is no longer in the fleet", name))
+func (k *controllers) deleteLost() {
+	for _, p := range k.c.Pods() {
+		if name := p.Pod.Spec.NodeName; name != "" && p.Node == "" && !p.Terminating {
+			k.c.Delete(p.Key, ReasonNodeLost, fmt.Sprintf("device %s is no longer in the fleet", name))
 		}
 	}
 }
