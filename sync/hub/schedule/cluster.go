@@ -34,16 +34,22 @@ func (s *state) index(p *podInfo) {
 }
 
 // cluster is the pass's books as the workload controllers see them.
-type cluster struct{ s *state }
+type cluster struct {
+	s *state
+	// nodes are read once: a pass never changes its devices.
+	nodes []workloads.Node
+}
 
-var _ workloads.Cluster = cluster{}
+var _ workloads.Cluster = (*cluster)(nil)
 
-func (c cluster) Nodes() []workloads.Node {
-	out := make([]workloads.Node, len(c.s.nodes))
-	for i, n := range c.s.nodes {
-		out[i] = workloads.Node{Name: n.name, Node: n.node}
+func (c *cluster) Nodes() []workloads.Node {
+	if c.nodes == nil {
+		c.nodes = make([]workloads.Node, len(c.s.nodes))
+		for i, n := range c.s.nodes {
+			c.nodes[i] = workloads.Node{Name: n.name, Node: n.node}
+		}
 	}
-	return out
+	return c.nodes
 }
 
 // view is a pod as the controllers read it now.
@@ -63,23 +69,23 @@ func views(ps []*podInfo) []workloads.Pod {
 	return out
 }
 
-func (c cluster) Pods() []workloads.Pod { return views(c.s.order) }
+func (c *cluster) Pods() []workloads.Pod { return views(c.s.order) }
 
-func (c cluster) Owned(index string) []workloads.Pod { return views(c.s.owned[index]) }
+func (c *cluster) Owned(index string) []workloads.Pod { return views(c.s.owned[index]) }
 
-func (c cluster) Taken(key types.NamespacedName) bool {
+func (c *cluster) Taken(key types.NamespacedName) bool {
 	_, taken := c.s.pods[key]
 	return taken
 }
 
-func (c cluster) Admit(p *v1.Pod) error { return c.s.admission.Admit(p) }
+func (c *cluster) Admit(p *v1.Pod) error { return c.s.admission.Admit(p) }
 
-func (c cluster) Count() int { return len(c.s.pods) }
+func (c *cluster) Count() int { return len(c.s.pods) }
 
-func (c cluster) Add(p *v1.Pod) { c.s.addCreated(p) }
+func (c *cluster) Add(p *v1.Pod) { c.s.addCreated(p) }
 
-func (c cluster) Delete(key types.NamespacedName, reason, message string) {
+func (c *cluster) Delete(key types.NamespacedName, reason, message string) {
 	c.s.markDeleted(c.s.pods[key], reason, message)
 }
 
-func (c cluster) Event(e workloads.Event) { c.s.plan.Events = append(c.s.plan.Events, e) }
+func (c *cluster) Event(e workloads.Event) { c.s.plan.Events = append(c.s.plan.Events, e) }

@@ -171,7 +171,7 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
-	workloads.Sync(cluster{s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
+	workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
 		Owners: s.owners, MaxPods: in.MaxPods})
 	queue := s.queue()
 	for _, p := range queue {

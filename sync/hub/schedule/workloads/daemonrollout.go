@@ -23,6 +23,7 @@ type daemonNode struct {
 type daemonRollout struct {
 	ds       *appsv1.DaemonSet
 	hash     string
+	outdated string // the deletion message of an old pod
 	minReady int32
 	onDelete bool
 	// surging: the strategy surges (maxSurge > 0 of the desired devices).
@@ -46,6 +47,7 @@ func (k *controllers) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1
 			Message: fmt.Sprintf("0/%d devices match the DaemonSet's nodeSelector, affinity and tolerations", len(nodes))})
 	}
 	r := &daemonRollout{ds: ds, hash: hash, minReady: ds.Spec.MinReadySeconds,
+		outdated: fmt.Sprintf("DaemonSet %s has a new template", ds.Name),
 		onDelete: ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
 	desired, unavailable := 0, 0
 	for _, dn := range nodes {
@@ -115,12 +117,13 @@ func (k *controllers) daemonNodes(ds *appsv1.DaemonSet, hash string, probe *v1.P
 // current template's, the old one's replaced within the budget, or a new
 // one where none runs.
 func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
-	ds := r.ds
-	outdated := fmt.Sprintf("DaemonSet %s has a new template", ds.Name)
-	extraMessage := fmt.Sprintf("more than one pod of DaemonSet %s on device %s", ds.Name, dn.n.Name)
+	ds, outdated := r.ds, r.outdated
+	extraMessage := func() string {
+		return fmt.Sprintf("more than one pod of DaemonSet %s on device %s", ds.Name, dn.n.Name)
+	}
 	slices.SortStableFunc(dn.current, func(a, b Pod) int { return a.Created.Compare(b.Created) })
 	for _, extra := range dn.current[min(1, len(dn.current)):] {
-		k.c.Delete(extra.Key, ReasonScaledDown, extraMessage)
+		k.c.Delete(extra.Key, ReasonScaledDown, extraMessage())
 	}
 	switch {
 	case len(dn.current) > 0:
@@ -133,7 +136,7 @@ func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
 		}
 	case len(dn.old) > 0:
 		for _, extra := range dn.old[1:] {
-			k.c.Delete(extra.Key, ReasonScaledDown, extraMessage)
+			k.c.Delete(extra.Key, ReasonScaledDown, extraMessage())
 		}
 		switch {
 		case r.onDelete:

@@ -15,34 +15,48 @@ import (
 // unreachable and not-ready, from DefaultTolerationSeconds). DaemonSet
 // pods tolerate those two for ever and so never move.
 func (k *controllers) evictTainted() {
-	onNode := map[string][]Pod{}
-	for _, p := range k.c.Pods() {
-		if p.Node != "" {
-			onNode[p.Node] = append(onNode[p.Node], p)
+	type tainted struct {
+		n      Node
+		noExec []v1.Taint
+		lost   bool
+		pods   []Pod
+	}
+	var nodes []*tainted
+	byName := map[string]*tainted{}
+	for _, n := range k.c.Nodes() {
+		var t *tainted
+		for _, taint := range n.Node.Spec.Taints {
+			if taint.Effect != v1.TaintEffectNoExecute {
+				continue
+			}
+			if t == nil {
+				t = &tainted{n: n}
+				nodes = append(nodes, t)
+				byName[n.Name] = t
+			}
+			t.noExec = append(t.noExec, taint)
+			t.lost = t.lost || taint.Key == v1.TaintNodeUnreachable
 		}
 	}
-	for _, n := range k.c.Nodes() {
-		var noExec []v1.Taint
-		lost := false
-		for _, t := range n.Node.Spec.Taints {
-			if t.Effect == v1.TaintEffectNoExecute {
-				noExec = append(noExec, t)
-				lost = lost || t.Key == v1.TaintNodeUnreachable
-			}
+	if len(nodes) == 0 {
+		return
+	}
+	for _, p := range k.c.Pods() {
+		if t := byName[p.Node]; t != nil && p.Node != "" {
+			t.pods = append(t.pods, p)
 		}
-		if len(noExec) == 0 {
-			continue
-		}
-		for _, p := range onNode[n.Name] {
+	}
+	for _, t := range nodes {
+		for _, p := range t.pods {
 			if p.Terminating {
 				continue
 			}
-			due, ok := fleet.EvictionDue(p.Pod.Spec.Tolerations, noExec)
+			due, ok := fleet.EvictionDue(p.Pod.Spec.Tolerations, t.noExec)
 			if !ok || k.now.Before(due) {
 				continue
 			}
-			if lost {
-				k.c.Delete(p.Key, ReasonNodeLost, fmt.Sprintf("Device %s which was running pod %s is unresponsive", n.Name, p.Key.Name))
+			if t.lost {
+				k.c.Delete(p.Key, ReasonNodeLost, fmt.Sprintf("Device %s which was running pod %s is unresponsive", t.n.Name, p.Key.Name))
 			} else {
 				k.c.Delete(p.Key, ReasonTaint, "Taint manager: deleting due to NoExecute taint")
 			}
