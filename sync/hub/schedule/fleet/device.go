@@ -1,7 +1,8 @@
 // Package fleet is the fleet as the scheduler's nodes: a device's state
 // as a v1.Node (its labels, the node-lifecycle taints, allocatable) and
 // resource lists in the scheduler's integer units, with what a pod
-// requests and what a device lacks for it.
+// requests and what a device lacks for it, and the rules of taints and
+// tolerations (which taint a pod does not tolerate, when it must leave).
 package fleet
 
 import (
