@@ -366,3 +366,28 @@ func TestOutboxNumbersABatchAtATime(t *testing.T) {
 		t.Fatalf("assigned %d, want 5", st.Assigned)
 	}
 }
+
+// SaveDesired's statement is prepared once and runs on the connection it
+// holds at synchronous=FULL; each save replaces the last, and the
+// connection goes back to NORMAL for the outbox's writes.
+func TestSaveDesiredRepeatedlyLeavesNormal(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	for gen := int64(1); gen <= 3; gen++ {
+		rec := DesiredRecord{Generation: gen, Document: []byte(fmt.Sprintf(`{"generation":%d}`, gen)),
+			Results: []protocol.PodResult{{Name: "web", Accepted: gen%2 == 1}}}
+		if err := s.SaveDesired(rec); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := s.Desired()
+		if err != nil || !ok || got.Generation != gen || !bytes.Equal(got.Document, rec.Document) || got.Results[0].Accepted != rec.Results[0].Accepted {
+			t.Fatalf("generation %d: read back %+v %v %v", gen, got, ok, err)
+		}
+		var level int
+		if err := s.db.QueryRow(`PRAGMA synchronous`).Scan(&level); err != nil || level != 1 {
+			t.Fatalf("after saving generation %d: synchronous = %d (%v), want 1 (NORMAL)", gen, level, err)
+		}
+		if err := s.Add([]Item{{Key: "default/web", Kind: KindPod, Payload: []byte(`{}`)}}); err != nil {
+			t.Fatalf("the outbox after saving generation %d: %v", gen, err)
+		}
+	}
+}
