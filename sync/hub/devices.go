@@ -74,9 +74,12 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		}
 		d.Labels = map[string]string{}
 		json.Unmarshal(own, &d.Labels) // only DeviceLabelPrefix keys are stored
-		operator := map[string]string{}
-		json.Unmarshal(labels, &operator)
-		maps.Copy(d.Labels, operator)
+		// The operator's are decoded into the same map, over the device's
+		// (a map of their own, copied, doubled the listing's garbage; a
+		// null would make the map nil, though SetLabels writes none).
+		if string(labels) != "null" {
+			json.Unmarshal(labels, &d.Labels)
+		}
 		d.DuplicateID = now.UnixMilli() < dupUntil
 		if d.DuplicateID {
 			d.Instances = []string{prev, instance}
