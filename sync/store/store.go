@@ -121,6 +121,13 @@ func Open(path string, limits Limits) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
 	}
+	// The desired document's statements are prepared now, not at the
+	// first apply: the hub's first document reaches a fleet's devices at
+	// once, and each would parse them then, before it acks.
+	if _, err := s.prepare(qSaveDesired, qDesired); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("hub store %s: %w", path, err)
+	}
 	return s, nil
 }
 
