@@ -37,9 +37,6 @@ type Stats struct {
 
 // The outbox's hot queries (prepared on first use).
 const (
-	qReplace = `DELETE FROM outbox WHERE key = ? AND kind = ?
-		AND (wseq IS NULL OR wseq <= (SELECT acked FROM outbox_meta WHERE id = 1))`
-	qInsert = `INSERT INTO outbox (key, kind, payload) VALUES (?, ?, ?)`
 	qMeta   = `SELECT acked, assigned FROM outbox_meta WHERE id = 1`
 	qSent   = `SELECT wseq, key, kind, payload FROM outbox WHERE wseq > ? ORDER BY wseq LIMIT ?`
 	qNumber = `UPDATE outbox SET wseq = ? + fresh.n FROM
@@ -63,11 +60,18 @@ func (s *Store) Add(items []Item) error {
 	}
 	s.adding.Lock()
 	defer s.adding.Unlock()
+	items = newestPerPod(items)
 	var added int64
 	for _, it := range items {
 		added += int64(len(it.Payload))
 	}
-	st, err := s.prepare(qReplace, qInsert)
+	chunks := planAdd(items)
+	// Prepared before the transaction takes the one connection.
+	var queries []string
+	for _, c := range chunks {
+		queries = append(queries, c.queries()...)
+	}
+	st, err := s.prepare(queries...)
 	if err != nil {
 		return err
 	}
@@ -76,20 +80,12 @@ func (s *Store) Add(items []Item) error {
 		return err
 	}
 	defer tx.Rollback()
-	replace, insert := tx.Stmt(st[0]), tx.Stmt(st[1])
-	for _, it := range items {
-		if it.Kind == KindPod {
-			if _, err := replace.Exec(it.Key, KindPod); err != nil {
-				return err
-			}
-		}
-		payload := it.Payload
-		if payload == nil {
-			payload = []byte{} // a pod gone from the device
-		}
-		if _, err := insert.Exec(it.Key, it.Kind, payload); err != nil {
+	for _, c := range chunks {
+		n := len(c.queries())
+		if err := c.exec(tx, st[:n]); err != nil {
 			return err
 		}
+		st = st[n:]
 	}
 	size := s.size
 	size.rows += len(items)

@@ -121,6 +121,13 @@ func Open(path string, limits Limits) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("hub store %s: %w", path, err)
 	}
+	// The desired document's statements are prepared now, not at the
+	// first apply: the hub's first document reaches a fleet's devices at
+	// once, and each would parse them then, before it acks.
+	if _, err := s.prepare(qSaveDesired, qDesired); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("hub store %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -188,11 +195,25 @@ type DesiredRecord struct {
 	Results    []protocol.PodResult
 }
 
+// The desired document's queries (prepared on first use). The pragmas
+// that make its write durable are not among them: SQLite applies a
+// synchronous pragma when it compiles it, so a prepared one run again
+// would change nothing.
+const (
+	qSaveDesired = `INSERT INTO hub_desired (id, generation, document, results) VALUES (1, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, document = excluded.document, results = excluded.results`
+	qDesired = `SELECT generation, document, results FROM hub_desired WHERE id = 1`
+)
+
 // SaveDesired stores an accepted document durably (synchronous=FULL: it
 // is acknowledged to the hub once this returns) in one transaction, so a
 // crash leaves either the old document or the new one.
 func (s *Store) SaveDesired(r DesiredRecord) error {
 	results, err := json.Marshal(r.Results)
+	if err != nil {
+		return err
+	}
+	st, err := s.prepare(qSaveDesired)
 	if err != nil {
 		return err
 	}
@@ -208,10 +229,17 @@ func (s *Store) SaveDesired(r DesiredRecord) error {
 		return err
 	}
 	defer conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`)
-	_, err = conn.ExecContext(ctx, `INSERT INTO hub_desired (id, generation, document, results) VALUES (1, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, document = excluded.document, results = excluded.results`,
-		r.Generation, r.Document, results)
+	// The statement prepared on the database runs on this connection
+	// (its only one) inside a transaction of it.
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Stmt(st[0]).Exec(r.Generation, r.Document, results); err != nil {
+		return fmt.Errorf("saving desired generation %d: %w", r.Generation, err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("saving desired generation %d: %w", r.Generation, err)
 	}
 	return nil
@@ -219,8 +247,12 @@ func (s *Store) SaveDesired(r DesiredRecord) error {
 
 // Desired returns the stored document; ok is false when there is none.
 func (s *Store) Desired() (r DesiredRecord, ok bool, err error) {
+	st, err := s.prepare(qDesired)
+	if err != nil {
+		return r, false, err
+	}
 	var results []byte
-	err = s.db.QueryRow(`SELECT generation, document, results FROM hub_desired WHERE id = 1`).Scan(&r.Generation, &r.Document, &results)
+	err = st[0].QueryRow().Scan(&r.Generation, &r.Document, &results)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -364,5 +365,83 @@ func TestOutboxNumbersABatchAtATime(t *testing.T) {
 	}
 	if st, _ := s.Stats(); st.Assigned != 5 {
 		t.Fatalf("assigned %d, want 5", st.Assigned)
+	}
+}
+
+// SaveDesired's statement is prepared once and runs on the connection it
+// holds at synchronous=FULL; each save replaces the last, and the
+// connection goes back to NORMAL for the outbox's writes.
+func TestSaveDesiredRepeatedlyLeavesNormal(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+	for gen := int64(1); gen <= 3; gen++ {
+		rec := DesiredRecord{Generation: gen, Document: []byte(fmt.Sprintf(`{"generation":%d}`, gen)),
+			Results: []protocol.PodResult{{Name: "web", Accepted: gen%2 == 1}}}
+		if err := s.SaveDesired(rec); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := s.Desired()
+		if err != nil || !ok || got.Generation != gen || !bytes.Equal(got.Document, rec.Document) || got.Results[0].Accepted != rec.Results[0].Accepted {
+			t.Fatalf("generation %d: read back %+v %v %v", gen, got, ok, err)
+		}
+		var level int
+		if err := s.db.QueryRow(`PRAGMA synchronous`).Scan(&level); err != nil || level != 1 {
+			t.Fatalf("after saving generation %d: synchronous = %d (%v), want 1 (NORMAL)", gen, level, err)
+		}
+		if err := s.Add([]Item{{Key: "default/web", Kind: KindPod, Payload: []byte(`{}`)}}); err != nil {
+			t.Fatalf("the outbox after saving generation %d: %v", gen, err)
+		}
+	}
+}
+
+// One Add of many items (chunked statements, a pod's statuses coalesced
+// within the call) leaves the outbox as adding them one at a time does:
+// the same items in the same order, a pod on its way to the hub kept
+// beside its newer status, events all kept.
+func TestAddManyIsAddingOneByOne(t *testing.T) {
+	var items []Item
+	for i := range 3*addChunk + 7 {
+		switch {
+		case i%5 == 0:
+			items = append(items, Item{Key: fmt.Sprintf("default/p%d", i%7), Kind: KindEvent, Payload: []byte(fmt.Sprintf("e%d", i))})
+		case i%11 == 0:
+			items = append(items, Item{Key: fmt.Sprintf("default/p%d", i%13), Kind: KindPod}) // gone from the device
+		default:
+			items = append(items, Item{Key: fmt.Sprintf("default/p%d", i%13), Kind: KindPod, Payload: []byte(fmt.Sprintf("s%d", i))})
+		}
+	}
+	outbox := func(one bool) string {
+		s := open(t, filepath.Join(t.TempDir(), "state.db"), DefaultLimits)
+		// p1 and p2 on their way to the hub: their rows stay.
+		if err := s.Add([]Item{{"default/p1", KindPod, []byte("sent1")}, {"default/p2", KindPod, []byte("sent2")}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Next(0, 2); err != nil {
+			t.Fatal(err)
+		}
+		if one {
+			for _, it := range items {
+				if err := s.Add([]Item{it}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else if err := s.Add(items); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := s.Next(0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, fmt.Sprintf("%d:%s:%s:%q", r.Seq, r.Kind, r.Key, r.Payload))
+		}
+		return strings.Join(got, " ")
+	}
+	one, all := outbox(true), outbox(false)
+	if one != all {
+		t.Fatalf("one Add of %d items:\n%s\nwant, as added one by one:\n%s", len(items), all, one)
+	}
+	if !strings.Contains(one, `"sent1"`) || !strings.Contains(one, `"e0"`) || strings.Count(one, "default/p3") < 2 {
+		t.Fatalf("the outbox lost what it must keep: %s", one)
 	}
 }

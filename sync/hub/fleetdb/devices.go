@@ -3,7 +3,6 @@ package fleetdb
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -77,10 +76,7 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 			return nil, err
 		}
 		d.Labels = map[string]string{}
-		json.Unmarshal(own, &d.Labels) // only DeviceLabelPrefix keys are stored
-		operator := map[string]string{}
-		json.Unmarshal(labels, &operator)
-		maps.Copy(d.Labels, operator)
+		mergeLabels(d.Labels, own, labels)
 		d.DuplicateID = now.UnixMilli() < dupUntil
 		if d.DuplicateID {
 			d.Instances = []string{prev, instance}
@@ -100,6 +96,19 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		out = append(out, d)
 	}
 	return out, rows.Err()
+}
+
+// mergeLabels decodes a device's own labels (only DeviceLabelPrefix
+// keys are stored) and then the operator's into into, the operator's
+// winning. Both go into the one map: a map of the operator's, copied
+// over, doubled a listing's garbage. A null is skipped (it would make
+// the map nil), though SetLabels writes none.
+func mergeLabels(into map[string]string, own, operator []byte) {
+	for _, raw := range [][]byte{own, operator} {
+		if string(raw) != "null" {
+			json.Unmarshal(raw, &into)
+		}
+	}
 }
 
 // GetDevice returns one device.
@@ -173,6 +182,10 @@ func (f *Fleet) Select(selector map[string]string) ([]string, error) {
 	}
 	defer rows.Close()
 	var ids []string
+	// One map, emptied for each device: a selector at a few thousand
+	// devices made two maps per device, most of an apply's garbage
+	// before its first document.
+	merged := map[string]string{}
 	for rows.Next() {
 		var id string
 		var labels, own []byte
@@ -180,11 +193,8 @@ func (f *Fleet) Select(selector map[string]string) ([]string, error) {
 			return nil, err
 		}
 		// As in devices: the device's own labels, the operator's winning.
-		merged := map[string]string{}
-		json.Unmarshal(own, &merged)
-		operator := map[string]string{}
-		json.Unmarshal(labels, &operator)
-		maps.Copy(merged, operator)
+		clear(merged)
+		mergeLabels(merged, own, labels)
 		match := true
 		for k, v := range selector {
 			if merged[k] != v {
