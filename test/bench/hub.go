@@ -378,7 +378,7 @@ func fleetBench(binDir, dir string, devices int) error {
 			return err
 		}
 		stores = append(stores, st)
-		var pods device.Pods = quietPods{}
+		var pods uplink.Pods = quietPods{}
 		if i < targets {
 			pods = countingPods{once: new(sync.Once), applied: applies}
 		}
