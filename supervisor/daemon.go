@@ -182,7 +182,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		if done != nil && done() {
 			return
 		}
-		resetTimer(wake, next, d.now())
+		wake.Reset(lifecycle.WakeIn(next, d.now()))
 		select {
 		case <-ctx.Done():
 			return
@@ -274,20 +274,6 @@ func (d *Daemon) setManifests(st manifest.State) {
 		d.addEvent(n)
 	}
 	d.applyDesired()
-}
-
-func resetTimer(t *time.Timer, at, now time.Time) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	if at.IsZero() {
-		t.Reset(time.Hour)
-		return
-	}
-	t.Reset(max(at.Sub(now), 0))
 }
 
 // LockDataDir takes the data directory's instance lock, creating the

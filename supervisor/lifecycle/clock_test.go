@@ -179,3 +179,19 @@ func assertNoFutureTimes(t *testing.T, h *harness, uid string) {
 		}
 	}
 }
+
+func TestWakeIn(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at   time.Time
+		want time.Duration
+	}{
+		{time.Time{}, time.Hour},                    // nothing to wake for
+		{now.Add(3 * time.Second), 3 * time.Second}, // ahead
+		{now.Add(-time.Second), 0},                  // already due
+	} {
+		if got := WakeIn(tc.at, now); got != tc.want {
+			t.Errorf("WakeIn(%v) = %s, want %s", tc.at, got, tc.want)
+		}
+	}
+}

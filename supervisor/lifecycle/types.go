@@ -45,6 +45,16 @@ func DefaultConfig() Config {
 	}
 }
 
+// WakeIn is how long a shell's timer waits for a wake-up at at: none
+// (zero) waits an hour, a past one not at all. (With Go's timers since
+// 1.23, Reset alone drops a value a stopped timer held.)
+func WakeIn(at, now time.Time) time.Duration {
+	if at.IsZero() {
+		return time.Hour
+	}
+	return max(at.Sub(now), 0)
+}
+
 // ContainerPhase is where one container of a pod instance is in its cycle.
 type ContainerPhase string
 

@@ -128,7 +128,7 @@ func (p *Protector) AdvanceDrain(pods Pods) []Stop {
 				Message: fmt.Sprintf("%s (%s)", shutdownMessage, dr.reason), GracePeriod: b.GracePeriod, At: now})
 		}
 		dr.deadline = now.Add(b.GracePeriod)
-		resetTimer(dr.timer, dr.deadline, now)
+		dr.timer.Reset(lifecycle.WakeIn(dr.deadline, now))
 		p.log.Info("stopping a shutdown bucket", "fromPriority", b.Priority, "pods", len(dr.current), "grace", b.GracePeriod)
 		return stops
 	}
@@ -139,7 +139,7 @@ func (p *Protector) AdvanceDrain(pods Pods) []Stop {
 	}
 	// Pods not in any bucket's range are gone through the last bucket;
 	// what still runs is being killed.
-	resetTimer(dr.timer, now.Add(100*time.Millisecond), now)
+	dr.timer.Reset(lifecycle.WakeIn(now.Add(100*time.Millisecond), now))
 	return nil
 }
 

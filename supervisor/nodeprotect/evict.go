@@ -64,7 +64,7 @@ func (p *Protector) Look(ctx context.Context, why pressure.Wake, pods Pods) Deci
 	p.conditions = st.Conditions
 	p.rearmThreshold(ctx, obs)
 	met := len(st.Met) > 0
-	defer resetTimer(p.recheck, eviction.NextLook(st.NextCheck, now, met), now)
+	defer p.recheck.Reset(lifecycle.WakeIn(eviction.NextLook(st.NextCheck, now, met), now))
 	live := func(uid types.UID) bool {
 		in := pods.Instance(uid)
 		return in != nil && in.Live()

@@ -210,17 +210,3 @@ func (p *Protector) Recheck() <-chan time.Time { return p.recheck.C }
 
 // Memory is the device's memory in bytes, for OOM scores.
 func (p *Protector) Memory() int64 { return p.memory }
-
-func resetTimer(t *time.Timer, at, now time.Time) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	if at.IsZero() {
-		t.Reset(time.Hour)
-		return
-	}
-	t.Reset(max(at.Sub(now), 0))
-}
