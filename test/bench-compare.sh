@@ -40,7 +40,12 @@ for round in daemon hub; do
       daemon) args=(-n 20 -probed 0 -evictions 0 -containerd-pods 0 -hub-devices -1 -listen-samples 0 -listen-idle 0) ;;
       hub) args=(-hub-only -hub-devices 3000 -hub-apply-devices 1000) ;;
     esac
-    out[$round.$side]=$(cd "$dir" && go run ./test/bench -bin bin/podvisor "${args[@]}" 2>&1 | tee /dev/stderr)
+    # Each side's whole output goes to stderr as it runs; a side that
+    # fails shows its rows as not measured and the other side still runs.
+    (cd "$dir" && go run ./test/bench -bin bin/podvisor "${args[@]}" >"$work/$round.$side.log" 2>&1) ||
+      echo "bench-compare: the $side side's $round rows failed" >>"$work/$round.$side.log"
+    cat "$work/$round.$side.log" >&2
+    out[$round.$side]=$(cat "$work/$round.$side.log")
   done
 done
 

@@ -41,7 +41,7 @@ func (quietPods) ApplyAssigned(int64, []*v1.Pod)                 {}
 func (quietPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 // countingPods is a simulated device's daemon that tells the fleet bench
-// when the device has applied a hub document: the agent calls ApplyHub
+// when the device has applied a hub document: the agent calls ApplyAssigned
 // once the document is stored durably, just before it acknowledges it.
 // The bench waits on this instead of querying every device's store.
 type countingPods struct {
@@ -50,7 +50,7 @@ type countingPods struct {
 	applied *fleetApplies
 }
 
-func (p countingPods) ApplyHub(gen int64, _ []*v1.Pod) {
+func (p countingPods) ApplyAssigned(gen int64, _ []*v1.Pod) {
 	if gen >= 1 {
 		p.once.Do(p.applied.one)
 	}
