@@ -347,3 +347,17 @@ func TestProbesListen(t *testing.T) {
 		}
 	}
 }
+
+// A setting the file gives as 0 where 0 means "the default" loads as the
+// default, so nothing past the config applies a default of its own.
+func TestZeroMeansTheDefault(t *testing.T) {
+	c, err := Parse([]byte("hub: {heartbeat: 0s, outbox: {maxRows: 0, maxBytes: 0}}\nshutdownGracePeriodByPodPriority: []\nnode: {maxPods: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if c.Hub.Heartbeat != d.Hub.Heartbeat || c.Hub.Outbox.MaxRows != d.Hub.Outbox.MaxRows || c.Hub.Outbox.MaxBytes.Cmp(d.Hub.Outbox.MaxBytes) != 0 ||
+		len(c.ShutdownGracePeriodByPodPriority) != 2 || c.Node.MaxPods != d.Node.MaxPods {
+		t.Errorf("loaded %+v / %+v / %v / %d, want the defaults", c.Hub.Heartbeat, c.Hub.Outbox, c.ShutdownGracePeriodByPodPriority, c.Node.MaxPods)
+	}
+}

@@ -89,6 +89,16 @@ func (c *Config) fillEmpty() {
 	if c.Node.MaxPods == 0 {
 		c.Node.MaxPods = DefaultMaxPods
 	}
+	// The hub section's "0: the default" settings.
+	if c.Hub.Heartbeat.Duration == 0 {
+		c.Hub.Heartbeat = d.Hub.Heartbeat
+	}
+	if c.Hub.Outbox.MaxRows == 0 {
+		c.Hub.Outbox.MaxRows = d.Hub.Outbox.MaxRows
+	}
+	if c.Hub.Outbox.MaxBytes.IsZero() {
+		c.Hub.Outbox.MaxBytes = d.Hub.Outbox.MaxBytes
+	}
 	if len(c.ShutdownGracePeriodByPodPriority) == 0 {
 		c.ShutdownGracePeriodByPodPriority = d.ShutdownGracePeriodByPodPriority
 	}

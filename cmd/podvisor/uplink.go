@@ -43,7 +43,7 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 		}
 		cfg.Password = strings.TrimSpace(string(pw))
 	}
-	cfg.Heartbeat = hc.Heartbeat.Duration // 0: the agent's default
+	cfg.Heartbeat = hc.Heartbeat.Duration
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
@@ -51,13 +51,7 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 		}
 		cfg.TLS = t
 	}
-	limits := store.DefaultLimits
-	if hc.Outbox.MaxRows > 0 {
-		limits.Rows = hc.Outbox.MaxRows
-	}
-	if q := hc.Outbox.MaxBytes; !q.IsZero() {
-		limits.Bytes = q.Value()
-	}
+	limits := store.Limits{Rows: hc.Outbox.MaxRows, Bytes: hc.Outbox.MaxBytes.Value()}
 	st, err := store.Open(filepath.Join(dataDir, "state.db"), limits)
 	if err != nil {
 		return nil, err
