@@ -1,7 +1,9 @@
 package podfs
 
 import (
+	"errors"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -217,11 +219,15 @@ func TestPodFilesHostNetwork(t *testing.T) {
 	if got := readFile(t, filepath.Join(dir, "hostname")); got != host+"\n" {
 		t.Errorf("hostname file %q, want the device's %q", got, host)
 	}
-	node, err := os.ReadFile(etcHosts)
-	if err != nil {
-		t.Skipf("the device has no %s to compare with: %v", etcHosts, err)
+	// A device without a hosts file of its own gives the managed one.
+	want := string(managedHostsFile([]string{podIPPlaceholder}, host, pod.Spec.HostAliases))
+	switch node, err := os.ReadFile(etcHosts); {
+	case err == nil:
+		want = string(nodeHostsFile(node, pod.Spec.HostAliases))
+	case !errors.Is(err, iofs.ErrNotExist):
+		t.Fatalf("reading the device's %s: %v", etcHosts, err)
 	}
-	if got, want := readFile(t, filepath.Join(dir, "hosts")), string(nodeHostsFile(node, pod.Spec.HostAliases)); got != want {
+	if got := readFile(t, filepath.Join(dir, "hosts")); got != want {
 		t.Errorf("hosts file %q, want %q", got, want)
 	}
 }
