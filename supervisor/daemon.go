@@ -252,21 +252,9 @@ func (d *Daemon) stopAll() {
 	d.log.Info("stopping all pods before exit")
 	d.desired.Retire()
 	d.machine.SetDesired(nil)
-	ctx, cancel := context.WithTimeout(context.Background(), longestGrace(d.machine)+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d.machine.LongestGrace()+5*time.Second)
 	defer cancel()
 	d.loop(ctx, nil, func() bool { return len(d.machine.Instances()) == 0 })
-}
-
-// longestGrace is the longest grace period of the machine's pods, at
-// least the core's minimum.
-func longestGrace(m *lifecycle.Machine) time.Duration {
-	g := lifecycle.DefaultConfig().MinGracePeriod
-	for _, in := range m.Instances() {
-		if s := in.Pod.Spec.TerminationGracePeriodSeconds; s != nil && time.Duration(*s)*time.Second > g {
-			g = time.Duration(*s) * time.Second
-		}
-	}
-	return g
 }
 
 func (d *Daemon) setManifests(st manifest.State) {

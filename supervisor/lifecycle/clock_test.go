@@ -195,3 +195,20 @@ func TestWakeIn(t *testing.T) {
 		}
 	}
 }
+
+// The longest stop is the longest grace period a stop would give, the
+// 30 s default where a pod names none, and never below the minimum.
+func TestLongestGrace(t *testing.T) {
+	m := NewMachine(DefaultConfig())
+	if got := m.LongestGrace(); got != 2*time.Second {
+		t.Errorf("no pods: %s, want the 2s minimum", got)
+	}
+	short, unset := int64(1), pod("unset", "u1", v1.RestartPolicyAlways, "app")
+	p := pod("short", "u2", v1.RestartPolicyAlways, "app")
+	p.Spec.TerminationGracePeriodSeconds = &short
+	m.SetDesired([]*v1.Pod{p, unset})
+	m.Ready(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	if got := m.LongestGrace(); got != 30*time.Second {
+		t.Errorf("pods with 1s and no grace period: %s, want the 30s default", got)
+	}
+}

@@ -524,6 +524,16 @@ func (m *Machine) reconcile(now time.Time) []Action {
 	return acts
 }
 
+// LongestGrace is the longest any pod may take to stop: its grace period
+// as a stop gives it, at least the minimum.
+func (m *Machine) LongestGrace() time.Duration {
+	g := m.cfg.MinGracePeriod
+	for _, in := range m.instances {
+		g = max(g, m.gracePeriod(in.Pod))
+	}
+	return g
+}
+
 func (m *Machine) gracePeriod(p *v1.Pod) time.Duration {
 	if s := p.Spec.TerminationGracePeriodSeconds; s != nil {
 		return time.Duration(*s) * time.Second
