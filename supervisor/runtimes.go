@@ -20,7 +20,7 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 	closeAll = func() {}
 	if d.runtimes.Registry == nil { // else given (tests)
 		env := runtime.Env{DataDir: d.cfg.DataDir, Cgroups: d.cgroups.Cgroups, Log: d.log, Stop: stop}
-		if closeAll, err = d.runtimes.SetupChosen(env); err != nil {
+		if closeAll, err = d.runtimes.Setup(env); err != nil {
 			return nil, err
 		}
 	}

@@ -52,7 +52,7 @@ type Set struct {
 	*runtime.Registry
 	log *slog.Logger
 	// choices and fallback are the configuration's (Choose), made by
-	// SetupChosen.
+	// Setup.
 	choices     []runtime.Choice
 	fallback    string
 	started     chan Start
@@ -78,30 +78,24 @@ func New(log *slog.Logger) *Set {
 		afterFunc:    func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
-// Choose keeps the runtimes the configuration chooses, for SetupChosen;
-// pods that name no runtime class run under fallback.
+// Choose keeps the runtimes the configuration chooses, for Setup; pods
+// that name no runtime class run under fallback.
 func (s *Set) Choose(choices []runtime.Choice, fallback string) {
 	s.choices, s.fallback = choices, fallback
 }
 
-// SetupChosen is Setup with what Choose kept.
-func (s *Set) SetupChosen(env runtime.Env) (closeAll func(), err error) {
-	return s.Setup(s.choices, s.fallback, env)
-}
-
-// Setup makes the chosen runtimes from their plugins; pods that name no
-// runtime class run under fallback. A runtime that says it cannot run on
+// Setup makes the runtimes Choose kept from their plugins. A runtime that says it cannot run on
 // this device (runtime.UnavailableError) leaves its class an error for its
 // pods. It returns what to do when the daemon stops.
-func (s *Set) Setup(choices []runtime.Choice, fallback string, env runtime.Env) (closeAll func(), err error) {
-	s.Registry = runtime.NewRegistry(fallback)
+func (s *Set) Setup(env runtime.Env) (closeAll func(), err error) {
+	s.Registry = runtime.NewRegistry(s.fallback)
 	var closers []runtime.Closer
 	closeAll = func() {
 		for _, c := range closers {
 			c.Close()
 		}
 	}
-	for _, choice := range choices {
+	for _, choice := range s.choices {
 		plugin, ok := runtime.PluginNamed(choice.Name)
 		if !ok {
 			closeAll()

@@ -109,7 +109,8 @@ func TestSetupMakesTheChosenRuntimes(t *testing.T) {
 	s := New(quiet())
 	stop := make(chan struct{})
 	env := runtime.Env{DataDir: "/data", Log: quiet(), Stop: stop}
-	closeAll, err := s.Setup([]runtime.Choice{{Name: "test-made", Settings: 42}, {Name: "test-away"}}, "test-away", env)
+	s.Choose([]runtime.Choice{{Name: "test-made", Settings: 42}, {Name: "test-away"}}, "test-away")
+	closeAll, err := s.Setup(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +140,15 @@ func TestSetupFailsOnUnknownOrBrokenRuntimes(t *testing.T) {
 	testPlugins()
 	made := newFake()
 	madeNew = func(any, runtime.Env) (runtime.Runtime, error) { return made, nil }
-	_, err := New(quiet()).Setup([]runtime.Choice{{Name: "test-none"}}, "", runtime.Env{})
+	s := New(quiet())
+	s.Choose([]runtime.Choice{{Name: "test-none"}}, "")
+	_, err := s.Setup(runtime.Env{})
 	if err == nil || !strings.Contains(err.Error(), `runtime "test-none" is not built into this podvisor`) {
 		t.Fatalf("an unknown runtime: %v", err)
 	}
-	_, err = New(quiet()).Setup([]runtime.Choice{{Name: "test-made"}, {Name: "test-broken"}}, "", runtime.Env{})
+	s = New(quiet())
+	s.Choose([]runtime.Choice{{Name: "test-made"}, {Name: "test-broken"}}, "")
+	_, err = s.Setup(runtime.Env{})
 	if err == nil || err.Error() != "broken" {
 		t.Fatalf("a broken runtime: %v", err)
 	}
@@ -295,13 +300,13 @@ func TestStartsReportOnStarted(t *testing.T) {
 }
 
 // The image component comes with the watch: without a runtime that keeps
-// images, its requests say why; the chosen runtimes are what SetupChosen
+// images, its requests say why; the chosen runtimes are what Setup
 // makes.
 func TestWatchWithImagesAndChosenRuntimes(t *testing.T) {
 	testPlugins()
 	s := New(quiet())
 	s.Choose([]runtime.Choice{{Name: "test-away"}}, "test-away")
-	closeAll, err := s.SetupChosen(runtime.Env{Log: quiet()})
+	closeAll, err := s.Setup(runtime.Env{Log: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
