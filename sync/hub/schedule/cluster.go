@@ -52,26 +52,28 @@ func (c *cluster) Nodes() []workloads.Node {
 	return c.nodes
 }
 
-// view is a pod as the controllers read it now.
-func view(p *podInfo) workloads.Pod {
+// view is a pod as the controllers read it now: what its device reports
+// of it counts only while it is bound there.
+func (s *state) view(p *podInfo) workloads.Pod {
 	w := workloads.Pod{Pod: p.pod, Key: p.key, Created: p.created, Terminating: p.terminating}
 	if p.node != nil {
 		w.Node = p.node.name
+		w.Observed = s.observed[p.key]
 	}
 	return w
 }
 
-func views(ps []*podInfo) []workloads.Pod {
+func (s *state) views(ps []*podInfo) []workloads.Pod {
 	out := make([]workloads.Pod, len(ps))
 	for i, p := range ps {
-		out[i] = view(p)
+		out[i] = s.view(p)
 	}
 	return out
 }
 
-func (c *cluster) Pods() []workloads.Pod { return views(c.s.order) }
+func (c *cluster) Pods() []workloads.Pod { return c.s.views(c.s.order) }
 
-func (c *cluster) Owned(index string) []workloads.Pod { return views(c.s.owned[index]) }
+func (c *cluster) Owned(index string) []workloads.Pod { return c.s.views(c.s.owned[index]) }
 
 func (c *cluster) Taken(key types.NamespacedName) bool {
 	_, taken := c.s.pods[key]

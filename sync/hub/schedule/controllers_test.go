@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
@@ -279,14 +281,19 @@ func TestPodsOfARemovedDeviceAreDeletedAndReplaced(t *testing.T) {
 	}
 }
 
-// markReady makes every bound, live pod Ready since at.
+// markReady has the devices report every bound, live pod not reported
+// yet Ready since at.
 func markReady(in Input, at time.Time) Input {
+	obs := maps.Clone(in.Observed)
+	if obs == nil {
+		obs = map[types.NamespacedName]workloads.Observed{}
+	}
 	for _, p := range in.Pods {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && len(p.Status.Conditions) == 0 {
-			p.Status.Phase = v1.PodRunning
-			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
+		if _, seen := obs[keyOf(p)]; p.Spec.NodeName != "" && p.DeletionTimestamp == nil && !seen {
+			obs[keyOf(p)] = workloads.Observed{Reported: true, Phase: v1.PodRunning, Ready: true, ReadySince: at}
 		}
 	}
+	in.Observed = obs
 	return in
 }
 

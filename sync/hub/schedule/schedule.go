@@ -43,6 +43,10 @@ type Input struct {
 	// PDBs make preemption prefer victims whose budget allows a
 	// disruption; status.disruptionsAllowed is taken as given.
 	PDBs []*policyv1.PodDisruptionBudget
+	// Observed is what the devices report of the bound pods, by pod: a
+	// pod is ready or available only as its device says (a pod merely
+	// placed is neither). A pod absent here has not been reported.
+	Observed map[types.NamespacedName]workloads.Observed
 	// MaxPods bounds the pods the hub holds (0: no bound). A controller's
 	// pod past it is refused as a pod quota refuses it: a FailedCreate
 	// event, once per workload and pass. A DaemonSet makes a pod per
@@ -163,7 +167,9 @@ type state struct {
 	owned map[string][]*podInfo
 	// owners finds a pod's live workload (index, the default spread).
 	owners *workloads.Owners
-	plan   Plan
+	// observed are the devices' reports of the bound pods.
+	observed map[types.NamespacedName]workloads.Observed
+	plan     Plan
 }
 
 // Schedule runs one pass: taint-based eviction, the DaemonSet and
@@ -190,6 +196,7 @@ func newState(in Input) *state {
 		spreadCache: map[string]*spreadFilter{},
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
+		observed:    in.Observed,
 		owned:       map[string][]*podInfo{},
 		// Pods are filed under their workload as they are read (index).
 		owners: workloads.NewOwners(in.DaemonSets, in.Deployments),

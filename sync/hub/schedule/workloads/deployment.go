@@ -166,7 +166,7 @@ func deletionOrder(pods []Pod) func(a, b Pod) int {
 		}
 	}
 	phaseRank := func(p Pod) int {
-		switch p.Pod.Status.Phase {
+		switch p.Observed.Phase {
 		case v1.PodPending, "":
 			return 0
 		case v1.PodUnknown:
@@ -175,10 +175,8 @@ func deletionOrder(pods []Pod) func(a, b Pod) int {
 		return 2
 	}
 	ready := func(p Pod) int {
-		for _, c := range p.Pod.Status.Conditions {
-			if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
-				return 1
-			}
+		if p.Observed.Ready {
+			return 1
 		}
 		return 0
 	}

@@ -75,6 +75,27 @@ type Pod struct {
 	Terminating bool
 	// Node is the device the pod is on, "" while unplaced.
 	Node string
+	// Observed is what that device last reported of the pod.
+	Observed Observed
+}
+
+// Observed is what a pod's device last reported of it (its mirror pod).
+// Times are the hub's — when the hub received the report — never the
+// device's clock, so a device with a skewed clock changes no decision.
+type Observed struct {
+	// Reported: the device has reported the pod since it was bound.
+	Reported bool
+	Phase    v1.PodPhase
+	// Ready is the pod's Ready condition; ReadySince is when the hub
+	// first received it True after it was last False (zero when not).
+	Ready      bool
+	ReadySince time.Time
+	// Restarts is the sum of its containers' restart counts.
+	Restarts int32
+	// Failure is why the pod cannot run as it is, from a container's
+	// waiting or terminated reason (CrashLoopBackOff, ErrImagePull,
+	// CreateContainerConfigError, Error...); "" while nothing failed.
+	Failure string
 }
 
 // Cluster is the scheduler's books, as the controllers read and change
@@ -192,14 +213,11 @@ func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes, BlockOwnerDeletion: &yes}
 }
 
-// available is a pod Ready for at least minReadySeconds.
+// available is a pod its device reports Ready for at least
+// minReadySeconds (on the hub's clock). A pod merely placed is not.
 func (k *controllers) available(p Pod, minReadySeconds int32) bool {
-	for _, c := range p.Pod.Status.Conditions {
-		if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
-			return !c.LastTransitionTime.Add(time.Duration(minReadySeconds) * time.Second).After(k.now)
-		}
-	}
-	return false
+	o := p.Observed
+	return o.Ready && !o.ReadySince.Add(time.Duration(minReadySeconds)*time.Second).After(k.now)
 }
 
 // deleteOrphans deletes pods whose controlling workload is gone, as the
