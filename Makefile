@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout clean
 
 all: build
 
@@ -215,7 +215,11 @@ demo: build
 	@examples/demo.sh
 
 bench: build
-	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000
+	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000 -rollout-devices 10000
+
+# Only the DaemonSet rolling update over 10,000 simulated devices.
+bench-rollout: build
+	go run ./test/bench -bin bin/podvisor -rollout-only -rollout-devices 10000
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

@@ -61,7 +61,7 @@ func main() {
 		}
 		return
 	}
-	if *schedChild != "" || *schedOnly {
+	if *schedChild != "" || *schedOnly || *rolloutOnly {
 		if err := schedMain(*bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
@@ -96,6 +96,9 @@ func main() {
 	err := run(*bin, *samples, *pods, *probed, *window, *evictions, *ctrdPods, *hubDevices)
 	if err == nil {
 		err = schedBench(*bin, *schedDevices)
+	}
+	if err == nil {
+		err = rolloutBench(*bin, *rolloutDevices, *rolloutReadyAfter)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -262,8 +263,17 @@ func (a *appliedPods) ackedAll(ds []fleetdb.Device, want map[string][]string) in
 // until its standard input closes, reporting every document applied.
 func schedChildMain(spec string) error {
 	f := strings.Split(spec, ",")
-	if len(f) != 5 {
-		return fmt.Errorf("-sched-child %q: want ADDR,DATADIR,DIR,FROM,COUNT", spec)
+	if len(f) != 5 && len(f) != 6 {
+		return fmt.Errorf("-sched-child %q: want ADDR,DATADIR,DIR,FROM,COUNT[,READYAFTER]", spec)
+	}
+	// With READYAFTER, the devices report their pods Ready that long
+	// after they start them (the rolling update measurement).
+	var readyAfter time.Duration
+	if len(f) == 6 {
+		var err error
+		if readyAfter, err = time.ParseDuration(f[5]); err != nil {
+			return fmt.Errorf("-sched-child %q: READYAFTER: %w", spec, err)
+		}
 	}
 	addr, data, dir := f[0], f[1], f[2]
 	from, err1 := strconv.Atoi(f[3])
@@ -286,9 +296,19 @@ func schedChildMain(spec string) error {
 			return err
 		}
 		stores = append(stores, st)
-		a, err := enrolled.agent(id, st, simDevice{id: id, report: report})
+		sim := simDevice{id: id, report: report}
+		var pods uplink.Pods = sim
+		var rd *readyDevice
+		if readyAfter > 0 {
+			rd = &readyDevice{simDevice: sim, readyAfter: readyAfter, running: map[string]*v1.Pod{}, ready: map[string]bool{}}
+			pods = rd
+		}
+		a, err := enrolled.agent(id, st, pods)
 		if err != nil {
 			return err
+		}
+		if rd != nil {
+			rd.agent = a // before Run: nothing is applied before it starts
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); a.Run(stop) }()
@@ -341,11 +361,18 @@ func (simDevice) Node() (*v1.Node, error) {
 		NodeInfo:   v1.NodeSystemInfo{Architecture: runtime.GOARCH, OperatingSystem: "linux"}}}, nil
 }
 
-// schedMain runs the scheduling measurement alone (-sched-only), or a
-// child's share of its simulated devices (-sched-child).
+// schedMain runs the scheduling measurement alone (-sched-only), the
+// rolling update alone (-rollout-only), or a child's share of either's
+// simulated devices (-sched-child).
 func schedMain(bin string) error {
 	if *schedChild != "" {
 		return schedChildMain(*schedChild)
+	}
+	if *rolloutOnly {
+		if *rolloutDevices <= 0 {
+			return fmt.Errorf("-rollout-only needs -rollout-devices > 0")
+		}
+		return rolloutBench(bin, *rolloutDevices, *rolloutReadyAfter)
 	}
 	if *schedDevices <= 0 {
 		return fmt.Errorf("-sched-only needs -sched-devices > 0")

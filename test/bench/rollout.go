@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
+	"github.com/podvisor/podvisor/test/workloadfile"
+)
+
+// The rolling update benchmark's knobs.
+var (
+	rolloutDevices    = flag.Int("rollout-devices", 0, "simulated devices for the DaemonSet rolling update measurement (0: skip)")
+	rolloutOnly       = flag.Bool("rollout-only", false, "measure only the DaemonSet rolling update with -rollout-devices simulated devices")
+	rolloutReadyAfter = flag.Duration("rollout-ready-after", 2*time.Second, "how long a simulated device's new pod takes to become Ready")
+)
+
+// rolloutMaxUnavailable is the DaemonSet's budget, as a percentage of
+// the devices.
+const rolloutMaxUnavailable = 10
+
+// rolloutManifest is the DaemonSet at a version: only the argument
+// changes, so a new version is a new template (a new revision).
+func rolloutManifest(version int) string {
+	return workloadfile.DaemonSet("agent",
+		fmt.Sprintf(`containers: [{name: c, image: "process:///bin/sleep", args: ["%d"], resources: {requests: {cpu: 10m, memory: 8Mi}}}]`, 1000+version)) +
+		fmt.Sprintf("  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: \"%d%%\"}}\n", rolloutMaxUnavailable)
+}
+
+// rolloutBench rolls a DaemonSet over n simulated devices from one
+// template to the next. Each device runs real agents (TLS, its own
+// store, signed documents) and reports its pod Running and Ready
+// readyAfter after it applied it, as a pod with a readiness probe does.
+// It measures the wall time from the apply until every device reports
+// the new template's pod Ready, podhub's CPU and memory over it, and the
+// most devices without a Ready pod at once — which the budget bounds.
+func rolloutBench(bin string, n int, readyAfter time.Duration) error {
+	if n <= 0 {
+		return nil
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "podvisor-rolloutbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	podhub := filepath.Join(filepath.Dir(abs), "podhub")
+	ph, err := startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
+	if err != nil {
+		return err
+	}
+	defer ph.stop()
+	client, data, addr := ph.client, ph.data, ph.addr
+	fmt.Printf("\nDaemonSet rolling update: podhub with %d simulated devices, maxUnavailable %d%%, pods Ready %s after they start (%s, %d CPUs)\n",
+		n, rolloutMaxUnavailable, readyAfter, cpuModel(), runtime.NumCPU())
+	for i := range n {
+		if err := client.Do("PUT", "/v1/devices/"+schedID(i)+"/labels", map[string]string{"zone": fmt.Sprintf("z%d", i%10)}, nil); err != nil {
+			return err
+		}
+	}
+	avail := newAvailability()
+	var children []*exec.Cmd
+	defer func() {
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	var readers sync.WaitGroup
+	defer readers.Wait()
+	for from := 0; from < n; from += schedShard {
+		spec := strings.Join([]string{addr, data, dir, strconv.Itoa(from), strconv.Itoa(min(schedShard, n-from)), readyAfter.String()}, ",")
+		c := exec.Command(os.Args[0], "-sched-child", spec)
+		c.Stderr = os.Stderr
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		in, err := c.StdinPipe() // closed when the bench ends: the child stops
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		if err := c.Start(); err != nil {
+			return err
+		}
+		children = append(children, c)
+		readers.Add(1)
+		go func() { defer readers.Done(); avail.read(out) }()
+	}
+	var ds []fleetdb.Device
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		err := client.Do("GET", "/v1/devices", nil, &ds)
+		if err == nil && countReady(ds) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
+		}
+	}
+	apply := func(version int) error {
+		manifest := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", version))
+		if err := os.WriteFile(manifest, []byte(rolloutManifest(version)), 0o644); err != nil {
+			return err
+		}
+		if out, err := exec.Command(podhub, "--data-dir", data, "apply", "-f", manifest).CombinedOutput(); err != nil {
+			return fmt.Errorf("podhub apply -f: %v %s", err, out)
+		}
+		return nil
+	}
+	if err := apply(1); err != nil {
+		return err
+	}
+	first, err := avail.waitAll(n, "", 10*time.Minute)
+	if err != nil {
+		return fmt.Errorf("the first version: %w", err)
+	}
+	time.Sleep(2 * time.Second) // the hub has seen every pod Ready
+	avail.resetPeak()
+	cpu0, _ := cpuTicks(ph.pid())
+	start := time.Now()
+	if err := apply(2); err != nil {
+		return err
+	}
+	if _, err := avail.waitAll(n, first, 15*time.Minute); err != nil {
+		return fmt.Errorf("the rolling update: %w (most devices unavailable at once: %d)", err, avail.peakUnavailable())
+	}
+	wall := time.Since(start)
+	cpu1, _ := cpuTicks(ph.pid())
+	mem := rss(ph.pid())
+	peakRSS := procMiB(fmt.Sprintf("/proc/%d/status", ph.pid()))["VmHWM:"]
+	budget := n * rolloutMaxUnavailable / 100
+	peak := avail.peakUnavailable()
+	verdict := "within the budget"
+	if peak > budget {
+		verdict = "OVER the budget"
+	}
+	fmt.Printf("  apply -> every device runs the new template, Ready     %8.2f s\n", wall.Seconds())
+	fmt.Printf("  podhub CPU over the rollout                            %8.2f s\n", float64(cpu1-cpu0)/clockTicks)
+	fmt.Printf("  podhub RSS after / peak                                %6.1f / %.1f MiB\n", mem.total, peakRSS)
+	fmt.Printf("  most devices without a Ready pod at once               %8d    (budget %d: %s)\n", peak, budget, verdict)
+	if peak > budget {
+		return fmt.Errorf("the rolling update took %d devices down at once, over maxUnavailable %d", peak, budget)
+	}
+	return nil
+}
+
+// availability is every simulated device's state as its child reports
+// it: "DEVICE HASH" when the DaemonSet's pod of that template hash is
+// Ready there, "DEVICE -" when none is. It keeps the most devices
+// unavailable at once.
+type availability struct {
+	mu          sync.Mutex
+	changed     *sync.Cond
+	ready       map[string]string // device -> hash of its Ready pod, "" for none
+	unavailable int               // devices seen once, without a Ready pod now
+	peak        int
+}
+
+func newAvailability() *availability {
+	a := &availability{ready: map[string]string{}}
+	a.changed = sync.NewCond(&a.mu)
+	return a
+}
+
+func (a *availability) read(r io.Reader) {
+	s := bufio.NewScanner(r)
+	for s.Scan() {
+		f := strings.Fields(s.Text())
+		if len(f) != 2 {
+			continue
+		}
+		hash := f[1]
+		if hash == "-" {
+			hash = ""
+		}
+		a.mu.Lock()
+		before, seen := a.ready[f[0]]
+		switch {
+		case seen && before != "" && hash == "":
+			a.unavailable++
+		case seen && before == "" && hash != "":
+			a.unavailable--
+		}
+		if seen || hash != "" {
+			a.ready[f[0]] = hash
+		}
+		a.peak = max(a.peak, a.unavailable)
+		a.changed.Broadcast()
+		a.mu.Unlock()
+	}
+}
+
+func (a *availability) resetPeak() {
+	a.mu.Lock()
+	a.peak = a.unavailable
+	a.mu.Unlock()
+}
+
+func (a *availability) peakUnavailable() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
+}
+
+// waitAll waits until all n devices report a Ready pod of a template
+// other than old, and returns that template's hash.
+func (a *availability) waitAll(n int, old string, timeout time.Duration) (string, error) {
+	timer := time.AfterFunc(timeout, func() { a.mu.Lock(); a.changed.Broadcast(); a.mu.Unlock() })
+	defer timer.Stop()
+	deadline := time.Now().Add(timeout)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		done, hash := 0, ""
+		for _, h := range a.ready {
+			if h != "" && h != old {
+				done++
+				hash = h
+			}
+		}
+		if done == n {
+			return hash, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("after %s, %d of %d devices report a Ready pod of the new template", timeout, done, n)
+		}
+		a.changed.Wait()
+	}
+}
+
+// readyDevice is a simulated device whose pods become Running and Ready
+// readyAfter after it applies them, reported through its agent as a
+// daemon reports its mirror pods; a pod it no longer runs is reported
+// gone at once. It prints its DaemonSet pod's availability on changes.
+type readyDevice struct {
+	simDevice
+	readyAfter time.Duration
+	agent      *uplink.Agent
+
+	mu      sync.Mutex
+	running map[string]*v1.Pod // by namespace/name
+	ready   map[string]bool
+	shown   string // the last availability printed
+}
+
+func (d *readyDevice) ApplyAssigned(gen int64, pods []*v1.Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keep := map[string]bool{}
+	var items []store.Item
+	for _, p := range pods {
+		key := p.Namespace + "/" + p.Name
+		keep[key] = true
+		if d.running[key] != nil {
+			continue
+		}
+		d.running[key] = p
+		items = append(items, d.status(p, false))
+		time.AfterFunc(d.readyAfter, func() { d.becomeReady(key, p) })
+	}
+	for key := range d.running {
+		if !keep[key] {
+			delete(d.running, key)
+			delete(d.ready, key)
+			items = append(items, store.Item{Key: key, Kind: store.KindPod})
+		}
+	}
+	d.show()
+	if len(items) > 0 {
+		d.agent.Publish(items)
+	}
+}
+
+func (d *readyDevice) becomeReady(key string, p *v1.Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running[key] != p {
+		return // stopped, or replaced, meanwhile
+	}
+	d.ready[key] = true
+	d.show()
+	d.agent.Publish([]store.Item{d.status(p, true)})
+}
+
+// status is a pod's mirror as a daemon reports it: Running, and Ready
+// or not.
+func (d *readyDevice) status(p *v1.Pod, ready bool) store.Item {
+	now := metav1.Now()
+	cond := v1.ConditionFalse
+	if ready {
+		cond = v1.ConditionTrue
+	}
+	m := &v1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels,
+		OwnerReferences: p.OwnerReferences}, Spec: v1.PodSpec{NodeName: d.id, Containers: p.Spec.Containers}}
+	m.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &now, Conditions: []v1.PodCondition{
+		{Type: v1.PodReady, Status: cond, LastTransitionTime: now},
+		{Type: v1.ContainersReady, Status: cond, LastTransitionTime: now}},
+		ContainerStatuses: []v1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Ready: ready, Image: p.Spec.Containers[0].Image,
+			State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}}}}
+	b, _ := json.Marshal(m)
+	return store.Item{Key: p.Namespace + "/" + p.Name, Kind: store.KindPod, Payload: b}
+}
+
+// show prints the device's availability when it changed: the template
+// hash of its Ready DaemonSet pod, or "-".
+func (d *readyDevice) show() {
+	state := "-"
+	for key, p := range d.running {
+		if d.ready[key] {
+			state = p.Labels["controller-revision-hash"]
+			break
+		}
+	}
+	if state != d.shown {
+		d.shown = state
+		d.report.line(d.id + " " + state)
+	}
+}
