@@ -227,7 +227,7 @@ func (d *Daemon) step() time.Time {
 	if !rd.Unsaved {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
-	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.FileWants, Invalid: d.desired.Invalid()})
+	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.Wants, Invalid: d.desired.Invalid()})
 	return rd.NextWake
 }
 

@@ -57,7 +57,7 @@ func (a localAPI) Delete(namespace, name string, grace *int64, force bool) (api.
 		}
 		res.Source = in.Pod.Annotations[manifest.AnnotationSource]
 		res.File = in.Pod.Annotations[manifest.AnnotationFile]
-		res.Recreated = d.desired.FileWants(in.Key())
+		res.Recreated = d.desired.Wants(in.Key())
 		return d.machine.Delete(in.UID(), g, force, d.now())
 	})
 	return res, err

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/podrow"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
@@ -280,7 +281,10 @@ func cmdDelete(ctx context.Context, args []string, out, stderr io.Writer) error 
 		return err
 	}
 	fmt.Fprintf(out, "pod %q deleted\n", p.Name)
-	if res.Recreated {
+	switch {
+	case res.Recreated && res.Source == manifest.SourceHub:
+		fmt.Fprintf(stderr, "note: the hub still assigns pod %q to this device, so it starts again; remove it at the hub to remove the pod\n", p.Name)
+	case res.Recreated:
 		fmt.Fprintf(stderr, "note: %s still defines pod %q, so it starts again; remove the file to remove the pod\n", orNone(res.File), p.Name)
 	}
 	return nil

@@ -50,6 +50,8 @@ type Pods struct {
 	// retired: the daemon stops every pod before it exits, and nothing
 	// may be desired again.
 	retired bool
+	// wanted are the keys of the set Desired last gave the machine.
+	wanted map[string]bool
 }
 
 // New prepares the sources; SetClasses and SetFiles fill them.
@@ -89,20 +91,14 @@ func (s *Pods) SetFiles(st manifest.State, now time.Time) []podview.Note {
 // Invalid are the manifest files rejected, shown as rows of their own.
 func (s *Pods) Invalid() []manifest.Invalid { return s.files.Invalid }
 
-// FileWants reports whether a manifest file still asks for
-// namespace/name (a deleted pod of a file is started again).
-func (s *Pods) FileWants(key string) bool {
-	for _, p := range s.files.Pods {
-		if lifecycle.KeyOf(p) == key {
-			return true
-		}
-	}
-	return false
-}
+// Wants reports whether the set Desired last gave the machine asks for
+// namespace/name — a file pod or an accepted hub pod: a deleted pod of
+// either is started again.
+func (s *Pods) Wants(key string) bool { return s.wanted[key] }
 
 // Retire makes Desired answer nothing from now on: the daemon is stopping
 // every pod before it exits.
-func (s *Pods) Retire() { s.retired = true }
+func (s *Pods) Retire() { s.retired, s.wanted = true, nil }
 
 // Desired is what the machine is to run: every file pod, then the hub
 // pods that may run here; each refused hub pod is logged. ok is false once
@@ -112,6 +108,10 @@ func (s *Pods) Desired() (pods []*v1.Pod, ok bool) {
 		return nil, false
 	}
 	pods, refused := desiredPods(s.files.Pods, s.hub, s.policy, s.classes)
+	s.wanted = make(map[string]bool, len(pods))
+	for _, p := range pods {
+		s.wanted[lifecycle.KeyOf(p)] = true
+	}
 	for _, r := range refused {
 		key := r.pod.Namespace + "/" + r.pod.Name
 		switch r.cause {

@@ -75,12 +75,12 @@ func TestSetFilesKeepsRejectedPodsAsInvalidRows(t *testing.T) {
 		t.Errorf("the same invalid files again: notes %+v, want none", again)
 	}
 
-	if !s.FileWants("default/web") || s.FileWants("default/root") || s.FileWants("default/other") {
-		t.Errorf("FileWants: web %v root %v other %v, want only web", s.FileWants("default/web"), s.FileWants("default/root"), s.FileWants("default/other"))
-	}
 	pods, ok := s.Desired()
 	if !ok || keys(pods) != "default/web" {
 		t.Fatalf("desired %s (ok %v), want default/web", keys(pods), ok)
+	}
+	if !s.Wants("default/web") || s.Wants("default/root") || s.Wants("default/other") {
+		t.Errorf("Wants: web %v root %v other %v, want only web", s.Wants("default/web"), s.Wants("default/root"), s.Wants("default/other"))
 	}
 }
 
@@ -108,13 +108,21 @@ func TestHubPods(t *testing.T) {
 	if !strings.Contains(log.String(), "hub pod shadowed by a manifest file of the same name") {
 		t.Errorf("the shadowed hub pod was not logged:\n%s", log)
 	}
-	if s.FileWants("default/db") {
-		t.Error("FileWants answers for a hub pod")
+	// A deleted hub pod is started again, as a file pod is.
+	if !s.Wants("default/db") || !s.Wants("default/web") || s.Wants("edge/cache") {
+		t.Errorf("Wants: db %v web %v cache %v, want db and web", s.Wants("default/db"), s.Wants("default/web"), s.Wants("edge/cache"))
 	}
 
 	s.SetHub(4, []*v1.Pod{pod("edge", "cache", "")})
 	if pods, _ := s.Desired(); keys(pods) != "default/web edge/cache" {
 		t.Fatalf("desired %s after SetHub, want default/web edge/cache", keys(pods))
+	}
+	if s.Wants("default/db") || !s.Wants("edge/cache") {
+		t.Errorf("Wants after SetHub: db %v cache %v, want only cache", s.Wants("default/db"), s.Wants("edge/cache"))
+	}
+	s.Retire()
+	if s.Wants("edge/cache") {
+		t.Error("Wants answers after Retire: nothing is started again")
 	}
 }
 
