@@ -31,6 +31,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
+	"github.com/podvisor/podvisor/test/simfleet"
 )
 
 // quietPods is a simulated device's daemon: it accepts everything.
@@ -331,7 +332,7 @@ func fleetBench(binDir, dir string, devices int) error {
 	}
 	// Every simulated device gets its certificate from the hub's CA, as
 	// podhub device add issues it.
-	enrolled, err := loadEnrolment(data, addr)
+	enrolled, err := simfleet.LoadEnrolment(data, addr)
 	if err != nil {
 		return err
 	}
@@ -382,7 +383,7 @@ func fleetBench(binDir, dir string, devices int) error {
 		if i < targets {
 			pods = countingPods{once: new(sync.Once), applied: applies}
 		}
-		a, err := enrolled.agent(fmt.Sprintf("sim-%04d", i), st, pods)
+		a, err := enrolled.Agent(fmt.Sprintf("sim-%04d", i), st, pods, *hubHeartbeat, silent)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -16,11 +15,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
-	"github.com/podvisor/podvisor/sync/store"
-	"github.com/podvisor/podvisor/sync/uplink"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -248,91 +244,24 @@ func (a *availability) waitAll(n int, old string, timeout time.Duration) (string
 	}
 }
 
-// readyDevice is a simulated device whose pods become Running and Ready
-// readyAfter after it applies them, reported through its agent as a
-// daemon reports its mirror pods; a pod it no longer runs is reported
-// gone at once. It prints its DaemonSet pod's availability on changes.
-type readyDevice struct {
-	simDevice
-	readyAfter time.Duration
-	agent      *uplink.Agent
-
-	mu      sync.Mutex
-	running map[string]*v1.Pod // by namespace/name
-	ready   map[string]bool
-	shown   string // the last availability printed
-}
-
-func (d *readyDevice) ApplyAssigned(gen int64, pods []*v1.Pod) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	keep := map[string]bool{}
-	var items []store.Item
-	for _, p := range pods {
-		key := p.Namespace + "/" + p.Name
-		keep[key] = true
-		if d.running[key] != nil {
-			continue
+// showAvailability prints a device's DaemonSet pod's availability when
+// it changes: the template hash of its Ready pod, or "-" for none.
+func showAvailability(report *lineWriter) func(id string, running map[string]*v1.Pod, ready map[string]bool) {
+	var mu sync.Mutex
+	shown := map[string]string{}
+	return func(id string, running map[string]*v1.Pod, ready map[string]bool) {
+		state := "-"
+		for key, p := range running {
+			if ready[key] {
+				state = p.Labels["controller-revision-hash"]
+				break
+			}
 		}
-		d.running[key] = p
-		items = append(items, d.status(p, false))
-		time.AfterFunc(d.readyAfter, func() { d.becomeReady(key, p) })
-	}
-	for key := range d.running {
-		if !keep[key] {
-			delete(d.running, key)
-			delete(d.ready, key)
-			items = append(items, store.Item{Key: key, Kind: store.KindPod})
+		mu.Lock()
+		defer mu.Unlock()
+		if old, ok := shown[id]; !ok || old != state {
+			shown[id] = state
+			report.line(id + " " + state)
 		}
-	}
-	d.show()
-	if len(items) > 0 {
-		d.agent.Publish(items)
-	}
-}
-
-func (d *readyDevice) becomeReady(key string, p *v1.Pod) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.running[key] != p {
-		return // stopped, or replaced, meanwhile
-	}
-	d.ready[key] = true
-	d.show()
-	d.agent.Publish([]store.Item{d.status(p, true)})
-}
-
-// status is a pod's mirror as a daemon reports it: Running, and Ready
-// or not.
-func (d *readyDevice) status(p *v1.Pod, ready bool) store.Item {
-	now := metav1.Now()
-	cond := v1.ConditionFalse
-	if ready {
-		cond = v1.ConditionTrue
-	}
-	m := &v1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels,
-		OwnerReferences: p.OwnerReferences}, Spec: v1.PodSpec{NodeName: d.id, Containers: p.Spec.Containers}}
-	m.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &now, Conditions: []v1.PodCondition{
-		{Type: v1.PodReady, Status: cond, LastTransitionTime: now},
-		{Type: v1.ContainersReady, Status: cond, LastTransitionTime: now}},
-		ContainerStatuses: []v1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Ready: ready, Image: p.Spec.Containers[0].Image,
-			State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}}}}
-	b, _ := json.Marshal(m)
-	return store.Item{Key: p.Namespace + "/" + p.Name, Kind: store.KindPod, Payload: b}
-}
-
-// show prints the device's availability when it changed: the template
-// hash of its Ready DaemonSet pod, or "-".
-func (d *readyDevice) show() {
-	state := "-"
-	for key, p := range d.running {
-		if d.ready[key] {
-			state = p.Labels["controller-revision-hash"]
-			break
-		}
-	}
-	if state != d.shown {
-		d.shown = state
-		d.report.line(d.id + " " + state)
 	}
 }

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
+	"github.com/podvisor/podvisor/test/simfleet"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -281,7 +281,7 @@ func schedChildMain(spec string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("-sched-child %q: FROM and COUNT are numbers", spec)
 	}
-	enrolled, err := loadEnrolment(data, addr)
+	enrolled, err := simfleet.LoadEnrolment(data, addr)
 	if err != nil {
 		return err
 	}
@@ -296,19 +296,18 @@ func schedChildMain(spec string) error {
 			return err
 		}
 		stores = append(stores, st)
-		sim := simDevice{id: id, report: report}
-		var pods uplink.Pods = sim
-		var rd *readyDevice
+		var pods uplink.Pods = simDevice{id: id, report: report}
+		var rd *simfleet.ReadyDevice
 		if readyAfter > 0 {
-			rd = &readyDevice{simDevice: sim, readyAfter: readyAfter, running: map[string]*v1.Pod{}, ready: map[string]bool{}}
+			rd = &simfleet.ReadyDevice{ID: id, ReadyAfter: readyAfter, Changed: showAvailability(report)}
 			pods = rd
 		}
-		a, err := enrolled.agent(id, st, pods)
+		a, err := enrolled.Agent(id, st, pods, *hubHeartbeat, silent)
 		if err != nil {
 			return err
 		}
 		if rd != nil {
-			rd.agent = a // before Run: nothing is applied before it starts
+			rd.Attach(a) // before Run: nothing is applied before it starts
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); a.Run(stop) }()
@@ -353,13 +352,7 @@ func (s simDevice) ApplyAssigned(gen int64, pods []*v1.Pod) {
 	s.report.line(fmt.Sprintf("%s %d %s", s.id, gen, strings.Join(names, ",")))
 }
 
-func (simDevice) Node() (*v1.Node, error) {
-	room := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi"),
-		v1.ResourcePods: resource.MustParse("110")}
-	return &v1.Node{Status: v1.NodeStatus{Capacity: room, Allocatable: room,
-		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
-		NodeInfo:   v1.NodeSystemInfo{Architecture: runtime.GOARCH, OperatingSystem: "linux"}}}, nil
-}
+func (simDevice) Node() (*v1.Node, error) { return simfleet.RoomyNode(), nil }
 
 // schedMain runs the scheduling measurement alone (-sched-only), the
 // rolling update alone (-rollout-only), or a child's share of either's

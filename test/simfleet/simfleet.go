@@ -1,0 +1,63 @@
+// Package simfleet simulates devices for the hub's benchmarks and tests:
+// each is a real uplink agent (its own certificate from the hub's CA, its
+// own SQLite store, signed documents checked) in front of a pretend
+// daemon that runs nothing.
+package simfleet
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/podvisor/podvisor/sync/pki"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/sync/uplink"
+)
+
+// Enrolment is what simulated devices take from podhub's data directory:
+// its CA, which issues each device's certificate as podhub device add
+// does, and the hub's public key, which signs their desired documents.
+type Enrolment struct {
+	ca     *pki.CA
+	hubKey ed25519.PublicKey
+	broker string // mqtts://host:port
+}
+
+// LoadEnrolment reads podhub's data directory; brokerAddr is its MQTT
+// listener's host:port.
+func LoadEnrolment(data, brokerAddr string) (Enrolment, error) {
+	ca, err := pki.Load(filepath.Join(data, "pki"))
+	if err != nil {
+		return Enrolment{}, err
+	}
+	pubPEM, err := os.ReadFile(filepath.Join(data, "hub.pub"))
+	if err != nil {
+		return Enrolment{}, err
+	}
+	pub, err := protocol.ParsePublicKey(pubPEM)
+	if err != nil {
+		return Enrolment{}, fmt.Errorf("podhub's hub.pub: %w", err)
+	}
+	return Enrolment{ca: ca, hubKey: pub, broker: "mqtts://" + brokerAddr}, nil
+}
+
+// Agent is simulated device id's agent, with a certificate of its own,
+// its state in st and pods as its pod side, heartbeating every period.
+func (e Enrolment) Agent(id string, st *store.Store, pods uplink.Pods, heartbeat time.Duration, log *slog.Logger) (*uplink.Agent, error) {
+	issued, err := e.ca.IssueDevice(id)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{pair}}
+	return uplink.New(uplink.Config{Broker: e.broker, DeviceID: id, HubKey: e.hubKey, TLS: tc,
+		Heartbeat: heartbeat}, st, pods, log)
+}
