@@ -124,25 +124,33 @@ func (d *daemon) start() {
 	if d.config == "" {
 		d.writeConfig()
 	}
+	if err := d.tryStart(10 * time.Second); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// tryStart starts the daemon (its config written) and waits for its API;
+// unlike start, it may run outside the test's goroutine.
+func (d *daemon) tryStart(within time.Duration) error {
 	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config}
 	args = append(args, d.extraArgs...)
 	d.cmd = exec.Command(binary, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
+		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		if _, err := d.client.Version(context.Background()); err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			// Go prints every goroutine's stack on SIGQUIT: show where
 			// the daemon is stuck.
 			d.cmd.Process.Signal(syscall.SIGQUIT)
 			time.Sleep(500 * time.Millisecond)
-			d.t.Fatalf("daemon did not come up:\n%s", d.log)
+			return fmt.Errorf("daemon did not come up:\n%s", d.log)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +24,15 @@ type podhubServer struct {
 	log     *bytes.Buffer
 	// revokedDir is a revoked device's bundle (the Mosquitto test's).
 	revokedDir string
+	// serveArgs follow podhub serve's own.
+	serveArgs []string
 }
 
 func podhubBinary() string { return filepath.Join(filepath.Dir(binary), "podhub") }
 
-func newPodhub(t *testing.T) *podhubServer {
-	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), addr: freeLoopback(t)}
+// newPodhub inits and serves a hub; serveArgs follow serve's own.
+func newPodhub(t *testing.T, serveArgs ...string) *podhubServer {
+	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), addr: freeLoopback(t), serveArgs: serveArgs}
 	if out, code := h.cli("init"); code != 0 || !strings.Contains(out, "hub.pub") {
 		t.Fatalf("podhub init: %d %s", code, out)
 	}
@@ -69,21 +73,39 @@ func (h *podhubServer) enrol(t *testing.T, id string) (string, string) {
 }
 
 func (h *podhubServer) start() {
-	h.cmd = exec.Command(podhubBinary(), "--data-dir", h.dataDir, "serve", "--mqtt-listen", h.addr)
-	h.startCmd()
+	if err := h.tryStart(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// tryStart starts podhub serve and waits up to 30 s for its API; unlike
+// start, it may run outside the test's goroutine.
+func (h *podhubServer) tryStart() error {
+	h.cmd = exec.Command(podhubBinary(), append([]string{"--data-dir", h.dataDir, "serve", "--mqtt-listen", h.addr}, h.serveArgs...)...)
+	return h.tryStartCmd(30 * time.Second)
 }
 
 // startCmd starts h.cmd and waits for the API.
 func (h *podhubServer) startCmd() {
+	if err := h.tryStartCmd(10 * time.Second); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *podhubServer) tryStartCmd(within time.Duration) error {
 	h.log = &bytes.Buffer{}
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
 	if err := h.cmd.Start(); err != nil {
-		h.t.Fatal(err)
+		return err
 	}
-	waitForLong(h.t, 10*time.Second, "podhub serving", func() bool {
-		_, code := h.cli("get", "devices")
-		return code == 0
-	})
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if _, code := h.cli("get", "devices"); code == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("podhub did not serve its API within %s:\n%s", within, h.log)
+		}
+	}
 }
 
 func (h *podhubServer) stop() {

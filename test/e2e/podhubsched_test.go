@@ -62,7 +62,8 @@ func hubPodsByApp(t *testing.T, h *podhubServer) (running map[string][]string, a
 
 // startFleet enrols n devices dev-1..dev-n in zones a, b, c in turn,
 // starts a real podvisor daemon for each, and waits for them Ready.
-func startFleet(t *testing.T, h *podhubServer, n int) ([]string, map[string]*daemon, map[string]string) {
+// hubExtra lines join each device's hub: section (two-space indented).
+func startFleet(t *testing.T, h *podhubServer, n int, hubExtra ...string) ([]string, map[string]*daemon, map[string]string) {
 	zone := map[string]string{}
 	daemons := map[string]*daemon{}
 	var ids []string
@@ -75,7 +76,7 @@ func startFleet(t *testing.T, h *podhubServer, n int) ([]string, map[string]*dae
 		}
 		_, hubConfig := h.enrol(t, id)
 		d := newDaemon(t)
-		d.withConfig(hubConfig + hostCommandsAsRoot)
+		d.withConfig(hubConfig + hostCommandsAsRoot + strings.Join(hubExtra, ""))
 		d.start()
 		daemons[id] = d
 	}
