@@ -1,0 +1,601 @@
+package controllers
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/sync/hub/schedule"
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
+)
+
+// The at-most-once property of StatefulSet identities, checked against a
+// model of the fleet: the hub is the real pure core (schedule.Schedule,
+// applyPlan, silence, the wake-up deadlines) with the bookkeeping of
+// SchedulePass (desired generations, acks, mirrors, forgetStopped's
+// rule); each device runs the pods of the last desired document it
+// received, stops a lease pod once it has not heard from the hub for the
+// lease (on its own clock, which runs a little fast or slow) and its
+// grace period, and is cut off, crashed, rebooted or fenced in every
+// order. No identity may ever run on two devices, and the sets converge
+// once the fleet heals.
+
+var epoch = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+
+// simTimeout is the model hub's device timeout.
+const simTimeout = 40 * time.Second
+
+type simDevice struct {
+	name     string
+	up, link bool
+	// rateNum/rateDen: the device's clock runs at that rate of the hub's.
+	rateNum, rateDen int64
+	doc              map[string]*v1.Pod // the last desired document it got
+	running          map[string]*v1.Pod
+	// heard is the device clock when it last heard from the hub; a
+	// rebooted device has not (heardOK false) until it does.
+	heard   time.Duration
+	heardOK bool
+	// What the hub holds of it.
+	fenced   bool
+	lastSeen time.Time
+	ack      int64
+	mirrors  map[string]bool
+}
+
+type world struct {
+	now, started time.Time
+	devices      []*simDevice
+	sets         []*appsv1.StatefulSet
+	pods         []*v1.Pod // the hub's books
+	gen          map[string]int64
+	want         map[string][]*v1.Pod
+	readySince   map[types.NamespacedName]time.Time
+	trace        []string
+	violation    string
+	// stats are shared by a world's clones: what the runs exercised.
+	stats *simStats
+}
+
+type simStats struct{ forced, confirmed, moved int }
+
+func (w *world) clone() *world {
+	c := *w
+	c.devices = make([]*simDevice, len(w.devices))
+	for i, d := range w.devices {
+		dc := *d
+		dc.doc, dc.running, dc.mirrors = maps.Clone(d.doc), maps.Clone(d.running), maps.Clone(d.mirrors)
+		c.devices[i] = &dc
+	}
+	c.pods = slices.Clone(w.pods)
+	c.gen, c.want, c.readySince = maps.Clone(w.gen), maps.Clone(w.want), maps.Clone(w.readySince)
+	c.trace = slices.Clone(w.trace)
+	return &c
+}
+
+func simSet(name string, replicas int32, lease string, policy appsv1.PodManagementPolicyType) *appsv1.StatefulSet {
+	labels := map[string]string{"app": name}
+	grace, tol := int64(10), int64(30)
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Generation: 1}}
+	s.Spec.Replicas = &replicas
+	s.Spec.PodManagementPolicy = policy
+	s.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	s.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
+	s.Spec.Template.Labels = labels
+	if lease != "" {
+		s.Spec.Template.Annotations = map[string]string{workloads.AnnotationLeaseSeconds: lease}
+	}
+	s.Spec.Template.Spec = v1.PodSpec{TerminationGracePeriodSeconds: &grace, RestartPolicy: v1.RestartPolicyAlways,
+		Containers: []v1.Container{{Name: "c", Image: "host"}},
+		Tolerations: []v1.Toleration{
+			{Key: v1.TaintNodeUnreachable, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: &tol},
+			{Key: v1.TaintNodeNotReady, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: &tol}}}
+	return s
+}
+
+// newWorld is a fleet of connected devices with clocks at those rates
+// (num/den), two StatefulSets (db: OrderedReady, no lease; lz: Parallel,
+// a 60 s lease), run until they converged.
+func newWorld(t *testing.T, rates ...[2]int64) *world {
+	w := &world{now: epoch, started: epoch, gen: map[string]int64{}, want: map[string][]*v1.Pod{}, stats: &simStats{},
+		readySince: map[types.NamespacedName]time.Time{},
+		sets: []*appsv1.StatefulSet{simSet("db", 2, "", appsv1.OrderedReadyPodManagement),
+			simSet("lz", 2, "60", appsv1.ParallelPodManagement)}}
+	for i, r := range rates {
+		w.devices = append(w.devices, &simDevice{name: string(rune('a' + i)), up: true, link: true, rateNum: r[0], rateDen: r[1],
+			doc: map[string]*v1.Pod{}, running: map[string]*v1.Pod{}, mirrors: map[string]bool{}, lastSeen: epoch})
+	}
+	w.heal()
+	if msg := w.converged(); msg != "" {
+		t.Fatalf("the fleet never converged at the start: %s", msg)
+	}
+	return w
+}
+
+func (w *world) clock(d *simDevice) time.Duration {
+	return time.Duration(int64(w.now.Sub(epoch)) * d.rateNum / d.rateDen)
+}
+
+// tick is the devices on their own: a crashed device runs nothing; a
+// lease pod has stopped once the device went its lease and grace period
+// without hearing from the hub.
+func (w *world) tick() {
+	for _, d := range w.devices {
+		if !d.up {
+			clear(d.running)
+			continue
+		}
+		for name, p := range d.running {
+			lease := workloads.LeaseSeconds(p)
+			if lease == 0 {
+				continue
+			}
+			if !d.heardOK || w.clock(d) >= d.heard+time.Duration(lease)*time.Second+workloads.GracePeriod(p) {
+				delete(d.running, name)
+			}
+		}
+	}
+}
+
+// sync is a connected device hearing the hub: it applies its newest
+// desired document (a rebooted device starts only from it) and reports
+// what runs.
+func (w *world) sync() {
+	for _, d := range w.devices {
+		if !d.up || !d.link {
+			continue
+		}
+		d.heard, d.heardOK = w.clock(d), true
+		d.doc = map[string]*v1.Pod{}
+		for _, p := range w.want[d.name] {
+			d.doc[p.Name] = p
+		}
+		for name := range d.running {
+			if d.doc[name] == nil {
+				delete(d.running, name)
+			}
+		}
+		for name, p := range d.doc {
+			if d.running[name] == nil {
+				d.running[name] = p
+			}
+		}
+		d.lastSeen, d.ack = w.now, w.gen[d.name]
+		d.mirrors = map[string]bool{}
+		for name := range d.running {
+			d.mirrors[name] = true
+			if k := key(name); w.readySince[k].IsZero() {
+				w.readySince[k] = w.now
+			}
+		}
+	}
+	w.check("device sync")
+}
+
+// devicesRan says whether a device other than dev has the pod in its
+// last document: a pod bound there moved.
+func (w *world) devicesRan(name, dev string) bool {
+	return slices.ContainsFunc(w.devices, func(d *simDevice) bool { return d.name != dev && d.doc[name] != nil })
+}
+
+// check records the first identity found live on two devices.
+func (w *world) check(when string) {
+	where := map[string]string{}
+	for _, d := range w.devices {
+		if !d.up {
+			continue
+		}
+		for name := range d.running {
+			if other, dup := where[name]; dup && w.violation == "" {
+				w.violation = fmt.Sprintf("%s: %s runs on %s and %s at +%s", when, name, other, d.name, w.now.Sub(epoch))
+			}
+			where[name] = d.name
+		}
+	}
+}
+
+func (w *world) scheduleDevices() ([]schedule.Device, time.Time) {
+	var out []schedule.Device
+	var next time.Time
+	for _, d := range w.devices {
+		ready := w.now.Sub(d.lastSeen) < simTimeout
+		since, wake := silence(ready, d.lastSeen, w.started, simTimeout, w.now)
+		next = earliest(next, wake)
+		out = append(out, schedule.Device{Name: d.name, Labels: map[string]string{v1.LabelHostname: d.name},
+			Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi")},
+			Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+			UnreachableSince: since, Fenced: d.fenced})
+	}
+	return out, next
+}
+
+// pass is SchedulePass over the model: schedule, store, push the desired
+// documents that changed, forget what the devices confirmed stopped. It
+// returns when the hub wakes next.
+func (w *world) pass() time.Time {
+	devices, next := w.scheduleDevices()
+	observed := map[types.NamespacedName]workloads.Observed{}
+	byName := map[string]*simDevice{}
+	for _, d := range w.devices {
+		byName[d.name] = d
+	}
+	taken := map[string]bool{}
+	for _, p := range w.pods {
+		taken[p.Name] = true
+		if d := byName[p.Spec.NodeName]; d != nil && d.mirrors[p.Name] {
+			observed[key(p.Name)] = workloads.Observed{Reported: true, Phase: v1.PodRunning, Ready: true, ReadySince: w.readySince[key(p.Name)]}
+		}
+	}
+	plan := schedule.Schedule(schedule.Input{Now: w.now, Devices: devices, StatefulSets: w.sets, Pods: w.pods, Observed: observed})
+	for _, d := range plan.Deletions {
+		if d.Force {
+			w.stats.forced++
+		}
+	}
+	for _, b := range plan.Bindings {
+		if w.readySince[b.Pod].IsZero() && w.devicesRan(b.Pod.Name, b.Device) {
+			w.stats.moved++
+		}
+	}
+	for _, p := range plan.Create {
+		if taken[p.Name] && w.violation == "" {
+			w.violation = fmt.Sprintf("the hub made %s while it still held one at +%s", p.Name, w.now.Sub(epoch))
+		}
+	}
+	pods, _, gone := applyPlan(w.pods, plan, w.now)
+	w.pods = w.pods[:0:0]
+	for _, k := range slices.SortedFunc(maps.Keys(pods), func(a, b types.NamespacedName) int { return strings.Compare(a.Name, b.Name) }) {
+		if !gone[k] {
+			w.pods = append(w.pods, pods[k])
+		} else {
+			delete(w.readySince, k)
+		}
+	}
+	for _, d := range w.devices {
+		var want []*v1.Pod
+		for _, p := range w.pods {
+			if p.Spec.NodeName == d.name && p.DeletionTimestamp == nil {
+				want = append(want, p)
+			}
+		}
+		if !slices.EqualFunc(want, w.want[d.name], func(a, b *v1.Pod) bool { return a.Name == b.Name && a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName }) {
+			w.gen[d.name]++
+			w.want[d.name] = want
+		}
+	}
+	// forgetStopped: the device applied its newest generation and
+	// reports no such pod.
+	w.pods = slices.DeleteFunc(w.pods, func(p *v1.Pod) bool {
+		d := byName[p.Spec.NodeName]
+		stopped := p.DeletionTimestamp != nil && d != nil && d.ack >= w.gen[d.name] && !d.mirrors[p.Name]
+		if stopped {
+			delete(w.readySince, key(p.Name))
+			w.stats.confirmed++
+		}
+		return stopped
+	})
+	if slices.ContainsFunc(plan.Deletions, func(d schedule.Deletion) bool { return d.Force }) {
+		next = w.now // Reschedule
+	}
+	return earliest(earliest(next, tolerationDeadline(devices, w.pods)), leaseDeadline(devices, w.pods))
+}
+
+// round is what happens at one moment: the devices act and report, the
+// hub passes (twice when it asks for a pass at once), the connected
+// devices get their documents.
+func (w *world) round() time.Time {
+	w.tick()
+	w.check("tick")
+	w.sync() // the connected devices' heartbeats
+	next := w.pass()
+	w.sync()
+	if !next.After(w.now) {
+		next = w.pass()
+		w.sync()
+	}
+	return next
+}
+
+// advance moves the hub's clock by dt, stopping at every moment the hub
+// would wake by itself (a toleration or lease running out) — the
+// earliest the hub may act, so the likeliest moment to act too soon.
+func (w *world) advance(dt time.Duration) {
+	end := w.now.Add(dt)
+	next := w.round()
+	for !next.IsZero() && next.After(w.now) && !next.After(end) {
+		w.now = next
+		next = w.round()
+	}
+	w.now = end
+	w.round()
+}
+
+// heal connects every device (a crashed one boots connected) and lets
+// the hub run for a while.
+func (w *world) heal() {
+	for _, d := range w.devices {
+		if !d.up {
+			d.up, d.heardOK = true, false
+		}
+		d.link = true
+	}
+	for range 12 {
+		w.advance(20 * time.Second)
+	}
+}
+
+// converged: every identity of every set runs on one device, bound there
+// at the hub, with nothing left terminating.
+func (w *world) converged() string {
+	for _, s := range w.sets {
+		for i := range int(*s.Spec.Replicas) {
+			name := fmt.Sprintf("%s-%d", s.Name, i)
+			var on []string
+			for _, d := range w.devices {
+				if d.up && d.running[name] != nil {
+					on = append(on, d.name)
+				}
+			}
+			bound := ""
+			for _, p := range w.pods {
+				if p.Name == name && p.DeletionTimestamp == nil {
+					bound = p.Spec.NodeName
+				}
+			}
+			if len(on) != 1 || bound != on[0] {
+				return fmt.Sprintf("%s runs on %v, bound to %q", name, on, bound)
+			}
+		}
+	}
+	for _, p := range w.pods {
+		if p.DeletionTimestamp != nil {
+			return fmt.Sprintf("%s still terminating on %s", p.Name, p.Spec.NodeName)
+		}
+	}
+	return ""
+}
+
+// event is one thing that happens to the fleet; ok is false when it
+// cannot happen in the state given.
+type event struct {
+	name string
+	do   func(w *world) bool
+}
+
+func events(n int) []event {
+	var out []event
+	for i := range n {
+		dev := func(w *world) *simDevice { return w.devices[i] }
+		name := string(rune('a' + i))
+		out = append(out,
+			event{"partition " + name, func(w *world) bool {
+				d := dev(w)
+				if !d.up || !d.link {
+					return false
+				}
+				d.link = false
+				return true
+			}},
+			event{"reconnect " + name, func(w *world) bool {
+				d := dev(w)
+				if !d.up || d.link {
+					return false
+				}
+				d.link = true
+				return true
+			}},
+			event{"crash " + name, func(w *world) bool {
+				d := dev(w)
+				if !d.up {
+					return false
+				}
+				d.up, d.link = false, false
+				return true
+			}},
+			// A device that boots cut off runs its last document's pods,
+			// but no lease pod: it has not heard from the hub since.
+			event{"boot cut off " + name, func(w *world) bool {
+				d := dev(w)
+				if d.up || d.fenced {
+					return false // a fenced device hears the hub before it runs anything
+				}
+				d.up, d.heardOK = true, false
+				for n, p := range d.doc {
+					if workloads.LeaseSeconds(p) == 0 {
+						d.running[n] = p
+					}
+				}
+				return true
+			}},
+			event{"boot connected " + name, func(w *world) bool {
+				d := dev(w)
+				if d.up {
+					return false
+				}
+				d.up, d.link, d.heardOK = true, true, false
+				return true
+			}},
+			// The operator fences only a device that is down: fencing says so.
+			event{"fence " + name, func(w *world) bool {
+				d := dev(w)
+				if d.up || d.fenced || !slices.ContainsFunc(w.devices, func(o *simDevice) bool { return o != d && !o.fenced }) {
+					return false // and leaves a device for the sets to run on
+				}
+				d.fenced = true
+				return true
+			}},
+		)
+	}
+	for _, dt := range []time.Duration{15 * time.Second, 45 * time.Second, 400 * time.Second} {
+		out = append(out, event{"wait " + dt.String(), func(w *world) bool { w.advance(dt); return true }})
+	}
+	out = append(out, event{"hub restart", func(w *world) bool {
+		// The hub is down a minute: nobody hears anybody; then the
+		// connected devices come back to it at once.
+		w.tick()
+		w.now = w.now.Add(time.Minute)
+		w.tick()
+		w.check("hub down")
+		w.started = w.now
+		clear(w.readySince)
+		return true
+	}})
+	return out
+}
+
+// apply runs one event and a round after it.
+func (w *world) apply(e event) bool {
+	if !e.do(w) {
+		return false
+	}
+	w.trace = append(w.trace, e.name)
+	w.round()
+	return true
+}
+
+// explore runs every sequence of depth events from w, checking the
+// property after each and convergence after healing at the end; it
+// returns the sequences run and the first failure.
+func explore(w *world, evs []event, depth int) (int, string) {
+	if w.violation != "" {
+		return 1, fmt.Sprintf("%s after %v", w.violation, w.trace)
+	}
+	if depth == 0 {
+		h := w.clone()
+		h.heal()
+		if h.violation != "" {
+			return 1, fmt.Sprintf("%s while healing after %v", h.violation, w.trace)
+		}
+		if msg := h.converged(); msg != "" {
+			return 1, fmt.Sprintf("no convergence after %v: %s", w.trace, msg)
+		}
+		return 1, ""
+	}
+	runs := 0
+	for _, e := range evs {
+		c := w.clone()
+		if !c.apply(e) {
+			continue
+		}
+		n, fail := explore(c, evs, depth-1)
+		runs += n
+		if fail != "" {
+			return runs, fail
+		}
+	}
+	return runs, ""
+}
+
+// Clocks: one device 2% slow (the margin's bound), one 2% fast.
+var slowFast = [][2]int64{{50, 51}, {51, 50}}
+
+// Every sequence of four events over two devices keeps every
+// identity on at most one device, and the sets converge after.
+func TestAtMostOnceExhaustive(t *testing.T) {
+	depth := 4
+	if testing.Short() {
+		depth = 3
+	}
+	w := newWorld(t, slowFast...)
+	runs, fail := explore(w, events(2), depth)
+	if fail != "" {
+		t.Fatal(fail)
+	}
+	st := w.stats
+	t.Logf("%d sequences of %d events: %d force deletions, %d stops confirmed, %d pods moved", runs, depth, st.forced, st.confirmed, st.moved)
+	if st.forced == 0 || st.confirmed == 0 || st.moved == 0 {
+		t.Fatal("the sequences never forced a deletion, confirmed a stop and moved a pod")
+	}
+}
+
+// Long random sequences over three devices.
+func TestAtMostOnceRandom(t *testing.T) {
+	seqs, length := 300, 60
+	if testing.Short() {
+		seqs = 30
+	}
+	evs := events(3)
+	start := newWorld(t, append(slowFast, [2]int64{1, 1})...)
+	r := rand.New(rand.NewPCG(1, 2))
+	for s := range seqs {
+		w := start.clone()
+		for len(w.trace) < length {
+			w.apply(evs[r.IntN(len(evs))])
+			if w.violation != "" {
+				t.Fatalf("sequence %d: %s after %v", s, w.violation, w.trace)
+			}
+		}
+		w.heal()
+		if w.violation != "" {
+			t.Fatalf("sequence %d: %s while healing after %v", s, w.violation, w.trace)
+		}
+		if msg := w.converged(); msg != "" {
+			t.Fatalf("sequence %d: no convergence after %v: %s", s, w.trace, msg)
+		}
+	}
+}
+
+// The model finds what it looks for: with a device clock slower than the
+// margin allows, a cut-off device still runs its lease pod when the hub
+// replaces it.
+func TestAtMostOnceCatchesASlowClock(t *testing.T) {
+	w := newWorld(t, [2]int64{1, 1}, [2]int64{1, 1})
+	i := slices.IndexFunc(w.devices, func(d *simDevice) bool { return d.running["lz-0"] != nil })
+	d := w.devices[i]
+	d.rateNum, d.rateDen = 90, 100
+	w.round()
+	evs := events(2)
+	w.apply(evs[6*i]) // partition it
+	w.apply(evs[len(evs)-2])
+	if w.violation == "" || !strings.Contains(w.violation, "lz-0") {
+		t.Fatalf("no violation found with a 10%% slow clock: %q", w.violation)
+	}
+	t.Log(w.violation)
+}
+
+// A Deployment-style replacement (a new name at once) is what the
+// StatefulSet avoids: cut off, its pod is deleted after its toleration
+// but not replaced until the device confirms, and replaced at once when
+// the operator fences the crashed device.
+func TestStatefulSetPodWaitsForItsDevice(t *testing.T) {
+	w := newWorld(t, [2]int64{1, 1}, [2]int64{1, 1})
+	var d *simDevice
+	for _, dev := range w.devices {
+		if dev.running["db-0"] != nil {
+			d = dev
+		}
+	}
+	d.link = false
+	w.advance(400 * time.Second)
+	var held *v1.Pod
+	for _, p := range w.pods {
+		if p.Name == "db-0" {
+			held = p
+		}
+	}
+	if w.violation != "" || held == nil || held.DeletionTimestamp == nil || held.Spec.NodeName != d.name {
+		t.Fatalf("after 400 s cut off: violation %q, db-0 at the hub %+v", w.violation, held)
+	}
+	d.up, d.link = false, false
+	d.fenced = true
+	w.advance(20 * time.Second)
+	bound := ""
+	for _, p := range w.pods {
+		if p.Name == "db-0" && p.DeletionTimestamp == nil {
+			bound = p.Spec.NodeName
+		}
+	}
+	if bound == "" || bound == d.name || w.violation != "" {
+		t.Fatalf("after the fence: db-0 bound to %q (violation %q)", bound, w.violation)
+	}
+}
