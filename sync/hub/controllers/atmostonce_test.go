@@ -212,8 +212,8 @@ func (w *world) scheduleDevices() ([]schedule.Device, time.Time) {
 		since, wake := silence(ready, d.lastSeen, w.started, simTimeout, w.now)
 		next = earliest(next, wake)
 		out = append(out, schedule.Device{Name: d.name, Labels: map[string]string{v1.LabelHostname: d.name},
-			Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi")},
-			Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+			Allocatable:      v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi")},
+			Conditions:       []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
 			UnreachableSince: since, Fenced: d.fenced})
 	}
 	return out, next
@@ -268,7 +268,9 @@ func (w *world) pass() time.Time {
 				want = append(want, p)
 			}
 		}
-		if !slices.EqualFunc(want, w.want[d.name], func(a, b *v1.Pod) bool { return a.Name == b.Name && a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName }) {
+		if !slices.EqualFunc(want, w.want[d.name], func(a, b *v1.Pod) bool {
+			return a.Name == b.Name && a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName
+		}) {
 			w.gen[d.name]++
 			w.want[d.name] = want
 		}
