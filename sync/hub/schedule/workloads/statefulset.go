@@ -91,9 +91,12 @@ func startOrdinal(s *appsv1.StatefulSet) int32 {
 }
 
 // sortStatefulSetPods files a StatefulSet's pods by ordinal and finds its
-// revisions. The current revision is the one its lowest outdated pod
-// carries (the hub keeps no ControllerRevisions: the pods are the
-// history), or the update revision when none is outdated.
+// revisions. The current revision is the one its lowest outdated live
+// pod carries (else a terminating one's), or the update revision when
+// none is outdated: the hub keeps no ControllerRevisions, the pods are
+// the history. So a pod below the partition deleted when no other pod of
+// the current revision is left comes back at the update revision, where
+// Kubernetes would remake it from the stored revision.
 func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *statefulSetPods {
 	n := ReplicaCount(s)
 	sp := &statefulSetPods{set: s, update: UpdateRevision(s), start: startOrdinal(s),
@@ -113,8 +116,9 @@ func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *st
 		} else {
 			sp.condemned = append(sp.condemned, p)
 		}
-		if rev := p.Pod.Labels[LabelControllerHash]; rev != sp.update.Name && !p.Terminating &&
-			(outdated == nil || ord < Ordinal(s.Name, outdated.Key.Name)) {
+		if rev := p.Pod.Labels[LabelControllerHash]; rev != sp.update.Name && rev != "" &&
+			(outdated == nil || outdated.Terminating && !p.Terminating ||
+				outdated.Terminating == p.Terminating && ord < Ordinal(s.Name, outdated.Key.Name)) {
 			outdated = p
 		}
 	}
