@@ -160,4 +160,3 @@ func ValidateStatefulSetUpdate(s, old *appsv1.StatefulSet) field.ErrorList {
 	}
 	return nil
 }
-

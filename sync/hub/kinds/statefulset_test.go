@@ -47,7 +47,9 @@ func TestDecodeStatefulSetDefaults(t *testing.T) {
 
 func TestDecodeStatefulSetRejects(t *testing.T) {
 	spec := "spec:\n  selector"
-	with := func(field string) string { return strings.Replace(statefulSetFile, spec, "spec:\n  "+field+"\n  selector", 1) }
+	with := func(field string) string {
+		return strings.Replace(statefulSetFile, spec, "spec:\n  "+field+"\n  selector", 1)
+	}
 	for _, tc := range []struct{ name, file, want string }{
 		{"policy", with("podManagementPolicy: Burst"), `StatefulSet "db": spec.podManagementPolicy: Invalid value: "Burst": must be 'OrderedReady' or 'Parallel'`},
 		{"strategy", with("updateStrategy: {type: Recreate}"), `spec.updateStrategy: Invalid value`},
