@@ -1,9 +1,14 @@
 package hub_test
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -53,6 +58,23 @@ func TestStatefulSetPodMovesOnlyAfterItsLease(t *testing.T) {
 	}
 	if len(where) != 2 || where["db-0"] == "" || where["db-1"] == "" {
 		t.Fatalf("pods %v, want db-0 and db-1 placed", where)
+	}
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/workloads/statefulsets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []appsv1.StatefulSet
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	// Placed, not reported by their devices: none is Ready.
+	rev := pods[0].Labels["controller-revision-hash"]
+	if st := list[0].Status; st.Replicas != 2 || st.ReadyReplicas != 0 || st.UpdatedReplicas != 2 || st.CurrentReplicas != 2 ||
+		st.UpdateRevision != rev || st.CurrentRevision != rev || st.ObservedGeneration != 1 || st.CollisionCount == nil {
+		t.Errorf("status %+v", st)
 	}
 	lost := where["db-0"]
 	if apps := r.desired(lost); len(apps) != 1 || apps[0] != "db" {
