@@ -261,6 +261,14 @@ func (w *world) pass() time.Time {
 			delete(w.readySince, k)
 		}
 	}
+	// The hub's view: one record per identity, bound to one device.
+	held := map[string]bool{}
+	for _, p := range w.pods {
+		if held[p.Name] && w.violation == "" {
+			w.violation = fmt.Sprintf("the hub holds %s twice at +%s", p.Name, w.now.Sub(epoch))
+		}
+		held[p.Name] = true
+	}
 	for _, d := range w.devices {
 		var want []*v1.Pod
 		for _, p := range w.pods {

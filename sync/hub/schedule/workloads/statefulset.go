@@ -230,6 +230,11 @@ func (k *controllers) createStatefulPod(sp *statefulSetPods, ord int) bool {
 	s := sp.set
 	key := types.NamespacedName{Namespace: s.Namespace, Name: fmt.Sprintf("%s-%d", s.Name, ord)}
 	if k.c.Taken(key) {
+		// A pod of that name the set does not own (a bare pod, or one of
+		// a set deleted and applied again, terminating): the API server
+		// would refuse the create.
+		k.c.Event(Event{Kind: "StatefulSet", Namespace: s.Namespace, Name: s.Name, Type: v1.EventTypeWarning, Reason: "FailedCreate",
+			Message: fmt.Sprintf("create Pod %s in StatefulSet %s failed error: pods %q already exists", key.Name, s.Name, key.Name)})
 		return true
 	}
 	rev := sp.update

@@ -311,6 +311,10 @@ func TestStatefulSetOrphansAndForeignNames(t *testing.T) {
 	if n := len(b.pods); n != 1 {
 		t.Fatalf("%d pods: the new set made db-0 while the old one terminates", n)
 	}
+	if len(b.events) != 1 || b.events[0].Reason != "FailedCreate" ||
+		b.events[0].Message != `create Pod db-0 in StatefulSet db failed error: pods "db-0" already exists` {
+		t.Errorf("events %+v", b.events)
+	}
 	b.gone()
 	b.sync(t0)
 	if p := b.pod("db-0"); p == nil || ControllerOf(p.Pod).UID != "u-db-2" {
