@@ -37,22 +37,22 @@ func (k *controllers) runStatefulSets(sets []*appsv1.StatefulSet) {
 	}
 }
 
-// Revision is a StatefulSet's template as its pods carry it: the
+// revision is a StatefulSet's template as its pods carry it: the
 // controller-revision-hash label's value (NAME-HASH, the ControllerRevision's
 // name) and the template it stands for.
-type Revision struct {
+type revision struct {
 	Name     string
 	Template *v1.PodTemplateSpec
 }
 
-// UpdateRevision is the revision of the StatefulSet's template.
-func UpdateRevision(s *appsv1.StatefulSet) Revision {
-	return Revision{Name: s.Name + "-" + TemplateHash(&s.Spec.Template), Template: &s.Spec.Template}
+// updateRevision is the revision of the StatefulSet's template.
+func updateRevision(s *appsv1.StatefulSet) revision {
+	return revision{Name: s.Name + "-" + TemplateHash(&s.Spec.Template), Template: &s.Spec.Template}
 }
 
-// Ordinal is the ordinal of a pod named PARENT-N, or -1 when its name has
+// ordinal is the ordinal of a pod named PARENT-N, or -1 when its name has
 // no such form (the controller ignores those pods).
-func Ordinal(set, pod string) int {
+func ordinal(set, pod string) int {
 	rest, ok := strings.CutPrefix(pod, set+"-")
 	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
 		return -1
@@ -67,23 +67,22 @@ func Ordinal(set, pod string) int {
 // statefulSetPods is one StatefulSet's pods in one pass.
 type statefulSetPods struct {
 	set              *appsv1.StatefulSet
-	current, update  Revision
+	current, update  revision
 	start, minReady  int32
 	replicas         []*Pod // by ordinal - start; nil while not made
 	condemned        []*Pod // ordinals out of range, highest first
 	firstUnavailable *Pod
-	unavailable      int
 }
 
-// ReplicaCount is spec.replicas, 1 when unset.
-func ReplicaCount(s *appsv1.StatefulSet) int {
+// replicaCount is spec.replicas, 1 when unset.
+func replicaCount(s *appsv1.StatefulSet) int {
 	if s.Spec.Replicas == nil {
 		return 1
 	}
 	return int(max(*s.Spec.Replicas, 0))
 }
 
-func startOrdinal(s *appsv1.StatefulSet) int32 {
+func startordinal(s *appsv1.StatefulSet) int32 {
 	if s.Spec.Ordinals != nil {
 		return max(s.Spec.Ordinals.Start, 0)
 	}
@@ -98,13 +97,13 @@ func startOrdinal(s *appsv1.StatefulSet) int32 {
 // the current revision is left comes back at the update revision, where
 // Kubernetes would remake it from the stored revision.
 func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *statefulSetPods {
-	n := ReplicaCount(s)
-	sp := &statefulSetPods{set: s, update: UpdateRevision(s), start: startOrdinal(s),
+	n := replicaCount(s)
+	sp := &statefulSetPods{set: s, update: updateRevision(s), start: startordinal(s),
 		minReady: s.Spec.MinReadySeconds, replicas: make([]*Pod, n)}
 	var outdated *Pod
 	for i := range owned {
 		p := &owned[i]
-		ord := Ordinal(s.Name, p.Key.Name)
+		ord := ordinal(s.Name, p.Key.Name)
 		if ord < 0 {
 			continue
 		}
@@ -118,20 +117,19 @@ func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *st
 		}
 		if rev := p.Pod.Labels[LabelControllerHash]; rev != sp.update.Name && rev != "" &&
 			(outdated == nil || outdated.Terminating && !p.Terminating ||
-				outdated.Terminating == p.Terminating && ord < Ordinal(s.Name, outdated.Key.Name)) {
+				outdated.Terminating == p.Terminating && ord < ordinal(s.Name, outdated.Key.Name)) {
 			outdated = p
 		}
 	}
 	sp.current = sp.update
 	if outdated != nil {
-		sp.current = Revision{Name: outdated.Pod.Labels[LabelControllerHash], Template: templateOf(outdated.Pod)}
+		sp.current = revision{Name: outdated.Pod.Labels[LabelControllerHash], Template: templateOf(outdated.Pod)}
 	}
 	slices.SortFunc(sp.condemned, func(a, b *Pod) int {
-		return cmp.Compare(Ordinal(s.Name, b.Key.Name), Ordinal(s.Name, a.Key.Name))
+		return cmp.Compare(ordinal(s.Name, b.Key.Name), ordinal(s.Name, a.Key.Name))
 	})
 	for _, p := range sp.replicas {
 		if p != nil && k.unavailable(*p, sp.minReady) {
-			sp.unavailable++
 			if sp.firstUnavailable == nil {
 				sp.firstUnavailable = p
 			}
@@ -139,7 +137,6 @@ func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *st
 	}
 	for i := len(sp.condemned) - 1; i >= 0; i-- {
 		if p := sp.condemned[i]; k.unavailable(*p, sp.minReady) {
-			sp.unavailable++
 			if sp.firstUnavailable == nil {
 				sp.firstUnavailable = p
 			}
@@ -280,7 +277,7 @@ func (k *controllers) processCondemned(sp *statefulSetPods, p *Pod, monotonic bo
 	if monotonic && p != sp.firstUnavailable && (!runningAndReady(*p) || !k.runningAndAvailable(*p, sp.minReady)) {
 		return true
 	}
-	k.deleteStatefulPod(sp.set, p, fmt.Sprintf("StatefulSet %s scaled to %d", sp.set.Name, ReplicaCount(sp.set)))
+	k.deleteStatefulPod(sp.set, p, fmt.Sprintf("StatefulSet %s scaled to %d", sp.set.Name, replicaCount(sp.set)))
 	return true
 }
 
@@ -304,7 +301,14 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 		if err != nil || most < 1 {
 			most = 1
 		}
-		budget := most - sp.unavailable
+		// isUnavailable over the replicas now: a pod made or deleted this
+		// pass counts.
+		budget := most
+		for _, p := range sp.replicas {
+			if p == nil || k.unavailable(*p, sp.minReady) {
+				budget--
+			}
+		}
 		for t := len(sp.replicas) - 1; t >= updateMin && budget > 0; t-- {
 			if p := sp.replicas[t]; p != nil && outdated(p) {
 				k.deleteStatefulPod(s, p, why)

@@ -100,7 +100,7 @@ func TestStatefulSetOrderedReadyCreation(t *testing.T) {
 		t.Fatalf("after db-0 ready: %v", got)
 	}
 	p := b.pod("db-1").Pod
-	rev := UpdateRevision(s).Name
+	rev := updateRevision(s).Name
 	want := map[string]string{"app": "db", LabelStatefulSetPodName: "db-1", LabelPodIndex: "1", LabelControllerHash: rev}
 	for k, v := range want {
 		if p.Labels[k] != v {
@@ -181,10 +181,10 @@ func TestStatefulSetRollingUpdateToThePartition(t *testing.T) {
 		b.sync(t0)
 		b.ready()
 	}
-	old := UpdateRevision(s).Name
+	old := updateRevision(s).Name
 	s.Spec.Template.Spec.Containers[0].Image = "v2"
 	*s.Spec.UpdateStrategy.RollingUpdate.Partition = 1
-	rev := UpdateRevision(s).Name
+	rev := updateRevision(s).Name
 	var order []string
 	for range 10 {
 		b.sync(t0)
@@ -363,8 +363,8 @@ func TestForceDeleteFencedAndLeases(t *testing.T) {
 
 func TestOrdinal(t *testing.T) {
 	for name, want := range map[string]int{"db-0": 0, "db-12": 12, "db-": -1, "db-01": -1, "db-x": -1, "dbx-1": -1, "db-1-2": -1, "db--1": -1} {
-		if got := Ordinal("db", name); got != want {
-			t.Errorf("Ordinal(db, %s) = %d, want %d", name, got, want)
+		if got := ordinal("db", name); got != want {
+			t.Errorf("ordinal(db, %s) = %d, want %d", name, got, want)
 		}
 	}
 	if got := fmt.Sprint(LeaseSeconds(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationLeaseSeconds: "007"}}})); got != "0" {
