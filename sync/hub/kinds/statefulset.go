@@ -94,7 +94,7 @@ func validateStatefulSet(s *appsv1.StatefulSet) field.ErrorList {
 	}
 	if len(sp.VolumeClaimTemplates) > 0 {
 		errs = append(errs, field.Forbidden(spec.Child("volumeClaimTemplates"),
-			"the hub has no volume provisioner: give each pod its storage in the template (a hostPath under a directory per pod is not made for you) and leave volumeClaimTemplates empty"))
+			"the hub has no volume provisioner: give the template the volumes its pods need and leave volumeClaimTemplates empty"))
 	}
 	errs = append(errs, apivalidation.ValidateNonnegativeField(int64(*sp.Replicas), spec.Child("replicas"))...)
 	if *sp.Replicas > MaxReplicas {
