@@ -87,7 +87,7 @@ func (c *cli) delete(args []string) error {
 		return nil
 	}
 	if len(pos) != 2 || pos[0] != "pod" || *device == "" {
-		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]")
+		return errors.New("usage: podhub delete pod NAME --device ID [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass NAME [-n NAMESPACE]")
 	}
 	var a api.Applied
 	path := "/v1/devices/" + url.PathEscape(*device) + "/pods/" + url.PathEscape(*ns) + "/" + url.PathEscape(pos[1])
@@ -148,15 +148,16 @@ func (c *cli) get(args []string) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[fleetdb.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
 		}
 		return w.Flush()
-	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc":
+	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "statefulsets", "statefulset", "sts",
+		"priorityclasses", "priorityclass", "pc":
 		return c.getWorkloads(pos[0], *output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, priorityclasses)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {
 	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
-	ns := fs.String("n", "default", "namespace (deployment, daemonset)")
+	ns := fs.String("n", "default", "namespace (deployment, daemonset, statefulset)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
@@ -165,7 +166,7 @@ func (c *cli) describe(args []string) error {
 		return c.describeWorkload(pos[0], pos[1], *ns)
 	}
 	if len(pos) != 2 || pos[0] != "device" {
-		return errors.New("usage: podhub describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]")
+		return errors.New("usage: podhub describe device ID | describe deployment|daemonset|statefulset NAME [-n NAMESPACE]")
 	}
 	var d api.DeviceDetail
 	if err := c.client().Do("GET", "/v1/devices/"+url.PathEscape(pos[1]), nil, &d); err != nil {

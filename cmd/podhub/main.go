@@ -31,11 +31,11 @@ Usage:
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
   podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
-  podhub [--data-dir DIR] delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass NAME [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json|yaml]
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
-  podhub [--data-dir DIR] get deployments|daemonsets|priorityclasses [-o json|yaml]
-  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] get deployments|daemonsets|statefulsets|priorityclasses [-o json|yaml]
+  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
@@ -161,9 +161,9 @@ var synopses = map[string]string{
 	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke": "device revoke ID",
 	"apply":         "apply -f FILE [--device ID | --selector k=v[,k=v]]",
-	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|priorityclass NAME [-n NAMESPACE]",
-	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|priorityclasses",
-	"describe":      "describe device ID | describe deployment|daemonset NAME [-n NAMESPACE]",
+	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass NAME [-n NAMESPACE]",
+	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses",
+	"describe":      "describe device ID | describe deployment|daemonset|statefulset NAME [-n NAMESPACE]",
 	"label":         "label device ID k=v|k- ...",
 	"cordon":        "cordon device ID",
 	"uncordon":      "uncordon device ID",

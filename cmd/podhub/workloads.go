@@ -32,8 +32,8 @@ func (c *cli) applyObjects(file string, data []byte) error {
 	if err := c.client().Do("POST", "/v1/objects", api.ObjectsRequest{File: file, Data: data}, &out); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
-		file, out.Deployments, out.DaemonSets, out.PriorityClasses, out.Pods)
+	fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d statefulset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
+		file, out.Deployments, out.DaemonSets, out.StatefulSets, out.PriorityClasses, out.Pods)
 	return nil
 }
 
@@ -44,10 +44,12 @@ func workloadPath(kind string) (string, error) {
 		return "deployments", nil
 	case "daemonsets", "daemonset", "ds":
 		return "daemonsets", nil
+	case "statefulsets", "statefulset", "sts":
+		return "statefulsets", nil
 	case "priorityclasses", "priorityclass", "pc":
 		return "priorityclasses", nil
 	}
-	return "", fmt.Errorf("unknown kind %q (pod, deployment, daemonset, priorityclass)", kind)
+	return "", fmt.Errorf("unknown kind %q (pod, deployment, daemonset, statefulset, priorityclass)", kind)
 }
 
 // workloadURL is the API's URL of one workload of the kind path (a
@@ -79,6 +81,8 @@ func deletedMessage(path, name string) string {
 		return fmt.Sprintf("priorityclass.scheduling.k8s.io %q deleted", name)
 	case "daemonsets":
 		return fmt.Sprintf("daemonset.apps %q deleted; its pods terminate on their devices", name)
+	case "statefulsets":
+		return fmt.Sprintf("statefulset.apps %q deleted; its pods terminate on their devices", name)
 	}
 	return fmt.Sprintf("deployment.apps %q deleted; its pods terminate on their devices", name)
 }
@@ -113,6 +117,14 @@ func (c *cli) getWorkloads(kind, output string, now time.Time) error {
 			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Namespace, d.Name, d.Status.DesiredNumberScheduled,
 				d.Status.CurrentNumberScheduled, d.Status.NumberReady, d.Status.NumberAvailable,
 				labelList(d.Spec.Template.Spec.NodeSelector), age(now, d.CreationTimestamp))
+		}
+	case "statefulsets":
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tREADY\tAGE")
+		for _, raw := range items {
+			var s appsv1.StatefulSet
+			json.Unmarshal(raw, &s)
+			fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\n", s.Namespace, s.Name, s.Status.ReadyReplicas, replicas(s.Spec.Replicas),
+				age(now, s.CreationTimestamp))
 		}
 	default:
 		fmt.Fprintln(w, "NAME\tVALUE\tGLOBAL-DEFAULT\tAGE\tPREEMPTIONPOLICY")
@@ -165,7 +177,7 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if obj.Spec.Selector != nil {
 		fmt.Fprintf(w, "Selector:\t%s\n", metav1.FormatLabelSelector(obj.Spec.Selector))
 	}
-	if path == "deployments" {
+	if path == "deployments" || path == "statefulsets" {
 		fmt.Fprintf(w, "Replicas:\t%d desired\n", replicas(obj.Spec.Replicas))
 	}
 	t := obj.Spec.Template.Spec
@@ -188,7 +200,8 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		if e.Count > 1 {
 			a = fmt.Sprintf("%s (x%d over %s)", a, e.Count, ago(now, e.First))
 		}
-		from := map[string]string{"Pod": "default-scheduler", "DaemonSet": "daemonset-controller", "Deployment": "deployment-controller"}[e.Kind]
+		from := map[string]string{"Pod": "default-scheduler", "DaemonSet": "daemonset-controller", "Deployment": "deployment-controller",
+			"StatefulSet": "statefulset-controller"}[e.Kind]
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, a, orNone(from), e.Message)
 	}
 	return w.Flush()

@@ -27,6 +27,7 @@ type ObjectsApplied struct {
 	Pods            int `json:"pods"`
 	Deployments     int `json:"deployments"`
 	DaemonSets      int `json:"daemonSets"`
+	StatefulSets    int `json:"statefulSets"`
 	PriorityClasses int `json:"priorityClasses"`
 }
 
@@ -44,6 +45,7 @@ type TaintRequest struct {
 // workloadKinds maps the API's path names to stored kinds.
 var workloadKinds = map[string]string{
 	"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet, "priorityclasses": workloaddb.KindPriorityClass,
+	"statefulsets": workloaddb.KindStatefulSet,
 }
 
 func (a *API) workloadRoutes(mux *http.ServeMux) {
@@ -117,7 +119,7 @@ func workloadKind(name string) (string, error) {
 	if k, ok := workloadKinds[name]; ok {
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses): %w", name, fleetdb.ErrNotFound)
+	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, statefulsets, priorityclasses): %w", name, fleetdb.ErrNotFound)
 }
 
 // applyObjects decodes a file strictly, all or nothing, and stores it for
@@ -142,7 +144,7 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 	}
 	a.Scheduler.Reschedule()
 	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
-		PriorityClasses: len(objs.PriorityClasses)}, nil
+		StatefulSets: len(objs.StatefulSets), PriorityClasses: len(objs.PriorityClasses)}, nil
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's
@@ -180,6 +182,14 @@ func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 			d.Status.ObservedGeneration = d.Generation
 			d.Kind, d.APIVersion = workloaddb.KindDaemonSet, "apps/v1"
 			add(d)
+		}
+	case workloaddb.KindStatefulSet:
+		sets, err := a.statefulSetsWithStatus(w.StatefulSets, pods)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range sets {
+			add(s)
 		}
 	case workloaddb.KindPriorityClass:
 		for _, pc := range w.PriorityClasses {

@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 // minPassGap spaces the passes: the requests of a busy fleet (every
@@ -159,7 +160,8 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 		return time.Time{}, err
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
-		Deployments: w.Deployments, Pods: pods, PriorityClasses: w.PriorityClasses, MaxPods: workloaddb.MaxHubPods})
+		Deployments: w.Deployments, StatefulSets: w.StatefulSets, Pods: pods, PriorityClasses: w.PriorityClasses,
+		MaxPods: workloaddb.MaxHubPods})
 	if pods, err = s.storePlan(pods, hashes, plan, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
@@ -174,10 +176,12 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	if forgot > 0 {
-		s.Reschedule() // their room is free: a nominated pod may bind now
+	if forgot > 0 || slices.ContainsFunc(plan.Deletions, func(d schedule.Deletion) bool { return d.Force }) {
+		// Their room is free: a nominated pod may bind now, and a
+		// StatefulSet remake a pod of a name this pass forgot.
+		s.Reschedule()
 	}
-	return earliest(next, tolerationDeadline(devices, pods)), nil
+	return earliest(earliest(next, tolerationDeadline(devices, pods)), leaseDeadline(devices, pods)), nil
 }
 
 // scheduleDevices makes every device a schedule.Device, and says when
@@ -204,24 +208,33 @@ func (s *Scheduler) scheduleDevices(now time.Time) ([]schedule.Device, time.Time
 		if e, ok := extra[d.ID]; ok {
 			sd.Unschedulable, sd.Taints = e.Unschedulable, e.Taints
 		}
-		// As the node lifecycle controller after a restart, the hub
-		// gives every device it has not heard from since it started a
-		// full timeout to be heard, and counts its silence from then: a
-		// hub that was down does not evict the fleet as it comes up.
-		grace := s.started.Add(s.cfg.DeviceTimeout)
-		switch {
-		case d.Ready:
-			next = earliest(next, d.LastSeen.Add(s.cfg.DeviceTimeout))
-		case d.LastSeen.After(s.started):
-			sd.UnreachableSince = d.LastSeen // offline, or silent, since
-		case now.Before(grace):
-			next = earliest(next, grace)
-		default:
-			sd.UnreachableSince = grace
-		}
+		var wake time.Time
+		sd.UnreachableSince, wake = silence(d.Ready, d.LastSeen, s.started, s.cfg.DeviceTimeout, now)
+		next = earliest(next, wake)
 		out = append(out, sd)
 	}
 	return out, next, nil
+}
+
+// silence is when the hub counts a device unreachable from (zero while
+// it is Ready), and when that changes by itself. As the node lifecycle
+// controller after a restart, the hub gives every device it has not heard
+// from since it started a full timeout to be heard, and counts its
+// silence from then: a hub that was down does not evict the fleet as it
+// comes up, and a self-fencing lease is never counted from a time the hub
+// learnt from before it started (see workloads.LeaseExpiry).
+func silence(ready bool, lastSeen, started time.Time, timeout time.Duration, now time.Time) (since, wake time.Time) {
+	grace := started.Add(timeout)
+	switch {
+	case ready:
+		return time.Time{}, lastSeen.Add(timeout)
+	case lastSeen.After(started):
+		return lastSeen, time.Time{} // offline, or silent, since
+	case now.Before(grace):
+		return time.Time{}, grace
+	default:
+		return grace, time.Time{}
+	}
 }
 
 func setIfAbsent(m map[string]string, k, v string) {
@@ -264,6 +277,26 @@ func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 				if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), &ts[i], false) {
 					next = earliest(next, ts[i].TimeAdded.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
 				}
+			}
+		}
+	}
+	return next
+}
+
+// leaseDeadline is when the first terminating pod with a self-fencing
+// lease on an unreachable device may be forgotten (workloads.LeaseExpiry).
+func leaseDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
+	since := map[string]time.Time{}
+	for i := range devices {
+		if !devices[i].UnreachableSince.IsZero() {
+			since[devices[i].Name] = devices[i].UnreachableSince
+		}
+	}
+	var next time.Time
+	for _, p := range pods {
+		if t, ok := since[p.Spec.NodeName]; ok && p.DeletionTimestamp != nil {
+			if at, ok := workloads.LeaseExpiry(p, t); ok {
+				next = earliest(next, at)
 			}
 		}
 	}
@@ -357,8 +390,10 @@ func applyPlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (pods map[ty
 		if p == nil {
 			continue
 		}
-		if p.Spec.NodeName == "" {
-			gone[d.Pod] = true // never on a device: nothing to stop
+		if p.Spec.NodeName == "" || d.Force {
+			// Never on a device, nothing to stop; or forced: the hub knows
+			// it cannot run (a fenced device, a lease run out).
+			gone[d.Pod] = true
 			continue
 		}
 		if p.DeletionTimestamp == nil {

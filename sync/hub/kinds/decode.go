@@ -1,5 +1,5 @@
 // Package kinds decodes what `podhub apply -f` accepts: multi-document
-// YAML or JSON of apps/v1 DaemonSet and Deployment, v1 Pod and
+// YAML or JSON of apps/v1 DaemonSet, Deployment and StatefulSet, v1 Pod and
 // scheduling.k8s.io/v1 PriorityClass, strictly (unknown kinds and fields
 // are errors), defaulted and validated as the API server would, with
 // errors that name the file, the document, the object and the field.
@@ -30,6 +30,7 @@ type Objects struct {
 	Pods            []*v1.Pod
 	DaemonSets      []*appsv1.DaemonSet
 	Deployments     []*appsv1.Deployment
+	StatefulSets    []*appsv1.StatefulSet
 	PriorityClasses []*schedulingv1.PriorityClass
 
 	file      string
@@ -57,7 +58,7 @@ func (o *Objects) Where(kind, namespace, name string) string {
 
 // Len is the number of objects.
 func (o *Objects) Len() int {
-	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.PriorityClasses)
+	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.StatefulSets) + len(o.PriorityClasses)
 }
 
 // Decode decodes every document of file's data. Any bad document fails
@@ -142,6 +143,12 @@ func (o *Objects) decode(doc []byte) (string, error) {
 			return "", err
 		}
 		o.Deployments = append(o.Deployments, d)
+	case "apps/v1, StatefulSet":
+		st, err := decodeValid(js, named, setStatefulSetDefaults, validateStatefulSet)
+		if err != nil {
+			return "", err
+		}
+		o.StatefulSets = append(o.StatefulSets, st)
 	case "scheduling.k8s.io/v1, PriorityClass":
 		pc, err := decodeValid(js, named, setPriorityClassDefaults, validatePriorityClass)
 		if err != nil {
@@ -149,7 +156,7 @@ func (o *Objects) decode(doc []byte) (string, error) {
 		}
 		o.PriorityClasses = append(o.PriorityClasses, pc)
 	default:
-		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet and Deployment, scheduling.k8s.io/v1 PriorityClass",
+		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass",
 			head.APIVersion, head.Kind)
 	}
 	return id, nil

@@ -46,7 +46,7 @@ func (c *cluster) Nodes() []workloads.Node {
 	if c.nodes == nil {
 		c.nodes = make([]workloads.Node, len(c.s.nodes))
 		for i, n := range c.s.nodes {
-			c.nodes[i] = workloads.Node{Name: n.name, Node: n.node}
+			c.nodes[i] = workloads.Node{Name: n.name, Node: n.node, UnreachableSince: n.unreachableSince, Fenced: n.fenced}
 		}
 	}
 	return c.nodes
@@ -88,6 +88,12 @@ func (c *cluster) Add(p *v1.Pod) { c.s.addCreated(p) }
 
 func (c *cluster) Delete(key types.NamespacedName, reason, message string) {
 	c.s.markDeleted(c.s.pods[key], reason, message)
+}
+
+func (c *cluster) ForceDelete(key types.NamespacedName, reason, message string) {
+	if p := c.s.pods[key]; p != nil {
+		c.s.forceDelete(p, reason, message)
+	}
 }
 
 func (c *cluster) Event(e workloads.Event) { c.s.plan.Events = append(c.s.plan.Events, e) }

@@ -35,6 +35,8 @@ type Input struct {
 	Devices     []Device
 	DaemonSets  []*appsv1.DaemonSet
 	Deployments []*appsv1.Deployment
+	// StatefulSets make pods of stable names, at most one copy of each.
+	StatefulSets []*appsv1.StatefulSet
 	// Pods are all pods the hub holds: bare pods and the pods workloads
 	// made earlier, bound (spec.nodeName set), pending, or terminating
 	// (deletionTimestamp set: they hold their resources until gone).
@@ -108,13 +110,19 @@ const (
 	ReasonOutdated     = workloads.ReasonOutdated
 	ReasonNotEligible  = workloads.ReasonNotEligible
 	ReasonOwnerDeleted = workloads.ReasonOwnerDeleted
+	ReasonPodGC        = workloads.ReasonPodGC
+	ReasonStatefulSet  = workloads.ReasonStatefulSet
 )
 
-// Deletion is a pod to terminate gracefully.
+// Deletion is a pod to terminate gracefully, or to forget at once.
 type Deletion struct {
 	Pod     types.NamespacedName
 	Reason  string
 	Message string
+	// Force: the hub knows the pod cannot run (its device is fenced, or
+	// its self-fencing lease ran out) and forgets it now, as a force
+	// delete does, without waiting for its device to confirm.
+	Force bool
 }
 
 // podInfo is a pod with what scheduling needs precomputed.
@@ -127,7 +135,9 @@ type podInfo struct {
 	created time.Time
 	// terminating pods hold resources but count for no spread or replica.
 	terminating bool
-	node        *nodeInfo
+	// forced: force-deleted this pass (its name stays taken till the next).
+	forced bool
+	node   *nodeInfo
 	// unschedulable holds a priority admission error, if any.
 	unschedulable string
 }
@@ -143,6 +153,9 @@ type nodeInfo struct {
 	pods    []*podInfo
 	// nonZeroCPU and nonZeroMem are the pods' requests for scoring.
 	nonZeroCPU, nonZeroMem int64
+	// unreachableSince and fenced are the device's (fleet.Device).
+	unreachableSince time.Time
+	fenced           bool
 }
 
 // state is one pass.
@@ -178,7 +191,7 @@ type state struct {
 func Schedule(in Input) Plan {
 	s := newState(in)
 	workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
-		Owners: s.owners, MaxPods: in.MaxPods})
+		StatefulSets: in.StatefulSets, Owners: s.owners, MaxPods: in.MaxPods})
 	queue := s.queue()
 	for _, p := range queue {
 		s.scheduleOne(p)
@@ -199,7 +212,7 @@ func newState(in Input) *state {
 		observed:    in.Observed,
 		owned:       map[string][]*podInfo{},
 		// Pods are filed under their workload as they are read (index).
-		owners: workloads.NewOwners(in.DaemonSets, in.Deployments),
+		owners: workloads.NewOwners(in.DaemonSets, in.Deployments, in.StatefulSets...),
 	}
 	devs := slices.Clone(in.Devices)
 	slices.SortFunc(devs, func(a, b Device) int { return cmp.Compare(a.Name, b.Name) })
@@ -208,7 +221,8 @@ func newState(in Input) *state {
 		if _, dup := s.byName[d.Name]; dup {
 			continue
 		}
-		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods()}
+		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods(),
+			unreachableSince: d.UnreachableSince, fenced: d.Fenced}
 		s.nodes = append(s.nodes, n)
 		s.byName[d.Name] = n
 	}
@@ -285,6 +299,26 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 	if p.node == nil {
 		s.unnominate(p)
 	}
+}
+
+// forceDelete forgets a pod at once (Deletion.Force): it leaves its
+// device's books, and its name stays taken until the next pass, so no
+// controller makes a pod of that name in the pass that forgot the last.
+func (s *state) forceDelete(p *podInfo, reason, message string) {
+	if p.forced {
+		return
+	}
+	if !p.terminating && p.node != nil {
+		s.track(p.node, p, -1)
+	}
+	p.terminating, p.forced = true, true
+	if p.node != nil {
+		s.detach(p)
+	}
+	s.unnominate(p)
+	// A graceful deletion of this pass gives way to the force delete.
+	s.plan.Deletions = slices.DeleteFunc(s.plan.Deletions, func(d Deletion) bool { return d.Pod == p.key })
+	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message, Force: true})
 }
 
 // track keeps the shared spread filters' counts in step with a pod

@@ -30,7 +30,7 @@ func (f *Store) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 	}
 	defer tx.Rollback()
 	a := &applyTx{tx: tx, objs: objs, now: now}
-	for _, step := range []func() error{a.deployments, a.daemonSets, a.priorityClasses, a.checkBounds, a.pods} {
+	for _, step := range []func() error{a.deployments, a.daemonSets, a.statefulSets, a.priorityClasses, a.checkBounds, a.pods} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -101,6 +101,29 @@ func (a *applyTx) daemonSets() error {
 		serverFields(&d.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(d.Spec, old.Spec), a.now)
 		d.Status = appsv1.DaemonSetStatus{}
 		if err := a.put(KindDaemonSet, d.Namespace, d.Name, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statefulSets stores the StatefulSets; only some of a spec may change
+// (kinds.ValidateStatefulSetUpdate).
+func (a *applyTx) statefulSets() error {
+	for _, st := range a.objs.StatefulSets {
+		old := &appsv1.StatefulSet{}
+		found, err := storedObject(a.tx, KindStatefulSet, st.Namespace, st.Name, old)
+		if err != nil {
+			return err
+		}
+		if found {
+			if errs := kinds.ValidateStatefulSetUpdate(st, old); len(errs) > 0 {
+				return a.refused(KindStatefulSet, st.Namespace, st.Name, errs)
+			}
+		}
+		serverFields(&st.ObjectMeta, &old.ObjectMeta, found, !equality.Semantic.DeepEqual(st.Spec, old.Spec), a.now)
+		st.Status = appsv1.StatefulSetStatus{}
+		if err := a.put(KindStatefulSet, st.Namespace, st.Name, st); err != nil {
 			return err
 		}
 	}

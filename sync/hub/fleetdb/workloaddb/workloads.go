@@ -17,6 +17,7 @@ import (
 const (
 	KindDeployment    = "Deployment"
 	KindDaemonSet     = "DaemonSet"
+	KindStatefulSet   = "StatefulSet"
 	KindPriorityClass = "PriorityClass"
 )
 
@@ -28,6 +29,7 @@ const MaxHubPods = 200000
 type Workloads struct {
 	Deployments     []*appsv1.Deployment
 	DaemonSets      []*appsv1.DaemonSet
+	StatefulSets    []*appsv1.StatefulSet
 	PriorityClasses []*schedulingv1.PriorityClass
 }
 
@@ -43,7 +45,7 @@ const (
 func checkWorkloadBounds(tx *sql.Tx) error {
 	var all, daemonSets, replicas int64
 	if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(kind = 'DaemonSet'), 0),
-		COALESCE(SUM(CASE WHEN kind = 'Deployment' THEN json_extract(object, '$.spec.replicas') ELSE 0 END), 0)
+		COALESCE(SUM(CASE WHEN kind IN ('Deployment', 'StatefulSet') THEN json_extract(object, '$.spec.replicas') ELSE 0 END), 0)
 		FROM workloads`).Scan(&all, &daemonSets, &replicas); err != nil {
 		return err
 	}
@@ -53,7 +55,7 @@ func checkWorkloadBounds(tx *sql.Tx) error {
 	case daemonSets > maxDaemonSets:
 		return fmt.Errorf("the hub would hold %d DaemonSets, more than the %d it keeps", daemonSets, maxDaemonSets)
 	case replicas > MaxHubPods:
-		return fmt.Errorf("the Deployments would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, MaxHubPods)
+		return fmt.Errorf("the Deployments and StatefulSets would ask for %d replicas in all, more than the %d pods the hub keeps", replicas, MaxHubPods)
 	}
 	return nil
 }
@@ -158,6 +160,10 @@ func (f *Store) LoadWorkloads() (Workloads, error) {
 			d := &appsv1.DaemonSet{}
 			err = json.Unmarshal(raw, d)
 			w.DaemonSets = append(w.DaemonSets, d)
+		case KindStatefulSet:
+			st := &appsv1.StatefulSet{}
+			err = json.Unmarshal(raw, st)
+			w.StatefulSets = append(w.StatefulSets, st)
 		case KindPriorityClass:
 			pc := &schedulingv1.PriorityClass{}
 			err = json.Unmarshal(raw, pc)

@@ -14,6 +14,12 @@ import (
 // the tolerations it uses has passed since the taint was added (300 s for
 // unreachable and not-ready, from DefaultTolerationSeconds). DaemonSet
 // pods tolerate those two for ever and so never move.
+//
+// A deleted pod on a device cut off may still run there. A Deployment
+// replaces it at once under a new name, so it may run twice during a
+// partition; a StatefulSet's pod keeps its name until the hub knows it
+// stopped (forceDeleteUnreachable, or its device's confirmation), so it
+// never does.
 func (k *controllers) evictTainted() {
 	type tainted struct {
 		n      Node

@@ -17,13 +17,21 @@ type Owners struct {
 	daemonSetUIDs map[string]types.UID
 	// deploymentOf finds a ReplicaSet pod's Deployment by Index.
 	deploymentOf map[string]*appsv1.Deployment
+	// statefulSetOf finds a pod's StatefulSet by Index.
+	statefulSetOf map[string]*appsv1.StatefulSet
 }
 
 // NewOwners indexes the live workloads; of two with one name, the first.
-func NewOwners(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) *Owners {
+func NewOwners(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment, sts ...*appsv1.StatefulSet) *Owners {
 	o := &Owners{
 		deploymentOf:  make(map[string]*appsv1.Deployment, len(ds)),
 		daemonSetUIDs: make(map[string]types.UID, len(dss)),
+		statefulSetOf: make(map[string]*appsv1.StatefulSet, len(sts)),
+	}
+	for _, s := range sts {
+		if k := Index("StatefulSet", s.Namespace, s.Name); o.statefulSetOf[k] == nil {
+			o.statefulSetOf[k] = s
+		}
 	}
 	for _, d := range ds {
 		if k := Index("Deployment", d.Namespace, d.Name); o.deploymentOf[k] == nil {
@@ -62,8 +70,8 @@ func ownerIndex(p *v1.Pod) string {
 		return ""
 	}
 	switch ref.Kind {
-	case "DaemonSet":
-		return Index("DaemonSet", p.Namespace, ref.Name)
+	case "DaemonSet", "StatefulSet":
+		return Index(ref.Kind, p.Namespace, ref.Name)
 	case "ReplicaSet":
 		if d, ok := strings.CutSuffix(ref.Name, "-"+p.Labels[LabelPodTemplateHash]); ok {
 			return Index("Deployment", p.Namespace, d)
@@ -87,6 +95,9 @@ func (o *Owners) Key(p *v1.Pod) string {
 	uid, live := o.daemonSetUIDs[k]
 	if d := o.deploymentOf[k]; d != nil {
 		uid, live = d.UID, true
+	}
+	if s := o.statefulSetOf[k]; s != nil {
+		uid, live = s.UID, true
 	}
 	if !live || ref.UID == "" || uid == "" {
 		return k
@@ -117,9 +128,16 @@ func ownedBy(d *appsv1.Deployment, p *v1.Pod) bool {
 
 // DefaultSelector is the selector the system default spread uses for a
 // pod: its ReplicaSet's (the Deployment's selector and the pod's template
-// hash); nil for pods no ReplicaSet selects (DaemonSet and bare pods, as
-// helper.DefaultSelector finds no Service here).
+// hash) or its StatefulSet's; nil for pods neither selects (DaemonSet and
+// bare pods, as helper.DefaultSelector finds no Service here).
 func (o *Owners) DefaultSelector(p *v1.Pod) labels.Selector {
+	if s := o.statefulSetOf[o.Key(p)]; s != nil {
+		sel, err := metav1.LabelSelectorAsSelector(s.Spec.Selector)
+		if err != nil || sel.Empty() {
+			return nil
+		}
+		return sel
+	}
 	if d := o.deploymentOf[o.Key(p)]; d != nil && ownedBy(d, p) {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || sel.Empty() {

@@ -1,9 +1,12 @@
 // Package workloads is the controllers Kubernetes runs beside its
 // scheduler, over the hub's workloads: the node lifecycle controller's
 // taint-based eviction and the pod garbage collector (pods of devices
-// gone), the DaemonSet controller (a pod per eligible device, rolling
-// updates), the Deployment and ReplicaSet controllers (replicas, rollouts
-// by strategy) and the garbage collector of pods whose workload is gone. They decide which pods to create and delete; the
+// gone, force deletion on fenced devices and past self-fencing leases),
+// the DaemonSet controller (a pod per eligible device, rolling updates),
+// the Deployment and ReplicaSet controllers (replicas, rollouts by
+// strategy), the StatefulSet controller (stable identities, at most one
+// copy of each) and the garbage collector of pods whose workload is
+// gone. They decide which pods to create and delete; the
 // scheduler (the parent package) owns the books and places the pods. The
 // controllers read and change those books only through Cluster.
 package workloads
@@ -48,6 +51,13 @@ const (
 	ReasonNotEligible = "NotEligible"
 	// ReasonOwnerDeleted: the pod's workload is gone.
 	ReasonOwnerDeleted = "OwnerDeleted"
+	// ReasonPodGC: the pod is force-deleted — its device was fenced, or
+	// its self-fencing lease ran out — as Kubernetes' pod garbage
+	// collector force-deletes the pods of an out-of-service node.
+	ReasonPodGC = "DeletionByPodGC"
+	// ReasonStatefulSet: the StatefulSet controller deletes the pod (scale
+	// down, update, a failed pod to recreate).
+	ReasonStatefulSet = "StatefulSet"
 )
 
 // quiet is the logger the toleration helpers want; they log nothing we use.
@@ -63,6 +73,11 @@ type Event struct {
 type Node struct {
 	Name string
 	Node *v1.Node
+	// UnreachableSince is when the hub stopped hearing from the device,
+	// on the hub's clock; zero while it is heard from.
+	UnreachableSince time.Time
+	// Fenced: the operator declared the device dead (fleet.Device.Fenced).
+	Fenced bool
 }
 
 // Pod is a pod as the controllers see it, at the time it is read.
@@ -118,6 +133,9 @@ type Cluster interface {
 	Add(p *v1.Pod)
 	// Delete terminates a pod gracefully.
 	Delete(pod types.NamespacedName, reason, message string)
+	// ForceDelete forgets a pod at once, without waiting for its device
+	// to confirm it stopped; its name stays taken until the next pass.
+	ForceDelete(pod types.NamespacedName, reason, message string)
 	// Event records an event.
 	Event(Event)
 }
@@ -127,6 +145,9 @@ type Pass struct {
 	Now         time.Time
 	DaemonSets  []*appsv1.DaemonSet
 	Deployments []*appsv1.Deployment
+	// StatefulSets are placed like the others, with at most one live
+	// copy of each of their pods' identities.
+	StatefulSets []*appsv1.StatefulSet
 	// Owners are the live workloads the books file pods under.
 	Owners *Owners
 	// MaxPods bounds the pods the books hold (0: no bound); past it a new
@@ -153,9 +174,11 @@ func Sync(c Cluster, pass Pass) {
 		overQuota: map[types.NamespacedName]bool{}}
 	k.deleteLost()
 	k.evictTainted()
+	k.forceDeleteUnreachable()
 	k.runDaemonSets(pass.DaemonSets)
 	k.runDeployments(pass.Deployments)
-	k.deleteOrphans(pass.DaemonSets, pass.Deployments)
+	k.runStatefulSets(pass.StatefulSets)
+	k.deleteOrphans(pass.DaemonSets, pass.Deployments, pass.StatefulSets)
 }
 
 // TemplateHash is a pod template's hash as a label value, the name part
@@ -222,8 +245,11 @@ func (k *controllers) available(p Pod, minReadySeconds int32) bool {
 
 // deleteOrphans deletes pods whose controlling workload is gone, as the
 // garbage collector does.
-func (k *controllers) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment) {
-	live := make(map[string]bool, len(dss)+len(ds))
+func (k *controllers) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deployment, sts []*appsv1.StatefulSet) {
+	live := make(map[string]bool, len(dss)+len(ds)+len(sts))
+	for _, s := range sts {
+		live[Index("StatefulSet", s.Namespace, s.Name)] = true
+	}
 	for _, d := range dss {
 		live[Index("DaemonSet", d.Namespace, d.Name)] = true
 	}
@@ -236,7 +262,7 @@ func (k *controllers) deleteOrphans(dss []*appsv1.DaemonSet, ds []*appsv1.Deploy
 			continue
 		}
 		found := true
-		if ref.Kind == "DaemonSet" || ref.Kind == "ReplicaSet" {
+		if ref.Kind == "DaemonSet" || ref.Kind == "ReplicaSet" || ref.Kind == "StatefulSet" {
 			found = live[k.owners.Key(p.Pod)]
 		}
 		if !found {

@@ -55,6 +55,14 @@ func (b *books) Delete(k types.NamespacedName, reason, _ string) {
 		}
 	}
 }
+func (b *books) ForceDelete(k types.NamespacedName, reason, _ string) {
+	b.deleted[k.Name] = "force " + reason
+	for i := range b.pods {
+		if b.pods[i].Key == k {
+			b.pods[i].Terminating = true
+		}
+	}
+}
 func (b *books) Event(e Event) { b.events = append(b.events, e) }
 
 func web(replicas int32) *appsv1.Deployment {

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const statefulSetYAML = `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      runtimeClassName: process
+      terminationGracePeriodSeconds: 1
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      containers:
+      - name: main
+        image: host
+        command: ["sh", "-c", "exec sleep 1004"]
+`
+
+// A StatefulSet's pod never runs twice: its device's daemon killed (the
+// keeper keeps the pod running), the pod is deleted at the hub after its
+// 5 s toleration but made nowhere else; when the daemon comes back it
+// stops the pod, confirms, and only then is db-0 made again, once.
+func TestPodhubStatefulSetPodNeverRunsTwice(t *testing.T) {
+	h := newPodhub(t)
+	ids, daemons, _ := startFleet(t, h, 3)
+	file := filepath.Join(t.TempDir(), "db.yaml")
+	os.WriteFile(file, []byte(statefulSetYAML), 0o644)
+	if out, code := h.cli("apply", "-f", file); code != 0 || !strings.Contains(out, "1 statefulset(s)") {
+		t.Fatalf("apply: %d %s", code, out)
+	}
+	placed := waitForValue(t, 60*time.Second, "db-0 Running",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool { return len(m["db"]) == 1 })
+	lost := placed["db"][0]
+	if out, _ := h.cli("get", "sts"); !strings.Contains(out, "db") || !strings.Contains(out, "1/1") {
+		t.Errorf("get sts:\n%s", out)
+	}
+	// Its daemon is killed; the keeper keeps db-0 running.
+	daemons[lost].stop(syscall.SIGKILL)
+	waitForLong(t, 30*time.Second, "db-0 terminating at the hub", func() bool {
+		_, all := hubPodsByApp(t, h)
+		for _, p := range all {
+			if p.Name == "db-0" && p.Spec.NodeName == lost && p.DeletionTimestamp != nil {
+				return true
+			}
+		}
+		return false
+	})
+	// Twenty seconds past the toleration, no other device has db-0.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		_, all := hubPodsByApp(t, h)
+		for _, p := range all {
+			if p.Name == "db-0" && p.Spec.NodeName != lost {
+				t.Fatalf("db-0 made again on %s while %s may still run it", p.Spec.NodeName, lost)
+			}
+		}
+		for _, id := range ids {
+			if id == lost {
+				continue
+			}
+			if out, _, _ := daemons[id].cli("get", "pods"); strings.Contains(out, "db-0") {
+				t.Fatalf("db-0 on %s while %s still runs it:\n%s", id, lost, out)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	// The daemon comes back: it stops db-0 (the hub no longer wants it
+	// there), confirms, and db-0 is made again, once.
+	daemons[lost].start()
+	waitForValue(t, 60*time.Second, "db-0 Running once, nothing terminating",
+		func() []string {
+			m, all := hubPodsByApp(t, h)
+			for _, p := range all {
+				if p.DeletionTimestamp != nil {
+					return append(m["db"], "terminating on "+p.Spec.NodeName)
+				}
+			}
+			return m["db"]
+		},
+		func(on []string) bool { return len(on) == 1 && !strings.HasPrefix(on[0], "terminating") })
+	running := 0
+	for _, id := range ids {
+		if out, _, _ := daemons[id].cli("get", "pods"); strings.Contains(out, "db-0") && strings.Contains(out, "Running") {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Errorf("db-0 Running on %d devices, want 1", running)
+	}
+}
