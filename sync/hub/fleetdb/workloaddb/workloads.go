@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -29,6 +30,7 @@ type Workloads struct {
 	Deployments     []*appsv1.Deployment
 	DaemonSets      []*appsv1.DaemonSet
 	PriorityClasses []*schedulingv1.PriorityClass
+	PDBs            []*policyv1.PodDisruptionBudget
 }
 
 // Bounds on what the hub is asked to keep: every replica and every
@@ -162,6 +164,10 @@ func (f *Store) LoadWorkloads() (Workloads, error) {
 			pc := &schedulingv1.PriorityClass{}
 			err = json.Unmarshal(raw, pc)
 			w.PriorityClasses = append(w.PriorityClasses, pc)
+		case KindPDB:
+			pdb := &policyv1.PodDisruptionBudget{}
+			err = json.Unmarshal(raw, pdb)
+			w.PDBs = append(w.PDBs, pdb)
 		}
 		if err != nil {
 			return w, fmt.Errorf("stored %s: %w", kind, err)

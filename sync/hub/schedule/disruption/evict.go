@@ -159,3 +159,30 @@ func Ignorable(p workloads.Pod) bool {
 	}
 	return p.Terminating || p.Node == ""
 }
+
+// targetMessages are the DisruptionTarget messages Kubernetes writes for
+// each reason.
+var targetMessages = map[string]string{
+	"PreemptionByScheduler":  "default-scheduler: preempting to accommodate a higher priority pod",
+	"DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+	"DeletionByPodGC":        "PodGC: node no longer exists",
+	ReasonEvictionAPI:        "Eviction API: evicting",
+}
+
+// SetTarget gives a pod the DisruptionTarget=True condition with the
+// reason and Kubernetes' message for it, as the component that disrupts
+// it does before deleting it.
+func SetTarget(p *v1.Pod, reason string, now time.Time) {
+	cond := v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reason,
+		Message: targetMessages[reason], LastTransitionTime: metav1.NewTime(now)}
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == v1.DisruptionTarget {
+			if c.Status == v1.ConditionTrue {
+				cond.LastTransitionTime = c.LastTransitionTime
+			}
+			*c = cond
+			return
+		}
+	}
+	p.Status.Conditions = append(p.Status.Conditions, cond)
+}
