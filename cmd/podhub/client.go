@@ -148,10 +148,11 @@ func (c *cli) get(args []string) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(p.Annotations[fleetdb.AnnotationDevice]), p.Namespace, p.Name, r.Ready, r.Status, r.Restarts, r.Age)
 		}
 		return w.Flush()
-	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc":
+	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "priorityclasses", "priorityclass", "pc",
+		"poddisruptionbudgets", "poddisruptionbudget", "pdb":
 		return c.getWorkloads(pos[0], *output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, priorityclasses)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, priorityclasses, pdb)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {

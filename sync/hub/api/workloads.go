@@ -28,6 +28,7 @@ type ObjectsApplied struct {
 	Deployments     int `json:"deployments"`
 	DaemonSets      int `json:"daemonSets"`
 	PriorityClasses int `json:"priorityClasses"`
+	PDBs            int `json:"podDisruptionBudgets"`
 }
 
 // CordonRequest cordons (true) or uncordons a device.
@@ -44,6 +45,7 @@ type TaintRequest struct {
 // workloadKinds maps the API's path names to stored kinds.
 var workloadKinds = map[string]string{
 	"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet, "priorityclasses": workloaddb.KindPriorityClass,
+	"poddisruptionbudgets": workloaddb.KindPDB,
 }
 
 func (a *API) workloadRoutes(mux *http.ServeMux) {
@@ -117,7 +119,7 @@ func workloadKind(name string) (string, error) {
 	if k, ok := workloadKinds[name]; ok {
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses): %w", name, fleetdb.ErrNotFound)
+	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, priorityclasses, poddisruptionbudgets): %w", name, fleetdb.ErrNotFound)
 }
 
 // applyObjects decodes a file strictly, all or nothing, and stores it for
@@ -142,7 +144,7 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 	}
 	a.Scheduler.Reschedule()
 	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
-		PriorityClasses: len(objs.PriorityClasses)}, nil
+		PriorityClasses: len(objs.PriorityClasses), PDBs: len(objs.PDBs)}, nil
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's
@@ -180,6 +182,11 @@ func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 			d.Status.ObservedGeneration = d.Generation
 			d.Kind, d.APIVersion = workloaddb.KindDaemonSet, "apps/v1"
 			add(d)
+		}
+	case workloaddb.KindPDB:
+		for _, pdb := range w.PDBs {
+			pdb.Kind, pdb.APIVersion = workloaddb.KindPDB, "policy/v1"
+			add(pdb)
 		}
 	case workloaddb.KindPriorityClass:
 		for _, pc := range w.PriorityClasses {
@@ -266,6 +273,7 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 					m.Status.Reason = "NodeLost"
 				}
 			}
+			withDisruptionTarget(m, p)
 			continue
 		}
 		cp := *p
@@ -279,4 +287,20 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 		mirrors = append(mirrors, cp)
 	}
 	return mirrors, nil
+}
+
+// withDisruptionTarget gives a mirror pod the hub's DisruptionTarget
+// condition (the hub disrupted the pod), unless its device reported one
+// of its own (TerminationByKubelet: the device disrupted it).
+func withDisruptionTarget(m, hub *v1.Pod) {
+	for _, c := range m.Status.Conditions {
+		if c.Type == v1.DisruptionTarget {
+			return
+		}
+	}
+	for _, c := range hub.Status.Conditions {
+		if c.Type == v1.DisruptionTarget {
+			m.Status.Conditions = append(m.Status.Conditions, c)
+		}
+	}
 }
