@@ -3,9 +3,13 @@ package hub_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -157,3 +161,68 @@ func TestConcurrentEvictionsSpendOneDisruption(t *testing.T) {
 }
 
 func itoa(n int32) string { b, _ := json.Marshal(n); return string(b) }
+
+func httpDo(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The API lists budgets with their status, answers an eviction as the
+// API server does (429 with the budget's cause; 200 once allowed), and
+// get pods shows the evicted pod's DisruptionTarget.
+func TestEvictionAPI(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b", "d3": "c"})
+	r.apply(budgetedWeb)
+	r.pass()
+	r.pass()
+	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
+	defer srv.Close()
+	code, body := httpDo(t, "GET", srv.URL+"/v1/workloads/poddisruptionbudgets", "")
+	var list []policyv1.PodDisruptionBudget
+	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list) != 1 || list[0].Kind != "PodDisruptionBudget" ||
+		list[0].APIVersion != "policy/v1" || list[0].Status.ExpectedPods != 3 {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	pods, _ := r.hub.Workloads().HubPods()
+	r.reportReady(pods)
+	url := srv.URL + "/v1/pods/default/" + pods[0].Name + "/eviction"
+	eviction := `{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "` + pods[0].Name + `", "namespace": "default"}}`
+	code, body = httpDo(t, "POST", url, eviction)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, `"error":"Cannot evict pod as it would violate the pod's disruption budget."`) ||
+		!strings.Contains(body, `"budget":"web"`) || !strings.Contains(body, "The disruption budget web needs 2 healthy pods") {
+		t.Fatalf("refused eviction: %d %s", code, body)
+	}
+	if code, body = httpDo(t, "POST", srv.URL+"/v1/pods/default/other/eviction", eviction); code != http.StatusBadRequest ||
+		!strings.Contains(body, "name in URL does not match name in Eviction object") {
+		t.Fatalf("name mismatch: %d %s", code, body)
+	}
+	if code, _ = httpDo(t, "POST", srv.URL+"/v1/pods/default/nothing/eviction", `{"metadata": {"name": "nothing"}}`); code != http.StatusNotFound {
+		t.Fatalf("unknown pod: %d", code)
+	}
+	// The budget deleted, the eviction goes through.
+	if code, body = httpDo(t, "DELETE", srv.URL+"/v1/workloads/poddisruptionbudgets/default/web", ""); code != 200 {
+		t.Fatalf("delete budget: %d %s", code, body)
+	}
+	if code, body = httpDo(t, "POST", url, eviction); code != 200 {
+		t.Fatalf("eviction without a budget: %d %s", code, body)
+	}
+	code, body = httpDo(t, "GET", srv.URL+"/v1/pods?device="+pods[0].Spec.NodeName, "")
+	var podList v1.PodList
+	json.Unmarshal([]byte(body), &podList)
+	found := false
+	for _, p := range podList.Items {
+		for _, c := range p.Status.Conditions {
+			found = found || (p.Name == pods[0].Name && c.Type == v1.DisruptionTarget && c.Reason == "EvictionByEvictionAPI")
+		}
+	}
+	if code != 200 || !found {
+		t.Fatalf("get pods shows no DisruptionTarget on %s: %s", pods[0].Name, body)
+	}
+}
