@@ -76,7 +76,7 @@ func newDrainer(f *fakeHub) (*drainer, *bytes.Buffer, *bytes.Buffer) {
 
 func TestDrainRetriesWhileTheBudgetRefuses(t *testing.T) {
 	f := &fakeHub{pods: []v1.Pod{hubPod("web-a", "ReplicaSet"), hubPod("agent-x", "DaemonSet")}, refuse: map[string]int{"web-a": 2}}
-	d, out, errOut := newDrainer(f)
+	d, _, _ := newDrainer(f)
 	if err := d.run(context.Background()); err == nil || err.Error() !=
 		`unable to drain device "gw-1" due to error: cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): default/agent-x` {
 		t.Fatalf("DaemonSet pod without --ignore-daemonsets: %v", err)
@@ -84,7 +84,7 @@ func TestDrainRetriesWhileTheBudgetRefuses(t *testing.T) {
 	if !f.cordoned {
 		t.Fatal("not cordoned first")
 	}
-	d, out, errOut = newDrainer(f)
+	d, out, errOut := newDrainer(f)
 	d.ignoreDaemonSets = true
 	if err := d.run(context.Background()); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func (r *schedRig) reportReady(pods []*v1.Pod) {
 	seq := map[string]int64{}
 	for _, p := range pods {
 		m := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels},
-			Spec: v1.PodSpec{NodeName: p.Spec.NodeName},
+			Spec:   v1.PodSpec{NodeName: p.Spec.NodeName},
 			Status: v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}}
 		dev := p.Spec.NodeName
 		b := &protocol.StatusBatch{Device: dev, Epoch: "e1", After: seq[dev],

@@ -33,7 +33,7 @@ func ptr[T any](v T) *T { return &v }
 func webPod(name string, ready bool) workloads.Pod {
 	yes := true
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
-		Labels: map[string]string{"app": "web", workloads.LabelPodTemplateHash: "h"},
+		Labels:          map[string]string{"app": "web", workloads.LabelPodTemplateHash: "h"},
 		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-h", UID: "w-h", Controller: &yes}}}}
 	return workloads.Pod{Pod: p, Key: types.NamespacedName{Namespace: "default", Name: name}, Node: "d1",
 		Observed: workloads.Observed{Reported: true, Phase: v1.PodRunning, Ready: ready}}
@@ -229,7 +229,10 @@ func TestEvictionRules(t *testing.T) {
 	}
 	stale := status(budget("web", ptr(intstr.FromInt32(0)), nil))
 	stale.Generation = 2
-	if r := refusal(t, func() error { _, err := Check(pods[0].Pod, true, false, []*policyv1.PodDisruptionBudget{stale}); return err }()); !strings.Contains(r.Cause, "still being processed") {
+	if r := refusal(t, func() error {
+		_, err := Check(pods[0].Pod, true, false, []*policyv1.PodDisruptionBudget{stale})
+		return err
+	}()); !strings.Contains(r.Cause, "still being processed") {
 		t.Fatalf("stale: %+v", r)
 	}
 }
