@@ -206,6 +206,10 @@ func TestEvictionAPI(t *testing.T) {
 	if code, _ = httpDo(t, "POST", srv.URL+"/v1/pods/default/nothing/eviction", `{"metadata": {"name": "nothing"}}`); code != http.StatusNotFound {
 		t.Fatalf("unknown pod: %d", code)
 	}
+	// describe reads the budget as the passes store it.
+	if code, body = httpDo(t, "GET", srv.URL+"/v1/workloads/poddisruptionbudgets/default/web", ""); code != 200 || !strings.Contains(body, `"expectedPods":3`) {
+		t.Fatalf("describe budget: %d %s", code, body)
+	}
 	// The budget deleted, the eviction goes through.
 	if code, body = httpDo(t, "DELETE", srv.URL+"/v1/workloads/poddisruptionbudgets/default/web", ""); code != 200 {
 		t.Fatalf("delete budget: %d %s", code, body)

@@ -51,7 +51,7 @@ func storePDBStatus(tx *sql.Tx, pdbs []*policyv1.PodDisruptionBudget) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(`UPDATE workloads SET object = json_set(object, '$.status', json(?))
+		if _, err := tx.Exec(`UPDATE workloads SET object = CAST(json_set(object, '$.status', json(?)) AS BLOB)
 			WHERE kind = ? AND namespace = ? AND name = ? AND json_extract(object, '$.metadata.uid') = ?`,
 			raw, KindPDB, pdb.Namespace, pdb.Name, string(pdb.UID)); err != nil {
 			return err
