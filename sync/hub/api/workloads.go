@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
@@ -289,18 +291,49 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 	return mirrors, nil
 }
 
-// withDisruptionTarget gives a mirror pod the hub's DisruptionTarget
-// condition (the hub disrupted the pod), unless its device reported one
-// of its own (TerminationByKubelet: the device disrupted it).
+// withDisruptionTarget gives a mirror pod the DisruptionTarget condition
+// of whoever disrupted it: its device, which stopped it as the kubelet
+// does (TerminationByKubelet: a node-pressure eviction, a preemption
+// for a critical pod, a shutdown; the condition's message is the
+// pod's), or else the hub (the hub pod's condition). A condition the
+// device reported itself stays.
 func withDisruptionTarget(m, hub *v1.Pod) {
 	for _, c := range m.Status.Conditions {
 		if c.Type == v1.DisruptionTarget {
 			return
 		}
 	}
+	if kubeletDisrupted(m) {
+		t := metav1.Now()
+		for _, c := range m.Status.Conditions {
+			if c.Type == v1.PodReady {
+				t = c.LastTransitionTime
+			}
+		}
+		m.Status.Conditions = append(m.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: v1.PodReasonTerminationByKubelet, Message: m.Status.Message, LastTransitionTime: t})
+		return
+	}
 	for _, c := range hub.Status.Conditions {
 		if c.Type == v1.DisruptionTarget {
 			m.Status.Conditions = append(m.Status.Conditions, c)
 		}
 	}
+}
+
+// kubeletDisrupted: the device failed a pod that ran, as the kubelet's
+// eviction manager (Evicted), critical-pod preemption (Preempting) or
+// graceful shutdown (Terminated) does; an admission refusal (Evicted
+// for a condition the node had) is no disruption of a running pod.
+func kubeletDisrupted(m *v1.Pod) bool {
+	if m.Status.Phase != v1.PodFailed {
+		return false
+	}
+	switch m.Status.Reason {
+	case "Evicted":
+		return !strings.HasPrefix(m.Status.Message, "The node had condition:")
+	case "Preempting", "Terminated":
+		return true
+	}
+	return false
 }
