@@ -182,7 +182,9 @@ func TestEvictionAPI(t *testing.T) {
 	r.apply(budgetedWeb)
 	r.pass()
 	r.pass()
-	srv := httptest.NewServer(r.hub.API(30 * time.Second).Handler())
+	a := r.hub.API(30 * time.Second)
+	a.Now = func() time.Time { return r.now }
+	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 	code, body := httpDo(t, "GET", srv.URL+"/v1/workloads/poddisruptionbudgets", "")
 	var list []policyv1.PodDisruptionBudget

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"encoding/json"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -21,7 +20,7 @@ func (s *Scheduler) Evict(key types.NamespacedName, grace *int64, now time.Time)
 	e := workloaddb.Eviction{GracePeriodSeconds: grace}
 	device, err := s.workloads.HubPodDevice(key)
 	if err == nil && device != "" {
-		e.Phase, e.Healthy, err = s.reported(device, key)
+		e.Phase, e.Healthy, err = s.reported(device, key, now)
 	}
 	var p *v1.Pod
 	if err == nil {
@@ -35,19 +34,17 @@ func (s *Scheduler) Evict(key types.NamespacedName, grace *int64, now time.Time)
 }
 
 // reported is what a device last reported of a pod: its phase ("" for
-// none) and whether it is Ready.
-func (s *Scheduler) reported(device string, key types.NamespacedName) (v1.PodPhase, bool, error) {
-	mirrors, err := s.fleet.Mirrors(device)
+// none) and whether it is Ready. A device not Ready reports nothing
+// true: its pods are Unknown and not Ready, as the node lifecycle
+// controller marks a lost node's pods.
+func (s *Scheduler) reported(device string, key types.NamespacedName, now time.Time) (v1.PodPhase, bool, error) {
+	mirrors, err := s.fleet.MirrorPods(device, now, s.cfg.DeviceTimeout)
 	if err != nil {
 		return "", false, err
 	}
-	for _, m := range mirrors {
-		if m.Key != key.Namespace+"/"+key.Name {
+	for _, p := range mirrors {
+		if p.Namespace != key.Namespace || p.Name != key.Name {
 			continue
-		}
-		p := &v1.Pod{}
-		if err := json.Unmarshal(m.Pod, p); err != nil {
-			return "", false, nil // unreadable: not reported
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == v1.PodReady {

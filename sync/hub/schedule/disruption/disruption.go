@@ -67,13 +67,10 @@ func Sync(in Input) Result {
 	}
 	c := &controller{now: in.Now, scales: scales}
 	res := Result{PDBs: make([]*policyv1.PodDisruptionBudget, len(in.PDBs)), Changed: make([]bool, len(in.PDBs))}
-	byNamespace := map[string][]workloads.Pod{}
-	for _, p := range in.Pods {
-		byNamespace[p.Pod.Namespace] = append(byNamespace[p.Pod.Namespace], p)
-	}
+	idx := newPodIndex(in.Pods)
 	for i, pdb := range in.PDBs {
 		out := pdb.DeepCopy()
-		if err := c.sync(out, byNamespace[pdb.Namespace]); err != nil {
+		if err := c.sync(out, idx); err != nil {
 			c.failSafe(out, err)
 		}
 		res.PDBs[i] = out
@@ -93,14 +90,49 @@ func (c *controller) event(pdb *policyv1.PodDisruptionBudget, typ, reason, messa
 	c.events = append(c.events, workloads.Event{Kind: Kind, Namespace: pdb.Namespace, Name: pdb.Name, Type: typ, Reason: reason, Message: message})
 }
 
+// podIndex finds the pods of a namespace, and those with a label
+// value, so that a fleet of budgets does not scan every pod for each.
+type podIndex struct {
+	byNamespace map[string][]workloads.Pod
+	byLabel     map[string][]workloads.Pod // namespace/key=value
+}
+
+func newPodIndex(pods []workloads.Pod) *podIndex {
+	x := &podIndex{byNamespace: map[string][]workloads.Pod{}, byLabel: map[string][]workloads.Pod{}}
+	for _, p := range pods {
+		ns := p.Pod.Namespace
+		x.byNamespace[ns] = append(x.byNamespace[ns], p)
+		for k, v := range p.Pod.Labels {
+			x.byLabel[ns+"/"+k+"="+v] = append(x.byLabel[ns+"/"+k+"="+v], p)
+		}
+	}
+	return x
+}
+
+// candidates are the pods a selector may match: those with the rarest
+// of its matchLabels, else every pod of the namespace.
+func (x *podIndex) candidates(namespace string, sel *metav1.LabelSelector) []workloads.Pod {
+	if sel == nil || len(sel.MatchLabels) == 0 {
+		return x.byNamespace[namespace]
+	}
+	var best []workloads.Pod
+	first := true
+	for k, v := range sel.MatchLabels {
+		if c := x.byLabel[namespace+"/"+k+"="+v]; first || len(c) < len(best) {
+			best, first = c, false
+		}
+	}
+	return best
+}
+
 // selected are the pods of the namespace the budget's selector matches.
-func selected(pdb *policyv1.PodDisruptionBudget, pods []workloads.Pod) ([]workloads.Pod, error) {
+func selected(pdb *policyv1.PodDisruptionBudget, idx *podIndex) ([]workloads.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	if err != nil {
 		return nil, err
 	}
 	var out []workloads.Pod
-	for _, p := range pods {
+	for _, p := range idx.candidates(pdb.Namespace, pdb.Spec.Selector) {
 		if sel.Matches(labels.Set(p.Pod.Labels)) {
 			out = append(out, p)
 		}
@@ -110,8 +142,8 @@ func selected(pdb *policyv1.PodDisruptionBudget, pods []workloads.Pod) ([]worklo
 
 // sync is trySync: the pods, the expected count, the healthy ones, the
 // status.
-func (c *controller) sync(pdb *policyv1.PodDisruptionBudget, nsPods []workloads.Pod) error {
-	pods, err := selected(pdb, nsPods)
+func (c *controller) sync(pdb *policyv1.PodDisruptionBudget, idx *podIndex) error {
+	pods, err := selected(pdb, idx)
 	if err != nil {
 		c.event(pdb, v1.EventTypeWarning, "NoPods", fmt.Sprintf("Failed to get pods: %v", err))
 		return err
