@@ -232,3 +232,29 @@ func TestEvictionAPI(t *testing.T) {
 		t.Fatalf("get pods shows no DisruptionTarget on %s: %s", pods[0].Name, body)
 	}
 }
+
+// A pod of a device the hub no longer hears from is not Ready, as the
+// node lifecycle controller marks a lost node's pods: a budget that lets
+// unhealthy pods go (AlwaysAllow) lets it be evicted without spending,
+// where the same pod reported Ready is refused.
+func TestEvictionOfALostDevicesPod(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"d1": "a", "d2": "b", "d3": "c"})
+	r.apply(strings.Replace(budgetedWeb, "minAvailable: 2", "minAvailable: 2\n  unhealthyPodEvictionPolicy: AlwaysAllow", 1))
+	r.pass()
+	r.pass()
+	pods, _ := r.hub.Workloads().HubPods()
+	r.reportReady(pods)
+	key := types.NamespacedName{Namespace: "default", Name: pods[0].Name}
+	var refusal *disruption.Refusal
+	if _, err := r.hub.Evict(key, nil, r.now); !errors.As(err, &refusal) {
+		t.Fatalf("a Ready pod under a budget with no room: %v", err)
+	}
+	r.now = r.now.Add(time.Minute) // past the 30 s device timeout
+	p, err := r.hub.Evict(key, nil, r.now)
+	if err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("the lost device's pod: %v", err)
+	}
+	if st := r.storedPDB("web").Status; st.DisruptedPods != nil {
+		t.Fatalf("an unhealthy pod's eviction was charged: %+v", st)
+	}
+}

@@ -14,6 +14,8 @@ func (s *state) syncBudgets(in Input) workloads.Budgets {
 	if len(in.PDBs) == 0 {
 		return nil // an untyped nil: no budgets
 	}
+	// The workloads with a scale: Deployments (StatefulSets join them,
+	// Kind "StatefulSet", when the pass has them).
 	scales := make([]disruption.Scale, 0, len(in.Deployments))
 	for _, d := range in.Deployments {
 		n := int32(1)
