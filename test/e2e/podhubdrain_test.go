@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
@@ -49,7 +51,7 @@ spec:
 // The budget has no room either way: it wants both pods. Whether it has
 // room once a third replica is ready depends on the hub reading its
 // devices' readiness (Input.Observed); until then it counts no pod
-// healthy, so room is made here by deleting the budget.
+// healthy, and room is made by deleting the budget.
 func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 	h := newPodhub(t)
 	startFleet(t, h, 2)
@@ -108,8 +110,36 @@ func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 		t.Errorf("describe pdb:\n%s", out)
 	}
 
-	if out, code := h.cli("delete", "pdb", "web"); code != 0 || !strings.Contains(out, `poddisruptionbudget.policy "web" deleted`) {
-		t.Fatalf("delete pdb: %d %s", code, out)
+	// Room for one disruption: a third replica, on dev-2 (dev-1 is
+	// cordoned). Once the hub reads its devices' readiness the budget
+	// counts 3 healthy pods and the drain goes on; until then it counts
+	// none, and the budget has to go.
+	os.WriteFile(file, []byte(strings.Replace(drainYAML, "replicas: 2", "replicas: 3", 1)), 0o644)
+	if out, code := h.cli("apply", "-f", file); code != 0 {
+		t.Fatalf("scale to 3: %s", out)
+	}
+	waitForValue(t, 60*time.Second, "three web pods Running",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool { return len(m["web"]) == 3 })
+	healthy := func() int32 {
+		out, _ := h.cli("get", "pdb", "-o", "json")
+		var list []policyv1.PodDisruptionBudget
+		if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 {
+			return -1
+		}
+		return list[0].Status.CurrentHealthy
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for healthy() < 3 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := healthy(); got >= 3 {
+		t.Logf("the budget counts %d healthy pods: the scale-up makes room", got)
+	} else {
+		t.Logf("the budget counts %d healthy pods (no readiness from the devices at the hub yet): deleting it", got)
+		if out, code := h.cli("delete", "pdb", "web"); code != 0 || !strings.Contains(out, `poddisruptionbudget.policy "web" deleted`) {
+			t.Fatalf("delete pdb: %d %s", code, out)
+		}
 	}
 	select {
 	case err := <-done:
@@ -125,8 +155,8 @@ func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 		}
 	}
 	m, all := hubPodsByApp(t, h)
-	if len(m["agent"]) != 2 {
-		t.Errorf("the DaemonSet pods were touched: %v", m["agent"])
+	if len(m["agent"]) != 2 || len(m["web"]) != 2 || m["web"][0] != "dev-2" || m["web"][1] != "dev-2" {
+		t.Errorf("after the drain: agent on %v (want both devices), web on %v (want two on dev-2)", m["agent"], m["web"])
 	}
 	for _, p := range all {
 		if p.Name == web {
