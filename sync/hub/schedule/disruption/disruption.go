@@ -93,17 +93,19 @@ func (c *controller) event(pdb *policyv1.PodDisruptionBudget, typ, reason, messa
 // podIndex finds the pods of a namespace, and those with a label
 // value, so that a fleet of budgets does not scan every pod for each.
 type podIndex struct {
-	byNamespace map[string][]workloads.Pod
-	byLabel     map[string][]workloads.Pod // namespace/key=value
+	pods        []workloads.Pod
+	byNamespace map[string][]int32
+	byLabel     map[string][]int32 // namespace/key=value
 }
 
 func newPodIndex(pods []workloads.Pod) *podIndex {
-	x := &podIndex{byNamespace: map[string][]workloads.Pod{}, byLabel: map[string][]workloads.Pod{}}
-	for _, p := range pods {
+	x := &podIndex{pods: pods, byNamespace: map[string][]int32{}, byLabel: map[string][]int32{}}
+	for i, p := range pods {
 		ns := p.Pod.Namespace
-		x.byNamespace[ns] = append(x.byNamespace[ns], p)
+		x.byNamespace[ns] = append(x.byNamespace[ns], int32(i))
 		for k, v := range p.Pod.Labels {
-			x.byLabel[ns+"/"+k+"="+v] = append(x.byLabel[ns+"/"+k+"="+v], p)
+			key := ns + "/" + k + "=" + v
+			x.byLabel[key] = append(x.byLabel[key], int32(i))
 		}
 	}
 	return x
@@ -111,11 +113,11 @@ func newPodIndex(pods []workloads.Pod) *podIndex {
 
 // candidates are the pods a selector may match: those with the rarest
 // of its matchLabels, else every pod of the namespace.
-func (x *podIndex) candidates(namespace string, sel *metav1.LabelSelector) []workloads.Pod {
+func (x *podIndex) candidates(namespace string, sel *metav1.LabelSelector) []int32 {
 	if sel == nil || len(sel.MatchLabels) == 0 {
 		return x.byNamespace[namespace]
 	}
-	var best []workloads.Pod
+	var best []int32
 	first := true
 	for k, v := range sel.MatchLabels {
 		if c := x.byLabel[namespace+"/"+k+"="+v]; first || len(c) < len(best) {
@@ -132,8 +134,8 @@ func selected(pdb *policyv1.PodDisruptionBudget, idx *podIndex) ([]workloads.Pod
 		return nil, err
 	}
 	var out []workloads.Pod
-	for _, p := range idx.candidates(pdb.Namespace, pdb.Spec.Selector) {
-		if sel.Matches(labels.Set(p.Pod.Labels)) {
+	for _, i := range idx.candidates(pdb.Namespace, pdb.Spec.Selector) {
+		if p := idx.pods[i]; sel.Matches(labels.Set(p.Pod.Labels)) {
 			out = append(out, p)
 		}
 	}
