@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -42,5 +41,4 @@ func BenchmarkSync1000Budgets(b *testing.B) {
 			b.Fatalf("status %+v", res.PDBs[0].Status)
 		}
 	}
-	_ = policyv1.DisruptionAllowedCondition
 }
