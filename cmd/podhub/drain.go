@@ -30,8 +30,9 @@ type drainer struct {
 	api         caller
 	out, errOut io.Writer
 	device      string
-	// ignoreDaemonSets, force and disableEviction are kubectl's flags.
-	ignoreDaemonSets, force, disableEviction bool
+	// ignoreDaemonSets, deleteEmptyDir, force and disableEviction are
+	// kubectl's flags.
+	ignoreDaemonSets, deleteEmptyDir, force, disableEviction bool
 	// timeout bounds the whole drain (0: none); grace is the deletion's
 	// grace period (negative: the pod's own).
 	timeout time.Duration
@@ -46,6 +47,7 @@ func (c *cli) drain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	d := &drainer{out: c.out, errOut: c.errOut, retry: 5 * time.Second, poll: time.Second}
 	fs.BoolVar(&d.ignoreDaemonSets, "ignore-daemonsets", false, "ignore DaemonSet-managed pods")
+	fs.BoolVar(&d.deleteEmptyDir, "delete-emptydir-data", false, "continue even if there are pods using emptyDir (their data goes with them)")
 	fs.BoolVar(&d.force, "force", false, "continue even if there are pods that do not declare a controller")
 	fs.BoolVar(&d.disableEviction, "disable-eviction", false, "delete pods instead of evicting them, bypassing PodDisruptionBudgets")
 	fs.DurationVar(&d.timeout, "timeout", 0, "give up after this long (0: wait for ever)")
@@ -55,7 +57,7 @@ func (c *cli) drain(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 2 || pos[0] != "device" {
-		return errors.New("usage: podhub drain device ID [--ignore-daemonsets] [--force] [--disable-eviction] [--timeout D] [--grace-period N]")
+		return errors.New("usage: podhub " + synopses["drain"])
 	}
 	d.api, d.device = c.client(), pos[1]
 	return d.run(ctx)
@@ -106,47 +108,66 @@ func (d *drainer) run(ctx context.Context) error {
 }
 
 // filter is kubectl's pod filters: DaemonSet pods are refused unless
-// ignored (they would come back at once), pods without a controller
-// unless forced (nothing would make them again).
+// ignored (they would come back at once), pods with emptyDir data unless
+// it may go, pods without a controller unless forced (nothing would make
+// them again); pods that ended go freely.
 func (d *drainer) filter(pods []v1.Pod) ([]v1.Pod, error) {
 	var keep []v1.Pod
-	var daemons, bare []string
+	var daemons, local, bare []string
 	for _, p := range pods {
 		name := p.Namespace + "/" + p.Name
+		ended := p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 		ref := metav1.GetControllerOfNoCopy(&p)
-		switch {
-		case ref != nil && ref.Kind == "DaemonSet":
+		if ref != nil && ref.Kind == "DaemonSet" && !ended {
 			daemons = append(daemons, name)
 			continue
-		case ref == nil:
+		}
+		if !ended && hasEmptyDir(&p) {
+			local = append(local, name)
+		}
+		if ref == nil && !ended {
 			bare = append(bare, name)
 		}
 		keep = append(keep, p)
 	}
-	var fatal []string
-	if len(daemons) > 0 && !d.ignoreDaemonSets {
-		fatal = append(fatal, "cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): "+strings.Join(daemons, ", "))
-	}
-	if len(bare) > 0 && !d.force {
-		fatal = append(fatal, "cannot delete Pods that declare no controller (use --force to override): "+strings.Join(bare, ", "))
-	}
-	if len(fatal) > 0 {
-		if len(fatal) == 1 {
-			return nil, errors.New(fatal[0])
+	var fatal, warnings []string
+	for _, f := range []struct {
+		pods          []string
+		allowed       bool
+		fatal, warned string
+	}{
+		{daemons, d.ignoreDaemonSets, "cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore)", "ignoring DaemonSet-managed Pods"},
+		{local, d.deleteEmptyDir, "cannot delete Pods with local storage (use --delete-emptydir-data to override)", "deleting Pods with local storage"},
+		{bare, d.force, "cannot delete Pods that declare no controller (use --force to override)", "deleting Pods that declare no controller"},
+	} {
+		switch {
+		case len(f.pods) == 0:
+		case !f.allowed:
+			fatal = append(fatal, f.fatal+": "+strings.Join(f.pods, ", "))
+		default:
+			warnings = append(warnings, f.warned+": "+strings.Join(f.pods, ", "))
 		}
+	}
+	switch len(fatal) {
+	case 0:
+	case 1:
+		return nil, errors.New(fatal[0])
+	default:
 		return nil, fmt.Errorf("[%s]", strings.Join(fatal, ", "))
-	}
-	var warnings []string
-	if len(daemons) > 0 {
-		warnings = append(warnings, "ignoring DaemonSet-managed Pods: "+strings.Join(daemons, ", "))
-	}
-	if len(bare) > 0 {
-		warnings = append(warnings, "deleting Pods that declare no controller: "+strings.Join(bare, ", "))
 	}
 	if len(warnings) > 0 {
 		d.printf(d.errOut, "Warning: %s\n", strings.Join(warnings, "; "))
 	}
 	return keep, nil
+}
+
+func hasEmptyDir(p *v1.Pod) bool {
+	for _, vol := range p.Spec.Volumes {
+		if vol.EmptyDir != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // remove evicts a pod, retrying while its budget refuses (429), or

@@ -106,10 +106,16 @@ func TestDrainRetriesWhileTheBudgetRefuses(t *testing.T) {
 
 func TestDrainTimesOutAndDisableEvictionDeletes(t *testing.T) {
 	f := &fakeHub{pods: []v1.Pod{hubPod("web-a", "ReplicaSet"), hubPod("solo", "")}, refuse: map[string]int{"web-a": 1 << 30}}
+	withData := hubPod("cache", "ReplicaSet")
+	withData.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	f.pods = append(f.pods, withData)
 	d, _, _ := newDrainer(f)
-	if err := d.run(context.Background()); err == nil || !strings.Contains(err.Error(), "cannot delete Pods that declare no controller (use --force to override): default/solo") {
-		t.Fatalf("bare pod without --force: %v", err)
+	if err := d.run(context.Background()); err == nil || err.Error() != `unable to drain device "gw-1" due to error: [`+
+		`cannot delete Pods with local storage (use --delete-emptydir-data to override): default/cache, `+
+		`cannot delete Pods that declare no controller (use --force to override): default/solo]` {
+		t.Fatalf("bare pod without --force, emptyDir without --delete-emptydir-data: %v", err)
 	}
+	f.pods = f.pods[:2]
 	d, _, _ = newDrainer(f)
 	d.force, d.timeout = true, 20*time.Millisecond
 	err := d.run(context.Background())

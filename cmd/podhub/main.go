@@ -38,7 +38,7 @@ Usage:
   podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|pdb NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
-  podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
+  podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
   podhub version
 
@@ -170,7 +170,7 @@ var synopses = map[string]string{
 	"label":         "label device ID k=v|k- ...",
 	"cordon":        "cordon device ID",
 	"uncordon":      "uncordon device ID",
-	"drain":         "drain device ID [--ignore-daemonsets] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
+	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"version":       "version",
 }
