@@ -149,10 +149,10 @@ func (c *cli) get(args []string) error {
 		}
 		return w.Flush()
 	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "statefulsets", "statefulset", "sts",
-		"priorityclasses", "priorityclass", "pc":
+		"priorityclasses", "priorityclass", "pc", "poddisruptionbudgets", "poddisruptionbudget", "pdb":
 		return c.getWorkloads(pos[0], *output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {

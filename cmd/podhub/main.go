@@ -31,13 +31,14 @@ Usage:
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
   podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
-  podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json|yaml]
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
-  podhub [--data-dir DIR] get deployments|daemonsets|statefulsets|priorityclasses [-o json|yaml]
-  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] get deployments|daemonsets|statefulsets|priorityclasses|pdb [-o json|yaml]
+  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
+  podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
   podhub version
 
@@ -105,6 +106,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.label(args[1:])
 	case "cordon", "uncordon":
 		return c.cordon(args[0], args[1:])
+	case "drain":
+		return c.drain(ctx, args[1:])
 	case "taint":
 		return c.taint(args[1:])
 	case "device":
@@ -161,12 +164,13 @@ var synopses = map[string]string{
 	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke": "device revoke ID",
 	"apply":         "apply -f FILE [--device ID | --selector k=v[,k=v]]",
-	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass NAME [-n NAMESPACE]",
-	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses",
-	"describe":      "describe device ID | describe deployment|daemonset|statefulset NAME [-n NAMESPACE]",
+	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE]",
+	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb",
+	"describe":      "describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE]",
 	"label":         "label device ID k=v|k- ...",
 	"cordon":        "cordon device ID",
 	"uncordon":      "uncordon device ID",
+	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"version":       "version",
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"text/tabwriter"
@@ -12,8 +13,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/podrow"
@@ -34,6 +37,9 @@ func (c *cli) applyObjects(file string, data []byte) error {
 	}
 	fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d statefulset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
 		file, out.Deployments, out.DaemonSets, out.StatefulSets, out.PriorityClasses, out.Pods)
+	if out.PDBs > 0 {
+		fmt.Fprintf(c.out, "%s: %d poddisruptionbudget(s) applied\n", file, out.PDBs)
+	}
 	return nil
 }
 
@@ -48,8 +54,10 @@ func workloadPath(kind string) (string, error) {
 		return "statefulsets", nil
 	case "priorityclasses", "priorityclass", "pc":
 		return "priorityclasses", nil
+	case "poddisruptionbudgets", "poddisruptionbudget", "pdb":
+		return "poddisruptionbudgets", nil
 	}
-	return "", fmt.Errorf("unknown kind %q (pod, deployment, daemonset, statefulset, priorityclass)", kind)
+	return "", fmt.Errorf("unknown kind %q (pod, deployment, daemonset, statefulset, priorityclass, pdb)", kind)
 }
 
 // workloadURL is the API's URL of one workload of the kind path (a
@@ -83,6 +91,8 @@ func deletedMessage(path, name string) string {
 		return fmt.Sprintf("daemonset.apps %q deleted; its pods terminate on their devices", name)
 	case "statefulsets":
 		return fmt.Sprintf("statefulset.apps %q deleted; its pods terminate on their devices", name)
+	case "poddisruptionbudgets":
+		return fmt.Sprintf("poddisruptionbudget.policy %q deleted", name)
 	}
 	return fmt.Sprintf("deployment.apps %q deleted; its pods terminate on their devices", name)
 }
@@ -126,6 +136,14 @@ func (c *cli) getWorkloads(kind, output string, now time.Time) error {
 			fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\n", s.Namespace, s.Name, s.Status.ReadyReplicas, replicas(s.Spec.Replicas),
 				age(now, s.CreationTimestamp))
 		}
+	case "poddisruptionbudgets":
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tMIN AVAILABLE\tMAX UNAVAILABLE\tALLOWED DISRUPTIONS\tAGE")
+		for _, raw := range items {
+			var pdb policyv1.PodDisruptionBudget
+			json.Unmarshal(raw, &pdb)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", pdb.Namespace, pdb.Name, intOrNA(pdb.Spec.MinAvailable),
+				intOrNA(pdb.Spec.MaxUnavailable), pdb.Status.DisruptionsAllowed, age(now, pdb.CreationTimestamp))
+		}
 	default:
 		fmt.Fprintln(w, "NAME\tVALUE\tGLOBAL-DEFAULT\tAGE\tPREEMPTIONPOLICY")
 		for _, raw := range items {
@@ -159,6 +177,9 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if err := c.client().Do("GET", workloadURL(path, ns, name), nil, &d); err != nil {
 		return err
 	}
+	if path == "poddisruptionbudgets" {
+		return describePDB(c.out, d, time.Now())
+	}
 	var obj struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 		Spec     struct {
@@ -187,21 +208,27 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		fmt.Fprintf(w, "Topology Spread:\t%s:%s (maxSkew %d)\n", s.TopologyKey, s.WhenUnsatisfiable, s.MaxSkew)
 	}
 	w.Flush()
-	if len(d.Events) == 0 {
-		fmt.Fprintln(c.out, "Events:  <none>")
+	return describeWorkloadEvents(c.out, d.Events, now)
+}
+
+// describeWorkloadEvents prints a workload's events as kubectl describe
+// does, each from the controller that records it.
+func describeWorkloadEvents(out io.Writer, events []workloaddb.SchedEvent, now time.Time) error {
+	if len(events) == 0 {
+		fmt.Fprintln(out, "Events:  <none>")
 		return nil
 	}
-	fmt.Fprintln(c.out, "Events:")
-	w = tabwriter.NewWriter(c.out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(out, "Events:")
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "  Type\tReason\tAge\tFrom\tMessage")
 	fmt.Fprintln(w, "  ----\t------\t----\t----\t-------")
-	for _, e := range d.Events {
+	for _, e := range events {
 		a := ago(now, e.Last)
 		if e.Count > 1 {
 			a = fmt.Sprintf("%s (x%d over %s)", a, e.Count, ago(now, e.First))
 		}
 		from := map[string]string{"Pod": "default-scheduler", "DaemonSet": "daemonset-controller", "Deployment": "deployment-controller",
-			"StatefulSet": "statefulset-controller"}[e.Kind]
+			"StatefulSet": "statefulset-controller", "PodDisruptionBudget": "controllermanager"}[e.Kind]
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, a, orNone(from), e.Message)
 	}
 	return w.Flush()
@@ -306,4 +333,52 @@ func parseTaint(spec string) (api.TaintRequest, error) {
 	}
 	req.Taint = v1.Taint{Key: k, Value: v, Effect: v1.TaintEffect(effect)}
 	return req, nil
+}
+
+// intOrNA is an int-or-percent as kubectl's PDB columns show it.
+func intOrNA(v *intstr.IntOrString) string {
+	if v == nil {
+		return "N/A"
+	}
+	return v.String()
+}
+
+// describePDB is kubectl describe pdb: the budget, its status and events.
+func describePDB(out io.Writer, d workloaddb.WorkloadDetail, now time.Time) error {
+	var pdb policyv1.PodDisruptionBudget
+	if err := json.Unmarshal(d.Object, &pdb); err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 8, 1, ' ', 0)
+	fmt.Fprintf(w, "Name:\t%s\n", pdb.Name)
+	fmt.Fprintf(w, "Namespace:\t%s\n", pdb.Namespace)
+	if pdb.Spec.MinAvailable != nil {
+		fmt.Fprintf(w, "Min available:\t%s\n", pdb.Spec.MinAvailable.String())
+	}
+	if pdb.Spec.MaxUnavailable != nil {
+		fmt.Fprintf(w, "Max unavailable:\t%s\n", pdb.Spec.MaxUnavailable.String())
+	}
+	sel := "<unset>"
+	if pdb.Spec.Selector != nil {
+		sel = metav1.FormatLabelSelector(pdb.Spec.Selector)
+	}
+	fmt.Fprintf(w, "Selector:\t%s\n", sel)
+	policy := string(policyv1.IfHealthyBudget)
+	if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil {
+		policy = string(*p)
+	}
+	fmt.Fprintf(w, "Unhealthy Pod Eviction Policy:\t%s\n", policy)
+	fmt.Fprintf(w, "Status:\t\n")
+	fmt.Fprintf(w, "    Allowed disruptions:\t%d\n", pdb.Status.DisruptionsAllowed)
+	fmt.Fprintf(w, "    Current:\t%d\n", pdb.Status.CurrentHealthy)
+	fmt.Fprintf(w, "    Desired:\t%d\n", pdb.Status.DesiredHealthy)
+	fmt.Fprintf(w, "    Total:\t%d\n", pdb.Status.ExpectedPods)
+	for _, c := range pdb.Status.Conditions {
+		fmt.Fprintf(w, "Condition %s:\t%s (%s) %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for name, t := range pdb.Status.DisruptedPods {
+		fmt.Fprintf(w, "Disrupted pod %s:\tsince %s\n", name, ago(now, t.Time))
+	}
+	w.Flush()
+	return describeWorkloadEvents(out, d.Events, now)
 }

@@ -37,6 +37,15 @@ type API struct {
 	Workloads *workloaddb.Store
 	// Timeout is how long a device may be silent and still be Ready.
 	Timeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (a *API) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
 }
 
 // DeviceDetail is one device with its desired pods, last ack and events.
@@ -103,6 +112,7 @@ func (a *API) Handler() http.Handler {
 		reply(w, list, err)
 	})
 	a.workloadRoutes(mux)
+	a.disruptionRoutes(mux)
 	return mux
 }
 
@@ -184,17 +194,36 @@ func decodeBodyUpTo(r *http.Request, v any, limit int64) error {
 
 type apiError struct {
 	Error string `json:"error"`
+	// Cause and Budget detail a refused eviction (the DisruptionBudget
+	// cause of the API server's status).
+	Cause  string `json:"cause,omitempty"`
+	Budget string `json:"budget,omitempty"`
 }
+
+// Error is an error the API answered: its HTTP status code and message,
+// with the budget's cause of a refused eviction.
+type Error struct {
+	Code          int
+	Message       string
+	Cause, Budget string
+}
+
+func (e *Error) Error() string { return e.Message }
 
 func reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
+	if code, body, ok := refusalReply(err); ok {
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(body)
+		return
+	}
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, fleetdb.ErrNotFound) {
 			code = http.StatusNotFound
 		}
 		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(apiError{err.Error()})
+		json.NewEncoder(w).Encode(apiError{Error: err.Error()})
 		return
 	}
 	json.NewEncoder(w).Encode(v)
@@ -249,7 +278,7 @@ func (c *Client) Do(method, path string, body, into any) error {
 	if resp.StatusCode != http.StatusOK {
 		var e apiError
 		json.NewDecoder(resp.Body).Decode(&e)
-		return errors.New(e.Error)
+		return &Error{Code: resp.StatusCode, Message: e.Error, Cause: e.Cause, Budget: e.Budget}
 	}
 	if into == nil {
 		return nil

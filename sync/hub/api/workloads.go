@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
@@ -29,6 +31,7 @@ type ObjectsApplied struct {
 	DaemonSets      int `json:"daemonSets"`
 	StatefulSets    int `json:"statefulSets"`
 	PriorityClasses int `json:"priorityClasses"`
+	PDBs            int `json:"podDisruptionBudgets"`
 }
 
 // CordonRequest cordons (true) or uncordons a device.
@@ -45,7 +48,8 @@ type TaintRequest struct {
 // workloadKinds maps the API's path names to stored kinds.
 var workloadKinds = map[string]string{
 	"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet, "priorityclasses": workloaddb.KindPriorityClass,
-	"statefulsets": workloaddb.KindStatefulSet,
+	"statefulsets":         workloaddb.KindStatefulSet,
+	"poddisruptionbudgets": workloaddb.KindPDB,
 }
 
 func (a *API) workloadRoutes(mux *http.ServeMux) {
@@ -119,7 +123,7 @@ func workloadKind(name string) (string, error) {
 	if k, ok := workloadKinds[name]; ok {
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, statefulsets, priorityclasses): %w", name, fleetdb.ErrNotFound)
+	return "", fmt.Errorf("unknown kind %q (deployments, daemonsets, statefulsets, priorityclasses, poddisruptionbudgets): %w", name, fleetdb.ErrNotFound)
 }
 
 // applyObjects decodes a file strictly, all or nothing, and stores it for
@@ -144,7 +148,7 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 	}
 	a.Scheduler.Reschedule()
 	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
-		StatefulSets: len(objs.StatefulSets), PriorityClasses: len(objs.PriorityClasses)}, nil
+		StatefulSets: len(objs.StatefulSets), PriorityClasses: len(objs.PriorityClasses), PDBs: len(objs.PDBs)}, nil
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's
@@ -190,6 +194,11 @@ func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 		}
 		for _, s := range sets {
 			add(s)
+		}
+	case workloaddb.KindPDB:
+		for _, pdb := range w.PDBs {
+			pdb.Kind, pdb.APIVersion = workloaddb.KindPDB, "policy/v1"
+			add(pdb)
 		}
 	case workloaddb.KindPriorityClass:
 		for _, pc := range w.PriorityClasses {
@@ -276,6 +285,7 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 					m.Status.Reason = "NodeLost"
 				}
 			}
+			withDisruptionTarget(m, p)
 			continue
 		}
 		cp := *p
@@ -289,4 +299,51 @@ func (a *API) withHubPods(mirrors []v1.Pod, device string) ([]v1.Pod, error) {
 		mirrors = append(mirrors, cp)
 	}
 	return mirrors, nil
+}
+
+// withDisruptionTarget gives a mirror pod the DisruptionTarget condition
+// of whoever disrupted it: its device, which stopped it as the kubelet
+// does (TerminationByKubelet: a node-pressure eviction, a preemption
+// for a critical pod, a shutdown; the condition's message is the
+// pod's), or else the hub (the hub pod's condition). A condition the
+// device reported itself stays.
+func withDisruptionTarget(m, hub *v1.Pod) {
+	for _, c := range m.Status.Conditions {
+		if c.Type == v1.DisruptionTarget {
+			return
+		}
+	}
+	if kubeletDisrupted(m) {
+		t := metav1.Now()
+		for _, c := range m.Status.Conditions {
+			if c.Type == v1.PodReady {
+				t = c.LastTransitionTime
+			}
+		}
+		m.Status.Conditions = append(m.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: v1.PodReasonTerminationByKubelet, Message: m.Status.Message, LastTransitionTime: t})
+		return
+	}
+	for _, c := range hub.Status.Conditions {
+		if c.Type == v1.DisruptionTarget {
+			m.Status.Conditions = append(m.Status.Conditions, c)
+		}
+	}
+}
+
+// kubeletDisrupted: the device failed a pod that ran, as the kubelet's
+// eviction manager (Evicted), critical-pod preemption (Preempting) or
+// graceful shutdown (Terminated) does; an admission refusal (Evicted
+// for a condition the node had) is no disruption of a running pod.
+func kubeletDisrupted(m *v1.Pod) bool {
+	if m.Status.Phase != v1.PodFailed {
+		return false
+	}
+	switch m.Status.Reason {
+	case "Evicted":
+		return !strings.HasPrefix(m.Status.Message, "The node had condition:")
+	case "Preempting", "Terminated":
+		return true
+	}
+	return false
 }

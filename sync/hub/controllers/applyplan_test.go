@@ -60,3 +60,35 @@ func TestApplyPlanChangesCopies(t *testing.T) {
 		t.Fatal("a pod the plan leaves was copied or marked changed")
 	}
 }
+
+// A deletion for a disruption gives the pod DisruptionTarget=True with
+// Kubernetes' reason and message; a workload's own deletion does not.
+func TestApplyPlanSetsDisruptionTarget(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	before := []*v1.Pod{pod("victim", "d1"), pod("old", "d1"), pod("orphan", "d2")}
+	plan := schedule.Plan{Deletions: []schedule.Deletion{
+		{Pod: key("victim"), Reason: schedule.ReasonPreempted, Disruption: schedule.ReasonPreempted},
+		{Pod: key("old"), Reason: schedule.ReasonOutdated},
+		{Pod: key("orphan"), Reason: schedule.ReasonNodeLost, Disruption: schedule.DisruptionPodGC},
+	}}
+	pods, _, _ := applyPlan(before, plan, now)
+	want := map[string][2]string{
+		"victim": {"PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod"},
+		"orphan": {"DeletionByPodGC", "PodGC: node no longer exists"},
+	}
+	for name, p := range pods {
+		var got *v1.PodCondition
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == v1.DisruptionTarget {
+				got = &p.Status.Conditions[i]
+			}
+		}
+		w, disrupted := want[name.Name]
+		switch {
+		case !disrupted && got != nil:
+			t.Errorf("%s: DisruptionTarget %+v on a workload's own deletion", name.Name, got)
+		case disrupted && (got == nil || got.Status != v1.ConditionTrue || got.Reason != w[0] || got.Message != w[1] || !got.LastTransitionTime.Time.Equal(now)):
+			t.Errorf("%s: DisruptionTarget %+v, want %v", name.Name, got, w)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
+	"github.com/podvisor/podvisor/sync/hub/schedule/disruption"
 	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
@@ -160,7 +161,7 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 		return time.Time{}, err
 	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
-		Deployments: w.Deployments, StatefulSets: w.StatefulSets, Pods: pods, PriorityClasses: w.PriorityClasses,
+		Deployments: w.Deployments, StatefulSets: w.StatefulSets, Pods: pods, PriorityClasses: w.PriorityClasses, PDBs: w.PDBs,
 		MaxPods: workloaddb.MaxHubPods})
 	if pods, err = s.storePlan(pods, hashes, plan, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
@@ -310,7 +311,7 @@ func leaseDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 func (s *Scheduler) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
 	c := &s.sched
 	pods, changed, gone := applyPlan(before, plan, now)
-	var w workloaddb.PodWrites
+	w := workloaddb.PodWrites{PDBs: plan.PDBs}
 	after := make([]*v1.Pod, 0, len(pods))
 	for k, p := range pods {
 		if gone[k] {
@@ -400,6 +401,9 @@ func applyPlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (pods map[ty
 			t := metav1.NewTime(now)
 			p.DeletionTimestamp = &t
 			p.Status.Reason, p.Status.Message = d.Reason, d.Message
+			if d.Disruption != "" {
+				disruption.SetTarget(p, d.Disruption, now)
+			}
 		}
 	}
 	return pods, changed, gone

@@ -1,6 +1,6 @@
 // Package kinds decodes what `podhub apply -f` accepts: multi-document
-// YAML or JSON of apps/v1 DaemonSet, Deployment and StatefulSet, v1 Pod and
-// scheduling.k8s.io/v1 PriorityClass, strictly (unknown kinds and fields
+// YAML or JSON of apps/v1 DaemonSet, Deployment and StatefulSet, v1 Pod,
+// scheduling.k8s.io/v1 PriorityClass and policy/v1 PodDisruptionBudget, strictly (unknown kinds and fields
 // are errors), defaulted and validated as the API server would, with
 // errors that name the file, the document, the object and the field.
 package kinds
@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -32,6 +33,7 @@ type Objects struct {
 	Deployments     []*appsv1.Deployment
 	StatefulSets    []*appsv1.StatefulSet
 	PriorityClasses []*schedulingv1.PriorityClass
+	PDBs            []*policyv1.PodDisruptionBudget
 
 	file      string
 	documents map[string]int // by ID
@@ -58,7 +60,7 @@ func (o *Objects) Where(kind, namespace, name string) string {
 
 // Len is the number of objects.
 func (o *Objects) Len() int {
-	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.StatefulSets) + len(o.PriorityClasses)
+	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.StatefulSets) + len(o.PriorityClasses) + len(o.PDBs)
 }
 
 // Decode decodes every document of file's data. Any bad document fails
@@ -155,8 +157,15 @@ func (o *Objects) decode(doc []byte) (string, error) {
 			return "", err
 		}
 		o.PriorityClasses = append(o.PriorityClasses, pc)
+	case "policy/v1, PodDisruptionBudget":
+		pdb, err := decodeValid(js, named, setPDBDefaults, validatePDB)
+		if err != nil {
+			return "", err
+		}
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{} // the disruption controller's
+		o.PDBs = append(o.PDBs, pdb)
 	default:
-		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass",
+		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass, policy/v1 PodDisruptionBudget",
 			head.APIVersion, head.Kind)
 	}
 	return id, nil

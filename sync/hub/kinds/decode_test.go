@@ -231,3 +231,45 @@ func TestDecodeBounds(t *testing.T) {
 		t.Errorf("too many documents: %v", err)
 	}
 }
+
+func TestDecodePodDisruptionBudget(t *testing.T) {
+	objs, err := Decode("pdb.yaml", []byte(`
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web}
+spec:
+  maxUnavailable: 25%
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  selector: {matchLabels: {app: web}}
+status: {disruptionsAllowed: 9}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.PDBs) != 1 || objs.Len() != 1 {
+		t.Fatalf("objects %+v", objs)
+	}
+	pdb := objs.PDBs[0]
+	if pdb.Namespace != "default" || pdb.Spec.MaxUnavailable.StrVal != "25%" || pdb.Status.DisruptionsAllowed != 0 {
+		t.Fatalf("budget %+v", pdb)
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"minAvailable: 1\n  maxUnavailable: 1", "spec: Invalid value"},
+		{"minAvailable: 1\n  maxUnavailable: 1", "minAvailable and maxUnavailable cannot be both set"},
+		{"minAvailable: 120%", `spec.minAvailable: Invalid value: "120%": must not be greater than 100%`},
+		{"maxUnavailable: -1", "spec.maxUnavailable: Invalid value: -1: must be greater than or equal to 0"},
+		{"maxUnavailable: 1.5", "spec.maxUnavailable"},
+		{"minAvailable: x%", `spec.minAvailable: Invalid value: "x%"`},
+		{"minAvailable: 1\n  unhealthyPodEvictionPolicy: Never", `spec.unhealthyPodEvictionPolicy: Unsupported value: "Never": supported values: "AlwaysAllow", "IfHealthyBudget"`},
+		{"minAvailable: 1\n  minavailable: 2", `unknown field "spec.minavailable"`},
+	} {
+		file := "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web}\nspec:\n  " + tc.spec + "\n  selector: {matchLabels: {app: web}}\n"
+		if _, err := Decode("pdb.yaml", []byte(file)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.spec, err, tc.want)
+		}
+	}
+	bad := "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web}\nspec:\n  minAvailable: 1\n  selector: {matchExpressions: [{key: app, operator: In}]}\n"
+	if _, err := Decode("pdb.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "spec.selector.matchExpressions[0].values") {
+		t.Errorf("selector without values: %v", err)
+	}
+}

@@ -42,8 +42,9 @@ type Input struct {
 	// (deletionTimestamp set: they hold their resources until gone).
 	Pods            []*v1.Pod
 	PriorityClasses []*schedulingv1.PriorityClass
-	// PDBs make preemption prefer victims whose budget allows a
-	// disruption; status.disruptionsAllowed is taken as given.
+	// PDBs are the PodDisruptionBudgets: the pass computes their status
+	// first (package disruption), the rollouts spend their disruptions,
+	// and preemption prefers victims whose budget allows one.
 	PDBs []*policyv1.PodDisruptionBudget
 	// Observed is what the devices report of the bound pods, by pod: a
 	// pod is ready or available only as its device says (a pod merely
@@ -71,6 +72,9 @@ type Plan struct {
 	Deletions []Deletion
 	// Events are what a workload's controller reports (FailedCreate).
 	Events []Event
+	// PDBs are the PodDisruptionBudgets whose status this pass changed:
+	// the disruption controller's, less what the rollouts spent.
+	PDBs []*policyv1.PodDisruptionBudget
 }
 
 // Event is an event on an object, as its controller records it.
@@ -123,6 +127,33 @@ type Deletion struct {
 	// its self-fencing lease ran out) and forgets it now, as a force
 	// delete does, without waiting for its device to confirm.
 	Force bool
+	// Disruption is the reason of the DisruptionTarget condition the pod
+	// gets (PreemptionByScheduler, DeletionByTaintManager,
+	// DeletionByPodGC); "" for a workload's own deletions, which
+	// Kubernetes does not count as disruptions.
+	Disruption string
+}
+
+// DisruptionTarget reasons (v1.PodReason...), besides ReasonPreempted
+// and ReasonTaint.
+const (
+	// DisruptionPodGC: the pod's device is gone from the fleet.
+	DisruptionPodGC = "DeletionByPodGC"
+)
+
+// disruptionOf is the DisruptionTarget reason of a deletion: preemption,
+// the taint manager's (an unreachable device's too), the pod garbage
+// collector's for a device gone.
+func disruptionOf(p *podInfo, reason string) string {
+	switch {
+	case reason == ReasonNodeLost && p.node == nil && p.pod.Spec.NodeName != "":
+		return DisruptionPodGC
+	case reason == ReasonNodeLost || reason == ReasonTaint:
+		return ReasonTaint
+	case reason == ReasonPreempted:
+		return ReasonPreempted
+	}
+	return ""
 }
 
 // podInfo is a pod with what scheduling needs precomputed.
@@ -190,12 +221,14 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
+	budgets := s.syncBudgets(in)
 	workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
-		StatefulSets: in.StatefulSets, Owners: s.owners, MaxPods: in.MaxPods})
+		StatefulSets: in.StatefulSets, Owners: s.owners, MaxPods: in.MaxPods, Budgets: budgets})
 	queue := s.queue()
 	for _, p := range queue {
 		s.scheduleOne(p)
 	}
+	s.changedBudgets(in.PDBs)
 	return s.plan
 }
 
@@ -287,7 +320,7 @@ func (s *state) markDeleted(p *podInfo, reason, message string) {
 		s.track(p.node, p, -1)
 	}
 	p.terminating = true
-	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message})
+	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message, Disruption: disruptionOf(p, reason)})
 	switch ref := workloads.ControllerOf(p.pod); {
 	case reason == ReasonPreempted:
 		s.event("Pod", p.key, v1.EventTypeNormal, "Preempted", message)
@@ -318,7 +351,8 @@ func (s *state) forceDelete(p *podInfo, reason, message string) {
 	s.unnominate(p)
 	// A graceful deletion of this pass gives way to the force delete.
 	s.plan.Deletions = slices.DeleteFunc(s.plan.Deletions, func(d Deletion) bool { return d.Pod == p.key })
-	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message, Force: true})
+	s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: reason, Message: message, Force: true,
+		Disruption: DisruptionPodGC})
 }
 
 // track keeps the shared spread filters' counts in step with a pod

@@ -30,7 +30,7 @@ func (f *Store) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 	}
 	defer tx.Rollback()
 	a := &applyTx{tx: tx, objs: objs, now: now}
-	for _, step := range []func() error{a.deployments, a.daemonSets, a.statefulSets, a.priorityClasses, a.checkBounds, a.pods} {
+	for _, step := range []func() error{a.deployments, a.daemonSets, a.statefulSets, a.priorityClasses, a.pdbs, a.checkBounds, a.pods} {
 		if err := step(); err != nil {
 			return err
 		}

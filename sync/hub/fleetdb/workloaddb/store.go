@@ -11,6 +11,7 @@ import (
 	"errors"
 	"time"
 
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -62,6 +63,8 @@ type PodWrites struct {
 	Put    []PodWrite
 	Delete []types.NamespacedName
 	Events []SchedEvent
+	// PDBs are budgets whose status the pass computed.
+	PDBs []*policyv1.PodDisruptionBudget
 }
 
 // StorePods stores a pass's writes in one transaction, its events
@@ -83,6 +86,9 @@ func (f *Store) StorePods(w PodWrites, at time.Time) error {
 			p.Key.Namespace, p.Key.Name, p.Device, []byte(p.Raw)); err != nil {
 			return err
 		}
+	}
+	if err := storePDBStatus(tx, w.PDBs); err != nil {
+		return err
 	}
 	events, err := newEventWriter(tx)
 	if err != nil {

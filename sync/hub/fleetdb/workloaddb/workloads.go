@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -31,6 +32,7 @@ type Workloads struct {
 	DaemonSets      []*appsv1.DaemonSet
 	StatefulSets    []*appsv1.StatefulSet
 	PriorityClasses []*schedulingv1.PriorityClass
+	PDBs            []*policyv1.PodDisruptionBudget
 }
 
 // Bounds on what the hub is asked to keep: every replica and every
@@ -168,6 +170,10 @@ func (f *Store) LoadWorkloads() (Workloads, error) {
 			pc := &schedulingv1.PriorityClass{}
 			err = json.Unmarshal(raw, pc)
 			w.PriorityClasses = append(w.PriorityClasses, pc)
+		case KindPDB:
+			pdb := &policyv1.PodDisruptionBudget{}
+			err = json.Unmarshal(raw, pdb)
+			w.PDBs = append(w.PDBs, pdb)
 		}
 		if err != nil {
 			return w, fmt.Errorf("stored %s: %w", kind, err)

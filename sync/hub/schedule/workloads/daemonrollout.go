@@ -131,7 +131,9 @@ func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
 		// once without surge, where they should not coexist).
 		if len(dn.old) > 0 && (!r.surging || k.available(dn.current[0], r.minReady)) {
 			for _, p := range dn.old {
-				k.c.Delete(p.Key, ReasonOutdated, outdated)
+				if !r.surging || k.mayDisrupt(p) {
+					k.c.Delete(p.Key, ReasonOutdated, outdated)
+				}
 			}
 		}
 	case len(dn.old) > 0:
@@ -146,8 +148,10 @@ func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
 				r.surge--
 			}
 		case !k.available(dn.old[0], r.minReady):
-			k.c.Delete(dn.old[0].Key, ReasonOutdated, outdated)
-		case r.budget > 0:
+			if k.mayDisrupt(dn.old[0]) {
+				k.c.Delete(dn.old[0].Key, ReasonOutdated, outdated)
+			}
+		case r.budget > 0 && k.mayDisrupt(dn.old[0]):
 			k.c.Delete(dn.old[0].Key, ReasonOutdated, outdated)
 			r.budget--
 		}

@@ -119,8 +119,10 @@ func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, 
 	var healthy []Pod
 	for _, p := range old {
 		if maxDown > 0 && !k.available(p, minReady) {
-			k.c.Delete(p.Key, ReasonOutdated, outdatedDeployment(d))
-			maxDown--
+			if k.mayDisrupt(p) {
+				k.c.Delete(p.Key, ReasonOutdated, outdatedDeployment(d))
+				maxDown--
+			}
 			continue
 		}
 		healthy = append(healthy, p)
@@ -128,6 +130,9 @@ func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, 
 	availableNow := len(current) - newUnavailable + len(healthy)
 	down := min(availableNow-(want-unavailable), len(healthy), maxDown)
 	for _, p := range healthy[:max(down, 0)] {
+		if !k.mayDisrupt(p) {
+			break // the budget allows no more now
+		}
 		k.c.Delete(p.Key, ReasonOutdated, outdatedDeployment(d))
 	}
 }

@@ -310,7 +310,7 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 			}
 		}
 		for t := len(sp.replicas) - 1; t >= updateMin && budget > 0; t-- {
-			if p := sp.replicas[t]; p != nil && outdated(p) {
+			if p := sp.replicas[t]; p != nil && outdated(p) && k.mayDisrupt(*p) {
 				k.deleteStatefulPod(s, p, why)
 				budget--
 			}
@@ -323,7 +323,9 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 			return // made this pass: not available yet
 		}
 		if outdated(p) {
-			k.deleteStatefulPod(s, p, why)
+			if k.mayDisrupt(*p) { // else the pod's budget holds the rollout
+				k.deleteStatefulPod(s, p, why)
+			}
 			return
 		}
 		if k.unavailable(*p, sp.minReady) {

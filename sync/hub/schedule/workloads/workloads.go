@@ -140,6 +140,13 @@ type Cluster interface {
 	Event(Event)
 }
 
+// Budgets are the PodDisruptionBudgets of a pass, as the rollouts
+// honour them: Disrupt says whether a pod may be taken down now, and
+// spends a disruption of its budget if it takes one.
+type Budgets interface {
+	Disrupt(p Pod) bool
+}
+
 // Pass is what the controllers see besides the books.
 type Pass struct {
 	Now         time.Time
@@ -153,6 +160,9 @@ type Pass struct {
 	// MaxPods bounds the pods the books hold (0: no bound); past it a new
 	// pod is refused as a pod quota refuses it.
 	MaxPods int
+	// Budgets, when set, hold back a rollout's deletion of a pod its
+	// PodDisruptionBudget does not allow to go now (nil: none).
+	Budgets Budgets
 }
 
 // controllers is one pass of the controllers over the books.
@@ -161,6 +171,7 @@ type controllers struct {
 	now     time.Time
 	owners  *Owners
 	maxPods int
+	budgets Budgets
 	// overQuota are the workloads refused a pod this pass for maxPods.
 	overQuota map[types.NamespacedName]bool
 }
@@ -170,7 +181,7 @@ type controllers struct {
 // Deployment controllers make and delete pods, then the pods whose
 // workload is gone are deleted.
 func Sync(c Cluster, pass Pass) {
-	k := &controllers{c: c, now: pass.Now, owners: pass.Owners, maxPods: pass.MaxPods,
+	k := &controllers{c: c, now: pass.Now, owners: pass.Owners, maxPods: pass.MaxPods, budgets: pass.Budgets,
 		overQuota: map[types.NamespacedName]bool{}}
 	k.deleteLost()
 	k.evictTainted()
@@ -241,6 +252,14 @@ func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
 func (k *controllers) available(p Pod, minReadySeconds int32) bool {
 	o := p.Observed
 	return o.Ready && !o.ReadySince.Add(time.Duration(minReadySeconds)*time.Second).After(k.now)
+}
+
+// mayDisrupt asks the pod's budget whether a rollout may take it down
+// now, spending a disruption if so (Pass.Budgets). Kubernetes' own
+// rollouts do not ask (only evictions do); the hub's do, so that an
+// update never takes a budgeted workload below its budget.
+func (k *controllers) mayDisrupt(p Pod) bool {
+	return k.budgets == nil || k.budgets.Disrupt(p)
 }
 
 // deleteOrphans deletes pods whose controlling workload is gone, as the
