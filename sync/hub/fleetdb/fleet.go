@@ -45,6 +45,8 @@ var fleetMigrations = []string{fleetSchema1,
 	// (summary.go) so a pass reads no pod's JSON; the mirrors stored
 	// before are summed up from theirs.
 	mirrorSummaryMigration,
+	// Workloads' statuses and revisions (workloaddb).
+	workloaddb.RolloutTables,
 }
 
 var fleetSchema1 = `

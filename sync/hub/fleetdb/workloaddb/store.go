@@ -62,6 +62,9 @@ type PodWrites struct {
 	Put    []PodWrite
 	Delete []types.NamespacedName
 	Events []SchedEvent
+	// Statuses and Revisions are the workloads' that changed.
+	Statuses  []StatusWrite
+	Revisions []RevisionSet
 }
 
 // StorePods stores a pass's writes in one transaction, its events
@@ -83,6 +86,9 @@ func (f *Store) StorePods(w PodWrites, at time.Time) error {
 			p.Key.Namespace, p.Key.Name, p.Device, []byte(p.Raw)); err != nil {
 			return err
 		}
+	}
+	if err := storeRollouts(tx, w.Statuses, w.Revisions); err != nil {
+		return err
 	}
 	events, err := newEventWriter(tx)
 	if err != nil {
