@@ -39,6 +39,8 @@ Usage:
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
+  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE]
+        [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -107,6 +109,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.cordon(args[0], args[1:])
 	case "taint":
 		return c.taint(args[1:])
+	case "rollout":
+		return c.rollout(args[1:])
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -168,6 +172,7 @@ var synopses = map[string]string{
 	"cordon":        "cordon device ID",
 	"uncordon":      "uncordon device ID",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
+	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"version":       "version",
 }
 

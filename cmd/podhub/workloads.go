@@ -106,12 +106,12 @@ func (c *cli) getWorkloads(kind, output string, now time.Time) error {
 				d.Status.UpdatedReplicas, d.Status.AvailableReplicas, age(now, d.CreationTimestamp))
 		}
 	case "daemonsets":
-		fmt.Fprintln(w, "NAMESPACE\tNAME\tDESIRED\tCURRENT\tREADY\tAVAILABLE\tNODE SELECTOR\tAGE")
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tDESIRED\tCURRENT\tREADY\tUP-TO-DATE\tAVAILABLE\tNODE SELECTOR\tAGE")
 		for _, raw := range items {
 			var d appsv1.DaemonSet
 			json.Unmarshal(raw, &d)
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Namespace, d.Name, d.Status.DesiredNumberScheduled,
-				d.Status.CurrentNumberScheduled, d.Status.NumberReady, d.Status.NumberAvailable,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Namespace, d.Name, d.Status.DesiredNumberScheduled,
+				d.Status.CurrentNumberScheduled, d.Status.NumberReady, d.Status.UpdatedNumberScheduled, d.Status.NumberAvailable,
 				labelList(d.Spec.Template.Spec.NodeSelector), age(now, d.CreationTimestamp))
 		}
 	default:
