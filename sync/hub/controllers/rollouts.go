@@ -3,6 +3,7 @@ package controllers
 import (
 	"encoding/json"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
@@ -11,14 +12,24 @@ import (
 )
 
 // observed is what the devices report of the hub's bound pods, from the
-// mirrors' summary columns (one query, no pod decoded).
-func (s *Scheduler) observed() (map[types.NamespacedName]workloads.Observed, error) {
-	sums, err := s.fleet.HubPodSummaries()
+// mirrors' summary columns (one query, no pod decoded): a report counts
+// only from the device the pod is bound to.
+func (s *Scheduler) observed(pods []*v1.Pod) (map[types.NamespacedName]workloads.Observed, error) {
+	sums, err := s.fleet.ScheduledSummaries()
 	if err != nil {
 		return nil, err
 	}
+	bound := make(map[types.NamespacedName]string, len(pods))
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			bound[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p.Spec.NodeName
+		}
+	}
 	out := make(map[types.NamespacedName]workloads.Observed, len(sums))
 	for _, m := range sums {
+		if bound[m.Key] != m.Device {
+			continue
+		}
 		out[m.Key] = workloads.Observed{Reported: true, Phase: m.Phase, Ready: m.Ready, ReadySince: m.ReadySince,
 			Restarts: m.Restarts, Failure: m.Failure}
 	}

@@ -158,7 +158,7 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	observed, err := s.observed()
+	observed, err := s.observed(pods)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -21,8 +21,8 @@ var (
 		ready_since = CASE WHEN ?5 = 0 THEN 0 WHEN ready = 1 THEN ready_since ELSE ?9 END,
 		ready = ?5, phase = ?6, restarts = ?7, failure = ?8
 		WHERE device = ?3 AND key = ?4 AND seq < ?1`
-	qInsertMirror = `INSERT INTO mirrors (device, key, seq, pod, ready, ready_since, phase, restarts, failure, summary_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(device, key) DO NOTHING`
+	qInsertMirror = `INSERT INTO mirrors (device, key, seq, pod, ready, ready_since, phase, restarts, failure, summary_at, scheduled)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(device, key) DO NOTHING`
 	qUpsertCursor = `INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
 		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`
 	qPublished = `SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`

@@ -152,13 +152,14 @@ func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mi
 			}
 		default:
 			pod, _ := json.Marshal(it.Pod)
-			m := mirrorWrite{device: b.Device, key: it.Key, seq: it.Seq, pod: pod, sum: summarize(it.Pod), at: at.UnixMilli()}
+			m := mirrorWrite{device: b.Device, key: it.Key, seq: it.Seq, pod: pod, sum: summarize(it.Pod), at: at.UnixMilli(),
+				scheduled: it.Pod.Annotations[annotationScheduled] == "true"}
 			var added, moved bool
 			added, moved, insertFirst, err = f.storeMirror(tx, m, mirrors, insertFirst)
 			if added {
 				mirrors++
 			}
-			changed = changed || moved && it.Pod.Annotations[annotationScheduled] == "true"
+			changed = changed || moved && m.scheduled
 		}
 		if err != nil {
 			return 0, 0, 0, 0, false, err
@@ -174,6 +175,8 @@ type mirrorWrite struct {
 	pod         []byte
 	sum         summary
 	at          int64 // the hub's time of the report, in ms
+	// scheduled: the hub's scheduler placed the pod (its summary is read).
+	scheduled bool
 }
 
 // storeMirror stores a pod's status unless the hub has a newer one (a
@@ -194,7 +197,7 @@ func (f *Fleet) storeMirror(tx *sql.Tx, m mirrorWrite, mirrors int, insertFirst 
 			since = m.at
 		}
 		res, err := f.stmts.Exec(tx, qInsertMirror, m.device, m.key, m.seq, m.pod,
-			boolInt(s.ready), since, s.phase, s.restarts, s.failure, m.at)
+			boolInt(s.ready), since, s.phase, s.restarts, s.failure, m.at, boolInt(m.scheduled))
 		if err != nil {
 			return false, err
 		}

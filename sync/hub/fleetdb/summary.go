@@ -82,7 +82,10 @@ var mirrorSummaryMigration = `ALTER TABLE mirrors ADD COLUMN ready INTEGER NOT N
 	ALTER TABLE mirrors ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE mirrors ADD COLUMN failure TEXT NOT NULL DEFAULT '';
 	ALTER TABLE mirrors ADD COLUMN summary_at INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE mirrors ADD COLUMN scheduled INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX mirrors_scheduled ON mirrors(device, key) WHERE scheduled = 1;
 	UPDATE mirrors SET
+		scheduled = COALESCE(json_extract(CAST(pod AS TEXT), '$.metadata.annotations."` + annotationScheduled + `"') = 'true', 0),
 		phase = COALESCE(json_extract(CAST(pod AS TEXT), '$.status.phase'), ''),
 		ready = EXISTS (SELECT 1 FROM json_each(CAST(pod AS TEXT), '$.status.conditions') c
 			WHERE json_extract(c.value, '$.type') = 'Ready' AND json_extract(c.value, '$.status') = 'True'),
@@ -99,10 +102,12 @@ var mirrorSummaryMigration = `ALTER TABLE mirrors ADD COLUMN ready INTEGER NOT N
 		summary_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000;
 	UPDATE mirrors SET ready_since = summary_at WHERE ready = 1;`
 
-// PodSummary is what a device last reported of a hub pod bound to it.
+// PodSummary is what a device last reported of a pod the hub's
+// scheduler placed there.
 type PodSummary struct {
-	Key   types.NamespacedName
-	Ready bool
+	Device string
+	Key    types.NamespacedName
+	Ready  bool
 	// ReadySince is when the hub received the report that first said
 	// Ready after it was not (zero while not Ready).
 	ReadySince time.Time
@@ -112,12 +117,13 @@ type PodSummary struct {
 	Failure string
 }
 
-// HubPodSummaries reads the summaries of the hub's pods that their
-// device reports, in one query of the summary columns (no JSON).
-func (f *Fleet) HubPodSummaries() ([]PodSummary, error) {
-	rows, err := f.db.Query(`SELECT h.namespace, h.name, m.ready, m.ready_since, m.phase, m.restarts, m.failure
-		FROM hub_pods h JOIN mirrors m ON m.device = h.device AND m.key = h.namespace || '/' || h.name
-		WHERE h.device != ''`)
+// ScheduledSummaries reads the summaries of the mirrors of pods the
+// hub's scheduler placed (podvisor.io/scheduled), in one query of the
+// summary columns (no JSON); the caller matches them to its pods and
+// their devices.
+func (f *Fleet) ScheduledSummaries() ([]PodSummary, error) {
+	rows, err := f.db.Query(`SELECT device, key, ready, ready_since, phase, restarts, failure
+		FROM mirrors WHERE scheduled = 1`)
 	if err != nil {
 		return nil, err
 	}
@@ -125,10 +131,12 @@ func (f *Fleet) HubPodSummaries() ([]PodSummary, error) {
 	var out []PodSummary
 	for rows.Next() {
 		var s PodSummary
+		var key string
 		var since, restarts int64
-		if err := rows.Scan(&s.Key.Namespace, &s.Key.Name, &s.Ready, &since, &s.Phase, &restarts, &s.Failure); err != nil {
+		if err := rows.Scan(&s.Device, &key, &s.Ready, &since, &s.Phase, &restarts, &s.Failure); err != nil {
 			return nil, err
 		}
+		s.Key.Namespace, s.Key.Name, _ = strings.Cut(key, "/")
 		if s.Ready && since > 0 {
 			s.ReadySince = time.UnixMilli(since)
 		}

@@ -29,22 +29,17 @@ func statusPod(name string, ready bool, phase v1.PodPhase, restarts int32, waiti
 			ContainerStatuses: []v1.ContainerStatus{cs}}}
 }
 
-// hubPod puts a bound pod in hub_pods, as the scheduler stores it.
-func hubPod(t *testing.T, f *Fleet, device, name string) {
-	t.Helper()
-	if _, err := f.db.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES ('default', ?, ?, '{}')`, name, device); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func summaries(t *testing.T, f *Fleet) map[types.NamespacedName]PodSummary {
 	t.Helper()
-	ss, err := f.HubPodSummaries()
+	ss, err := f.ScheduledSummaries()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[types.NamespacedName]PodSummary{}
 	for _, s := range ss {
+		if s.Device != "dev" {
+			t.Errorf("summary %+v of another device", s)
+		}
 		out[s.Key] = s
 	}
 	return out
@@ -55,8 +50,6 @@ func summaries(t *testing.T, f *Fleet) map[types.NamespacedName]PodSummary {
 // while Ready stays; a batch says when it changed a hub pod's summary.
 func TestMirrorSummaryFollowsStatuses(t *testing.T) {
 	f := testFleet(t, "dev")
-	hubPod(t, f, "dev", "web")
-	hubPod(t, f, "other", "db") // bound elsewhere: its mirror here is not its summary
 	t0 := time.Unix(1700000000, 0)
 	seq := int64(0)
 	send := func(at time.Time, items ...protocol.StatusItem) StatusStored {
@@ -76,7 +69,9 @@ func TestMirrorSummaryFollowsStatuses(t *testing.T) {
 	web := types.NamespacedName{Namespace: "default", Name: "web"}
 	item := func(p *v1.Pod) protocol.StatusItem { return protocol.StatusItem{Key: "default/" + p.Name, Pod: p} }
 
-	if r := send(t0, item(statusPod("web", false, v1.PodPending, 0, "ContainerCreating")), item(statusPod("db", true, v1.PodRunning, 0, ""))); !r.HubPodsChanged {
+	file := statusPod("file", true, v1.PodRunning, 0, "")
+	file.Annotations = nil // a file pod: no summary is read
+	if r := send(t0, item(statusPod("web", false, v1.PodPending, 0, "ContainerCreating")), item(file)); !r.HubPodsChanged {
 		t.Error("a first report of a hub pod changed nothing")
 	}
 	s := summaries(t, f)
@@ -103,8 +98,7 @@ func TestMirrorSummaryFollowsStatuses(t *testing.T) {
 		t.Fatalf("web ready since %v, want the report of t0+20s", s[web].ReadySince)
 	}
 	// A file pod's status asks for no pass.
-	file := statusPod("file", true, v1.PodRunning, 0, "")
-	file.Annotations = nil
+	file.Status.Phase = v1.PodFailed
 	if r := send(t0.Add(21*time.Second), item(file)); r.HubPodsChanged {
 		t.Error("a file pod's status asked for a pass")
 	}
@@ -112,7 +106,8 @@ func TestMirrorSummaryFollowsStatuses(t *testing.T) {
 
 // The migration that adds the summary columns fills them from the
 // mirrors stored before: Ready, phase, restarts of every container and
-// the first failure reason; Ready since the migration.
+// the first failure reason, Ready since the migration, and whether the
+// hub's scheduler placed the pod.
 func TestMirrorSummaryMigrationBackfills(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fleet.db")
 	db, err := sql.Open("sqlite", "file:"+path)
@@ -132,9 +127,6 @@ func TestMirrorSummaryMigrationBackfills(t *testing.T) {
 		if _, err := db.Exec(`INSERT INTO mirrors (device, key, seq, pod) VALUES ('dev', ?, 1, ?)`, "default/"+p.Name, raw); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Exec(`INSERT INTO hub_pods (namespace, name, device, pod) VALUES ('default', ?, 'dev', '{}')`, p.Name); err != nil {
-			t.Fatal(err)
-		}
 	}
 	db.Close()
 	before := time.Now().Add(-time.Second)
@@ -151,7 +143,7 @@ func TestMirrorSummaryMigrationBackfills(t *testing.T) {
 	if crash.Ready || crash.Restarts != 5 || crash.Failure != "Error" {
 		t.Errorf("crash %+v, want not ready, 5 restarts, failure Error", crash)
 	}
-	if bare.Ready || bare.Phase != "" || bare.Restarts != 0 || bare.Failure != "" {
-		t.Errorf("bare %+v, want an empty summary", bare)
+	if _, listed := s[types.NamespacedName{Namespace: "default", Name: "bare"}]; listed || bare.Ready {
+		t.Errorf("bare %+v: a pod the hub did not schedule has no summary read", bare)
 	}
 }
