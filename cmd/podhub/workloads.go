@@ -156,6 +156,24 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		} `json:"spec"`
 	}
 	json.Unmarshal(d.Object, &obj)
+	var dep struct {
+		Status appsv1.DeploymentStatus `json:"status"`
+	}
+	var daemon struct {
+		Status appsv1.DaemonSetStatus `json:"status"`
+	}
+	json.Unmarshal(d.Object, &dep)
+	json.Unmarshal(d.Object, &daemon)
+	var conds [][4]string
+	for _, c := range dep.Status.Conditions {
+		conds = append(conds, [4]string{string(c.Type), string(c.Status), c.Reason, c.Message})
+	}
+	if path == "daemonsets" {
+		conds = nil
+		for _, c := range daemon.Status.Conditions {
+			conds = append(conds, [4]string{string(c.Type), string(c.Status), c.Reason, c.Message})
+		}
+	}
 	now := time.Now()
 	w := tabwriter.NewWriter(c.out, 0, 8, 1, ' ', 0)
 	fmt.Fprintf(w, "Name:\t%s\n", obj.Metadata.Name)
@@ -165,8 +183,18 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if obj.Spec.Selector != nil {
 		fmt.Fprintf(w, "Selector:\t%s\n", metav1.FormatLabelSelector(obj.Spec.Selector))
 	}
-	if path == "deployments" {
-		fmt.Fprintf(w, "Replicas:\t%d desired\n", replicas(obj.Spec.Replicas))
+	switch path {
+	case "deployments":
+		st := dep.Status
+		fmt.Fprintf(w, "Replicas:\t%d desired | %d updated | %d total | %d available | %d unavailable\n", replicas(obj.Spec.Replicas),
+			st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, st.UnavailableReplicas)
+	case "daemonsets":
+		st := daemon.Status
+		fmt.Fprintf(w, "Desired Number of Nodes Scheduled:\t%d\n", st.DesiredNumberScheduled)
+		fmt.Fprintf(w, "Current Number of Nodes Scheduled:\t%d\n", st.CurrentNumberScheduled)
+		fmt.Fprintf(w, "Number of Nodes Scheduled with Up-to-date Pods:\t%d\n", st.UpdatedNumberScheduled)
+		fmt.Fprintf(w, "Number of Nodes Scheduled with Available Pods:\t%d\n", st.NumberAvailable)
+		fmt.Fprintf(w, "Number of Nodes Misscheduled:\t%d\n", st.NumberMisscheduled)
 	}
 	t := obj.Spec.Template.Spec
 	fmt.Fprintf(w, "Node-Selectors:\t%s\n", labelList(t.NodeSelector))
@@ -175,6 +203,18 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		fmt.Fprintf(w, "Topology Spread:\t%s:%s (maxSkew %d)\n", s.TopologyKey, s.WhenUnsatisfiable, s.MaxSkew)
 	}
 	w.Flush()
+	if len(conds) > 0 {
+		// Both kinds' conditions: Type, Status, Reason and, for a halt or
+		// a skipped device, the message.
+		fmt.Fprintln(c.out, "Conditions:")
+		cw := tabwriter.NewWriter(c.out, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(cw, "  Type\tStatus\tReason\tMessage")
+		fmt.Fprintln(cw, "  ----\t------\t------\t-------")
+		for _, c := range conds {
+			fmt.Fprintf(cw, "  %s\t%s\t%s\t%s\n", c[0], c[1], c[2], c[3])
+		}
+		cw.Flush()
+	}
 	if len(d.Events) == 0 {
 		fmt.Fprintln(c.out, "Events:  <none>")
 		return nil
