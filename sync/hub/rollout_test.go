@@ -155,4 +155,22 @@ func TestDeploymentStatusRevisionsAndUndo(t *testing.T) {
 	if code, out := rollout(t, url, "pause", api.RolloutRequest{}); code != http.StatusOK || out != "paused" || !deployment().Spec.Paused {
 		t.Errorf("pause: %d %s", code, out)
 	}
+	if code, out := rollout(t, url, "restart", api.RolloutRequest{}); code == http.StatusOK || !strings.Contains(out, "paused") {
+		t.Errorf("restart of a paused deployment: %d %s", code, out)
+	}
+	if code, out := rollout(t, url, "resume", api.RolloutRequest{}); code != http.StatusOK || out != "resumed" {
+		t.Errorf("resume: %d %s", code, out)
+	}
+	if code, out := rollout(t, url, "restart", api.RolloutRequest{}); code != http.StatusOK || out != "restarted" {
+		t.Errorf("restart: %d %s", code, out)
+	}
+	if d := deployment(); d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] == "" || d.Generation != 6 {
+		t.Errorf("restart: template annotations %v, generation %d; want restartedAt, generation 6", d.Spec.Template.Annotations, d.Generation)
+	}
+	r.pass()
+	var revs2 []workloaddb.Revision
+	getJSON(t, url+"/revisions", &revs2)
+	if len(revs2) != 3 || revs2[2].Number != 4 {
+		t.Errorf("revisions after restart %+v, want a fourth", revs2)
+	}
 }

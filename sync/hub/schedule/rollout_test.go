@@ -367,3 +367,21 @@ func TestDaemonSetHaltsAtTheThreshold(t *testing.T) {
 		t.Fatalf("status %+v, want RolloutHalted with 2 updated", agent.Status)
 	}
 }
+
+// A pod on a device that is not Ready counts as not ready, whatever the
+// device last reported, as the node lifecycle controller marks it.
+func TestPodOnUnreachableDeviceIsNotReady(t *testing.T) {
+	web := deployment("web", 2, kv("app=web"), "", "")
+	rolling(web, 1, 0)
+	s := newSim(t, Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}})
+	s.pass(0)
+	s.pass(time.Second)
+	if web.Status.ReadyReplicas != 2 {
+		t.Fatalf("status %+v, want 2 ready", web.Status)
+	}
+	s.in.Devices[1].UnreachableSince = s.in.Now
+	s.pass(time.Second)
+	if st := web.Status; st.ReadyReplicas != 1 || st.AvailableReplicas != 1 || st.UnavailableReplicas != 1 {
+		t.Fatalf("status %+v, want the unreachable device's pod neither ready nor available", st)
+	}
+}
