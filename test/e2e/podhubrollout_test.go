@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,4 +131,61 @@ func mustCLI(t *testing.T, h *podhubServer, args ...string) string {
 		t.Fatalf("podhub %s: %d %s", strings.Join(args, " "), code, out)
 	}
 	return out
+}
+
+// agentDaemonSet is a DaemonSet of process pods running command, Ready
+// when their readiness probe passes.
+func agentDaemonSet(command string) string {
+	return workloadfile.DaemonSet("agent", `
+runtimeClassName: process
+terminationGracePeriodSeconds: 1
+containers:
+- name: main
+  image: host
+  command: ["sh", "-c", "exec `+command+`"]
+  readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}`)
+}
+
+// An offline device holds back no DaemonSet rollout: with one of six
+// daemons stopped, the new template rolls out to the other five (one at
+// a time), rollout status says the rollout finished and names the
+// device skipped; back online, the device gets the new revision.
+func TestPodhubDaemonSetRolloutSkipsOfflineDevice(t *testing.T) {
+	h := newPodhub(t)
+	ids, daemons, _ := startFleet(t, h, 6)
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	apply := func(yaml string) {
+		t.Helper()
+		os.WriteFile(file, []byte(yaml), 0o644)
+		if out, code := h.cli("apply", "-f", file); code != 0 {
+			t.Fatalf("apply: %d %s", code, out)
+		}
+	}
+	apply(agentDaemonSet("sleep 1201"))
+	if out, code := h.cli("rollout", "status", "daemonset/agent", "--timeout", "90s"); code != 0 || !strings.Contains(out, `daemon set "agent" successfully rolled out`) {
+		t.Fatalf("rollout status of the first revision: %d %s", code, out)
+	}
+	offline := ids[2]
+	daemons[offline].stop(syscall.SIGTERM) // its pods keep running
+	waitForLong(t, 30*time.Second, offline+" NotReady", func() bool {
+		out, _ := h.cli("get", "devices")
+		return deviceStatus(out, offline) == "NotReady"
+	})
+	apply(agentDaemonSet("sleep 1202"))
+	out, code := h.cli("rollout", "status", "daemonset/agent", "--timeout", "90s")
+	if code != 0 || !strings.Contains(out, `daemon set "agent" successfully rolled out`) || !strings.Contains(out, "1 unreachable device(s) not updated, updated when they return: "+offline) {
+		t.Fatalf("rollout status with %s offline: %d %s", offline, code, out)
+	}
+	if n := countProcs("sleep 1202"); n != 5 {
+		t.Errorf("%d devices run the new revision, want the 5 online", n)
+	}
+	daemons[offline].start()
+	waitForLong(t, 60*time.Second, offline+" back with the new revision, the old one gone", func() bool {
+		return countProcs("sleep 1202") == 6 && countProcs("sleep 1201") == 0
+	})
+	waitForLong(t, 30*time.Second, "get daemonsets showing 6 up to date", func() bool {
+		out, _ := h.cli("get", "daemonsets")
+		f := deploymentRow(out, "agent")
+		return len(f) > 6 && f[2] == "6" && f[5] == "6" && f[6] == "6"
+	})
 }
