@@ -366,6 +366,15 @@ func TestDaemonSetHaltsAtTheThreshold(t *testing.T) {
 	if !halted || agent.Status.UpdatedNumberScheduled != 2 {
 		t.Fatalf("status %+v, want RolloutHalted with 2 updated", agent.Status)
 	}
+	// Undo: the first template is the newest revision again; the two
+	// crash-looping devices go back to it.
+	agent.Spec.Template.Spec.Containers[0].Image = "v1"
+	for range 6 {
+		s.pass(time.Second)
+	}
+	if crashing, _ := s.count("crash"); crashing != 0 || agent.Status.UpdatedNumberScheduled != 8 || len(agent.Status.Conditions) != 0 {
+		t.Fatalf("after undo: %d crashing, status %+v", crashing, agent.Status)
+	}
 }
 
 // A pod on a device that is not Ready counts as not ready, whatever the

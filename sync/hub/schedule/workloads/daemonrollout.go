@@ -88,7 +88,7 @@ func (k *controllers) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1
 	for _, dn := range nodes {
 		k.updateDaemonNode(r, dn)
 	}
-	k.finishDaemonSet(ds, hash, probe, affinity, book)
+	k.finishDaemonSet(ds, hash, nodes, book)
 }
 
 // daemonHalt checks the failure threshold over the devices already

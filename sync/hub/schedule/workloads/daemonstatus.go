@@ -8,7 +8,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // DaemonSet conditions of the hub's own (Kubernetes sets none).
@@ -24,7 +23,7 @@ const (
 // finishDaemonSet computes the DaemonSet's status after the pass's
 // changes, as the controller's updateDaemonSetStatus does, keeps its
 // revisions, and asks for a pass when a pod becomes available.
-func (k *controllers) finishDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity, book *revisionBook) {
+func (k *controllers) finishDaemonSet(ds *appsv1.DaemonSet, hash string, nodes []*daemonNode, book *revisionBook) {
 	byNode := map[string][]Pod{}
 	live := map[string]bool{}
 	for _, p := range k.c.Owned(Index("DaemonSet", ds.Namespace, ds.Name)) {
@@ -39,8 +38,8 @@ func (k *controllers) finishDaemonSet(ds *appsv1.DaemonSet, hash string, probe *
 	}
 	st := appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, CollisionCount: ds.Status.CollisionCount}
 	var skipped []string
-	for _, n := range k.c.Nodes() {
-		run, keep := daemonShouldRun(probe, affinity, n)
+	for _, dn := range nodes {
+		n, run, keep := dn.n, dn.run, dn.keep
 		pods := byNode[n.Name]
 		if !run {
 			if len(pods) > 0 {
