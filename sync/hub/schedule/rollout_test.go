@@ -394,3 +394,30 @@ func TestPodOnUnreachableDeviceIsNotReady(t *testing.T) {
 		t.Fatalf("status %+v, want the unreachable device's pod neither ready nor available", st)
 	}
 }
+
+// Revisions are numbered as ReplicaSets are, and once a rollout is
+// complete the oldest without pods beyond revisionHistoryLimit go; the
+// newest keeps its template for undo.
+func TestRevisionsNumberedAndPruned(t *testing.T) {
+	web := deployment("web", 2, kv("app=web"), "", "")
+	rolling(web, 1, 0)
+	web.Spec.RevisionHistoryLimit = int32p(2)
+	s := newSim(t, Input{Now: t0, Devices: zoned(2), Deployments: []*appsv1.Deployment{web}})
+	for i := 1; i <= 5; i++ {
+		web.Spec.Template.Spec.Containers[0].Image = fmt.Sprintf("v%d", i)
+		for range 5 {
+			s.pass(time.Second)
+		}
+	}
+	revs := s.in.Revisions[workloads.Index("Deployment", "default", "web")]
+	var numbers []int64
+	for _, r := range revs {
+		numbers = append(numbers, r.Number)
+	}
+	if fmt.Sprint(numbers) != "[3 4 5]" {
+		t.Fatalf("revisions %v, want the newest and 2 old: [3 4 5]", numbers)
+	}
+	if last := revs[2]; last.Hash != TemplateHash(&web.Spec.Template) || last.Template == nil || last.Template.Spec.Containers[0].Image != "v5" {
+		t.Errorf("newest revision %+v, want v5's with its template", last)
+	}
+}

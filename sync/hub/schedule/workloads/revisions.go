@@ -75,13 +75,16 @@ func (b *revisionBook) maxOther(hash string) int64 {
 }
 
 // newRevisionBook starts from the stored revisions and numbers the
-// templates the workload's pods carry that have none (pods made before
-// revisions were kept), oldest pods first.
+// templates the workload's live pods carry that have none (pods made
+// before revisions were kept), oldest pods first.
 func newRevisionBook(stored []Revision, pods []Pod, hashOf func(Pod) string) *revisionBook {
 	b := &revisionBook{revs: slices.Clone(stored)}
 	slices.SortFunc(b.revs, func(x, y Revision) int { return cmp.Compare(x.Number, y.Number) })
 	first := map[string]time.Time{}
 	for _, p := range pods {
+		if p.Terminating {
+			continue // its revision may be pruned already: not made again
+		}
 		h := hashOf(p)
 		if t, ok := first[h]; h != "" && (!ok || p.Created.Before(t)) {
 			first[h] = p.Created
