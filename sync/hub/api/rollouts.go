@@ -42,10 +42,12 @@ func (a *API) rolloutRoutes(mux *http.ServeMux) {
 			reply(w, nil, err)
 			return
 		}
-		var req RolloutRequest
-		if err := decodeBodyUpTo(r, &req, 4096); err != nil {
-			reply(w, nil, err)
-			return
+		var req RolloutRequest // no body: the verb's defaults
+		if r.ContentLength != 0 {
+			if err := decodeBodyUpTo(r, &req, 4096); err != nil {
+				reply(w, nil, err)
+				return
+			}
 		}
 		if req.ToRevision < 0 {
 			reply(w, nil, errBadRevision(req.ToRevision))
