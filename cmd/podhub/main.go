@@ -40,6 +40,8 @@ Usage:
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
+  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE]
+        [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -110,6 +112,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.drain(ctx, args[1:])
 	case "taint":
 		return c.taint(args[1:])
+	case "rollout":
+		return c.rollout(args[1:])
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -172,6 +176,7 @@ var synopses = map[string]string{
 	"uncordon":      "uncordon device ID",
 	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
+	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"version":       "version",
 }
 

@@ -120,12 +120,12 @@ func (c *cli) getWorkloads(kind, output string, now time.Time) error {
 				d.Status.UpdatedReplicas, d.Status.AvailableReplicas, age(now, d.CreationTimestamp))
 		}
 	case "daemonsets":
-		fmt.Fprintln(w, "NAMESPACE\tNAME\tDESIRED\tCURRENT\tREADY\tAVAILABLE\tNODE SELECTOR\tAGE")
+		fmt.Fprintln(w, "NAMESPACE\tNAME\tDESIRED\tCURRENT\tREADY\tUP-TO-DATE\tAVAILABLE\tNODE SELECTOR\tAGE")
 		for _, raw := range items {
 			var d appsv1.DaemonSet
 			json.Unmarshal(raw, &d)
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Namespace, d.Name, d.Status.DesiredNumberScheduled,
-				d.Status.CurrentNumberScheduled, d.Status.NumberReady, d.Status.NumberAvailable,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Namespace, d.Name, d.Status.DesiredNumberScheduled,
+				d.Status.CurrentNumberScheduled, d.Status.NumberReady, d.Status.UpdatedNumberScheduled, d.Status.NumberAvailable,
 				labelList(d.Spec.Template.Spec.NodeSelector), age(now, d.CreationTimestamp))
 		}
 	case "statefulsets":
@@ -189,6 +189,24 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		} `json:"spec"`
 	}
 	json.Unmarshal(d.Object, &obj)
+	var dep struct {
+		Status appsv1.DeploymentStatus `json:"status"`
+	}
+	var daemon struct {
+		Status appsv1.DaemonSetStatus `json:"status"`
+	}
+	json.Unmarshal(d.Object, &dep)
+	json.Unmarshal(d.Object, &daemon)
+	var conds [][4]string
+	for _, c := range dep.Status.Conditions {
+		conds = append(conds, [4]string{string(c.Type), string(c.Status), c.Reason, c.Message})
+	}
+	if path == "daemonsets" {
+		conds = nil
+		for _, c := range daemon.Status.Conditions {
+			conds = append(conds, [4]string{string(c.Type), string(c.Status), c.Reason, c.Message})
+		}
+	}
 	now := time.Now()
 	w := tabwriter.NewWriter(c.out, 0, 8, 1, ' ', 0)
 	fmt.Fprintf(w, "Name:\t%s\n", obj.Metadata.Name)
@@ -198,8 +216,24 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 	if obj.Spec.Selector != nil {
 		fmt.Fprintf(w, "Selector:\t%s\n", metav1.FormatLabelSelector(obj.Spec.Selector))
 	}
-	if path == "deployments" || path == "statefulsets" {
-		fmt.Fprintf(w, "Replicas:\t%d desired\n", replicas(obj.Spec.Replicas))
+	switch path {
+	case "deployments":
+		st := dep.Status
+		fmt.Fprintf(w, "Replicas:\t%d desired | %d updated | %d total | %d available | %d unavailable\n", replicas(obj.Spec.Replicas),
+			st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, st.UnavailableReplicas)
+	case "statefulsets":
+		var sts struct {
+			Status appsv1.StatefulSetStatus `json:"status"`
+		}
+		json.Unmarshal(d.Object, &sts)
+		fmt.Fprintf(w, "Replicas:\t%d desired | %d total\n", replicas(obj.Spec.Replicas), sts.Status.Replicas)
+	case "daemonsets":
+		st := daemon.Status
+		fmt.Fprintf(w, "Desired Number of Nodes Scheduled:\t%d\n", st.DesiredNumberScheduled)
+		fmt.Fprintf(w, "Current Number of Nodes Scheduled:\t%d\n", st.CurrentNumberScheduled)
+		fmt.Fprintf(w, "Number of Nodes Scheduled with Up-to-date Pods:\t%d\n", st.UpdatedNumberScheduled)
+		fmt.Fprintf(w, "Number of Nodes Scheduled with Available Pods:\t%d\n", st.NumberAvailable)
+		fmt.Fprintf(w, "Number of Nodes Misscheduled:\t%d\n", st.NumberMisscheduled)
 	}
 	t := obj.Spec.Template.Spec
 	fmt.Fprintf(w, "Node-Selectors:\t%s\n", labelList(t.NodeSelector))
@@ -208,6 +242,18 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		fmt.Fprintf(w, "Topology Spread:\t%s:%s (maxSkew %d)\n", s.TopologyKey, s.WhenUnsatisfiable, s.MaxSkew)
 	}
 	w.Flush()
+	if len(conds) > 0 {
+		// Both kinds' conditions: Type, Status, Reason and, for a halt or
+		// a skipped device, the message.
+		fmt.Fprintln(c.out, "Conditions:")
+		cw := tabwriter.NewWriter(c.out, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(cw, "  Type\tStatus\tReason\tMessage")
+		fmt.Fprintln(cw, "  ----\t------\t------\t-------")
+		for _, c := range conds {
+			fmt.Fprintf(cw, "  %s\t%s\t%s\t%s\n", c[0], c[1], c[2], c[3])
+		}
+		cw.Flush()
+	}
 	return describeWorkloadEvents(c.out, d.Events, now)
 }
 

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
-	"github.com/podvisor/podvisor/sync/hub/api"
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 func TestParseTaintAsKubectl(t *testing.T) {
@@ -72,5 +77,50 @@ func TestWorkloadURL(t *testing.T) {
 		if got := workloadURL(c.path, c.ns, c.name); got != c.want {
 			t.Errorf("workloadURL(%q, %q, %q) = %q, want %q", c.path, c.ns, c.name, got, c.want)
 		}
+	}
+}
+
+// rollout status says what kubectl's status viewers say, and fails on a
+// progress deadline or a halt with the reason.
+func TestRolloutStateAsKubectl(t *testing.T) {
+	three := int32(3)
+	dep := func(gen, observed int64, replicas, updated, available int32, progressing string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: gen}, Spec: appsv1.DeploymentSpec{Replicas: &three},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: replicas, UpdatedReplicas: updated, AvailableReplicas: available}}
+		if progressing != "" {
+			d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Reason: progressing, Message: "ReplicaSet \"web-x\" rollout halted: 3 of 3 updated pods with a verdict failed"}}
+		}
+		return d
+	}
+	for _, c := range []struct {
+		d    *appsv1.Deployment
+		want string
+		done bool
+		err  string
+	}{
+		{dep(2, 1, 3, 3, 3, ""), "Waiting for deployment spec update to be observed...\n", false, ""},
+		{dep(2, 2, 4, 1, 3, workloads.ReasonRSUpdated), "Waiting for deployment \"web\" rollout to finish: 1 out of 3 new replicas have been updated...\n", false, ""},
+		{dep(2, 2, 4, 3, 3, ""), "Waiting for deployment \"web\" rollout to finish: 1 old replicas are pending termination...\n", false, ""},
+		{dep(2, 2, 3, 3, 2, ""), "Waiting for deployment \"web\" rollout to finish: 2 of 3 updated replicas are available...\n", false, ""},
+		{dep(2, 2, 3, 3, 3, workloads.ReasonNewRSAvailable), "deployment \"web\" successfully rolled out\n", true, ""},
+		{dep(2, 2, 4, 1, 3, workloads.ReasonTimedOut), "", false, `deployment "web" exceeded its progress deadline`},
+		{dep(2, 2, 4, 1, 3, workloads.ReasonRolloutHalted), "", false, `deployment "web": ReplicaSet "web-x" rollout halted: 3 of 3`},
+	} {
+		got, done, err := deploymentState(c.d)
+		if got != c.want || done != c.done || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%+v: %q %v %v; want %q %v %q", c.d.Status, got, done, err, c.want, c.done, c.err)
+		}
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Generation: 1},
+		Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType}},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 999, UpdatedNumberScheduled: 999, NumberAvailable: 999,
+			Conditions: []appsv1.DaemonSetCondition{{Type: workloads.ConditionDevicesSkipped, Message: "1 unreachable device(s) not updated, updated when they return: gw-7"}}}}
+	got, done, err := daemonSetState(ds)
+	if err != nil || !done || got != "daemon set \"agent\" successfully rolled out\n1 unreachable device(s) not updated, updated when they return: gw-7\n" {
+		t.Errorf("daemon set: %q %v %v", got, done, err)
+	}
+	ds.Status.UpdatedNumberScheduled = 10
+	if got, done, _ := daemonSetState(ds); done || !strings.HasPrefix(got, "Waiting for daemon set \"agent\" rollout to finish: 10 out of 999 new pods have been updated...\n") {
+		t.Errorf("daemon set rolling: %q %v", got, done)
 	}
 }

@@ -255,8 +255,9 @@ func TestDeploymentStatusDuringRollout(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list) != 1 {
 		t.Fatalf("list: %v %v", list, err)
 	}
-	if st := list[0].Status; st.Replicas != 4 || st.UpdatedReplicas != 1 || st.ObservedGeneration != 2 || st.UnavailableReplicas != 0 {
-		t.Errorf("status %+v: want 4 replicas (3 old, 1 surge), 1 up to date, generation 2 observed, none unavailable", st)
+	// No device has reported a pod Ready: none is ready or available.
+	if st := list[0].Status; st.Replicas != 4 || st.UpdatedReplicas != 1 || st.ObservedGeneration != 2 || st.ReadyReplicas != 0 || st.UnavailableReplicas != 4 {
+		t.Errorf("status %+v: want 4 replicas (3 old, 1 surge), 1 up to date, generation 2 observed, none ready, 4 unavailable", st)
 	}
 }
 

@@ -116,11 +116,13 @@ func TestPodhubSchedulesWorkloads(t *testing.T) {
 			}
 			return len(m["agent"]) == 6 && len(m["bridge"]) == 3 && len(zones) == 3
 		})
-	out, _ := h.cli("get", "deployments")
-	if !strings.Contains(out, "bridge") || !strings.Contains(out, "3/3") {
-		t.Errorf("get deployments:\n%s", out)
-	}
-	out, _ = h.cli("get", "daemonsets")
+	// READY counts the pods their devices report Ready, once the pass
+	// their reports asked for has run.
+	waitForLong(t, 30*time.Second, "get deployments showing bridge 3/3 Ready", func() bool {
+		out, _ := h.cli("get", "deployments")
+		return strings.Contains(out, "bridge") && strings.Contains(out, "3/3")
+	})
+	out, _ := h.cli("get", "daemonsets")
 	if !strings.Contains(out, "agent") {
 		t.Errorf("get daemonsets:\n%s", out)
 	}

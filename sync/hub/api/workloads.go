@@ -14,7 +14,6 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
-	"github.com/podvisor/podvisor/sync/hub/schedule"
 )
 
 // ObjectsRequest is a file of objects for the scheduler (apply -f
@@ -91,6 +90,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		a.rescheduled(w, a.Workloads.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now()))
 	})
+	a.rolloutRoutes(mux)
 	mux.HandleFunc("PUT /v1/devices/{id}/cordon", deviceChange(a, func(id string, req CordonRequest) error {
 		return a.Fleet.SetCordon(id, req.Unschedulable)
 	}))
@@ -152,42 +152,36 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's
-// list (with status counts for workloads, from the hub's pods).
+// list: a workload with the status its controller last stored (its pods'
+// readiness as their devices report it) and a Deployment's revision.
 func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 	w, err := a.Workloads.LoadWorkloads()
 	if err != nil {
 		return nil, err
 	}
-	pods, err := a.Workloads.HubPods()
+	revs, err := a.Workloads.CurrentRevisions()
 	if err != nil {
 		return nil, err
 	}
-	st := statusCounts(pods)
 	var out []json.RawMessage
 	add := func(v any) { raw, _ := json.Marshal(v); out = append(out, raw) }
 	switch kind {
 	case workloaddb.KindDeployment:
 		for _, d := range w.Deployments {
-			c := st[ownerKey{"ReplicaSet", d.Namespace, d.Name}]
-			// Up to date are the pods of the current template's ReplicaSet.
-			updated := st[ownerKey{replicaSetExact, d.Namespace, d.Name + "-" + schedule.TemplateHash(&d.Spec.Template)}]
-			d.Status.Replicas, d.Status.UpdatedReplicas = c.all, updated.all
-			d.Status.ReadyReplicas, d.Status.AvailableReplicas = c.bound, c.bound
-			d.Status.UnavailableReplicas = max(0, *d.Spec.Replicas-c.bound)
-			d.Status.ObservedGeneration = d.Generation // every pass reconciles every workload
+			workloaddb.WithRevision(d, revs[workloaddb.WorkloadKey{Kind: kind, Namespace: d.Namespace, Name: d.Name}])
 			d.Kind, d.APIVersion = workloaddb.KindDeployment, "apps/v1"
 			add(d)
 		}
 	case workloaddb.KindDaemonSet:
 		for _, d := range w.DaemonSets {
-			c := st[ownerKey{"DaemonSet", d.Namespace, d.Name}]
-			d.Status.DesiredNumberScheduled, d.Status.CurrentNumberScheduled = c.all, c.bound
-			d.Status.NumberReady, d.Status.NumberAvailable = c.bound, c.bound
-			d.Status.ObservedGeneration = d.Generation
 			d.Kind, d.APIVersion = workloaddb.KindDaemonSet, "apps/v1"
 			add(d)
 		}
 	case workloaddb.KindStatefulSet:
+		pods, err := a.Workloads.HubPods()
+		if err != nil {
+			return nil, err
+		}
 		sets, err := a.statefulSetsWithStatus(w.StatefulSets, pods)
 		if err != nil {
 			return nil, err
@@ -207,57 +201,6 @@ func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 		}
 	}
 	return out, nil
-}
-
-type ownerKey struct{ kind, namespace, name string }
-
-// replicaSetExact keys the counts of one ReplicaSet (one template of a
-// Deployment), where "ReplicaSet" keys all of its Deployment's.
-const replicaSetExact = "ReplicaSet/exact"
-
-// counts are a workload's pods: all (not terminating), and bound to a
-// device (taken as ready: the hub sees no readiness of its own).
-type counts struct{ all, bound int32 }
-
-// statusCounts counts the live pods of each owner; a ReplicaSet's pods
-// count for their Deployment (the ReplicaSet is named <deployment>-<hash>).
-func statusCounts(pods []*v1.Pod) map[ownerKey]counts {
-	out := map[ownerKey]counts{}
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, ref := range p.OwnerReferences {
-			if ref.Controller == nil || !*ref.Controller {
-				continue
-			}
-			name := ref.Name
-			if ref.Kind == "ReplicaSet" {
-				name = deploymentOf(p, ref.Name)
-			}
-			keys := []ownerKey{{ref.Kind, p.Namespace, name}}
-			if ref.Kind == "ReplicaSet" {
-				keys = append(keys, ownerKey{replicaSetExact, p.Namespace, ref.Name})
-			}
-			for _, k := range keys {
-				c := out[k]
-				c.all++
-				if p.Spec.NodeName != "" {
-					c.bound++
-				}
-				out[k] = c
-			}
-		}
-	}
-	return out
-}
-
-// deploymentOf strips the pod-template-hash from a ReplicaSet's name.
-func deploymentOf(p *v1.Pod, rs string) string {
-	if h := p.Labels["pod-template-hash"]; h != "" && len(rs) > len(h)+1 && rs[len(rs)-len(h)-1:] == "-"+h {
-		return rs[:len(rs)-len(h)-1]
-	}
-	return rs
 }
 
 // withHubPods adds to the devices' mirror pods what only the hub knows:

@@ -160,10 +160,19 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
+	observed, err := s.observed(pods)
+	if err != nil {
+		return time.Time{}, err
+	}
+	revisions, err := s.revisions()
+	if err != nil {
+		return time.Time{}, err
+	}
 	plan := schedule.Schedule(schedule.Input{Now: now, Devices: devices, DaemonSets: w.DaemonSets,
 		Deployments: w.Deployments, StatefulSets: w.StatefulSets, Pods: pods, PriorityClasses: w.PriorityClasses, PDBs: w.PDBs,
-		MaxPods: workloaddb.MaxHubPods})
-	if pods, err = s.storePlan(pods, hashes, plan, now); err != nil {
+		MaxPods: workloaddb.MaxHubPods, Observed: observed, Revisions: revisions})
+	rollouts := rolloutWrites(w, plan)
+	if pods, err = s.storePlan(pods, hashes, plan, rollouts, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
 	if err := s.pushScheduled(pods, hashes, devices, w.PriorityClasses); err != nil {
@@ -182,7 +191,7 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 		// StatefulSet remake a pod of a name this pass forgot.
 		s.Reschedule()
 	}
-	return earliest(earliest(next, tolerationDeadline(devices, pods)), leaseDeadline(devices, pods)), nil
+	return earliest(earliest(earliest(next, tolerationDeadline(devices, pods)), leaseDeadline(devices, pods)), plan.Wake), nil
 }
 
 // scheduleDevices makes every device a schedule.Device, and says when
@@ -308,10 +317,11 @@ func leaseDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 // pods it changes, and returns the pods the hub then holds. The pods
 // before are the cache's: a pod the plan changes is copied first. hashes
 // (the stored bytes' hashes by pod) follow what it writes.
-func (s *Scheduler) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, now time.Time) ([]*v1.Pod, error) {
+func (s *Scheduler) storePlan(before []*v1.Pod, hashes map[types.NamespacedName]uint64, plan schedule.Plan, rollouts workloaddb.PodWrites, now time.Time) ([]*v1.Pod, error) {
 	c := &s.sched
 	pods, changed, gone := applyPlan(before, plan, now)
-	w := workloaddb.PodWrites{PDBs: plan.PDBs}
+	w := rollouts
+	w.PDBs = plan.PDBs
 	after := make([]*v1.Pod, 0, len(pods))
 	for k, p := range pods {
 		if gone[k] {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -129,3 +131,32 @@ func (doneToken) Done() <-chan struct{}          { return closedChan }
 func (doneToken) Error() error                   { return nil }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// A status batch asks the scheduler for a pass only when it changed what
+// the scheduler reads of a hub pod (Ready here); a receipt goes back for
+// every batch.
+func TestStatusAsksForAPassOnlyWhenAHubPodChanged(t *testing.T) {
+	f := testFleet(t, "dev")
+	_, key, _ := ed25519.GenerateKey(nil)
+	receipts, passes := 0, 0
+	client := &recordingClient{onPublish: func(string, []byte) { receipts++ }}
+	h := New(Config{Broker: "test", Key: key, Connect: func(*mqtt.ClientOptions) mqtt.Client { return client },
+		Changed: func() { passes++ }}, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pod := func(ready v1.ConditionStatus) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Annotations: map[string]string{AnnotationScheduled: "true"}},
+			Status: v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: ready}}}}
+	}
+	for i, c := range []struct {
+		ready  v1.ConditionStatus
+		passes int
+	}{{v1.ConditionFalse, 1}, {v1.ConditionFalse, 1}, {v1.ConditionTrue, 2}, {v1.ConditionTrue, 2}} {
+		b := &protocol.StatusBatch{Device: "dev", Epoch: "e1", After: int64(i),
+			Items: []protocol.StatusItem{{Seq: int64(i + 1), Key: "default/web", Pod: pod(c.ready)}}}
+		if err := h.saveStatus("dev", b); err != nil {
+			t.Fatal(err)
+		}
+		if passes != c.passes || receipts != i+1 {
+			t.Fatalf("batch %d (Ready %s): %d passes asked, %d receipts; want %d and %d", i, c.ready, passes, receipts, c.passes, i+1)
+		}
+	}
+}

@@ -346,12 +346,16 @@ func report[T any](h *Link, what string, decode func([]byte) (*T, error), device
 // saveStatus stores a batch and sends the device its receipt. A failure
 // sends none: the device sends the batch again.
 func (h *Link) saveStatus(dev string, b *protocol.StatusBatch) error {
-	cursor, _, gap, err := h.fleet.ApplyStatus(b, h.now())
+	r, err := h.fleet.StoreStatus(b, h.now())
 	if err != nil {
 		return err
 	}
-	h.cfg.Changed()
-	h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: cursor, Resend: gap}))
+	if r.HubPodsChanged {
+		// A hub pod became Ready or not, failed, or went: the controllers
+		// may decide otherwise (passes coalesce, at most one a second).
+		h.cfg.Changed()
+	}
+	h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: b.Epoch, Seq: r.Cursor, Resend: r.Gap}))
 	return nil
 }
 

@@ -41,6 +41,12 @@ var fleetMigrations = []string{fleetSchema1,
 	// device's cordon and taints.
 	workloaddb.Tables + `	ALTER TABLE devices ADD COLUMN unschedulable INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE devices ADD COLUMN taints BLOB NOT NULL DEFAULT '[]';`,
+	// What the controllers read of a mirror, kept beside it at store time
+	// (summary.go) so a pass reads no pod's JSON; the mirrors stored
+	// before are summed up from theirs.
+	mirrorSummaryMigration,
+	// Workloads' statuses and revisions (workloaddb).
+	workloaddb.RolloutTables,
 }
 
 var fleetSchema1 = `
@@ -131,7 +137,23 @@ func Open(path string) (*Fleet, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	err = sqldb.Migrate(db, sqldb.Schema{Name: "fleet", Migrations: fleetMigrations,
+	err = migrate(db, fleetMigrations)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("fleet database %s: %w", path, err)
+	}
+	f := &Fleet{db: db, stmts: sqldb.NewStmts(db), retention: DefaultRetention}
+	if _, err := f.stmts.Prepare(preparedQueries...); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fleet database %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// migrate applies the fleet database's migrations up to the last of
+// migrations.
+func migrate(db *sql.DB, migrations []string) error {
+	return sqldb.Migrate(db, sqldb.Schema{Name: "fleet", Migrations: migrations,
 		Version: func(db *sql.DB) (v int, err error) {
 			if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS fleet_schema (version INTEGER NOT NULL)`); err != nil {
 				return 0, err
@@ -144,16 +166,6 @@ func Open(path string) (*Fleet, error) {
 			return err
 		},
 	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("fleet database %s: %w", path, err)
-	}
-	f := &Fleet{db: db, stmts: sqldb.NewStmts(db), retention: DefaultRetention}
-	if _, err := f.stmts.Prepare(preparedQueries...); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("fleet database %s: %w", path, err)
-	}
-	return f, nil
 }
 
 // SetRetention changes the bounds of stored events.

@@ -11,8 +11,18 @@ var (
 	qDeleteMirror = `DELETE FROM mirrors WHERE device = ? AND key = ?`
 	// A status replaces a mirror only with a higher seq; a new mirror is
 	// inserted only while the device is under its bound (reports.go).
-	qUpdateMirror = `UPDATE mirrors SET seq = ?, pod = ? WHERE device = ? AND key = ? AND seq < ?`
-	qInsertMirror = `INSERT INTO mirrors (device, key, seq, pod) VALUES (?, ?, ?, ?) ON CONFLICT(device, key) DO NOTHING`
+	// Its summary (summary.go) goes with it. The first update is the
+	// common case, a status whose summary is as stored; the second one
+	// changes it (ready_since stays while the pod stays Ready, summary_at
+	// is when Ready, the phase or the failure last changed).
+	qUpdateMirror = `UPDATE mirrors SET seq = ?1, pod = ?2, restarts = ?7
+		WHERE device = ?3 AND key = ?4 AND seq < ?1 AND ready = ?5 AND phase = ?6 AND failure = ?8`
+	qUpdateMirrorSummary = `UPDATE mirrors SET seq = ?1, pod = ?2, summary_at = ?9,
+		ready_since = CASE WHEN ?5 = 0 THEN 0 WHEN ready = 1 THEN ready_since ELSE ?9 END,
+		ready = ?5, phase = ?6, restarts = ?7, failure = ?8
+		WHERE device = ?3 AND key = ?4 AND seq < ?1`
+	qInsertMirror = `INSERT INTO mirrors (device, key, seq, pod, ready, ready_since, phase, restarts, failure, summary_at, scheduled)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(device, key) DO NOTHING`
 	qUpsertCursor = `INSERT INTO cursors (device, epoch, seq) VALUES (?, ?, ?)
 		ON CONFLICT(device) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq`
 	qPublished = `SELECT COALESCE(MAX(generation), 0) FROM desired WHERE device = ?`
@@ -35,5 +45,5 @@ var (
 // preparedQueries are prepared at Open (with the only connection
 // free: a statement cannot be prepared outside a transaction that holds it).
 var preparedQueries = []string{qTouch, qCursor, qDropMirrors, qCountMirrors, qInsertEvent,
-	qDeleteMirror, qUpdateMirror, qInsertMirror, qUpsertCursor, qPublished, qObserved, qUpsertAck,
+	qDeleteMirror, qUpdateMirror, qUpdateMirrorSummary, qInsertMirror, qUpsertCursor, qPublished, qObserved, qUpsertAck,
 	qOnline, qNode, qSaveNode, qInstance, qFirstInstance, qSwitchInstance, qDesired, qUpsertDesired, qAddDevice}

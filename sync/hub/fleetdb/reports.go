@@ -39,30 +39,57 @@ const DuplicateWindow = 10 * time.Minute
 // reports every pod again. A batch of another epoch that does not start
 // there gets a gap at 0, and the device starts a new epoch.
 func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64, applied int, gap bool, err error) {
+	r, err := f.StoreStatus(b, at)
+	return r.Cursor, r.Applied, r.Gap, err
+}
+
+// StatusStored is what storing a status batch did.
+type StatusStored struct {
+	// Cursor is the device's receipt; Applied counts the new items; Gap
+	// asks the device to resend from the cursor.
+	Cursor  int64
+	Applied int
+	Gap     bool
+	// HubPodsChanged: the batch changed what the controllers read of a
+	// hub-scheduled pod (Ready, phase, failure), or removed a mirror, or
+	// started a new epoch: a scheduling pass may decide otherwise now.
+	HubPodsChanged bool
+}
+
+// StoreStatus is ApplyStatus, saying also whether the batch changed
+// what the scheduler reads of the hub's pods.
+func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored, error) {
+	var r StatusStored
+	var err error
+	r.Cursor, r.Applied, r.Gap, r.HubPodsChanged, err = f.applyStatus(b, at)
+	return r, err
+}
+
+func (f *Fleet) applyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64, applied int, gap, changed bool, err error) {
 	tx, err := f.db.Begin()
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	defer tx.Rollback()
 	if err := f.touch(tx, b.Device, at); err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	var epoch string
 	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	case err != nil || epoch != b.Epoch:
 		if b.After != 0 {
-			return 0, 0, true, nil
+			return 0, 0, true, false, nil
 		}
 		if _, err := f.stmts.Exec(tx, qDropMirrors, b.Device); err != nil {
-			return 0, 0, false, err
+			return 0, 0, false, false, err
 		}
 		f.forgetMirrorCount(b.Device) // none now: counted below
-		cursor = 0
+		cursor, changed = 0, true
 	case b.After > cursor:
-		return cursor, 0, true, nil // a batch is missing before this one
+		return cursor, 0, true, false, nil // a batch is missing before this one
 	}
 	// The device's mirrors, for the bound on made-up pods: counted once,
 	// then kept by this, their only writer, as each batch commits (read
@@ -70,35 +97,38 @@ func (f *Fleet) ApplyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	mirrors, counted := f.mirrorCount(b.Device)
 	if !counted {
 		if err := f.stmts.QueryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
-			return 0, 0, false, err
+			return 0, 0, false, false, err
 		}
 	}
 	var events int
-	if cursor, applied, events, mirrors, err = f.storeItems(tx, b, cursor, mirrors, at); err != nil {
-		return 0, 0, false, err
+	var itemsChanged bool
+	if cursor, applied, events, mirrors, itemsChanged, err = f.storeItems(tx, b, cursor, mirrors, at); err != nil {
+		return 0, 0, false, false, err
 	}
+	changed = changed || itemsChanged
 	if _, err := f.stmts.Exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	if events > 0 {
 		if err := f.prune(tx, b.Device, at); err != nil {
-			return 0, 0, false, err
+			return 0, 0, false, false, err
 		}
 	}
 	// Kept before the commit releases the connection to the next batch.
 	f.keepMirrorCount(b.Device, mirrors)
 	if err := tx.Commit(); err != nil {
 		f.forgetMirrorCount(b.Device)
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
-	return cursor, applied, false, nil
+	return cursor, applied, false, changed, nil
 }
 
 // storeItems stores a batch's items past the cursor: events, removed
 // pods and pods' statuses, within the device's bound on mirrors. It
 // returns the new cursor, how many items were new, how many of them were
-// events, and the device's mirrors after.
-func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, err error) {
+// events, the device's mirrors after, and whether a hub pod's summary
+// changed or a mirror went.
+func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, changed bool, err error) {
 	// insertFirst guesses whether the next pod is new here (a new epoch
 	// reports every pod again) or already mirrored (a status change).
 	insertFirst := mirrors == 0
@@ -118,63 +148,90 @@ func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mi
 			if res, err = f.stmts.Exec(tx, qDeleteMirror, b.Device, it.Key); err == nil {
 				n, _ := res.RowsAffected()
 				mirrors -= int(n)
+				changed = changed || n > 0
 			}
 		default:
 			pod, _ := json.Marshal(it.Pod)
-			var added bool
-			added, insertFirst, err = f.storeMirror(tx, b.Device, it.Key, it.Seq, pod, mirrors, insertFirst)
+			m := mirrorWrite{device: b.Device, key: it.Key, seq: it.Seq, pod: pod, sum: summarize(it.Pod), at: at.UnixMilli(),
+				scheduled: it.Pod.Annotations[annotationScheduled] == "true"}
+			var added, moved bool
+			added, moved, insertFirst, err = f.storeMirror(tx, m, mirrors, insertFirst)
 			if added {
 				mirrors++
 			}
+			changed = changed || moved && m.scheduled
 		}
 		if err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, 0, false, err
 		}
 	}
-	return cursor, applied, events, mirrors, nil
+	return cursor, applied, events, mirrors, changed, nil
+}
+
+// mirrorWrite is a pod's status to store, with its summary.
+type mirrorWrite struct {
+	device, key string
+	seq         int64
+	pod         []byte
+	sum         summary
+	at          int64 // the hub's time of the report, in ms
+	// scheduled: the hub's scheduler placed the pod (its summary is read).
+	scheduled bool
 }
 
 // storeMirror stores a pod's status unless the hub has a newer one (a
 // higher seq), in one statement when insertFirst guesses right: an
 // UPDATE of a known pod, or an INSERT of a new one, which the bound on
 // made-up pods refuses at the device's limit of mirrors. It returns
-// whether a mirror was added, and the guess for the next pod.
-func (f *Fleet) storeMirror(tx *sql.Tx, device, key string, seq int64, pod []byte, mirrors int, insertFirst bool) (added, nextInsertFirst bool, err error) {
+// whether a mirror was added, whether its summary changed (a new one
+// counts), and the guess for the next pod.
+func (f *Fleet) storeMirror(tx *sql.Tx, m mirrorWrite, mirrors int, insertFirst bool) (added, changed, nextInsertFirst bool, err error) {
 	room := f.retention.Mirrors <= 0 || mirrors < f.retention.Mirrors
+	s := m.sum
 	insert := func() (bool, error) {
 		if !room {
 			return false, nil // more pods than any device runs: made up
 		}
-		res, err := f.stmts.Exec(tx, qInsertMirror, device, key, seq, pod)
+		since := int64(0)
+		if s.ready {
+			since = m.at
+		}
+		res, err := f.stmts.Exec(tx, qInsertMirror, m.device, m.key, m.seq, m.pod,
+			boolInt(s.ready), since, s.phase, s.restarts, s.failure, m.at, boolInt(m.scheduled))
 		if err != nil {
 			return false, err
 		}
 		n, _ := res.RowsAffected()
 		return n == 1, nil
 	}
-	update := func() (bool, error) {
-		res, err := f.stmts.Exec(tx, qUpdateMirror, seq, pod, device, key, seq)
-		if err != nil {
-			return false, err
+	update := func() (updated, changed bool, err error) {
+		args := []any{m.seq, m.pod, m.device, m.key, boolInt(s.ready), s.phase, s.restarts, s.failure, m.at}
+		for i, q := range []string{qUpdateMirror, qUpdateMirrorSummary} {
+			res, err := f.stmts.Exec(tx, q, args...)
+			if err != nil {
+				return false, false, err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				return true, i == 1, nil
+			}
 		}
-		n, _ := res.RowsAffected()
-		return n == 1, nil
+		return false, false, nil
 	}
 	if insertFirst {
 		if added, err = insert(); err != nil || added {
-			return added, true, err
+			return added, added, true, err
 		}
 		// Known (or refused at the bound): update it if this is newer.
-		_, err = update()
-		return false, false, err
+		_, changed, err = update()
+		return false, changed, false, err
 	}
-	updated, err := update()
+	updated, changed, err := update()
 	if err != nil || updated {
-		return false, false, err
+		return false, changed, false, err
 	}
 	// Unknown, or known with a newer status (which the insert leaves).
 	added, err = insert()
-	return added, added, err
+	return added, added, added, err
 }
 
 // mirrorCount is a device's mirror count as its last committed status

@@ -2,7 +2,6 @@ package kinds
 
 import (
 	"fmt"
-	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -10,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
 // setStatefulSetDefaults is SetDefaults_StatefulSet (with the
@@ -113,7 +112,7 @@ func validateStatefulSet(s *appsv1.StatefulSet) field.ErrorList {
 	t := sp.Template.DeepCopy()
 	t.Spec.Hostname, t.Spec.Subdomain = "", ""
 	errs = append(errs, validateTemplate("StatefulSet", s.Name, sp.Selector, t)...)
-	errs = append(errs, validateLease(sp.Template.Annotations, spec.Child("template", "metadata", "annotations").Key(workloads.AnnotationLeaseSeconds))...)
+	errs = append(errs, validateLease(sp.Template.Annotations, spec.Child("template", "metadata", "annotations").Key(vocab.AnnotationLeaseSeconds))...)
 	return append(errs, apivalidation.ValidateNonnegativeField(int64(*sp.RevisionHistoryLimit), spec.Child("revisionHistoryLimit"))...)
 }
 
@@ -138,12 +137,9 @@ func validateRollingUpdateStatefulSet(ru *appsv1.RollingUpdateStatefulSetStrateg
 
 // validateLease checks a self-fencing lease: whole seconds, 1 to a day.
 func validateLease(annotations map[string]string, path *field.Path) field.ErrorList {
-	v, ok := annotations[workloads.AnnotationLeaseSeconds]
-	if !ok {
-		return nil
-	}
-	if n, err := strconv.Atoi(v); err != nil || n < 1 || n > workloads.MaxLeaseSeconds || strconv.Itoa(n) != v {
-		return field.ErrorList{field.Invalid(path, v, fmt.Sprintf("must be a whole number of seconds from 1 to %d", workloads.MaxLeaseSeconds))}
+	if _, err := vocab.ParseLeaseSeconds(annotations); err != nil {
+		return field.ErrorList{field.Invalid(path, annotations[vocab.AnnotationLeaseSeconds],
+			fmt.Sprintf("must be a whole number of seconds from 1 to %d", vocab.MaxLeaseSeconds))}
 	}
 	return nil
 }

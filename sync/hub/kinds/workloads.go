@@ -165,6 +165,7 @@ func validateTemplate(kind string, name string, sel *metav1.LabelSelector, t *v1
 
 func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 	errs := validateMeta(&d.ObjectMeta)
+	errs = append(errs, validateFailureThreshold(d.Annotations)...)
 	spec := field.NewPath("spec")
 	s := &d.Spec
 	errs = append(errs, apivalidation.ValidateNonnegativeField(int64(*s.Replicas), spec.Child("replicas"))...)
@@ -172,10 +173,6 @@ func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("replicas"), *s.Replicas, fmt.Sprintf("must be no more than %d (the hub's limit)", MaxReplicas)))
 	}
 	errs = append(errs, validateTemplate("Deployment", d.Name, s.Selector, &s.Template)...)
-	if s.Paused {
-		// Ignoring it would roll out what the operator meant to hold back.
-		errs = append(errs, field.Forbidden(spec.Child("paused"), "the hub does not pause rollouts: a new template rolls out at once"))
-	}
 	sp := spec.Child("strategy")
 	switch s.Strategy.Type {
 	case appsv1.RecreateDeploymentStrategyType:
@@ -197,6 +194,7 @@ func validateDeployment(d *appsv1.Deployment) field.ErrorList {
 
 func validateDaemonSet(ds *appsv1.DaemonSet) field.ErrorList {
 	errs := validateMeta(&ds.ObjectMeta)
+	errs = append(errs, validateFailureThreshold(ds.Annotations)...)
 	spec := field.NewPath("spec")
 	s := &ds.Spec
 	errs = append(errs, validateTemplate("DaemonSet", ds.Name, s.Selector, &s.Template)...)

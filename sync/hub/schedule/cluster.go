@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"time"
+
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,12 +55,16 @@ func (c *cluster) Nodes() []workloads.Node {
 }
 
 // view is a pod as the controllers read it now: what its device reports
-// of it counts only while it is bound there.
+// of it counts only while it is bound there, and a pod on a device not
+// Ready is not ready (the node lifecycle controller's MarkPodsNotReady).
 func (s *state) view(p *podInfo) workloads.Pod {
 	w := workloads.Pod{Pod: p.pod, Key: p.key, Created: p.created, Terminating: p.terminating}
 	if p.node != nil {
 		w.Node = p.node.name
 		w.Observed = s.observed[p.key]
+		if s.notReady[w.Node] {
+			w.Observed.Ready, w.Observed.ReadySince = false, time.Time{}
+		}
 	}
 	return w
 }

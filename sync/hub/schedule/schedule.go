@@ -50,6 +50,9 @@ type Input struct {
 	// pod is ready or available only as its device says (a pod merely
 	// placed is neither). A pod absent here has not been reported.
 	Observed map[types.NamespacedName]workloads.Observed
+	// Revisions are each workload's revisions as stored, by
+	// workloads.Index (templates need not be given).
+	Revisions map[string][]workloads.Revision
 	// MaxPods bounds the pods the hub holds (0: no bound). A controller's
 	// pod past it is refused as a pod quota refuses it: a FailedCreate
 	// event, once per workload and pass. A DaemonSet makes a pod per
@@ -75,6 +78,13 @@ type Plan struct {
 	// PDBs are the PodDisruptionBudgets whose status this pass changed:
 	// the disruption controller's, less what the rollouts spent.
 	PDBs []*policyv1.PodDisruptionBudget
+	// Statuses are every workload's status as its controller computed
+	// it; Revisions the workloads' revisions that changed.
+	Statuses  []workloads.Status
+	Revisions []workloads.RevisionChange
+	// Wake is when the controllers want the next pass by themselves (a
+	// pod becomes available, a progress deadline passes); zero: never.
+	Wake time.Time
 }
 
 // Event is an event on an object, as its controller records it.
@@ -213,6 +223,9 @@ type state struct {
 	owners *workloads.Owners
 	// observed are the devices' reports of the bound pods.
 	observed map[types.NamespacedName]workloads.Observed
+	// notReady are the devices not Ready (unreachable or Ready=False):
+	// their pods are not ready, as the node lifecycle controller marks them.
+	notReady map[string]bool
 	plan     Plan
 }
 
@@ -222,8 +235,9 @@ type state struct {
 func Schedule(in Input) Plan {
 	s := newState(in)
 	budgets := s.syncBudgets(in)
-	workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
-		StatefulSets: in.StatefulSets, Owners: s.owners, MaxPods: in.MaxPods, Budgets: budgets})
+	res := workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
+		StatefulSets: in.StatefulSets, Owners: s.owners, MaxPods: in.MaxPods, Budgets: budgets, Revisions: in.Revisions})
+	s.plan.Statuses, s.plan.Revisions, s.plan.Wake = res.Statuses, res.Revisions, res.Wake
 	queue := s.queue()
 	for _, p := range queue {
 		s.scheduleOne(p)
@@ -243,6 +257,7 @@ func newState(in Input) *state {
 		matchCache:  map[string]*matchCounts{},
 		pdbs:        in.PDBs,
 		observed:    in.Observed,
+		notReady:    map[string]bool{},
 		owned:       map[string][]*podInfo{},
 		// Pods are filed under their workload as they are read (index).
 		owners: workloads.NewOwners(in.DaemonSets, in.Deployments, in.StatefulSets...),
@@ -256,6 +271,9 @@ func newState(in Input) *state {
 		}
 		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods(),
 			unreachableSince: d.UnreachableSince, fenced: d.Fenced}
+		if !d.UnreachableSince.IsZero() || notReady(d) {
+			s.notReady[d.Name] = true
+		}
 		s.nodes = append(s.nodes, n)
 		s.byName[d.Name] = n
 	}
@@ -276,6 +294,17 @@ func newState(in Input) *state {
 		}
 	}
 	return s
+}
+
+// notReady reports a device whose Ready condition is there and not True
+// (the not-ready taint's rule: a device with no conditions yet is not).
+func notReady(d *Device) bool {
+	for _, c := range d.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status != v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func keyOf(p *v1.Pod) types.NamespacedName {

@@ -2,7 +2,9 @@ package workloaddb
 
 import (
 	"encoding/json"
+
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 	"slices"
 	"time"
 )
@@ -20,9 +22,25 @@ func (f *Store) WorkloadDetail(kind, namespace, name string) (WorkloadDetail, er
 		namespace = ""
 	}
 	var d WorkloadDetail
-	err := f.db.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object)
+	var status []byte
+	err := f.db.QueryRow(`SELECT object, status FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object, &status)
 	if err != nil {
 		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
+	}
+	if kind == KindDeployment || kind == KindDaemonSet {
+		// With its status, and a Deployment's revision annotation.
+		obj, err := decodeWorkload(kind, d.Object, status)
+		if err != nil {
+			return d, err
+		}
+		revs, err := f.CurrentRevisions()
+		if err != nil {
+			return d, err
+		}
+		if dep, ok := obj.(*appsv1.Deployment); ok {
+			WithRevision(dep, revs[WorkloadKey{kind, namespace, name}])
+		}
+		d.Object, _ = json.Marshal(obj)
 	}
 	if kind == KindDeployment {
 		// A Deployment's describe shows its pods' scheduling events too.

@@ -65,6 +65,9 @@ type PodWrites struct {
 	Events []SchedEvent
 	// PDBs are budgets whose status the pass computed.
 	PDBs []*policyv1.PodDisruptionBudget
+	// Statuses and Revisions are the workloads' that changed.
+	Statuses  []StatusWrite
+	Revisions []RevisionSet
 }
 
 // StorePods stores a pass's writes in one transaction, its events
@@ -88,6 +91,9 @@ func (f *Store) StorePods(w PodWrites, at time.Time) error {
 		}
 	}
 	if err := storePDBStatus(tx, w.PDBs); err != nil {
+		return err
+	}
+	if err := storeRollouts(tx, w.Statuses, w.Revisions); err != nil {
 		return err
 	}
 	events, err := newEventWriter(tx)

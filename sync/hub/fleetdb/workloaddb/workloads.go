@@ -125,6 +125,10 @@ func (f *Store) DeleteWorkload(kind, namespace, name string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
+	// Its revisions go with it, as its ReplicaSets or ControllerRevisions do.
+	if _, err := f.db.Exec(`DELETE FROM revisions WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name); err != nil {
+		return err
+	}
 	return forgetEvents(f.db, kind, namespace, name)
 }
 
@@ -142,26 +146,28 @@ func forgetEvents(db interface {
 // LoadWorkloads reads every stored workload and PriorityClass.
 func (f *Store) LoadWorkloads() (Workloads, error) {
 	var w Workloads
-	rows, err := f.db.Query(`SELECT kind, object FROM workloads ORDER BY kind, namespace, name`)
+	rows, err := f.db.Query(`SELECT kind, object, status FROM workloads ORDER BY kind, namespace, name`)
 	if err != nil {
 		return w, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var kind string
-		var raw []byte
-		if err := rows.Scan(&kind, &raw); err != nil {
+		var raw, status []byte
+		if err := rows.Scan(&kind, &raw, &status); err != nil {
 			return w, err
 		}
+		var obj any
 		switch kind {
-		case KindDeployment:
-			d := &appsv1.Deployment{}
-			err = json.Unmarshal(raw, d)
-			w.Deployments = append(w.Deployments, d)
-		case KindDaemonSet:
-			d := &appsv1.DaemonSet{}
-			err = json.Unmarshal(raw, d)
-			w.DaemonSets = append(w.DaemonSets, d)
+		case KindDeployment, KindDaemonSet:
+			// With the status its controller last stored.
+			if obj, err = decodeWorkload(kind, raw, status); err == nil {
+				if d, ok := obj.(*appsv1.Deployment); ok {
+					w.Deployments = append(w.Deployments, d)
+				} else {
+					w.DaemonSets = append(w.DaemonSets, obj.(*appsv1.DaemonSet))
+				}
+			}
 		case KindStatefulSet:
 			st := &appsv1.StatefulSet{}
 			err = json.Unmarshal(raw, st)

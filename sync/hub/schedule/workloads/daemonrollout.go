@@ -3,6 +3,7 @@ package workloads
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -31,6 +32,9 @@ type daemonRollout struct {
 	// budget and surge are the devices still allowed to go unavailable or
 	// to get a new pod beside the old one in this pass.
 	budget, surge int
+	// halted: the failure threshold halted this revision; no device
+	// moves to it.
+	halted bool
 }
 
 // syncDaemonSet is one DaemonSet's reconcile: a pod of the current
@@ -49,9 +53,14 @@ func (k *controllers) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1
 	r := &daemonRollout{ds: ds, hash: hash, minReady: ds.Spec.MinReadySeconds,
 		outdated: fmt.Sprintf("DaemonSet %s has a new template", ds.Name),
 		onDelete: ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
+	// The budget counts the devices the DaemonSet should run on now, as
+	// the controller's updatedDesiredNodeCounts does: an unreachable
+	// device (tainted NoSchedule) is not one of them, so a dead device
+	// never holds back the rest; its old pod, unavailable, is replaced
+	// at no cost, and the new one made when it returns.
 	desired, unavailable := 0, 0
 	for _, dn := range nodes {
-		if !dn.run && !dn.keep {
+		if !dn.run {
 			continue
 		}
 		desired++
@@ -72,9 +81,56 @@ func (k *controllers) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1
 	r.budget = scaled(maxUnavailable, desired, true) - unavailable
 	r.surge = scaled(maxSurge, desired, true) - countSurging(nodes)
 	r.surging = scaled(maxSurge, desired, true) > 0
+	book := newRevisionBook(k.revisions[Index("DaemonSet", ds.Namespace, ds.Name)], k.c.Owned(Index("DaemonSet", ds.Namespace, ds.Name)),
+		func(p Pod) string { return p.Pod.Labels[LabelControllerHash] })
+	cur, _ := book.makeCurrent(hash, &ds.Spec.Template, ds.Annotations[AnnotationChangeCause])
+	r.halted = k.daemonHalt(ds, cur, nodes, book)
 	for _, dn := range nodes {
 		k.updateDaemonNode(r, dn)
 	}
+	k.finishDaemonSet(ds, hash, nodes, book)
+}
+
+// daemonHalt checks the failure threshold over the devices already
+// updated (unreachable ones say nothing) while old pods remain.
+func (k *controllers) daemonHalt(ds *appsv1.DaemonSet, cur *Revision, nodes []*daemonNode, book *revisionBook) bool {
+	if cur.Halted != "" {
+		return true
+	}
+	var updated []Pod
+	rolling := false
+	for _, dn := range nodes {
+		rolling = rolling || len(dn.old) > 0
+		if !unreachable(dn.n) {
+			updated = append(updated, dn.current...)
+		}
+	}
+	if !rolling || !hasThreshold(ds.Annotations) {
+		return false
+	}
+	v := k.verdicts(updated, ds.Spec.MinReadySeconds, daemonVerdictDeadline, nil)
+	msg := halts(ds.Annotations, v, fmt.Sprintf("ControllerRevision %q", ds.Name+"-"+cur.Hash))
+	if msg == "" {
+		return false
+	}
+	cur.Halted, book.changed = msg, true
+	k.haltEvent("DaemonSet", ds.Namespace, ds.Name, msg)
+	return true
+}
+
+// daemonVerdictDeadline is how long a DaemonSet's new pod has to become
+// available before it counts as failed (a DaemonSet has no
+// progressDeadlineSeconds: a Deployment's default).
+const daemonVerdictDeadline = 600 * time.Second
+
+// unreachable reports whether a device carries the unreachable taint.
+func unreachable(n Node) bool {
+	for _, t := range n.Node.Spec.Taints {
+		if t.Key == v1.TaintNodeUnreachable {
+			return true
+		}
+	}
+	return false
 }
 
 // daemonNodes sorts a DaemonSet's pods by device, deleting those on
@@ -126,10 +182,12 @@ func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
 		k.c.Delete(extra.Key, ReasonScaledDown, extraMessage())
 	}
 	switch {
+	case r.halted && len(dn.current) == 0:
+		// Halted: a device keeps what it runs; none gets the revision.
 	case len(dn.current) > 0:
 		// The new pod is there: the old go once it is available (at
 		// once without surge, where they should not coexist).
-		if len(dn.old) > 0 && (!r.surging || k.available(dn.current[0], r.minReady)) {
+		if len(dn.old) > 0 && !r.halted && (!r.surging || k.available(dn.current[0], r.minReady)) {
 			for _, p := range dn.old {
 				if !r.surging || k.mayDisrupt(p) {
 					k.c.Delete(p.Key, ReasonOutdated, outdated)

@@ -42,14 +42,19 @@ func scaled(v *intstr.IntOrString, total int, up bool) int {
 // by the strategy — Recreate deletes them all and creates the new ones
 // once they are gone; RollingUpdate (the default) keeps at most
 // replicas+maxSurge pods and at least replicas-maxUnavailable available,
-// as the Deployment controller's rolloutRolling does.
+// as the Deployment controller's rolloutRolling does. A paused
+// Deployment makes no rollout progress; a halted revision (the failure
+// threshold) no further step at all. Its status, conditions and
+// revisions follow, as the controller keeps them.
 func (k *controllers) syncDeployment(d *appsv1.Deployment) {
 	before := k.replicaSets(d)
 	defer k.scalingEvents(d, before)
 	hash := TemplateHash(&d.Spec.Template)
+	rsName := d.Name + "-" + hash
+	pods := k.podsOf(d)
 	var current, old []Pod
 	oldTerminating := false
-	for _, p := range k.podsOf(d) {
+	for _, p := range pods {
 		isOld := p.Pod.Labels[LabelPodTemplateHash] != hash
 		switch {
 		case p.Terminating:
@@ -64,17 +69,82 @@ func (k *controllers) syncDeployment(d *appsv1.Deployment) {
 	if d.Spec.Replicas != nil {
 		want = int(*d.Spec.Replicas)
 	}
-	if len(old) == 0 || d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+	st := appsv1.DeploymentStatus{Conditions: slices.Clone(d.Status.Conditions)}
+	k.checkPausedConditions(d, &st)
+	book := newRevisionBook(k.revisions[Index("Deployment", d.Namespace, d.Name)], pods,
+		func(p Pod) string { return p.Pod.Labels[LabelPodTemplateHash] })
+	cur := k.newReplicaSet(d, book, hash, rsName, &st)
+	halted := ""
+	if cur != nil {
+		halted = cur.Halted
+		if halted == "" && len(old) > 0 && d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType && hasThreshold(d.Annotations) {
+			v := k.verdicts(current, d.Spec.MinReadySeconds, progressDeadline(d), nil)
+			if halted = halts(d.Annotations, v, fmt.Sprintf("ReplicaSet %q", rsName)); halted != "" {
+				cur.Halted, book.changed = halted, true
+				k.haltEvent("Deployment", d.Namespace, d.Name, halted)
+			}
+		}
+	}
+	switch {
+	case halted != "", cur == nil, d.Spec.Paused && len(old) > 0:
+		// Halted, or paused mid-rollout: no pod moves to or from the
+		// new revision (nor is one made for it while paused).
+	case len(old) == 0 || d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType:
 		for _, p := range old {
 			k.c.Delete(p.Key, ReasonOutdated, outdatedDeployment(d))
 		}
-		if len(old) > 0 || oldTerminating && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-			return // Recreate: the new pods wait until the old are gone
-		}
-		k.scaleTo(d, hash, current, want)
-		return
+		if len(old) == 0 && !(oldTerminating && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType) {
+			k.scaleTo(d, hash, current, want)
+		} // else Recreate: the new pods wait until the old are gone
+	default:
+		k.rollingUpdate(d, hash, current, old, want)
 	}
-	k.rollingUpdate(d, hash, current, old, want)
+	k.finishDeployment(d, hash, rsName, st.Conditions, want, halted, book)
+}
+
+// newReplicaSet is getNewReplicaSet: the current template's revision,
+// made (NewReplicaSetCreated) or found (FoundNewReplicaSet) and numbered
+// newest; nil while paused before it exists.
+func (k *controllers) newReplicaSet(d *appsv1.Deployment, book *revisionBook, hash, rsName string, st *appsv1.DeploymentStatus) *Revision {
+	if d.Spec.Paused && book.current(hash) == nil {
+		return nil
+	}
+	cur, made := book.makeCurrent(hash, &d.Spec.Template, d.Annotations[AnnotationChangeCause])
+	if progressDeadline(d) > 0 {
+		switch {
+		case made:
+			setCondition(st, k.newCondition(appsv1.DeploymentProgressing, v1.ConditionTrue, ReasonNewRSCreated,
+				fmt.Sprintf("Created new replica set %q", rsName)))
+		case getCondition(st, appsv1.DeploymentProgressing) == nil:
+			setCondition(st, k.newCondition(appsv1.DeploymentProgressing, v1.ConditionTrue, ReasonFoundNewRS,
+				fmt.Sprintf("Found new replica set %q", rsName)))
+		}
+	}
+	return cur
+}
+
+// finishDeployment computes the Deployment's status after the pass's
+// changes, prunes old revisions once the rollout is complete, and asks
+// for a pass when a pod becomes available.
+func (k *controllers) finishDeployment(d *appsv1.Deployment, hash, rsName string, conds []appsv1.DeploymentCondition, want int, halted string, book *revisionBook) {
+	st := k.deploymentStatus(d, hash, conds, want)
+	if !d.Spec.Paused {
+		k.syncRolloutStatus(d, &st, rsName, want, halted)
+	}
+	live := map[string]bool{}
+	for _, p := range k.podsOf(d) {
+		k.wakeWhenAvailable(p, d.Spec.MinReadySeconds)
+		if !p.Terminating {
+			live[p.Pod.Labels[LabelPodTemplateHash]] = true
+		}
+	}
+	complete := int(st.UpdatedReplicas) == want && int(st.Replicas) == want && int(st.AvailableReplicas) == want
+	if complete && book.current(hash) != nil && d.Spec.RevisionHistoryLimit != nil {
+		book.prune(hash, *d.Spec.RevisionHistoryLimit, func(h string) bool { return live[h] })
+	}
+	k.keepRevisions("Deployment", d.Namespace, d.Name, book)
+	k.res.Statuses = append(k.res.Statuses, Status{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
+		Deployment: &st, Revision: book.maxOther("")})
 }
 
 func outdatedDeployment(d *appsv1.Deployment) string {
@@ -84,15 +154,7 @@ func outdatedDeployment(d *appsv1.Deployment) string {
 // rollingUpdate is one step of a RollingUpdate from the old pods to the
 // current template's.
 func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, old []Pod, want int) {
-	var maxSurge, maxUnavailable *intstr.IntOrString
-	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
-		maxSurge, maxUnavailable = ru.MaxSurge, ru.MaxUnavailable
-	} else {
-		quarter := intstr.FromString("25%")
-		maxSurge, maxUnavailable = &quarter, &quarter
-	}
-	surge := scaled(maxSurge, want, true)
-	unavailable := scaled(maxUnavailable, want, false)
+	surge, unavailable := rollingBounds(d, want)
 	if surge == 0 && unavailable == 0 {
 		unavailable = 1
 	}
@@ -135,6 +197,19 @@ func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, 
 		}
 		k.c.Delete(p.Key, ReasonOutdated, outdatedDeployment(d))
 	}
+}
+
+// rollingBounds are the Deployment's maxSurge (rounded up) and
+// maxUnavailable (rounded down) against want replicas.
+func rollingBounds(d *appsv1.Deployment, want int) (surge, unavailable int) {
+	var maxSurge, maxUnavailable *intstr.IntOrString
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
+		maxSurge, maxUnavailable = ru.MaxSurge, ru.MaxUnavailable
+	} else {
+		quarter := intstr.FromString("25%")
+		maxSurge, maxUnavailable = &quarter, &quarter
+	}
+	return scaled(maxSurge, want, true), scaled(maxUnavailable, want, false)
 }
 
 // scaleTo creates or deletes current-template pods to reach want.

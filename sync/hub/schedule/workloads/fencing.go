@@ -2,20 +2,18 @@ package workloads
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
-// AnnotationLeaseSeconds opts a pod into a self-fencing lease: its device
-// stops it once it has not heard from the hub for that many seconds, so
-// the hub may replace it on another device after the same silence (on
-// its own clock) plus the pod's termination grace and ClockMargin.
-const AnnotationLeaseSeconds = "fencing.podvisor.io/lease-seconds"
-
-// MaxLeaseSeconds bounds a lease: a day.
-const MaxLeaseSeconds = 86400
+// AnnotationLeaseSeconds opts a pod into a self-fencing lease
+// (vocab.AnnotationLeaseSeconds): the hub replaces it after the lease's
+// silence on its own clock plus the pod's termination grace and
+// ClockMarginPercent.
+const AnnotationLeaseSeconds = vocab.AnnotationLeaseSeconds
 
 // defaultGracePeriod is a pod's terminationGracePeriodSeconds when it
 // names none.
@@ -34,12 +32,8 @@ const ClockMarginPercent = 2
 // (apply refuses those; a pod the hub cannot read has no lease, which
 // only makes the hub wait longer).
 func LeaseSeconds(p *v1.Pod) int64 {
-	s, ok := p.Annotations[AnnotationLeaseSeconds]
-	if !ok {
-		return 0
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 1 || n > MaxLeaseSeconds || strconv.FormatInt(n, 10) != s {
+	n, err := vocab.ParseLeaseSeconds(p.Annotations)
+	if err != nil {
 		return 0
 	}
 	return n

@@ -163,6 +163,18 @@ type Pass struct {
 	// Budgets, when set, hold back a rollout's deletion of a pod its
 	// PodDisruptionBudget does not allow to go now (nil: none).
 	Budgets Budgets
+	// Revisions are each workload's revisions as stored, by Index.
+	Revisions map[string][]Revision
+}
+
+// Result is what a pass of the controllers decided besides the books:
+// every workload's status, the revisions that changed, and when the
+// next pass should run by itself (a pod becomes available after
+// minReadySeconds, a progress deadline passes); zero for never.
+type Result struct {
+	Statuses  []Status
+	Revisions []RevisionChange
+	Wake      time.Time
 }
 
 // controllers is one pass of the controllers over the books.
@@ -174,15 +186,18 @@ type controllers struct {
 	budgets Budgets
 	// overQuota are the workloads refused a pod this pass for maxPods.
 	overQuota map[types.NamespacedName]bool
+	revisions map[string][]Revision
+	res       *Result
 }
 
 // Sync runs the controllers in Kubernetes' order: the pods of devices
 // gone and the taint-based evictions go first, then the DaemonSet and
 // Deployment controllers make and delete pods, then the pods whose
-// workload is gone are deleted.
-func Sync(c Cluster, pass Pass) {
+// workload is gone are deleted. Each workload's sync is its own: one
+// stuck or halted holds back no other.
+func Sync(c Cluster, pass Pass) Result {
 	k := &controllers{c: c, now: pass.Now, owners: pass.Owners, maxPods: pass.MaxPods, budgets: pass.Budgets,
-		overQuota: map[types.NamespacedName]bool{}}
+		overQuota: map[types.NamespacedName]bool{}, revisions: pass.Revisions, res: &Result{}}
 	k.deleteLost()
 	k.evictTainted()
 	k.forceDeleteUnreachable()
@@ -190,6 +205,7 @@ func Sync(c Cluster, pass Pass) {
 	k.runDeployments(pass.Deployments)
 	k.runStatefulSets(pass.StatefulSets)
 	k.deleteOrphans(pass.DaemonSets, pass.Deployments, pass.StatefulSets)
+	return *k.res
 }
 
 // TemplateHash is a pod template's hash as a label value, the name part
