@@ -123,7 +123,7 @@ func (d *ReadyDevice) status(p *v1.Pod, ready bool) store.Item {
 	if ready {
 		cond = v1.ConditionTrue
 	}
-	m := &v1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels,
+	m := &v1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, Annotations: p.Annotations,
 		OwnerReferences: p.OwnerReferences}, Spec: v1.PodSpec{NodeName: d.ID, Containers: p.Spec.Containers}}
 	m.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &now, Conditions: []v1.PodCondition{
 		{Type: v1.PodReady, Status: cond, LastTransitionTime: now},
