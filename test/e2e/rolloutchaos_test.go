@@ -34,6 +34,7 @@ type simDevices struct {
 
 type simDevice struct {
 	id    string
+	creds simfleet.Device
 	st    *store.Store
 	pods  *simfleet.ReadyDevice
 	stop  chan struct{}
@@ -62,7 +63,11 @@ func startSimDevices(t *testing.T, h *podhubServer, n int) *simDevices {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := &simDevice{id: id, st: st, pods: &simfleet.ReadyDevice{ID: id, ReadyAfter: time.Second}}
+		creds, err := enrolled.Issue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &simDevice{id: id, creds: creds, st: st, pods: &simfleet.ReadyDevice{ID: id, ReadyAfter: time.Second}}
 		s.devices[id] = d
 		if err := s.run(d); err != nil {
 			t.Fatal(err)
@@ -84,7 +89,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // run starts a device's agent (again).
 func (s *simDevices) run(d *simDevice) error {
-	a, err := s.enrolled.Agent(d.id, d.st, d.pods, 2*time.Second, quietLog)
+	a, err := d.creds.Agent(d.st, d.pods, 2*time.Second, quietLog)
 	if err != nil {
 		return err
 	}

@@ -46,18 +46,40 @@ func LoadEnrolment(data, brokerAddr string) (Enrolment, error) {
 	return Enrolment{ca: ca, hubKey: pub, broker: "mqtts://" + brokerAddr}, nil
 }
 
-// Agent is simulated device id's agent, with a certificate of its own,
-// its state in st and pods as its pod side, heartbeating every period.
-func (e Enrolment) Agent(id string, st *store.Store, pods uplink.Pods, heartbeat time.Duration, log *slog.Logger) (*uplink.Agent, error) {
+// Device is a simulated device's credentials: a certificate of its own
+// from the hub's CA (issued once per ID, as podhub device add does).
+type Device struct {
+	ID string
+	e  Enrolment
+	tc *tls.Config
+}
+
+// Issue issues device id's certificate.
+func (e Enrolment) Issue(id string) (Device, error) {
 	issued, err := e.ca.IssueDevice(id)
 	if err != nil {
-		return nil, err
+		return Device{}, err
 	}
 	pair, err := tls.X509KeyPair(issued.Cert, issued.Key)
 	if err != nil {
+		return Device{}, err
+	}
+	return Device{ID: id, e: e, tc: &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{pair}}}, nil
+}
+
+// Agent is the device's agent (a new one each call, as a restarted
+// daemon makes), with its state in st and pods as its pod side,
+// heartbeating every period.
+func (d Device) Agent(st *store.Store, pods uplink.Pods, heartbeat time.Duration, log *slog.Logger) (*uplink.Agent, error) {
+	return uplink.New(uplink.Config{Broker: d.e.broker, DeviceID: d.ID, HubKey: d.e.hubKey, TLS: d.tc,
+		Heartbeat: heartbeat}, st, pods, log)
+}
+
+// Agent issues device id's certificate and makes its agent.
+func (e Enrolment) Agent(id string, st *store.Store, pods uplink.Pods, heartbeat time.Duration, log *slog.Logger) (*uplink.Agent, error) {
+	d, err := e.Issue(id)
+	if err != nil {
 		return nil, err
 	}
-	tc := &tls.Config{RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{pair}}
-	return uplink.New(uplink.Config{Broker: e.broker, DeviceID: id, HubKey: e.hubKey, TLS: tc,
-		Heartbeat: heartbeat}, st, pods, log)
+	return d.Agent(st, pods, heartbeat, log)
 }
