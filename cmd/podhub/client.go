@@ -270,13 +270,17 @@ func parseLabels(items []string, removal bool) (map[string]string, error) {
 }
 
 func readiness(d fleetdb.Device) string {
-	if d.DuplicateID {
-		return "DuplicateID"
+	s := "NotReady"
+	switch {
+	case d.DuplicateID:
+		s = "DuplicateID"
+	case d.Ready:
+		s = "Ready"
 	}
-	if d.Ready {
-		return "Ready"
+	if d.FencedAt != nil {
+		s += ",Fenced" // as kubectl adds SchedulingDisabled to a cordoned node's status
 	}
-	return "NotReady"
+	return s
 }
 
 func ago(now, t time.Time) string {

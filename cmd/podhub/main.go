@@ -39,6 +39,7 @@ Usage:
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
+  podhub [--data-dir DIR] fence device ID [--remove]
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -107,6 +108,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.cordon(args[0], args[1:])
 	case "taint":
 		return c.taint(args[1:])
+	case "fence":
+		return c.fence(args[1:])
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -168,6 +171,7 @@ var synopses = map[string]string{
 	"cordon":        "cordon device ID",
 	"uncordon":      "uncordon device ID",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
+	"fence":         "fence device ID [--remove]",
 	"version":       "version",
 }
 

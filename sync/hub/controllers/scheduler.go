@@ -202,7 +202,7 @@ func (s *Scheduler) scheduleDevices(now time.Time) ([]schedule.Device, time.Time
 		}
 		sd.Labels[v1.LabelHostname] = d.ID
 		if e, ok := extra[d.ID]; ok {
-			sd.Unschedulable, sd.Taints = e.Unschedulable, e.Taints
+			sd.Unschedulable, sd.Taints, sd.Fenced = e.Unschedulable, e.Taints, e.Fenced
 		}
 		// As the node lifecycle controller after a restart, the hub
 		// gives every device it has not heard from since it started a
@@ -357,8 +357,8 @@ func applyPlan(before []*v1.Pod, plan schedule.Plan, now time.Time) (pods map[ty
 		if p == nil {
 			continue
 		}
-		if p.Spec.NodeName == "" {
-			gone[d.Pod] = true // never on a device: nothing to stop
+		if p.Spec.NodeName == "" || d.Force {
+			gone[d.Pod] = true // never on a device, or known not to run: nothing to wait for
 			continue
 		}
 		if p.DeletionTimestamp == nil {

@@ -12,6 +12,7 @@ package schedule
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -110,12 +111,19 @@ const (
 	ReasonOwnerDeleted = workloads.ReasonOwnerDeleted
 )
 
-// Deletion is a pod to terminate gracefully.
+// Deletion is a pod to terminate gracefully, or to forget at once.
 type Deletion struct {
 	Pod     types.NamespacedName
 	Reason  string
 	Message string
+	// Force forgets the pod at once, as a deletion with grace period 0:
+	// its device is known not to run it (fenced).
+	Force bool
 }
+
+// ReasonPodGC is the pod garbage collector's reason for a pod it
+// force-deletes: here, a pod of a fenced device.
+const ReasonPodGC = "DeletionByPodGC"
 
 // podInfo is a pod with what scheduling needs precomputed.
 type podInfo struct {
@@ -177,6 +185,7 @@ type state struct {
 // device, highest priority first.
 func Schedule(in Input) Plan {
 	s := newState(in)
+	s.forceFenced(in)
 	workloads.Sync(&cluster{s: s}, workloads.Pass{Now: in.Now, DaemonSets: in.DaemonSets, Deployments: in.Deployments,
 		Owners: s.owners, MaxPods: in.MaxPods})
 	queue := s.queue()
@@ -205,8 +214,8 @@ func newState(in Input) *state {
 	slices.SortFunc(devs, func(a, b Device) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range devs {
 		d := &devs[i]
-		if _, dup := s.byName[d.Name]; dup {
-			continue
+		if _, dup := s.byName[d.Name]; dup || d.Fenced {
+			continue // a fenced device is no node: nothing goes there
 		}
 		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods()}
 		s.nodes = append(s.nodes, n)
@@ -261,6 +270,36 @@ func (s *state) detach(p *podInfo) {
 	n.nonZeroCPU -= cpu
 	n.nonZeroMem -= mem
 	p.node = nil
+}
+
+// forceFenced force-deletes every pod bound to a fenced device, before
+// the controllers run, so that they replace them in this pass. The pod
+// garbage collector deletes a pod of an out-of-service node the same way,
+// with grace period 0, once its node is known to be down.
+func (s *state) forceFenced(in Input) {
+	fenced := map[string]bool{}
+	for _, d := range in.Devices {
+		if d.Fenced {
+			fenced[d.Name] = true
+		}
+	}
+	if len(fenced) == 0 {
+		return
+	}
+	for _, p := range s.order {
+		dev := p.pod.Spec.NodeName
+		if !fenced[dev] {
+			continue
+		}
+		msg := fmt.Sprintf("PodGC: device %s is fenced (podhub fence device): pod %s is known not to run there", dev, p.key.Name)
+		if p.terminating {
+			// Already deleted gracefully: waited for no longer.
+			s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: ReasonPodGC, Message: msg, Force: true})
+			continue
+		}
+		s.markDeleted(p, ReasonPodGC, msg)
+		s.plan.Deletions[len(s.plan.Deletions)-1].Force = true
+	}
 }
 
 // markDeleted terminates a pod: it keeps its resources until the device

@@ -32,6 +32,11 @@ type Device struct {
 	// UnreachableSince is when the hub stopped hearing from the device;
 	// zero while it is heard from.
 	UnreachableSince time.Time
+	// Fenced: the operator declared the device dead (podhub fence
+	// device). Its pods are known not to run: they are force-deleted and
+	// replaced elsewhere, and it gets none, whatever they tolerate (as
+	// Kubernetes' out-of-service taint, made absolute).
+	Fenced bool
 }
 
 // defaultMaxPods is the kubelet's default --max-pods.
