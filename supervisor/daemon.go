@@ -222,12 +222,18 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 func (d *Daemon) step() time.Time {
 	now := d.now()
 	d.stopDrained(d.protector.AdvanceDrain(d.machine))
+	if d.desired.Gated() {
+		d.gate()
+	}
 	rd := d.machine.Ready(now)
 	d.apply(rd)
 	if !rd.Unsaved {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.FileWants, Invalid: d.desired.Invalid()})
+	if e := d.desired.NextExpiry(); !e.IsZero() && (rd.NextWake.IsZero() || e.Before(rd.NextWake)) {
+		return e // a lease runs out: stop its pods on time
+	}
 	return rd.NextWake
 }
 

@@ -49,7 +49,9 @@ func (f *fakePods) Node() (*v1.Node, error) {
 	return &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: "test"}}}, nil
 }
 
-func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod) {
+func (f *fakePods) Renew(time.Time) {}
+
+func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod, _ []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gen, f.pods = gen, pods
@@ -136,7 +138,7 @@ func (r *rig) deviceWith(id, db string, pods uplink.Pods, tune func(*uplink.Conf
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if _, _, err := a.Stored(); err != nil {
+	if _, _, _, err := a.Stored(); err != nil {
 		r.t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -214,7 +216,7 @@ func TestDesiredStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, stored, err := ag.Stored()
+	g, stored, _, err := ag.Stored()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,7 @@ func (a *Agent) take(p *pendingDoc) bool {
 		if err == nil {
 			a.publishAck(&protocol.Ack{Generation: applied, ObservedGeneration: applied, Pods: rec.Results})
 		}
+		a.docTaken() // the hub's current document is the one in force
 		return true
 	}
 	pods, results := protocol.DecodePods(d, manifest.Decode)
@@ -136,7 +137,8 @@ func (a *Agent) take(p *pendingDoc) bool {
 	a.mu.Lock()
 	a.floor = max(a.floor, d.Generation)
 	a.mu.Unlock()
-	a.applyAccepted(d.Generation, pods, results)
+	a.applyAccepted(d, pods, results)
+	a.docTaken()
 	a.log.Info("applied desired state from the hub", "generation", d.Generation, "pods", len(pods))
 	a.publishAck(&protocol.Ack{Generation: d.Generation, ObservedGeneration: d.Generation, Pods: results})
 	return true

@@ -21,6 +21,9 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	a.mu.Lock()
 	a.heard = a.now()
 	a.mu.Unlock()
+	if ack.Beat != 0 {
+		a.lease.answer(ack.Beat)
+	}
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
 	}
@@ -204,7 +207,7 @@ func (a *Agent) encodeBatch(epoch string, after int64, rows []store.Row) ([]byte
 // heartbeats publishes the node status at each connection and then
 // every Heartbeat period while connected.
 func (a *Agent) heartbeats(stop <-chan struct{}) {
-	tick := time.NewTicker(a.cfg.Heartbeat)
+	tick := time.NewTimer(a.lease.period(a.cfg.Heartbeat))
 	defer tick.Stop()
 	for {
 		select {
@@ -213,6 +216,8 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		case <-tick.C:
 		case <-a.beat:
 		}
+		// Shorter while a pod has a self-fencing lease (leaseLink.period).
+		tick.Reset(a.lease.period(a.cfg.Heartbeat))
 		a.mu.Lock()
 		up := a.connected
 		// The hub answers each heartbeat with a receipt. Silence for
@@ -239,6 +244,9 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance,
 			Net: a.netSummary()}
+		// Numbered and timed last, on the monotonic clock (time.Now, not
+		// the agent's settable clock): the lease renews from this instant.
+		hb.Beat = a.lease.beat(time.Now())
 		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }
