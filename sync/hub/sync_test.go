@@ -32,7 +32,11 @@ type fakePods struct {
 	mu      sync.Mutex
 	gen     int64
 	pods    []*v1.Pod
+	fence   []string
 	applies int
+	renewed []time.Time
+	// renewedEarly: a renewal came before any document was applied.
+	renewedEarly bool
 }
 
 func (f *fakePods) Conflicts(pods []*v1.Pod) (map[string]string, error) {
@@ -49,12 +53,17 @@ func (f *fakePods) Node() (*v1.Node, error) {
 	return &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: "test"}}}, nil
 }
 
-func (f *fakePods) Renew(time.Time) {}
-
-func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod, _ []string) {
+func (f *fakePods) Renew(at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gen, f.pods = gen, pods
+	f.renewed = append(f.renewed, at)
+	f.renewedEarly = f.renewedEarly || f.gen == 0
+}
+
+func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod, fence []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen, f.pods, f.fence = gen, pods, fence
 	f.applies++
 }
 
