@@ -3,11 +3,11 @@ package hub_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"errors"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
