@@ -1,8 +1,10 @@
 package supervisor
 
 import (
-	"github.com/podvisor/podvisor/supervisor/desired"
+	"fmt"
+
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/podview"
 )
 
 // gate hands the machine the desired pods the hub's fence and the
@@ -15,10 +17,12 @@ func (d *Daemon) gate() {
 	g := d.desired.Gate(d.machine.Instances(), now)
 	d.machine.SetDesired(g.Pods)
 	for _, in := range g.Stop {
-		msg := g.Message[in.UID()]
-		d.log.Warn("self-fencing lease expired: stopping the pod", "pod", in.Key(), "message", msg)
-		d.execute(d.machine.Disrupt(in.UID(), lifecycle.ReasonLeaseExpired, msg, d.machine.GracePeriod(in.Pod), now))
-		d.desired.QueueEvent(desired.PodEvent{Pod: in.Key(), Time: now, Type: "Warning", Reason: lifecycle.ReasonLeaseExpired, Message: msg})
+		// Its Warning event (LeaseExpired) is recorded with the stop.
+		d.execute(d.machine.Disrupt(in.UID(), lifecycle.ReasonLeaseExpired, g.Message[in.UID()], d.machine.GracePeriod(in.Pod), now))
+	}
+	for _, key := range g.NewlyFenced {
+		d.addEvent(podview.Note{Key: key, Type: "Warning", Reason: "Fenced",
+			Message: fmt.Sprintf("Stopping: the hub fenced this device (desired generation %d); the pod may run elsewhere", d.desired.FenceGeneration())})
 	}
 	for _, uid := range g.Revive {
 		if in := d.machine.Instance(uid); in != nil && d.machine.ReviveFrom(uid, lifecycle.ReasonLeaseExpired) {

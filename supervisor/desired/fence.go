@@ -18,6 +18,7 @@ import (
 type gate struct {
 	fence      map[string]bool // namespace/name
 	generation int64           // the document that carried the fence
+	noted      map[string]bool // fenced pods whose stop was reported
 	lease      lease.Device
 	leases     bool // some hub pod has a lease
 	// next is when the nearest lease runs out (zero: none holds).
@@ -26,6 +27,9 @@ type gate struct {
 
 func (s *Pods) setFence(generation int64, fence []string) {
 	s.gate.fence = nil
+	if len(fence) == 0 || s.gate.noted == nil {
+		s.gate.noted = map[string]bool{} // a stop is reported once per fence
+	}
 	s.gate.generation = generation
 	if len(fence) > 0 {
 		s.gate.fence = make(map[string]bool, len(fence))
@@ -54,6 +58,10 @@ func (s *Pods) Gated() bool { return len(s.gate.fence) > 0 || s.gate.leases }
 // NextExpiry is when the nearest lease that holds runs out (zero: none).
 func (s *Pods) NextExpiry() time.Time { return s.gate.next }
 
+// FenceGeneration is the generation of the document whose fence is in
+// force.
+func (s *Pods) FenceGeneration() int64 { return s.gate.generation }
+
 // Gated is Gate's answer.
 type Gated struct {
 	// Pods are what the machine is to run.
@@ -65,8 +73,9 @@ type Gated struct {
 	// Revive are the instances a lease stopped whose lease holds again.
 	Revive []types.UID
 	// Fenced are the fenced hub pods still running: no other hub pod
-	// starts until they are gone.
-	Fenced []string
+	// starts until they are gone; NewlyFenced are those not reported
+	// before.
+	Fenced, NewlyFenced []string
 }
 
 // Gate filters Desired's pods at now, given the machine's instances:
@@ -82,6 +91,10 @@ func (s *Pods) Gate(instances []*lifecycle.Instance, now time.Time) Gated {
 		byUID[in.UID()] = in
 		if s.gate.fence[in.Key()] && fromHub(in.Pod) && in.Live() {
 			g.Fenced = append(g.Fenced, in.Key())
+			if !s.gate.noted[in.Key()] {
+				s.gate.noted[in.Key()] = true
+				g.NewlyFenced = append(g.NewlyFenced, in.Key())
+			}
 		}
 	}
 	s.gate.next = time.Time{}
