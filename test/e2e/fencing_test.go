@@ -37,7 +37,7 @@ terminationGracePeriodSeconds: %d
 containers:
 - name: main
   image: host
-  command: ["sh", "-c", "echo $$ > %s/$POD_NAME.pid; exec sleep 1004"]
+  command: ["sh", "-c", "echo $$$$ > %s/$(POD_NAME).pid; exec sleep 1004"]
   env:
   - name: POD_NAME
     valueFrom: {fieldRef: {fieldPath: metadata.name}}`, grace, dir)
@@ -103,6 +103,11 @@ func TestFenceDeviceStopsItsPodsWhenItReturns(t *testing.T) {
 	waitForLong(t, 30*time.Second, "the device reports no pod", func() bool {
 		out, _, _ := daemons[fenced].cli("get", "pods")
 		return !strings.Contains(out, podName) && len(h.pods(t, fenced)) == 0
+	})
+	// It was the fence that stopped it, and the hub hears why.
+	waitForLong(t, 30*time.Second, "the device's Fenced event at the hub", func() bool {
+		out, _ := h.cli("describe", "device", fenced)
+		return strings.Contains(out, "Fenced") && strings.Contains(out, "the hub fenced this device")
 	})
 	// Nothing of the hub ran there after the fence.
 	if out, _, _ := daemons[fenced].cli("get", "pods"); strings.Contains(out, "db-") {
@@ -204,7 +209,7 @@ func TestLeasePodStopsWhenTheLinkIsCut(t *testing.T) {
 	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: store\n  labels: {app: store}\n  annotations: {fencing.podvisor.io/lease-seconds: \"5\"}\nspec:\n" +
 		"  " + strings.ReplaceAll(pidPodSpec(pids, int(grace.Seconds())), "\n", "\n  ") + "\n"
 	// The script ignores SIGTERM: the stop runs the whole grace period.
-	pod = strings.Replace(pod, "echo $$ >", "trap '' TERM; echo $$ >", 1)
+	pod = strings.Replace(pod, "echo $$$$ >", "trap '' TERM; echo $$$$ >", 1)
 	pod = strings.Replace(pod, "exec sleep 1004", "while :; do sleep 0.1; done", 1)
 	file := filepath.Join(t.TempDir(), "store.yaml")
 	os.WriteFile(file, []byte(pod), 0o644)
