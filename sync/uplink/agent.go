@@ -408,7 +408,9 @@ func (a *Agent) applyAccepted(d *protocol.Desired, pods []*v1.Pod, results []pro
 	a.applied = d.Generation
 	a.mu.Unlock()
 	run := accepted(pods, results)
-	a.lease.setPods(run)
+	if a.lease.setPods(run) {
+		poke(a.beat) // a heartbeat now, and the period the leases need from then on
+	}
 	a.pods.ApplyAssigned(d.Generation, run, fenceOf(d))
 }
 

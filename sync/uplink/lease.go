@@ -37,8 +37,9 @@ func (l *leaseLink) init() {
 	l.wake = make(chan struct{}, 1)
 }
 
-// setPods notes the shortest lease among the pods in force.
-func (l *leaseLink) setPods(pods []*v1.Pod) {
+// setPods notes the shortest lease among the pods in force; it reports
+// whether it changed (the heartbeat period follows it).
+func (l *leaseLink) setPods(pods []*v1.Pod) bool {
 	var shortest time.Duration
 	for _, p := range pods {
 		if d, ok, err := lease.Of(p); ok && err == nil && (shortest == 0 || d < shortest) {
@@ -46,8 +47,10 @@ func (l *leaseLink) setPods(pods []*v1.Pod) {
 		}
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := l.shortest != shortest
 	l.shortest = shortest
-	l.mu.Unlock()
+	return changed
 }
 
 // period is the heartbeat period: every fourth of the shortest lease
