@@ -34,8 +34,8 @@ type Assignments interface {
 	// document's fence (as in ExpectAssigned); it is idempotent.
 	ApplyAssigned(generation int64, pods []*v1.Pod, fence []string)
 	// Renew renews the self-fencing leases at sent: the send time, on
-	// this process's monotonic clock, of a report the hub answered after
-	// this connection's desired document was taken.
+	// the lease clock (lease.Now, CLOCK_BOOTTIME), of a report the hub
+	// answered after this connection's desired document was taken.
 	Renew(sent time.Time)
 	// Pods is the status stream: every pod's newest status, the view's
 	// version (0 until the first reconciliation is published), and a

@@ -131,6 +131,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.watchPressure(ctx)
 	d.runtimes.Images().Start(ctx)
 	if d.desired.HubAttached() {
+		d.loadLease()
+		defer d.saveLease()
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}
 	if err := d.restore(); err != nil {
@@ -231,8 +233,10 @@ func (d *Daemon) step() time.Time {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.FileWants, Invalid: d.desired.Invalid()})
-	if e := d.desired.NextExpiry(); !e.IsZero() && (rd.NextWake.IsZero() || e.Before(rd.NextWake)) {
-		return e // a lease runs out: stop its pods on time
+	if in, ok := d.desired.NextExpiry(); ok {
+		if e := now.Add(in); rd.NextWake.IsZero() || e.Before(rd.NextWake) {
+			return e // a lease runs out: stop its pods on time
+		}
 	}
 	return rd.NextWake
 }

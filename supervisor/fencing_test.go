@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/pod/lease"
+	"github.com/podvisor/podvisor/supervisor/desired"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 )
 
 // slowStop is the fake runtime whose containers do not end on their stop
@@ -111,6 +115,7 @@ func TestLeaseStopsAndRevivesPod(t *testing.T) {
 	d := shellDaemon(t, ctx, fake)
 	clock := time.Now()
 	d.now = func() time.Time { return clock }
+	d.desired.SetLeaseClock(func() time.Time { return clock })
 	p := hubTestPod("store", map[string]string{lease.Annotation: "10"})
 	d.desired.ExpectHub(1, []*v1.Pod{p}, nil)
 	d.applyDesired()
@@ -167,4 +172,31 @@ func TestLeaseStopsAndRevivesPod(t *testing.T) {
 		started, _, _ := fake.snapshot()
 		return len(started) == 2 && runningKey(d, "default/store")
 	})
+}
+
+// The last renewal outlives a restart of the daemon within one boot (the
+// lease clock runs on), never a reboot (another boot ID).
+func TestLeaseRenewalKeptAcrossADaemonRestart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := shellDaemon(t, ctx, newFakeRuntime())
+	renewed := lease.Now().Add(-time.Second)
+	d.desired.Renew(renewed)
+	d.saveLease()
+
+	fresh := func() *desired.Pods { return desired.New(desired.Options{Log: d.log}) }
+	d.desired = fresh()
+	d.loadLease()
+	if got := d.desired.Renewed(); !got.Equal(renewed) {
+		t.Fatalf("renewal after a restart %v, want %v", got, renewed)
+	}
+
+	path := filepath.Join(d.cfg.DataDir, leaseFile)
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(b), pidfd.BootID(), "another-boot", 1)), 0o600)
+	d.desired = fresh()
+	d.loadLease()
+	if got := d.desired.Renewed(); !got.IsZero() {
+		t.Fatalf("a renewal from another boot was taken: %v", got)
+	}
 }

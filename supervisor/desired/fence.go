@@ -21,8 +21,10 @@ type gate struct {
 	noted      map[string]bool // fenced pods whose stop was reported
 	lease      lease.Device
 	leases     bool // some hub pod has a lease
-	// next is when the nearest lease runs out (zero: none holds).
-	next time.Time
+	// next is when the nearest lease runs out (zero: none holds), on
+	// clock, the lease clock (lease.Now; a test's own).
+	next  time.Time
+	clock func() time.Time
 }
 
 func (s *Pods) setFence(generation int64, fence []string) {
@@ -46,17 +48,36 @@ func (s *Pods) setFence(generation int64, fence []string) {
 	}
 }
 
-// Renew renews the self-fencing leases at sent: the send time, on this
-// daemon's monotonic clock, of a heartbeat the hub answered.
+// Renew renews the self-fencing leases at sent: the send time, on the
+// lease clock (lease.Now), of a heartbeat the hub answered.
 func (s *Pods) Renew(sent time.Time) { s.gate.lease.Renew(sent) }
+
+// Renewed is the last renewal, on the lease clock (zero: none).
+func (s *Pods) Renewed() time.Time { return s.gate.lease.Renewed() }
+
+// SetLeaseClock replaces the lease clock (lease.Now), for tests.
+func (s *Pods) SetLeaseClock(now func() time.Time) { s.gate.clock = now }
+
+func (s *Pods) leaseNow() time.Time {
+	if s.gate.clock == nil {
+		return lease.Now()
+	}
+	return s.gate.clock()
+}
 
 // Gated says whether Gate's answer can change with time or with the
 // machine's instances (a fence, or a pod with a lease): the daemon then
 // gates at every step, else only when Desired changes.
 func (s *Pods) Gated() bool { return len(s.gate.fence) > 0 || s.gate.leases }
 
-// NextExpiry is when the nearest lease that holds runs out (zero: none).
-func (s *Pods) NextExpiry() time.Time { return s.gate.next }
+// NextExpiry is how long until the nearest lease that holds runs out;
+// false when none holds.
+func (s *Pods) NextExpiry() (time.Duration, bool) {
+	if s.gate.next.IsZero() {
+		return 0, false
+	}
+	return max(s.gate.next.Sub(s.leaseNow()), 0), true
+}
 
 // FenceGeneration is the generation of the document whose fence is in
 // force.
@@ -78,14 +99,16 @@ type Gated struct {
 	Fenced, NewlyFenced []string
 }
 
-// Gate filters Desired's pods at now, given the machine's instances:
+// Gate filters Desired's pods, given the machine's instances, at the
+// lease clock's now:
 //   - a hub pod the fence names never runs; while one still runs, no hub
 //     pod starts that is not running already (stop before start);
 //   - a hub pod with a lease starts only while its lease holds; one
 //     running when it runs out is stopped, and runs again (revived) once
 //     a renewal makes it hold again.
-func (s *Pods) Gate(instances []*lifecycle.Instance, now time.Time) Gated {
+func (s *Pods) Gate(instances []*lifecycle.Instance) Gated {
 	var g Gated
+	now := s.leaseNow()
 	byUID := make(map[types.UID]*lifecycle.Instance, len(instances))
 	for _, in := range instances {
 		byUID[in.UID()] = in

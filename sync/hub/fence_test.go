@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/lease"
 	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -119,7 +120,7 @@ func TestHeartbeatReceiptsRenewLeases(t *testing.T) {
 	if _, err := r.hub.Apply("gw-3", []json.RawMessage{podJSON("web")}); err != nil {
 		t.Fatal(err)
 	}
-	before := time.Now()
+	before := lease.Now()
 	r.deviceWith("gw-3", filepath.Join(r.dir, "d3.db"), pods, func(c *uplink.Config) { c.Heartbeat = 200 * time.Millisecond })
 	eventually(t, 10*time.Second, "two renewals", func() bool {
 		pods.mu.Lock()
@@ -132,7 +133,7 @@ func TestHeartbeatReceiptsRenewLeases(t *testing.T) {
 		t.Fatal("renewed before the connection's document was applied")
 	}
 	for i, at := range pods.renewed {
-		if at.Before(before) || at.After(time.Now()) || (i > 0 && !at.After(pods.renewed[i-1])) {
+		if at.Before(before) || at.After(lease.Now()) || (i > 0 && !at.After(pods.renewed[i-1])) {
 			t.Fatalf("renewals %v: each must be a later send time within the test", pods.renewed)
 		}
 	}

@@ -67,8 +67,8 @@ type Pods interface {
 	// document's fence (namespace/name keys of pods that must not run
 	// here); it is idempotent.
 	ApplyAssigned(generation int64, pods []*v1.Pod, fence []string)
-	// Renew renews the self-fencing leases at sent, the send time (this
-	// process's monotonic clock) of a heartbeat the hub answered.
+	// Renew renews the self-fencing leases at sent, the send time (the
+	// lease clock, lease.Now) of a heartbeat the hub answered.
 	Renew(sent time.Time)
 	// Node is the device's node status, for heartbeats.
 	Node() (*v1.Node, error)

@@ -11,7 +11,7 @@ import (
 )
 
 // leaseLink is the agent's part in the self-fencing leases: it numbers
-// heartbeats, keeps their send times (monotonic, this process's), and
+// heartbeats, keeps their send times (on the lease clock), and
 // renews the daemon's leases at the send time of a heartbeat the hub
 // answered — only once the connection's desired document is taken, so
 // that a pod its lease stopped runs again only if the hub's current

@@ -6,6 +6,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/podvisor/podvisor/pod/lease"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
@@ -244,9 +245,9 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance,
 			Net: a.netSummary()}
-		// Numbered and timed last, on the monotonic clock (time.Now, not
-		// the agent's settable clock): the lease renews from this instant.
-		hb.Beat = a.lease.beat(time.Now())
+		// Numbered and timed last, on the lease clock (not the agent's
+		// settable one): the lease renews from this instant.
+		hb.Beat = a.lease.beat(lease.Now())
 		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }
