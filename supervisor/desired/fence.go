@@ -68,7 +68,7 @@ func (s *Pods) leaseNow() time.Time {
 // Gated says whether Gate's answer can change with time or with the
 // machine's instances (a fence, or a pod with a lease): the daemon then
 // gates at every step, else only when Desired changes.
-func (s *Pods) Gated() bool { return len(s.gate.fence) > 0 || s.gate.leases }
+func (s *Pods) Gated() bool { return !s.retired && (len(s.gate.fence) > 0 || s.gate.leases) }
 
 // NextExpiry is how long until the nearest lease that holds runs out;
 // false when none holds.
@@ -108,6 +108,9 @@ type Gated struct {
 //     a renewal makes it hold again.
 func (s *Pods) Gate(instances []*lifecycle.Instance) Gated {
 	var g Gated
+	if s.retired {
+		return g // every pod is stopping: nothing is desired again
+	}
 	now := s.leaseNow()
 	byUID := make(map[types.UID]*lifecycle.Instance, len(instances))
 	for _, in := range instances {
