@@ -116,6 +116,7 @@ type Agent struct {
 type pendingDoc struct {
 	payload []byte
 	doc     *protocol.Desired
+	conn    uint64 // the connection it came on (leaseLink)
 }
 
 // New makes an agent; Stored reads the stored desired pods, Run connects,

@@ -110,10 +110,21 @@ func (l *leaseLink) answer(n uint64) {
 	}
 }
 
-// docTaken says the current connection's desired document is applied.
-func (l *leaseLink) docTaken() {
+// current is the connection now (documents are tagged with it).
+func (l *leaseLink) current() uint64 {
 	l.mu.Lock()
-	l.docConn = l.conn
+	defer l.mu.Unlock()
+	return l.conn
+}
+
+// docTaken says a desired document received on connection conn is
+// applied; one received on an earlier connection counts for nothing (it
+// may be older than the one this connection brings).
+func (l *leaseLink) docTaken(conn uint64) {
+	l.mu.Lock()
+	if conn == l.conn {
+		l.docConn = conn
+	}
 	l.mu.Unlock()
 	l.poke()
 }
@@ -151,5 +162,5 @@ func (a *Agent) renewals(stop <-chan struct{}) {
 	}
 }
 
-// docTaken marks the connection's desired document applied.
-func (a *Agent) docTaken() { a.lease.docTaken() }
+// docTaken marks a document applied (p.conn: the connection it came on).
+func (a *Agent) docTaken(p *pendingDoc) { a.lease.docTaken(p.conn) }

@@ -22,13 +22,14 @@ func TestLeaseLinkRenewsAtAnsweredSendTimeAfterTheDocument(t *testing.T) {
 	l.init()
 	t0 := time.Unix(5000, 0)
 	l.connected()
+	first := l.current()
 	b1 := l.beat(t0)
 	b2 := l.beat(t0.Add(time.Second))
 	l.answer(b2)
 	if _, ok := l.due(); ok {
 		t.Fatal("renewed before the connection's document was taken")
 	}
-	l.docTaken()
+	l.docTaken(first)
 	if at, ok := l.due(); !ok || !at.Equal(t0.Add(time.Second)) {
 		t.Fatalf("due %v %v, want the answered beat's send time", at, ok)
 	}
@@ -47,7 +48,11 @@ func TestLeaseLinkRenewsAtAnsweredSendTimeAfterTheDocument(t *testing.T) {
 	if _, ok := l.due(); ok {
 		t.Fatal("renewed on a new connection before its document")
 	}
-	l.docTaken()
+	l.docTaken(first) // a document of the old connection, applied late
+	if _, ok := l.due(); ok {
+		t.Fatal("a document received before the reconnection let the leases renew")
+	}
+	l.docTaken(l.current())
 	if at, ok := l.due(); !ok || !at.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("due %v %v after the new connection's document", at, ok)
 	}
