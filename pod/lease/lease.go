@@ -17,40 +17,40 @@
 package lease
 
 import (
-	"fmt"
-	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/vocab"
 )
 
-// Annotation opts a pod in: a whole number of seconds, Min to Max.
-const Annotation = "fencing.podvisor.io/lease-seconds"
-
-// Bounds of the annotation, in seconds.
-const (
-	Min = 5
-	Max = 86400
-)
+// Annotation opts a pod in: a whole number of seconds from 1 to
+// vocab.MaxLeaseSeconds, written plainly (vocab.ParseLeaseSeconds, which
+// the hub's StatefulSet controller reads too).
+const Annotation = vocab.AnnotationLeaseSeconds
 
 // Of returns a pod's lease: ok false when the pod has none, an error
 // naming the annotation when its value is not a whole number of seconds
-// in [Min, Max].
+// from 1 to vocab.MaxLeaseSeconds.
 func Of(p *v1.Pod) (d time.Duration, ok bool, err error) {
-	s, ok := p.Annotations[Annotation]
-	if !ok {
+	if _, ok = p.Annotations[Annotation]; !ok {
 		return 0, false, nil
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < Min || n > Max {
-		return 0, true, fmt.Errorf("annotation %s: %q: want a whole number of seconds from %d to %d", Annotation, s, Min, Max)
+	n, err := vocab.ParseLeaseSeconds(p.Annotations)
+	if err != nil {
+		return 0, true, err
 	}
 	return time.Duration(n) * time.Second, true, nil
 }
 
-// Slack is what the hub adds to its wait for a clock that runs slower
-// than real time (crystals drift by parts per million; 0.1% is far more).
-func Slack(d time.Duration) time.Duration { return d / 1000 }
+// MarginPercent is how much longer than the device the hub waits: a
+// device clock running up to 2% slow (crystals stray by parts per
+// million) has still stopped its pods when the hub replaces them. The
+// StatefulSet controller's ClockMarginPercent is the same rule.
+const MarginPercent = 2
+
+// Slack is the hub's margin on a wait of d (MarginPercent, rounded up).
+func Slack(d time.Duration) time.Duration { return (d*MarginPercent + 99) / 100 }
 
 // Device is a device's lease clock: when it last renewed, on its own
 // monotonic clock. The zero Device has never renewed (a daemon that has

@@ -6,7 +6,7 @@ import (
 )
 
 // A self-fencing lease is validated where every pod is, on the device
-// and at the hub: a whole number of seconds from 5 to 86400.
+// and at the hub: a whole number of seconds from 1 to 86400.
 func TestLeaseAnnotationValidated(t *testing.T) {
 	pod := func(v string) string {
 		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {fencing.podvisor.io/lease-seconds: \"" + v +
@@ -15,7 +15,7 @@ func TestLeaseAnnotationValidated(t *testing.T) {
 	if _, err := Decode([]byte(pod("30"))); err != nil {
 		t.Fatalf("a 30 s lease: %v", err)
 	}
-	for _, bad := range []string{"4", "86401", "ten", "1.5"} {
+	for _, bad := range []string{"0", "86401", "ten", "1.5", "007"} {
 		_, err := Decode([]byte(pod(bad)))
 		if err == nil || !strings.Contains(err.Error(), "metadata.annotations[fencing.podvisor.io/lease-seconds]") {
 			t.Errorf("lease %q: %v, want refused naming the annotation", bad, err)
