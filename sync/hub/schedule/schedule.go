@@ -214,8 +214,8 @@ func newState(in Input) *state {
 	slices.SortFunc(devs, func(a, b Device) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range devs {
 		d := &devs[i]
-		if _, dup := s.byName[d.Name]; dup || d.Fenced {
-			continue // a fenced device is no node: nothing goes there
+		if _, dup := s.byName[d.Name]; dup {
+			continue
 		}
 		n := &nodeInfo{idx: len(s.nodes), name: d.Name, node: d.Node(), alloc: fleet.ToResources(d.Allocatable), maxPods: d.MaxPods()}
 		s.nodes = append(s.nodes, n)
@@ -272,28 +272,31 @@ func (s *state) detach(p *podInfo) {
 	p.node = nil
 }
 
-// forceFenced force-deletes every pod bound to a fenced device, before
-// the controllers run, so that they replace them in this pass. The pod
-// garbage collector deletes a pod of an out-of-service node the same way,
-// with grace period 0, once its node is known to be down.
+// forceFenced force-deletes every pod bound to a fenced device the hub
+// does not hear from, before the controllers run, so that they replace
+// them in this pass: the pod garbage collector force-deletes (grace
+// period 0) the pods of a node tainted out-of-service that is not Ready.
+// A fenced device still heard from has its pods evicted by the taint and
+// confirms them stopped, as any device does.
 func (s *state) forceFenced(in Input) {
-	fenced := map[string]bool{}
+	lost := map[string]bool{}
 	for _, d := range in.Devices {
-		if d.Fenced {
-			fenced[d.Name] = true
+		if d.Fenced && !d.UnreachableSince.IsZero() {
+			lost[d.Name] = true
 		}
 	}
-	if len(fenced) == 0 {
+	if len(lost) == 0 {
 		return
 	}
 	for _, p := range s.order {
 		dev := p.pod.Spec.NodeName
-		if !fenced[dev] {
+		if !lost[dev] {
 			continue
 		}
-		msg := fmt.Sprintf("PodGC: device %s is fenced (podhub fence device): pod %s is known not to run there", dev, p.key.Name)
+		msg := fmt.Sprintf("PodGC: device %s is fenced and unreachable", dev)
 		if p.terminating {
 			// Already deleted gracefully: waited for no longer.
+			s.plan.Deletions = slices.DeleteFunc(s.plan.Deletions, func(d Deletion) bool { return d.Pod == p.key })
 			s.plan.Deletions = append(s.plan.Deletions, Deletion{Pod: p.key, Reason: ReasonPodGC, Message: msg, Force: true})
 			continue
 		}

@@ -32,10 +32,9 @@ type Device struct {
 	// UnreachableSince is when the hub stopped hearing from the device;
 	// zero while it is heard from.
 	UnreachableSince time.Time
-	// Fenced: the operator declared the device dead (podhub fence
-	// device). Its pods are known not to run: they are force-deleted and
-	// replaced elsewhere, and it gets none, whatever they tolerate (as
-	// Kubernetes' out-of-service taint, made absolute).
+	// Fenced: the operator declared this device dead (podhub fence device
+	// ID). It carries the out-of-service taint (NoExecute), and once it is
+	// unreachable its pods are force-deleted at the hub and replaced.
 	Fenced bool
 }
 
@@ -82,6 +81,11 @@ func (d *Device) NodeTaints() []v1.Taint {
 	}
 	if d.Unschedulable {
 		add(v1.TaintNodeUnschedulable, v1.TaintEffectNoSchedule, time.Time{})
+	}
+	if d.Fenced {
+		// As an operator taints a node out-of-service after shutting it
+		// down: nothing new lands there, and what does not tolerate it leaves.
+		out = append(out, v1.Taint{Key: v1.TaintNodeOutOfService, Value: "fenced", Effect: v1.TaintEffectNoExecute})
 	}
 	for _, p := range []struct {
 		cond v1.NodeConditionType
