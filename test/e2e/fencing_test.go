@@ -84,6 +84,9 @@ func TestFenceDeviceStopsItsPodsWhenItReturns(t *testing.T) {
 	if st := deviceStatus(out, fenced); !strings.HasSuffix(st, ",Fenced") {
 		t.Fatalf("get devices shows %s as %q, want ...,Fenced:\n%s", fenced, st, out)
 	}
+	if out, _ := h.cli("describe", "device", fenced); !strings.Contains(out, "Fenced:") {
+		t.Errorf("describe device does not show the fence:\n%s", out)
+	}
 	// Replaced elsewhere at once: the fence says the old copy cannot run.
 	waitForValue(t, 60*time.Second, "db replaced on the other device",
 		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
