@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"errors"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -19,14 +20,23 @@ type Assignments interface {
 	// ExpectAssigned says a hub is attached, with the hub pods it accepted
 	// before (stored on the device): they run from the first
 	// reconciliation, even with the hub out of reach. Call before Run.
-	ExpectAssigned(generation int64, stored []*v1.Pod)
+	//
+	// fence names the hub pods (namespace/name) the stored document
+	// fences: they never start, and no other hub pod starts while one of
+	// them still runs.
+	ExpectAssigned(generation int64, stored []*v1.Pod, fence []string)
 	// Conflicts are the verdicts on hub pods that cannot run here (a
 	// file pod of the same name, the device's policy, a priority class
 	// the device lacks), by namespace/name, with the reason. An error
 	// means the daemon could not answer now.
 	Conflicts(pods []*v1.Pod) (map[string]string, error)
-	// ApplyAssigned makes the hub pods exactly these; it is idempotent.
-	ApplyAssigned(generation int64, pods []*v1.Pod)
+	// ApplyAssigned makes the hub pods exactly these, under the
+	// document's fence (as in ExpectAssigned); it is idempotent.
+	ApplyAssigned(generation int64, pods []*v1.Pod, fence []string)
+	// Renew renews the self-fencing leases at sent: the send time, on
+	// the lease clock (lease.Now, CLOCK_BOOTTIME), of a report the hub
+	// answered after this connection's desired document was taken.
+	Renew(sent time.Time)
 	// Pods is the status stream: every pod's newest status, the view's
 	// version (0 until the first reconciliation is published), and a
 	// channel closed at the next change.
@@ -57,8 +67,8 @@ type hubSide struct{ d *Daemon }
 var _ Assignments = hubSide{}
 
 // ExpectAssigned implements Assignments.
-func (h hubSide) ExpectAssigned(generation int64, stored []*v1.Pod) {
-	h.d.desired.ExpectHub(generation, stored)
+func (h hubSide) ExpectAssigned(generation int64, stored []*v1.Pod, fence []string) {
+	h.d.desired.ExpectHub(generation, stored, fence)
 }
 
 // Conflicts implements Assignments with the decision that applies the pods.
@@ -75,10 +85,10 @@ func (h hubSide) Conflicts(pods []*v1.Pod) (map[string]string, error) {
 }
 
 // ApplyAssigned implements Assignments.
-func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod) {
+func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod, fence []string) {
 	for {
 		err := h.d.inbox.do(func() error {
-			h.d.desired.SetHub(gen, pods)
+			h.d.desired.SetHub(gen, pods, fence)
 			h.d.applyDesired()
 			return nil
 		})
@@ -87,6 +97,15 @@ func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod) {
 		}
 		h.d.log.Warn("applying hub pods; retrying", "generation", gen, "err", err)
 	}
+}
+
+// Renew implements Assignments.
+func (h hubSide) Renew(sent time.Time) {
+	h.d.inbox.do(func() error {
+		h.d.desired.Renew(sent)
+		h.d.gate() // a pod the lease held back may start now
+		return nil
+	})
 }
 
 // Pods implements Assignments.
@@ -102,9 +121,9 @@ func (h hubSide) Node() (*v1.Node, error) { return localAPI(h).Node() }
 func (h hubSide) Stats() ([]api.PodStats, error) { return localAPI(h).Stats() }
 
 // applyDesired hands the core the file pods and the hub pods that may run
-// (desired.Pods decides).
+// (desired.Pods decides, its fence and leases gating them).
 func (d *Daemon) applyDesired() {
-	if pods, ok := d.desired.Desired(); ok {
-		d.machine.SetDesired(pods)
+	if _, ok := d.desired.Desired(); ok {
+		d.gate()
 	}
 }

@@ -29,7 +29,7 @@ func TestAssignmentsReachTheLoop(t *testing.T) {
 	defer cancel()
 	d := shellDaemon(t, ctx, newFakeRuntime())
 	hub := d.Assignments()
-	hub.ExpectAssigned(1, nil)
+	hub.ExpectAssigned(1, nil, nil)
 	if hub.PodEvents() == nil {
 		t.Fatal("no pod events for an attached hub")
 	}
@@ -46,7 +46,7 @@ func TestAssignmentsReachTheLoop(t *testing.T) {
 	if err != nil || len(conflicts) != 1 || !strings.Contains(conflicts["default/web"], "manifest file") {
 		t.Fatalf("conflicts %v (%v), want default/web shadowed by its manifest file", conflicts, err)
 	}
-	hub.ApplyAssigned(2, []*v1.Pod{hubPod("web"), hubPod("db")})
+	hub.ApplyAssigned(2, []*v1.Pod{hubPod("web"), hubPod("db")}, nil)
 	var sources []string
 	d.inbox.do(func() error { // after the step that follows ApplyAssigned
 		for _, in := range d.machine.Instances() {

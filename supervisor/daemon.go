@@ -131,6 +131,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.watchPressure(ctx)
 	d.runtimes.Images().Start(ctx)
 	if d.desired.HubAttached() {
+		d.loadLease()
+		defer d.saveLease()
 		d.applyDesired() // the stored hub pods, before anything is reconciled
 	}
 	if err := d.restore(); err != nil {
@@ -222,12 +224,20 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 func (d *Daemon) step() time.Time {
 	now := d.now()
 	d.stopDrained(d.protector.AdvanceDrain(d.machine))
+	if d.desired.Gated() {
+		d.gate()
+	}
 	rd := d.machine.Ready(now)
 	d.apply(rd)
 	if !rd.Unsaved {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.Wants, Invalid: d.desired.Invalid()})
+	if in, ok := d.desired.NextExpiry(); ok {
+		if e := now.Add(in); rd.NextWake.IsZero() || e.Before(rd.NextWake) {
+			return e // a lease runs out: stop its pods on time
+		}
+	}
 	return rd.NextWake
 }
 

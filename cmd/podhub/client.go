@@ -181,6 +181,9 @@ func (c *cli) describe(args []string) error {
 	fmt.Fprintf(w, "Labels:\t%s\n", labelList(d.Labels))
 	fmt.Fprintf(w, "Desired:\tgeneration %d, %d pod(s)\n", d.Generation, len(d.Desired))
 	fmt.Fprintf(w, "Observed:\tgeneration %d\n", d.ObservedGeneration)
+	if d.FencedAt != nil {
+		fmt.Fprintf(w, "Fenced:\t%s ago (podhub fence device %s --remove lifts it once the device has applied it)\n", ago(now, *d.FencedAt), d.ID)
+	}
 	if d.Node != nil {
 		for _, res := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods} {
 			cap, alloc := d.Node.Capacity[res], d.Node.Allocatable[res]
@@ -271,13 +274,17 @@ func parseLabels(items []string, removal bool) (map[string]string, error) {
 }
 
 func readiness(d fleetdb.Device) string {
-	if d.DuplicateID {
-		return "DuplicateID"
+	s := "NotReady"
+	switch {
+	case d.DuplicateID:
+		s = "DuplicateID"
+	case d.Ready:
+		s = "Ready"
 	}
-	if d.Ready {
-		return "Ready"
+	if d.FencedAt != nil {
+		s += ",Fenced" // as kubectl adds SchedulingDisabled to a cordoned node's status
 	}
-	return "NotReady"
+	return s
 }
 
 func ago(now, t time.Time) string {

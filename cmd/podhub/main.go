@@ -40,8 +40,9 @@ Usage:
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
-  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE]
         [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
+  podhub [--data-dir DIR] fence device ID [--remove]
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -114,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.taint(args[1:])
 	case "rollout":
 		return c.rollout(args[1:])
+	case "fence":
+		return c.fence(args[1:])
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -177,6 +180,7 @@ var synopses = map[string]string{
 	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
+	"fence":         "fence device ID [--remove]",
 	"version":       "version",
 }
 

@@ -320,6 +320,30 @@ func (c *cli) cordon(verb string, args []string) error {
 	return nil
 }
 
+// fence declares a device dead: its pods are replaced elsewhere at once
+// and it runs none (--remove lifts it once the device has applied it).
+func (c *cli) fence(args []string) error {
+	fs := flag.NewFlagSet("fence", flag.ContinueOnError)
+	remove := fs.Bool("remove", false, "lift the fence (refused until the device has applied it and reports its fenced pods gone)")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || pos[0] != "device" {
+		return errors.New("usage: podhub fence device ID [--remove]")
+	}
+	var out api.Applied
+	if err := c.client().Do("PUT", "/v1/devices/"+url.PathEscape(pos[1])+"/fence", api.FenceRequest{Remove: *remove}, &out); err != nil {
+		return err
+	}
+	verb := "fenced"
+	if *remove {
+		verb = "unfenced"
+	}
+	fmt.Fprintf(c.out, "device/%s %s (generation %d)\n", pos[1], verb, out.Generation)
+	return nil
+}
+
 // taint adds k=v:EFFECT (or k:EFFECT), or removes k:EFFECT- or every
 // effect of k-, as kubectl taint does.
 func (c *cli) taint(args []string) error {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/podvisor/podvisor/pod/lease"
 )
 
 // supportedFieldPaths are the downward-API fields a device can fill in.
@@ -38,6 +40,9 @@ func Validate(p *v1.Pod) field.ErrorList {
 	}
 	errs = append(errs, metavalidation.ValidateLabels(p.Labels, meta.Child("labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(p.Annotations, meta.Child("annotations"))...)
+	if _, _, err := lease.Of(p); err != nil {
+		errs = append(errs, field.Invalid(meta.Child("annotations").Key(lease.Annotation), p.Annotations[lease.Annotation], err.Error()))
+	}
 	errs = append(errs, validateSpec(&p.Spec, field.NewPath("spec"))...)
 	return errs
 }

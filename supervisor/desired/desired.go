@@ -47,6 +47,10 @@ type Pods struct {
 	// queue pod events for the hub (nil: no hub attached).
 	hub    []*v1.Pod
 	events chan PodEvent
+	// gate holds the hub's fence and the self-fencing leases (fence.go);
+	// want is Desired's last answer, which Gate filters.
+	gate gate
+	want []*v1.Pod
 	// retired: the daemon stops every pod before it exits, and nothing
 	// may be desired again.
 	retired bool
@@ -112,6 +116,7 @@ func (s *Pods) Desired() (pods []*v1.Pod, ok bool) {
 	for _, p := range pods {
 		s.wanted[lifecycle.KeyOf(p)] = true
 	}
+	s.want = pods
 	for _, r := range refused {
 		key := r.pod.Namespace + "/" + r.pod.Name
 		switch r.cause {

@@ -94,7 +94,7 @@ func TestHubPods(t *testing.T) {
 	}
 	s.SetFiles(manifest.State{Pods: []*v1.Pod{pod("default", "web", "/m/web.yaml")}}, time.Time{})
 	stored := pod("default", "db", "")
-	s.ExpectHub(3, []*v1.Pod{stored, pod("default", "web", "")})
+	s.ExpectHub(3, []*v1.Pod{stored, pod("default", "web", "")}, nil)
 	if !s.HubAttached() || s.Events() == nil {
 		t.Fatal("no hub attached after ExpectHub")
 	}
@@ -113,7 +113,7 @@ func TestHubPods(t *testing.T) {
 		t.Errorf("Wants: db %v web %v cache %v, want db and web", s.Wants("default/db"), s.Wants("default/web"), s.Wants("edge/cache"))
 	}
 
-	s.SetHub(4, []*v1.Pod{pod("edge", "cache", "")})
+	s.SetHub(4, []*v1.Pod{pod("edge", "cache", "")}, nil)
 	if pods, _ := s.Desired(); keys(pods) != "default/web edge/cache" {
 		t.Fatalf("desired %s after SetHub, want default/web edge/cache", keys(pods))
 	}
@@ -131,7 +131,7 @@ func TestHubPods(t *testing.T) {
 func TestConflicts(t *testing.T) {
 	s, log := newPods(Policy{})
 	s.SetFiles(manifest.State{Pods: []*v1.Pod{pod("default", "web", "/m/web.yaml")}}, time.Time{})
-	s.ExpectHub(1, nil)
+	s.ExpectHub(1, nil, nil)
 	got := s.Conflicts([]*v1.Pod{pod("default", "web", ""), pod("default", "peek", "", hostPath), pod("default", "vip", "", class("gold")), pod("default", "ok", "")})
 	want := map[string]string{"default/web": "/m/web.yaml", "default/peek": "hostPath", "default/vip": `no PriorityClass with name "gold"`}
 	if len(got) != len(want) {
@@ -155,7 +155,7 @@ func TestRetire(t *testing.T) {
 	s, _ := newPods(Policy{})
 	s.SetFiles(manifest.State{Pods: []*v1.Pod{pod("default", "web", "/m/web.yaml")}}, time.Time{})
 	s.Retire()
-	s.SetHub(2, []*v1.Pod{pod("default", "db", "")})
+	s.SetHub(2, []*v1.Pod{pod("default", "db", "")}, nil)
 	if pods, ok := s.Desired(); ok || pods != nil {
 		t.Fatalf("desired %s (ok %v) once retired, want nothing to apply", keys(pods), ok)
 	}
@@ -166,7 +166,7 @@ func TestRetire(t *testing.T) {
 func TestQueueEvent(t *testing.T) {
 	s, _ := newPods(Policy{})
 	s.QueueEvent(PodEvent{Pod: "default/web", Reason: "Started"}) // no hub: dropped
-	s.ExpectHub(1, nil)
+	s.ExpectHub(1, nil, nil)
 	for i := range podEventQueue + 1 {
 		s.QueueEvent(PodEvent{Pod: "default/web", Reason: fmt.Sprint(i)})
 	}

@@ -21,9 +21,10 @@ const podEventQueue = 256
 // ExpectHub says a hub is attached, with the hub pods it accepted before
 // (stored on the device): they are desired from the first reconciliation,
 // even with the hub out of reach. Call it before the daemon's loop runs.
-func (s *Pods) ExpectHub(generation int64, stored []*v1.Pod) {
+func (s *Pods) ExpectHub(generation int64, stored []*v1.Pod, fence []string) {
 	s.events = make(chan PodEvent, podEventQueue)
 	s.hub = withHubIdentity(stored)
+	s.setFence(generation, fence)
 	s.log.Info("hub pods", "generation", generation, "pods", len(stored))
 }
 
@@ -32,8 +33,9 @@ func (s *Pods) HubAttached() bool { return s.events != nil }
 
 // SetHub makes the hub pods exactly these; Desired then includes those
 // that may run.
-func (s *Pods) SetHub(generation int64, pods []*v1.Pod) {
+func (s *Pods) SetHub(generation int64, pods []*v1.Pod, fence []string) {
 	s.hub = withHubIdentity(pods)
+	s.setFence(generation, fence)
 	s.log.Info("hub pods", "generation", generation, "pods", len(s.hub))
 }
 

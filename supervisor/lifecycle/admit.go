@@ -106,9 +106,32 @@ const ReasonNodeShutdown = "Terminated"
 // kubelet runs a static pod again once its node is back: init containers
 // run again, then the containers restart as their restart policy says,
 // without a backoff to wait out. It reports whether the instance was one.
-func (m *Machine) Revive(uid types.UID) bool {
+func (m *Machine) Revive(uid types.UID) bool { return m.ReviveFrom(uid, ReasonNodeShutdown) }
+
+// ReasonLeaseExpired is the status reason of a pod its self-fencing lease
+// stopped (podvisor's own: the kubelet has no such stop).
+const ReasonLeaseExpired = "LeaseExpired"
+
+// Disrupt is Fail for a stop the device decides on its own: the pod also
+// carries the DisruptionTarget condition (reason TerminationByKubelet),
+// as a pod the kubelet stops for a node shutdown does.
+func (m *Machine) Disrupt(uid types.UID, reason, message string, grace time.Duration, now time.Time) []Action {
+	acts := m.Fail(uid, reason, message, grace, now)
+	if in := m.instances[uid]; in != nil && in.Failed != nil && in.Failed.Reason == reason {
+		in.Failed.DisruptionTarget = true
+	}
+	return acts
+}
+
+// GracePeriod is the grace a stop gives the pod: its
+// terminationGracePeriodSeconds, 30 s where it names none.
+func (m *Machine) GracePeriod(p *v1.Pod) time.Duration { return m.gracePeriod(p) }
+
+// ReviveFrom is Revive for an instance failed with reason: it runs again
+// once nothing of it runs.
+func (m *Machine) ReviveFrom(uid types.UID, reason string) bool {
 	in := m.instances[uid]
-	if in == nil || in.Terminating || in.Failed == nil || in.Failed.Reason != ReasonNodeShutdown || in.Live() {
+	if in == nil || in.Terminating || in.Failed == nil || in.Failed.Reason != reason || in.Live() {
 		return false
 	}
 	in.Failed = nil

@@ -98,6 +98,9 @@ func (m *Machine) conditions(in *Instance, st *v1.PodStatus, now time.Time) []v1
 			out = append(out, cond(g.ConditionType, v, "", ""))
 		}
 	}
+	if f := in.Failed; f != nil && f.DisruptionTarget {
+		out = append(out, cond(v1.DisruptionTarget, true, v1.PodReasonTerminationByKubelet, f.Message))
+	}
 	return out
 }
 

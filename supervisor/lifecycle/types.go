@@ -161,6 +161,10 @@ func (in *Instance) busy() bool {
 type Failure struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+	// DisruptionTarget: the device stopped the pod on its own (a
+	// self-fencing lease ran out); the pod carries the DisruptionTarget
+	// condition, reason TerminationByKubelet, with Message.
+	DisruptionTarget bool `json:"disruptionTarget,omitempty"`
 }
 
 // Instance is one incarnation of a pod: a UID. A changed manifest is a new

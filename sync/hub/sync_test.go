@@ -32,7 +32,11 @@ type fakePods struct {
 	mu      sync.Mutex
 	gen     int64
 	pods    []*v1.Pod
+	fence   []string
 	applies int
+	renewed []time.Time
+	// renewedEarly: a renewal came before any document was applied.
+	renewedEarly bool
 }
 
 func (f *fakePods) Conflicts(pods []*v1.Pod) (map[string]string, error) {
@@ -49,10 +53,17 @@ func (f *fakePods) Node() (*v1.Node, error) {
 	return &v1.Node{Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{KubeletVersion: "test"}}}, nil
 }
 
-func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod) {
+func (f *fakePods) Renew(at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gen, f.pods = gen, pods
+	f.renewed = append(f.renewed, at)
+	f.renewedEarly = f.renewedEarly || f.gen == 0
+}
+
+func (f *fakePods) ApplyAssigned(gen int64, pods []*v1.Pod, fence []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen, f.pods, f.fence = gen, pods, fence
 	f.applies++
 }
 
@@ -136,7 +147,7 @@ func (r *rig) deviceWith(id, db string, pods uplink.Pods, tune func(*uplink.Conf
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if _, _, err := a.Stored(); err != nil {
+	if _, _, _, err := a.Stored(); err != nil {
 		r.t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -214,7 +225,7 @@ func TestDesiredStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, stored, err := ag.Stored()
+	g, stored, _, err := ag.Stored()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -21,6 +23,39 @@ type Desired struct {
 	// Pods are v1.Pod documents, decoded one by one so that a bad pod is
 	// refused alone, with its reason.
 	Pods []json.RawMessage `json:"pods"`
+	// Fence, when set, says the operator declared the device dead
+	// (podhub fence device): the pods it names must not run here, and
+	// the device stops them before it starts any pod of the document.
+	Fence *Fence `json:"fence,omitempty"`
+}
+
+// Fence names the hub pods a fenced device must not run. The hub has
+// deleted them and may run them elsewhere; the device, once it reads the
+// fence, stops them (gracefully, then forced) before anything else, and
+// the fence stays in every later document until the operator lifts it.
+type Fence struct {
+	// Since is when the operator fenced the device, on the hub's clock;
+	// it is shown, never compared with the device's clock.
+	Since time.Time `json:"since"`
+	// Pods are namespace/name keys.
+	Pods []string `json:"pods"`
+}
+
+// MaxFencedPods bounds a fence's list (a device runs far fewer pods).
+const MaxFencedPods = 4096
+
+// validate checks a fence's keys: namespace/name, bounded.
+func (f *Fence) validate() error {
+	if len(f.Pods) > MaxFencedPods {
+		return fmt.Errorf("fence: %d pods, over the limit of %d", len(f.Pods), MaxFencedPods)
+	}
+	for i, k := range f.Pods {
+		ns, name, ok := strings.Cut(k, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") || len(k) > 317 {
+			return fmt.Errorf("fence: pods[%d] %q: want namespace/name", i, k)
+		}
+	}
+	return nil
 }
 
 // Signed is the envelope a desired document travels in: the signature is
@@ -93,6 +128,11 @@ func OpenDesired(data []byte, device string, hub ed25519.PublicKey, allowUnsigne
 	}
 	if d.Generation < 1 {
 		return nil, fmt.Errorf("desired document: generation %d, must be 1 or more", d.Generation)
+	}
+	if d.Fence != nil {
+		if err := d.Fence.validate(); err != nil {
+			return nil, fmt.Errorf("desired document: %w", err)
+		}
 	}
 	return &d, nil
 }

@@ -68,6 +68,11 @@ type StatusAck struct {
 	// Resend asks for everything after Seq again: a batch arrived after
 	// a gap (one was lost, or reordered across a reconnect).
 	Resend bool `json:"resend,omitempty"`
+	// Beat echoes the Beat of the heartbeat this receipt answers (0 for
+	// a receipt of a status batch): the device renews its self-fencing
+	// leases from that heartbeat's send time, which the hub's "last
+	// heard" can only follow.
+	Beat uint64 `json:"beat,omitempty"`
 }
 
 // Heartbeat is a device's node status, sent periodically and at connect.
@@ -86,6 +91,10 @@ type Heartbeat struct {
 	Instance string `json:"instance,omitempty"`
 	// Net is the pods' network traffic, when the device counts it.
 	Net *NetSummary `json:"net,omitempty"`
+	// Beat numbers this heartbeat within one run of the device's agent
+	// (from a random start, so that a receipt from an earlier run never
+	// matches); the hub echoes it in its receipt (StatusAck.Beat).
+	Beat uint64 `json:"beat,omitempty"`
 }
 
 // DeviceLabelPrefix is the one label namespace a device may set on

@@ -63,8 +63,13 @@ type Pods interface {
 	// namespace/name, with the reason. An error means the daemon could
 	// not answer now.
 	Conflicts(pods []*v1.Pod) (map[string]string, error)
-	// ApplyAssigned makes the hub pods exactly these; it is idempotent.
-	ApplyAssigned(generation int64, pods []*v1.Pod)
+	// ApplyAssigned makes the hub pods exactly these, under the
+	// document's fence (namespace/name keys of pods that must not run
+	// here); it is idempotent.
+	ApplyAssigned(generation int64, pods []*v1.Pod, fence []string)
+	// Renew renews the self-fencing leases at sent, the send time (the
+	// lease clock, lease.Now) of a heartbeat the hub answered.
+	Renew(sent time.Time)
 	// Node is the device's node status, for heartbeats.
 	Node() (*v1.Node, error)
 }
@@ -103,12 +108,15 @@ type Agent struct {
 	hubOnline bool
 	// now is the clock (time.Now; a test's own).
 	now func() time.Time
+	// lease is the self-fencing leases' side of the link (lease.go).
+	lease leaseLink
 }
 
 // pendingDoc is a desired document whose signature has been checked.
 type pendingDoc struct {
 	payload []byte
 	doc     *protocol.Desired
+	conn    uint64 // the connection it came on (leaseLink)
 }
 
 // New makes an agent; Stored reads the stored desired pods, Run connects,
@@ -157,6 +165,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
 		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil),
 		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now}
+	a.lease.init()
 	if cfg.HubKey != nil {
 		a.keyID = protocol.KeyID(cfg.HubKey)
 	}
@@ -207,21 +216,34 @@ func (a *Agent) current() mqtt.Client {
 // Stored returns the hub pods of the stored desired document, so they
 // run from the start, even with no hub in reach (after a reboot). The
 // daemon calls it once, before its first reconciliation.
-func (a *Agent) Stored() (int64, []*v1.Pod, error) {
+//
+// fence is the stored document's fence: it survives a reboot with the
+// document, so the pods it names never start again here.
+func (a *Agent) Stored() (gen int64, pods []*v1.Pod, fence []string, err error) {
 	rec, ok, err := a.store.Desired()
 	if err != nil || !ok {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	d, err := protocol.OpenDesired(rec.Document, a.cfg.DeviceID, a.cfg.HubKey, a.cfg.AllowUnsigned)
 	if err != nil {
-		return 0, nil, fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
+		return 0, nil, nil, fmt.Errorf("the stored desired document (generation %d): %w", rec.Generation, err)
 	}
-	pods, _ := protocol.DecodePods(d, manifest.Decode)
+	all, _ := protocol.DecodePods(d, manifest.Decode)
+	pods = accepted(all, rec.Results)
 	a.mu.Lock()
 	a.applied = d.Generation
 	a.floor = max(a.floor, d.Generation)
 	a.mu.Unlock()
-	return d.Generation, accepted(pods, rec.Results), nil
+	a.lease.setPods(pods)
+	return d.Generation, pods, fenceOf(d), nil
+}
+
+// fenceOf is a document's fence as the daemon takes it.
+func fenceOf(d *protocol.Desired) []string {
+	if d.Fence == nil {
+		return nil
+	}
+	return d.Fence.Pods
 }
 
 // Run connects and reconnects until stop is closed, then says goodbye.
@@ -231,6 +253,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 	wg.Go(func() { a.drain(stop) })
 	wg.Go(func() { a.heartbeats(stop) })
 	wg.Go(func() { a.applyDesired(stop) })
+	wg.Go(func() { a.renewals(stop) })
 	delay := a.cfg.BackoffMin
 	for {
 		// A new client for every connection: paho's state machine, after
@@ -311,6 +334,9 @@ func (a *Agent) onConnect(c mqtt.Client) {
 		a.topics.Device(id, protocol.KindStatusAck): a.onStatusAck,
 		a.topics.HubPresence():                      a.onHubPresence,
 	}
+	// A new connection: the leases wait for its desired document, which
+	// comes retained with the subscription.
+	a.lease.connected()
 	for topic, h := range subs {
 		tok := c.Subscribe(topic, 1, h)
 		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
@@ -376,12 +402,17 @@ func (a *Agent) publishAck(ack *protocol.Ack) {
 	a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindAck), 1, true, protocol.Encode(ack))
 }
 
-// applyAccepted hands the pods that passed every check to the daemon.
-func (a *Agent) applyAccepted(gen int64, pods []*v1.Pod, results []protocol.PodResult) {
+// applyAccepted hands the pods that passed every check, and the fence,
+// to the daemon.
+func (a *Agent) applyAccepted(d *protocol.Desired, pods []*v1.Pod, results []protocol.PodResult) {
 	a.mu.Lock()
-	a.applied = gen
+	a.applied = d.Generation
 	a.mu.Unlock()
-	a.pods.ApplyAssigned(gen, accepted(pods, results))
+	run := accepted(pods, results)
+	if a.lease.setPods(run) {
+		poke(a.beat) // a heartbeat now, and the period the leases need from then on
+	}
+	a.pods.ApplyAssigned(d.Generation, run, fenceOf(d))
 }
 
 // accepted are the pods whose verdict is accepted.

@@ -20,12 +20,12 @@ func Attach(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	gen, pods, err := a.Stored()
+	gen, pods, fence, err := a.Stored()
 	if err != nil {
 		// The hub sends its document again at the next connection.
 		log.Error("hub pods stored on this device cannot run", "err", err)
 	}
-	d.ExpectAssigned(gen, pods)
+	d.ExpectAssigned(gen, pods, fence)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Run(done) })

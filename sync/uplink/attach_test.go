@@ -53,13 +53,13 @@ func names(gen int64, pods []*v1.Pod) string {
 	return strings.Join(append([]string{strconv.FormatInt(gen, 10)}, n...), ":")
 }
 
-func (d *daemon) ExpectAssigned(gen int64, pods []*v1.Pod) {
+func (d *daemon) ExpectAssigned(gen int64, pods []*v1.Pod, _ []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expected = append(d.expected, names(gen, pods))
 }
 
-func (d *daemon) ApplyAssigned(gen int64, pods []*v1.Pod) {
+func (d *daemon) ApplyAssigned(gen int64, pods []*v1.Pod, _ []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.applied = append(d.applied, names(gen, pods))
@@ -87,6 +87,8 @@ func (d *daemon) Node() (*v1.Node, error) { return &v1.Node{}, nil }
 
 // Stats counts no pod's traffic: the heartbeat carries no network summary.
 func (d *daemon) Stats() ([]api.PodStats, error) { return nil, nil }
+
+func (d *daemon) Renew(time.Time) {}
 
 // publish sets the daemon's pods, as a reconciliation does.
 func (d *daemon) publish(pods ...*v1.Pod) {

@@ -30,7 +30,7 @@ func (a *Agent) onDesired(_ mqtt.Client, m mqtt.Message) {
 		err = fmt.Errorf("stale generation %d: generation %d was applied from this hub before (%s beside state.db)", d.Generation, floor, generationFile)
 	}
 	if err == nil && (a.pending == nil || a.pending.doc.Generation <= d.Generation) {
-		a.pending = &pendingDoc{payload: payload, doc: d}
+		a.pending = &pendingDoc{payload: payload, doc: d, conn: a.lease.current()}
 	}
 	a.mu.Unlock()
 	if err != nil {
@@ -110,6 +110,7 @@ func (a *Agent) take(p *pendingDoc) bool {
 		if err == nil {
 			a.publishAck(&protocol.Ack{Generation: applied, ObservedGeneration: applied, Pods: rec.Results})
 		}
+		a.docTaken(p) // the hub's current document is the one in force
 		return true
 	}
 	pods, results := protocol.DecodePods(d, manifest.Decode)
@@ -136,7 +137,8 @@ func (a *Agent) take(p *pendingDoc) bool {
 	a.mu.Lock()
 	a.floor = max(a.floor, d.Generation)
 	a.mu.Unlock()
-	a.applyAccepted(d.Generation, pods, results)
+	a.applyAccepted(d, pods, results)
+	a.docTaken(p)
 	a.log.Info("applied desired state from the hub", "generation", d.Generation, "pods", len(pods))
 	a.publishAck(&protocol.Ack{Generation: d.Generation, ObservedGeneration: d.Generation, Pods: results})
 	return true

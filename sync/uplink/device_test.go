@@ -1,6 +1,8 @@
 package uplink
 
 import (
+	"time"
+
 	"crypto/ed25519"
 	"encoding/json"
 	"io"
@@ -19,7 +21,8 @@ import (
 type nopPods struct{}
 
 func (nopPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
-func (nopPods) ApplyAssigned(int64, []*v1.Pod)                 {}
+func (nopPods) ApplyAssigned(int64, []*v1.Pod, []string)       {}
+func (nopPods) Renew(time.Time)                                {}
 func (nopPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 // message is an MQTT message as paho hands it to a handler.

@@ -6,6 +6,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/podvisor/podvisor/pod/lease"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
 )
@@ -21,6 +22,9 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	a.mu.Lock()
 	a.heard = a.now()
 	a.mu.Unlock()
+	if ack.Beat != 0 {
+		a.lease.answer(ack.Beat)
+	}
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
 	}
@@ -204,7 +208,7 @@ func (a *Agent) encodeBatch(epoch string, after int64, rows []store.Row) ([]byte
 // heartbeats publishes the node status at each connection and then
 // every Heartbeat period while connected.
 func (a *Agent) heartbeats(stop <-chan struct{}) {
-	tick := time.NewTicker(a.cfg.Heartbeat)
+	tick := time.NewTimer(a.lease.period(a.cfg.Heartbeat))
 	defer tick.Stop()
 	for {
 		select {
@@ -213,6 +217,8 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		case <-tick.C:
 		case <-a.beat:
 		}
+		// Shorter while a pod has a self-fencing lease (leaseLink.period).
+		tick.Reset(a.lease.period(a.cfg.Heartbeat))
 		a.mu.Lock()
 		up := a.connected
 		// The hub answers each heartbeat with a receipt. Silence for
@@ -239,6 +245,9 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance,
 			Net: a.netSummary()}
+		// Numbered and timed last, on the lease clock (not the agent's
+		// settable one): the lease renews from this instant.
+		hb.Beat = a.lease.beat(lease.Now())
 		a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindHeartbeat), 1, false, protocol.Encode(hb))
 	}
 }

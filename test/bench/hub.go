@@ -38,7 +38,8 @@ import (
 type quietPods struct{}
 
 func (quietPods) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
-func (quietPods) ApplyAssigned(int64, []*v1.Pod)                 {}
+func (quietPods) ApplyAssigned(int64, []*v1.Pod, []string)       {}
+func (quietPods) Renew(time.Time)                                {}
 func (quietPods) Node() (*v1.Node, error)                        { return &v1.Node{}, nil }
 
 // countingPods is a simulated device's daemon that tells the fleet bench
@@ -51,7 +52,9 @@ type countingPods struct {
 	applied *fleetApplies
 }
 
-func (p countingPods) ApplyAssigned(gen int64, _ []*v1.Pod) {
+func (countingPods) Renew(time.Time) {}
+
+func (p countingPods) ApplyAssigned(gen int64, _ []*v1.Pod, _ []string) {
 	if gen >= 1 {
 		p.once.Do(p.applied.one)
 	}

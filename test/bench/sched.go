@@ -343,7 +343,9 @@ type simDevice struct {
 
 func (simDevice) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
 
-func (s simDevice) ApplyAssigned(gen int64, pods []*v1.Pod) {
+func (simDevice) Renew(time.Time) {}
+
+func (s simDevice) ApplyAssigned(gen int64, pods []*v1.Pod, _ []string) {
 	names := make([]string, 0, len(pods))
 	for _, p := range pods {
 		names = append(names, p.Namespace+"/"+p.Name)

@@ -59,9 +59,12 @@ func (d *ReadyDevice) Stop() {
 // Conflicts implements uplink.Pods: every pod may run here.
 func (*ReadyDevice) Conflicts([]*v1.Pod) (map[string]string, error) { return nil, nil }
 
+// Renew implements uplink.Pods: a simulated device runs no lease.
+func (*ReadyDevice) Renew(time.Time) {}
+
 // ApplyAssigned implements uplink.Pods: the new pods start (and report
-// Running, not Ready), the pods gone stop (and report gone).
-func (d *ReadyDevice) ApplyAssigned(_ int64, pods []*v1.Pod) {
+// Running, not Ready), the pods gone — or fenced — stop (and report gone).
+func (d *ReadyDevice) ApplyAssigned(_ int64, pods []*v1.Pod, _ []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.running == nil {

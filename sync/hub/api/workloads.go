@@ -38,6 +38,12 @@ type CordonRequest struct {
 	Unschedulable bool `json:"unschedulable"`
 }
 
+// FenceRequest fences a device (its pods are known not to run), or lifts
+// its fence (Remove) once the device has applied it and stopped them.
+type FenceRequest struct {
+	Remove bool `json:"remove,omitempty"`
+}
+
 // TaintRequest adds an operator taint to a device, or removes it.
 type TaintRequest struct {
 	Taint  v1.Taint `json:"taint"`
@@ -94,6 +100,18 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/devices/{id}/cordon", deviceChange(a, func(id string, req CordonRequest) error {
 		return a.Fleet.SetCordon(id, req.Unschedulable)
 	}))
+	mux.HandleFunc("PUT /v1/devices/{id}/fence", func(w http.ResponseWriter, r *http.Request) {
+		var req FenceRequest
+		err := decodeBody(r, &req)
+		var gen int64
+		if err == nil && req.Remove {
+			gen, err = a.Link.Unfence(r.PathValue("id"))
+		} else if err == nil {
+			gen, err = a.Link.Fence(r.PathValue("id"))
+		}
+		a.Scheduler.Reschedule()
+		reply(w, Applied{Device: r.PathValue("id"), Generation: gen}, err)
+	})
 	mux.HandleFunc("PUT /v1/devices/{id}/taints", deviceChange(a, func(id string, req TaintRequest) error {
 		return a.Fleet.SetTaint(id, req.Taint, req.Remove, time.Now())
 	}))

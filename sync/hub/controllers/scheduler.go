@@ -216,7 +216,7 @@ func (s *Scheduler) scheduleDevices(now time.Time) ([]schedule.Device, time.Time
 		}
 		sd.Labels[v1.LabelHostname] = d.ID
 		if e, ok := extra[d.ID]; ok {
-			sd.Unschedulable, sd.Taints = e.Unschedulable, e.Taints
+			sd.Unschedulable, sd.Taints, sd.Fenced = e.Unschedulable, e.Taints, e.Fenced
 		}
 		var wake time.Time
 		sd.UnreachableSince, wake = silence(d.Ready, d.LastSeen, s.started, s.cfg.DeviceTimeout, now)

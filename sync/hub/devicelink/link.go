@@ -262,7 +262,9 @@ func (h *Link) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 		if cerr != nil {
 			return cerr
 		}
-		h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: epoch, Seq: seq}))
+		// The receipt echoes the heartbeat's number: the device renews its
+		// self-fencing leases from that heartbeat's send time.
+		h.client.Publish(h.topics.Device(dev, protocol.KindStatusAck), 1, false, protocol.Encode(&protocol.StatusAck{Epoch: epoch, Seq: seq, Beat: hb.Beat}))
 	}
 	if err == nil && len(dropped) > 0 {
 		err = fmt.Errorf("%w: %s", errLabelsDropped, strings.Join(dropped, ", "))
@@ -379,6 +381,11 @@ func (h *Link) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, 
 	if err := checkApplied(pods); err != nil {
 		return nil, err
 	}
+	for _, dev := range devices {
+		if f, err := h.fleet.Fence(dev); err == nil && f.Fenced() {
+			return nil, fmt.Errorf("device %s is fenced (podhub fence device): it gets no pods until the fence is lifted", dev)
+		}
+	}
 	replaced := map[string]bool{}
 	for _, raw := range pods {
 		ns, name := PodKey(raw)
@@ -453,6 +460,26 @@ func (h *Link) Delete(device, namespace, name string) (int64, error) {
 	return gen, err
 }
 
+// Fence fences a device (podhub fence device): marked in the fleet, then
+// its next desired document, stored and published, names every pod it
+// had in a fence and gives it none. The scheduler's next pass deletes
+// its hub pods and places them elsewhere.
+func (h *Link) Fence(device string) (int64, error) {
+	if err := h.fleet.SetFenced(device, h.now()); err != nil {
+		return 0, err
+	}
+	return h.Update(device, func(current []json.RawMessage) []json.RawMessage { return current })
+}
+
+// Unfence lifts a device's fence once it is safe (fleetdb.Unfence) and
+// publishes a document without it.
+func (h *Link) Unfence(device string) (int64, error) {
+	if err := h.fleet.Unfence(device); err != nil {
+		return 0, err
+	}
+	return h.Update(device, func(current []json.RawMessage) []json.RawMessage { return current })
+}
+
 // Update makes a device's next desired document with change, stores it
 // and publishes it.
 func (h *Link) Update(device string, change func([]json.RawMessage) []json.RawMessage) (int64, error) {
@@ -509,8 +536,17 @@ func (h *Link) nextDoc(device string, change func([]json.RawMessage) []json.RawM
 	if err != nil {
 		return fleetdb.DesiredDoc{}, err
 	}
+	fence, err := h.fleet.Fence(device)
+	if err != nil && !errors.Is(err, fleetdb.ErrNotFound) {
+		return fleetdb.DesiredDoc{}, err
+	}
 	next := fleetdb.DesiredDoc{Device: device, Generation: cur.Generation + 1, Pods: change(cur.Pods)}
-	next.Document, err = protocol.Sign(protocol.Desired{Device: device, Generation: next.Generation, Pods: next.Pods}, h.cfg.Key)
+	if next.Fence = fleetdb.NextFence(fence, slices.Concat(cur.Pods, next.Pods)); next.Fence != nil {
+		// A fenced device runs nothing: every pod it had, or would have
+		// been given, is named by the fence instead.
+		next.Pods = []json.RawMessage{}
+	}
+	next.Document, err = protocol.Sign(protocol.Desired{Device: device, Generation: next.Generation, Pods: next.Pods, Fence: next.Fence}, h.cfg.Key)
 	if err != nil {
 		return fleetdb.DesiredDoc{}, err
 	}

@@ -101,11 +101,13 @@ func (f *Fleet) updateDevice(id, query string, value any) error {
 type Scheduling struct {
 	Unschedulable bool
 	Taints        []v1.Taint
+	// Fenced: the operator declared the device dead (podhub fence).
+	Fenced bool
 }
 
 // DeviceScheduling is every device's Scheduling, by ID.
 func (f *Fleet) DeviceScheduling() (map[string]Scheduling, error) {
-	rows, err := f.db.Query(`SELECT id, unschedulable, taints FROM devices`)
+	rows, err := f.db.Query(`SELECT id, unschedulable, taints, fenced_at > 0 FROM devices`)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +117,7 @@ func (f *Fleet) DeviceScheduling() (map[string]Scheduling, error) {
 		var id string
 		var e Scheduling
 		var raw []byte
-		if err := rows.Scan(&id, &e.Unschedulable, &raw); err != nil {
+		if err := rows.Scan(&id, &e.Unschedulable, &raw, &e.Fenced); err != nil {
 			return nil, err
 		}
 		json.Unmarshal(raw, &e.Taints) // written by SetTaint

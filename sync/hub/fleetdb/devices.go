@@ -41,6 +41,9 @@ type Device struct {
 	Node               *v1.NodeStatus `json:"node,omitempty"`
 	// Net is the pods' network traffic from the newest heartbeat.
 	Net *protocol.NetSummary `json:"net,omitempty"`
+	// FencedAt is when the operator fenced the device (podhub fence
+	// device); nil when it is not fenced.
+	FencedAt *time.Time `json:"fencedAt,omitempty"`
 }
 
 // DefaultDeviceTimeout is how long a device may be silent and still be
@@ -56,7 +59,7 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 // devices lists one device (id) or all ("").
 func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
 	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net,
-		d.instance, d.prev_instance, d.duplicate_until,
+		d.instance, d.prev_instance, d.duplicate_until, d.fenced_at,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
 		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0)
@@ -69,9 +72,9 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	for rows.Next() {
 		var d Device
 		var labels, own, node, net []byte
-		var lastSeen, dupUntil int64
+		var lastSeen, dupUntil, fencedAt int64
 		var instance, prev string
-		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &instance, &prev, &dupUntil,
+		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &instance, &prev, &dupUntil, &fencedAt,
 			&d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
 			return nil, err
 		}
@@ -91,6 +94,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		}
 		if lastSeen > 0 {
 			d.LastSeen = time.UnixMilli(lastSeen)
+		}
+		if fencedAt > 0 {
+			t := time.UnixMilli(fencedAt)
+			d.FencedAt = &t
 		}
 		d.Ready = d.Online && now.Sub(d.LastSeen) < timeout && !d.DuplicateID
 		out = append(out, d)

@@ -47,6 +47,12 @@ var fleetMigrations = []string{fleetSchema1,
 	mirrorSummaryMigration,
 	// Workloads' statuses and revisions (workloaddb).
 	workloaddb.RolloutTables,
+	// Fencing (podhub fence device): when the device was fenced (0: it is
+	// not), the pods its fence names, and the first generation that
+	// carried the fence.
+	`ALTER TABLE devices ADD COLUMN fenced_at INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE devices ADD COLUMN fence BLOB NOT NULL DEFAULT '[]';
+	ALTER TABLE devices ADD COLUMN fence_generation INTEGER NOT NULL DEFAULT 0;`,
 }
 
 var fleetSchema1 = `
@@ -200,6 +206,9 @@ type DesiredDoc struct {
 	Generation int64
 	Pods       []json.RawMessage
 	Document   []byte // signed, as published
+	// Fence is the fence the document carries (nil: none); stored with
+	// the document, its pods are the device's fence from then on.
+	Fence *protocol.Fence
 }
 
 // Desired returns a device's desired document (generation 0: none yet).
@@ -242,6 +251,13 @@ func (f *Fleet) SaveDesiredAll(docs []DesiredDoc) error {
 		}
 		if _, err := f.stmts.Exec(tx, qAddDevice, d.Device); err != nil {
 			return err
+		}
+		if d.Fence != nil {
+			keys, _ := json.Marshal(d.Fence.Pods)
+			if _, err := tx.Exec(`UPDATE devices SET fence = ?, fence_generation = CASE WHEN fence_generation = 0 THEN ? ELSE fence_generation END
+				WHERE id = ? AND fenced_at > 0`, keys, d.Generation, d.Device); err != nil {
+				return err
+			}
 		}
 	}
 	return tx.Commit()
