@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +188,10 @@ func TestRolloutChaos(t *testing.T) {
 	var dmu sync.Mutex
 	disturbed := map[string]time.Time{}
 	touch := func(id string) { dmu.Lock(); disturbed[id] = time.Now(); dmu.Unlock() }
+	var applied time.Time // when the second template was applied
+	act := func(format string, args ...any) {
+		t.Logf("%6.1fs chaos: %s", time.Since(applied).Seconds(), fmt.Sprintf(format, args...))
+	}
 	var hubDown sync.Mutex
 	stopChaos := make(chan struct{})
 	var chaos sync.WaitGroup
@@ -199,6 +204,7 @@ func TestRolloutChaos(t *testing.T) {
 			}
 			switch rng.IntN(4) {
 			case 0:
+				act("podhub killed")
 				hubDown.Lock()
 				h.cmd.Process.Kill()
 				h.cmd.Wait()
@@ -207,6 +213,7 @@ func TestRolloutChaos(t *testing.T) {
 					t.Errorf("podhub after a kill: %v", err)
 				}
 				hubDown.Unlock()
+				act("podhub back")
 			case 1, 2:
 				// A real daemon killed (its pods keep running), briefly
 				// or past the hub's timeout and the pods' tolerations.
@@ -219,11 +226,13 @@ func TestRolloutChaos(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					off = time.Duration(12+rng.IntN(8)) * time.Second
 				}
+				act("%s's daemon killed for %s", id, off)
 				time.Sleep(off)
 				if err := d.tryStart(40 * time.Second); err != nil {
 					t.Errorf("%s after a kill: %v", id, err)
 				}
 				touch(id)
+				act("%s's daemon back", id)
 			case 3:
 				var cut []*simDevice
 				for range 5 {
@@ -234,6 +243,7 @@ func TestRolloutChaos(t *testing.T) {
 						cut = append(cut, d)
 					}
 				}
+				act("%d simulated devices cut off", len(cut))
 				time.Sleep(time.Duration(500+rng.IntN(3000)) * time.Millisecond)
 				for _, d := range cut {
 					if err := sims.run(d); err != nil {
@@ -245,6 +255,7 @@ func TestRolloutChaos(t *testing.T) {
 		}
 	})
 
+	applied = time.Now()
 	apply(2)
 	start := time.Now()
 	worst, worstAt := 0, time.Duration(0)
@@ -261,12 +272,14 @@ func TestRolloutChaos(t *testing.T) {
 		// without an available pod of the DaemonSet: the rollout's doing.
 		dmu.Lock()
 		down := 0
+		var which []string
 		for id := range devices {
 			if at, ok := disturbed[id]; ok && time.Since(at) < 30*time.Second {
 				continue
 			}
 			if !pods[id] {
 				down++
+				which = append(which, id)
 			}
 		}
 		dmu.Unlock()
@@ -274,8 +287,9 @@ func TestRolloutChaos(t *testing.T) {
 			worst, worstAt = down, time.Since(start)
 		}
 		if down > budget {
-			t.Errorf("%s after the apply the hub sees %d undisturbed Ready devices without an available pod, over maxUnavailable %d",
-				time.Since(start).Round(time.Second), down, budget)
+			slices.Sort(which)
+			t.Errorf("%s after the apply the hub sees %d undisturbed Ready devices without an available pod, over maxUnavailable %d: %v",
+				time.Since(start).Round(time.Second), down, budget, which)
 		}
 		if ds.UpdatedNumberScheduled == int32(total) && ds.NumberAvailable == int32(total) {
 			done = true
