@@ -156,8 +156,11 @@ func TestRolloutChaos(t *testing.T) {
 		return ok && ds.NumberAvailable == int32(total) && ds.UpdatedNumberScheduled == int32(total) && sts == 3
 	})
 
+	// Times are logged from here: the watchers and the chaos start, and
+	// the second template is applied at once.
+	applied := time.Now()
 	var copies sync.Mutex
-	twice := map[string]bool{}
+	twice := map[string]string{} // identity -> its processes when first seen twice
 	stopWatch := make(chan struct{})
 	var watchers sync.WaitGroup
 	// The devices' own truth: every live process of a StatefulSet pod,
@@ -169,12 +172,12 @@ func TestRolloutChaos(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			for name, n := range statefulSetProcesses() {
-				if n > 1 {
-					copies.Lock()
-					twice[name] = true
-					copies.Unlock()
+			for name, ps := range statefulSetProcesses() {
+				copies.Lock()
+				if _, seen := twice[name]; len(ps) > 1 && !seen {
+					twice[name] = fmt.Sprintf("%.1fs: %s", time.Since(applied).Seconds(), strings.Join(ps, "; "))
 				}
+				copies.Unlock()
 			}
 		}
 	})
@@ -188,7 +191,6 @@ func TestRolloutChaos(t *testing.T) {
 	var dmu sync.Mutex
 	disturbed := map[string]time.Time{}
 	touch := func(id string) { dmu.Lock(); disturbed[id] = time.Now(); dmu.Unlock() }
-	var applied time.Time // when the second template was applied
 	act := func(format string, args ...any) {
 		t.Logf("%6.1fs chaos: %s", time.Since(applied).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -255,7 +257,6 @@ func TestRolloutChaos(t *testing.T) {
 		}
 	})
 
-	applied = time.Now()
 	apply(2)
 	start := time.Now()
 	worst, worstAt := 0, time.Duration(0)
@@ -311,7 +312,9 @@ func TestRolloutChaos(t *testing.T) {
 		t.Fatalf("the rollout neither finished nor halted in 5 min: %+v", ds)
 	}
 	if len(twice) > 0 {
-		t.Errorf("StatefulSet identities ran twice at once on the devices: %v", twice)
+		for name, ps := range twice {
+			t.Errorf("StatefulSet pod %s ran twice at once on the devices, at %s", name, ps)
+		}
 	}
 }
 
@@ -356,10 +359,11 @@ spec:
 `, 2000+version)
 }
 
-// statefulSetProcesses counts the live processes of each StatefulSet
-// pod (CHAOS_STS_POD in their environment) on this machine.
-func statefulSetProcesses() map[string]int {
-	out := map[string]int{}
+// statefulSetProcesses lists the live processes of each StatefulSet pod
+// (CHAOS_STS_POD in their environment) on this machine, each as "pid
+// (parent, cgroup)".
+func statefulSetProcesses() map[string][]string {
+	out := map[string][]string{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
 		env, err := os.ReadFile(p)
@@ -372,11 +376,26 @@ func statefulSetProcesses() map[string]int {
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
 			if name, ok := bytes.CutPrefix(kv, []byte("CHAOS_STS_POD=")); ok {
-				out[string(name)]++
+				out[string(name)] = append(out[string(name)], describeProcess(pid))
 			}
 		}
 	}
 	return out
+}
+
+// describeProcess is "pid (ppid N, cmdline, cgroup)" for a failure message.
+func describeProcess(pid int) string {
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ppid := ""
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+			ppid = f[1]
+		}
+	}
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	first, _, _ := strings.Cut(string(cg), "\n")
+	return fmt.Sprintf("%d (ppid %s, %q, %s)", pid, ppid, strings.ReplaceAll(string(cmd), "\x00", " "), first)
 }
 
 // hubView is what the hub shows: for each Ready device, whether its
