@@ -181,7 +181,11 @@ func (n *Notifier) text(facts func() Facts) string {
 		}
 		return fmt.Sprintf("stopping: leaving %s running", count(f.Pods-f.Finished, "pod"))
 	}
-	return runningLine(facts())
+	line := runningLine(facts())
+	if len(n.awaiting) > 0 { // READY went at the wait's end
+		line += ", waiting for " + strings.Join(n.awaiting, ", ")
+	}
+	return line
 }
 
 // runningLine is a running daemon's line: "running 12 pods (2 not ready,

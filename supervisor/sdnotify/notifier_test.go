@@ -87,7 +87,7 @@ func TestStatusRateBounded(t *testing.T) {
 }
 
 // READY waits for the runtimes that hold restored pods to list them, or
-// for the wait's end.
+// for the wait's end, and the status says which it still waits for.
 func TestReadyWaitsForRuntimes(t *testing.T) {
 	n := New(10 * time.Second)
 	nothing := func() Facts { return Facts{} }
@@ -107,7 +107,9 @@ func TestReadyWaitsForRuntimes(t *testing.T) {
 	if got := n.Next(); !got.Equal(at(30 * time.Second)) {
 		t.Fatalf("next wake +%s, want +30s (the wait's end)", got.Sub(t0))
 	}
-	step(t, n, at(30*time.Second), nothing, "READY=1\nSTATUS=running 0 pods")
+	step(t, n, at(30*time.Second), nothing, "READY=1\nSTATUS=running 0 pods, waiting for containerd")
+	n.Adopted("containerd") // late
+	step(t, n, at(40*time.Second), nothing, "STATUS=running 0 pods")
 }
 
 // STOPPING goes at once, with its status, however recent the last line;
