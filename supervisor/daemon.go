@@ -56,6 +56,8 @@ type Daemon struct {
 	// retention lays out containers' logs and keeps finished instances
 	// and logs within their bounds.
 	retention *retention.Keeper
+	// service tells systemd the daemon's readiness, status and liveness.
+	service *serviceManager
 }
 
 // New prepares a daemon from a validated config; Run starts it.
@@ -71,6 +73,7 @@ func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
 		state:    state.NewDir(c.DataDir, log),
 		now:      time.Now,
 		inbox:    newInbox(),
+		service:  newServiceManager(o.Notify, log),
 		cgroups:  podcgroups.New(podcgroups.Options{Root: c.Cgroups.Root, Mount: c.Cgroups.Mount, Driver: c.Cgroups.Driver, Log: log}),
 		runtimes: runtimeset.New(log),
 		podFS:    podfs.New(podfs.Options{DataDir: c.DataDir, AllowedHostPaths: c.Security.AllowedHostPaths, Log: log}),
@@ -101,6 +104,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.state.Close()
+	d.recovering(0, 0)
 	tightenStateFiles(d.state.DatabasePath(), d.log)
 	if err := os.MkdirAll(d.cfg.Manifests, 0o755); err != nil {
 		return fmt.Errorf("manifest directory: %w", err)
@@ -157,7 +161,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	d.log.Info("podvisor running", "manifests", d.cfg.Manifests, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	d.inbox.startSupervising()
+	d.supervising()
 	d.loop(ctx, manifests, nil)
+	d.stopping()
 	if d.cfg.StopPodsOnExit {
 		d.stopAll()
 	}
@@ -184,6 +190,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		if done != nil && done() {
 			return
 		}
+		next = d.tellService(next)
 		wake.Reset(lifecycle.WakeIn(next, d.now()))
 		select {
 		case <-ctx.Done():

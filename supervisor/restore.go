@@ -30,7 +30,7 @@ import (
 // instance locks, not the database, say what runs (DESIGN.md §3).
 func (d *Daemon) restore() error {
 	r := &restorer{machine: d.machine, store: d.state.Store(), runtimes: d.runtimes, desired: d.desired,
-		execute: d.execute, log: d.log, dataDir: d.cfg.DataDir}
+		execute: d.execute, progress: d.recovering, log: d.log, dataDir: d.cfg.DataDir}
 	return r.run(d.now())
 }
 
@@ -43,8 +43,12 @@ type restorer struct {
 	runtimes *runtimeset.Set
 	desired  *desired.Pods
 	execute  func([]lifecycle.Action)
-	log      *slog.Logger
-	dataDir  string
+	// progress reports adopted of total pods found running, as each is
+	// done.
+	progress       func(adopted, total int)
+	adopted, total int
+	log            *slog.Logger
+	dataDir        string
 }
 
 // run restores at now.
@@ -102,6 +106,16 @@ func (rs *restorer) restoreFrom(class string, rt runtime.Runtime, unrecorded map
 		return err
 	}
 	found := map[string]bool{}
+	alive := map[types.UID]int{} // a pod's running instances not yet handled
+	for _, r := range recs {
+		if r.Alive {
+			if alive[r.PodUID] == 0 {
+				rs.total++
+			}
+			alive[r.PodUID]++
+		}
+	}
+	rs.progress(rs.adopted, rs.total)
 	for _, r := range recs {
 		id, uid, name := r.InstanceID, r.PodUID, r.Container
 		found[id] = true
@@ -139,6 +153,9 @@ func (rs *restorer) restoreFrom(class string, rt runtime.Runtime, unrecorded map
 			rs.log.Info("container ended while podvisor was down", "instance", id, "exitCode", r.Exit.ExitCode)
 			rs.execute(rs.machine.Exited(uid, name, *r.Exit))
 		}
+		if r.Alive {
+			rs.handled(alive, uid)
+		}
 	}
 	for _, in := range rs.machine.Instances() {
 		if rs.runtimes.Of(in.Pod) != rt {
@@ -152,6 +169,15 @@ func (rs *restorer) restoreFrom(class string, rt runtime.Runtime, unrecorded map
 		}
 	}
 	return nil
+}
+
+// handled counts one running instance of a pod handled; the pod is done
+// with its last.
+func (rs *restorer) handled(alive map[types.UID]int, uid types.UID) {
+	if alive[uid]--; alive[uid] == 0 {
+		rs.adopted++
+		rs.progress(rs.adopted, rs.total)
+	}
 }
 
 // foundOf is what the core rebuilds a pod from.

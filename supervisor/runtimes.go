@@ -90,6 +90,7 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 			d.execute(d.machine.Exited(in.UID(), c.Name, runtime.Unlocated(c.InstanceID, now)))
 		}
 	}
+	d.runtimeAdopted(rt)
 }
 
 // startRequest prepares a container instance for its runtime.

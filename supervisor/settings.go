@@ -9,16 +9,20 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/sdnotify"
 )
 
 // Options are what cmd/podvisor decides beside the config file: which
 // runtimes run here (registered plugins, each with the settings it found
 // on this host; DefaultRuntime runs the pods that name no runtime class)
-// and the version the node reports.
+// and the version the node reports; the service manager to notify, if
+// any.
 type Options struct {
 	Runtimes       []runtime.Choice
 	DefaultRuntime string
 	Version        string
+	// Notify is systemd's notify socket (nil: none, nothing is sent).
+	Notify *sdnotify.Socket
 }
 
 // The daemon reads config.Config itself; these give each part the section

@@ -94,16 +94,7 @@ func (f *fakeRuntime) snapshot() (started []string, removed []string, forgotten 
 // process, cgroup or containerd of its own.
 func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemon {
 	t.Helper()
-	root := t.TempDir()
-	// The defaults, without cgroups and with every save batched for an
-	// hour: only what an action waits on is saved before the test looks.
-	cfg := config.Default()
-	cfg.DataDir, cfg.Manifests, cfg.ConfigDir, cfg.NodeName = filepath.Join(root, "data"), filepath.Join(root, "manifests"), root, "dev"
-	cfg.Cgroups.Root, cfg.SaveDelay, cfg.GC.MaxDeadContainers = "", time.Hour, 0
-	if err := os.MkdirAll(cfg.Manifests, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(cfg, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := New(shellConfig(t), Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +113,21 @@ func shellDaemon(t *testing.T, ctx context.Context, fake runtime.Runtime) *Daemo
 	t.Cleanup(d.probing.Close)
 	d.protector = shellProtector(t, d, nodeprotect.Options{})
 	return d
+}
+
+// shellConfig is the defaults in a temporary directory, without cgroups
+// and with every save batched for an hour: only what an action waits on
+// is saved before the test looks.
+func shellConfig(t *testing.T) *config.Config {
+	t.Helper()
+	root := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir, cfg.Manifests, cfg.ConfigDir, cfg.NodeName = filepath.Join(root, "data"), filepath.Join(root, "manifests"), root, "dev"
+	cfg.Cgroups.Root, cfg.SaveDelay, cfg.GC.MaxDeadContainers = "", time.Hour, 0
+	if err := os.MkdirAll(cfg.Manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // shellProtector is node protection on the daemon's clock that arms no

@@ -18,6 +18,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/logind"
+	"github.com/podvisor/podvisor/supervisor/sdnotify"
 )
 
 // cmdRun parses run's flags, loads the config and runs the daemon until
@@ -54,6 +55,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	opts, err := daemonOptions(conf)
 	if err != nil {
+		return err
+	}
+	// Under systemd (Type=notify) the daemon says when it is ready, how
+	// it is, and that its loop is alive; elsewhere it sends nothing.
+	if opts.Notify, err = sdnotify.FromEnv(); err != nil {
 		return err
 	}
 	conf.StopPodsOnExit = *stopPods

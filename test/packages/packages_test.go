@@ -187,6 +187,18 @@ func TestUnitSparesPods(t *testing.T) {
 	}
 }
 
+// The unit waits for the daemon's READY and watches its loop: the daemon
+// notifies (Type=notify), only its main process may (the shims and the
+// keeper share its cgroup), and a watchdog and a start-up bound are set.
+func TestUnitNotifies(t *testing.T) {
+	unit := read(t, "packaging/systemd/podvisor.service")
+	for _, line := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=30", "TimeoutStartSec=300"} {
+		if !strings.Contains(unit, "\n"+line+"\n") {
+			t.Errorf("podvisor.service lacks %q", line)
+		}
+	}
+}
+
 // Every shell script the packages install or run parses (sh -n): the
 // OpenRC script runs nowhere in these tests but on Alpine-like devices.
 func TestShellScriptsParse(t *testing.T) {

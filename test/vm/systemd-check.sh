@@ -16,6 +16,16 @@ pid_of() { # the pid of the pod's shell, found by its command line
 until_ok 60 running low && until_ok 10 running high || fail "pods low and high not Running: $(podvisor get pods 2>&1)"
 podvisor get pods
 
+# Type=notify: the unit is active once podvisor said READY (vm-check runs
+# after it), and its status line says how podvisor is.
+statustext() { systemctl show -P StatusText podvisor | grep -Eq "$1"; }
+[ "$(systemctl show -P Type podvisor)" = notify ] && [ "$(systemctl show -P NotifyAccess podvisor)" = main ] &&
+  [ "$(systemctl show -P WatchdogUSec podvisor)" = 30s ] && ok "podvisor.service is Type=notify, NotifyAccess=main, WatchdogSec=30" ||
+  fail "unit: $(systemctl show -p Type,NotifyAccess,WatchdogUSec podvisor)"
+until_ok 5 statustext '^running [0-9]+ pods( \(.*\))?$' && [ "$(systemctl show -P ActiveState podvisor)" = active ] &&
+  ok "active, status: $(systemctl show -P StatusText podvisor)" || fail "$(systemctl show -p ActiveState,StatusText podvisor)"
+echo "VM: $(systemctl status podvisor --no-pager | grep -m1 'Status:')"
+
 # Slices and scopes, with their limits, made through systemd.
 low=$(uid_of low); high=$(uid_of high)
 lowscope=/podvisor.slice/podvisor-burstable.slice/podvisor-burstable-pod$low.slice/podvisor-$low-app.scope
@@ -110,6 +120,32 @@ until_ok 20 sh -c 'podvisor get pods' || fail "podvisor did not come back"
 until_ok 20 ready ctr && [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
   podvisor get pod ctr -o json | grep -q "containerd://$ctrid" &&
   ok "after kill -9 of the daemon, ctr's container $ctrid is adopted" || fail "ctr after the daemon's restart: $(podvisor get pods 2>&1)"
+# Type=notify: systemd saw the restarted daemon started only at its READY,
+# after it had adopted its pods (Type=simple would say Started at once).
+since=$(journalctl -u podvisor -o cat --no-pager | grep -n 'Starting podvisor' | tail -1 | cut -d: -f1)
+after=$(journalctl -u podvisor -o cat --no-pager | tail -n +"${since:-1}")
+adopted=$(echo "$after" | grep -n -m1 'adopted running container' | cut -d: -f1)
+started=$(echo "$after" | grep -n -m1 'Started podvisor' | cut -d: -f1)
+[ -n "$adopted" ] && [ -n "$started" ] && [ "$adopted" -lt "$started" ] &&
+  ok "after the restart, systemd saw podvisor started (READY) only after it adopted its pods" ||
+  fail "restart: adopted at line ${adopted:-none}, started at ${started:-none} of: $(echo "$after" | head -30)"
+
+# The watchdog: a daemon whose loop no longer runs (here: stopped) is
+# ended by systemd (SIGABRT, which prints every goroutine's stack) and
+# restarted within WatchdogSec=30; the pods run on and are adopted.
+main=$(systemctl show -P MainPID podvisor)
+before=$(pid_of low)
+kill -STOP "$main"
+newmain() { m=$(systemctl show -P MainPID podvisor); [ "$m" != 0 ] && [ "$m" != "$main" ] && systemctl is-active --quiet podvisor; }
+until_ok 90 newmain && journalctl -u podvisor --no-pager | grep -q 'Watchdog timeout' &&
+  ok "the watchdog restarted the stopped daemon ($main, now $(systemctl show -P MainPID podvisor))" ||
+  fail "watchdog: $(systemctl show -p MainPID,ActiveState,StatusText podvisor; journalctl -u podvisor --no-pager | tail -15)"
+journalctl -u podvisor -o cat --no-pager | grep -q '^SIGABRT: abort' && ok "the ended daemon's goroutines are in the journal" ||
+  fail "no goroutine dump in the journal"
+until_ok 20 running low && [ "$(pid_of low)" = "$before" ] && until_ok 20 ready ctr &&
+  [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
+  ok "after the watchdog's restart, low ($before) and ctr run on, adopted" ||
+  fail "after the watchdog's restart: low $(pid_of low) (was $before); $(podvisor get pods 2>&1)"
 # The containerd pods go before the shutdown check, which is about low and high.
 rm /etc/podvisor/manifests/ctr.yaml /etc/podvisor/manifests/ctrhog.yaml
 until_ok 30 sh -c '! podvisor get pods | grep -q ctr' && ! systemctl is-active --quiet "podvisor-$ctrid.scope" &&

@@ -119,7 +119,11 @@ vm_check "$root" "$here/systemd-check.sh" "podvisor VM checks" podvisor.service
 rm -rf "$root"
 echo "systemd.sh: booting (software emulation)"
 boot_vm "$vmlinuz" "$work/initramfs.gz" "$work/console.log"
-tr -d '\r' < "$work/console.log" | grep -E 'VM:|VMTEST|podvisor\[|Power down' | sed 's/^\[ *[0-9.]*\] //' | grep -v -E 'level=(DEBUG|INFO) msg="(container|pod)' || true
+# The daemon the watchdog ends prints every goroutine's stack: its first
+# line shows, the rest is left out.
+tr -d '\r' < "$work/console.log" | grep -E 'VM:|VMTEST|podvisor\[|Power down' | sed 's/^\[ *[0-9.]*\] //' | grep -v -E 'level=(DEBUG|INFO) msg="(container|pod)' |
+  awk '/podvisor\[[0-9]+\]: SIGABRT: abort/ { match($0, /podvisor\[[0-9]+\]/); dump = substr($0, RSTART, RLENGTH); print; next }
+       dump != "" && index($0, dump ": ") == 1 { next } { print }' || true
 
 # The checks inside passed, then the shutdown: low stopped before high, and
 # both before podvisor released its inhibitor lock.

@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"log/slog"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/supervisor/podview"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/sdnotify"
+)
+
+// RuntimeAdoptWait bounds how long READY waits, after the records are
+// restored, for a runtime that reconnects (containerd) to list the
+// containers of the pods it held: a containerd that does not come back
+// must not keep the service from starting. Its pods are adopted whenever
+// it does.
+const RuntimeAdoptWait = 30 * time.Second
+
+// serviceManager tells the service manager (systemd, Type=notify) how the
+// daemon is: sdnotify decides, the socket sends. Without one (plan nil)
+// nothing is decided, sent or woken for.
+type serviceManager struct {
+	plan   *sdnotify.Notifier
+	socket *sdnotify.Socket
+	log    *slog.Logger
+	failed bool // a send failed: logged once
+}
+
+func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
+	if s == nil {
+		return &serviceManager{}
+	}
+	return &serviceManager{plan: sdnotify.New(s.Watchdog), socket: s, log: log}
+}
+
+// tell sends what is due at now; facts are read only if a line is due.
+func (m *serviceManager) tell(now time.Time, facts func() sdnotify.Facts) {
+	msg := m.plan.Step(now, facts)
+	if msg == "" {
+		return
+	}
+	if err := m.socket.Send(msg); err != nil && !m.failed {
+		m.failed = true
+		m.log.Warn("cannot notify the service manager", "err", err)
+	}
+}
+
+// tellService is the loop's step toward the service manager: the status
+// may have changed, and what is due (a ping among it) is sent from the
+// loop itself, so a loop that hangs stops the pings and systemd restarts
+// the daemon. It returns the earlier of next and the service's next wake.
+func (d *Daemon) tellService(next time.Time) time.Time {
+	m := d.service
+	if m.plan == nil {
+		return next
+	}
+	m.plan.Changed()
+	m.tell(d.now(), d.serviceFacts)
+	if at := m.plan.Next(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		return at
+	}
+	return next
+}
+
+// recovering reports the adoption's progress during the start-up.
+func (d *Daemon) recovering(adopted, total int) {
+	if d.service.plan == nil {
+		return
+	}
+	d.service.plan.Recovering(adopted, total)
+	d.service.tell(d.now(), d.serviceFacts)
+}
+
+// supervising hands the service's start-up to the loop: READY waits for
+// the runtimes that reconnect and hold restored pods to list what they
+// run (recoverRuntime), at most RuntimeAdoptWait.
+func (d *Daemon) supervising() {
+	if d.service.plan == nil {
+		return
+	}
+	var awaiting []string
+	for _, class := range d.runtimes.Classes() {
+		rt := d.runtimes.Named(class)
+		if _, ok := rt.(runtime.Reconnecting); ok && d.holdsPods(rt) {
+			awaiting = append(awaiting, class)
+		}
+	}
+	d.service.plan.Supervising(d.now(), awaiting, RuntimeAdoptWait)
+}
+
+// holdsPods reports whether rt runs a pod the machine knows.
+func (d *Daemon) holdsPods(rt runtime.Runtime) bool {
+	for _, in := range d.machine.Instances() {
+		if d.runtimes.Of(in.Pod) == rt {
+			return true
+		}
+	}
+	return false
+}
+
+// runtimeAdopted says a runtime that reconnects listed its containers.
+func (d *Daemon) runtimeAdopted(rt runtime.Runtime) {
+	if d.service.plan == nil {
+		return
+	}
+	for _, class := range d.runtimes.Classes() {
+		if d.runtimes.Named(class) == rt {
+			d.service.plan.Adopted(class)
+		}
+	}
+}
+
+// stopping tells the service manager the daemon stops (STOPPING=1), before
+// any pod is stopped or left.
+func (d *Daemon) stopping() {
+	if d.service.plan == nil {
+		return
+	}
+	d.service.plan.Stopping(d.cfg.StopPodsOnExit)
+	d.service.tell(d.now(), d.serviceFacts)
+}
+
+// serviceFacts counts the published pods for the status line.
+func (d *Daemon) serviceFacts() sdnotify.Facts {
+	pods, _, _ := d.view.Pods()
+	f := sdnotify.Facts{Draining: d.protector.Draining()}
+	for _, p := range pods {
+		switch {
+		case p.Status.Reason == podview.StatusInvalid && p.UID == "":
+			f.Rejected++
+			continue
+		case p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed:
+			f.Finished++
+		case !podReady(p):
+			f.NotReady++
+		}
+		f.Pods++
+	}
+	return f
+}
+
+func podReady(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,409 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/nodeprotect"
+	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/sdnotify"
+)
+
+// notifySocket stands for systemd's notify socket: a unixgram socket the
+// environment names, with a watchdog period for this process if given.
+type notifySocket struct{ conn *net.UnixConn }
+
+func fakeNotifySocket(t *testing.T, watchdog time.Duration) *notifySocket {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sdnotify") // short: a socket's path has 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	if watchdog > 0 {
+		t.Setenv("WATCHDOG_USEC", strconv.FormatInt(watchdog.Microseconds(), 10))
+		t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	}
+	return &notifySocket{conn: conn}
+}
+
+// next returns the next message, or false after wait.
+func (s *notifySocket) next(wait time.Duration) (string, bool) {
+	buf := make([]byte, 4096)
+	s.conn.SetReadDeadline(time.Now().Add(wait))
+	n, err := s.conn.Read(buf)
+	if err != nil {
+		return "", false
+	}
+	return string(buf[:n]), true
+}
+
+// until reads messages until one has the assignment want, and returns
+// every message read; it fails the test after wait.
+func (s *notifySocket) until(t *testing.T, want string, wait time.Duration) []string {
+	t.Helper()
+	var got []string
+	deadline := time.Now().Add(wait)
+	for {
+		msg, ok := s.next(time.Until(deadline))
+		if !ok {
+			t.Fatalf("no %s within %s; got %q", want, wait, got)
+		}
+		got = append(got, msg)
+		if has(msg, want) {
+			return got
+		}
+	}
+}
+
+// pending returns the messages already sent and not read.
+func (s *notifySocket) pending() []string {
+	var got []string
+	for {
+		msg, ok := s.next(time.Millisecond)
+		if !ok {
+			return got
+		}
+		got = append(got, msg)
+	}
+}
+
+// has says whether msg carries the assignment a (a whole line).
+func has(msg, a string) bool {
+	for line := range strings.SplitSeq(msg, "\n") {
+		if line == a {
+			return true
+		}
+	}
+	return false
+}
+
+// runnable is a daemon whose pods run on rt, to Run, with the notify
+// socket the environment names.
+func runnable(t *testing.T, cfg *config.Config, rt runtime.Runtime) *Daemon {
+	t.Helper()
+	sock, err := sdnotify.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{Notify: sock}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.runtimes.Registry = runtime.NewRegistry("fake")
+	d.runtimes.Register("fake", rt)
+	// No thresholds: nothing is evicted; the safety net sleeps.
+	d.protector = shellProtector(t, d, nodeprotect.Options{Node: nodeConfig(cfg, "test"),
+		Eviction: nodeprotect.EvictionConfig{MonitorPeriod: time.Hour}})
+	return d
+}
+
+// start runs d until the returned stop, which cancels its context as
+// SIGTERM does and waits for Run to return.
+func start(t *testing.T, d *Daemon) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// writePod writes the manifest of pod web, one container running on the
+// fake runtime.
+func writePod(t *testing.T, cfg *config.Config) {
+	t.Helper()
+	pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: app, image: host}\n"
+	if err := os.WriteFile(filepath.Join(cfg.Manifests, "web.yaml"), []byte(pod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRunning waits for pod web's container to run, and returns it.
+func waitRunning(t *testing.T, d *Daemon) lifecycle.Container {
+	t.Helper()
+	var app lifecycle.Container
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		d.inbox.do(func() error {
+			if in := d.machine.Instances(); len(in) == 1 && in[0].Container("app").Phase == lifecycle.Running {
+				app = *in[0].Container("app")
+			}
+			return nil
+		})
+		if app.InstanceID != "" {
+			return app
+		}
+	}
+	d.inbox.do(func() error {
+		for _, in := range d.machine.Instances() {
+			t.Logf("%s %+v", in.Key(), in.Container("app"))
+		}
+		pods, _, _ := d.view.Pods()
+		for _, p := range pods {
+			t.Logf("%s %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+		return nil
+	})
+	t.Fatal("web's app does not run")
+	return app
+}
+
+// gatedRuntime holds instances at start, and lists them only once open
+// closes.
+type gatedRuntime struct {
+	*recoveringRuntime
+	open chan struct{}
+}
+
+func (g *gatedRuntime) Recover() ([]runtime.Found, error) {
+	<-g.open
+	return g.recoveringRuntime.Recover()
+}
+
+// READY waits for the pods found running to be adopted: nothing but the
+// first status goes while the runtime has not listed them, and when READY
+// goes, the running container is the recorded one, adopted, not a new
+// start.
+func TestServiceReadyAfterAdoption(t *testing.T) {
+	sock := fakeNotifySocket(t, 0)
+	cfg := shellConfig(t)
+	writePod(t, cfg)
+	// A first daemon runs the pod and records it.
+	first := newFakeRuntime()
+	d := runnable(t, cfg, first)
+	stop := start(t, d)
+	sock.until(t, "READY=1", 10*time.Second)
+	app := waitRunning(t, d)
+	stop()
+	sock.pending()
+
+	// The next daemon finds it running.
+	rt := &gatedRuntime{open: make(chan struct{}), recoveringRuntime: &recoveringRuntime{fakeRuntime: newFakeRuntime(),
+		found: []runtime.Found{{InstanceID: app.InstanceID, PodUID: d.machine.Instances()[0].UID(), PodNamespace: "default",
+			PodName: "web", Container: "app", Attempt: app.Attempt, Alive: true, StartedAt: time.Now()}}}}
+	d2 := runnable(t, cfg, rt)
+	start(t, d2)
+	if msg, ok := sock.next(10 * time.Second); !ok || msg != "STATUS=recovering: restoring pod records" {
+		t.Fatalf("first message %q, want the recovering status", msg)
+	}
+	// Longer than StatusGap: the progress goes out as soon as it is known.
+	if msg, ok := sock.next(sdnotify.StatusGap + 100*time.Millisecond); ok {
+		t.Fatalf("sent %q while the runtime had not listed its containers", msg)
+	}
+	close(rt.open)
+	got := sock.until(t, "READY=1", 10*time.Second)
+	if got[0] != "STATUS=recovering: adopted 0 of 1 pod" {
+		t.Errorf("after the listing: %q, want the adoption's progress first", got)
+	}
+	if last := got[len(got)-1]; !has(last, "STATUS=running 1 pod") {
+		t.Errorf("READY came with %q, want the running status", last)
+	}
+	if err := d2.inbox.do(func() error {
+		c := d2.machine.Instances()[0].Container("app")
+		if c.Phase != lifecycle.Running || c.InstanceID != app.InstanceID {
+			return errors.New("app is " + string(c.Phase) + " " + c.InstanceID + ", want the recorded " + app.InstanceID + " adopted")
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if started, _, _ := rt.snapshot(); len(started) != 0 {
+		t.Errorf("the second daemon started %v, want the running instance adopted", started)
+	}
+}
+
+// reconnectingRuntime is a runtime that talks to a daemon which may be
+// away (as containerd): what it holds is listed when it connects.
+type reconnectingRuntime struct {
+	*recoveringRuntime
+	connected chan struct{}
+}
+
+func (r *reconnectingRuntime) Connected() <-chan struct{} { return r.connected }
+func (r *reconnectingRuntime) Follow(string)              {}
+func (r *reconnectingRuntime) Follows(string) bool        { return false }
+
+// With a runtime that reconnects holding restored pods, READY waits for
+// it to connect and its containers to be adopted.
+func TestServiceReadyWaitsForReconnectingRuntime(t *testing.T) {
+	sock := fakeNotifySocket(t, 0)
+	cfg := shellConfig(t)
+	writePod(t, cfg)
+	d := runnable(t, cfg, newFakeRuntime())
+	stop := start(t, d)
+	sock.until(t, "READY=1", 10*time.Second)
+	app := waitRunning(t, d)
+	stop()
+	sock.pending()
+
+	rt := &reconnectingRuntime{connected: make(chan struct{}), recoveringRuntime: &recoveringRuntime{fakeRuntime: newFakeRuntime(),
+		found: []runtime.Found{{InstanceID: app.InstanceID, PodUID: d.machine.Instances()[0].UID(), PodNamespace: "default",
+			PodName: "web", Container: "app", Attempt: app.Attempt, Alive: true, StartedAt: time.Now()}}}}
+	d2 := runnable(t, cfg, rt)
+	start(t, d2)
+	got := sock.until(t, "STATUS=recovering: waiting for fake to adopt its pods", 10*time.Second)
+	for _, msg := range got {
+		if has(msg, "READY=1") {
+			t.Fatalf("READY before the runtime connected: %q", got)
+		}
+	}
+	if msg, ok := sock.next(300 * time.Millisecond); ok {
+		t.Fatalf("sent %q before the runtime connected", msg)
+	}
+	rt.connected <- struct{}{}
+	got = sock.until(t, "READY=1", 5*time.Second)
+	if last := got[len(got)-1]; !has(last, "STATUS=running 1 pod") {
+		t.Errorf("READY came with %q, want the running status", last)
+	}
+	if a := waitRunning(t, d2); a.InstanceID != app.InstanceID {
+		t.Errorf("running %s, want the recorded %s adopted", a.InstanceID, app.InstanceID)
+	}
+}
+
+// WATCHDOG=1 comes from the loop every half watchdog period; a loop held
+// inside a step sends none, and pings again once it is free.
+func TestServiceWatchdogFromTheLoop(t *testing.T) {
+	const period = 400 * time.Millisecond
+	sock := fakeNotifySocket(t, period)
+	cfg := shellConfig(t)
+	writePod(t, cfg)
+	d := runnable(t, cfg, newFakeRuntime())
+	stop := start(t, d)
+	sock.until(t, "READY=1", 10*time.Second)
+
+	var pings []time.Time
+	for end := time.Now().Add(5 * period); time.Now().Before(end); {
+		if msg, ok := sock.next(time.Until(end)); ok && has(msg, "WATCHDOG=1") {
+			pings = append(pings, time.Now())
+		}
+	}
+	if len(pings) < 7 || len(pings) > 11 {
+		t.Errorf("%d pings in 5 watchdog periods, want about 10 (one every half period)", len(pings))
+	}
+	for i := 1; i < len(pings); i++ {
+		if gap := pings[i].Sub(pings[i-1]); gap < period/2-20*time.Millisecond || gap > period {
+			t.Errorf("ping %d came %s after the one before, want about %s", i, gap, period/2)
+		}
+	}
+
+	// A step that does not return: a request the loop serves and that
+	// blocks.
+	held, release := make(chan struct{}), make(chan struct{})
+	go d.inbox.do(func() error { close(held); <-release; return nil })
+	<-held
+	sock.pending()
+	for end := time.Now().Add(3 * period); time.Now().Before(end); {
+		if msg, ok := sock.next(time.Until(end)); ok {
+			t.Fatalf("the loop is held, yet %q was sent", msg)
+		}
+	}
+	close(release)
+	if msg, ok := sock.next(period); !ok || !has(msg, "WATCHDOG=1") {
+		t.Fatalf("after the loop was freed: %q, want a ping at once", msg)
+	}
+
+	stop()
+	got := sock.until(t, "STOPPING=1", time.Second)
+	if last := got[len(got)-1]; !has(last, "STATUS=stopping: leaving 1 pod running") {
+		t.Errorf("STOPPING came with %q, want the pods left running", last)
+	}
+}
+
+// signalHook is the fake runtime, calling hook before each signal.
+type signalHook struct {
+	*fakeRuntime
+	hook func()
+}
+
+func (s *signalHook) Signal(id string, sig syscall.Signal) error {
+	s.hook()
+	return s.fakeRuntime.Signal(id, sig)
+}
+
+// On SIGTERM STOPPING=1 goes before any pod is stopped, then the status
+// counts the pods left.
+func TestServiceStoppingBeforePodsStop(t *testing.T) {
+	sock := fakeNotifySocket(t, 0)
+	cfg := shellConfig(t)
+	cfg.StopPodsOnExit = true
+	writePod(t, cfg)
+	var before []string // sent before the first stop signal
+	rt := &signalHook{fakeRuntime: newFakeRuntime()}
+	rt.hook = func() {
+		if before == nil {
+			before = append(sock.pending(), "")
+		}
+	}
+	d := runnable(t, cfg, rt)
+	stop := start(t, d)
+	sock.until(t, "READY=1", 10*time.Second)
+	waitRunning(t, d)
+	stop() // no read from the socket meanwhile: the hook reads it
+	if before == nil {
+		t.Fatal("the pod was not stopped")
+	}
+	if !has(strings.Join(before, "\n"), "STOPPING=1") || !has(strings.Join(before, "\n"), "STATUS=stopping: 1 pod left") {
+		t.Errorf("sent before the pod's stop: %q, want STOPPING=1 and the pods left", before)
+	}
+}
+
+// Without NOTIFY_SOCKET the daemon has no service manager: nothing is
+// decided or sent, even with a watchdog period in the environment.
+func TestServiceWithoutSystemd(t *testing.T) {
+	sock := fakeNotifySocket(t, 100*time.Millisecond)
+	t.Setenv("NOTIFY_SOCKET", "")
+	cfg := shellConfig(t)
+	writePod(t, cfg)
+	d := runnable(t, cfg, newFakeRuntime())
+	if d.service.plan != nil {
+		t.Fatal("a service manager without NOTIFY_SOCKET")
+	}
+	stop := start(t, d)
+	select {
+	case <-d.Supervising():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not start supervising")
+	}
+	if msg, ok := sock.next(500 * time.Millisecond); ok {
+		t.Fatalf("sent %q without NOTIFY_SOCKET", msg)
+	}
+	stop()
+	if msg, ok := sock.next(100 * time.Millisecond); ok {
+		t.Fatalf("sent %q on stopping without NOTIFY_SOCKET", msg)
+	}
+}
