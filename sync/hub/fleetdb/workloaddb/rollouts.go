@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -64,9 +65,12 @@ type StatusWrite struct {
 // WorkloadKey names a workload.
 type WorkloadKey struct{ Kind, Namespace, Name string }
 
-// Revisions reads every workload's revisions, without their templates.
+// Revisions reads every workload's revisions, without their templates
+// but a StatefulSet's (its pods of the current revision are made again
+// from it; its revisions are few, revisionHistoryLimit).
 func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
-	rows, err := f.db.Query(`SELECT kind, namespace, name, hash, number, template IS NULL, change_cause, halted
+	rows, err := f.db.Query(`SELECT kind, namespace, name, hash, number, template IS NULL, change_cause, halted,
+		CASE WHEN kind = 'StatefulSet' THEN template END
 		FROM revisions ORDER BY kind, namespace, name, number`)
 	if err != nil {
 		return nil, err
@@ -76,8 +80,12 @@ func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
 	for rows.Next() {
 		var k WorkloadKey
 		var r Revision
-		if err := rows.Scan(&k.Kind, &k.Namespace, &k.Name, &r.Hash, &r.Number, &r.NoTemplate, &r.ChangeCause, &r.Halted); err != nil {
+		var t []byte
+		if err := rows.Scan(&k.Kind, &k.Namespace, &k.Name, &r.Hash, &r.Number, &r.NoTemplate, &r.ChangeCause, &r.Halted, &t); err != nil {
 			return nil, err
+		}
+		if t != nil {
+			r.Template = t
 		}
 		out[k] = append(out[k], r)
 	}
@@ -170,12 +178,12 @@ type querier interface {
 	QueryRow(string, ...any) *sql.Row
 }
 
-// loadWorkload reads a Deployment or DaemonSet with its stored status and
-// revision annotation.
+// loadWorkload reads a Deployment, DaemonSet or StatefulSet with its
+// stored status.
 func (f *Store) loadWorkload(db querier, kind, namespace, name string) (any, error) {
 	var raw, status []byte
 	err := db.QueryRow(`SELECT object, status FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&raw, &status)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && kind != KindDeployment && kind != KindDaemonSet {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && kind != KindDeployment && kind != KindDaemonSet && kind != KindStatefulSet {
 		return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
 	if err != nil {
@@ -184,7 +192,8 @@ func (f *Store) loadWorkload(db querier, kind, namespace, name string) (any, err
 	return decodeWorkload(kind, raw, status)
 }
 
-// decodeWorkload decodes a stored Deployment or DaemonSet and its status.
+// decodeWorkload decodes a stored Deployment, DaemonSet or StatefulSet
+// and its status.
 func decodeWorkload(kind string, raw, status []byte) (any, error) {
 	var obj any
 	var st any
@@ -195,6 +204,9 @@ func decodeWorkload(kind string, raw, status []byte) (any, error) {
 	case KindDaemonSet:
 		d := &appsv1.DaemonSet{}
 		obj, st = d, &d.Status
+	case KindStatefulSet:
+		s := &appsv1.StatefulSet{}
+		obj, st = s, &s.Status
 	default:
 		return nil, fmt.Errorf("no rollouts for kind %s", kind)
 	}
@@ -269,12 +281,15 @@ func (f *Store) Rollout(kind, namespace, name, verb string, toRevision int64, no
 		meta, tmpl, paused = &o.ObjectMeta, &o.Spec.Template, &o.Spec.Paused
 	case *appsv1.DaemonSet:
 		meta, tmpl, plural = &o.ObjectMeta, &o.Spec.Template, "daemonsets.apps"
+	case *appsv1.StatefulSet:
+		meta, tmpl, plural = &o.ObjectMeta, &o.Spec.Template, "statefulsets.apps"
 	}
 	var done string
 	switch verb {
 	case "pause", "resume":
 		if paused == nil {
-			return "", fmt.Errorf("%s %q pausing is not supported", plural, name)
+			// kubectl's objectpauser and objectresumer
+			return "", fmt.Errorf("%s %q %sing is not supported", plural, name, strings.TrimSuffix(verb, "e"))
 		}
 		switch {
 		case verb == "pause" && *paused:
@@ -339,6 +354,8 @@ func undoTemplate(tx *sql.Tx, kind, namespace, name string, to int64, cur *v1.Po
 	var raw []byte
 	err := tx.QueryRow(q, args...).Scan(&n, &raw)
 	switch {
+	case errors.Is(err, sql.ErrNoRows) && to == 0 && kind == KindStatefulSet:
+		return nil, "", errors.New("no last revision to roll back to") // kubectl's StatefulSetRollbacker
 	case errors.Is(err, sql.ErrNoRows) && to == 0:
 		return nil, "", fmt.Errorf("no rollout history found for %s %q", map[string]string{KindDeployment: "deployment", KindDaemonSet: "daemonset"}[kind], name)
 	case errors.Is(err, sql.ErrNoRows):

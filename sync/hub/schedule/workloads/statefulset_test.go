@@ -31,6 +31,10 @@ func sts(replicas int32, policy appsv1.PodManagementPolicyType) *appsv1.Stateful
 type stsBooks struct {
 	*books
 	set *appsv1.StatefulSet
+	// revs are the set's revisions as the hub stores them (a stored
+	// template comes back as Kept); res is the last pass's result.
+	revs map[string][]Revision
+	res  Result
 }
 
 func newSTSBooks(s *appsv1.StatefulSet) *stsBooks {
@@ -41,7 +45,38 @@ func (b *stsBooks) sync(now time.Time) {
 	clear(b.deleted)
 	b.events = nil
 	b.owners = NewOwners(nil, nil, b.set)
-	Sync(b, Pass{Now: now, StatefulSets: []*appsv1.StatefulSet{b.set}, Owners: b.owners})
+	b.res = Sync(b, Pass{Now: now, StatefulSets: []*appsv1.StatefulSet{b.set}, Owners: b.owners, Revisions: b.revs})
+	b.store()
+}
+
+// store keeps the pass's status on the set and its revisions, as the
+// hub's store does (a revision's template kept when the pass gives none).
+func (b *stsBooks) store() {
+	for _, st := range b.res.Statuses {
+		if st.StatefulSet != nil {
+			b.set.Status = *st.StatefulSet
+		}
+	}
+	if b.revs == nil {
+		b.revs = map[string][]Revision{}
+	}
+	for _, rc := range b.res.Revisions {
+		key := Index(rc.Kind, rc.Namespace, rc.Name)
+		kept := map[string]*v1.PodTemplateSpec{}
+		for _, r := range b.revs[key] {
+			kept[r.Hash] = r.Kept
+		}
+		var out []Revision
+		for _, r := range rc.Revisions {
+			r.Kept = kept[r.Hash]
+			if r.Template != nil {
+				r.Kept = r.Template
+			}
+			r.Template = nil
+			out = append(out, r)
+		}
+		b.revs[key] = out
+	}
 }
 
 // ready has every live pod reported Running and Ready (since t0).
@@ -203,21 +238,35 @@ func TestStatefulSetRollingUpdateToThePartition(t *testing.T) {
 			t.Errorf("%s at %s, want %s", name, got, want)
 		}
 	}
-	st := StatefulSetStatus(s, b.pods, t0)
+	st := b.set.Status
 	if st.CurrentRevision != old || st.UpdateRevision != rev || st.CurrentReplicas != 1 || st.UpdatedReplicas != 2 ||
 		st.ReadyReplicas != 3 || st.Replicas != 3 || st.ObservedGeneration != 3 {
 		t.Errorf("status %+v", st)
 	}
-	// Below a higher partition, db-0 deleted by hand comes back at the
-	// current revision, which db-1 still carries.
-	b.pod("db-1").Pod.Labels[LabelControllerHash] = old
-	b.pod("db-1").Pod.Spec.Containers[0].Image = "v1"
-	*s.Spec.UpdateStrategy.RollingUpdate.Partition = 2
+	// db-0, below the partition and the last pod of the current
+	// revision, deleted by hand comes back at the current revision,
+	// made from its stored template, as Kubernetes rebuilds it from its
+	// ControllerRevision.
 	b.pod("db-0").Terminating = true
 	b.gone()
 	b.sync(t0)
 	if got := b.pod("db-0").Pod; got.Labels[LabelControllerHash] != old || got.Spec.Containers[0].Image != "v1" {
 		t.Fatalf("db-0 remade at %s with %s, want the current revision", got.Labels[LabelControllerHash], got.Spec.Containers[0].Image)
+	}
+	// The partition lowered to 0, db-0 is updated too, and the current
+	// revision becomes the update revision once every replica is
+	// updated and ready.
+	b.ready()
+	*s.Spec.UpdateStrategy.RollingUpdate.Partition = 0
+	for range 4 {
+		b.sync(t0)
+		b.gone()
+		b.sync(t0)
+		b.ready()
+	}
+	b.sync(t0)
+	if st := b.set.Status; st.CurrentRevision != rev || st.CurrentReplicas != 3 || st.UpdatedReplicas != 3 {
+		t.Errorf("after the full rollout: status %+v, want current revision %s with 3 replicas", st, rev)
 	}
 }
 
