@@ -81,4 +81,6 @@ func rolloutKind(name string) (string, error) {
 
 type errNoRollout string
 
-func (e errNoRollout) Error() string { return string(e) + " do not roll out (deployments, daemonsets, statefulsets)" }
+func (e errNoRollout) Error() string {
+	return string(e) + " do not roll out (deployments, daemonsets, statefulsets)"
+}
