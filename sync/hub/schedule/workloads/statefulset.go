@@ -314,6 +314,15 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 		if err != nil || most < 1 {
 			most = 1
 		}
+		// An outdated pod already unavailable goes first, at no cost:
+		// Kubernetes keeps it against the budget, so that a rollout undone
+		// after its new pods failed waits for an operator to delete them
+		// (its "forced rollback"); the hub's halts are meant to be undone.
+		for t := len(sp.replicas) - 1; t >= updateMin; t-- {
+			if p := sp.replicas[t]; p != nil && outdated(p) && k.unavailable(*p, sp.minReady) && k.mayDisrupt(*p) {
+				k.deleteStatefulPod(s, p, why)
+			}
+		}
 		// isUnavailable over the replicas now: a pod made or deleted this
 		// pass counts.
 		budget := most
