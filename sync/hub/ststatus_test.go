@@ -98,6 +98,16 @@ func TestStatefulSetStatusRevisionsAndUndo(t *testing.T) {
 	if revs := revisions(); len(revs) != 2 || revs[1].Number != 2 {
 		t.Fatalf("revisions %+v, want 2", revs)
 	}
+	// The pass reads the template of the current revision alone: pods of
+	// it are made again from it.
+	stored, err := r.hub.Workloads().Revisions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revs := stored[workloaddb.WorkloadKey{Kind: "StatefulSet", Namespace: "default", Name: "db"}]; len(revs) != 2 ||
+		!strings.Contains(string(revs[0].Template), "process:///v1") || revs[1].Template != nil {
+		t.Fatalf("revisions as the pass reads them: %+v, want the current one's template only", revs)
+	}
 	if code, out := rollout(t, url, "undo", api.RolloutRequest{ToRevision: 7}); code == http.StatusOK || out != "unable to find specified revision 7 in history" {
 		t.Errorf("undo to a revision not there: %d %s", code, out)
 	}

@@ -66,12 +66,13 @@ type StatusWrite struct {
 type WorkloadKey struct{ Kind, Namespace, Name string }
 
 // Revisions reads every workload's revisions, without their templates
-// but a StatefulSet's (its pods of the current revision are made again
-// from it; its revisions are few, revisionHistoryLimit).
+// but that of a StatefulSet's current revision (as its stored status
+// names it): its pods of that revision are made again from it.
 func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
-	rows, err := f.db.Query(`SELECT kind, namespace, name, hash, number, template IS NULL, change_cause, halted,
-		CASE WHEN kind = 'StatefulSet' THEN template END
-		FROM revisions ORDER BY kind, namespace, name, number`)
+	rows, err := f.db.Query(`SELECT r.kind, r.namespace, r.name, r.hash, r.number, r.template IS NULL, r.change_cause, r.halted,
+		CASE WHEN r.kind = 'StatefulSet' AND r.name || '-' || r.hash = json_extract(w.status, '$.currentRevision') THEN r.template END
+		FROM revisions r LEFT JOIN workloads w ON w.kind = r.kind AND w.namespace = r.namespace AND w.name = r.name
+		ORDER BY r.kind, r.namespace, r.name, r.number`)
 	if err != nil {
 		return nil, err
 	}
