@@ -50,9 +50,11 @@ func TestPodhubStatefulSetPodNeverRunsTwice(t *testing.T) {
 		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
 		func(m map[string][]string) bool { return len(m["db"]) == 1 })
 	lost := placed["db"][0]
-	if out, _ := h.cli("get", "sts"); !strings.Contains(out, "db") || !strings.Contains(out, "1/1") {
-		t.Errorf("get sts:\n%s", out)
-	}
+	// The status is the pass's that follows the device's report.
+	waitForLong(t, 10*time.Second, "get sts: db 1/1", func() bool {
+		out, _ := h.cli("get", "sts")
+		return strings.Contains(out, "db") && strings.Contains(out, "1/1")
+	})
 	// Its daemon is killed; the keeper keeps db-0 running.
 	daemons[lost].stop(syscall.SIGKILL)
 	waitForLong(t, 30*time.Second, "db-0 terminating at the hub", func() bool {
