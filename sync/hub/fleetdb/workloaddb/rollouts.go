@@ -355,10 +355,10 @@ func undoTemplate(tx *sql.Tx, kind, namespace, name string, to int64, cur *v1.Po
 	var raw []byte
 	err := tx.QueryRow(q, args...).Scan(&n, &raw)
 	switch {
-	case errors.Is(err, sql.ErrNoRows) && to == 0 && kind == KindStatefulSet:
-		return nil, "", errors.New("no last revision to roll back to") // kubectl's StatefulSetRollbacker
+	case errors.Is(err, sql.ErrNoRows) && to == 0 && kind != KindDeployment:
+		return nil, "", errors.New("no last revision to roll back to") // kubectl's DaemonSet and StatefulSet rollbackers
 	case errors.Is(err, sql.ErrNoRows) && to == 0:
-		return nil, "", fmt.Errorf("no rollout history found for %s %q", map[string]string{KindDeployment: "deployment", KindDaemonSet: "daemonset"}[kind], name)
+		return nil, "", fmt.Errorf("no rollout history found for deployment %q", name)
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, "", fmt.Errorf("unable to find specified revision %d in history", to)
 	case err != nil:
