@@ -40,7 +40,7 @@ Usage:
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
   podhub [--data-dir DIR] taint device ID k=v:EFFECT|k:EFFECT-|k- ...
-  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE]
         [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub version
 
@@ -176,7 +176,7 @@ var synopses = map[string]string{
 	"uncordon":      "uncordon device ID",
 	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
-	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
+	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"version":       "version",
 }
 
