@@ -3,6 +3,7 @@ package workloads
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -418,5 +419,64 @@ func TestOrdinal(t *testing.T) {
 	}
 	if got := fmt.Sprint(LeaseSeconds(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationLeaseSeconds: "007"}}})); got != "0" {
 		t.Errorf("lease of a malformed annotation: %s", got)
+	}
+}
+
+// The failure threshold halts a rolling update: once the updated pod
+// fails, no further ordinal is updated, even after it recovers; the
+// status carries the halt, its transition time kept across passes, and
+// the halt belongs to the revision.
+func TestStatefulSetHaltStopsFurtherOrdinals(t *testing.T) {
+	s := sts(3, appsv1.OrderedReadyPodManagement)
+	s.Annotations = map[string]string{"rollout.podvisor.io/failure-threshold": "50%", "rollout.podvisor.io/failure-minimum": "1"}
+	b := newSTSBooks(s)
+	for range 3 {
+		b.sync(t0)
+		b.ready()
+	}
+	old := updateRevision(s).Name
+	s.Spec.Template.Spec.Containers[0].Image = "v2"
+	rev := updateRevision(s).Name
+	b.sync(t0) // db-2 deleted
+	b.gone()
+	b.sync(t0) // db-2 made at v2
+	p := b.pod("db-2")
+	if p == nil || p.Pod.Labels[LabelControllerHash] != rev {
+		t.Fatalf("db-2 not made at %s", rev)
+	}
+	p.Node, p.Observed = "dev", Observed{Reported: true, Phase: v1.PodRunning, Failure: "CrashLoopBackOff"}
+	b.sync(t0.Add(time.Second))
+	halted := func() appsv1.StatefulSetCondition {
+		for _, c := range b.set.Status.Conditions {
+			if c.Type == StatefulSetRolloutHalted {
+				return c
+			}
+		}
+		return appsv1.StatefulSetCondition{}
+	}
+	c := halted()
+	if c.Status != v1.ConditionTrue || c.Reason != ReasonRolloutHalted || !strings.Contains(c.Message, `ControllerRevision "`+rev+`" rollout halted`) {
+		t.Fatalf("status %+v, want RolloutHalted", b.set.Status)
+	}
+	if len(b.events) == 0 || b.events[len(b.events)-1].Reason != ReasonRolloutHalted {
+		t.Errorf("events %+v, want a RolloutHalted event", b.events)
+	}
+	// db-2 recovers: without the halt, db-1 would be next.
+	b.ready("db-2")
+	for range 3 {
+		b.sync(t0.Add(time.Minute))
+		b.gone()
+	}
+	if got := b.pod("db-1").Pod.Labels[LabelControllerHash]; got != old || len(b.deleted) != 0 {
+		t.Fatalf("db-1 at %s (deleted %v) after the halt, want it kept at %s", got, b.deleted, old)
+	}
+	if got := halted(); !got.LastTransitionTime.Equal(&c.LastTransitionTime) {
+		t.Errorf("halt transition time moved from %v to %v", c.LastTransitionTime, got.LastTransitionTime)
+	}
+	// A new template starts afresh.
+	s.Spec.Template.Spec.Containers[0].Image = "v3"
+	b.sync(t0.Add(2 * time.Minute))
+	if halted().Type != "" || b.deleted["db-2"] == "" {
+		t.Errorf("after a new template: conditions %+v, deleted %v; want no halt and db-2 updated", b.set.Status.Conditions, b.deleted)
 	}
 }
