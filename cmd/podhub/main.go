@@ -179,7 +179,7 @@ var synopses = map[string]string{
 	"uncordon":      "uncordon device ID",
 	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
 	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
-	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
+	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"fence":         "fence device ID [--remove]",
 	"version":       "version",
 }

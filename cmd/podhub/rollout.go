@@ -19,7 +19,8 @@ import (
 )
 
 // rollout is kubectl rollout: status, pause, resume, undo, history and
-// restart of a deployment or daemonset.
+// restart of a deployment, daemonset or statefulset (which kubectl
+// neither pauses nor resumes).
 func (c *cli) rollout(args []string) error {
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	ns := fs.String("n", "default", "namespace")
@@ -37,14 +38,15 @@ func (c *cli) rollout(args []string) error {
 	verb := pos[0]
 	kind, name, ok := strings.Cut(pos[1], "/")
 	if !ok || name == "" {
-		return fmt.Errorf("rollout %s: want KIND/NAME (deployment/web, daemonset/agent), got %q", verb, pos[1])
+		return fmt.Errorf("rollout %s: want KIND/NAME (deployment/web, daemonset/agent, statefulset/db), got %q", verb, pos[1])
 	}
 	path, err := workloadPath(kind)
-	if err != nil || path == "priorityclasses" {
-		return fmt.Errorf("rollout: unknown kind %q (deployment, daemonset)", kind)
+	refs := map[string]string{"deployments": "deployment.apps/", "daemonsets": "daemonset.apps/", "statefulsets": "statefulset.apps/"}
+	if _, ok := refs[path]; err != nil || !ok {
+		return fmt.Errorf("rollout: unknown kind %q (deployment, daemonset, statefulset)", kind)
 	}
 	base := workloadURL(path, *ns, name)
-	ref := map[string]string{"deployments": "deployment.apps/", "daemonsets": "daemonset.apps/"}[path] + name
+	ref := refs[path] + name
 	switch verb {
 	case "status":
 		return c.rolloutStatus(path, base, *watch, *timeout)
@@ -95,12 +97,19 @@ func (c *cli) rolloutStatus(path, base string, watch bool, timeout time.Duration
 // rolloutState is kubectl's status viewer over a stored workload, with
 // the hub's halt as a failure and its skipped devices said.
 func rolloutState(path string, raw json.RawMessage) (string, bool, error) {
-	if path == "daemonsets" {
+	switch path {
+	case "daemonsets":
 		var ds appsv1.DaemonSet
 		if err := json.Unmarshal(raw, &ds); err != nil {
 			return "", false, err
 		}
 		return daemonSetState(&ds)
+	case "statefulsets":
+		var s appsv1.StatefulSet
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", false, err
+		}
+		return statefulSetState(&s)
 	}
 	var d appsv1.Deployment
 	if err := json.Unmarshal(raw, &d); err != nil {
@@ -164,6 +173,40 @@ func daemonSetState(ds *appsv1.DaemonSet) (string, bool, error) {
 		return fmt.Sprintf("Waiting for daemon set %q rollout to finish: %d of %d updated pods are available...\n", ds.Name, st.NumberAvailable, st.DesiredNumberScheduled) + skipped, false, nil
 	}
 	return fmt.Sprintf("daemon set %q successfully rolled out\n", ds.Name) + skipped, true, nil
+}
+
+// statefulSetState is kubectl's StatefulSetStatusViewer, with the hub's
+// halt as a failure. As in kubectl, a RollingUpdate with rollingUpdate
+// set (apply always sets it, with partition 0) reports the partitioned
+// roll out; the revision messages are for one without.
+func statefulSetState(s *appsv1.StatefulSet) (string, bool, error) {
+	if s.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+		return "", true, fmt.Errorf("rollout status is only available for %s strategy type", appsv1.RollingUpdateStatefulSetStrategyType)
+	}
+	st := s.Status
+	if st.ObservedGeneration == 0 || s.Generation > st.ObservedGeneration {
+		return "Waiting for statefulset spec update to be observed...\n", false, nil
+	}
+	for _, c := range st.Conditions {
+		if c.Type == workloads.StatefulSetRolloutHalted {
+			return "", false, fmt.Errorf("statefulset %q: %s", s.Name, c.Message)
+		}
+	}
+	if s.Spec.Replicas != nil && st.ReadyReplicas < *s.Spec.Replicas {
+		return fmt.Sprintf("Waiting for %d pods to be ready...\n", *s.Spec.Replicas-st.ReadyReplicas), false, nil
+	}
+	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		if s.Spec.Replicas != nil && ru.Partition != nil && st.UpdatedReplicas < *s.Spec.Replicas-*ru.Partition {
+			return fmt.Sprintf("Waiting for partitioned roll out to finish: %d out of %d new pods have been updated...\n",
+				st.UpdatedReplicas, *s.Spec.Replicas-*ru.Partition), false, nil
+		}
+		return fmt.Sprintf("partitioned roll out complete: %d new pods have been updated...\n", st.UpdatedReplicas), true, nil
+	}
+	if st.UpdateRevision != st.CurrentRevision {
+		return fmt.Sprintf("waiting for statefulset rolling update to complete %d pods at revision %s...\n",
+			st.UpdatedReplicas, st.UpdateRevision), false, nil
+	}
+	return fmt.Sprintf("statefulset rolling update complete %d pods at revision %s...\n", st.CurrentReplicas, st.CurrentRevision), true, nil
 }
 
 // rolloutHistory prints the revisions (REVISION CHANGE-CAUSE), or one

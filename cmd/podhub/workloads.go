@@ -222,11 +222,13 @@ func (c *cli) describeWorkload(kind, name, ns string) error {
 		fmt.Fprintf(w, "Replicas:\t%d desired | %d updated | %d total | %d available | %d unavailable\n", replicas(obj.Spec.Replicas),
 			st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, st.UnavailableReplicas)
 	case "statefulsets":
-		var sts struct {
-			Status appsv1.StatefulSetStatus `json:"status"`
-		}
+		var sts appsv1.StatefulSet
 		json.Unmarshal(d.Object, &sts)
 		fmt.Fprintf(w, "Replicas:\t%d desired | %d total\n", replicas(obj.Spec.Replicas), sts.Status.Replicas)
+		fmt.Fprintf(w, "Update Strategy:\t%s\n", sts.Spec.UpdateStrategy.Type)
+		if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+			fmt.Fprintf(w, "  Partition:\t%d\n", *ru.Partition)
+		}
 	case "daemonsets":
 		st := daemon.Status
 		fmt.Fprintf(w, "Desired Number of Nodes Scheduled:\t%d\n", st.DesiredNumberScheduled)

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 const statefulSetYAML = `apiVersion: apps/v1
@@ -47,9 +50,11 @@ func TestPodhubStatefulSetPodNeverRunsTwice(t *testing.T) {
 		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
 		func(m map[string][]string) bool { return len(m["db"]) == 1 })
 	lost := placed["db"][0]
-	if out, _ := h.cli("get", "sts"); !strings.Contains(out, "db") || !strings.Contains(out, "1/1") {
-		t.Errorf("get sts:\n%s", out)
-	}
+	// The status is the pass's that follows the device's report.
+	waitForLong(t, 10*time.Second, "get sts: db 1/1", func() bool {
+		out, _ := h.cli("get", "sts")
+		return strings.Contains(out, "db") && strings.Contains(out, "1/1")
+	})
 	// Its daemon is killed; the keeper keeps db-0 running.
 	daemons[lost].stop(syscall.SIGKILL)
 	waitForLong(t, 30*time.Second, "db-0 terminating at the hub", func() bool {
@@ -102,5 +107,90 @@ func TestPodhubStatefulSetPodNeverRunsTwice(t *testing.T) {
 	}
 	if running != 1 {
 		t.Errorf("db-0 Running on %d devices, want 1", running)
+	}
+}
+
+// statefulSetV is a two-replica StatefulSet whose pods sleep for the
+// given seconds (the template's revision), updated down to partition.
+func statefulSetV(sleep, partition int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: kv}
+spec:
+  replicas: 2
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate: {partition: %d}
+  selector:
+    matchLabels: {app: kv}
+  template:
+    metadata:
+      labels: {app: kv}
+    spec:
+      runtimeClassName: process
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: host
+        command: ["sh", "-c", "exec sleep %d"]
+`, partition, sleep)
+}
+
+// A StatefulSet's rollout through podhub: rollout status says kubectl's
+// words, a partitioned update stops at the partition, and the pod below
+// it — the last of the current revision — deleted comes back at that
+// revision, made from its stored template; history lists both revisions.
+func TestPodhubStatefulSetPartitionKeepsTheCurrentRevision(t *testing.T) {
+	h := newPodhub(t)
+	startFleet(t, h, 2)
+	file := filepath.Join(t.TempDir(), "kv.yaml")
+	apply := func(yaml string) {
+		t.Helper()
+		os.WriteFile(file, []byte(yaml), 0o644)
+		if out, code := h.cli("apply", "-f", file); code != 0 {
+			t.Fatalf("apply: %d %s", code, out)
+		}
+	}
+	status := func(want string) {
+		t.Helper()
+		out, code := h.cli("rollout", "status", "statefulset/kv", "--timeout", "90s")
+		if code != 0 || !strings.HasSuffix(out, want) {
+			t.Fatalf("rollout status: %d\n%s\nwant it to end with %q", code, out, want)
+		}
+	}
+	commandOf := func(name string) string {
+		_, all := hubPodsByApp(t, h)
+		for _, p := range all {
+			if p.Name == name && p.DeletionTimestamp == nil && p.Status.Phase == v1.PodRunning {
+				return strings.Join(p.Spec.Containers[0].Command, " ")
+			}
+		}
+		return ""
+	}
+	apply(statefulSetV(1011, 0))
+	status("partitioned roll out complete: 2 new pods have been updated...\n")
+	apply(statefulSetV(1012, 1))
+	status("partitioned roll out complete: 1 new pods have been updated...\n")
+	if got := commandOf("kv-1"); !strings.Contains(got, "sleep 1012") {
+		t.Fatalf("kv-1 runs %q, want the update revision's sleep 1012", got)
+	}
+	if out, code := h.cli("delete", "pod", "kv-0"); code != 0 {
+		t.Fatalf("delete pod kv-0: %s", out)
+	}
+	waitForValue(t, 60*time.Second, "kv-0 Running again", func() string { return commandOf("kv-0") },
+		func(c string) bool { return c != "" })
+	// Running again: the old instance may still be listed a moment; the
+	// one made again is the current revision's.
+	got := waitForValue(t, 30*time.Second, "kv-0 made again", func() string { return commandOf("kv-0") },
+		func(c string) bool { return strings.Contains(c, "sleep 1011") || strings.Contains(c, "sleep 1012") })
+	if !strings.Contains(got, "sleep 1011") {
+		t.Fatalf("kv-0 made again running %q, want the current revision's sleep 1011", got)
+	}
+	out, code := h.cli("rollout", "history", "sts/kv")
+	if code != 0 || !strings.Contains(out, "statefulset.apps/kv") || !strings.Contains(out, "\n1 ") || !strings.Contains(out, "\n2 ") {
+		t.Errorf("rollout history: %d\n%s", code, out)
+	}
+	if out, code := h.cli("rollout", "pause", "sts/kv"); code == 0 || !strings.Contains(out, `statefulsets.apps "kv" pausing is not supported`) {
+		t.Errorf("rollout pause: %d %s", code, out)
 	}
 }

@@ -21,7 +21,8 @@ type RolloutDone struct {
 }
 
 // rolloutKinds are the kinds that roll out.
-var rolloutKinds = map[string]string{"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet}
+var rolloutKinds = map[string]string{"deployments": workloaddb.KindDeployment, "daemonsets": workloaddb.KindDaemonSet,
+	"statefulsets": workloaddb.KindStatefulSet}
 
 func (a *API) rolloutRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/workloads/{kind}/{namespace}/{name}/revisions", func(w http.ResponseWriter, r *http.Request) {
@@ -80,4 +81,6 @@ func rolloutKind(name string) (string, error) {
 
 type errNoRollout string
 
-func (e errNoRollout) Error() string { return string(e) + " do not roll out (deployments, daemonsets)" }
+func (e errNoRollout) Error() string {
+	return string(e) + " do not roll out (deployments, daemonsets, statefulsets)"
+}

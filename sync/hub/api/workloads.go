@@ -196,16 +196,9 @@ func (a *API) listWorkloads(kind string) ([]json.RawMessage, error) {
 			add(d)
 		}
 	case workloaddb.KindStatefulSet:
-		pods, err := a.Workloads.HubPods()
-		if err != nil {
-			return nil, err
-		}
-		sets, err := a.statefulSetsWithStatus(w.StatefulSets, pods)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range sets {
-			add(s)
+		for _, st := range w.StatefulSets {
+			st.Kind, st.APIVersion = workloaddb.KindStatefulSet, "apps/v1"
+			add(st)
 		}
 	case workloaddb.KindPDB:
 		for _, pdb := range w.PDBs {

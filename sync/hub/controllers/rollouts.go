@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"encoding/json"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +48,15 @@ func (s *Scheduler) revisions() (map[string][]workloads.Revision, error) {
 		list := make([]workloads.Revision, len(revs))
 		for i, r := range revs {
 			list[i] = workloads.Revision{Number: r.Number, Hash: r.Hash, ChangeCause: r.ChangeCause, Halted: r.Halted, NoTemplate: r.NoTemplate}
+			if r.Template != nil {
+				// A StatefulSet's: its current revision's pods are made
+				// again from it.
+				t := &v1.PodTemplateSpec{}
+				if err := json.Unmarshal(r.Template, t); err != nil {
+					return nil, fmt.Errorf("stored revision %d of %s %s/%s: %w", r.Number, k.Kind, k.Namespace, k.Name, err)
+				}
+				list[i].Kept = t
+			}
 		}
 		out[workloads.Index(k.Kind, k.Namespace, k.Name)] = list
 	}
@@ -64,12 +74,18 @@ func rolloutWrites(w workloaddb.Workloads, plan schedule.Plan) workloaddb.PodWri
 	for _, d := range w.DaemonSets {
 		stored[workloads.Index(workloaddb.KindDaemonSet, d.Namespace, d.Name)], _ = json.Marshal(d.Status)
 	}
+	for _, s := range w.StatefulSets {
+		stored[workloads.Index(workloaddb.KindStatefulSet, s.Namespace, s.Name)], _ = json.Marshal(s.Status)
+	}
 	var out workloaddb.PodWrites
 	for _, st := range plan.Statuses {
 		var raw []byte
-		if st.Deployment != nil {
+		switch {
+		case st.Deployment != nil:
 			raw, _ = json.Marshal(st.Deployment)
-		} else {
+		case st.StatefulSet != nil:
+			raw, _ = json.Marshal(st.StatefulSet)
+		default:
 			raw, _ = json.Marshal(st.DaemonSet)
 		}
 		if string(stored[workloads.Index(st.Kind, st.Namespace, st.Name)]) == string(raw) {

@@ -60,9 +60,14 @@ func (s *fleetSim) pass(after time.Duration) Plan {
 				d.Status = *st.DaemonSet.DeepCopy()
 			}
 		}
+		for _, d := range s.in.StatefulSets {
+			if st.StatefulSet != nil && d.Name == st.Name {
+				d.Status = *st.StatefulSet.DeepCopy()
+			}
+		}
 	}
 	for _, rc := range plan.Revisions {
-		s.in.Revisions[workloads.Index(rc.Kind, rc.Namespace, rc.Name)] = rc.Revisions
+		s.in.Revisions[workloads.Index(rc.Kind, rc.Namespace, rc.Name)] = storedRevisions(rc, s.in.Revisions)
 	}
 	held := map[types.NamespacedName]bool{}
 	for _, p := range s.in.Pods {
@@ -79,6 +84,27 @@ func (s *fleetSim) pass(after time.Duration) Plan {
 		}
 	}
 	return plan
+}
+
+// storedRevisions are a pass's revisions as the store reads them back:
+// a StatefulSet's templates kept (Kept), the rest as the pass gave them.
+func storedRevisions(rc workloads.RevisionChange, stored map[string][]workloads.Revision) []workloads.Revision {
+	if rc.Kind != "StatefulSet" {
+		return rc.Revisions
+	}
+	kept := map[string]*v1.PodTemplateSpec{}
+	for _, r := range stored[workloads.Index(rc.Kind, rc.Namespace, rc.Name)] {
+		kept[r.Hash] = r.Kept
+	}
+	out := make([]workloads.Revision, 0, len(rc.Revisions))
+	for _, r := range rc.Revisions {
+		r.Kept = kept[r.Hash]
+		if r.Template != nil {
+			r.Kept, r.Template = r.Template, nil
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // count counts the live pods of an image, and those ready among them.

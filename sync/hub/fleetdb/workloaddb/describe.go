@@ -27,7 +27,7 @@ func (f *Store) WorkloadDetail(kind, namespace, name string) (WorkloadDetail, er
 	if err != nil {
 		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
-	if kind == KindDeployment || kind == KindDaemonSet {
+	if kind == KindDeployment || kind == KindDaemonSet || kind == KindStatefulSet {
 		// With its status, and a Deployment's revision annotation.
 		obj, err := decodeWorkload(kind, d.Object, status)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -64,10 +65,14 @@ type StatusWrite struct {
 // WorkloadKey names a workload.
 type WorkloadKey struct{ Kind, Namespace, Name string }
 
-// Revisions reads every workload's revisions, without their templates.
+// Revisions reads every workload's revisions, without their templates
+// but that of a StatefulSet's current revision (as its stored status
+// names it): its pods of that revision are made again from it.
 func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
-	rows, err := f.db.Query(`SELECT kind, namespace, name, hash, number, template IS NULL, change_cause, halted
-		FROM revisions ORDER BY kind, namespace, name, number`)
+	rows, err := f.db.Query(`SELECT r.kind, r.namespace, r.name, r.hash, r.number, r.template IS NULL, r.change_cause, r.halted,
+		CASE WHEN r.kind = 'StatefulSet' AND r.name || '-' || r.hash = json_extract(w.status, '$.currentRevision') THEN r.template END
+		FROM revisions r LEFT JOIN workloads w ON w.kind = r.kind AND w.namespace = r.namespace AND w.name = r.name
+		ORDER BY r.kind, r.namespace, r.name, r.number`)
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +81,12 @@ func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
 	for rows.Next() {
 		var k WorkloadKey
 		var r Revision
-		if err := rows.Scan(&k.Kind, &k.Namespace, &k.Name, &r.Hash, &r.Number, &r.NoTemplate, &r.ChangeCause, &r.Halted); err != nil {
+		var t []byte
+		if err := rows.Scan(&k.Kind, &k.Namespace, &k.Name, &r.Hash, &r.Number, &r.NoTemplate, &r.ChangeCause, &r.Halted, &t); err != nil {
 			return nil, err
+		}
+		if t != nil {
+			r.Template = t
 		}
 		out[k] = append(out[k], r)
 	}
@@ -170,12 +179,12 @@ type querier interface {
 	QueryRow(string, ...any) *sql.Row
 }
 
-// loadWorkload reads a Deployment or DaemonSet with its stored status and
-// revision annotation.
+// loadWorkload reads a Deployment, DaemonSet or StatefulSet with its
+// stored status.
 func (f *Store) loadWorkload(db querier, kind, namespace, name string) (any, error) {
 	var raw, status []byte
 	err := db.QueryRow(`SELECT object, status FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&raw, &status)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && kind != KindDeployment && kind != KindDaemonSet {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && kind != KindDeployment && kind != KindDaemonSet && kind != KindStatefulSet {
 		return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
 	}
 	if err != nil {
@@ -184,7 +193,8 @@ func (f *Store) loadWorkload(db querier, kind, namespace, name string) (any, err
 	return decodeWorkload(kind, raw, status)
 }
 
-// decodeWorkload decodes a stored Deployment or DaemonSet and its status.
+// decodeWorkload decodes a stored Deployment, DaemonSet or StatefulSet
+// and its status.
 func decodeWorkload(kind string, raw, status []byte) (any, error) {
 	var obj any
 	var st any
@@ -195,6 +205,9 @@ func decodeWorkload(kind string, raw, status []byte) (any, error) {
 	case KindDaemonSet:
 		d := &appsv1.DaemonSet{}
 		obj, st = d, &d.Status
+	case KindStatefulSet:
+		s := &appsv1.StatefulSet{}
+		obj, st = s, &s.Status
 	default:
 		return nil, fmt.Errorf("no rollouts for kind %s", kind)
 	}
@@ -269,12 +282,15 @@ func (f *Store) Rollout(kind, namespace, name, verb string, toRevision int64, no
 		meta, tmpl, paused = &o.ObjectMeta, &o.Spec.Template, &o.Spec.Paused
 	case *appsv1.DaemonSet:
 		meta, tmpl, plural = &o.ObjectMeta, &o.Spec.Template, "daemonsets.apps"
+	case *appsv1.StatefulSet:
+		meta, tmpl, plural = &o.ObjectMeta, &o.Spec.Template, "statefulsets.apps"
 	}
 	var done string
 	switch verb {
 	case "pause", "resume":
 		if paused == nil {
-			return "", fmt.Errorf("%s %q pausing is not supported", plural, name)
+			// kubectl's objectpauser and objectresumer
+			return "", fmt.Errorf("%s %q %sing is not supported", plural, name, strings.TrimSuffix(verb, "e"))
 		}
 		switch {
 		case verb == "pause" && *paused:
@@ -339,8 +355,10 @@ func undoTemplate(tx *sql.Tx, kind, namespace, name string, to int64, cur *v1.Po
 	var raw []byte
 	err := tx.QueryRow(q, args...).Scan(&n, &raw)
 	switch {
+	case errors.Is(err, sql.ErrNoRows) && to == 0 && kind != KindDeployment:
+		return nil, "", errors.New("no last revision to roll back to") // kubectl's DaemonSet and StatefulSet rollbackers
 	case errors.Is(err, sql.ErrNoRows) && to == 0:
-		return nil, "", fmt.Errorf("no rollout history found for %s %q", map[string]string{KindDeployment: "deployment", KindDaemonSet: "daemonset"}[kind], name)
+		return nil, "", fmt.Errorf("no rollout history found for deployment %q", name)
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, "", fmt.Errorf("unable to find specified revision %d in history", to)
 	case err != nil:

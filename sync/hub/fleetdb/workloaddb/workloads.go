@@ -159,19 +159,18 @@ func (f *Store) LoadWorkloads() (Workloads, error) {
 		}
 		var obj any
 		switch kind {
-		case KindDeployment, KindDaemonSet:
+		case KindDeployment, KindDaemonSet, KindStatefulSet:
 			// With the status its controller last stored.
 			if obj, err = decodeWorkload(kind, raw, status); err == nil {
-				if d, ok := obj.(*appsv1.Deployment); ok {
-					w.Deployments = append(w.Deployments, d)
-				} else {
-					w.DaemonSets = append(w.DaemonSets, obj.(*appsv1.DaemonSet))
+				switch o := obj.(type) {
+				case *appsv1.Deployment:
+					w.Deployments = append(w.Deployments, o)
+				case *appsv1.DaemonSet:
+					w.DaemonSets = append(w.DaemonSets, o)
+				case *appsv1.StatefulSet:
+					w.StatefulSets = append(w.StatefulSets, o)
 				}
 			}
-		case KindStatefulSet:
-			st := &appsv1.StatefulSet{}
-			err = json.Unmarshal(raw, st)
-			w.StatefulSets = append(w.StatefulSets, st)
 		case KindPriorityClass:
 			pc := &schedulingv1.PriorityClass{}
 			err = json.Unmarshal(raw, pc)

@@ -38,6 +38,9 @@ type Revision struct {
 	// NoTemplate: the revision was numbered from pods made before the
 	// hub kept revisions, and its template is unknown.
 	NoTemplate bool
+	// Kept is the stored template, read for StatefulSets only: their
+	// pods of the current revision are made again from it.
+	Kept *v1.PodTemplateSpec
 }
 
 // RevisionChange is a workload's whole set of revisions after a pass

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -89,18 +88,12 @@ func startordinal(s *appsv1.StatefulSet) int32 {
 	return 0
 }
 
-// sortStatefulSetPods files a StatefulSet's pods by ordinal and finds its
-// revisions. The current revision is the one its lowest outdated live
-// pod carries (else a terminating one's), or the update revision when
-// none is outdated: the hub keeps no ControllerRevisions, the pods are
-// the history. So a pod below the partition deleted when no other pod of
-// the current revision is left comes back at the update revision, where
-// Kubernetes would remake it from the stored revision.
-func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *statefulSetPods {
+// sortStatefulSetPods files a StatefulSet's pods by ordinal, with the
+// revisions its sync works with (statefulRevisions).
+func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, current, update revision, k *controllers) *statefulSetPods {
 	n := replicaCount(s)
-	sp := &statefulSetPods{set: s, update: updateRevision(s), start: startordinal(s),
+	sp := &statefulSetPods{set: s, current: current, update: update, start: startordinal(s),
 		minReady: s.Spec.MinReadySeconds, replicas: make([]*Pod, n)}
-	var outdated *Pod
 	for i := range owned {
 		p := &owned[i]
 		ord := ordinal(s.Name, p.Key.Name)
@@ -115,15 +108,6 @@ func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *st
 		} else {
 			sp.condemned = append(sp.condemned, p)
 		}
-		if rev := p.Pod.Labels[LabelControllerHash]; rev != sp.update.Name && rev != "" &&
-			(outdated == nil || outdated.Terminating && !p.Terminating ||
-				outdated.Terminating == p.Terminating && ord < ordinal(s.Name, outdated.Key.Name)) {
-			outdated = p
-		}
-	}
-	sp.current = sp.update
-	if outdated != nil {
-		sp.current = revision{Name: outdated.Pod.Labels[LabelControllerHash], Template: templateOf(outdated.Pod)}
 	}
 	slices.SortFunc(sp.condemned, func(a, b *Pod) int {
 		return cmp.Compare(ordinal(s.Name, b.Key.Name), ordinal(s.Name, a.Key.Name))
@@ -143,6 +127,27 @@ func sortStatefulSetPods(s *appsv1.StatefulSet, owned []Pod, k *controllers) *st
 		}
 	}
 	return sp
+}
+
+// currentFromPods is the current revision of a StatefulSet whose status
+// was never stored (made before the hub kept it): the revision its
+// lowest outdated live pod carries (else a terminating one's), or the
+// update revision when none is outdated.
+func currentFromPods(s *appsv1.StatefulSet, owned []Pod, update revision) revision {
+	var outdated *Pod
+	for i := range owned {
+		p := &owned[i]
+		ord := ordinal(s.Name, p.Key.Name)
+		if rev := p.Pod.Labels[LabelControllerHash]; ord >= 0 && rev != update.Name && rev != "" &&
+			(outdated == nil || outdated.Terminating && !p.Terminating ||
+				outdated.Terminating == p.Terminating && ord < ordinal(s.Name, outdated.Key.Name)) {
+			outdated = p
+		}
+	}
+	if outdated == nil {
+		return update
+	}
+	return revision{Name: outdated.Pod.Labels[LabelControllerHash], Template: templateOf(outdated.Pod)}
 }
 
 // templateOf is the template a StatefulSet pod was made from: its labels
@@ -175,12 +180,23 @@ func (k *controllers) unavailable(p Pod, minReady int32) bool {
 	return !k.runningAndAvailable(p, minReady) || p.Terminating
 }
 
-// syncStatefulSet is one StatefulSet's updateStatefulSet: replicas first
-// (in order, each waiting for its predecessors to be Running and Ready
-// under OrderedReady), then the condemned pods from the highest ordinal,
-// then the rolling update.
+// syncStatefulSet is one StatefulSet's updateStatefulSet: its revisions,
+// replicas first (in order, each waiting for its predecessors to be
+// Running and Ready under OrderedReady), then the condemned pods from the
+// highest ordinal, then the rolling update (unless the failure threshold
+// halted it); then its status and revision history.
 func (k *controllers) syncStatefulSet(s *appsv1.StatefulSet) {
-	sp := sortStatefulSetPods(s, k.c.Owned(Index("StatefulSet", s.Namespace, s.Name)), k)
+	owned := k.c.Owned(Index("StatefulSet", s.Namespace, s.Name))
+	book, current, update := k.statefulRevisions(s, owned)
+	sp := sortStatefulSetPods(s, owned, current, update, k)
+	halted := k.statefulHalt(sp, book)
+	k.updateStatefulSet(sp, halted != "")
+	k.finishStatefulSet(s, current, update, book, halted)
+}
+
+// updateStatefulSet makes, deletes and updates the pods of one pass.
+func (k *controllers) updateStatefulSet(sp *statefulSetPods, halted bool) {
+	s := sp.set
 	monotonic := s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement
 	for i := range sp.replicas {
 		if k.processReplica(sp, i, monotonic) && monotonic {
@@ -192,7 +208,7 @@ func (k *controllers) syncStatefulSet(s *appsv1.StatefulSet) {
 			return
 		}
 	}
-	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || halted {
 		return
 	}
 	k.rollStatefulSet(sp)
@@ -235,10 +251,7 @@ func (k *controllers) createStatefulPod(sp *statefulSetPods, ord int) bool {
 		return true
 	}
 	rev := sp.update
-	// newVersionedStatefulSetPod: below the partition a pod is remade at
-	// the current revision (a pod of it is the template's only record).
-	if ru := s.Spec.UpdateStrategy.RollingUpdate; s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType &&
-		ru != nil && ru.Partition != nil && ord < int(sp.start)+int(*ru.Partition) {
+	if sp.current.Template != nil && atCurrentRevision(s, ord) {
 		rev = sp.current
 	}
 	p := k.newPod(s.ObjectMeta, rev.Template, map[string]string{
@@ -301,6 +314,15 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 		if err != nil || most < 1 {
 			most = 1
 		}
+		// An outdated pod already unavailable goes first, at no cost:
+		// Kubernetes keeps it against the budget, so that a rollout undone
+		// after its new pods failed waits for an operator to delete them
+		// (its "forced rollback"); the hub's halts are meant to be undone.
+		for t := len(sp.replicas) - 1; t >= updateMin; t-- {
+			if p := sp.replicas[t]; p != nil && outdated(p) && k.unavailable(*p, sp.minReady) && k.mayDisrupt(*p) {
+				k.deleteStatefulPod(s, p, why)
+			}
+		}
 		// isUnavailable over the replicas now: a pod made or deleted this
 		// pass counts.
 		budget := most
@@ -332,44 +354,4 @@ func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 			return
 		}
 	}
-}
-
-// StatefulSetStatus is the status the controller reports for a StatefulSet
-// with these pods (the set's, as Owned files them) at now: computeReplicaStatus
-// over its pods, the revisions, observedGeneration; collisionCount is 0
-// (no ControllerRevision names to collide).
-func StatefulSetStatus(s *appsv1.StatefulSet, pods []Pod, now time.Time) appsv1.StatefulSetStatus {
-	k := &controllers{now: now}
-	sp := sortStatefulSetPods(s, pods, k)
-	zero := int32(0)
-	st := appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, CurrentRevision: sp.current.Name,
-		UpdateRevision: sp.update.Name, CollisionCount: &zero}
-	count := func(p *Pod) {
-		if p == nil {
-			return
-		}
-		st.Replicas++
-		if runningAndReady(*p) {
-			st.ReadyReplicas++
-			if k.runningAndAvailable(*p, sp.minReady) {
-				st.AvailableReplicas++
-			}
-		}
-		if !p.Terminating {
-			rev := p.Pod.Labels[LabelControllerHash]
-			if rev == sp.current.Name {
-				st.CurrentReplicas++
-			}
-			if rev == sp.update.Name {
-				st.UpdatedReplicas++
-			}
-		}
-	}
-	for _, p := range sp.replicas {
-		count(p)
-	}
-	for _, p := range sp.condemned {
-		count(p)
-	}
-	return st
 }

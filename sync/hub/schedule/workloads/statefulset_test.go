@@ -3,6 +3,7 @@ package workloads
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ func sts(replicas int32, policy appsv1.PodManagementPolicyType) *appsv1.Stateful
 type stsBooks struct {
 	*books
 	set *appsv1.StatefulSet
+	// revs are the set's revisions as the hub stores them (a stored
+	// template comes back as Kept); res is the last pass's result.
+	revs map[string][]Revision
+	res  Result
 }
 
 func newSTSBooks(s *appsv1.StatefulSet) *stsBooks {
@@ -41,7 +46,38 @@ func (b *stsBooks) sync(now time.Time) {
 	clear(b.deleted)
 	b.events = nil
 	b.owners = NewOwners(nil, nil, b.set)
-	Sync(b, Pass{Now: now, StatefulSets: []*appsv1.StatefulSet{b.set}, Owners: b.owners})
+	b.res = Sync(b, Pass{Now: now, StatefulSets: []*appsv1.StatefulSet{b.set}, Owners: b.owners, Revisions: b.revs})
+	b.store()
+}
+
+// store keeps the pass's status on the set and its revisions, as the
+// hub's store does (a revision's template kept when the pass gives none).
+func (b *stsBooks) store() {
+	for _, st := range b.res.Statuses {
+		if st.StatefulSet != nil {
+			b.set.Status = *st.StatefulSet
+		}
+	}
+	if b.revs == nil {
+		b.revs = map[string][]Revision{}
+	}
+	for _, rc := range b.res.Revisions {
+		key := Index(rc.Kind, rc.Namespace, rc.Name)
+		kept := map[string]*v1.PodTemplateSpec{}
+		for _, r := range b.revs[key] {
+			kept[r.Hash] = r.Kept
+		}
+		var out []Revision
+		for _, r := range rc.Revisions {
+			r.Kept = kept[r.Hash]
+			if r.Template != nil {
+				r.Kept = r.Template
+			}
+			r.Template = nil
+			out = append(out, r)
+		}
+		b.revs[key] = out
+	}
 }
 
 // ready has every live pod reported Running and Ready (since t0).
@@ -203,21 +239,35 @@ func TestStatefulSetRollingUpdateToThePartition(t *testing.T) {
 			t.Errorf("%s at %s, want %s", name, got, want)
 		}
 	}
-	st := StatefulSetStatus(s, b.pods, t0)
+	st := b.set.Status
 	if st.CurrentRevision != old || st.UpdateRevision != rev || st.CurrentReplicas != 1 || st.UpdatedReplicas != 2 ||
 		st.ReadyReplicas != 3 || st.Replicas != 3 || st.ObservedGeneration != 3 {
 		t.Errorf("status %+v", st)
 	}
-	// Below a higher partition, db-0 deleted by hand comes back at the
-	// current revision, which db-1 still carries.
-	b.pod("db-1").Pod.Labels[LabelControllerHash] = old
-	b.pod("db-1").Pod.Spec.Containers[0].Image = "v1"
-	*s.Spec.UpdateStrategy.RollingUpdate.Partition = 2
+	// db-0, below the partition and the last pod of the current
+	// revision, deleted by hand comes back at the current revision,
+	// made from its stored template, as Kubernetes rebuilds it from its
+	// ControllerRevision.
 	b.pod("db-0").Terminating = true
 	b.gone()
 	b.sync(t0)
 	if got := b.pod("db-0").Pod; got.Labels[LabelControllerHash] != old || got.Spec.Containers[0].Image != "v1" {
 		t.Fatalf("db-0 remade at %s with %s, want the current revision", got.Labels[LabelControllerHash], got.Spec.Containers[0].Image)
+	}
+	// The partition lowered to 0, db-0 is updated too, and the current
+	// revision becomes the update revision once every replica is
+	// updated and ready.
+	b.ready()
+	*s.Spec.UpdateStrategy.RollingUpdate.Partition = 0
+	for range 4 {
+		b.sync(t0)
+		b.gone()
+		b.sync(t0)
+		b.ready()
+	}
+	b.sync(t0)
+	if st := b.set.Status; st.CurrentRevision != rev || st.CurrentReplicas != 3 || st.UpdatedReplicas != 3 {
+		t.Errorf("after the full rollout: status %+v, want current revision %s with 3 replicas", st, rev)
 	}
 }
 
@@ -369,5 +419,64 @@ func TestOrdinal(t *testing.T) {
 	}
 	if got := fmt.Sprint(LeaseSeconds(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationLeaseSeconds: "007"}}})); got != "0" {
 		t.Errorf("lease of a malformed annotation: %s", got)
+	}
+}
+
+// The failure threshold halts a rolling update: once the updated pod
+// fails, no further ordinal is updated, even after it recovers; the
+// status carries the halt, its transition time kept across passes, and
+// the halt belongs to the revision.
+func TestStatefulSetHaltStopsFurtherOrdinals(t *testing.T) {
+	s := sts(3, appsv1.OrderedReadyPodManagement)
+	s.Annotations = map[string]string{"rollout.podvisor.io/failure-threshold": "50%", "rollout.podvisor.io/failure-minimum": "1"}
+	b := newSTSBooks(s)
+	for range 3 {
+		b.sync(t0)
+		b.ready()
+	}
+	old := updateRevision(s).Name
+	s.Spec.Template.Spec.Containers[0].Image = "v2"
+	rev := updateRevision(s).Name
+	b.sync(t0) // db-2 deleted
+	b.gone()
+	b.sync(t0) // db-2 made at v2
+	p := b.pod("db-2")
+	if p == nil || p.Pod.Labels[LabelControllerHash] != rev {
+		t.Fatalf("db-2 not made at %s", rev)
+	}
+	p.Node, p.Observed = "dev", Observed{Reported: true, Phase: v1.PodRunning, Failure: "CrashLoopBackOff"}
+	b.sync(t0.Add(time.Second))
+	halted := func() appsv1.StatefulSetCondition {
+		for _, c := range b.set.Status.Conditions {
+			if c.Type == StatefulSetRolloutHalted {
+				return c
+			}
+		}
+		return appsv1.StatefulSetCondition{}
+	}
+	c := halted()
+	if c.Status != v1.ConditionTrue || c.Reason != ReasonRolloutHalted || !strings.Contains(c.Message, `ControllerRevision "`+rev+`" rollout halted`) {
+		t.Fatalf("status %+v, want RolloutHalted", b.set.Status)
+	}
+	if len(b.events) == 0 || b.events[len(b.events)-1].Reason != ReasonRolloutHalted {
+		t.Errorf("events %+v, want a RolloutHalted event", b.events)
+	}
+	// db-2 recovers: without the halt, db-1 would be next.
+	b.ready("db-2")
+	for range 3 {
+		b.sync(t0.Add(time.Minute))
+		b.gone()
+	}
+	if got := b.pod("db-1").Pod.Labels[LabelControllerHash]; got != old || len(b.deleted) != 0 {
+		t.Fatalf("db-1 at %s (deleted %v) after the halt, want it kept at %s", got, b.deleted, old)
+	}
+	if got := halted(); !got.LastTransitionTime.Equal(&c.LastTransitionTime) {
+		t.Errorf("halt transition time moved from %v to %v", c.LastTransitionTime, got.LastTransitionTime)
+	}
+	// A new template starts afresh.
+	s.Spec.Template.Spec.Containers[0].Image = "v3"
+	b.sync(t0.Add(2 * time.Minute))
+	if halted().Type != "" || b.deleted["db-2"] == "" {
+		t.Errorf("after a new template: conditions %+v, deleted %v; want no halt and db-2 updated", b.set.Status.Conditions, b.deleted)
 	}
 }

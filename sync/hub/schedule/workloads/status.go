@@ -31,6 +31,7 @@ type Status struct {
 	Kind, Namespace, Name string
 	Deployment            *appsv1.DeploymentStatus
 	DaemonSet             *appsv1.DaemonSetStatus
+	StatefulSet           *appsv1.StatefulSetStatus
 	// Revision is the workload's newest revision (0: none yet).
 	Revision int64
 }
