@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -30,7 +29,10 @@ import (
 type simDevices struct {
 	t        *testing.T
 	enrolled simfleet.Enrolment
-	devices  map[string]*simDevice
+	// log keeps the agents' warnings, shown when the test fails.
+	logged  *lockedBuffer
+	log     *slog.Logger
+	devices map[string]*simDevice
 }
 
 type simDevice struct {
@@ -56,7 +58,15 @@ func startSimDevices(t *testing.T, h *podhubServer, n int) *simDevices {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &simDevices{t: t, enrolled: enrolled, devices: map[string]*simDevice{}}
+	logged := &lockedBuffer{}
+	s := &simDevices{t: t, enrolled: enrolled, devices: map[string]*simDevice{}, logged: logged,
+		log: slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+			t.Logf("the simulated devices' warnings (last 40 of %d):\n%s", len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
 	dir := t.TempDir()
 	for i := range n {
 		id := simID(i)
@@ -86,11 +96,9 @@ func startSimDevices(t *testing.T, h *podhubServer, n int) *simDevices {
 
 func simID(i int) string { return fmt.Sprintf("sim-%03d", i) }
 
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 // run starts a device's agent (again).
 func (s *simDevices) run(d *simDevice) error {
-	a, err := d.creds.Agent(d.st, d.pods, 2*time.Second, quietLog)
+	a, err := d.creds.Agent(d.st, d.pods, 2*time.Second, s.log)
 	if err != nil {
 		return err
 	}
