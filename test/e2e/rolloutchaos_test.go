@@ -368,10 +368,12 @@ spec:
 }
 
 // statefulSetProcesses lists the live processes of each StatefulSet pod
-// (CHAOS_STS_POD in their environment) on this machine, each as "pid
-// (parent, cgroup)".
+// (CHAOS_STS_POD in their environment) of this test process's daemons
+// (in their cgroups: other tests on the machine may run pods of the same
+// names), each as "pid (parent, command, cgroup)".
 func statefulSetProcesses() map[string][]string {
 	out := map[string][]string{}
+	ours := []byte(fmt.Sprintf("podvisor-e2e-%d-", os.Getpid()))
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
 		env, err := os.ReadFile(p)
@@ -379,7 +381,7 @@ func statefulSetProcesses() map[string][]string {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if exited(pid) {
+		if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err != nil || !bytes.Contains(cg, ours) || exited(pid) {
 			continue
 		}
 		for _, kv := range bytes.Split(env, []byte{0}) {
