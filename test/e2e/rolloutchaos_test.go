@@ -271,7 +271,7 @@ func TestRolloutChaos(t *testing.T) {
 	done := false
 	for deadline := start.Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		hubDown.Lock()
-		pods, devices, ok := hubView(h)
+		pods, devices, described, ok := hubView(h)
 		ds, dsOK := daemonSetStatus(h, "agent")
 		hubDown.Unlock()
 		if !ok || !dsOK {
@@ -288,7 +288,7 @@ func TestRolloutChaos(t *testing.T) {
 			}
 			if !pods[id] {
 				down++
-				which = append(which, id)
+				which = append(which, id+": "+strings.Join(described[id], ", "))
 			}
 		}
 		dmu.Unlock()
@@ -297,8 +297,8 @@ func TestRolloutChaos(t *testing.T) {
 		}
 		if down > budget {
 			slices.Sort(which)
-			t.Errorf("%s after the apply the hub sees %d undisturbed Ready devices without an available pod, over maxUnavailable %d: %v",
-				time.Since(start).Round(time.Second), down, budget, which)
+			t.Errorf("%s after the apply the hub sees %d undisturbed Ready devices without an available pod, over maxUnavailable %d:\n%s",
+				time.Since(start).Round(time.Second), down, budget, strings.Join(which, "\n"))
 		}
 		if ds.UpdatedNumberScheduled == int32(total) && ds.NumberAvailable == int32(total) {
 			done = true
@@ -409,11 +409,12 @@ func describeProcess(pid int) string {
 }
 
 // hubView is what the hub shows: for each Ready device, whether its
-// DaemonSet pod is available (Ready, not terminating).
-func hubView(h *podhubServer) (available map[string]bool, ready map[string]bool, ok bool) {
+// DaemonSet pod is available (Ready, not terminating), and its DaemonSet
+// pods in words.
+func hubView(h *podhubServer) (available map[string]bool, ready map[string]bool, pods map[string][]string, ok bool) {
 	out, code := h.cli("get", "devices")
 	if code != 0 {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	ready = map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
@@ -423,15 +424,26 @@ func hubView(h *podhubServer) (available map[string]bool, ready map[string]bool,
 	}
 	raw, code := h.cli("get", "pods", "-A", "-o", "json")
 	if code != 0 {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	var list v1.PodList
 	if json.Unmarshal([]byte(raw), &list) != nil {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	available = map[string]bool{}
+	available, pods = map[string]bool{}, map[string][]string{}
 	for _, p := range list.Items {
-		if p.Labels["app"] != "agent" || p.DeletionTimestamp != nil {
+		if p.Labels["app"] != "agent" {
+			continue
+		}
+		desc := fmt.Sprintf("%s %s rev %s", p.Name, p.Status.Phase, p.Labels["controller-revision-hash"])
+		for _, c := range p.Status.Conditions {
+			desc += fmt.Sprintf(" %s=%s", c.Type, c.Status)
+		}
+		if p.DeletionTimestamp != nil {
+			desc += fmt.Sprintf(" deleted %s (%s)", p.DeletionTimestamp.Format("15:04:05"), p.Status.Reason)
+		}
+		pods[p.Spec.NodeName] = append(pods[p.Spec.NodeName], desc)
+		if p.DeletionTimestamp != nil {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
@@ -440,7 +452,7 @@ func hubView(h *podhubServer) (available map[string]bool, ready map[string]bool,
 			}
 		}
 	}
-	return available, ready, true
+	return available, ready, pods, true
 }
 
 // workloadItems lists a kind's objects as podhub get KIND -o json prints
