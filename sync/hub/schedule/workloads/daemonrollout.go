@@ -56,8 +56,8 @@ func (k *controllers) syncDaemonSet(ds *appsv1.DaemonSet, hash string, probe *v1
 	// The budget counts the devices the DaemonSet should run on now, as
 	// the controller's updatedDesiredNodeCounts does: an unreachable
 	// device (tainted NoSchedule) is not one of them, so a dead device
-	// never holds back the rest; its old pod, unavailable, is replaced
-	// at no cost, and the new one made when it returns.
+	// never holds back the rest; it is skipped, its pod left alone, and
+	// updated within the budget once it returns.
 	desired, unavailable := 0, 0
 	for _, dn := range nodes {
 		if !dn.run {
@@ -200,10 +200,20 @@ func (k *controllers) updateDaemonNode(r *daemonRollout, dn *daemonNode) {
 		}
 		switch {
 		case r.onDelete:
+		case unreachable(dn.n):
+			// Skipped while unreachable: its pod may well run on, and a
+			// deletion it cannot hear would take it down, unbudgeted, the
+			// moment it returns. Back, it is updated within the budget.
 		case r.surging:
 			if r.surge > 0 && dn.run {
 				k.createDaemonPod(ds, r.hash, dn.n.Name)
 				r.surge--
+			}
+		case !dn.old[0].Observed.Reported:
+			// Not reported (yet) is not unavailable: it costs the budget.
+			if r.budget > 0 && k.mayDisrupt(dn.old[0]) {
+				k.c.Delete(dn.old[0].Key, ReasonOutdated, outdated)
+				r.budget--
 			}
 		case !k.available(dn.old[0], r.minReady):
 			if k.mayDisrupt(dn.old[0]) {
