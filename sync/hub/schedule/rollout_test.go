@@ -355,9 +355,24 @@ func TestDaemonSetRolloutSkipsUnreachableDevice(t *testing.T) {
 	if len(st.Conditions) != 1 || st.Conditions[0].Type != workloads.ConditionDevicesSkipped || !strings.Contains(st.Conditions[0].Message, "dev2") {
 		t.Fatalf("conditions %+v, want dev2 skipped", st.Conditions)
 	}
+	// Its pod is left alone while it is away: a deletion it cannot hear
+	// would take the pod down, outside the budget, when it returns.
+	if old, _ := s.count("v1"); old != 1 {
+		t.Fatalf("%d v1 pods, want dev2's kept while it is unreachable", old)
+	}
 	s.in.Devices[2].UnreachableSince = time.Time{}
 	for range 3 {
 		s.pass(time.Second)
+		// Back, it is updated within the budget (maxUnavailable 1).
+		available := map[string]bool{}
+		for _, p := range s.in.Pods {
+			if p.DeletionTimestamp == nil && s.in.Observed[keyOf(p)].Ready {
+				available[p.Spec.NodeName] = true
+			}
+		}
+		if down := len(devs) - len(available); down > 1 {
+			t.Fatalf("%d devices without an available pod, over maxUnavailable 1", down)
+		}
 	}
 	if st := agent.Status; st.UpdatedNumberScheduled != 5 || len(st.Conditions) != 0 {
 		t.Fatalf("status %+v after dev2 returned, want 5 updated", st)
