@@ -10,13 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // pidOf reads the pid a test pod wrote to dir/name.pid (0: none yet).
@@ -41,89 +38,6 @@ containers:
   env:
   - name: POD_NAME
     valueFrom: {fieldRef: {fieldPath: metadata.name}}`, grace, dir)
-}
-
-// podhub fence device, end to end: a device's daemon is killed with
-// SIGKILL (its pod keeps running under the keeper); the operator fences
-// the device; its pod is replaced on the other device at once; the
-// daemon restarted reads the fence and stops the fenced pod, which it
-// reports gone; then the fence can be lifted.
-func TestFenceDeviceStopsItsPodsWhenItReturns(t *testing.T) {
-	h := newPodhub(t)
-	_, daemons, _ := startFleet(t, h, 2)
-	pids := t.TempDir()
-	file := filepath.Join(t.TempDir(), "db.yaml")
-	os.WriteFile(file, []byte(workloadfile.File(workloadfile.Deployment("db", 1, pidPodSpec(pids, 2)))), 0o644)
-	if out, code := h.cli("apply", "-f", file); code != 0 {
-		t.Fatalf("apply: %s", out)
-	}
-	placed := waitForValue(t, 60*time.Second, "db Running on a device",
-		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
-		func(m map[string][]string) bool { return len(m["db"]) == 1 })
-	fenced := placed["db"][0]
-	var podName string
-	_, all := hubPodsByApp(t, h)
-	for _, p := range all {
-		if p.Labels["app"] == "db" {
-			podName = p.Name
-		}
-	}
-	var pid int
-	waitForLong(t, 10*time.Second, "db's pid", func() bool { pid = pidOf(pids, podName); return pid > 0 })
-
-	daemons[fenced].stop(syscall.SIGKILL)
-	time.Sleep(500 * time.Millisecond)
-	if !alive(pid) {
-		t.Fatal("the pod died with its daemon: the keeper should run it on")
-	}
-	out, code := h.cli("fence", "device", fenced)
-	if code != 0 || !strings.Contains(out, "device/"+fenced+" fenced") {
-		t.Fatalf("podhub fence device: %d %s", code, out)
-	}
-	out, _ = h.cli("get", "devices")
-	if st := deviceStatus(out, fenced); !strings.HasSuffix(st, ",Fenced") {
-		t.Fatalf("get devices shows %s as %q, want ...,Fenced:\n%s", fenced, st, out)
-	}
-	if out, _ := h.cli("describe", "device", fenced); !strings.Contains(out, "Fenced:") {
-		t.Errorf("describe device does not show the fence:\n%s", out)
-	}
-	// Replaced elsewhere at once: the fence says the old copy cannot run.
-	waitForValue(t, 60*time.Second, "db replaced on the other device",
-		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
-		func(m map[string][]string) bool { return len(m["db"]) == 1 && m["db"][0] != fenced })
-	if !alive(pid) {
-		t.Fatal("the fenced pod stopped before its daemon returned (nothing could stop it)")
-	}
-	// Unfencing before the device has applied the fence is refused.
-	if out, code := h.cli("fence", "device", fenced, "--remove"); code == 0 || !strings.Contains(out, "cannot lift the fence") {
-		t.Fatalf("unfence before the device read its fence: %d %s", code, out)
-	}
-
-	started := time.Now()
-	daemons[fenced].start()
-	waitForLong(t, 30*time.Second, "the fenced pod stopped on its device", func() bool { return !alive(pid) })
-	t.Logf("the fenced pod stopped %v after its daemon restarted", time.Since(started).Round(time.Millisecond))
-	waitForLong(t, 30*time.Second, "the device reports no pod", func() bool {
-		out, _, _ := daemons[fenced].cli("get", "pods")
-		return !strings.Contains(out, podName) && len(h.pods(t, fenced)) == 0
-	})
-	// It was the fence that stopped it, and the hub hears why.
-	waitForLong(t, 30*time.Second, "the device's Fenced event at the hub", func() bool {
-		out, _ := h.cli("describe", "device", fenced)
-		return strings.Contains(out, "Fenced") && strings.Contains(out, "the hub fenced this device")
-	})
-	// Nothing of the hub ran there after the fence.
-	if out, _, _ := daemons[fenced].cli("get", "pods"); strings.Contains(out, "db-") {
-		t.Fatalf("the fenced device runs hub pods:\n%s", out)
-	}
-	waitForLong(t, 30*time.Second, "the fence lifted once applied", func() bool {
-		_, code := h.cli("fence", "device", fenced, "--remove")
-		return code == 0
-	})
-	out, _ = h.cli("get", "devices")
-	if st := deviceStatus(out, fenced); strings.Contains(st, "Fenced") {
-		t.Fatalf("still fenced after --remove: %q", st)
-	}
 }
 
 // tcpCut is a TCP relay between a device and the broker that a test can

@@ -64,6 +64,12 @@ func hubPodsByApp(t *testing.T, h *podhubServer) (running map[string][]string, a
 // starts a real podvisor daemon for each, and waits for them Ready.
 // hubExtra lines join each device's hub: section (two-space indented).
 func startFleet(t *testing.T, h *podhubServer, n int, hubExtra ...string) ([]string, map[string]*daemon, map[string]string) {
+	return startFleetVia(t, h, n, nil, hubExtra...)
+}
+
+// startFleetVia is startFleet with each device reaching the broker at
+// via(id) (nil: the hub's own address), a relay the test can cut.
+func startFleetVia(t *testing.T, h *podhubServer, n int, via func(id string) string, hubExtra ...string) ([]string, map[string]*daemon, map[string]string) {
 	zone := map[string]string{}
 	daemons := map[string]*daemon{}
 	var ids []string
@@ -75,6 +81,12 @@ func startFleet(t *testing.T, h *podhubServer, n int, hubExtra ...string) ([]str
 			t.Fatalf("label %s: %s", id, out)
 		}
 		_, hubConfig := h.enrol(t, id)
+		if via != nil {
+			if !strings.Contains(hubConfig, "mqtts://"+h.addr) {
+				t.Fatalf("%s's config does not name the hub's address:\n%s", id, hubConfig)
+			}
+			hubConfig = strings.Replace(hubConfig, "mqtts://"+h.addr, "mqtts://"+via(id), 1)
+		}
 		d := newDaemon(t)
 		d.withConfig(hubConfig + hostCommandsAsRoot + strings.Join(hubExtra, ""))
 		d.start()

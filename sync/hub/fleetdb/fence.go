@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -46,9 +47,25 @@ func (f *Fleet) Fence(id string) (FenceState, error) {
 // SetFenced fences a device at at (kept if it is fenced already): from
 // then on its desired documents carry no pod and a fence, and the
 // scheduler force-deletes its pods.
+//
+// The fence starts with the hub pods the device last reported: the
+// documents it has not applied yet may have dropped a pod it still runs
+// (one deleted, or evicted by a taint, while the device was out of
+// reach), which the fence must name all the same, so that the device
+// stops it before anything else and the fence is not lifted while it
+// runs. NextFence adds the pods of the documents.
 func (f *Fleet) SetFenced(id string, at time.Time) error {
-	return f.updateDevice(id, `UPDATE devices SET fenced_at = CASE WHEN fenced_at = 0 THEN ? ELSE fenced_at END WHERE id = ?`, at.UnixMilli())
+	return f.updateDevice(id, `UPDATE devices SET
+		fence = CASE WHEN fenced_at = 0 THEN (SELECT json_group_array(key) FROM (SELECT key FROM mirrors
+			WHERE device = devices.id AND (scheduled = 1 OR json_extract(CAST(pod AS TEXT), '$.metadata.annotations."`+annotationSource+`"') = 'hub')
+			ORDER BY key LIMIT `+strconv.Itoa(protocol.MaxFencedPods)+`)) ELSE fence END,
+		fenced_at = CASE WHEN fenced_at = 0 THEN ? ELSE fenced_at END
+		WHERE id = ?`, at.UnixMilli())
 }
+
+// annotationSource is manifest.AnnotationSource, which a device's mirror
+// of a hub pod carries as "hub" (a file pod's: "file").
+const annotationSource = "podvisor.io/source"
 
 // ErrFenceNotDelivered refuses to lift a fence the device has not
 // applied, or whose pods it still reports.
