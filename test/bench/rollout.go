@@ -9,14 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -50,22 +48,12 @@ func rolloutBench(bin string, n int, readyAfter time.Duration) error {
 	if n <= 0 {
 		return nil
 	}
-	abs, err := filepath.Abs(bin)
+	ph, dir, podhub, done, err := fleetHub(bin, "podvisor-rolloutbench")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "podvisor-rolloutbench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	podhub := filepath.Join(filepath.Dir(abs), "podhub")
-	ph, err := startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
-	if err != nil {
-		return err
-	}
-	defer ph.stop()
-	client, data, addr := ph.client, ph.data, ph.addr
+	defer done()
+	client, data := ph.client, ph.data
 	fmt.Printf("\nDaemonSet rolling update: podhub with %d simulated devices, maxUnavailable %d%%, pods Ready %s after they start (%s, %d CPUs)\n",
 		n, rolloutMaxUnavailable, readyAfter, cpuModel(), runtime.NumCPU())
 	for i := range n {
@@ -74,45 +62,11 @@ func rolloutBench(bin string, n int, readyAfter time.Duration) error {
 		}
 	}
 	avail := newAvailability()
-	var children []*exec.Cmd
-	defer func() {
-		for _, c := range children {
-			c.Process.Kill()
-			c.Wait()
-		}
-	}()
-	var readers sync.WaitGroup
-	defer readers.Wait()
-	for from := 0; from < n; from += schedShard {
-		spec := strings.Join([]string{addr, data, dir, strconv.Itoa(from), strconv.Itoa(min(schedShard, n-from)), readyAfter.String()}, ",")
-		c := exec.Command(os.Args[0], "-sched-child", spec)
-		c.Stderr = os.Stderr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		in, err := c.StdinPipe() // closed when the bench ends: the child stops
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		if err := c.Start(); err != nil {
-			return err
-		}
-		children = append(children, c)
-		readers.Add(1)
-		go func() { defer readers.Done(); avail.read(out) }()
+	stopChildren, err := simChildren(ph, n, dir, readyAfter.String(), avail.read)
+	if err != nil {
+		return err
 	}
-	var ds []fleetdb.Device
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		err := client.Do("GET", "/v1/devices", nil, &ds)
-		if err == nil && countReady(ds) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
-		}
-	}
+	defer stopChildren()
 	apply := func(version int) error {
 		manifest := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", version))
 		if err := os.WriteFile(manifest, []byte(rolloutManifest(version)), 0o644); err != nil {

@@ -57,24 +57,12 @@ func schedBench(bin string, n int) error {
 	if n <= 0 {
 		return nil
 	}
-	abs, err := filepath.Abs(bin)
+	ph, dir, podhub, done, err := fleetHub(bin, "podvisor-schedbench")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "podvisor-schedbench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	podhub := filepath.Join(filepath.Dir(abs), "podhub")
-	// Devices heartbeat seldom (the bench measures scheduling, not
-	// heartbeats) and stay Ready for three periods.
-	ph, err := startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
-	if err != nil {
-		return err
-	}
-	defer ph.stop()
-	client, data, addr := ph.client, ph.data, ph.addr
+	defer done()
+	client, data := ph.client, ph.data
 	fmt.Printf("\nfleet scheduling: podhub with %d simulated devices in 10 zones (%s, %d CPUs)\n", n, cpuModel(), runtime.NumCPU())
 	connectStart := time.Now()
 	for i := range n {
@@ -84,44 +72,11 @@ func schedBench(bin string, n int) error {
 		}
 	}
 	applied := newAppliedPods()
-	var children []*exec.Cmd
-	defer func() {
-		for _, c := range children {
-			c.Process.Kill()
-			c.Wait()
-		}
-	}()
-	var readers sync.WaitGroup
-	defer readers.Wait()
-	for from := 0; from < n; from += schedShard {
-		c := exec.Command(os.Args[0], "-sched-child", strings.Join([]string{addr, data, dir, strconv.Itoa(from), strconv.Itoa(min(schedShard, n-from))}, ","))
-		c.Stderr = os.Stderr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		in, err := c.StdinPipe() // closed when the bench ends: the child stops
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		if err := c.Start(); err != nil {
-			return err
-		}
-		children = append(children, c)
-		readers.Add(1)
-		go func() { defer readers.Done(); applied.read(out) }()
+	stopChildren, err := simChildren(ph, n, dir, "", applied.read)
+	if err != nil {
+		return err
 	}
-	var ds []fleetdb.Device
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		err := client.Do("GET", "/v1/devices", nil, &ds)
-		if err == nil && countReady(ds) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
-		}
-	}
+	defer stopChildren()
 	connected := time.Since(connectStart)
 	time.Sleep(5 * time.Second) // the connection storm's garbage collected
 	idle := rss(ph.pid())
@@ -148,6 +103,7 @@ func schedBench(bin string, n int) error {
 		}
 	}
 	placed := time.Since(start)
+	var ds []fleetdb.Device
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
 		err := client.Do("GET", "/v1/devices", nil, &ds)
 		done := 0
@@ -373,4 +329,85 @@ func schedMain(bin string) error {
 		return fmt.Errorf("-sched-only needs -sched-devices > 0")
 	}
 	return schedBench(bin, *schedDevices)
+}
+
+// simChildren runs n simulated devices of podhub ph in child processes
+// (-sched-child, schedShard each; readyAfter, "" or a duration, is the
+// spec's last field), hands each child's output to read, and waits until
+// the hub shows them all Ready. stop ends the children.
+func simChildren(ph *podhubServe, n int, dir, readyAfter string, read func(io.Reader)) (stop func(), err error) {
+	var children []*exec.Cmd
+	var ins []io.Closer
+	var readers sync.WaitGroup
+	stop = func() {
+		for _, in := range ins {
+			in.Close() // the child stops
+		}
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+		readers.Wait()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	for from := 0; from < n; from += schedShard {
+		fields := []string{ph.addr, ph.data, dir, strconv.Itoa(from), strconv.Itoa(min(schedShard, n-from))}
+		if readyAfter != "" {
+			fields = append(fields, readyAfter)
+		}
+		c := exec.Command(os.Args[0], "-sched-child", strings.Join(fields, ","))
+		c.Stderr = os.Stderr
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		in, err := c.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		ins = append(ins, in)
+		if err := c.Start(); err != nil {
+			return nil, err
+		}
+		children = append(children, c)
+		readers.Add(1)
+		go func() { defer readers.Done(); read(out) }()
+	}
+	var ds []fleetdb.Device
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		err := ph.client.Do("GET", "/v1/devices", nil, &ds)
+		if err == nil && countReady(ds) == n {
+			return stop, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d simulated devices Ready in 5 min (%v); podhub's log ends:\n%s", countReady(ds), n, err, lastLines(ph.log.String(), 30))
+		}
+	}
+}
+
+// fleetHub starts podhub serve (beside bin) in a temporary directory for
+// a fleet of simulated devices, which heartbeat seldom (the benches
+// measure scheduling, not heartbeats) and stay Ready for three periods.
+// The returned podhub is its binary; done stops it and removes the
+// directory.
+func fleetHub(bin, name string) (ph *podhubServe, dir, podhub string, done func(), err error) {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, "", "", nil, err
+	}
+	dir, err = os.MkdirTemp("", name)
+	if err != nil {
+		return nil, "", "", nil, err
+	}
+	podhub = filepath.Join(filepath.Dir(abs), "podhub")
+	ph, err = startPodhub(podhub, dir, "--device-timeout", (3 * *hubHeartbeat).String())
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", "", nil, err
+	}
+	return ph, dir, podhub, func() { ph.stop(); os.RemoveAll(dir) }, nil
 }
