@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -13,8 +14,10 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
@@ -84,7 +87,18 @@ func rolloutBench(bin string, n int, readyAfter time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("the first version: %w", err)
 	}
-	time.Sleep(2 * time.Second) // the hub has seen every pod Ready
+	// The hub must have heard every pod Ready too: an old pod it still
+	// believes not Ready is replaced first, outside the budget, as the
+	// DaemonSet controller replaces unhealthy pods.
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(time.Second) {
+		st, err := daemonSetStatus(client, "agent")
+		if err == nil && st.NumberAvailable == int32(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 10 min the hub counts %d of %d devices available (%v)", st.NumberAvailable, n, err)
+		}
+	}
 	avail.resetPeak()
 	cpu0, _ := cpuTicks(ph.pid())
 	start := time.Now()
@@ -218,4 +232,19 @@ func showAvailability(report *lineWriter) func(id string, running map[string]*v1
 			report.line(id + " " + state)
 		}
 	}
+}
+
+// daemonSetStatus is a DaemonSet's status as the hub's API lists it.
+func daemonSetStatus(client *api.Client, name string) (appsv1.DaemonSetStatus, error) {
+	var items []json.RawMessage
+	if err := client.Do("GET", "/v1/workloads/daemonsets", nil, &items); err != nil {
+		return appsv1.DaemonSetStatus{}, err
+	}
+	for _, raw := range items {
+		var ds appsv1.DaemonSet
+		if json.Unmarshal(raw, &ds) == nil && ds.Name == name {
+			return ds.Status, nil
+		}
+	}
+	return appsv1.DaemonSetStatus{}, fmt.Errorf("no DaemonSet %q", name)
 }
