@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,9 @@ import (
 	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
-// drainYAML is a DaemonSet on both devices, a Deployment with one ready
-// pod per device (a readiness probe, spread by hostname) and a budget
-// that wants both.
+// drainYAML is a DaemonSet on every device, a Deployment of two ready
+// pods on two devices (a readiness probe, spread by hostname) and a
+// budget that wants both.
 var drainYAML = workloadfile.File(
 	workloadfile.DaemonSet("agent", `
 runtimeClassName: process
@@ -42,43 +43,39 @@ spec:
   selector: {matchLabels: {app: web}}
 `
 
-// podhub drain end to end with real daemons: DaemonSet pods stop a drain
-// without --ignore-daemonsets; the web pod's eviction is refused with
-// kubectl's words, naming the budget, and retried, while the pod keeps
-// running; once the budget is gone the eviction goes through, the device
-// stops the pod and the drain ends.
-//
-// The budget has no room either way: it wants both pods. Whether it has
-// room once a third replica is ready depends on the hub reading its
-// devices' readiness (Input.Observed); until then it counts no pod
-// healthy, and room is made by deleting the budget.
+// podhub drain end to end with six real daemons: DaemonSet pods stop a
+// drain without --ignore-daemonsets; the web pod's eviction is refused
+// with kubectl's words, naming the budget, and retried, while the pod
+// keeps running; a third replica, once its device reports it Ready, gives
+// the budget room: the eviction goes through, the device stops the pod
+// and the drain ends.
 func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 	h := newPodhub(t)
-	startFleet(t, h, 2)
+	ids, _, _ := startFleet(t, h, 6)
 	file := filepath.Join(t.TempDir(), "web.yaml")
 	os.WriteFile(file, []byte(drainYAML), 0o644)
 	if out, code := h.cli("apply", "-f", file); code != 0 || !strings.Contains(out, "1 poddisruptionbudget(s) applied") {
 		t.Fatalf("apply: %d %s", code, out)
 	}
-	waitForValue(t, 90*time.Second, "web and agent Running on both devices",
+	waitForValue(t, 90*time.Second, "web Running on two devices, agent on every one",
 		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
 		func(m map[string][]string) bool {
-			return len(m["web"]) == 2 && len(m["agent"]) == 2 && m["web"][0] != m["web"][1]
+			return len(m["web"]) == 2 && len(m["agent"]) == len(ids) && m["web"][0] != m["web"][1]
 		})
-	var web string
+	var web, drained string
 	_, all := hubPodsByApp(t, h)
 	for _, p := range all {
-		if p.Labels["app"] == "web" && p.Spec.NodeName == "dev-1" {
-			web = p.Name
+		if p.Labels["app"] == "web" && p.DeletionTimestamp == nil && web == "" {
+			web, drained = p.Name, p.Spec.NodeName
 		}
 	}
-	out, code := h.cli("drain", "device", "dev-1")
-	if code != 1 || !strings.Contains(out, "device/dev-1 cordoned") ||
-		!strings.Contains(out, `error: unable to drain device "dev-1" due to error: cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): default/agent-`) {
+	out, code := h.cli("drain", "device", drained)
+	if code != 1 || !strings.Contains(out, "device/"+drained+" cordoned") ||
+		!strings.Contains(out, `error: unable to drain device "`+drained+`" due to error: cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): default/agent-`) {
 		t.Fatalf("drain without --ignore-daemonsets: %d\n%s", code, out)
 	}
 
-	cmd := exec.Command(podhubBinary(), "--data-dir", h.dataDir, "drain", "device", "dev-1", "--ignore-daemonsets", "--timeout", "120s")
+	cmd := exec.Command(podhubBinary(), "--data-dir", h.dataDir, "drain", "device", drained, "--ignore-daemonsets", "--timeout", "120s")
 	var stdout, stderr lockedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -110,17 +107,13 @@ func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 		t.Errorf("describe pdb:\n%s", out)
 	}
 
-	// Room for one disruption: a third replica, on dev-2 (dev-1 is
-	// cordoned). Once the hub reads its devices' readiness the budget
-	// counts 3 healthy pods and the drain goes on; until then it counts
-	// none, and the budget has to go.
+	// Room for one disruption: a third replica, on another device (the
+	// drained one is cordoned), which the budget counts once its device
+	// reports it Ready.
 	os.WriteFile(file, []byte(strings.Replace(drainYAML, "replicas: 2", "replicas: 3", 1)), 0o644)
 	if out, code := h.cli("apply", "-f", file); code != 0 {
 		t.Fatalf("scale to 3: %s", out)
 	}
-	waitForValue(t, 60*time.Second, "three web pods Running",
-		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
-		func(m map[string][]string) bool { return len(m["web"]) == 3 })
 	healthy := func() int32 {
 		out, _ := h.cli("get", "pdb", "-o", "json")
 		var list []policyv1.PodDisruptionBudget
@@ -129,40 +122,36 @@ func TestPodhubDrainHonoursTheBudget(t *testing.T) {
 		}
 		return list[0].Status.CurrentHealthy
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for healthy() < 3 && time.Now().Before(deadline) {
-		time.Sleep(500 * time.Millisecond)
-	}
-	if got := healthy(); got >= 3 {
-		t.Logf("the budget counts %d healthy pods: the scale-up makes room", got)
-	} else {
-		t.Logf("the budget counts %d healthy pods (no readiness from the devices at the hub yet): deleting it", got)
-		if out, code := h.cli("delete", "pdb", "web"); code != 0 || !strings.Contains(out, `poddisruptionbudget.policy "web" deleted`) {
-			t.Fatalf("delete pdb: %d %s", code, out)
-		}
-	}
+	waitForLong(t, 60*time.Second, "the budget counting the third replica healthy, or the drain evicting", func() bool {
+		return healthy() >= 3 || strings.Contains(stdout.String(), "pod/"+web+" evicted")
+	})
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("drain: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("drain not done 60s after the budget went\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		t.Fatalf("drain not done 60s after the budget had room\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"evicting pod default/" + web + "\n", "pod/" + web + " evicted\n", "device/dev-1 drained\n"} {
+	for _, want := range []string{"evicting pod default/" + web + "\n", "pod/" + web + " evicted\n", "device/" + drained + " drained\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("drain output lacks %q:\n%s", want, stdout.String())
 		}
 	}
+	// Deployments replace an evicted pod: three web pods again, none on
+	// the drained device; the DaemonSet's pods stay on every device.
+	waitForValue(t, 60*time.Second, "three web pods Running, off the drained device",
+		func() map[string][]string { m, _ := hubPodsByApp(t, h); return m },
+		func(m map[string][]string) bool { return len(m["web"]) == 3 && !slices.Contains(m["web"], drained) })
 	m, all := hubPodsByApp(t, h)
-	if len(m["agent"]) != 2 || len(m["web"]) != 2 || m["web"][0] != "dev-2" || m["web"][1] != "dev-2" {
-		t.Errorf("after the drain: agent on %v (want both devices), web on %v (want two on dev-2)", m["agent"], m["web"])
+	if len(m["agent"]) != len(ids) {
+		t.Errorf("after the drain: agent on %v, want every device", m["agent"])
 	}
 	for _, p := range all {
 		if p.Name == web {
 			t.Errorf("%s still held after the drain: %v", web, p.Status.Phase)
 		}
-		if p.Labels["app"] == "web" && p.Spec.NodeName == "dev-1" && p.DeletionTimestamp == nil {
+		if p.Labels["app"] == "web" && p.Spec.NodeName == drained && p.DeletionTimestamp == nil {
 			t.Errorf("a web pod placed on the cordoned device: %s", p.Name)
 		}
 		if p.Labels["app"] == "web" && p.Status.Phase == v1.PodPending && p.Spec.NodeName != "" {
