@@ -59,10 +59,8 @@ func rolloutBench(bin string, n int, readyAfter time.Duration) error {
 	client, data := ph.client, ph.data
 	fmt.Printf("\nDaemonSet rolling update: podhub with %d simulated devices, maxUnavailable %d%%, pods Ready %s after they start (%s, %d CPUs)\n",
 		n, rolloutMaxUnavailable, readyAfter, cpuModel(), runtime.NumCPU())
-	for i := range n {
-		if err := client.Do("PUT", "/v1/devices/"+schedID(i)+"/labels", map[string]string{"zone": fmt.Sprintf("z%d", i%10)}, nil); err != nil {
-			return err
-		}
+	if err := enrolSimDevices(client, n); err != nil {
+		return err
 	}
 	avail := newAvailability()
 	stopChildren, err := simChildren(ph, n, dir, readyAfter.String(), avail.read)

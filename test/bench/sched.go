@@ -65,11 +65,8 @@ func schedBench(bin string, n int) error {
 	client, data := ph.client, ph.data
 	fmt.Printf("\nfleet scheduling: podhub with %d simulated devices in 10 zones (%s, %d CPUs)\n", n, cpuModel(), runtime.NumCPU())
 	connectStart := time.Now()
-	for i := range n {
-		// Enrolled (labelled) first: the hub believes only devices it knows.
-		if err := client.Do("PUT", "/v1/devices/"+schedID(i)+"/labels", map[string]string{"zone": fmt.Sprintf("z%d", i%10)}, nil); err != nil {
-			return err
-		}
+	if err := enrolSimDevices(client, n); err != nil {
+		return err
 	}
 	applied := newAppliedPods()
 	stopChildren, err := simChildren(ph, n, dir, "", applied.read)
@@ -410,4 +407,15 @@ func fleetHub(bin, name string) (ph *podhubServe, dir, podhub string, done func(
 		return nil, "", "", nil, err
 	}
 	return ph, dir, podhub, func() { ph.stop(); os.RemoveAll(dir) }, nil
+}
+
+// enrolSimDevices labels the simulated devices sched-00000.. with zones
+// z0..z9: the hub believes only devices it knows.
+func enrolSimDevices(client *api.Client, n int) error {
+	for i := range n {
+		if err := client.Do("PUT", "/v1/devices/"+schedID(i)+"/labels", map[string]string{"zone": fmt.Sprintf("z%d", i%10)}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
