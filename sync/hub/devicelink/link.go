@@ -406,7 +406,7 @@ func (h *Link) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, 
 // AnnotationScheduled marks the pods of a device's desired document that
 // the scheduler placed, apart from those applied to the device by hand
 // (apply --device/--selector), which it leaves alone.
-const AnnotationScheduled = "podvisor.io/scheduled"
+const AnnotationScheduled = fleetdb.AnnotationScheduled
 
 // checkApplied checks applied pods as a device will (the check depends
 // on the pods only, not on the device).

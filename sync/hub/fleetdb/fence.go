@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -57,15 +58,11 @@ func (f *Fleet) Fence(id string) (FenceState, error) {
 func (f *Fleet) SetFenced(id string, at time.Time) error {
 	return f.updateDevice(id, `UPDATE devices SET
 		fence = CASE WHEN fenced_at = 0 THEN (SELECT json_group_array(key) FROM (SELECT key FROM mirrors
-			WHERE device = devices.id AND (scheduled = 1 OR json_extract(CAST(pod AS TEXT), '$.metadata.annotations."`+annotationSource+`"') = 'hub')
+			WHERE device = devices.id AND (scheduled = 1 OR json_extract(CAST(pod AS TEXT), '$.metadata.annotations."`+manifest.AnnotationSource+`"') = '`+manifest.SourceHub+`')
 			ORDER BY key LIMIT `+strconv.Itoa(protocol.MaxFencedPods)+`)) ELSE fence END,
 		fenced_at = CASE WHEN fenced_at = 0 THEN ? ELSE fenced_at END
 		WHERE id = ?`, at.UnixMilli())
 }
-
-// annotationSource is manifest.AnnotationSource, which a device's mirror
-// of a hub pod carries as "hub" (a file pod's: "file").
-const annotationSource = "podvisor.io/source"
 
 // ErrFenceNotDelivered refuses to lift a fence the device has not
 // applied, or whose pods it still reports.

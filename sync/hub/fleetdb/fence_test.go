@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/podvisor/podvisor/pod/manifest"
 	"testing"
 	"time"
 
@@ -22,10 +23,10 @@ func TestFenceNamesTheHubPodsTheDeviceStillReports(t *testing.T) {
 	f := testFleet(t, "dev")
 	t0 := time.Unix(1700000000, 0)
 	db := statusPod("db-1", true, v1.PodRunning, 0, "")
-	db.Annotations = map[string]string{annotationSource: "hub"} // placed by hand (apply --device): not scheduled
+	db.Annotations = map[string]string{manifest.AnnotationSource: "hub"} // placed by hand (apply --device): not scheduled
 	agent := statusPod("agent-x", true, v1.PodRunning, 0, "")
 	local := statusPod("local", true, v1.PodRunning, 0, "")
-	local.Annotations = map[string]string{annotationSource: "file"}
+	local.Annotations = map[string]string{manifest.AnnotationSource: "file"}
 	seq := int64(0)
 	report := func(after int64, items ...protocol.StatusItem) {
 		t.Helper()

@@ -153,7 +153,7 @@ func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mi
 		default:
 			pod, _ := json.Marshal(it.Pod)
 			m := mirrorWrite{device: b.Device, key: it.Key, seq: it.Seq, pod: pod, sum: summarize(it.Pod), at: at.UnixMilli(),
-				scheduled: it.Pod.Annotations[annotationScheduled] == "true"}
+				scheduled: it.Pod.Annotations[AnnotationScheduled] == "true"}
 			var added, moved bool
 			added, moved, insertFirst, err = f.storeMirror(tx, m, mirrors, insertFirst)
 			if added {

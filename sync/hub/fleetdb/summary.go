@@ -31,9 +31,9 @@ var failureReason = func() map[string]bool {
 	return m
 }()
 
-// annotationScheduled marks the pods the hub's scheduler placed
+// AnnotationScheduled marks the pods the hub's scheduler placed
 // (devicelink.AnnotationScheduled): only theirs change a pass.
-const annotationScheduled = "podvisor.io/scheduled"
+const AnnotationScheduled = "podvisor.io/scheduled"
 
 // summary is one pod's summary columns.
 type summary struct {
@@ -85,7 +85,7 @@ var mirrorSummaryMigration = `ALTER TABLE mirrors ADD COLUMN ready INTEGER NOT N
 	ALTER TABLE mirrors ADD COLUMN scheduled INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX mirrors_scheduled ON mirrors(device, key) WHERE scheduled = 1;
 	UPDATE mirrors SET
-		scheduled = COALESCE(json_extract(CAST(pod AS TEXT), '$.metadata.annotations."` + annotationScheduled + `"') = 'true', 0),
+		scheduled = COALESCE(json_extract(CAST(pod AS TEXT), '$.metadata.annotations."` + AnnotationScheduled + `"') = 'true', 0),
 		phase = COALESCE(json_extract(CAST(pod AS TEXT), '$.status.phase'), ''),
 		ready = EXISTS (SELECT 1 FROM json_each(CAST(pod AS TEXT), '$.status.conditions') c
 			WHERE json_extract(c.value, '$.type') = 'Ready' AND json_extract(c.value, '$.status') = 'True'),

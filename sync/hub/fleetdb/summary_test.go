@@ -24,7 +24,7 @@ func statusPod(name string, ready bool, phase v1.PodPhase, restarts int32, waiti
 		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: waiting}}
 	}
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
-		Annotations: map[string]string{annotationScheduled: "true"}},
+		Annotations: map[string]string{AnnotationScheduled: "true"}},
 		Status: v1.PodStatus{Phase: phase, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: st}},
 			ContainerStatuses: []v1.ContainerStatus{cs}}}
 }
