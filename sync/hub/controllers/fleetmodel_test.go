@@ -288,7 +288,7 @@ func (w *world) pass() time.Time {
 	if slices.ContainsFunc(plan.Deletions, func(d schedule.Deletion) bool { return d.Force }) {
 		next = w.now // Reschedule
 	}
-	return earliest(earliest(next, tolerationDeadline(devices, w.pods)), leaseDeadline(devices, w.pods))
+	return earliest(earliest(next, tolerationDeadline(devices, w.pods)), plan.Wake)
 }
 
 // round is what happens at one moment: the devices act and report, the

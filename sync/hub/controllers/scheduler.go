@@ -27,7 +27,6 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 	"github.com/podvisor/podvisor/sync/hub/schedule/disruption"
-	"github.com/podvisor/podvisor/sync/hub/schedule/workloads"
 )
 
 // minPassGap spaces the passes: the requests of a busy fleet (every
@@ -191,7 +190,7 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 		// StatefulSet remake a pod of a name this pass forgot.
 		s.Reschedule()
 	}
-	return earliest(earliest(earliest(next, tolerationDeadline(devices, pods)), leaseDeadline(devices, pods)), plan.Wake), nil
+	return earliest(earliest(next, tolerationDeadline(devices, pods)), plan.Wake), nil
 }
 
 // scheduleDevices makes every device a schedule.Device, and says when
@@ -287,26 +286,6 @@ func tolerationDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
 				if tol.TolerationSeconds != nil && tol.ToleratesTaint(logr.Discard(), &ts[i], false) {
 					next = earliest(next, ts[i].TimeAdded.Add(time.Duration(*tol.TolerationSeconds)*time.Second))
 				}
-			}
-		}
-	}
-	return next
-}
-
-// leaseDeadline is when the first terminating pod with a self-fencing
-// lease on an unreachable device may be forgotten (workloads.LeaseExpiry).
-func leaseDeadline(devices []schedule.Device, pods []*v1.Pod) time.Time {
-	since := map[string]time.Time{}
-	for i := range devices {
-		if !devices[i].UnreachableSince.IsZero() {
-			since[devices[i].Name] = devices[i].UnreachableSince
-		}
-	}
-	var next time.Time
-	for _, p := range pods {
-		if t, ok := since[p.Spec.NodeName]; ok && p.DeletionTimestamp != nil {
-			if at, ok := workloads.LeaseExpiry(p, t); ok {
-				next = earliest(next, at)
 			}
 		}
 	}

@@ -99,7 +99,12 @@ func (k *controllers) forceDeleteUnreachable() {
 		if !p.Terminating {
 			continue
 		}
-		if at, ok := LeaseExpiry(p.Pod, n.UnreachableSince); ok && !k.now.Before(at) {
+		at, ok := LeaseExpiry(p.Pod, n.UnreachableSince)
+		switch {
+		case !ok:
+		case k.now.Before(at):
+			k.wake(at) // forgotten on time, by the pass then
+		default:
 			k.c.ForceDelete(p.Key, ReasonPodGC, fmt.Sprintf("PodGC: device %s has been unreachable past the pod's %ss self-fencing lease and its grace period",
 				n.Name, p.Pod.Annotations[AnnotationLeaseSeconds]))
 		}
