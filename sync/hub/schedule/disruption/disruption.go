@@ -15,6 +15,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,12 +52,11 @@ type Input struct {
 	Scales []Scale
 }
 
-// Result is the budgets with their new status, in input order, with
-// which of them changed and the events the controller records.
+// Result is the budgets with their new status, in input order, and the
+// events the controller records.
 type Result struct {
-	PDBs    []*policyv1.PodDisruptionBudget
-	Changed []bool
-	Events  []workloads.Event
+	PDBs   []*policyv1.PodDisruptionBudget
+	Events []workloads.Event
 }
 
 // Sync computes every budget's status (trySync, or failSafe on an
@@ -66,7 +67,7 @@ func Sync(in Input) Result {
 		scales[s.Kind+"/"+s.Namespace+"/"+s.Name] = s
 	}
 	c := &controller{now: in.Now, scales: scales}
-	res := Result{PDBs: make([]*policyv1.PodDisruptionBudget, len(in.PDBs)), Changed: make([]bool, len(in.PDBs))}
+	res := Result{PDBs: make([]*policyv1.PodDisruptionBudget, len(in.PDBs))}
 	idx := newPodIndex(in.Pods)
 	for i, pdb := range in.PDBs {
 		out := pdb.DeepCopy()
@@ -74,7 +75,6 @@ func Sync(in Input) Result {
 			c.failSafe(out, err)
 		}
 		res.PDBs[i] = out
-		res.Changed[i] = !StatusEqual(&pdb.Status, &out.Status)
 	}
 	res.Events = c.events
 	return res
@@ -331,43 +331,14 @@ func SetAllowedCondition(pdb *policyv1.PodDisruptionBudget, now time.Time) {
 	setCondition(pdb, cond, now)
 }
 
-// setCondition is meta.SetStatusCondition with the transition time
-// from now, kept while the status stays.
+// setCondition sets a condition as meta.SetStatusCondition does, its
+// transition time now when its status changes.
 func setCondition(pdb *policyv1.PodDisruptionBudget, cond metav1.Condition, now time.Time) {
-	conds := pdb.Status.Conditions
-	for i := range conds {
-		if conds[i].Type != cond.Type {
-			continue
-		}
-		cond.LastTransitionTime = conds[i].LastTransitionTime
-		if conds[i].Status != cond.Status {
-			cond.LastTransitionTime = metav1.NewTime(now)
-		}
-		conds[i] = cond
-		return
-	}
 	cond.LastTransitionTime = metav1.NewTime(now)
-	pdb.Status.Conditions = append(conds, cond)
+	meta.SetStatusCondition(&pdb.Status.Conditions, cond)
 }
 
 // StatusEqual says whether two budget statuses are the same.
 func StatusEqual(a, b *policyv1.PodDisruptionBudgetStatus) bool {
-	if a.ObservedGeneration != b.ObservedGeneration || a.DisruptionsAllowed != b.DisruptionsAllowed ||
-		a.CurrentHealthy != b.CurrentHealthy || a.DesiredHealthy != b.DesiredHealthy || a.ExpectedPods != b.ExpectedPods ||
-		len(a.DisruptedPods) != len(b.DisruptedPods) || len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for k, t := range a.DisruptedPods {
-		if u, ok := b.DisruptedPods[k]; !ok || !t.Equal(&u) {
-			return false
-		}
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message ||
-			x.ObservedGeneration != y.ObservedGeneration || !x.LastTransitionTime.Equal(&y.LastTransitionTime) {
-			return false
-		}
-	}
-	return true
+	return apiequality.Semantic.DeepEqual(a, b)
 }
