@@ -155,9 +155,6 @@ func outdatedDeployment(d *appsv1.Deployment) string {
 // current template's.
 func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, old []Pod, want int) {
 	surge, unavailable := rollingBounds(d, want)
-	if surge == 0 && unavailable == 0 {
-		unavailable = 1
-	}
 	// Scale the new pods up within the surge; a pass that scales up does
 	// not also scale down, as in the controller.
 	total := len(current) + len(old)
@@ -200,7 +197,8 @@ func (k *controllers) rollingUpdate(d *appsv1.Deployment, hash string, current, 
 }
 
 // rollingBounds are the Deployment's maxSurge (rounded up) and
-// maxUnavailable (rounded down) against want replicas.
+// maxUnavailable (rounded down) against want replicas; both 0 makes
+// maxUnavailable 1, as the controller's ResolveFenceposts does.
 func rollingBounds(d *appsv1.Deployment, want int) (surge, unavailable int) {
 	var maxSurge, maxUnavailable *intstr.IntOrString
 	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
@@ -209,7 +207,11 @@ func rollingBounds(d *appsv1.Deployment, want int) (surge, unavailable int) {
 		quarter := intstr.FromString("25%")
 		maxSurge, maxUnavailable = &quarter, &quarter
 	}
-	return scaled(maxSurge, want, true), scaled(maxUnavailable, want, false)
+	surge, unavailable = scaled(maxSurge, want, true), scaled(maxUnavailable, want, false)
+	if surge == 0 && unavailable == 0 {
+		unavailable = 1
+	}
+	return surge, unavailable
 }
 
 // scaleTo creates or deletes current-template pods to reach want.

@@ -230,7 +230,7 @@ func (k *controllers) processReplica(sp *statefulSetPods, i int, monotonic bool)
 		}
 		return true
 	}
-	if p.Terminating || !runningAndReady(*p) || !k.runningAndAvailable(*p, sp.minReady) {
+	if p.Terminating || !k.runningAndAvailable(*p, sp.minReady) { // available implies Ready
 		return true // monotonic: wait for it
 	}
 	return false
@@ -287,7 +287,7 @@ func (k *controllers) processCondemned(sp *statefulSetPods, p *Pod, monotonic bo
 	if p.Terminating {
 		return true
 	}
-	if monotonic && p != sp.firstUnavailable && (!runningAndReady(*p) || !k.runningAndAvailable(*p, sp.minReady)) {
+	if monotonic && p != sp.firstUnavailable && !k.runningAndAvailable(*p, sp.minReady) {
 		return true
 	}
 	k.deleteStatefulPod(sp.set, p, fmt.Sprintf("StatefulSet %s scaled to %d", sp.set.Name, replicaCount(sp.set)))
@@ -302,11 +302,8 @@ func (k *controllers) processCondemned(sp *statefulSetPods, p *Pod, monotonic bo
 // maxUnavailable is set).
 func (k *controllers) rollStatefulSet(sp *statefulSetPods) {
 	s := sp.set
-	updateMin := 0
+	updateMin := partition(s)
 	ru := s.Spec.UpdateStrategy.RollingUpdate
-	if ru != nil && ru.Partition != nil {
-		updateMin = int(*ru.Partition)
-	}
 	why := fmt.Sprintf("StatefulSet %s has a new template (revision %s)", s.Name, sp.update.Name)
 	outdated := func(p *Pod) bool { return p.Pod.Labels[LabelControllerHash] != sp.update.Name && !p.Terminating }
 	if ru != nil && ru.MaxUnavailable != nil {

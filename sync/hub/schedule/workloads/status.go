@@ -80,10 +80,7 @@ func maxUnavailable(d *appsv1.Deployment, want int) int {
 	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || want == 0 {
 		return 0
 	}
-	surge, unavailable := rollingBounds(d, want)
-	if surge == 0 && unavailable == 0 {
-		unavailable = 1
-	}
+	_, unavailable := rollingBounds(d, want)
 	return min(unavailable, want)
 }
 
