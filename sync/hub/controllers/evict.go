@@ -38,20 +38,16 @@ func (s *Scheduler) Evict(key types.NamespacedName, grace *int64, now time.Time)
 // true: its pods are Unknown and not Ready, as the node lifecycle
 // controller marks a lost node's pods.
 func (s *Scheduler) reported(device string, key types.NamespacedName, now time.Time) (v1.PodPhase, bool, error) {
-	mirrors, err := s.fleet.MirrorPods(device, now, s.cfg.DeviceTimeout)
+	phase, ready, found, err := s.fleet.MirrorSummary(device, key.Namespace+"/"+key.Name)
+	if err != nil || !found {
+		return "", false, err
+	}
+	d, err := s.fleet.GetDevice(device, now, s.cfg.DeviceTimeout)
 	if err != nil {
 		return "", false, err
 	}
-	for _, p := range mirrors {
-		if p.Namespace != key.Namespace || p.Name != key.Name {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.PodReady {
-				return p.Status.Phase, c.Status == v1.ConditionTrue, nil
-			}
-		}
-		return p.Status.Phase, false, nil
+	if !d.Ready {
+		return v1.PodUnknown, false, nil
 	}
-	return "", false, nil
+	return phase, ready, nil
 }

@@ -1,6 +1,8 @@
 package fleetdb
 
 import (
+	"database/sql"
+	"errors"
 	"strings"
 	"time"
 
@@ -144,4 +146,15 @@ func (f *Fleet) ScheduledSummaries() ([]PodSummary, error) {
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// MirrorSummary is what device last reported of one pod (key:
+// namespace/name): its phase and whether it is Ready; found is false
+// when it reports no such pod.
+func (f *Fleet) MirrorSummary(device, key string) (phase v1.PodPhase, ready, found bool, err error) {
+	err = f.db.QueryRow(`SELECT phase, ready FROM mirrors WHERE device = ? AND key = ?`, device, key).Scan(&phase, &ready)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, false, nil
+	}
+	return phase, ready, err == nil, err
 }
