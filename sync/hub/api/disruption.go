@@ -40,12 +40,10 @@ func (a *API) disruptionRoutes(mux *http.ServeMux) {
 	})
 	// The pods the hub holds on a device (not the device's own).
 	mux.HandleFunc("GET /v1/devices/{id}/hubpods", func(w http.ResponseWriter, r *http.Request) {
-		pods, err := a.Workloads.HubPods()
-		out := []v1.Pod{}
+		pods, err := a.Workloads.HubPodsOn(r.PathValue("id"))
+		out := make([]v1.Pod, 0, len(pods))
 		for _, p := range pods {
-			if p.Spec.NodeName == r.PathValue("id") {
-				out = append(out, *p)
-			}
+			out = append(out, *p)
 		}
 		reply(w, out, err)
 	})

@@ -189,7 +189,17 @@ func (f *Store) LoadWorkloads() (Workloads, error) {
 
 // HubPods reads every pod the hub holds, bound or not.
 func (f *Store) HubPods() ([]*v1.Pod, error) {
-	rows, err := f.db.Query(`SELECT pod FROM hub_pods ORDER BY namespace, name`)
+	return f.hubPods(`SELECT pod FROM hub_pods ORDER BY namespace, name`)
+}
+
+// HubPodsOn are the pods the hub holds bound to one device, decoding no
+// other.
+func (f *Store) HubPodsOn(device string) ([]*v1.Pod, error) {
+	return f.hubPods(`SELECT pod FROM hub_pods WHERE device = ? ORDER BY namespace, name`, device)
+}
+
+func (f *Store) hubPods(query string, args ...any) ([]*v1.Pod, error) {
+	rows, err := f.db.Query(query, args...)
 	if err != nil {
 		return nil, err
 	}
