@@ -59,37 +59,32 @@ type StatusStored struct {
 // StoreStatus is ApplyStatus, saying also whether the batch changed
 // what the scheduler reads of the hub's pods.
 func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored, error) {
-	var r StatusStored
-	var err error
-	r.Cursor, r.Applied, r.Gap, r.HubPodsChanged, err = f.applyStatus(b, at)
-	return r, err
-}
-
-func (f *Fleet) applyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64, applied int, gap, changed bool, err error) {
+	var none StatusStored
 	tx, err := f.db.Begin()
 	if err != nil {
-		return 0, 0, false, false, err
+		return none, err
 	}
 	defer tx.Rollback()
 	if err := f.touch(tx, b.Device, at); err != nil {
-		return 0, 0, false, false, err
+		return none, err
 	}
+	var r StatusStored
 	var epoch string
-	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &cursor)
+	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &r.Cursor)
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return 0, 0, false, false, err
+		return none, err
 	case err != nil || epoch != b.Epoch:
 		if b.After != 0 {
-			return 0, 0, true, false, nil
+			return StatusStored{Gap: true}, nil
 		}
 		if _, err := f.stmts.Exec(tx, qDropMirrors, b.Device); err != nil {
-			return 0, 0, false, false, err
+			return none, err
 		}
 		f.forgetMirrorCount(b.Device) // none now: counted below
-		cursor, changed = 0, true
-	case b.After > cursor:
-		return cursor, 0, true, false, nil // a batch is missing before this one
+		r.Cursor, r.HubPodsChanged = 0, true
+	case b.After > r.Cursor:
+		return StatusStored{Cursor: r.Cursor, Gap: true}, nil // a batch is missing before this one
 	}
 	// The device's mirrors, for the bound on made-up pods: counted once,
 	// then kept by this, their only writer, as each batch commits (read
@@ -97,30 +92,30 @@ func (f *Fleet) applyStatus(b *protocol.StatusBatch, at time.Time) (cursor int64
 	mirrors, counted := f.mirrorCount(b.Device)
 	if !counted {
 		if err := f.stmts.QueryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
-			return 0, 0, false, false, err
+			return none, err
 		}
 	}
 	var events int
 	var itemsChanged bool
-	if cursor, applied, events, mirrors, itemsChanged, err = f.storeItems(tx, b, cursor, mirrors, at); err != nil {
-		return 0, 0, false, false, err
+	if r.Cursor, r.Applied, events, mirrors, itemsChanged, err = f.storeItems(tx, b, r.Cursor, mirrors, at); err != nil {
+		return none, err
 	}
-	changed = changed || itemsChanged
-	if _, err := f.stmts.Exec(tx, qUpsertCursor, b.Device, b.Epoch, cursor); err != nil {
-		return 0, 0, false, false, err
+	r.HubPodsChanged = r.HubPodsChanged || itemsChanged
+	if _, err := f.stmts.Exec(tx, qUpsertCursor, b.Device, b.Epoch, r.Cursor); err != nil {
+		return none, err
 	}
 	if events > 0 {
 		if err := f.prune(tx, b.Device, at); err != nil {
-			return 0, 0, false, false, err
+			return none, err
 		}
 	}
 	// Kept before the commit releases the connection to the next batch.
 	f.keepMirrorCount(b.Device, mirrors)
 	if err := tx.Commit(); err != nil {
 		f.forgetMirrorCount(b.Device)
-		return 0, 0, false, false, err
+		return none, err
 	}
-	return cursor, applied, false, changed, nil
+	return r, nil
 }
 
 // storeItems stores a batch's items past the cursor: events, removed
