@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -148,17 +145,7 @@ func TestRolloutChaos(t *testing.T) {
 		return strings.Count(out, " Ready ") >= total
 	})
 
-	apply := func(version int) {
-		t.Helper()
-		file := filepath.Join(t.TempDir(), "fleet.yaml")
-		if err := os.WriteFile(file, []byte(chaosWorkloads(version)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, code := h.cli("apply", "-f", file); code != 0 {
-			t.Fatalf("apply version %d: %s", version, out)
-		}
-	}
-	apply(1)
+	applyText(t, h, chaosWorkloads(1))
 	waitForLong(t, 3*time.Minute, "the first template available on every device and the StatefulSet ready", func() bool {
 		ds, ok := daemonSetStatus(h, "agent")
 		sts := statefulSetReady(h, "db")
@@ -168,28 +155,9 @@ func TestRolloutChaos(t *testing.T) {
 	// Times are logged from here: the watchers and the chaos start, and
 	// the second template is applied at once.
 	applied := time.Now()
-	var copies sync.Mutex
-	twice := map[string]string{} // identity -> its processes when first seen twice
-	stopWatch := make(chan struct{})
-	var watchers sync.WaitGroup
 	// The devices' own truth: every live process of a StatefulSet pod,
-	// by identity, from /proc.
-	watchers.Go(func() {
-		for {
-			select {
-			case <-stopWatch:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			for name, ps := range statefulSetProcesses() {
-				copies.Lock()
-				if _, seen := twice[name]; len(ps) > 1 && !seen {
-					twice[name] = fmt.Sprintf("%.1fs: %s", time.Since(applied).Seconds(), strings.Join(ps, "; "))
-				}
-				copies.Unlock()
-			}
-		}
-	})
+	// by identity and device, from /proc.
+	identities := watchIdentities(t, daemons)
 
 	// The chaos: podhub killed and restarted, a real daemon killed (its
 	// pods keep running) and restarted, simulated devices cut off and
@@ -266,7 +234,7 @@ func TestRolloutChaos(t *testing.T) {
 		}
 	})
 
-	apply(2)
+	applyText(t, h, chaosWorkloads(2))
 	start := time.Now()
 	worst, worstAt := 0, time.Duration(0)
 	done := false
@@ -313,18 +281,16 @@ func TestRolloutChaos(t *testing.T) {
 	}
 	close(stopChaos)
 	chaos.Wait()
-	close(stopWatch)
-	watchers.Wait()
 	t.Logf("most undisturbed devices down at once: %d (at %s; budget %d)", worst, worstAt.Round(time.Second), budget)
 	if !done {
 		ds, _ := daemonSetStatus(h, "agent")
 		t.Fatalf("the rollout neither finished nor halted in 5 min: %+v", ds)
 	}
-	if len(twice) > 0 {
-		for name, ps := range twice {
-			t.Errorf("StatefulSet pod %s ran twice at once on the devices, at %s", name, ps)
-		}
+	identities.check()
+	if len(identities.procs) < 3 {
+		t.Errorf("the watch saw %d StatefulSet processes, want at least the 3 replicas'", len(identities.procs))
 	}
+
 }
 
 // chaosWorkloads is the DaemonSet at a version (only its argument
@@ -364,49 +330,8 @@ spec:
       - name: main
         image: host
         command: ["sleep", "3011"]
-        env: [{name: CHAOS_STS_POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        env: [{name: SAFETY_POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
 `, 2000+version)
-}
-
-// statefulSetProcesses lists the live processes of each StatefulSet pod
-// (CHAOS_STS_POD in their environment) of this test process's daemons
-// (in their cgroups: other tests on the machine may run pods of the same
-// names), each as "pid (parent, command, cgroup)".
-func statefulSetProcesses() map[string][]string {
-	out := map[string][]string{}
-	ours := []byte(fmt.Sprintf("podvisor-e2e-%d-", os.Getpid()))
-	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
-	for _, p := range procs {
-		env, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(env, []byte("CHAOS_STS_POD=")) {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err != nil || !bytes.Contains(cg, ours) || exited(pid) {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if name, ok := bytes.CutPrefix(kv, []byte("CHAOS_STS_POD=")); ok {
-				out[string(name)] = append(out[string(name)], describeProcess(pid))
-			}
-		}
-	}
-	return out
-}
-
-// describeProcess is "pid (ppid N, cmdline, cgroup)" for a failure message.
-func describeProcess(pid int) string {
-	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	ppid := ""
-	if i := bytes.LastIndexByte(stat, ')'); i > 0 {
-		if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
-			ppid = f[1]
-		}
-	}
-	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	first, _, _ := strings.Cut(string(cg), "\n")
-	return fmt.Sprintf("%d (ppid %s, %q, %s)", pid, ppid, strings.ReplaceAll(string(cmd), "\x00", " "), first)
 }
 
 // hubView is what the hub shows: for each Ready device, whether its
