@@ -102,8 +102,9 @@ func (h hubSide) ApplyAssigned(gen int64, pods []*v1.Pod, fence []string) {
 // Renew implements Assignments.
 func (h hubSide) Renew(sent time.Time) {
 	h.d.inbox.do(func() error {
+		// The step after this request gates (leases make desired Gated):
+		// a pod the lease held back may start then.
 		h.d.desired.Renew(sent)
-		h.d.gate() // a pod the lease held back may start now
 		return nil
 	})
 }
@@ -121,9 +122,10 @@ func (h hubSide) Node() (*v1.Node, error) { return localAPI(h).Node() }
 func (h hubSide) Stats() ([]api.PodStats, error) { return localAPI(h).Stats() }
 
 // applyDesired hands the core the file pods and the hub pods that may run
-// (desired.Pods decides, its fence and leases gating them).
+// (desired.Pods decides, its fence and leases gating them). While a fence
+// or a lease is in force the loop's next step gates anyway.
 func (d *Daemon) applyDesired() {
-	if _, ok := d.desired.Desired(); ok {
+	if _, ok := d.desired.Desired(); ok && !d.desired.Gated() {
 		d.gate()
 	}
 }
