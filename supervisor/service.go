@@ -26,6 +26,13 @@ type serviceManager struct {
 	socket *sdnotify.Socket
 	log    *slog.Logger
 	failed bool // a send failed: logged once
+	// seen is what the status line was last computed from: the view's
+	// version and the drain; the line is looked at again only when it
+	// moved, so a step that changed nothing wakes nothing.
+	seen struct {
+		version  uint64
+		draining bool
+	}
 }
 
 func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
@@ -56,7 +63,11 @@ func (d *Daemon) tellService(next time.Time) time.Time {
 	if m.plan == nil {
 		return next
 	}
-	m.plan.Changed()
+	_, version, _ := d.view.Pods()
+	if draining := d.protector.Draining(); version != m.seen.version || draining != m.seen.draining {
+		m.seen.version, m.seen.draining = version, draining
+		m.plan.Changed()
+	}
 	m.tell(d.now(), d.serviceFacts)
 	if at := m.plan.Next(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 		return at
