@@ -382,7 +382,11 @@ func (h *Link) ApplyTo(devices []string, pods []json.RawMessage) (gens []int64, 
 		return nil, err
 	}
 	for _, dev := range devices {
-		if f, err := h.fleet.Fence(dev); err == nil && f.Fenced() {
+		f, err := h.fleet.Fence(dev)
+		switch {
+		case err != nil && !errors.Is(err, fleetdb.ErrNotFound):
+			return nil, fmt.Errorf("device %s: reading its fence: %w", dev, err)
+		case err == nil && f.Fenced():
 			return nil, fmt.Errorf("device %s is fenced (podhub fence device): it gets no pods until the fence is lifted", dev)
 		}
 	}
