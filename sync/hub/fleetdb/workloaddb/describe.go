@@ -1,7 +1,9 @@
 package workloaddb
 
 import (
+	"database/sql"
 	"encoding/json"
+	"errors"
 
 	"fmt"
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,8 +26,11 @@ func (f *Store) WorkloadDetail(kind, namespace, name string) (WorkloadDetail, er
 	var d WorkloadDetail
 	var status []byte
 	err := f.db.QueryRow(`SELECT object, status FROM workloads WHERE kind = ? AND namespace = ? AND name = ?`, kind, namespace, name).Scan(&d.Object, &status)
-	if err != nil {
+	if errors.Is(err, sql.ErrNoRows) {
 		return d, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, ErrNotFound)
+	}
+	if err != nil {
+		return d, err
 	}
 	if kind == KindDeployment || kind == KindDaemonSet || kind == KindStatefulSet {
 		// With its status, and a Deployment's revision annotation.
@@ -33,12 +38,13 @@ func (f *Store) WorkloadDetail(kind, namespace, name string) (WorkloadDetail, er
 		if err != nil {
 			return d, err
 		}
-		revs, err := f.CurrentRevisions()
-		if err != nil {
-			return d, err
-		}
 		if dep, ok := obj.(*appsv1.Deployment); ok {
-			WithRevision(dep, revs[WorkloadKey{kind, namespace, name}])
+			var n int64
+			if err := f.db.QueryRow(`SELECT COALESCE(MAX(number), 0) FROM revisions WHERE kind = ? AND namespace = ? AND name = ?`,
+				kind, namespace, name).Scan(&n); err != nil {
+				return d, err
+			}
+			WithRevision(dep, n)
 		}
 		d.Object, _ = json.Marshal(obj)
 	}
