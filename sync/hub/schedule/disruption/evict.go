@@ -45,16 +45,27 @@ func (r *Refusal) Error() string {
 // Matching are the budgets of the pod's namespace whose selector selects
 // it (a budget with an invalid selector selects nothing).
 func Matching(p *v1.Pod, pdbs []*policyv1.PodDisruptionBudget) []*policyv1.PodDisruptionBudget {
+	return matching(p, pdbs, selectors(pdbs))
+}
+
+// selectors are the budgets' selectors, parsed once (nil for an invalid
+// one, which selects nothing).
+func selectors(pdbs []*policyv1.PodDisruptionBudget) []labels.Selector {
+	out := make([]labels.Selector, len(pdbs))
+	for i, pdb := range pdbs {
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil {
+			out[i] = sel
+		}
+	}
+	return out
+}
+
+func matching(p *v1.Pod, pdbs []*policyv1.PodDisruptionBudget, sels []labels.Selector) []*policyv1.PodDisruptionBudget {
 	var out []*policyv1.PodDisruptionBudget
-	for _, pdb := range pdbs {
-		if pdb.Namespace != p.Namespace {
-			continue
+	for i, pdb := range pdbs {
+		if pdb.Namespace == p.Namespace && sels[i] != nil && sels[i].Matches(labels.Set(p.Labels)) {
+			out = append(out, pdb)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || !sel.Matches(labels.Set(p.Labels)) {
-			continue
-		}
-		out = append(out, pdb)
 	}
 	return out
 }
@@ -68,7 +79,11 @@ func Check(p *v1.Pod, healthy, ignorable bool, pdbs []*policyv1.PodDisruptionBud
 	if ignorable {
 		return nil, nil
 	}
-	matching := Matching(p, pdbs)
+	return decide(healthy, Matching(p, pdbs))
+}
+
+// decide is Check over the budgets that select the pod.
+func decide(healthy bool, matching []*policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, error) {
 	switch len(matching) {
 	case 0:
 		return nil, nil
@@ -125,12 +140,15 @@ func Charge(pdb *policyv1.PodDisruptionBudget, pod string, record bool, now time
 // (workloads.Pass.Budgets), and preemption then sees what is left.
 type Budgets struct {
 	pdbs []*policyv1.PodDisruptionBudget
+	// sels are the budgets' selectors, parsed once for every pod a
+	// rollout asks about.
+	sels []labels.Selector
 	now  time.Time
 }
 
 // NewBudgets spends the budgets given (their status changes in place).
 func NewBudgets(pdbs []*policyv1.PodDisruptionBudget, now time.Time) *Budgets {
-	return &Budgets{pdbs: pdbs, now: now}
+	return &Budgets{pdbs: pdbs, sels: selectors(pdbs), now: now}
 }
 
 var _ workloads.Budgets = (*Budgets)(nil)
@@ -140,7 +158,10 @@ var _ workloads.Budgets = (*Budgets)(nil)
 // The pod is terminated in the same pass, so it is not recorded in
 // disruptedPods.
 func (b *Budgets) Disrupt(p workloads.Pod) bool {
-	pdb, err := Check(p.Pod, Healthy(p), Ignorable(p), b.pdbs)
+	if Ignorable(p) {
+		return true
+	}
+	pdb, err := decide(Healthy(p), matching(p.Pod, b.pdbs, b.sels))
 	if err != nil {
 		return false
 	}
