@@ -129,6 +129,10 @@ func Encode(v any) []byte {
 		m.Schema = Schema
 	case *Presence:
 		m.Schema = Schema
+	case *UpdateState:
+		m.Schema = Schema
+	case *Fetch:
+		m.Schema = Schema
 	default:
 		panic(fmt.Sprintf("protocol.Encode: %T is not a protocol document", v))
 	}

@@ -1,0 +1,131 @@
+package protocol
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func testRelease() Release {
+	sha := strings.Repeat("ab", 32)
+	return Release{Kind: ReleaseAgent, Name: "podvisor", Version: "v1.2.0", Artifacts: []Artifact{
+		{Name: "podvisor", Arch: "arm64", Size: 10, SHA256: sha},
+		{Name: "podvisor-shim", Arch: "arm64", Size: 5, SHA256: sha, Encoding: "gzip", WireSize: 3, WireSHA256: strings.Repeat("cd", 32)},
+		{Name: "podvisor", Arch: "amd64", Size: 10, SHA256: sha},
+	}}
+}
+
+func TestReleaseSignatureAndContext(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	signed, err := SignRelease(testRelease(), priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRelease(signed, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.For("arm64"); len(got) != 2 {
+		t.Errorf("For(arm64) = %d artifacts, want 2", len(got))
+	}
+	if sha, size := r.For("arm64")[1].Transfer(); sha != strings.Repeat("cd", 32) || size != 3 {
+		t.Errorf("Transfer of a gzip artifact = %s %d, want the wire hash and size", sha, size)
+	}
+	if _, err := OpenRelease(signed, other); err == nil || !strings.Contains(err.Error(), "does not verify") {
+		t.Errorf("another key: err = %v, want a signature error", err)
+	}
+	// The same key signs orders: a release envelope must not open as an
+	// order, nor the other way round.
+	order, _ := SignOrder(Order{Device: "d1", ID: 1, Release: signed}, priv)
+	if _, err := OpenRelease(order, pub); err == nil {
+		t.Error("an order opened as a release manifest")
+	}
+	if _, err := OpenOrder(signed, "d1", pub); err == nil {
+		t.Error("a release manifest opened as an order")
+	}
+	o, err := OpenOrder(order, "d1", pub)
+	if err != nil || o.ID != 1 {
+		t.Fatalf("OpenOrder = %+v, %v", o, err)
+	}
+	if _, err := OpenOrder(order, "d2", pub); err == nil || !strings.Contains(err.Error(), `for device "d1"`) {
+		t.Errorf("order for another device: err = %v", err)
+	}
+	// A changed byte in the document breaks the signature.
+	var env SignedDoc
+	json.Unmarshal(signed, &env)
+	env.Doc = []byte(strings.Replace(string(env.Doc), "v1.2.0", "v9.2.0", 1))
+	forged, _ := json.Marshal(env)
+	if _, err := OpenRelease(forged, pub); err == nil {
+		t.Error("a forged version verified")
+	}
+}
+
+func TestReleaseValidation(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	for name, mutate := range map[string]func(*Release){
+		"bad version":      func(r *Release) { r.Version = "latest" },
+		"unknown arch":     func(r *Release) { r.Artifacts[0].Arch = "sparc" },
+		"unknown file":     func(r *Release) { r.Artifacts[0].Name = "evil" },
+		"path in name":     func(r *Release) { r.Artifacts[0].Name = "../podvisor" },
+		"bad hash":         func(r *Release) { r.Artifacts[0].SHA256 = "00" },
+		"duplicate":        func(r *Release) { r.Artifacts[2].Arch = "arm64" },
+		"no podvisor":      func(r *Release) { r.Artifacts[1].Arch = "riscv64" },
+		"unknown encoding": func(r *Release) { r.Artifacts[1].Encoding = "zstd" },
+		"zero size":        func(r *Release) { r.Artifacts[0].Size = 0 },
+	} {
+		r := testRelease()
+		mutate(&r)
+		if _, err := SignRelease(r, priv); err == nil {
+			t.Errorf("%s: signed, want a validation error", name)
+		}
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{{"v1.2.3", "1.2.3", 0}, {"v1.10.0", "v1.9.9", 1}, {"v1.0.0-rc.1", "v1.0.0", -1}, {"v0.9.0", "v1.0.0", -1}} {
+		got, err := CompareVersions(c.a, c.b)
+		if err != nil || got != c.want {
+			t.Errorf("CompareVersions(%s, %s) = %d, %v; want %d", c.a, c.b, got, err, c.want)
+		}
+	}
+	if _, err := CompareVersions("145b175", "v1.0.0"); err == nil {
+		t.Error("a commit hash compared as a version")
+	}
+}
+
+func TestChunkFrame(t *testing.T) {
+	data := []byte{0, '\n', 1, 2, 255}
+	c, got, err := DecodeChunk(EncodeChunk(Chunk{Order: 3, SHA256: strings.Repeat("ab", 32), Offset: 7}, data))
+	if err != nil || c.Order != 3 || c.Offset != 7 || string(got) != string(data) {
+		t.Fatalf("DecodeChunk = %+v %v %v", c, got, err)
+	}
+	if _, _, err := DecodeChunk(append(EncodeChunk(Chunk{}, nil), make([]byte, MaxChunkBytes+1)...)); err == nil {
+		t.Error("an oversized chunk decoded")
+	}
+	if _, _, err := DecodeChunk([]byte("no header")); err == nil {
+		t.Error("a chunk without a header line decoded")
+	}
+}
+
+func TestDecodeFetchAndState(t *testing.T) {
+	ok := Encode(&Fetch{Order: 1, SHA256: strings.Repeat("ab", 32), Offset: 0, Length: MaxChunkBytes})
+	if _, err := DecodeFetch(ok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeFetch(Encode(&Fetch{Order: 1, SHA256: strings.Repeat("ab", 32), Length: MaxChunkBytes + 1})); err == nil {
+		t.Error("an oversized fetch decoded")
+	}
+	if _, err := DecodeUpdateState(Encode(&UpdateState{Device: "d", Kind: ReleaseAgent, Phase: "Exploded"})); err == nil {
+		t.Error("an unknown phase decoded")
+	}
+	s, err := DecodeUpdateState(Encode(&UpdateState{Device: "d", Kind: ReleaseAgent, Phase: UpdateRolledBack, Reason: "r"}))
+	if err != nil || !UpdateDone(s.Phase) {
+		t.Errorf("DecodeUpdateState = %+v, %v", s, err)
+	}
+}
