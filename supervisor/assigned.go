@@ -105,6 +105,7 @@ func (h hubSide) Renew(sent time.Time) {
 		// The step after this request gates (leases make desired Gated):
 		// a pod the lease held back may start then.
 		h.d.desired.Renew(sent)
+		h.d.keepLease()
 		return nil
 	})
 }

@@ -32,12 +32,13 @@ import (
 
 // Daemon supervises the pods of one device.
 type Daemon struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	machine *lifecycle.Machine
-	state   *state.Dir    // the data directory's lock and state database
-	desired *desired.Pods // the pods the manifest files and the hub ask for
-	now     func() time.Time
+	cfg        *config.Config
+	log        *slog.Logger
+	machine    *lifecycle.Machine
+	state      *state.Dir    // the data directory's lock and state database
+	desired    *desired.Pods // the pods the manifest files and the hub ask for
+	leaseSaved time.Time     // when keepLease last wrote the renewal (the loop's own)
+	now        func() time.Time
 
 	probing *podprobes.Prober // probes, the listen watcher and traffic counters
 	hooks   *hooks.Runner     // lifecycle hooks, whose ends come back to the loop

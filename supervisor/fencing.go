@@ -44,11 +44,31 @@ func (d *Daemon) gate() {
 // leaseFile keeps, across a restart of the daemon within one boot, the
 // last lease renewal on the lease clock (CLOCK_BOOTTIME, continuous
 // through the boot), so that a restart does not stop the lease pods.
-// It is written as the daemon exits; a daemon that was killed finds an
-// older renewal or none: either is a renewal that happened, so the lease
-// only runs out sooner. After a reboot the lease clock starts again, and
-// the boot ID refuses the file: every lease starts expired.
+// It is written as the daemon exits, and while a lease is in force at
+// renewals too (keepLease), so that a daemon killed or restarted by its
+// watchdog also finds a recent one; an older renewal is still one that
+// happened, so the lease only runs out sooner. After a reboot the lease
+// clock starts again, and the boot ID refuses the file: every lease
+// starts expired.
 const leaseFile = "lease.json"
+
+// leaseSaveEvery bounds how often a renewal is written while a lease is in
+// force: a killed daemon's successor finds a renewal at most this old. The
+// file is replaced by a rename and never synced: it is worth nothing
+// after a reboot, so only the page cache sees most writes.
+const leaseSaveEvery = 2 * time.Second
+
+// keepLease writes the renewal just taken, at most every leaseSaveEvery,
+// while a lease is in force.
+func (d *Daemon) keepLease() {
+	if !d.desired.Gated() {
+		return
+	}
+	if now := time.Now(); now.Sub(d.leaseSaved) >= leaseSaveEvery {
+		d.leaseSaved = now
+		d.saveLease()
+	}
+}
 
 type savedLease struct {
 	BootID  string `json:"bootID"`
@@ -61,7 +81,14 @@ func (d *Daemon) saveLease() {
 		return
 	}
 	b, _ := json.Marshal(savedLease{BootID: pidfd.BootID(), Renewed: r.UnixNano()})
-	if err := os.WriteFile(filepath.Join(d.cfg.DataDir, leaseFile), b, 0o600); err != nil {
+	path := filepath.Join(d.cfg.DataDir, leaseFile)
+	// A rename, so that a daemon killed mid-write leaves the previous
+	// renewal rather than a torn file.
+	err := os.WriteFile(path+".tmp", b, 0o600)
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err != nil {
 		d.log.Warn("keeping the lease renewal for the next start", "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,5 +199,34 @@ func TestLeaseRenewalKeptAcrossADaemonRestart(t *testing.T) {
 	d.loadLease()
 	if got := d.desired.Renewed(); !got.IsZero() {
 		t.Fatalf("a renewal from another boot was taken: %v", got)
+	}
+}
+
+// While a lease is in force, a renewal is written as it is taken, not only
+// at a clean exit: a daemon killed (or restarted by its watchdog) leaves
+// its successor a recent renewal. Writes are throttled.
+func TestLeaseRenewalKeptBeforeExit(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := shellDaemon(t, ctx, newFakeRuntime())
+	path := filepath.Join(d.cfg.DataDir, leaseFile)
+	renewed := lease.Now()
+	d.desired.Renew(renewed)
+	d.keepLease()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a renewal written with no lease in force (stat: %v)", err)
+	}
+	d.desired.ExpectHub(1, []*v1.Pod{hubTestPod("store", map[string]string{lease.Annotation: "10"})}, nil)
+	d.applyDesired()
+	d.keepLease()
+	var saved savedLease
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &saved) != nil || saved.Renewed != renewed.UnixNano() {
+		t.Fatalf("lease file %q (%v), want the renewal at %d", b, err, renewed.UnixNano())
+	}
+	d.desired.Renew(renewed.Add(time.Second))
+	d.keepLease()
+	if b2, _ := os.ReadFile(path); string(b2) != string(b) {
+		t.Fatalf("lease file rewritten within %v: %s", leaseSaveEvery, b2)
 	}
 }
