@@ -79,7 +79,11 @@ func Confirm(ctx context.Context, d Driver, healthy func(context.Context) error,
 	}
 	if st.FellBack {
 		res.Verdict = FellBack
-		res.Reason = fmt.Sprintf("the installed system did not come up; the bootloader fell back to %s", st.Slot)
+		to := "the previous system"
+		if st.Slot != "" {
+			to = st.Slot
+		}
+		res.Reason = "the installed system did not come up or its install failed; the device runs " + to
 		if healthErr != nil {
 			// The old system is what runs: it is not rejected for being
 			// unhealthy, only not yet settled.

@@ -63,7 +63,7 @@ func TestConfirm(t *testing.T) {
 		{"unhealthy: rejected with the reason", pending, func(context.Context) error { return errors.New("2 of 5 pods not adopted") },
 			Rejected, "bad", "health check of the new system rootfs.1 (version 2.0) failed: 2 of 5 pods not adopted"},
 		{"fell back, healthy: settled", BootState{FellBack: true, Slot: "rootfs.0"}, healthy, FellBack, "good",
-			"the installed system did not come up; the bootloader fell back to rootfs.0"},
+			"the installed system did not come up or its install failed; the device runs rootfs.0"},
 		{"fell back, unhealthy: the old system is not marked bad", BootState{FellBack: true, Slot: "rootfs.0"},
 			func(context.Context) error { return errors.New("hub unreachable") }, FellBack, "", "(not settled: hub unreachable)"},
 	} {
