@@ -187,16 +187,20 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 			progress(firmware.Progress{Percent: p, Message: strings.TrimSpace(m.image + " " + m.handler)})
 		}
 		switch m.status {
-		case statusSuccess:
-			<-streamed
-			return d.record()
-		case statusFailure:
-			why := d.failures(ctx)
+		case statusSuccess, statusFailure:
+			why, err := d.settle(ctx)
+			serr := <-streamed
+			if m.status == statusSuccess {
+				if err != nil {
+					return fmt.Errorf("swupdate: installed, but %w", err)
+				}
+				return d.record()
+			}
 			if why == "" {
 				why = m.info
 			}
-			if err := <-streamed; err != nil && why == "" {
-				why = err.Error()
+			if why == "" && serr != nil {
+				why = serr.Error()
 			}
 			return fmt.Errorf("swupdate: install of %s failed: %s", bundle, why)
 		}
@@ -206,22 +210,39 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 // maxErrors bounds what Install reports of SWUpdate's messages.
 const maxErrors = 1024
 
-// failures are SWUpdate's error messages of the last install, from its
-// queue of notifications (GET_STATUS, as swupdate-client reads them).
-func (d *Driver) failures(ctx context.Context) string {
+// settleTimeout bounds the wait for SWUpdate to be idle after an install.
+const settleTimeout = 30 * time.Second
+
+// settle waits until SWUpdate is idle again (it answers the next install
+// request "Installation in progress" until then), reading the queue of
+// notifications of the install that ended as swupdate-client does
+// (GET_STATUS): it returns the error messages in it.
+func (d *Driver) settle(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
 	var msgs []string
 	n := 0
-	for range 200 { // SWUpdate keeps the last 100
+	for {
 		r, err := d.ask(ctx, d.layout.request(getStatus, 0, "", "", ""))
-		if err != nil || r.typ != ack || r.desc == "" {
-			break
+		if err != nil {
+			return strings.Join(msgs, "; "), fmt.Errorf("waiting for SWUpdate to be idle: %w", err)
 		}
-		if r.status == statusFailure && n < maxErrors {
-			msgs = append(msgs, r.desc)
-			n += len(r.desc)
+		switch {
+		case r.desc != "":
+			if r.status == statusFailure && n < maxErrors {
+				msgs = append(msgs, r.desc)
+				n += len(r.desc)
+			}
+			continue
+		case r.status == statusIdle:
+			return strings.Join(msgs, "; "), nil
+		}
+		select {
+		case <-ctx.Done():
+			return strings.Join(msgs, "; "), fmt.Errorf("waiting for SWUpdate to be idle: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond): // SWUpdate's cleanup after the install
 		}
 	}
-	return strings.Join(msgs, "; ")
 }
 
 func (d *Driver) record() error {
