@@ -7,8 +7,8 @@ import (
 )
 
 // The offsets gcc gives the structs of Debian 12's libswupdate-dev
-// (2022.12) headers on amd64 and arm64 (LP64), and what the same rules
-// give on 32-bit ARM.
+// (2022.12) headers on amd64 and arm64 (LP64) and on armv7
+// (arm-linux-gnueabihf-gcc 12); i386's follow the same rules, unchecked.
 func TestLayout(t *testing.T) {
 	lp64 := layout{sizeT: 8, u64Align: 8}
 	if got, want := lp64.ipc(), (ipcOffsets{reqLen: 24, info: 32, softwareSet: 544, runningMode: 800, size: 3120}); got != want {
@@ -19,11 +19,11 @@ func TestLayout(t *testing.T) {
 		t.Errorf("LP64 progress_msg %+v, want %+v", got, want)
 	}
 	arm := layout{sizeT: 4, u64Align: 8}
-	if got := arm.ipc().size; got != 3104 {
-		t.Errorf("ILP32 ipc_message is %d bytes, want 3104", got)
+	if got, want := arm.ipc(), (ipcOffsets{reqLen: 20, info: 24, softwareSet: 536, runningMode: 792, size: 3104}); got != want {
+		t.Errorf("armv7 ipc_message %+v, want %+v", got, want)
 	}
-	if got := arm.progress().size; got != 2416 {
-		t.Errorf("ARM EABI progress_msg is %d bytes, want 2416", got)
+	if got := arm.progress(); got.nsteps != 24 || got.infoLen != 360 || got.info != 364 || got.size != 2416 {
+		t.Errorf("armv7 progress_msg %+v, want nsteps 24, infolen 360, info 364, 2416 bytes", got)
 	}
 	if got := (layout{sizeT: 4, u64Align: 4}).progress().size; got != 2408 {
 		t.Errorf("i386 progress_msg is %d bytes, want 2408", got)
