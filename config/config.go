@@ -90,6 +90,7 @@ type Config struct {
 	Hub                              Hub                   `json:"hub"`
 	Probes                           Probes                `json:"probes"`
 	Process                          Process               `json:"process"`
+	Firmware                         Firmware              `json:"firmware"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -351,6 +352,54 @@ type HubImages struct {
 	Shared []string `json:"shared,omitempty"`
 }
 
+// Firmware is how the device's operating system is updated: through the
+// update tool it already uses (firmware/, docs/firmware.md).
+type Firmware struct {
+	// Driver is FirmwareDriverRAUC, FirmwareDriverSWUpdate or "" (none: firmware
+	// updates are refused).
+	Driver string `json:"driver,omitempty"`
+	// CommitDeadline is how long a freshly booted system has to become
+	// healthy (pods adopted, hub reached) before it is marked bad.
+	CommitDeadline Duration `json:"commitDeadline"`
+	// StateDir keeps the drivers' install records; "" is
+	// <dataDir>/firmware.
+	StateDir string           `json:"stateDir,omitempty"`
+	RAUC     FirmwareRAUC     `json:"rauc"`
+	SWUpdate FirmwareSWUpdate `json:"swupdate"`
+}
+
+// FirmwareRAUC reaches the RAUC service.
+type FirmwareRAUC struct {
+	// Bus is a D-Bus address (unix:path=…); "" is the system bus.
+	Bus string `json:"bus,omitempty"`
+}
+
+// FirmwareSWUpdate reaches SWUpdate.
+type FirmwareSWUpdate struct {
+	// ControlSocket and ProgressSocket are SWUpdate's; "" finds them
+	// (/tmp/sockinstctrl and /tmp/swupdateprog, or under /run/swupdate).
+	ControlSocket  string `json:"controlSocket,omitempty"`
+	ProgressSocket string `json:"progressSocket,omitempty"`
+	// Select is the software set and mode to install (SET,MODE, as
+	// swupdate -e); "" leaves SWUpdate's own selection.
+	Select string `json:"select,omitempty"`
+}
+
+// The values of firmware.driver.
+const (
+	FirmwareDriverRAUC     = "rauc"
+	FirmwareDriverSWUpdate = "swupdate"
+)
+
+// FirmwareStateDir is where the firmware drivers keep their install
+// records: firmware.stateDir, else <dataDir>/firmware.
+func (c *Config) FirmwareStateDir() string {
+	if c.Firmware.StateDir != "" {
+		return c.Firmware.StateDir
+	}
+	return filepath.Join(c.DataDir, "firmware")
+}
+
 // Default is the config of a device without a config file.
 func Default() *Config {
 	lc := lifecycle.DefaultConfig()
@@ -378,6 +427,7 @@ func Default() *Config {
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
 		Probes:         Probes{EBPF: true},
 		Process:        Process{Keeper: true},
+		Firmware:       Firmware{CommitDeadline: Duration{Duration: 5 * time.Minute}},
 		ManifestSettle: 5 * time.Millisecond,
 		SaveDelay:      100 * time.Millisecond,
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -113,6 +114,7 @@ func (c *Config) Validate() error {
 	c.validateEviction(v)
 	c.validateContainerd(v)
 	c.validateHub(v)
+	c.validateFirmware(v)
 	if len(v.fields) == 0 {
 		return nil
 	}
@@ -188,6 +190,48 @@ func (c *Config) validateHub(v *validation) {
 			v.fields = append(v.fields, FieldError{"hub." + field.Field, field.Err})
 		} else {
 			v.fields = append(v.fields, FieldError{"hub", err})
+		}
+	}
+}
+
+// MinCommitDeadline is the shortest firmware.commitDeadline: a boot's
+// health check needs the pods adopted and the hub reached.
+const MinCommitDeadline = 10 * time.Second
+
+func (c *Config) validateFirmware(v *validation) {
+	f := c.Firmware
+	switch f.Driver {
+	case "", FirmwareDriverRAUC, FirmwareDriverSWUpdate:
+	default:
+		v.add("firmware.driver", "%q: want rauc, swupdate or \"\" (none)", f.Driver)
+	}
+	if d := f.CommitDeadline.Duration; d < MinCommitDeadline {
+		v.add("firmware.commitDeadline", "%s is below %s", d, MinCommitDeadline)
+	}
+	if f.StateDir != "" && !filepath.IsAbs(f.StateDir) {
+		v.add("firmware.stateDir", "%q: must be an absolute path", f.StateDir)
+	}
+	// A driver's settings without that driver are a mistake, not a no-op.
+	if f.RAUC != (FirmwareRAUC{}) && f.Driver != FirmwareDriverRAUC {
+		v.add("firmware.rauc", "set, but firmware.driver is %q, not rauc", f.Driver)
+	}
+	if f.SWUpdate != (FirmwareSWUpdate{}) && f.Driver != FirmwareDriverSWUpdate {
+		v.add("firmware.swupdate", "set, but firmware.driver is %q, not swupdate", f.Driver)
+	}
+	if b := f.RAUC.Bus; b != "" {
+		if kind, _, ok := strings.Cut(b, ":"); !ok || (kind != "unix" && kind != "tcp") {
+			v.add("firmware.rauc.bus", "%q: want a D-Bus address such as unix:path=/run/dbus/system_bus_socket", b)
+		}
+	}
+	for _, p := range []struct{ field, path string }{{"firmware.swupdate.controlSocket", f.SWUpdate.ControlSocket},
+		{"firmware.swupdate.progressSocket", f.SWUpdate.ProgressSocket}} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			v.add(p.field, "%q: must be an absolute path", p.path)
+		}
+	}
+	if s := f.SWUpdate.Select; s != "" {
+		if set, mode, ok := strings.Cut(s, ","); !ok || set == "" || mode == "" || strings.Contains(mode, ",") || len(set) > 255 || len(mode) > 255 {
+			v.add("firmware.swupdate.select", "%q: want SOFTWARE_SET,MODE as swupdate -e takes it (e.g. stable,copy2)", s)
 		}
 	}
 }

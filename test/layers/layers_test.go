@@ -58,6 +58,9 @@ var layers = []layer{
 	{"sqldb", []string{"sqldb"}},
 	// What a device's kernel must offer (podvisor check-kernel).
 	{"kernel", []string{"kernel"}},
+	// Operating-system updates through RAUC or SWUpdate: drivers of
+	// outside tools, linking nothing of the daemon.
+	{"firmware", []string{"firmware"}},
 	// Release tools (SBOM); they read binaries, not podvisor's packages.
 	{"packaging", []string{"packaging"}},
 	// Tests and their tools may use anything.
@@ -66,7 +69,7 @@ var layers = []layer{
 
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
-	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel"},
+	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "firmware"},
 	"config":     {"core", "vocabulary"},
 	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb"},
 	"hub":        {"wire", "vocabulary", "sqldb"},
@@ -79,8 +82,9 @@ var allowed = map[string][]string{
 	"vocabulary": {},
 	"sqldb":      {},
 	"kernel":     {},
+	"firmware":   {},
 	"packaging":  {},
-	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "packaging"},
+	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "packaging", "firmware"},
 }
 
 // layerOf is the layer of a package path relative to the module: the one
