@@ -91,6 +91,7 @@ type Config struct {
 	Probes                           Probes                `json:"probes"`
 	Process                          Process               `json:"process"`
 	Firmware                         Firmware              `json:"firmware"`
+	Update                           Update                `json:"update"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -325,6 +326,16 @@ type Hub struct {
 	Images               HubImages `json:"images"`
 }
 
+// Update is how the device updates podvisor itself (docs/selfupdate.md).
+type Update struct {
+	// ReleaseKey is the public key release manifests must be signed
+	// with; "" : the hub's key (hub.key).
+	ReleaseKey string `json:"releaseKey,omitempty"`
+	// CommitTimeout bounds how long a new version has to become ready,
+	// adopt every pod and reach the hub before it is rolled back.
+	CommitTimeout Duration `json:"commitTimeout"`
+}
+
 // HubTLS are the files of an mqtts:// connection.
 type HubTLS struct {
 	CA         string `json:"ca,omitempty"`
@@ -425,6 +436,7 @@ func Default() *Config {
 		Hub: Hub{Prefix: DefaultHubPrefix, Heartbeat: Duration{Duration: 30 * time.Second},
 			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
+		Update:         Update{CommitTimeout: Duration{Duration: 5 * time.Minute}},
 		Probes:         Probes{EBPF: true},
 		Process:        Process{Keeper: true},
 		Firmware:       Firmware{CommitDeadline: Duration{Duration: 5 * time.Minute}},

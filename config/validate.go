@@ -115,6 +115,9 @@ func (c *Config) Validate() error {
 	c.validateContainerd(v)
 	c.validateHub(v)
 	c.validateFirmware(v)
+	if d := c.Update.CommitTimeout.Duration; d < 10*time.Second || d > 24*time.Hour {
+		v.add("update.commitTimeout", "%s: want 10s to 24h", d)
+	}
 	if len(v.fields) == 0 {
 		return nil
 	}

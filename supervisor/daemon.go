@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvisor/podvisor/config"
@@ -59,7 +60,16 @@ type Daemon struct {
 	retention *retention.Keeper
 	// service tells systemd the daemon's readiness, status and liveness.
 	service *serviceManager
+	// restarting: Run ends for a restart into another version (Restart):
+	// the pods are left running whatever StopPodsOnExit says.
+	restarting atomic.Bool
 }
+
+// Restart makes Run, once its ctx ends, leave every pod running (even with
+// StopPodsOnExit) and tell the service manager it reloads rather than
+// stops: the process executes the launcher next, keeping its PID, and the
+// next daemon adopts the pods (the self-update).
+func (d *Daemon) Restart() { d.restarting.Store(true) }
 
 // New prepares a daemon from a validated config; Run starts it.
 func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
@@ -165,7 +175,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.supervising()
 	d.loop(ctx, manifests, nil)
 	d.stopping()
-	if d.cfg.StopPodsOnExit {
+	if d.cfg.StopPodsOnExit && !d.restarting.Load() {
 		d.stopAll()
 	}
 	d.apply(d.machine.Flush())

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,10 +23,16 @@ const RuntimeAdoptWait = 30 * time.Second
 // daemon is: sdnotify decides, the socket sends. Without one (plan nil)
 // nothing is decided, sent or woken for.
 type serviceManager struct {
-	plan   *sdnotify.Notifier
-	socket *sdnotify.Socket
-	log    *slog.Logger
-	failed bool // a send failed: logged once
+	// ready closes when the start-up is over, as READY=1 says, with or
+	// without a service manager (the self-update's commit gate waits
+	// for it); awaiting are the runtimes it still waits for.
+	ready     chan struct{}
+	readyOnce sync.Once
+	awaiting  []string
+	plan      *sdnotify.Notifier
+	socket    *sdnotify.Socket
+	log       *slog.Logger
+	failed    bool // a send failed: logged once
 	// seen is what the status line was last computed from: the view's
 	// version and the drain; the line is looked at again only when it
 	// moved, so a step that changed nothing wakes nothing.
@@ -37,10 +44,17 @@ type serviceManager struct {
 
 func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
 	if s == nil {
-		return &serviceManager{}
+		return &serviceManager{ready: make(chan struct{})}
 	}
-	return &serviceManager{plan: sdnotify.New(s.Watchdog), socket: s, log: log}
+	return &serviceManager{ready: make(chan struct{}), plan: sdnotify.New(s.Watchdog), socket: s, log: log}
 }
+
+func (m *serviceManager) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
+
+// Ready closes once the daemon's start-up is over: its state restored,
+// the pods found running adopted (a reconnecting runtime's awaited at most
+// RuntimeAdoptWait) and the API listening; READY=1 goes to systemd then.
+func (d *Daemon) Ready() <-chan struct{} { return d.service.ready }
 
 // tell sends what is due at now; facts are read only if a line is due.
 func (m *serviceManager) tell(now time.Time, facts func() sdnotify.Facts) {
@@ -88,9 +102,6 @@ func (d *Daemon) recovering(adopted, total int) {
 // the runtimes that reconnect and hold restored pods to list what they
 // run (recoverRuntime), at most RuntimeAdoptWait.
 func (d *Daemon) supervising() {
-	if d.service.plan == nil {
-		return
-	}
 	var awaiting []string
 	for _, class := range d.runtimes.Classes() {
 		rt := d.runtimes.Named(class)
@@ -98,7 +109,17 @@ func (d *Daemon) supervising() {
 			awaiting = append(awaiting, class)
 		}
 	}
-	d.service.plan.Supervising(d.now(), awaiting, RuntimeAdoptWait)
+	m := d.service
+	m.awaiting = append([]string(nil), awaiting...)
+	if len(awaiting) == 0 {
+		m.markReady()
+	} else {
+		time.AfterFunc(RuntimeAdoptWait, m.markReady)
+	}
+	if m.plan == nil {
+		return
+	}
+	m.plan.Supervising(d.now(), awaiting, RuntimeAdoptWait)
 }
 
 // holdsPods reports whether rt runs a pod the machine knows.
@@ -113,12 +134,22 @@ func (d *Daemon) holdsPods(rt runtime.Runtime) bool {
 
 // runtimeAdopted says a runtime that reconnects listed its containers.
 func (d *Daemon) runtimeAdopted(rt runtime.Runtime) {
-	if d.service.plan == nil {
-		return
-	}
+	m := d.service
 	for _, class := range d.runtimes.Classes() {
-		if d.runtimes.Named(class) == rt {
-			d.service.plan.Adopted(class)
+		if d.runtimes.Named(class) != rt {
+			continue
+		}
+		for i, a := range m.awaiting {
+			if a == class {
+				m.awaiting = append(m.awaiting[:i:i], m.awaiting[i+1:]...)
+				if len(m.awaiting) == 0 {
+					m.markReady()
+				}
+				break
+			}
+		}
+		if m.plan != nil {
+			m.plan.Adopted(class)
 		}
 	}
 }
@@ -129,7 +160,11 @@ func (d *Daemon) stopping() {
 	if d.service.plan == nil {
 		return
 	}
-	d.service.plan.Stopping(d.cfg.StopPodsOnExit)
+	if d.restarting.Load() {
+		d.service.plan.Reloading() // the same PID comes back as a new daemon: RELOADING, then READY
+	} else {
+		d.service.plan.Stopping(d.cfg.StopPodsOnExit)
+	}
 	d.service.tell(d.now(), d.serviceFacts)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,10 +12,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/supervisor/logind"
@@ -53,6 +56,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := conf.Validate(); err != nil {
 		return err
 	}
+	// The self-update's launcher, before anything is opened: it may
+	// execute another version in this process.
+	if err := launch(conf, args); err != nil {
+		return err
+	}
 	opts, err := daemonOptions(conf)
 	if err != nil {
 		return err
@@ -73,7 +81,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	return runDaemon(ctx, conf, opts, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	err = runDaemon(ctx, conf, opts, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	if errors.Is(err, errRelaunch) {
+		stopProfile()
+		return relaunch(args) // every file of the daemon is closed: the launcher starts the next one
+	}
+	if err != nil {
+		agent.RecordError(conf.DataDir, err) // a version on trial: the rollback's reason
+	}
+	return err
 }
 
 // loadConfig is the config file at path, or the defaults without one.
@@ -148,19 +164,31 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
+	// A self-update ends the daemon's loop as a plain exit does, pods
+	// left running, and the command then executes the launcher.
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	var restarting atomic.Bool
+	restart := func() { restarting.Store(true); d.Restart(); endRun() }
+	if _, err := startUpdater(runCtx, conf, d, restart, log); err != nil {
+		return err
+	}
 	drainOnShutdown(ctx, d.API(), supervisor.ShutdownTime(conf), log)
 	go releaseAfterStartup(ctx, d.Supervising(), log)
-	runErr := d.Run(ctx)
+	runErr := d.Run(runCtx)
 	stopAPI()
 	if runErr != nil {
 		return runErr
 	}
+	err = nil
 	select {
-	case err := <-apiErr:
-		return err
+	case err = <-apiErr:
 	case <-time.After(2 * time.Second):
-		return nil
 	}
+	if restarting.Load() {
+		return errRelaunch // the socket is closed: the next daemon listens on it
+	}
+	return err
 }
 
 // drainOnShutdown stops the pods by priority when the machine announces

@@ -61,9 +61,10 @@ type Notifier struct {
 	// for until awaitUntil.
 	awaiting   []string
 	awaitUntil time.Time
-	// stopPods: stopping stops the pods (else it leaves them running).
-	stopPods, stoppingSent bool
-	pinged                 time.Time
+	// stopPods: stopping stops the pods (else it leaves them running);
+	// reloading: it restarts into another version (RELOADING=1).
+	stopPods, stoppingSent, reloading bool
+	pinged                            time.Time
 	// status is the last line sent, looked at lookedAt; stale: it may
 	// have changed since.
 	status   string
@@ -106,6 +107,13 @@ func (n *Notifier) Stopping(stopPods bool) {
 	n.phase, n.stopPods, n.stale = stopping, stopPods, true
 }
 
+// Reloading says the daemon ends to execute another version in this
+// process (the self-update), leaving its pods running: RELOADING=1 instead
+// of STOPPING=1, as the next daemon sends READY=1 again.
+func (n *Notifier) Reloading() {
+	n.phase, n.reloading, n.stale = stopping, true, true
+}
+
 // Changed says the status may have changed (the loop took a step).
 func (n *Notifier) Changed() { n.stale = true }
 
@@ -123,7 +131,11 @@ func (n *Notifier) Step(now time.Time, facts func() Facts) string {
 	}
 	if n.phase == stopping && !n.stoppingSent {
 		n.stoppingSent, forced = true, true
-		lines = append(lines, "STOPPING=1")
+		if n.reloading {
+			lines = append(lines, "RELOADING=1")
+		} else {
+			lines = append(lines, "STOPPING=1")
+		}
 	}
 	if n.stale && (forced || n.lookedAt.IsZero() || now.Sub(n.lookedAt) >= StatusGap) {
 		n.stale, n.lookedAt = false, now
@@ -176,6 +188,9 @@ func (n *Notifier) text(facts func() Facts) string {
 		return "recovering: waiting for " + strings.Join(n.awaiting, ", ") + " to adopt its pods"
 	case stopping:
 		f := facts()
+		if n.reloading {
+			return fmt.Sprintf("restarting into a new version: leaving %s running", count(f.Pods-f.Finished, "pod"))
+		}
 		if n.stopPods {
 			return fmt.Sprintf("stopping: %s left", count(f.Pods-f.Finished, "pod"))
 		}

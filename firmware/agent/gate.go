@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// Container is a running container as the handoff records it and the
+// commit gate finds it again: a restart gives it a new ID and start time.
+type Container struct {
+	PodUID    string    `json:"podUid"`
+	Pod       string    `json:"pod"` // namespace/name
+	Name      string    `json:"container"`
+	ID        string    `json:"id"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+func (c Container) key() string { return c.PodUID + "/" + c.Name }
+
+// Handoff is what the daemon that switched left for the one it started.
+type Handoff struct {
+	// BootID is the kernel's boot_id: after a reboot no container can
+	// have survived, and the handoff does not count.
+	BootID     string      `json:"bootId"`
+	Containers []Container `json:"containers"`
+}
+
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+func bootID() string {
+	data, _ := readBounded(bootIDPath, 128)
+	return strings.TrimSpace(string(data))
+}
+
+func (u *Updater) writeHandoff() error {
+	h := Handoff{BootID: bootID()}
+	if u.o.Containers != nil {
+		h.Containers = u.o.Containers()
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(u.layout.handoffPath(), data)
+}
+
+// readHandoff is the handoff of this boot (empty without one).
+func (u *Updater) readHandoff() Handoff {
+	var h Handoff
+	if data, err := readBounded(u.layout.handoffPath(), 16<<20); err == nil {
+		json.Unmarshal(data, &h)
+	}
+	if h.BootID != bootID() {
+		return Handoff{}
+	}
+	return h
+}
+
+// GateFacts are what the commit gate knows at a moment.
+type GateFacts struct {
+	Now, Deadline time.Time
+	// Ready: the daemon sent (or would send) READY: its state restored,
+	// its pods adopted, its API listening.
+	Ready bool
+	// HubNeeded: a hub is configured; HubReached: it answered a
+	// heartbeat.
+	HubNeeded, HubReached bool
+	// Handoff are the containers that ran at the switch; Running those
+	// running now (looked at once Ready).
+	Handoff, Running []Container
+	Timeout          time.Duration
+}
+
+// Judge is the commit gate's verdict: done with reason "" to commit, done
+// with a reason to roll back, or not done yet.
+func Judge(f GateFacts) (done bool, reason string) {
+	if f.Ready {
+		running := map[string]Container{}
+		for _, c := range f.Running {
+			running[c.key()] = c
+		}
+		for _, h := range f.Handoff {
+			c, ok := running[h.key()]
+			switch {
+			case !ok:
+				return true, fmt.Sprintf("container %s of pod %s was not adopted", h.Name, h.Pod)
+			case c.ID != h.ID || !c.StartedAt.Equal(h.StartedAt):
+				return true, fmt.Sprintf("container %s of pod %s was restarted (%s, now %s)", h.Name, h.Pod, h.ID, c.ID)
+			}
+		}
+		if !f.HubNeeded || f.HubReached {
+			return true, ""
+		}
+	}
+	if f.Now.Before(f.Deadline) {
+		return false, ""
+	}
+	if !f.Ready {
+		return true, fmt.Sprintf("not ready within %s", f.Timeout)
+	}
+	return true, fmt.Sprintf("no heartbeat receipt from the hub within %s", f.Timeout)
+}
+
+// GateSignals are the new daemon's events the gate waits for.
+type GateSignals struct {
+	Ready <-chan struct{} // closed at READY
+	// HubReached is closed at the hub's first heartbeat receipt; nil
+	// without a hub.
+	HubReached <-chan struct{}
+}
+
+// Start is the updater's start-up in a daemon: it reports a rollback that
+// brought this version back, clears what a crash left, and, when this
+// process runs a trial slot, runs its commit gate. Then it serves orders
+// until ctx ends.
+func (u *Updater) Start(ctx context.Context, sig GateSignals) {
+	for _, s := range u.layout.Failed() {
+		u.report(protocol.UpdateState{Order: s.Record.Order, Kind: protocol.ReleaseAgent, Version: s.Record.Version,
+			Phase: protocol.UpdateRolledBack, Reason: s.Record.LastError, Previous: s.Record.Version})
+		u.layout.Remove(s.Name)
+	}
+	cur, _ := u.layout.Linked(linkCurrent)
+	self, _ := Self()
+	trial := cur != nil && cur.Record.State == StateTrial && sameFile(self, cur.Binary())
+	if !trial {
+		u.layout.Collect(u.last().Order)
+		os.Remove(u.layout.handoffPath())
+		go u.Run(ctx)
+		return
+	}
+	go func() {
+		if u.gate(ctx, cur, sig) {
+			u.Run(ctx)
+		}
+	}()
+}
+
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// gate waits for the trial slot's proof, then commits it (true) or rolls
+// it back and restarts into the previous version (false).
+func (u *Updater) gate(ctx context.Context, cur *Slot, sig GateSignals) bool {
+	f := GateFacts{Deadline: u.o.Now().Add(u.o.CommitTimeout), Timeout: u.o.CommitTimeout,
+		HubNeeded: sig.HubReached != nil, Handoff: u.readHandoff().Containers}
+	timer := time.NewTimer(u.o.CommitTimeout)
+	defer timer.Stop()
+	ready, hub := sig.Ready, sig.HubReached
+	for {
+		f.Now = u.o.Now()
+		done, reason := Judge(f)
+		if done {
+			if reason == "" {
+				u.commit(cur)
+				return true
+			}
+			u.rollBack(cur, reason)
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false // the daemon stops: the launcher counts the next start
+		case <-ready:
+			ready, f.Ready = nil, true
+			if u.o.Containers != nil {
+				f.Running = u.o.Containers()
+			}
+		case <-hub:
+			hub, f.HubReached = nil, true
+		case <-timer.C:
+			f.Deadline = time.Time{} // the time is up, whatever Now says
+		}
+	}
+}
+
+// commit marks the trial slot committed, removes older slots and reports.
+func (u *Updater) commit(cur *Slot) {
+	prev, _ := u.layout.Linked(linkPrevious)
+	if _, err := u.layout.Commit(); err != nil {
+		u.o.Log.Error("update: committing", "err", err)
+		return
+	}
+	crashPoint("committed")
+	os.Remove(u.layout.handoffPath())
+	u.layout.Collect(cur.Record.Order)
+	st := protocol.UpdateState{Order: cur.Record.Order, Kind: protocol.ReleaseAgent, Version: cur.Record.Version,
+		Phase: protocol.UpdateCommitted, Percent: 100}
+	if prev != nil {
+		st.Previous = prev.Record.Version
+	}
+	u.report(st)
+}
+
+// rollBack records why the trial failed, switches back and restarts.
+func (u *Updater) rollBack(cur *Slot, reason string) {
+	reason = fmt.Sprintf("%s: %s", cur.Record.Version, reason)
+	if _, err := u.layout.RollBack(reason); err != nil {
+		u.o.Log.Error("update: rolling back", "err", err)
+	}
+	u.o.Log.Warn("update: rolling back", "version", cur.Record.Version, "reason", reason)
+	if u.o.Restart != nil {
+		u.o.Restart()
+	}
+}
+
+// RecordError notes why the daemon of a trial slot failed in its record,
+// for the rollback's reason; the launcher counts the start.
+func RecordError(dataDir string, err error) {
+	l := NewLayout(dataDir)
+	cur, lerr := l.Linked(linkCurrent)
+	self, _ := Self()
+	if lerr != nil || cur == nil || cur.Record.State != StateTrial || !sameFile(self, cur.Binary()) {
+		return
+	}
+	cur.Record.LastError = truncate(err.Error(), 512)
+	writeRecord(cur.Dir, cur.Record)
+}
