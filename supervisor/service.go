@@ -1,10 +1,13 @@
 package supervisor
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/podview"
@@ -61,6 +64,14 @@ func (m *serviceManager) tell(now time.Time, facts func() sdnotify.Facts) {
 	msg := m.plan.Step(now, facts)
 	if msg == "" {
 		return
+	}
+	if strings.Contains(msg, "RELOADING=1") {
+		// systemd (v253+) pairs a reload with the READY that ends it by
+		// this clock.
+		var ts unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+			msg += fmt.Sprintf("\nMONOTONIC_USEC=%d", ts.Nano()/1000)
+		}
 	}
 	if err := m.socket.Send(msg); err != nil && !m.failed {
 		m.failed = true

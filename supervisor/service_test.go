@@ -407,3 +407,68 @@ func TestServiceWithoutSystemd(t *testing.T) {
 		t.Fatalf("sent %q on stopping without NOTIFY_SOCKET", msg)
 	}
 }
+
+// A restart into another version (Restart, then the context ends) leaves
+// the pods running even with StopPodsOnExit, and is a reload to systemd.
+func TestServiceRestartLeavesPods(t *testing.T) {
+	sock := fakeNotifySocket(t, 0)
+	cfg := shellConfig(t)
+	cfg.StopPodsOnExit = true
+	writePod(t, cfg)
+	stopped := false
+	rt := &signalHook{fakeRuntime: newFakeRuntime()}
+	rt.hook = func() { stopped = true }
+	d := runnable(t, cfg, rt)
+	stop := start(t, d)
+	sock.until(t, "READY=1", 10*time.Second)
+	waitRunning(t, d)
+	d.Restart()
+	stop()
+	if stopped {
+		t.Fatal("a restart stopped the pod")
+	}
+	got := strings.Join(sock.pending(), "\n")
+	if !has(got, "RELOADING=1") || !strings.Contains(got, "MONOTONIC_USEC=") || has(got, "STOPPING=1") {
+		t.Fatalf("sent %q; want RELOADING=1 with MONOTONIC_USEC, no STOPPING", got)
+	}
+}
+
+// Ready closes at the end of the start-up without systemd too (the
+// self-update's commit gate waits for it), after a reconnecting runtime
+// adopted its pods.
+func TestReadyWithoutSystemd(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	cfg := shellConfig(t)
+	writePod(t, cfg)
+	d := runnable(t, cfg, newFakeRuntime())
+	stop := start(t, d)
+	select {
+	case <-d.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ready did not close after the start-up")
+	}
+	app := waitRunning(t, d)
+	stop()
+
+	rt := &reconnectingRuntime{connected: make(chan struct{}), recoveringRuntime: &recoveringRuntime{fakeRuntime: newFakeRuntime(),
+		found: []runtime.Found{{InstanceID: app.InstanceID, PodUID: d.machine.Instances()[0].UID(), PodNamespace: "default",
+			PodName: "web", Container: "app", Attempt: app.Attempt, Alive: true, StartedAt: time.Now()}}}}
+	d2 := runnable(t, cfg, rt)
+	start(t, d2)
+	select {
+	case <-d2.Supervising():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second daemon did not start supervising")
+	}
+	select {
+	case <-d2.Ready():
+		t.Fatal("Ready before the reconnecting runtime adopted its pods")
+	default:
+	}
+	rt.connected <- struct{}{}
+	select {
+	case <-d2.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ready did not close once the runtime adopted its pods")
+	}
+}

@@ -129,7 +129,7 @@ func (u *Updater) Start(ctx context.Context, sig GateSignals) {
 	self, _ := Self()
 	trial := cur != nil && cur.Record.State == StateTrial && sameFile(self, cur.Binary())
 	if !trial {
-		u.layout.Collect(u.last().Order)
+		u.layout.Collect(u.last().Order + 1)
 		os.Remove(u.layout.handoffPath())
 		go u.Run(ctx)
 		return
@@ -191,7 +191,7 @@ func (u *Updater) commit(cur *Slot) {
 	}
 	crashPoint("committed")
 	os.Remove(u.layout.handoffPath())
-	u.layout.Collect(cur.Record.Order)
+	u.layout.Collect(cur.Record.Order + 1)
 	st := protocol.UpdateState{Order: cur.Record.Order, Kind: protocol.ReleaseAgent, Version: cur.Record.Version,
 		Phase: protocol.UpdateCommitted, Percent: 100}
 	if prev != nil {

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,6 +28,7 @@ type fakeHub struct {
 	// cut, when set, makes a download stop half-way with this error.
 	cut       error
 	downloads int
+	sent      int64 // bytes written to downloads
 }
 
 func (h *fakeHub) Download(ctx context.Context, order int64, a protocol.Artifact, dest string, progress func(int64)) error {
@@ -64,6 +64,9 @@ func (h *fakeHub) Download(ctx context.Context, order int64, a protocol.Artifact
 		if _, err := f.WriteAt(data[off:end], off); err != nil {
 			return err
 		}
+		h.mu.Lock()
+		h.sent += end - off
+		h.mu.Unlock()
 		off = end
 		progress(off)
 		if off == half {
@@ -194,14 +197,4 @@ func assertNoCurrent(t *testing.T, dataDir string) {
 	if _, err := os.Lstat(filepath.Join(dataDir, "agent", "current")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("current exists (%v); want the factory binary", err)
 	}
-}
-
-// readAll is io.ReadAll that fails the test.
-func readAll(t *testing.T, r io.Reader) []byte {
-	t.Helper()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -328,7 +329,8 @@ func (l Layout) Remove(name string) error {
 
 // Collect removes every slot but current, previous, keep and the failed
 // ones (removed once reported), and what a crash left: .tmp slot
-// directories, link temporaries, downloads of orders other than order.
+// directories, link temporaries, downloads of orders older than order
+// (a newer one's are resumed when its order comes again).
 func (l Layout) Collect(order int64, keep ...string) {
 	live := map[string]bool{}
 	for _, k := range keep {
@@ -353,7 +355,7 @@ func (l Layout) Collect(order int64, keep ...string) {
 	}
 	entries, _ := os.ReadDir(l.downloads())
 	for _, e := range entries {
-		if e.Name() != fmt.Sprint(order) {
+		if n, err := strconv.ParseInt(e.Name(), 10, 64); err != nil || n < order {
 			os.RemoveAll(filepath.Join(l.downloads(), e.Name()))
 		}
 	}

@@ -162,13 +162,15 @@ func (u *Updater) report(s protocol.UpdateState) {
 		s.Reason = s.Reason[:1000]
 	}
 	if protocol.UpdateDone(s.Phase) || s.Phase == protocol.UpdateRestarting {
-		if data, err := json.Marshal(s); err == nil {
-			if err := os.MkdirAll(u.layout.Dir, 0o700); err == nil {
-				err = writeFileAtomic(u.layout.statePath(), data)
-			}
-			if err != nil {
-				u.o.Log.Error("update: recording the state", "err", err)
-			}
+		data, err := json.Marshal(s)
+		if err == nil {
+			err = os.MkdirAll(u.layout.Dir, 0o700)
+		}
+		if err == nil {
+			err = writeFileAtomic(u.layout.statePath(), data)
+		}
+		if err != nil {
+			u.o.Log.Error("update: recording the state", "err", err)
 		}
 	}
 	lvl := slog.LevelInfo
@@ -242,7 +244,7 @@ var errSuperseded = errors.New("superseded")
 // half-staged slot.
 func (u *Updater) cleanupOrder(order int64) {
 	os.RemoveAll(filepath.Join(u.layout.downloads(), fmt.Sprint(order)))
-	u.layout.Collect(-1)
+	u.layout.Collect(0)
 }
 
 // firmware downloads and verifies a bundle and hands it to the driver.

@@ -132,3 +132,15 @@ func TestStopping(t *testing.T) {
 	n.Stopping(false)
 	step(t, n, at(0), facts(f, &looks), "STOPPING=1\nSTATUS=stopping: leaving 1 pod running")
 }
+
+// A restart into another version (the self-update) is a reload: the
+// process stays, its pods run on, and the next daemon sends READY again.
+func TestReloading(t *testing.T) {
+	f := &Facts{Pods: 3}
+	var looks int
+	n := New(0)
+	n.Supervising(t0, nil, 0)
+	step(t, n, at(0), facts(f, &looks), "READY=1\nSTATUS=running 3 pods")
+	n.Reloading()
+	step(t, n, at(10*time.Millisecond), facts(f, &looks), "RELOADING=1\nSTATUS=restarting into a new version: leaving 3 pods running")
+}
