@@ -79,6 +79,10 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 // them: what a restart must find again, unrestarted.
 func runningContainers(b api.Backend) []agent.Container {
 	pods, _, _ := b.Pods()
+	return containersOf(pods)
+}
+
+func containersOf(pods []*v1.Pod) []agent.Container {
 	var out []agent.Container
 	for _, p := range pods {
 		for _, list := range [][]v1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {

@@ -63,7 +63,7 @@ func TestDecide(t *testing.T) {
 // The commit gate's verdict over time, on a fake clock.
 func TestJudge(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	started := t0.Add(-time.Hour)
+	started := t0.Add(-time.Hour + 123456789*time.Nanosecond)
 	web := Container{PodUID: "u1", Pod: "default/web", Name: "nginx", ID: "podvisor://u1-nginx-1", StartedAt: started}
 	restarted := web
 	restarted.ID, restarted.StartedAt = "podvisor://u1-nginx-2", t0
@@ -87,6 +87,11 @@ func TestJudge(t *testing.T) {
 		{"deadline, ready, no hub", func(f *GateFacts) {
 			f.Now, f.Ready, f.Running, f.HubNeeded = f.Deadline, true, []Container{web}, true
 		}, true, "no heartbeat receipt from the hub within 5m0s"},
+		{"start time shown to the second: the same container", func(f *GateFacts) {
+			same := web
+			same.StartedAt = started.Truncate(time.Second)
+			f.Ready, f.Running = true, []Container{same}
+		}, true, ""},
 		{"no handoff (after a reboot): ready is enough", func(f *GateFacts) { f.Ready, f.Handoff = true, nil }, true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,7 +12,8 @@ import (
 )
 
 // Container is a running container as the handoff records it and the
-// commit gate finds it again: a restart gives it a new ID and start time.
+// commit gate finds it again: a restart gives it a new ID (the instance,
+// with its attempt) and start time.
 type Container struct {
 	PodUID    string    `json:"podUid"`
 	Pod       string    `json:"pod"` // namespace/name
@@ -90,7 +91,8 @@ func Judge(f GateFacts) (done bool, reason string) {
 			switch {
 			case !ok:
 				return true, fmt.Sprintf("container %s of pod %s was not adopted", h.Name, h.Pod)
-			case c.ID != h.ID || !c.StartedAt.Equal(h.StartedAt):
+			// The API shows start times to the second (metav1.Time).
+			case c.ID != h.ID || !c.StartedAt.Truncate(time.Second).Equal(h.StartedAt.Truncate(time.Second)):
 				return true, fmt.Sprintf("container %s of pod %s was restarted (%s, now %s)", h.Name, h.Pod, h.ID, c.ID)
 			}
 		}
