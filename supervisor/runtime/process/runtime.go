@@ -194,6 +194,20 @@ func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (ti
 	return rep.StartedAt, nil
 }
 
+// ownChild reports whether pid is this process's child.
+func ownChild(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')') // the command may hold spaces and parentheses
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(data[i+1:])) // state, ppid, ...
+	return len(f) > 1 && f[1] == strconv.Itoa(os.Getpid())
+}
+
 // reap waits for a shim that is about to exit and releases it.
 func (r *Runtime) reap(in *instance) {
 	fd, err := unix.Dup(in.pidfd)
@@ -427,7 +441,10 @@ func (r *Runtime) adopt(id string, lock *os.File) (*instance, time.Time, adoptio
 			if err != nil {
 				return nil, time.Time{}, undescribed
 			}
-			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd}, ss.StartedAt, adopted
+			// A daemon that executed a new version in its own process
+			// (the self-update) is still the parent of the shims it
+			// started: it reaps them, or they stay zombies.
+			return &instance{id: id, shimPid: ss.ShimPid, pidfd: fd, child: ownChild(ss.ShimPid)}, ss.StartedAt, adopted
 		}
 		adoptSleep(wait)
 	}

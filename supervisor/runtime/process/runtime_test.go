@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -389,3 +390,19 @@ func TestLogReaderTakesTheShimsLongestLine(t *testing.T) {
 }
 
 var _ runtime.LogReader = (*Runtime)(nil)
+
+// A shim's parent is told from its /proc entry: an adopted shim this
+// process started before it executed a new version is its to reap.
+func TestOwnChild(t *testing.T) {
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if !ownChild(cmd.Process.Pid) {
+		t.Errorf("sleep %d is not seen as a child", cmd.Process.Pid)
+	}
+	if ownChild(1) || ownChild(os.Getpid()) {
+		t.Error("init or this process seen as a child")
+	}
+}
