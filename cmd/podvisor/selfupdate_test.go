@@ -321,7 +321,8 @@ func removeCgroups(t *testing.T, root string) {
 
 // A trial version adopts the pods the previous daemon left running, the
 // same processes, and commits: its gate found every container of the
-// handoff unrestarted.
+// handoff unrestarted. The next trial fails its gate and restarts into
+// the committed version in its own process, the pod running on.
 func TestTrialAdoptsRunningPodAndCommits(t *testing.T) {
 	d := newDevice(t)
 	pidFile := filepath.Join(d.dir, "web.pid")
@@ -383,6 +384,23 @@ spec:
 	fmt.Sscan(string(pid), &p)
 	if syscall.Kill(p, 0) != nil {
 		t.Fatalf("the pod's process %d is gone", p)
+	}
+
+	// v1.4.0 fails its gate (a container of the handoff is missing): the
+	// daemon restarts into v1.3.0 in its own process, the pod untouched.
+	bin14 := append(append([]byte(nil), d.bin...), "v1.4.0"...)
+	v14 := d.slot("v1.4.0", bin14, agent.StateTrial)
+	d.link("previous", v13)
+	d.link("current", v14)
+	missing := append(running, agent.Container{PodUID: "u1", Pod: "default/gone", Name: "app", ID: "process://gone"})
+	handoff, _ = json.Marshal(agent.Handoff{BootID: strings.TrimSpace(string(boot)), Containers: missing})
+	os.WriteFile(filepath.Join(d.dir, "data", "agent", "handoff.json"), handoff, 0o600)
+	stop(t, cmd)
+	cmd, log = d.start()
+	awaitLog(t, log, "update RolledBack")
+	awaitVersion(t, d.socket(), "v1.3.0", log)
+	if now, _ := os.ReadFile(pidFile); string(now) != string(pid) || syscall.Kill(p, 0) != nil {
+		t.Fatalf("the pod's process %s did not run on through the restart (now %s)", pid, now)
 	}
 	stop(t, cmd)
 }
