@@ -114,6 +114,7 @@ security: {allowUntrustedManifests: true}
 		{"containerd address", c.ContainerdAddress(), DefaultManagedSocket},
 		{"managed root", c.ManagedRoot(), "/data/pv/containerd/root"},
 		{"hub.heartbeat", c.Hub.Heartbeat, dur(5 * time.Second)},
+		{"update.commitTimeout", c.Update.CommitTimeout, dur(5 * time.Minute)},
 		{"security.allowUntrustedManifests", c.Security.AllowUntrustedManifests, true},
 		{"security.forbidPrivileged", c.Security.ForbidPrivileged, false},
 	} {
@@ -217,6 +218,7 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"hub: {url: http://hub:80}\n", []string{"hub.url", `"http://hub:80"`, "mqtts://"}},
 		{"hub: {heartbeat: -1s}\n", []string{"hub.heartbeat", "negative"}},
 		{"hub: {outbox: {maxRows: -1}}\n", []string{"hub.outbox.maxRows", "-1"}},
+		{"update: {commitTimeout: 5s}\n", []string{"update.commitTimeout", "5s", "10s to 24h"}},
 		{"hub: {outbox: {maxBytes: -1Mi}}\n", []string{"hub.outbox.maxBytes", "-1Mi"}},
 		// The hub section's security rules.
 		{"hub: {url: mqtt://h:1883, key: /etc/podvisor/hub.pub, allowUnsigned: true}\n", []string{"hub.allowUnsigned", "hub.key", "/etc/podvisor/hub.pub"}},

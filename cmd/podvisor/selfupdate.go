@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // errRelaunch ends runDaemon for a restart into another version: the
@@ -43,9 +46,13 @@ func releaseKey(conf *config.Config) (ed25519.PublicKey, error) {
 	if path == "" {
 		return nil, nil
 	}
-	key, err := readHubKey(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, conf.FieldError(field, err)
+	}
+	key, err := protocol.ParsePublicKey(data)
+	if err != nil {
+		return nil, conf.FieldError(field, fmt.Errorf("%s: %w", path, err))
 	}
 	return key, nil
 }

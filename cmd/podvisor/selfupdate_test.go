@@ -20,6 +20,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/test/prereq"
@@ -403,4 +404,23 @@ spec:
 		t.Fatalf("the pod's process %s did not run on through the restart (now %s)", pid, now)
 	}
 	stop(t, cmd)
+}
+
+// The release key is update.releaseKey, else the hub's; a bad one is an
+// error naming the setting.
+func TestReleaseKey(t *testing.T) {
+	dir := t.TempDir()
+	conf := config.Default()
+	if k, err := releaseKey(conf); k != nil || err != nil {
+		t.Fatalf("without keys: %v, %v; want none", k, err)
+	}
+	conf.Hub.Key = filepath.Join(dir, "hub.pub")
+	if _, err := releaseKey(conf); err == nil || !strings.Contains(err.Error(), "hub.key") {
+		t.Fatalf("a missing hub key: %v; want an error naming hub.key", err)
+	}
+	conf.Update.ReleaseKey = filepath.Join(dir, "release.pub")
+	os.WriteFile(conf.Update.ReleaseKey, []byte("not a key\n"), 0o644)
+	if _, err := releaseKey(conf); err == nil || !strings.Contains(err.Error(), "update.releaseKey: "+conf.Update.ReleaseKey) {
+		t.Fatalf("a bad release key: %v; want an error naming update.releaseKey and the file", err)
+	}
 }

@@ -371,3 +371,41 @@ func TestNewestOrderWins(t *testing.T) {
 		}
 	}
 }
+
+// A newer order cancels an install still downloading; the newest is
+// installed, and what the cancelled one fetched is removed.
+func TestNewerOrderCancelsAnInstall(t *testing.T) {
+	dir := t.TempDir()
+	hub := &fakeHub{}
+	u := newUpdater(dir, "v1.2.0", hub)
+	r13 := newRelease(t, hub, "v1.3.0", "arm64", 64<<10, 1)
+	r14 := newRelease(t, hub, "v1.4.0", "arm64", 64<<10, 2)
+	sent := false
+	crashPoint = func(step string) {
+		if step == "download" && !sent {
+			sent = true // mid-download of order 1, on the updater's goroutine
+			u.Order(t.Context(), r14.order(t, 2))
+		}
+	}
+	t.Cleanup(func() { crashPoint = func(string) {} })
+	restarted := make(chan struct{})
+	u.o.Restart = func() { close(restarted) }
+	u.Order(t.Context(), r13.order(t, 1))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go u.Run(ctx)
+	<-restarted // waits for the install of order 2
+	assertCurrentIs(t, dir, r14, StateTrial)
+	var first protocol.UpdateState
+	for _, s := range hub.reports {
+		if s.Order == 1 {
+			first = s
+		}
+	}
+	if first.Phase != protocol.UpdateFailed || !strings.Contains(first.Reason, "superseded") {
+		t.Fatalf("order 1 ended %+v; want Failed, superseded", first)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agent", "download", "1")); !os.IsNotExist(err) {
+		t.Fatalf("order 1's download is left: %v", err)
+	}
+}

@@ -95,7 +95,8 @@ func New(o Options) *Updater {
 // Order hands the updater a verified order (sync/uplink calls it). It
 // returns at once: orders run on the updater's goroutine, one at a time;
 // a newer order replaces one still waiting and cancels an install that
-// has not switched yet.
+// has not switched yet (a withdrawal, an order without a release, lets it
+// finish).
 func (u *Updater) Order(_ context.Context, o *protocol.Order) {
 	if o == nil {
 		return
@@ -106,7 +107,8 @@ func (u *Updater) Order(_ context.Context, o *protocol.Order) {
 		return
 	}
 	u.pending = o
-	if u.cancel != nil && o.ID > u.running && !u.switched {
+	// A withdrawal (no release) lets an install under way finish.
+	if u.cancel != nil && o.ID > u.running && !u.switched && len(o.Release) > 0 {
 		u.cancel()
 	}
 	u.mu.Unlock()
