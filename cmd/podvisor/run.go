@@ -26,7 +26,7 @@ import (
 
 // cmdRun parses run's flags, loads the config and runs the daemon until
 // ctx ends.
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	configPath := fs.String("config", "", "config file (YAML)")
 	manifests := fs.String("manifests", "", "manifest directory (default "+config.DefaultManifests+")")
@@ -42,6 +42,17 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	} else if len(pos) > 0 {
 		return fmt.Errorf("run: unexpected argument %q", pos[0])
 	}
+	// A version on trial that cannot run records why in its slot: the
+	// rollback's reason (the data directory is the file's once read).
+	recordIn := *dataDir
+	if recordIn == "" {
+		recordIn = config.DefaultDataDir
+	}
+	defer func() {
+		if err != nil {
+			agent.RecordError(recordIn, err)
+		}
+	}()
 	conf, err := loadConfig(*configPath)
 	if err != nil {
 		return err
@@ -53,6 +64,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 			*setting = *flagValue
 		}
 	}
+	recordIn = conf.DataDir
 	if err := conf.Validate(); err != nil {
 		return err
 	}
@@ -85,9 +97,6 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if errors.Is(err, errRelaunch) {
 		stopProfile()
 		return relaunch(args) // every file of the daemon is closed: the launcher starts the next one
-	}
-	if err != nil {
-		agent.RecordError(conf.DataDir, err) // a version on trial: the rollback's reason
 	}
 	return err
 }

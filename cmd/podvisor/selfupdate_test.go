@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 			if v, err := os.ReadFile(exe + ".version"); err == nil {
 				version = strings.TrimSpace(string(v))
 			}
+			// A release that cannot run here: extra arguments.
+			if extra, err := os.ReadFile(exe + ".args"); err == nil {
+				os.Args = append(os.Args, strings.Fields(string(extra))...)
+			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -284,6 +288,35 @@ func TestCrashLoopRollsBack(t *testing.T) {
 	awaitLog(t, log, "update RolledBack")
 	if !strings.Contains(log.String(), "v1.4.0 started 2 times without becoming ready") {
 		t.Fatalf("the rollback's reason is not reported:\n%s", log.String())
+	}
+	stop(t, cmd)
+}
+
+// A new version that fails at every start records its error; after its
+// two starts the launcher rolls back, and the reason carries that error.
+func TestFailingVersionRecordsItsError(t *testing.T) {
+	d := newDevice(t)
+	v13 := d.slot("v1.3.0", d.bin, agent.StateCommitted)
+	bin14 := append(append([]byte(nil), d.bin...), "v1.4.0"...)
+	v14 := d.slot("v1.4.0", bin14, agent.StateTrial)
+	slot14 := filepath.Join(d.dir, "data", "agent", "slots", v14, "podvisor")
+	os.WriteFile(slot14+".args", []byte("--socket /proc/self/podvisor.sock\n"), 0o644)
+	d.link("previous", v13)
+	d.link("current", v14)
+	for i := 0; i < agent.Tries; i++ {
+		cmd, log := d.start()
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("start %d of v1.4.0 succeeded:\n%s", i+1, log.String())
+		}
+	}
+	if r := d.record(v14); !strings.Contains(r.LastError, "API socket") {
+		t.Fatalf("v1.4.0 recorded %q; want its start-up error", r.LastError)
+	}
+	cmd, log := d.start()
+	awaitVersion(t, d.socket(), "v1.3.0", log)
+	awaitLog(t, log, "update RolledBack")
+	if !strings.Contains(log.String(), "v1.4.0 started 2 times without becoming ready: API socket") {
+		t.Fatalf("the rollback's reason lacks v1.4.0's error:\n%s", log.String())
 	}
 	stop(t, cmd)
 }
