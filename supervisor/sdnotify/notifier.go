@@ -133,6 +133,7 @@ func (n *Notifier) Step(now time.Time, facts func() Facts) string {
 		n.stoppingSent, forced = true, true
 		if n.reloading {
 			lines = append(lines, "RELOADING=1")
+			n.pinged = time.Time{} // a ping with it: the next daemon has a whole period to start
 		} else {
 			lines = append(lines, "STOPPING=1")
 		}

@@ -143,4 +143,12 @@ func TestReloading(t *testing.T) {
 	step(t, n, at(0), facts(f, &looks), "READY=1\nSTATUS=running 3 pods")
 	n.Reloading()
 	step(t, n, at(10*time.Millisecond), facts(f, &looks), "RELOADING=1\nSTATUS=restarting into a new version: leaving 3 pods running")
+
+	// With a watchdog, a ping goes with it however recent the last one:
+	// the next daemon gets a whole period to start.
+	n = New(30 * time.Second)
+	n.Supervising(t0, nil, 0)
+	step(t, n, at(0), facts(f, &looks), "READY=1\nSTATUS=running 3 pods\nWATCHDOG=1")
+	n.Reloading()
+	step(t, n, at(time.Second), facts(f, &looks), "RELOADING=1\nSTATUS=restarting into a new version: leaving 3 pods running\nWATCHDOG=1")
 }
