@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/firmware"
 	"github.com/podvisor/podvisor/firmware/agent"
+	_ "github.com/podvisor/podvisor/firmware/rauc"     // firmware.driver: rauc
+	_ "github.com/podvisor/podvisor/firmware/swupdate" // firmware.driver: swupdate
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -74,12 +78,78 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 	if device == "" {
 		device = conf.NodeName
 	}
+	drv, err := firmwareDriver(conf)
+	if err != nil {
+		return nil, err
+	}
 	backend := d.API()
-	u := agent.New(agent.Options{DataDir: conf.DataDir, Device: device, Version: version, ReleaseKey: key,
+	opts := agent.Options{DataDir: conf.DataDir, Device: device, Version: version, ReleaseKey: key,
 		Containers: func() []agent.Container { return runningContainers(backend) }, Restart: restart,
-		CommitTimeout: conf.Update.CommitTimeout.Duration, Log: log.With("component", "update")})
+		CommitTimeout: conf.Update.CommitTimeout.Duration, Log: log.With("component", "update")}
+	if drv != nil {
+		opts.Driver = installer{drv}
+	}
+	u := agent.New(opts)
 	u.Start(ctx, agent.GateSignals{Ready: d.Ready()})
+	if drv != nil {
+		go confirmFirmware(ctx, drv, d.Ready(), conf.Firmware.CommitDeadline.Duration, u, log.With("component", "firmware"))
+	}
 	return u, nil
+}
+
+// firmwareDriver is the OS-update tool firmware.driver names (nil: none,
+// firmware orders are refused).
+func firmwareDriver(conf *config.Config) (firmware.Driver, error) {
+	d, err := firmware.Open(firmware.Config{Driver: conf.Firmware.Driver, StateDir: conf.FirmwareStateDir(),
+		RAUCBus: conf.Firmware.RAUC.Bus, SWUpdateControl: conf.Firmware.SWUpdate.ControlSocket,
+		SWUpdateProgress: conf.Firmware.SWUpdate.ProgressSocket, SWUpdateSelect: conf.Firmware.SWUpdate.Select})
+	if errors.Is(err, firmware.ErrNoDriver) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, conf.FieldError("firmware.driver", err)
+	}
+	return d, nil
+}
+
+// installer is a firmware driver as the updater uses it.
+type installer struct{ d firmware.Driver }
+
+func (i installer) Install(ctx context.Context, bundle string, progress func(percent int, msg string)) error {
+	return i.d.Install(ctx, bundle, func(p firmware.Progress) { progress(p.Percent, p.Message) })
+}
+
+// confirmFirmware is the health gate after every start (firmware.Confirm):
+// a freshly installed system is kept once the daemon is ready within the
+// commit deadline, else marked bad; the verdict goes to the firmware
+// order that rebooted the device.
+func confirmFirmware(ctx context.Context, drv firmware.Driver, ready <-chan struct{}, deadline time.Duration, u *agent.Updater, log *slog.Logger) {
+	healthy := func(ctx context.Context) error {
+		select {
+		case <-ready:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	res, err := firmware.Confirm(ctx, drv, healthy, deadline, firmware.RealClock)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("firmware health gate", "err", err)
+		}
+		return
+	}
+	running := res.State.Version
+	if running == "" {
+		running = res.State.Slot
+	}
+	switch res.Verdict {
+	case firmware.Committed:
+		u.FirmwareSettled(true, running, "")
+	case firmware.Rejected, firmware.FellBack:
+		log.Warn("firmware not committed", "verdict", res.Verdict, "reason", res.Reason)
+		u.FirmwareSettled(false, running, res.Reason)
+	}
 }
 
 // runningContainers are the containers running now, as the API shows

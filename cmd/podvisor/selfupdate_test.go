@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +23,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/firmware"
 	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/test/prereq"
 )
 
@@ -455,5 +459,71 @@ func TestReleaseKey(t *testing.T) {
 	os.WriteFile(conf.Update.ReleaseKey, []byte("not a key\n"), 0o644)
 	if _, err := releaseKey(conf); err == nil || !strings.Contains(err.Error(), "update.releaseKey: "+conf.Update.ReleaseKey) {
 		t.Fatalf("a bad release key: %v; want an error naming update.releaseKey and the file", err)
+	}
+}
+
+// fakeOS is an update tool whose boot state the test sets.
+type fakeOS struct {
+	state     firmware.BootState
+	good, bad int
+}
+
+func (f *fakeOS) Name() string { return "fake" }
+func (f *fakeOS) Install(context.Context, string, func(firmware.Progress)) error {
+	return nil
+}
+func (f *fakeOS) Booted(context.Context) (firmware.BootState, error) { return f.state, nil }
+func (f *fakeOS) MarkGood(context.Context) error                     { f.good++; return nil }
+func (f *fakeOS) MarkBad(context.Context) error                      { f.bad++; return nil }
+
+// reports records what the updater reports.
+type reports struct {
+	mu  sync.Mutex
+	all []protocol.UpdateState
+}
+
+func (r *reports) Download(context.Context, int64, protocol.Artifact, string, func(int64)) error {
+	return errors.New("no downloads here")
+}
+func (r *reports) Report(s protocol.UpdateState) {
+	r.mu.Lock()
+	r.all = append(r.all, s)
+	r.mu.Unlock()
+}
+
+// After the reboot into a bundle, the daemon's readiness commits it
+// (mark-good) and the order that rebooted the device is reported
+// Committed; a daemon not ready by the deadline marks it bad and reports
+// the rollback.
+func TestFirmwareHealthGate(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprint("ready=", ready), func(t *testing.T) {
+			dir := t.TempDir()
+			// The order that installed the bundle and rebooted the device.
+			os.MkdirAll(filepath.Join(dir, "agent"), 0o700)
+			last, _ := json.Marshal(protocol.UpdateState{Schema: protocol.Schema, Device: "dev1", Order: 4, Kind: protocol.ReleaseFirmware,
+				Version: "2026.11.1", Phase: protocol.UpdateRestarting})
+			os.WriteFile(filepath.Join(dir, "agent", "state.json"), last, 0o600)
+			rep := &reports{}
+			u := agent.New(agent.Options{DataDir: dir, Device: "dev1", Version: "v1.2.0", Transport: rep})
+			drv := &fakeOS{state: firmware.BootState{Pending: true, Slot: "rootfs.1", Version: "2026.11.1"}}
+			readyCh := make(chan struct{})
+			if ready {
+				close(readyCh)
+			}
+			confirmFirmware(t.Context(), drv, readyCh, 50*time.Millisecond, u, slog.New(slog.DiscardHandler))
+			rep.mu.Lock()
+			defer rep.mu.Unlock()
+			if len(rep.all) != 1 {
+				t.Fatalf("reports %+v; want one", rep.all)
+			}
+			s := rep.all[0]
+			if ready && (s.Phase != protocol.UpdateCommitted || s.Order != 4 || s.Running != "2026.11.1" || drv.good != 1 || drv.bad != 0) {
+				t.Fatalf("report %+v, marked good %d bad %d; want Committed and mark-good", s, drv.good, drv.bad)
+			}
+			if !ready && (s.Phase != protocol.UpdateRolledBack || !strings.Contains(s.Reason, "not healthy within") || drv.bad != 1 || drv.good != 0) {
+				t.Fatalf("report %+v, marked good %d bad %d; want RolledBack and mark-bad", s, drv.good, drv.bad)
+			}
+		})
 	}
 }

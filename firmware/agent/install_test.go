@@ -409,3 +409,41 @@ func TestNewerOrderCancelsAnInstall(t *testing.T) {
 		t.Fatalf("order 1's download is left: %v", err)
 	}
 }
+
+// After the reboot into a firmware bundle, the health gate's verdict is
+// reported for the order that restarted the device, once.
+func TestFirmwareSettled(t *testing.T) {
+	for _, committed := range []bool{true, false} {
+		t.Run(fmt.Sprint("committed=", committed), func(t *testing.T) {
+			dir := t.TempDir()
+			hub := &fakeHub{}
+			r := newRelease(t, hub, "2026.11.1", "", 16<<10, 4)
+			r.rel.Kind, r.rel.Name = protocol.ReleaseFirmware, "os-bundle"
+			r.rel.Artifacts = r.rel.Artifacts[:1]
+			r.rel.Artifacts[0].Name = "update.raucb"
+			u := newUpdater(dir, "v1.2.0", hub)
+			u.o.Driver = &fakeDriver{}
+			install(u, r.order(t, 9))
+
+			after := newUpdater(dir, "v1.2.0", hub) // the device rebooted
+			reason := ""
+			if !committed {
+				reason = "health check of the new system rootfs.1 failed: not healthy within the 5m0s commit deadline"
+			}
+			after.FirmwareSettled(committed, "rootfs.1", reason)
+			s := hub.last()
+			want := protocol.UpdateCommitted
+			if !committed {
+				want = protocol.UpdateRolledBack
+			}
+			if s.Order != 9 || s.Kind != protocol.ReleaseFirmware || s.Phase != want || s.Reason != reason || s.Running != "rootfs.1" {
+				t.Fatalf("report %+v; want %s of order 9 with the reason", s, want)
+			}
+			n := len(hub.reports)
+			after.FirmwareSettled(true, "rootfs.1", "")
+			if len(hub.reports) != n {
+				t.Fatal("reported again after the order was settled")
+			}
+		})
+	}
+}

@@ -157,8 +157,8 @@ func (u *Updater) last() protocol.UpdateState {
 // again, is not carried out twice.
 func (u *Updater) report(s protocol.UpdateState) {
 	s.Schema, s.Device, s.Time = protocol.Schema, u.o.Device, u.o.Now()
-	if s.Running == "" {
-		s.Running = u.o.Version
+	if s.Running == "" && s.Kind == protocol.ReleaseAgent {
+		s.Running = u.o.Version // a firmware report's is the booted system's, when known
 	}
 	if len(s.Reason) > 1000 {
 		s.Reason = s.Reason[:1000]
@@ -288,4 +288,24 @@ func (u *Updater) firmware(ctx context.Context, o *protocol.Order, r *protocol.R
 			u.o.Log.Error("update: rebooting into the new bundle", "err", err)
 		}
 	}
+}
+
+// FirmwareSettled reports how the firmware order that restarted the
+// device ended, once the health gate after the reboot decided (the
+// driver's Confirm): committed, or rolled back with reason; running is
+// the system the device runs now. Without a firmware order waiting for
+// its reboot it reports nothing.
+func (u *Updater) FirmwareSettled(committed bool, running, reason string) {
+	last := u.last()
+	if last.Kind != protocol.ReleaseFirmware || last.Phase != protocol.UpdateRestarting {
+		return
+	}
+	st := protocol.UpdateState{Order: last.Order, Kind: last.Kind, Version: last.Version, Phase: protocol.UpdateCommitted,
+		Percent: 100, Running: running, Previous: last.Running}
+	if !committed {
+		st.Phase, st.Percent, st.Reason = protocol.UpdateRolledBack, 0, reason
+	} else if st.Running == "" {
+		st.Running = last.Version
+	}
+	u.report(st)
 }
