@@ -447,3 +447,38 @@ func TestFirmwareSettled(t *testing.T) {
 		})
 	}
 }
+
+// A daemon that stops mid-download reports no failure and keeps what it
+// downloaded: the order comes again at the next start and resumes.
+func TestStopKeepsTheDownload(t *testing.T) {
+	dir := t.TempDir()
+	hub := &fakeHub{}
+	u := newUpdater(dir, "v1.2.0", hub)
+	r := newRelease(t, hub, "v1.3.0", "arm64", 64<<10, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	crashPoint = func(step string) {
+		if step == "download" {
+			cancel() // SIGTERM: the daemon's context ends
+		}
+	}
+	t.Cleanup(func() { crashPoint = func(string) {} })
+	u.Order(ctx, r.order(t, 1))
+	u.Run(ctx) // returns once the order gave up
+	for _, s := range hub.reports {
+		if s.Phase == protocol.UpdateFailed {
+			t.Fatalf("reported %+v on a stop", s)
+		}
+	}
+	parts, _ := filepath.Glob(filepath.Join(dir, "agent", "download", "1", "*.part"))
+	if len(parts) != 1 {
+		t.Fatalf("downloads kept: %v; want the partial one", parts)
+	}
+	crashPoint = func(string) {}
+	hub.sent = 0
+	install(newUpdater(dir, "v1.2.0", hub), r.order(t, 1))
+	assertCurrentIs(t, dir, r, StateTrial)
+	if total := r.rel.Artifacts[0].WireSize + r.rel.Artifacts[1].Size; hub.sent >= total {
+		t.Fatalf("%d of %d bytes sent again; want the download resumed", hub.sent, total)
+	}
+}

@@ -69,7 +69,7 @@ type Updater struct {
 	pending *protocol.Order
 	// cancel stops the install under way (order id running) while it can
 	// still be dropped; committed: it switched.
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
 	running  int64
 	switched bool
 	wake     chan struct{}
@@ -109,7 +109,7 @@ func (u *Updater) Order(_ context.Context, o *protocol.Order) {
 	u.pending = o
 	// A withdrawal (no release) lets an install under way finish.
 	if u.cancel != nil && o.ID > u.running && !u.switched && len(o.Release) > 0 {
-		u.cancel()
+		u.cancel(errSuperseded)
 	}
 	u.mu.Unlock()
 	select {
@@ -129,7 +129,7 @@ func (u *Updater) Run(ctx context.Context) {
 		u.mu.Lock()
 		o := u.pending
 		u.pending = nil
-		octx, cancel := context.WithCancel(ctx)
+		octx, cancel := context.WithCancelCause(ctx)
 		if o != nil {
 			u.cancel, u.running, u.switched = cancel, o.ID, false
 		}
@@ -137,7 +137,7 @@ func (u *Updater) Run(ctx context.Context) {
 		if o != nil {
 			u.handle(octx, o)
 		}
-		cancel()
+		cancel(nil)
 		u.mu.Lock()
 		u.cancel = nil
 		u.mu.Unlock()
@@ -203,13 +203,7 @@ func (u *Updater) handle(ctx context.Context, o *protocol.Order) {
 		return // this order's version runs on trial: the commit gate reports
 	}
 	st := protocol.UpdateState{Order: o.ID, Kind: protocol.ReleaseAgent}
-	fail := func(err error) {
-		st.Phase, st.Percent, st.Reason = protocol.UpdateFailed, 0, err.Error()
-		if ctx.Err() != nil && !errors.Is(err, errSuperseded) {
-			st.Reason = "superseded by a newer order: " + st.Reason
-		}
-		u.report(st)
-	}
+	fail := func(err error) { u.fail(ctx, o.ID, st, err) }
 	st.Phase = protocol.UpdateVerifying
 	r, same, err := checkRelease(o, u.o.ReleaseKey, u.o.Arch, u.o.Version)
 	if r != nil {
@@ -229,7 +223,6 @@ func (u *Updater) handle(ctx context.Context, o *protocol.Order) {
 		return
 	}
 	if err := u.install(ctx, o, r, &st); err != nil {
-		u.cleanupOrder(o.ID)
 		fail(err)
 		return
 	}
@@ -240,13 +233,24 @@ func (u *Updater) handle(ctx context.Context, o *protocol.Order) {
 	}
 }
 
-var errSuperseded = errors.New("superseded")
+var errSuperseded = errors.New("superseded by a newer order")
 
-// cleanupOrder removes what a failed install left: its downloads and any
-// half-staged slot.
-func (u *Updater) cleanupOrder(order int64) {
+// fail ends an order that did not switch: what it downloaded or staged is
+// removed and Failed reported with err. When the daemon stops meanwhile
+// (ctx ended, not by a newer order) nothing is reported or removed: the
+// order comes again at the next start and its download resumes.
+func (u *Updater) fail(ctx context.Context, order int64, st protocol.UpdateState, err error) {
+	if ctx.Err() != nil && context.Cause(ctx) != errSuperseded {
+		u.o.Log.Info("update interrupted: the daemon stops", "order", order)
+		return
+	}
 	os.RemoveAll(filepath.Join(u.layout.downloads(), fmt.Sprint(order)))
 	u.layout.Collect(0)
+	st.Phase, st.Percent, st.Reason = protocol.UpdateFailed, 0, err.Error()
+	if ctx.Err() != nil {
+		st.Reason = errSuperseded.Error()
+	}
+	u.report(st)
 }
 
 // firmware downloads and verifies a bundle and hands it to the driver.
@@ -257,13 +261,11 @@ func (u *Updater) firmware(ctx context.Context, o *protocol.Order, r *protocol.R
 	}
 	files, err := u.fetch(ctx, o.ID, r.Artifacts, nil, &st)
 	if err != nil {
-		u.cleanupOrder(o.ID)
 		fail(err)
 		return
 	}
 	bundle := filepath.Join(u.layout.downloads(), fmt.Sprint(o.ID), r.Artifacts[0].Name)
 	if err := u.place(files[0], bundle, r.Artifacts[0]); err != nil {
-		u.cleanupOrder(o.ID)
 		fail(err)
 		return
 	}
