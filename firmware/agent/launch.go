@@ -177,14 +177,21 @@ func Prepare(dataDir string) (path string, decided Launch, err error) {
 
 // Run is the launcher: it executes the version the slots of dataDir name
 // with args (os.Args[1:]) in this process, so that it keeps the PID (the
-// service manager's main PID), or returns to run on as this process.
+// service manager's main PID), or returns to run on as this process. A
+// slot that cannot be executed (a data directory mounted noexec, a binary
+// for another CPU) is rolled back with the reason, down to this binary at
+// worst, rather than failing every start.
 func Run(dataDir string, args []string) (Launch, error) {
-	path, decided, err := Prepare(dataDir)
-	if err != nil || path == "" {
-		return decided, err
+	for {
+		path, decided, err := Prepare(dataDir)
+		if err != nil || path == "" {
+			return decided, err
+		}
+		err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
+		if _, rerr := NewLayout(dataDir).RollBack(fmt.Sprintf("executing %s: %v", path, err)); rerr != nil {
+			return decided, fmt.Errorf("launcher: executing %s: %w (and rolling back: %v)", path, err, rerr)
+		}
 	}
-	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-	return decided, fmt.Errorf("launcher: executing %s: %w", path, err)
 }
 
 // Relaunch executes the launcher again with args, as the restart into a

@@ -239,6 +239,43 @@ func launchChild(dir string) {
 	os.Exit(0)
 }
 
+// A slot that cannot be executed is rolled back with the reason, and the
+// packaged binary runs on.
+func TestLauncherRollsBackWhatCannotExec(t *testing.T) {
+	self, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	l := NewLayout(dir)
+	bin := []byte("\x7fELF not really")
+	name := SlotName("v1.3.0", sum(bin))
+	os.MkdirAll(l.slotDir(name), 0o700)
+	os.WriteFile(filepath.Join(l.slotDir(name), Binary), bin, 0o644) // no x bit: as on a noexec mount
+	rec := Record{Version: "v1.3.0", Order: 1, State: StateTrial, TriesLeft: Tries,
+		Files: []File{{Name: Binary, Size: int64(len(bin)), SHA256: sum(bin)}}}
+	if err := writeRecord(l.slotDir(name), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.setLink(linkCurrent, name); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envLaunch+"=1", envDir+"="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("launcher child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("pid=%d exe=%s ", cmd.Process.Pid, self)) {
+		t.Fatalf("the child says %s; want the packaged binary running on", out)
+	}
+	assertNoCurrent(t, dir)
+	s, err := l.open(name)
+	if err != nil || s.Record.State != StateFailed || !strings.Contains(s.Record.LastError, "permission denied") {
+		t.Fatalf("slot %+v (%v); want failed with the exec's error", s, err)
+	}
+}
+
 // The launcher really executes the current slot's binary in the same
 // process: same PID, same arguments, the launcher's path in the
 // environment; and a trial slot's start is counted.
