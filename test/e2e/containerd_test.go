@@ -24,9 +24,16 @@ const testImage = "podvisor.test/busybox:1"
 // ctrdDaemon is a daemon on a private containerd, with the test image
 // side-loaded through <data-dir>/images.
 func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Containerd) {
+	return ctrdDaemonOf(t, "", extraConfig...)
+}
+
+// ctrdDaemonOf is ctrdDaemon running podvisor binary bin (and the plugin
+// and shim beside it), or the one under test if bin is empty.
+func ctrdDaemonOf(t *testing.T, bin string, extraConfig ...string) (*daemon, *ctrdtest.Containerd) {
 	requireRoot(t)
 	ctrd := ctrdtest.Start(t)
 	d := newDaemon(t)
+	d.bin = bin
 	sandboxes := filepath.Join(d.dir, "sandbox")
 	t.Cleanup(func() {
 		// The daemon first, or it restarts what is killed here; then the

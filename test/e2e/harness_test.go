@@ -87,6 +87,7 @@ type daemon struct {
 	config     string
 	configText string
 	extraArgs  []string // appended to podvisor run's
+	bin        string   // the podvisor it runs and its CLI, if not the one under test
 	cmd        *exec.Cmd
 	log        *bytes.Buffer
 	client     *api.Client
@@ -134,7 +135,7 @@ func (d *daemon) start() {
 func (d *daemon) tryStart(within time.Duration) error {
 	args := []string{"run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config}
 	args = append(args, d.extraArgs...)
-	d.cmd = exec.Command(binary, args...)
+	d.cmd = exec.Command(d.exe(), args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
@@ -154,6 +155,15 @@ func (d *daemon) tryStart(within time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// exe is the podvisor binary the daemon runs: the one under test unless
+// the test chose another release's.
+func (d *daemon) exe() string {
+	if d.bin != "" {
+		return d.bin
+	}
+	return binary
 }
 
 // stop sends sig to the daemon and waits for it to exit.
@@ -256,7 +266,7 @@ func (d *daemon) cli(args ...string) (string, string, int) {
 		}
 	}
 	args = append(append(append([]string{}, args[:end]...), "--socket", d.socket), args[end:]...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(d.exe(), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
