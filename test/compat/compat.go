@@ -65,13 +65,23 @@ func PreviousCommit(repo string) (string, error) {
 	return "", fmt.Errorf("%s names no commit", path)
 }
 
-// Previous returns the previous release's binaries, building them first
-// unless bin/compat/<commit> already holds them.
+// OverrideEnv names another commit to stand for the previous release, to
+// try an update from (and back to) any older commit.
+const OverrideEnv = "PODVISOR_COMPAT_RELEASE"
+
+// Previous returns the previous release's binaries (or those of the
+// commit $PODVISOR_COMPAT_RELEASE names), building them first unless
+// bin/compat/<commit> already holds them.
 func Previous() (Release, error) {
 	repo := Repo()
-	ref, err := PreviousCommit(repo)
-	if err != nil {
-		return Release{}, err
+	ref := os.Getenv(OverrideEnv)
+	if ref == "" {
+		var err error
+		if ref, err = PreviousCommit(repo); err != nil {
+			return Release{}, err
+		}
+	} else if strings.HasPrefix(ref, "-") {
+		return Release{}, fmt.Errorf("$%s=%q is not a commit", OverrideEnv, ref)
 	}
 	return Build(repo, ref)
 }

@@ -486,3 +486,90 @@ func pluginPids(d *daemon) []int {
 	}
 	return out
 }
+
+// The same update for process pods that run a shim each (process:
+// {keeper: false}, as under the systemd cgroup driver): the new daemon
+// adopts the old version's shims, follows their containers' exits, and
+// starts new containers under its own shim.
+func TestUpdateKeepsShimPods(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		downgrade bool
+		sig       syscall.Signal
+	}{
+		{"upgrade/SIGKILL", false, syscall.SIGKILL},
+		{"downgrade/SIGTERM", true, syscall.SIGTERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prev, cur := previousAndCurrent(t)
+			from, to := prev, cur
+			if tc.downgrade {
+				from, to = cur, prev
+			}
+			updateShimPods(t, from, to, tc.sig)
+		})
+	}
+}
+
+func updateShimPods(t *testing.T, from, to release, sig syscall.Signal) {
+	d := newDaemon(t)
+	d.withConfig("process: {keeper: false}\n")
+	d.bin = from.podvisor()
+	d.start()
+	pods := compatPods(d.dir)
+	for name, manifest := range pods {
+		d.write(name+".yaml", manifest)
+	}
+	before := map[string]containerRun{}
+	shims := map[string]int{}
+	for name := range pods {
+		before[name] = runOf(t, d, d.waitPod(name, 15*time.Second, podReady))
+		shims[name] = parentOf(before[name].pid)
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", shims[name])); exe != from.shim() {
+			t.Fatalf("%s's container runs under %d (%s), want a shim of %s", name, shims[name], exe, from.name)
+		}
+	}
+	if n := countKeepers(t, d); n != 0 {
+		t.Fatalf("%d keepers with process: {keeper: false}", n)
+	}
+	d.stop(sig)
+	d.bin = to.podvisor()
+	d.start()
+	for name, was := range before {
+		p := d.waitPod(name, 15*time.Second, podReady)
+		if now := runOf(t, d, p); now != was || parentOf(was.pid) != shims[name] {
+			t.Fatalf("%s after the update from %s to %s: %+v under %d, want the same container %+v under its shim %d",
+				name, from.name, to.name, now, parentOf(now.pid), was, shims[name])
+		}
+	}
+	if runs := readLines(filepath.Join(d.dir, "inited.init")); len(runs) != 1 {
+		t.Fatalf("the init container ran %d times, want once", len(runs))
+	}
+	// An old container that dies is seen through its old shim and
+	// restarted under a shim of the new version.
+	always := before["always"]
+	syscall.Kill(always.pid, syscall.SIGKILL)
+	p := d.waitPod("always", 15*time.Second, func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses[0]
+		return cs.RestartCount == 1 && cs.State.Running != nil
+	})
+	if last := p.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+		t.Fatalf("always's container killed under the old shim: %s", describePod(p))
+	}
+	restarted := waitForValue(t, 10*time.Second, "always's restarted container to write its pid", func() int {
+		return pidFrom(filepath.Join(d.dir, "always.pid"))
+	}, func(pid int) bool { return pid != always.pid && pid > 0 })
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", parentOf(restarted))); exe != to.shim() {
+		t.Fatalf("always's restarted container runs under %s, want a shim of %s", exe, to.name)
+	}
+	waitFor(t, fmt.Sprintf("always's old shim %d to exit", shims["always"]), func() bool { return exited(shims["always"]) })
+	for name := range pods {
+		d.remove(name + ".yaml")
+	}
+	for name := range pods {
+		d.waitGone(name, 20*time.Second)
+	}
+	for name, shim := range shims {
+		waitFor(t, fmt.Sprintf("%s's shim %d of %s to exit", name, shim, from.name), func() bool { return exited(shim) })
+	}
+}
