@@ -235,6 +235,11 @@ func updateProcessPods(t *testing.T, from, to release, sig syscall.Signal) {
 	if got := keeperPids(t, d); len(got) != 2 || !alive(oldKeeper) {
 		t.Fatalf("keepers: %v, want the old %d and the new %d", got, oldKeeper, newKeeper)
 	}
+	for _, name := range []string{"onfailure", "inited"} {
+		if now := runOf(t, d, d.waitPod(name, 5*time.Second, podReady)); now != before[name] {
+			t.Fatalf("%s once the new pod runs: %+v, want the same container %+v", name, now, before[name])
+		}
+	}
 	t.Logf("%s (keeper %d) to %s (keeper %d): containers %v kept", from.version, oldKeeper, to.version, newKeeper, before)
 
 	// An old container that dies is seen through the old keeper and
@@ -431,6 +436,9 @@ func updateContainerdPod(t *testing.T, from, to release, sig syscall.Signal) {
 		if seen[n] != 1 {
 			t.Fatalf("tick %d logged %d times across the update (ticks up to %d logged, %d before the switch)", n, seen[n], last, switched)
 		}
+	}
+	if p := d.waitPod("ticker", 5*time.Second, podReady); p.Status.ContainerStatuses[0].RestartCount != 0 || taskPid(t, ctrd.Address, id) != task {
+		t.Fatalf("ticker once its ticks were read: %s", describePod(p))
 	}
 	t.Logf("%s to %s: task %d kept, ticks 0..%d logged once each (%d before the switch)", from.version, to.version, task, last, switched)
 	d.remove("ticker.yaml")
