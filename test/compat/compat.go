@@ -74,16 +74,21 @@ const OverrideEnv = "PODVISOR_COMPAT_RELEASE"
 // bin/compat/<commit> already holds them.
 func Previous() (Release, error) {
 	repo := Repo()
-	ref := os.Getenv(OverrideEnv)
+	ref, source := os.Getenv(OverrideEnv), "$"+OverrideEnv
 	if ref == "" {
 		var err error
 		if ref, err = PreviousCommit(repo); err != nil {
 			return Release{}, err
 		}
+		source = "test/compat/previous-release"
 	} else if strings.HasPrefix(ref, "-") {
-		return Release{}, fmt.Errorf("$%s=%q is not a commit", OverrideEnv, ref)
+		return Release{}, fmt.Errorf("%s=%q is not a commit", source, ref)
 	}
-	return Build(repo, ref)
+	rel, err := Build(repo, ref)
+	if err != nil {
+		return rel, fmt.Errorf("%s: %w", source, err)
+	}
+	return rel, nil
 }
 
 // Build returns the binaries of commit ref of repo, built once into
@@ -94,7 +99,7 @@ func Build(repo, ref string) (Release, error) {
 	}
 	out, err := git(repo, "rev-parse", "--verify", "--quiet", ref+"^{commit}")
 	if err != nil {
-		return Release{}, fmt.Errorf("%w: commit %s (test/compat/previous-release) is not in %s's history: "+
+		return Release{}, fmt.Errorf("%w: commit %s is not in %s's history: "+
 			"a shallow clone? fetch the full history (git fetch --unshallow; actions/checkout fetch-depth: 0)", ErrUnavailable, ref, repo)
 	}
 	rel := Release{Commit: strings.TrimSpace(out)}

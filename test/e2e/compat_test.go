@@ -47,7 +47,9 @@ func previousAndCurrent(t *testing.T) (prev, cur release) {
 	previousOnce.Do(func() {
 		start := time.Now()
 		previousRel, previousErr = compat.Previous()
-		t.Logf("the previous release's binaries ready in %v", time.Since(start).Round(time.Millisecond))
+		if previousErr == nil {
+			t.Logf("the previous release's binaries (%s) ready in %v", previousRel.Dir, time.Since(start).Round(time.Millisecond))
+		}
 	})
 	if errors.Is(previousErr, compat.ErrUnavailable) {
 		prerequisite(t, "%v", previousErr)
