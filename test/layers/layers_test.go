@@ -82,7 +82,7 @@ var allowed = map[string][]string{
 	"vocabulary": {},
 	"sqldb":      {},
 	"kernel":     {},
-	"firmware":   {},
+	"firmware":   {"wire"}, // agent: release manifests and orders
 	"packaging":  {},
 	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "packaging", "firmware"},
 }
