@@ -299,3 +299,16 @@ func TestParseBounds(t *testing.T) {
 		}
 	}
 }
+
+// A firmware release has no architecture: every device may take it, and
+// its running bundle version comes from its reports, not its heartbeat.
+func TestFirmwareUpdateIgnoresArchitecture(t *testing.T) {
+	f := newFleet(t, 2, Spec{MaxUnavailable: "2"})
+	f.rel = Release{Kind: protocol.ReleaseFirmware, Version: "v1.2.0"}
+	f.devices["d000"].Arch = "riscv64"
+	f.devices["d001"].Arch = ""
+	f.devices["d000"].Running, f.devices["d001"].Running = "", ""
+	if got := f.pass(); len(got) != 2 {
+		t.Fatalf("ordered %v, want both devices", got)
+	}
+}
