@@ -198,7 +198,7 @@ func (c *cli) describe(args []string) error {
 	fmt.Fprintf(w, "Last seen:\t%s ago\n", ago(now, d.LastSeen))
 	fmt.Fprintf(w, "Version:\t%s\n", orNone(d.Version))
 	if u := d.Update; u != nil {
-		line := fmt.Sprintf("order %d: %s %s %s", u.Order, u.Kind, u.Version, updateColumn(u))
+		line := fmt.Sprintf("order %d (%s %s): %s", u.Order, u.Kind, u.Version, updateColumn(u))
 		if u.Previous != "" {
 			line += " (previous " + u.Previous + ")"
 		}

@@ -60,7 +60,12 @@ type Server struct {
 
 	mu      sync.Mutex
 	buckets map[string]*Bucket
-	pending map[string]int
+	// refusals bounds each device's refusals (16 a second, 32 at once):
+	// a device that floods bad fetches gets answers no faster, and the
+	// rest are dropped (a device asks again after its timeout).
+	refusals map[string]*Bucket
+	dropped  int64
+	pending  map[string]int
 	closed  bool
 	wg      sync.WaitGroup
 	// Sent counts the bytes of artifacts sent.
@@ -92,7 +97,7 @@ func New(cfg Config, src Source, send Sender, log *slog.Logger) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, src: src, send: send, log: log, work: make(chan job, cfg.Reads),
-		buckets: map[string]*Bucket{}, pending: map[string]int{}}
+		buckets: map[string]*Bucket{}, refusals: map[string]*Bucket{}, pending: map[string]int{}}
 	s.bufs.New = func() any { b := make([]byte, protocol.MaxChunkBytes); return &b }
 	for range cfg.Reads {
 		s.wg.Add(1)
@@ -219,6 +224,20 @@ func (s *Server) read(j job) {
 // refuse answers a fetch with the reason (bounded: a chunk header is
 // small).
 func (s *Server) refuse(device string, f protocol.Fetch, reason string) {
+	s.mu.Lock()
+	b := s.refusals[device]
+	if b == nil {
+		b = NewBucket(16, 32, s.cfg.Now())
+		s.refusals[device] = b
+	}
+	_, ok := b.Reserve(1, s.cfg.Now(), 0)
+	if !ok {
+		s.dropped++
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
 	if len(reason) > 512 {
 		reason = reason[:512]
 	}

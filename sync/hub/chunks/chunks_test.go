@@ -144,3 +144,23 @@ func TestBucket(t *testing.T) {
 		t.Fatalf("after a second: wait %v %v", w, ok)
 	}
 }
+
+// A device flooding bad fetches gets a burst of refusals, then none
+// until its refusal budget refills.
+func TestRefusalsAreBounded(t *testing.T) {
+	out := &sent{frames: map[string][][]byte{}, got: make(chan struct{}, 100)}
+	now := time.Unix(1000, 0)
+	s := New(Config{Now: func() time.Time { return now }}, source{"/nonexistent"}, out.send, slog.New(slog.DiscardHandler))
+	defer s.Close()
+	for range 100 {
+		s.Fetch("d2", fetch(3, sha, 0, 10))
+	}
+	if n := len(out.frames["d2"]); n != 32 {
+		t.Fatalf("%d refusals answered of 100 at once, want the burst of 32", n)
+	}
+	now = now.Add(time.Second)
+	s.Fetch("d2", fetch(3, sha, 0, 10))
+	if n := len(out.frames["d2"]); n != 33 {
+		t.Fatalf("a second later, %d refusals answered, want one more", n)
+	}
+}
