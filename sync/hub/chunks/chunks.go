@@ -66,8 +66,8 @@ type Server struct {
 	refusals map[string]*Bucket
 	dropped  int64
 	pending  map[string]int
-	closed  bool
-	wg      sync.WaitGroup
+	closed   bool
+	wg       sync.WaitGroup
 	// Sent counts the bytes of artifacts sent.
 	sent int64
 }
