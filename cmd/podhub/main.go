@@ -48,6 +48,7 @@ Usage:
   podhub [--data-dir DIR] update --version V (--device ID | --selector k=v) [--max-unavailable N|N%]
         [--failure-threshold N%] [--allow-downgrade] [--update-name NAME]
   podhub [--data-dir DIR] firmware update --name N --version V (--device ID | --selector k=v) [...as update]
+  podhub [--data-dir DIR] update status NAME [--watch=false] [--timeout D]
   podhub [--data-dir DIR] update pause|resume|abort NAME
   podhub [--data-dir DIR] get releases|updates [-o json|yaml]
   podhub [--data-dir DIR] describe release V [--name N] | describe update NAME
@@ -200,7 +201,8 @@ var synopses = map[string]string{
 	"release push":    "release push --version V --file PATH [--file PATH...] [--key FILE]",
 	"firmware":        "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE] | firmware update --name N --version V (--device ID | --selector k=v) [...]",
 	"firmware push":   "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE]",
-	"update":          "update --version V (--device ID | --selector k=v) [--max-unavailable N|N%] [--failure-threshold N%] [--allow-downgrade] | update pause|resume|abort NAME",
+	"update":          "update --version V (--device ID | --selector k=v) [--max-unavailable N|N%] [--failure-threshold N%] [--allow-downgrade] | update status|pause|resume|abort NAME",
+	"update status":   "update status NAME [--watch=false] [--timeout D]",
 	"firmware update": "firmware update --name N --version V (--device ID | --selector k=v) [--max-unavailable N|N%] [--failure-threshold N%] [--allow-downgrade]",
 	"version":         "version",
 }

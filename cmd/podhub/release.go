@@ -190,6 +190,9 @@ func (c *cli) update(args []string, kind string) error {
 	if kind == protocol.ReleaseFirmware {
 		what = "firmware update"
 	}
+	if len(args) > 0 && args[0] == "status" {
+		return c.updateStatus(args[1:])
+	}
 	if len(args) == 2 && (args[0] == "pause" || args[0] == "resume" || args[0] == "abort") {
 		var st updates.Status
 		if err := c.client().Do("POST", "/v1/updates/"+url.PathEscape(args[1])+"/"+args[0], nil, &st); err != nil {
@@ -235,6 +238,58 @@ func (c *cli) update(args []string, kind string) error {
 	fmt.Fprintf(c.out, "update/%s created: %s %s to %d device(s), at most %s at once (podhub describe update %s)\n",
 		spec.Name, spec.Release, spec.Version, len(spec.Targets), spec.MaxUnavailable, spec.Name)
 	return nil
+}
+
+// updateStatus prints an update's progress each time it changes until
+// it completes (exit 0), halts or is aborted (exit 1, with the reason),
+// or the timeout passes; as podhub rollout status does.
+func (c *cli) updateStatus(args []string) error {
+	fs := flag.NewFlagSet("update status", flag.ContinueOnError)
+	watch := fs.Bool("watch", true, "wait until the update finishes")
+	timeout := fs.Duration("timeout", 0, "how long to wait (0: for ever)")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: podhub update status NAME [--watch=false] [--timeout D]")
+	}
+	var deadline time.Time
+	if *timeout > 0 {
+		deadline = time.Now().Add(*timeout)
+	}
+	last := ""
+	for {
+		var u api.UpdateInfo
+		if err := c.client().Do("GET", "/v1/updates/"+url.PathEscape(pos[0]), nil, &u); err != nil {
+			return err
+		}
+		st := u.Status
+		switch st.Phase {
+		case updates.Halted, updates.Aborted:
+			return fmt.Errorf("update %s %s: %s", pos[0], strings.ToLower(st.Phase), st.Reason)
+		case updates.Complete:
+			msg := fmt.Sprintf("update %q complete: %d of %d devices run %s", pos[0], st.Done, st.Targets, u.Spec.Version)
+			if st.Failed > 0 {
+				msg += "; " + st.Reason
+			}
+			fmt.Fprintln(c.out, msg)
+			return nil
+		}
+		msg := fmt.Sprintf("Waiting for update %q to finish: %d of %d done, %d failed, %d in progress, %d waiting, %d offline%s\n",
+			pos[0], st.Done, st.Targets, st.Failed, st.InProgress, st.Waiting, st.Offline, map[bool]string{true: " (paused)"}[st.Phase == updates.Paused])
+		if msg != last {
+			fmt.Fprint(c.out, msg)
+			last = msg
+		}
+		if !*watch {
+			return nil
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return errors.New("timed out waiting for the condition")
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func (c *cli) getReleases(output string, now time.Time) error {

@@ -219,6 +219,12 @@ func TestPodhubUpdateInWavesAndHalt(t *testing.T) {
 		t.Errorf("%d devices ordered at the halt, %d after; status %+v", ordered, after, u.Status)
 	}
 	t.Logf("v1.2.0 halted after %d orders: %s", ordered, u.Status.Reason)
+	if out, code := h.cli("update", "status", "podvisor-v1.2.0"); code != 1 || !strings.Contains(out, "halted") {
+		t.Errorf("update status of a halted update: %d %s", code, out)
+	}
+	if out, code := h.cli("update", "status", "podvisor-v1.1.0"); code != 0 || !strings.Contains(out, "complete: 50 of 50 devices run v1.1.0") {
+		t.Errorf("update status of a complete update: %d %s", code, out)
+	}
 	devices = mustCLI(t, h, "get", "devices")
 	if !strings.Contains(devices, "RolledBack: simulated") {
 		t.Errorf("get devices shows no rollback:\n%s", devices)
