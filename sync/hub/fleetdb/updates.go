@@ -287,8 +287,15 @@ func (f *Fleet) NextOrderID(device string) (int64, error) {
 		COALESCE((SELECT json_extract(state, '$.order') FROM update_states WHERE device = ?), 0)`, device, device).Scan(&stored, &reported); err != nil {
 		return 0, err
 	}
+	if reported >= maxReportedOrder {
+		reported = 0 // a device's own claim cannot make its IDs overflow
+	}
 	return max(stored, reported) + 1, nil
 }
+
+// maxReportedOrder bounds the order ID a device's report may move the
+// next one to (2^53: exact in any JSON reader).
+const maxReportedOrder = 1 << 53
 
 // SaveOrder stores a device's newest order, replacing the one before; it
 // fails when the ID does not grow.

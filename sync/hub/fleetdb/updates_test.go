@@ -85,7 +85,7 @@ func TestReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
 }
 
 func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
-	f := testFleet(t, "d1")
+	f := testFleet(t, "d1", "d2")
 	t0 := time.UnixMilli(1700000000000)
 	id, err := f.NextOrderID("d1")
 	if err != nil || id != 1 {
@@ -133,6 +133,14 @@ func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	targets, err := f.UpdateTargets([]string{"d1", "missing"})
 	if err != nil || len(targets) != 1 || targets["d1"].Order != 1 || targets["d1"].OrderUpdate != "u1" || targets["d1"].State.Order != 7 {
 		t.Fatalf("targets: %+v, %v", targets, err)
+	}
+	// A device's claim of a huge order cannot make its next one overflow.
+	huge := protocol.UpdateState{Device: "d2", Order: 1<<63 - 1, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
+	if _, err := f.SaveUpdateState(&huge, t0); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := f.NextOrderID("d2"); id != 1 {
+		t.Fatalf("next order id after a report of order 2^63-1: %d, want 1", id)
 	}
 	os, err := f.AllOrders()
 	if err != nil || len(os) != 1 || string(os[0].Document) != "doc1" {
