@@ -215,10 +215,10 @@ func (s *Server) read(j job) {
 		s.refuse(j.device, j.fetch, "the hub could not read the artifact")
 		return
 	}
-	s.send(j.device, protocol.EncodeChunk(protocol.Chunk{Order: j.fetch.Order, SHA256: j.fetch.SHA256, Offset: j.fetch.Offset}, buf))
 	s.mu.Lock()
 	s.sent += int64(len(buf))
 	s.mu.Unlock()
+	s.send(j.device, protocol.EncodeChunk(protocol.Chunk{Order: j.fetch.Order, SHA256: j.fetch.SHA256, Offset: j.fetch.Offset}, buf))
 }
 
 // refuse answers a fetch with the reason (bounded: a chunk header is
