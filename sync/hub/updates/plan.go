@@ -312,7 +312,7 @@ func sameVersion(a, b string) bool {
 // haltReason names the failed devices (the first few) and their reasons.
 func haltReason(failed []DeviceStatus, verdicts, threshold, minimum int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d of %d devices with a verdict failed (%d%%), over the failure threshold of %d%% (judged from %d verdicts): ",
+	fmt.Fprintf(&b, "%d of %d devices with a verdict failed (%d%%), over the failure threshold of %d%% (judged once %d have one): ",
 		len(failed), verdicts, len(failed)*100/verdicts, threshold, minimum)
 	for i, f := range failed {
 		if i == 5 {
