@@ -62,3 +62,23 @@ func TestUpdateColumn(t *testing.T) {
 		}
 	}
 }
+
+func TestChunkConfigFromPodhubYAML(t *testing.T) {
+	var cfg config
+	cfg.Updates.ChunkRate, cfg.Updates.ChunkReads = "8Mi", 2
+	c, err := cfg.chunkConfig()
+	if err != nil || c.Rate != 8<<20 || c.Reads != 2 {
+		t.Fatalf("8Mi, 2 reads: %+v %v", c, err)
+	}
+	cfg.Updates.ChunkRate = "10"
+	if _, err := cfg.chunkConfig(); err == nil || !strings.Contains(err.Error(), "updates.chunkRate") {
+		t.Fatalf("a rate of 10 bytes/s: %v", err)
+	}
+	cfg.Updates.ChunkRate, cfg.Updates.ChunkReads = "", 100
+	if _, err := cfg.chunkConfig(); err == nil || !strings.Contains(err.Error(), "updates.chunkReads") {
+		t.Fatalf("100 reads: %v", err)
+	}
+	if c, err := (config{}).chunkConfig(); err != nil || c.Rate != 0 || c.Reads != 0 {
+		t.Fatalf("defaults (the chunk server's): %+v %v", c, err)
+	}
+}
