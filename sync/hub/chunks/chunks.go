@@ -64,7 +64,6 @@ type Server struct {
 	// a device that floods bad fetches gets answers no faster, and the
 	// rest are dropped (a device asks again after its timeout).
 	refusals map[string]*Bucket
-	dropped  int64
 	pending  map[string]int
 	closed   bool
 	wg       sync.WaitGroup
@@ -231,9 +230,6 @@ func (s *Server) refuse(device string, f protocol.Fetch, reason string) {
 		s.refusals[device] = b
 	}
 	_, ok := b.Reserve(1, s.cfg.Now(), 0)
-	if !ok {
-		s.dropped++
-	}
 	s.mu.Unlock()
 	if !ok {
 		return
