@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update clean
 
 all: build
 
@@ -220,6 +220,12 @@ bench: build
 # Only the DaemonSet rolling update over 10,000 simulated devices.
 bench-rollout: build
 	go run ./test/bench -bin bin/podvisor -rollout-only -rollout-devices 10000
+
+# A release of bin/'s binaries rolled out to 200 simulated devices in
+# waves of 10 %, each moving its artifacts through the broker in chunks:
+# wall time, bytes per device, podhub's CPU and RSS (docs/selfupdate.md).
+bench-update: build
+	go run ./test/bench -bin bin/podvisor -update-only -update-devices 200
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

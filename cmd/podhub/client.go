@@ -72,9 +72,17 @@ func (c *cli) delete(args []string) error {
 	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
 	device := fs.String("device", "", "the device")
 	ns := fs.String("n", "default", "namespace")
+	relName := fs.String("name", "podvisor", "release: the release's name (a firmware bundle's)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 2 && pos[0] == "release" {
+		if err := c.client().Do("DELETE", "/v1/releases/"+url.PathEscape(*relName)+"/"+url.PathEscape(pos[1]), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "release %s %s deleted\n", *relName, pos[1])
+		return nil
 	}
 	if len(pos) == 2 && pos[0] != "pod" {
 		return c.deleteWorkload(pos[0], pos[1], *ns)
@@ -121,9 +129,9 @@ func (c *cli) get(args []string) error {
 			return printObject(c, ds, *output)
 		}
 		w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(w, "NAME\tSTATUS\tPODS\tVERSION\tLAST-SEEN\tLABELS")
+		fmt.Fprintln(w, "NAME\tSTATUS\tPODS\tVERSION\tUPDATE\tLAST-SEEN\tLABELS")
 		for _, d := range ds {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, readiness(d), d.Pods, orNone(d.Version), ago(now, d.LastSeen), labelList(d.Labels))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, readiness(d), d.Pods, orNone(d.Version), updateColumn(d.Update), ago(now, d.LastSeen), labelList(d.Labels))
 		}
 		return w.Flush()
 	case "pods", "pod":
@@ -151,16 +159,27 @@ func (c *cli) get(args []string) error {
 	case "deployments", "deployment", "deploy", "daemonsets", "daemonset", "ds", "statefulsets", "statefulset", "sts",
 		"priorityclasses", "priorityclass", "pc", "poddisruptionbudgets", "poddisruptionbudget", "pdb":
 		return c.getWorkloads(pos[0], *output, now)
+	case "releases", "release":
+		return c.getReleases(*output, now)
+	case "updates", "update":
+		return c.getUpdates(*output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb, releases, updates)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {
 	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
 	ns := fs.String("n", "default", "namespace (deployment, daemonset, statefulset)")
+	relName := fs.String("name", "podvisor", "release: the release's name (a firmware bundle's)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 2 && pos[0] == "release" {
+		return c.describeRelease(*relName, pos[1])
+	}
+	if len(pos) == 2 && pos[0] == "update" {
+		return c.describeUpdate(pos[1], time.Now())
 	}
 	if len(pos) == 2 && pos[0] != "device" {
 		return c.describeWorkload(pos[0], pos[1], *ns)
@@ -178,6 +197,13 @@ func (c *cli) describe(args []string) error {
 	fmt.Fprintf(w, "Status:\t%s (%s)\n", readiness(d.Device), map[bool]string{true: "connected", false: "disconnected"}[d.Online])
 	fmt.Fprintf(w, "Last seen:\t%s ago\n", ago(now, d.LastSeen))
 	fmt.Fprintf(w, "Version:\t%s\n", orNone(d.Version))
+	if u := d.Update; u != nil {
+		line := fmt.Sprintf("order %d (%s %s): %s", u.Order, u.Kind, u.Version, updateColumn(u))
+		if u.Previous != "" {
+			line += " (previous " + u.Previous + ")"
+		}
+		fmt.Fprintf(w, "Update:\t%s, %s ago\n", line, ago(now, u.Time))
+	}
 	fmt.Fprintf(w, "Labels:\t%s\n", labelList(d.Labels))
 	fmt.Fprintf(w, "Desired:\tgeneration %d, %d pod(s)\n", d.Generation, len(d.Desired))
 	fmt.Fprintf(w, "Observed:\tgeneration %d\n", d.ObservedGeneration)

@@ -43,6 +43,16 @@ Usage:
   podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE]
         [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub [--data-dir DIR] fence device ID [--remove]
+  podhub [--data-dir DIR] release push --version V --file PATH [--file PATH...] [--key FILE]
+  podhub [--data-dir DIR] firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE]
+  podhub [--data-dir DIR] update --version V (--device ID | --selector k=v) [--max-unavailable N|N%]
+        [--failure-threshold N%] [--allow-downgrade] [--update-name NAME]
+  podhub [--data-dir DIR] firmware update --name N --version V (--device ID | --selector k=v) [...as update]
+  podhub [--data-dir DIR] update status NAME [--watch=false] [--timeout D]
+  podhub [--data-dir DIR] update pause|resume|abort NAME
+  podhub [--data-dir DIR] get releases|updates [-o json|yaml]
+  podhub [--data-dir DIR] describe release V [--name N] | describe update NAME
+  podhub [--data-dir DIR] delete release V [--name N]
   podhub version
 
 'podhub COMMAND --help' shows a command's flags. Errors are one line on
@@ -117,6 +127,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.rollout(args[1:])
 	case "fence":
 		return c.fence(args[1:])
+	case "release":
+		return c.release(args[1:])
+	case "firmware":
+		return c.firmware(args[1:])
+	case "update":
+		return c.update(args[1:], "agent")
 	case "device":
 		return c.device(args[1:])
 	case "version":
@@ -165,23 +181,30 @@ func globalDataDir(args []string) (string, []string, error) {
 
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
-	"init":          "init [--broker-name NAME[,NAME]]",
-	"serve":         "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]",
-	"device":        "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
-	"device add":    "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
-	"device revoke": "device revoke ID",
-	"apply":         "apply -f FILE [--device ID | --selector k=v[,k=v]]",
-	"delete":        "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE]",
-	"get":           "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb",
-	"describe":      "describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE]",
-	"label":         "label device ID k=v|k- ...",
-	"cordon":        "cordon device ID",
-	"uncordon":      "uncordon device ID",
-	"drain":         "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
-	"taint":         "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
-	"rollout":       "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
-	"fence":         "fence device ID [--remove]",
-	"version":       "version",
+	"init":            "init [--broker-name NAME[,NAME]]",
+	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]",
+	"device":          "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
+	"device add":      "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
+	"device revoke":   "device revoke ID",
+	"apply":           "apply -f FILE [--device ID | --selector k=v[,k=v]]",
+	"delete":          "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE] | delete release V [--name N]",
+	"get":             "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb|releases|updates",
+	"describe":        "describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE] | describe release V [--name N] | describe update NAME",
+	"label":           "label device ID k=v|k- ...",
+	"cordon":          "cordon device ID",
+	"uncordon":        "uncordon device ID",
+	"drain":           "drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]",
+	"taint":           "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
+	"rollout":         "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
+	"fence":           "fence device ID [--remove]",
+	"release":         "release push --version V --file PATH [--file PATH...] [--key FILE]",
+	"release push":    "release push --version V --file PATH [--file PATH...] [--key FILE]",
+	"firmware":        "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE] | firmware update --name N --version V (--device ID | --selector k=v) [...]",
+	"firmware push":   "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE]",
+	"update":          "update --version V (--device ID | --selector k=v) [--max-unavailable N|N%] [--failure-threshold N%] [--allow-downgrade] | update status|pause|resume|abort NAME",
+	"update status":   "update status NAME [--watch=false] [--timeout D]",
+	"firmware update": "firmware update --name N --version V (--device ID | --selector k=v) [--max-unavailable N|N%] [--failure-threshold N%] [--allow-downgrade]",
+	"version":         "version",
 }
 
 // helpRequest is what a command returns for --help.

@@ -15,10 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -45,6 +47,30 @@ type config struct {
 		Cert string `json:"cert,omitempty"`
 		Key  string `json:"key,omitempty"`
 	} `json:"tls"`
+	// Updates bounds the artifact transfers of updates (podhub update).
+	Updates struct {
+		// ChunkRate is each device's transfer rate, bytes a second (a
+		// quantity: 4Mi). Default 4Mi.
+		ChunkRate string `json:"chunkRate,omitempty"`
+		// ChunkReads bounds the artifact reads under way. Default 4.
+		ChunkReads int `json:"chunkReads,omitempty"`
+	} `json:"updates"`
+}
+
+// chunkConfig is the chunk server's bounds from podhub.yaml.
+func (cfg config) chunkConfig() (chunks.Config, error) {
+	out := chunks.Config{Reads: cfg.Updates.ChunkReads}
+	if cfg.Updates.ChunkRate != "" {
+		q, err := resource.ParseQuantity(cfg.Updates.ChunkRate)
+		if err != nil || q.Value() < 1<<10 {
+			return out, fmt.Errorf("podhub.yaml: updates.chunkRate %q: want a rate of at least 1Ki (bytes a second: 4Mi)", cfg.Updates.ChunkRate)
+		}
+		out.Rate = q.Value()
+	}
+	if out.Reads < 0 || out.Reads > 64 {
+		return out, fmt.Errorf("podhub.yaml: updates.chunkReads %d: want 1 to 64", out.Reads)
+	}
+	return out, nil
 }
 
 func (c *cli) pkiDir() string { return c.path("pki") }
@@ -94,7 +120,10 @@ func (c *cli) init(args []string) error {
 		"# listen on a public address (\"0.0.0.0:8883\") for devices on other hosts.\n" +
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
 		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
-		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n"
+		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n" +
+		"updates:\n" +
+		"  chunkRate: 4Mi        # each device's artifact transfer rate, bytes a second (podhub update)\n" +
+		"  chunkReads: 4         # artifact reads under way at once\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
@@ -146,7 +175,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout}
+	chunkCfg, err := cfg.chunkConfig()
+	if err != nil {
+		return err
+	}
+	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
+		ReleaseDir: c.path("releases"), Chunks: chunkCfg}
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@
 package hub
 
 import (
+	"crypto/ed25519"
 	"log/slog"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/releases"
+	"github.com/podvisor/podvisor/sync/hub/updates"
 )
 
 // Config is how the hub reaches the broker and signs, how long a device
@@ -27,13 +30,18 @@ type Hub struct {
 	*controllers.Scheduler
 	fleet     *fleetdb.Fleet
 	workloads *workloaddb.Store
+	// Updates drives the fleet's self-updates and firmware rollouts.
+	Updates *updates.Driver
+	cfg     Config
 }
 
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
-	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL())}
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), cfg: cfg}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
+	cfg.UpdateChanged = func() { h.Updates.Kick() }
 	h.Link = devicelink.New(cfg, fleet, log)
+	h.Updates = updates.NewDriver(fleet, h.Link, log, cfg.Now, cfg.DeviceTimeout)
 	h.Scheduler = controllers.New(controllers.Config{DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now},
 		fleet, h.workloads, h.Link, log)
 	return h
@@ -47,6 +55,7 @@ func (h *Hub) Start(wait time.Duration) error {
 		return err
 	}
 	h.Scheduler.Start()
+	h.Updates.Start()
 	return h.Link.Connect(wait)
 }
 
@@ -54,6 +63,7 @@ func (h *Hub) Start(wait time.Duration) error {
 func (h *Hub) Close() {
 	h.Link.Close()
 	h.Scheduler.Close()
+	h.Updates.Close()
 }
 
 // Workloads is the scheduler's tables of the hub's fleet.
@@ -61,5 +71,10 @@ func (h *Hub) Workloads() *workloaddb.Store { return h.workloads }
 
 // API is the hub's API, a device silent for timeout being NotReady.
 func (h *Hub) API(timeout time.Duration) *api.API {
-	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Timeout: timeout}
+	var pub ed25519.PublicKey
+	if h.cfg.Key != nil {
+		pub = h.cfg.Key.Public().(ed25519.PublicKey)
+	}
+	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Timeout: timeout,
+		HubKey: pub, Releases: releases.Store{Dir: h.cfg.ReleaseDir}, Updates: h.Updates}
 }

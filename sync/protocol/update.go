@@ -183,7 +183,7 @@ func (a Artifact) validate(kind string) error {
 		return errors.New("arch: a firmware bundle has none")
 	}
 	if a.Size <= 0 || a.Size > MaxArtifactBytes {
-		return fmt.Errorf("size %d: want 1 to %d bytes", a.Size, MaxArtifactBytes)
+		return fmt.Errorf("size %d: want 1 to %d bytes", a.Size, int64(MaxArtifactBytes))
 	}
 	if !validSHA256(a.SHA256) {
 		return fmt.Errorf("sha256 %q: want 64 lower-case hex digits", a.SHA256)
@@ -195,7 +195,7 @@ func (a Artifact) validate(kind string) error {
 		}
 	case "gzip":
 		if a.WireSize <= 0 || a.WireSize > MaxArtifactBytes {
-			return fmt.Errorf("wireSize %d: want 1 to %d bytes", a.WireSize, MaxArtifactBytes)
+			return fmt.Errorf("wireSize %d: want 1 to %d bytes", a.WireSize, int64(MaxArtifactBytes))
 		}
 		if !validSHA256(a.WireSHA256) {
 			return fmt.Errorf("wireSha256 %q: want 64 lower-case hex digits", a.WireSHA256)

@@ -61,6 +61,17 @@ func main() {
 		}
 		return
 	}
+	if *updateOnly {
+		if *updateDevices <= 0 {
+			fmt.Fprintln(os.Stderr, "bench: -update-only needs -update-devices > 0")
+			os.Exit(1)
+		}
+		if err := updateBench(*bin, *updateDevices); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *schedChild != "" || *schedOnly || *rolloutOnly {
 		if err := schedMain(*bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -99,6 +110,9 @@ func main() {
 	}
 	if err == nil {
 		err = rolloutBench(*bin, *rolloutDevices, *rolloutReadyAfter)
+	}
+	if err == nil {
+		err = updateBench(*bin, *updateDevices)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -6,6 +6,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,6 +24,8 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/releases"
+	"github.com/podvisor/podvisor/sync/hub/updates"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -39,6 +43,14 @@ type API struct {
 	Timeout time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// HubKey checks a pushed release signed with the hub's key; Releases
+	// keeps the artifacts' bytes; Updates drives the updates.
+	HubKey   ed25519.PublicKey
+	Releases releases.Store
+	Updates  *updates.Driver
+	// releasing serialises pushes with deletions, which prune the
+	// artifacts no release names.
+	releasing sync.Mutex
 }
 
 func (a *API) now() time.Time {
@@ -113,6 +125,7 @@ func (a *API) Handler() http.Handler {
 	})
 	a.workloadRoutes(mux)
 	a.disruptionRoutes(mux)
+	a.releaseRoutes(mux)
 	return mux
 }
 
@@ -246,14 +259,29 @@ func (a *API) ServeUnix(ctx context.Context, path string) error {
 }
 
 // Client calls a hub's API on its unix socket.
-type Client struct{ http *http.Client }
+type Client struct{ http, upload *http.Client }
 
 // NewClient is a client of the API at socket.
 func NewClient(socket string) *Client {
-	return &Client{http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}}
+	t := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}
+	// An upload (a release's artifacts) takes as long as its bytes do.
+	return &Client{http: &http.Client{Timeout: 30 * time.Second, Transport: t}, upload: &http.Client{Transport: t}}
+}
+
+// Upload posts a streamed body of contentType and decodes the reply.
+func (c *Client) Upload(path, contentType string, body io.Reader, into any) error {
+	req, err := http.NewRequest("POST", "http://podhub"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.upload.Do(req)
+	if err != nil {
+		return fmt.Errorf("podhub is not reachable (is podhub serve running with this --data-dir?): %w", err)
+	}
+	return decodeReply(resp, into)
 }
 
 // Do sends a request with an optional JSON body and decodes the reply.
@@ -274,6 +302,10 @@ func (c *Client) Do(method, path string, body, into any) error {
 	if err != nil {
 		return fmt.Errorf("podhub is not reachable (is podhub serve running with this --data-dir?): %w", err)
 	}
+	return decodeReply(resp, into)
+}
+
+func decodeReply(resp *http.Response, into any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		var e apiError

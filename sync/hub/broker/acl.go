@@ -15,6 +15,11 @@ import (
 const (
 	MaxRetainedAckBytes      = protocol.MaxMessageBytes
 	MaxRetainedPresenceBytes = 4 << 10
+	// An update report (retained) is a phase, a percent, a reason of at
+	// most 1 KiB and a few versions; a fetch names a hash, an offset and
+	// a length.
+	MaxRetainedUpdateStateBytes = 4 << 10
+	MaxFetchBytes               = 1 << 10
 )
 
 // ACL decides what each authenticated identity may do on the topic
@@ -24,8 +29,10 @@ const (
 // and the MQTT client ID must equal it.
 //
 // A device may publish only its reports (ack, status, heartbeat,
-// presence; only ack and presence retained) and subscribe to, or be sent,
-// only its desired document, its status receipts and the hub's presence.
+// presence, update-state, fetch; only ack, presence and update-state
+// retained) and subscribe to, or be sent, only its desired document, its
+// status receipts, its update order, its artifact chunks and the hub's
+// presence.
 // The hub may do anything under the prefix. Nobody may use wildcards
 // except the hub, nor topics outside the prefix.
 type ACL struct{ Topics protocol.Topics }
@@ -63,10 +70,15 @@ func (a ACL) CheckPublish(identity, topic string, retain bool, size int) error {
 	}
 	limit := protocol.MaxMessageBytes
 	switch kind {
-	case protocol.KindStatus, protocol.KindHeartbeat:
+	case protocol.KindStatus, protocol.KindHeartbeat, protocol.KindFetch:
 		if retain {
 			return fmt.Errorf("device %s may not retain messages on topic %q", identity, topic)
 		}
+		if kind == protocol.KindFetch {
+			limit = MaxFetchBytes
+		}
+	case protocol.KindUpdateState:
+		limit = MaxRetainedUpdateStateBytes
 	case protocol.KindAck:
 		limit = MaxRetainedAckBytes
 	case protocol.KindPresence:
@@ -90,7 +102,8 @@ func (a ACL) CheckRead(identity, filter string) error {
 		return nil
 	}
 	switch filter {
-	case a.Topics.Device(identity, protocol.KindDesired), a.Topics.Device(identity, protocol.KindStatusAck), a.Topics.HubPresence():
+	case a.Topics.Device(identity, protocol.KindDesired), a.Topics.Device(identity, protocol.KindStatusAck), a.Topics.HubPresence(),
+		a.Topics.Device(identity, protocol.KindUpdate), a.Topics.Device(identity, protocol.KindChunk):
 		return nil
 	}
 	return fmt.Errorf("device %s may not read topic %q", identity, filter)

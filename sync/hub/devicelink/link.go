@@ -23,7 +23,9 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/releases"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/throttle"
 )
@@ -49,6 +51,14 @@ type Config struct {
 	// Changed is called after a report that may change what the
 	// scheduler reads (the scheduler's Reschedule); default none.
 	Changed func()
+	// UpdateChanged is called after a report that may move an update (an
+	// update report, a presence, a heartbeat with another version); the
+	// update driver's Kick. Default none.
+	UpdateChanged func()
+	// ReleaseDir holds the releases' artifacts (releases.Store), which the
+	// chunk server sends; Chunks bounds it. No ReleaseDir: no chunk server.
+	ReleaseDir string
+	Chunks     chunks.Config
 }
 
 // Link serves the fleet over MQTT. Its messages are handled one at a time
@@ -72,6 +82,12 @@ type Link struct {
 	// seen is each device's heartbeat as the scheduler reads it, so that
 	// only a heartbeat that changes it asks for a pass.
 	seen sync.Map
+	// versions are the devices' running versions as last heard, so a
+	// heartbeat with another asks the update driver for a pass.
+	versions sync.Map
+	orders   orders
+	releases releases.Store
+	chunks   *chunks.Server
 }
 
 // New makes a link; Connect connects it.
@@ -88,8 +104,14 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	if cfg.Changed == nil {
 		cfg.Changed = func() {}
 	}
+	if cfg.UpdateChanged == nil {
+		cfg.UpdateChanged = func() {}
+	}
 	h := &Link{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, fleet: fleet, log: log, now: cfg.Now,
-		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{})}
+		refused: throttle.New(10, time.Minute, nil), done: make(chan struct{}), releases: releases.Store{Dir: cfg.ReleaseDir}}
+	if cfg.ReleaseDir != "" {
+		h.chunks = chunks.New(cfg.Chunks, h, h.sendChunk, log)
+	}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
@@ -124,6 +146,9 @@ func (h *Link) Connect(wait time.Duration) error {
 // Close disconnects.
 func (h *Link) Close() {
 	h.client.Disconnect(500)
+	if h.chunks != nil {
+		h.chunks.Close()
+	}
 	select {
 	case <-h.done:
 	default:
@@ -162,8 +187,12 @@ func (h *Link) onConnect(c mqtt.Client) {
 				dup, err := h.fleet.SavePresence(dev, p, h.now())
 				h.duplicate(dev, dup)
 				h.cfg.Changed()
+				h.cfg.UpdateChanged()
 				return err
 			}),
+		protocol.KindUpdateState: report(h, "update state", protocol.DecodeUpdateState,
+			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState),
+		protocol.KindFetch: h.fetchHandler,
 	} {
 		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
@@ -186,7 +215,8 @@ func (h *Link) onConnect(c mqtt.Client) {
 		c.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
 	}
 	h.updating.Unlock()
-	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs))
+	orders := h.publishOrders(c)
+	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs), "updateOrders", orders)
 }
 
 // device parses a report's topic, logging what is wrong with it.
@@ -257,6 +287,9 @@ func (h *Link) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 		// a pass (a stale device is found by the scheduler's timer).
 		if fp := schedFingerprint(hb); h.seenChanged(dev, fp) {
 			h.cfg.Changed()
+		}
+		if old, ok := h.versions.Swap(dev, hb.Version); !ok || old != hb.Version {
+			h.cfg.UpdateChanged()
 		}
 		epoch, seq, cerr := h.fleet.Cursor(dev)
 		if cerr != nil {

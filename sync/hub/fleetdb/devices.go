@@ -44,6 +44,9 @@ type Device struct {
 	// FencedAt is when the operator fenced the device (podhub fence
 	// device); nil when it is not fenced.
 	FencedAt *time.Time `json:"fencedAt,omitempty"`
+	// Update is the device's newest report on an update order (podhub
+	// update), nil before its first.
+	Update *protocol.UpdateState `json:"update,omitempty"`
 }
 
 // DefaultDeviceTimeout is how long a device may be silent and still be
@@ -62,7 +65,8 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		d.instance, d.prev_instance, d.duplicate_until, d.fenced_at,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
-		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0)
+		COALESCE((SELECT observed FROM acks WHERE device = d.id), 0),
+		(SELECT state FROM update_states WHERE device = d.id)
 		FROM devices d WHERE ? = '' OR d.id = ? ORDER BY d.id`, id, id)
 	if err != nil {
 		return nil, err
@@ -71,11 +75,11 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	var out []Device
 	for rows.Next() {
 		var d Device
-		var labels, own, node, net []byte
+		var labels, own, node, net, update []byte
 		var lastSeen, dupUntil, fencedAt int64
 		var instance, prev string
 		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &instance, &prev, &dupUntil, &fencedAt,
-			&d.Pods, &d.Generation, &d.ObservedGeneration); err != nil {
+			&d.Pods, &d.Generation, &d.ObservedGeneration, &update); err != nil {
 			return nil, err
 		}
 		d.Labels = map[string]string{}
@@ -91,6 +95,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		if len(net) > 0 {
 			d.Net = &protocol.NetSummary{}
 			json.Unmarshal(net, d.Net)
+		}
+		if len(update) > 0 {
+			d.Update = &protocol.UpdateState{}
+			json.Unmarshal(update, d.Update)
 		}
 		if lastSeen > 0 {
 			d.LastSeen = time.UnixMilli(lastSeen)

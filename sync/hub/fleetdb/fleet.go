@@ -53,6 +53,9 @@ var fleetMigrations = []string{fleetSchema1,
 	`ALTER TABLE devices ADD COLUMN fenced_at INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE devices ADD COLUMN fence BLOB NOT NULL DEFAULT '[]';
 	ALTER TABLE devices ADD COLUMN fence_generation INTEGER NOT NULL DEFAULT 0;`,
+	// Self-update and firmware rollouts (podhub release push, podhub
+	// update): releases, updates, each device's newest order and report.
+	updateTables,
 }
 
 var fleetSchema1 = `
