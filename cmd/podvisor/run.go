@@ -73,6 +73,11 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	if err := launch(conf, args); err != nil {
 		return err
 	}
+	// A slot's podvisor is the release the hub ordered: it reports that
+	// version, whatever its build was stamped with.
+	if rel := agent.RunningRelease(conf.DataDir); rel != "" {
+		version = rel
+	}
 	opts, err := daemonOptions(conf)
 	if err != nil {
 		return err

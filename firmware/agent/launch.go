@@ -207,3 +207,19 @@ func Relaunch(args []string) error {
 	err := syscall.Exec(path, append([]string{path}, args...), os.Environ())
 	return fmt.Errorf("executing the launcher %s: %w", path, err)
 }
+
+// RunningRelease is the release version of the slot this process runs
+// from ("" when it runs from no slot: the packaged binary). The daemon
+// reports it rather than its build stamp: the operator named and signed
+// these bytes with it, and an update counts a device done by it.
+func RunningRelease(dataDir string) string {
+	self, err := Self()
+	if err != nil {
+		return ""
+	}
+	cur, err := NewLayout(dataDir).Linked("current")
+	if err != nil || cur == nil || !sameFile(self, cur.Binary()) {
+		return ""
+	}
+	return cur.Record.Version
+}
