@@ -22,8 +22,8 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	a.mu.Lock()
 	a.heard = a.now()
 	a.mu.Unlock()
-	if ack.Beat != 0 {
-		a.lease.answer(ack.Beat)
+	if ack.Beat != 0 && a.lease.answer(ack.Beat) {
+		a.beatAnswered()
 	}
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
