@@ -105,6 +105,8 @@ type Agent struct {
 
 	mu     sync.Mutex
 	client mqtt.Client // of the current connection (a new one each time)
+	// clientReady is closed when client's Connect is over (onConnect).
+	clientReady chan struct{}
 	// applied is the generation in force, floor the newest ever applied
 	// from this hub (kept outside state.db); pending is the newest
 	// document received and not yet applied: a newer one supersedes it,
@@ -122,9 +124,11 @@ type Agent struct {
 	now func() time.Time
 	// lease is the self-fencing leases' side of the link (lease.go).
 	lease leaseLink
-	// connWake is closed at the next connection (downloads ask again);
-	// downloads are the chunk queues of the downloads under way.
+	// connWake is closed at the next connection (downloads ask again),
+	// connSeq numbers the connections; downloads are the chunk queues of
+	// the downloads under way.
 	connWake  chan struct{}
+	connSeq   uint64
 	downloads map[fetchKey]chan chunkMsg
 
 	// The self-update side (update.go, fetch.go).
@@ -308,10 +312,13 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		old := a.client
 		a.client = mqtt.NewClient(a.opts)
 		c := a.client
+		ready := make(chan struct{})
+		a.clientReady = ready
 		a.mu.Unlock()
 		old.Disconnect(0)
 		tok := c.Connect()
 		tok.Wait()
+		close(ready)
 		if err := tok.Error(); err != nil {
 			wait := jitter(delay)
 			a.log.Warn("cannot reach the hub; retrying", "broker", a.cfg.Broker, "err", err, "in", wait.Round(time.Millisecond))
@@ -368,9 +375,17 @@ func jitter(d time.Duration) time.Duration {
 // another client with this ID (a takeover, a cloned device) may have
 // dropped the subscriptions, and the retained document is read again.
 func (a *Agent) onConnect(c mqtt.Client) {
-	if a.current() != c {
+	a.mu.Lock()
+	cur, ready := a.client, a.clientReady
+	a.mu.Unlock()
+	if cur != c {
 		return // a connection already replaced
 	}
+	// paho calls this as the connection comes up and then resumes the
+	// session's stored packets on its own goroutine; a publish or
+	// subscribe made before that resume is over races with it (it sets
+	// the DUP flag of a packet being written). Connect ends after it.
+	<-ready
 	id := a.cfg.DeviceID
 	subs := map[string]mqtt.MessageHandler{
 		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
@@ -398,6 +413,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.mu.Lock()
 	a.connected, a.heard = true, a.now()
 	a.win.rewind(a.now())
+	a.connSeq++
 	close(a.connWake)
 	a.connWake = make(chan struct{})
 	a.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -77,18 +78,21 @@ func (a *Agent) refuseChunk(topic string, err error) {
 	}
 }
 
-// connectedNext is closed at the next connection, once its subscriptions
-// are in place.
-func (a *Agent) connectedNext() <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.connWake
+// link is the hub link as downloads see it: up once the connection's
+// subscriptions are in place, the connection's number, and a channel
+// closed at the next connection.
+func (a *Agent) link() (up bool, seq uint64, next <-chan struct{}) {
+	up, seq, next, _ = a.linkClient()
+	return
 }
 
-func (a *Agent) isConnected() bool {
+// linkClient is link with the connection's client: one that is up, never
+// one still connecting (paho races with itself resending what was
+// published while it connected).
+func (a *Agent) linkClient() (up bool, seq uint64, next <-chan struct{}, c mqtt.Client) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.connected
+	return a.connected, a.connSeq, a.connWake, a.client
 }
 
 // Download writes the transfer bytes of artifact art of order (encoded
@@ -103,8 +107,8 @@ func (a *Agent) Download(ctx context.Context, order int64, art protocol.Artifact
 	if order < 1 {
 		return fmt.Errorf("download %s: order %d, must be 1 or more", art.Name, order)
 	}
-	if _, err := hex.DecodeString(sha); err != nil || len(sha) != 64 {
-		return fmt.Errorf("download %s: sha256 %q is not 64 hex digits", art.Name, sha)
+	if _, err := hex.DecodeString(sha); err != nil || len(sha) != 64 || strings.ToLower(sha) != sha {
+		return fmt.Errorf("download %s: sha256 %q is not 64 lower-case hex digits", art.Name, sha)
 	}
 	if size <= 0 || size > protocol.MaxArtifactBytes {
 		return fmt.Errorf("download %s: size %d out of range", art.Name, size)
@@ -137,10 +141,15 @@ func (a *Agent) Download(ctx context.Context, order int64, art protocol.Artifact
 	if err := fx.run(ctx); err != nil {
 		return fmt.Errorf("download %s (order %d): %w", art.Name, order, err)
 	}
-	if got := hex.EncodeToString(fx.h.Sum(nil)); got != sha {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("download %s: %w", art.Name, err)
+	}
+	if got := hex.EncodeToString(fx.h.Sum(nil)); got != sha || fi.Size() != size {
 		f.Close()
 		os.Remove(dest)
-		return fmt.Errorf("download %s (order %d): the %d bytes received have sha256 %s, want %s; discarded", art.Name, order, size, got, sha)
+		return fmt.Errorf("download %s (order %d): the %d bytes received (%d in the file) have sha256 %s, want %d bytes with sha256 %s; discarded",
+			art.Name, order, fx.done, fi.Size(), got, size, sha)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("download %s: %w", art.Name, err)
@@ -150,9 +159,11 @@ func (a *Agent) Download(ctx context.Context, order int64, art protocol.Artifact
 
 // request is a Fetch outstanding.
 type request struct {
+	offset   int64
 	length   int
-	tries    int // sent this many times while connected
-	deadline time.Time
+	tries    int       // sent this many times, a reconnection's not counted
+	conn     uint64    // the connection it was last sent on (0: not sent)
+	deadline time.Time // for its answer (zero: not sent, waits for the link)
 }
 
 // fetcher is one download's state: requests go out in order, a window at
@@ -202,8 +213,7 @@ func (fx *fetcher) resume() error {
 }
 
 func (fx *fetcher) run(ctx context.Context) error {
-	cfg := fx.a.cfg
-	reconnected := fx.a.connectedNext()
+	_, _, reconnected := fx.a.link()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	if fx.progress != nil {
@@ -217,13 +227,15 @@ func (fx *fetcher) run(ctx context.Context) error {
 			fx.f.Sync() // what is written is kept for a resume
 			return ctx.Err()
 		case <-reconnected:
-			// Requests outstanding at the break are lost with it (a new
-			// client, a clean start): ask again, not counted as tries.
-			reconnected = fx.a.connectedNext()
-			now := time.Now()
-			for off, r := range fx.pending {
-				r.deadline = now.Add(cfg.FetchTimeout)
-				fx.send(off, r.length)
+			// Requests sent on an earlier connection may be lost with it
+			// (a new client; the answer may have come while none was
+			// subscribed): ask again, not counted as tries.
+			var seq uint64
+			_, seq, reconnected = fx.a.link()
+			for _, r := range fx.pending {
+				if r.conn != seq {
+					fx.send(r, fx.a.cfg.FetchTimeout, false)
+				}
 			}
 		case <-timer.C:
 			if err := fx.timeouts(); err != nil {
@@ -242,19 +254,30 @@ func (fx *fetcher) run(ctx context.Context) error {
 func (fx *fetcher) fill() {
 	for len(fx.pending)+len(fx.got) < fx.a.cfg.FetchWindow && fx.next < fx.size {
 		n := int(min(int64(protocol.MaxChunkBytes), fx.size-fx.next))
-		r := &request{length: n, tries: 1, deadline: time.Now().Add(fx.a.cfg.FetchTimeout)}
+		r := &request{offset: fx.next, length: n}
 		fx.pending[fx.next] = r
-		fx.send(fx.next, n)
+		fx.send(r, fx.a.cfg.FetchTimeout, false)
 		fx.next += int64(n)
 	}
 }
 
-// send publishes a request without waiting for the broker: an answer, or
-// its absence, is what counts.
-func (fx *fetcher) send(off int64, n int) {
+// send publishes a request, to be answered within wait, without waiting
+// for the broker: an answer, or its absence, is what counts. While the
+// link is down nothing is sent; the next connection sends it. Only a
+// first send and a retry after a timeout count as tries.
+func (fx *fetcher) send(r *request, wait time.Duration, retry bool) {
 	a := fx.a
-	a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindFetch), 1, false,
-		protocol.Encode(&protocol.Fetch{Order: fx.order, SHA256: fx.sha, Offset: off, Length: n}))
+	up, seq, _, c := a.linkClient()
+	if !up {
+		r.conn, r.deadline = 0, time.Time{}
+		return
+	}
+	r.conn, r.deadline = seq, time.Now().Add(wait)
+	if retry || r.tries == 0 {
+		r.tries++
+	}
+	c.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindFetch), 1, false,
+		protocol.Encode(&protocol.Fetch{Order: fx.order, SHA256: fx.sha, Offset: r.offset, Length: r.length}))
 }
 
 // arm sets the timer to the earliest deadline outstanding.
@@ -276,28 +299,27 @@ func (fx *fetcher) arm(t *time.Timer) {
 }
 
 // timeouts asks again for the parts not answered in time, waiting twice
-// as long each time; after FetchTries the download fails. While the link
-// is down nothing is counted and no timer runs: the reconnection asks
-// again (a download waits for it, or for its context).
+// as long each time; after FetchTries the download fails. A request sent
+// on an earlier connection is not counted: the reconnection asks again,
+// and while the link is down no timer runs (a download waits for the
+// link, or for its context).
 func (fx *fetcher) timeouts() error {
 	cfg := fx.a.cfg
 	now := time.Now()
-	up := fx.a.isConnected()
-	for off, r := range fx.pending {
+	up, seq, _ := fx.a.link()
+	for _, r := range fx.pending {
 		if r.deadline.IsZero() || r.deadline.After(now) {
 			continue
 		}
-		if !up {
-			r.deadline = time.Time{} // the reconnection asks again
+		if !up || r.conn != seq {
+			r.deadline = time.Time{}
 			continue
 		}
 		if r.tries >= cfg.FetchTries {
-			return fmt.Errorf("no answer from the hub for bytes %d-%d after %d requests", off, off+int64(r.length), r.tries)
+			return fmt.Errorf("no answer from the hub for bytes %d-%d after %d requests", r.offset, r.offset+int64(r.length), r.tries)
 		}
-		r.tries++
-		r.deadline = now.Add(min(cfg.FetchTimeout<<(r.tries-1), 8*cfg.FetchTimeout))
-		fx.a.log.Debug("asking again for a chunk", "artifact", fx.name, "offset", off, "try", r.tries)
-		fx.send(off, r.length)
+		fx.a.log.Debug("asking again for a chunk", "artifact", fx.name, "offset", r.offset, "try", r.tries+1)
+		fx.send(r, min(cfg.FetchTimeout<<r.tries, 8*cfg.FetchTimeout), true)
 	}
 	return nil
 }

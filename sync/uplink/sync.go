@@ -121,6 +121,12 @@ func (a *Agent) drain(stop <-chan struct{}) {
 			if n := a.refusedAcks.Flush(); n > 0 {
 				a.log.Warn("refused more status receipts", "count", n, "total", a.refusedAcks.Total())
 			}
+			if n := a.refusedOrders.Flush(); n > 0 {
+				a.log.Warn("refused more update orders", "count", n, "total", a.refusedOrders.Total())
+			}
+			if n := a.refusedChunks.Flush(); n > 0 {
+				a.log.Warn("refused more chunks", "count", n, "total", a.refusedChunks.Total())
+			}
 			if v.newEpoch {
 				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
 			}

@@ -114,8 +114,10 @@ func (a *Agent) onUpdate(_ mqtt.Client, m mqtt.Message) {
 		return
 	}
 	newest := o.ID > stored || o.ID == stored && !handed
-	if pending != nil && o.ID <= pending.ID {
-		newest = false
+	seen := stored
+	if pending != nil {
+		newest = newest && o.ID > pending.ID
+		seen = max(seen, pending.ID)
 	}
 	if newest {
 		a.ord.pending = o
@@ -124,9 +126,8 @@ func (a *Agent) onUpdate(_ mqtt.Client, m mqtt.Message) {
 	switch {
 	case newest:
 		poke(a.ord.wake)
-	case o.ID < stored:
-		a.log.Warn("refused an update order", "topic", m.Topic(), "order", o.ID,
-			"err", fmt.Sprintf("order %d is older than order %d, handed to the updater before (%s beside state.db)", o.ID, stored, orderFile))
+	case o.ID < seen:
+		a.logRefusedOrder(m.Topic(), fmt.Errorf("order %d is older than order %d (the newest handed to the updater is kept in %s beside state.db)", o.ID, seen, orderFile))
 	default:
 		// The current order again (the retained one at a reconnect).
 		a.log.Debug("update order already handed out", "order", o.ID)
@@ -138,6 +139,18 @@ func (a *Agent) onUpdate(_ mqtt.Client, m mqtt.Message) {
 // the reason, so the hub sees why. An older ID is not reported: its
 // report would replace the current order's.
 func (a *Agent) refuseOrder(topic string, payload []byte, stored int64, err error) {
+	a.logRefusedOrder(topic, err)
+	p := peekOrder(payload)
+	if p.Device != a.cfg.DeviceID || p.ID < 1 || p.ID <= stored {
+		return
+	}
+	a.Report(protocol.UpdateState{Order: p.ID, Kind: p.kind, Version: p.version, Phase: protocol.UpdateFailed,
+		Reason: fmt.Sprintf("update order %d refused: %v", p.ID, err)})
+}
+
+// logRefusedOrder logs the first few refusals of each minute, and then
+// how many more.
+func (a *Agent) logRefusedOrder(topic string, err error) {
 	log, suppressed := a.refusedOrders.Note()
 	if suppressed > 0 {
 		a.log.Warn("refused more update orders", "topic", topic, "count", suppressed, "total", a.refusedOrders.Total())
@@ -145,12 +158,6 @@ func (a *Agent) refuseOrder(topic string, payload []byte, stored int64, err erro
 	if log {
 		a.log.Warn("refused an update order", "topic", topic, "err", err)
 	}
-	p := peekOrder(payload)
-	if p.Device != a.cfg.DeviceID || p.ID < 1 || p.ID <= stored {
-		return
-	}
-	a.Report(protocol.UpdateState{Order: p.ID, Kind: p.kind, Version: p.version, Phase: protocol.UpdateFailed,
-		Reason: fmt.Sprintf("update order %d refused: %v", p.ID, err)})
 }
 
 // peeked is what an order that did not verify says of itself, for its
@@ -293,7 +300,10 @@ func (a *Agent) publishReportLocked(now time.Time) {
 		a.rep.timer.Stop()
 		a.rep.timer = nil
 	}
-	a.current().Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindUpdateState), 1, true, protocol.Encode(s))
+	// While the link is down the next connection publishes it.
+	if up, _, _, c := a.linkClient(); up {
+		c.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindUpdateState), 1, true, protocol.Encode(s))
+	}
 }
 
 // clip cuts s to at most n bytes at a character boundary.
