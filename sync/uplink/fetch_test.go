@@ -436,6 +436,50 @@ func TestDownloadAcrossReconnectAndCancel(t *testing.T) {
 	}
 }
 
+// The broker restarts mid-download (it keeps nothing): the device
+// reconnects, asks again for what is outstanding, and what the new
+// broker lost before the hub was back is asked again after the timeout.
+func TestDownloadAcrossBrokerRestart(t *testing.T) {
+	tb := startBroker(t)
+	file := randomBytes(8*protocol.MaxChunkBytes, 6)
+	r := newResponder(t, tb.addr, file)
+	held := make(chan struct{})
+	var holdOnce sync.Once
+	r.setAnswer(func(n int, f *protocol.Fetch, c *protocol.Chunk, data []byte) ([]byte, bool) {
+		if n > 2 {
+			holdOnce.Do(func() { close(held) })
+			return nil, false
+		}
+		return protocol.EncodeChunk(*c, data), true
+	})
+	a := startDevice(t, tb.addr, t.TempDir(), func(c *uplink.Config) { c.FetchTimeout = 500 * time.Millisecond })
+	dest := filepath.Join(t.TempDir(), "podvisor.part")
+	errc := make(chan error, 1)
+	go func() { _, err := download(t, a, context.Background(), 1, artifactOf(file), dest); errc <- err }()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not within 20s: the third fetch")
+	}
+	tb.b.Close()
+	tb.start()
+	r2 := newResponder(t, tb.addr, file)
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("not within 30s: the download completing after the broker's restart")
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, file) {
+		t.Fatal("the file differs from the artifact")
+	}
+	if len(r2.log()) == 0 {
+		t.Fatal("nothing asked of the restarted broker")
+	}
+}
+
 // BenchmarkDownload20MiB measures a 20 MiB artifact through the
 // embedded broker on loopback, with the default window and chunk size:
 //
