@@ -164,6 +164,10 @@ type request struct {
 	tries    int       // sent this many times, a reconnection's not counted
 	conn     uint64    // the connection it was last sent on (0: not sent)
 	deadline time.Time // for its answer (zero: not sent, waits for the link)
+	// busy counts the hub's "ask again" answers; busyWait: the deadline
+	// is when to ask again, not an answer's.
+	busy     int
+	busyWait bool
 }
 
 // fetcher is one download's state: requests go out in order, a window at
@@ -315,6 +319,11 @@ func (fx *fetcher) timeouts() error {
 			r.deadline = time.Time{}
 			continue
 		}
+		if r.busyWait {
+			r.busyWait = false
+			fx.send(r, cfg.FetchTimeout, false)
+			continue
+		}
 		if r.tries >= cfg.FetchTries {
 			return fmt.Errorf("no answer from the hub for bytes %d-%d after %d requests", r.offset, r.offset+int64(r.length), r.tries)
 		}
@@ -324,13 +333,29 @@ func (fx *fetcher) timeouts() error {
 	return nil
 }
 
-// take checks an answer and writes what is in order.
+// take checks an answer and writes what is in order. An error from the
+// hub ends the download, unless it says to ask again (a refusal the hub
+// calls transient: over the device's rate, its queue full).
 func (fx *fetcher) take(m chunkMsg) error {
 	c := m.c
-	if c.Error != "" {
-		return fmt.Errorf("hub: %s", c.Error)
-	}
 	r, ok := fx.pending[c.Offset]
+	if c.Error != "" {
+		if !strings.Contains(c.Error, "ask again") {
+			return fmt.Errorf("hub: %s", c.Error)
+		}
+		// The hub is busy (over the device's rate, its queue full):
+		// asked again later, not counted as a try, but not forever.
+		if !ok || r.busyWait {
+			return nil // of a request asked again since
+		}
+		r.busy++
+		if r.busy > 4*fx.a.cfg.FetchTries {
+			return fmt.Errorf("hub: %s (%d times for bytes %d-%d)", c.Error, r.busy, r.offset, r.offset+int64(r.length))
+		}
+		r.busyWait = true
+		r.deadline = time.Now().Add(min(fx.a.cfg.FetchTimeout/10<<(r.busy-1), 8*fx.a.cfg.FetchTimeout))
+		return nil
+	}
 	switch {
 	case !ok && (c.Offset < fx.done || fx.got[c.Offset] != nil):
 		return nil // a duplicate (an answer to a request asked again)
