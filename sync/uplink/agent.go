@@ -53,6 +53,18 @@ type Config struct {
 	// Instance names this installation (default: made once and kept
 	// beside state.db).
 	Instance string
+	// OnUpdateOrder receives the hub's update orders that verify with
+	// HubKey (never unsigned ones), newest ID only, each once; after a
+	// restart the retained order whose ID was handed out last comes once
+	// more (update.go). It runs on its own goroutine, one at a time; nil:
+	// the device takes no orders.
+	OnUpdateOrder func(*protocol.Order)
+	// FetchWindow bounds the chunk requests outstanding in a download
+	// (default 4); a request unanswered for FetchTimeout (default 10 s,
+	// doubling) is sent again, FetchTries times in all (default 6).
+	FetchWindow  int
+	FetchTimeout time.Duration
+	FetchTries   int
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -93,6 +105,8 @@ type Agent struct {
 
 	mu     sync.Mutex
 	client mqtt.Client // of the current connection (a new one each time)
+	// clientReady is closed when client's Connect is over (onConnect).
+	clientReady chan struct{}
 	// applied is the generation in force, floor the newest ever applied
 	// from this hub (kept outside state.db); pending is the newest
 	// document received and not yet applied: a newer one supersedes it,
@@ -110,6 +124,19 @@ type Agent struct {
 	now func() time.Time
 	// lease is the self-fencing leases' side of the link (lease.go).
 	lease leaseLink
+	// connWake is closed at the next connection (downloads ask again),
+	// connSeq numbers the connections; downloads are the chunk queues of
+	// the downloads under way.
+	connWake  chan struct{}
+	connSeq   uint64
+	downloads map[fetchKey]chan chunkMsg
+
+	// The self-update side (update.go, fetch.go).
+	ord                          orders
+	rep                          reports
+	hubReached                   chan struct{}
+	reachedOnce                  sync.Once
+	refusedOrders, refusedChunks *throttle.Counter
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -143,6 +170,15 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	if cfg.ResendAfter <= 0 {
 		cfg.ResendAfter = 30 * time.Second
 	}
+	if cfg.FetchWindow <= 0 {
+		cfg.FetchWindow = defaultFetchWindow
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = defaultFetchTimeout
+	}
+	if cfg.FetchTries <= 0 {
+		cfg.FetchTries = defaultFetchTries
+	}
 	// The hub keeps only a device's own labels; say so once here rather
 	// than have every heartbeat refused there.
 	own := map[string]string{}
@@ -164,10 +200,18 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
 		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
 		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil),
-		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now}
+		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now,
+		connWake: make(chan struct{}), downloads: map[fetchKey]chan chunkMsg{},
+		ord: orders{wake: make(chan struct{}, 1)}, rep: reports{gate: reportGate{every: reportEvery}},
+		hubReached:    make(chan struct{}),
+		refusedOrders: throttle.New(5, time.Minute, nil), refusedChunks: throttle.New(5, time.Minute, nil)}
 	a.lease.init()
 	if cfg.HubKey != nil {
 		a.keyID = protocol.KeyID(cfg.HubKey)
+	}
+	if a.ord.stored, err = loadOrderID(st.Dir(), a.keyID); err != nil {
+		// Not fatal: the hub's retained order is its newest.
+		log.Error("the newest update order handed out is unreadable; an older one may be handed out again", "err", err)
 	}
 	if a.floor, err = loadFloor(st.Dir(), a.keyID); err != nil {
 		// Not fatal: the stored document's generation still guards.
@@ -254,6 +298,9 @@ func (a *Agent) Run(stop <-chan struct{}) {
 	wg.Go(func() { a.heartbeats(stop) })
 	wg.Go(func() { a.applyDesired(stop) })
 	wg.Go(func() { a.renewals(stop) })
+	if a.cfg.OnUpdateOrder != nil {
+		wg.Go(func() { a.handOrders(stop) })
+	}
 	delay := a.cfg.BackoffMin
 	for {
 		// A new client for every connection: paho's state machine, after
@@ -265,10 +312,13 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		old := a.client
 		a.client = mqtt.NewClient(a.opts)
 		c := a.client
+		ready := make(chan struct{})
+		a.clientReady = ready
 		a.mu.Unlock()
 		old.Disconnect(0)
 		tok := c.Connect()
 		tok.Wait()
+		close(ready)
 		if err := tok.Error(); err != nil {
 			wait := jitter(delay)
 			a.log.Warn("cannot reach the hub; retrying", "broker", a.cfg.Broker, "err", err, "in", wait.Round(time.Millisecond))
@@ -325,14 +375,26 @@ func jitter(d time.Duration) time.Duration {
 // another client with this ID (a takeover, a cloned device) may have
 // dropped the subscriptions, and the retained document is read again.
 func (a *Agent) onConnect(c mqtt.Client) {
-	if a.current() != c {
+	a.mu.Lock()
+	cur, ready := a.client, a.clientReady
+	a.mu.Unlock()
+	if cur != c {
 		return // a connection already replaced
 	}
+	// paho calls this as the connection comes up and then resumes the
+	// session's stored packets on its own goroutine; a publish or
+	// subscribe made before that resume is over races with it (it sets
+	// the DUP flag of a packet being written). Connect ends after it.
+	<-ready
 	id := a.cfg.DeviceID
 	subs := map[string]mqtt.MessageHandler{
 		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
 		a.topics.Device(id, protocol.KindStatusAck): a.onStatusAck,
 		a.topics.HubPresence():                      a.onHubPresence,
+		a.topics.Device(id, protocol.KindChunk):     a.onChunk,
+	}
+	if a.cfg.OnUpdateOrder != nil {
+		subs[a.topics.Device(id, protocol.KindUpdate)] = a.onUpdate
 	}
 	// A new connection: the leases wait for its desired document, which
 	// comes retained with the subscription.
@@ -351,7 +413,11 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.mu.Lock()
 	a.connected, a.heard = true, a.now()
 	a.win.rewind(a.now())
+	a.connSeq++
+	close(a.connWake)
+	a.connWake = make(chan struct{})
 	a.mu.Unlock()
+	a.republishReport()
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()
 	poke(a.beat)
@@ -368,6 +434,12 @@ func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
 		a.onStatusAck(c, m)
 	case a.topics.HubPresence():
 		a.onHubPresence(c, m)
+	case a.topics.Device(id, protocol.KindChunk):
+		a.onChunk(c, m)
+	case a.topics.Device(id, protocol.KindUpdate):
+		if a.cfg.OnUpdateOrder != nil {
+			a.onUpdate(c, m)
+		}
 	}
 }
 

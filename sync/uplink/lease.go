@@ -94,8 +94,9 @@ func (l *leaseLink) beat(now time.Time) uint64 {
 	return n
 }
 
-// answer takes the hub's receipt of heartbeat n.
-func (l *leaseLink) answer(n uint64) {
+// answer takes the hub's receipt of heartbeat n; false when this run
+// sent no heartbeat n (or its receipt came already).
+func (l *leaseLink) answer(n uint64) bool {
 	l.mu.Lock()
 	at, ok := l.sent[n]
 	if ok {
@@ -108,6 +109,7 @@ func (l *leaseLink) answer(n uint64) {
 	if ok {
 		l.poke()
 	}
+	return ok
 }
 
 // current is the connection now (documents are tagged with it).

@@ -22,8 +22,8 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	a.mu.Lock()
 	a.heard = a.now()
 	a.mu.Unlock()
-	if ack.Beat != 0 {
-		a.lease.answer(ack.Beat)
+	if ack.Beat != 0 && a.lease.answer(ack.Beat) {
+		a.beatAnswered()
 	}
 	if ack.Epoch != a.store.Epoch() {
 		return // a receipt for an outbox this device no longer has
@@ -120,6 +120,12 @@ func (a *Agent) drain(stop <-chan struct{}) {
 			}
 			if n := a.refusedAcks.Flush(); n > 0 {
 				a.log.Warn("refused more status receipts", "count", n, "total", a.refusedAcks.Total())
+			}
+			if n := a.refusedOrders.Flush(); n > 0 {
+				a.log.Warn("refused more update orders", "count", n, "total", a.refusedOrders.Total())
+			}
+			if n := a.refusedChunks.Flush(); n > 0 {
+				a.log.Warn("refused more chunks", "count", n, "total", a.refusedChunks.Total())
 			}
 			if v.newEpoch {
 				a.newEpoch("the hub's receipts name sequence numbers this outbox never sent")
