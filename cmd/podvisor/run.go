@@ -173,7 +173,8 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 	if err := d.OpenState(); err != nil {
 		return err
 	}
-	closeHub, err := attachUplink(conf.Hub, conf.NodeName, conf.DataDir, d.Assignments(), log)
+	relay := &orderRelay{}
+	hub, closeHub, err := attachUplink(conf.Hub, conf.NodeName, conf.DataDir, d.Assignments(), relay.take, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
@@ -184,9 +185,11 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 	defer endRun()
 	var restarting atomic.Bool
 	restart := func() { restarting.Store(true); d.Restart(); endRun() }
-	if _, err := startUpdater(runCtx, conf, d, restart, log); err != nil {
+	u, err := startUpdater(runCtx, conf, d, hub, restart, log)
+	if err != nil {
 		return err
 	}
+	relay.attach(runCtx, u)
 	drainOnShutdown(ctx, d.API(), supervisor.ShutdownTime(conf), log)
 	go releaseAfterStartup(ctx, d.Supervising(), log)
 	runErr := d.Run(runCtx)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/uplink"
 )
 
 // errRelaunch ends runDaemon for a restart into another version: the
@@ -65,11 +67,11 @@ func releaseKey(conf *config.Config) (ed25519.PublicKey, error) {
 // a rollback that brought this version back, the commit gate of a version
 // on trial, and the orders. restart ends the daemon for the launcher.
 //
-// The hub connection (sync/uplink) is the updater's Transport and hands
-// it the verified orders (Updater.Order); its first heartbeat receipt is
-// the gate's HubReached. Until they are joined, the updater has no
-// transport: it reports to the log, and its gate does not wait for a hub.
-func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon, restart func(), log *slog.Logger) (*agent.Updater, error) {
+// The hub connection (sync/uplink; nil without a hub) is the updater's
+// Transport and hands it the verified orders (through an orderRelay); its
+// first heartbeat receipt is the gate's HubReached. Without a hub the
+// updater reports to the log, and its gate does not wait for one.
+func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon, hub *uplink.Agent, restart func(), log *slog.Logger) (*agent.Updater, error) {
 	key, err := releaseKey(conf)
 	if err != nil {
 		return nil, err
@@ -89,8 +91,13 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 	if drv != nil {
 		opts.Driver = installer{drv}
 	}
+	signals := agent.GateSignals{Ready: d.Ready()}
+	if hub != nil {
+		opts.Transport = hub
+		signals.HubReached = hub.HubReached()
+	}
 	u := agent.New(opts)
-	u.Start(ctx, agent.GateSignals{Ready: d.Ready()})
+	u.Start(ctx, signals)
 	if drv != nil {
 		go confirmFirmware(ctx, drv, d.Ready(), conf.Firmware.CommitDeadline.Duration, u, log.With("component", "firmware"))
 	}
@@ -173,4 +180,37 @@ func containersOf(pods []*v1.Pod) []agent.Container {
 		}
 	}
 	return out
+}
+
+// orderRelay hands the hub's update orders to the updater, which starts
+// after the hub's agent (it needs it as its transport): the newest order
+// received before then waits for it.
+type orderRelay struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	u       *agent.Updater
+	pending *protocol.Order
+}
+
+func (r *orderRelay) take(o *protocol.Order) {
+	r.mu.Lock()
+	u, ctx := r.u, r.ctx
+	if u == nil {
+		r.pending = o
+	}
+	r.mu.Unlock()
+	if u != nil {
+		u.Order(ctx, o)
+	}
+}
+
+func (r *orderRelay) attach(ctx context.Context, u *agent.Updater) {
+	r.mu.Lock()
+	r.ctx, r.u = ctx, u
+	o := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if o != nil {
+		u.Order(ctx, o)
+	}
 }

@@ -20,26 +20,29 @@ import (
 // it before the daemon runs): the hub's agent attaches to the daemon's
 // Assignments and keeps its tables in the daemon's state database. The
 // returned function detaches it.
-func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignments, log *slog.Logger) (func(), error) {
+//
+// The hub's update orders go to orders; the agent returned (nil without a
+// hub) is the updater's transport.
+func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignments, orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
 	cfg := uplink.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
-		Username: hc.Username, Version: version, Labels: hc.Labels}
+		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders}
 	if cfg.DeviceID == "" {
 		cfg.DeviceID = nodeName
 	}
 	if hc.Key != "" {
 		pub, err := readHubKey(hc.Key)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.HubKey = pub
 	}
 	if hc.PasswordFile != "" {
 		pw, err := os.ReadFile(hc.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("hub passwordFile: %w", err)
+			return nil, nil, fmt.Errorf("hub passwordFile: %w", err)
 		}
 		cfg.Password = strings.TrimSpace(string(pw))
 	}
@@ -47,22 +50,22 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.TLS = t
 	}
 	limits := store.Limits{Rows: hc.Outbox.MaxRows, Bytes: hc.Outbox.MaxBytes.Value()}
 	st, err := store.Open(filepath.Join(dataDir, "state.db"), limits)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	stop, err := uplink.Attach(cfg, st, d, log.With("component", "hub"))
+	a, stop, err := uplink.AttachAgent(cfg, st, d, log.With("component", "hub"))
 	if err != nil {
 		st.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
-	return func() { stop(); st.Close() }, nil
+	return a, func() { stop(); st.Close() }, nil
 }
 
 // readHubKey reads the hub's ed25519 public key, hub.pub from podhub init.

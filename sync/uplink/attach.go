@@ -16,9 +16,16 @@ import (
 // agent keeps the hub connection and mirrors the daemon's status stream
 // until stop, which waits for both.
 func Attach(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Logger) (stop func(), err error) {
+	_, stop, err = AttachAgent(cfg, st, d, log)
+	return stop, err
+}
+
+// AttachAgent is Attach, and returns the agent too: the daemon's updater
+// downloads and reports through it (Download, Report, HubReached).
+func AttachAgent(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Logger) (*Agent, func(), error) {
 	a, err := New(cfg, st, d, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	gen, pods, fence, err := a.Stored()
 	if err != nil {
@@ -31,5 +38,5 @@ func Attach(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Log
 	wg.Go(func() { a.Run(done) })
 	wg.Go(func() { a.Mirror(d, done) })
 	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }, nil
+	return a, func() { once.Do(func() { close(done); wg.Wait() }) }, nil
 }
