@@ -23,6 +23,32 @@ type Schema struct {
 	// migration's transaction.
 	Version    func(db *sql.DB) (int, error)
 	SetVersion func(tx *sql.Tx, v int) error
+	// Additive names the migrations (by the version they bring, from 1)
+	// that only add what an older release ignores: a table it never
+	// reads, a column with a default that it never names. An older
+	// podvisor still runs on a database they changed, which a
+	// self-update's rollback needs. Every other migration raises the
+	// schema's floor: the number of migrations a release must know to
+	// open the database at all.
+	Additive map[int]bool
+}
+
+// The floors, by schema name, live beside the schemas' own versions.
+const floorTable = `CREATE TABLE IF NOT EXISTS schema_floor (name TEXT PRIMARY KEY, floor INTEGER NOT NULL)`
+
+// floor is the schema's floor; a database without one (written before
+// floors were kept) has its version as its floor.
+func (s Schema) floor(db *sql.DB, version int) (int, error) {
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_floor'`).Scan(&n); err != nil || n == 0 {
+		return version, err
+	}
+	var floor int
+	err := db.QueryRow(`SELECT floor FROM schema_floor WHERE name = ?`, s.Name).Scan(&floor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return version, nil
+	}
+	return floor, err
 }
 
 // Migrate applies the schema's pending migrations, each in its own
@@ -33,7 +59,14 @@ func Migrate(db *sql.DB, s Schema) error {
 		return err
 	}
 	if version > len(s.Migrations) {
-		return fmt.Errorf("%s schema version %d is newer than this podvisor (%d): %w", s.Name, version, len(s.Migrations), ErrNewerSchema)
+		floor, err := s.floor(db, version)
+		if err != nil {
+			return err
+		}
+		if floor <= len(s.Migrations) {
+			return nil // a newer release only added what this one ignores
+		}
+		return fmt.Errorf("%s schema version %d is newer than this podvisor (%d; it needs %d): %w", s.Name, version, len(s.Migrations), floor, ErrNewerSchema)
 	}
 	for v := version; v < len(s.Migrations); v++ {
 		tx, err := db.Begin()
@@ -47,6 +80,16 @@ func Migrate(db *sql.DB, s Schema) error {
 		if err := s.SetVersion(tx, v+1); err != nil {
 			tx.Rollback()
 			return err
+		}
+		if !s.Additive[v+1] {
+			if _, err := tx.Exec(floorTable); err != nil {
+				tx.Rollback()
+				return err
+			}
+			if _, err := tx.Exec(`INSERT INTO schema_floor (name, floor) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET floor = excluded.floor`, s.Name, v+1); err != nil {
+				tx.Rollback()
+				return err
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return err

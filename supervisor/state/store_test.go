@@ -71,7 +71,16 @@ func TestRefusesNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A newer release whose migrations were only additive: this one
+	// runs on (a self-update's rollback needs it).
 	s.db.Exec(`PRAGMA user_version = 99`)
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatalf("a database a newer podvisor only added to: %v", err)
+	}
+	// One of its migrations was not: refused.
+	s.db.Exec(`UPDATE schema_floor SET floor = 99 WHERE name = 'state'`)
 	s.Close()
 	if _, err := Open(path); err == nil {
 		t.Fatal("opened a database from a newer podvisor")
@@ -85,6 +94,7 @@ func TestNewerSchemaIsRefusedNotMovedAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.db.Exec(`PRAGMA user_version = 99`)
+	s.db.Exec(`UPDATE schema_floor SET floor = 99 WHERE name = 'state'`)
 	s.Close()
 	if _, err := OpenOrReplace(path, slog.New(slog.DiscardHandler)); !errors.Is(err, sqldb.ErrNewerSchema) {
 		t.Fatalf("err = %v, want ErrNewerSchema", err)
