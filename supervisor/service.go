@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -40,9 +41,12 @@ type serviceManager struct {
 	// version and the drain; the line is looked at again only when it
 	// moved, so a step that changed nothing wakes nothing.
 	seen struct {
-		version  uint64
-		draining bool
+		version    uint64
+		draining   bool
+		generation int64
 	}
+	// hub is the hub connection, set by HubLink (nil: no hub attached).
+	hub *sdnotify.Hub
 }
 
 func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
@@ -89,8 +93,9 @@ func (d *Daemon) tellService(next time.Time) time.Time {
 		return next
 	}
 	_, version, _ := d.view.Pods()
-	if draining := d.protector.Draining(); version != m.seen.version || draining != m.seen.draining {
-		m.seen.version, m.seen.draining = version, draining
+	draining, generation := d.protector.Draining(), d.hubGeneration()
+	if version != m.seen.version || draining != m.seen.draining || generation != m.seen.generation {
+		m.seen.version, m.seen.draining, m.seen.generation = version, draining, generation
 		m.plan.Changed()
 	}
 	m.tell(d.now(), d.serviceFacts)
@@ -179,10 +184,44 @@ func (d *Daemon) stopping() {
 	d.service.tell(d.now(), d.serviceFacts)
 }
 
+// HubLink implements Assignments: the connection's state goes to the
+// status line from the loop, at once (the uplink calls it at each change).
+func (h hubSide) HubLink(connected bool, since time.Time) {
+	if h.d.service.plan == nil {
+		return // no service manager to tell (set once, in New)
+	}
+	for {
+		err := h.d.inbox.do(func() error {
+			h.d.service.hub = &sdnotify.Hub{Connected: connected, Since: since}
+			h.d.service.plan.Changed()
+			return nil
+		})
+		if err == nil || errors.Is(err, errStopped) {
+			return
+		}
+	}
+}
+
+// hubGeneration is the hub's desired document in force (0: none, or no
+// hub): the generation of the last document the daemon took.
+func (d *Daemon) hubGeneration() int64 {
+	if !d.desired.HubAttached() {
+		return 0
+	}
+	return d.desired.FenceGeneration() // every document sets it, fence or not
+}
+
 // serviceFacts counts the published pods for the status line.
 func (d *Daemon) serviceFacts() sdnotify.Facts {
 	pods, _, _ := d.view.Pods()
 	f := sdnotify.Facts{Draining: d.protector.Draining()}
+	if d.service.hub != nil {
+		h := *d.service.hub
+		h.Generation = d.hubGeneration()
+		f.Hub = &h
+	} else if d.desired.HubAttached() {
+		f.Hub = &sdnotify.Hub{Generation: d.hubGeneration()} // connecting
+	}
 	for _, p := range pods {
 		switch {
 		case p.Status.Reason == podview.StatusInvalid && p.UID == "":
