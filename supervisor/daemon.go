@@ -173,6 +173,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("podvisor running", "manifests", d.cfg.Manifests, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	d.inbox.startSupervising()
 	d.supervising()
+	d.armTestStall(ctx) // test builds only
 	d.loop(ctx, manifests, nil)
 	d.stopping()
 	if d.cfg.StopPodsOnExit && !d.restarting.Load() {

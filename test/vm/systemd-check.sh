@@ -130,22 +130,58 @@ started=$(echo "$after" | grep -n -m1 'Started podvisor' | cut -d: -f1)
   ok "after the restart, systemd saw podvisor started (READY) only after it adopted its pods" ||
   fail "restart: adopted at line ${adopted:-none}, started at ${started:-none} of: $(echo "$after" | head -30)"
 
-# The watchdog: a daemon whose loop no longer runs (here: stopped) is
-# ended by systemd (SIGABRT, which prints every goroutine's stack) and
-# restarted within WatchdogSec=30; the pods run on and are adopted.
+# The watchdog: a daemon whose loop is wedged, the process otherwise alive
+# (its API's goroutines run on), stops pinging; systemd ends it (SIGABRT,
+# which prints every goroutine's stack) and restarts it; the pods run on
+# and are adopted. The test build (-tags podvisor_teststall) blocks its
+# loop on SIGUSR2: it replaces /usr/bin/podvisor, and a drop-in lowers the
+# packaged unit's WatchdogSec=30 to 10 s so the check takes seconds; the
+# rest of the unit is the packaged one.
+mkdir -p /etc/systemd/system/podvisor.service.d
+printf '[Service]\nWatchdogSec=10\n' > /etc/systemd/system/podvisor.service.d/watchdog-test.conf
+cp /usr/local/lib/podvisor-teststall/podvisor /usr/bin/podvisor.new && mv /usr/bin/podvisor.new /usr/bin/podvisor
+systemctl daemon-reload
+systemctl restart podvisor # returns at READY; SIGTERM left the pods running
+[ "$(systemctl show -P WatchdogUSec podvisor)" = 10s ] && ok "test build running under the packaged unit, WatchdogSec=10 by drop-in" ||
+  fail "watchdog drop-in: $(systemctl show -p WatchdogUSec,ActiveState podvisor)"
 main=$(systemctl show -P MainPID podvisor)
-before=$(pid_of low)
-kill -STOP "$main"
+restarts=$(systemctl show -P NRestarts podvisor)
+low_before=$before high_before=$(pid_of high) # low's: checked after the kill -9 above
+until_ok 20 ready ctr || fail "ctr not ready after the restart: $(podvisor get pods 2>&1)"
+stalled=$(date +%s)
+kill -USR2 "$main"
+sleep 0.5
+# Wedged, not stopped: the API's goroutines answer from the published
+# view (get pods), what needs the loop (get node) waits.
+timeout 3 podvisor get pods >/dev/null 2>&1 && ! timeout 2 podvisor get node >/dev/null 2>&1 &&
+  ok "stalled: $main answers get pods, not get node (its loop)" || fail "stall: get pods and get node of $main: $(timeout 2 podvisor get node 2>&1 | head -3)"
 newmain() { m=$(systemctl show -P MainPID podvisor); [ "$m" != 0 ] && [ "$m" != "$main" ] && systemctl is-active --quiet podvisor; }
-until_ok 90 newmain && journalctl -u podvisor --no-pager | grep -q 'Watchdog timeout' &&
-  ok "the watchdog restarted the stopped daemon ($main, now $(systemctl show -P MainPID podvisor))" ||
+until_ok 60 newmain && ok "the watchdog restarted the stalled daemon ($main, now $(systemctl show -P MainPID podvisor)) $(( $(date +%s) - stalled )) s after the stall" ||
   fail "watchdog: $(systemctl show -p MainPID,ActiveState,StatusText podvisor; journalctl -u podvisor --no-pager | tail -15)"
-journalctl -u podvisor -o cat --no-pager | grep -q '^SIGABRT: abort' && ok "the ended daemon's goroutines are in the journal" ||
-  fail "no goroutine dump in the journal"
-until_ok 20 running low && [ "$(pid_of low)" = "$before" ] && until_ok 20 ready ctr &&
+# The ended daemon's stack reaches the journal through its pipe, maybe
+# after systemd's own lines.
+until_ok 10 sh -c "journalctl -u podvisor -o cat --no-pager --since @$stalled | grep -q '^SIGABRT: abort'"
+log=$(journalctl -u podvisor -o cat --no-pager --since "@$stalled")
+echo "$log" | grep -q 'test build: SIGUSR2 stalls the loop' || fail "no stall logged: $(echo "$log" | head -5)"
+timedout=$(echo "$log" | grep -n -m1 'Watchdog timeout' | cut -d: -f1)
+echo "$log" | grep -q "Killing process $main (podvisor) with signal SIGABRT" && echo "$log" | grep -q '^SIGABRT: abort' &&
+  ok "systemd logged the watchdog timeout, ended $main with SIGABRT, its goroutines are in the journal" ||
+  fail "watchdog kill not in the journal: $(echo "$log" | grep -v '^goroutine\|^\s\|^$' | head -20)"
+echo "$log" | grep -E 'Watchdog timeout|with signal SIGABRT|Main process exited|restart counter|Started podvisor' | sed 's/^/VM:   systemd: /'
+started=$(echo "$log" | grep -n 'Started podvisor' | tail -1 | cut -d: -f1)
+[ -n "$timedout" ] && [ -n "$started" ] && [ "$started" -gt "$timedout" ] && [ "$(systemctl show -P NRestarts podvisor)" = $((restarts + 1)) ] &&
+  ok "restarted by systemd (NRestarts $restarts -> $(systemctl show -P NRestarts podvisor)) and READY again" ||
+  fail "restart: timeout at line ${timedout:-none}, started at ${started:-none}; $(systemctl show -p NRestarts,ActiveState podvisor)"
+until_ok 20 running low && [ "$(pid_of low)" = "$low_before" ] && [ "$(pid_of high)" = "$high_before" ] && until_ok 20 ready ctr &&
   [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
-  ok "after the watchdog's restart, low ($before) and ctr run on, adopted" ||
-  fail "after the watchdog's restart: low $(pid_of low) (was $before); $(podvisor get pods 2>&1)"
+  ok "after the watchdog's restart, low ($low_before), high ($high_before) and ctr run on, adopted" ||
+  fail "after the watchdog's restart: low $(pid_of low) (was $low_before), high $(pid_of high) (was $high_before); $(podvisor get pods 2>&1)"
+until_ok 5 statustext '^running [0-9]+ pods( \(.*\))?$' && ok "status again: $(systemctl show -P StatusText podvisor)" ||
+  fail "status after the watchdog's restart: $(systemctl show -p StatusText podvisor)"
+echo "VM: $(systemctl show -p StatusText,NRestarts,MainPID podvisor | tr '\n' ' ')"
+# The shutdown below runs under the packaged unit's watchdog.
+rm /etc/systemd/system/podvisor.service.d/watchdog-test.conf
+systemctl daemon-reload
 # The containerd pods go before the shutdown check, which is about low and high.
 rm /etc/podvisor/manifests/ctr.yaml /etc/podvisor/manifests/ctrhog.yaml
 until_ok 30 sh -c '! podvisor get pods | grep -q ctr' && ! systemctl is-active --quiet "podvisor-$ctrid.scope" &&
