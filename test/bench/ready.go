@@ -261,7 +261,7 @@ func (r *readyRun) cleanup() {
 	if err := r.stopDaemon(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 	}
-	if _, _, err := r.start(false, "--stop-pods-on-exit"); err != nil {
+	if _, _, err := r.start(true, "--stop-pods-on-exit"); err != nil { // READY: every pod adopted, to stop
 		fmt.Fprintln(os.Stderr, "bench: cleaning up the pods:", err)
 	}
 	if err := r.stopDaemon(); err != nil {

@@ -22,7 +22,8 @@
 # BIN_DIR holds podvisor, podvisor-shim and podvisor-containerd;
 # IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1;
 # TESTSTALL-PODVISOR is podvisor built with -tags podvisor_teststall
-# (make teststall-bin), which the watchdog check swaps in.
+# (make teststall-bin), which replaces /usr/bin/podvisor for the daemons
+# systemd restarts from the kill -9 check on.
 # Needs debootstrap, qemu-system-x86, cpio, containerd and runc. The root file system is
 # debootstrapped once (about a minute) and cached in $PODVISOR_VM_CACHE
 # (default ~/.cache/podvisor-vm).
