@@ -51,7 +51,8 @@ type Assignments interface {
 	Stats() ([]api.PodStats, error)
 	// HubLink says how the hub connection stands, at each change:
 	// connected or not since since (zero: no attempt has failed yet).
-	// The service's status line tells it (service.go).
+	// The service's status line tells it (service.go); it returns at
+	// once, before Run too.
 	HubLink(connected bool, since time.Time)
 }
 

@@ -231,6 +231,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		case <-d.protector.Recheck():
 			d.protectNode(d.protector.Look(ctx, pressure.WakeRecheck, d.machine))
 		case <-d.protector.DrainTimer():
+		case <-d.service.linkWake(): // the hub link changed: tellService sends it
 		case <-wake.C:
 		}
 	}

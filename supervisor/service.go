@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -44,16 +43,39 @@ type serviceManager struct {
 		version    uint64
 		draining   bool
 		generation int64
+		link       hubLink
 	}
-	// hub is the hub connection, set by HubLink (nil: no hub attached).
-	hub *sdnotify.Hub
+	// link is the hub connection as the uplink last told it (HubLink, on
+	// its own goroutine); linked wakes the loop to look at it.
+	linkMu sync.Mutex
+	link   hubLink
+	linked chan struct{}
 }
+
+// hubLink is the hub connection's state: told is false until the uplink
+// says anything (no hub, or not yet).
+type hubLink struct {
+	told, connected bool
+	since           time.Time
+}
+
+// hubLink returns the link as last told.
+func (m *serviceManager) hubLink() hubLink {
+	m.linkMu.Lock()
+	defer m.linkMu.Unlock()
+	return m.link
+}
+
+// linkWake is what the loop waits on for the hub link's changes (nil
+// without a service manager: never ready).
+func (m *serviceManager) linkWake() <-chan struct{} { return m.linked }
 
 func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
 	if s == nil {
 		return &serviceManager{ready: make(chan struct{})}
 	}
-	return &serviceManager{ready: make(chan struct{}), plan: sdnotify.New(s.Watchdog), socket: s, log: log}
+	return &serviceManager{ready: make(chan struct{}), plan: sdnotify.New(s.Watchdog), socket: s, log: log,
+		linked: make(chan struct{}, 1)}
 }
 
 func (m *serviceManager) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
@@ -93,9 +115,10 @@ func (d *Daemon) tellService(next time.Time) time.Time {
 		return next
 	}
 	_, version, _ := d.view.Pods()
-	draining, generation := d.protector.Draining(), d.hubGeneration()
-	if version != m.seen.version || draining != m.seen.draining || generation != m.seen.generation {
-		m.seen.version, m.seen.draining, m.seen.generation = version, draining, generation
+	draining, generation, link := d.protector.Draining(), d.hubGeneration(), m.hubLink()
+	if version != m.seen.version || draining != m.seen.draining || generation != m.seen.generation ||
+		link.told != m.seen.link.told || link.connected != m.seen.link.connected || !link.since.Equal(m.seen.link.since) {
+		m.seen.version, m.seen.draining, m.seen.generation, m.seen.link = version, draining, generation, link
 		m.plan.Changed()
 	}
 	m.tell(d.now(), d.serviceFacts)
@@ -184,21 +207,20 @@ func (d *Daemon) stopping() {
 	d.service.tell(d.now(), d.serviceFacts)
 }
 
-// HubLink implements Assignments: the connection's state goes to the
-// status line from the loop, at once (the uplink calls it at each change).
+// HubLink implements Assignments: the connection's state is kept for the
+// status line, and the loop woken to send it. It never waits for the
+// loop (the uplink's goroutine calls it, before Run too).
 func (h hubSide) HubLink(connected bool, since time.Time) {
-	if h.d.service.plan == nil {
+	m := h.d.service
+	if m.plan == nil {
 		return // no service manager to tell (set once, in New)
 	}
-	for {
-		err := h.d.inbox.do(func() error {
-			h.d.service.hub = &sdnotify.Hub{Connected: connected, Since: since}
-			h.d.service.plan.Changed()
-			return nil
-		})
-		if err == nil || errors.Is(err, errStopped) {
-			return
-		}
+	m.linkMu.Lock()
+	m.link = hubLink{told: true, connected: connected, since: since}
+	m.linkMu.Unlock()
+	select {
+	case m.linked <- struct{}{}:
+	default: // a wake is pending already
 	}
 }
 
@@ -215,10 +237,8 @@ func (d *Daemon) hubGeneration() int64 {
 func (d *Daemon) serviceFacts() sdnotify.Facts {
 	pods, _, _ := d.view.Pods()
 	f := sdnotify.Facts{Draining: d.protector.Draining()}
-	if d.service.hub != nil {
-		h := *d.service.hub
-		h.Generation = d.hubGeneration()
-		f.Hub = &h
+	if link := d.service.hubLink(); link.told {
+		f.Hub = &sdnotify.Hub{Connected: link.connected, Since: link.since, Generation: d.hubGeneration()}
 	} else if d.desired.HubAttached() {
 		f.Hub = &sdnotify.Hub{Generation: d.hubGeneration()} // connecting
 	}

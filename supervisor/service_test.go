@@ -482,6 +482,15 @@ func TestServiceStatusWithHub(t *testing.T) {
 	d := runnable(t, cfg, newFakeRuntime())
 	hub := d.Assignments()
 	hub.ExpectAssigned(0, nil, nil)
+	// The uplink tells its first state before the loop runs: HubLink
+	// must not wait for the loop.
+	told := make(chan struct{})
+	go func() { hub.HubLink(false, time.Time{}); close(told) }()
+	select {
+	case <-told:
+	case <-time.After(5 * time.Second):
+		t.Fatal("HubLink waited for a loop that does not run yet")
+	}
 	start(t, d)
 	got := sock.until(t, "READY=1", 10*time.Second)
 	if last := got[len(got)-1]; !has(last, "STATUS=running 0 pods; hub connecting") {
