@@ -140,14 +140,22 @@ test-kernel-config: $(STAGE_DEPS)
 
 # podvisor as the packaged systemd service in a VM running systemd, dbus
 # and logind: the systemd cgroup driver for process and containerd pods,
-# and graceful shutdown through logind. Skipped where qemu, debootstrap,
-# containerd or runc is missing, except in CI.
-test-systemd: $(STAGE_DEPS) bin/busybox-image.tar
+# the watchdog restarting a daemon whose loop is stalled on purpose (the
+# test build below), and graceful shutdown through logind. Skipped where
+# qemu, debootstrap, containerd or runc is missing, except in CI.
+test-systemd: $(STAGE_DEPS) bin/busybox-image.tar teststall-bin
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio, containerd, runc"; exit 1; fi; \
 		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi; \
 	set -ex; \
-	test/vm/systemd.sh bin bin/busybox-image.tar
+	test/vm/systemd.sh bin bin/busybox-image.tar bin/teststall/podvisor
+
+# podvisor built as released plus SIGUSR2, which blocks its loop for good
+# (supervisor/teststall.go, -tags podvisor_teststall): the systemd VM's
+# watchdog check. Never shipped.
+.PHONY: teststall-bin
+teststall-bin:
+	go build -trimpath $(call buildflags,podvisor podvisor_teststall) -ldflags "$(LDFLAGS)" -o bin/teststall/podvisor ./cmd/podvisor
 
 # containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
 # Skipped where they or qemu are missing, except in CI.

@@ -49,6 +49,11 @@ type Assignments interface {
 	// Stats is every pod's usage; the heartbeat's network summary comes
 	// from it.
 	Stats() ([]api.PodStats, error)
+	// HubLink says how the hub connection stands, at each change:
+	// connected or not since since (zero: no attempt has failed yet).
+	// The service's status line tells it (service.go); it returns at
+	// once, before Run too.
+	HubLink(connected bool, since time.Time)
 }
 
 // PodEvent is an event about a pod, as describe shows it.

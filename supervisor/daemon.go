@@ -173,6 +173,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("podvisor running", "manifests", d.cfg.Manifests, "data", d.cfg.DataDir, "node", d.cfg.NodeName)
 	d.inbox.startSupervising()
 	d.supervising()
+	d.armTestStall(ctx) // test builds only
 	d.loop(ctx, manifests, nil)
 	d.stopping()
 	if d.cfg.StopPodsOnExit && !d.restarting.Load() {
@@ -230,6 +231,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		case <-d.protector.Recheck():
 			d.protectNode(d.protector.Look(ctx, pressure.WakeRecheck, d.machine))
 		case <-d.protector.DrainTimer():
+		case <-d.service.linkWake(): // the hub link changed: tellService sends it
 		case <-wake.C:
 		}
 	}

@@ -40,16 +40,42 @@ type serviceManager struct {
 	// version and the drain; the line is looked at again only when it
 	// moved, so a step that changed nothing wakes nothing.
 	seen struct {
-		version  uint64
-		draining bool
+		version    uint64
+		draining   bool
+		generation int64
+		link       hubLink
 	}
+	// link is the hub connection as the uplink last told it (HubLink, on
+	// its own goroutine); linked wakes the loop to look at it.
+	linkMu sync.Mutex
+	link   hubLink
+	linked chan struct{}
 }
+
+// hubLink is the hub connection's state: told is false until the uplink
+// says anything (no hub, or not yet).
+type hubLink struct {
+	told, connected bool
+	since           time.Time
+}
+
+// hubLink returns the link as last told.
+func (m *serviceManager) hubLink() hubLink {
+	m.linkMu.Lock()
+	defer m.linkMu.Unlock()
+	return m.link
+}
+
+// linkWake is what the loop waits on for the hub link's changes (nil
+// without a service manager: never ready).
+func (m *serviceManager) linkWake() <-chan struct{} { return m.linked }
 
 func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
 	if s == nil {
 		return &serviceManager{ready: make(chan struct{})}
 	}
-	return &serviceManager{ready: make(chan struct{}), plan: sdnotify.New(s.Watchdog), socket: s, log: log}
+	return &serviceManager{ready: make(chan struct{}), plan: sdnotify.New(s.Watchdog), socket: s, log: log,
+		linked: make(chan struct{}, 1)}
 }
 
 func (m *serviceManager) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
@@ -89,8 +115,10 @@ func (d *Daemon) tellService(next time.Time) time.Time {
 		return next
 	}
 	_, version, _ := d.view.Pods()
-	if draining := d.protector.Draining(); version != m.seen.version || draining != m.seen.draining {
-		m.seen.version, m.seen.draining = version, draining
+	draining, generation, link := d.protector.Draining(), d.hubGeneration(), m.hubLink()
+	if version != m.seen.version || draining != m.seen.draining || generation != m.seen.generation ||
+		link.told != m.seen.link.told || link.connected != m.seen.link.connected || !link.since.Equal(m.seen.link.since) {
+		m.seen.version, m.seen.draining, m.seen.generation, m.seen.link = version, draining, generation, link
 		m.plan.Changed()
 	}
 	m.tell(d.now(), d.serviceFacts)
@@ -179,10 +207,41 @@ func (d *Daemon) stopping() {
 	d.service.tell(d.now(), d.serviceFacts)
 }
 
+// HubLink implements Assignments: the connection's state is kept for the
+// status line, and the loop woken to send it. It never waits for the
+// loop (the uplink's goroutine calls it, before Run too).
+func (h hubSide) HubLink(connected bool, since time.Time) {
+	m := h.d.service
+	if m.plan == nil {
+		return // no service manager to tell (set once, in New)
+	}
+	m.linkMu.Lock()
+	m.link = hubLink{told: true, connected: connected, since: since}
+	m.linkMu.Unlock()
+	select {
+	case m.linked <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+// hubGeneration is the hub's desired document in force (0: none, or no
+// hub): the generation of the last document the daemon took.
+func (d *Daemon) hubGeneration() int64 {
+	if !d.desired.HubAttached() {
+		return 0
+	}
+	return d.desired.FenceGeneration() // every document sets it, fence or not
+}
+
 // serviceFacts counts the published pods for the status line.
 func (d *Daemon) serviceFacts() sdnotify.Facts {
 	pods, _, _ := d.view.Pods()
 	f := sdnotify.Facts{Draining: d.protector.Draining()}
+	if link := d.service.hubLink(); link.told {
+		f.Hub = &sdnotify.Hub{Connected: link.connected, Since: link.since, Generation: d.hubGeneration()}
+	} else if d.desired.HubAttached() {
+		f.Hub = &sdnotify.Hub{Generation: d.hubGeneration()} // connecting
+	}
 	for _, p := range pods {
 		switch {
 		case p.Status.Reason == podview.StatusInvalid && p.UID == "":

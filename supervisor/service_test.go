@@ -472,3 +472,40 @@ func TestReadyWithoutSystemd(t *testing.T) {
 		t.Fatal("Ready did not close once the runtime adopted its pods")
 	}
 }
+
+// With a hub attached, the status line says how the hub connection stands
+// and which generation runs, sent when either changes (the uplink's
+// HubLink, a document applied), with nothing else changing.
+func TestServiceStatusWithHub(t *testing.T) {
+	sock := fakeNotifySocket(t, 0)
+	cfg := shellConfig(t)
+	d := runnable(t, cfg, newFakeRuntime())
+	hub := d.Assignments()
+	hub.ExpectAssigned(0, nil, nil)
+	// The uplink tells its first state before the loop runs: HubLink
+	// must not wait for the loop.
+	told := make(chan struct{})
+	go func() { hub.HubLink(false, time.Time{}); close(told) }()
+	select {
+	case <-told:
+	case <-time.After(5 * time.Second):
+		t.Fatal("HubLink waited for a loop that does not run yet")
+	}
+	start(t, d)
+	got := sock.until(t, "READY=1", 10*time.Second)
+	if last := got[len(got)-1]; !has(last, "STATUS=running 0 pods; hub connecting") {
+		t.Errorf("READY came with %q, want the hub connecting", last)
+	}
+	up := time.Now()
+	hub.HubLink(true, up)
+	sock.until(t, "STATUS=running 0 pods; hub connected", 5*time.Second)
+	hub.ApplyAssigned(7, nil, nil)
+	sock.until(t, "STATUS=running 0 pods; hub connected, generation 7", 5*time.Second)
+	lost := time.Date(2026, 11, 28, 10, 42, 0, 0, time.Local)
+	hub.HubLink(false, lost)
+	want := "STATUS=running 0 pods; hub unreachable since " + lost.Format("15:04")
+	if y, m, day := time.Now().Date(); y != 2026 || m != time.November || day != 28 {
+		want = "STATUS=running 0 pods; hub unreachable since Nov 28 10:42"
+	}
+	sock.until(t, want+", generation 7", 5*time.Second)
+}

@@ -31,6 +31,19 @@ type Facts struct {
 	Rejected int
 	// Draining: a drain (or a node shutdown) stops the pods.
 	Draining bool
+	// Hub is the hub connection (nil: no hub configured).
+	Hub *Hub
+}
+
+// Hub is how the daemon stands with its hub.
+type Hub struct {
+	// Connected: the device is connected to the hub's broker.
+	Connected bool
+	// Since is when it connected or lost the connection, or first failed
+	// to connect (zero: not connected yet, and no attempt failed).
+	Since time.Time
+	// Generation is the hub's desired document in force (0: none yet).
+	Generation int64
 }
 
 type phase int
@@ -140,7 +153,7 @@ func (n *Notifier) Step(now time.Time, facts func() Facts) string {
 	}
 	if n.stale && (forced || n.lookedAt.IsZero() || now.Sub(n.lookedAt) >= StatusGap) {
 		n.stale, n.lookedAt = false, now
-		if s := n.text(facts); s != n.status {
+		if s := n.text(now, facts); s != n.status {
 			n.status = s
 			lines = append(lines, "STATUS="+s)
 		}
@@ -177,8 +190,8 @@ func (n *Notifier) Next() time.Time {
 	return next
 }
 
-// text is the status line of the phase.
-func (n *Notifier) text(facts func() Facts) string {
+// text is the status line of the phase at now.
+func (n *Notifier) text(now time.Time, facts func() Facts) string {
 	switch n.phase {
 	case recovering:
 		if n.toAdopt == 0 {
@@ -197,16 +210,17 @@ func (n *Notifier) text(facts func() Facts) string {
 		}
 		return fmt.Sprintf("stopping: leaving %s running", count(f.Pods-f.Finished, "pod"))
 	}
-	line := runningLine(facts())
+	line := runningLine(now, facts())
 	if len(n.awaiting) > 0 { // READY went at the wait's end
 		line += ", waiting for " + strings.Join(n.awaiting, ", ")
 	}
 	return line
 }
 
-// runningLine is a running daemon's line: "running 12 pods (2 not ready,
-// 1 finished), 1 manifest rejected, draining".
-func runningLine(f Facts) string {
+// runningLine is a running daemon's line at now: "running 12 pods (2 not
+// ready, 1 finished), 1 manifest rejected, draining; hub connected,
+// generation 7".
+func runningLine(now time.Time, f Facts) string {
 	var b strings.Builder
 	b.WriteString("running " + count(f.Pods, "pod"))
 	var notes []string
@@ -225,7 +239,35 @@ func runningLine(f Facts) string {
 	if f.Draining {
 		b.WriteString(", draining")
 	}
+	if f.Hub != nil {
+		b.WriteString("; " + hubLine(now, *f.Hub))
+	}
 	return b.String()
+}
+
+// hubLine is "hub connected, generation 7", "hub unreachable since 10:42"
+// (with the date when not today), or "hub connecting" before the first
+// connection or failure; the generation is left out before the first
+// document.
+func hubLine(now time.Time, h Hub) string {
+	var s string
+	switch {
+	case h.Connected:
+		s = "hub connected"
+	case h.Since.IsZero():
+		s = "hub connecting"
+	default:
+		since := h.Since.In(now.Location())
+		layout := "15:04"
+		if y, m, d := since.Date(); y != now.Year() || m != now.Month() || d != now.Day() {
+			layout = "Jan 2 15:04"
+		}
+		s = "hub unreachable since " + since.Format(layout)
+	}
+	if h.Generation > 0 {
+		s += fmt.Sprintf(", generation %d", h.Generation)
+	}
+	return s
 }
 
 func count(n int, what string) string {

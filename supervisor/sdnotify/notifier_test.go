@@ -152,3 +152,31 @@ func TestReloading(t *testing.T) {
 	n.Reloading()
 	step(t, n, at(time.Second), facts(f, &looks), "RELOADING=1\nSTATUS=restarting into a new version: leaving 3 pods running\nWATCHDOG=1")
 }
+
+// With a hub, the line says whether it is connected and which generation
+// is in force, and changes as the connection does.
+func TestStatusWithHub(t *testing.T) {
+	n := New(0)
+	var looks int
+	f := &Facts{Pods: 2, Hub: &Hub{}}
+	facts := facts(f, &looks)
+	n.Supervising(at(0), nil, time.Minute)
+	step(t, n, at(0), facts, "READY=1\nSTATUS=running 2 pods; hub connecting")
+	*f.Hub = Hub{Connected: true, Since: at(time.Second)}
+	step(t, n, at(time.Second), facts, "STATUS=running 2 pods; hub connected")
+	f.Hub.Generation = 7
+	step(t, n, at(2*time.Second), facts, "STATUS=running 2 pods; hub connected, generation 7")
+	lost := time.Date(2026, 11, 28, 10, 42, 30, 0, time.UTC)
+	*f.Hub = Hub{Since: lost, Generation: 7}
+	f.NotReady = 1
+	step(t, n, at(3*time.Second), facts, "STATUS=running 2 pods (1 not ready); hub unreachable since 10:42, generation 7")
+	// Shown in the time zone of the clock the loop runs on.
+	f.Hub.Since = lost.In(time.FixedZone("CET", 3600))
+	step(t, n, at(4*time.Second), facts, "")
+	// Lost on another day: the date too.
+	f.Hub.Since = lost.Add(-24 * time.Hour)
+	step(t, n, at(5*time.Second), facts, "STATUS=running 2 pods (1 not ready); hub unreachable since Nov 27 10:42, generation 7")
+	// Never reached since the start: since the first failure.
+	*f.Hub = Hub{Since: at(-time.Hour)}
+	step(t, n, at(6*time.Second), facts, "STATUS=running 2 pods (1 not ready); hub unreachable since 11:00")
+}

@@ -137,6 +137,9 @@ type Agent struct {
 	hubReached                   chan struct{}
 	reachedOnce                  sync.Once
 	refusedOrders, refusedChunks *throttle.Counter
+
+	// linkSt is the connection's state for the daemon's status line (link.go).
+	linkSt linkState
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -320,6 +323,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		tok.Wait()
 		close(ready)
 		if err := tok.Error(); err != nil {
+			a.setConnected(false) // unreachable since the first failure
 			wait := jitter(delay)
 			a.log.Warn("cannot reach the hub; retrying", "broker", a.cfg.Broker, "err", err, "in", wait.Round(time.Millisecond))
 			select {
@@ -412,6 +416,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.mu.Lock()
 	a.connected, a.heard = true, a.now()
+	a.setLinkLocked(true)
 	a.win.rewind(a.now())
 	a.connSeq++
 	close(a.connWake)
@@ -456,6 +461,7 @@ func poke(c chan struct{}) {
 func (a *Agent) setConnected(v bool) {
 	a.mu.Lock()
 	a.connected = v
+	a.setLinkLocked(v)
 	a.mu.Unlock()
 }
 

@@ -13,8 +13,8 @@ import (
 // must stay open until stop returns. The hub pods stored on the device go
 // to the daemon first, so call Attach before the daemon's Run: they run
 // from its first reconciliation, even with the hub out of reach. Then the
-// agent keeps the hub connection and mirrors the daemon's status stream
-// until stop, which waits for both.
+// agent keeps the hub connection, mirrors the daemon's status stream and
+// tells it how the connection stands, until stop, which waits for all.
 func Attach(cfg Config, st *store.Store, d supervisor.Assignments, log *slog.Logger) (stop func(), err error) {
 	_, stop, err = AttachAgent(cfg, st, d, log)
 	return stop, err
@@ -37,6 +37,7 @@ func AttachAgent(cfg Config, st *store.Store, d supervisor.Assignments, log *slo
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Run(done) })
 	wg.Go(func() { a.Mirror(d, done) })
+	wg.Go(func() { a.ReportLink(d, done) })
 	var once sync.Once
 	return a, func() { once.Do(func() { close(done); wg.Wait() }) }, nil
 }

@@ -37,6 +37,7 @@ type daemon struct {
 	version   uint64
 	changed   chan struct{}
 	events    chan supervisor.PodEvent
+	links     []string // "connected", "unreachable" or "connecting" per HubLink call
 }
 
 var _ supervisor.Assignments = (*daemon)(nil)
@@ -89,6 +90,31 @@ func (d *daemon) Node() (*v1.Node, error) { return &v1.Node{}, nil }
 func (d *daemon) Stats() ([]api.PodStats, error) { return nil, nil }
 
 func (d *daemon) Renew(time.Time) {}
+
+func (d *daemon) HubLink(connected bool, since time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case connected && !since.IsZero():
+		d.links = append(d.links, "connected")
+	case !connected && !since.IsZero():
+		d.links = append(d.links, "unreachable")
+	case !connected:
+		d.links = append(d.links, "connecting")
+	default:
+		d.links = append(d.links, "connected with no time")
+	}
+}
+
+// link is the last state HubLink told.
+func (d *daemon) link() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.links) == 0 {
+		return ""
+	}
+	return d.links[len(d.links)-1]
+}
 
 // publish sets the daemon's pods, as a reconciliation does.
 func (d *daemon) publish(pods ...*v1.Pod) {
@@ -295,6 +321,8 @@ func TestAttachedAgent(t *testing.T) {
 		t.Fatalf("stored document: generation %d %v %v", rec.Generation, ok, err)
 	}
 
+	eventually(t, "the daemon told the hub is connected", func() bool { return d.link() == "connected" })
+
 	// Statuses and events go out.
 	d.events <- supervisor.PodEvent{Pod: "default/web", Time: time.Now(), Type: "Normal", Reason: "Started", Message: "Started container app"}
 	d.publish(running("web", v1.PodRunning))
@@ -326,11 +354,13 @@ func TestAttachedAgent(t *testing.T) {
 		s, err := st.Stats()
 		return err == nil && s.Rows == 1
 	})
+	eventually(t, "the daemon told the hub is unreachable", func() bool { return d.link() == "unreachable" })
 	if broker, err = hubbroker.Start(addr, quiet()); err != nil {
 		t.Fatal(err)
 	}
 	far = connectHub(t, addr, far)
 	eventually(t, "web Failed sent after the reconnect", func() bool { _, ok := far.item("default/web", phase(v1.PodFailed)); return ok })
+	eventually(t, "the daemon told the hub is connected again", func() bool { return d.link() == "connected" })
 	failed, _ := far.item("default/web", phase(v1.PodFailed))
 	far.mu.Lock()
 	after := far.after[len(far.after)-1]
@@ -356,5 +386,16 @@ func TestAttachedAgent(t *testing.T) {
 	defer stop2()
 	if expected, _ := d2.record(); len(expected) != 1 || expected[0] != "1:web" {
 		t.Fatalf("ExpectAssigned calls after a restart %q, want generation 1 with web", expected)
+	}
+	// Connecting (unless the first attempt failed before the first
+	// report), then unreachable from the first failed attempt on, told
+	// once: the attempts after it change nothing.
+	eventually(t, "the restarted daemon told the hub is unreachable", func() bool { return d2.link() == "unreachable" })
+	time.Sleep(1500 * time.Millisecond) // a retry or two (BackoffMin 0.7 s): none is told
+	d2.mu.Lock()
+	links := strings.Join(d2.links, ",")
+	d2.mu.Unlock()
+	if links != "connecting,unreachable" && links != "unreachable" {
+		t.Errorf("HubLink calls with no broker: %s, want connecting,unreachable", links)
 	}
 }

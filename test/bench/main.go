@@ -1,7 +1,8 @@
 // Command bench measures podvisor on this machine: manifest-to-running and
 // exit-to-restart latencies, daemon memory with 0 and 50 pods, the shims'
 // memory (RSS, and PSS summed over every process podvisor runs: the
-// measure of the footprint budget, docs/footprint.md), and binary size;
+// measure of the footprint budget, docs/footprint.md), binary size, and a
+// restarted daemon's time to READY=1 with its pods adopted (ready.go);
 // the same for containerd pods, with "podman kube play" (Debian's podman)
 // as the peer measured in the same run. Latencies come from timestamps the
 // workloads take themselves, so they include everything up to the workload
@@ -92,6 +93,13 @@ func main() {
 			err = containerdBench(abs, *samples, *ctrdPods)
 		}
 		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *readyOnly {
+		if err := readyOnlyBench(*bin, *readyPods, *readyRounds); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -231,6 +239,11 @@ func run(bin string, n, podCount, probed int, window time.Duration, evictions, c
 		fmt.Println("  (the kubelet checks every 10 s: evictionMonitoringPeriod; not measured here)")
 	}
 	b.stop() // one daemon measured at a time
+	if *readyPods > 0 {
+		if err := readyBench(abs, *readyPods, *readyRounds); err != nil {
+			return err
+		}
+	}
 	if err := listenBench(abs); err != nil {
 		return err
 	}

@@ -7,9 +7,9 @@ status=0
 fail() { echo "FAIL $*" | sed 's/^/VM: /'; status=1; }
 running() { podvisor get pod "$1" -o json | grep -q '"phase": "Running"'; }
 uid_of() { podvisor get pod "$1" -o json | sed -n 's/^ *"uid": "\(.*\)",$/\1/p' | head -1 | tr - _; }
-pid_of() { # the pid of the pod's shell, found by its command line
+pid_of() { # the pid of the pod's shell, found by its command line (one fork a process: emulated forks are slow)
   for p in /proc/[0-9]*; do
-    if tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q "^sh -c trap 'echo VM: stopped $1 "; then basename "$p"; return; fi
+    case "$(tr '\0' ' ' 2>/dev/null < "$p/cmdline")" in "sh -c trap 'echo VM: stopped $1 "*) echo "${p#/proc/}"; return ;; esac
   done
 }
 
@@ -110,8 +110,11 @@ until_ok 90 sh -c 'podvisor get pod ctrhog -o json | grep -q "\"reason\": \"OOMK
   ok "ctrhog (containerd) is OOMKilled" || fail "ctrhog: $(podvisor get pod ctrhog -o json | grep -A6 -E 'terminated|waiting')"
 
 # The daemon killed with SIGKILL: systemd restarts it alone; the pods keep
-# their processes and are adopted.
+# their processes and are adopted. The daemon it restarts is the test
+# build (-tags podvisor_teststall: SIGUSR2 stalls its loop, for the
+# watchdog check below), swapped in under the packaged unit.
 before=$(pid_of low)
+cp /usr/local/lib/podvisor-teststall/podvisor /usr/bin/podvisor.new && mv /usr/bin/podvisor.new /usr/bin/podvisor
 systemctl kill -s KILL --kill-whom=main podvisor.service
 sleep 1.5
 until_ok 20 sh -c 'podvisor get pods' || fail "podvisor did not come back"
@@ -130,22 +133,51 @@ started=$(echo "$after" | grep -n -m1 'Started podvisor' | cut -d: -f1)
   ok "after the restart, systemd saw podvisor started (READY) only after it adopted its pods" ||
   fail "restart: adopted at line ${adopted:-none}, started at ${started:-none} of: $(echo "$after" | head -30)"
 
-# The watchdog: a daemon whose loop no longer runs (here: stopped) is
-# ended by systemd (SIGABRT, which prints every goroutine's stack) and
-# restarted within WatchdogSec=30; the pods run on and are adopted.
+# The watchdog: a daemon whose loop is wedged, the process otherwise alive
+# (its API's goroutines run on), stops pinging; systemd ends it (SIGABRT,
+# which prints every goroutine's stack) and restarts it; the pods run on
+# and are adopted. The test build's loop takes SIGUSR2 as a request: it
+# pings a last time, asking for an 8 s watchdog period (WATCHDOG_USEC=,
+# so the check waits seconds, not the unit's 30), and blocks.
+wdstart=$(cut -d. -f1 /proc/uptime)
 main=$(systemctl show -P MainPID podvisor)
-before=$(pid_of low)
-kill -STOP "$main"
+restarts=$(systemctl show -P NRestarts podvisor)
+low_before=$before high_before=$(pid_of high) # low's: checked after the kill -9 above
+until_ok 20 ready ctr || fail "ctr not ready after the restart: $(podvisor get pods 2>&1)"
+stalled=$(date +%s)
+kill -USR2 "$main"
+sleep 0.5
+# Wedged, not stopped: the API's goroutines answer from the published
+# view (get pods), what needs the loop (get node) waits.
+timeout 3 podvisor get pods >/dev/null 2>&1 && ! timeout 2 podvisor get node >/dev/null 2>&1 &&
+  ok "stalled: $main answers get pods, not get node (its loop)" || fail "stall: get pods and get node of $main: $(timeout 2 podvisor get node 2>&1 | head -3)"
 newmain() { m=$(systemctl show -P MainPID podvisor); [ "$m" != 0 ] && [ "$m" != "$main" ] && systemctl is-active --quiet podvisor; }
-until_ok 90 newmain && journalctl -u podvisor --no-pager | grep -q 'Watchdog timeout' &&
-  ok "the watchdog restarted the stopped daemon ($main, now $(systemctl show -P MainPID podvisor))" ||
+until_ok 60 newmain && ok "the watchdog restarted the stalled daemon ($main, now $(systemctl show -P MainPID podvisor)) $(( $(date +%s) - stalled )) s after the stall" ||
   fail "watchdog: $(systemctl show -p MainPID,ActiveState,StatusText podvisor; journalctl -u podvisor --no-pager | tail -15)"
-journalctl -u podvisor -o cat --no-pager | grep -q '^SIGABRT: abort' && ok "the ended daemon's goroutines are in the journal" ||
-  fail "no goroutine dump in the journal"
-until_ok 20 running low && [ "$(pid_of low)" = "$before" ] && until_ok 20 ready ctr &&
+# journald may take the ended daemon's stack (its pipe) and systemd's
+# lines a moment after the unit is active again.
+since_stall() { journalctl -u podvisor -o cat --no-pager --since "@$stalled"; }
+in_journal() { since_stall | awk '/Watchdog timeout/ { t = 1 } t && /Started podvisor/ { s = 1 } /^SIGABRT: abort/ { a = 1 } END { exit !(t && s && a) }'; }
+until_ok 20 in_journal
+log=$(since_stall)
+echo "$log" | grep -q 'test build: SIGUSR2 stalls the loop' || fail "no stall logged: $(echo "$log" | head -5)"
+timedout=$(echo "$log" | grep -n -m1 'Watchdog timeout' | cut -d: -f1)
+echo "$log" | grep -q "Killing process $main (podvisor) with signal SIGABRT" && echo "$log" | grep -q '^SIGABRT: abort' &&
+  ok "systemd logged the watchdog timeout ($(echo "$log" | grep -o -m1 'limit [0-9]*s')), ended $main with SIGABRT, its goroutines are in the journal" ||
+  fail "watchdog kill not in the journal: $(echo "$log" | grep -v '^goroutine\|^\s\|^$' | head -20)"
+echo "$log" | grep -E 'Watchdog timeout|with signal SIGABRT|Main process exited|restart counter|Started podvisor' | sed 's/^/VM:   systemd: /'
+started=$(echo "$log" | grep -n 'Started podvisor' | tail -1 | cut -d: -f1)
+[ -n "$timedout" ] && [ -n "$started" ] && [ "$started" -gt "$timedout" ] && [ "$(systemctl show -P NRestarts podvisor)" = $((restarts + 1)) ] &&
+  ok "restarted by systemd (NRestarts $restarts -> $(systemctl show -P NRestarts podvisor)) and READY again" ||
+  fail "restart: timeout at line ${timedout:-none}, started at ${started:-none}; $(systemctl show -p NRestarts,ActiveState podvisor)"
+until_ok 20 running low && [ "$(pid_of low)" = "$low_before" ] && [ "$(pid_of high)" = "$high_before" ] && until_ok 20 ready ctr &&
   [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
-  ok "after the watchdog's restart, low ($before) and ctr run on, adopted" ||
-  fail "after the watchdog's restart: low $(pid_of low) (was $before); $(podvisor get pods 2>&1)"
+  ok "after the watchdog's restart, low ($low_before), high ($high_before) and ctr run on, adopted" ||
+  fail "after the watchdog's restart: low $(pid_of low) (was $low_before), high $(pid_of high) (was $high_before); $(podvisor get pods 2>&1)"
+until_ok 5 statustext '^running [0-9]+ pods( \(.*\))?$' && ok "status again: $(systemctl show -P StatusText podvisor)" ||
+  fail "status after the watchdog's restart: $(systemctl show -p StatusText podvisor)"
+echo "VM: $(systemctl show -p StatusText,NRestarts,MainPID podvisor | tr '\n' ' ')"
+echo "VM: the watchdog check took $(($(cut -d. -f1 /proc/uptime) - wdstart)) s"
 # The containerd pods go before the shutdown check, which is about low and high.
 rm /etc/podvisor/manifests/ctr.yaml /etc/podvisor/manifests/ctrhog.yaml
 until_ok 30 sh -c '! podvisor get pods | grep -q ctr' && ! systemctl is-active --quiet "podvisor-$ctrid.scope" &&

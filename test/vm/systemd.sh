@@ -14,15 +14,21 @@
 #     shutdown buckets' sum, and on `systemctl poweroff` the pods stopped
 #     lowest priority first before the lock is released.
 #
-#   test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE
+#   - the watchdog: a daemon whose loop is stalled on purpose is ended
+#     (SIGABRT) and restarted by systemd, its pods adopted;
+#
+#   test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR
 #
 # BIN_DIR holds podvisor, podvisor-shim and podvisor-containerd;
-# IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1.
+# IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1;
+# TESTSTALL-PODVISOR is podvisor built with -tags podvisor_teststall
+# (make teststall-bin), which replaces /usr/bin/podvisor for the daemons
+# systemd restarts from the kill -9 check on.
 # Needs debootstrap, qemu-system-x86, cpio, containerd and runc. The root file system is
 # debootstrapped once (about a minute) and cached in $PODVISOR_VM_CACHE
 # (default ~/.cache/podvisor-vm).
 set -euo pipefail
-bin=$(cd "$1" && pwd) image=$2
+bin=$(cd "$1" && pwd) image=$2 teststall=${3:?usage: test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR (make teststall-bin)}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 work=$(mktemp -d /tmp/podvisor-sdvm.XXXXXX)
@@ -34,6 +40,8 @@ systemd_root "$work" "$root"
 echo podvisor-vm > "$root/etc/hostname"
 
 install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$bin/podvisor-containerd" "$root/usr/bin/"
+mkdir -p "$root/usr/local/lib/podvisor-teststall"
+install -m 755 "$teststall" "$root/usr/local/lib/podvisor-teststall/podvisor"
 # This host's containerd, shim and runc (Debian's, as the VM's), with any
 # library the VM's root lacks.
 for b in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
