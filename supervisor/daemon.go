@@ -38,6 +38,7 @@ type Daemon struct {
 	machine    *lifecycle.Machine
 	state      *state.Dir    // the data directory's lock and state database
 	desired    *desired.Pods // the pods the manifest files and the hub ask for
+	nodeNotes  nodeNotes     // annotations of the node's view set from outside the loop
 	leaseSaved time.Time     // when keepLease last wrote the renewal (the loop's own)
 	now        func() time.Time
 

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -97,8 +98,39 @@ func current(m *lifecycle.Machine, namespace, name string) *lifecycle.Instance {
 func (a localAPI) Node() (*v1.Node, error) {
 	d := a.d
 	var n *v1.Node
-	err := d.inbox.do(func() error { n = d.protector.NodeView(d.probing.NodeAnnotations()); return nil })
+	err := d.inbox.do(func() error {
+		annotations := d.probing.NodeAnnotations()
+		d.nodeNotes.mu.Lock()
+		for k, v := range d.nodeNotes.m {
+			annotations[k] = v
+		}
+		d.nodeNotes.mu.Unlock()
+		n = d.protector.NodeView(annotations)
+		return nil
+	})
 	return n, err
+}
+
+// nodeNotes are annotations other parts of podvisor put on the node's
+// view (the self-update's state), set from their own goroutines.
+type nodeNotes struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// SetNodeAnnotation puts key=value on the node's view (an empty value
+// removes it); it never waits for the loop.
+func (d *Daemon) SetNodeAnnotation(key, value string) {
+	d.nodeNotes.mu.Lock()
+	defer d.nodeNotes.mu.Unlock()
+	if value == "" {
+		delete(d.nodeNotes.m, key)
+		return
+	}
+	if d.nodeNotes.m == nil {
+		d.nodeNotes.m = map[string]string{}
+	}
+	d.nodeNotes.m[key] = value
 }
 
 // Stats implements api.Backend: every running pod's usage from its cgroups.

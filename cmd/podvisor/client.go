@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/podrow"
 	"github.com/podvisor/podvisor/supervisor"
@@ -183,7 +184,15 @@ func getNode(ctx context.Context, c *api.Client, output string, out io.Writer) e
 	fmt.Fprintln(w, "NAME\tSTATUS\tVERSION\tCPU\tMEMORY\tPODS")
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, status, n.Status.NodeInfo.KubeletVersion,
 		a.Cpu().String(), a.Memory().String(), a.Pods().String())
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// An update or a firmware install under way, or the last one's end.
+	if u := n.Annotations[agent.NodeAnnotation]; u != "" {
+		_, err := fmt.Fprintf(out, "Update: %s\n", u)
+		return err
+	}
+	return nil
 }
 
 func printObject(out io.Writer, v any, format string) error {

@@ -87,7 +87,8 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 	backend := d.API()
 	opts := agent.Options{DataDir: conf.DataDir, Device: device, Version: version, ReleaseKey: key,
 		Containers: func() []agent.Container { return runningContainers(backend) }, Restart: restart,
-		CommitTimeout: conf.Update.CommitTimeout.Duration, Log: log.With("component", "update")}
+		CommitTimeout: conf.Update.CommitTimeout.Duration, Log: log.With("component", "update"),
+		OnReport: func(s protocol.UpdateState) { d.SetNodeAnnotation(agent.NodeAnnotation, agent.Describe(s)) }}
 	if drv != nil {
 		opts.Driver = installer{drv}
 	}

@@ -54,6 +54,9 @@ type Options struct {
 	// Reboot restarts the device into an installed firmware bundle
 	// (nil: the device's owner reboots it).
 	Reboot func() error
+	// OnReport, when set, is told every state reported (the node's view
+	// shows the last: NodeAnnotation).
+	OnReport func(protocol.UpdateState)
 	// CommitTimeout bounds the commit gate (update.commitTimeout).
 	CommitTimeout time.Duration
 	Log           *slog.Logger
@@ -184,6 +187,26 @@ func (u *Updater) report(s protocol.UpdateState) {
 	if u.o.Transport != nil {
 		u.o.Transport.Report(s)
 	}
+	if u.o.OnReport != nil {
+		u.o.OnReport(s)
+	}
+}
+
+// NodeAnnotation carries the last update state on the node's view
+// (podvisor get node), as Describe words it.
+const NodeAnnotation = "update.podvisor.io/state"
+
+// Describe words an update state in one line: "firmware v2.1.0:
+// Installing 40%", "agent v1.3.0: RolledBack: <reason>".
+func Describe(s protocol.UpdateState) string {
+	out := s.Kind + " " + s.Version + ": " + s.Phase
+	if !protocol.UpdateDone(s.Phase) {
+		out += fmt.Sprintf(" %d%%", s.Percent)
+	}
+	if s.Reason != "" {
+		out += ": " + s.Reason
+	}
+	return out
 }
 
 // handle carries out one order.
