@@ -374,9 +374,16 @@ type Firmware struct {
 	CommitDeadline Duration `json:"commitDeadline"`
 	// StateDir keeps the drivers' install records; "" is
 	// <dataDir>/firmware.
-	StateDir string           `json:"stateDir,omitempty"`
-	RAUC     FirmwareRAUC     `json:"rauc"`
-	SWUpdate FirmwareSWUpdate `json:"swupdate"`
+	StateDir string `json:"stateDir,omitempty"`
+	// Reboot is how the device boots an installed bundle: "" (auto:
+	// rebootCommand, else systemctl reboot under systemd, else reboot)
+	// or "never" (the device's owner reboots it; the order waits in
+	// Restarting until then).
+	Reboot string `json:"reboot,omitempty"`
+	// RebootCommand, when set, replaces the default reboot command.
+	RebootCommand []string         `json:"rebootCommand,omitempty"`
+	RAUC          FirmwareRAUC     `json:"rauc"`
+	SWUpdate      FirmwareSWUpdate `json:"swupdate"`
 }
 
 // FirmwareRAUC reaches the RAUC service.

@@ -201,6 +201,10 @@ func (c *Config) validateHub(v *validation) {
 // health check needs the pods adopted and the hub reached.
 const MinCommitDeadline = 10 * time.Second
 
+// FirmwareRebootNever leaves the reboot into an installed bundle to the
+// device's owner.
+const FirmwareRebootNever = "never"
+
 func (c *Config) validateFirmware(v *validation) {
 	f := c.Firmware
 	switch f.Driver {
@@ -210,6 +214,14 @@ func (c *Config) validateFirmware(v *validation) {
 	}
 	if d := f.CommitDeadline.Duration; d < MinCommitDeadline {
 		v.add("firmware.commitDeadline", "%s is below %s", d, MinCommitDeadline)
+	}
+	switch f.Reboot {
+	case "", FirmwareRebootNever:
+	default:
+		v.add("firmware.reboot", "%q: want \"\" (auto) or never", f.Reboot)
+	}
+	if len(f.RebootCommand) > 0 && (f.Reboot == FirmwareRebootNever || !filepath.IsAbs(f.RebootCommand[0])) {
+		v.add("firmware.rebootCommand", "%q: want an absolute program path, and firmware.reboot not never", f.RebootCommand)
 	}
 	if f.StateDir != "" && !filepath.IsAbs(f.StateDir) {
 		v.add("firmware.stateDir", "%q: must be an absolute path", f.StateDir)

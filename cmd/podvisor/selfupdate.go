@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +94,7 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 		OnReport: func(s protocol.UpdateState) { d.SetNodeAnnotation(agent.NodeAnnotation, agent.Describe(s)) }}
 	if drv != nil {
 		opts.Driver = installer{drv}
+		opts.Reboot = rebootCommand(conf.Firmware, log)
 	}
 	signals := agent.GateSignals{Ready: d.Ready()}
 	if hub != nil {
@@ -213,5 +217,32 @@ func (r *orderRelay) attach(ctx context.Context, u *agent.Updater) {
 	r.mu.Unlock()
 	if o != nil {
 		u.Order(ctx, o)
+	}
+}
+
+// rebootCommand is how the device boots an installed bundle
+// (firmware.reboot, firmware.rebootCommand): nil when its owner does. A
+// reboot is an ordinary shutdown: the pods stop by priority (logind's
+// delay lock, or SIGPWR/SIGTERM without systemd) before the new system
+// starts.
+func rebootCommand(f config.Firmware, log *slog.Logger) func() error {
+	if f.Reboot == config.FirmwareRebootNever {
+		return nil
+	}
+	argv := f.RebootCommand
+	if len(argv) == 0 {
+		argv = []string{"/sbin/reboot"}
+		if _, err := os.Stat("/run/systemd/system"); err == nil {
+			argv = []string{"systemctl", "reboot"}
+		}
+	}
+	return func() error {
+		log.Info("rebooting into the installed bundle", "command", argv)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
 	}
 }
