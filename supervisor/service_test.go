@@ -315,8 +315,11 @@ func TestServiceWatchdogFromTheLoop(t *testing.T) {
 	if len(pings) < 7 || len(pings) > 11 {
 		t.Errorf("%d pings in 5 watchdog periods, want about 10 (one every half period)", len(pings))
 	}
+	// What systemd needs is no gap over the period; a ping delayed by a
+	// busy machine makes the next gap shorter (they keep to the loop's
+	// schedule), so only a flood is refused below.
 	for i := 1; i < len(pings); i++ {
-		if gap := pings[i].Sub(pings[i-1]); gap < period/2-20*time.Millisecond || gap > period {
+		if gap := pings[i].Sub(pings[i-1]); gap < period/4 || gap > period {
 			t.Errorf("ping %d came %s after the one before, want about %s", i, gap, period/2)
 		}
 	}
