@@ -229,11 +229,14 @@ bench: build
 bench-rollout: build
 	go run ./test/bench -bin bin/podvisor -rollout-only -rollout-devices 10000
 
-# A release of bin/'s binaries rolled out to 200 simulated devices in
-# waves of 10 %, each moving its artifacts through the broker in chunks:
-# wall time, bytes per device, podhub's CPU and RSS (docs/selfupdate.md).
+# A release (this tree stamped v2.0.0) rolled out to 200 simulated
+# devices and one real podvisor (this tree stamped v1.0.0, with 11 process
+# pods) in waves of 10 %, each moving its artifacts through the broker in
+# chunks: wall time, bytes per device, podhub's CPU and RSS, the real
+# device's update time, API gap and pod downtime (docs/selfupdate.md).
+# Root (the real device's pods); -update-real=false for the simulated only.
 bench-update: build
-	go run ./test/bench -bin bin/podvisor -update-only -update-devices 200
+	go run ./test/bench -bin bin/podvisor -update-only -update-devices 200 -update-real
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func updateFleet(ph *podhubServe, n int, busy *busyCount) ([]updateMember, error
 		if err != nil {
 			return nil, err
 		}
-		d := creds.UpdateDevice(simfleet.UpdateConfig{Arch: runtime.GOARCH, Version: "v1.0.0", Heartbeat: 30 * time.Second,
+		d := creds.UpdateDevice(simfleet.UpdateConfig{Arch: runtime.GOARCH, Version: updateFrom, Heartbeat: 30 * time.Second,
 			Window: 8, Busy: busy.set, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		out = append(out, simMember{d, runtime.GOARCH})
 	}
@@ -100,7 +101,7 @@ func updateBench(bin string, n int) error {
 	if n <= 0 {
 		return nil
 	}
-	ph, _, podhub, done, err := fleetHub(bin, "podvisor-updatebench")
+	ph, tmp, podhub, done, err := fleetHub(bin, "podvisor-updatebench")
 	if err != nil {
 		return err
 	}
@@ -110,8 +111,27 @@ func updateBench(bin string, n int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nFleet self-update: podhub with %d devices, waves of %d%%, chunks through the embedded broker (%s, %d CPUs)\n",
-		len(members), updateMaxUnavailable, cpuModel(), runtime.NumCPU())
+	// The release: the binaries beside bin, and those of each other
+	// architecture the members have under bin/<arch>; with a real device,
+	// this tree built twice, stamped as the device's packaged binaries
+	// and as the release it is updated to.
+	from := filepath.Dir(bin)
+	var real *realMember
+	if *updateReal {
+		from = filepath.Join(tmp, "release-"+updateTo)
+		packaged := filepath.Join(tmp, "real", "usr-bin")
+		if err := buildStamped(packaged, updateFrom); err != nil {
+			return err
+		}
+		if err := buildStamped(from, updateTo); err != nil {
+			return err
+		}
+		real = newRealMember(ph, podhub, filepath.Join(tmp, "real"), filepath.Join(packaged, "podvisor"), *updateRealPods)
+		members = append(members, real)
+	}
+	fmt.Printf("\nFleet self-update: podhub with %d devices (%d simulated, %d real), waves of %d%%, chunks through the embedded broker\n",
+		len(members), n, len(members)-n, updateMaxUnavailable)
+	fmt.Printf("  on %s, %d CPUs, Linux %s, load average before %s\n", cpuModel(), runtime.NumCPU(), kernel(), loadAverage())
 	for _, m := range members {
 		if err := m.Start(); err != nil {
 			return err
@@ -121,21 +141,18 @@ func updateBench(bin string, n int) error {
 	if err := waitReady(ph, len(members)); err != nil {
 		return err
 	}
-	// The release: the binaries beside bin, and those of each other
-	// architecture the members have under bin/<arch>.
-	dir := filepath.Dir(bin)
-	args := []string{"--data-dir", ph.data, "release", "push", "--version", "v2.0.0"}
+	args := []string{"--data-dir", ph.data, "release", "push", "--version", updateTo}
 	arches := map[string]bool{}
 	for _, m := range members {
 		arches[m.Arch()] = true
 	}
 	for arch := range arches {
-		from := dir
+		dir := from
 		if arch != runtime.GOARCH {
-			from = filepath.Join(dir, arch)
+			dir = filepath.Join(filepath.Dir(bin), arch)
 		}
 		for _, name := range protocol.AgentArtifacts {
-			args = append(args, "--file", filepath.Join(from, name))
+			args = append(args, "--file", filepath.Join(dir, name))
 		}
 	}
 	if out, err := exec.Command(podhub, args...).CombinedOutput(); err != nil {
@@ -143,13 +160,13 @@ func updateBench(bin string, n int) error {
 	}
 	cpu0, _ := cpuTicks(ph.pid())
 	start := time.Now()
-	if out, err := exec.Command(podhub, "--data-dir", ph.data, "update", "--version", "v2.0.0", "--selector", "bench=update",
+	if out, err := exec.Command(podhub, "--data-dir", ph.data, "update", "--version", updateTo, "--selector", "bench=update",
 		"--max-unavailable", fmt.Sprintf("%d%%", updateMaxUnavailable)).CombinedOutput(); err != nil {
 		return fmt.Errorf("podhub update: %v %s", err, out)
 	}
 	var u api.UpdateInfo
 	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		err := ph.client.Do("GET", "/v1/updates/podvisor-v2.0.0", nil, &u)
+		err := ph.client.Do("GET", "/v1/updates/podvisor-"+updateTo, nil, &u)
 		if err == nil && (u.Status.Phase == "Complete" || u.Status.Phase == "Halted") {
 			break
 		}
@@ -168,17 +185,19 @@ func updateBench(bin string, n int) error {
 	for i, m := range members {
 		r := m.Received()
 		total += r
-		if i == 0 || r < least {
-			least = r
+		if m != updateMember(real) {
+			if i == 0 || r < least {
+				least = r
+			}
+			most = max(most, r)
 		}
-		most = max(most, r)
-		if m.Running() != "v2.0.0" {
-			return fmt.Errorf("%s runs %s after the update", m.ID(), m.Running())
+		if v := m.Running(); v != updateTo {
+			return fmt.Errorf("%s runs %s after the update", m.ID(), v)
 		}
 	}
 	budget := max(1, len(members)*updateMaxUnavailable/100)
-	fmt.Printf("  podhub update -> every device Committed on v2.0.0      %8.2f s\n", wall.Seconds())
-	fmt.Printf("  bytes received per device (least / most)               %6.1f / %.1f MiB\n", float64(least)/(1<<20), float64(most)/(1<<20))
+	fmt.Printf("  podhub update -> every device Committed on %s      %8.2f s\n", updateTo, wall.Seconds())
+	fmt.Printf("  bytes received per simulated device (least / most)     %6.1f / %.1f MiB\n", float64(least)/(1<<20), float64(most)/(1<<20))
 	fmt.Printf("  bytes through the broker in all                        %8.1f MiB\n", float64(total)/(1<<20))
 	fmt.Printf("  podhub CPU over the update                             %8.2f s\n", float64(cpu1-cpu0)/clockTicks)
 	fmt.Printf("  podhub RSS after / peak                                %6.1f / %.1f MiB\n", mem.total, peakRSS)
@@ -186,7 +205,39 @@ func updateBench(bin string, n int) error {
 	if busy.peak > budget {
 		return fmt.Errorf("%d devices updated at once, over max-unavailable %d", busy.peak, budget)
 	}
+	if real != nil {
+		if err := realReport(real, wireSize(ph, updateTo, real.Arch())); err != nil {
+			return err
+		}
+	}
+	fmt.Println("  (no peer in this run: none of the anchors updates itself on this machine, nor a fleet of it)")
 	return nil
+}
+
+// wireSize is what a device of arch moves for a release: its artifacts'
+// transfer sizes.
+func wireSize(ph *podhubServe, version, arch string) int64 {
+	var r api.ReleaseInfo
+	if err := ph.client.Do("GET", "/v1/releases/podvisor/"+version, nil, &r); err != nil {
+		return 0
+	}
+	var n int64
+	for _, a := range r.Artifacts {
+		if a.Arch == arch {
+			_, size := a.Transfer()
+			n += size
+		}
+	}
+	return n
+}
+
+// loadAverage is the machine's load over the last minute.
+func loadAverage() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 // waitReady waits until the hub shows n devices Ready.
