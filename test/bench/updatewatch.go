@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -150,11 +151,13 @@ func heartbeats(path string) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Whole lines only: the last may be a write under way.
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
 	var out []time.Time
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+	for _, line := range strings.Fields(string(data)) {
+		ns, err := strconv.ParseInt(line, 10, 64)
 		if err != nil {
-			continue // a line cut by a write under way
+			return nil, fmt.Errorf("%s: %q is no timestamp", path, line)
 		}
 		out = append(out, time.Unix(0, ns))
 	}
@@ -246,7 +249,7 @@ func realReport(r *realMember, wire int64) error {
 	}
 	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", r.cmd.Process.Pid))
 	fmt.Printf("  the real device (podvisor of this tree, %s -> %s, %d process pods, run by the bench, not systemd):\n", updateFrom, updateTo, len(r.before))
-	fmt.Printf("    order received -> Committed reported                   %8.2f s\n", committedAt.Sub(w.ordered).Seconds())
+	fmt.Printf("    order taken (download begun) -> Committed reported     %8.2f s\n", committedAt.Sub(w.ordered).Seconds())
 	if t, ok := w.phases[protocol.UpdateRestarting]; ok {
 		fmt.Printf("    (the hub showed Restarting %.2f s after the order)\n", t.Sub(w.ordered).Seconds())
 	}
