@@ -217,6 +217,11 @@ func (a *API) pushRelease(r *http.Request) (ReleaseInfo, error) {
 	if len(missing) > 0 {
 		return ReleaseInfo{}, fmt.Errorf("release push: artifacts not sent: %s", strings.Join(missing, ", "))
 	}
+	for _, art := range rel.Artifacts {
+		if err := a.Releases.CheckDecoded(art); err != nil {
+			return ReleaseInfo{}, fmt.Errorf("release push: %w", err)
+		}
+	}
 	stored := fleetdb.StoredRelease{Kind: rel.Kind, Name: rel.Name, Version: rel.Version, Manifest: manifest,
 		KeyID: protocol.KeyID(key), Created: a.now()}
 	if err := a.Fleet.AddRelease(stored); err != nil {

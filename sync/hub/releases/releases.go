@@ -176,6 +176,44 @@ func (s Store) Put(sha string, size int64, r io.Reader) error {
 	return syncDir(dir)
 }
 
+// CheckDecoded checks an artifact against its stored blob: the transfer
+// size, and that an encoded artifact's bytes decode to what its manifest
+// says it installs (size and SHA-256). The blob is
+// named by its transfer hash only, and Put checks only that: a manifest
+// whose decoded size or hash is wrong (a careless build script, or a
+// second manifest naming the same blob with other claims) would
+// otherwise be stored and rolled out, and refused by every device after
+// its download. Decoding stops one byte past the declared size.
+func (s Store) CheckDecoded(a protocol.Artifact) error {
+	sha, size := a.Transfer()
+	if !s.Has(sha, size) {
+		// Two artifacts of a manifest naming one blob with two sizes.
+		return fmt.Errorf("artifact %s (%s): no stored blob %s of %d bytes", a.Name, a.Arch, sha, size)
+	}
+	if a.Encoding == "" {
+		return nil // the transfer hash is the installed bytes' hash
+	}
+	f, err := os.Open(s.Path(sha))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("artifact %s (%s): gzip: %w", a.Name, a.Arch, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(zr, a.Size+1))
+	if err != nil {
+		return fmt.Errorf("artifact %s (%s): gzip: %w", a.Name, a.Arch, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != a.Size || got != a.SHA256 {
+		return fmt.Errorf("artifact %s (%s): the encoded bytes decode to %d bytes with sha256 %s, the manifest says %d bytes with sha256 %s",
+			a.Name, a.Arch, n, got, a.Size, a.SHA256)
+	}
+	return nil
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
