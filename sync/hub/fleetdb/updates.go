@@ -293,6 +293,10 @@ func (f *Fleet) NextOrderID(device string) (int64, error) {
 	return max(stored, reported) + 1, nil
 }
 
+// ErrNotOrdered is an update report on an order ID the hub never makes
+// (under 1, or at maxReportedOrder and above).
+var ErrNotOrdered = errors.New("the hub never makes an update order with this ID")
+
 // maxReportedOrder bounds the order ID a device's report may move the
 // next one to (2^53: exact in any JSON reader).
 const maxReportedOrder = 1 << 53
@@ -349,6 +353,11 @@ func (f *Fleet) AllOrders() ([]Order, error) {
 // replayed); changed says whether it differs from the stored one. A
 // report that ends an order is also kept as the device's event.
 func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed bool, err error) {
+	// NextOrderID ignores a claim this high: stored, it would make every
+	// report on the orders made next look older, and be dropped.
+	if s.Order < 1 || s.Order >= maxReportedOrder {
+		return false, fmt.Errorf("update state of order %d: %w", s.Order, ErrNotOrdered)
+	}
 	tx, err := f.db.Begin()
 	if err != nil {
 		return false, err

@@ -134,13 +134,26 @@ func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	if err != nil || len(targets) != 1 || targets["d1"].Order != 1 || targets["d1"].OrderUpdate != "u1" || targets["d1"].State.Order != 7 {
 		t.Fatalf("targets: %+v, %v", targets, err)
 	}
-	// A device's claim of a huge order cannot make its next one overflow.
-	huge := protocol.UpdateState{Device: "d2", Order: 1<<63 - 1, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
-	if _, err := f.SaveUpdateState(&huge, t0); err != nil {
-		t.Fatal(err)
+	// A device's claim of a huge order cannot make its next one overflow,
+	// nor hide the reports on the orders the hub makes next (it would
+	// shadow every later one as "older"): the hub never makes such an
+	// order, so the report is refused. An unsigned order forged on the
+	// broker makes a device report exactly this (its Failed refusal).
+	for _, order := range []int64{1<<63 - 1, maxReportedOrder, 0, -1} {
+		huge := protocol.UpdateState{Device: "d2", Order: order, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
+		if _, err := f.SaveUpdateState(&huge, t0); !errors.Is(err, ErrNotOrdered) {
+			t.Fatalf("a report of order %d: %v, want %v", order, err, ErrNotOrdered)
+		}
 	}
 	if id, _ := f.NextOrderID("d2"); id != 1 {
 		t.Fatalf("next order id after a report of order 2^63-1: %d, want 1", id)
+	}
+	first := protocol.UpdateState{Device: "d2", Order: 1, Kind: protocol.ReleaseAgent, Version: "v1.2.0", Phase: protocol.UpdateCommitted, Percent: 100}
+	if changed, err := f.SaveUpdateState(&first, t0); err != nil || !changed {
+		t.Fatalf("the report on order 1 after a claim of order 2^63-1: %v, %v", changed, err)
+	}
+	if st, _ := f.UpdateState("d2"); st == nil || st.Order != 1 || st.Phase != protocol.UpdateCommitted {
+		t.Fatalf("d2's update state: %+v", st)
 	}
 	os, err := f.AllOrders()
 	if err != nil || len(os) != 1 || string(os[0].Document) != "doc1" {
