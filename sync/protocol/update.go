@@ -300,7 +300,7 @@ func openDoc(what, context string, data []byte, limit int, key ed25519.PublicKey
 		return fmt.Errorf("%s: no key to check its signature with", what)
 	}
 	if !ed25519.Verify(key, append([]byte(context), env.Doc...), env.Signature) {
-		return fmt.Errorf("%s: the signature (key %s) does not verify with key %s", what, env.KeyID, KeyID(key))
+		return fmt.Errorf("%s: the signature (key %s) does not verify with key %s", what, quote(env.KeyID), KeyID(key))
 	}
 	return decodeStrict(what, env.Doc, limit, v, schema)
 }
@@ -410,7 +410,7 @@ func DecodeUpdateState(data []byte) (*UpdateState, error) {
 		return nil, err
 	}
 	if !contains(updatePhases, s.Phase) {
-		return nil, fmt.Errorf("update state: phase %q, want one of %s", s.Phase, strings.Join(updatePhases, ", "))
+		return nil, fmt.Errorf("update state: phase %s, want one of %s", quote(s.Phase), strings.Join(updatePhases, ", "))
 	}
 	if s.Percent < 0 || s.Percent > 100 {
 		return nil, fmt.Errorf("update state: percent %d, want 0 to 100", s.Percent)
@@ -419,7 +419,7 @@ func DecodeUpdateState(data []byte) (*UpdateState, error) {
 		return nil, errors.New("update state: reason or a version is too long")
 	}
 	if s.Kind != ReleaseAgent && s.Kind != ReleaseFirmware {
-		return nil, fmt.Errorf("update state: kind %q, want %s or %s", s.Kind, ReleaseAgent, ReleaseFirmware)
+		return nil, fmt.Errorf("update state: kind %s, want %s or %s", quote(s.Kind), ReleaseAgent, ReleaseFirmware)
 	}
 	return s, nil
 }
@@ -441,7 +441,7 @@ func DecodeFetch(data []byte) (*Fetch, error) {
 		return nil, err
 	}
 	if !validSHA256(f.SHA256) {
-		return nil, fmt.Errorf("fetch: sha256 %q: want 64 lower-case hex digits", f.SHA256)
+		return nil, fmt.Errorf("fetch: sha256 %s: want 64 lower-case hex digits", quote(f.SHA256))
 	}
 	if f.Offset < 0 || f.Offset >= MaxArtifactBytes {
 		return nil, fmt.Errorf("fetch: offset %d out of range", f.Offset)

@@ -129,3 +129,51 @@ func TestDecodeFetchAndState(t *testing.T) {
 		t.Errorf("DecodeUpdateState = %+v, %v", s, err)
 	}
 }
+
+// A refusal quotes what it refuses, and refusals are logged (by the hub,
+// by the device): attacker text in them is bounded, whatever the message's
+// size. An order's envelope (its key ID, its unknown fields) is not
+// covered by the signature, nor is anything of an update report or a
+// fetch.
+func TestRefusalsQuoteAttackerTextBounded(t *testing.T) {
+	const limit = 1 << 10
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	long := strings.Repeat("x", 100<<10)
+	signed, err := SignOrder(Order{Device: "gw-1", ID: 1}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env SignedDoc
+	json.Unmarshal(signed, &env)
+	env.KeyID = long
+	withKeyID, _ := json.Marshal(env)
+	unknown := []byte(`{"schema":1,"doc":{},"keyId":"k","signature":"AA==","` + long + `":1}`)
+	cases := map[string]func() error{
+		"an order's key id": func() error { _, err := OpenOrder(withKeyID, "gw-1", other); return err },
+		"an order's unknown field": func() error {
+			_, err := OpenOrder(unknown, "gw-1", other)
+			return err
+		},
+		"a report's phase": func() error {
+			_, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"agent","phase":"` + long + `"}`))
+			return err
+		},
+		"a report's kind": func() error {
+			_, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"` + long + `","phase":"Failed"}`))
+			return err
+		},
+		"a fetch's hash": func() error {
+			_, err := DecodeFetch([]byte(`{"schema":1,"order":1,"sha256":"` + long + `","offset":0,"length":1}`))
+			return err
+		},
+	}
+	for name, refuse := range cases {
+		err := refuse()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if len(err.Error()) > limit {
+			t.Errorf("%s: a refusal of %d bytes (%.80s...), want at most %d", name, len(err.Error()), err.Error(), limit)
+		}
+	}
+}
