@@ -174,3 +174,30 @@ func TestReleasePushChecksDecodedBytes(t *testing.T) {
 		t.Fatalf("%d releases stored, want the good one only", len(rs))
 	}
 }
+
+// A push whose artifacts do not fit on the hub's disk (beside a margin
+// for fleet.db) is refused before a byte of them is written: a careless
+// push must not fill the disk the fleet database lives on.
+func TestReleasePushRefusedWhenTheDiskIsTooSmall(t *testing.T) {
+	a, hubKey := pushAPI(t)
+	data := []byte("the podvisor binary")
+	art := artifact(data)
+	rel := protocol.Release{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.0.0", Artifacts: []protocol.Artifact{art}}
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin + art.Size - 1, nil }
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{art.SHA256: data}); code != http.StatusBadRequest || !strings.Contains(out, "free") {
+		t.Fatalf("a push over the free space: %d %s", code, out)
+	}
+	if a.Releases.Has(art.SHA256, art.Size) {
+		t.Fatal("the refused push stored its artifact")
+	}
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin + art.Size, nil }
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{art.SHA256: data}); code != http.StatusOK {
+		t.Fatalf("a push that fits: %d %s", code, out)
+	}
+	// Blobs stored already take no more room.
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin, nil }
+	rel.Version = "v1.0.1"
+	if code, out := push(t, a, rel, hubKey, false, nil); code != http.StatusOK {
+		t.Fatalf("a push of stored blobs only: %d %s", code, out)
+	}
+}

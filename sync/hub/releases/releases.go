@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -128,7 +129,44 @@ func Wire(file string, a protocol.Artifact) (io.ReadCloser, error) {
 }
 
 // Store is the artifacts' bytes as they travel, by transfer hash.
-type Store struct{ Dir string } // <data>/releases
+type Store struct {
+	Dir string // <data>/releases
+	// Free is the bytes free on dir's file system (nil: statfs).
+	Free func(dir string) (int64, error)
+}
+
+// FreeMargin is kept free beside a push's blobs: fleet.db and the hub's
+// other files live on the same disk.
+const FreeMargin = 64 << 20
+
+// Room refuses a push whose blobs, need bytes not stored yet, would
+// leave less than FreeMargin free, before any of them is written.
+func (s Store) Room(need int64) error {
+	dir := filepath.Join(s.Dir, "blobs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	free := s.Free
+	if free == nil {
+		free = freeBytes
+	}
+	have, err := free(dir)
+	if err != nil {
+		return fmt.Errorf("the free space in %s: %w", dir, err)
+	}
+	if have-need < FreeMargin {
+		return fmt.Errorf("the artifacts need %d bytes in %s, %d are free (%d are kept free for the fleet database)", need, dir, have, int64(FreeMargin))
+	}
+	return nil
+}
+
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
 
 // Path is the file of the bytes whose hash is sha.
 func (s Store) Path(sha string) string { return filepath.Join(s.Dir, "blobs", sha) }
