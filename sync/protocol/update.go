@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/version"
 )
@@ -233,6 +234,11 @@ func validName(what, s string) error {
 func ParseVersion(s string) (*version.Version, error) {
 	if s == "" || len(s) > maxVersionLen {
 		return nil, fmt.Errorf("version %q: must be 1 to %d characters", s, maxVersionLen)
+	}
+	// The parser below allows white space around a version; a version is
+	// a slot's directory name on devices and a release's name here.
+	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		return nil, fmt.Errorf("version %q: white space in a version", s)
 	}
 	v, err := version.ParseSemantic(strings.TrimPrefix(s, "v"))
 	if err != nil {

@@ -177,3 +177,21 @@ func TestRefusalsQuoteAttackerTextBounded(t *testing.T) {
 		}
 	}
 }
+
+// A release version names the slot directory a device installs it in
+// and the release an operator updates to: the semantic-version parser
+// underneath accepts white space around it (a newline included), which
+// must not make a second name for one version nor a slot name with a
+// line break.
+func TestParseVersionRefusesWhiteSpace(t *testing.T) {
+	for _, v := range []string{" v1.2.3", "v1.2.3 ", "1.2.3\n", "\tv1.2.3", "v1.2.3\r\n"} {
+		if _, err := ParseVersion(v); err == nil {
+			t.Errorf("version %q accepted", v)
+		}
+	}
+	r := testRelease()
+	r.Version = "v1.2.3\n"
+	if err := r.Validate(); err == nil {
+		t.Error("a release with version \"v1.2.3\\n\" validated")
+	}
+}
