@@ -159,4 +159,25 @@ func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	if err != nil || len(os) != 1 || string(os[0].Document) != "doc1" {
 		t.Fatalf("orders: %+v, %v", os, err)
 	}
+	// A claim just under the bound is believed: the hub's next order is
+	// at the bound, and the device's reports on it are taken.
+	below := protocol.UpdateState{Device: "d2", Order: maxReportedOrder - 1, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
+	if _, err := f.SaveUpdateState(&below, t0); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := f.NextOrderID("d2")
+	if next != maxReportedOrder {
+		t.Fatalf("next order id after a report of order 2^53-1: %d", next)
+	}
+	if err := f.SaveOrder(Order{Device: "d2", ID: next, Update: "u1", Document: []byte("doc"), At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	atBound := protocol.UpdateState{Device: "d2", Order: next, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateDownloading}
+	if changed, err := f.SaveUpdateState(&atBound, t0); err != nil || !changed {
+		t.Fatalf("the report on order 2^53, which the hub made: %v, %v", changed, err)
+	}
+	atBound.Order++
+	if _, err := f.SaveUpdateState(&atBound, t0); !errors.Is(err, ErrNotOrdered) {
+		t.Fatalf("a report on order 2^53+1, not made: %v", err)
+	}
 }
