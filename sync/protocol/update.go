@@ -427,7 +427,25 @@ func DecodeUpdateState(data []byte) (*UpdateState, error) {
 	if s.Kind != ReleaseAgent && s.Kind != ReleaseFirmware {
 		return nil, fmt.Errorf("update state: kind %s, want %s or %s", quote(s.Kind), ReleaseAgent, ReleaseFirmware)
 	}
+	// Shown to the operator's terminal (get devices, events): no escape
+	// sequence, no line break forging another line.
+	for _, f := range []*string{&s.Reason, &s.Version, &s.Running, &s.Previous} {
+		*f = oneLine(*f)
+	}
 	return s, nil
+}
+
+// oneLine replaces the control characters of a device's text by spaces.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Fetch asks the hub for part of an artifact of the device's current

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func testRelease() Release {
@@ -193,5 +194,25 @@ func TestParseVersionRefusesWhiteSpace(t *testing.T) {
 	r.Version = "v1.2.3\n"
 	if err := r.Validate(); err == nil {
 		t.Error("a release with version \"v1.2.3\\n\" validated")
+	}
+}
+
+// A device's report is shown to the operator (podhub get devices,
+// describe device, the events): its text reaches a terminal, so control
+// characters (an escape sequence, a line break forging another line)
+// are replaced by spaces.
+func TestUpdateStateTextHasNoControlCharacters(t *testing.T) {
+	s, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"agent","phase":"Failed",` +
+		`"reason":"bad\u001b[2J\nFAKE LINE\r\u0007\u009b31m","version":"v1\u001b]0;x\u0007","running":"v1\n","previous":"v0\t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"reason": s.Reason, "version": s.Version, "running": s.Running, "previous": s.Previous} {
+		if i := strings.IndexFunc(text, unicode.IsControl); i >= 0 {
+			t.Errorf("%s %q keeps a control character at %d", name, text, i)
+		}
+	}
+	if s.Reason != "bad [2J FAKE LINE   31m" {
+		t.Errorf("reason %q", s.Reason)
 	}
 }
