@@ -132,7 +132,7 @@ func (u *Updater) Start(ctx context.Context, sig GateSignals) {
 	trial := cur != nil && cur.Record.State == StateTrial && sameFile(self, cur.Binary())
 	if !trial {
 		u.reportLostCommit(cur)
-		u.layout.Collect(u.last().Order + 1)
+		u.layout.Collect(u.lastOfThisHub().Order + 1)
 		os.Remove(u.layout.handoffPath())
 		go u.Run(ctx)
 		return
