@@ -39,6 +39,10 @@ const (
 	maxChunkHeader   = 1 << 10
 	maxVersionLen    = 64
 	maxReasonLen     = 1024
+	// MaxUpdateStateBytes is what an encoded update report may be: the
+	// broker's limit for the retained update-state (a device over it is
+	// disconnected).
+	MaxUpdateStateBytes = 4 << 10
 )
 
 // Release is a release manifest: what `podhub release push` or
