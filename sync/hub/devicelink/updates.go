@@ -191,9 +191,13 @@ func (h *Link) fetchHandler(_ mqtt.Client, m mqtt.Message) {
 	h.chunks.Fetch(dev, m.Payload())
 }
 
-// sendChunk publishes a chunk frame (not retained) on device's chunk topic.
+// sendChunk publishes a chunk frame (not retained) on device's chunk
+// topic, at QoS 0: at QoS 1 the MQTT client keeps each frame until the
+// broker acknowledges it, and a broker that never does (forging fetches
+// meanwhile) would grow the hub's memory without bound. A lost chunk is
+// asked for again by the device.
 func (h *Link) sendChunk(device string, frame []byte) {
-	h.client.Publish(h.topics.Device(device, protocol.KindChunk), 1, false, frame)
+	h.client.Publish(h.topics.Device(device, protocol.KindChunk), 0, false, frame)
 }
 
 // ChunkBytes is the artifact bytes the chunk server has sent.

@@ -131,3 +131,33 @@ func TestChunkCacheIsNotFilledWithAnOrderReplacedMeanwhile(t *testing.T) {
 		t.Fatal("order 1's artifact still resolves after its withdrawal: the cache kept the order read before it")
 	}
 }
+
+// qosClient records the QoS of each publish by topic.
+type qosClient struct {
+	mqtt.Client
+	qos map[string]byte
+}
+
+func (c *qosClient) Publish(topic string, qos byte, _ bool, _ interface{}) mqtt.Token {
+	c.qos[topic] = qos
+	return doneToken{}
+}
+
+// Chunks go out at QoS 0. At QoS 1 the hub's MQTT client keeps every
+// frame (up to 128 KiB) until the broker acknowledges it: a broker that
+// never does, forging fetches of every device meanwhile, would grow the
+// hub's memory without bound. A chunk lost is asked for again by the
+// device after its timeout, as the protocol already does.
+func TestChunksAreSentAtQoS0(t *testing.T) {
+	f := testFleet(t, "d1")
+	_, key, _ := ed25519.GenerateKey(nil)
+	client := &qosClient{qos: map[string]byte{}}
+	h := New(Config{Broker: "test", Key: key, ReleaseDir: t.TempDir(), Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }},
+		f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer h.chunks.Close()
+	h.sendChunk("d1", protocol.EncodeChunk(protocol.Chunk{Order: 1, SHA256: fmt.Sprintf("%064x", 1)}, []byte("bytes")))
+	topic := (protocol.Topics{}).Device("d1", protocol.KindChunk)
+	if qos, ok := client.qos[topic]; !ok || qos != 0 {
+		t.Fatalf("chunk published at QoS %d (published: %v), want 0", qos, ok)
+	}
+}
