@@ -3,13 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/podvisor/podvisor/sync/protocol"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // The power-cut tests run the install in a child (this test binary again)
