@@ -79,6 +79,18 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 	if err != nil {
 		return nil, err
 	}
+	hubKeyID := "" // the hub the orders come from, as sync/uplink names it
+	if conf.Hub.Key != "" {
+		data, err := os.ReadFile(conf.Hub.Key)
+		if err != nil {
+			return nil, conf.FieldError("hub.key", err)
+		}
+		pub, err := protocol.ParsePublicKey(data)
+		if err != nil {
+			return nil, conf.FieldError("hub.key", fmt.Errorf("%s: %w", conf.Hub.Key, err))
+		}
+		hubKeyID = protocol.KeyID(pub)
+	}
 	device := conf.Hub.DeviceID
 	if device == "" {
 		device = conf.NodeName
@@ -88,7 +100,7 @@ func startUpdater(ctx context.Context, conf *config.Config, d *supervisor.Daemon
 		return nil, err
 	}
 	backend := d.API()
-	opts := agent.Options{DataDir: conf.DataDir, Device: device, Version: version, ReleaseKey: key,
+	opts := agent.Options{DataDir: conf.DataDir, Device: device, Version: version, ReleaseKey: key, HubKeyID: hubKeyID,
 		Containers: func() []agent.Container { return runningContainers(backend) }, Restart: restart,
 		CommitTimeout: conf.Update.CommitTimeout.Duration, Log: log.With("component", "update"),
 		OnReport: func(s protocol.UpdateState) { d.SetNodeAnnotation(agent.NodeAnnotation, agent.Describe(s)) }}

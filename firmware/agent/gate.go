@@ -131,7 +131,8 @@ func (u *Updater) Start(ctx context.Context, sig GateSignals) {
 	self, _ := Self()
 	trial := cur != nil && cur.Record.State == StateTrial && sameFile(self, cur.Binary())
 	if !trial {
-		u.layout.Collect(u.last().Order + 1)
+		u.reportLostCommit(cur)
+		u.layout.Collect(u.lastOfThisHub().Order + 1)
 		os.Remove(u.layout.handoffPath())
 		go u.Run(ctx)
 		return
@@ -199,6 +200,21 @@ func (u *Updater) commit(cur *Slot) {
 	if prev != nil {
 		st.Previous = prev.Record.Version
 	}
+	u.report(st)
+}
+
+// reportLostCommit reports Committed for the current slot when a cut
+// between its commit and the report left the order recorded as
+// Restarting: the order, sent again, would only repeat that, and the
+// hub's wave would wait on the device for good.
+func (u *Updater) reportLostCommit(cur *Slot) {
+	last := u.last()
+	if cur == nil || cur.Record.State != StateCommitted || cur.Record.Version != u.o.Version ||
+		last.Kind != protocol.ReleaseAgent || last.Phase != protocol.UpdateRestarting || last.Order != cur.Record.Order {
+		return
+	}
+	st := protocol.UpdateState{Order: cur.Record.Order, Kind: protocol.ReleaseAgent, Version: cur.Record.Version,
+		Phase: protocol.UpdateCommitted, Percent: 100, Previous: last.Running}
 	u.report(st)
 }
 

@@ -482,3 +482,31 @@ func TestStopKeepsTheDownload(t *testing.T) {
 		t.Fatalf("%d of %d bytes sent again; want the download resumed", hub.sent, total)
 	}
 }
+
+// state.json's last order is a hub's: a device enrolled with another hub
+// (a new hub key, order IDs from 1 again) must not take that hub's
+// orders for ones it carried out already and drop them without a word.
+// (sync/uplink keeps its newest order per hub key for the same reason.)
+func TestOrdersOfANewHubAreNotTakenForOldOnes(t *testing.T) {
+	dir := t.TempDir()
+	hub := &fakeHub{}
+	u := newUpdater(dir, "v1.2.0", hub)
+	u.o.HubKeyID = "old-hub"
+	u.report(protocol.UpdateState{Order: 57, Kind: protocol.ReleaseAgent, Version: "v1.2.0", Phase: protocol.UpdateCommitted, Percent: 100})
+
+	u = newUpdater(dir, "v1.2.0", hub)
+	u.o.HubKeyID = "new-hub"
+	r13 := newRelease(t, hub, "v1.3.0", "arm64", 64<<10, 1)
+	install(u, r13.order(t, 1))
+	if s := hub.last(); s.Order != 1 || s.Phase != protocol.UpdateRestarting {
+		t.Fatalf("the new hub's order 1 after order 57 of the old hub: last report %+v; want it carried out", s)
+	}
+	assertCurrentIs(t, dir, r13, StateTrial)
+
+	// The new hub's order sent again is still carried out once.
+	n := len(hub.reports)
+	install(u, r13.order(t, 1))
+	if s := hub.last(); len(hub.reports) != n+1 || s.Order != 1 || s.Phase != protocol.UpdateRestarting {
+		t.Fatalf("order 1 sent again: %d reports, last %+v; want Restarting repeated", len(hub.reports)-n, s)
+	}
+}

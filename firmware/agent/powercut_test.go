@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // The power-cut tests run the install in a child (this test binary again)
@@ -183,6 +185,15 @@ func TestPowerCut(t *testing.T) {
 				}
 				if step == "committed" {
 					assertCurrentIs(t, dir, r, StateCommitted)
+					// The cut lost the Committed report: the hub must not
+					// see the order stuck in Restarting (its wave waits on
+					// it), however often the order comes again.
+					hub.mu.Lock()
+					reports := append([]protocol.UpdateState(nil), hub.reports...)
+					hub.mu.Unlock()
+					if len(reports) == 0 || reports[len(reports)-1].Order != 1 || reports[len(reports)-1].Phase != protocol.UpdateCommitted {
+						t.Fatalf("after a cut between the commit and its report the hub saw %+v, want order 1 Committed last", reports)
+					}
 					return
 				}
 				cur := assertCurrentIs(t, dir, r, StateTrial)

@@ -42,8 +42,11 @@ type Options struct {
 	// ReleaseKey checks release manifests (update.releaseKey, else the
 	// hub's key).
 	ReleaseKey ed25519.PublicKey
-	Transport  Transport // nil: reports are only logged, nothing is downloaded
-	Driver     Driver    // nil: firmware orders fail
+	// HubKeyID names the hub the orders come from (protocol.KeyID of its
+	// key): the last order recorded is compared only with its orders.
+	HubKeyID  string
+	Transport Transport // nil: reports are only logged, nothing is downloaded
+	Driver    Driver    // nil: firmware orders fail
 	// Containers lists the running containers for the handoff and the
 	// commit gate.
 	Containers func() []Container
@@ -147,13 +150,31 @@ func (u *Updater) Run(ctx context.Context) {
 	}
 }
 
+// record is state.json: the last order's final (or Restarting) state,
+// and the hub whose order it was.
+type record struct {
+	protocol.UpdateState
+	HubKey string `json:"hubKey,omitempty"`
+}
+
 // last is the last order the device finished (state.json), zero if none.
-func (u *Updater) last() protocol.UpdateState {
-	var s protocol.UpdateState
+func (u *Updater) last() protocol.UpdateState { return u.lastRecord().UpdateState }
+
+func (u *Updater) lastRecord() record {
+	var r record
 	if data, err := readBounded(u.layout.statePath(), 1<<16); err == nil {
-		json.Unmarshal(data, &s)
+		json.Unmarshal(data, &r)
 	}
-	return s
+	return r
+}
+
+// lastOfThisHub is the last order of the hub the orders come from now:
+// another hub's (a device enrolled anew) numbers its orders apart.
+func (u *Updater) lastOfThisHub() protocol.UpdateState {
+	if r := u.lastRecord(); r.HubKey == u.o.HubKeyID {
+		return r.UpdateState
+	}
+	return protocol.UpdateState{}
 }
 
 // report sends a state, and records a final one so that the order, sent
@@ -167,7 +188,7 @@ func (u *Updater) report(s protocol.UpdateState) {
 		s.Reason = s.Reason[:1000]
 	}
 	if protocol.UpdateDone(s.Phase) || s.Phase == protocol.UpdateRestarting {
-		data, err := json.Marshal(s)
+		data, err := json.Marshal(record{UpdateState: s, HubKey: u.o.HubKeyID})
 		if err == nil {
 			err = os.MkdirAll(u.layout.Dir, 0o700)
 		}
@@ -211,7 +232,7 @@ func Describe(s protocol.UpdateState) string {
 
 // handle carries out one order.
 func (u *Updater) handle(ctx context.Context, o *protocol.Order) {
-	last := u.last()
+	last := u.lastOfThisHub()
 	if o.ID < last.Order || o.ID == last.Order && last.Phase != "" {
 		if o.ID == last.Order && u.o.Transport != nil {
 			u.o.Transport.Report(last) // the hub asks again: it has it

@@ -7,6 +7,7 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	kjson "sigs.k8s.io/json"
@@ -108,10 +109,29 @@ func decodeStrict(what string, data []byte, limit int, v any, schema func() int)
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if len(strict) > 0 {
-		return fmt.Errorf("%s: %w", what, errors.Join(strict...))
+		// Unknown field names are the sender's text: bounded, the
+		// refusal is logged.
+		return fmt.Errorf("%s: %s", what, clipText(errors.Join(strict...).Error(), 256))
 	}
 	if s := schema(); s != Schema {
 		return fmt.Errorf("%s: schema %d, this podvisor speaks %d", what, s, Schema)
 	}
 	return nil
+}
+
+// clipText cuts s to at most n bytes, saying how long it was.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(s[:n], ""), len(s))
+}
+
+// quote quotes a field of an untrusted message for a refusal, at most 64
+// bytes of it.
+func quote(s string) string {
+	if len(s) <= 64 {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(strings.ToValidUTF8(s[:64], "")), len(s))
 }

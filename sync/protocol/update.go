@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/version"
 )
@@ -38,6 +39,10 @@ const (
 	maxChunkHeader   = 1 << 10
 	maxVersionLen    = 64
 	maxReasonLen     = 1024
+	// MaxUpdateStateBytes is what an encoded update report may be: the
+	// broker's limit for the retained update-state (a device over it is
+	// disconnected).
+	MaxUpdateStateBytes = 4 << 10
 )
 
 // Release is a release manifest: what `podhub release push` or
@@ -234,6 +239,11 @@ func ParseVersion(s string) (*version.Version, error) {
 	if s == "" || len(s) > maxVersionLen {
 		return nil, fmt.Errorf("version %q: must be 1 to %d characters", s, maxVersionLen)
 	}
+	// The parser below allows white space around a version; a version is
+	// a slot's directory name on devices and a release's name here.
+	if strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+		return nil, fmt.Errorf("version %q: white space in a version", s)
+	}
 	v, err := version.ParseSemantic(strings.TrimPrefix(s, "v"))
 	if err != nil {
 		return nil, fmt.Errorf("version %q: not a semantic version (v1.2.3): %w", s, err)
@@ -300,7 +310,7 @@ func openDoc(what, context string, data []byte, limit int, key ed25519.PublicKey
 		return fmt.Errorf("%s: no key to check its signature with", what)
 	}
 	if !ed25519.Verify(key, append([]byte(context), env.Doc...), env.Signature) {
-		return fmt.Errorf("%s: the signature (key %s) does not verify with key %s", what, env.KeyID, KeyID(key))
+		return fmt.Errorf("%s: the signature (key %s) does not verify with key %s", what, quote(env.KeyID), KeyID(key))
 	}
 	return decodeStrict(what, env.Doc, limit, v, schema)
 }
@@ -410,7 +420,7 @@ func DecodeUpdateState(data []byte) (*UpdateState, error) {
 		return nil, err
 	}
 	if !contains(updatePhases, s.Phase) {
-		return nil, fmt.Errorf("update state: phase %q, want one of %s", s.Phase, strings.Join(updatePhases, ", "))
+		return nil, fmt.Errorf("update state: phase %s, want one of %s", quote(s.Phase), strings.Join(updatePhases, ", "))
 	}
 	if s.Percent < 0 || s.Percent > 100 {
 		return nil, fmt.Errorf("update state: percent %d, want 0 to 100", s.Percent)
@@ -419,9 +429,27 @@ func DecodeUpdateState(data []byte) (*UpdateState, error) {
 		return nil, errors.New("update state: reason or a version is too long")
 	}
 	if s.Kind != ReleaseAgent && s.Kind != ReleaseFirmware {
-		return nil, fmt.Errorf("update state: kind %q, want %s or %s", s.Kind, ReleaseAgent, ReleaseFirmware)
+		return nil, fmt.Errorf("update state: kind %s, want %s or %s", quote(s.Kind), ReleaseAgent, ReleaseFirmware)
+	}
+	// Shown to the operator's terminal (get devices, events): no escape
+	// sequence, no line break forging another line.
+	for _, f := range []*string{&s.Reason, &s.Version, &s.Running, &s.Previous} {
+		*f = oneLine(*f)
 	}
 	return s, nil
+}
+
+// oneLine replaces the control characters of a device's text by spaces.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Fetch asks the hub for part of an artifact of the device's current
@@ -441,7 +469,7 @@ func DecodeFetch(data []byte) (*Fetch, error) {
 		return nil, err
 	}
 	if !validSHA256(f.SHA256) {
-		return nil, fmt.Errorf("fetch: sha256 %q: want 64 lower-case hex digits", f.SHA256)
+		return nil, fmt.Errorf("fetch: sha256 %s: want 64 lower-case hex digits", quote(f.SHA256))
 	}
 	if f.Offset < 0 || f.Offset >= MaxArtifactBytes {
 		return nil, fmt.Errorf("fetch: offset %d out of range", f.Offset)

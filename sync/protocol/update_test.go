@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func testRelease() Release {
@@ -127,5 +128,91 @@ func TestDecodeFetchAndState(t *testing.T) {
 	s, err := DecodeUpdateState(Encode(&UpdateState{Device: "d", Kind: ReleaseAgent, Phase: UpdateRolledBack, Reason: "r"}))
 	if err != nil || !UpdateDone(s.Phase) {
 		t.Errorf("DecodeUpdateState = %+v, %v", s, err)
+	}
+}
+
+// A refusal quotes what it refuses, and refusals are logged (by the hub,
+// by the device): attacker text in them is bounded, whatever the message's
+// size. An order's envelope (its key ID, its unknown fields) is not
+// covered by the signature, nor is anything of an update report or a
+// fetch.
+func TestRefusalsQuoteAttackerTextBounded(t *testing.T) {
+	const limit = 1 << 10
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	long := strings.Repeat("x", 100<<10)
+	signed, err := SignOrder(Order{Device: "gw-1", ID: 1}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env SignedDoc
+	json.Unmarshal(signed, &env)
+	env.KeyID = long
+	withKeyID, _ := json.Marshal(env)
+	unknown := []byte(`{"schema":1,"doc":{},"keyId":"k","signature":"AA==","` + long + `":1}`)
+	cases := map[string]func() error{
+		"an order's key id": func() error { _, err := OpenOrder(withKeyID, "gw-1", other); return err },
+		"an order's unknown field": func() error {
+			_, err := OpenOrder(unknown, "gw-1", other)
+			return err
+		},
+		"a report's phase": func() error {
+			_, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"agent","phase":"` + long + `"}`))
+			return err
+		},
+		"a report's kind": func() error {
+			_, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"` + long + `","phase":"Failed"}`))
+			return err
+		},
+		"a fetch's hash": func() error {
+			_, err := DecodeFetch([]byte(`{"schema":1,"order":1,"sha256":"` + long + `","offset":0,"length":1}`))
+			return err
+		},
+	}
+	for name, refuse := range cases {
+		err := refuse()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if len(err.Error()) > limit {
+			t.Errorf("%s: a refusal of %d bytes (%.80s...), want at most %d", name, len(err.Error()), err.Error(), limit)
+		}
+	}
+}
+
+// A release version names the slot directory a device installs it in
+// and the release an operator updates to: the semantic-version parser
+// underneath accepts white space around it (a newline included), which
+// must not make a second name for one version nor a slot name with a
+// line break.
+func TestParseVersionRefusesWhiteSpace(t *testing.T) {
+	for _, v := range []string{" v1.2.3", "v1.2.3 ", "1.2.3\n", "\tv1.2.3", "v1.2.3\r\n"} {
+		if _, err := ParseVersion(v); err == nil {
+			t.Errorf("version %q accepted", v)
+		}
+	}
+	r := testRelease()
+	r.Version = "v1.2.3\n"
+	if err := r.Validate(); err == nil {
+		t.Error("a release with version \"v1.2.3\\n\" validated")
+	}
+}
+
+// A device's report is shown to the operator (podhub get devices,
+// describe device, the events): its text reaches a terminal, so control
+// characters (an escape sequence, a line break forging another line)
+// are replaced by spaces.
+func TestUpdateStateTextHasNoControlCharacters(t *testing.T) {
+	s, err := DecodeUpdateState([]byte(`{"schema":1,"device":"gw-1","order":1,"kind":"agent","phase":"Failed",` +
+		`"reason":"bad\u001b[2J\nFAKE LINE\r\u0007\u009b31m","version":"v1\u001b]0;x\u0007","running":"v1\n","previous":"v0\t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"reason": s.Reason, "version": s.Version, "running": s.Running, "previous": s.Previous} {
+		if i := strings.IndexFunc(text, unicode.IsControl); i >= 0 {
+			t.Errorf("%s %q keeps a control character at %d", name, text, i)
+		}
+	}
+	if s.Reason != "bad [2J FAKE LINE   31m" {
+		t.Errorf("reason %q", s.Reason)
 	}
 }

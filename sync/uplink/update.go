@@ -259,6 +259,12 @@ func (a *Agent) Report(s protocol.UpdateState) {
 	}
 	s.Percent = min(max(s.Percent, 0), 100)
 	s.Reason = clip(s.Reason, 1024)
+	// Within the broker's limit however the reason encodes (JSON makes
+	// <, > and & six bytes each): a report over it would get the device
+	// disconnected at every connection, as it is sent again then.
+	for len(protocol.Encode(&s)) > protocol.MaxUpdateStateBytes && s.Reason != "" {
+		s.Reason = clip(s.Reason, len(s.Reason)/2)
+	}
 	a.rep.mu.Lock()
 	defer a.rep.mu.Unlock()
 	a.rep.latest, a.rep.dirty = &s, true

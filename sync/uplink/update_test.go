@@ -11,6 +11,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	hubbroker "github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/uplink"
 )
@@ -228,5 +229,34 @@ func TestHubReached(t *testing.T) {
 	case <-a.HubReached():
 	case <-time.After(20 * time.Second):
 		t.Fatal("not within 20s: the hub's receipt of a heartbeat")
+	}
+}
+
+// A report goes out within the broker's limit for a retained update
+// state (4 KiB) however its reason encodes: JSON makes each <, > and &
+// six bytes, and a report over the limit gets the device disconnected by
+// the broker, at every reconnection (the report is sent again then).
+func TestReportFitsTheBrokersLimit(t *testing.T) {
+	tb := startBroker(t)
+	sizes := make(chan int, 16)
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + tb.addr).SetClientID("size-watcher").SetCleanSession(true).SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connecting: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	topic := (protocol.Topics{}).Device("gw-1", protocol.KindUpdateState)
+	if tok := c.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { sizes <- len(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribing: %v", tok.Error())
+	}
+	a := startDevice(t, tb.addr, t.TempDir(), nil)
+	a.Report(protocol.UpdateState{Order: 1, Kind: protocol.ReleaseFirmware, Version: "v2.0.0", Phase: protocol.UpdateFailed,
+		Reason: "rauc: " + strings.Repeat("<&>", 400)})
+	select {
+	case n := <-sizes:
+		if n > hubbroker.MaxRetainedUpdateStateBytes {
+			t.Fatalf("a report of %d bytes, over the broker's %d", n, hubbroker.MaxRetainedUpdateStateBytes)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("waited 20s for the report")
 	}
 }

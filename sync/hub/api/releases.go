@@ -194,6 +194,15 @@ func (a *API) pushRelease(r *http.Request) (ReleaseInfo, error) {
 		sha, size := art.Transfer()
 		want[sha] = size
 	}
+	var need int64 // up to 64 × 2 GiB: checked before a byte is written
+	for sha, size := range want {
+		if !a.Releases.Has(sha, size) {
+			need += size
+		}
+	}
+	if err := a.Releases.Room(need); err != nil {
+		return ReleaseInfo{}, fmt.Errorf("release push: %w", err)
+	}
 	for ; err == nil; part, err = mr.NextPart() {
 		sha := part.FileName()
 		size, ok := want[sha]
@@ -216,6 +225,11 @@ func (a *API) pushRelease(r *http.Request) (ReleaseInfo, error) {
 	}
 	if len(missing) > 0 {
 		return ReleaseInfo{}, fmt.Errorf("release push: artifacts not sent: %s", strings.Join(missing, ", "))
+	}
+	for _, art := range rel.Artifacts {
+		if err := a.Releases.CheckDecoded(art); err != nil {
+			return ReleaseInfo{}, fmt.Errorf("release push: %w", err)
+		}
 	}
 	stored := fleetdb.StoredRelease{Kind: rel.Kind, Name: rel.Name, Version: rel.Version, Manifest: manifest,
 		KeyID: protocol.KeyID(key), Created: a.now()}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -113,5 +114,90 @@ func TestReleasePushChecksSignatureAndBytes(t *testing.T) {
 	rel.Name, rel.Version = "other", "v2.0.0"
 	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{art.SHA256: data}); code != http.StatusBadRequest || !strings.Contains(out, "named podvisor") {
 		t.Fatalf("another name: %d %s", code, out)
+	}
+}
+
+// gzipped is data gzip-encoded, as an artifact that travels encoded.
+func gzipped(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write(data)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// An encoded artifact whose bytes do not decode to what the manifest
+// says it installs is refused at the push, not rolled out to fail on
+// every device after its download: the blob's name (its transfer hash)
+// proves only the encoded bytes.
+func TestReleasePushChecksDecodedBytes(t *testing.T) {
+	a, hubKey := pushAPI(t)
+	good := []byte(strings.Repeat("the podvisor binary ", 64))
+	art := artifact(good)
+	encode := func(art protocol.Artifact, wire []byte) protocol.Artifact {
+		sum := sha256.Sum256(wire)
+		art.Encoding, art.WireSize, art.WireSHA256 = "gzip", int64(len(wire)), hex.EncodeToString(sum[:])
+		return art
+	}
+	// The wire bytes are a gzip of other bytes than the manifest's.
+	evil := gzipped(t, []byte(strings.Repeat("something else entirely", 64)))
+	bad := encode(art, evil)
+	rel := protocol.Release{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.0.0", Artifacts: []protocol.Artifact{bad}}
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{bad.WireSHA256: evil}); code != http.StatusBadRequest || !strings.Contains(out, "decode to") {
+		t.Fatalf("an encoded artifact that decodes to other bytes: %d %s", code, out)
+	}
+	// Bytes that are no gzip at all.
+	junk := []byte("not gzip at all")
+	bad = encode(art, junk)
+	rel.Artifacts = []protocol.Artifact{bad}
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{bad.WireSHA256: junk}); code != http.StatusBadRequest || !strings.Contains(out, "gzip") {
+		t.Fatalf("an encoded artifact that is no gzip: %d %s", code, out)
+	}
+	// A good release stores the blob; a second manifest naming that blob
+	// (not sent again) with other installed bytes is refused too.
+	wire := gzipped(t, good)
+	ok := encode(art, wire)
+	rel.Artifacts = []protocol.Artifact{ok}
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{ok.WireSHA256: wire}); code != http.StatusOK {
+		t.Fatalf("a good encoded artifact: %d %s", code, out)
+	}
+	lie := ok
+	lie.Size++
+	rel.Version, rel.Artifacts = "v1.1.0", []protocol.Artifact{lie}
+	if code, out := push(t, a, rel, hubKey, false, nil); code != http.StatusBadRequest || !strings.Contains(out, "decode to") {
+		t.Fatalf("a stored blob named with other installed bytes: %d %s", code, out)
+	}
+	if rs, _ := a.Fleet.Releases(); len(rs) != 1 {
+		t.Fatalf("%d releases stored, want the good one only", len(rs))
+	}
+}
+
+// A push whose artifacts do not fit on the hub's disk (beside a margin
+// for fleet.db) is refused before a byte of them is written: a careless
+// push must not fill the disk the fleet database lives on.
+func TestReleasePushRefusedWhenTheDiskIsTooSmall(t *testing.T) {
+	a, hubKey := pushAPI(t)
+	data := []byte("the podvisor binary")
+	art := artifact(data)
+	rel := protocol.Release{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.0.0", Artifacts: []protocol.Artifact{art}}
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin + art.Size - 1, nil }
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{art.SHA256: data}); code != http.StatusBadRequest || !strings.Contains(out, "free") {
+		t.Fatalf("a push over the free space: %d %s", code, out)
+	}
+	if a.Releases.Has(art.SHA256, art.Size) {
+		t.Fatal("the refused push stored its artifact")
+	}
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin + art.Size, nil }
+	if code, out := push(t, a, rel, hubKey, false, map[string][]byte{art.SHA256: data}); code != http.StatusOK {
+		t.Fatalf("a push that fits: %d %s", code, out)
+	}
+	// Blobs stored already take no more room.
+	a.Releases.Free = func(string) (int64, error) { return releases.FreeMargin, nil }
+	rel.Version = "v1.0.1"
+	if code, out := push(t, a, rel, hubKey, false, nil); code != http.StatusOK {
+		t.Fatalf("a push of stored blobs only: %d %s", code, out)
 	}
 }

@@ -18,7 +18,7 @@ const (
 	// An update report (retained) is a phase, a percent, a reason of at
 	// most 1 KiB and a few versions; a fetch names a hash, an offset and
 	// a length.
-	MaxRetainedUpdateStateBytes = 4 << 10
+	MaxRetainedUpdateStateBytes = protocol.MaxUpdateStateBytes
 	MaxFetchBytes               = 1 << 10
 )
 

@@ -156,7 +156,7 @@ func (s *Server) Fetch(device string, payload []byte) {
 		b = NewBucket(float64(s.cfg.Rate), float64(max(s.cfg.Rate, protocol.MaxChunkBytes)), s.cfg.Now())
 		s.buckets[device] = b
 	}
-	wait, ok := b.Reserve(n, s.cfg.Now(), s.cfg.MaxWait)
+	wait, ok := b.Reserve(max(n, MinFetchCost), s.cfg.Now(), s.cfg.MaxWait)
 	if !ok {
 		s.mu.Unlock()
 		s.refuse(device, *f, fmt.Sprintf("over the rate of %d bytes/s: ask again later", s.cfg.Rate))
@@ -269,6 +269,10 @@ func (b *Bucket) Reserve(n int, now time.Time, maxWait time.Duration) (time.Dura
 	b.tokens = left
 	return wait, true
 }
+
+// MinFetchCost is what a fetch costs of its device's rate at least:
+// each answer is a file read and a message, whatever its length.
+const MinFetchCost = 32 << 10
 
 // ErrNotOrdered is a fetch outside the device's current order.
 var ErrNotOrdered = errors.New("not an artifact of this device's current order")

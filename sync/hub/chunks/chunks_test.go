@@ -164,3 +164,31 @@ func TestRefusalsAreBounded(t *testing.T) {
 		t.Fatalf("a second later, %d refusals answered, want one more", n)
 	}
 }
+
+// The rate is in bytes, but each fetch costs the hub a file read and a
+// message whatever its length: tiny fetches are charged at least
+// MinFetchCost, so a device's credentials cannot buy thousands of
+// answers a second with one-byte requests (Mosquitto bounds no client's
+// message rate).
+func TestTinyFetchesAreChargedAMinimum(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blob")
+	os.WriteFile(path, make([]byte, 1<<20), 0o600)
+	out := &sent{frames: map[string][][]byte{}, got: make(chan struct{}, 100)}
+	now := time.Unix(1000, 0) // a clock that does not move: no refill
+	const rate = 256 << 10
+	s := New(Config{Rate: rate, MaxWait: time.Millisecond, Now: func() time.Time { return now }}, source{path}, out.send, slog.New(slog.DiscardHandler))
+	defer s.Close()
+	for i := range 40 {
+		s.Fetch("d1", fetch(3, sha, int64(i), 1))
+		out.wait(t, 1) // one at a time: never over MaxPending
+	}
+	answered := 0
+	for _, f := range out.frames["d1"] {
+		if c, _, _ := protocol.DecodeChunk(f); c.Error == "" {
+			answered++
+		}
+	}
+	if want := rate / MinFetchCost; answered != want {
+		t.Fatalf("%d one-byte fetches answered within a burst of %d bytes, want %d (each charged %d)", answered, rate, want, MinFetchCost)
+	}
+}

@@ -249,7 +249,7 @@ func (h *Link) reject(dev string, m mqtt.Message, err error) {
 // refusal says whether a save failed on what the message claims (to be
 // refused and counted) rather than on the database.
 func refusal(err error) bool {
-	return errors.Is(err, fleetdb.ErrUnknownDevice) || errors.Is(err, fleetdb.ErrNotPublished) || errors.Is(err, errLabelsDropped)
+	return errors.Is(err, fleetdb.ErrUnknownDevice) || errors.Is(err, fleetdb.ErrNotPublished) || errors.Is(err, fleetdb.ErrNotOrdered) || errors.Is(err, errLabelsDropped)
 }
 
 var errLabelsDropped = errors.New("labels outside " + protocol.DeviceLabelPrefix + " dropped: a device sets only its own labels")

@@ -22,6 +22,19 @@ type orders struct {
 	mu sync.Mutex
 	// allowed caches each device's current order for the chunk server.
 	allowed sync.Map // device -> *allowedOrder
+	// cache serialises filling allowed with dropping from it; gen counts
+	// the drops, so that a fill whose read an order overtook is not kept
+	// (the device would go on reading the replaced or withdrawn release).
+	cache sync.Mutex
+	gen   uint64
+}
+
+// forget drops device's cached order (a new one is stored).
+func (o *orders) forget(device string) {
+	o.cache.Lock()
+	o.gen++
+	o.allowed.Delete(device)
+	o.cache.Unlock()
 }
 
 type allowedOrder struct {
@@ -61,7 +74,7 @@ func (h *Link) publishOrder(device, update string, release []byte, allowDowngrad
 	if err := h.fleet.SaveOrder(fleetdb.Order{Device: device, ID: id, Update: update, Document: doc, At: h.now()}); err != nil {
 		return 0, err
 	}
-	h.orders.allowed.Delete(device)
+	h.orders.forget(device)
 	h.client.Publish(h.topics.Device(device, protocol.KindUpdate), 1, true, doc)
 	return id, nil
 }
@@ -99,13 +112,35 @@ func (h *Link) Resolve(device string, order int64, sha string) (string, int64, e
 }
 
 func (h *Link) allowedOrder(device string) (*allowedOrder, error) {
-	if a, ok := h.orders.allowed.Load(device); ok {
-		return a.(*allowedOrder), nil
+	for {
+		if a, ok := h.orders.allowed.Load(device); ok {
+			return a.(*allowedOrder), nil
+		}
+		h.orders.cache.Lock()
+		gen := h.orders.gen
+		h.orders.cache.Unlock()
+		a, err := h.readOrder(device)
+		if err != nil {
+			return nil, err
+		}
+		h.orders.cache.Lock()
+		if h.orders.gen == gen {
+			h.orders.allowed.Store(device, a)
+			h.orders.cache.Unlock()
+			return a, nil
+		}
+		h.orders.cache.Unlock() // an order was made meanwhile: read again
 	}
+}
+
+// readOrder reads device's current order and the transfer hashes it
+// allows.
+func (h *Link) readOrder(device string) (*allowedOrder, error) {
 	o, err := h.fleet.DeviceOrder(device)
 	if err != nil {
 		return nil, err
 	}
+	afterOrderRead()
 	a := &allowedOrder{id: o.ID, blob: map[string]int64{}}
 	if o.ID > 0 {
 		var env protocol.SignedDoc
@@ -129,9 +164,12 @@ func (h *Link) allowedOrder(device string) (*allowedOrder, error) {
 			a.id = 0 // withdrawn: nothing to fetch
 		}
 	}
-	h.orders.allowed.Store(device, a)
 	return a, nil
 }
+
+// afterOrderRead is called between the read of a device's order and the
+// cache's fill (a test makes an order there).
+var afterOrderRead = func() {}
 
 // saveUpdateState stores a device's update report and asks the update
 // controller for a pass when it changed.
@@ -153,9 +191,13 @@ func (h *Link) fetchHandler(_ mqtt.Client, m mqtt.Message) {
 	h.chunks.Fetch(dev, m.Payload())
 }
 
-// sendChunk publishes a chunk frame (not retained) on device's chunk topic.
+// sendChunk publishes a chunk frame (not retained) on device's chunk
+// topic, at QoS 0: at QoS 1 the MQTT client keeps each frame until the
+// broker acknowledges it, and a broker that never does (forging fetches
+// meanwhile) would grow the hub's memory without bound. A lost chunk is
+// asked for again by the device.
 func (h *Link) sendChunk(device string, frame []byte) {
-	h.client.Publish(h.topics.Device(device, protocol.KindChunk), 1, false, frame)
+	h.client.Publish(h.topics.Device(device, protocol.KindChunk), 0, false, frame)
 }
 
 // ChunkBytes is the artifact bytes the chunk server has sent.

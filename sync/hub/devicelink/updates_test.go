@@ -89,3 +89,75 @@ func TestOrdersAndWhatTheChunkServerMaySend(t *testing.T) {
 		t.Fatalf("republished %d: %v", n, published)
 	}
 }
+
+// The chunk server's cache of a device's order is filled from fleet.db
+// on the first fetch; an order made (or withdrawn) between that read and
+// the cache's fill must not leave the older order cached: the device
+// could then go on reading the withdrawn release, and the new order's
+// fetches would be refused until the next order.
+func TestChunkCacheIsNotFilledWithAnOrderReplacedMeanwhile(t *testing.T) {
+	f := testFleet(t, "d1")
+	_, key, _ := ed25519.GenerateKey(nil)
+	client := &recordingClient{}
+	client.onPublish = func(string, []byte) {}
+	h := New(Config{Broker: "test", Key: key, ReleaseDir: t.TempDir(), Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }},
+		f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer h.chunks.Close()
+	plain := protocol.Artifact{Name: "podvisor", Arch: "arm64", Size: 10, SHA256: fmt.Sprintf("%064x", 3)}
+	manifest, err := protocol.SignRelease(protocol.Release{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.2.0", Artifacts: []protocol.Artifact{plain}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Order("d1", "u1", manifest, false); err != nil {
+		t.Fatal(err)
+	}
+	// The withdrawal lands after the first fetch read order 1, before it
+	// cached it.
+	withdrawn := false
+	afterOrderRead = func() {
+		if !withdrawn {
+			withdrawn = true
+			if err := h.Withdraw("d1"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { afterOrderRead = func() {} }()
+	h.Resolve("d1", 1, plain.SHA256) // this one races with the withdrawal either way
+	if !withdrawn {
+		t.Fatal("the hook did not run")
+	}
+	if _, _, err := h.Resolve("d1", 1, plain.SHA256); err == nil {
+		t.Fatal("order 1's artifact still resolves after its withdrawal: the cache kept the order read before it")
+	}
+}
+
+// qosClient records the QoS of each publish by topic.
+type qosClient struct {
+	mqtt.Client
+	qos map[string]byte
+}
+
+func (c *qosClient) Publish(topic string, qos byte, _ bool, _ interface{}) mqtt.Token {
+	c.qos[topic] = qos
+	return doneToken{}
+}
+
+// Chunks go out at QoS 0. At QoS 1 the hub's MQTT client keeps every
+// frame (up to 128 KiB) until the broker acknowledges it: a broker that
+// never does, forging fetches of every device meanwhile, would grow the
+// hub's memory without bound. A chunk lost is asked for again by the
+// device after its timeout, as the protocol already does.
+func TestChunksAreSentAtQoS0(t *testing.T) {
+	f := testFleet(t, "d1")
+	_, key, _ := ed25519.GenerateKey(nil)
+	client := &qosClient{qos: map[string]byte{}}
+	h := New(Config{Broker: "test", Key: key, ReleaseDir: t.TempDir(), Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }},
+		f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer h.chunks.Close()
+	h.sendChunk("d1", protocol.EncodeChunk(protocol.Chunk{Order: 1, SHA256: fmt.Sprintf("%064x", 1)}, []byte("bytes")))
+	topic := (protocol.Topics{}).Device("d1", protocol.KindChunk)
+	if qos, ok := client.qos[topic]; !ok || qos != 0 {
+		t.Fatalf("chunk published at QoS %d (published: %v), want 0", qos, ok)
+	}
+}

@@ -293,6 +293,11 @@ func (f *Fleet) NextOrderID(device string) (int64, error) {
 	return max(stored, reported) + 1, nil
 }
 
+// ErrNotOrdered is an update report on an order ID the hub never makes:
+// under 1, or at maxReportedOrder and above unless it made it (a device
+// that reported maxReportedOrder-1 gets its next order above).
+var ErrNotOrdered = errors.New("the hub never makes an update order with this ID")
+
 // maxReportedOrder bounds the order ID a device's report may move the
 // next one to (2^53: exact in any JSON reader).
 const maxReportedOrder = 1 << 53
@@ -349,11 +354,25 @@ func (f *Fleet) AllOrders() ([]Order, error) {
 // replayed); changed says whether it differs from the stored one. A
 // report that ends an order is also kept as the device's event.
 func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed bool, err error) {
+	// NextOrderID ignores a claim this high: stored, it would make every
+	// report on the orders made next look older, and be dropped.
+	if s.Order < 1 {
+		return false, fmt.Errorf("update state of order %d: %w", s.Order, ErrNotOrdered)
+	}
 	tx, err := f.db.Begin()
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback()
+	if s.Order >= maxReportedOrder {
+		var made int64
+		if err := tx.QueryRow(`SELECT COALESCE((SELECT id FROM update_orders WHERE device = ?), 0)`, s.Device).Scan(&made); err != nil {
+			return false, err
+		}
+		if s.Order > made {
+			return false, fmt.Errorf("update state of order %d: %w", s.Order, ErrNotOrdered)
+		}
+	}
 	if err := f.touch(tx, s.Device, at); err != nil {
 		return false, err
 	}

@@ -134,16 +134,50 @@ func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	if err != nil || len(targets) != 1 || targets["d1"].Order != 1 || targets["d1"].OrderUpdate != "u1" || targets["d1"].State.Order != 7 {
 		t.Fatalf("targets: %+v, %v", targets, err)
 	}
-	// A device's claim of a huge order cannot make its next one overflow.
-	huge := protocol.UpdateState{Device: "d2", Order: 1<<63 - 1, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
-	if _, err := f.SaveUpdateState(&huge, t0); err != nil {
-		t.Fatal(err)
+	// A device's claim of a huge order cannot make its next one overflow,
+	// nor hide the reports on the orders the hub makes next (it would
+	// shadow every later one as "older"): the hub never makes such an
+	// order, so the report is refused. An unsigned order forged on the
+	// broker makes a device report exactly this (its Failed refusal).
+	for _, order := range []int64{1<<63 - 1, maxReportedOrder, 0, -1} {
+		huge := protocol.UpdateState{Device: "d2", Order: order, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
+		if _, err := f.SaveUpdateState(&huge, t0); !errors.Is(err, ErrNotOrdered) {
+			t.Fatalf("a report of order %d: %v, want %v", order, err, ErrNotOrdered)
+		}
 	}
 	if id, _ := f.NextOrderID("d2"); id != 1 {
 		t.Fatalf("next order id after a report of order 2^63-1: %d, want 1", id)
 	}
+	first := protocol.UpdateState{Device: "d2", Order: 1, Kind: protocol.ReleaseAgent, Version: "v1.2.0", Phase: protocol.UpdateCommitted, Percent: 100}
+	if changed, err := f.SaveUpdateState(&first, t0); err != nil || !changed {
+		t.Fatalf("the report on order 1 after a claim of order 2^63-1: %v, %v", changed, err)
+	}
+	if st, _ := f.UpdateState("d2"); st == nil || st.Order != 1 || st.Phase != protocol.UpdateCommitted {
+		t.Fatalf("d2's update state: %+v", st)
+	}
 	os, err := f.AllOrders()
 	if err != nil || len(os) != 1 || string(os[0].Document) != "doc1" {
 		t.Fatalf("orders: %+v, %v", os, err)
+	}
+	// A claim just under the bound is believed: the hub's next order is
+	// at the bound, and the device's reports on it are taken.
+	below := protocol.UpdateState{Device: "d2", Order: maxReportedOrder - 1, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateFailed}
+	if _, err := f.SaveUpdateState(&below, t0); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := f.NextOrderID("d2")
+	if next != maxReportedOrder {
+		t.Fatalf("next order id after a report of order 2^53-1: %d", next)
+	}
+	if err := f.SaveOrder(Order{Device: "d2", ID: next, Update: "u1", Document: []byte("doc"), At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	atBound := protocol.UpdateState{Device: "d2", Order: next, Kind: protocol.ReleaseAgent, Phase: protocol.UpdateDownloading}
+	if changed, err := f.SaveUpdateState(&atBound, t0); err != nil || !changed {
+		t.Fatalf("the report on order 2^53, which the hub made: %v, %v", changed, err)
+	}
+	atBound.Order++
+	if _, err := f.SaveUpdateState(&atBound, t0); !errors.Is(err, ErrNotOrdered) {
+		t.Fatalf("a report on order 2^53+1, not made: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -128,7 +129,44 @@ func Wire(file string, a protocol.Artifact) (io.ReadCloser, error) {
 }
 
 // Store is the artifacts' bytes as they travel, by transfer hash.
-type Store struct{ Dir string } // <data>/releases
+type Store struct {
+	Dir string // <data>/releases
+	// Free is the bytes free on dir's file system (nil: statfs).
+	Free func(dir string) (int64, error)
+}
+
+// FreeMargin is kept free beside a push's blobs: fleet.db and the hub's
+// other files live on the same disk.
+const FreeMargin = 64 << 20
+
+// Room refuses a push whose blobs, need bytes not stored yet, would
+// leave less than FreeMargin free, before any of them is written.
+func (s Store) Room(need int64) error {
+	dir := filepath.Join(s.Dir, "blobs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	free := s.Free
+	if free == nil {
+		free = freeBytes
+	}
+	have, err := free(dir)
+	if err != nil {
+		return fmt.Errorf("the free space in %s: %w", dir, err)
+	}
+	if have-need < FreeMargin {
+		return fmt.Errorf("the artifacts need %d bytes in %s, %d are free (%d are kept free for the fleet database)", need, dir, have, int64(FreeMargin))
+	}
+	return nil
+}
+
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
 
 // Path is the file of the bytes whose hash is sha.
 func (s Store) Path(sha string) string { return filepath.Join(s.Dir, "blobs", sha) }
@@ -174,6 +212,44 @@ func (s Store) Put(sha string, size int64, r io.Reader) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// CheckDecoded checks an artifact against its stored blob: the transfer
+// size, and that an encoded artifact's bytes decode to what its manifest
+// says it installs (size and SHA-256). The blob is
+// named by its transfer hash only, and Put checks only that: a manifest
+// whose decoded size or hash is wrong (a careless build script, or a
+// second manifest naming the same blob with other claims) would
+// otherwise be stored and rolled out, and refused by every device after
+// its download. Decoding stops one byte past the declared size.
+func (s Store) CheckDecoded(a protocol.Artifact) error {
+	sha, size := a.Transfer()
+	if !s.Has(sha, size) {
+		// Two artifacts of a manifest naming one blob with two sizes.
+		return fmt.Errorf("artifact %s (%s): no stored blob %s of %d bytes", a.Name, a.Arch, sha, size)
+	}
+	if a.Encoding == "" {
+		return nil // the transfer hash is the installed bytes' hash
+	}
+	f, err := os.Open(s.Path(sha))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("artifact %s (%s): gzip: %w", a.Name, a.Arch, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(zr, a.Size+1))
+	if err != nil {
+		return fmt.Errorf("artifact %s (%s): gzip: %w", a.Name, a.Arch, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != a.Size || got != a.SHA256 {
+		return fmt.Errorf("artifact %s (%s): the encoded bytes decode to %d bytes with sha256 %s, the manifest says %d bytes with sha256 %s",
+			a.Name, a.Arch, n, got, a.Size, a.SHA256)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

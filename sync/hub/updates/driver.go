@@ -37,11 +37,20 @@ type Driver struct {
 	wg      sync.WaitGroup
 	// passing serialises passes with the operator's changes.
 	passing sync.Mutex
+	// pause waits gap after a pass, false when the driver closes (a
+	// test's hook).
+	pause func(gap time.Duration) bool
 }
 
 // Period is how often the driver looks again without being asked: a
 // device silent past its timeout stops being Ready without a report.
 const Period = 5 * time.Second
+
+// minPassGap spaces the passes: every report that changes kicks the
+// driver (a device's percent, its version), and a pass reads every
+// target of every active update and writes its status, so kicks coalesce
+// into at most a few passes a second, whatever a device sends.
+const minPassGap = 250 * time.Millisecond
 
 // NewDriver makes a driver; a device silent for timeout is not Ready.
 func NewDriver(fleet *fleetdb.Fleet, pub Publisher, log *slog.Logger, now func() time.Time, timeout time.Duration) *Driver {
@@ -51,7 +60,9 @@ func NewDriver(fleet *fleetdb.Fleet, pub Publisher, log *slog.Logger, now func()
 	if timeout <= 0 {
 		timeout = fleetdb.DefaultDeviceTimeout
 	}
-	return &Driver{fleet: fleet, pub: pub, log: log, now: now, timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	d := &Driver{fleet: fleet, pub: pub, log: log, now: now, timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	d.pause = d.wait
+	return d
 }
 
 // Start starts the loop.
@@ -68,11 +79,28 @@ func (d *Driver) Start() {
 			case <-d.kick:
 			case <-tick.C:
 			}
+			started := time.Now()
 			if err := d.Pass(); err != nil {
 				d.log.Error("update pass", "err", err)
 			}
+			if !d.pause(minPassGap - time.Since(started)) {
+				return
+			}
 		}
 	}()
+}
+
+// wait is the pause between passes.
+func (d *Driver) wait(gap time.Duration) bool {
+	if gap <= 0 {
+		return true
+	}
+	select {
+	case <-d.done:
+		return false
+	case <-time.After(gap):
+		return true
+	}
 }
 
 // Close stops the loop.

@@ -127,3 +127,32 @@ func TestDriverOverTheFleetDatabase(t *testing.T) {
 		t.Fatalf("an update after the abort: %v", err)
 	}
 }
+
+// A device kicks the driver with every report that changes (its
+// percent, its version in a heartbeat), at its message rate; a pass reads
+// every target of every active update and writes its status. Kicked
+// passes are spaced by minPassGap, so one device's credentials cannot
+// keep the hub passing back to back.
+func TestKickedPassesAreSpaced(t *testing.T) {
+	fleet, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	d := NewDriver(fleet, &publisher{fleet: fleet}, slog.New(slog.DiscardHandler), nil, time.Minute)
+	gaps := make(chan time.Duration, 10)
+	d.pause = func(gap time.Duration) bool { gaps <- gap; return true }
+	d.Start()
+	defer d.Close()
+	for i := range 3 {
+		d.Kick()
+		select {
+		case gap := <-gaps:
+			if gap > minPassGap { // minPassGap less the pass's time
+				t.Fatalf("pass %d: a pause of %v after it, want up to %v", i, gap, minPassGap)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waited 10s for the driver to pause after kicked pass %d", i)
+		}
+	}
+}
