@@ -68,9 +68,14 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	if err := conf.Validate(); err != nil {
 		return err
 	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// The self-update's launcher, before anything is opened: it may
 	// execute another version in this process.
-	if err := launch(conf, args); err != nil {
+	if err := launch(conf, args, log); err != nil {
 		return err
 	}
 	// A slot's podvisor is the release the hub ordered: it reports that
@@ -94,11 +99,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		return err
 	}
 	defer stopProfile()
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	err = runDaemon(ctx, conf, opts, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	err = runDaemon(ctx, conf, opts, log)
 	if errors.Is(err, errRelaunch) {
 		stopProfile()
 		return relaunch(args) // every file of the daemon is closed: the launcher starts the next one

@@ -33,9 +33,10 @@ var errRelaunch = errors.New("restarting into another version")
 // launch is the self-update's launcher, the first thing `podvisor run`
 // does once it knows its data directory: it executes the current slot's
 // podvisor in this process (counting a trial's starts, rolling a failed
-// one back) or returns to run on as this binary. args are run's own.
-func launch(conf *config.Config, args []string) error {
-	_, err := agent.Run(conf.DataDir, append([]string{"run"}, args...))
+// one back, each logged) or returns to run on as this binary. args are
+// run's own.
+func launch(conf *config.Config, args []string, log *slog.Logger) error {
+	_, err := agent.Run(conf.DataDir, append([]string{"run"}, args...), log)
 	return err
 }
 

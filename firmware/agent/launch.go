@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -180,17 +181,35 @@ func Prepare(dataDir string) (path string, decided Launch, err error) {
 // service manager's main PID), or returns to run on as this process. A
 // slot that cannot be executed (a data directory mounted noexec, a binary
 // for another CPU) is rolled back with the reason, down to this binary at
-// worst, rather than failing every start.
-func Run(dataDir string, args []string) (Launch, error) {
+// worst, rather than failing every start. It logs a trial's start and a
+// rollback to log (nil: nowhere): under systemd the journal then says
+// which version started and why one was given up, before any daemon runs.
+func Run(dataDir string, args []string, log *slog.Logger) (Launch, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	for {
 		path, decided, err := Prepare(dataDir)
+		start := path
+		if start == "" {
+			start = "this binary"
+		}
+		switch {
+		case err != nil:
+		case decided.RollBack != "":
+			log.Warn("launcher: rolled back", "reason", decided.RollBack, "starting", start)
+		case decided.Decrement:
+			log.Info("launcher: starting a version on trial", "starting", start)
+		}
 		if err != nil || path == "" {
 			return decided, err
 		}
 		err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-		if _, rerr := NewLayout(dataDir).RollBack(fmt.Sprintf("executing %s: %v", path, err)); rerr != nil {
+		reason := fmt.Sprintf("executing %s: %v", path, err)
+		if _, rerr := NewLayout(dataDir).RollBack(reason); rerr != nil {
 			return decided, fmt.Errorf("launcher: executing %s: %w (and rolling back: %v)", path, err, rerr)
 		}
+		log.Warn("launcher: rolled back", "reason", reason)
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,10 +239,11 @@ func mustReadDir(t *testing.T, dir string) []string {
 	return names
 }
 
-// launchChild is the launcher as `podvisor run` calls it; once the exec
-// happened (or none was due) it prints its PID and binary.
+// launchChild is the launcher as `podvisor run` calls it, logging to
+// stderr; once the exec happened (or none was due) it prints its PID and
+// binary.
 func launchChild(dir string) {
-	if _, err := Run(dir, os.Args[1:]); err != nil {
+	if _, err := Run(dir, os.Args[1:], slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Println("error:", err)
 		os.Exit(5)
 	}
@@ -273,12 +275,18 @@ func TestLauncherRollsBackWhatCannotExec(t *testing.T) {
 	}
 	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), envLaunch+"=1", envDir+"="+dir)
+	var logged strings.Builder
+	cmd.Stderr = &logged
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("launcher child: %v\n%s", err, out)
 	}
 	if !strings.Contains(string(out), fmt.Sprintf("pid=%d exe=%s ", cmd.Process.Pid, self)) {
 		t.Fatalf("the child says %s; want the packaged binary running on", out)
+	}
+	if !strings.Contains(logged.String(), `level=WARN msg="launcher: rolled back" reason="executing `) ||
+		!strings.Contains(logged.String(), "permission denied") {
+		t.Errorf("the launcher logged %q; want the rollback with the exec's error", logged.String())
 	}
 	assertNoCurrent(t, dir)
 	s, err := l.open(name)
@@ -324,9 +332,14 @@ func TestLauncherExecs(t *testing.T) {
 		}
 	}
 	cmd.Env = env
+	var logged strings.Builder
+	cmd.Stderr = &logged
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("launcher child: %v\n%s", err, out)
+	}
+	if !strings.Contains(logged.String(), `msg="launcher: starting a version on trial" starting=`) {
+		t.Errorf("the launcher logged %q; want the trial's start", logged.String())
 	}
 	want := fmt.Sprintf("pid=%d exe=%s launcher=%s args=-test.run=^$ --config /etc/podvisor/x.yaml\n",
 		cmd.Process.Pid, filepath.Join(l.slotDir(name), Binary), self)
