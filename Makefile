@@ -141,21 +141,36 @@ test-kernel-config: $(STAGE_DEPS)
 # podvisor as the packaged systemd service in a VM running systemd, dbus
 # and logind: the systemd cgroup driver for process and containerd pods,
 # the watchdog restarting a daemon whose loop is stalled on purpose (the
-# test build below), and graceful shutdown through logind. Skipped where
-# qemu, debootstrap, containerd or runc is missing, except in CI.
-test-systemd: $(STAGE_DEPS) bin/busybox-image.tar teststall-bin
+# test build below), the self-update from podhub in the VM and its
+# rollback through the unit, and graceful shutdown through logind.
+# Skipped where qemu, debootstrap, containerd or runc is missing, except
+# in CI.
+test-systemd: $(STAGE_DEPS) bin/busybox-image.tar teststall-bin vmrelease-bins
 	@if ! command -v qemu-system-x86_64 >/dev/null || ! command -v debootstrap >/dev/null || ! command -v cpio >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then \
 		if [ "$$CI" = true ]; then echo "CI prerequisite missing: qemu-system-x86, debootstrap, cpio, containerd, runc"; exit 1; fi; \
 		echo "skipping the systemd VM test: install qemu-system-x86 debootstrap cpio containerd runc"; exit 0; fi; \
 	set -ex; \
-	test/vm/systemd.sh bin bin/busybox-image.tar bin/teststall/podvisor
+	test/vm/systemd.sh bin bin/busybox-image.tar bin/teststall/podvisor bin/vmrelease/v2
+
+# The systemd VM's self-update: its device runs VM_V1 (the test build
+# below, which replaces the packaged podvisor there), and podhub rolls out
+# VM_V2, this tree's three binaries built as released; a device refuses a
+# version that is not above its own (a commit stamp is not semantic).
+VM_V1 := v0.26.1
+VM_V2 := v0.26.2
 
 # podvisor built as released plus SIGUSR2, which blocks its loop for good
 # (supervisor/teststall.go, -tags podvisor_teststall): the systemd VM's
 # watchdog check. Never shipped.
 .PHONY: teststall-bin
 teststall-bin:
-	go build -trimpath $(call buildflags,podvisor podvisor_teststall) -ldflags "$(LDFLAGS)" -o bin/teststall/podvisor ./cmd/podvisor
+	go build -trimpath $(call buildflags,podvisor podvisor_teststall) -ldflags "-s -w -X main.version=$(VM_V1)" -o bin/teststall/podvisor ./cmd/podvisor
+
+.PHONY: vmrelease-bins
+vmrelease-bins:
+	go build -trimpath $(call buildflags,podvisor) -ldflags "-s -w -X main.version=$(VM_V2)" -o bin/vmrelease/v2/podvisor ./cmd/podvisor
+	go build -trimpath $(call buildflags,podvisor-shim) -ldflags "-s -w -X main.version=$(VM_V2)" -o bin/vmrelease/v2/podvisor-shim ./cmd/podvisor-shim
+	go build -trimpath $(call buildflags,podvisor-containerd) -ldflags "-s -w -X main.version=$(VM_V2)" -o bin/vmrelease/v2/podvisor-containerd ./cmd/podvisor-containerd
 
 # containerd pods on cgroup v2, in a VM with Debian's containerd and runc.
 # Skipped where they or qemu are missing, except in CI.

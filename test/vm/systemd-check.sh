@@ -133,6 +133,12 @@ started=$(echo "$after" | grep -n -m1 'Started podvisor' | cut -d: -f1)
   ok "after the restart, systemd saw podvisor started (READY) only after it adopted its pods" ||
   fail "restart: adopted at line ${adopted:-none}, started at ${started:-none} of: $(echo "$after" | head -30)"
 
+# The hub for the self-update checks below (systemd-update-check.sh):
+# podhub in the VM, the device enrolled; the daemon the watchdog restarts
+# reads its hub section (no restart of its own).
+. "$(dirname "$0")/systemd-update-check.sh"
+hub_start
+
 # The watchdog: a daemon whose loop is wedged, the process otherwise alive
 # (its API's goroutines run on), stops pinging; systemd ends it (SIGABRT,
 # which prints every goroutine's stack) and restarts it; the pods run on
@@ -174,10 +180,15 @@ until_ok 20 running low && [ "$(pid_of low)" = "$low_before" ] && [ "$(pid_of hi
   [ "$(head -1 "/sys/fs/cgroup$ctrscope/cgroup.procs" 2>/dev/null)" = "$ctrpid" ] &&
   ok "after the watchdog's restart, low ($low_before), high ($high_before) and ctr run on, adopted" ||
   fail "after the watchdog's restart: low $(pid_of low) (was $low_before), high $(pid_of high) (was $high_before); $(podvisor get pods 2>&1)"
-until_ok 5 statustext '^running [0-9]+ pods( \(.*\))?$' && ok "status again: $(systemctl show -P StatusText podvisor)" ||
+until_ok 30 statustext '^running [0-9]+ pods( \(.*\))?; hub connected' && ok "status again, the hub's connection in it: $(systemctl show -P StatusText podvisor)" ||
   fail "status after the watchdog's restart: $(systemctl show -p StatusText podvisor)"
 echo "VM: $(systemctl show -p StatusText,NRestarts,MainPID podvisor | tr '\n' ' ')"
 echo "VM: the watchdog check took $(($(cut -d. -f1 /proc/uptime) - wdstart)) s"
+
+# The self-update through the unit: to v2 with the pods untouched, then a
+# v3 that fails at every start, rolled back by the launcher.
+update_checks
+
 # The containerd pods go before the shutdown check, which is about low and high.
 rm /etc/podvisor/manifests/ctr.yaml /etc/podvisor/manifests/ctrhog.yaml
 until_ok 30 sh -c '! podvisor get pods | grep -q ctr' && ! systemctl is-active --quiet "podvisor-$ctrid.scope" &&

@@ -16,19 +16,34 @@
 #
 #   - the watchdog: a daemon whose loop is stalled on purpose is ended
 #     (SIGABRT) and restarted by systemd, its pods adopted;
+#   - the self-update through the unit (systemd-update-check.sh): podhub
+#     runs in the VM (a transient unit), the device enrolled; a release of
+#     V2 (this tree, stamped above the device's version) is pushed and
+#     rolled out: the daemon executes the launcher in its own process
+#     (RELOADING=1: systemd shows the unit reloading), which starts V2 on
+#     trial; V2 adopts the pods, sends READY=1 and commits. The hub shows
+#     the update complete and the device on V2; systemd's main PID is the
+#     same and NRestarts unchanged, the pods' PIDs (process and
+#     containerd) too. Then a V3 that only exits 1: systemd restarts it
+#     twice, the launcher counts the trial's starts and rolls back to V2
+#     (its line in the journal); the hub shows the update halted with the
+#     device's RolledBack reason, the pods' PIDs unchanged;
 #
-#   test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR
+#   test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR RELEASE-DIR
 #
-# BIN_DIR holds podvisor, podvisor-shim and podvisor-containerd;
-# IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1;
+# BIN_DIR holds podvisor, podvisor-shim and podvisor-containerd (and
+# podhub); IMAGE-ARCHIVE is an OCI archive of podvisor.test/busybox:1;
 # TESTSTALL-PODVISOR is podvisor built with -tags podvisor_teststall
 # (make teststall-bin), which replaces /usr/bin/podvisor for the daemons
-# systemd restarts from the kill -9 check on.
+# systemd restarts from the kill -9 check on; its version stamp is the
+# device's before the update. RELEASE-DIR holds V2's three binaries,
+# stamped with a higher semantic version (make vmrelease-bins). V3 is
+# built here, from a throwaway module.
 # Needs debootstrap, qemu-system-x86, cpio, containerd and runc. The root file system is
 # debootstrapped once (about a minute) and cached in $PODVISOR_VM_CACHE
 # (default ~/.cache/podvisor-vm).
 set -euo pipefail
-bin=$(cd "$1" && pwd) image=$2 teststall=${3:?usage: test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR (make teststall-bin)}
+bin=$(cd "$1" && pwd) image=$2 teststall=$3 v2=${4:?usage: test/vm/systemd.sh BIN_DIR IMAGE-ARCHIVE TESTSTALL-PODVISOR RELEASE-DIR (make teststall-bin vmrelease-bins)}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 work=$(mktemp -d /tmp/podvisor-sdvm.XXXXXX)
@@ -42,6 +57,29 @@ echo podvisor-vm > "$root/etc/hostname"
 install -m 755 "$bin/podvisor" "$bin/podvisor-shim" "$bin/podvisor-containerd" "$root/usr/bin/"
 mkdir -p "$root/usr/local/lib/podvisor-teststall"
 install -m 755 "$teststall" "$root/usr/local/lib/podvisor-teststall/podvisor"
+# The self-update: podhub, V2, and V3, a program that only fails; its
+# main package's path ends in /cmd/podvisor, so podhub takes it for
+# podvisor.
+install -m 755 "$bin/podhub" "$root/usr/bin/"
+install -m 644 "$here/systemd-update-check.sh" "$root/usr/local/bin/"
+release="$root/usr/local/lib/podvisor-release"
+mkdir -p "$release/v2" "$release/v3" "$work/broken/cmd/podvisor"
+install -m 755 "$v2/podvisor" "$v2/podvisor-shim" "$v2/podvisor-containerd" "$release/v2/"
+printf 'module example.com/broken\n\ngo 1.22\n' > "$work/broken/go.mod"
+cat > "$work/broken/cmd/podvisor/main.go" <<'EOF'
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Fprintln(os.Stderr, "broken on purpose")
+	os.Exit(1)
+}
+EOF
+(cd "$work/broken" && CGO_ENABLED=0 GOFLAGS= GOWORK=off go build -trimpath -ldflags "-s -w" -o "$release/v3/podvisor" ./cmd/podvisor)
 # This host's containerd, shim and runc (Debian's, as the VM's), with any
 # library the VM's root lacks.
 for b in /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/sbin/runc; do
