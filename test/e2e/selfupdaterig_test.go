@@ -133,6 +133,17 @@ func (r *suRig) awaitUpdate(version string, within time.Duration) updateStatus {
 		func(u updateStatus) bool { return u.Status.Phase == "Complete" || u.Status.Phase == "Halted" })
 }
 
+// pollFast waits up to d for cond, looking every 2 ms: for a moment that
+// lasts a tenth of a second (a daemon between its switch and its commit).
+func pollFast(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+	}
+}
+
 // checkNoZombie fails when the daemon has a child that exited and was
 // never reaped.
 func (r *suRig) checkNoZombie(when string) {
