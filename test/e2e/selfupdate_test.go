@@ -220,9 +220,10 @@ func TestSelfUpdateEndToEnd(t *testing.T) {
 // version, the parent of that version's keeper. The keeper, drained once
 // the new version starts its own, exits with its last container: the
 // daemon reaps it (it leaves no zombie), as it does every child the
-// previous version left.
+// previous version left. The daemon runs with --stop-pods-on-exit, which
+// an update's restart must not obey.
 func TestSelfUpdateReapsDrainedKeeper(t *testing.T) {
-	r := newSURig(t, "gw-keeper", "", "30s")
+	r := newSURig(t, "gw-keeper", "", "30s", "--stop-pods-on-exit")
 	d := r.d
 	d.write("old.yaml", processPod("old", "Always", 2, "echo $$$$ > "+filepath.Join(d.dir, "old.pid")+"; exec sleep 7260101"))
 	old := runOf(t, d, d.waitPod("old", 30*time.Second, podReady))
@@ -238,6 +239,9 @@ func TestSelfUpdateReapsDrainedKeeper(t *testing.T) {
 	r.awaitDaemon("v0.26.2", 30*time.Second)
 	if now := r.loop.pid(); now != pid {
 		t.Fatalf("the daemon is pid %d after the update, was %d: not executed in place", now, pid)
+	}
+	if now := runOf(t, d, d.waitPod("old", 30*time.Second, podReady)); now != old {
+		t.Fatalf("old after the update (--stop-pods-on-exit): %+v, want the same container %+v", now, old)
 	}
 	// A new pod starts v0.26.2's keeper, which drains v0.26.1's.
 	d.write("new.yaml", processPod("new", "Always", 2, "echo $$$$ > "+filepath.Join(d.dir, "new.pid")+"; exec sleep 7260102"))

@@ -33,9 +33,10 @@ type suRig struct {
 }
 
 // newSURig starts the hub (chunkRate: its updates.chunkRate, "" for the
-// default) and the device, v0.26.1, with its update.commitTimeout; it
-// returns once the daemon answers and the hub sees it Ready.
-func newSURig(t *testing.T, dev, chunkRate, commitTimeout string) *suRig {
+// default) and the device, v0.26.1, with its update.commitTimeout and
+// podvisor run's runArgs; it returns once the daemon answers and the hub
+// sees it Ready.
+func newSURig(t *testing.T, dev, chunkRate, commitTimeout string, runArgs ...string) *suRig {
 	t.Helper()
 	requireRoot(t) // process pods, their cgroups and keepers
 	r := &suRig{t: t, builds: suBuilds(t), root: t.TempDir(), dev: dev}
@@ -80,8 +81,8 @@ func newSURig(t *testing.T, dev, chunkRate, commitTimeout string) *suRig {
 		}
 	}
 	d.bin = filepath.Join(pkg, "podvisor") // its CLI too
-	r.loop = startServiceLoop(t, filepath.Join(d.dir, "daemon.log"), 500*time.Millisecond, 10,
-		d.bin, "run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config)
+	argv := append([]string{d.bin, "run", "--manifests", d.manifests, "--data-dir", d.data, "--socket", d.socket, "--config", d.config}, runArgs...)
+	r.loop = startServiceLoop(t, filepath.Join(d.dir, "daemon.log"), 500*time.Millisecond, 10, argv...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon log (every run):\n%s", r.loop.log())
