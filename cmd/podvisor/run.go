@@ -70,7 +70,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}
 	// The self-update's launcher, before anything is opened: it may
 	// execute another version in this process.
-	if err := launch(conf, args); err != nil {
+	if err := launch(conf, args, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
 		return err
 	}
 	// What a previous daemon in this process started is ours to reap.

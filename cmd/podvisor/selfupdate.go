@@ -31,8 +31,8 @@ var errRelaunch = errors.New("restarting into another version")
 // does once it knows its data directory: it executes the current slot's
 // podvisor in this process (counting a trial's starts, rolling a failed
 // one back) or returns to run on as this binary. args are run's own.
-func launch(conf *config.Config, args []string) error {
-	_, err := agent.Run(conf.DataDir, append([]string{"run"}, args...))
+func launch(conf *config.Config, args []string, log *slog.Logger) error {
+	_, err := agent.Run(conf.DataDir, append([]string{"run"}, args...), log)
 	return err
 }
 

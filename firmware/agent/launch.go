@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -181,14 +182,30 @@ func Prepare(dataDir string) (path string, decided Launch, err error) {
 // slot that cannot be executed (a data directory mounted noexec, a binary
 // for another CPU) is rolled back with the reason, down to this binary at
 // worst, rather than failing every start.
-func Run(dataDir string, args []string) (Launch, error) {
+//
+// What it does goes to log (nil: nowhere), the daemon's log: which slot it
+// executes, and why it rolled one back.
+func Run(dataDir string, args []string, log *slog.Logger) (Launch, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	for {
 		path, decided, err := Prepare(dataDir)
+		if decided.RollBack != "" {
+			to := decided.Path
+			if to == "" {
+				to = "the packaged binary"
+			}
+			log.Warn("launcher: rolled back", "reason", decided.RollBack, "to", to)
+		}
 		if err != nil || path == "" {
 			return decided, err
 		}
+		log.Info("launcher: executing the current version", "binary", path, "trial", decided.Decrement)
 		err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-		if _, rerr := NewLayout(dataDir).RollBack(fmt.Sprintf("executing %s: %v", path, err)); rerr != nil {
+		reason := fmt.Sprintf("executing %s: %v", path, err)
+		log.Warn("launcher: rolling back", "reason", reason)
+		if _, rerr := NewLayout(dataDir).RollBack(reason); rerr != nil {
 			return decided, fmt.Errorf("launcher: executing %s: %w (and rolling back: %v)", path, err, rerr)
 		}
 	}

@@ -230,7 +230,7 @@ func mustReadDir(t *testing.T, dir string) []string {
 // launchChild is the launcher as `podvisor run` calls it; once the exec
 // happened (or none was due) it prints its PID and binary.
 func launchChild(dir string) {
-	if _, err := Run(dir, os.Args[1:]); err != nil {
+	if _, err := Run(dir, os.Args[1:], nil); err != nil {
 		fmt.Println("error:", err)
 		os.Exit(5)
 	}
