@@ -126,6 +126,11 @@ func TestSelfUpdateEndToEnd(t *testing.T) {
 	if rec.Version != "v0.26.2" || rec.State != "committed" || exeOf(loop.pid()) != filepath.Join(slot, "podvisor") {
 		t.Fatalf("after the rollback: current slot %s %+v, the daemon runs %s", slot, rec, exeOf(loop.pid()))
 	}
+	// The journal says what the launcher did.
+	if log := loop.log(); !strings.Contains(log, `msg="launcher: executing the current version" binary=`+filepath.Join(d.data, "agent", "slots", "v0.26.3-")) ||
+		!strings.Contains(log, `msg="launcher: rolled back" reason="v0.26.3 started 2 times without becoming ready`) {
+		t.Errorf("the daemon's log does not show the launcher starting v0.26.3 and rolling it back")
+	}
 	if slots, _ := filepath.Glob(filepath.Join(d.data, "agent", "slots", "v0.26.3*")); len(slots) != 0 {
 		t.Fatalf("the rolled back slot is still there once reported: %v", slots)
 	}
