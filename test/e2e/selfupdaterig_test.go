@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // suRig is a self-update test's fleet: a real podhub and one podvisor
@@ -38,6 +39,9 @@ type suRig struct {
 // sees it Ready.
 func newSURig(t *testing.T, dev, chunkRate, commitTimeout string, runArgs ...string) *suRig {
 	t.Helper()
+	if testing.Short() && !prereq.CI() {
+		t.Skip("builds four podvisor versions and updates a daemon (a minute in all): skipped under -short, never in CI")
+	}
 	requireRoot(t) // process pods, their cgroups and keepers
 	r := &suRig{t: t, builds: suBuilds(t), root: t.TempDir(), dev: dev}
 	// Nothing of this test's is left running: registered first, it runs
