@@ -200,6 +200,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 	wake := time.NewTimer(time.Hour)
 	for {
 		next := d.step()
+		d.service.stepped()
 		if done != nil && done() {
 			return
 		}

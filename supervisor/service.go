@@ -31,6 +31,10 @@ type serviceManager struct {
 	// for it); awaiting are the runtimes it still waits for.
 	ready     chan struct{}
 	readyOnce sync.Once
+	// readyNext: the start-up is over, ready closes after the loop's next
+	// step, once the API's view shows what the daemon adopted (the loop's
+	// own goroutine sets and reads it).
+	readyNext bool
 	awaiting  []string
 	plan      *sdnotify.Notifier
 	socket    *sdnotify.Socket
@@ -79,6 +83,15 @@ func newServiceManager(s *sdnotify.Socket, log *slog.Logger) *serviceManager {
 }
 
 func (m *serviceManager) markReady() { m.readyOnce.Do(func() { close(m.ready) }) }
+
+// stepped is called by the loop after each step: a start-up that ended
+// before it is ready now, the view published.
+func (m *serviceManager) stepped() {
+	if m.readyNext {
+		m.readyNext = false
+		m.markReady()
+	}
+}
 
 // Ready closes once the daemon's start-up is over: its state restored,
 // the pods found running adopted (a reconnecting runtime's awaited at most
@@ -151,7 +164,7 @@ func (d *Daemon) supervising() {
 	m := d.service
 	m.awaiting = append([]string(nil), awaiting...)
 	if len(awaiting) == 0 {
-		m.markReady()
+		m.readyNext = true // after the first step: the view is published there
 	} else {
 		time.AfterFunc(RuntimeAdoptWait, m.markReady)
 	}
@@ -182,7 +195,7 @@ func (d *Daemon) runtimeAdopted(rt runtime.Runtime) {
 			if a == class {
 				m.awaiting = append(m.awaiting[:i:i], m.awaiting[i+1:]...)
 				if len(m.awaiting) == 0 {
-					m.markReady()
+					m.readyNext = true // once the step shows what it adopted
 				}
 				break
 			}

@@ -78,6 +78,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	if err := launch(conf, args, log); err != nil {
 		return err
 	}
+	// What a previous daemon in this process started is ours to reap.
+	reapInherited()
 	// A slot's podvisor is the release the hub ordered: it reports that
 	// version, whatever its build was stamped with.
 	if rel := agent.RunningRelease(conf.DataDir); rel != "" {

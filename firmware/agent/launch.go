@@ -204,6 +204,7 @@ func Run(dataDir string, args []string, log *slog.Logger) (Launch, error) {
 		if err != nil || path == "" {
 			return decided, err
 		}
+		log.Info("launcher: executing the current version", "binary", path, "trial", decided.Decrement)
 		err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
 		reason := fmt.Sprintf("executing %s: %v", path, err)
 		if _, rerr := NewLayout(dataDir).RollBack(reason); rerr != nil {

@@ -200,8 +200,14 @@ func (u *Updater) report(s protocol.UpdateState) {
 		}
 	}
 	lvl := slog.LevelInfo
-	if s.Phase == protocol.UpdateFailed || s.Phase == protocol.UpdateRolledBack {
+	switch {
+	case s.Phase == protocol.UpdateFailed || s.Phase == protocol.UpdateRolledBack:
 		lvl = slog.LevelWarn
+	case s.Percent > 0 && s.Percent < 100:
+		// Progress within a phase goes to the hub; the log keeps each
+		// phase's start and end (a download logged every percent was a
+		// hundred lines in the journal).
+		lvl = slog.LevelDebug
 	}
 	u.o.Log.Log(context.Background(), lvl, "update "+s.Phase, "order", s.Order, "kind", s.Kind, "version", s.Version,
 		"percent", s.Percent, "reason", s.Reason)
