@@ -41,7 +41,12 @@ func loadInstance(dir string) (string, error) {
 // loadFloor reads the newest generation seen from the hub whose key is
 // keyID; another key (another hub) has none.
 func loadFloor(dir, keyID string) (int64, error) {
-	path := filepath.Join(dir, generationFile)
+	return loadKeyed(filepath.Join(dir, generationFile), keyID, "generation")
+}
+
+// loadKeyed reads a "<hub key id> <number>" file: the number recorded
+// under the hub key keyID, 0 when the file is absent or another key's.
+func loadKeyed(path, keyID, what string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -49,10 +54,10 @@ func loadFloor(dir, keyID string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
-	key, gen, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
-	n, perr := strconv.ParseInt(gen, 10, 64)
+	key, num, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
+	n, perr := strconv.ParseInt(num, 10, 64)
 	if !ok || perr != nil || n < 0 {
-		return 0, fmt.Errorf("%s: want \"<hub key id> <generation>\", found %q", path, b)
+		return 0, fmt.Errorf("%s: want \"<hub key id> <%s>\", found %q", path, what, b)
 	}
 	if key != keyID {
 		return 0, nil

@@ -2,12 +2,8 @@ package uplink
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -225,23 +221,7 @@ func (a *Agent) handOrders(stop <-chan struct{}) {
 // loadOrderID reads the newest order ID handed out under the hub key
 // keyID; another key (another hub) has none.
 func loadOrderID(dir, keyID string) (int64, error) {
-	path := filepath.Join(dir, orderFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
-	}
-	key, id, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
-	n, perr := strconv.ParseInt(id, 10, 64)
-	if !ok || perr != nil || n < 0 {
-		return 0, fmt.Errorf("%s: want \"<hub key id> <order id>\", found %q", path, b)
-	}
-	if key != keyID {
-		return 0, nil
-	}
-	return n, nil
+	return loadKeyed(filepath.Join(dir, orderFile), keyID, "order id")
 }
 
 func saveOrderID(dir, keyID string, id int64) error {
