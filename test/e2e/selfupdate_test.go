@@ -73,6 +73,10 @@ func TestSelfUpdateEndToEnd(t *testing.T) {
 	if out, _, _ := d.cli("version"); !strings.Contains(out, "daemon   v0.26.2 ") {
 		t.Fatalf("podvisor version after v0.26.2:\n%s", out)
 	}
+	// The device shows its own update's end on its node.
+	if out, _, _ := d.cli("get", "node"); !strings.Contains(out, "Update: agent v0.26.2: Committed") {
+		t.Fatalf("podvisor get node after v0.26.2, want its Update line:\n%s", out)
+	}
 	slot, rec := currentSlot(t, d.data)
 	if rec.Version != "v0.26.2" || rec.State != "committed" {
 		t.Fatalf("current slot %s after v0.26.2: %+v", slot, rec)
