@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -178,7 +179,8 @@ func confirmFirmware(ctx context.Context, drv firmware.Driver, ready <-chan stru
 }
 
 // runningContainers are the containers running now, as the API shows
-// them: what a restart must find again, unrestarted.
+// them (what a restart must find again, unrestarted), and those that
+// ended, with the reason recorded.
 func runningContainers(b api.Backend) []agent.Container {
 	pods, _, _ := b.Pods()
 	return containersOf(pods)
@@ -189,11 +191,22 @@ func containersOf(pods []*v1.Pod) []agent.Container {
 	for _, p := range pods {
 		for _, list := range [][]v1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 			for _, cs := range list {
+				c := agent.Container{PodUID: string(p.UID), Pod: p.Namespace + "/" + p.Name, Name: cs.Name}
+				// An ended instance, now or before the current one: the
+				// commit gate tells a container that ended by itself
+				// from one whose state was lost.
+				for _, t := range []*v1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+					if t != nil && t.ContainerID != "" {
+						e := c
+						e.ID, e.StartedAt, e.Ended = t.ContainerID, t.StartedAt.Time, cmp.Or(t.Reason, "Error")
+						out = append(out, e)
+					}
+				}
 				if cs.State.Running == nil || cs.ContainerID == "" {
 					continue
 				}
-				out = append(out, agent.Container{PodUID: string(p.UID), Pod: p.Namespace + "/" + p.Name, Name: cs.Name,
-					ID: cs.ContainerID, StartedAt: cs.State.Running.StartedAt.Time})
+				c.ID, c.StartedAt = cs.ContainerID, cs.State.Running.StartedAt.Time
+				out = append(out, c)
 			}
 		}
 	}

@@ -93,6 +93,21 @@ func TestJudge(t *testing.T) {
 			f.Ready, f.Running = true, []Container{same}
 		}, true, ""},
 		{"no handoff (after a reboot): ready is enough", func(f *GateFacts) { f.Ready, f.Handoff = true, nil }, true, ""},
+		{"a container that completed by itself after the switch: commit", func(f *GateFacts) {
+			done := web
+			done.Ended = "Completed"
+			f.Ready, f.Running = true, []Container{done}
+		}, true, ""},
+		{"a container that crashed by itself and was restarted by its policy: commit", func(f *GateFacts) {
+			crashed := web
+			crashed.Ended = "Error"
+			f.Ready, f.Running = true, []Container{crashed, restarted}
+		}, true, ""},
+		{"a container whose state was lost, restarted: roll back", func(f *GateFacts) {
+			lost := web
+			lost.Ended = "ContainerStatusUnknown"
+			f.Ready, f.Running = true, []Container{lost, restarted}
+		}, true, "container nginx of pod default/web was restarted (podvisor://u1-nginx-1, now podvisor://u1-nginx-2)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := base

@@ -20,7 +20,15 @@ type Container struct {
 	Name      string    `json:"container"`
 	ID        string    `json:"id"`
 	StartedAt time.Time `json:"startedAt"`
+	// Ended is the reason a container's end was recorded with ("" while
+	// it runs): the gate's view also lists the containers that ended
+	// since the switch.
+	Ended string `json:"ended,omitempty"`
 }
+
+// lostReason is how a daemon records a container it could not find
+// again: its state was lost, not ended by the container itself.
+const lostReason = "ContainerStatusUnknown"
 
 func (c Container) key() string { return c.PodUID + "/" + c.Name }
 
@@ -42,7 +50,11 @@ func bootID() string {
 func (u *Updater) writeHandoff() error {
 	h := Handoff{BootID: bootID()}
 	if u.o.Containers != nil {
-		h.Containers = u.o.Containers()
+		for _, c := range u.o.Containers() {
+			if c.Ended == "" {
+				h.Containers = append(h.Containers, c)
+			}
+		}
 	}
 	data, err := json.Marshal(h)
 	if err != nil {
@@ -73,7 +85,8 @@ type GateFacts struct {
 	// heartbeat.
 	HubNeeded, HubReached bool
 	// Handoff are the containers that ran at the switch; Running those
-	// running now (looked at once Ready).
+	// the new daemon shows (looked at once Ready), the ones that ended
+	// with their Ended reason.
 	Handoff, Running []Container
 	Timeout          time.Duration
 }
@@ -83,11 +96,22 @@ type GateFacts struct {
 func Judge(f GateFacts) (done bool, reason string) {
 	if f.Ready {
 		running := map[string]Container{}
+		ended := map[string]string{} // by container ID
 		for _, c := range f.Running {
+			if c.Ended != "" {
+				ended[c.ID] = c.Ended
+				continue
+			}
 			running[c.key()] = c
 		}
 		for _, h := range f.Handoff {
 			c, ok := running[h.key()]
+			// A container that ended by itself after the switch (a job
+			// done, a crash its restart policy answers) was adopted: the
+			// new daemon saw its end. One whose state was lost was not.
+			if why, done := ended[h.ID]; done && why != lostReason && (!ok || c.ID != h.ID) {
+				continue
+			}
 			switch {
 			case !ok:
 				return true, fmt.Sprintf("container %s of pod %s was not adopted", h.Name, h.Pod)
