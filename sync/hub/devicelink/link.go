@@ -116,6 +116,11 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(30 * time.Second).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
+		// A CONNECT that a broker accepted but never answers (one going
+		// down or coming up as it arrived) is given up after this, not
+		// paho's 30 s, so the hub is back soon after its broker is; the
+		// devices' link does the same.
+		SetConnectTimeout(10 * time.Second).
 		SetOnConnectHandler(h.onConnect).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "err", err) })
 	if cfg.TLS != nil {
