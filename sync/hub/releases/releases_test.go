@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/prereq"
 )
 
 // build builds a program whose main package is module/cmd/name for
@@ -21,7 +22,7 @@ import (
 func build(t *testing.T, name, goarch, goarm string) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go toolchain")
+		prereq.Missing(t, "go, to build the binaries a release is read from: %v", err)
 	}
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "cmd", name), 0o755)
