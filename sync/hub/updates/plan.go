@@ -311,27 +311,19 @@ func sameVersion(a, b string) bool {
 
 // haltReason names the failed devices (the first few) and their reasons.
 func haltReason(failed []DeviceStatus, verdicts, threshold, minimum int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d of %d devices with a verdict failed (%d%%), over the failure threshold of %d%% (judged once %d have one): ",
-		len(failed), verdicts, len(failed)*100/verdicts, threshold, minimum)
-	for i, f := range failed {
-		if i == 5 {
-			fmt.Fprintf(&b, "; and %d more", len(failed)-i)
-			break
-		}
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "%s: %s", f.ID, f.Reason)
-	}
-	return b.String()
+	return fmt.Sprintf("%d of %d devices with a verdict failed (%d%%), over the failure threshold of %d%% (judged once %d have one): ",
+		len(failed), verdicts, len(failed)*100/verdicts, threshold, minimum) + listFailed(failed)
 }
 
 // failedReason names the devices that failed in an update that
 // completed under its failure threshold.
 func failedReason(failed []DeviceStatus) string {
+	return fmt.Sprintf("%d devices failed (under the failure threshold): ", len(failed)) + listFailed(failed)
+}
+
+// listFailed is "ID: reason; ..." for the first five failed devices.
+func listFailed(failed []DeviceStatus) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d devices failed (under the failure threshold): ", len(failed))
 	for i, f := range failed {
 		if i == 5 {
 			fmt.Fprintf(&b, "; and %d more", len(failed)-i)
