@@ -114,3 +114,17 @@ func BootID(file string) (string, error) {
 	}
 	return id, nil
 }
+
+// ThisBoot is a driver's install record and the running boot's ID: what
+// every driver's Booted weighs against the tool's own state.
+func ThisBoot(dir, driver, bootIDFile string) (*Record, string, error) {
+	rec, err := LoadRecord(dir, driver)
+	if err != nil {
+		return nil, "", err
+	}
+	bootID, err := BootID(bootIDFile)
+	if err != nil {
+		return nil, "", err
+	}
+	return rec, bootID, nil
+}

@@ -230,11 +230,7 @@ func (d *Driver) Booted(ctx context.Context) (firmware.BootState, error) {
 			booted = name
 		}
 	}
-	rec, err := firmware.LoadRecord(d.StateDir, Name)
-	if err != nil {
-		return firmware.BootState{}, err
-	}
-	bootID, err := firmware.BootID(d.BootIDFile)
+	rec, bootID, err := firmware.ThisBoot(d.StateDir, Name, d.BootIDFile)
 	if err != nil {
 		return firmware.BootState{}, err
 	}

@@ -279,11 +279,7 @@ func (d *Driver) Booted(ctx context.Context) (firmware.BootState, error) {
 	if r.msg != "" {
 		state = r.msg[0]
 	}
-	rec, err := firmware.LoadRecord(d.StateDir, Name)
-	if err != nil {
-		return firmware.BootState{}, err
-	}
-	bootID, err := firmware.BootID(d.BootIDFile)
+	rec, bootID, err := firmware.ThisBoot(d.StateDir, Name, d.BootIDFile)
 	if err != nil {
 		return firmware.BootState{}, err
 	}
