@@ -25,7 +25,8 @@ type Publisher interface {
 
 // Driver runs every active update's controller over the fleet
 // database: after a report that may move one (Kick), after an operator's
-// change, and every Period for devices that went silent.
+// change, and when a targeted device that is Ready goes silent past its
+// timeout (a timer, not polling).
 type Driver struct {
 	fleet   *fleetdb.Fleet
 	pub     Publisher
@@ -37,14 +38,13 @@ type Driver struct {
 	wg      sync.WaitGroup
 	// passing serialises passes with the operator's changes.
 	passing sync.Mutex
+	// wake is when the last pass's first Ready target goes stale if not
+	// heard from (zero: none); guarded by passing.
+	wake time.Time
 	// pause waits gap after a pass, false when the driver closes (a
 	// test's hook).
 	pause func(gap time.Duration) bool
 }
-
-// Period is how often the driver looks again without being asked: a
-// device silent past its timeout stops being Ready without a report.
-const Period = 5 * time.Second
 
 // minPassGap spaces the passes: every report that changes kicks the
 // driver (a device's percent, its version), and a pass reads every
@@ -70,18 +70,30 @@ func (d *Driver) Start() {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		tick := time.NewTicker(Period)
-		defer tick.Stop()
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		defer timer.Stop()
 		for {
 			select {
 			case <-d.done:
 				return
 			case <-d.kick:
-			case <-tick.C:
+			case <-timer.C:
 			}
 			started := time.Now()
-			if err := d.Pass(); err != nil {
+			err := d.Pass()
+			if err != nil {
 				d.log.Error("update pass", "err", err)
+			}
+			d.passing.Lock()
+			wake := d.wake
+			d.passing.Unlock()
+			if err != nil {
+				wake = d.now().Add(10 * time.Second) // try again
+			}
+			timer.Stop()
+			if !wake.IsZero() {
+				timer.Reset(max(wake.Sub(d.now()), 100*time.Millisecond))
 			}
 			if !d.pause(minPassGap - time.Since(started)) {
 				return
@@ -126,6 +138,7 @@ func (d *Driver) Kick() {
 func (d *Driver) Pass() error {
 	d.passing.Lock()
 	defer d.passing.Unlock()
+	d.wake = time.Time{}
 	active, err := d.fleet.Updates(true)
 	if err != nil {
 		return err
@@ -162,6 +175,9 @@ func (d *Driver) pass(u fleetdb.StoredUpdate) error {
 	in := Input{Spec: spec, Release: Release{Kind: rel.Kind, Version: rel.Version, Arches: rel.Architectures()}, Previous: prev, Now: now}
 	for _, t := range targets {
 		dev := Device{ID: t.ID, Ready: t.Online && now.Sub(t.LastSeen) < d.timeout, Arch: t.Arch, Running: t.Version, State: t.State}
+		if stale := t.LastSeen.Add(d.timeout); dev.Ready && (d.wake.IsZero() || stale.Before(d.wake)) {
+			d.wake = stale // it stops being Ready then, with no report to say so
+		}
 		if rel.Kind == protocol.ReleaseFirmware {
 			dev.Running = ""
 			if t.State != nil && t.State.Kind == protocol.ReleaseFirmware {

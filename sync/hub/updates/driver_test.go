@@ -93,6 +93,11 @@ func TestDriverOverTheFleetDatabase(t *testing.T) {
 	if !slices.Equal(pub.ordered, []string{"d0", "d1"}) {
 		t.Fatalf("ordered %v, want d0 d1", pub.ordered)
 	}
+	// The next pass comes unasked when the targets, heard from now, go
+	// stale: a timer, not polling.
+	if want := now.Add(time.Minute); !d.wake.Equal(want) {
+		t.Fatalf("the driver wakes at %v, want when the targets go stale, %v", d.wake, want)
+	}
 	// A restarted hub: a new driver over the same database orders no one
 	// again while the wave is under way.
 	d = NewDriver(fleet, pub, log, clock, time.Minute)
