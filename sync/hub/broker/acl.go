@@ -20,6 +20,10 @@ const (
 	// a length.
 	MaxRetainedUpdateStateBytes = protocol.MaxUpdateStateBytes
 	MaxFetchBytes               = 1 << 10
+	// A device asks for the objects it lacks (never retained) and keeps
+	// its public sealing key retained (1216 bytes, base64 in JSON).
+	MaxObjectGetBytes       = 16 << 10
+	MaxRetainedSealKeyBytes = 4 << 10
 )
 
 // ACL decides what each authenticated identity may do on the topic
@@ -29,10 +33,11 @@ const (
 // and the MQTT client ID must equal it.
 //
 // A device may publish only its reports (ack, status, heartbeat,
-// presence, update-state, fetch; only ack, presence and update-state
-// retained) and subscribe to, or be sent, only its desired document, its
-// status receipts, its update order, its artifact chunks and the hub's
-// presence.
+// presence, update-state, fetch, object-get, seal-key; only ack,
+// presence, update-state and seal-key retained) and subscribe to, or be
+// sent, only its desired document, its status receipts, its update
+// order, its artifact chunks, its object index and objects, and the
+// hub's presence.
 // The hub may do anything under the prefix. Nobody may use wildcards
 // except the hub, nor topics outside the prefix.
 type ACL struct{ Topics protocol.Topics }
@@ -70,13 +75,18 @@ func (a ACL) CheckPublish(identity, topic string, retain bool, size int) error {
 	}
 	limit := protocol.MaxMessageBytes
 	switch kind {
-	case protocol.KindStatus, protocol.KindHeartbeat, protocol.KindFetch:
+	case protocol.KindStatus, protocol.KindHeartbeat, protocol.KindFetch, protocol.KindObjectGet:
 		if retain {
 			return fmt.Errorf("device %s may not retain messages on topic %q", identity, topic)
 		}
-		if kind == protocol.KindFetch {
+		switch kind {
+		case protocol.KindFetch:
 			limit = MaxFetchBytes
+		case protocol.KindObjectGet:
+			limit = MaxObjectGetBytes
 		}
+	case protocol.KindSealKey:
+		limit = MaxRetainedSealKeyBytes
 	case protocol.KindUpdateState:
 		limit = MaxRetainedUpdateStateBytes
 	case protocol.KindAck:
@@ -103,7 +113,8 @@ func (a ACL) CheckRead(identity, filter string) error {
 	}
 	switch filter {
 	case a.Topics.Device(identity, protocol.KindDesired), a.Topics.Device(identity, protocol.KindStatusAck), a.Topics.HubPresence(),
-		a.Topics.Device(identity, protocol.KindUpdate), a.Topics.Device(identity, protocol.KindChunk):
+		a.Topics.Device(identity, protocol.KindUpdate), a.Topics.Device(identity, protocol.KindChunk),
+		a.Topics.Device(identity, protocol.KindObjects), a.Topics.Device(identity, protocol.KindObject):
 		return nil
 	}
 	return fmt.Errorf("device %s may not read topic %q", identity, filter)
