@@ -56,6 +56,10 @@ var fleetMigrations = []string{fleetSchema1,
 	// Self-update and firmware rollouts (podhub release push, podhub
 	// update): releases, updates, each device's newest order and report.
 	updateTables,
+	// Distribution of ConfigMaps and Secrets (objects.go): each device's
+	// pinned sealing key and its object index. Numbered 11 in the
+	// release (after the kinds' objects, 10).
+	deviceObjectsTables,
 }
 
 var fleetSchema1 = `

@@ -1,0 +1,410 @@
+package objectlink
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/throttle"
+)
+
+// Config is what the object link serves, signs with and bounds.
+type Config struct {
+	Topics protocol.Topics
+	// Key signs the indexes and objects (the hub's key, as the desired
+	// documents).
+	Key ed25519.PrivateKey
+	// Source is the hub's ConfigMaps and Secrets, their data in clear
+	// (nil: none; every index is empty).
+	Source objects.Getter
+	// Limits bound each device (zero fields: DefaultLimits').
+	Limits Limits
+	// Rate is each device's request budget, bytes of object data a
+	// second (default 1 MiB); a device may spend Limits.MaxBytes at once,
+	// so that a device starting empty gets all its objects at once.
+	Rate float64
+	// Retry is how soon an index whose objects could not be read is
+	// computed again (default 1 s).
+	Retry time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Publisher publishes on the broker without waiting (QoS 1).
+type Publisher func(topic string, retained bool, payload []byte)
+
+// Link keeps the devices' indexes and answers their requests. Changes
+// (a device's pods, an object) mark the devices they concern; one
+// goroutine computes and publishes their indexes, another answers
+// requests, so neither holds up the device link's reports.
+type Link struct {
+	cfg     Config
+	fleet   *fleetdb.Fleet
+	publish Publisher
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	devices map[string]*device
+	// users are, per object, the devices whose pods reference it.
+	users   map[objects.Ref]map[string]bool
+	revoked map[string]bool
+	dirty   map[string]bool
+	wake    chan struct{}
+
+	requests chan request
+	done     chan struct{}
+	wg       sync.WaitGroup
+	started  bool
+	// refused counts refused requests and keys: the first few of each
+	// minute are logged and kept as the device's events.
+	refused *throttle.Counter
+	// Denied counts the refs asked for that were not in the asking
+	// device's index.
+	denied atomic.Int64
+	// published is called after an index is published (tests time it).
+	published func(device string, generation int64)
+}
+
+// device is what the link keeps of one device.
+type device struct {
+	pods       []*v1.Pod
+	refs       []objects.Ref
+	entries    []protocol.ObjectEntry
+	omitted    []string
+	generation int64
+	budget     *bucket
+}
+
+type request struct {
+	device string
+	get    *protocol.ObjectGet
+}
+
+// New makes a link; Start loads the fleet's state and starts it.
+func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) *Link {
+	if cfg.Limits.MaxObjects <= 0 {
+		cfg.Limits.MaxObjects = DefaultLimits.MaxObjects
+	}
+	if cfg.Limits.MaxBytes <= 0 {
+		cfg.Limits.MaxBytes = DefaultLimits.MaxBytes
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 1 << 20
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Link{cfg: cfg, fleet: fleet, publish: publish, log: log, devices: map[string]*device{},
+		users: map[objects.Ref]map[string]bool{}, revoked: map[string]bool{}, dirty: map[string]bool{},
+		wake: make(chan struct{}, 1), requests: make(chan request, 64), done: make(chan struct{}),
+		refused: throttle.New(10, time.Minute, cfg.Now), published: func(string, int64) {}}
+}
+
+// Start reads every device's pods, pinned key and last index, and starts
+// computing (every device once: objects may have changed while the hub
+// was down) and answering.
+func (l *Link) Start() error {
+	stored, err := l.fleet.ObjectIndexes()
+	if err != nil {
+		return err
+	}
+	revoked, err := l.fleet.Revoked()
+	if err != nil {
+		return err
+	}
+	var pods = map[string][]byte{}
+	if err := l.fleet.EachDesiredPods(func(dev string, raw []byte) { pods[dev] = raw }); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.revoked = revoked
+	for dev, st := range stored {
+		d := l.device(dev)
+		d.generation, d.entries, d.omitted = st.Generation, st.Entries, st.Omitted
+		l.dirty[dev] = true
+	}
+	for dev, raw := range pods {
+		var list []json.RawMessage
+		json.Unmarshal(raw, &list)
+		l.setPods(dev, list)
+	}
+	l.started = true
+	l.mu.Unlock()
+	l.kick()
+	l.wg.Add(2)
+	go l.indexer()
+	go l.answerer()
+	return nil
+}
+
+// Close stops the link.
+func (l *Link) Close() {
+	l.mu.Lock()
+	started := l.started
+	l.started = false
+	l.mu.Unlock()
+	if !started {
+		return
+	}
+	close(l.done)
+	l.wg.Wait()
+}
+
+// device is a device's state, made on first use; l.mu held.
+func (l *Link) device(id string) *device {
+	d := l.devices[id]
+	if d == nil {
+		d = &device{}
+		l.devices[id] = d
+	}
+	return d
+}
+
+// DesiredChanged takes a device's new desired pods (hub pods and
+// workload pods, as its desired document carries them).
+func (l *Link) DesiredChanged(dev string, pods []json.RawMessage) {
+	l.mu.Lock()
+	l.setPods(dev, pods)
+	l.mu.Unlock()
+	l.kick()
+}
+
+// setPods decodes a device's stored pods (validated when applied) and
+// marks it; l.mu held.
+func (l *Link) setPods(dev string, raw []json.RawMessage) {
+	d := l.device(dev)
+	d.pods = make([]*v1.Pod, 0, len(raw)) // a new slice: the indexer reads the old one
+	for _, r := range raw {
+		var p v1.Pod
+		if err := json.Unmarshal(r, &p); err != nil {
+			continue
+		}
+		if p.Namespace == "" {
+			p.Namespace = "default"
+		}
+		d.pods = append(d.pods, &p)
+	}
+	l.dirty[dev] = true
+}
+
+// ObjectChanged says an object was applied or deleted: the devices whose
+// pods reference it get their index computed again.
+func (l *Link) ObjectChanged(ref objects.Ref) {
+	l.mu.Lock()
+	for dev := range l.users[ref] {
+		l.dirty[dev] = true
+	}
+	l.mu.Unlock()
+	l.kick()
+}
+
+// Refresh reads the revoked devices again (podhub device revoke) and
+// computes every index: a revoked device's becomes empty.
+func (l *Link) Refresh() error {
+	revoked, err := l.fleet.Revoked()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.revoked = revoked
+	for dev := range l.devices {
+		l.dirty[dev] = true
+	}
+	l.mu.Unlock()
+	l.kick()
+	return nil
+}
+
+func (l *Link) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Connected publishes every stored index again (a broker that lost its
+// retained messages gets them back; devices ignore a generation they
+// have).
+func (l *Link) Connected() {
+	stored, err := l.fleet.ObjectIndexes()
+	if err != nil {
+		l.log.Error("reading the object indexes", "err", err)
+		return
+	}
+	for dev, st := range stored {
+		if len(st.Document) > 0 {
+			l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, st.Document)
+		}
+	}
+}
+
+// indexer computes and publishes the marked devices' indexes.
+func (l *Link) indexer() {
+	defer l.wg.Done()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.wake:
+		case <-retry:
+			retry = nil
+		}
+		l.mu.Lock()
+		dirty := l.dirty
+		l.dirty = map[string]bool{}
+		l.mu.Unlock()
+		failed := false
+		for dev := range dirty {
+			if err := l.update(dev); err != nil {
+				l.log.Error("computing a device's object index; trying again", "device", dev, "err", err)
+				l.mu.Lock()
+				l.dirty[dev] = true
+				l.mu.Unlock()
+				failed = true
+			}
+		}
+		if failed && retry == nil {
+			retry = time.After(l.cfg.Retry)
+		}
+	}
+}
+
+// errRead is an object the source could not read (not a missing one):
+// the index is not computed from a guess.
+var errRead = errors.New("reading an object")
+
+// update computes a device's index and, when its entries changed,
+// stores and publishes the next generation.
+func (l *Link) update(dev string) error {
+	l.mu.Lock()
+	d := l.device(dev)
+	pods := d.pods
+	if l.revoked[dev] {
+		pods = nil
+	}
+	prevEntries, prevOmitted, gen, prevRefs := d.entries, d.omitted, d.generation, d.refs
+	l.mu.Unlock()
+
+	var readErr error
+	ix := Compute(pods, func(r objects.Ref) *objects.Object {
+		o, err := l.get(r)
+		if err != nil && !errors.Is(err, objects.ErrNotFound) && readErr == nil {
+			readErr = fmt.Errorf("%w %s: %v", errRead, r, err)
+		}
+		return o
+	}, l.cfg.Limits)
+	if readErr != nil {
+		return readErr
+	}
+	l.mu.Lock()
+	l.setRefs(dev, prevRefs, ix.Refs)
+	l.mu.Unlock()
+
+	omittedChanged := fmt.Sprint(ix.Omitted) != fmt.Sprint(prevOmitted)
+	if SameEntries(ix.Entries, prevEntries) && gen > 0 {
+		if omittedChanged {
+			if err := l.fleet.SaveOmitted(dev, ix.Omitted); err != nil {
+				return err
+			}
+			l.mu.Lock()
+			d.omitted = ix.Omitted
+			l.mu.Unlock()
+			l.warnOmitted(dev, ix.Omitted)
+		}
+		return nil
+	}
+	doc, err := protocol.SignObjectIndex(protocol.ObjectIndex{Device: dev, Generation: gen + 1, Entries: ix.Entries}, l.cfg.Key)
+	if err != nil {
+		return err
+	}
+	if err := l.fleet.SaveObjectIndex(dev, gen+1, ix.Entries, doc, ix.Omitted); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	d.generation, d.entries, d.omitted = gen+1, ix.Entries, ix.Omitted
+	l.mu.Unlock()
+	// Stored first: a hub that dies here publishes it when it connects.
+	l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, doc)
+	l.published(dev, gen+1)
+	if omittedChanged {
+		l.warnOmitted(dev, ix.Omitted)
+	}
+	return nil
+}
+
+// get reads an object from the source.
+func (l *Link) get(r objects.Ref) (*objects.Object, error) {
+	if l.cfg.Source == nil {
+		return nil, &objects.NotFoundError{Ref: r}
+	}
+	o, err := l.cfg.Source.Get(r)
+	if err == nil && o == nil {
+		err = &objects.NotFoundError{Ref: r}
+	}
+	return o, err
+}
+
+// setRefs moves a device in the users map from its old refs to its new
+// ones; l.mu held.
+func (l *Link) setRefs(dev string, old, refs []objects.Ref) {
+	for _, r := range old {
+		if u := l.users[r]; u != nil {
+			delete(u, dev)
+			if len(u) == 0 {
+				delete(l.users, r)
+			}
+		}
+	}
+	for _, r := range refs {
+		u := l.users[r]
+		if u == nil {
+			u = map[string]bool{}
+			l.users[r] = u
+		}
+		u[dev] = true
+	}
+	l.devices[dev].refs = refs
+}
+
+// warnOmitted records, as a Warning event of the device, that its bounds
+// left objects out (its pods that use them wait for them).
+func (l *Link) warnOmitted(dev string, omitted []string) {
+	if len(omitted) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("%d object(s) left out of the device's index: %s", len(omitted), omitted[0])
+	if len(omitted) > 1 {
+		msg += fmt.Sprintf(" (and %d more: podhub describe device %s)", len(omitted)-1, dev)
+	}
+	if err := l.fleet.SaveDeviceEvent(dev, "ObjectsOverLimit", msg, l.cfg.Now()); err != nil {
+		l.log.Error("storing a device event", "device", dev, "err", err)
+	}
+	l.log.Warn("objects left out of a device's index", "device", dev, "count", len(omitted), "first", omitted[0])
+}
+
+// Index is a device's current index (for tests and describe).
+func (l *Link) Index(dev string) (generation int64, entries []protocol.ObjectEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := l.devices[dev]; d != nil {
+		return d.generation, d.entries
+	}
+	return 0, nil
+}
+
+// Denied is how many refs devices asked for that were not in their index.
+func (l *Link) Denied() int64 { return l.denied.Load() }
