@@ -23,8 +23,10 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/hub/releases"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/throttle"
@@ -59,6 +61,23 @@ type Config struct {
 	// chunk server sends; Chunks bounds it. No ReleaseDir: no chunk server.
 	ReleaseDir string
 	Chunks     chunks.Config
+	// ObjectSource is the hub's ConfigMaps and Secrets, which the object
+	// link (sync/hub/objectlink) gives devices (nil: none); ObjectLimits
+	// bound each device (zero: objectlink.DefaultLimits).
+	ObjectSource objects.Getter
+	ObjectLimits objectlink.Limits
+	// Objects is told of each device's new desired pods and of every
+	// connection, and handed the devices' object requests and sealing
+	// keys (hub.New sets it to its object link). Nil: none.
+	Objects Objects
+}
+
+// Objects is the object link as the device link sees it.
+type Objects interface {
+	DesiredChanged(device string, pods []json.RawMessage)
+	Connected()
+	ObjectGet(device string, payload []byte)
+	SealKey(device string, payload []byte)
 }
 
 // Link serves the fleet over MQTT. Its messages are handled one at a time
@@ -197,8 +216,13 @@ func (h *Link) onConnect(c mqtt.Client) {
 			}),
 		protocol.KindUpdateState: report(h, "update state", protocol.DecodeUpdateState,
 			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState),
-		protocol.KindFetch: h.fetchHandler,
+		protocol.KindFetch:     h.fetchHandler,
+		protocol.KindObjectGet: h.objectsHandler(func(o Objects) func(string, []byte) { return o.ObjectGet }),
+		protocol.KindSealKey:   h.objectsHandler(func(o Objects) func(string, []byte) { return o.SealKey }),
 	} {
+		if handler == nil {
+			continue
+		}
 		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
 		}
@@ -221,7 +245,29 @@ func (h *Link) onConnect(c mqtt.Client) {
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
+	if h.cfg.Objects != nil {
+		h.cfg.Objects.Connected()
+	}
 	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs), "updateOrders", orders)
+}
+
+// objectsHandler hands a device's object message to the object link
+// (nil without one).
+func (h *Link) objectsHandler(pick func(Objects) func(string, []byte)) mqtt.MessageHandler {
+	if h.cfg.Objects == nil {
+		return nil
+	}
+	handle := pick(h.cfg.Objects)
+	return func(_ mqtt.Client, m mqtt.Message) {
+		if dev, ok := h.device(m); ok {
+			handle(dev, m.Payload())
+		}
+	}
+}
+
+// Publish publishes on the broker without waiting (QoS 1).
+func (h *Link) Publish(topic string, retained bool, payload []byte) {
+	h.client.Publish(topic, 1, retained, payload)
 }
 
 // device parses a report's topic, logging what is wrong with it.
@@ -564,6 +610,9 @@ func (h *Link) updateAll(devices []string, change func([]json.RawMessage) []json
 		for _, d := range docs {
 			h.client.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
 			gens = append(gens, d.Generation)
+			if h.cfg.Objects != nil {
+				h.cfg.Objects.DesiredChanged(d.Device, d.Pods)
+			}
 		}
 	}
 	return gens, err

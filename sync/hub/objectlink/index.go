@@ -30,21 +30,17 @@ type Limits struct {
 var DefaultLimits = Limits{MaxObjects: 256, MaxBytes: 16 << 20}
 
 // Index is what a device is given: the entries of its index (sorted by
-// kind, namespace and name), every object its pods reference whether it
-// exists or not (to know which changes concern it), and the objects left
-// out, each with why.
+// kind, namespace and name), and the objects left out, each with why.
 type Index struct {
 	Entries []protocol.ObjectEntry
-	Refs    []objects.Ref
 	Omitted []string
 }
 
-// Compute is a device's index: the objects its pods reference (in the
-// pods' own namespaces, objects.Refs) that exist (get returns nil for
-// one that does not), within lim. Pods are taken in namespace/name order
-// and each pod's references in its order, so which objects the bounds
-// leave out is deterministic: the first ones in that order are kept.
-func Compute(pods []*v1.Pod, get func(objects.Ref) *objects.Object, lim Limits) Index {
+// PodRefs are the objects a device's pods reference (in the pods' own
+// namespaces, objects.Refs), each once: pods in namespace/name order,
+// each pod's references in its order, so that which objects the bounds
+// leave out is deterministic (the first ones in that order are kept).
+func PodRefs(pods []*v1.Pod) []objects.Ref {
 	pods = append([]*v1.Pod(nil), pods...)
 	sort.SliceStable(pods, func(i, j int) bool {
 		if pods[i].Namespace != pods[j].Namespace {
@@ -52,33 +48,42 @@ func Compute(pods []*v1.Pod, get func(objects.Ref) *objects.Object, lim Limits) 
 		}
 		return pods[i].Name < pods[j].Name
 	})
-	var ix Index
+	var refs []objects.Ref
 	seen := map[objects.Ref]bool{}
-	var bytes int64
 	for _, p := range pods {
 		for _, u := range objects.Refs(p) {
-			if seen[u.Ref] {
-				continue
+			if !seen[u.Ref] {
+				seen[u.Ref] = true
+				refs = append(refs, u.Ref)
 			}
-			seen[u.Ref] = true
-			ix.Refs = append(ix.Refs, u.Ref)
-			o := get(u.Ref)
-			if o == nil {
-				continue
-			}
-			size := int64(o.Size())
-			switch {
-			case len(ix.Entries) >= lim.MaxObjects:
-				ix.Omitted = append(ix.Omitted, fmt.Sprintf("%s: over the device's limit of %d objects (objects.maxObjects in podhub.yaml)", u.Ref, lim.MaxObjects))
-				continue
-			case bytes+size > lim.MaxBytes:
-				ix.Omitted = append(ix.Omitted, fmt.Sprintf("%s: %d bytes, over the device's limit of %d bytes of objects with the %d bytes before it (objects.maxBytes in podhub.yaml)",
-					u.Ref, size, lim.MaxBytes, bytes))
-				continue
-			}
-			bytes += size
-			ix.Entries = append(ix.Entries, Entry(o))
 		}
+	}
+	return refs
+}
+
+// Compute is a device's index: of the objects its pods reference
+// (PodRefs), those that exist (get returns nil for one that does not),
+// within lim.
+func Compute(refs []objects.Ref, get func(objects.Ref) *objects.Object, lim Limits) Index {
+	var ix Index
+	var bytes int64
+	for _, r := range refs {
+		o := get(r)
+		if o == nil {
+			continue
+		}
+		size := int64(o.Size())
+		switch {
+		case len(ix.Entries) >= lim.MaxObjects:
+			ix.Omitted = append(ix.Omitted, fmt.Sprintf("%s: over the device's limit of %d objects (objects.maxObjects in podhub.yaml)", r, lim.MaxObjects))
+			continue
+		case bytes+size > lim.MaxBytes:
+			ix.Omitted = append(ix.Omitted, fmt.Sprintf("%s: %d bytes, over the device's limit of %d bytes of objects with the %d bytes before it (objects.maxBytes in podhub.yaml)",
+				r, size, lim.MaxBytes, bytes))
+			continue
+		}
+		bytes += size
+		ix.Entries = append(ix.Entries, Entry(o))
 	}
 	sort.Slice(ix.Entries, func(i, j int) bool { return ix.Entries[i].Key() < ix.Entries[j].Key() })
 	return ix

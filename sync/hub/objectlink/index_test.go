@@ -59,25 +59,26 @@ func TestComputeTakesWhatThePodsReferenceAndExists(t *testing.T) {
 		pod("edge", "gw", []string{"app"}, nil),
 		pod("default", "web2", []string{"app"}, []string{"db"}), // the same objects again: once each
 	}
-	ix := Compute(pods, s.get, DefaultLimits)
+	refs := PodRefs(pods)
+	ix := Compute(refs, s.get, DefaultLimits)
 	if got, want := keys(ix.Entries), "ConfigMap/default/app@1 ConfigMap/edge/app@3 Secret/default/db@2"; got != want {
 		t.Fatalf("entries %s, want %s", got, want)
 	}
-	if fmt.Sprint(ix.Refs) != "[ConfigMap default/app ConfigMap default/missing Secret default/db ConfigMap edge/app]" {
-		t.Fatalf("refs %v: want every object referenced, existing or not, once", ix.Refs)
+	if fmt.Sprint(refs) != "[ConfigMap default/app ConfigMap default/missing Secret default/db ConfigMap edge/app]" {
+		t.Fatalf("refs %v: want every object referenced, existing or not, once", refs)
 	}
 	if len(ix.Omitted) != 0 {
 		t.Fatalf("omitted %v", ix.Omitted)
 	}
-	if ix := Compute(nil, s.get, DefaultLimits); len(ix.Entries) != 0 || len(ix.Refs) != 0 {
-		t.Fatalf("no pods: %+v", ix)
+	if refs := PodRefs(nil); len(refs) != 0 {
+		t.Fatalf("no pods: %v", refs)
 	}
 }
 
 func TestComputeFollowsChanges(t *testing.T) {
 	s := store{}
 	s.put(objects.ConfigMap, "default", "app", "1", 10)
-	pods := []*v1.Pod{pod("default", "web", []string{"app"}, nil)}
+	pods := PodRefs([]*v1.Pod{pod("default", "web", []string{"app"}, nil)})
 	before := Compute(pods, s.get, DefaultLimits)
 
 	s.put(objects.ConfigMap, "default", "app", "2", 10)
@@ -89,8 +90,8 @@ func TestComputeFollowsChanges(t *testing.T) {
 		t.Fatal("the same objects gave other entries")
 	}
 	delete(s, objects.Ref{Kind: objects.ConfigMap, Namespace: "default", Name: "app"})
-	if ix := Compute(pods, s.get, DefaultLimits); len(ix.Entries) != 0 || len(ix.Refs) != 1 {
-		t.Fatalf("deleted object: %+v, want no entry, still a ref (it may come back)", ix)
+	if ix := Compute(pods, s.get, DefaultLimits); len(ix.Entries) != 0 || len(pods) != 1 {
+		t.Fatalf("deleted object: %+v, want no entry", ix)
 	}
 	s.put(objects.ConfigMap, "default", "app", "3", 10)
 	if ix := Compute(nil, s.get, DefaultLimits); len(ix.Entries) != 0 {
@@ -112,7 +113,7 @@ func TestComputeBounds(t *testing.T) {
 	}
 	// Two pods, named so that b-pod is taken after a-pod whatever the
 	// order given.
-	pods := []*v1.Pod{pod("default", "b-pod", names[3:], nil), pod("default", "a-pod", names[:3], nil)}
+	pods := PodRefs([]*v1.Pod{pod("default", "b-pod", names[3:], nil), pod("default", "a-pod", names[:3], nil)})
 
 	ix := Compute(pods, s.get, Limits{MaxObjects: 2, MaxBytes: 1 << 20})
 	if got := keys(ix.Entries); got != "ConfigMap/default/cm-0@1 ConfigMap/default/cm-1@1" {

@@ -61,6 +61,10 @@ type Link struct {
 	dirty   map[string]bool
 	wake    chan struct{}
 
+	// pubMu orders storing and publishing an index against publishing
+	// every stored one at a connection.
+	pubMu sync.Mutex
+
 	requests chan request
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -76,8 +80,9 @@ type Link struct {
 }
 
 // device is what the link keeps of one device.
+// It keeps what its pods reference, not the pods (a hub keeps little
+// per idle device).
 type device struct {
-	pods       []*v1.Pod
 	refs       []objects.Ref
 	entries    []protocol.ObjectEntry
 	omitted    []string
@@ -182,11 +187,11 @@ func (l *Link) DesiredChanged(dev string, pods []json.RawMessage) {
 	l.kick()
 }
 
-// setPods decodes a device's stored pods (validated when applied) and
-// marks it; l.mu held.
+// setPods takes what a device's stored pods (validated when applied)
+// reference, and marks it; l.mu held. A device whose pods reference
+// nothing and that had no index is not kept.
 func (l *Link) setPods(dev string, raw []json.RawMessage) {
-	d := l.device(dev)
-	d.pods = make([]*v1.Pod, 0, len(raw)) // a new slice: the indexer reads the old one
+	pods := make([]*v1.Pod, 0, len(raw))
 	for _, r := range raw {
 		var p v1.Pod
 		if err := json.Unmarshal(r, &p); err != nil {
@@ -195,8 +200,17 @@ func (l *Link) setPods(dev string, raw []json.RawMessage) {
 		if p.Namespace == "" {
 			p.Namespace = "default"
 		}
-		d.pods = append(d.pods, &p)
+		pods = append(pods, &p)
 	}
+	refs := PodRefs(pods)
+	d := l.devices[dev]
+	if d == nil && len(refs) == 0 {
+		return
+	}
+	if d == nil {
+		d = l.device(dev)
+	}
+	l.setRefs(dev, d.refs, refs)
 	l.dirty[dev] = true
 }
 
@@ -239,6 +253,8 @@ func (l *Link) kick() {
 // retained messages gets them back; devices ignore a generation they
 // have).
 func (l *Link) Connected() {
+	l.pubMu.Lock()
+	defer l.pubMu.Unlock()
 	stored, err := l.fleet.ObjectIndexes()
 	if err != nil {
 		l.log.Error("reading the object indexes", "err", err)
@@ -292,15 +308,15 @@ var errRead = errors.New("reading an object")
 func (l *Link) update(dev string) error {
 	l.mu.Lock()
 	d := l.device(dev)
-	pods := d.pods
+	refs := d.refs
 	if l.revoked[dev] {
-		pods = nil
+		refs = nil
 	}
-	prevEntries, prevOmitted, gen, prevRefs := d.entries, d.omitted, d.generation, d.refs
+	prevEntries, prevOmitted, gen := d.entries, d.omitted, d.generation
 	l.mu.Unlock()
 
 	var readErr error
-	ix := Compute(pods, func(r objects.Ref) *objects.Object {
+	ix := Compute(refs, func(r objects.Ref) *objects.Object {
 		o, err := l.get(r)
 		if err != nil && !errors.Is(err, objects.ErrNotFound) && readErr == nil {
 			readErr = fmt.Errorf("%w %s: %v", errRead, r, err)
@@ -310,12 +326,9 @@ func (l *Link) update(dev string) error {
 	if readErr != nil {
 		return readErr
 	}
-	l.mu.Lock()
-	l.setRefs(dev, prevRefs, ix.Refs)
-	l.mu.Unlock()
-
 	omittedChanged := fmt.Sprint(ix.Omitted) != fmt.Sprint(prevOmitted)
-	if SameEntries(ix.Entries, prevEntries) && gen > 0 {
+	// A device that never had objects is not sent an empty index.
+	if SameEntries(ix.Entries, prevEntries) && (gen > 0 || len(ix.Entries) == 0) {
 		if omittedChanged {
 			if err := l.fleet.SaveOmitted(dev, ix.Omitted); err != nil {
 				return err
@@ -331,14 +344,19 @@ func (l *Link) update(dev string) error {
 	if err != nil {
 		return err
 	}
+	// Stored, then published, under pubMu: Connected's republishing of
+	// stored documents cannot overwrite this one with an older one. A
+	// hub that dies in between publishes it when it connects.
+	l.pubMu.Lock()
 	if err := l.fleet.SaveObjectIndex(dev, gen+1, ix.Entries, doc, ix.Omitted); err != nil {
+		l.pubMu.Unlock()
 		return err
 	}
 	l.mu.Lock()
 	d.generation, d.entries, d.omitted = gen+1, ix.Entries, ix.Omitted
 	l.mu.Unlock()
-	// Stored first: a hub that dies here publishes it when it connects.
 	l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, doc)
+	l.pubMu.Unlock()
 	l.published(dev, gen+1)
 	if omittedChanged {
 		l.warnOmitted(dev, ix.Omitted)
