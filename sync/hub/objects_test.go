@@ -144,7 +144,7 @@ func (r *tlsRig) device(id string) *objDevice {
 		r.t.Fatal(err)
 	}
 	d := &objDevice{t: r.t, id: id, key: key, hub: r.pub}
-	opts := mqtt.NewClientOptions().AddBroker("tls://"+r.addr).SetClientID(id).SetCleanSession(true).
+	opts := mqtt.NewClientOptions().AddBroker("tls://" + r.addr).SetClientID(id).SetCleanSession(true).
 		SetTLSConfig(&tls.Config{RootCAs: r.ca.Pool(), Certificates: []tls.Certificate{pair}, ServerName: "localhost"}).
 		SetAutoReconnect(false)
 	d.client = mqtt.NewClient(opts)
