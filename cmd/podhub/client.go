@@ -210,6 +210,7 @@ func (c *cli) describe(args []string) error {
 	if d.FencedAt != nil {
 		fmt.Fprintf(w, "Fenced:\t%s ago (podhub fence device %s --remove lifts it once the device has applied it)\n", ago(now, *d.FencedAt), d.ID)
 	}
+	describeObjects(w, d.Objects, now)
 	if d.Node != nil {
 		for _, res := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods} {
 			cap, alloc := d.Node.Capacity[res], d.Node.Allocatable[res]
@@ -240,6 +241,33 @@ func (c *cli) describe(args []string) error {
 	w.Flush()
 	describeEvents(c.out, d.Events, now)
 	return nil
+}
+
+// describeObjects prints a device's sealing key (its fingerprint) and
+// object index: names and versions, never data.
+func describeObjects(w io.Writer, o *fleetdb.DeviceObjects, now time.Time) {
+	if o == nil {
+		fmt.Fprintf(w, "Sealing key:\t<none> (the device has not announced one; it gets no objects)\n")
+		return
+	}
+	if o.SealKeyFingerprint != "" {
+		fmt.Fprintf(w, "Sealing key:\t%s (%s %s ago, pinned)\n", o.SealKeyFingerprint, o.SealKeySource, ago(now, o.SealKeyAt))
+	} else {
+		fmt.Fprintf(w, "Sealing key:\t<none> (the device has not announced one; it gets no objects)\n")
+	}
+	if !o.RevokedAt.IsZero() {
+		fmt.Fprintf(w, "Revoked:\t%s ago: its messages are ignored and it gets no objects (podhub device add enrols it again)\n", ago(now, o.RevokedAt))
+	}
+	if o.RefusedKey != "" {
+		fmt.Fprintf(w, "Sealing key refused:\t%s, announced %s ago: not the pinned key (enrol the device again to change it)\n", o.RefusedKey, ago(now, o.RefusedAt))
+	}
+	fmt.Fprintf(w, "Objects:\tgeneration %d, %d object(s)\n", o.Generation, len(o.Entries))
+	for _, e := range o.Entries {
+		fmt.Fprintf(w, "Object %s %s/%s:\tuid %s, resourceVersion %s\n", e.Kind, e.Namespace, e.Name, e.UID, e.ResourceVersion)
+	}
+	for _, reason := range o.Omitted {
+		fmt.Fprintf(w, "Object left out:\t%s\n", reason)
+	}
 }
 
 // describeEvents prints a device's last 20 events as kubectl describe

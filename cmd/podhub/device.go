@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/pki"
+	"github.com/podvisor/podvisor/sync/seal"
 )
 
 // device manages devices' broker credentials: add issues them, revoke
@@ -77,9 +79,19 @@ func (c *cli) deviceAdd(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The device's sealing key: the hub seals its Secrets for it, and pins
+	// the public half now, so that no one else can announce one for it.
+	sealKey, err := seal.GenerateKey()
+	if err != nil {
+		return err
+	}
+	sealKeyFile, err := seal.MarshalPrivateKey(sealKey)
+	if err != nil {
+		return err
+	}
 	// Enrolment makes the device the operator's: the hub believes reports
 	// only from devices it knows.
-	if err := enrolInFleet(c.path("fleet.db"), id); err != nil {
+	if err := enrolInFleet(c.path("fleet.db"), id, sealKey.Public().Bytes()); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
@@ -90,23 +102,29 @@ func (c *cli) deviceAdd(args []string) error {
   url: %s
   deviceId: %s
   key: %s
+  sealKey: %s
   tls:
     ca: %s
     cert: %s
     key: %s
-`, *url, id, inst("hub.pub"), inst("ca.pem"), inst("device.pem"), inst("device.key"))
+`, *url, id, inst("hub.pub"), inst("seal.key"), inst("ca.pem"), inst("device.pem"), inst("device.key"))
 	for _, f := range []struct {
 		name string
 		data []byte
 		mode os.FileMode
-	}{{"device.key", issued.Key, 0o600}, {"device.pem", issued.Cert, 0o644}, {"ca.pem", caPEM, 0o644},
+	}{{"device.key", issued.Key, 0o600}, {"seal.key", sealKeyFile, 0o600}, {"device.pem", issued.Cert, 0o644}, {"ca.pem", caPEM, 0o644},
 		{"hub.pub", hubPub, 0o644}, {"podvisor.yaml", []byte(snippet), 0o644}} {
 		if err := writeFileMode(filepath.Join(*out, f.name), f.data, f.mode); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(c.out, "issued device %s a certificate (serial %x); its bundle is in %s\n", id, issued.Serial, *out)
-	fmt.Fprintf(c.out, "copy it to the device's %s (device.key stays private) and add to podvisor's config:\n\n%s", *install, snippet)
+	fmt.Fprintf(c.out, "issued device %s a certificate (serial %x) and a sealing key (%s, pinned); its bundle is in %s\n",
+		id, issued.Serial, fleetdb.SealKeyPrint(sealKey.Public().Bytes()), *out)
+	fmt.Fprintf(c.out, "copy it to the device's %s (device.key and seal.key stay private) and add to podvisor's config:\n\n%s", *install, snippet)
+	// A running podhub serve reads the device's enrolment again (a device
+	// revoked before is trusted again); none running reads it at start.
+	var r Revocations
+	c.client().Do("POST", "/v1/broker/revocations", nil, &r)
 	return nil
 }
 
@@ -155,6 +173,11 @@ func (c *cli) deviceRevoke(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The hub ignores a revoked device's messages and gives it no
+	// objects, whichever broker it connects through.
+	if err := revokeInFleet(c.path("fleet.db"), pos[0]); err != nil {
+		return err
+	}
 	for _, s := range serials {
 		fmt.Fprintf(c.out, "revoked certificate %x of device %s\n", s, pos[0])
 	}
@@ -171,9 +194,10 @@ func (c *cli) deviceRevoke(args []string) error {
 	return nil
 }
 
-// enrolInFleet adds the device to the fleet database (beside a running
-// podhub serve: SQLite in WAL mode takes both).
-func enrolInFleet(path, id string) error {
+// enrolInFleet adds the device to the fleet database with its pinned
+// sealing key (beside a running podhub serve: SQLite in WAL mode takes
+// both).
+func enrolInFleet(path, id string, sealKey []byte) error {
 	fleet, err := fleetdb.Open(path)
 	if err != nil {
 		return fmt.Errorf("fleet database %s: %w", path, err)
@@ -181,6 +205,22 @@ func enrolInFleet(path, id string) error {
 	defer fleet.Close()
 	if err := fleet.AddDevice(id); err != nil {
 		return fmt.Errorf("enrolling device %q: %w", id, err)
+	}
+	if err := fleet.EnrolSealKey(id, sealKey, time.Now()); err != nil {
+		return fmt.Errorf("enrolling device %q: its sealing key: %w", id, err)
+	}
+	return nil
+}
+
+// revokeInFleet marks a device revoked in the fleet database.
+func revokeInFleet(path, id string) error {
+	fleet, err := fleetdb.Open(path)
+	if err != nil {
+		return fmt.Errorf("fleet database %s: %w", path, err)
+	}
+	defer fleet.Close()
+	if err := fleet.SetRevoked(id, time.Now()); err != nil {
+		return fmt.Errorf("revoking device %q: %w", id, err)
 	}
 	return nil
 }

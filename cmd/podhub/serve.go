@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
@@ -55,6 +56,30 @@ type config struct {
 		// ChunkReads bounds the artifact reads under way. Default 4.
 		ChunkReads int `json:"chunkReads,omitempty"`
 	} `json:"updates"`
+	// Objects bounds the ConfigMaps and Secrets each device is given.
+	Objects struct {
+		// MaxObjects is the most objects of one device. Default 256.
+		MaxObjects int `json:"maxObjects,omitempty"`
+		// MaxBytes is the most data of one device's objects (a quantity:
+		// 16Mi). Default 16Mi.
+		MaxBytes string `json:"maxBytes,omitempty"`
+	} `json:"objects"`
+}
+
+// objectLimits are the per-device object bounds from podhub.yaml.
+func (cfg config) objectLimits() (objectlink.Limits, error) {
+	out := objectlink.Limits{MaxObjects: cfg.Objects.MaxObjects}
+	if out.MaxObjects < 0 || out.MaxObjects > protocol.MaxObjectEntries {
+		return out, fmt.Errorf("podhub.yaml: objects.maxObjects %d: want 1 to %d", out.MaxObjects, protocol.MaxObjectEntries)
+	}
+	if cfg.Objects.MaxBytes != "" {
+		q, err := resource.ParseQuantity(cfg.Objects.MaxBytes)
+		if err != nil || q.Value() < 1<<20 {
+			return out, fmt.Errorf("podhub.yaml: objects.maxBytes %q: want a size of at least 1Mi (the largest object's)", cfg.Objects.MaxBytes)
+		}
+		out.MaxBytes = q.Value()
+	}
+	return out, nil
 }
 
 // chunkConfig is the chunk server's bounds from podhub.yaml.
@@ -123,7 +148,10 @@ func (c *cli) init(args []string) error {
 		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n" +
 		"updates:\n" +
 		"  chunkRate: 4Mi        # each device's artifact transfer rate, bytes a second (podhub update)\n" +
-		"  chunkReads: 4         # artifact reads under way at once\n"
+		"  chunkReads: 4         # artifact reads under way at once\n" +
+		"objects:\n" +
+		"  maxObjects: 256       # ConfigMaps and Secrets one device is given at most\n" +
+		"  maxBytes: 16Mi        # and their data at most\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
@@ -179,8 +207,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	objLimits, err := cfg.objectLimits()
+	if err != nil {
+		return err
+	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
-		ReleaseDir: c.path("releases"), Chunks: chunkCfg}
+		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err
@@ -211,6 +243,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
+		// The fleet's revocations and enrolments first: whatever the
+		// broker, a revoked device gets no objects.
+		if err := h.Objects.Refresh(); err != nil {
+			log.Error("reading the revoked devices", "err", err)
+		}
 		out, err := c.reloadRevocations(b, log)
 		replyJSON(w, out, err)
 	})

@@ -66,6 +66,9 @@ type DeviceDetail struct {
 	Desired []json.RawMessage     `json:"desired"`
 	Ack     *protocol.Ack         `json:"ack,omitempty"`
 	Events  []fleetdb.DeviceEvent `json:"events"`
+	// Objects is its sealing key and object index (names and versions,
+	// never data); nil when it has neither.
+	Objects *fleetdb.DeviceObjects `json:"objects,omitempty"`
 }
 
 // ApplyRequest sends pods to one device or to every device a selector
@@ -142,6 +145,13 @@ func (a *API) detail(id string) (DeviceDetail, error) {
 	out.Desired = desired.Pods
 	if out.Ack, err = a.Fleet.LastAck(id); err != nil {
 		return out, err
+	}
+	objs, err := a.Fleet.DeviceObjects(id)
+	if err != nil {
+		return out, err
+	}
+	if len(objs.SealKey) > 0 || objs.RefusedKey != "" || objs.Generation > 0 || len(objs.Omitted) > 0 || !objs.RevokedAt.IsZero() {
+		out.Objects = &objs
 	}
 	out.Events, err = a.Fleet.Events(id)
 	return out, err

@@ -58,6 +58,8 @@ type DeviceObjects struct {
 	// Omitted are the objects left out of the index and why (the
 	// device's bounds).
 	Omitted []string `json:"omitted,omitempty"`
+	// RevokedAt is when the operator revoked the device (zero: it is not).
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
 }
 
 // SealKeyPrint is a key's fingerprint as shown and logged: the first
@@ -71,8 +73,15 @@ func SealKeyPrint(pub []byte) string {
 func (f *Fleet) DeviceObjects(device string) (DeviceObjects, error) {
 	var d DeviceObjects
 	var entries, omitted []byte
-	var keyAt, refusedAt int64
-	err := f.db.QueryRow(`SELECT seal_key, seal_key_source, seal_key_at, refused_key, refused_at, generation, entries, document, omitted
+	var keyAt, refusedAt, revokedAt int64
+	err := f.db.QueryRow(`SELECT revoked_at FROM devices WHERE id = ?`, device).Scan(&revokedAt)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return d, err
+	}
+	if revokedAt > 0 {
+		d.RevokedAt = time.UnixMilli(revokedAt)
+	}
+	err = f.db.QueryRow(`SELECT seal_key, seal_key_source, seal_key_at, refused_key, refused_at, generation, entries, document, omitted
 		FROM device_objects WHERE device = ?`, device).
 		Scan(&d.SealKey, &d.SealKeySource, &keyAt, &d.RefusedKey, &refusedAt, &d.Generation, &entries, &d.Document, &omitted)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/seal"
+)
+
+// podhub device add writes the device's sealing key (0600) beside its
+// certificate, names it in the config (hub.sealKey) and pins its public
+// half in fleet.db; revoke marks the device revoked there, and adding it
+// again pins a new key and lifts that.
+func TestDeviceAddMakesAPinnedSealingKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "hub")
+	if _, errOut, code := runCLI(t, "--data-dir", dir, "init"); code != 0 {
+		t.Fatal(errOut)
+	}
+	add := func(out string) string {
+		t.Helper()
+		stdout, errOut, code := runCLI(t, "--data-dir", dir, "device", "add", "gw-1", "--out", out, "--install-dir", "/etc/podvisor/hub", "--url", "mqtts://hub:8883")
+		if code != 0 {
+			t.Fatalf("device add: %s", errOut)
+		}
+		return stdout
+	}
+	bundle := filepath.Join(t.TempDir(), "gw-1")
+	out := add(bundle)
+	fi, err := os.Stat(filepath.Join(bundle, "seal.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("seal.key: %v %v", fi, err)
+	}
+	key, err := seal.LoadPrivateKey(filepath.Join(bundle, "seal.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(bundle, "podvisor.yaml"))
+	if !strings.Contains(string(cfg), "hub:\n") || !strings.Contains(string(cfg), "\n  sealKey: /etc/podvisor/hub/seal.key\n") {
+		t.Fatalf("config:\n%s", cfg)
+	}
+	fp := fleetdb.SealKeyPrint(key.Public().Bytes())
+	if !strings.Contains(out, fp) {
+		t.Fatalf("output does not name the key's fingerprint %s:\n%s", fp, out)
+	}
+	pinned := func() (string, bool) {
+		f, err := fleetdb.Open(filepath.Join(dir, "fleet.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		pub, revoked, err := f.SealingKey("gw-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fleetdb.SealKeyPrint(pub), revoked
+	}
+	if p, revoked := pinned(); p != fp || revoked {
+		t.Fatalf("pinned %s revoked %v, want %s", p, revoked, fp)
+	}
+	if _, errOut, code := runCLI(t, "--data-dir", dir, "device", "revoke", "gw-1"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, revoked := pinned(); !revoked {
+		t.Fatal("not revoked in fleet.db")
+	}
+	again := filepath.Join(t.TempDir(), "gw-1")
+	add(again)
+	key2, err := seal.LoadPrivateKey(filepath.Join(again, "seal.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, revoked := pinned(); p != fleetdb.SealKeyPrint(key2.Public().Bytes()) || revoked {
+		t.Fatal("enrolled again: the new key is not pinned, or still revoked")
+	}
+}
