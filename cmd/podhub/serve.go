@@ -245,7 +245,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		// The fleet's revocations and enrolments first: whatever the
 		// broker, a revoked device gets no objects.
-		if err := h.Objects.Refresh(); err != nil {
+		if err := h.ObjectLink.Refresh(); err != nil {
 			log.Error("reading the revoked devices", "err", err)
 		}
 		out, err := c.reloadRevocations(b, log)

@@ -34,9 +34,9 @@ type Hub struct {
 	workloads *workloaddb.Store
 	// Updates drives the fleet's self-updates and firmware rollouts.
 	Updates *updates.Driver
-	// Objects gives devices the ConfigMaps and Secrets their pods
+	// ObjectLink gives devices the ConfigMaps and Secrets their pods
 	// reference; tell it of an object's change (ObjectChanged).
-	Objects *objectlink.Link
+	ObjectLink *objectlink.Link
 	cfg     Config
 }
 
@@ -45,10 +45,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), cfg: cfg}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	cfg.UpdateChanged = func() { h.Updates.Kick() }
-	h.Objects = objectlink.New(objectlink.Config{Topics: protocol.Topics{Prefix: cfg.Prefix}, Key: cfg.Key,
+	h.ObjectLink = objectlink.New(objectlink.Config{Topics: protocol.Topics{Prefix: cfg.Prefix}, Key: cfg.Key,
 		Source: cfg.ObjectSource, Limits: cfg.ObjectLimits, Now: cfg.Now},
 		fleet, func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) }, log)
-	cfg.Objects = h.Objects
+	cfg.Objects = h.ObjectLink
 	h.Link = devicelink.New(cfg, fleet, log)
 	h.Updates = updates.NewDriver(fleet, h.Link, log, cfg.Now, cfg.DeviceTimeout)
 	h.Scheduler = controllers.New(controllers.Config{DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now},
@@ -63,7 +63,7 @@ func (h *Hub) Start(wait time.Duration) error {
 	if err := h.fleet.ForgetPresence(); err != nil {
 		return err
 	}
-	if err := h.Objects.Start(); err != nil {
+	if err := h.ObjectLink.Start(); err != nil {
 		return err
 	}
 	h.Scheduler.Start()
@@ -74,7 +74,7 @@ func (h *Hub) Start(wait time.Duration) error {
 // Close disconnects and stops the scheduling loop.
 func (h *Hub) Close() {
 	h.Link.Close()
-	h.Objects.Close()
+	h.ObjectLink.Close()
 	h.Scheduler.Close()
 	h.Updates.Close()
 }

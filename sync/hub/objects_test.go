@@ -49,7 +49,7 @@ func (f *fakeObjects) set(kind objects.Kind, name, rv string, data map[string]st
 	f.objs[r] = o
 	f.mu.Unlock()
 	if f.hub != nil {
-		f.hub.Objects.ObjectChanged(r)
+		f.hub.ObjectLink.ObjectChanged(r)
 	}
 	return r
 }
@@ -58,7 +58,7 @@ func (f *fakeObjects) remove(r objects.Ref) {
 	f.mu.Lock()
 	delete(f.objs, r)
 	f.mu.Unlock()
-	f.hub.Objects.ObjectChanged(r)
+	f.hub.ObjectLink.ObjectChanged(r)
 }
 
 // tlsRig is a hub behind the embedded broker as podhub serve runs it:
@@ -306,7 +306,7 @@ func TestObjectsReachOnlyTheirDeviceSealed(t *testing.T) {
 		ix := a.lastIndex()
 		return ix != nil && len(ix.Entries) == 1
 	})
-	r.hub.Objects.DesiredChanged("gw-a", []json.RawMessage{cmPod("web", "app", "db")})
+	r.hub.ObjectLink.DesiredChanged("gw-a", []json.RawMessage{cmPod("web", "app", "db")})
 	eventually(t, 5*time.Second, "A's index with the ConfigMap and the Secret", func() bool {
 		ix := a.lastIndex()
 		return len(ix.Entries) == 2
@@ -339,12 +339,12 @@ func TestObjectsReachOnlyTheirDeviceSealed(t *testing.T) {
 	if err := b.trySubscribe(protocol.Topics{}.Device("gw-a", protocol.KindObjects), func(mqtt.Message) {}); err == nil {
 		t.Fatal("B subscribed to A's index")
 	}
-	denied := r.hub.Objects.Denied()
+	denied := r.hub.ObjectLink.Denied()
 	b.ask(ix.Entries...)
 	eventually(t, 5*time.Second, "B's index", func() bool { ix := b.lastIndex(); return ix != nil && len(ix.Entries) == 1 })
 	b.ask(b.lastIndex().Entries...)
 	eventually(t, 5*time.Second, "B's own object", func() bool { return b.received() == 1 })
-	if n := r.hub.Objects.Denied() - denied; n != 2 {
+	if n := r.hub.ObjectLink.Denied() - denied; n != 2 {
 		t.Fatalf("%d refs refused, want A's 2", n)
 	}
 	if string(b.object("Secret/default/b-secret").data["password"]) != "b" {
@@ -407,7 +407,7 @@ func TestObjectsReachOnlyTheirDeviceSealed(t *testing.T) {
 	if err := r.fleet.SetRevoked("gw-a", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.hub.Objects.Refresh(); err != nil {
+	if err := r.hub.ObjectLink.Refresh(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "the revoked A's index emptied", func() bool { return len(a.lastIndex().Entries) == 0 })
