@@ -238,6 +238,9 @@ func TestSecretsKeyFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "secrets key file "+filepath.Join(old, "secrets.key")+" is missing, but fleet.db holds 1 Secret(s)") {
 		t.Errorf("missing key: %v", err)
 	}
+	if got := c.secretsKeyPath(config{SecretsKeyFile: "keys/s.key"}); got != filepath.Join(old, "keys/s.key") {
+		t.Errorf("a relative secretsKeyFile: %s", got)
+	}
 	// secretsKeyFile in podhub.yaml names another file.
 	other := filepath.Join(t.TempDir(), "k")
 	if err := c.loadSecretsKey(config{SecretsKeyFile: other}, h.Objects(), slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {

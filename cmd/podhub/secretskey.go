@@ -5,18 +5,23 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 )
 
 // secretsKeyPath is the key file Secrets are sealed with: secretsKeyFile
-// of podhub.yaml, or <data-dir>/secrets.key. It lives outside fleet.db,
+// of podhub.yaml (a relative path is under the data directory, as
+// podhub.yaml is), or <data-dir>/secrets.key. It lives outside fleet.db,
 // so that a copy of the database alone shows no Secret.
 func (c *cli) secretsKeyPath(cfg config) string {
-	if cfg.SecretsKeyFile != "" {
+	switch {
+	case cfg.SecretsKeyFile == "":
+		return c.path("secrets.key")
+	case filepath.IsAbs(cfg.SecretsKeyFile):
 		return cfg.SecretsKeyFile
 	}
-	return c.path("secrets.key")
+	return c.path(cfg.SecretsKeyFile)
 }
 
 // initSecretsKey makes the secrets key if there is none; it returns the
