@@ -3,6 +3,7 @@ package objectdb_test
 import (
 	"bytes"
 	"crypto/rand"
+	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -309,5 +310,46 @@ func TestKeyFiles(t *testing.T) {
 	}
 	if _, err := objectdb.ReadKeyFile(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing: %v", err)
+	}
+}
+
+// An apply is one transaction with the rest of its file: a refused
+// object undoes what alongside wrote, and a failing alongside stores no
+// object.
+func TestApplyIsAllOrNothingWithAlongside(t *testing.T) {
+	r := newRig(t)
+	db := r.fleet.SQL()
+	if _, err := db.Exec(`CREATE TABLE other_part (x TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	r.mustApply(secretFile("db", "pw1", "immutable: true\n"))
+	objs, err := kinds.Decode("f.yaml", []byte(cmFile+"---\n"+secretFile("db", "pw2", "immutable: true\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.store.Apply(objs, r.now, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO other_part VALUES ('workload')`)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "f.yaml: document 2: Secret default/db: data: Forbidden") {
+		t.Fatalf("got %v", err)
+	}
+	var n int
+	db.QueryRow(`SELECT COUNT(*) FROM other_part`).Scan(&n)
+	if n != 0 {
+		t.Error("alongside's write was kept by a refused apply")
+	}
+	if _, err := r.store.Get(objects.Ref{Kind: objects.ConfigMap, Namespace: "shop", Name: "app"}); !errors.Is(err, objects.ErrNotFound) {
+		t.Errorf("a refused apply kept its ConfigMap: %v", err)
+	}
+	objs, _ = kinds.Decode("f.yaml", []byte(cmFile))
+	if err := r.store.Apply(objs, r.now, func(*sql.Tx) error { return errors.New("workloads refused") }); err == nil {
+		t.Fatal("alongside's error was lost")
+	}
+	if _, err := r.store.Get(objects.Ref{Kind: objects.ConfigMap, Namespace: "shop", Name: "app"}); !errors.Is(err, objects.ErrNotFound) {
+		t.Errorf("a ConfigMap was stored though alongside failed: %v", err)
+	}
+	if len(r.changes) != 1 {
+		t.Errorf("refused applies told of changes: %v", r.changes)
 	}
 }
