@@ -13,6 +13,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/controllers"
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/hub/releases"
@@ -32,6 +33,7 @@ type Hub struct {
 	*controllers.Scheduler
 	fleet     *fleetdb.Fleet
 	workloads *workloaddb.Store
+	objects   *objectdb.Store
 	// Updates drives the fleet's self-updates and firmware rollouts.
 	Updates *updates.Driver
 	// ObjectLink gives devices the ConfigMaps and Secrets their pods
@@ -42,12 +44,18 @@ type Hub struct {
 
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
-	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), cfg: cfg}
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), objects: objectdb.New(fleet.SQL()), cfg: cfg}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	cfg.UpdateChanged = func() { h.Updates.Kick() }
+	// The devices are given the hub's objects (tests may give others),
+	// their indexes computed again as applies and deletes change them.
+	if cfg.ObjectSource == nil {
+		cfg.ObjectSource = h.objects
+	}
 	h.ObjectLink = objectlink.New(objectlink.Config{Topics: protocol.Topics{Prefix: cfg.Prefix}, Key: cfg.Key,
 		Source: cfg.ObjectSource, Limits: cfg.ObjectLimits, Now: cfg.Now},
 		fleet, func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) }, log)
+	h.objects.OnChange(h.ObjectLink.ObjectsChanged)
 	cfg.Objects = h.ObjectLink
 	h.Link = devicelink.New(cfg, fleet, log)
 	h.Updates = updates.NewDriver(fleet, h.Link, log, cfg.Now, cfg.DeviceTimeout)
@@ -82,12 +90,17 @@ func (h *Hub) Close() {
 // Workloads is the scheduler's tables of the hub's fleet.
 func (h *Hub) Workloads() *workloaddb.Store { return h.workloads }
 
+// Objects is the ConfigMaps and Secrets applied at the hub: what the
+// distribution of objects to devices reads (Get, List, Entries) and
+// listens to (OnChange). Secrets need its keys (SetKeys) before an apply.
+func (h *Hub) Objects() *objectdb.Store { return h.objects }
+
 // API is the hub's API, a device silent for timeout being NotReady.
 func (h *Hub) API(timeout time.Duration) *api.API {
 	var pub ed25519.PublicKey
 	if h.cfg.Key != nil {
 		pub = h.cfg.Key.Public().(ed25519.PublicKey)
 	}
-	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Timeout: timeout,
+	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Objects: h.objects, Timeout: timeout,
 		HubKey: pub, Releases: releases.Store{Dir: h.cfg.ReleaseDir}, Updates: h.Updates}
 }

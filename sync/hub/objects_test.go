@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,7 +18,9 @@ import (
 	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
+	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
@@ -74,7 +78,11 @@ type tlsRig struct {
 	src    *fakeObjects
 }
 
-func newTLSRig(t *testing.T) *tlsRig {
+func newTLSRig(t *testing.T) *tlsRig { return newTLSRigWith(t, false) }
+
+// newTLSRigWith is newTLSRig; realStore gives devices the hub's own
+// objects (applied through its API) instead of the test's.
+func newTLSRigWith(t *testing.T, realStore bool) *tlsRig {
 	dir := t.TempDir()
 	r := &tlsRig{t: t, addr: freeAddr(t), src: &fakeObjects{objs: map[objects.Ref]*objects.Object{}}}
 	if _, err := pki.Init(filepath.Join(dir, "pki"), nil); err != nil {
@@ -98,8 +106,17 @@ func newTLSRig(t *testing.T) *tlsRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.fleet.Close() })
-	r.hub = hub.New(hub.Config{Broker: "embedded", Connect: r.broker.HubClient, Key: priv, ObjectSource: r.src}, r.fleet, quiet())
+	cfg := hub.Config{Broker: "embedded", Connect: r.broker.HubClient, Key: priv, ObjectSource: r.src}
+	if realStore {
+		cfg.ObjectSource = nil
+	}
+	r.hub = hub.New(cfg, r.fleet, quiet())
 	r.src.hub = r.hub
+	key, err := objectdb.NewKey(bytes.Repeat([]byte{7}, objectdb.KeySize), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.hub.Objects().SetKeys(objectdb.NewKeyring(key))
 	if err := r.hub.Start(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -456,4 +473,63 @@ func maps(m map[string][]byte) map[string][]byte {
 		out[k] = v
 	}
 	return out
+}
+
+// applyFile applies a file through the hub's API, as podhub apply -f.
+func (r *tlsRig) applyFile(url, yaml string) {
+	r.t.Helper()
+	body, _ := json.Marshal(api.ObjectsRequest{File: "objects.yaml", Data: []byte(yaml)})
+	resp, err := http.Post(url+"/v1/objects", "application/json", bytes.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		r.t.Fatalf("apply: %d %s", resp.StatusCode, b.String())
+	}
+}
+
+func secretYAML(value string) string {
+	return "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: " + value + "\n"
+}
+
+// An object applied through podhub's API (stored in fleet.db, a Secret
+// sealed at rest) reaches a device whose pod uses it; applied again
+// changed, the device's index follows within 2 s, and the new version is
+// the device's once asked for. Deleted, it leaves the index.
+func TestAppliedSecretReachesTheDevice(t *testing.T) {
+	r := newTLSRigWith(t, true)
+	srv := httptest.NewServer(r.hub.API(time.Minute).Handler())
+	defer srv.Close()
+	a := r.device("gw-a")
+	a.announce()
+	if _, err := r.hub.Apply("gw-a", []json.RawMessage{objPod("web", "db")}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r.applyFile(srv.URL, secretYAML(marker))
+	eventually(t, 2*time.Second, "the applied Secret in A's index", func() bool { ix := a.lastIndex(); return ix != nil && len(ix.Entries) == 1 })
+	eventually(t, 5*time.Second, "A's pinned key", func() bool { pub, _, _ := r.fleet.SealingKey("gw-a"); return len(pub) > 0 })
+	a.ask(a.lastIndex().Entries...)
+	eventually(t, 2*time.Second, "the Secret at A", func() bool { return a.object("Secret/default/db") != nil })
+	t.Logf("Secret created → index at the device %v", time.Since(start))
+
+	rv := a.lastIndex().Entries[0].ResourceVersion
+	start = time.Now()
+	r.applyFile(srv.URL, secretYAML("changed"))
+	eventually(t, 2*time.Second, "A's index with the Secret's new version", func() bool { return a.lastIndex().Entries[0].ResourceVersion != rv })
+	indexed := time.Since(start)
+	a.ask(a.lastIndex().Entries...)
+	eventually(t, 2*time.Second, "the new version at A", func() bool {
+		o := a.object("Secret/default/db")
+		return o.header.Entry.ResourceVersion != rv && string(o.data["password"]) == "changed"
+	})
+	t.Logf("Secret applied changed → index at the device %v, → object at the device %v", indexed, time.Since(start))
+
+	if code, out := httpDo(t, "DELETE", srv.URL+"/v1/objects/secrets/default/db", ""); code != http.StatusOK {
+		t.Fatalf("delete: %d %s", code, out)
+	}
+	eventually(t, 2*time.Second, "the deleted Secret out of A's index", func() bool { return len(a.lastIndex().Entries) == 0 })
 }

@@ -216,10 +216,16 @@ func (l *Link) setPods(dev string, raw []json.RawMessage) {
 
 // ObjectChanged says an object was applied or deleted: the devices whose
 // pods reference it get their index computed again.
-func (l *Link) ObjectChanged(ref objects.Ref) {
+func (l *Link) ObjectChanged(ref objects.Ref) { l.ObjectsChanged([]objects.Ref{ref}) }
+
+// ObjectsChanged is ObjectChanged for each of refs (the object store's
+// OnChange). It does not block.
+func (l *Link) ObjectsChanged(refs []objects.Ref) {
 	l.mu.Lock()
-	for dev := range l.users[ref] {
-		l.dirty[dev] = true
+	for _, ref := range refs {
+		for dev := range l.users[ref] {
+			l.dirty[dev] = true
+		}
 	}
 	l.mu.Unlock()
 	l.kick()
