@@ -39,7 +39,7 @@ type Hub struct {
 	// ObjectLink gives devices the ConfigMaps and Secrets their pods
 	// reference; tell it of an object's change (ObjectChanged).
 	ObjectLink *objectlink.Link
-	cfg     Config
+	cfg        Config
 }
 
 // New makes a hub; Start starts it.

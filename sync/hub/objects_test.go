@@ -17,8 +17,8 @@ import (
 
 	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/hub"
-	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/pki"
