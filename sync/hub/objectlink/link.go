@@ -290,8 +290,10 @@ func (l *Link) indexer() {
 		l.dirty = map[string]bool{}
 		l.mu.Unlock()
 		failed := false
+		// One read of each object per pass, however many devices use it.
+		reads := map[objects.Ref]read{}
 		for dev := range dirty {
-			if err := l.update(dev); err != nil {
+			if err := l.update(dev, reads); err != nil {
 				l.log.Error("computing a device's object index; trying again", "device", dev, "err", err)
 				l.mu.Lock()
 				l.dirty[dev] = true
@@ -309,9 +311,16 @@ func (l *Link) indexer() {
 // the index is not computed from a guess.
 var errRead = errors.New("reading an object")
 
+// read is an object read from the source, or why not.
+type read struct {
+	obj *objects.Object
+	err error
+}
+
 // update computes a device's index and, when its entries changed,
-// stores and publishes the next generation.
-func (l *Link) update(dev string) error {
+// stores and publishes the next generation. reads are the objects this
+// pass has read.
+func (l *Link) update(dev string, reads map[objects.Ref]read) error {
 	l.mu.Lock()
 	d := l.device(dev)
 	refs := d.refs
@@ -323,7 +332,12 @@ func (l *Link) update(dev string) error {
 
 	var readErr error
 	ix := Compute(refs, func(r objects.Ref) *objects.Object {
-		o, err := l.get(r)
+		rd, ok := reads[r]
+		if !ok {
+			rd.obj, rd.err = l.get(r)
+			reads[r] = rd
+		}
+		o, err := rd.obj, rd.err
 		if err != nil && !errors.Is(err, objects.ErrNotFound) && readErr == nil {
 			readErr = fmt.Errorf("%w %s: %v", errRead, r, err)
 		}

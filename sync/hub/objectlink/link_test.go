@@ -54,7 +54,7 @@ func (s source) Get(r objects.Ref) (*objects.Object, error) {
 }
 
 type linkRig struct {
-	t     *testing.T
+	t     testing.TB
 	fleet *fleetdb.Fleet
 	link  *Link
 	out   *sent
@@ -68,7 +68,7 @@ type linkRig struct {
 
 // newLinkRig is a link over a fleet, with a fake clock, whose loops do
 // not run: the test calls update and answer itself.
-func newLinkRig(t *testing.T, lim Limits) *linkRig {
+func newLinkRig(t testing.TB, lim Limits) *linkRig {
 	r := &linkRig{t: t, out: &sent{}, src: store{}, now: time.Unix(1_700_000_000, 0), logs: &bytes.Buffer{}, dir: t.TempDir()}
 	r.pub, r.priv, _ = ed25519.GenerateKey(nil)
 	r.open(lim)
@@ -126,8 +126,9 @@ func (r *linkRig) flush() {
 	dirty := r.link.dirty
 	r.link.dirty = map[string]bool{}
 	r.link.mu.Unlock()
+	reads := map[objects.Ref]read{}
 	for dev := range dirty {
-		if err := r.link.update(dev); err != nil {
+		if err := r.link.update(dev, reads); err != nil {
 			r.t.Fatal(err)
 		}
 	}
