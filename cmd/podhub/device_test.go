@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
 )
 
@@ -74,5 +76,32 @@ func TestDeviceAddMakesAPinnedSealingKey(t *testing.T) {
 	}
 	if p, revoked := pinned(); p != fleetdb.SealKeyPrint(key2.Public().Bytes()) || revoked {
 		t.Fatal("enrolled again: the new key is not pinned, or still revoked")
+	}
+}
+
+// describe device shows the key by fingerprint, a refused key, the
+// revocation, the index and what it leaves out; never key bytes.
+func TestDescribeDeviceObjects(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var b strings.Builder
+	describeObjects(&b, nil, now)
+	if !strings.Contains(b.String(), "Sealing key:\t<none>") {
+		t.Fatalf("no key:\n%s", b.String())
+	}
+	b.Reset()
+	describeObjects(&b, &fleetdb.DeviceObjects{SealKey: []byte("KEYBYTES"), SealKeyFingerprint: "sha256:aa", SealKeySource: fleetdb.SealKeyEnrolled,
+		SealKeyAt: now.Add(-time.Hour), RefusedKey: "sha256:bb", RefusedAt: now.Add(-time.Minute), RevokedAt: now.Add(-time.Second),
+		Generation: 3, Entries: []protocol.ObjectEntry{{Kind: "Secret", Namespace: "default", Name: "db", UID: "u1", ResourceVersion: "7"}},
+		Omitted: []string{"ConfigMap default/big: over the device's limit"}}, now)
+	out := b.String()
+	for _, want := range []string{"Sealing key:\tsha256:aa (enrolled 60m ago, pinned)", "Sealing key refused:\tsha256:bb, announced 60s ago",
+		"Revoked:\t1s ago", "Objects:\tgeneration 3, 1 object(s)", "Object Secret default/db:\tuid u1, resourceVersion 7",
+		"Object left out:\tConfigMap default/big: over the device's limit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "KEYBYTES") {
+		t.Fatal("key bytes shown")
 	}
 }
