@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/tls"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,9 +22,12 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // fakeObjects is the hub's ConfigMaps and Secrets as the object link
@@ -532,4 +536,45 @@ func TestAppliedSecretReachesTheDevice(t *testing.T) {
 		t.Fatalf("delete: %d %s", code, out)
 	}
 	eventually(t, 2*time.Second, "the deleted Secret out of A's index", func() bool { return len(a.lastIndex().Entries) == 0 })
+}
+
+// The scheduler's pods count as the hand-applied ones do: a DaemonSet
+// whose pods pull with a Secret puts the Secret in each device's index
+// once it places them, and takes it out when the DaemonSet goes.
+func TestWorkloadPodsBringTheirObjects(t *testing.T) {
+	r := newSchedRig(t, map[string]string{"gw-1": "a", "gw-2": "b"})
+	key, _ := objectdb.NewKey(bytes.Repeat([]byte{7}, objectdb.KeySize), "test")
+	r.hub.Objects().SetKeys(objectdb.NewKeyring(key))
+	if err := r.hub.ObjectLink.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.hub.ObjectLink.Close)
+	file := workloadfile.File(
+		"apiVersion: v1\nkind: Secret\nmetadata:\n  name: pull\nstringData:\n  token: x\n",
+		workloadfile.DaemonSet("agent", `imagePullSecrets: [{name: pull}]
+containers: [{name: c, image: "registry.example/agent:1"}]`))
+	objs, err := kinds.Decode("fleet.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.hub.Objects().Apply(objs, r.now, func(tx *sql.Tx) error { return r.hub.Workloads().ApplyObjectsTx(tx, objs, r.now) }); err != nil {
+		t.Fatal(err)
+	}
+	r.pass()
+	for _, dev := range []string{"gw-1", "gw-2"} {
+		eventually(t, 5*time.Second, dev+"'s index with the DaemonSet pod's Secret", func() bool {
+			_, entries := r.hub.ObjectLink.Index(dev)
+			return len(entries) == 1 && entries[0].Key() == "Secret/default/pull"
+		})
+	}
+	if err := r.hub.Workloads().DeleteWorkload(workloaddb.KindDaemonSet, "default", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	r.pass()
+	for _, dev := range []string{"gw-1", "gw-2"} {
+		eventually(t, 5*time.Second, dev+"'s index empty once the DaemonSet's pod left", func() bool {
+			_, entries := r.hub.ObjectLink.Index(dev)
+			return len(entries) == 0
+		})
+	}
 }
