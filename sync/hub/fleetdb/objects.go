@@ -215,34 +215,31 @@ func (f *Fleet) SaveOmitted(device string, omitted []string) error {
 	return err
 }
 
-// ObjectIndexes lists every device's stored object state.
+// ObjectIndexes lists the object index of every device that has one
+// (generation 1 or more), without keys.
 func (f *Fleet) ObjectIndexes() (map[string]DeviceObjects, error) {
-	rows, err := f.db.Query(`SELECT device FROM device_objects`)
+	rows, err := f.db.Query(`SELECT device, generation, entries, document, omitted FROM device_objects WHERE generation > 0`)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	defer rows.Close()
+	out := map[string]DeviceObjects{}
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
+		var d DeviceObjects
+		var entries, omitted []byte
+		if err := rows.Scan(&id, &d.Generation, &entries, &d.Document, &omitted); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out := make(map[string]DeviceObjects, len(ids))
-	for _, id := range ids {
-		d, err := f.DeviceObjects(id)
-		if err != nil {
-			return nil, err
+		if err := json.Unmarshal(entries, &d.Entries); err != nil {
+			return nil, fmt.Errorf("device %s: object index entries: %w", id, err)
+		}
+		if err := json.Unmarshal(omitted, &d.Omitted); err != nil {
+			return nil, fmt.Errorf("device %s: objects left out: %w", id, err)
 		}
 		out[id] = d
 	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // SetRevoked marks a device revoked (podhub device revoke): the hub

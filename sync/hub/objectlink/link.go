@@ -72,11 +72,9 @@ type Link struct {
 	// refused counts refused requests and keys: the first few of each
 	// minute are logged and kept as the device's events.
 	refused *throttle.Counter
-	// Denied counts the refs asked for that were not in the asking
+	// denied counts the refs asked for that were not in the asking
 	// device's index.
 	denied atomic.Int64
-	// published is called after an index is published (tests time it).
-	published func(device string, generation int64)
 }
 
 // device is what the link keeps of one device.
@@ -115,10 +113,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) 
 	return &Link{cfg: cfg, fleet: fleet, publish: publish, log: log, devices: map[string]*device{},
 		users: map[objects.Ref]map[string]bool{}, revoked: map[string]bool{}, dirty: map[string]bool{},
 		wake: make(chan struct{}, 1), requests: make(chan request, 64), done: make(chan struct{}),
-		refused: throttle.New(10, time.Minute, cfg.Now), published: func(string, int64) {}}
+		refused: throttle.New(10, time.Minute, cfg.Now)}
 }
 
-// Start reads every device's pods, pinned key and last index, and starts
+// Start reads every device's pods and last index, and starts
 // computing (every device once: objects may have changed while the hub
 // was down) and answering.
 func (l *Link) Start() error {
@@ -377,7 +375,6 @@ func (l *Link) update(dev string, reads map[objects.Ref]read) error {
 	l.mu.Unlock()
 	l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, doc)
 	l.pubMu.Unlock()
-	l.published(dev, gen+1)
 	if omittedChanged {
 		l.warnOmitted(dev, ix.Omitted)
 	}
