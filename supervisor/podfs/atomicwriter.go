@@ -56,7 +56,14 @@ type fileProjection struct {
 //  10. the user-visible links "name -> ..data/name" are made for the
 //     top-level names that lack one;
 //  11. top-level names no longer in the payload are removed;
-//  12. the old timestamped directory is removed.
+//  12. the timestamped directories older than the one just replaced are
+//     removed.
+//
+// Step 12 is where this writer parts from the kubelet's, which removes
+// the directory it just replaced: a reader whose open had resolved
+// "..data" to it an instant before the swap would then find no file,
+// although the file is there before and after. Keeping one generation
+// back closes that window; the next update removes it.
 func atomicWrite(targetDir string, payload map[string]fileProjection, setPerms func(tsDirName string) error) (changed bool, err error) {
 	// (1)
 	clean, err := validatePayload(payload)
@@ -75,7 +82,7 @@ func atomicWrite(targetDir string, payload map[string]fileProjection, setPerms f
 	oldTsPath := filepath.Join(targetDir, oldTsDir)
 
 	var toRemove sets.Set[string]
-	write := true
+	write, replaced := true, oldTsDir
 	if oldTsDir != "" {
 		// (3)
 		if toRemove, err = pathsToRemove(clean, oldTsPath); err != nil {
@@ -89,7 +96,7 @@ func atomicWrite(targetDir string, payload map[string]fileProjection, setPerms f
 		if !should && len(toRemove) == 0 {
 			// Up to date; the links are made all the same (as the
 			// kubelet does since kubernetes#121472) and the data kept.
-			write, oldTsDir = false, ""
+			write = false
 		}
 	}
 	if write {
@@ -135,12 +142,35 @@ func atomicWrite(targetDir string, payload map[string]fileProjection, setPerms f
 		return true, fmt.Errorf("removing old visible links: %w", err)
 	}
 	// (12)
-	if oldTsDir != "" {
-		if err := os.RemoveAll(oldTsPath); err != nil {
-			return true, fmt.Errorf("removing the old data directory %s: %w", oldTsDir, err)
+	if write {
+		if err := removeOldDataDirs(targetDir, replaced); err != nil {
+			return true, err
 		}
 	}
 	return write || made, nil
+}
+
+// removeOldDataDirs removes the timestamped directories other than the
+// one "..data" links to and keep (the one it linked to before).
+func removeOldDataDirs(targetDir, keep string) error {
+	current, err := os.Readlink(filepath.Join(targetDir, dataDirName))
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(targetDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, "..") || name == current || name == keep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(targetDir, name)); err != nil {
+			return fmt.Errorf("removing the old data directory %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // validatePayload refuses a path the writer must not write and returns the

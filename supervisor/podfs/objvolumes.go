@@ -196,9 +196,10 @@ func modeOr2(m *int32, def int32) int32 {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-// Sizing of an object volume's tmpfs: room for two copies of the payload
-// (the old data stays until the new one is published), counted in pages
-// as tmpfs charges them, plus headroom for directories and links.
+// Sizing of an object volume's tmpfs: room for three copies of the
+// payload (the writer keeps one generation back, and writes the next one
+// before it removes it), counted in pages as tmpfs charges them, plus
+// headroom for directories and links.
 const (
 	tmpfsPage     = 4096
 	tmpfsHeadroom = 64 << 10
@@ -210,7 +211,7 @@ func tmpfsSize(payload map[string]fileProjection) int64 {
 	for _, fp := range payload {
 		pages += (int64(len(fp.Data)) + tmpfsPage - 1) / tmpfsPage
 	}
-	return 2*pages*tmpfsPage + tmpfsHeadroom
+	return 3*pages*tmpfsPage + tmpfsHeadroom
 }
 
 // mountObjectTmpfs mounts a tmpfs of size bytes at dir, or grows the one
