@@ -50,6 +50,12 @@ func writeAtomicVolume(dir string, pod *v1.Pod, v v1.Volume, node runtime.PodEnv
 	return changed, nil
 }
 
+// hasData reports whether the object volume at dir was written before.
+func hasData(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, dataDirName))
+	return err == nil && isMountPoint(dir)
+}
+
 // volumePayload is what the kubelet's volume plugin would write for v.
 func volumePayload(pod *v1.Pod, v v1.Volume, node runtime.PodEnv) (map[string]fileProjection, error) {
 	switch {

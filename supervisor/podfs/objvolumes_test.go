@@ -278,6 +278,10 @@ func TestObjectVolumes(t *testing.T) {
 	if got := visibleEntries(t, filepath.Join(vols, "sec")); len(got) != 0 {
 		t.Errorf("deleted optional secret: volume holds %v", got)
 	}
+	// A container of the pod still (re)starts, with what the volume holds.
+	if _, err := fs.Mounts(pod, c, node, nil); err != nil {
+		t.Fatalf("a restart with a volume set up before: %v", err)
+	}
 
 	fs.RemovePod(pod.UID)
 	if _, err := os.Stat(fs.podDir(pod.UID)); !os.IsNotExist(err) {

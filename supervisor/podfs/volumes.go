@@ -53,9 +53,14 @@ func (f *FS) setupVolumes(pod *v1.Pod, node runtime.PodEnv) (map[string]volume, 
 			vol.hostPathType = v.HostPath.Type
 			vol.allowedRoot, err = f.prepareHostPath(v.HostPath)
 		case atomicVolume(v):
-			// The kubelet's FailedMount error is the volume's own.
 			if _, err := writeAtomicVolume(dir, pod, v, node); err != nil {
-				return nil, err
+				if !hasData(dir) {
+					return nil, err // the kubelet's FailedMount, as it is
+				}
+				// As with the kubelet, a volume set up once stays set up:
+				// a container (re)starts with what it holds, the failed
+				// update is RefreshObjectVolumes' to report.
+				f.log.Warn("updating a pod volume; it keeps its files", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "err", err)
 			}
 			vol.readOnly, vol.atomic = true, true
 		default:
