@@ -211,13 +211,22 @@ const (
 	tmpfsHeadroom = 64 << 10
 )
 
-// tmpfsSize is the size an object volume's tmpfs needs for payload.
+// tmpfsSize is the size an object volume's tmpfs needs for payload. A
+// link whose target is too long to live in its inode takes a page too
+// (shmem keeps targets shorter than 128 bytes inline).
 func tmpfsSize(payload map[string]fileProjection) int64 {
-	var pages int64
-	for _, fp := range payload {
+	var pages, links int64
+	seen := map[string]bool{}
+	for p, fp := range payload {
 		pages += (int64(len(fp.Data)) + tmpfsPage - 1) / tmpfsPage
+		if name, _, _ := strings.Cut(p, "/"); !seen[name] {
+			seen[name] = true
+			if len(dataDirName)+1+len(name) >= 128 {
+				links++
+			}
+		}
 	}
-	return 3*pages*tmpfsPage + tmpfsHeadroom
+	return (3*pages+links)*tmpfsPage + tmpfsHeadroom
 }
 
 // mountObjectTmpfs mounts a tmpfs of size bytes at dir, or grows the one

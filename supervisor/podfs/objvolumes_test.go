@@ -2,6 +2,7 @@ package podfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -359,6 +360,36 @@ func TestObjectVolumeTmpfsGrows(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(dir, "a")); got != big {
 		t.Errorf("a: %d bytes", len(got))
+	}
+}
+
+// Many keys of the longest names, each a page and a link of a page,
+// written and updated twice: all of it fits the tmpfs sized for it.
+func TestObjectVolumeTmpfsFitsLongKeys(t *testing.T) {
+	prereq.Root(t, "mounting tmpfs")
+	fs := newTestFS(t)
+	many := map[string]string{}
+	for i := range 100 {
+		many[fmt.Sprintf("%03d", i)+strings.Repeat("k", 250)] = strconv.Itoa(i)
+	}
+	get := newFakeObjects(configMap("app", many))
+	node := testNode
+	node.Objects = get
+	pod := testPod([]v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "app"}}}}},
+		[]v1.VolumeMount{{Name: "cfg", MountPath: "/c"}})
+	t.Cleanup(func() { fs.RemovePod(pod.UID) })
+	if _, err := fs.Mounts(pod, &pod.Spec.Containers[0], node, nil); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 { // three generations at once, the third one written
+		many["000"+strings.Repeat("k", 250)] = "round " + strconv.Itoa(round)
+		get.put(configMap("app", many))
+		if _, err := fs.RefreshObjectVolumes(pod, node); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	if got := len(visibleEntries(t, filepath.Join(fs.podDir(pod.UID), "volumes", "cfg"))); got != 100 {
+		t.Errorf("%d keys in the volume, want 100", got)
 	}
 }
 
