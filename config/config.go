@@ -256,6 +256,10 @@ type Containerd struct {
 	Snapshotter      string `json:"snapshotter,omitempty"`
 	Runtime          string `json:"runtime,omitempty"`
 	RegistryAuthFile string `json:"registryAuthFile,omitempty"`
+	// RegistryCertsDir holds registries' certificates, one directory per
+	// host[:port] (*.crt CAs, *.cert/*.key client certificates); ""
+	// is /etc/containerd/certs.d.
+	RegistryCertsDir string `json:"registryCertsDir,omitempty"`
 	RuncRoot         string `json:"runcRoot,omitempty"`
 	// NoPivotRoot: runc enters containers' roots by chroot, for devices
 	// whose root file system is an initramfs.
