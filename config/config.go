@@ -256,9 +256,8 @@ type Containerd struct {
 	Snapshotter      string `json:"snapshotter,omitempty"`
 	Runtime          string `json:"runtime,omitempty"`
 	RegistryAuthFile string `json:"registryAuthFile,omitempty"`
-	// RegistryCertsDir holds registries' certificates, one directory per
-	// host[:port] (*.crt CAs, *.cert/*.key client certificates); ""
-	// is /etc/containerd/certs.d.
+	// RegistryCertsDir holds registries' CAs, one directory per
+	// host[:port] with *.crt files; "" is /etc/containerd/certs.d.
 	RegistryCertsDir string `json:"registryCertsDir,omitempty"`
 	RuncRoot         string `json:"runcRoot,omitempty"`
 	// NoPivotRoot: runc enters containers' roots by chroot, for devices

@@ -15,7 +15,7 @@ type Config struct {
 	Snapshotter string
 	Runtime     string
 	AuthFile    string
-	// CertsDir holds registries' certificates ("": the plugin's default,
+	// CertsDir holds registries' CAs ("": the plugin's default,
 	// /etc/containerd/certs.d).
 	CertsDir string
 	RuncRoot string

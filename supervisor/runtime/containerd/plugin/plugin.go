@@ -34,9 +34,9 @@ type Config struct {
 	// AuthFile is a docker config.json with registry credentials, for
 	// pulls without a login of the pod's pull secrets.
 	AuthFile string
-	// CertsDir holds registries' certificates: <host[:port]>/*.crt are
-	// CAs trusted besides the system's, *.cert with *.key client
-	// certificates (Docker's certs.d layout). "" trusts the system's only.
+	// CertsDir holds registries' CAs: <host[:port]>/*.crt are trusted
+	// for that registry besides the system's (Docker's certs.d layout).
+	// "" trusts the system's only.
 	CertsDir string
 	// RuncRoot is runc's state directory ("" is the shim's default,
 	// /run/containerd/runc): tests keep theirs apart from the host's.
