@@ -152,6 +152,17 @@ type RunArgs struct {
 	Pull PullAuth `json:"pull,omitzero"`
 }
 
+// LogValue logs a request without its logins: a JSON log handler would
+// otherwise marshal them as the wire does.
+func (a RunArgs) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("id", a.Config.ID), slog.String("image", a.Config.Image), slog.Any("pull", a.Pull))
+}
+
+// LogValue logs how many logins there are, never one of them.
+func (a PullAuth) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int("logins", len(a.Credentials)), slog.String("error", a.Error))
+}
+
 // PullAuth is the logins of a pod's imagePullSecrets that match its
 // image, in the kubelet's order (pod/keyring).
 type PullAuth struct {
