@@ -27,11 +27,13 @@ import (
 // Credential is one registry login. It prints as [redacted] however it is
 // formatted or logged: a Secret's data never reaches a log or an error.
 type Credential struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
+	Username, Password string
 }
 
 const redacted = "[redacted]"
+
+// MarshalJSON redacts too: a JSON log handler marshals what it logs.
+func (Credential) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
 
 func (Credential) String() string               { return redacted }
 func (Credential) GoString() string             { return redacted }

@@ -126,6 +126,7 @@ func TestCredentialRedacted(t *testing.T) {
 	c := Credential{Username: "fleet", Password: "hunter2"}
 	var log strings.Builder
 	slog.New(slog.NewTextHandler(&log, nil)).Info("pull", "cred", c, "creds", []Credential{c})
+	slog.New(slog.NewJSONHandler(&log, nil)).Info("pull", "cred", c, "creds", []Credential{c}, "in", struct{ C []Credential }{[]Credential{c}})
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v %+v %#v %s %q", c, c, c, c, c), fmt.Sprint([]Credential{c}),
 		fmt.Sprintf("%+v", struct{ C Credential }{c}), log.String()} {
 		if strings.Contains(s, "hunter2") || strings.Contains(s, "fleet") {
