@@ -70,10 +70,8 @@ func testCA(t *testing.T, dir, host string, ip net.IP) (caFile, certFile, keyFil
 
 // startTLSRegistry runs Debian's distribution registry with htpasswd
 // authentication (bcrypt) and TLS under a test CA, on a private port and
-// data directory. It is reached by the machine's host name, which must
-// resolve to one of its addresses: a registry named by localhost or a
-// loopback address is spoken to in plain HTTP. It returns host:port and
-// the CA's file.
+// data directory, reached by a name that is not localhost
+// (registryListener). It returns host:port and the CA's file.
 func startTLSRegistry(t *testing.T, user, password string) (string, string) {
 	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
@@ -84,27 +82,16 @@ func startTLSRegistry(t *testing.T, user, password string) (string, string) {
 	if err != nil {
 		prereq.Missing(t, "htpasswd (Debian's apache2-utils): %v", err)
 	}
-	host, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, err := net.LookupIP(host)
-	if err != nil || len(addrs) == 0 {
-		prereq.Missing(t, "the host name %q resolving to an address of this machine: %v", host, err)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), "0"))
-	if err != nil {
-		prereq.Missing(t, "the host name %q resolving to an address of this machine: %v", host, err)
-	}
+	host, ip, l := registryListener(t)
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	dir := t.TempDir()
-	caFile, certFile, keyFile := testCA(t, dir, host, addrs[0])
+	caFile, certFile, keyFile := testCA(t, dir, host, ip)
 	users := filepath.Join(dir, "htpasswd")
 	if out, err := exec.Command(htpasswd, "-Bbc", users, user, password).CombinedOutput(); err != nil {
 		t.Fatalf("htpasswd: %v %s", err, out)
 	}
-	listen := net.JoinHostPort(addrs[0].String(), fmt.Sprint(port))
+	listen := net.JoinHostPort(ip.String(), fmt.Sprint(port))
 	config := filepath.Join(dir, "config.yml")
 	os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
 log: {level: warn}
@@ -127,6 +114,31 @@ auth: {htpasswd: {realm: podvisor-test, path: %s}}
 		return err == nil
 	})
 	return net.JoinHostPort(host, fmt.Sprint(port)), caFile
+}
+
+// registryListener finds a name for the registry that is not localhost
+// (the resolver speaks plain HTTP to a loopback address): the machine's
+// host name where it resolves to an address the test can listen on, else
+// the machine's first other address. The listener holds a free port.
+func registryListener(t *testing.T) (string, net.IP, net.Listener) {
+	t.Helper()
+	if host, err := os.Hostname(); err == nil {
+		if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 {
+			if l, err := net.Listen("tcp", net.JoinHostPort(ips[0].String(), "0")); err == nil {
+				return host, ips[0], l
+			}
+		}
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			if l, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0")); err == nil {
+				return n.IP.String(), n.IP, l
+			}
+		}
+	}
+	prereq.Missing(t, "a name for this machine that is not localhost: a host name that resolves, or a non-loopback address")
+	return "", nil, nil
 }
 
 // pushAuthenticated stores a test image in the registry under ref, with
