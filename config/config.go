@@ -92,6 +92,7 @@ type Config struct {
 	Process                          Process               `json:"process"`
 	Firmware                         Firmware              `json:"firmware"`
 	Update                           Update                `json:"update"`
+	Objects                          Objects               `json:"objects"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -305,10 +306,14 @@ type Hub struct {
 	Key string `json:"key,omitempty"`
 	// AllowUnsigned accepts unsigned documents (a trusted broker only);
 	// it cannot go with Key.
-	AllowUnsigned bool   `json:"allowUnsigned,omitempty"`
-	Prefix        string `json:"prefix,omitempty"`
-	Username      string `json:"username,omitempty"`
-	PasswordFile  string `json:"passwordFile,omitempty"`
+	AllowUnsigned bool `json:"allowUnsigned,omitempty"`
+	// SealKey is the device's private sealing key (seal.key of its
+	// enrolment bundle): the hub seals Secrets and ConfigMaps for it.
+	// "": <dataDir>/seal.key, made at the first start.
+	SealKey      string `json:"sealKey,omitempty"`
+	Prefix       string `json:"prefix,omitempty"`
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
 	// Heartbeat is the period of node status reports.
 	Heartbeat Duration          `json:"heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -334,6 +339,13 @@ type Update struct {
 	// CommitTimeout bounds how long a new version has to become ready,
 	// adopt every pod and reach the hub before it is rolled back.
 	CommitTimeout Duration `json:"commitTimeout"`
+}
+
+// Objects bound the ConfigMaps and Secrets the device keeps for its pods
+// (by default 256 objects and 16 MiB of data; 0 is the default too).
+type Objects struct {
+	MaxObjects int               `json:"maxObjects,omitempty"`
+	MaxBytes   resource.Quantity `json:"maxBytes"`
 }
 
 // HubTLS are the files of an mqtts:// connection.
@@ -444,6 +456,7 @@ func Default() *Config {
 			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
 		Update:         Update{CommitTimeout: Duration{Duration: 5 * time.Minute}},
+		Objects:        Objects{MaxObjects: 256, MaxBytes: resource.MustParse("16Mi")},
 		Probes:         Probes{EBPF: true},
 		Process:        Process{Keeper: true},
 		Firmware:       Firmware{CommitDeadline: Duration{Duration: 5 * time.Minute}},
