@@ -11,6 +11,7 @@ import (
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -23,7 +24,10 @@ import (
 //
 // The hub's update orders go to orders; the agent returned (nil without a
 // hub) is the updater's transport.
-func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignments, orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
+//
+// The hub's ConfigMaps and Secrets for hub pods come through the agent
+// (Agent.Objects), bounded by objs, sealed for the key of hub.sealKey.
+func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
 		return nil, func() {}, nil
 	}
@@ -47,6 +51,12 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 		cfg.Password = strings.TrimSpace(string(pw))
 	}
 	cfg.Heartbeat = hc.Heartbeat.Duration
+	key, err := loadSealKey(hc.SealKey, dataDir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.SealKey = key
+	cfg.MaxObjects, cfg.MaxObjectBytes = objs.MaxObjects, objs.MaxBytes.Value()
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
@@ -66,6 +76,29 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 	}
 	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
 	return a, func() { stop(); st.Close() }, nil
+}
+
+// loadSealKey reads the device's sealing key: the enrolment bundle's
+// (hub.sealKey), else <dataDir>/seal.key, made at the first start so a
+// device enrolled before sealing keys existed gets one without a new
+// enrolment (the hub trusts the first key it announces).
+func loadSealKey(path, dataDir string, log *slog.Logger) (*seal.PrivateKey, error) {
+	if path != "" {
+		k, err := seal.LoadPrivateKey(path)
+		if err != nil {
+			return nil, fmt.Errorf("hub sealKey: %w", err)
+		}
+		return k, nil
+	}
+	path = filepath.Join(dataDir, "seal.key")
+	k, created, err := seal.LoadOrCreate(path)
+	if err != nil {
+		return nil, fmt.Errorf("hub sealing key: %w", err)
+	}
+	if created {
+		log.Info("made a sealing key for the hub's secrets", "file", path)
+	}
+	return k, nil
 }
 
 // readHubKey reads the hub's ed25519 public key, hub.pub from podhub init.
