@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -152,12 +153,12 @@ func (a *Agent) openObject(msg []byte) (protocol.ObjectEntry, *objects.Object, e
 	}
 	plain, err := a.cfg.SealKey.Open(protocol.SealInfo(a.cfg.DeviceID, hd.Entry), sealed)
 	if err != nil {
-		return hd.Entry, nil, err
+		return hd.Entry, nil, fmt.Errorf("%s %s: %w", hd.Entry.Kind, hd.Entry.Namespace+"/"+hd.Entry.Name, err)
 	}
 	data, err := protocol.DecodeData(plain)
 	clear(plain)
 	if err != nil {
-		return hd.Entry, nil, err
+		return hd.Entry, nil, fmt.Errorf("%s %s: %w", hd.Entry.Kind, hd.Entry.Namespace+"/"+hd.Entry.Name, err)
 	}
 	obj, err := objectOf(hd.Entry, hd.Type, data)
 	return hd.Entry, obj, err
