@@ -24,27 +24,47 @@ func (s *Store) ObjectIndex() (doc []byte, ok bool, err error) {
 	return doc, true, nil
 }
 
-// SetObjectIndex stores an index and deletes the objects named in drop
-// (by key) in one transaction: no object outlives its index entry.
-func (s *Store) SetObjectIndex(generation int64, doc []byte, drop []string) error {
+// SetObjectIndex stores an index and deletes every object whose key
+// keep refuses, in one transaction: no object outlives its index entry
+// (whether or not the device could open it). It returns the keys deleted.
+func (s *Store) SetObjectIndex(generation int64, doc []byte, keep func(key string) bool) ([]string, error) {
 	tx, err := s.db.Begin()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
 	if _, err := tx.Exec(`INSERT INTO hub_object_index (id, generation, document) VALUES (1, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, document = excluded.document`, generation, doc); err != nil {
-		return fmt.Errorf("storing object index generation %d: %w", generation, err)
+		return nil, fmt.Errorf("storing object index generation %d: %w", generation, err)
+	}
+	rows, err := tx.Query(`SELECT key FROM hub_objects`)
+	if err != nil {
+		return nil, fmt.Errorf("storing object index generation %d: %w", generation, err)
+	}
+	var drop []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("storing object index generation %d: %w", generation, err)
+		}
+		if !keep(k) {
+			drop = append(drop, k)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("storing object index generation %d: %w", generation, err)
 	}
 	for _, k := range drop {
 		if _, err := tx.Exec(`DELETE FROM hub_objects WHERE key = ?`, k); err != nil {
-			return fmt.Errorf("dropping object %s: %w", k, err)
+			return nil, fmt.Errorf("dropping object %s: %w", k, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("storing object index generation %d: %w", generation, err)
+		return nil, fmt.Errorf("storing object index generation %d: %w", generation, err)
 	}
-	return nil
+	return drop, nil
 }
 
 // SaveObject stores an object's message as received, replacing the one

@@ -14,7 +14,8 @@ func TestObjectsSurviveReopenAndDrop(t *testing.T) {
 	if _, ok, err := s.ObjectIndex(); ok || err != nil {
 		t.Fatalf("an empty store has an index: %v %v", ok, err)
 	}
-	if err := s.SetObjectIndex(1, []byte("index 1"), nil); err != nil {
+	all := func(string) bool { return true }
+	if _, err := s.SetObjectIndex(1, []byte("index 1"), all); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"Secret/default/db", "ConfigMap/default/app"} {
@@ -35,8 +36,9 @@ func TestObjectsSurviveReopenAndDrop(t *testing.T) {
 	if err != nil || len(objs) != 2 || !bytes.Equal(objs["Secret/default/db"], []byte("sealed v2")) {
 		t.Fatalf("objects after reopen: %q %v", objs, err)
 	}
-	if err := s.SetObjectIndex(2, []byte("index 2"), []string{"Secret/default/db"}); err != nil {
-		t.Fatal(err)
+	drop, err := s.SetObjectIndex(2, []byte("index 2"), func(k string) bool { return k != "Secret/default/db" })
+	if err != nil || len(drop) != 1 || drop[0] != "Secret/default/db" {
+		t.Fatalf("dropped %q %v", drop, err)
 	}
 	if err := s.DeleteObject("ConfigMap/default/none"); err != nil {
 		t.Fatal(err)

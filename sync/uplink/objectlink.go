@@ -181,7 +181,6 @@ func (a *Agent) onObjectIndex(_ mqtt.Client, m mqtt.Message) {
 	h.write.Lock()
 	defer h.write.Unlock()
 	h.mu.Lock()
-	same := h.set.index != nil && h.set.index.Generation == ix.Generation
 	v, err := h.set.setIndex(ix)
 	h.mu.Unlock()
 	if err != nil {
@@ -191,13 +190,15 @@ func (a *Agent) onObjectIndex(_ mqtt.Client, m mqtt.Message) {
 	if v.over != nil {
 		a.log.Error("hub object index over the bound", "err", v.over)
 	}
-	if !same || len(v.drop) > 0 {
-		if err := a.store.SetObjectIndex(ix.Generation, payload, v.drop); err != nil {
-			a.log.Error("storing the hub's object index", "generation", ix.Generation, "err", err)
-		}
+	// Stored at every index, the same one again too: a row the device
+	// could not open (so not in memory) is dropped from disk with its
+	// entry all the same.
+	dropped, err := a.store.SetObjectIndex(ix.Generation, payload, func(k string) bool { return v.keep[k] })
+	if err != nil {
+		a.log.Error("storing the hub's object index", "generation", ix.Generation, "err", err)
 	}
-	if len(v.drop) > 0 {
-		a.log.Info("hub objects dropped", "generation", ix.Generation, "objects", len(v.drop))
+	if len(dropped) > 0 || len(v.drop) > 0 {
+		a.log.Info("hub objects dropped", "generation", ix.Generation, "objects", max(len(dropped), len(v.drop)))
 	}
 	a.objectsChanged(v.changed...)
 	poke(h.wake)

@@ -88,8 +88,10 @@ type indexVerdict struct {
 	// over: the index lists more objects than the bound; the first
 	// maxObjects entries are taken.
 	over error
-	// drop are the keys of the objects no longer kept (delete them from
-	// the store); changed what the daemon must hear of.
+	// keep are the keys of the objects to keep (the store drops the
+	// others); drop those dropped from memory; changed what the daemon
+	// must hear of.
+	keep    map[string]bool
 	drop    []string
 	changed []objects.Ref
 }
@@ -111,8 +113,10 @@ func (s *objectSet) setIndex(ix *protocol.ObjectIndex) (indexVerdict, error) {
 	}
 	s.index = ix
 	s.want = make(map[string]protocol.ObjectEntry, len(entries))
+	v.keep = make(map[string]bool, len(entries))
 	for _, e := range entries {
 		s.want[e.Key()] = e
+		v.keep[e.Key()] = true
 	}
 	s.refused = map[string]protocol.ObjectEntry{}
 	for k, h := range s.held {

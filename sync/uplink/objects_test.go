@@ -325,6 +325,11 @@ func TestObjectDropAndRestart(t *testing.T) {
 	if !strings.Contains(logs.String(), "is not used") {
 		t.Fatalf("the log does not say the kept objects are not used:\n%s", logs)
 	}
+	// Dropped from the index, a row that did not open leaves the disk too.
+	c.onObjectIndex(nil, h2.index(6, cm))
+	if stored, _ := c.store.Objects(); len(stored) != 1 || stored["ConfigMap/default/app"] == nil {
+		t.Fatalf("stored after index 6: %d objects", len(stored))
+	}
 }
 
 // Nothing of a Secret's data reaches the disk in clear: state.db and its
