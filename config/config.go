@@ -92,6 +92,7 @@ type Config struct {
 	Process                          Process               `json:"process"`
 	Firmware                         Firmware              `json:"firmware"`
 	Update                           Update                `json:"update"`
+	Objects                          Objects               `json:"objects"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -326,6 +327,16 @@ type Hub struct {
 	Images               HubImages `json:"images"`
 }
 
+// Objects bound the ConfigMaps and Secrets the device keeps, per source:
+// those its manifest files give its static pods, and those the hub sends
+// for its pods (0 is the default).
+type Objects struct {
+	// MaxObjects is how many (default 256).
+	MaxObjects int `json:"maxObjects"`
+	// MaxBytes is their data, keys and values (default 16Mi).
+	MaxBytes resource.Quantity `json:"maxBytes"`
+}
+
 // Update is how the device updates podvisor itself (docs/selfupdate.md).
 type Update struct {
 	// ReleaseKey is the public key release manifests must be signed
@@ -444,6 +455,7 @@ func Default() *Config {
 			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
 		Update:         Update{CommitTimeout: Duration{Duration: 5 * time.Minute}},
+		Objects:        Objects{MaxObjects: 256, MaxBytes: resource.MustParse("16Mi")},
 		Probes:         Probes{EBPF: true},
 		Process:        Process{Keeper: true},
 		Firmware:       Firmware{CommitDeadline: Duration{Duration: 5 * time.Minute}},
