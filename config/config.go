@@ -331,6 +331,16 @@ type Hub struct {
 	Images               HubImages `json:"images"`
 }
 
+// Objects bound the ConfigMaps and Secrets the device keeps, per source:
+// those its manifest files give its static pods, and those the hub sends
+// for its pods (0 is the default).
+type Objects struct {
+	// MaxObjects is how many (default 256).
+	MaxObjects int `json:"maxObjects"`
+	// MaxBytes is their data, keys and values (default 16Mi).
+	MaxBytes resource.Quantity `json:"maxBytes"`
+}
+
 // Update is how the device updates podvisor itself (docs/selfupdate.md).
 type Update struct {
 	// ReleaseKey is the public key release manifests must be signed
@@ -339,13 +349,6 @@ type Update struct {
 	// CommitTimeout bounds how long a new version has to become ready,
 	// adopt every pod and reach the hub before it is rolled back.
 	CommitTimeout Duration `json:"commitTimeout"`
-}
-
-// Objects bound the ConfigMaps and Secrets the device keeps for its pods
-// (by default 256 objects and 16 MiB of data; 0 is the default too).
-type Objects struct {
-	MaxObjects int               `json:"maxObjects,omitempty"`
-	MaxBytes   resource.Quantity `json:"maxBytes"`
 }
 
 // HubTLS are the files of an mqtts:// connection.

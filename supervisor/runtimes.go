@@ -112,5 +112,6 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 		},
 		Mounts:      d.podFS.MountsFor(pod, spec, d.protector.PodEnv()),
 		LocalImages: d.desired.LocalImages(pod),
+		Objects:     d.objects.For(pod),
 	}
 }
