@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
@@ -25,9 +26,11 @@ import (
 // The hub's update orders go to orders; the agent returned (nil without a
 // hub) is the updater's transport.
 //
-// The hub's ConfigMaps and Secrets for hub pods come through the agent
-// (Agent.Objects), bounded by objs, sealed for the key of hub.sealKey.
-func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
+// The hub's ConfigMaps and Secrets, bounded by objs and sealed for the key
+// of hub.sealKey, go to sink: the getter hub pods read, before the daemon
+// runs, and each change.
+func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, sink hubObjectSink,
+	orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
 		return nil, func() {}, nil
 	}
@@ -57,6 +60,7 @@ func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, 
 	}
 	cfg.SealKey = key
 	cfg.MaxObjects, cfg.MaxObjectBytes = objs.MaxObjects, objs.MaxBytes.Value()
+	cfg.OnObjectsChanged = sink.HubObjectsChanged
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
@@ -74,8 +78,16 @@ func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, 
 		st.Close()
 		return nil, nil, err
 	}
+	sink.SetHubObjects(a.Objects())
 	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
 	return a, func() { stop(); st.Close() }, nil
+}
+
+// hubObjectSink is the daemon's side of the hub's objects
+// (supervisor.Daemon).
+type hubObjectSink interface {
+	SetHubObjects(objects.Getter)
+	HubObjectsChanged([]objects.Ref)
 }
 
 // loadSealKey reads the device's sealing key: the enrolment bundle's
