@@ -108,11 +108,6 @@ func (a *Agent) loadObjects() {
 		a.log.Error("the hub objects kept on this device are unreadable; they are asked for again", "err", err)
 		return
 	}
-	keys := make([]string, 0, len(msgs))
-	for k := range msgs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, err := h.set.setIndex(ix)
@@ -123,9 +118,15 @@ func (a *Agent) loadObjects() {
 	if v.over != nil {
 		a.log.Error("hub object index over the bound", "err", v.over)
 	}
+	// In index order, as they came: the bound on bytes keeps the same.
 	n := 0
-	for _, k := range keys {
-		e, obj, err := a.openObject(msgs[k])
+	for _, want := range ix.Entries {
+		k := want.Key()
+		msg, ok := msgs[k]
+		if !ok {
+			continue
+		}
+		e, obj, err := a.openObject(msg)
 		if err == nil && e.Key() != k {
 			err = errStoredKey
 		}

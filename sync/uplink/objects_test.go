@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,13 +44,13 @@ func (s *syncBuffer) String() string {
 // objHub plays the hub's side of the objects: its signing key, and the
 // device's sealing key it seals for.
 type objHub struct {
-	t      *testing.T
+	t      testing.TB
 	pub    ed25519.PublicKey
 	priv   ed25519.PrivateKey
 	device *seal.PrivateKey
 }
 
-func newObjHub(t *testing.T) *objHub {
+func newObjHub(t testing.TB) *objHub {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	dev, err := seal.GenerateKey()
 	if err != nil {
@@ -98,7 +99,7 @@ func secretRef(name string) objects.Ref {
 }
 
 // objAgent is an agent of gw-1 that takes objects, on state.db in dir.
-func objAgent(t *testing.T, dir string, h *objHub, edit func(*Config)) (*Agent, *syncBuffer) {
+func objAgent(t testing.TB, dir string, h *objHub, edit func(*Config)) (*Agent, *syncBuffer) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "state.db"), store.DefaultLimits)
 	if err != nil {
@@ -417,5 +418,35 @@ func TestObjectBounds(t *testing.T) {
 	stored, _ := a.store.Objects()
 	if len(stored) != 1 {
 		t.Fatalf("%d objects stored, want s1 alone", len(stored))
+	}
+}
+
+// Opening 256 objects of 1 KiB kept in state.db at a start.
+func BenchmarkObjectsLoad256(b *testing.B) {
+	h := newObjHub(b)
+	dir := b.TempDir()
+	a, _ := objAgent(b, dir, h, nil)
+	var entries []protocol.ObjectEntry
+	for i := range 256 {
+		entries = append(entries, secretEntry(fmt.Sprintf("s%03d", i), "1"))
+	}
+	a.onObjectIndex(nil, h.index(1, entries...))
+	for _, e := range entries {
+		a.onObject(nil, h.object(e, map[string][]byte{"k": bytes.Repeat([]byte("v"), 1024)}))
+	}
+	a.store.Close()
+	for b.Loop() {
+		st, err := store.Open(filepath.Join(dir, "state.db"), store.DefaultLimits)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, err := New(Config{Broker: "mqtt://127.0.0.1:1", DeviceID: "gw-1", HubKey: h.pub, SealKey: h.device}, st, nopPods{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := a.Objects().Get(secretRef("s255")); err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
 	}
 }
