@@ -92,6 +92,7 @@ type Config struct {
 	Process                          Process               `json:"process"`
 	Firmware                         Firmware              `json:"firmware"`
 	Update                           Update                `json:"update"`
+	Objects                          Objects               `json:"objects"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -256,6 +257,9 @@ type Containerd struct {
 	Snapshotter      string `json:"snapshotter,omitempty"`
 	Runtime          string `json:"runtime,omitempty"`
 	RegistryAuthFile string `json:"registryAuthFile,omitempty"`
+	// RegistryCertsDir holds registries' CAs, one directory per
+	// host[:port] with *.crt files; "" is /etc/containerd/certs.d.
+	RegistryCertsDir string `json:"registryCertsDir,omitempty"`
 	RuncRoot         string `json:"runcRoot,omitempty"`
 	// NoPivotRoot: runc enters containers' roots by chroot, for devices
 	// whose root file system is an initramfs.
@@ -305,10 +309,14 @@ type Hub struct {
 	Key string `json:"key,omitempty"`
 	// AllowUnsigned accepts unsigned documents (a trusted broker only);
 	// it cannot go with Key.
-	AllowUnsigned bool   `json:"allowUnsigned,omitempty"`
-	Prefix        string `json:"prefix,omitempty"`
-	Username      string `json:"username,omitempty"`
-	PasswordFile  string `json:"passwordFile,omitempty"`
+	AllowUnsigned bool `json:"allowUnsigned,omitempty"`
+	// SealKey is the device's private sealing key (seal.key of its
+	// enrolment bundle): the hub seals Secrets and ConfigMaps for it.
+	// "": <dataDir>/seal.key, made at the first start.
+	SealKey      string `json:"sealKey,omitempty"`
+	Prefix       string `json:"prefix,omitempty"`
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
 	// Heartbeat is the period of node status reports.
 	Heartbeat Duration          `json:"heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -324,6 +332,16 @@ type Hub struct {
 	AllowProcessPods     bool      `json:"allowProcessPods,omitempty"`
 	AllowRootProcessPods bool      `json:"allowRootProcessPods,omitempty"`
 	Images               HubImages `json:"images"`
+}
+
+// Objects bound the ConfigMaps and Secrets the device keeps, per source:
+// those its manifest files give its static pods, and those the hub sends
+// for its pods (0 is the default).
+type Objects struct {
+	// MaxObjects is how many (default 256).
+	MaxObjects int `json:"maxObjects"`
+	// MaxBytes is their data, keys and values (default 16Mi).
+	MaxBytes resource.Quantity `json:"maxBytes"`
 }
 
 // Update is how the device updates podvisor itself (docs/selfupdate.md).
@@ -444,6 +462,7 @@ func Default() *Config {
 			Outbox:      Outbox{MaxRows: 10000, MaxBytes: resource.MustParse("8Mi")},
 			PodSecurity: "baseline", PodSecurityVersion: "latest"},
 		Update:         Update{CommitTimeout: Duration{Duration: 5 * time.Minute}},
+		Objects:        Objects{MaxObjects: 256, MaxBytes: resource.MustParse("16Mi")},
 		Probes:         Probes{EBPF: true},
 		Process:        Process{Keeper: true},
 		Firmware:       Firmware{CommitDeadline: Duration{Duration: 5 * time.Minute}},

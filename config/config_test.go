@@ -220,6 +220,8 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"hub: {outbox: {maxRows: -1}}\n", []string{"hub.outbox.maxRows", "-1"}},
 		{"update: {commitTimeout: 5s}\n", []string{"update.commitTimeout", "5s", "10s to 24h"}},
 		{"hub: {outbox: {maxBytes: -1Mi}}\n", []string{"hub.outbox.maxBytes", "-1Mi"}},
+		{"objects: {maxObjects: -1}\n", []string{"objects.maxObjects", "-1"}},
+		{"objects: {maxBytes: -1Mi}\n", []string{"objects.maxBytes", "-1Mi"}},
 		// The hub section's security rules.
 		{"hub: {url: mqtt://h:1883, key: /etc/podvisor/hub.pub, allowUnsigned: true}\n", []string{"hub.allowUnsigned", "hub.key", "/etc/podvisor/hub.pub"}},
 		{"hub: {podSecurity: strict}\n", []string{"hub.podSecurity", `"strict"`, "privileged, baseline, restricted"}},

@@ -99,6 +99,12 @@ func (c *Config) fillEmpty() {
 	if c.Hub.Outbox.MaxBytes.IsZero() {
 		c.Hub.Outbox.MaxBytes = d.Hub.Outbox.MaxBytes
 	}
+	if c.Objects.MaxObjects == 0 {
+		c.Objects.MaxObjects = d.Objects.MaxObjects
+	}
+	if c.Objects.MaxBytes.IsZero() {
+		c.Objects.MaxBytes = d.Objects.MaxBytes
+	}
 	if len(c.ShutdownGracePeriodByPodPriority) == 0 {
 		c.ShutdownGracePeriodByPodPriority = d.ShutdownGracePeriodByPodPriority
 	}

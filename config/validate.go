@@ -114,6 +114,7 @@ func (c *Config) Validate() error {
 	c.validateEviction(v)
 	c.validateContainerd(v)
 	c.validateHub(v)
+	c.validateObjects(v)
 	c.validateFirmware(v)
 	if d := c.Update.CommitTimeout.Duration; d < 10*time.Second || d > 24*time.Hour {
 		v.add("update.commitTimeout", "%s: want 10s to 24h", d)
@@ -194,6 +195,16 @@ func (c *Config) validateHub(v *validation) {
 		} else {
 			v.fields = append(v.fields, FieldError{"hub", err})
 		}
+	}
+}
+
+// validateObjects checks the bounds on ConfigMaps and Secrets.
+func (c *Config) validateObjects(v *validation) {
+	if n := c.Objects.MaxObjects; n < 0 {
+		v.add("objects.maxObjects", "must be >= 0 (0: the default), got %d", n)
+	}
+	if q := c.Objects.MaxBytes; q.Sign() < 0 {
+		v.add("objects.maxBytes", "must be >= 0 (0: the default), got %s", q.String())
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/podcgroups"
 	"github.com/podvisor/podvisor/supervisor/podfs"
+	"github.com/podvisor/podvisor/supervisor/podobjects"
 	"github.com/podvisor/podvisor/supervisor/podprobes"
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
@@ -56,6 +57,8 @@ type Daemon struct {
 	runtimes *runtimeset.Set
 	// podFS prepares pods' volumes and files and removes them.
 	podFS *podfs.FS
+	// objects are the ConfigMaps and Secrets each pod may see.
+	objects *podobjects.Sources
 	// retention lays out containers' logs and keeps finished instances
 	// and logs within their bounds.
 	retention *retention.Keeper
@@ -92,7 +95,9 @@ func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
 		retention: retention.New(retention.Options{DataDir: c.DataDir, MaxDeadPerContainer: c.GC.MaxDeadPerContainer,
 			MaxDeadContainers: c.GC.MaxDeadContainers, Log: log}),
 		desired: desired.New(desired.Options{ManifestDir: c.Manifests, ManifestResync: c.ManifestResync.Duration, ManifestSettle: c.ManifestSettle,
-			AllowUntrustedManifests: c.Security.AllowUntrustedManifests, Policy: policy, Log: log}),
+			AllowUntrustedManifests: c.Security.AllowUntrustedManifests, Policy: policy, Log: log,
+			MaxObjects: c.Objects.MaxObjects, MaxObjectBytes: c.Objects.MaxBytes.Value()}),
+		objects: podobjects.New(),
 	}
 	d.runtimes.Choose(o.Runtimes, o.DefaultRuntime)
 	ip := hostIP()
@@ -103,7 +108,8 @@ func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
 		func() time.Time { return d.now() }, log); err != nil {
 		return nil, err
 	}
-	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.protector.PodEnv() }, RuntimeOf: d.runtimes.Of})
+	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.protector.PodEnv() }, RuntimeOf: d.runtimes.Of,
+		Objects: d.objects.For})
 	d.view = podview.New(podview.Options{NodeName: c.NodeName, HostIP: ip, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
 	return d, nil
 }
@@ -220,6 +226,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.runtimes.Images().Rescan() // what failed to import while it was away
 		case a := <-d.runtimes.Images().Arrived():
 			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
+		case <-d.inbox.objects:
+			d.refreshObjects()
 		case r := <-d.runtimes.Started():
 			d.startDone(r)
 		case r := <-d.hooks.Results():
@@ -293,6 +301,7 @@ func (d *Daemon) setManifests(st manifest.State) {
 	for _, n := range d.desired.SetFiles(st, d.now()) {
 		d.addEvent(n)
 	}
+	d.objectsChanged(d.objects.SetLocal(st.Objects))
 	d.applyDesired()
 }
 

@@ -16,6 +16,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/pod/objects"
 )
 
 // MaxFileSize is the largest manifest file read, as in the kubelet.
@@ -24,32 +26,92 @@ const MaxFileSize = 10 << 20
 // Decode parses every document of a manifest file into pods, strictly:
 // unknown or duplicate fields, wrong types and unparsable quantities are
 // errors naming the document, the pod and the field. Pods are validated and
-// defaulted but not yet given a UID or source annotations.
+// defaulted but not yet given a UID or source annotations. ConfigMap and
+// Secret documents are skipped (DecodeContents reads them).
 func Decode(data []byte) ([]*v1.Pod, error) {
+	c, err := DecodeContents(data)
+	return c.Pods, err
+}
+
+// Contents is what a manifest file holds: pods, and the ConfigMaps and
+// Secrets its directory gives its static pods.
+type Contents struct {
+	Pods    []*v1.Pod
+	Objects []*objects.Object
+	// ObjectErrors are the object documents refused; each stands alone,
+	// so the file's other documents are kept.
+	ObjectErrors []ObjectError
+	// ObjectsRead: every document could be read as YAML, so Objects are
+	// all the file's valid objects (a file that cannot be split says
+	// nothing of them).
+	ObjectsRead bool
+}
+
+// DecodeContents parses every document of a manifest file: the pods as
+// Decode does (any bad pod document refuses the file's pods, with the
+// error), the objects one by one.
+func DecodeContents(data []byte) (Contents, error) {
+	var c Contents
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("file is %d bytes, larger than the %d byte limit", len(data), MaxFileSize)
+		return c, fmt.Errorf("file is %d bytes, larger than the %d byte limit", len(data), MaxFileSize)
 	}
 	docs, err := SplitDocuments(data, 0)
 	if err != nil {
-		return nil, err
+		return c, err
 	}
 	var pods []*v1.Pod
+	var podErr error
+	defined := map[objects.Ref]int{}
 	for i, doc := range docs {
 		where := ""
 		if len(docs) > 1 {
 			where = fmt.Sprintf("document %d: ", i+1)
 		}
-		p, err := decodePod(doc)
+		js, head, err := decodeHead(doc)
 		if err != nil {
-			return nil, fmt.Errorf("%s%w", where, err)
+			return Contents{}, fmt.Errorf("%s%w", where, err)
 		}
-		SetDefaults(p)
-		if errs := Validate(p); len(errs) > 0 {
-			return nil, fmt.Errorf("%spod %q: %w", where, p.Name, errs.ToAggregate())
+		if isObjectKind(head.APIVersion, head.Kind) {
+			ref := objects.Ref{Kind: objects.Kind(head.Kind), Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
+			if ref.Namespace == "" {
+				ref.Namespace = "default"
+			}
+			o, err := decodeObject(head.Kind, head.Metadata.Name, js)
+			if err == nil {
+				if first, dup := defined[o.Ref]; dup {
+					err = fmt.Errorf("%s %s/%s is already defined in document %d", o.Kind, o.Namespace, o.Name, first)
+				}
+			}
+			if err != nil {
+				c.ObjectErrors = append(c.ObjectErrors, ObjectError{Ref: ref, Err: fmt.Errorf("%s%w", where, err)})
+				continue
+			}
+			defined[o.Ref] = i + 1
+			c.Objects = append(c.Objects, o)
+			continue
+		}
+		if podErr != nil {
+			continue
+		}
+		p, err := decodePod(js, head)
+		if err == nil {
+			SetDefaults(p)
+			if errs := Validate(p); len(errs) > 0 {
+				err = fmt.Errorf("pod %q: %w", p.Name, errs.ToAggregate())
+			}
+		}
+		if err != nil {
+			podErr = fmt.Errorf("%s%w", where, err)
+			continue
 		}
 		pods = append(pods, p)
 	}
-	return pods, nil
+	c.ObjectsRead = true
+	if podErr != nil {
+		return c, podErr
+	}
+	c.Pods = pods
+	return c, nil
 }
 
 // SplitDocuments returns the non-empty documents of a YAML stream (a JSON
@@ -87,23 +149,32 @@ func isBlank(doc []byte) bool {
 	return true
 }
 
-func decodePod(doc []byte) (*v1.Pod, error) {
+// docHead is what every document says of itself.
+type docHead struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+// decodeHead turns a document into JSON and reads its head.
+func decodeHead(doc []byte) ([]byte, docHead, error) {
+	var head docHead
 	js, err := yaml.YAMLToJSONStrict(doc)
 	if err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
-	}
-	var head struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-		Metadata   struct {
-			Name string `json:"name"`
-		} `json:"metadata"`
+		return nil, head, fmt.Errorf("not valid YAML or JSON: %w", err)
 	}
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &head); err != nil {
-		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
+		return nil, head, fmt.Errorf("not a Kubernetes object: %w", err)
 	}
+	return js, head, nil
+}
+
+func decodePod(js []byte, head docHead) (*v1.Pod, error) {
 	if head.Kind != "Pod" || head.APIVersion != "v1" {
-		return nil, fmt.Errorf("apiVersion %q kind %q: only apiVersion v1, kind Pod is accepted", head.APIVersion, head.Kind)
+		return nil, fmt.Errorf("apiVersion %q kind %q: only apiVersion v1, kind Pod, ConfigMap or Secret is accepted", head.APIVersion, head.Kind)
 	}
 	named := fmt.Sprintf("pod %q: ", head.Metadata.Name)
 	if err := checkQuantities(js); err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/objects"
 )
 
 // Invalid is a manifest file that could not be accepted.
@@ -24,7 +26,11 @@ type Invalid struct {
 
 // State is everything the directory currently asks for.
 type State struct {
-	Pods    []*v1.Pod // valid pods, and the last valid pods of invalid files
+	Pods []*v1.Pod // valid pods, and the last valid pods of invalid files
+	// Objects are the ConfigMaps and Secrets the files give the static
+	// pods: the valid ones, and the last valid version of one whose
+	// document turned invalid.
+	Objects []*objects.Object
 	Invalid []Invalid
 }
 
@@ -51,6 +57,11 @@ type Dir struct {
 	AllowUntrusted bool
 	// Now is the clock for Invalid.Since and the Confirm wait.
 	Now func() time.Time
+	// MaxObjects and MaxObjectBytes bound the objects of the whole
+	// directory, in file name order (0: no bound); an object past them
+	// is refused with an error on its file.
+	MaxObjects     int
+	MaxObjectBytes int64
 
 	files map[string]*fileEntry // by base name
 	due   map[string]time.Time  // files to read again, and when
@@ -71,6 +82,11 @@ type fileEntry struct {
 	pods     []*v1.Pod // last accepted
 	err      error
 	errSince time.Time
+	// objects are the last accepted; objErrs the refused documents of
+	// the last reading, seen first at objErrSince.
+	objects     []*objects.Object
+	objErrs     []ObjectError
+	objErrSince time.Time
 	// held is a reading that would stop pods, waiting for Confirm.
 	held      *reading
 	heldSince time.Time
@@ -187,7 +203,7 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 	}
 	deliberate := r.gone && d.unlinked[name]
 	delete(d.unlinked, name)
-	if f != nil && !deliberate && stopsPods(f.pods, r) {
+	if f != nil && !deliberate && (stopsPods(f.pods, r) || dropsObjects(f.objects, r)) {
 		if f.held == nil || !sameReading(*f.held, r) {
 			f.held, f.heldSince = &r, now
 			d.due[name] = now.Add(d.Confirm)
@@ -211,18 +227,24 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 	}
 	f.held = nil
 	err := r.err
-	if err == nil && len(r.pods) == 0 && len(f.pods) > 0 {
+	empty := err == nil && len(r.pods) == 0 && len(r.objs) == 0 && len(r.objErrs) == 0
+	if empty && (len(f.pods) > 0 || len(f.objects) > 0) {
 		err = errEmpty
 	}
 	if !r.skip {
 		f.key = r.key
+	}
+	if err != errEmpty {
+		d.takeObjects(f, r, path, now)
+	} else {
+		f.objErrs = nil
 	}
 	if err == nil {
 		for _, p := range r.pods {
 			Stamp(p, SourceFile, path)
 		}
 		f.pods, f.err = r.pods, nil
-		d.Log.Info("manifest accepted", "file", path, "pods", len(r.pods))
+		d.Log.Info("manifest accepted", "file", path, "pods", len(r.pods), "objects", len(f.objects))
 		return true
 	}
 	if f.err == nil || f.err.Error() != err.Error() {
@@ -278,6 +300,7 @@ func (d *Dir) state() State {
 	}
 	sort.Strings(names)
 	owner := map[string]string{}
+	objs := objectSet{owner: map[objects.Ref]string{}, maxCount: d.MaxObjects, maxBytes: d.MaxObjectBytes}
 	var st State
 	for _, n := range names {
 		f := d.files[n]
@@ -297,10 +320,18 @@ func (d *Dir) state() State {
 				st.Pods = append(st.Pods, p)
 			}
 		}
+		objErrs := objs.add(n, f)
+		if len(objErrs) > 0 {
+			if err == nil {
+				since = f.objErrSince
+			}
+			err = joinErrors(err, objErrs)
+		}
 		if err != nil {
 			st.Invalid = append(st.Invalid, Invalid{File: filepath.Join(d.Path, n), Err: err, Since: since})
 		}
 	}
+	st.Objects = objs.list
 	return st
 }
 
@@ -423,8 +454,13 @@ func (d *Dir) arm(t *time.Timer) {
 }
 
 func sameState(a, b State) bool {
-	if len(a.Pods) != len(b.Pods) || len(a.Invalid) != len(b.Invalid) {
+	if len(a.Pods) != len(b.Pods) || len(a.Invalid) != len(b.Invalid) || len(a.Objects) != len(b.Objects) {
 		return false
+	}
+	for i := range a.Objects {
+		if a.Objects[i].Ref != b.Objects[i].Ref || a.Objects[i].ResourceVersion != b.Objects[i].ResourceVersion {
+			return false
+		}
 	}
 	for i := range a.Pods {
 		if a.Pods[i].UID != b.Pods[i].UID {

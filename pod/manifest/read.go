@@ -9,6 +9,8 @@ import (
 	"os"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/pod/objects"
 )
 
 // reading is what one read of a manifest file found.
@@ -20,6 +22,11 @@ type reading struct {
 	key  [32]byte // identifies the content (or the error) read
 	pods []*v1.Pod
 	err  error
+	// objs are the file's valid objects, objErrs its refused object
+	// documents; objsRead: the documents could be told apart at all.
+	objs     []*objects.Object
+	objErrs  []ObjectError
+	objsRead bool
 	// untrusted is why the file would have been refused, had
 	// Dir.AllowUntrusted not had it read.
 	untrusted error
@@ -28,7 +35,7 @@ type reading struct {
 // errEmpty is the verdict on a file that had pods and stayed empty: an
 // empty file is what a rewrite in place looks like half-way, so its pods
 // keep running until the file is removed or written again.
-var errEmpty = errors.New("the file is empty; its pods keep running until the file is removed or holds them again")
+var errEmpty = errors.New("the file is empty; its pods keep running and its objects stay until the file is removed or holds them again")
 
 // readFile reads the manifest name in dir safely. A file someone other
 // than root or the daemon's user could have written (judgeTrust) is
@@ -73,7 +80,9 @@ func readFile(dir, name string, allowUntrusted bool) reading {
 		return failed(tooLarge(int64(len(data))))
 	}
 	r.key = sha256.Sum256(data)
-	r.pods, r.err = Decode(data)
+	c, err := DecodeContents(data)
+	r.pods, r.err = c.Pods, err
+	r.objs, r.objErrs, r.objsRead = c.Objects, c.ObjectErrors, c.ObjectsRead
 	return r
 }
 

@@ -174,10 +174,7 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 	for i, e := range c.Env {
 		errs = append(errs, validateEnv(e, path.Child("env").Index(i))...)
 	}
-	for i, e := range c.EnvFrom {
-		errs = append(errs, field.Forbidden(path.Child("envFrom").Index(i),
-			fmt.Sprintf("envFrom %s is not available on a device without an API server", envFromKind(e))))
-	}
+	errs = append(errs, validateEnvFrom(c.EnvFrom, path.Child("envFrom"))...)
 	errs = append(errs, validateResources(c.Resources, path.Child("resources"))...)
 	if sc := c.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, path.Child("securityContext"))...)
@@ -190,16 +187,11 @@ func validateContainer(c *v1.Container, path *field.Path, names sets.Set[string]
 	return errs
 }
 
-func envFromKind(e v1.EnvFromSource) string {
-	if e.SecretRef != nil {
-		return "secretRef"
-	}
-	return "configMapRef"
-}
-
 func validateEnv(e v1.EnvVar, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, msg := range validation.IsEnvVarName(e.Name) {
+	// RelaxedEnvironmentVariableValidation is GA: any printable ASCII
+	// but '='.
+	for _, msg := range validation.IsRelaxedEnvVarName(e.Name) {
 		errs = append(errs, field.Invalid(path.Child("name"), e.Name, msg))
 	}
 	f := e.ValueFrom
@@ -222,8 +214,12 @@ func validateEnv(e v1.EnvVar, path *field.Path) field.ErrorList {
 		}
 	case f.ResourceFieldRef != nil:
 		errs = append(errs, validateResourceFieldRef(f.ResourceFieldRef, vf.Child("resourceFieldRef"), false)...)
-	case f.SecretKeyRef != nil, f.ConfigMapKeyRef != nil, f.FileKeyRef != nil:
-		errs = append(errs, field.Forbidden(vf, "only fieldRef is available on a device without an API server"))
+	case f.ConfigMapKeyRef != nil:
+		errs = append(errs, validateKeySelector(f.ConfigMapKeyRef.Name, f.ConfigMapKeyRef.Key, vf.Child("configMapKeyRef"))...)
+	case f.SecretKeyRef != nil:
+		errs = append(errs, validateKeySelector(f.SecretKeyRef.Name, f.SecretKeyRef.Key, vf.Child("secretKeyRef"))...)
+	case f.FileKeyRef != nil:
+		errs = append(errs, field.Forbidden(vf.Child("fileKeyRef"), "is not available on a device (the EnvFiles feature is alpha)"))
 	default:
 		errs = append(errs, field.Required(vf, "one source must be given"))
 	}

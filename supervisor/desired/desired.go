@@ -27,6 +27,10 @@ type Options struct {
 	ManifestResync, ManifestSettle time.Duration
 	// AllowUntrustedManifests is manifest.Dir.AllowUntrusted.
 	AllowUntrustedManifests bool
+	// MaxObjects and MaxObjectBytes bound the ConfigMaps and Secrets of
+	// the manifest files (manifest.Dir's).
+	MaxObjects     int
+	MaxObjectBytes int64
 	// Policy is what the device allows pods, whatever their source.
 	Policy Policy
 	Log    *slog.Logger
@@ -62,6 +66,7 @@ type Pods struct {
 func New(o Options) *Pods {
 	dir := &manifest.Dir{Path: o.ManifestDir, Resync: o.ManifestResync, Settle: o.ManifestSettle, Log: o.Log}
 	dir.AllowUntrusted = o.AllowUntrustedManifests
+	dir.MaxObjects, dir.MaxObjectBytes = o.MaxObjects, o.MaxObjectBytes
 	return &Pods{log: o.Log, policy: o.Policy, dir: dir}
 }
 

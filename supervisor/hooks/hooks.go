@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
@@ -26,6 +27,9 @@ type Options struct {
 	Node func() runtime.PodEnv
 	// RuntimeOf is the runtime that runs a pod (nil: none).
 	RuntimeOf func(*v1.Pod) runtime.Runtime
+	// Objects gives the ConfigMaps and Secrets a pod may see, for the
+	// environment of a command run on the host (nil: none).
+	Objects func(*v1.Pod) objects.Getter
 }
 
 // Result is how a hook ended.
@@ -107,7 +111,11 @@ func (r *Runner) End(instanceID string) {
 // where its runtime gives it its own.
 func (r *Runner) Target(in *lifecycle.Instance, container string) (probes.Target, error) {
 	spec := in.Spec(container)
-	p, err := runtime.Resolve(in.Pod, spec, r.opts.Node())
+	var objs objects.Getter
+	if r.opts.Objects != nil {
+		objs = r.opts.Objects(in.Pod)
+	}
+	p, err := runtime.Resolve(in.Pod, spec, r.opts.Node(), objs)
 	if err != nil {
 		return probes.Target{}, err
 	}

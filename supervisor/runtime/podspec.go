@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/hostcmd"
+	"github.com/podvisor/podvisor/pod/objects"
 )
 
 // DefaultPath is PATH for containers that do not set one: the one the
@@ -36,31 +37,58 @@ type PodEnv struct {
 	// Allocatable is the node's, for resourceFieldRef limits a container
 	// does not set.
 	Allocatable v1.ResourceList
+	// Objects are the ConfigMaps and Secrets this pod may see (the daemon
+	// chooses them per pod: a hub pod the hub's, a static pod those of
+	// its manifest directory); nil: none, every reference is not found.
+	Objects objects.Getter
 }
 
 // Resolve turns a container of a pod into its process: the environment
-// with fieldRef values filled in, $(VAR) references expanded in env values,
-// command and args as Kubernetes does, and the user and group to run as.
-func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
+// as the kubelet makes it (makeEnvironmentVariables: envFrom sources
+// first, then env, whose $(VAR) references expand to what is set before
+// them; fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef
+// values filled in), command and args expanded as Kubernetes does, and
+// the user and group to run as. objs gives the ConfigMaps and Secrets the
+// pod may see (nil: none); an error reading one is the kubelet's, for
+// the container to wait with as CreateContainerConfigError.
+func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv, objs objects.Getter) (Process, error) {
 	vars := map[string]string{"PATH": DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
+	set := func(name, value string) {
+		if _, ok := vars[name]; !ok {
+			order = append(order, name)
+		}
+		vars[name] = value
+	}
+	from := &envObjects{getter: objs, namespace: pod.Namespace}
+	if err := from.envFrom(c, set); err != nil {
+		return Process{}, err
+	}
 	for _, e := range c.Env {
 		v := expand(e.Value, vars)
-		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
+		switch f := e.ValueFrom; {
+		case f == nil:
+		case f.FieldRef != nil:
 			var err error
 			if v, err = FieldValue(pod, f.FieldRef.FieldPath, node); err != nil {
 				return Process{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
-		} else if f != nil && f.ResourceFieldRef != nil {
+		case f.ResourceFieldRef != nil:
 			var err error
 			if v, err = ResourceValue(f.ResourceFieldRef, pod, c, node.Allocatable); err != nil {
 				return Process{}, fmt.Errorf("env %s: %w", e.Name, err)
 			}
+		default:
+			val, skip, err := from.keyRef(f)
+			if err != nil {
+				return Process{}, err
+			}
+			if skip {
+				continue // optional and missing: not set at all, as in the kubelet
+			}
+			v = val
 		}
-		if _, ok := vars[e.Name]; !ok {
-			order = append(order, e.Name)
-		}
-		vars[e.Name] = v
+		set(e.Name, v)
 	}
 	env := make([]string, len(order))
 	for i, k := range order {

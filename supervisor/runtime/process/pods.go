@@ -15,6 +15,7 @@ import (
 
 	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/pod/hostcmd"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
@@ -25,8 +26,8 @@ const Name = "process"
 
 // BuildSpec turns a container of a pod into a shim Spec (runtime.Resolve
 // in the shim's terms).
-func BuildSpec(pod *v1.Pod, c *v1.Container, node runtime.PodEnv) (shim.Spec, error) {
-	p, err := runtime.Resolve(pod, c, node)
+func BuildSpec(pod *v1.Pod, c *v1.Container, node runtime.PodEnv, objs objects.Getter) (shim.Spec, error) {
+	p, err := runtime.Resolve(pod, c, node, objs)
 	if err != nil {
 		return shim.Spec{}, err
 	}
@@ -41,9 +42,11 @@ func specOf(pod *v1.Pod, container string, p runtime.Process) shim.Spec {
 // Start runs a container instance under its shim: it is placed in its
 // cgroup here, and runs on its own goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
-	s, err := BuildSpec(c.Pod, c.Spec, c.Node)
+	s, err := BuildSpec(c.Pod, c.Spec, c.Node, c.Objects)
 	if err != nil {
-		done(runtime.Started{Err: err})
+		// Nothing was created: the container waits, as the kubelet keeps
+		// one whose configuration it cannot make.
+		done(runtime.Started{Err: &runtime.CreateError{Reason: "CreateContainerConfigError", Message: err.Error()}})
 		return
 	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
@@ -136,11 +139,15 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 	if c == nil {
 		return runtime.ExecTarget{}, fmt.Errorf("container %q not found in pod %q", container, pod.Name)
 	}
-	p, err := runtime.Resolve(pod, c, node)
-	if err != nil {
-		return runtime.ExecTarget{}, err
+	// A command runs in the environment the instance started with (its
+	// ConfigMaps and Secrets as they were then), as in a container.
+	var spec shim.Spec
+	if err := shim.ReadJSON(filepath.Join(r.instanceDir(instanceID), shim.SpecFile), &spec); err != nil {
+		if spec, err = BuildSpec(pod, c, node, nil); err != nil {
+			return runtime.ExecTarget{}, err
+		}
 	}
-	t := runtime.ExecTarget{Runtime: Name, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
+	t := runtime.ExecTarget{Runtime: Name, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID}
 	if drv := r.cgroups.Driver; drv != nil {
 		pl := drv.Placement(r.InstanceCgroup(pod, container, instanceID))
 		t.CgroupProcs = pl.Procs

@@ -19,6 +19,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
@@ -285,7 +286,7 @@ func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
 
 func TestBuildSpecEnv(t *testing.T) {
 	pod := testPod()
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,5 +405,22 @@ func TestOwnChild(t *testing.T) {
 	}
 	if ownChild(1) || ownChild(os.Getpid()) {
 		t.Error("init or this process seen as a child")
+	}
+}
+
+// A container whose environment names a missing object is never created:
+// it waits with the kubelet's reason and message.
+func TestStartMissingObjectIsConfigError(t *testing.T) {
+	rt, err := New(filepath.Join(t.TempDir(), "containers"), []string{"true"}, runtime.Cgroups{}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod()
+	pod.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "app"}}}}
+	var got runtime.Started
+	rt.Start(&runtime.Container{Pod: pod, Spec: &pod.Spec.Containers[0], InstanceID: "u-1_app_1"}, func(s runtime.Started) { got = s })
+	var create *runtime.CreateError
+	if !errors.As(got.Err, &create) || create.Reason != "CreateContainerConfigError" || create.Message != `configmap "app" not found` {
+		t.Fatalf("start: %v", got.Err)
 	}
 }

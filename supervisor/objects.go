@@ -1,0 +1,36 @@
+package supervisor
+
+import (
+	"github.com/podvisor/podvisor/pod/objects"
+)
+
+// objectWaits are the waiting reasons of a container that an object's
+// arrival or change may end: its environment could not be made.
+var objectWaits = []string{"CreateContainerConfigError"}
+
+// objectsChanged acts on the objects of a source that changed: the
+// containers waiting for their configuration are tried again now, as the
+// kubelet retries at its next sync, rather than at the end of their
+// backoff. Environments never change under a running container.
+func (d *Daemon) objectsChanged(changed []objects.Ref) {
+	if len(changed) == 0 {
+		return
+	}
+	d.log.Info("objects changed", "count", len(changed))
+	now := d.now()
+	d.machine.RetryWaiting(now, now, objectWaits...)
+}
+
+// SetHubObjects gives hub pods the hub's objects for this device (nil:
+// they find none). The uplink calls it, from any goroutine.
+func (d *Daemon) SetHubObjects(g objects.Getter) { d.objects.SetHub(g) }
+
+// HubObjectsChanged tells the daemon which of the hub's objects changed
+// (arrived, updated, removed), so that the pods using them are tried
+// again or refreshed. The uplink calls it, from any goroutine.
+func (d *Daemon) HubObjectsChanged(changed []objects.Ref) {
+	d.inbox.do(func() error {
+		d.objectsChanged(changed)
+		return nil
+	})
+}

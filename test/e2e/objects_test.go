@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// objectsPod is a static process pod that writes the variables it got
+// from ConfigMaps and Secrets to out, then waits.
+func objectsPod(name, out, env string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: host
+    command: ["sh", "-c", "echo \"$MODE $DB_PASSWORD $PW $LEVEL\" > %s.tmp && mv %s.tmp %s; exec sleep 1000"]
+%s`, name, out, out, out, env)
+}
+
+const localObjects = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app
+data:
+  MODE: prod
+  LEVEL: "3"
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: db
+stringData:
+  password: s3cret-value
+`
+
+// waiting is the container's waiting state, if it waits.
+func waiting(p *v1.Pod) *v1.ContainerStateWaiting {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return nil
+	}
+	return p.Status.ContainerStatuses[0].State.Waiting
+}
+
+// Static pods take their environment from ConfigMaps and Secrets in
+// manifest files, as the kubelet makes it; a missing object or key keeps
+// the container waiting with the kubelet's reason and message, and the
+// object's file starts it.
+func TestLocalObjectsEnv(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	d.start()
+	d.write("objects.yaml", localObjects)
+	out := filepath.Join(d.dir, "env-out")
+	d.write("env.yaml", objectsPod("env", out, `    envFrom:
+    - configMapRef: {name: app}
+    - prefix: DB_
+      secretRef: {name: db}
+    env:
+    - name: PW
+      valueFrom: {secretKeyRef: {name: db, key: password}}
+    - name: LEVEL
+      value: "level-$(LEVEL)"
+`))
+	got := waitForValue(t, 15*time.Second, "the pod's env written to "+out,
+		func() string { b, _ := os.ReadFile(out); return strings.TrimSpace(string(b)) },
+		func(s string) bool { return s != "" })
+	if want := "prod s3cret-value s3cret-value level-3"; got != want {
+		t.Fatalf("env: %q, want %q", got, want)
+	}
+
+	// A key the Secret lacks: the kubelet's message.
+	d.write("nokey.yaml", objectsPod("nokey", filepath.Join(d.dir, "nokey-out"), `    env:
+    - name: PW
+      valueFrom: {secretKeyRef: {name: db, key: nokey}}
+`))
+	d.waitPod("nokey", 15*time.Second, func(p *v1.Pod) bool {
+		w := waiting(p)
+		return w != nil && w.Reason == "CreateContainerConfigError" && w.Message == "couldn't find key nokey in Secret default/db"
+	})
+
+	// A missing ConfigMap: the same in get pod -o json, and the event.
+	lateOut := filepath.Join(d.dir, "late-out")
+	d.write("late.yaml", objectsPod("late", lateOut, `    envFrom:
+    - configMapRef: {name: later}
+`))
+	d.waitPod("late", 15*time.Second, func(p *v1.Pod) bool { return waiting(p) != nil && waiting(p).Reason == "CreateContainerConfigError" })
+	js, _, code := d.cli("get", "pod", "late", "-o", "json")
+	var p v1.Pod
+	if err := json.Unmarshal([]byte(js), &p); code != 0 || err != nil {
+		t.Fatalf("get pod late -o json: exit %d, %v\n%s", code, err, js)
+	}
+	if w := waiting(&p); w == nil || w.Reason != "CreateContainerConfigError" || w.Message != `configmap "later" not found` {
+		t.Fatalf("waiting: %+v", p.Status.ContainerStatuses)
+	}
+	desc, _, _ := d.cli("describe", "pod", "late")
+	if !strings.Contains(desc, `Error: configmap "later" not found`) {
+		t.Fatalf("describe shows no Failed event:\n%s", desc)
+	}
+
+	// The object's file starts it, without waiting out the backoff
+	// (10 s after the first failure).
+	wrote := time.Now()
+	d.write("later.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: later}\ndata: {MODE: late}\n")
+	waitForValue(t, 15*time.Second, "the late pod's env written to "+lateOut,
+		func() string { b, _ := os.ReadFile(lateOut); return strings.TrimSpace(string(b)) },
+		func(s string) bool { return s == "late" })
+	took := time.Since(wrote)
+	t.Logf("started %v after its ConfigMap's file was written", took)
+	if took > 5*time.Second {
+		t.Errorf("the pod started %v after its object arrived: it waited out its backoff", took)
+	}
+
+	// A bad object document is refused with its file and field named.
+	d.write("bad.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad}\ndata: {\"a b\": x}\n")
+	d.waitPod("bad.yaml", 15*time.Second, func(p *v1.Pod) bool {
+		return strings.Contains(p.Status.Message, "bad.yaml: configmap \"bad\": data[a b]: Invalid value")
+	})
+
+	if strings.Contains(d.log.String(), "s3cret") {
+		t.Fatalf("a Secret's value in the daemon's log:\n%s", d.log)
+	}
+	desc, _, _ = d.cli("describe", "pod", "env")
+	if strings.Contains(desc, "s3cret") {
+		t.Fatalf("a Secret's value in describe:\n%s", desc)
+	}
+}
