@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/throttle"
@@ -85,7 +86,7 @@ type device struct {
 	entries    []protocol.ObjectEntry
 	omitted    []string
 	generation int64
-	budget     *bucket
+	budget     *chunks.Bucket
 }
 
 type request struct {

@@ -3,9 +3,9 @@ package objectlink
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
@@ -163,9 +163,10 @@ func (l *Link) spend(dev string, size int) bool {
 	defer l.mu.Unlock()
 	d := l.device(dev)
 	if d.budget == nil {
-		d.budget = newBucket(l.cfg.Rate, float64(l.cfg.Limits.MaxBytes), now)
+		d.budget = chunks.NewBucket(l.cfg.Rate, float64(l.cfg.Limits.MaxBytes), now)
 	}
-	return d.budget.take(float64(max(size, minCost)), now)
+	_, ok := d.budget.Reserve(max(size, minCost), now, 0)
+	return ok
 }
 
 func (l *Link) isRevoked(dev string) bool {
@@ -189,27 +190,4 @@ func (l *Link) refuse(dev, kind string, err error) {
 	if serr := l.fleet.SaveRejection(dev, fmt.Sprintf("%s: %v", l.cfg.Topics.Device(dev, kind), err), l.cfg.Now()); serr != nil {
 		l.log.Error("storing a rejection", "device", dev, "err", serr)
 	}
-}
-
-// bucket is a token bucket: rate a second, up to burst saved.
-type bucket struct {
-	rate, burst, tokens float64
-	last                time.Time
-}
-
-func newBucket(rate, burst float64, now time.Time) *bucket {
-	return &bucket{rate: rate, burst: burst, tokens: burst, last: now}
-}
-
-// take takes n when there are n, and says whether it did.
-func (b *bucket) take(n float64, now time.Time) bool {
-	if now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-		b.last = now
-	}
-	if b.tokens < n {
-		return false
-	}
-	b.tokens -= n
-	return true
 }
