@@ -170,35 +170,64 @@ func (f *Fleet) AnnounceSealKey(device string, pub []byte, at time.Time) (pinned
 	return false, ErrSealKeyMismatch
 }
 
+// ObjectIndexDoc is a device's next object index, signed, as stored.
+type ObjectIndexDoc struct {
+	Device     string
+	Generation int64
+	Entries    []protocol.ObjectEntry
+	Document   []byte
+	Omitted    []string
+	// OmittedChanged says the objects left out changed (the caller warns).
+	OmittedChanged bool
+}
+
 // SaveObjectIndex stores a device's next object index; it fails unless
 // the generation is the next one (generations only grow, even across a
 // hub's restarts).
 func (f *Fleet) SaveObjectIndex(device string, generation int64, entries []protocol.ObjectEntry, document []byte, omitted []string) error {
+	return f.SaveObjectIndexes([]ObjectIndexDoc{{Device: device, Generation: generation, Entries: entries, Document: document, Omitted: omitted}})
+}
+
+// SaveObjectIndexes stores devices' next object indexes in one
+// transaction: all, or none if any generation is not the next one.
+func (f *Fleet) SaveObjectIndexes(docs []ObjectIndexDoc) error {
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	var current int64
-	err = tx.QueryRow(`SELECT generation FROM device_objects WHERE device = ?`, device).Scan(&current)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	current, err := tx.Prepare(`SELECT generation FROM device_objects WHERE device = ?`)
+	if err != nil {
 		return err
 	}
-	if current != generation-1 {
-		return fmt.Errorf("device %s: object index generation %d is stored, cannot store %d", device, current, generation)
-	}
-	if entries == nil {
-		entries = []protocol.ObjectEntry{}
-	}
-	if omitted == nil {
-		omitted = []string{}
-	}
-	e, _ := json.Marshal(entries)
-	o, _ := json.Marshal(omitted)
-	if _, err := tx.Exec(`INSERT INTO device_objects (device, generation, entries, document, omitted) VALUES (?, ?, ?, ?, ?)
+	defer current.Close()
+	upsert, err := tx.Prepare(`INSERT INTO device_objects (device, generation, entries, document, omitted) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, entries = excluded.entries,
-		document = excluded.document, omitted = excluded.omitted`, device, generation, e, document, o); err != nil {
+		document = excluded.document, omitted = excluded.omitted`)
+	if err != nil {
 		return err
+	}
+	defer upsert.Close()
+	for _, d := range docs {
+		var gen int64
+		if err := current.QueryRow(d.Device).Scan(&gen); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if gen != d.Generation-1 {
+			return fmt.Errorf("device %s: object index generation %d is stored, cannot store %d", d.Device, gen, d.Generation)
+		}
+		entries, omitted := d.Entries, d.Omitted
+		if entries == nil {
+			entries = []protocol.ObjectEntry{}
+		}
+		if omitted == nil {
+			omitted = []string{}
+		}
+		e, _ := json.Marshal(entries)
+		o, _ := json.Marshal(omitted)
+		if _, err := upsert.Exec(d.Device, d.Generation, e, d.Document, o); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

@@ -288,19 +288,7 @@ func (l *Link) indexer() {
 		dirty := l.dirty
 		l.dirty = map[string]bool{}
 		l.mu.Unlock()
-		failed := false
-		// One read of each object per pass, however many devices use it.
-		reads := map[objects.Ref]read{}
-		for dev := range dirty {
-			if err := l.update(dev, reads); err != nil {
-				l.log.Error("computing a device's object index; trying again", "device", dev, "err", err)
-				l.mu.Lock()
-				l.dirty[dev] = true
-				l.mu.Unlock()
-				failed = true
-			}
-		}
-		if failed && retry == nil {
+		if failed := l.pass(dirty); failed && retry == nil {
 			retry = time.After(l.cfg.Retry)
 		}
 	}
@@ -316,10 +304,59 @@ type read struct {
 	err error
 }
 
-// update computes a device's index and, when its entries changed,
-// stores and publishes the next generation. reads are the objects this
-// pass has read.
-func (l *Link) update(dev string, reads map[objects.Ref]read) error {
+// storeBatch bounds the indexes stored in one transaction.
+const storeBatch = 256
+
+// pass computes the marked devices' indexes and stores and publishes the
+// changed ones, a batch per transaction. It says whether any failed
+// (they are marked again).
+func (l *Link) pass(dirty map[string]bool) (failed bool) {
+	retry := func(devs []string, err error) {
+		l.log.Error("computing or storing object indexes; trying again", "devices", len(devs), "first", devs[0], "err", err)
+		l.mu.Lock()
+		for _, dev := range devs {
+			l.dirty[dev] = true
+		}
+		l.mu.Unlock()
+		failed = true
+	}
+	// One read of each object per pass, however many devices use it.
+	reads := map[objects.Ref]read{}
+	var batch []fleetdb.ObjectIndexDoc
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := l.commit(batch); err != nil {
+			devs := make([]string, len(batch))
+			for i, d := range batch {
+				devs[i] = d.Device
+			}
+			retry(devs, err)
+		}
+		batch = batch[:0]
+	}
+	for dev := range dirty {
+		next, err := l.next(dev, reads)
+		if err != nil {
+			retry([]string{dev}, err)
+			continue
+		}
+		if next != nil {
+			batch = append(batch, *next)
+			if len(batch) == storeBatch {
+				flush()
+			}
+		}
+	}
+	flush()
+	return failed
+}
+
+// next computes a device's index: the next generation, signed, when its
+// entries changed; nil when they did not (what the bounds left out is
+// stored if only that changed).
+func (l *Link) next(dev string, reads map[objects.Ref]read) (*fleetdb.ObjectIndexDoc, error) {
 	l.mu.Lock()
 	d := l.device(dev)
 	refs := d.refs
@@ -343,41 +380,51 @@ func (l *Link) update(dev string, reads map[objects.Ref]read) error {
 		return o
 	}, l.cfg.Limits)
 	if readErr != nil {
-		return readErr
+		return nil, readErr
 	}
 	omittedChanged := fmt.Sprint(ix.Omitted) != fmt.Sprint(prevOmitted)
 	// A device that never had objects is not sent an empty index.
 	if SameEntries(ix.Entries, prevEntries) && (gen > 0 || len(ix.Entries) == 0) {
 		if omittedChanged {
 			if err := l.fleet.SaveOmitted(dev, ix.Omitted); err != nil {
-				return err
+				return nil, err
 			}
 			l.mu.Lock()
 			d.omitted = ix.Omitted
 			l.mu.Unlock()
 			l.warnOmitted(dev, ix.Omitted)
 		}
-		return nil
+		return nil, nil
 	}
 	doc, err := protocol.SignObjectIndex(protocol.ObjectIndex{Device: dev, Generation: gen + 1, Entries: ix.Entries}, l.cfg.Key)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Stored, then published, under pubMu: Connected's republishing of
-	// stored documents cannot overwrite this one with an older one. A
-	// hub that dies in between publishes it when it connects.
+	return &fleetdb.ObjectIndexDoc{Device: dev, Generation: gen + 1, Entries: ix.Entries, Document: doc, Omitted: ix.Omitted,
+		OmittedChanged: omittedChanged}, nil
+}
+
+// commit stores a batch of indexes in one transaction, then publishes
+// them, under pubMu: Connected's republishing of stored documents cannot
+// overwrite one with an older one. A hub that dies in between publishes
+// them when it connects.
+func (l *Link) commit(batch []fleetdb.ObjectIndexDoc) error {
 	l.pubMu.Lock()
-	if err := l.fleet.SaveObjectIndex(dev, gen+1, ix.Entries, doc, ix.Omitted); err != nil {
-		l.pubMu.Unlock()
+	defer l.pubMu.Unlock()
+	if err := l.fleet.SaveObjectIndexes(batch); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	d.generation, d.entries, d.omitted = gen+1, ix.Entries, ix.Omitted
+	for _, ix := range batch {
+		d := l.device(ix.Device)
+		d.generation, d.entries, d.omitted = ix.Generation, ix.Entries, ix.Omitted
+	}
 	l.mu.Unlock()
-	l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, doc)
-	l.pubMu.Unlock()
-	if omittedChanged {
-		l.warnOmitted(dev, ix.Omitted)
+	for _, ix := range batch {
+		l.publish(l.cfg.Topics.Device(ix.Device, protocol.KindObjects), true, ix.Document)
+		if ix.OmittedChanged {
+			l.warnOmitted(ix.Device, ix.Omitted)
+		}
 	}
 	return nil
 }
