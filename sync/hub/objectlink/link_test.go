@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -327,5 +328,44 @@ func TestAnswers(t *testing.T) {
 	r.ask("gw-a", entries[0])
 	if msgs := r.out.take(); len(msgs) != 0 {
 		t.Fatal("a revoked device was answered")
+	}
+}
+
+// failing is a source that cannot read (a database error, not a missing
+// object).
+type failing struct{}
+
+func (failing) Get(objects.Ref) (*objects.Object, error) { return nil, errors.New("disk I/O error") }
+
+// An object that cannot be read leaves the index as it was (not
+// computed from a guess, which would drop the object at the device) and
+// the device marked, for the next pass.
+func TestUnreadableObjectKeepsTheIndex(t *testing.T) {
+	r := newLinkRig(t, DefaultLimits)
+	r.device("gw")
+	r.src.put(objects.ConfigMap, "default", "app", "1", 10)
+	r.pods("gw", volumePod("web", "app"))
+	r.flush()
+	r.out.take()
+	r.link.cfg.Source = failing{}
+	r.link.ObjectChanged(objects.Ref{Kind: objects.ConfigMap, Namespace: "default", Name: "app"})
+	r.link.mu.Lock()
+	dirty := r.link.dirty
+	r.link.dirty = map[string]bool{}
+	r.link.mu.Unlock()
+	if !r.link.pass(dirty) {
+		t.Fatal("the pass did not fail")
+	}
+	if msgs := r.out.take(); len(msgs) != 0 {
+		t.Fatalf("published %d from an unreadable source", len(msgs))
+	}
+	if gen, entries := r.link.Index("gw"); gen != 1 || len(entries) != 1 {
+		t.Fatalf("index generation %d, %d entries", gen, len(entries))
+	}
+	r.link.cfg.Source = source{r.src}
+	r.src.put(objects.ConfigMap, "default", "app", "2", 10)
+	r.flush() // the device is still marked
+	if msgs := r.out.take(); len(msgs) != 1 {
+		t.Fatalf("published %d once readable", len(msgs))
 	}
 }
