@@ -25,7 +25,7 @@ spec:
   containers:
   - name: main
     image: host
-    command: ["sh", "-c", "echo \"$MODE $DB_PASSWORD $PW $LEVEL\" > %s.tmp && mv %s.tmp %s; exec sleep 1000"]
+    command: ["sh", "-c", "echo \"$MODE $DB_password $PW $LEVEL\" > %s.tmp && mv %s.tmp %s; exec sleep 1000"]
 %s`, name, out, out, out, env)
 }
 
