@@ -84,6 +84,9 @@ func (c *cli) delete(args []string) error {
 		fmt.Fprintf(c.out, "release %s %s deleted\n", *relName, pos[1])
 		return nil
 	}
+	if len(pos) == 2 && objectPath(pos[0]) != "" {
+		return c.deleteObject(pos[0], pos[1], *ns)
+	}
 	if len(pos) == 2 && pos[0] != "pod" {
 		return c.deleteWorkload(pos[0], pos[1], *ns)
 	}
@@ -109,11 +112,19 @@ func (c *cli) delete(args []string) error {
 func (c *cli) get(args []string) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	output := fs.String("o", "", "json, yaml or wide")
-	all := fs.Bool("A", false, "the pods of every device")
+	all := fs.Bool("A", false, "the pods of every device; the configmaps or secrets of every namespace")
 	device := fs.String("device", "", "the pods of one device")
+	ns := fs.String("n", "default", "namespace (configmaps, secrets)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) >= 1 && len(pos) <= 2 && objectPath(pos[0]) != "" {
+		name := ""
+		if len(pos) == 2 {
+			name = pos[1]
+		}
+		return c.getObjects(pos[0], name, *ns, *all && name == "", *output, time.Now())
 	}
 	if len(pos) != 1 {
 		return errors.New("usage: podhub get devices | pods (-A | --device ID)")
@@ -164,12 +175,12 @@ func (c *cli) get(args []string) error {
 	case "updates", "update":
 		return c.getUpdates(*output, now)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb, releases, updates)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb, configmaps, secrets, releases, updates)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {
 	fs := flag.NewFlagSet("describe", flag.ContinueOnError)
-	ns := fs.String("n", "default", "namespace (deployment, daemonset, statefulset)")
+	ns := fs.String("n", "default", "namespace (deployment, daemonset, statefulset, configmap, secret)")
 	relName := fs.String("name", "podvisor", "release: the release's name (a firmware bundle's)")
 	pos, err := flags(fs, args)
 	if err != nil {
@@ -180,6 +191,9 @@ func (c *cli) describe(args []string) error {
 	}
 	if len(pos) == 2 && pos[0] == "update" {
 		return c.describeUpdate(pos[1], time.Now())
+	}
+	if len(pos) == 2 && objectPath(pos[0]) != "" {
+		return c.describeObject(pos[0], pos[1], *ns)
 	}
 	if len(pos) == 2 && pos[0] != "device" {
 		return c.describeWorkload(pos[0], pos[1], *ns)

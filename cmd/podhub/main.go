@@ -31,11 +31,12 @@ Usage:
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
   podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
-  podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass|pdb|configmap|secret NAME [-n NAMESPACE]
   podhub [--data-dir DIR] get devices [-o json|yaml]
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
   podhub [--data-dir DIR] get deployments|daemonsets|statefulsets|priorityclasses|pdb [-o json|yaml]
-  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE]
+  podhub [--data-dir DIR] get configmaps|secrets [NAME] [-n NAMESPACE | -A] [-o json|yaml]
+  podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset|pdb|configmap|secret NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
   podhub [--data-dir DIR] drain device ID [--ignore-daemonsets] [--delete-emptydir-data] [--force] [--disable-eviction] [--timeout D] [--grace-period N]
@@ -187,9 +188,9 @@ var synopses = map[string]string{
 	"device add":      "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke":   "device revoke ID",
 	"apply":           "apply -f FILE [--device ID | --selector k=v[,k=v]]",
-	"delete":          "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb NAME [-n NAMESPACE] | delete release V [--name N]",
-	"get":             "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb|releases|updates",
-	"describe":        "describe device ID | describe deployment|daemonset|statefulset|pdb NAME [-n NAMESPACE] | describe release V [--name N] | describe update NAME",
+	"delete":          "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb|configmap|secret NAME [-n NAMESPACE] | delete release V [--name N]",
+	"get":             "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb|releases|updates | get configmaps|secrets [NAME] [-n NAMESPACE | -A]",
+	"describe":        "describe device ID | describe deployment|daemonset|statefulset|pdb|configmap|secret NAME [-n NAMESPACE] | describe release V [--name N] | describe update NAME",
 	"label":           "label device ID k=v|k- ...",
 	"cordon":          "cordon device ID",
 	"uncordon":        "uncordon device ID",

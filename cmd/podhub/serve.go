@@ -39,10 +39,13 @@ type config struct {
 	DeviceTimeout string `json:"deviceTimeout,omitempty"`
 	// MemoryLimit is podhub's soft memory limit: auto, off or a size
 	// (gclimit.go).
-	MemoryLimit  string `json:"memoryLimit,omitempty"`
-	Username     string `json:"username,omitempty"`
-	PasswordFile string `json:"passwordFile,omitempty"`
-	TLS          struct {
+	MemoryLimit string `json:"memoryLimit,omitempty"`
+	// SecretsKeyFile is the key Secrets are sealed with in fleet.db
+	// (default <data-dir>/secrets.key; secretskey.go).
+	SecretsKeyFile string `json:"secretsKeyFile,omitempty"`
+	Username       string `json:"username,omitempty"`
+	PasswordFile   string `json:"passwordFile,omitempty"`
+	TLS            struct {
 		CA   string `json:"ca,omitempty"`
 		Cert string `json:"cert,omitempty"`
 		Key  string `json:"key,omitempty"`
@@ -115,12 +118,18 @@ func (c *cli) init(args []string) error {
 		return err
 	}
 	created = append(created, made...)
+	if made, err := c.initSecretsKey(); err != nil {
+		return err
+	} else if made != "" {
+		created = append(created, made)
+	}
 	cfg := "# podhub serve's settings; its flags override them.\n" +
 		"# The embedded broker speaks TLS and admits only certificates from pki/ca.pem;\n" +
 		"# listen on a public address (\"0.0.0.0:8883\") for devices on other hosts.\n" +
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
 		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
 		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n" +
+		"# secretsKeyFile: /path/secrets.key   # the key Secrets are sealed with in fleet.db (default <data-dir>/secrets.key)\n" +
 		"updates:\n" +
 		"  chunkRate: 4Mi        # each device's artifact transfer rate, bytes a second (podhub update)\n" +
 		"  chunkReads: 4         # artifact reads under way at once\n"
@@ -203,6 +212,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	defer fleet.Close()
 	h := hub.New(hcfg, fleet, log)
+	if err := c.loadSecretsKey(cfg, h.Objects(), log); err != nil {
+		return err
+	}
 	if err := h.Start(10 * time.Second); err != nil {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}

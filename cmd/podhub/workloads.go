@@ -35,8 +35,13 @@ func (c *cli) applyObjects(file string, data []byte) error {
 	if err := c.client().Do("POST", "/v1/objects", api.ObjectsRequest{File: file, Data: data}, &out); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d statefulset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
-		file, out.Deployments, out.DaemonSets, out.StatefulSets, out.PriorityClasses, out.Pods)
+	if out.Deployments+out.DaemonSets+out.StatefulSets+out.PriorityClasses+out.Pods > 0 || out.ConfigMaps+out.Secrets+out.PDBs == 0 {
+		fmt.Fprintf(c.out, "%s: %d deployment(s), %d daemonset(s), %d statefulset(s), %d priorityclass(es), %d pod(s) applied; the hub schedules them\n",
+			file, out.Deployments, out.DaemonSets, out.StatefulSets, out.PriorityClasses, out.Pods)
+	}
+	if out.ConfigMaps+out.Secrets > 0 {
+		fmt.Fprintf(c.out, "%s: %d configmap(s), %d secret(s) applied\n", file, out.ConfigMaps, out.Secrets)
+	}
 	if out.PDBs > 0 {
 		fmt.Fprintf(c.out, "%s: %d poddisruptionbudget(s) applied\n", file, out.PDBs)
 	}

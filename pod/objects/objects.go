@@ -44,8 +44,8 @@ type Object struct {
 	Data map[string][]byte `json:"data"`
 }
 
-// Size is the bytes of an object's data, keys and values, as the API
-// server counts them for its 1 MiB limit.
+// Size is the bytes of an object's data, keys and values (the API
+// server's 1 MiB limit, MaxSize, counts the values only).
 func (o *Object) Size() int {
 	n := 0
 	for k, v := range o.Data {

@@ -13,6 +13,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/controllers"
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/releases"
 	"github.com/podvisor/podvisor/sync/hub/updates"
@@ -30,6 +31,7 @@ type Hub struct {
 	*controllers.Scheduler
 	fleet     *fleetdb.Fleet
 	workloads *workloaddb.Store
+	objects   *objectdb.Store
 	// Updates drives the fleet's self-updates and firmware rollouts.
 	Updates *updates.Driver
 	cfg     Config
@@ -37,7 +39,7 @@ type Hub struct {
 
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
-	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), cfg: cfg}
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), objects: objectdb.New(fleet.SQL()), cfg: cfg}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	cfg.UpdateChanged = func() { h.Updates.Kick() }
 	h.Link = devicelink.New(cfg, fleet, log)
@@ -69,12 +71,17 @@ func (h *Hub) Close() {
 // Workloads is the scheduler's tables of the hub's fleet.
 func (h *Hub) Workloads() *workloaddb.Store { return h.workloads }
 
+// Objects is the ConfigMaps and Secrets applied at the hub: what the
+// distribution of objects to devices reads (Get, List, Entries) and
+// listens to (OnChange). Secrets need its keys (SetKeys) before an apply.
+func (h *Hub) Objects() *objectdb.Store { return h.objects }
+
 // API is the hub's API, a device silent for timeout being NotReady.
 func (h *Hub) API(timeout time.Duration) *api.API {
 	var pub ed25519.PublicKey
 	if h.cfg.Key != nil {
 		pub = h.cfg.Key.Public().(ed25519.PublicKey)
 	}
-	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Timeout: timeout,
+	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Objects: h.objects, Timeout: timeout,
 		HubKey: pub, Releases: releases.Store{Dir: h.cfg.ReleaseDir}, Updates: h.Updates}
 }

@@ -20,9 +20,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/hub/controllers"
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/releases"
 	"github.com/podvisor/podvisor/sync/hub/updates"
@@ -39,6 +41,8 @@ type API struct {
 	Scheduler *controllers.Scheduler
 	Fleet     *fleetdb.Fleet
 	Workloads *workloaddb.Store
+	// Objects are the ConfigMaps and Secrets.
+	Objects *objectdb.Store
 	// Timeout is how long a device may be silent and still be Ready.
 	Timeout time.Duration
 	// Now is the clock (default time.Now).
@@ -124,6 +128,7 @@ func (a *API) Handler() http.Handler {
 		reply(w, list, err)
 	})
 	a.workloadRoutes(mux)
+	a.objectRoutes(mux)
 	a.disruptionRoutes(mux)
 	a.releaseRoutes(mux)
 	return mux
@@ -232,7 +237,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 	}
 	if err != nil {
 		code := http.StatusBadRequest
-		if errors.Is(err, fleetdb.ErrNotFound) {
+		if errors.Is(err, fleetdb.ErrNotFound) || errors.Is(err, objects.ErrNotFound) {
 			code = http.StatusNotFound
 		}
 		w.WriteHeader(code)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -31,6 +32,8 @@ type ObjectsApplied struct {
 	StatefulSets    int `json:"statefulSets"`
 	PriorityClasses int `json:"priorityClasses"`
 	PDBs            int `json:"podDisruptionBudgets"`
+	ConfigMaps      int `json:"configMaps"`
+	Secrets         int `json:"secrets"`
 }
 
 // CordonRequest cordons (true) or uncordons a device.
@@ -161,12 +164,16 @@ func (a *API) applyObjects(req ObjectsRequest) (ObjectsApplied, error) {
 			return ObjectsApplied{}, fmt.Errorf("%s: %w", objs.Where("Pod", p.Namespace, p.Name), errs.ToAggregate())
 		}
 	}
-	if err := a.Workloads.ApplyObjects(objs, time.Now()); err != nil {
+	// One transaction for the whole file: the workloads' part and the
+	// ConfigMaps' and Secrets'.
+	now := time.Now()
+	if err := a.Objects.Apply(objs, now, func(tx *sql.Tx) error { return a.Workloads.ApplyObjectsTx(tx, objs, now) }); err != nil {
 		return ObjectsApplied{}, err
 	}
 	a.Scheduler.Reschedule()
 	return ObjectsApplied{Pods: len(objs.Pods), Deployments: len(objs.Deployments), DaemonSets: len(objs.DaemonSets),
-		StatefulSets: len(objs.StatefulSets), PriorityClasses: len(objs.PriorityClasses), PDBs: len(objs.PDBs)}, nil
+		StatefulSets: len(objs.StatefulSets), PriorityClasses: len(objs.PriorityClasses), PDBs: len(objs.PDBs),
+		ConfigMaps: len(objs.ConfigMaps), Secrets: len(objs.Secrets)}, nil
 }
 
 // listWorkloads returns the stored objects of a kind, as the API server's

@@ -1,8 +1,9 @@
 // Package fleetdb is the hub's fleet database (SQLite, fleet.db): its
 // schema migrations, and the tables of the devices and what they report
 // (devices, desired, acks, mirrors, events, cursors). The scheduler's
-// tables (workloads, hub_pods, sched_events) are workloaddb's, on the
-// same database. Every query of the hub is here or there.
+// tables (workloads, hub_pods, sched_events) are workloaddb's, the
+// ConfigMaps and Secrets (config_objects) objectdb's, on the same
+// database. Every query of the hub is here or there.
 package fleetdb
 
 import (
@@ -18,6 +19,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver
 
 	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -56,6 +58,8 @@ var fleetMigrations = []string{fleetSchema1,
 	// Self-update and firmware rollouts (podhub release push, podhub
 	// update): releases, updates, each device's newest order and report.
 	updateTables,
+	// ConfigMaps and Secrets (objectdb), Secrets sealed at rest.
+	objectdb.Tables,
 }
 
 var fleetSchema1 = `

@@ -1,6 +1,7 @@
 // Package kinds decodes what `podhub apply -f` accepts: multi-document
 // YAML or JSON of apps/v1 DaemonSet, Deployment and StatefulSet, v1 Pod,
-// scheduling.k8s.io/v1 PriorityClass and policy/v1 PodDisruptionBudget, strictly (unknown kinds and fields
+// ConfigMap and Secret, scheduling.k8s.io/v1 PriorityClass and policy/v1
+// PodDisruptionBudget, strictly (unknown kinds and fields
 // are errors), defaulted and validated as the API server would, with
 // errors that name the file, the document, the object and the field.
 package kinds
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/objects"
 )
 
 // MaxDocuments bounds the objects one file may hold.
@@ -34,6 +36,10 @@ type Objects struct {
 	StatefulSets    []*appsv1.StatefulSet
 	PriorityClasses []*schedulingv1.PriorityClass
 	PDBs            []*policyv1.PodDisruptionBudget
+	// ConfigMaps and Secrets are as the API server stores them: a
+	// Secret's stringData merged into its data (objects.SetSecretDefaults).
+	ConfigMaps []*v1.ConfigMap
+	Secrets    []*v1.Secret
 
 	file      string
 	documents map[string]int // by ID
@@ -60,7 +66,8 @@ func (o *Objects) Where(kind, namespace, name string) string {
 
 // Len is the number of objects.
 func (o *Objects) Len() int {
-	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.StatefulSets) + len(o.PriorityClasses) + len(o.PDBs)
+	return len(o.Pods) + len(o.DaemonSets) + len(o.Deployments) + len(o.StatefulSets) + len(o.PriorityClasses) + len(o.PDBs) +
+		len(o.ConfigMaps) + len(o.Secrets)
 }
 
 // Decode decodes every document of file's data. Any bad document fails
@@ -164,8 +171,21 @@ func (o *Objects) decode(doc []byte) (string, error) {
 		}
 		pdb.Status = policyv1.PodDisruptionBudgetStatus{} // the disruption controller's
 		o.PDBs = append(o.PDBs, pdb)
+	case "v1, ConfigMap":
+		cm, err := decodeValid(js, named, setConfigMapDefaults, objects.ValidateConfigMap)
+		if err != nil {
+			return "", err
+		}
+		o.ConfigMaps = append(o.ConfigMaps, cm)
+	case "v1, Secret":
+		// Validated with stringData merged; errors never show a value.
+		sec, err := decodeValid(js, named, setSecretDefaults, objects.ValidateSecret)
+		if err != nil {
+			return "", err
+		}
+		o.Secrets = append(o.Secrets, sec)
 	default:
-		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass, policy/v1 PodDisruptionBudget",
+		return "", fmt.Errorf("apiVersion %q kind %q: podhub applies apiVersion v1 kind Pod, ConfigMap and Secret, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass, policy/v1 PodDisruptionBudget",
 			head.APIVersion, head.Kind)
 	}
 	return id, nil
@@ -240,4 +260,18 @@ func validateBareOwners(refs []metav1.OwnerReference) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+func setConfigMapDefaults(cm *v1.ConfigMap) {
+	if cm.Namespace == "" {
+		cm.Namespace = "default"
+	}
+	objects.SetConfigMapDefaults(cm)
+}
+
+func setSecretDefaults(s *v1.Secret) {
+	if s.Namespace == "" {
+		s.Namespace = "default"
+	}
+	objects.SetSecretDefaults(s)
 }

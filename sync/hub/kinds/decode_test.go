@@ -133,7 +133,7 @@ func TestDecodeRejects(t *testing.T) {
 		name, file, want string
 	}{
 		{"unknown kind", "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: s}\n",
-			`f.yaml: document 1: apiVersion "apps/v1" kind "ReplicaSet": podhub applies apiVersion v1 kind Pod, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass`},
+			`f.yaml: document 1: apiVersion "apps/v1" kind "ReplicaSet": podhub applies apiVersion v1 kind Pod, ConfigMap and Secret, apps/v1 DaemonSet, Deployment and StatefulSet, scheduling.k8s.io/v1 PriorityClass`},
 		{"wrong group", "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata: {name: s}\n", `apiVersion "extensions/v1beta1" kind "Deployment"`},
 		{"unknown field in template", deploymentHead + "        imagePolicy: Always\n",
 			`f.yaml: document 1: Deployment "web": unknown field "spec.template.spec.containers[0].imagePolicy"`},

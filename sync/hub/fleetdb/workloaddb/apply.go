@@ -29,13 +29,22 @@ func (f *Store) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 		return err
 	}
 	defer tx.Rollback()
+	if err := f.ApplyObjectsTx(tx, objs, now); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// ApplyObjectsTx is ApplyObjects in the caller's transaction, which
+// stores the rest of the same apply (objectdb: ConfigMaps and Secrets).
+func (f *Store) ApplyObjectsTx(tx *sql.Tx, objs *kinds.Objects, now time.Time) error {
 	a := &applyTx{tx: tx, objs: objs, now: now}
 	for _, step := range []func() error{a.deployments, a.daemonSets, a.statefulSets, a.priorityClasses, a.pdbs, a.checkBounds, a.pods} {
 		if err := step(); err != nil {
 			return err
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 // applyTx is one ApplyObjects: its transaction, the objects and the time.

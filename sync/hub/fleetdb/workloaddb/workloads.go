@@ -132,6 +132,12 @@ func (f *Store) DeleteWorkload(kind, namespace, name string) error {
 	return forgetEvents(f.db, kind, namespace, name)
 }
 
+// ForgetEvents drops the events of an object the hub no longer holds
+// (a deleted ConfigMap or Secret).
+func (f *Store) ForgetEvents(kind, namespace, name string) error {
+	return forgetEvents(f.db, kind, namespace, name)
+}
+
 // forgetEvents drops the events of an object the hub no longer holds:
 // pod names are new with every replica made, so events kept past their
 // pod would grow the database without bound (Kubernetes lets them expire
