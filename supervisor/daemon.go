@@ -226,6 +226,8 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 			d.runtimes.Images().Rescan() // what failed to import while it was away
 		case a := <-d.runtimes.Images().Arrived():
 			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
+		case <-d.inbox.objects:
+			d.refreshObjects()
 		case r := <-d.runtimes.Started():
 			d.startDone(r)
 		case r := <-d.hooks.Results():

@@ -16,6 +16,8 @@ type inbox struct {
 	// supervising closes when Run has restored the pods, read the
 	// manifests and starts supervising them.
 	supervising chan struct{}
+	// objects holds a wake-up when ConfigMaps or Secrets changed.
+	objects chan struct{}
 }
 
 // request is work the API asks the loop to do on the machine.
@@ -25,7 +27,7 @@ type request struct {
 }
 
 func newInbox() *inbox {
-	return &inbox{requests: make(chan request), stopped: make(chan struct{}), supervising: make(chan struct{})}
+	return &inbox{requests: make(chan request), stopped: make(chan struct{}), supervising: make(chan struct{}), objects: make(chan struct{}, 1)}
 }
 
 // do runs fn on the loop goroutine, which owns the machine.
@@ -49,3 +51,12 @@ func (b *inbox) startSupervising() { close(b.supervising) }
 
 // stop makes every request fail from now on: the loop has ended.
 func (b *inbox) stop() { close(b.stopped) }
+
+// objectsChanged wakes the loop to refresh the pods' object volumes; a
+// wake-up already pending covers this one.
+func (b *inbox) objectsChanged() {
+	select {
+	case b.objects <- struct{}{}:
+	default:
+	}
+}

@@ -96,8 +96,9 @@ func (d *Daemon) recoverRuntime(rt runtime.Runtime) {
 // startRequest prepares a container instance for its runtime.
 func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt runtime.Runtime) *runtime.Container {
 	pod, spec := in.Pod, in.Spec(a.Container)
+	env := d.podEnv(pod)
 	return &runtime.Container{
-		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: d.protector.PodEnv(),
+		Pod: pod, Spec: spec, InstanceID: a.InstanceID, Attempt: a.Attempt, Node: env,
 		LogPath: d.retention.LogPath(pod, a.Container, a.Attempt), LogMaxBytes: d.cfg.Logs.MaxSize.Value(), LogMaxFiles: d.cfg.Logs.MaxFiles,
 		OOMScoreAdj: resources.OOMScoreAdj(pod, spec, d.protector.Memory()),
 		Cgroup: func() (string, error) {
@@ -110,7 +111,7 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			d.probing.Watch(pod) // before the container starts: its listen() is seen and its first packet counted
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
-		Mounts:      d.podFS.MountsFor(pod, spec, d.protector.PodEnv()),
+		Mounts:      d.podFS.MountsFor(pod, spec, env),
 		LocalImages: d.desired.LocalImages(pod),
 		Objects:     d.objects.For(pod),
 	}

@@ -25,6 +25,10 @@ func TestClassifyStart(t *testing.T) {
 			startOutcome{Kind: startNotCreated, Reason: "ErrImagePull", Message: "no such image", RemoveLeftover: true}},
 		{"not created, wrapped", runtime.Started{Err: fmt.Errorf("plugin: %w", pull)},
 			startOutcome{Kind: startNotCreated, Reason: "ErrImagePull", Message: "no such image"}},
+		{"volumes not ready", runtime.Started{Err: runtime.ConfigError(fmt.Errorf("mounts: %w", &runtime.MountError{Volume: "cfg", Err: errors.New(`configmap "app" not found`)}))},
+			startOutcome{Kind: startNotCreated, Reason: lifecycle.FailedMount, Message: `MountVolume.SetUp failed for volume "cfg" : configmap "app" not found`}},
+		{"configuration", runtime.Started{Err: runtime.ConfigError(errors.New("env X: bad"))},
+			startOutcome{Kind: startNotCreated, Reason: "CreateContainerConfigError", Message: "env X: bad"}},
 		{"created, did not run", runtime.Started{Err: errors.New("exec: no such file")},
 			startOutcome{Kind: startFailed, Exit: lifecycle.Termination{InstanceID: "u_c_1", ExitCode: 128, Reason: "StartError",
 				Message: "exec: no such file", StartedAt: now, FinishedAt: now}}},
@@ -32,5 +36,12 @@ func TestClassifyStart(t *testing.T) {
 		if got := classifyStart(tc.started, "u_c_1", now); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The runtimes and the core speak of the same FailedMount.
+func TestFailedMountIsOneWord(t *testing.T) {
+	if runtime.FailedMount != lifecycle.FailedMount {
+		t.Fatalf("runtime says %q, lifecycle %q", runtime.FailedMount, lifecycle.FailedMount)
 	}
 }

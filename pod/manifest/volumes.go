@@ -11,11 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// validateVolumes accepts the volume sources a device can provide on its
-// own: emptyDir, hostPath, downwardAPI and projected downwardAPI. Sources
-// that need an API server (configMap, secret, serviceAccountToken,
-// persistentVolumeClaim, …) are refused, as the kubelet refuses them for
-// static pods. Process pods run on the host's file system: no volumes.
+// validateVolumes accepts the volume sources a device can provide:
+// emptyDir, hostPath, downwardAPI, and configMap, secret and projected
+// (configMap, secret, downwardAPI) from the objects the device holds for
+// its pods. Sources that need more of a cluster (serviceAccountToken,
+// persistentVolumeClaim, …) are refused. Process pods run on the host's
+// file system: no volumes.
 func validateVolumes(s *v1.PodSpec, path *field.Path, isProcess bool) (field.ErrorList, sets.Set[string]) {
 	var errs field.ErrorList
 	names := sets.New[string]()
@@ -62,18 +63,16 @@ func validateVolumeSource(vs v1.VolumeSource, vp *field.Path) field.ErrorList {
 			}
 		}
 	case vs.DownwardAPI != nil:
+		errs = append(errs, validateFileMode(vs.DownwardAPI.DefaultMode, vp.Child("downwardAPI", "defaultMode"))...)
 		errs = append(errs, validateDownwardItems(vs.DownwardAPI.Items, vp.Child("downwardAPI", "items"))...)
+	case vs.ConfigMap != nil:
+		errs = append(errs, validateObjectVolume(vs.ConfigMap.Name, "name", vs.ConfigMap.DefaultMode, vs.ConfigMap.Items, vp.Child("configMap"))...)
+	case vs.Secret != nil:
+		errs = append(errs, validateObjectVolume(vs.Secret.SecretName, "secretName", vs.Secret.DefaultMode, vs.Secret.Items, vp.Child("secret"))...)
 	case vs.Projected != nil:
-		for j, src := range vs.Projected.Sources {
-			sp := vp.Child("projected", "sources").Index(j)
-			if src.DownwardAPI == nil || src.ConfigMap != nil || src.Secret != nil || src.ServiceAccountToken != nil || src.ClusterTrustBundle != nil {
-				errs = append(errs, field.Forbidden(sp, "only downwardAPI sources can be projected on a device without an API server"))
-				continue
-			}
-			errs = append(errs, validateDownwardItems(src.DownwardAPI.Items, sp.Child("downwardAPI", "items"))...)
-		}
+		errs = append(errs, validateProjected(vs.Projected, vp.Child("projected"))...)
 	default:
-		errs = append(errs, field.Forbidden(vp, fmt.Sprintf("%s volumes are not available to static pods (no API server); use emptyDir, hostPath, downwardAPI or projected downwardAPI", sourceKind(vs))))
+		errs = append(errs, field.Forbidden(vp, fmt.Sprintf("%s volumes are not available to static pods (no API server); use emptyDir, hostPath, downwardAPI, configMap, secret or projected", sourceKind(vs))))
 	}
 	return errs
 }
@@ -85,7 +84,8 @@ func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) fiel
 		if it.Path == "" {
 			errs = append(errs, field.Required(ip.Child("path"), ""))
 		}
-		errs = append(errs, validateLocalDescendingPath(it.Path, ip.Child("path"))...)
+		errs = append(errs, validateLocalNonReservedPath(it.Path, ip.Child("path"))...)
+		errs = append(errs, validateFileMode(it.Mode, ip.Child("mode"))...)
 		switch {
 		case it.ResourceFieldRef != nil && it.FieldRef != nil:
 			errs = append(errs, field.Invalid(ip, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
@@ -108,10 +108,6 @@ func validateDownwardItems(items []v1.DownwardAPIVolumeFile, p *field.Path) fiel
 // sourceKind names a volume source by its field.
 func sourceKind(vs v1.VolumeSource) string {
 	switch {
-	case vs.ConfigMap != nil:
-		return "configMap"
-	case vs.Secret != nil:
-		return "secret"
 	case vs.PersistentVolumeClaim != nil:
 		return "persistentVolumeClaim"
 	case vs.NFS != nil:

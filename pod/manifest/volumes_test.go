@@ -46,9 +46,7 @@ func TestVolumesAccepted(t *testing.T) {
 
 func TestVolumeErrorsNameTheField(t *testing.T) {
 	expectDecodeErrors(t, containerPod, []decodeErrorCase{
-		{"configMap", "    emptyDir: {medium: Memory, sizeLimit: 16Mi}", "    configMap: {name: cfg}", []string{"spec.volumes[0]", "configMap volumes are not available to static pods"}},
-		{"secret", "    emptyDir: {medium: Memory, sizeLimit: 16Mi}", "    secret: {secretName: s}", []string{"spec.volumes[0]", "secret volumes"}},
-		{"projected secret", "[{downwardAPI:", "[{secret: {name: s}}, {downwardAPI:", []string{"spec.volumes[2].projected.sources[0]", "only downwardAPI"}},
+		{"nfs", "    emptyDir: {medium: Memory, sizeLimit: 16Mi}", "    nfs: {server: s, path: /x}", []string{"spec.volumes[0]", "nfs volumes are not available"}},
 		{"relative hostPath", "path: /var/lib/web", "path: var/lib/web", []string{"spec.volumes[1].hostPath.path", "absolute"}},
 		{"bad hostPath type", "type: DirectoryOrCreate", "type: Folder", []string{"spec.volumes[1].hostPath.type", "Folder"}},
 		{"bad medium", "medium: Memory", "medium: HugePages", []string{"spec.volumes[0].emptyDir.medium"}},
@@ -80,4 +78,64 @@ func TestProcessPodsTakeNoVolumes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.volumes[0]") || !strings.Contains(err.Error(), "process pods") {
 		t.Fatalf("error %v, want a process-pod volume refusal", err)
 	}
+}
+
+const objectPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  volumes:
+  - name: cfg
+    configMap: {name: app, defaultMode: 0440, items: [{key: a, path: x/a, mode: 0400}]}
+  - name: sec
+    secret: {secretName: db, optional: true}
+  - name: all
+    projected:
+      defaultMode: 0600
+      sources:
+      - configMap: {name: app, items: [{key: a, path: a}]}
+      - secret: {name: db, items: [{key: b, path: b}]}
+      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}, mode: 0444}]}
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - {name: cfg, mountPath: /cfg}
+    - {name: sec, mountPath: /sec}
+    - {name: all, mountPath: /all, subPath: a}
+`
+
+func TestObjectVolumesAccepted(t *testing.T) {
+	pods, err := Decode([]byte(objectPod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := pods[0].Spec.Volumes; len(v) != 3 || v[0].ConfigMap == nil || v[1].Secret == nil || len(v[2].Projected.Sources) != 3 {
+		t.Fatalf("volumes %+v", v)
+	}
+}
+
+// The API server's fields and words for object volumes.
+func TestObjectVolumeErrors(t *testing.T) {
+	modeMsg := "must be a number between 0 and 0777 (octal), both inclusive"
+	expectDecodeErrors(t, objectPod, []decodeErrorCase{
+		{"configMap without a name", "configMap: {name: app, defaultMode", "configMap: {defaultMode", []string{"spec.volumes[0].configMap.name: Required value"}},
+		{"secret without a name", "secret: {secretName: db, ", "secret: {", []string{"spec.volumes[1].secret.secretName: Required value"}},
+		{"defaultMode too big", "defaultMode: 0440", "defaultMode: 01000", []string{"spec.volumes[0].configMap.defaultMode: Invalid value: 512: " + modeMsg}},
+		{"negative mode", "mode: 0400", "mode: -1", []string{"spec.volumes[0].configMap.items[0].mode: Invalid value: -1: " + modeMsg}},
+		{"item without a key", "{key: a, path: x/a", "{path: x/a", []string{"spec.volumes[0].configMap.items[0].key: Required value"}},
+		{"item without a path", "{key: a, path: x/a, mode: 0400}", "{key: a}", []string{"spec.volumes[0].configMap.items[0].path: Required value"}},
+		{"item escaping", "path: x/a,", "path: x/../../a,", []string{"spec.volumes[0].configMap.items[0].path", "must not contain '..'"}},
+		{"item absolute", "path: x/a,", "path: /a,", []string{"spec.volumes[0].configMap.items[0].path", "must be a relative path"}},
+		{"item reserved", "path: x/a,", "path: ..data,", []string{"spec.volumes[0].configMap.items[0].path", "must not start with '..'"}},
+		{"projected defaultMode", "defaultMode: 0600", "defaultMode: 01777", []string{"spec.volumes[2].projected.defaultMode", modeMsg}},
+		{"projected duplicate path", "{key: b, path: b}", "{key: b, path: a}", []string{"spec.volumes[2].projected: Invalid value: \"db\": conflicting duplicate paths"}},
+		{"projected duplicate downward path", "{path: name, fieldRef", "{path: a, fieldRef", []string{"spec.volumes[2].projected: Invalid value: \"a\": conflicting duplicate paths"}},
+		{"projected source name", "- secret: {name: db, items", "- secret: {items", []string{"spec.volumes[2].projected.sources[1].secret.name: Required value"}},
+		{"projected downward mode", "mode: 0444}", "mode: 01000}", []string{"spec.volumes[2].projected.sources[2].downwardAPI.items[0].mode", modeMsg}},
+		{"two kinds in a source", "- secret: {name: db, items: [{key: b, path: b}]}", "- {secret: {name: db}, configMap: {name: x}}", []string{"spec.volumes[2].projected.sources[1]: Forbidden: may not specify more than 1 volume type"}},
+		{"service account token", "- secret: {name: db, items: [{key: b, path: b}]}", "- serviceAccountToken: {path: token}", []string{"spec.volumes[2].projected.sources[1].serviceAccountToken: Forbidden", "service account tokens"}},
+		{"cluster trust bundle", "- secret: {name: db, items: [{key: b, path: b}]}", "- clusterTrustBundle: {name: x, path: ca}", []string{"spec.volumes[2].projected.sources[1].clusterTrustBundle: Forbidden", "ClusterTrustBundles"}},
+	})
 }

@@ -229,6 +229,9 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 		return nil
 	}
 	c.FailStep++
+	if reason == FailedMount {
+		return m.mountFailed(in, c, message, now)
+	}
 	delay := m.backoffDelay(c.FailStep)
 	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, reason, message, now
 	c.NotBefore = now.Add(delay)
@@ -248,6 +251,36 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 		acts = append(acts, record(in, "Warning", "Failed", "Error: "+message))
 	}
 	return append(acts, record(in, "Normal", "BackOff", fmt.Sprintf("Back-off %s before trying container %s again", delay, name)))
+}
+
+// mountFailed is a start that waits for its volumes, as the kubelet's
+// volume manager makes a pod wait: the container stays in its default
+// waiting state (ContainerCreating), the pod gets a FailedMount warning
+// with the volume's error, and the mount is tried again after the
+// kubelet's volume backoff (500 ms doubling up to 2m2s), or as soon as
+// RetryWaiting says the objects changed.
+func (m *Machine) mountFailed(in *Instance, c *Container, message string, now time.Time) []Action {
+	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, FailedMount, message, now
+	c.NotBefore = now.Add(mountBackoff(c.FailStep))
+	m.wakeAt(c.NotBefore)
+	m.touch(in.UID())
+	return []Action{record(in, "Warning", FailedMount, message)}
+}
+
+// The kubelet's backoff of a failing volume operation
+// (exponentialbackoff: 500 ms, doubling, at most 2m2s).
+const (
+	mountBackoffInitial = 500 * time.Millisecond
+	mountBackoffMax     = 2*time.Minute + 2*time.Second
+)
+
+// mountBackoff is the wait after failure number step (from 1).
+func mountBackoff(step int) time.Duration {
+	d := mountBackoffInitial
+	for i := 1; i < step && d < mountBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, mountBackoffMax)
 }
 
 // RetryWaiting ends the backoff of containers that failed before since

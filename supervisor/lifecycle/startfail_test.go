@@ -103,3 +103,53 @@ func TestRetryWaitingEndsPullBackoff(t *testing.T) {
 		t.Fatalf("after new images: %v, want only %s retried", starts, acts[0].Container)
 	}
 }
+
+// A start that waits for its volumes shows ContainerCreating, records the
+// kubelet's FailedMount warning and nothing else, and is tried again on
+// the kubelet's volume backoff (500 ms doubling to 2m2s) or as soon as
+// the objects change.
+func TestMountFailedWaitsInContainerCreating(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	starts := kinds(h.step(h.now), Start)
+	msg := `MountVolume.SetUp failed for volume "cfg" : configmap "app" not found`
+	fail := func(a Action) {
+		t.Helper()
+		acts := h.m.StartFailed("u", "app", a.InstanceID, FailedMount, msg, h.now)
+		recs := kinds(acts, Record)
+		if len(acts) != 1 || len(recs) != 1 || recs[0].EventType != "Warning" || recs[0].Reason != FailedMount || recs[0].Message != msg {
+			t.Fatalf("actions %+v, want one FailedMount warning", acts)
+		}
+	}
+	fail(starts[0])
+	st := h.m.PodView(h.m.Instance("u"), h.now).Status
+	cs := st.ContainerStatuses[0]
+	if w := cs.State.Waiting; w == nil || w.Reason != "ContainerCreating" || w.Message != "" || cs.RestartCount != 0 || st.Phase != v1.PodPending {
+		t.Fatalf("status %+v: want Pending, ContainerCreating without a message", st)
+	}
+	for i, wait := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second} {
+		if got := kinds(h.step(h.now.Add(wait-time.Millisecond)), Start); len(got) != 0 {
+			t.Fatalf("failure %d: retried before %v", i+1, wait)
+		}
+		h.now = h.now.Add(wait)
+		starts = kinds(h.step(h.now), Start)
+		if len(starts) != 1 {
+			t.Fatalf("failure %d: not retried after %v", i+1, wait)
+		}
+		fail(starts[0])
+	}
+	if got := mountBackoff(100); got != 2*time.Minute+2*time.Second {
+		t.Fatalf("backoff capped at %v, want 2m2s", got)
+	}
+	// The objects changed: tried at once.
+	h.now = h.now.Add(time.Millisecond)
+	h.m.RetryWaiting(h.now, h.now, FailedMount)
+	starts = kinds(h.step(h.now), Start)
+	if len(starts) != 1 {
+		t.Fatal("not retried when the objects changed")
+	}
+	h.m.Started("u", "app", starts[0].InstanceID, h.now)
+	if c := h.container("u", "app"); c.WaitReason != "" || c.FailStep != 0 || c.Phase != Running {
+		t.Fatalf("after a successful start: %+v", c)
+	}
+}

@@ -78,6 +78,9 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 			w.Reason = "PodInitializing"
 		}
 		switch {
+		case c.Phase == Waiting && c.WaitReason == FailedMount:
+			// The kubelet says nothing of volumes in a container's
+			// state: the pod's FailedMount events do.
 		case c.Phase == Waiting && c.WaitReason != "":
 			w.Reason, w.Message = c.WaitReason, c.WaitMessage
 			// After the first failed pull, the kubelet says it is
@@ -107,6 +110,11 @@ const (
 	ErrImageNeverPull = "ErrImageNeverPull"
 	ImagePullBackOff  = "ImagePullBackOff"
 )
+
+// FailedMount is a start that waits for the pod's volumes (the kubelet's
+// event reason; runtime.FailedMount is the same word): the container
+// shows its default waiting state.
+const FailedMount = "FailedMount"
 
 func terminated(t *Termination) *v1.ContainerStateTerminated {
 	return &v1.ContainerStateTerminated{

@@ -2,41 +2,13 @@ package podfs
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/supervisor/runtime"
-	"github.com/podvisor/podvisor/supervisor/safepath"
 )
-
-// writeDownwardAPI writes the pod fields a downwardAPI volume asks for;
-// node is the device they describe.
-func writeDownwardAPI(dir string, pod *v1.Pod, items []v1.DownwardAPIVolumeFile, node runtime.PodEnv) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	root, err := safepath.OpenTrusted(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	for _, it := range items {
-		val, err := downwardValue(it, pod, node)
-		if err != nil {
-			return fmt.Errorf("item %s: %w", it.Path, err)
-		}
-		// Written through descriptors: a link in the volume is refused,
-		// never written through.
-		if err := safepath.WriteFile(root, strings.TrimPrefix(filepath.Clean("/"+it.Path), "/"), []byte(val), 0o644); err != nil {
-			return fmt.Errorf("item %s: %w", it.Path, err)
-		}
-	}
-	return nil
-}
 
 // downwardValue is the content of one downwardAPI volume item.
 func downwardValue(it v1.DownwardAPIVolumeFile, pod *v1.Pod, node runtime.PodEnv) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -31,10 +32,14 @@ type Options struct {
 	Log              *slog.Logger
 }
 
-// FS prepares and removes pods' directories, volumes and files. It keeps
-// no state of its own beyond its options: everything is on disk, so a
+// FS prepares and removes pods' directories, volumes and files; its
+// methods may be called from any goroutine. It keeps no state of its own
+// beyond its options: everything is on disk, so a
 // restarted daemon finds it again.
 type FS struct {
+	// mu serialises what writes the object volumes (the atomic writer
+	// has no concurrency of its own) and resolves their subPaths.
+	mu               sync.Mutex
 	dataDir          string
 	allowedHostPaths []string
 	log              *slog.Logger
@@ -55,7 +60,13 @@ func (f *FS) MountsFor(pod *v1.Pod, c *v1.Container, node runtime.PodEnv) func(e
 // Mounts prepares the pod's volumes and files (idempotent: every
 // container start calls it) and returns container c's mounts; env is the
 // container's environment, for subPathExpr.
+//
+// A configMap, secret or projected volume whose object (or key) is missing
+// is a *runtime.MountError, the kubelet's FailedMount: the container is
+// to wait and be tried again.
 func (f *FS) Mounts(pod *v1.Pod, c *v1.Container, node runtime.PodEnv, env []string) ([]runtime.Mount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	volumes, err := f.setupVolumes(pod, node)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ func readFile(t *testing.T, path string) string {
 // A start prepares every volume in the pod's directory and mounts them
 // with the pod's hosts and hostname files after them.
 func TestMountsPreparesVolumesAndPodFiles(t *testing.T) {
+	prereq.Root(t, "mounting the tmpfs of downwardAPI and projected volumes")
 	fs := newTestFS(t)
 	hostDir := filepath.Join(t.TempDir(), "host", "made")
 	labels := v1.DownwardAPIVolumeFile{Path: "labels", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.labels"}}
@@ -66,6 +67,7 @@ func TestMountsPreparesVolumesAndPodFiles(t *testing.T) {
 		{Name: "info", MountPath: "/info"},
 		{Name: "proj", MountPath: "/proj"},
 	})
+	t.Cleanup(func() { fs.RemovePod(pod.UID) })
 	got, err := fs.MountsFor(pod, &pod.Spec.Containers[0], testNode)(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -150,13 +152,13 @@ func TestMountsRefusals(t *testing.T) {
 		wantErr string
 	}{
 		{"no such volume", v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}, "other", `volumeMount "other": no such volume`},
-		{"unsupported", v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}, "v", `volume "v": unsupported volume source`},
+		{"unsupported", v1.VolumeSource{NFS: &v1.NFSVolumeSource{}}, "v", `volume "v": unsupported volume source`},
 		{"outside the allowed host paths", v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: elsewhere}}, "v",
 			"hostPath " + elsewhere + " is outside the host paths this device allows (" + allowed + ")"},
 		{"host path type", v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(allowed, "missing"), Type: hostPathType(v1.HostPathDirectory)}}, "v",
 			"hostPath " + filepath.Join(allowed, "missing") + ": "},
 		{"downward item without a reference", v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{{Path: "x"}}}}, "v",
-			`volume "v": item x: a fieldRef or resourceFieldRef is required`},
+			`MountVolume.SetUp failed for volume "v" : a fieldRef or resourceFieldRef is required`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := newTestFS(t, allowed)

@@ -22,7 +22,11 @@ const stagedMountsDir = "volume-subpaths"
 // bind-mounts the opened descriptor onto a staging path only the daemon
 // writes to. The runtime gets that path: it mounts exactly the file that
 // was resolved, whatever a container does to the volume meanwhile. A
-// missing subPath is created as a directory with the volume's mode.
+// missing subPath is created as a directory with the volume's mode. In a
+// volume the daemon wrote with the atomic writer, the writer's own links
+// are followed (as the kubelet follows them), beneath the volume: the
+// bind is of the file the key names now, and does not follow later
+// updates (as in Kubernetes).
 func (f *FS) stageMount(uid types.UID, container string, index int, vol volume, subPath string) (string, error) {
 	root, err := openVolume(vol)
 	if err != nil {
@@ -45,7 +49,11 @@ func (f *FS) stageMount(uid types.UID, container string, index int, vol volume, 
 			}
 			made.Close()
 		}
-		if src, err = safepath.Open(root, subPath); err != nil {
+		open := safepath.Open
+		if vol.atomic {
+			open = openThroughOwnLinks
+		}
+		if src, err = open(root, subPath); err != nil {
 			return "", &subPathError{err: fmt.Errorf("subPath %q of %s: %w", subPath, vol.path, err)}
 		}
 		defer src.Close()

@@ -26,14 +26,19 @@ type volume struct {
 	// what lies below it is writable by pods and not to be trusted.
 	allowedRoot  string
 	hostPathType *v1.HostPathType
-	// readOnly: downwardAPI and projected volumes are always mounted
-	// read-only, as the kubelet mounts them, so no container can plant a
-	// link where the daemon writes.
+	// readOnly: configMap, secret, downwardAPI and projected volumes are
+	// always mounted read-only, as the kubelet mounts them, so no
+	// container can plant a link where the daemon writes.
 	readOnly bool
+	// atomic: the daemon wrote the volume with the atomic writer; its
+	// subPaths are resolved through its own links (key -> ..data/key),
+	// beneath the volume.
+	atomic bool
 }
 
 // setupVolumes prepares a pod's volumes and returns them by name. It is
-// idempotent: every container start calls it.
+// idempotent: every container start calls it, and rewrites the object
+// volumes from the objects as they are now, as a kubelet sync does.
 func (f *FS) setupVolumes(pod *v1.Pod, node runtime.PodEnv) (map[string]volume, error) {
 	vols := map[string]volume{}
 	for _, v := range pod.Spec.Volumes {
@@ -47,18 +52,17 @@ func (f *FS) setupVolumes(pod *v1.Pod, node runtime.PodEnv) (map[string]volume, 
 			vol.path = filepath.Clean(v.HostPath.Path)
 			vol.hostPathType = v.HostPath.Type
 			vol.allowedRoot, err = f.prepareHostPath(v.HostPath)
-		case v.DownwardAPI != nil:
-			err = writeDownwardAPI(dir, pod, v.DownwardAPI.Items, node)
-			vol.readOnly = true
-		case v.Projected != nil:
-			var items []v1.DownwardAPIVolumeFile
-			for _, s := range v.Projected.Sources {
-				if s.DownwardAPI != nil {
-					items = append(items, s.DownwardAPI.Items...)
+		case atomicVolume(v):
+			if _, err := writeAtomicVolume(dir, pod, v, node); err != nil {
+				if !hasData(dir) {
+					return nil, err // the kubelet's FailedMount, as it is
 				}
+				// As with the kubelet, a volume set up once stays set up:
+				// a container (re)starts with what it holds, the failed
+				// update is RefreshObjectVolumes' to report.
+				f.log.Warn("updating a pod volume; it keeps its files", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "err", err)
 			}
-			err = writeDownwardAPI(dir, pod, items, node)
-			vol.readOnly = true
+			vol.readOnly, vol.atomic = true, true
 		default:
 			err = errors.New("unsupported volume source") // validation rejects these earlier
 		}

@@ -37,6 +37,10 @@ type PodEnv struct {
 	// Allocatable is the node's, for resourceFieldRef limits a container
 	// does not set.
 	Allocatable v1.ResourceList
+	// Objects are the ConfigMaps and Secrets this pod may see (the daemon
+	// chooses them per pod: a hub pod the hub's, a static pod those of
+	// its manifest directory); nil: none, every reference is not found.
+	Objects objects.Getter
 }
 
 // Resolve turns a container of a pod into its process: the environment

@@ -136,7 +136,7 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	r.awaitForgotten(c.Pod.UID)
 	cfg, err := r.containerConfig(c)
 	if err != nil {
-		done(runtime.Started{Err: &runtime.CreateError{Reason: "CreateContainerConfigError", Message: err.Error()}})
+		done(runtime.Started{Err: runtime.ConfigError(err)})
 		return
 	}
 	r.mu.Lock()
