@@ -9,6 +9,7 @@ import (
 var objectWaits = []string{"CreateContainerConfigError"}
 
 // objectsChanged acts on the objects of a source that changed: the
+// object volumes of the pods using them are rewritten, and the
 // containers waiting for their configuration are tried again now, as the
 // kubelet retries at its next sync, rather than at the end of their
 // backoff. Environments never change under a running container.
@@ -17,8 +18,7 @@ func (d *Daemon) objectsChanged(changed []objects.Ref) {
 		return
 	}
 	d.log.Info("objects changed", "count", len(changed))
-	now := d.now()
-	d.machine.RetryWaiting(now, now, objectWaits...)
+	d.refreshObjects(changed)
 }
 
 // SetHubObjects gives hub pods the hub's objects for this device (nil:

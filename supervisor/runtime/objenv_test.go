@@ -55,7 +55,7 @@ func secretKey(name, key string, optional *bool) *v1.EnvVarSource {
 func resolveEnv(t *testing.T, c v1.Container, objs objects.Getter) ([]string, error) {
 	t.Helper()
 	pod := envPod(c)
-	p, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{}, objs)
+	p, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{Objects: objs})
 	if err != nil {
 		return nil, err
 	}

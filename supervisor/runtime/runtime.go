@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
-	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/pod/vocab"
 )
 
@@ -87,9 +86,6 @@ type Container struct {
 	// Runtimes that give a container its own root call it; a host
 	// process sees the host's file system.
 	Mounts func(env []string) ([]Mount, error)
-	// Objects gives the ConfigMaps and Secrets the pod may see, for its
-	// environment (nil: none).
-	Objects objects.Getter
 	// LocalImages, when set, limits which images already on the device
 	// the container may use (a pod from the hub); nil lets it use any
 	// (the device's own pods). Runtimes without images ignore it.

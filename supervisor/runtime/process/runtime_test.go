@@ -286,7 +286,7 @@ func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
 
 func TestBuildSpecEnv(t *testing.T) {
 	pod := testPod()
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"}, nil)
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
