@@ -257,6 +257,9 @@ type Containerd struct {
 	Snapshotter      string `json:"snapshotter,omitempty"`
 	Runtime          string `json:"runtime,omitempty"`
 	RegistryAuthFile string `json:"registryAuthFile,omitempty"`
+	// RegistryCertsDir holds registries' CAs, one directory per
+	// host[:port] with *.crt files; "" is /etc/containerd/certs.d.
+	RegistryCertsDir string `json:"registryCertsDir,omitempty"`
 	RuncRoot         string `json:"runcRoot,omitempty"`
 	// NoPivotRoot: runc enters containers' roots by chroot, for devices
 	// whose root file system is an initramfs.

@@ -80,6 +80,9 @@ func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 }
 
 func (d *Daemon) startDone(r runtimeset.Start) {
+	for _, e := range r.Events {
+		d.record(d.machine.Instance(r.Pod), e.Type, e.Reason, e.Message)
+	}
 	o := classifyStart(r.Started, r.InstanceID, d.now())
 	switch o.Kind {
 	case startRan:

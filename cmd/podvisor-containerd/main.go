@@ -27,7 +27,7 @@ import (
 )
 
 const usage = `usage:
-  podvisor-containerd serve --address SOCKET [--snapshotter S] [--runtime R] [--auth-file F]
+  podvisor-containerd serve --address SOCKET [--snapshotter S] [--runtime R] [--auth-file F] [--certs-dir D]
   podvisor-containerd exec --address SOCKET [-i] [-t] CONTAINER-ID -- COMMAND [ARG...]
 `
 
@@ -77,6 +77,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Snapshotter, "snapshotter", "", "snapshotter (default: containerd's)")
 	fs.StringVar(&cfg.Runtime, "runtime", "", "runtime (default io.containerd.runc.v2)")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "docker config.json with registry credentials")
+	fs.StringVar(&cfg.CertsDir, "certs-dir", "/etc/containerd/certs.d", "registries' CAs: HOST[:PORT]/*.crt, trusted for that registry")
 	fs.StringVar(&cfg.RuncRoot, "runc-root", "", "runc state directory (default: the shim's)")
 	fs.BoolVar(&cfg.NoPivotRoot, "no-pivot-root", false, "chroot into containers' roots (for an initramfs root)")
 	fs.StringVar(&cfg.FIFODir, "fifo-dir", "", "containers' output FIFOs (default "+plugin.DefaultFIFODir+")")

@@ -81,7 +81,7 @@ func containerdConfig(c *config.Config, shimCmd []string) (containerd.Config, er
 	// A containerd section in the config means containerd is wanted, even
 	// if it is not up yet (podvisor may start first at boot).
 	cfg := containerd.Config{Address: c.ContainerdAddress(), Snapshotter: cc.Snapshotter, Runtime: cc.Runtime,
-		AuthFile: cc.RegistryAuthFile, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ShimGroup: cc.ShimGroup,
+		AuthFile: cc.RegistryAuthFile, CertsDir: cc.RegistryCertsDir, RuncRoot: cc.RuncRoot, NoPivotRoot: cc.NoPivotRoot, SandboxDir: cc.SandboxDir, ShimGroup: cc.ShimGroup,
 		CNIConfDir: cc.CNIConfDir, CNIBinDirs: cc.CNIBinDirs, ImageFS: cc.ImageFS, ConnectWait: 5 * time.Second,
 		ImageGC: containerd.ImageGC{HighThresholdPercent: cc.ImageGC.HighThresholdPercent,
 			LowThresholdPercent: cc.ImageGC.LowThresholdPercent, MinimumAge: cc.ImageGC.MinimumAge.Duration}}

@@ -84,6 +84,8 @@ func (f *FS) podDir(uid types.UID) string {
 // RemovePod unmounts the pod's staged mounts, tmpfs volumes and shm and
 // deletes its directory.
 func (f *FS) RemovePod(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	dir := f.podDir(uid)
 	if err := cleanStagedMounts(dir); err != nil {
 		// Removing the directory now would reach through a bind into a

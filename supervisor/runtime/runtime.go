@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/pod/vocab"
 )
 
@@ -90,6 +91,11 @@ type Container struct {
 	// the container may use (a pod from the hub); nil lets it use any
 	// (the device's own pods). Runtimes without images ignore it.
 	LocalImages *LocalImages
+	// Objects gives the ConfigMaps and Secrets the pod may see, as the
+	// daemon chooses for it (a hub pod the hub's, a static pod its
+	// manifest directory's): a pull takes the logins of its
+	// imagePullSecrets from there. nil: none.
+	Objects objects.Getter
 }
 
 // LocalImages is what a pod from outside the device may use of the
@@ -119,6 +125,14 @@ type Started struct {
 	// Leftover: the runtime may hold something of the failed instance,
 	// to Remove once its end is saved.
 	Leftover bool
+	// Events are the kubelet's events about the pod that the start gave
+	// (FailedToRetrieveImagePullSecret), to record before its outcome's.
+	Events []Event
+}
+
+// Event is an event about a pod, as the kubelet records it.
+type Event struct {
+	Type, Reason, Message string
 }
 
 // CreateError is a container the runtime could not create, with the

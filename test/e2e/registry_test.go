@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -119,5 +120,21 @@ spec:
 	}
 	if c.RestartCount != 0 {
 		t.Fatalf("a failed pull counted restarts: %s", describePod(p))
+	}
+	if msg := c.State.Waiting.Message; !strings.HasPrefix(msg, fmt.Sprintf("failed to pull and unpack image %q: ", ref)) || strings.Contains(msg, "wrong") {
+		t.Fatalf("the refusal is not containerd's CRI message, or shows the password: %q", msg)
+	}
+
+	// A pull secret the device does not have: the kubelet's warning, and
+	// the pull goes on without it (here with the file's wrong login).
+	d.write("unsecret.yaml", strings.Replace(pod("unsecret"), "spec:\n", "spec:\n  imagePullSecrets: [{name: regcred}]\n", 1))
+	d.waitEvent("unsecret", "Unable to retrieve some image pull secrets (regcred); attempting to pull the image may not succeed.", 1, 30*time.Second)
+	d.waitPod("unsecret", 30*time.Second, func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ErrImagePull" && strings.Contains(w.Message, "401 Unauthorized")
+	})
+	evs, err := d.client.Events(context.Background(), "default", "unsecret")
+	if err != nil || len(evs) == 0 || evs[0].Reason != "FailedToRetrieveImagePullSecret" || evs[0].Type != "Warning" {
+		t.Fatalf("the first event is not the Warning FailedToRetrieveImagePullSecret: %+v %v", evs, err)
 	}
 }

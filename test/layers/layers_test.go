@@ -34,7 +34,7 @@ var layers = []layer{
 	{"hub", []string{"sync/hub"}},
 	// What both sides of sync speak: the wire protocol, enrolment
 	// certificates, TLS settings, rate limits.
-	{"wire", []string{"sync/protocol", "sync/pki", "sync/throttle", "sync/tlsconfig"}},
+	{"wire", []string{"sync/protocol", "sync/seal", "sync/pki", "sync/throttle", "sync/tlsconfig"}},
 	// The daemon's shell and its edges: local API, SQLite records,
 	// logind, pressure observers.
 	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",

@@ -198,9 +198,9 @@ func (c *Client) ready() <-chan struct{} {
 // Run creates and starts a container and watches it. A failure to start
 // is a reply with a reason, not an error; an error means the plugin could
 // not be asked.
-func (c *Client) Run(instanceID string, cfg pluginapi.ContainerConfig) (pluginapi.RunReply, error) {
+func (c *Client) Run(instanceID string, cfg pluginapi.ContainerConfig, pull pluginapi.PullAuth) (pluginapi.RunReply, error) {
 	var reply pluginapi.RunReply
-	if err := c.call("Run", pluginapi.RunArgs{Config: cfg}, &reply); err != nil {
+	if err := c.call("Run", pluginapi.RunArgs{Config: cfg, Pull: pull}, &reply); err != nil {
 		return reply, err
 	}
 	if reply.Failure == nil {

@@ -15,7 +15,10 @@ type Config struct {
 	Snapshotter string
 	Runtime     string
 	AuthFile    string
-	RuncRoot    string
+	// CertsDir holds registries' CAs ("": the plugin's default,
+	// /etc/containerd/certs.d).
+	CertsDir string
+	RuncRoot string
 	// NoPivotRoot has runc chroot into containers' roots, where the
 	// device's root is an initramfs (pivot_root cannot leave it).
 	NoPivotRoot bool

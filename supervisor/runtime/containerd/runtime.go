@@ -100,7 +100,7 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 		args = append(args, "--fifo-dir", filepath.Join(filepath.Dir(cc.SandboxDir), "fifo"))
 	}
 	for flag, v := range map[string]string{"--snapshotter": cc.Snapshotter, "--runtime": cc.Runtime,
-		"--auth-file": cc.AuthFile, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
+		"--auth-file": cc.AuthFile, "--certs-dir": cc.CertsDir, "--runc-root": cc.RuncRoot, "--cni-conf-dir": cc.CNIConfDir, "--cni-bin-dirs": cc.CNIBinDirs} {
 		if v != "" {
 			args = append(args, flag, v)
 		}
@@ -139,6 +139,10 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 		done(runtime.Started{Err: runtime.ConfigError(err)})
 		return
 	}
+	// The pull secrets are read here, on the daemon's loop, where its
+	// getter is read; their logins go to the plugin for this start only.
+	pull, events := pullAuth(c.Pod, c.Objects, cfg.Image)
+	done = withEvents(done, events)
 	r.mu.Lock()
 	r.followed[c.InstanceID] = ""
 	nw := r.podNetworkFor(c.Pod, cfg.NetNS)
@@ -159,7 +163,7 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 			ips = nw.ips
 		}
 		cfg.Env = withPodIP(cfg.Env, spec, ips)
-		reply, err := r.client.Run(c.InstanceID, cfg)
+		reply, err := r.client.Run(c.InstanceID, cfg, pull)
 		switch {
 		case err != nil:
 			// The plugin could not be asked, or died answering: the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/images/archive"
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
@@ -36,8 +38,9 @@ func NormalizeImage(image string) (string, error) {
 // makes sure it is unpacked for the snapshotter. A container limited by
 // access (a hub pod's) uses only the local images it may (mayUse); for
 // another of that name it pulls, as the kubelet re-pulls an image a pod
-// has not shown it may use, and with Never it is refused.
-func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *pluginapi.LocalImages) (ctrd.Image, *pluginapi.Failure) {
+// has not shown it may use, and with Never it is refused. A pull
+// authenticates with auth.
+func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *pluginapi.LocalImages, auth pluginapi.PullAuth) (ctrd.Image, *pluginapi.Failure) {
 	ref, err := NormalizeImage(image)
 	if err != nil {
 		return nil, &pluginapi.Failure{Reason: pluginapi.InvalidImageName, Message: err.Error()}
@@ -60,7 +63,7 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *
 			Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", image)}
 	}
 	if img == nil {
-		return p.pull(ctx, ref, image, access)
+		return p.pull(ctx, ref, access, auth)
 	}
 	if p.images.get(img) != nil {
 		return img, nil // unpacked when its entry was read
@@ -71,42 +74,85 @@ func (p *Plugin) ensureImage(ctx context.Context, image, policy string, access *
 	return img, nil
 }
 
-// pull pulls an image and records that it came from a registry. For a
-// container limited by access it holds imports off (names), so that no
-// side-loaded image appears under the name between the check that the
-// pull may replace what is there (pullOver) and the pull's end.
-func (p *Plugin) pull(ctx context.Context, ref, image string, access *pluginapi.LocalImages) (ctrd.Image, *pluginapi.Failure) {
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: p.registryHosts()})
+// pull pulls an image and records that it came from a registry, as the
+// kubelet pulls: with each of the pod's matching logins in turn until one
+// succeeds, or anonymously when it has none. Its message is containerd's
+// CRI's (failed to pull and unpack image "ref": …), the attempts' errors
+// joined as the kubelet joins them. For a container limited by access it
+// holds imports off (names), so that no side-loaded image appears under
+// the name between the check that the pull may replace what is there
+// (pullOver) and the pull's end.
+func (p *Plugin) pull(ctx context.Context, ref string, access *pluginapi.LocalImages, auth pluginapi.PullAuth) (ctrd.Image, *pluginapi.Failure) {
+	if auth.Error != "" {
+		return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: auth.Error}
+	}
 	if access != nil {
 		var done func()
 		ctx, done = p.gate.pull(ctx)
 		defer done()
+	}
+	attempts := auth.Credentials
+	if len(attempts) == 0 {
+		attempts = []pluginapi.Credential{{}}
+	}
+	var errs []string
+	for i, cred := range attempts {
+		var creds func(string) (string, string, error)
+		if len(auth.Credentials) > 0 {
+			creds = func(string) (string, string, error) { return cred.Username, cred.Password, nil }
+		}
+		img, err := p.pullWith(ctx, ref, access, p.resolver(creds), i+1, len(attempts))
+		if err == nil {
+			return img, nil
+		}
+		errs = append(errs, fmt.Sprintf("failed to pull and unpack image %q: %v", ref, err))
+	}
+	return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: aggregate(errs)}
+}
+
+// pullWith is one attempt of a pull, with one resolver.
+func (p *Plugin) pullWith(ctx context.Context, ref string, access *pluginapi.LocalImages, resolver remotes.Resolver, attempt, of int) (ctrd.Image, error) {
+	if access != nil {
 		if existing, err := p.client.ImageService().Get(ctx, ref); err == nil {
 			err = pullOver(existing.Labels, existing.Target.Digest.String(), func() (string, error) {
 				_, desc, err := resolver.Resolve(ctx, ref)
 				return desc.Digest.String(), err
 			})
 			if err != nil {
-				return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+				return nil, err
 			}
 		} else if !errdefs.IsNotFound(err) {
-			return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull, Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+			return nil, err
 		}
 	}
-	p.log.Info("pulling image", "image", ref)
+	p.log.Info("pulling image", "image", ref, "attempt", attempt, "of", of)
 	img, err := p.client.Pull(ctx, ref, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(p.cfg.Snapshotter),
 		ctrd.WithResolver(resolver), ctrd.WithPullLabel(labelOrigin, originPull))
 	if err == nil {
 		err = checkPinned(ref, img)
 	}
-	if err != nil {
-		if access != nil && ctx.Err() != nil {
-			err = errors.New("an image import on the device stopped it; it is tried again")
-		}
-		return nil, &pluginapi.Failure{Reason: pluginapi.ErrImagePull,
-			Message: fmt.Sprintf("failed to pull image %q: %v", image, err)}
+	if err != nil && access != nil && ctx.Err() != nil {
+		err = errors.New("an image import on the device stopped it; it is tried again")
 	}
-	return img, nil
+	return img, err
+}
+
+// aggregate joins the attempts' errors as the kubelet's error aggregate
+// prints them: one alone, else each message once, in brackets.
+func aggregate(errs []string) string {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	var seen []string
+	for _, e := range errs {
+		if !slices.Contains(seen, e) {
+			seen = append(seen, e)
+		}
+	}
+	if len(seen) == 1 {
+		return seen[0]
+	}
+	return "[" + strings.Join(seen, ", ") + "]"
 }
 
 // localImage finds an image in the store that the container may use
@@ -172,16 +218,24 @@ func (p *Plugin) unpack(ctx context.Context, img ctrd.Image) error {
 	return nil
 }
 
-// registryHosts are the default registries, with credentials from the
-// docker config file when one is configured. A registry on localhost
-// (a device's own mirror) is spoken to in plain HTTP, as Docker does.
-func (p *Plugin) registryHosts() docker.RegistryHosts {
-	opts := []docker.RegistryOpt{docker.WithPlainHTTP(docker.MatchLocalhost)}
-	if p.cfg.AuthFile != "" {
-		creds := func(host string) (string, string, error) { return authFor(p.cfg.AuthFile, host) }
-		opts = append(opts, docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(creds))))
+// resolver is a pull's resolver: with creds, a login of the pod's pull
+// secrets for whatever registry asks (as containerd's CRI gives the
+// kubelet's login); without, the docker config file's login when one is
+// configured. A registry on localhost (a device's own mirror) is spoken
+// to in plain HTTP, as Docker does; others with the certificates of
+// CertsDir (registryClient).
+func (p *Plugin) resolver(creds func(string) (string, string, error)) remotes.Resolver {
+	client := registryClient(p.cfg.CertsDir)
+	if creds == nil && p.cfg.AuthFile != "" {
+		creds = func(host string) (string, string, error) { return authFor(p.cfg.AuthFile, host) }
 	}
-	return docker.ConfigureDefaultRegistries(opts...)
+	authOpts := []docker.AuthorizerOpt{docker.WithAuthClient(client)}
+	if creds != nil {
+		authOpts = append(authOpts, docker.WithAuthCreds(creds))
+	}
+	hosts := docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost), docker.WithClient(client),
+		docker.WithAuthorizer(docker.NewDockerAuthorizer(authOpts...)))
+	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 }
 
 // authFor reads a registry's credentials from a docker config.json

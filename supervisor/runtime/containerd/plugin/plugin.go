@@ -31,8 +31,13 @@ type Config struct {
 	Address     string
 	Snapshotter string // "" is containerd's default
 	Runtime     string // "" is io.containerd.runc.v2
-	// AuthFile is a docker config.json with registry credentials.
+	// AuthFile is a docker config.json with registry credentials, for
+	// pulls without a login of the pod's pull secrets.
 	AuthFile string
+	// CertsDir holds registries' CAs: <host[:port]>/*.crt are trusted
+	// for that registry besides the system's (Docker's certs.d layout).
+	// "" trusts the system's only.
+	CertsDir string
 	// RuncRoot is runc's state directory ("" is the shim's default,
 	// /run/containerd/runc): tests keep theirs apart from the host's.
 	RuncRoot string
@@ -124,7 +129,7 @@ func (p *Plugin) Version(_ pluginapi.Empty, reply *pluginapi.VersionReply) error
 func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	ctx := p.ctx()
 	cfg := args.Config
-	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy, cfg.LocalImages)
+	img, fail := p.ensureImage(ctx, cfg.Image, cfg.PullPolicy, cfg.LocalImages, args.Pull)
 	if fail != nil {
 		reply.Failure = fail
 		return nil

@@ -7,6 +7,8 @@
 package pluginapi
 
 import (
+	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -145,7 +147,44 @@ type Resources struct {
 // RunArgs asks the plugin to pull if needed, create and start a container.
 type RunArgs struct {
 	Config ContainerConfig `json:"config"`
+	// Pull is what a pull of the container's image authenticates with,
+	// for that pull only: the plugin never stores or logs it.
+	Pull PullAuth `json:"pull,omitzero"`
 }
+
+// LogValue logs a request without its logins: a JSON log handler would
+// otherwise marshal them as the wire does.
+func (a RunArgs) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("id", a.Config.ID), slog.String("image", a.Config.Image), slog.Any("pull", a.Pull))
+}
+
+// LogValue logs how many logins there are, never one of them.
+func (a PullAuth) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int("logins", len(a.Credentials)), slog.String("error", a.Error))
+}
+
+// PullAuth is the logins of a pod's imagePullSecrets that match its
+// image, in the kubelet's order (pod/keyring).
+type PullAuth struct {
+	// Credentials are tried in order until a pull succeeds; none is an
+	// anonymous pull (with the device's registry auth file, if any).
+	Credentials []Credential `json:"credentials,omitempty"`
+	// Error says the pod's pull secrets could not be read: a pull fails
+	// with it (ErrImagePull), as the kubelet's does.
+	Error string `json:"error,omitempty"`
+}
+
+// Credential is one registry login. It prints as [redacted] however it is
+// formatted or logged.
+type Credential struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+func (Credential) String() string             { return "[redacted]" }
+func (Credential) GoString() string           { return "[redacted]" }
+func (Credential) LogValue() slog.Value       { return slog.StringValue("[redacted]") }
+func (Credential) Format(f fmt.State, _ rune) { f.Write([]byte("[redacted]")) }
 
 // RunReply says how a start went. A failure is a reply, not an RPC error,
 // so its reason survives the trip.
