@@ -136,3 +136,53 @@ func TestLocalObjectsEnv(t *testing.T) {
 		t.Fatalf("a Secret's value in describe:\n%s", desc)
 	}
 }
+
+// A containerd pod's ConfigMap volume from a manifest file follows the
+// file's edits in place (the kubelet's atomic swap) within 2 s; its
+// environment, made at its start, does not change.
+func TestLocalObjectsVolumeUpdate(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
+	site := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: site}\ndata: {greeting: %s}\n"
+	d.write("site-objects.yaml", fmt.Sprintf(site, "hello"))
+	d.write("site.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: site}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: conf, configMap: {name: site}}]
+  containers:
+  - name: main
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "1000"]
+    env: [{name: GREETING, valueFrom: {configMapKeyRef: {name: site, key: greeting}}}]
+    volumeMounts: [{name: conf, mountPath: /etc/site}]
+`)
+	d.waitPod("site", 30*time.Second, running)
+	read := func(args ...string) func() string {
+		return func() string {
+			out, _, _ := d.cli(append([]string{"exec", "site", "--"}, args...)...)
+			return strings.TrimSpace(out)
+		}
+	}
+	is := func(want string) func(string) bool { return func(s string) bool { return s == want } }
+	waitForValue(t, 10*time.Second, "the volume's first content", read("cat", "/etc/site/greeting"), is("hello"))
+
+	wrote := time.Now()
+	d.write("site-objects.yaml", fmt.Sprintf(site, "updated"))
+	waitForValue(t, 10*time.Second, "the volume updated in place", read("cat", "/etc/site/greeting"), is("updated"))
+	took := time.Since(wrote)
+	t.Logf("the container read the new value %v after the file was written", took)
+	if took > 2*time.Second {
+		t.Errorf("the volume took %v to follow its ConfigMap's file, more than 2 s", took)
+	}
+	if env := read("sh", "-c", "echo $GREETING")(); env != "hello" {
+		t.Errorf("the running container's env changed to %q", env)
+	}
+	if p := d.waitPod("site", time.Second, running); p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the update restarted the container: %s", describePod(p))
+	}
+	d.remove("site.yaml")
+	d.waitGone("site", 30*time.Second)
+}
