@@ -45,7 +45,7 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	if err != nil {
 		// Nothing was created: the container waits, as the kubelet keeps
 		// one whose configuration it cannot make.
-		done(runtime.Started{Err: &runtime.CreateError{Reason: "CreateContainerConfigError", Message: err.Error()}})
+		done(runtime.Started{Err: runtime.ConfigError(err)})
 		return
 	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
