@@ -225,7 +225,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		case a := <-d.runtimes.Images().Arrived():
 			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
 		case <-d.inbox.objects:
-			d.refreshObjects(nil)
+			d.takeObjectChanges()
 		case r := <-d.runtimes.Started():
 			d.startDone(r)
 		case r := <-d.hooks.Results():

@@ -83,3 +83,30 @@ func TestStaticPodWaitsForEnvObject(t *testing.T) {
 		t.Fatalf("a hub pod saw a local object: %v", err)
 	}
 }
+
+// The hub's changes reach the loop without blocking the uplink, and the
+// containers waiting for their configuration are tried again.
+func TestHubObjectsChangedRetries(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake := resolvingRuntime{newFakeRuntime()}
+	d := shellDaemon(t, ctx, fake)
+	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	d.now = func() time.Time { return clock }
+	st := desireWebPod(t, d, `  - {name: app, image: busybox, env: [{name: A, valueFrom: {secretKeyRef: {name: db, key: k}}}]}`)
+	uid := st.Pods[0].UID
+	starts := func(n int) func() bool {
+		return func() bool {
+			started, _, _ := fake.snapshot()
+			c := d.machine.Instance(uid).Container("app")
+			return len(started) == n && c.Phase == lifecycle.Waiting && c.WaitMessage == `secret "db" not found`
+		}
+	}
+	runUntil(t, d, "the start fails for the missing secret", starts(1))
+	clock = clock.Add(time.Millisecond)
+	d.HubObjectsChanged([]objects.Ref{{Kind: objects.Secret, Namespace: "default", Name: "db"}})
+	runUntil(t, d, "the start tried again on the hub's change", starts(2))
+	clock = clock.Add(time.Millisecond)
+	d.SetHubObjects(nil)
+	runUntil(t, d, "the start tried again on a new hub source", starts(3))
+}

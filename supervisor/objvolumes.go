@@ -26,7 +26,10 @@ func (d *Daemon) podEnv(pod *v1.Pod) runtime.PodEnv {
 // kubelet's atomic swap) and tries the containers waiting for their
 // volumes (FailedMount) again at once rather than at the end of their
 // backoff.
-func (d *Daemon) ObjectsChanged() { d.inbox.objectsChanged() }
+func (d *Daemon) ObjectsChanged() {
+	d.objects.Note(nil)
+	d.inbox.objectsChanged()
+}
 
 // refreshObjects is ObjectsChanged's work on the loop, for the pods that
 // use one of changed (nil: every pod). A volume that can no longer be
