@@ -309,10 +309,14 @@ type Hub struct {
 	Key string `json:"key,omitempty"`
 	// AllowUnsigned accepts unsigned documents (a trusted broker only);
 	// it cannot go with Key.
-	AllowUnsigned bool   `json:"allowUnsigned,omitempty"`
-	Prefix        string `json:"prefix,omitempty"`
-	Username      string `json:"username,omitempty"`
-	PasswordFile  string `json:"passwordFile,omitempty"`
+	AllowUnsigned bool `json:"allowUnsigned,omitempty"`
+	// SealKey is the device's private sealing key (seal.key of its
+	// enrolment bundle): the hub seals Secrets and ConfigMaps for it.
+	// "": <dataDir>/seal.key, made at the first start.
+	SealKey      string `json:"sealKey,omitempty"`
+	Prefix       string `json:"prefix,omitempty"`
+	Username     string `json:"username,omitempty"`
+	PasswordFile string `json:"passwordFile,omitempty"`
 	// Heartbeat is the period of node status reports.
 	Heartbeat Duration          `json:"heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`

@@ -9,8 +9,10 @@ import (
 	"strings"
 
 	"github.com/podvisor/podvisor/config"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/tlsconfig"
 	"github.com/podvisor/podvisor/sync/uplink"
@@ -23,7 +25,12 @@ import (
 //
 // The hub's update orders go to orders; the agent returned (nil without a
 // hub) is the updater's transport.
-func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignments, orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
+//
+// The hub's ConfigMaps and Secrets, bounded by objs and sealed for the key
+// of hub.sealKey, go to sink: the getter hub pods read, before the daemon
+// runs, and each change.
+func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, sink hubObjectSink,
+	orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
 		return nil, func() {}, nil
 	}
@@ -47,6 +54,13 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 		cfg.Password = strings.TrimSpace(string(pw))
 	}
 	cfg.Heartbeat = hc.Heartbeat.Duration
+	key, err := loadSealKey(hc.SealKey, dataDir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.SealKey = key
+	cfg.MaxObjects, cfg.MaxObjectBytes = objs.MaxObjects, objs.MaxBytes.Value()
+	cfg.OnObjectsChanged = sink.HubObjectsChanged
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
@@ -64,8 +78,39 @@ func attachUplink(hc config.Hub, nodeName, dataDir string, d supervisor.Assignme
 		st.Close()
 		return nil, nil, err
 	}
+	sink.SetHubObjects(a.Objects())
 	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
 	return a, func() { stop(); st.Close() }, nil
+}
+
+// hubObjectSink is the daemon's side of the hub's objects
+// (supervisor.Daemon).
+type hubObjectSink interface {
+	SetHubObjects(objects.Getter)
+	HubObjectsChanged([]objects.Ref)
+}
+
+// loadSealKey reads the device's sealing key: the enrolment bundle's
+// (hub.sealKey), else <dataDir>/seal.key, made at the first start so a
+// device enrolled before sealing keys existed gets one without a new
+// enrolment (the hub trusts the first key it announces).
+func loadSealKey(path, dataDir string, log *slog.Logger) (*seal.PrivateKey, error) {
+	if path != "" {
+		k, err := seal.LoadPrivateKey(path)
+		if err != nil {
+			return nil, fmt.Errorf("hub sealKey: %w", err)
+		}
+		return k, nil
+	}
+	path = filepath.Join(dataDir, "seal.key")
+	k, created, err := seal.LoadOrCreate(path)
+	if err != nil {
+		return nil, fmt.Errorf("hub sealing key: %w", err)
+	}
+	if created {
+		log.Info("made a sealing key for the hub's secrets", "file", path)
+	}
+	return k, nil
 }
 
 // readHubKey reads the hub's ed25519 public key, hub.pub from podhub init.

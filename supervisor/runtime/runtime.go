@@ -93,8 +93,8 @@ type Container struct {
 	LocalImages *LocalImages
 	// Objects gives the ConfigMaps and Secrets the pod may see, as the
 	// daemon chooses for it (a hub pod the hub's, a static pod its
-	// manifest directory's): a pull takes the logins of its
-	// imagePullSecrets from there. nil: none.
+	// manifest directory's): its environment's references, and the
+	// logins of its imagePullSecrets for a pull. nil: none.
 	Objects objects.Getter
 }
 

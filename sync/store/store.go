@@ -57,7 +57,21 @@ var migrations = []string{
 	CREATE UNIQUE INDEX outbox_wseq ON outbox(wseq);
 	ALTER TABLE outbox_meta ADD COLUMN assigned INTEGER NOT NULL DEFAULT 0;
 	UPDATE outbox_meta SET epoch = lower(hex(randomblob(8))), acked = 0, assigned = 0;`,
+	// The hub's ConfigMaps and Secrets (objects.go): tables an older
+	// release never reads.
+	`CREATE TABLE hub_object_index (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		generation INTEGER NOT NULL,
+		document   BLOB NOT NULL
+	);
+	CREATE TABLE hub_objects (
+		key     TEXT PRIMARY KEY,
+		message BLOB NOT NULL
+	);`,
 }
+
+// additive are the migrations an older release runs beside (sqldb.Schema).
+var additive = map[int]bool{3: true}
 
 // Kinds of outbox row.
 const (
@@ -147,7 +161,7 @@ func (s *Store) migrate() error {
 	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS sync_schema (version INTEGER NOT NULL)`); err != nil {
 		return err
 	}
-	return sqldb.Migrate(s.db, sqldb.Schema{Name: "hub", Migrations: migrations,
+	return sqldb.Migrate(s.db, sqldb.Schema{Name: "hub", Migrations: migrations, Additive: additive,
 		Version: func(db *sql.DB) (v int, err error) {
 			err = db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM sync_schema`).Scan(&v)
 			return v, err

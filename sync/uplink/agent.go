@@ -21,7 +21,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/throttle"
 )
@@ -65,6 +67,20 @@ type Config struct {
 	FetchWindow  int
 	FetchTimeout time.Duration
 	FetchTries   int
+	// SealKey opens the hub's ConfigMaps and Secrets, sealed for this
+	// device (objectlink.go); its public half is announced on seal-key.
+	// nil: the device takes no objects. They need HubKey too.
+	SealKey *seal.PrivateKey
+	// MaxObjects and MaxObjectBytes bound the objects kept and their
+	// data (default 256 and 16 MiB; config objects.maxObjects, maxBytes).
+	MaxObjects     int
+	MaxObjectBytes int64
+	// OnObjectsChanged is told which of the hub's objects changed (came,
+	// changed version, or were dropped), so the daemon refreshes the
+	// volumes that mount them and retries the pods that wait for them.
+	// It runs on its own goroutine, one call at a time, changes that
+	// came meanwhile together; nil: nobody is told.
+	OnObjectsChanged func([]objects.Ref)
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -140,6 +156,9 @@ type Agent struct {
 
 	// linkSt is the connection's state for the daemon's status line (link.go).
 	linkSt linkState
+
+	// objs are the hub's ConfigMaps and Secrets (objectlink.go).
+	objs hubObjects
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -220,6 +239,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		// Not fatal: the stored document's generation still guards.
 		log.Error("the newest generation seen from the hub is unreadable; replays older than the stored document are not refused", "err", err)
 	}
+	a.initObjects()
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
@@ -303,6 +323,12 @@ func (a *Agent) Run(stop <-chan struct{}) {
 	wg.Go(func() { a.renewals(stop) })
 	if a.cfg.OnUpdateOrder != nil {
 		wg.Go(func() { a.handOrders(stop) })
+	}
+	if a.objs.on {
+		wg.Go(func() { a.objectRequests(stop) })
+		if a.cfg.OnObjectsChanged != nil {
+			wg.Go(func() { a.handChanges(stop) })
+		}
 	}
 	delay := a.cfg.BackoffMin
 	for {
@@ -400,6 +426,10 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	if a.cfg.OnUpdateOrder != nil {
 		subs[a.topics.Device(id, protocol.KindUpdate)] = a.onUpdate
 	}
+	if a.objs.on {
+		subs[a.topics.Device(id, protocol.KindObjects)] = a.onObjectIndex
+		subs[a.topics.Device(id, protocol.KindObject)] = a.onObject
+	}
 	// A new connection: the leases wait for its desired document, which
 	// comes retained with the subscription.
 	a.lease.connected()
@@ -414,6 +444,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 		}
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
+	a.announceSealKey(c)
 	a.mu.Lock()
 	a.connected, a.heard = true, a.now()
 	a.setLinkLocked(true)
@@ -423,6 +454,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.connWake = make(chan struct{})
 	a.mu.Unlock()
 	a.republishReport()
+	poke(a.objs.wake) // ask for the objects still missing
 	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
 	a.kick()
 	poke(a.beat)
@@ -444,6 +476,14 @@ func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
 	case a.topics.Device(id, protocol.KindUpdate):
 		if a.cfg.OnUpdateOrder != nil {
 			a.onUpdate(c, m)
+		}
+	case a.topics.Device(id, protocol.KindObjects):
+		if a.objs.on {
+			a.onObjectIndex(c, m)
+		}
+	case a.topics.Device(id, protocol.KindObject):
+		if a.objs.on {
+			a.onObject(c, m)
 		}
 	}
 }
