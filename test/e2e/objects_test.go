@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/ociimage"
 )
 
 // objectsPod is a static process pod that writes the variables it got
@@ -185,4 +189,52 @@ spec:
 	}
 	d.remove("site.yaml")
 	d.waitGone("site", 30*time.Second)
+}
+
+// A static pod pulls with the login of a pull secret its manifest
+// directory holds (a kubernetes.io/dockerconfigjson Secret).
+func TestLocalPullSecret(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
+	registry := startRegistry(t, "fleet", "s3cret-pull")
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := registry + "/pv/local-secret:1"
+	for _, args := range [][]string{
+		{"images", "import", archive},
+		{"images", "tag", "podvisor.test/pushed:1", ref},
+		{"images", "push", "--plain-http", "-u", "fleet:s3cret-pull", ref},
+	} {
+		cmd := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("fleet:s3cret-pull"))
+	config := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, registry, auth)
+	d.write("regcred.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: regcred}
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '%s'
+`, config))
+	d.write("private.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: private}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  imagePullSecrets: [{name: regcred}]
+  containers:
+  - {name: app, image: %s, imagePullPolicy: Always, command: ["sleep", "1000"]}
+`, ref))
+	d.waitPod("private", 60*time.Second, running)
+	if strings.Contains(d.log.String(), "s3cret-pull") || strings.Contains(d.log.String(), auth) {
+		t.Fatalf("the pull secret's login in the daemon's log:\n%s", d.log)
+	}
+	d.remove("private.yaml")
+	d.waitGone("private", 30*time.Second)
 }
