@@ -2,11 +2,12 @@ package supervisor
 
 import (
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/supervisor/lifecycle"
 )
 
 // objectWaits are the waiting reasons of a container that an object's
 // arrival or change may end: its environment could not be made.
-var objectWaits = []string{"CreateContainerConfigError"}
+var objectWaits = []string{lifecycle.CreateContainerConfigError}
 
 // objectsChanged acts on the objects of a source that changed: the
 // object volumes of the pods using them are rewritten, and the
