@@ -66,6 +66,7 @@ func TestDecodeContentsBadObject(t *testing.T) {
 		{"apiVersion: v1\nkind: Secret\nmetadata: {name: bad}\ndata: {k: \"s3cret!\"}\n", `document 2: secret "bad": data[k]: Invalid value: illegal base64 data at input byte 6`},
 		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad}\ndatum: {}\n", `document 2: configmap "bad": unknown field "datum"`},
 		{goodConfigMap, `document 2: ConfigMap default/app is already defined in document 1`},
+		{"apiVersion: v1\nkind: Secret\nmetadata: {name: tls}\ntype: kubernetes.io/tls\nstringData: {tls.crt: s3cret}\n", `document 2: secret "tls": data[tls.key]: Required value`},
 	} {
 		c, err := DecodeContents([]byte(goodConfigMap + "---\n" + tc.doc + "---\n" + goodPod))
 		if strings.Contains(fmt.Sprint(c.ObjectErrors), "s3cret") {
