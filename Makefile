@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update bench-objects clean
 
 all: build
 
@@ -252,6 +252,14 @@ bench-rollout: build
 # Root (the real device's pods); -update-real=false for the simulated only.
 bench-update: build
 	go run ./test/bench -bin bin/podvisor -update-only -update-devices 200 -update-real
+
+# A ConfigMap applied changed at podhub until every pod of one real
+# podvisor (50 containerd pods mounting it; -objects-runtime process for
+# process pods) and every one of 1,000 simulated devices (real sealing,
+# signatures and HPKE) has the new content: p50/p95/max over 10 changes,
+# bytes per device, podhub's CPU and RSS (docs/measurements.md). Root.
+bench-objects: build
+	go run ./test/bench -bin bin/podvisor -objects-only -objects-pods 50 -objects-devices 1000 -objects-changes 10
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

@@ -62,6 +62,13 @@ func main() {
 		}
 		return
 	}
+	if *objectsOnly {
+		if err := objectsBench(*bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *updateOnly {
 		if *updateDevices <= 0 {
 			fmt.Fprintln(os.Stderr, "bench: -update-only needs -update-devices > 0")
