@@ -252,7 +252,7 @@ func objectsFleetBench(bin string, n, changes int) error {
 		out := make([]deviceBytes, n)
 		for i, s := range sims {
 			out[i] = deviceBytes{s.IndexBytes.Load(), s.ObjectBytes.Load(), s.ObjectBytesOf("ConfigMap/default/" + objectsFixed),
-				s.Indexes.Load(), s.Objects.Load()}
+				s.Indexes.Load(), s.Objects.Load(), s.Requests.Load()}
 		}
 		return out
 	}
@@ -261,7 +261,10 @@ func objectsFleetBench(bin string, n, changes int) error {
 		spread(fill, func(b deviceBytes) int64 { return b.index }), spread(fill, func(b deviceBytes) int64 { return b.objects }),
 		spread(fill, func(b deviceBytes) int64 { return b.fixed }))
 
+	fmt.Printf("    object requests per device: %s (more than 1: a request the hub dropped, asked again after the device's backoff of 10 s)\n",
+		spread(fill, func(b deviceBytes) int64 { return b.requests }))
 	var alls, perDevice []time.Duration
+	var requests []deviceBytes
 	var hubCPU float64
 	var last []deviceBytes
 	before := fill
@@ -284,6 +287,7 @@ func objectsFleetBench(bin string, n, changes int) error {
 		time.Sleep(time.Second) // anything more the change brings arrives
 		after := snapshot()
 		last = diffBytes(after, before)
+		requests = append(requests, last...)
 		before = after
 	}
 	mem := rss(ph.pid())
@@ -295,6 +299,8 @@ func objectsFleetBench(bin string, n, changes int) error {
 		spread(last, func(b deviceBytes) int64 { return b.index }), spread(last, func(b deviceBytes) int64 { return b.indexes }),
 		spread(last, func(b deviceBytes) int64 { return b.objects }), spread(last, func(b deviceBytes) int64 { return b.objectMsgs }),
 		spread(last, func(b deviceBytes) int64 { return b.fixed }))
+	fmt.Printf("  object requests per device and change: %s; devices that asked more than once: %d of %d (the hub dropped their first request)\n",
+		spread(requests, func(b deviceBytes) int64 { return b.requests }), countOver(requests, 1), len(requests))
 	fmt.Printf("  podhub CPU per change %.2f s (%d devices' indexes signed, stored, published; %d objects sealed)\n", hubCPU/float64(changes), n, n)
 	fmt.Printf("  podhub RSS after / peak %.1f / %.1f MiB\n", mem.total, peak)
 	fmt.Printf("  load average after: %s\n", loadAverage())
@@ -308,17 +314,28 @@ func objectsFleetBench(bin string, n, changes int) error {
 
 // deviceBytes is what one device received so far.
 type deviceBytes struct {
-	index, objects, fixed int64
-	indexes, objectMsgs   int64
+	index, objects, fixed         int64
+	indexes, objectMsgs, requests int64
 }
 
 func diffBytes(a, b []deviceBytes) []deviceBytes {
 	out := make([]deviceBytes, len(a))
 	for i := range a {
 		out[i] = deviceBytes{a[i].index - b[i].index, a[i].objects - b[i].objects, a[i].fixed - b[i].fixed,
-			a[i].indexes - b[i].indexes, a[i].objectMsgs - b[i].objectMsgs}
+			a[i].indexes - b[i].indexes, a[i].objectMsgs - b[i].objectMsgs, a[i].requests - b[i].requests}
 	}
 	return out
+}
+
+// countOver counts the entries that asked more than n times.
+func countOver(bs []deviceBytes, n int64) int {
+	c := 0
+	for _, b := range bs {
+		if b.requests > n {
+			c++
+		}
+	}
+	return c
 }
 
 // spread is one field's value over the devices: "N" when all agree,

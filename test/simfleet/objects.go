@@ -18,9 +18,10 @@ import (
 type ObjectConfig struct {
 	// Heartbeat is the period of its heartbeats (default 2 s).
 	Heartbeat time.Duration
-	// Retry is how soon entries still missing are asked for again
-	// (default 5 s).
-	Retry time.Duration
+	// Retry is how soon entries still missing are asked for again,
+	// doubling up to RetryMax while they stay missing (default 10 s and
+	// 5 min: a real device's, sync/uplink).
+	Retry, RetryMax time.Duration
 	// Opened is called with every object the device opened (the hub's
 	// signature, this device, the sealed data's hash, the sealing, all
 	// checked), on the device's MQTT reader.
@@ -47,21 +48,25 @@ type ObjectDevice struct {
 	top protocol.Topics
 	c   mqtt.Client
 
-	mu     sync.Mutex
-	index  *protocol.ObjectIndex
-	have   map[string]protocol.ObjectEntry // by key: the version held
-	asked  map[string]time.Time            // by key: when last asked for
-	byObj  map[string]int64                // by key: object message bytes received
-	stop   chan struct{}
-	done   sync.WaitGroup
-	closed bool
+	mu    sync.Mutex
+	index *protocol.ObjectIndex
+	have  map[string]protocol.ObjectEntry // by key: the version held
+	// next is when the entries still missing are asked for again, after
+	// backoff (zero: nothing missing).
+	next    time.Time
+	backoff time.Duration
+	byObj   map[string]int64 // by key: object message bytes received
+	stop    chan struct{}
+	done    sync.WaitGroup
+	closed  bool
 
 	// IndexBytes and ObjectBytes are the payload bytes received on the
 	// objects and object topics; Indexes and Objects the messages.
 	IndexBytes, ObjectBytes atomic.Int64
 	Indexes, Objects        atomic.Int64
-	// Refused counts messages that did not open.
-	Refused atomic.Int64
+	// Requests counts the object-get messages sent; Refused the messages
+	// received that did not open.
+	Requests, Refused atomic.Int64
 }
 
 // ObjectDevice makes a simulated device with d's credentials and a new
@@ -71,7 +76,10 @@ func (d Device) ObjectDevice(cfg ObjectConfig) (*ObjectDevice, error) {
 		cfg.Heartbeat = 2 * time.Second
 	}
 	if cfg.Retry <= 0 {
-		cfg.Retry = 5 * time.Second
+		cfg.Retry = 10 * time.Second
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 5 * time.Minute
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -81,7 +89,7 @@ func (d Device) ObjectDevice(cfg ObjectConfig) (*ObjectDevice, error) {
 		return nil, err
 	}
 	return &ObjectDevice{ID: d.ID, cfg: cfg, d: d, key: key, have: map[string]protocol.ObjectEntry{},
-		asked: map[string]time.Time{}, byObj: map[string]int64{}, stop: make(chan struct{})}, nil
+		byObj: map[string]int64{}, stop: make(chan struct{})}, nil
 }
 
 // Start connects, announces the sealing key and starts heartbeating.
@@ -148,7 +156,7 @@ func (o *ObjectDevice) loop() {
 	defer o.done.Done()
 	beat := time.NewTicker(o.cfg.Heartbeat)
 	defer beat.Stop()
-	retry := time.NewTicker(o.cfg.Retry)
+	retry := time.NewTicker(time.Second)
 	defer retry.Stop()
 	for {
 		select {
@@ -200,9 +208,10 @@ func (o *ObjectDevice) onIndex(_ mqtt.Client, m mqtt.Message) {
 	o.ask(true)
 }
 
-// ask requests the index entries not held: all of them on a new index,
-// else those asked for more than Retry ago.
-func (o *ObjectDevice) ask(all bool) {
+// ask requests the index entries not held: at once on a new index
+// (event), else once the backoff has passed, the backoff doubling, as a
+// real device asks (sync/uplink's objectSet.poll).
+func (o *ObjectDevice) ask(event bool) {
 	now := time.Now()
 	o.mu.Lock()
 	var missing []protocol.ObjectEntry
@@ -211,12 +220,21 @@ func (o *ObjectDevice) ask(all bool) {
 			if h, ok := o.have[e.Key()]; ok && (h.Same(e) || (e.Immutable && h.UID == e.UID)) {
 				continue
 			}
-			if !all && now.Sub(o.asked[e.Key()]) < o.cfg.Retry {
-				continue
-			}
-			o.asked[e.Key()] = now
 			missing = append(missing, e)
 		}
+	}
+	switch {
+	case len(missing) == 0:
+		o.next, o.backoff = time.Time{}, 0
+	case event || o.backoff == 0:
+		o.backoff = o.cfg.Retry
+	case now.Before(o.next):
+		missing = nil
+	default:
+		o.backoff = min(2*o.backoff, o.cfg.RetryMax)
+	}
+	if len(missing) > 0 {
+		o.next = now.Add(o.backoff)
 	}
 	o.mu.Unlock()
 	for len(missing) > 0 {
@@ -227,6 +245,7 @@ func (o *ObjectDevice) ask(all bool) {
 			return
 		}
 		o.c.Publish(o.top.Device(o.ID, protocol.KindObjectGet), 1, false, msg)
+		o.Requests.Add(1)
 		missing = missing[n:]
 	}
 }
