@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,5 +152,52 @@ func TestDirObjectBounds(t *testing.T) {
 	st = d.state()
 	if len(st.Objects) != 1 || len(st.Invalid) != 1 || st.Invalid[0].Err.Error() != "Secret default/db refused: the manifest directory's objects would hold more than objects.maxBytes (16 bytes)" {
 		t.Fatalf("%+v %v", st.Objects, st.Invalid)
+	}
+}
+
+// Whatever a file holds, decoding its objects never panics, and no error
+// carries a Secret's data.
+func FuzzDecodeContentsObjects(f *testing.F) {
+	f.Add([]byte(goodConfigMap + "---\n" + goodSecret))
+	f.Add([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {k: czNjcmV0}\ntype: kubernetes.io/dockerconfigjson\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {\"a b\": s3cret}\n"))
+	f.Add([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: s3cret}\nbinaryData: {a: czNjcmV0}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeContents(data)
+		if err != nil && err.Error() == "" {
+			t.Fatal("empty error message")
+		}
+		for _, o := range c.Objects {
+			if o.UID == "" || o.ResourceVersion == "" || o.Namespace == "" {
+				t.Fatalf("object without identity: %+v", o.Ref)
+			}
+		}
+		for _, e := range c.ObjectErrors {
+			if e.Ref.Kind == objects.Secret && strings.Contains(e.Err.Error(), "s3cret") {
+				t.Fatalf("a Secret's value in an error: %v", e.Err)
+			}
+		}
+	})
+}
+
+// A change to an object alone is a new state for the daemon.
+func TestDirWatchSeesObjectChange(t *testing.T) {
+	dir := t.TempDir()
+	d := &Dir{Path: dir, Resync: time.Hour, Settle: 5 * time.Millisecond}
+	if err := d.Watch(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "objects.yaml", goodConfigMap)
+	st, err := d.Load()
+	if err != nil || len(st.Objects) != 1 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan State, 4)
+	go d.Run(ctx, out)
+	writeFile(t, dir, "objects.yaml", strings.Replace(goodConfigMap, "prod", "dev", 1))
+	if st := receive(t, out); len(st.Objects) != 1 || string(st.Objects[0].Data["MODE"]) != "dev" {
+		t.Fatalf("after the edit: %+v", st.Objects)
 	}
 }
