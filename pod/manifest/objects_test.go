@@ -201,3 +201,28 @@ func TestDirWatchSeesObjectChange(t *testing.T) {
 		t.Fatalf("after the edit: %+v", st.Objects)
 	}
 }
+
+// A file holding Secrets that others may read is read, with a warning,
+// once while it lasts.
+func TestDirWarnsOfReadableSecrets(t *testing.T) {
+	d, _, log := testDir(t)
+	writeFile(t, d.Path, "db.yaml", goodSecret)
+	os.Chmod(filepath.Join(d.Path, "db.yaml"), 0o644)
+	d.Load()
+	d.Load()
+	if st := d.state(); len(st.Objects) != 1 {
+		t.Fatalf("objects %v", st.Objects)
+	}
+	const warning = "manifest file holds Secrets that others may read (mode 0644); make it 0600"
+	if n := strings.Count(log.String(), warning); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, log)
+	}
+	os.Chmod(filepath.Join(d.Path, "db.yaml"), 0o600)
+	writeFile(t, d.Path, "db.yaml", goodSecret+"\n")
+	d.Load()
+	writeFile(t, d.Path, "cm.yaml", goodConfigMap) // 0644, no Secret: no warning
+	d.Load()
+	if n := strings.Count(log.String(), "others may read"); n != 1 {
+		t.Fatalf("%d warnings, want still 1:\n%s", n, log)
+	}
+}
