@@ -27,7 +27,6 @@ import (
 	"github.com/podvisor/podvisor/supervisor/podview"
 	"github.com/podvisor/podvisor/supervisor/pressure"
 	"github.com/podvisor/podvisor/supervisor/retention"
-	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtimeset"
 	"github.com/podvisor/podvisor/supervisor/state"
 )
@@ -108,8 +107,7 @@ func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
 		func() time.Time { return d.now() }, log); err != nil {
 		return nil, err
 	}
-	d.hooks = hooks.New(hooks.Options{Node: func() runtime.PodEnv { return d.protector.PodEnv() }, RuntimeOf: d.runtimes.Of,
-		Objects: d.objects.For})
+	d.hooks = hooks.New(hooks.Options{Node: d.podEnv, RuntimeOf: d.runtimes.Of})
 	d.view = podview.New(podview.Options{NodeName: c.NodeName, HostIP: ip, LogPath: d.retention.LogPath, RuntimeOf: d.runtimes.Of})
 	return d, nil
 }
@@ -227,7 +225,7 @@ func (d *Daemon) loop(ctx context.Context, manifests <-chan manifest.State, done
 		case a := <-d.runtimes.Images().Arrived():
 			d.machine.RetryWaiting(a.At, d.now(), a.Reasons...)
 		case <-d.inbox.objects:
-			d.refreshObjects()
+			d.takeObjectChanges()
 		case r := <-d.runtimes.Started():
 			d.startDone(r)
 		case r := <-d.hooks.Results():

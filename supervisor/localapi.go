@@ -273,7 +273,7 @@ func (a localAPI) ExecTarget(namespace, name, container string) (api.ExecTarget,
 		if err != nil {
 			return err
 		}
-		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.protector.PodEnv())
+		t, err = rt.ExecTarget(in.Pod, container, c.InstanceID, d.podEnv(in.Pod))
 		return err
 	})
 	return t, err

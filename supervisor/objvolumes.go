@@ -5,7 +5,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
+	"github.com/podvisor/podvisor/supervisor/podobjects"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -13,7 +15,9 @@ import (
 // device: the one place the daemon chooses it per pod (the objects a pod
 // may see go in its Objects).
 func (d *Daemon) podEnv(pod *v1.Pod) runtime.PodEnv {
-	return d.protector.PodEnv()
+	env := d.protector.PodEnv()
+	env.Objects = d.objects.For(pod)
+	return env
 }
 
 // ObjectsChanged tells the daemon that ConfigMaps or Secrets its pods may
@@ -22,14 +26,19 @@ func (d *Daemon) podEnv(pod *v1.Pod) runtime.PodEnv {
 // kubelet's atomic swap) and tries the containers waiting for their
 // volumes (FailedMount) again at once rather than at the end of their
 // backoff.
-func (d *Daemon) ObjectsChanged() { d.inbox.objectsChanged() }
+func (d *Daemon) ObjectsChanged() {
+	d.objects.Note(nil)
+	d.inbox.objectsChanged()
+}
 
-// refreshObjects is ObjectsChanged's work on the loop. A volume that can
-// no longer be written keeps its files and gets the kubelet's FailedMount
-// warning on its pod, as a failed remount does.
-func (d *Daemon) refreshObjects() {
+// refreshObjects is ObjectsChanged's work on the loop, for the pods that
+// use one of changed (nil: every pod). A volume that can no longer be
+// written keeps its files and gets the kubelet's FailedMount warning on
+// its pod, as a failed remount does. The containers waiting for their
+// volumes or their environment's objects are tried again at once.
+func (d *Daemon) refreshObjects(changed []objects.Ref) {
 	for _, in := range d.machine.Instances() {
-		if !hasObjectVolumes(in.Pod) {
+		if !hasObjectVolumes(in.Pod) || (changed != nil && !podobjects.Uses(in.Pod, changed)) {
 			continue
 		}
 		_, err := d.podFS.RefreshObjectVolumes(in.Pod, d.podEnv(in.Pod))
@@ -42,7 +51,7 @@ func (d *Daemon) refreshObjects() {
 		}
 	}
 	now := d.now()
-	d.machine.RetryWaiting(now, now, lifecycle.FailedMount)
+	d.machine.RetryWaiting(now, now, append([]string{lifecycle.FailedMount}, objectWaits...)...)
 }
 
 // hasObjectVolumes reports whether a pod has volumes made from objects.

@@ -113,6 +113,5 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 		},
 		Mounts:      d.podFS.MountsFor(pod, spec, env),
 		LocalImages: d.desired.LocalImages(pod),
-		Objects:     d.objects.For(pod),
 	}
 }

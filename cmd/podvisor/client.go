@@ -415,14 +415,11 @@ func describeContainers(w io.Writer, title string, specs []v1.Container, statuse
 		}
 		field(2, "Ready", fmt.Sprint(cs.Ready))
 		field(2, "Restart Count", fmt.Sprint(cs.RestartCount))
+		describeEnvFrom(w, c.EnvFrom)
 		if len(c.Env) > 0 {
 			fmt.Fprintln(w, "    Environment:")
 			for _, e := range c.Env {
-				v := e.Value
-				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-					v = fmt.Sprintf("(%s:%s)", e.ValueFrom.FieldRef.APIVersion, e.ValueFrom.FieldRef.FieldPath)
-				}
-				field(3, e.Name, v)
+				field(3, e.Name, envSource(e))
 			}
 		}
 	}

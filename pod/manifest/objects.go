@@ -5,11 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
@@ -31,8 +31,9 @@ func isObjectKind(apiVersion, kind string) bool {
 }
 
 // decodeObject decodes a ConfigMap or Secret document (as JSON) strictly
-// and validates it as the API server does; the error names the object and
-// the field.
+// and validates it as the API server does (objects.ValidateConfigMap,
+// ValidateSecret); the error names the object and the field. Its UID and
+// resourceVersion are the file's (localIdentity), whatever it says.
 func decodeObject(kind, name string, js []byte) (*objects.Object, error) {
 	named := fmt.Sprintf("%s %q: ", strings.ToLower(kind), name)
 	if kind == string(objects.Secret) {
@@ -59,21 +60,22 @@ func decodeObject(kind, name string, js []byte) (*objects.Object, error) {
 		}
 		return nil, fmt.Errorf("%s%s", named, strings.Join(msgs, "; "))
 	}
+	// The namespace defaults as kubectl's does for a file without one;
+	// then the API server's checks.
 	var o *objects.Object
 	var errs field.ErrorList
 	if into == &cm {
 		if cm.Namespace == "" {
 			cm.Namespace = "default"
 		}
-		errs = validateConfigMap(&cm)
-		o = fromConfigMap(&cm)
+		errs = objects.ValidateConfigMap(&cm)
+		o = objects.FromConfigMap(&cm)
 	} else {
 		if s.Namespace == "" {
 			s.Namespace = "default"
 		}
-		secretStringData(&s)
-		errs = validateSecret(&s)
-		o = fromSecret(&s)
+		errs = objects.ValidateSecret(&s)
+		o = objects.FromSecret(&s)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s%w", named, errs.ToAggregate())
@@ -106,119 +108,7 @@ func checkSecretData(js []byte) error {
 	return errs.ToAggregate()
 }
 
-// secretStringData merges stringData into data, as the API server does
-// on write (stringData wins).
-func secretStringData(s *v1.Secret) {
-	if len(s.StringData) == 0 {
-		return
-	}
-	if s.Data == nil {
-		s.Data = map[string][]byte{}
-	}
-	for k, v := range s.StringData {
-		s.Data[k] = []byte(v)
-	}
-	s.StringData = nil
-}
-
-// validateMeta checks an object's name and namespace.
-func validateMeta(name, namespace string) field.ErrorList {
-	var errs field.ErrorList
-	meta := field.NewPath("metadata")
-	if name == "" {
-		errs = append(errs, field.Required(meta.Child("name"), "name or generateName is required"))
-	}
-	for _, msg := range validation.IsDNS1123Subdomain(name) {
-		if name != "" {
-			errs = append(errs, field.Invalid(meta.Child("name"), name, msg))
-		}
-	}
-	for _, msg := range validation.IsDNS1123Label(namespace) {
-		errs = append(errs, field.Invalid(meta.Child("namespace"), namespace, msg))
-	}
-	return errs
-}
-
-// validateConfigMap is the API server's ValidateConfigMap for the fields
-// a device reads.
-func validateConfigMap(cm *v1.ConfigMap) field.ErrorList {
-	errs := validateMeta(cm.Name, cm.Namespace)
-	total := 0
-	for _, key := range sortedKeys(cm.Data) {
-		for _, msg := range validation.IsConfigMapKey(key) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(key), key, msg))
-		}
-		if _, dup := cm.BinaryData[key]; dup {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(key), key, "duplicate of key present in binaryData"))
-		}
-		total += len(cm.Data[key])
-	}
-	for _, key := range sortedKeys(cm.BinaryData) {
-		for _, msg := range validation.IsConfigMapKey(key) {
-			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(key), key, msg))
-		}
-		if _, dup := cm.Data[key]; dup {
-			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(key), key, "duplicate of key present in data"))
-		}
-		total += len(cm.BinaryData[key])
-	}
-	if total > v1.MaxSecretSize {
-		errs = append(errs, field.TooLong(field.NewPath(""), "", v1.MaxSecretSize))
-	}
-	return errs
-}
-
-// validateSecret is the API server's ValidateSecret for the fields a
-// device reads.
-func validateSecret(s *v1.Secret) field.ErrorList {
-	errs := validateMeta(s.Name, s.Namespace)
-	data := field.NewPath("data")
-	total := 0
-	for _, key := range sortedKeys(s.Data) {
-		for _, msg := range validation.IsConfigMapKey(key) {
-			errs = append(errs, field.Invalid(data.Key(key), key, msg))
-		}
-		total += len(s.Data[key])
-	}
-	if total > v1.MaxSecretSize {
-		errs = append(errs, field.TooLong(data, "", v1.MaxSecretSize))
-	}
-	return errs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func fromConfigMap(cm *v1.ConfigMap) *objects.Object {
-	o := &objects.Object{Ref: objects.Ref{Kind: objects.ConfigMap, Namespace: cm.Namespace, Name: cm.Name},
-		Immutable: cm.Immutable != nil && *cm.Immutable, Data: map[string][]byte{}}
-	for k, v := range cm.Data {
-		o.Data[k] = []byte(v)
-	}
-	for k, v := range cm.BinaryData {
-		o.Data[k] = v
-	}
-	return o
-}
-
-func fromSecret(s *v1.Secret) *objects.Object {
-	t := s.Type
-	if t == "" {
-		t = v1.SecretTypeOpaque
-	}
-	o := &objects.Object{Ref: objects.Ref{Kind: objects.Secret, Namespace: s.Namespace, Name: s.Name},
-		Immutable: s.Immutable != nil && *s.Immutable, Type: t, Data: map[string][]byte{}}
-	for k, v := range s.Data {
-		o.Data[k] = v
-	}
-	return o
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // localIdentity is a file object's UID, which its name alone gives (it
 // stays across edits, as an object's UID does across updates), and its

@@ -13,7 +13,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
@@ -22,14 +21,12 @@ import (
 
 // Options are what a Runner reads of the daemon when a hook starts.
 type Options struct {
-	// Node is what the downward API tells containers, read at each
-	// hook: the daemon learns the allocatable resources after New.
-	Node func() runtime.PodEnv
+	// Node is what the downward API tells a pod's containers, and the
+	// objects it may see, read at each hook: the daemon learns the
+	// allocatable resources after New.
+	Node func(*v1.Pod) runtime.PodEnv
 	// RuntimeOf is the runtime that runs a pod (nil: none).
 	RuntimeOf func(*v1.Pod) runtime.Runtime
-	// Objects gives the ConfigMaps and Secrets a pod may see, for the
-	// environment of a command run on the host (nil: none).
-	Objects func(*v1.Pod) objects.Getter
 }
 
 // Result is how a hook ended.
@@ -111,11 +108,7 @@ func (r *Runner) End(instanceID string) {
 // where its runtime gives it its own.
 func (r *Runner) Target(in *lifecycle.Instance, container string) (probes.Target, error) {
 	spec := in.Spec(container)
-	var objs objects.Getter
-	if r.opts.Objects != nil {
-		objs = r.opts.Objects(in.Pod)
-	}
-	p, err := runtime.Resolve(in.Pod, spec, r.opts.Node(), objs)
+	p, err := runtime.Resolve(in.Pod, spec, r.opts.Node(in.Pod))
 	if err != nil {
 		return probes.Target{}, err
 	}

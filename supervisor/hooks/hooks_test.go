@@ -55,7 +55,7 @@ func runHook(in *lifecycle.Instance, hook lifecycle.HookKind, timeout time.Durat
 }
 
 func newRunner(rt runtime.Runtime, node runtime.PodEnv) *Runner {
-	return New(Options{Node: func() runtime.PodEnv { return node }, RuntimeOf: func(*v1.Pod) runtime.Runtime { return rt }})
+	return New(Options{Node: func(*v1.Pod) runtime.PodEnv { return node }, RuntimeOf: func(*v1.Pod) runtime.Runtime { return rt }})
 }
 
 func execHandler(command ...string) *v1.LifecycleHandler {
@@ -174,7 +174,7 @@ func TestTarget(t *testing.T) {
 	in.Pod.Spec.NodeName = "edge-1"
 	in.Pod.Spec.SecurityContext.RunAsUser = &uid
 	node := runtime.PodEnv{NodeName: "edge-1"}
-	r := New(Options{Node: func() runtime.PodEnv { return node }, RuntimeOf: func(*v1.Pod) runtime.Runtime { return &hostRuntime{} }})
+	r := New(Options{Node: func(*v1.Pod) runtime.PodEnv { return node }, RuntimeOf: func(*v1.Pod) runtime.Runtime { return &hostRuntime{} }})
 
 	tg, err := r.Target(in, "app")
 	if err != nil {

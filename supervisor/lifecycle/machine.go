@@ -247,6 +247,9 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 			why = ErrImageNeverPull
 		}
 		acts = append(acts, record(in, "Warning", why, message), record(in, "Warning", "Failed", "Error: "+reason))
+	case CreateContainerConfigError:
+		// The kubelet says only this, and tries again at its next sync.
+		return append(acts, record(in, "Warning", "Failed", "Error: "+message))
 	default:
 		acts = append(acts, record(in, "Warning", "Failed", "Error: "+message))
 	}

@@ -153,3 +153,21 @@ func TestMountFailedWaitsInContainerCreating(t *testing.T) {
 		t.Fatalf("after a successful start: %+v", c)
 	}
 }
+
+// A container whose configuration cannot be made waits with
+// CreateContainerConfigError and the kubelet's one event, Failed "Error:
+// <message>"; it is not a restart.
+func TestConfigErrorEvents(t *testing.T) {
+	h := newHarness(t)
+	h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+	starts := kinds(h.step(h.now), Start)
+	acts := h.m.StartFailed(types.UID("u"), "app", starts[0].InstanceID, CreateContainerConfigError, `configmap "app" not found`, h.now)
+	recs := kinds(acts, Record)
+	if len(recs) != 1 || recs[0].EventType != "Warning" || recs[0].Reason != "Failed" || recs[0].Message != `Error: configmap "app" not found` {
+		t.Fatalf("events %+v", recs)
+	}
+	cs := h.m.PodView(h.m.Instance("u"), h.now).Status.ContainerStatuses[0]
+	if w := cs.State.Waiting; w == nil || w.Reason != CreateContainerConfigError || w.Message != `configmap "app" not found` || cs.RestartCount != 0 {
+		t.Fatalf("status %+v", cs)
+	}
+}

@@ -111,6 +111,11 @@ const (
 	ImagePullBackOff  = "ImagePullBackOff"
 )
 
+// CreateContainerConfigError is a container whose configuration (its
+// environment's ConfigMaps and Secrets, its subPaths) could not be made:
+// the kubelet's waiting reason.
+const CreateContainerConfigError = "CreateContainerConfigError"
+
 // FailedMount is a start that waits for the pod's volumes (the kubelet's
 // event reason; runtime.FailedMount is the same word): the container
 // shows its default waiting state.

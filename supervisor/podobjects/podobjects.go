@@ -21,6 +21,11 @@ type Sources struct {
 	mu    sync.RWMutex
 	local map[objects.Ref]*objects.Object
 	hub   objects.Getter
+	// changed are the changes noted from outside the daemon's loop (the
+	// hub's) that it has not taken yet; changedAll: every object may
+	// have changed.
+	changed    map[objects.Ref]bool
+	changedAll bool
 }
 
 // New returns sources with no object.
@@ -42,11 +47,43 @@ func (s *Sources) SetLocal(objs []*objects.Object) []objects.Ref {
 	return Changed(prev, next)
 }
 
-// SetHub sets the getter hub pods read (nil: they find nothing).
+// SetHub sets the getter hub pods read (nil: they find nothing); every
+// object may have changed.
 func (s *Sources) SetHub(g objects.Getter) {
 	s.mu.Lock()
 	s.hub = g
+	s.changedAll = true
 	s.mu.Unlock()
+}
+
+// Note records objects that changed outside the loop, for TakeChanged;
+// nil: any object may have changed.
+func (s *Sources) Note(changed []objects.Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if changed == nil {
+		s.changedAll = true
+		return
+	}
+	if s.changed == nil {
+		s.changed = map[objects.Ref]bool{}
+	}
+	for _, r := range changed {
+		s.changed[r] = true
+	}
+}
+
+// TakeChanged returns what Note and SetHub recorded since the last call:
+// the refs that changed, or all (every object may have).
+func (s *Sources) TakeChanged() (refs []objects.Ref, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.changed {
+		refs = append(refs, r)
+	}
+	all = s.changedAll
+	s.changed, s.changedAll = nil, false
+	return refs, all
 }
 
 // For is the getter of the objects pod may see, by its source

@@ -80,3 +80,22 @@ func TestSetLocalChanged(t *testing.T) {
 		t.Fatal("Uses")
 	}
 }
+
+func TestNoteAndTakeChanged(t *testing.T) {
+	s := New()
+	if refs, all := s.TakeChanged(); refs != nil || all {
+		t.Fatalf("nothing noted: %v %v", refs, all)
+	}
+	s.Note([]objects.Ref{cm("a", "").Ref})
+	s.Note([]objects.Ref{cm("a", "").Ref, cm("b", "").Ref})
+	if refs, all := s.TakeChanged(); len(refs) != 2 || all {
+		t.Fatalf("noted twice: %v %v", refs, all)
+	}
+	if refs, all := s.TakeChanged(); refs != nil || all {
+		t.Fatal("taken twice")
+	}
+	s.SetHub(hubMap{})
+	if _, all := s.TakeChanged(); !all {
+		t.Fatal("a new hub source changes every object")
+	}
+}

@@ -86,7 +86,7 @@ func TestResolveDownwardEnv(t *testing.T) {
 			{Name: "ECHO", Value: "$(MEMORY_LIMIT)"},
 		},
 	}}}}
-	s, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{HostIP: "10.0.0.2", Allocatable: quantities("cpu", "2")}, nil)
+	s, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{HostIP: "10.0.0.2", Allocatable: quantities("cpu", "2")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func secretKey(name, key string, optional *bool) *v1.EnvVarSource {
 func resolveEnv(t *testing.T, c v1.Container, objs objects.Getter) ([]string, error) {
 	t.Helper()
 	pod := envPod(c)
-	p, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{}, objs)
+	p, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{Objects: objs})
 	if err != nil {
 		return nil, err
 	}
@@ -162,3 +162,15 @@ func TestEnvObjectReadOnce(t *testing.T) {
 type getterFunc func(objects.Ref) (*objects.Object, error)
 
 func (f getterFunc) Get(r objects.Ref) (*objects.Object, error) { return f(r) }
+
+// Keys that were no C identifiers are passed on, as the kubelet does
+// since RelaxedEnvironmentVariableValidation went GA (it used to skip
+// them with an InvalidEnvironmentVariableNames event).
+func TestEnvFromRelaxedNames(t *testing.T) {
+	objs := store(obj(objects.ConfigMap, "app", "1st.key-name", "v"))
+	c := v1.Container{EnvFrom: []v1.EnvFromSource{{Prefix: "my.", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "app"}}}}}
+	env, err := resolveEnv(t, c, objs)
+	if err != nil || strings.Join(env, " ") != "my.1st.key-name=v" {
+		t.Fatalf("env %q, %v", env, err)
+	}
+}

@@ -48,10 +48,10 @@ type PodEnv struct {
 // first, then env, whose $(VAR) references expand to what is set before
 // them; fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef
 // values filled in), command and args expanded as Kubernetes does, and
-// the user and group to run as. objs gives the ConfigMaps and Secrets the
-// pod may see (nil: none); an error reading one is the kubelet's, for
-// the container to wait with as CreateContainerConfigError.
-func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv, objs objects.Getter) (Process, error) {
+// the user and group to run as. node.Objects gives the ConfigMaps and
+// Secrets the pod may see; an error reading one is the kubelet's, for the
+// container to wait with as CreateContainerConfigError.
+func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 	vars := map[string]string{"PATH": DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
 	set := func(name, value string) {
@@ -60,7 +60,7 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv, objs objects.Getter) (Pr
 		}
 		vars[name] = value
 	}
-	from := &envObjects{getter: objs, namespace: pod.Namespace}
+	from := &envObjects{getter: node.Objects, namespace: pod.Namespace}
 	if err := from.envFrom(c, set); err != nil {
 		return Process{}, err
 	}

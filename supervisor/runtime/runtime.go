@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/cgroups"
-	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/pod/vocab"
 )
 
@@ -72,7 +71,11 @@ type Container struct {
 	Spec       *v1.Container
 	InstanceID string
 	Attempt    int
-	Node       PodEnv
+	// Node is what the pod's containers see of the device, with the
+	// ConfigMaps and Secrets the pod may see (Node.Objects, chosen per
+	// pod: its environment's references, its volumes, and the logins of
+	// its imagePullSecrets for a pull).
+	Node PodEnv
 	// LogPath is the instance's log file (rotated at LogMaxBytes,
 	// LogMaxFiles kept).
 	LogPath     string
@@ -91,11 +94,6 @@ type Container struct {
 	// the container may use (a pod from the hub); nil lets it use any
 	// (the device's own pods). Runtimes without images ignore it.
 	LocalImages *LocalImages
-	// Objects gives the ConfigMaps and Secrets the pod may see, as the
-	// daemon chooses for it (a hub pod the hub's, a static pod its
-	// manifest directory's): its environment's references, and the
-	// logins of its imagePullSecrets for a pull. nil: none.
-	Objects objects.Getter
 }
 
 // LocalImages is what a pod from outside the device may use of the

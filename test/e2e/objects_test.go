@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/test/ociimage"
 )
 
 // objectsPod is a static process pod that writes the variables it got
@@ -25,7 +29,7 @@ spec:
   containers:
   - name: main
     image: host
-    command: ["sh", "-c", "echo \"$MODE $DB_PASSWORD $PW $LEVEL\" > %s.tmp && mv %s.tmp %s; exec sleep 1000"]
+    command: ["sh", "-c", "echo \"$MODE $DB_password $PW $LEVEL\" > %s.tmp && mv %s.tmp %s; exec sleep 1000"]
 %s`, name, out, out, out, env)
 }
 
@@ -135,4 +139,102 @@ func TestLocalObjectsEnv(t *testing.T) {
 	if strings.Contains(desc, "s3cret") {
 		t.Fatalf("a Secret's value in describe:\n%s", desc)
 	}
+}
+
+// A containerd pod's ConfigMap volume from a manifest file follows the
+// file's edits in place (the kubelet's atomic swap) within 2 s; its
+// environment, made at its start, does not change.
+func TestLocalObjectsVolumeUpdate(t *testing.T) {
+	d, _ := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
+	site := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: site}\ndata: {greeting: %s}\n"
+	d.write("site-objects.yaml", fmt.Sprintf(site, "hello"))
+	d.write("site.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: site}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: conf, configMap: {name: site}}]
+  containers:
+  - name: main
+    image: `+testImage+`
+    imagePullPolicy: Never
+    command: ["sleep", "1000"]
+    env: [{name: GREETING, valueFrom: {configMapKeyRef: {name: site, key: greeting}}}]
+    volumeMounts: [{name: conf, mountPath: /etc/site}]
+`)
+	d.waitPod("site", 30*time.Second, running)
+	read := func(args ...string) func() string {
+		return func() string {
+			out, _, _ := d.cli(append([]string{"exec", "site", "--"}, args...)...)
+			return strings.TrimSpace(out)
+		}
+	}
+	is := func(want string) func(string) bool { return func(s string) bool { return s == want } }
+	waitForValue(t, 10*time.Second, "the volume's first content", read("cat", "/etc/site/greeting"), is("hello"))
+
+	wrote := time.Now()
+	d.write("site-objects.yaml", fmt.Sprintf(site, "updated"))
+	waitForValue(t, 10*time.Second, "the volume updated in place", read("cat", "/etc/site/greeting"), is("updated"))
+	took := time.Since(wrote)
+	t.Logf("the container read the new value %v after the file was written", took)
+	if took > 2*time.Second {
+		t.Errorf("the volume took %v to follow its ConfigMap's file, more than 2 s", took)
+	}
+	if env := read("sh", "-c", "echo $GREETING")(); env != "hello" {
+		t.Errorf("the running container's env changed to %q", env)
+	}
+	if p := d.waitPod("site", time.Second, running); p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the update restarted the container: %s", describePod(p))
+	}
+	d.remove("site.yaml")
+	d.waitGone("site", 30*time.Second)
+}
+
+// A static pod pulls with the login of a pull secret its manifest
+// directory holds (a kubernetes.io/dockerconfigjson Secret).
+func TestLocalPullSecret(t *testing.T) {
+	d, ctrd := ctrdDaemon(t)
+	killContainersAtCleanup(t, d)
+	registry := startRegistry(t, "fleet", "s3cret-pull")
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := registry + "/pv/local-secret:1"
+	for _, args := range [][]string{
+		{"images", "import", archive},
+		{"images", "tag", "podvisor.test/pushed:1", ref},
+		{"images", "push", "--plain-http", "-u", "fleet:s3cret-pull", ref},
+	} {
+		cmd := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("fleet:s3cret-pull"))
+	config := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, registry, auth)
+	d.write("regcred.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: regcred}
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '%s'
+`, config))
+	d.write("private.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: private}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  imagePullSecrets: [{name: regcred}]
+  containers:
+  - {name: app, image: %s, imagePullPolicy: Always, command: ["sleep", "1000"]}
+`, ref))
+	d.waitPod("private", 60*time.Second, running)
+	if strings.Contains(d.log.String(), "s3cret-pull") || strings.Contains(d.log.String(), auth) {
+		t.Fatalf("the pull secret's login in the daemon's log:\n%s", d.log)
+	}
+	d.remove("private.yaml")
+	d.waitGone("private", 30*time.Second)
 }

@@ -24,7 +24,7 @@ import (
 // process, security, namespaces (the pod's sandbox), mounts and cgroup.
 func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConfig, error) {
 	pod, spec := c.Pod, c.Spec
-	p, err := runtime.Resolve(pod, spec, c.Node, c.Objects)
+	p, err := runtime.Resolve(pod, spec, c.Node)
 	if err != nil {
 		return pluginapi.ContainerConfig{}, err
 	}

@@ -141,7 +141,7 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	}
 	// The pull secrets are read here, on the daemon's loop, where its
 	// getter is read; their logins go to the plugin for this start only.
-	pull, events := pullAuth(c.Pod, c.Objects, cfg.Image)
+	pull, events := pullAuth(c.Pod, c.Node.Objects, cfg.Image)
 	done = withEvents(done, events)
 	r.mu.Lock()
 	r.followed[c.InstanceID] = ""

@@ -15,7 +15,7 @@ import (
 func TestSupplementalGroups(t *testing.T) {
 	pod := testPod()
 	pod.Spec.SecurityContext.SupplementalGroups = []int64{20, 44}
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{}, nil)
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/pod/hostcmd"
-	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
@@ -26,8 +25,8 @@ const Name = "process"
 
 // BuildSpec turns a container of a pod into a shim Spec (runtime.Resolve
 // in the shim's terms).
-func BuildSpec(pod *v1.Pod, c *v1.Container, node runtime.PodEnv, objs objects.Getter) (shim.Spec, error) {
-	p, err := runtime.Resolve(pod, c, node, objs)
+func BuildSpec(pod *v1.Pod, c *v1.Container, node runtime.PodEnv) (shim.Spec, error) {
+	p, err := runtime.Resolve(pod, c, node)
 	if err != nil {
 		return shim.Spec{}, err
 	}
@@ -42,11 +41,11 @@ func specOf(pod *v1.Pod, container string, p runtime.Process) shim.Spec {
 // Start runs a container instance under its shim: it is placed in its
 // cgroup here, and runs on its own goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
-	s, err := BuildSpec(c.Pod, c.Spec, c.Node, c.Objects)
+	s, err := BuildSpec(c.Pod, c.Spec, c.Node)
 	if err != nil {
 		// Nothing was created: the container waits, as the kubelet keeps
 		// one whose configuration it cannot make.
-		done(runtime.Started{Err: &runtime.CreateError{Reason: "CreateContainerConfigError", Message: err.Error()}})
+		done(runtime.Started{Err: runtime.ConfigError(err)})
 		return
 	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
@@ -143,7 +142,7 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 	// ConfigMaps and Secrets as they were then), as in a container.
 	var spec shim.Spec
 	if err := shim.ReadJSON(filepath.Join(r.instanceDir(instanceID), shim.SpecFile), &spec); err != nil {
-		if spec, err = BuildSpec(pod, c, node, nil); err != nil {
+		if spec, err = BuildSpec(pod, c, node); err != nil {
 			return runtime.ExecTarget{}, err
 		}
 	}

@@ -286,7 +286,7 @@ func TestFollowLogSeesNewLinesAndEnds(t *testing.T) {
 
 func TestBuildSpecEnv(t *testing.T) {
 	pod := testPod()
-	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"}, nil)
+	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{NodeName: "dev1", HostIP: "10.0.0.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,5 +422,32 @@ func TestStartMissingObjectIsConfigError(t *testing.T) {
 	var create *runtime.CreateError
 	if !errors.As(got.Err, &create) || create.Reason != "CreateContainerConfigError" || create.Message != `configmap "app" not found` {
 		t.Fatalf("start: %v", got.Err)
+	}
+}
+
+// exec runs in the environment the instance started with, not in one
+// made again from objects that may have changed since.
+func TestExecTargetKeepsTheStartedEnv(t *testing.T) {
+	rt, err := New(filepath.Join(t.TempDir(), "containers"), []string{"true"}, runtime.Cgroups{}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod()
+	id := "u-1_app_1"
+	if err := os.MkdirAll(rt.instanceDir(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	started := shim.Spec{InstanceID: id, Env: []string{"PATH=/bin", "MODE=then"}, Dir: "/srv"}
+	if err := shim.WriteJSONAtomic(filepath.Join(rt.instanceDir(id), shim.SpecFile), started); err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := rt.ExecTarget(pod, "app", id, runtime.PodEnv{})
+	if err != nil || strings.Join(tgt.Env, " ") != "PATH=/bin MODE=then" || tgt.Dir != "/srv" {
+		t.Fatalf("target %+v, %v", tgt, err)
+	}
+	// Without the instance's record, the environment is made again.
+	tgt, err = rt.ExecTarget(pod, "app", "u-1_app_2", runtime.PodEnv{NodeName: "dev1"})
+	if err != nil || !strings.Contains(strings.Join(tgt.Env, " "), "NODE=dev1") {
+		t.Fatalf("target %+v, %v", tgt, err)
 	}
 }
