@@ -187,7 +187,7 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 	var (
 		w         watch
 		serr      error
-		info      string // the last progress message's text
+		info      string // the end's progress message's text
 		last      = -1
 		poll      *time.Timer // nil until the install may have ended
 		pause     time.Duration
@@ -219,10 +219,8 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 				last = p
 				progress(firmware.Progress{Percent: p, Message: strings.TrimSpace(m.image + " " + m.handler)})
 			}
-			if m.info != "" {
-				info = m.info
-			}
 			if m.status == statusSuccess || m.status == statusFailure {
+				info = m.info // START's is the request's own, not a reason
 				startPolling()
 			}
 		case serr = <-streamed:
