@@ -127,7 +127,7 @@ func TestSWUpdateMissedProgress(t *testing.T) {
 	d := newDevice(t)
 	d.starveProgress()
 	garbage := d.notSWU()
-	const n = 20
+	const n = 8
 	missed := 0
 	for i := 0; i < n; i++ {
 		ctx, cancel := context.WithTimeout(d.ctx(), time.Minute)
