@@ -111,7 +111,8 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			d.probing.Watch(pod) // before the container starts: its listen() is seen and its first packet counted
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
-		Mounts:      d.podFS.MountsFor(pod, spec, env),
-		LocalImages: d.desired.LocalImages(pod),
+		Mounts:       d.podFS.MountsFor(pod, spec, env),
+		VolumeMounts: d.podFS.VolumeMountsFor(pod, spec, env),
+		LocalImages:  d.desired.LocalImages(pod),
 	}
 }

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultPath is PATH for containers that do not set one.
@@ -51,4 +54,29 @@ func Credential(uid, gid *uint32) *syscall.Credential {
 		cred.Gid = *gid
 	}
 	return cred
+}
+
+// InMountNS runs start, which starts a process (exec.Cmd.Start), on a
+// thread of its own that has joined the mount namespace ns: the process
+// starts there, and start's look-ups (LookPath) see what it will. Go runs
+// nothing between fork and exec, so the thread that forks joins instead;
+// it leaves the process's shared root and working directory first (the
+// kernel lets only a thread of its own file system attributes change
+// mount namespace) and is never used again: it exits with its goroutine.
+// Joining needs CAP_SYS_ADMIN and CAP_SYS_CHROOT.
+func InMountNS(ns *os.File, start func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("entering the container's mount namespace: %w", err)
+			return
+		}
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+			errc <- fmt.Errorf("entering the container's mount namespace: %w", err)
+			return
+		}
+		errc <- start()
+	}()
+	return <-errc
 }
