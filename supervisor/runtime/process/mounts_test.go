@@ -327,9 +327,9 @@ func TestVolumeMountsOrderParentsFirst(t *testing.T) {
 
 type fakeInfo struct{ dir bool }
 
-func (f fakeInfo) IsDir() bool { return f.dir }
+func (f fakeInfo) IsDir() bool  { return f.dir }
 func (f fakeInfo) Name() string { return "" }
-func (f fakeInfo) Size() int64 { return 0 }
+func (f fakeInfo) Size() int64  { return 0 }
 func (f fakeInfo) Mode() os.FileMode {
 	if f.dir {
 		return os.ModeDir
