@@ -252,6 +252,15 @@ type MountNamespaces interface {
 	MountNS(instanceID string) (*os.File, error)
 }
 
+// HostAdmitter is a runtime that may refuse a pod for what the host is
+// now (a process pod's mountPath missing): the pod waits Pending with the
+// reason, and is asked about again now and then.
+type HostAdmitter interface {
+	// AdmitPod says why the pod cannot start on this host now; "" when
+	// it can.
+	AdmitPod(pod *v1.Pod) (reason, message string)
+}
+
 // PodNetworks is a runtime that gives pods their own addresses.
 type PodNetworks interface {
 	PodIPs(pod *v1.Pod) []string

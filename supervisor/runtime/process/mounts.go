@@ -69,13 +69,10 @@ func checkMountPaths(c *v1.Container, mounts []shim.Mount, stat func(string) (fs
 		if below(m.Destination, mounts) {
 			continue
 		}
-		where := fmt.Sprintf("container %q: volumeMount %q: mountPath %s", c.Name, c.VolumeMounts[i].Name, m.Destination)
+		where := mountWhere(c, i, m.Destination)
 		dst, err := stat(m.Destination)
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s does not exist on the host: a process container's volumes are bound over existing host paths in a mount namespace of its own, and podvisor creates nothing on the host for them; create it, or mount at a path that exists", where)
-		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", where, err)
+			return mountPathError(c, i, m.Destination, err)
 		}
 		src, err := stat(m.Source)
 		if err != nil {
@@ -86,6 +83,76 @@ func checkMountPaths(c *v1.Container, mounts []shim.Mount, stat func(string) (fs
 			return fmt.Errorf("%s is not a directory on the host, and the volume is one", where)
 		case !src.IsDir() && dst.IsDir():
 			return fmt.Errorf("%s is a directory on the host, and the volume's subPath is a file", where)
+		}
+	}
+	return nil
+}
+
+func mountWhere(c *v1.Container, i int, path string) string {
+	return fmt.Sprintf("container %q: volumeMount %q: mountPath %s", c.Name, c.VolumeMounts[i].Name, path)
+}
+
+// mountPathError says why a mountPath cannot be stat'ed; a missing one,
+// why it is not made.
+func mountPathError(c *v1.Container, i int, path string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return missingPathError(mountWhere(c, i, path) + " does not exist on the host: a process container's volumes are bound over existing host paths in a mount namespace of its own, and podvisor creates nothing on the host for them; create it, or mount at a path that exists")
+	}
+	return fmt.Errorf("%s: %w", mountWhere(c, i, path), err)
+}
+
+// The pending reasons of a process pod a mountPath of which is missing
+// on the host, or not a directory where a whole volume goes (podvisor's
+// own: the kubelet makes mount points inside a container's root).
+const (
+	ReasonMountPathMissing = "MountPathMissing"
+	ReasonMountPathInvalid = "MountPathInvalid"
+)
+
+// missingPathError is a mountPath missing on the host (fs.ErrNotExist).
+type missingPathError string
+
+func (e missingPathError) Error() string        { return string(e) }
+func (e missingPathError) Is(target error) bool { return target == fs.ErrNotExist }
+
+// AdmitPod refuses a pod whose containers' mountPaths do not exist on
+// the host, or are not directories where a whole volume goes: it waits
+// Pending, the first such mount named, until they do.
+// What a subPath is (a file or a directory) is only known once the
+// volume is prepared, so Start checks that.
+func (r *Runtime) AdmitPod(pod *v1.Pod) (reason, message string) {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			err := checkHostMountPaths(&list[i], os.Stat)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return ReasonMountPathMissing, err.Error()
+			case err != nil:
+				return ReasonMountPathInvalid, err.Error()
+			}
+		}
+	}
+	return "", ""
+}
+
+// checkHostMountPaths is checkMountPaths before the volumes are prepared:
+// a whole volume is a directory; a subPath may be either.
+func checkHostMountPaths(c *v1.Container, stat func(string) (fs.FileInfo, error)) error {
+	mounts := make([]shim.Mount, len(c.VolumeMounts))
+	for i, vm := range c.VolumeMounts {
+		mounts[i] = shim.Mount{Destination: filepath.Clean(vm.MountPath)}
+	}
+	for i, m := range mounts {
+		if below(m.Destination, mounts) {
+			continue
+		}
+		vm := c.VolumeMounts[i]
+		dst, err := stat(m.Destination)
+		if err != nil {
+			return mountPathError(c, i, m.Destination, err)
+		}
+		if vm.SubPath == "" && vm.SubPathExpr == "" && !dst.IsDir() {
+			return fmt.Errorf("%s is not a directory on the host, and the volume is one", mountWhere(c, i, m.Destination))
 		}
 	}
 	return nil

@@ -351,3 +351,42 @@ func (f fakeInfo) Mode() os.FileMode {
 }
 func (f fakeInfo) ModTime() (t time.Time) { return t }
 func (f fakeInfo) Sys() any               { return nil }
+
+// A process pod whose mountPath is missing on the host is not admitted:
+// it waits Pending, the container, volumeMount and path named, until the
+// path exists.
+func TestAdmitPodChecksMountPathsOnTheHost(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "srv"), 0o755)
+	os.WriteFile(filepath.Join(dir, "app.conf"), nil, 0o644)
+	rt := &Runtime{}
+	pod := func(init, main []v1.VolumeMount) *v1.Pod {
+		p := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", VolumeMounts: main}}}}
+		if init != nil {
+			p.Spec.InitContainers = []v1.Container{{Name: "setup", VolumeMounts: init}}
+		}
+		return p
+	}
+	at := func(p string) string { return filepath.Join(dir, p) }
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		want   string
+		reason string
+	}{
+		{"existing", pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("srv")}, {Name: "b", MountPath: at("app.conf"), SubPath: "app.conf"}}), "", ""},
+		{"inside another volume", pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("srv")}, {Name: "b", MountPath: at("srv/new")}}), "", ""},
+		{"missing", pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("srv")}, {Name: "b", MountPath: at("opt/x")}}),
+			`container "app": volumeMount "b": mountPath ` + at("opt/x") + " does not exist on the host", ReasonMountPathMissing},
+		{"an init container's", pod([]v1.VolumeMount{{Name: "a", MountPath: at("nope")}}, nil), `container "setup": volumeMount "a"`, ReasonMountPathMissing},
+		{"a whole volume over a file", pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("app.conf")}}), "is not a directory on the host, and the volume is one", ReasonMountPathInvalid},
+	} {
+		reason, msg := rt.AdmitPod(tc.pod)
+		if reason != tc.reason || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: AdmitPod = %q, %q; want %q", tc.name, reason, msg, tc.want)
+		}
+	}
+	if _, err := os.Stat(at("opt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("admission made a host directory: %v", err)
+	}
+}
