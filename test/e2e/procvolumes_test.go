@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// A process pod's volumes are bound at their mountPaths (directories
+// that exist on the host) in a mount namespace of the container's own:
+// the container, "podvisor exec" and an exec readiness probe see them;
+// the host sees neither the files nor the mounts, before or after the pod.
+// A pod whose mountPath is missing waits Pending, saying which, until the
+// path is made.
+func TestProcessPodVolumes(t *testing.T) {
+	requireRoot(t)
+	d := newDaemon(t)
+	d.start()
+	killContainersAtCleanup(t, d)
+	host := t.TempDir() // the host's directories the volumes go over
+	app, info := filepath.Join(host, "app"), filepath.Join(host, "podinfo")
+	for _, dir := range []string{app, info} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := mountsUnder(t, host)
+	d.write("vols.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: vols, labels: {tier: edge}}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - {name: info, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}
+  containers:
+  - name: main
+    image: host
+    command: ["sh", "-c", "echo made > `+app+`/made; echo $(cat `+info+`/name); if touch `+info+`/x 2>/dev/null; then echo writable; fi; exec sleep 1000"]
+    readinessProbe:
+      exec: {command: ["test", "-f", "`+app+`/made"]}
+      periodSeconds: 1
+    volumeMounts:
+    - {name: scratch, mountPath: `+app+`}
+    - {name: info, mountPath: `+info+`}
+`)
+	d.waitPod("vols", 20*time.Second, func(p *v1.Pod) bool { return initCond(p, v1.PodReady) })
+	waitForLong(t, 10*time.Second, "the container's output", func() bool {
+		out, _, _ := d.cli("logs", "vols")
+		return out == "vols\n" // no "writable": the downwardAPI volume is read-only
+	})
+	if out, errOut, code := d.cli("exec", "vols", "--", "cat", filepath.Join(app, "made"), filepath.Join(info, "name")); code != 0 || out != "made\nvols" {
+		t.Fatalf("exec sees %q (%s, exit %d), want the container's files", out, errOut, code)
+	}
+	if exists(filepath.Join(app, "made")) || exists(filepath.Join(info, "name")) {
+		t.Fatal("the container's volumes show on the host")
+	}
+	if got := mountsUnder(t, host); len(got) != len(before) {
+		t.Fatalf("the host's mount table holds %v, want %v", got, before)
+	}
+
+	missing := filepath.Join(host, "missing", "conf")
+	d.write("nodir.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: nodir}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: cfg, emptyDir: {}}]
+  containers:
+  - name: main
+    image: host
+    command: ["sleep", "1000"]
+    volumeMounts: [{name: cfg, mountPath: `+missing+`}]
+`)
+	p := d.waitPod("nodir", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Reason != "" })
+	if p.Status.Phase != v1.PodPending || p.Status.Reason != "MountPathMissing" ||
+		!strings.Contains(p.Status.Message, `container "main": volumeMount "cfg": mountPath `+missing+" does not exist on the host") {
+		t.Fatalf("a missing mountPath: %s", describePod(p))
+	}
+	if exists(filepath.Join(host, "missing")) {
+		t.Fatal("the missing mountPath was made on the host")
+	}
+	if err := os.MkdirAll(missing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPod("nodir", 30*time.Second, running) // admission asks again every 10 s
+
+	d.remove("vols.yaml")
+	d.remove("nodir.yaml")
+	d.waitGone("vols", 20*time.Second)
+	d.waitGone("nodir", 20*time.Second)
+	if got := mountsUnder(t, host); len(got) != len(before) {
+		t.Fatalf("after the pods the host's mount table holds %v, want %v", got, before)
+	}
+	waitForLong(t, 10*time.Second, "the pods' directories to go", func() bool {
+		entries, _ := os.ReadDir(filepath.Join(d.data, "pods"))
+		return len(entries) == 0
+	})
+	requireNothingMounted(t, d)
+}
