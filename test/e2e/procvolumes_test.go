@@ -10,8 +10,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// A process pod's volumes are bound at their mountPaths (directories
-// that exist on the host) in a mount namespace of the container's own:
+// A process pod's volumes (emptyDir, downwardAPI, configMap, secret, and
+// a configMap key through subPath over a host file) are bound at their
+// mountPaths (paths that exist on the host) in a mount namespace of the
+// container's own:
 // the container, "podvisor exec" and an exec readiness probe see them;
 // the host sees neither the files nor the mounts, before or after the pod.
 // A pod whose mountPath is missing waits Pending, saying which, until the
@@ -22,13 +24,27 @@ func TestProcessPodVolumes(t *testing.T) {
 	d.start()
 	killContainersAtCleanup(t, d)
 	host := t.TempDir() // the host's directories the volumes go over
-	app, info := filepath.Join(host, "app"), filepath.Join(host, "podinfo")
-	for _, dir := range []string{app, info} {
+	app, info, conf, creds := filepath.Join(host, "app"), filepath.Join(host, "podinfo"), filepath.Join(host, "conf"), filepath.Join(host, "creds")
+	for _, dir := range []string{app, info, conf, creds} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	hostFile := filepath.Join(host, "app.conf") // a subPath file goes over it
+	if err := os.WriteFile(hostFile, []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before := mountsUnder(t, host)
+	d.write("objects.yaml", `apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {app.conf: "level=3"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds}
+stringData: {token: t0ken}
+`)
 	d.write("vols.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: vols, labels: {tier: edge}}
@@ -38,26 +54,32 @@ spec:
   volumes:
   - {name: scratch, emptyDir: {}}
   - {name: info, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}
+  - {name: cfg, configMap: {name: cfg}}
+  - {name: creds, secret: {secretName: creds}}
   containers:
   - name: main
     image: host
-    command: ["sh", "-c", "echo made > `+app+`/made; echo $(cat `+info+`/name); if touch `+info+`/x 2>/dev/null; then echo writable; fi; exec sleep 1000"]
+    command: ["sh", "-c", "echo made > `+app+`/made; echo $(cat `+info+`/name) $(cat `+conf+`/app.conf) $(cat `+creds+`/token) $(cat `+hostFile+`); if touch `+info+`/x 2>/dev/null; then echo writable; fi; exec sleep 1000"]
     readinessProbe:
       exec: {command: ["test", "-f", "`+app+`/made"]}
       periodSeconds: 1
     volumeMounts:
     - {name: scratch, mountPath: `+app+`}
     - {name: info, mountPath: `+info+`}
+    - {name: cfg, mountPath: `+conf+`}
+    - {name: creds, mountPath: `+creds+`}
+    - {name: cfg, mountPath: `+hostFile+`, subPath: app.conf}
 `)
 	d.waitPod("vols", 20*time.Second, func(p *v1.Pod) bool { return initCond(p, v1.PodReady) })
 	waitForLong(t, 10*time.Second, "the container's output", func() bool {
 		out, _, _ := d.cli("logs", "vols")
-		return out == "vols\n" // no "writable": the downwardAPI volume is read-only
+		return out == "vols level=3 t0ken level=3\n" // no "writable": the downwardAPI volume is read-only
 	})
 	if out, errOut, code := d.cli("exec", "vols", "--", "cat", filepath.Join(app, "made"), filepath.Join(info, "name")); code != 0 || out != "made\nvols" {
 		t.Fatalf("exec sees %q (%s, exit %d), want the container's files", out, errOut, code)
 	}
-	if exists(filepath.Join(app, "made")) || exists(filepath.Join(info, "name")) {
+	if exists(filepath.Join(app, "made")) || exists(filepath.Join(info, "name")) || exists(filepath.Join(conf, "app.conf")) ||
+		exists(filepath.Join(creds, "token")) || readLines(hostFile)[0] != "host" {
 		t.Fatal("the container's volumes show on the host")
 	}
 	if got := mountsUnder(t, host); len(got) != len(before) {
@@ -93,6 +115,7 @@ spec:
 
 	d.remove("vols.yaml")
 	d.remove("nodir.yaml")
+	d.remove("objects.yaml")
 	d.waitGone("vols", 20*time.Second)
 	d.waitGone("nodir", 20*time.Second)
 	if got := mountsUnder(t, host); len(got) != len(before) {
