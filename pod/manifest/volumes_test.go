@@ -80,11 +80,15 @@ func TestProcessPodVolumes(t *testing.T) {
   - {name: info, downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}}
   - name: proj
     projected: {sources: [{downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}]}
+  - {name: cfg, configMap: {name: app}}
+  - {name: creds, secret: {secretName: db}}
   containers:`, 1)
 	doc = strings.Replace(doc, "    resources:", `    volumeMounts:
     - {name: v, mountPath: /srv/data}
     - {name: info, mountPath: /etc/podinfo, readOnly: true}
     - {name: proj, mountPath: /etc/podproj, subPath: name}
+    - {name: cfg, mountPath: /etc/app}
+    - {name: creds, mountPath: /etc/app.key, subPath: key}
     resources:`, 1)
 	if _, err := Decode([]byte(doc)); err != nil {
 		t.Fatal(err)
