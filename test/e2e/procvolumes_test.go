@@ -35,16 +35,7 @@ func TestProcessPodVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := mountsUnder(t, host)
-	d.write("objects.yaml", `apiVersion: v1
-kind: ConfigMap
-metadata: {name: cfg}
-data: {app.conf: "level=3"}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: creds}
-stringData: {token: t0ken}
-`)
+	d.write("objects.yaml", objectsYAML)
 	d.write("vols.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: vols, labels: {tier: edge}}
@@ -85,6 +76,14 @@ spec:
 	if got := mountsUnder(t, host); len(got) != len(before) {
 		t.Fatalf("the host's mount table holds %v, want %v", got, before)
 	}
+
+	// A ConfigMap's change reaches the container's mount (the atomic
+	// swap happens in the volume it binds); its subPath does not change.
+	d.write("objects.yaml", strings.Replace(objectsYAML, "level=3", "level=4", 1))
+	waitForLong(t, 10*time.Second, "the ConfigMap's change in the container's view", func() bool {
+		out, _, _ := d.cli("exec", "vols", "--", "cat", filepath.Join(conf, "app.conf"), hostFile)
+		return out == "level=4level=3"
+	})
 
 	missing := filepath.Join(host, "missing", "conf")
 	d.write("nodir.yaml", `apiVersion: v1
@@ -127,3 +126,14 @@ spec:
 	})
 	requireNothingMounted(t, d)
 }
+
+const objectsYAML = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {app.conf: "level=3"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds}
+stringData: {token: t0ken}
+`
