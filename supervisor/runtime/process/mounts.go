@@ -182,16 +182,20 @@ func (r *Runtime) MountNS(instanceID string) (*os.File, error) {
 // mountNSLeader names the leader of an instance that runs in a mount
 // namespace of its own, by pid and start time; 0: it has none.
 func (r *Runtime) mountNSLeader(instanceID string) (int, uint64, error) {
-	dir := r.instanceDir(instanceID)
 	var spec shim.Spec
-	if err := shim.ReadJSON(filepath.Join(dir, shim.SpecFile), &spec); err != nil {
+	if err := shim.ReadJSON(filepath.Join(r.instanceDir(instanceID), shim.SpecFile), &spec); err != nil {
 		return 0, 0, fmt.Errorf("instance %s: %w", instanceID, err)
 	}
+	return r.mountNSLeaderOf(instanceID, spec)
+}
+
+// mountNSLeaderOf is mountNSLeader for an instance started with spec.
+func (r *Runtime) mountNSLeaderOf(instanceID string, spec shim.Spec) (int, uint64, error) {
 	if len(spec.Mounts) == 0 {
 		return 0, 0, nil
 	}
 	var st shim.State
-	if err := shim.ReadJSON(filepath.Join(dir, shim.StateFile), &st); err != nil {
+	if err := shim.ReadJSON(filepath.Join(r.instanceDir(instanceID), shim.StateFile), &st); err != nil {
 		return 0, 0, fmt.Errorf("instance %s has not started: %w", instanceID, err)
 	}
 	if st.BootID != shim.BootID() {

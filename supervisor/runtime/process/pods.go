@@ -152,7 +152,7 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 	}
 	t := runtime.ExecTarget{Runtime: Name, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID}
 	var err error
-	if t.MountNSPid, t.MountNSStart, err = r.mountNSLeader(instanceID); err != nil {
+	if t.MountNSPid, t.MountNSStart, err = r.mountNSLeaderOf(instanceID, spec); err != nil {
 		return runtime.ExecTarget{}, err
 	}
 	if drv := r.cgroups.Driver; drv != nil {
