@@ -390,3 +390,28 @@ func TestAdmitPodChecksMountPathsOnTheHost(t *testing.T) {
 		t.Fatalf("admission made a host directory: %v", err)
 	}
 }
+
+// A container run as a user gets its namespace made by the root shim
+// before it drops to that user: it reads its volume, and cannot undo a
+// read-only mount.
+func TestVolumesForAContainerRunAsAUser(t *testing.T) {
+	h := newVolumeHost(t)
+	for _, d := range []string{filepath.Dir(h.root), h.root} { // the test's temporary directories are root's alone
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEnv(t)
+	nobody := uint32(65534)
+	s := e.spec("sh", "-c", "cat "+h.dst+"/hello; id -u; mount -o remount,rw "+h.roDst+" 2>/dev/null && echo remounted || echo refused")
+	s.UID, s.GID = &nobody, &nobody
+	s.Mounts = h.mounts()
+	e.start(s)
+	if x := e.exit(s.InstanceID); x.ExitCode != 0 {
+		t.Fatalf("exit = %+v", x)
+	}
+	if log := logText(t, s.LogPath); !strings.Contains(log, "from the volume\n65534\nrefused\n") {
+		t.Fatalf("log:\n%s", log)
+	}
+	h.checkHostUntouched(t)
+}
