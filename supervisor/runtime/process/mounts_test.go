@@ -389,6 +389,17 @@ func TestAdmitPodChecksMountPathsOnTheHost(t *testing.T) {
 	if _, err := os.Stat(at("opt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("admission made a host directory: %v", err)
 	}
+
+	// A daemon that may not make mount namespaces refuses every process
+	// pod with volumes, saying why; one without is admitted.
+	defer func(f func() bool) { mountCapable = f }(mountCapable)
+	mountCapable = func() bool { return false }
+	if reason, msg := rt.AdmitPod(pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("srv")}})); reason != ReasonMountNamespaceUnavailable || !strings.Contains(msg, "CAP_SYS_ADMIN") {
+		t.Errorf("without CAP_SYS_ADMIN: %q, %q", reason, msg)
+	}
+	if reason, _ := rt.AdmitPod(pod(nil, nil)); reason != "" {
+		t.Errorf("a pod without volumes refused: %q", reason)
+	}
 }
 
 // A container run as a user gets its namespace made by the root shim
