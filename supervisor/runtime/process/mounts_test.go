@@ -426,3 +426,45 @@ func TestVolumesForAContainerRunAsAUser(t *testing.T) {
 	}
 	h.checkHostUntouched(t)
 }
+
+// Across a keeper upgrade, the old keeper's container keeps its mount
+// namespace (it is the container's, not the keeper's): the new daemon
+// execs in it, while the new keeper makes its own containers theirs.
+func TestKeeperUpgradeKeepsTheContainersNamespace(t *testing.T) {
+	h := newVolumeHost(t)
+	old := filepath.Join(t.TempDir(), "old-shim") // another version: the test binary with bytes appended
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, append(data, "old version"...), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	oldEnv := newKeeperEnv(t, "", []string{old, "shim"})
+	before := oldEnv.keptSpec("sleep", "1000")
+	before.Mounts = h.mounts()
+	oldEnv.start(before)
+
+	e := newKeeperEnv(t, oldEnv.rt.dir, nil)
+	e.n = 100
+	if _, err := e.rt.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	after := e.keptSpec("sleep", "1000")
+	after.Mounts = []shim.Mount{{Source: h.roVol, Destination: h.dst, ReadOnly: true}}
+	e.start(after)
+	if state(t, e.rt, after.InstanceID).ShimPid == state(t, e.rt, before.InstanceID).ShimPid {
+		t.Fatal("the new version started through the old keeper")
+	}
+	if got := inNS(t, e.rt, before.InstanceID, "cat", filepath.Join(h.dst, "hello")); got != "from the volume\n" {
+		t.Fatalf("the old keeper's container: %q", got)
+	}
+	if got := inNS(t, e.rt, after.InstanceID, "cat", filepath.Join(h.dst, "setting")); got != "from the read-only volume\n" {
+		t.Fatalf("the new keeper's container: %q", got)
+	}
+	for _, id := range []string{before.InstanceID, after.InstanceID} {
+		e.rt.Kill(id)
+		e.exit(id)
+	}
+	h.checkHostUntouched(t)
+}
