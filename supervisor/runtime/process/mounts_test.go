@@ -18,6 +18,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/hostcmd"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	"github.com/podvisor/podvisor/test/prereq"
 )
@@ -143,6 +144,22 @@ func execIn(t *testing.T, rt *Runtime, id string, argv ...string) int {
 	return code
 }
 
+// killAtCleanup kills an instance's leader when the test ends, before
+// its cgroup is removed (cleanups run last first): a test that fails
+// half-way leaves no container, and so no cgroup, behind.
+func killAtCleanup(t *testing.T, rt *Runtime, id string) {
+	t.Cleanup(func() {
+		var st shim.State
+		if shim.ReadJSON(filepath.Join(rt.instanceDir(id), shim.StateFile), &st) != nil {
+			return
+		}
+		if fd, err := pidfd.Open(st.LeaderPid, st.LeaderStart); err == nil {
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
+	})
+}
+
 // A container with volume mounts sees each volume at its mountPath, the
 // read-only one read-only, and the host's directory under it hidden; the
 // host sees none of it, and exec and probes see what the container sees.
@@ -154,6 +171,7 @@ func TestVolumesInTheContainersOwnMountNamespace(t *testing.T) {
 	s := e.spec(h.script()...)
 	s.Mounts = h.mounts()
 	e.start(s)
+	killAtCleanup(t, e.rt, s.InstanceID)
 	waitFor(t, "the container to write through its mount", func() bool {
 		_, err := os.Stat(filepath.Join(h.vol, "made"))
 		return err == nil
@@ -202,8 +220,10 @@ func TestKeeperVolumesSurviveADaemonRestart(t *testing.T) {
 	s := e.keptSpec(h.script()...)
 	s.Mounts = h.mounts()
 	e.start(s)
+	killAtCleanup(t, e.rt, s.InstanceID)
 	plain := e.keptSpec("sleep", "1000")
 	e.start(plain)
+	killAtCleanup(t, e.rt, plain.InstanceID)
 	own, _ := os.Readlink("/proc/self/ns/mnt")
 	if ns, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(state(t, e.rt, plain.InstanceID).LeaderPid), "ns", "mnt")); ns != own {
 		t.Fatalf("a container without mounts runs in %q, not the host's %q", ns, own)
@@ -444,6 +464,7 @@ func TestKeeperUpgradeKeepsTheContainersNamespace(t *testing.T) {
 	before := oldEnv.keptSpec("sleep", "1000")
 	before.Mounts = h.mounts()
 	oldEnv.start(before)
+	killAtCleanup(t, oldEnv.rt, before.InstanceID)
 
 	e := newKeeperEnv(t, oldEnv.rt.dir, nil)
 	e.n = 100
@@ -453,6 +474,7 @@ func TestKeeperUpgradeKeepsTheContainersNamespace(t *testing.T) {
 	after := e.keptSpec("sleep", "1000")
 	after.Mounts = []shim.Mount{{Source: h.roVol, Destination: h.dst, ReadOnly: true}}
 	e.start(after)
+	killAtCleanup(t, e.rt, after.InstanceID)
 	if state(t, e.rt, after.InstanceID).ShimPid == state(t, e.rt, before.InstanceID).ShimPid {
 		t.Fatal("the new version started through the old keeper")
 	}
