@@ -33,6 +33,7 @@ type device struct {
 	ca       string
 	cert     string
 	key      string
+	testCtx  context.Context
 }
 
 func newDevice(t *testing.T) *device {
@@ -132,6 +133,21 @@ func (d *device) reboot() {
 	}
 }
 
+// testTimeout bounds each test's talk with SWUpdate: a hang fails the
+// test in minutes and its cleanup still stops SWUpdate (go test's own
+// -timeout panics and leaves it running).
+const testTimeout = 2 * time.Minute
+
+// ctx is the test's context, ending testTimeout after the device started.
+func (d *device) ctx() context.Context {
+	if d.testCtx == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		d.t.Cleanup(cancel)
+		d.testCtx = ctx
+	}
+	return d.testCtx
+}
+
 func (d *device) cleanup() {
 	stop(d.swupdate)
 	if d.t.Failed() {
@@ -201,7 +217,7 @@ func randomImage(t *testing.T) []byte {
 func (d *device) install(swu string) {
 	d.t.Helper()
 	var seen []int
-	if err := d.driver.Install(context.Background(), swu, func(p firmware.Progress) { seen = append(seen, p.Percent) }); err != nil {
+	if err := d.driver.Install(d.ctx(), swu, func(p firmware.Progress) { seen = append(seen, p.Percent) }); err != nil {
 		d.t.Fatal(err)
 	}
 	if len(seen) < 2 || seen[len(seen)-1] != 100 {
@@ -219,7 +235,7 @@ func ok(context.Context) error { return nil }
 
 func TestSWUpdateInstallAndCommit(t *testing.T) {
 	d := newDevice(t)
-	ctx := context.Background()
+	ctx := d.ctx()
 	img := randomImage(t)
 	d.install(d.swu("v2", img, d.cert, d.key, ""))
 	slot, err := os.ReadFile(filepath.Join(d.dir, "slot"))
@@ -260,7 +276,7 @@ func TestSWUpdateInstallAndCommit(t *testing.T) {
 
 func TestSWUpdateHealthGate(t *testing.T) {
 	d := newDevice(t)
-	ctx := context.Background()
+	ctx := d.ctx()
 	d.install(d.swu("v2", randomImage(t), d.cert, d.key, ""))
 	d.reboot()
 	res, err := firmware.Confirm(ctx, d.driver, func(context.Context) error { return errors.New("hub not reached") },
@@ -295,7 +311,7 @@ func TestSWUpdateRefused(t *testing.T) {
 		{"not a .swu", d.notSWU(), "failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := d.driver.Install(context.Background(), tc.swu, nil)
+			err := d.driver.Install(d.ctx(), tc.swu, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("install: %v, want an error with %q", err, tc.want)
 			}

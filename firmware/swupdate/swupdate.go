@@ -98,8 +98,10 @@ func dial(ctx context.Context, path, what string) (net.Conn, error) {
 }
 
 // ask sends one control message and reads the answer, on a connection of
-// its own (SWUpdate closes it after answering).
+// its own (SWUpdate closes it after answering), within askTimeout.
 func (d *Driver) ask(ctx context.Context, msg []byte) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
 	conn, err := dial(ctx, find(d.Control, ControlPaths), "control")
 	if err != nil {
 		return reply{}, err
@@ -119,9 +121,29 @@ func (d *Driver) ask(ctx context.Context, msg []byte) (reply, error) {
 	return d.layout.parseReply(b), nil
 }
 
+// The bounds of Install's waits besides the caller's context.
+const (
+	// askTimeout bounds one control exchange, the install request's ACK
+	// included: SWUpdate's network thread answers at once.
+	askTimeout = 30 * time.Second
+	// pollMax is the longest pause between GET_STATUS polls.
+	pollMax = time.Second
+)
+
+// startTimeout bounds how long SWUpdate may take to show the install on
+// GET_STATUS once the .swu was streamed (or it stopped reading); a
+// variable for the tests.
+var startTimeout = 60 * time.Second
+
+// maxErrors bounds what Install reports of SWUpdate's messages.
+const maxErrors = 1024
+
 // Install implements firmware.Driver: the .swu is streamed to SWUpdate,
 // which verifies it (signature, hashes, hardware compatibility) and
-// installs it with its handlers.
+// installs it with its handlers. The progress socket gives the
+// percentages; the outcome is GET_STATUS's (status.go), polled once the
+// stream ended or the progress socket said the install ended, so a
+// progress message missed never leaves Install waiting.
 func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmware.Progress)) error {
 	f, err := os.Open(bundle)
 	if err != nil {
@@ -132,7 +154,8 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 	if err != nil || !fi.Mode().IsRegular() {
 		return fmt.Errorf("swupdate: %s is not a regular file", bundle)
 	}
-	// Listen to progress before starting, not to miss the first steps.
+	// Listen to progress before starting, not to miss the first steps
+	// (SWUpdate registers the connection when its thread gets to it).
 	prog, err := dial(ctx, find(d.Progress, ProgressPaths), "progress")
 	if err != nil {
 		return err
@@ -141,108 +164,172 @@ func (d *Driver) Install(ctx context.Context, bundle string, progress func(firmw
 	stop := context.AfterFunc(ctx, func() { prog.SetDeadline(time.Now()) })
 	defer stop()
 
-	ctrl, err := dial(ctx, find(d.Control, ControlPaths), "control")
+	ctrl, err := d.requestInstall(ctx, fi.Size(), bundle)
 	if err != nil {
 		return err
 	}
 	defer ctrl.Close()
 	stopCtrl := context.AfterFunc(ctx, func() { ctrl.SetDeadline(time.Now()) })
 	defer stopCtrl()
-	req := d.layout.request(reqInstall, fi.Size(), "podvisor", d.SoftwareSet, d.RunningMode)
-	if _, err := ctrl.Write(req); err != nil {
-		return fmt.Errorf("swupdate: control socket: %w", err)
-	}
-	ans := make([]byte, len(req))
-	if _, err := io.ReadFull(ctrl, ans); err != nil {
-		return fmt.Errorf("swupdate: control socket: reading the answer to the install request: %w", err)
-	}
-	if r := d.layout.parseReply(ans); r.typ != ack {
-		why := r.msg
-		if why == "" {
-			why = "refused (a software set or mode it does not accept, or another API version)"
-		}
-		return fmt.Errorf("swupdate: install of %s: %s", bundle, why)
-	}
 	// SWUpdate reads the stream as it installs; on a bad .swu it stops
-	// reading, and the progress socket says why the install ended.
+	// reading and closes the connection.
 	streamed := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(ctrl, f)
 		ctrl.Close()
 		streamed <- err
 	}()
+	msgs := make(chan progressMsg)
+	done := make(chan struct{})
+	defer close(done)
+	go d.readProgress(prog, msgs, done)
 
-	last := -1
-	buf := make([]byte, d.layout.progress().size)
+	var (
+		w         watch
+		serr      error
+		info      string // the end's progress message's text
+		last      = -1
+		poll      *time.Timer // nil until the install may have ended
+		pause     time.Duration
+		pollSince time.Time
+	)
+	startPolling := func() {
+		if poll == nil {
+			poll, pollSince = time.NewTimer(0), time.Now()
+		}
+	}
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	for {
-		if _, err := io.ReadFull(prog, buf); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("swupdate: stopped waiting for the install of %s: %w", bundle, ctx.Err())
-			}
-			return fmt.Errorf("swupdate: progress socket closed during the install of %s: %w", bundle, err)
+		var tick <-chan time.Time
+		if poll != nil {
+			tick = poll.C
 		}
-		m := d.layout.parseProgress(buf)
-		if p := m.percent(); p > last && progress != nil {
-			last = p
-			progress(firmware.Progress{Percent: p, Message: strings.TrimSpace(m.image + " " + m.handler)})
-		}
-		switch m.status {
-		case statusSuccess, statusFailure:
-			why, err := d.settle(ctx)
-			serr := <-streamed
-			if m.status == statusSuccess {
-				if err != nil {
-					return fmt.Errorf("swupdate: installed, but %w", err)
-				}
-				return d.record()
+		select {
+		case m, ok := <-msgs:
+			if !ok { // the progress socket closed: GET_STATUS says why
+				msgs = nil
+				startPolling()
+				continue
 			}
-			if why == "" {
-				why = m.info
+			if p := m.percent(); p > last && progress != nil {
+				last = p
+				progress(firmware.Progress{Percent: p, Message: strings.TrimSpace(m.image + " " + m.handler)})
 			}
-			if why == "" && serr != nil {
-				why = serr.Error()
+			if m.status == statusSuccess || m.status == statusFailure {
+				info = m.info // START's is the request's own, not a reason
+				startPolling()
 			}
-			return fmt.Errorf("swupdate: install of %s failed: %s", bundle, why)
+		case serr = <-streamed:
+			streamed = nil
+			startPolling()
+		case <-tick:
+			if err := d.pollStatus(ctx, &w); err != nil {
+				return fmt.Errorf("swupdate: install of %s: %w", bundle, err)
+			}
+			if w.done {
+				return d.outcome(bundle, w, info, serr, last, progress)
+			}
+			if !w.started && time.Since(pollSince) > startTimeout {
+				return fmt.Errorf("swupdate: install of %s: SWUpdate did not start it within %v of the stream's end", bundle, startTimeout)
+			}
+			pause = min(max(2*pause, 10*time.Millisecond), pollMax)
+			poll.Reset(pause)
+		case <-ctx.Done():
+			return fmt.Errorf("swupdate: stopped waiting for the install of %s: %w", bundle, ctx.Err())
 		}
 	}
 }
 
-// maxErrors bounds what Install reports of SWUpdate's messages.
-const maxErrors = 1024
+// requestInstall sends REQ_INSTALL on a new control connection and reads
+// the ACK within askTimeout; the connection then takes the .swu.
+func (d *Driver) requestInstall(ctx context.Context, size int64, bundle string) (net.Conn, error) {
+	ctrl, err := dial(ctx, find(d.Control, ControlPaths), "control")
+	if err != nil {
+		return nil, err
+	}
+	req := d.layout.request(reqInstall, size, "podvisor", d.SoftwareSet, d.RunningMode)
+	ackBy := time.Now().Add(askTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(ackBy) {
+		ackBy = dl
+	}
+	ctrl.SetDeadline(ackBy)
+	if _, err := ctrl.Write(req); err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("swupdate: control socket: %w", err)
+	}
+	ans := make([]byte, len(req))
+	if _, err := io.ReadFull(ctrl, ans); err != nil {
+		ctrl.Close()
+		return nil, fmt.Errorf("swupdate: control socket: reading the answer to the install request: %w", err)
+	}
+	if r := d.layout.parseReply(ans); r.typ != ack {
+		ctrl.Close()
+		why := r.msg
+		if why == "" {
+			why = "refused (a software set or mode it does not accept, or another API version)"
+		}
+		return nil, fmt.Errorf("swupdate: install of %s: %s", bundle, why)
+	}
+	// The stream is bounded by the caller's context only: an install
+	// takes as long as the image needs.
+	dl, _ := ctx.Deadline()
+	ctrl.SetDeadline(dl)
+	return ctrl, nil
+}
 
-// settleTimeout bounds the wait for SWUpdate to be idle after an install.
-const settleTimeout = 30 * time.Second
+// readProgress sends the progress socket's messages to msgs until it
+// closes (or Install returned: done), then closes msgs.
+func (d *Driver) readProgress(prog net.Conn, msgs chan<- progressMsg, done <-chan struct{}) {
+	defer close(msgs)
+	buf := make([]byte, d.layout.progress().size)
+	for {
+		if _, err := io.ReadFull(prog, buf); err != nil {
+			return
+		}
+		select {
+		case msgs <- d.layout.parseProgress(buf):
+		case <-done:
+			return
+		}
+	}
+}
 
-// settle waits until SWUpdate is idle again (it answers the next install
-// request "Installation in progress" until then), reading the queue of
-// notifications of the install that ended as swupdate-client does
-// (GET_STATUS): it returns the error messages in it.
-func (d *Driver) settle(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
-	defer cancel()
-	var msgs []string
-	n := 0
+// pollStatus asks GET_STATUS until no notification is left queued.
+func (d *Driver) pollStatus(ctx context.Context, w *watch) error {
 	for {
 		r, err := d.ask(ctx, d.layout.request(getStatus, 0, "", "", ""))
 		if err != nil {
-			return strings.Join(msgs, "; "), fmt.Errorf("waiting for SWUpdate to be idle: %w", err)
+			return fmt.Errorf("asking SWUpdate for the install's status: %w", err)
 		}
-		switch {
-		case r.desc != "":
-			if r.status == statusFailure && n < maxErrors {
-				msgs = append(msgs, r.desc)
-				n += len(r.desc)
-			}
-			continue
-		case r.status == statusIdle:
-			return strings.Join(msgs, "; "), nil
-		}
-		select {
-		case <-ctx.Done():
-			return strings.Join(msgs, "; "), fmt.Errorf("waiting for SWUpdate to be idle: %w", ctx.Err())
-		case <-time.After(10 * time.Millisecond): // SWUpdate's cleanup after the install
+		if !w.observe(r) {
+			return nil
 		}
 	}
+}
+
+// outcome is the error of an ended install (nil: installed, recorded).
+func (d *Driver) outcome(bundle string, w watch, info string, serr error, last int, progress func(firmware.Progress)) error {
+	if w.result == statusSuccess {
+		if last < 100 && progress != nil { // the progress socket missed the end
+			progress(firmware.Progress{Percent: 100})
+		}
+		return d.record()
+	}
+	why := w.why()
+	if why == "" {
+		why = info
+	}
+	if why == "" && serr != nil {
+		why = serr.Error()
+	}
+	if why == "" {
+		why = fmt.Sprintf("SWUpdate's last result is %d", w.result)
+	}
+	return fmt.Errorf("swupdate: install of %s failed: %s", bundle, why)
 }
 
 func (d *Driver) record() error {

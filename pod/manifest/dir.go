@@ -193,6 +193,7 @@ func (d *Dir) refresh(name string, now time.Time) bool {
 	default:
 		d.note(path, "")
 	}
+	d.noteExposed(path, r)
 	if f == nil && r.gone {
 		return false
 	}

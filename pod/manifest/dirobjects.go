@@ -40,6 +40,23 @@ func (d *Dir) takeObjects(f *fileEntry, r reading, path string, now time.Time) {
 	f.objects, f.objErrs = kept, r.objErrs
 }
 
+// noteExposed warns, once while it lasts, that a file holding Secrets
+// may be read by users other than its owner: the Secrets are only as
+// private as the file.
+func (d *Dir) noteExposed(path string, r reading) {
+	key, msg := path+" (secrets)", ""
+	if r.exposed != 0 {
+		msg = fmt.Sprintf("manifest file holds Secrets that others may read (mode %04o); make it 0600", r.exposed)
+	}
+	if d.noted[key] == msg {
+		return
+	}
+	d.noted[key] = msg
+	if msg != "" {
+		d.Log.Warn(msg, "file", path)
+	}
+}
+
 // dropsObjects reports whether acting on r would take away any of objs:
 // it waits for Confirm, as a read that would stop pods does.
 func dropsObjects(objs []*objects.Object, r reading) bool {

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,5 +152,77 @@ func TestDirObjectBounds(t *testing.T) {
 	st = d.state()
 	if len(st.Objects) != 1 || len(st.Invalid) != 1 || st.Invalid[0].Err.Error() != "Secret default/db refused: the manifest directory's objects would hold more than objects.maxBytes (16 bytes)" {
 		t.Fatalf("%+v %v", st.Objects, st.Invalid)
+	}
+}
+
+// Whatever a file holds, decoding its objects never panics, and no error
+// carries a Secret's data.
+func FuzzDecodeContentsObjects(f *testing.F) {
+	f.Add([]byte(goodConfigMap + "---\n" + goodSecret))
+	f.Add([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {k: czNjcmV0}\ntype: kubernetes.io/dockerconfigjson\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {\"a b\": s3cret}\n"))
+	f.Add([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: s3cret}\nbinaryData: {a: czNjcmV0}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeContents(data)
+		if err != nil && err.Error() == "" {
+			t.Fatal("empty error message")
+		}
+		for _, o := range c.Objects {
+			if o.UID == "" || o.ResourceVersion == "" || o.Namespace == "" {
+				t.Fatalf("object without identity: %+v", o.Ref)
+			}
+		}
+		for _, e := range c.ObjectErrors {
+			if e.Ref.Kind == objects.Secret && strings.Contains(e.Err.Error(), "s3cret") {
+				t.Fatalf("a Secret's value in an error: %v", e.Err)
+			}
+		}
+	})
+}
+
+// A change to an object alone is a new state for the daemon.
+func TestDirWatchSeesObjectChange(t *testing.T) {
+	dir := t.TempDir()
+	d := &Dir{Path: dir, Resync: time.Hour, Settle: 5 * time.Millisecond}
+	if err := d.Watch(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "objects.yaml", goodConfigMap)
+	st, err := d.Load()
+	if err != nil || len(st.Objects) != 1 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan State, 4)
+	go d.Run(ctx, out)
+	writeFile(t, dir, "objects.yaml", strings.Replace(goodConfigMap, "prod", "dev", 1))
+	if st := receive(t, out); len(st.Objects) != 1 || string(st.Objects[0].Data["MODE"]) != "dev" {
+		t.Fatalf("after the edit: %+v", st.Objects)
+	}
+}
+
+// A file holding Secrets that others may read is read, with a warning,
+// once while it lasts.
+func TestDirWarnsOfReadableSecrets(t *testing.T) {
+	d, _, log := testDir(t)
+	writeFile(t, d.Path, "db.yaml", goodSecret)
+	os.Chmod(filepath.Join(d.Path, "db.yaml"), 0o644)
+	d.Load()
+	d.Load()
+	if st := d.state(); len(st.Objects) != 1 {
+		t.Fatalf("objects %v", st.Objects)
+	}
+	const warning = "manifest file holds Secrets that others may read (mode 0644); make it 0600"
+	if n := strings.Count(log.String(), warning); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, log)
+	}
+	os.Chmod(filepath.Join(d.Path, "db.yaml"), 0o600)
+	writeFile(t, d.Path, "db.yaml", goodSecret+"\n")
+	d.Load()
+	writeFile(t, d.Path, "cm.yaml", goodConfigMap) // 0644, no Secret: no warning
+	d.Load()
+	if n := strings.Count(log.String(), "others may read"); n != 1 {
+		t.Fatalf("%d warnings, want still 1:\n%s", n, log)
 	}
 }

@@ -27,6 +27,9 @@ type reading struct {
 	objs     []*objects.Object
 	objErrs  []ObjectError
 	objsRead bool
+	// exposed: the file holds a Secret and users other than its owner
+	// may read it (its mode).
+	exposed os.FileMode
 	// untrusted is why the file would have been refused, had
 	// Dir.AllowUntrusted not had it read.
 	untrusted error
@@ -83,6 +86,11 @@ func readFile(dir, name string, allowUntrusted bool) reading {
 	c, err := DecodeContents(data)
 	r.pods, r.err = c.Pods, err
 	r.objs, r.objErrs, r.objsRead = c.Objects, c.ObjectErrors, c.ObjectsRead
+	for _, o := range c.Objects {
+		if o.Kind == objects.Secret && st.Mode().Perm()&0o044 != 0 {
+			r.exposed = st.Mode().Perm()
+		}
+	}
 	return r
 }
 
