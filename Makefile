@@ -258,8 +258,8 @@ bench-update: build
 	go run ./test/bench -bin bin/podvisor -update-only -update-devices 200 -update-real
 
 # A ConfigMap applied changed at podhub until every pod of one real
-# podvisor (50 containerd pods mounting it; -objects-runtime process for
-# process pods) and every one of 1,000 simulated devices (real sealing,
+# podvisor (50 process pods mounting it; -objects-runtime containerd for
+# busybox containers) and every one of 1,000 simulated devices (real sealing,
 # signatures and HPKE) has the new content: p50/p95/max over 10 changes,
 # bytes per device, podhub's CPU and RSS (docs/measurements.md). Root.
 bench-objects: build

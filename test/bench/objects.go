@@ -23,7 +23,7 @@ var (
 	objectsDevices = flag.Int("objects-devices", 1000, "simulated devices taking the ConfigMap (0: skip)")
 	objectsPods    = flag.Int("objects-pods", 50, "pods of the real device mounting the ConfigMap (0: skip the real device)")
 	objectsChanges = flag.Int("objects-changes", 10, "changes of the ConfigMap timed")
-	objectsRuntime = flag.String("objects-runtime", "containerd", "the real device's pods: containerd (busybox) or process")
+	objectsRuntime = flag.String("objects-runtime", "process", "the real device's pods: process (host commands) or containerd (busybox)")
 )
 
 // The benchmark's objects: a ConfigMap changed at every round (its
