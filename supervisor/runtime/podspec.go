@@ -28,7 +28,16 @@ type Process struct {
 	GID     *uint32
 	// Groups are the supplementary groups (supplementalGroups).
 	Groups []uint32
+	// SecretEnv names the variables of Env whose value holds a Secret's
+	// data: set from a secretKeyRef or an envFrom secretRef, or expanded
+	// from such a variable ($(VAR)). Any: Argv may hold it too (see
+	// Secret). nil when none does.
+	SecretEnv map[string]bool
 }
+
+// Secret reports whether the process's Env, and so maybe its Argv, holds
+// a Secret's data: what must stay off persistent storage.
+func (p Process) Secret() bool { return len(p.SecretEnv) > 0 }
 
 // PodEnv is what the downward API can tell a container about its pod.
 type PodEnv struct {
@@ -54,18 +63,24 @@ type PodEnv struct {
 func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 	vars := map[string]string{"PATH": DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
-	set := func(name, value string) {
+	secret := map[string]bool{} // the variables holding a Secret's data
+	set := func(name, value string, fromSecret bool) {
 		if _, ok := vars[name]; !ok {
 			order = append(order, name)
 		}
 		vars[name] = value
+		if fromSecret {
+			secret[name] = true
+		} else {
+			delete(secret, name)
+		}
 	}
 	from := &envObjects{getter: node.Objects, namespace: pod.Namespace}
 	if err := from.envFrom(c, set); err != nil {
 		return Process{}, err
 	}
 	for _, e := range c.Env {
-		v := expand(e.Value, vars)
+		v, tainted := expandTainted(e.Value, vars, secret)
 		switch f := e.ValueFrom; {
 		case f == nil:
 		case f.FieldRef != nil:
@@ -86,9 +101,9 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 			if skip {
 				continue // optional and missing: not set at all, as in the kubelet
 			}
-			v = val
+			v, tainted = val, f.SecretKeyRef != nil
 		}
-		set(e.Name, v)
+		set(e.Name, v, tainted)
 	}
 	env := make([]string, len(order))
 	for i, k := range order {
@@ -99,6 +114,9 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 		argv = append(argv, expand(a, vars))
 	}
 	s := Process{Argv: argv, Command: len(c.Command), Env: env, Dir: c.WorkingDir}
+	if len(secret) > 0 {
+		s.SecretEnv = secret
+	}
 	user, group := pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -179,6 +197,20 @@ func expand(s string, vars map[string]string) string {
 		v, ok := vars[name]
 		return v, ok
 	})
+}
+
+// expandTainted is expand that also reports whether a variable of
+// secret was substituted: the result then holds a Secret's data.
+func expandTainted(s string, vars map[string]string, secret map[string]bool) (string, bool) {
+	tainted := false
+	out := expandWith(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		if ok && secret[name] {
+			tainted = true
+		}
+		return v, ok
+	})
+	return out, tainted
 }
 
 // expandWith is expand with a lookup: a reference it does not know stays
