@@ -179,6 +179,17 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 	return t, nil
 }
 
+// StartedProcess is the process an instance started with, from its spec
+// (and private spec): probes and hooks run their commands in its
+// environment.
+func (r *Runtime) StartedProcess(instanceID string) (runtime.Process, error) {
+	spec, err := shim.ReadSpec(r.instanceDir(instanceID))
+	if err != nil {
+		return runtime.Process{}, fmt.Errorf("instance %s: %w", instanceID, err)
+	}
+	return runtime.Process{Argv: spec.Argv, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID, Groups: spec.Groups}, nil
+}
+
 // ForgetPod removes the pod's instance directories.
 func (r *Runtime) ForgetPod(uid types.UID) {
 	for _, k := range r.Kept(string(uid) + "_") {
