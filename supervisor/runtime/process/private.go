@@ -51,6 +51,9 @@ func (r *Runtime) preparePrivate(id string, size int) (string, error) {
 	if err == nil {
 		err = ensureMemoryFS(dir, int64(size))
 	}
+	if err == nil {
+		err = os.Chmod(dir, 0o700) // where it was memory-backed already
+	}
 	if err != nil {
 		return "", &runtime.CreateError{Reason: "CreateContainerConfigError",
 			Message: fmt.Sprintf("the container's environment holds a Secret's data, kept only on a memory-backed file system at %s: %v", dir, err)}

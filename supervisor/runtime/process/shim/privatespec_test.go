@@ -11,7 +11,16 @@ import (
 
 // A spec with a private file keeps its command and Secret variables out
 // of spec.json; ReadSpec gives back the whole spec.
+// anyDirIsMemory lets the test's directories, on whatever file system,
+// hold private specs.
+func anyDirIsMemory(t *testing.T) {
+	was := memoryBacked
+	memoryBacked = func(string) error { return nil }
+	t.Cleanup(func() { memoryBacked = was })
+}
+
 func TestPrivateSpec(t *testing.T) {
+	anyDirIsMemory(t)
 	dir, privDir := t.TempDir(), t.TempDir()
 	spec := Spec{InstanceID: "i1", Argv: []string{"run", "--pw=s3cret"}, Env: []string{"PATH=/bin", "PW=s3cret", "MODE=prod"},
 		PrivateFile: filepath.Join(privDir, "i1.json"), SecretEnv: map[string]bool{"PW": true}}
@@ -63,6 +72,7 @@ func TestPrivateSpec(t *testing.T) {
 // start without them, nor does one that names no command at all (what a
 // keeper that knows no private file sees).
 func TestKeeperStartsPrivateSpec(t *testing.T) {
+	anyDirIsMemory(t)
 	sleep := lookPath(t, "sleep")
 	k := newTestKeeper(t)
 	privDir := t.TempDir()
@@ -114,5 +124,24 @@ func TestKeeperStartsPrivateSpec(t *testing.T) {
 	var exit ExitStatus
 	if err := ReadJSON(filepath.Join(k.dir, InstancesDir, "nocmd", ExitFile), &exit); err != nil || exit.Reason != "StartError" {
 		t.Fatalf("exit %+v, %v", exit, err)
+	}
+}
+
+// A private spec is written only to a memory-backed file system.
+func TestPrivateSpecOnlyInMemory(t *testing.T) {
+	dir, privDir := t.TempDir(), t.TempDir()
+	spec := Spec{InstanceID: "i1", Argv: []string{"run"}, Env: []string{"PW=s3cret"},
+		PrivateFile: filepath.Join(privDir, "i1.json"), SecretEnv: map[string]bool{"PW": true}}
+	if memoryBacked(privDir) == nil {
+		t.Skipf("%s is memory-backed here", privDir)
+	}
+	if err := WriteSpec(dir, spec); err == nil || !strings.Contains(err.Error(), "not on a memory-backed file system") {
+		t.Fatalf("a private spec written to disk: %v", err)
+	}
+	if entries, _ := os.ReadDir(privDir); len(entries) > 0 {
+		t.Fatalf("written: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SpecFile)); err == nil {
+		t.Fatal("spec.json written without its private spec")
 	}
 }

@@ -118,7 +118,11 @@ type PrivateSpec struct {
 func WriteSpec(dir string, spec Spec) error {
 	if spec.PrivateFile != "" {
 		priv := PrivateSpec{InstanceID: spec.InstanceID, Argv: spec.Argv, Env: spec.Env}
-		if err := WriteJSONAtomic(spec.PrivateFile, priv); err != nil {
+		err := memoryBacked(filepath.Dir(spec.PrivateFile))
+		if err == nil {
+			err = WriteJSONAtomic(spec.PrivateFile, priv)
+		}
+		if err != nil {
 			return fmt.Errorf("the container's private spec: %w", err)
 		}
 		public := make([]string, 0, len(spec.Env))
@@ -131,6 +135,22 @@ func WriteSpec(dir string, spec Spec) error {
 		spec.Argv, spec.Env = nil, public
 	}
 	return WriteJSONAtomic(filepath.Join(dir, SpecFile), spec)
+}
+
+// memoryBacked says why dir is not on a memory-backed file system (tmpfs,
+// ramfs), checked as the private spec is written: a tmpfs unmounted
+// since the daemon made sure of it must not let the spec reach the disk
+// below. Tests replace it.
+var memoryBacked = func(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	const tmpfsMagic, ramfsMagic = 0x01021994, 0x858458f6
+	if t := uint32(st.Type); t != tmpfsMagic && t != ramfsMagic {
+		return fmt.Errorf("%s is not on a memory-backed file system (type %#x)", dir, t)
+	}
+	return nil
 }
 
 // ReadSpec reads dir's SpecFile and, if it names a PrivateFile, the
