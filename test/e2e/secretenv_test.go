@@ -152,3 +152,75 @@ spec:
 		return len(specs) == 0
 	})
 }
+
+// A keeper that knows no private spec (the previous release's, through
+// the `shim` setting) does not start a container whose Secret env it
+// cannot see: the start fails (StartError, "no command") and the
+// container never runs; a container without Secrets runs under it as
+// before.
+func TestOlderKeeperRefusesSecretEnv(t *testing.T) {
+	prev, _ := previousAndCurrent(t)
+	d := newDaemon(t)
+	d.withConfig("shim: " + prev.shim() + "\n")
+	d.start()
+	olderRefuses(t, d, prev, true)
+}
+
+// An older shim (process: {keeper: false}) fails on it too.
+func TestOlderShimRefusesSecretEnv(t *testing.T) {
+	prev, _ := previousAndCurrent(t)
+	d := newDaemon(t)
+	d.withConfig("shim: " + prev.shim() + "\nprocess: {keeper: false}\n")
+	d.start()
+	olderRefuses(t, d, prev, false)
+}
+
+func olderRefuses(t *testing.T, d *daemon, prev release, keeper bool) {
+	ran := filepath.Join(d.dir, "ran")
+	d.write("secret.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {pw: s3cret}\n")
+	d.write("plain.yaml", processPod("plain", "Always", 1, "exec sleep 1000"))
+	d.write("sec.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: sec}
+spec:
+  runtimeClassName: process
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: host
+    command: ["sh", "-c", "echo \"$PW\" > %s; exec sleep 1000"]
+    env:
+    - {name: PW, valueFrom: {secretKeyRef: {name: db, key: pw}}}
+`, ran))
+	d.waitPod("plain", 20*time.Second, running)
+	if keepers := keeperPids(t, d); keeper && len(keepers) != 1 {
+		t.Fatalf("keepers: %v", keepers)
+	} else if keeper {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", keepers[0])); exe != prev.shim() {
+			t.Fatalf("the keeper runs %s, want the previous release's %s", exe, prev.shim())
+		}
+	}
+	p := d.waitPod("sec", 20*time.Second, func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		if len(cs) != 1 {
+			return false
+		}
+		last := cs[0].LastTerminationState.Terminated
+		if cs[0].State.Terminated != nil {
+			last = cs[0].State.Terminated
+		}
+		return last != nil && last.Reason == "StartError"
+	})
+	cs := p.Status.ContainerStatuses[0]
+	last := cs.LastTerminationState.Terminated
+	if cs.State.Terminated != nil {
+		last = cs.State.Terminated
+	}
+	if (keeper && !strings.Contains(last.Message, "no command")) || cs.State.Running != nil {
+		t.Fatalf("sec under the older keeper: %+v", cs)
+	}
+	if exists(ran) {
+		t.Fatal("the container ran under a keeper that cannot see its Secret")
+	}
+	t.Logf("the previous release's shim or keeper refused it: %s", last.Message)
+}
