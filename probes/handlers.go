@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -46,6 +47,10 @@ type Target struct {
 	// ExecIn runs a command inside the container (containerd pods);
 	// nil runs it on the host with the exec context above.
 	ExecIn func(ctx context.Context, command []string, timeout time.Duration) (exitCode int, output string, err error)
+	// MountNS opens the mount namespace a host command runs in (a
+	// process container's own, where its volumes are); nil, or a nil
+	// file: the host's.
+	MountNS func() (*os.File, error)
 }
 
 // maxOutput bounds how much of a failing exec handler's output is kept.
@@ -70,22 +75,45 @@ func Exec(ctx context.Context, t Target, command []string, timeout time.Duration
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	path, err := hostcmd.LookPath(command[0], t.Env)
-	if err != nil {
-		return err
+	var ns *os.File
+	if t.MountNS != nil {
+		var err error
+		if ns, err = t.MountNS(); err != nil {
+			return fmt.Errorf("command %q: %w", command[0], err)
+		}
 	}
-	cmd := exec.CommandContext(ctx, path, command[1:]...)
-	cmd.Env, cmd.Dir = t.Env, t.Dir
-	if cmd.Dir == "" {
-		cmd.Dir = "/"
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.SysProcAttr.Credential = hostcmd.Credential(t.UID, t.GID)
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
+	var cmd *exec.Cmd
 	var out limitedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	start := func() error {
+		path, err := hostcmd.LookPath(command[0], t.Env)
+		if err != nil {
+			return err
+		}
+		cmd = exec.CommandContext(ctx, path, command[1:]...)
+		cmd.Env, cmd.Dir = t.Env, t.Dir
+		if cmd.Dir == "" {
+			cmd.Dir = "/"
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr.Credential = hostcmd.Credential(t.UID, t.GID)
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = time.Second
+		cmd.Stdout, cmd.Stderr = &out, &out
+		return cmd.Start()
+	}
+	var err error
+	if ns != nil {
+		err = hostcmd.InMountNS(ns, start)
+		ns.Close()
+	} else {
+		err = start()
+	}
+	if cmd == nil {
+		return err // not found
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if cmd.Process != nil {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers of a finished command
 	}

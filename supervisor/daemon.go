@@ -146,7 +146,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeRuntimes()
-	d.machine.SetAdmitter(d.protector.Admitter())
+	d.machine.SetAdmitter(d.admitter(d.protector.Admitter()))
 	d.protector.UseImageFS(d.runtimes.Images().FS())
 	d.watchPressure(ctx)
 	d.runtimes.Images().Start(ctx)

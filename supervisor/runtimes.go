@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/podvisor/podvisor/pod/resources"
 	"github.com/podvisor/podvisor/supervisor/images"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
@@ -28,6 +30,28 @@ func (d *Daemon) setupRuntimes(stop, forwarding <-chan struct{}) (closeAll func(
 		Settle: 500 * time.Millisecond})
 	return closeAll, nil
 }
+
+// admitter is the core's admission decision: the pod's runtime first
+// (runtime.HostAdmitter: what this host lacks for the pod now, asked
+// again every hostRecheck), then node (the node's resources and
+// pressure), so that no pod is preempted for one that could not start
+// anyway.
+func (d *Daemon) admitter(node lifecycle.AdmitFunc) lifecycle.AdmitFunc {
+	return func(candidate *v1.Pod, held []*v1.Pod) lifecycle.Admission {
+		if rt, err := d.runtimes.For(candidate); err == nil {
+			if ha, ok := rt.(runtime.HostAdmitter); ok {
+				if reason, msg := ha.AdmitPod(candidate); reason != "" {
+					return lifecycle.Admission{Reason: reason, Message: msg, Recheck: hostRecheck}
+				}
+			}
+		}
+		return node(candidate, held)
+	}
+}
+
+// hostRecheck is how often a pod the host lacks something for is asked
+// about again: an operator who makes the missing path sees it start.
+const hostRecheck = 10 * time.Second
 
 // recoverRuntime reconciles what a runtime that reconnects holds with the
 // records, at every (re)connection. Instances of current records are
@@ -111,7 +135,8 @@ func (d *Daemon) startRequest(in *lifecycle.Instance, a lifecycle.Action, rt run
 			d.probing.Watch(pod) // before the container starts: its listen() is seen and its first packet counted
 			return d.cgroups.InstanceStarting(rt, pod, a.Container, a.InstanceID), nil
 		},
-		Mounts:      d.podFS.MountsFor(pod, spec, env),
-		LocalImages: d.desired.LocalImages(pod),
+		Mounts:       d.podFS.MountsFor(pod, spec, env),
+		VolumeMounts: d.podFS.VolumeMountsFor(pod, spec, env),
+		LocalImages:  d.desired.LocalImages(pod),
 	}
 }

@@ -287,3 +287,52 @@ func desireWebPod(t *testing.T, d *Daemon, containers string) manifest.State {
 	d.setManifests(st)
 	return st
 }
+
+// hostRefusing is a runtime that refuses every pod for what the host
+// lacks, until told it has it.
+type hostRefusing struct {
+	*fakeRuntime
+	mu    sync.Mutex
+	ready bool
+}
+
+func (h *hostRefusing) AdmitPod(*v1.Pod) (string, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ready {
+		return "", ""
+	}
+	return "MountPathMissing", `container "app": volumeMount "cfg": mountPath /srv/cfg does not exist on the host`
+}
+
+// A pod its runtime refuses for what the host lacks waits Pending with
+// the runtime's reason and message, nothing started, and starts once
+// the runtime admits it.
+func TestShellHostAdmission(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fake := &hostRefusing{fakeRuntime: newFakeRuntime()}
+	d := shellDaemon(t, ctx, fake)
+	d.machine.SetAdmitter(d.admitter(func(*v1.Pod, []*v1.Pod) lifecycle.Admission { return lifecycle.Admission{Admit: true} }))
+	st := desireWebPod(t, d, `  - {name: app, image: host}`)
+	var pending v1.PodStatus
+	runUntil(t, d, "the pod is pending", func() bool {
+		pods, _, _ := d.API().Pods()
+		if len(pods) == 1 {
+			pending = pods[0].Status
+		}
+		return pending.Reason != ""
+	})
+	if started, _, _ := fake.snapshot(); len(started) != 0 || pending.Phase != v1.PodPending ||
+		pending.Reason != "MountPathMissing" || pending.Message == "" {
+		t.Fatalf("status %+v, started %v: want Pending with the runtime's reason, nothing started", pending, started)
+	}
+	fake.mu.Lock()
+	fake.ready = true
+	fake.mu.Unlock()
+	d.now = func() time.Time { return time.Now().Add(hostRecheck) } // the recheck is due
+	runUntil(t, d, "the pod starts once admitted", func() bool {
+		in := d.machine.Instance(st.Pods[0].UID)
+		return in != nil && in.Container("app") != nil && in.Container("app").Phase == lifecycle.Running
+	})
+}

@@ -5,11 +5,15 @@
 package hostcmd
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultPath is PATH for containers that do not set one.
@@ -51,4 +55,53 @@ func Credential(uid, gid *uint32) *syscall.Credential {
 		cred.Gid = *gid
 	}
 	return cred
+}
+
+// InMountNS runs start, which starts a process (exec.Cmd.Start), on a
+// thread that has joined the mount namespace ns: the process starts
+// there, and start's look-ups (LookPath) see what it will. Go runs
+// nothing between fork and exec, so the thread that forks joins instead.
+// It leaves the process's shared root and working directory first (the
+// kernel lets only a thread of its own file system attributes change
+// mount namespace), goes back afterwards, and is never used again: it
+// ends with its goroutine (the main thread, which Go never ends, is
+// parked). Joining needs CAP_SYS_ADMIN and CAP_SYS_CHROOT.
+func InMountNS(ns *os.File, start func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		errc <- inMountNS(ns, start)
+	}()
+	return <-errc
+}
+
+func inMountNS(ns *os.File, start func() error) error {
+	home, err := os.Open("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	}
+	defer home.Close()
+	cwd, err := os.Open(".")
+	if err != nil {
+		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	}
+	defer cwd.Close()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	}
+	err = start()
+	// Back, so that a thread Go keeps (the main one) holds nothing of
+	// the container's namespace alive and sees the host. Failing that
+	// (it cannot, with the rights to come in), the thread stays locked
+	// and runs nothing else.
+	if berr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNS); berr != nil {
+		return errors.Join(err, fmt.Errorf("returning to the host's mount namespace: %w", berr))
+	}
+	if berr := unix.Fchdir(int(cwd.Fd())); berr != nil {
+		return errors.Join(err, fmt.Errorf("returning to the working directory: %w", berr))
+	}
+	return err
 }

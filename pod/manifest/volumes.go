@@ -15,15 +15,17 @@ import (
 // emptyDir, hostPath, downwardAPI, and configMap, secret and projected
 // (configMap, secret, downwardAPI) from the objects the device holds for
 // its pods. Sources that need more of a cluster (serviceAccountToken,
-// persistentVolumeClaim, …) are refused. Process pods run on the host's
-// file system: no volumes.
+// persistentVolumeClaim, …) are refused. Process pods take the same
+// volumes but hostPath: their processes run on the host's file system
+// and reach any host path directly (their volumes are bound at
+// mountPath in a mount namespace of their own).
 func validateVolumes(s *v1.PodSpec, path *field.Path, isProcess bool) (field.ErrorList, sets.Set[string]) {
 	var errs field.ErrorList
 	names := sets.New[string]()
 	for i, v := range s.Volumes {
 		vp := path.Child("volumes").Index(i)
-		if isProcess {
-			errs = append(errs, field.Forbidden(vp, "process pods run on the host's file system and take no volumes"))
+		if isProcess && v.HostPath != nil {
+			errs = append(errs, field.Forbidden(vp.Child("hostPath"), "a process pod runs on the host's file system and reaches host paths directly: use the path itself, not a hostPath volume"))
 			continue
 		}
 		for _, msg := range validation.IsDNS1123Label(v.Name) {

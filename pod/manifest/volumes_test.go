@@ -72,11 +72,31 @@ func TestVolumeErrorsNameTheField(t *testing.T) {
 	})
 }
 
-func TestProcessPodsTakeNoVolumes(t *testing.T) {
-	doc := strings.Replace(goodPod, "  containers:", "  volumes: [{name: v, emptyDir: {}}]\n  containers:", 1)
-	_, err := Decode([]byte(doc))
-	if err == nil || !strings.Contains(err.Error(), "spec.volumes[0]") || !strings.Contains(err.Error(), "process pods") {
-		t.Fatalf("error %v, want a process-pod volume refusal", err)
+// Process pods take every volume a containerd pod may, bound at
+// mountPath in their own mount namespace; hostPath alone is refused.
+func TestProcessPodVolumes(t *testing.T) {
+	doc := strings.Replace(goodPod, "  containers:", `  volumes:
+  - {name: v, emptyDir: {}}
+  - {name: info, downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}}
+  - name: proj
+    projected: {sources: [{downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}]}
+  - {name: cfg, configMap: {name: app}}
+  - {name: creds, secret: {secretName: db}}
+  containers:`, 1)
+	doc = strings.Replace(doc, "    resources:", `    volumeMounts:
+    - {name: v, mountPath: /srv/data}
+    - {name: info, mountPath: /etc/podinfo, readOnly: true}
+    - {name: proj, mountPath: /etc/podproj, subPath: name}
+    - {name: cfg, mountPath: /etc/app}
+    - {name: creds, mountPath: /etc/app.key, subPath: key}
+    resources:`, 1)
+	if _, err := Decode([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.Replace(goodPod, "  containers:", "  volumes: [{name: v, hostPath: {path: /var/lib/app}}]\n  containers:", 1)
+	_, err := Decode([]byte(host))
+	if err == nil || !strings.Contains(err.Error(), "spec.volumes[0].hostPath") || !strings.Contains(err.Error(), "reaches host paths directly") {
+		t.Fatalf("error %v, want a process-pod hostPath refusal", err)
 	}
 }
 

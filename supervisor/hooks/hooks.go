@@ -8,6 +8,7 @@ package hooks
 import (
 	"context"
 	"net"
+	"os"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -113,8 +114,17 @@ func (r *Runner) Target(in *lifecycle.Instance, container string) (probes.Target
 		return probes.Target{}, err
 	}
 	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
-	if ic, ok := r.opts.RuntimeOf(in.Pod).(runtime.InContainer); ok {
-		id := in.Container(container).InstanceID
+	rt := r.opts.RuntimeOf(in.Pod)
+	var id string
+	if c := in.Container(container); c != nil {
+		id = c.InstanceID
+	}
+	if mn, ok := rt.(runtime.MountNamespaces); ok && len(spec.VolumeMounts) > 0 {
+		// Opened at each command: held open, it would keep the
+		// namespace after the container ended.
+		t.MountNS = func() (*os.File, error) { return mn.MountNS(id) }
+	}
+	if ic, ok := rt.(runtime.InContainer); ok {
 		if netns := ic.NetNS(in.Pod); netns != "" {
 			t.DialIn = func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 				return sandbox.DialContext(ctx, d, netns, network, addr)

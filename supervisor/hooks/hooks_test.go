@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -204,5 +205,37 @@ func TestTarget(t *testing.T) {
 	ic.netns = "/run/netns/web"
 	if tg, _ = r.Target(in, "app"); tg.DialIn == nil {
 		t.Error("a pod with its own network: want DialIn")
+	}
+}
+
+// nsRuntime runs containers on the host, those with volumes in a mount
+// namespace of their own; MountNS records what it was asked.
+type nsRuntime struct {
+	runtime.Runtime
+	asked []string
+}
+
+func (f *nsRuntime) MountNS(id string) (*os.File, error) {
+	f.asked = append(f.asked, id)
+	return nil, nil
+}
+
+// A process container with volumes has its commands run in its own
+// mount namespace, opened at each command; one without runs on the host.
+func TestTargetJoinsTheContainersMountNamespace(t *testing.T) {
+	in := instance(v1.Container{Name: "app", VolumeMounts: []v1.VolumeMount{{Name: "cfg", MountPath: "/etc/app"}}})
+	rt := &nsRuntime{}
+	tg, err := newRunner(rt, runtime.PodEnv{}).Target(in, "app")
+	if err != nil || tg.MountNS == nil {
+		t.Fatalf("target %+v, %v: want MountNS", tg, err)
+	}
+	tg.MountNS()
+	tg.MountNS()
+	if !slices.Equal(rt.asked, []string{"u1_app_0", "u1_app_0"}) {
+		t.Errorf("MountNS asked for %v: want the instance, at each command", rt.asked)
+	}
+	plain := instance(v1.Container{Name: "app"})
+	if tg, _ := newRunner(rt, runtime.PodEnv{}).Target(plain, "app"); tg.MountNS != nil {
+		t.Error("a container without volumes: its commands must run in the host's namespace")
 	}
 }

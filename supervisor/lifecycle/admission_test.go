@@ -108,3 +108,28 @@ func TestEvictEndsThePodWithItsGrace(t *testing.T) {
 		t.Fatalf("evicted pods end Failed and stay down: %+v", st)
 	}
 }
+
+// A refusal that depends on the host asks to be decided again after its
+// Recheck, and the pod starts at the first decision that admits it.
+func TestHostRefusalIsRecheckedAfterItsDelay(t *testing.T) {
+	h := newHarness(t)
+	ready := false
+	h.m.SetAdmitter(func(*v1.Pod, []*v1.Pod) Admission {
+		if !ready {
+			return Admission{Reason: "MountPathMissing", Message: "missing", Recheck: 10 * time.Second}
+		}
+		return Admission{Admit: true}
+	})
+	h.m.SetDesired([]*v1.Pod{pod("a", "ua", v1.RestartPolicyAlways, "c")})
+	if got := startedNames(h.reconcile()); len(got) != 0 || !h.wake.Equal(h.now.Add(10*time.Second)) {
+		t.Fatalf("refused: want no start and a wake in 10s, got %v, wake %v", got, h.wake)
+	}
+	if p := h.m.PendingView(); len(p) != 1 || p[0].Status.Reason != "MountPathMissing" || p[0].Status.Message != "missing" {
+		t.Fatalf("pending = %+v", p)
+	}
+	ready = true
+	h.now = h.wake
+	if got := startedNames(h.reconcile()); len(got) != 1 || len(h.m.PendingView()) != 0 {
+		t.Fatalf("admitted at the recheck: started %v", got)
+	}
+}

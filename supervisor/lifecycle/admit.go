@@ -18,6 +18,10 @@ type Admission struct {
 	// the pod starts once they are gone.
 	Victims []types.UID
 	Since   time.Time
+	// Recheck, for a refusal that depends on the host rather than on
+	// the other pods (a process pod's mountPath missing), asks for the
+	// decision again after it even if nothing else changes.
+	Recheck time.Duration
 }
 
 // AdmitFunc decides on a candidate pod given the pods holding resources.
@@ -49,6 +53,9 @@ func (m *Machine) admitNew(create []*v1.Pod, now time.Time) []Action {
 					}
 				}
 				m.pending[key] = d
+				if !d.Admit && d.Recheck > 0 {
+					m.wakeAt(now.Add(d.Recheck))
+				}
 				continue
 			}
 		}

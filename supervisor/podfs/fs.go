@@ -74,6 +74,21 @@ func (f *FS) Mounts(pod *v1.Pod, c *v1.Container, node runtime.PodEnv, env []str
 	return f.containerMounts(pod, c, volumes, env)
 }
 
+// VolumeMountsFor is Mounts for a container that sees the host's root
+// (runtime.Container.VolumeMounts): its volume mounts alone, without
+// the files every container of its own root gets.
+func (f *FS) VolumeMountsFor(pod *v1.Pod, c *v1.Container, node runtime.PodEnv) func(env []string) ([]runtime.Mount, error) {
+	return func(env []string) ([]runtime.Mount, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		volumes, err := f.setupVolumes(pod, node)
+		if err != nil {
+			return nil, err
+		}
+		return f.volumeMounts(pod, c, volumes, env)
+	}
+}
+
 // podDir holds what a pod instance has on the device besides its
 // containers: volumes and the files the kubelet would manage (hosts,
 // hostname, shm). It lives and dies with the pod UID.

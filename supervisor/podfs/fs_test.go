@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,6 +120,37 @@ func TestMountsPreparesVolumesAndPodFiles(t *testing.T) {
 	if _, err := os.Stat(hostDir); err != nil {
 		t.Fatalf("removing the pod removed its hostPath: %v", err)
 	}
+}
+
+// A container that sees the host's root gets its volume mounts alone:
+// no hosts, hostname, resolv.conf or /dev/shm is made or mounted for it
+// (a process pod, whose pod does not say hostIPC).
+func TestVolumeMountsAlone(t *testing.T) {
+	fs := newTestFS(t)
+	info := v1.DownwardAPIVolumeFile{Path: "name", FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}
+	pod := testPod([]v1.Volume{
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{info}}}},
+	}, []v1.VolumeMount{{Name: "scratch", MountPath: "/srv/scratch"}, {Name: "info", MountPath: "/etc/podinfo"}})
+	pod.Spec.HostIPC = false
+	got, err := fs.VolumeMountsFor(pod, &pod.Spec.Containers[0], testNode)(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(fs.dataDir, "pods", "uid-1")
+	want := []runtime.Mount{
+		{Source: filepath.Join(dir, "volumes", "scratch"), Destination: "/srv/scratch"},
+		{Source: filepath.Join(dir, "volumes", "info"), Destination: "/etc/podinfo", ReadOnly: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("mounts %+v, want %+v", got, want)
+	}
+	for _, f := range []string{"hosts", "hostname", "shm"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s made for a container that sees the host's: %v", f, err)
+		}
+	}
+	fs.RemovePod(pod.UID)
 }
 
 // A container that mounts a volume at /etc/hosts keeps it, as with the

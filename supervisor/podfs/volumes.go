@@ -99,6 +99,25 @@ func emptyDir(dir string, e *v1.EmptyDirVolumeSource) error {
 // and handed to the runtime as a bind of the resolved file (stageMount).
 // A subPathExpr is expanded with the container's environment env.
 func (f *FS) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]volume, env []string) ([]runtime.Mount, error) {
+	out, err := f.volumeMounts(pod, c, volumes, env)
+	if err != nil {
+		return nil, err
+	}
+	files, err := f.podFiles(pod)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range files {
+		if m.Destination == etcHosts && mountsOwnHosts(c) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// volumeMounts are a container's volume mounts alone (containerMounts).
+func (f *FS) volumeMounts(pod *v1.Pod, c *v1.Container, volumes map[string]volume, env []string) ([]runtime.Mount, error) {
 	var out []runtime.Mount
 	for i, vm := range c.VolumeMounts {
 		vol, ok := volumes[vm.Name]
@@ -129,16 +148,6 @@ func (f *FS) containerMounts(pod *v1.Pod, c *v1.Container, volumes map[string]vo
 			src = staged
 		}
 		out = append(out, runtime.Mount{Source: src, Destination: vm.MountPath, ReadOnly: vm.ReadOnly || vol.readOnly})
-	}
-	files, err := f.podFiles(pod)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range files {
-		if m.Destination == etcHosts && mountsOwnHosts(c) {
-			continue
-		}
-		out = append(out, m)
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@
 package runtime
 
 import (
+	"os"
 	"syscall"
 	"time"
 
@@ -87,9 +88,14 @@ type Container struct {
 	Cgroup func() (string, error)
 	// Mounts prepares the pod's volumes and files and returns this
 	// container's mounts; env is its environment (for subPathExpr).
-	// Runtimes that give a container its own root call it; a host
-	// process sees the host's file system.
+	// Runtimes that give a container its own root call it.
 	Mounts func(env []string) ([]Mount, error)
+	// VolumeMounts prepares the pod's volumes and returns this
+	// container's volume mounts alone, none of the files a container of
+	// its own root gets (/etc/hosts, /dev/shm, …): what a runtime whose
+	// containers see the host's root (process) binds in a mount
+	// namespace of the container's own.
+	VolumeMounts func(env []string) ([]Mount, error)
 	// LocalImages, when set, limits which images already on the device
 	// the container may use (a pod from the hub); nil lets it use any
 	// (the device's own pods). Runtimes without images ignore it.
@@ -174,6 +180,11 @@ type ExecTarget struct {
 	UID         *uint32  `json:"uid,omitempty"`
 	GID         *uint32  `json:"gid,omitempty"`
 	CgroupProcs []string `json:"cgroupProcs,omitempty"`
+	// MountNSPid and MountNSStart (its start time, in clock ticks since
+	// boot) name the process whose mount namespace the command joins: a
+	// process container with volumes has one of its own. 0: the host's.
+	MountNSPid   int    `json:"mountNSPid,omitempty"`
+	MountNSStart uint64 `json:"mountNSStart,omitempty"`
 }
 
 // Cgroups is where the daemon puts pods, as runtimes need to know it.
@@ -230,6 +241,24 @@ type InContainer interface {
 	Exec(instanceID string, command []string, timeout time.Duration) (exitCode int, output string, err error)
 	// NetNS is the pod's network namespace ("" for the host's).
 	NetNS(pod *v1.Pod) string
+}
+
+// MountNamespaces is a runtime whose containers may see the host's root
+// in a mount namespace of their own (process containers with volumes):
+// probes and hooks run their commands there.
+type MountNamespaces interface {
+	// MountNS opens a running instance's mount namespace; nil, nil: it
+	// has none of its own.
+	MountNS(instanceID string) (*os.File, error)
+}
+
+// HostAdmitter is a runtime that may refuse a pod for what the host is
+// now (a process pod's mountPath missing): the pod waits Pending with the
+// reason, and is asked about again now and then.
+type HostAdmitter interface {
+	// AdmitPod says why the pod cannot start on this host now; "" when
+	// it can.
+	AdmitPod(pod *v1.Pod) (reason, message string)
 }
 
 // PodNetworks is a runtime that gives pods their own addresses.

@@ -49,6 +49,10 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 		return
 	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
+	if s.Mounts, err = volumeMounts(c, s.Env); err != nil {
+		done(runtime.Started{Err: err})
+		return
+	}
 	s.TerminationLog = c.Spec.TerminationMessagePath != ""
 	s.LogPath, s.LogMaxBytes, s.LogMaxFiles = c.LogPath, c.LogMaxBytes, c.LogMaxFiles
 	score := c.OOMScoreAdj
@@ -147,6 +151,10 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 		}
 	}
 	t := runtime.ExecTarget{Runtime: Name, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID}
+	var err error
+	if t.MountNSPid, t.MountNSStart, err = r.mountNSLeaderOf(instanceID, spec); err != nil {
+		return runtime.ExecTarget{}, err
+	}
 	if drv := r.cgroups.Driver; drv != nil {
 		pl := drv.Placement(r.InstanceCgroup(pod, container, instanceID))
 		t.CgroupProcs = pl.Procs
@@ -196,16 +204,33 @@ func Exec(t runtime.ExecTarget, command []string, stdin bool) (int, error) {
 		}
 	}
 	cmd := exec.Command(command[0], command[1:]...)
-	if p, err := hostcmd.LookPath(command[0], t.Env); err == nil {
-		cmd.Path = p
-	}
 	cmd.Env, cmd.Dir = t.Env, t.Dir
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if stdin {
 		cmd.Stdin = os.Stdin
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: hostcmd.Credential(t.UID, t.GID)}
-	err := cmd.Run()
+	start := func() error {
+		if p, err := hostcmd.LookPath(command[0], t.Env); err == nil {
+			cmd.Path, cmd.Err = p, nil
+		}
+		return cmd.Start()
+	}
+	var err error
+	if t.MountNSPid != 0 {
+		// The container's volumes are where it sees them.
+		ns, nerr := OpenMountNS(t.MountNSPid, t.MountNSStart)
+		if nerr != nil {
+			return 1, nerr
+		}
+		err = hostcmd.InMountNS(ns, start)
+		ns.Close()
+	} else {
+		err = start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil

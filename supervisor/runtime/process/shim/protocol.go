@@ -85,6 +85,19 @@ type Spec struct {
 	// (TerminationFile, owned by its user) open on TerminationFD, and
 	// TerminationEnv=TerminationPath unless its environment sets it.
 	TerminationLog bool `json:"terminationLog,omitempty"`
+	// Mounts are bound, in order, into a mount namespace made for the
+	// container alone (a slave of the host's: nothing mounted there
+	// reaches the host) before its command is looked up and run;
+	// none: it runs in the shim's own.
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Mount binds a host path (a volume prepared by the daemon) at a path
+// that exists on the host, in the container's mount namespace only.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"readOnly,omitempty"`
 }
 
 // Cgroup tells a shim where its container belongs.

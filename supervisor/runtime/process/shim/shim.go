@@ -207,9 +207,12 @@ func (s *shim) oomKilled() bool {
 
 func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 	argv := s.spec.Argv
-	path, err := hostcmd.LookPath(argv[0], s.spec.Env)
-	if err != nil {
-		return 0, err
+	var path string // looked up in its mount namespace if it has one
+	if len(s.spec.Mounts) == 0 {
+		var err error
+		if path, err = hostcmd.LookPath(argv[0], s.spec.Env); err != nil {
+			return 0, err
+		}
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -254,23 +257,26 @@ func (s *shim) fork(stdout, stderr *os.File) (int, error) {
 		return 0, err
 	}
 	attr.Sys.Ptrace = traced
-	pid, err := syscall.ForkExec(path, argv, attr)
-	if traced && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
+	pid, leaveErr, err := s.forkExec(path, attr)
+	if traced && leaveErr == nil && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) {
 		// ptrace refused (Yama, seccomp, an LSM; or the exec itself
 		// failed, and fails again): take the container's place around the
 		// fork instead.
 		if s.restoreErr = undo(); s.restoreErr != nil {
-			return 0, fmt.Errorf("exec %s: %w", path, err)
+			return 0, err
 		}
 		if undo, err = s.prepare(attr.Sys, false); err != nil {
 			return 0, err
 		}
 		attr.Sys.Ptrace, traced = false, false
-		pid, err = syscall.ForkExec(path, argv, attr)
+		pid, leaveErr, err = s.forkExec(path, attr)
 	}
-	s.restoreErr = undo()
+	// A thread left in the container's mount namespace would fork every
+	// later container there: like a place not taken back, it ends the
+	// keeper (a new one runs the next start).
+	s.restoreErr = errors.Join(undo(), leaveErr)
 	if err != nil {
-		return 0, fmt.Errorf("exec %s: %w", path, err)
+		return 0, err
 	}
 	if traced {
 		if err := s.placeStopped(pid); err != nil {
