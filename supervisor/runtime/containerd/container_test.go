@@ -94,3 +94,18 @@ func TestSignalByName(t *testing.T) {
 		}
 	}
 }
+
+// A container's supplementary groups are the pod's fsGroup, then its
+// supplementalGroups, as the kubelet gives them: the fsGroup lets a
+// non-root container read its configMap and secret volumes.
+func TestSecurityGroupsIncludeFSGroup(t *testing.T) {
+	fsGroup := int64(1001)
+	pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{FSGroup: &fsGroup, SupplementalGroups: []int64{20, 44}}}}
+	if got := securityOf(pod, &v1.Container{}).SupplementalGroups; !slices.Equal(got, []int64{1001, 20, 44}) {
+		t.Fatalf("supplementalGroups = %v, want [1001 20 44]", got)
+	}
+	pod.Spec.SecurityContext.FSGroup = nil
+	if got := securityOf(pod, &v1.Container{}).SupplementalGroups; !slices.Equal(got, []int64{20, 44}) {
+		t.Fatalf("without fsGroup: supplementalGroups = %v, want [20 44]", got)
+	}
+}
