@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -107,6 +109,9 @@ func mountPathError(c *v1.Container, i int, path string, err error) error {
 const (
 	ReasonMountPathMissing = "MountPathMissing"
 	ReasonMountPathInvalid = "MountPathInvalid"
+	// ReasonMountNamespaceUnavailable: the daemon may not make mount
+	// namespaces (it runs without CAP_SYS_ADMIN).
+	ReasonMountNamespaceUnavailable = "MountNamespaceUnavailable"
 )
 
 // missingPathError is a mountPath missing on the host (fs.ErrNotExist).
@@ -123,6 +128,9 @@ func (e missingPathError) Is(target error) bool { return target == fs.ErrNotExis
 func (r *Runtime) AdmitPod(pod *v1.Pod) (reason, message string) {
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
+			if len(list[i].VolumeMounts) > 0 && !mountCapable() {
+				return ReasonMountNamespaceUnavailable, fmt.Sprintf("container %q: a process container's volumes are bound in a mount namespace of its own, which needs CAP_SYS_ADMIN: this daemon runs without it", list[i].Name)
+			}
 			err := checkHostMountPaths(&list[i], os.Stat)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
@@ -134,6 +142,22 @@ func (r *Runtime) AdmitPod(pod *v1.Pod) (reason, message string) {
 	}
 	return "", ""
 }
+
+// mountCapable reports whether this process (and so the keeper or shim
+// it starts) may make mount namespaces: CAP_SYS_ADMIN is effective.
+var mountCapable = sync.OnceValue(func() bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_ADMIN) != 0
+		}
+	}
+	return false
+})
 
 // checkHostMountPaths is checkMountPaths before the volumes are prepared:
 // a whole volume is a directory; a subPath may be either.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/hostcmd"
 	"github.com/podvisor/podvisor/supervisor/runtime"
+	"github.com/podvisor/podvisor/supervisor/runtime/pidfd"
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 	"github.com/podvisor/podvisor/test/prereq"
 )
@@ -143,6 +144,22 @@ func execIn(t *testing.T, rt *Runtime, id string, argv ...string) int {
 	return code
 }
 
+// killAtCleanup kills an instance's leader when the test ends, before
+// its cgroup is removed (cleanups run last first): a test that fails
+// half-way leaves no container, and so no cgroup, behind.
+func killAtCleanup(t *testing.T, rt *Runtime, id string) {
+	t.Cleanup(func() {
+		var st shim.State
+		if shim.ReadJSON(filepath.Join(rt.instanceDir(id), shim.StateFile), &st) != nil {
+			return
+		}
+		if fd, err := pidfd.Open(st.LeaderPid, st.LeaderStart); err == nil {
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
+	})
+}
+
 // A container with volume mounts sees each volume at its mountPath, the
 // read-only one read-only, and the host's directory under it hidden; the
 // host sees none of it, and exec and probes see what the container sees.
@@ -154,6 +171,7 @@ func TestVolumesInTheContainersOwnMountNamespace(t *testing.T) {
 	s := e.spec(h.script()...)
 	s.Mounts = h.mounts()
 	e.start(s)
+	killAtCleanup(t, e.rt, s.InstanceID)
 	waitFor(t, "the container to write through its mount", func() bool {
 		_, err := os.Stat(filepath.Join(h.vol, "made"))
 		return err == nil
@@ -202,8 +220,10 @@ func TestKeeperVolumesSurviveADaemonRestart(t *testing.T) {
 	s := e.keptSpec(h.script()...)
 	s.Mounts = h.mounts()
 	e.start(s)
+	killAtCleanup(t, e.rt, s.InstanceID)
 	plain := e.keptSpec("sleep", "1000")
 	e.start(plain)
+	killAtCleanup(t, e.rt, plain.InstanceID)
 	own, _ := os.Readlink("/proc/self/ns/mnt")
 	if ns, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(state(t, e.rt, plain.InstanceID).LeaderPid), "ns", "mnt")); ns != own {
 		t.Fatalf("a container without mounts runs in %q, not the host's %q", ns, own)
@@ -389,4 +409,84 @@ func TestAdmitPodChecksMountPathsOnTheHost(t *testing.T) {
 	if _, err := os.Stat(at("opt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("admission made a host directory: %v", err)
 	}
+
+	// A daemon that may not make mount namespaces refuses every process
+	// pod with volumes, saying why; one without is admitted.
+	defer func(f func() bool) { mountCapable = f }(mountCapable)
+	mountCapable = func() bool { return false }
+	if reason, msg := rt.AdmitPod(pod(nil, []v1.VolumeMount{{Name: "a", MountPath: at("srv")}})); reason != ReasonMountNamespaceUnavailable || !strings.Contains(msg, "CAP_SYS_ADMIN") {
+		t.Errorf("without CAP_SYS_ADMIN: %q, %q", reason, msg)
+	}
+	if reason, _ := rt.AdmitPod(pod(nil, nil)); reason != "" {
+		t.Errorf("a pod without volumes refused: %q", reason)
+	}
+}
+
+// A container run as a user gets its namespace made by the root shim
+// before it drops to that user: it reads its volume, and cannot undo a
+// read-only mount.
+func TestVolumesForAContainerRunAsAUser(t *testing.T) {
+	h := newVolumeHost(t)
+	for _, d := range []string{filepath.Dir(h.root), h.root} { // the test's temporary directories are root's alone
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEnv(t)
+	nobody := uint32(65534)
+	s := e.spec("sh", "-c", "cat "+h.dst+"/hello; id -u; mount -o remount,rw "+h.roDst+" 2>/dev/null && echo remounted || echo refused")
+	s.UID, s.GID = &nobody, &nobody
+	s.Mounts = h.mounts()
+	e.start(s)
+	if x := e.exit(s.InstanceID); x.ExitCode != 0 {
+		t.Fatalf("exit = %+v", x)
+	}
+	if log := logText(t, s.LogPath); !strings.Contains(log, "from the volume\n65534\nrefused\n") {
+		t.Fatalf("log:\n%s", log)
+	}
+	h.checkHostUntouched(t)
+}
+
+// Across a keeper upgrade, the old keeper's container keeps its mount
+// namespace (it is the container's, not the keeper's): the new daemon
+// execs in it, while the new keeper makes its own containers theirs.
+func TestKeeperUpgradeKeepsTheContainersNamespace(t *testing.T) {
+	h := newVolumeHost(t)
+	old := filepath.Join(t.TempDir(), "old-shim") // another version: the test binary with bytes appended
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(old, append(data, "old version"...), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	oldEnv := newKeeperEnv(t, "", []string{old, "shim"})
+	before := oldEnv.keptSpec("sleep", "1000")
+	before.Mounts = h.mounts()
+	oldEnv.start(before)
+	killAtCleanup(t, oldEnv.rt, before.InstanceID)
+
+	e := newKeeperEnv(t, oldEnv.rt.dir, nil)
+	e.n = 100
+	if _, err := e.rt.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	after := e.keptSpec("sleep", "1000")
+	after.Mounts = []shim.Mount{{Source: h.roVol, Destination: h.dst, ReadOnly: true}}
+	e.start(after)
+	killAtCleanup(t, e.rt, after.InstanceID)
+	if state(t, e.rt, after.InstanceID).ShimPid == state(t, e.rt, before.InstanceID).ShimPid {
+		t.Fatal("the new version started through the old keeper")
+	}
+	if got := inNS(t, e.rt, before.InstanceID, "cat", filepath.Join(h.dst, "hello")); got != "from the volume\n" {
+		t.Fatalf("the old keeper's container: %q", got)
+	}
+	if got := inNS(t, e.rt, after.InstanceID, "cat", filepath.Join(h.dst, "setting")); got != "from the read-only volume\n" {
+		t.Fatalf("the new keeper's container: %q", got)
+	}
+	for _, id := range []string{before.InstanceID, after.InstanceID} {
+		e.rt.Kill(id)
+		e.exit(id)
+	}
+	h.checkHostUntouched(t)
 }
