@@ -197,7 +197,8 @@ func (e *env) putObjects(file string, objs ...any) {
 	}
 	path := e.objectsFile(file)
 	tmp := filepath.Join(e.n.manifests(), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+	// 0600: a file holding Secrets that others may read gets a warning.
+	if err := os.WriteFile(tmp, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	fresh := !exists(path)
