@@ -109,3 +109,15 @@ func TestSecurityGroupsIncludeFSGroup(t *testing.T) {
 		t.Fatalf("without fsGroup: supplementalGroups = %v, want [20 44]", got)
 	}
 }
+
+// A stop signal does not hold its caller (the daemon's loop) while the
+// call goes through the plugin: with no plugin up, the call itself waits
+// up to callWait and fails, but Signal has returned nil before that,
+// its failure only logged.
+func TestSignalReturnsAtOnce(t *testing.T) {
+	r := New(Config{}, t.TempDir(), runtime.Cgroups{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.client = NewClient([]string{"/nonexistent/podvisor-containerd"}, r.log)
+	if err := r.Signal("u-1_app_1", syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal waited for the plugin: %v", err)
+	}
+}
