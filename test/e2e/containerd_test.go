@@ -30,6 +30,12 @@ func ctrdDaemon(t *testing.T, extraConfig ...string) (*daemon, *ctrdtest.Contain
 // ctrdDaemonOf is ctrdDaemon running podvisor binary bin (and the plugin
 // and shim beside it), or the one under test if bin is empty.
 func ctrdDaemonOf(t *testing.T, bin string, extraConfig ...string) (*daemon, *ctrdtest.Containerd) {
+	return ctrdDaemonWith(t, bin, "", extraConfig...)
+}
+
+// ctrdDaemonWith is ctrdDaemonOf with more config sections (a hub:
+// section, say) after the containerd one.
+func ctrdDaemonWith(t *testing.T, bin, sections string, extraConfig ...string) (*daemon, *ctrdtest.Containerd) {
 	requireRoot(t)
 	ctrd := ctrdtest.Start(t)
 	d := newDaemon(t)
@@ -56,8 +62,8 @@ func ctrdDaemonOf(t *testing.T, bin string, extraConfig ...string) (*daemon, *ct
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		prerequisite(t, "CNI plugins (Debian's containernetworking-plugins): %v", err)
 	}
-	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s, cniConfDir: %s%s}\n",
-		ctrd.Address, ctrd.RuncRoot(), sandboxes, filepath.Join(d.dir, "cni"), strings.Join(extraConfig, "")))
+	d.withConfig(fmt.Sprintf("containerd: {address: %s, runcRoot: %s, sandboxDir: %s, cniConfDir: %s%s}\n%s",
+		ctrd.Address, ctrd.RuncRoot(), sandboxes, filepath.Join(d.dir, "cni"), strings.Join(extraConfig, ""), sections))
 	d.start()
 	if err := os.MkdirAll(filepath.Join(d.data, "images"), 0o755); err != nil {
 		t.Fatal(err)

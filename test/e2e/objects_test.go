@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/test/ociimage"
+	"github.com/podvisor/podvisor/test/registrytest"
 )
 
 // objectsPod is a static process pod that writes the variables it got
@@ -196,22 +196,13 @@ spec:
 func TestLocalPullSecret(t *testing.T) {
 	d, ctrd := ctrdDaemon(t)
 	killContainersAtCleanup(t, d)
-	registry := startRegistry(t, "fleet", "s3cret-pull")
+	registry := registrytest.Start(t, "fleet", "s3cret-pull")
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
 		t.Fatal(err)
 	}
 	ref := registry + "/pv/local-secret:1"
-	for _, args := range [][]string{
-		{"images", "import", archive},
-		{"images", "tag", "podvisor.test/pushed:1", ref},
-		{"images", "push", "--plain-http", "-u", "fleet:s3cret-pull", ref},
-	} {
-		cmd := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	registrytest.PushWithCtr(t, ctrd.Address, archive, "podvisor.test/pushed:1", ref, "fleet:s3cret-pull", "")
 	auth := base64.StdEncoding.EncodeToString([]byte("fleet:s3cret-pull"))
 	config := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, registry, auth)
 	d.write("regcred.yaml", fmt.Sprintf(`apiVersion: v1

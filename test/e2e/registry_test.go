@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,49 +14,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/test/ociimage"
+	"github.com/podvisor/podvisor/test/registrytest"
 )
-
-// startRegistry runs Debian's docker-registry (the distribution registry)
-// on loopback with htpasswd authentication, and returns its host:port.
-func startRegistry(t *testing.T, user, password string) string {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		prerequisite(t, "docker-registry (Debian's docker-registry): %v", err)
-	}
-	htpasswd, err := exec.LookPath("htpasswd")
-	if err != nil {
-		prerequisite(t, "htpasswd (Debian's apache2-utils): %v", err)
-	}
-	dir := t.TempDir()
-	users := filepath.Join(dir, "htpasswd")
-	if out, err := exec.Command(htpasswd, "-Bbc", users, user, password).CombinedOutput(); err != nil {
-		t.Fatalf("htpasswd: %v %s", err, out)
-	}
-	addr := freeLoopback(t)
-	config := filepath.Join(dir, "config.yml")
-	os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: %s}}
-http: {addr: %s}
-auth: {htpasswd: {realm: podvisor-test, path: %s}}
-`, filepath.Join(dir, "data"), addr, users)), 0o644)
-	cmd := exec.Command(bin, "serve", config)
-	logFile, _ := os.Create(filepath.Join(dir, "registry.log"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "the test registry to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
-}
 
 // Pulls from a registry that wants credentials: with the docker
 // config.json's credentials the pod runs; with wrong ones (the file is
@@ -66,7 +24,7 @@ auth: {htpasswd: {realm: podvisor-test, path: %s}}
 func TestContainerdRegistryPullWithAuth(t *testing.T) {
 	authFile := filepath.Join(t.TempDir(), "registry.json")
 	d, ctrd := ctrdDaemon(t, ", registryAuthFile: "+authFile)
-	registry := startRegistry(t, "fleet", "s3cret")
+	registry := registrytest.Start(t, "fleet", "s3cret")
 	writeAuth := func(password string) {
 		auth := base64.StdEncoding.EncodeToString([]byte("fleet:" + password))
 		os.WriteFile(authFile, []byte(fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, registry, auth)), 0o600)
@@ -79,16 +37,7 @@ func TestContainerdRegistryPullWithAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := registry + "/pv/busybox:1"
-	for _, args := range [][]string{
-		{"images", "import", archive},
-		{"images", "tag", "podvisor.test/pushed:1", ref},
-		{"images", "push", "--plain-http", "-u", "fleet:s3cret", ref},
-	} {
-		cmd := exec.Command("ctr", append([]string{"-a", ctrd.Address, "-n", "push"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	registrytest.PushWithCtr(t, ctrd.Address, archive, "podvisor.test/pushed:1", ref, "fleet:s3cret", "")
 
 	pod := func(name string) string {
 		return fmt.Sprintf(`apiVersion: v1

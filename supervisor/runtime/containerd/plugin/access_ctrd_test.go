@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ctrdtest"
 	"github.com/podvisor/podvisor/test/ociimage"
-	"github.com/podvisor/podvisor/test/prereq"
+	"github.com/podvisor/podvisor/test/registrytest"
 )
 
 // importImage side-loads an image through the plugin, with a /bin/licence
@@ -113,41 +111,6 @@ func TestHubPodCannotUseSideloadedImages(t *testing.T) {
 	}
 }
 
-// startRegistry runs Debian's distribution registry on loopback, without
-// authentication, and returns its host:port.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		prereq.Missing(t, "docker-registry (Debian's docker-registry): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yml")
-	os.WriteFile(config, []byte(fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n",
-		filepath.Join(dir, "data"), addr)), 0o644)
-	cmd := exec.Command(bin, "serve", config)
-	logFile, _ := os.Create(filepath.Join(dir, "registry.log"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "the test registry to listen on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return addr
-}
-
 // push stores an image in the registry, through a namespace of the test's
 // own, and returns the archive it was made from.
 func push(t *testing.T, ctrd *ctrdtest.Containerd, ref, licence string) string {
@@ -174,7 +137,7 @@ func push(t *testing.T, ctrd *ctrdtest.Containerd, ref, licence string) string {
 // label its pulls. An import takes the name back.
 func TestHubPodPulls(t *testing.T) {
 	p, ctrd := newPlugin(t)
-	registry := startRegistry(t)
+	registry := registrytest.Start(t, "", "")
 	hub := &pluginapi.LocalImages{}
 	app := registry + "/fleet/app:1"
 	archive := push(t, ctrd, app, "PUBLIC")

@@ -2,144 +2,19 @@ package plugin
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ociimage"
-	"github.com/podvisor/podvisor/test/prereq"
+	"github.com/podvisor/podvisor/test/registrytest"
 )
-
-// testCA is a throwaway CA and a server certificate it signed for a
-// registry's host name and address, written as PEM files into dir.
-func testCA(t *testing.T, dir, host string, ip net.IP) (caFile, certFile, keyFile string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "podvisor test registry CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), DNSNames: []string{host}, IPAddresses: []net.IP{ip},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	return write("ca.crt", "CERTIFICATE", caDER), write("registry.crt", "CERTIFICATE", der), write("registry.key", "EC PRIVATE KEY", keyDER)
-}
-
-// startTLSRegistry runs Debian's distribution registry with htpasswd
-// authentication (bcrypt) and TLS under a test CA, on a private port and
-// data directory, reached by a name that is not localhost
-// (registryListener). It returns host:port and the CA's file.
-func startTLSRegistry(t *testing.T, user, password string) (string, string) {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		prereq.Missing(t, "docker-registry (Debian's docker-registry): %v", err)
-	}
-	htpasswd, err := exec.LookPath("htpasswd")
-	if err != nil {
-		prereq.Missing(t, "htpasswd (Debian's apache2-utils): %v", err)
-	}
-	host, ip, l := registryListener(t)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	caFile, certFile, keyFile := testCA(t, dir, host, ip)
-	users := filepath.Join(dir, "htpasswd")
-	if out, err := exec.Command(htpasswd, "-Bbc", users, user, password).CombinedOutput(); err != nil {
-		t.Fatalf("htpasswd: %v %s", err, out)
-	}
-	listen := net.JoinHostPort(ip.String(), fmt.Sprint(port))
-	config := filepath.Join(dir, "config.yml")
-	os.WriteFile(config, []byte(fmt.Sprintf(`version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: %s}}
-http: {addr: %q, tls: {certificate: %s, key: %s}}
-auth: {htpasswd: {realm: podvisor-test, path: %s}}
-`, filepath.Join(dir, "data"), listen, certFile, keyFile, users)), 0o644)
-	cmd := exec.Command(bin, "serve", config)
-	logFile, _ := os.Create(filepath.Join(dir, "registry.log"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "the test registry to listen on "+listen, func() bool {
-		c, err := net.Dial("tcp", listen)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return net.JoinHostPort(host, fmt.Sprint(port)), caFile
-}
-
-// registryListener finds a name for the registry that is not localhost
-// (the resolver speaks plain HTTP to a loopback address): the machine's
-// host name where it resolves to an address the test can listen on, else
-// the machine's first other address. The listener holds a free port.
-func registryListener(t *testing.T) (string, net.IP, net.Listener) {
-	t.Helper()
-	if host, err := os.Hostname(); err == nil {
-		if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 {
-			if l, err := net.Listen("tcp", net.JoinHostPort(ips[0].String(), "0")); err == nil {
-				return host, ips[0], l
-			}
-		}
-	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			if l, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0")); err == nil {
-				return n.IP.String(), n.IP, l
-			}
-		}
-	}
-	prereq.Missing(t, "a name for this machine that is not localhost: a host name that resolves, or a non-loopback address")
-	return "", nil, nil
-}
 
 // pushAuthenticated stores a test image in the registry under ref, with
 // containerd's own client in a namespace of the test's own.
@@ -194,7 +69,7 @@ func runPull(t *testing.T, p *Plugin, id, image string, auth pluginapi.PullAuth)
 func TestPullWithPullSecretLogins(t *testing.T) {
 	const user, password = "fleet", "s3cret-Pa55"
 	p, _ := newPlugin(t)
-	registry, caFile := startTLSRegistry(t, user, password)
+	registry, caFile := registrytest.StartTLS(t, user, password)
 	certs := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(certs, registry), 0o755); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 	"github.com/podvisor/podvisor/test/ociimage"
+	"github.com/podvisor/podvisor/test/registrytest"
 )
 
 // runSleeper runs a sleeping container and returns how its start went;
@@ -132,7 +133,7 @@ func TestSeccompOptsWithoutKernelSupport(t *testing.T) {
 // any tag.
 func TestDigestPinnedPull(t *testing.T) {
 	p, ctrd := newPlugin(t)
-	registry := startRegistry(t)
+	registry := registrytest.Start(t, "", "")
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	if err := ociimage.WriteFile(archive, ociimage.Image{Name: "podvisor.test/pushed:1", Cmd: []string{"sh"}}); err != nil {
 		t.Fatal(err)
