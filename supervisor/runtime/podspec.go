@@ -26,7 +26,8 @@ type Process struct {
 	Dir     string
 	UID     *uint32
 	GID     *uint32
-	// Groups are the supplementary groups (supplementalGroups).
+	// Groups are the supplementary groups (SupplementalGroups: the
+	// fsGroup, then supplementalGroups).
 	Groups []uint32
 	// SecretEnv names the variables of Env whose value holds a Secret's
 	// data: set from a secretKeyRef or an envFrom secretRef, or expanded
@@ -137,10 +138,26 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 		g := uint32(*group)
 		s.GID = &g
 	}
-	for _, g := range pod.Spec.SecurityContext.SupplementalGroups {
+	for _, g := range SupplementalGroups(pod) {
 		s.Groups = append(s.Groups, uint32(g))
 	}
 	return s, nil
+}
+
+// SupplementalGroups are the supplementary groups of a pod's containers
+// as the kubelet gives them (determineEffectiveSecurityContext): the
+// pod's fsGroup first, then its supplementalGroups. The fsGroup is what
+// lets a non-root container read the volumes given that group.
+func SupplementalGroups(pod *v1.Pod) []int64 {
+	sc := pod.Spec.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	var groups []int64
+	if sc.FSGroup != nil {
+		groups = append(groups, *sc.FSGroup)
+	}
+	return append(groups, sc.SupplementalGroups...)
 }
 
 // hostnameMaxLen is the longest hostname: 64 bytes with the terminating
