@@ -246,7 +246,7 @@ func mountObjectTmpfs(dir string, size int64) error {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return err
 	}
-	if int64(st.Blocks)*st.Bsize >= size {
+	if int64(st.Blocks)*int64(st.Bsize) >= size { // Bsize is int32 on 32-bit ARM
 		return nil
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
