@@ -52,8 +52,8 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
 	if len(s.SecretEnv) > 0 {
 		// Its command and environment go to a private spec in memory.
-		size, _ := json.Marshal(shim.PrivateSpec{InstanceID: s.InstanceID, Argv: s.Argv, Env: s.Env})
-		if s.PrivateFile, err = r.preparePrivate(s.InstanceID, len(size)); err != nil {
+		priv, _ := json.Marshal(shim.PrivateSpec{InstanceID: s.InstanceID, Argv: s.Argv, Env: s.Env})
+		if s.PrivateFile, err = r.preparePrivate(s.InstanceID, len(priv)); err != nil {
 			done(runtime.Started{Err: err})
 			return
 		}

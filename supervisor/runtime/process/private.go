@@ -69,18 +69,18 @@ func ensureMemoryFS(dir string, need int64) error {
 		return err
 	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	switch int64(st.Type) {
+	switch uint32(st.Type) { // int32 on 32-bit ARM, where ramfs's is negative
 	case unix.RAMFS_MAGIC:
 		return nil
 	case unix.TMPFS_MAGIC:
-		free := int64(st.Bavail) * st.Bsize
+		free := int64(st.Bavail) * int64(st.Bsize)
 		if free >= need+privateTmpfsHeadroom {
 			return nil
 		}
 		if !isMountPoint(dir) {
 			return fmt.Errorf("%d bytes free on its tmpfs, %d needed", free, need)
 		}
-		size := int64(st.Blocks-st.Bavail)*st.Bsize + need + privateTmpfsSize
+		size := int64(st.Blocks-st.Bavail)*int64(st.Bsize) + need + privateTmpfsSize
 		if err := unix.Mount("tmpfs", dir, "tmpfs", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
 			return fmt.Errorf("growing its tmpfs to %d bytes: %w", size, err)
 		}
