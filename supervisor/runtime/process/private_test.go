@@ -195,3 +195,48 @@ func TestSecretEnvWithoutMemoryWaits(t *testing.T) {
 		t.Fatalf("an instance was made: %v", entries)
 	}
 }
+
+// The private specs' tmpfs is mounted once (a second preparation finds
+// it) and grows for a spec larger than its room.
+func TestPrivateTmpfsGrows(t *testing.T) {
+	if os.Geteuid() != 0 {
+		missing(t, "root: the test mounts a tmpfs")
+	}
+	e := newEnv(t)
+	unmountPrivate(t, e.rt)
+	room := func() int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(e.rt.privateDir(), &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * int64(st.Bsize)
+	}
+	if _, err := e.rt.preparePrivate("a", 4096); err != nil {
+		t.Fatal(err)
+	}
+	small := room()
+	if _, err := e.rt.preparePrivate("b", 4096); err != nil || room() != small {
+		t.Fatalf("a second preparation: %v, room %d, was %d", err, room(), small)
+	}
+	if n := mountsAt(t, e.rt.privateDir()); n != 1 {
+		t.Fatalf("%d mounts at %s, want 1", n, e.rt.privateDir())
+	}
+	big := 3 * small
+	if _, err := e.rt.preparePrivate("c", int(big)); err != nil || room() < big {
+		t.Fatalf("growing for %d bytes: %v, room %d", big, err, room())
+	}
+}
+
+func mountsAt(t *testing.T, dir string) int {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if f := bytes.Fields(l); len(f) > 4 && string(f[4]) == dir {
+			n++
+		}
+	}
+	return n
+}
