@@ -159,8 +159,9 @@ func TestSecretEnvStaysInMemory(t *testing.T) {
 	if _, err := os.Stat(e.rt.privateFile(s.InstanceID)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the ended instance's private spec: %v", err)
 	}
-	// Its tmpfs unmounted, an instance's spec cannot be read whole: exec
-	// fails rather than run in another environment.
+	// Without its private spec (gone with the instance, or its tmpfs
+	// unmounted) a spec cannot be read whole: exec fails rather than run in
+	// another environment, even with the objects at hand.
 	if _, err := rt2.ExecTarget(pod, "app", s.InstanceID, node); err == nil {
 		t.Fatal("exec without the private spec")
 	}
