@@ -9,8 +9,6 @@ import (
 	"testing"
 )
 
-// A spec with a private file keeps its command and Secret variables out
-// of spec.json; ReadSpec gives back the whole spec.
 // anyDirIsMemory lets the test's directories, on whatever file system,
 // hold private specs.
 func anyDirIsMemory(t *testing.T) {
@@ -19,6 +17,8 @@ func anyDirIsMemory(t *testing.T) {
 	t.Cleanup(func() { memoryBacked = was })
 }
 
+// A spec with a private file keeps its command and Secret variables out
+// of spec.json; ReadSpec gives back the whole spec.
 func TestPrivateSpec(t *testing.T) {
 	anyDirIsMemory(t)
 	dir, privDir := t.TempDir(), t.TempDir()
