@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -228,13 +229,27 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 	if c == nil || c.Phase != Starting {
 		return nil
 	}
+	// What changed while the start ran (RetryWaiting) may have ended the
+	// cause: the container is tried again at once, not after a backoff.
+	retryNow := slices.Contains(c.retryAsked, reason)
+	c.retryAsked = nil
+	if reason == ObjectsPending {
+		return m.objectsPending(in, c, message, now, retryNow)
+	}
 	c.FailStep++
 	if reason == FailedMount {
-		return m.mountFailed(in, c, message, now)
+		acts := m.mountFailed(in, c, message, now)
+		if retryNow {
+			c.NotBefore = now
+		}
+		return acts
 	}
 	delay := m.backoffDelay(c.FailStep)
 	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, reason, message, now
 	c.NotBefore = now.Add(delay)
+	if retryNow {
+		c.NotBefore = now
+	}
 	m.wakeAt(c.NotBefore)
 	m.touch(uid)
 	// The kubelet's events: a failed pull says why, then "Error: <reason>";
@@ -270,6 +285,28 @@ func (m *Machine) mountFailed(in *Instance, c *Container, message string, now ti
 	return []Action{record(in, "Warning", FailedMount, message)}
 }
 
+// objectsPending is a start that waits for objects the hub listed for the
+// device and has not sent yet: the kubelet, reading the API server, would
+// have them, so nothing is said: the container keeps its default waiting
+// state, no event, no failure counted. It is tried again when objects
+// change (RetryWaiting), when the getter gives up waiting (it then
+// answers not found, and the kubelet's errors follow), or at
+// objectsPendingRecheck, whichever comes first.
+func (m *Machine) objectsPending(in *Instance, c *Container, message string, now time.Time, retryNow bool) []Action {
+	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, ObjectsPending, message, now
+	c.NotBefore = now.Add(objectsPendingRecheck)
+	if retryNow {
+		c.NotBefore = now
+	}
+	m.wakeAt(c.NotBefore)
+	m.touch(in.UID())
+	return nil
+}
+
+// objectsPendingRecheck is how often a container waiting for pending
+// objects is tried again with no change told: a safety net only.
+const objectsPendingRecheck = 10 * time.Second
+
 // The kubelet's backoff of a failing volume operation
 // (exponentialbackoff: 500 ms, doubling, at most 2m2s).
 const (
@@ -292,6 +329,12 @@ func mountBackoff(step int) time.Duration {
 func (m *Machine) RetryWaiting(since, now time.Time, reasons ...string) {
 	for _, in := range m.instances {
 		for _, c := range in.AllContainers() {
+			if c.Phase == Starting {
+				// Its start may have read what was there before: if it
+				// fails for one of the reasons, it is tried again at once.
+				c.retryAsked = append(c.retryAsked, reasons...)
+				continue
+			}
 			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) || !c.WaitSince.Before(since) {
 				continue
 			}
