@@ -218,3 +218,23 @@ func TestSecretEnvTaint(t *testing.T) {
 		t.Fatalf("plain env: %v, SecretEnv %v", err, p.SecretEnv)
 	}
 }
+
+// An object on its way from the hub holds the environment back, optional
+// or not (it exists: the kubelet would find it), as ObjectsPending, never
+// as a CreateContainerConfigError.
+func TestEnvWaitsForPendingObjects(t *testing.T) {
+	pending := getterFunc(func(r objects.Ref) (*objects.Object, error) { return nil, &objects.PendingError{Ref: r} })
+	for _, c := range []v1.Container{
+		{Env: []v1.EnvVar{{Name: "A", ValueFrom: secretKey("db", "k", nil)}}},
+		{Env: []v1.EnvVar{{Name: "A", ValueFrom: cmKey("app", "k", yes())}}},
+		{EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Optional: yes()}}}},
+	} {
+		_, err := resolveEnv(t, c, pending)
+		if !errors.Is(err, objects.ErrPending) || errors.Is(err, objects.ErrNotFound) {
+			t.Fatalf("%+v: %v, want pending", c, err)
+		}
+		if ce := ConfigError(err); ce.Reason != ObjectsPending {
+			t.Fatalf("ConfigError %+v, want ObjectsPending", ce)
+		}
+	}
+}

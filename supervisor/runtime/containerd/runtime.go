@@ -134,6 +134,10 @@ func (r *Runtime) Exits() <-chan runtime.Exit { return r.client.Exits() }
 // on another goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	r.awaitForgotten(c.Pod.UID)
+	if err := pendingPullSecret(c.Pod, c.Node.Objects); err != nil {
+		done(runtime.Started{Err: runtime.ConfigError(err)})
+		return
+	}
 	cfg, err := r.containerConfig(c)
 	if err != nil {
 		done(runtime.Started{Err: runtime.ConfigError(err)})
