@@ -92,7 +92,12 @@ func (d *Daemon) startDone(r runtimeset.Start) {
 		if o.RemoveLeftover {
 			d.runtimes.RemoveAfterSave(r.Runtime, r.InstanceID)
 		}
-		d.log.Warn("container could not be created", "instance", r.InstanceID, "reason", o.Reason, "err", o.Message)
+		if o.Reason == runtime.ObjectsPending {
+			// Quiet, as its status: the objects are on their way.
+			d.log.Info("container waits for objects on their way from the hub", "instance", r.InstanceID, "waitingFor", o.Message)
+		} else {
+			d.log.Warn("container could not be created", "instance", r.InstanceID, "reason", o.Reason, "err", o.Message)
+		}
 		d.execute(d.machine.StartFailed(r.Pod, r.Container, r.InstanceID, o.Reason, o.Message, d.now()))
 	case startFailed:
 		d.log.Warn("container failed to start", "instance", r.InstanceID, "err", r.Err)

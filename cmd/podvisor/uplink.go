@@ -61,6 +61,7 @@ func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, 
 	cfg.SealKey = key
 	cfg.MaxObjects, cfg.MaxObjectBytes = objs.MaxObjects, objs.MaxBytes.Value()
 	cfg.OnObjectsChanged = sink.HubObjectsChanged
+	cfg.OnObjectsOverdue = sink.HubObjectsOverdue
 	if strings.HasPrefix(cfg.Broker, "mqtts://") {
 		t, err := tlsconfig.Client(hc.TLS.CA, hc.TLS.Cert, hc.TLS.Key, hc.TLS.ServerName)
 		if err != nil {
@@ -88,6 +89,7 @@ func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, 
 type hubObjectSink interface {
 	SetHubObjects(objects.Getter)
 	HubObjectsChanged([]objects.Ref)
+	HubObjectsOverdue([]objects.Ref)
 }
 
 // loadSealKey reads the device's sealing key: the enrolment bundle's

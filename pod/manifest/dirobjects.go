@@ -18,10 +18,18 @@ func (d *Dir) takeObjects(f *fileEntry, r reading, path string, now time.Time) {
 		f.objErrs = nil
 		return
 	}
-	kept := r.objs
+	kept := make([]*objects.Object, 0, len(r.objs))
 	have := map[objects.Ref]bool{}
 	for _, o := range r.objs {
 		have[o.Ref] = true
+		if old := findObject(f.objects, o.Ref); old != nil && old.Immutable && !sameContent(old, o) {
+			// The API server refuses to change an immutable object;
+			// so does the directory, until the daemon restarts.
+			r.objErrs = append(r.objErrs, ObjectError{Ref: o.Ref, Err: fmt.Errorf("%s %s/%s in %s refused: field is immutable when `immutable` is set",
+				o.Kind, o.Namespace, o.Name, path)})
+			o = old
+		}
+		kept = append(kept, o)
 	}
 	for _, e := range r.objErrs {
 		for _, old := range f.objects {
@@ -38,6 +46,29 @@ func (d *Dir) takeObjects(f *fileEntry, r reading, path string, now time.Time) {
 		}
 	}
 	f.objects, f.objErrs = kept, r.objErrs
+}
+
+func findObject(objs []*objects.Object, ref objects.Ref) *objects.Object {
+	for _, o := range objs {
+		if o.Ref == ref {
+			return o
+		}
+	}
+	return nil
+}
+
+// sameContent tells whether an object's new version changes what the
+// API server keeps of an immutable one: its data, type and immutability.
+func sameContent(old, o *objects.Object) bool {
+	if old.Immutable != o.Immutable || old.Type != o.Type || len(old.Data) != len(o.Data) {
+		return false
+	}
+	for k, v := range old.Data {
+		if w, ok := o.Data[k]; !ok || string(w) != string(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // noteExposed warns, once while it lasts, that a file holding Secrets

@@ -226,3 +226,30 @@ func TestDirWarnsOfReadableSecrets(t *testing.T) {
 		t.Fatalf("%d warnings, want still 1:\n%s", n, log)
 	}
 }
+
+func TestDirImmutableObjectKeepsItsData(t *testing.T) {
+	d, _, _ := testDir(t)
+	immutable := goodConfigMap + "immutable: true\n"
+	writeFile(t, d.Path, "a.yaml", immutable)
+	if st, err := d.Load(); err != nil || len(st.Objects) != 1 || !st.Objects[0].Immutable {
+		t.Fatalf("%+v, %v", st, err)
+	}
+	// A change of data, or making it mutable, is refused as the API server
+	// refuses it; the object keeps what it had.
+	for _, edit := range []string{strings.Replace(immutable, "prod", "test", 1), goodConfigMap} {
+		writeFile(t, d.Path, "a.yaml", edit)
+		st, _ := d.Load()
+		if len(st.Objects) != 1 || string(st.Objects[0].Data["MODE"]) != "prod" || !st.Objects[0].Immutable {
+			t.Fatalf("after an edit: %+v", st.Objects)
+		}
+		if len(st.Invalid) != 1 || !strings.Contains(st.Invalid[0].Err.Error(), "ConfigMap default/app in ") ||
+			!strings.Contains(st.Invalid[0].Err.Error(), "field is immutable when `immutable` is set") {
+			t.Fatalf("invalid: %+v", st.Invalid)
+		}
+	}
+	// The same content again is no change.
+	writeFile(t, d.Path, "a.yaml", immutable)
+	if st, _ := d.Load(); len(st.Invalid) != 0 || len(st.Objects) != 1 {
+		t.Fatalf("%+v %+v", st.Objects, st.Invalid)
+	}
+}

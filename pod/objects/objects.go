@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -89,10 +90,36 @@ func lowerKind(k Kind) string {
 	return string(k)
 }
 
+// ErrPending is the error a Getter returns for an object it knows exists
+// but does not hold yet; errors.Is finds it in a PendingError.
+var ErrPending = errors.New("pending")
+
+// PendingError is an object the hub listed for this device (it exists, so
+// the kubelet, reading the API server, would find it) whose data has not
+// arrived yet, or whose newer version is on its way. A container start
+// that meets it waits, quietly, and is tried again when objects change;
+// a getter stops saying pending after a bound of its own (the hub may
+// never answer), and then answers as without it. Local objects are never
+// pending.
+type PendingError struct {
+	Ref Ref
+	// Since is when the getter began waiting for it.
+	Since time.Time
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("%s %q not yet received from the hub", lowerKind(e.Ref.Kind), e.Ref.Name)
+}
+
+// Is makes errors.Is(err, ErrPending) hold (and never ErrNotFound).
+func (e *PendingError) Is(target error) bool { return target == ErrPending }
+
 // Getter gives the objects one pod may see: a hub pod the hub's objects
 // for its device, a static pod the objects given in its manifest
-// directory. It returns a *NotFoundError for an object it does not have.
-// The objects it returns are shared: callers must not modify them.
+// directory. It returns a *NotFoundError for an object it does not have,
+// and a *PendingError for one it knows exists but has not received yet
+// (hub objects only). The objects it returns are shared: callers must
+// not modify them.
 type Getter interface {
 	Get(ref Ref) (*Object, error)
 }

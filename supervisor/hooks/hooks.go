@@ -7,6 +7,7 @@ package hooks
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"time"
@@ -109,16 +110,24 @@ func (r *Runner) End(instanceID string) {
 // where its runtime gives it its own.
 func (r *Runner) Target(in *lifecycle.Instance, container string) (probes.Target, error) {
 	spec := in.Spec(container)
-	p, err := runtime.Resolve(in.Pod, spec, r.opts.Node(in.Pod))
-	if err != nil {
-		return probes.Target{}, err
-	}
-	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
 	rt := r.opts.RuntimeOf(in.Pod)
 	var id string
 	if c := in.Container(container); c != nil {
 		id = c.InstanceID
 	}
+	// The instance's own process where its runtime keeps it, else as it
+	// would start now.
+	var p runtime.Process
+	err := errors.ErrUnsupported
+	if sp, ok := rt.(runtime.StartedProcesses); ok && id != "" {
+		p, err = sp.StartedProcess(id)
+	}
+	if err != nil {
+		if p, err = runtime.Resolve(in.Pod, spec, r.opts.Node(in.Pod)); err != nil {
+			return probes.Target{}, err
+		}
+	}
+	t := probes.Target{Host: "127.0.0.1", Ports: spec.Ports, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID}
 	if mn, ok := rt.(runtime.MountNamespaces); ok && len(spec.VolumeMounts) > 0 {
 		// Opened at each command: held open, it would keep the
 		// namespace after the container ended.

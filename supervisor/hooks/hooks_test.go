@@ -239,3 +239,35 @@ func TestTargetJoinsTheContainersMountNamespace(t *testing.T) {
 		t.Error("a container without volumes: its commands must run in the host's namespace")
 	}
 }
+
+// startedRuntime keeps the process each instance started with.
+type startedRuntime struct {
+	runtime.Runtime
+	started map[string]runtime.Process
+}
+
+func (f *startedRuntime) StartedProcess(id string) (runtime.Process, error) {
+	if p, ok := f.started[id]; ok {
+		return p, nil
+	}
+	return runtime.Process{}, errors.New("no such instance")
+}
+
+// Commands of a container whose runtime keeps the process it started
+// with run in that environment (its Secrets as they were, known before
+// a restarted daemon has its objects again); one it does not know gets
+// the environment resolved now, and an unresolvable one says why.
+func TestTargetTakesTheStartedEnvironment(t *testing.T) {
+	in := instance(v1.Container{Name: "app", Env: []v1.EnvVar{{Name: "PW", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+		LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "pw"}}}}})
+	uid := uint32(7)
+	rt := &startedRuntime{started: map[string]runtime.Process{"u1_app_0": {Env: []string{"PW=then"}, Dir: "/srv", UID: &uid}}}
+	tg, err := newRunner(rt, runtime.PodEnv{}).Target(in, "app") // no objects: "db" is not found
+	if err != nil || !slices.Equal(tg.Env, []string{"PW=then"}) || tg.Dir != "/srv" || tg.UID == nil || *tg.UID != 7 {
+		t.Fatalf("target %+v, %v: want the started process's", tg, err)
+	}
+	in.Containers[0].InstanceID = "u1_app_1"
+	if _, err := newRunner(rt, runtime.PodEnv{}).Target(in, "app"); err == nil || err.Error() != `secret "db" not found` {
+		t.Fatalf("an instance the runtime does not know: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -228,13 +229,27 @@ func (m *Machine) StartFailed(uid types.UID, name, instanceID, reason, message s
 	if c == nil || c.Phase != Starting {
 		return nil
 	}
+	// What changed while the start ran (RetryWaiting) may have ended the
+	// cause: the container is tried again at once, not after a backoff.
+	retryNow := slices.Contains(c.retryAsked, reason)
+	c.retryAsked = nil
+	if reason == ObjectsPending {
+		return m.objectsPending(in, c, message, now, retryNow)
+	}
 	c.FailStep++
 	if reason == FailedMount {
-		return m.mountFailed(in, c, message, now)
+		acts := m.mountFailed(in, c, message, now)
+		if retryNow {
+			c.NotBefore = now
+		}
+		return acts
 	}
 	delay := m.backoffDelay(c.FailStep)
 	c.Phase, c.WaitReason, c.WaitMessage, c.WaitSince = Waiting, reason, message, now
 	c.NotBefore = now.Add(delay)
+	if retryNow {
+		c.NotBefore = now
+	}
 	m.wakeAt(c.NotBefore)
 	m.touch(uid)
 	// The kubelet's events: a failed pull says why, then "Error: <reason>";
@@ -292,6 +307,12 @@ func mountBackoff(step int) time.Duration {
 func (m *Machine) RetryWaiting(since, now time.Time, reasons ...string) {
 	for _, in := range m.instances {
 		for _, c := range in.AllContainers() {
+			if c.Phase == Starting {
+				// Its start may have read what was there before: if it
+				// fails for one of the reasons, it is tried again at once.
+				c.retryAsked = append(c.retryAsked, reasons...)
+				continue
+			}
 			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) || !c.WaitSince.Before(since) {
 				continue
 			}

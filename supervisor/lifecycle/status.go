@@ -78,9 +78,10 @@ func (m *Machine) containerStatus(in *Instance, c *Container, now time.Time) v1.
 			w.Reason = "PodInitializing"
 		}
 		switch {
-		case c.Phase == Waiting && c.WaitReason == FailedMount:
+		case c.Phase == Waiting && (c.WaitReason == FailedMount || c.WaitReason == ObjectsPending):
 			// The kubelet says nothing of volumes in a container's
-			// state: the pod's FailedMount events do.
+			// state: the pod's FailedMount events do; nor of objects
+			// on their way (it would have them).
 		case c.Phase == Waiting && c.WaitReason != "":
 			w.Reason, w.Message = c.WaitReason, c.WaitMessage
 			// After the first failed pull, the kubelet says it is
@@ -115,6 +116,11 @@ const (
 // environment's ConfigMaps and Secrets, its subPaths) could not be made:
 // the kubelet's waiting reason.
 const CreateContainerConfigError = "CreateContainerConfigError"
+
+// ObjectsPending is a start that waits, quietly, for hub objects the
+// device was told of and has not received yet (runtime.ObjectsPending is
+// the same word): the container shows its default waiting state.
+const ObjectsPending = "ObjectsPending"
 
 // FailedMount is a start that waits for the pod's volumes (the kubelet's
 // event reason; runtime.FailedMount is the same word): the container

@@ -154,6 +154,7 @@ func (m *Machine) start(in *Instance, c *Container) Action {
 	c.Phase = Starting
 	c.InstanceID = InstanceID(in.UID(), c.Name, c.Attempt)
 	c.NotBefore = time.Time{}
+	c.retryAsked = nil
 	m.touch(in.UID())
 	// At most once: a daemon that dies after the start must find the
 	// attempt recorded, or the next one would start it again.

@@ -137,6 +137,9 @@ type Container struct {
 	WaitMessage string    `json:"waitMessage,omitempty"`
 	WaitSince   time.Time `json:"waitSince,omitzero"`
 	FailStep    int       `json:"failStep,omitempty"`
+	// retryAsked are the reasons RetryWaiting named while the container
+	// was Starting (not kept: a daemon restarted rebuilds its starts).
+	retryAsked []string
 }
 
 // PendingKill is a probe failure not acted on yet.

@@ -107,7 +107,23 @@ func projectedPayload(pod *v1.Pod, p *v1.ProjectedVolumeSource, node runtime.Pod
 			merge(d, downwardPayload(d, pod, s.DownwardAPI.Items, mode, node))
 		}
 	}
-	return out, aggregate(errs)
+	return out, aggregate(settled(errs))
+}
+
+// settled are the errors that are the kubelet's, without those of the
+// objects still pending; only pending errors: the first of them, so the
+// volume waits for it (errors.Is(err, objects.ErrPending)).
+func settled(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		if !errors.Is(e, objects.ErrPending) {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 && len(errs) > 0 {
+		return errs[:1]
+	}
+	return out
 }
 
 // objectPayload is the kubelet's MakePayload of a configMap or secret
@@ -246,7 +262,7 @@ func mountObjectTmpfs(dir string, size int64) error {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return err
 	}
-	if int64(st.Blocks)*st.Bsize >= size {
+	if int64(st.Blocks)*int64(st.Bsize) >= size { // Bsize is int32 on 32-bit ARM
 		return nil
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
@@ -262,7 +278,9 @@ func mountObjectTmpfs(dir string, size int64) error {
 // payload is compared with the files). A volume whose object is missing
 // (not optional) keeps its files and is reported in the error, a
 // *runtime.MountError per volume, as the kubelet reports FailedMount for
-// a running pod. Mounts with a subPath keep what they were given.
+// a running pod; one whose object is pending (its new version on its
+// way) keeps its files quietly: its arrival refreshes it. Mounts with a
+// subPath keep what they were given.
 func (f *FS) RefreshObjectVolumes(pod *v1.Pod, node runtime.PodEnv) (changed bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -277,7 +295,7 @@ func (f *FS) RefreshObjectVolumes(pod *v1.Pod, node runtime.PodEnv) (changed boo
 			continue // not set up yet: the next start writes it
 		}
 		c, err := writeAtomicVolume(dir, pod, v, node)
-		if err != nil {
+		if err != nil && !errors.Is(err, objects.ErrPending) {
 			errs = append(errs, err)
 		}
 		if c {

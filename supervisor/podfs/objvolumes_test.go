@@ -345,7 +345,7 @@ func TestObjectVolumeTmpfsGrows(t *testing.T) {
 		if err := unix.Statfs(dir, &st); err != nil {
 			t.Fatal(err)
 		}
-		return int64(st.Blocks) * st.Bsize
+		return int64(st.Blocks) * int64(st.Bsize)
 	}
 	if got, want := size(), int64(3*tmpfsPage+tmpfsHeadroom); got != want {
 		t.Errorf("tmpfs of %d bytes, want %d", got, want)

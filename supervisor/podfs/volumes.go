@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
@@ -60,7 +61,9 @@ func (f *FS) setupVolumes(pod *v1.Pod, node runtime.PodEnv) (map[string]volume, 
 				// As with the kubelet, a volume set up once stays set up:
 				// a container (re)starts with what it holds, the failed
 				// update is RefreshObjectVolumes' to report.
-				f.log.Warn("updating a pod volume; it keeps its files", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "err", err)
+				if !errors.Is(err, objects.ErrPending) {
+					f.log.Warn("updating a pod volume; it keeps its files", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "err", err)
+				}
 			}
 			vol.readOnly, vol.atomic = true, true
 		default:

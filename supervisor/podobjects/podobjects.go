@@ -7,6 +7,7 @@
 package podobjects
 
 import (
+	"sort"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -26,6 +27,9 @@ type Sources struct {
 	// have changed.
 	changed    map[objects.Ref]bool
 	changedAll bool
+	// overdue are the hub objects that stayed pending too long, not yet
+	// told on the pods.
+	overdue map[objects.Ref]bool
 }
 
 // New returns sources with no object.
@@ -84,6 +88,32 @@ func (s *Sources) TakeChanged() (refs []objects.Ref, all bool) {
 	all = s.changedAll
 	s.changed, s.changedAll = nil, false
 	return refs, all
+}
+
+// NoteOverdue notes hub objects the getter stopped waiting for (it
+// answers them as not listed from now on); TakeOverdue hands them out.
+func (s *Sources) NoteOverdue(refs []objects.Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.overdue == nil {
+		s.overdue = map[objects.Ref]bool{}
+	}
+	for _, r := range refs {
+		s.overdue[r] = true
+	}
+}
+
+// TakeOverdue are the refs NoteOverdue noted since the last call, sorted.
+func (s *Sources) TakeOverdue() []objects.Ref {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs := make([]objects.Ref, 0, len(s.overdue))
+	for r := range s.overdue {
+		refs = append(refs, r)
+	}
+	s.overdue = nil
+	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
+	return refs
 }
 
 // For is the getter of the objects pod may see, by its source

@@ -99,3 +99,17 @@ func TestNoteAndTakeChanged(t *testing.T) {
 		t.Fatal("a new hub source changes every object")
 	}
 }
+
+// Overdue refs gather until taken, each once, sorted.
+func TestOverdueTakenOnce(t *testing.T) {
+	s := New()
+	b, a := cm("b", "1").Ref, cm("a", "1").Ref
+	s.NoteOverdue([]objects.Ref{b})
+	s.NoteOverdue([]objects.Ref{a, b})
+	if got := s.TakeOverdue(); len(got) != 2 || got[0] != a || got[1] != b {
+		t.Fatalf("overdue %v, want a then b", got)
+	}
+	if got := s.TakeOverdue(); len(got) != 0 {
+		t.Fatalf("taken again: %v", got)
+	}
+}

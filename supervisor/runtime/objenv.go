@@ -48,10 +48,10 @@ func (o *envObjects) get(kind objects.Kind, name string, optional *bool) (*objec
 
 // envFrom sets the variables of a container's envFrom sources in order,
 // a later source's key replacing an earlier one's; set is called for
-// each, in the object's key order. Keys go in unchecked, as in the
+// each, in the object's key order, saying whether it is a Secret's. Keys go in unchecked, as in the
 // kubelet since RelaxedEnvironmentVariableValidation (GA): an object's
 // keys are valid variable names by its own validation.
-func (o *envObjects) envFrom(c *v1.Container, set func(name, value string)) error {
+func (o *envObjects) envFrom(c *v1.Container, set func(name, value string, fromSecret bool)) error {
 	for _, src := range c.EnvFrom {
 		var obj *objects.Object
 		var err error
@@ -70,7 +70,7 @@ func (o *envObjects) envFrom(c *v1.Container, set func(name, value string)) erro
 			continue
 		}
 		for _, k := range obj.Keys() {
-			set(src.Prefix+k, string(obj.Data[k]))
+			set(src.Prefix+k, string(obj.Data[k]), src.SecretRef != nil)
 		}
 	}
 	return nil

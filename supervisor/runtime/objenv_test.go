@@ -174,3 +174,67 @@ func TestEnvFromRelaxedNames(t *testing.T) {
 		t.Fatalf("env %q, %v", env, err)
 	}
 }
+
+// SecretEnv names exactly the variables holding a Secret's data: set from
+// one, or expanded from such a variable; a later plain value clears it.
+func TestSecretEnvTaint(t *testing.T) {
+	objs := store(obj(objects.Secret, "db", "pw", "s3cret", "user", "u"), obj(objects.ConfigMap, "app", "MODE", "prod"))
+	c := v1.Container{
+		Command: []string{"run"},
+		Args:    []string{"--pw=$(PW)"},
+		EnvFrom: []v1.EnvFromSource{
+			{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "app"}}},
+			{Prefix: "DB_", SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "db"}}},
+		},
+		Env: []v1.EnvVar{
+			{Name: "PW", ValueFrom: secretKey("db", "pw", nil)},
+			{Name: "DSN", Value: "x:$(PW)@h"},
+			{Name: "PLAIN", Value: "mode-$(MODE)"},
+			{Name: "DB_user", Value: "overridden"},
+			{Name: "OPT", ValueFrom: secretKey("none", "k", yes())},
+		},
+	}
+	pod := envPod(c)
+	p, err := Resolve(pod, &pod.Spec.Containers[0], PodEnv{Objects: objs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"DB_pw": true, "PW": true, "DSN": true}
+	if len(p.SecretEnv) != len(want) || !p.Secret() {
+		t.Fatalf("SecretEnv %v, want %v", p.SecretEnv, want)
+	}
+	for k := range want {
+		if !p.SecretEnv[k] {
+			t.Fatalf("SecretEnv %v, want %v", p.SecretEnv, want)
+		}
+	}
+	if strings.Join(p.Argv, " ") != "run --pw=s3cret" {
+		t.Fatalf("argv %q", p.Argv)
+	}
+	// No Secret read, or none left in the environment: nothing secret.
+	c.EnvFrom, c.Env = c.EnvFrom[:1], []v1.EnvVar{{Name: "PW", ValueFrom: secretKey("db", "pw", nil)}, {Name: "PW", Value: "plain"}}
+	pod = envPod(c)
+	if p, err = Resolve(pod, &pod.Spec.Containers[0], PodEnv{Objects: objs}); err != nil || p.Secret() || p.SecretEnv != nil {
+		t.Fatalf("plain env: %v, SecretEnv %v", err, p.SecretEnv)
+	}
+}
+
+// An object on its way from the hub holds the environment back, optional
+// or not (it exists: the kubelet would find it), as ObjectsPending, never
+// as a CreateContainerConfigError.
+func TestEnvWaitsForPendingObjects(t *testing.T) {
+	pending := getterFunc(func(r objects.Ref) (*objects.Object, error) { return nil, &objects.PendingError{Ref: r} })
+	for _, c := range []v1.Container{
+		{Env: []v1.EnvVar{{Name: "A", ValueFrom: secretKey("db", "k", nil)}}},
+		{Env: []v1.EnvVar{{Name: "A", ValueFrom: cmKey("app", "k", yes())}}},
+		{EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Optional: yes()}}}},
+	} {
+		_, err := resolveEnv(t, c, pending)
+		if !errors.Is(err, objects.ErrPending) || errors.Is(err, objects.ErrNotFound) {
+			t.Fatalf("%+v: %v, want pending", c, err)
+		}
+		if ce := ConfigError(err); ce.Reason != ObjectsPending {
+			t.Fatalf("ConfigError %+v, want ObjectsPending", ce)
+		}
+	}
+}

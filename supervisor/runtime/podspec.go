@@ -26,9 +26,19 @@ type Process struct {
 	Dir     string
 	UID     *uint32
 	GID     *uint32
-	// Groups are the supplementary groups (supplementalGroups).
+	// Groups are the supplementary groups (SupplementalGroups: the
+	// fsGroup, then supplementalGroups).
 	Groups []uint32
+	// SecretEnv names the variables of Env whose value holds a Secret's
+	// data: set from a secretKeyRef or an envFrom secretRef, or expanded
+	// from such a variable ($(VAR)). Any: Argv may hold it too (see
+	// Secret). nil when none does.
+	SecretEnv map[string]bool
 }
+
+// Secret reports whether the process's Env, and so maybe its Argv, holds
+// a Secret's data: what must stay off persistent storage.
+func (p Process) Secret() bool { return len(p.SecretEnv) > 0 }
 
 // PodEnv is what the downward API can tell a container about its pod.
 type PodEnv struct {
@@ -54,18 +64,24 @@ type PodEnv struct {
 func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 	vars := map[string]string{"PATH": DefaultPath, "HOSTNAME": PodHostname(pod)}
 	order := []string{"PATH", "HOSTNAME"}
-	set := func(name, value string) {
+	secret := map[string]bool{} // the variables holding a Secret's data
+	set := func(name, value string, fromSecret bool) {
 		if _, ok := vars[name]; !ok {
 			order = append(order, name)
 		}
 		vars[name] = value
+		if fromSecret {
+			secret[name] = true
+		} else {
+			delete(secret, name)
+		}
 	}
 	from := &envObjects{getter: node.Objects, namespace: pod.Namespace}
 	if err := from.envFrom(c, set); err != nil {
 		return Process{}, err
 	}
 	for _, e := range c.Env {
-		v := expand(e.Value, vars)
+		v, tainted := expandTainted(e.Value, vars, secret)
 		switch f := e.ValueFrom; {
 		case f == nil:
 		case f.FieldRef != nil:
@@ -86,9 +102,9 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 			if skip {
 				continue // optional and missing: not set at all, as in the kubelet
 			}
-			v = val
+			v, tainted = val, f.SecretKeyRef != nil
 		}
-		set(e.Name, v)
+		set(e.Name, v, tainted)
 	}
 	env := make([]string, len(order))
 	for i, k := range order {
@@ -99,6 +115,9 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 		argv = append(argv, expand(a, vars))
 	}
 	s := Process{Argv: argv, Command: len(c.Command), Env: env, Dir: c.WorkingDir}
+	if len(secret) > 0 {
+		s.SecretEnv = secret
+	}
 	user, group := pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
@@ -119,10 +138,26 @@ func Resolve(pod *v1.Pod, c *v1.Container, node PodEnv) (Process, error) {
 		g := uint32(*group)
 		s.GID = &g
 	}
-	for _, g := range pod.Spec.SecurityContext.SupplementalGroups {
+	for _, g := range SupplementalGroups(pod) {
 		s.Groups = append(s.Groups, uint32(g))
 	}
 	return s, nil
+}
+
+// SupplementalGroups are the supplementary groups of a pod's containers
+// as the kubelet gives them (determineEffectiveSecurityContext): the
+// pod's fsGroup first, then its supplementalGroups. The fsGroup is what
+// lets a non-root container read the volumes given that group.
+func SupplementalGroups(pod *v1.Pod) []int64 {
+	sc := pod.Spec.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	var groups []int64
+	if sc.FSGroup != nil {
+		groups = append(groups, *sc.FSGroup)
+	}
+	return append(groups, sc.SupplementalGroups...)
 }
 
 // hostnameMaxLen is the longest hostname: 64 bytes with the terminating
@@ -179,6 +214,20 @@ func expand(s string, vars map[string]string) string {
 		v, ok := vars[name]
 		return v, ok
 	})
+}
+
+// expandTainted is expand that also reports whether a variable of
+// secret was substituted: the result then holds a Secret's data.
+func expandTainted(s string, vars map[string]string, secret map[string]bool) (string, bool) {
+	tainted := false
+	out := expandWith(s, func(name string) (string, bool) {
+		v, ok := vars[name]
+		if ok && secret[name] {
+			tainted = true
+		}
+		return v, ok
+	})
+	return out, tainted
 }
 
 // expandWith is expand with a lookup: a reference it does not know stays

@@ -243,6 +243,16 @@ type InContainer interface {
 	NetNS(pod *v1.Pod) string
 }
 
+// StartedProcesses is a runtime whose containers run on the host (probes
+// and hooks run their commands there, as the container runs): it keeps
+// the process each instance started with, whose environment is the one
+// its commands get, as a container's own is — its ConfigMaps and Secrets
+// as they were then, known even before a restarted daemon has its
+// objects again.
+type StartedProcesses interface {
+	StartedProcess(instanceID string) (Process, error)
+}
+
 // MountNamespaces is a runtime whose containers may see the host's root
 // in a mount namespace of their own (process containers with volumes):
 // probes and hooks run their commands there.

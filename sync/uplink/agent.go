@@ -81,6 +81,12 @@ type Config struct {
 	// It runs on its own goroutine, one call at a time, changes that
 	// came meanwhile together; nil: nobody is told.
 	OnObjectsChanged func([]objects.Ref)
+	// OnObjectsOverdue is told which entries of the hub's index stayed
+	// pending for ObjectPendingMax without arriving: the getter answers
+	// as if they were not listed from then on, and they are told as
+	// changed too (after this call), so the containers waiting for them
+	// go on. Same goroutine as OnObjectsChanged; nil: nobody is told.
+	OnObjectsOverdue func([]objects.Ref)
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -417,27 +423,35 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	// the DUP flag of a packet being written). Connect ends after it.
 	<-ready
 	id := a.cfg.DeviceID
-	subs := map[string]mqtt.MessageHandler{
-		a.topics.Device(id, protocol.KindDesired):   a.onDesired,
-		a.topics.Device(id, protocol.KindStatusAck): a.onStatusAck,
-		a.topics.HubPresence():                      a.onHubPresence,
-		a.topics.Device(id, protocol.KindChunk):     a.onChunk,
+	// In this order: the retained object index comes before the retained
+	// desired document (each subscription's retained message arrives
+	// before the next subscription is made, and handlers run in arrival
+	// order), so the objects the pods reference are pending, not missing,
+	// by the time the pods come.
+	type sub struct {
+		topic string
+		h     mqtt.MessageHandler
 	}
-	if a.cfg.OnUpdateOrder != nil {
-		subs[a.topics.Device(id, protocol.KindUpdate)] = a.onUpdate
-	}
+	var subs []sub
 	if a.objs.on {
-		subs[a.topics.Device(id, protocol.KindObjects)] = a.onObjectIndex
-		subs[a.topics.Device(id, protocol.KindObject)] = a.onObject
+		subs = append(subs, sub{a.topics.Device(id, protocol.KindObjects), a.onObjectIndex},
+			sub{a.topics.Device(id, protocol.KindObject), a.onObject})
+	}
+	subs = append(subs, sub{a.topics.Device(id, protocol.KindDesired), a.onDesired},
+		sub{a.topics.Device(id, protocol.KindStatusAck), a.onStatusAck},
+		sub{a.topics.HubPresence(), a.onHubPresence},
+		sub{a.topics.Device(id, protocol.KindChunk), a.onChunk})
+	if a.cfg.OnUpdateOrder != nil {
+		subs = append(subs, sub{a.topics.Device(id, protocol.KindUpdate), a.onUpdate})
 	}
 	// A new connection: the leases wait for its desired document, which
 	// comes retained with the subscription.
 	a.lease.connected()
-	for topic, h := range subs {
-		tok := c.Subscribe(topic, 1, h)
+	for _, s := range subs {
+		tok := c.Subscribe(s.topic, 1, s.h)
 		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 			if a.current() == c {
-				a.log.Warn("subscribing; reconnecting", "topic", topic, "err", tok.Error())
+				a.log.Warn("subscribing; reconnecting", "topic", s.topic, "err", tok.Error())
 				poke(a.lost)
 			}
 			return

@@ -36,21 +36,25 @@ type hubObjects struct {
 	wake    chan struct{}
 	refused *throttle.Counter
 
-	// changed are the refs changed since the daemon was last told.
+	// changed are the refs changed since the daemon was last told,
+	// overdue those that stayed pending too long.
 	chMu       sync.Mutex
 	changed    map[objects.Ref]bool
+	overdue    map[objects.Ref]bool
 	changeWake chan struct{}
+	now        func() time.Time
 }
 
-// Get is the hub's object ref as the device holds it; an object the hub
-// has not sent (or no longer lists for this device) is not found.
+// Get is the hub's object ref as the device holds it. An entry of the
+// index in force of which the device holds no usable version yet (asked
+// for, on its way) is pending (*objects.PendingError) for up to
+// ObjectPendingMax; an object the hub does not list for this device is
+// not found.
 func (h *hubObjects) Get(ref objects.Ref) (*objects.Object, error) {
+	now := h.now()
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if o, ok := h.set.get(ref); ok {
-		return o, nil
-	}
-	return nil, &objects.NotFoundError{Ref: ref}
+	return h.set.get(ref, now)
 }
 
 // Objects is the getter of the hub's ConfigMaps and Secrets for hub pods.
@@ -65,6 +69,8 @@ func (a *Agent) initObjects() {
 	h.wake = make(chan struct{}, 1)
 	h.changeWake = make(chan struct{}, 1)
 	h.changed = map[objects.Ref]bool{}
+	h.overdue = map[objects.Ref]bool{}
+	h.now = func() time.Time { return a.now() }
 	h.refused = throttle.New(5, time.Minute, nil)
 	if a.cfg.SealKey == nil {
 		return
@@ -110,7 +116,7 @@ func (a *Agent) loadObjects() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v, err := h.set.setIndex(ix)
+	v, err := h.set.setIndex(ix, a.now())
 	if err != nil {
 		a.log.Error("the stored object index", "err", err)
 		return
@@ -182,7 +188,7 @@ func (a *Agent) onObjectIndex(_ mqtt.Client, m mqtt.Message) {
 	h.write.Lock()
 	defer h.write.Unlock()
 	h.mu.Lock()
-	v, err := h.set.setIndex(ix)
+	v, err := h.set.setIndex(ix, a.now())
 	h.mu.Unlock()
 	if err != nil {
 		a.refuseObject(m.Topic(), "refused an object index", err)
@@ -254,12 +260,13 @@ func (a *Agent) refuseObject(topic, what string, err error) {
 // objectRequests asks the hub for the index entries missing: at once on
 // a new index or connection, then again with a backoff while they stay
 // missing. Requests go only on a connection that is up: the next one asks
-// again.
+// again. Connected or not, it tells of the entries pending too long.
 func (a *Agent) objectRequests(stop <-chan struct{}) {
 	h := &a.objs
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	poke(h.wake) // the entries loaded from state.db are pending from the start
 	for {
 		event := false
 		select {
@@ -269,11 +276,23 @@ func (a *Agent) objectRequests(stop <-chan struct{}) {
 			event = true
 		case <-timer.C:
 		}
+		now := a.now()
+		h.mu.Lock()
+		overdue, expiry := h.set.overdueAt(now)
+		h.mu.Unlock()
+		if len(overdue) > 0 {
+			a.log.Warn("hub objects not received in time; pods go on without them", "objects", len(overdue),
+				"first", overdue[0].String(), "waited", ObjectPendingMax)
+			a.objectsOverdue(overdue)
+		}
 		up, _, _, c := a.linkClient()
 		if !up {
+			timer.Stop()
+			if !expiry.IsZero() {
+				timer.Reset(max(expiry.Sub(now), 0))
+			}
 			continue
 		}
-		now := a.now()
 		h.mu.Lock()
 		batches, next := h.set.poll(now, event)
 		h.mu.Unlock()
@@ -292,11 +311,26 @@ func (a *Agent) objectRequests(stop <-chan struct{}) {
 			}
 			a.log.Debug("asked the hub for objects", "objects", n)
 		}
+		if next.IsZero() || !expiry.IsZero() && expiry.Before(next) {
+			next = expiry
+		}
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(max(next.Sub(now), 0))
 		}
 	}
+}
+
+// objectsOverdue notes overdue refs for the daemon: told as overdue,
+// then as changed.
+func (a *Agent) objectsOverdue(refs []objects.Ref) {
+	h := &a.objs
+	h.chMu.Lock()
+	for _, r := range refs {
+		h.overdue[r] = true
+	}
+	h.chMu.Unlock()
+	a.objectsChanged(refs...)
 }
 
 // objectsChanged notes changed refs for the daemon.
@@ -324,18 +358,26 @@ func (a *Agent) handChanges(stop <-chan struct{}) {
 		case <-h.changeWake:
 		}
 		h.chMu.Lock()
-		refs := make([]objects.Ref, 0, len(h.changed))
-		for r := range h.changed {
-			refs = append(refs, r)
-		}
-		h.changed = map[objects.Ref]bool{}
+		refs, overdue := sortedRefs(h.changed), sortedRefs(h.overdue)
+		h.changed, h.overdue = map[objects.Ref]bool{}, map[objects.Ref]bool{}
 		h.chMu.Unlock()
+		if len(overdue) > 0 && a.cfg.OnObjectsOverdue != nil {
+			a.cfg.OnObjectsOverdue(overdue)
+		}
 		if len(refs) == 0 {
 			continue
 		}
-		sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
 		a.cfg.OnObjectsChanged(refs)
 	}
+}
+
+func sortedRefs(set map[objects.Ref]bool) []objects.Ref {
+	refs := make([]objects.Ref, 0, len(set))
+	for r := range set {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
+	return refs
 }
 
 // announceSealKey publishes the sealing key, retained, on a new

@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -34,6 +35,15 @@ const (
 	objectRetryMax = 5 * time.Minute
 )
 
+// ObjectPendingMax bounds how long the getter says an entry of the index
+// is pending (objects.PendingError: a container start waits for it,
+// quietly). Past it (the hub cannot answer, the device went offline) the
+// getter answers as if the object had never been listed: not found, or
+// the version held before; the daemon hears of it (OnObjectsOverdue) and
+// says so in an event. A round trip to the hub takes well under a second;
+// a minute leaves room for a slow link and a retry (objectRetryMin).
+const ObjectPendingMax = time.Minute
+
 // heldObject is an object opened into memory, and the index entry its
 // message named.
 type heldObject struct {
@@ -62,6 +72,12 @@ type objectSet struct {
 	// due).
 	backoff time.Duration
 	next    time.Time
+	// pending are the entries wanted of which no usable version is held
+	// (waiting), by key: since when; overdue those past pendingMax already
+	// reported.
+	pending    map[string]time.Time
+	overdue    map[string]bool
+	pendingMax time.Duration
 }
 
 func newObjectSet(maxObjects int, maxBytes int64) *objectSet {
@@ -72,7 +88,8 @@ func newObjectSet(maxObjects int, maxBytes int64) *objectSet {
 		maxBytes = DefaultMaxObjectBytes
 	}
 	return &objectSet{maxObjects: maxObjects, maxBytes: maxBytes, retryMin: objectRetryMin, retryMax: objectRetryMax,
-		want: map[string]protocol.ObjectEntry{}, held: map[string]*heldObject{}, refused: map[string]protocol.ObjectEntry{}}
+		want: map[string]protocol.ObjectEntry{}, held: map[string]*heldObject{}, refused: map[string]protocol.ObjectEntry{},
+		pending: map[string]time.Time{}, overdue: map[string]bool{}, pendingMax: ObjectPendingMax}
 }
 
 // generation is the index in force's (0: none).
@@ -96,11 +113,12 @@ type indexVerdict struct {
 	changed []objects.Ref
 }
 
-// setIndex takes a checked index: an older generation than the one in
-// force is refused; the same or a newer one replaces it. Objects not in
+// setIndex takes a checked index at now: an older generation than the one
+// in force is refused; the same or a newer one replaces it. Objects not in
 // it (or beyond the bound) are dropped; the others are kept, an older
-// version until its new one comes.
-func (s *objectSet) setIndex(ix *protocol.ObjectIndex) (indexVerdict, error) {
+// version until its new one comes. The entries of which no usable version
+// is held are pending from now (or from when they first were).
+func (s *objectSet) setIndex(ix *protocol.ObjectIndex, now time.Time) (indexVerdict, error) {
 	var v indexVerdict
 	if g := s.generation(); ix.Generation < g {
 		return v, fmt.Errorf("stale object index generation %d: generation %d is in force", ix.Generation, g)
@@ -127,7 +145,28 @@ func (s *objectSet) setIndex(ix *protocol.ObjectIndex) (indexVerdict, error) {
 			v.changed = append(v.changed, h.obj.Ref)
 		}
 	}
+	for k := range s.pending {
+		if e, ok := s.want[k]; !ok || !s.waiting(e) {
+			delete(s.pending, k)
+			delete(s.overdue, k)
+		}
+	}
+	for k, e := range s.want {
+		if _, ok := s.pending[k]; !ok && s.waiting(e) {
+			s.pending[k] = now
+		}
+	}
 	return v, nil
+}
+
+// waiting tells whether a wanted entry has no usable version held: none,
+// or one of another UID (the object was deleted and made again). An older
+// version of the same UID serves until the new one comes, as the
+// kubelet's watch-fed cache may lag behind the API server; it is not
+// waited for.
+func (s *objectSet) waiting(e protocol.ObjectEntry) bool {
+	h := s.held[e.Key()]
+	return h == nil || h.entry.UID != e.UID
 }
 
 // satisfied tells whether the object held under e's key is e's version,
@@ -178,13 +217,18 @@ func (s *objectSet) accept(e protocol.ObjectEntry, obj *objects.Object) (changed
 		total -= old.size
 	}
 	if total > s.maxBytes {
+		// Refused until another index: the getter answers at once.
 		s.refused[key] = e
+		delete(s.pending, key)
+		delete(s.overdue, key)
 		return false, boundError{fmt.Errorf("objects.maxBytes: %s (%d bytes of data) would bring the objects kept to %d bytes, over this device's bound of %d; refused",
 			obj.Ref, size, total, s.maxBytes)}
 	}
 	s.held[key] = &heldObject{entry: e, obj: obj, size: size}
 	s.bytes = total
 	delete(s.refused, key)
+	delete(s.pending, key)
+	delete(s.overdue, key)
 	return true, nil
 }
 
@@ -192,13 +236,42 @@ func (s *objectSet) accept(e protocol.ObjectEntry, obj *objects.Object) (changed
 // to hear of, not a forgery's.
 type boundError struct{ error }
 
-// get is the object kept under ref.
-func (s *objectSet) get(ref objects.Ref) (*objects.Object, bool) {
-	h := s.held[string(ref.Kind)+"/"+ref.Namespace+"/"+ref.Name]
-	if h == nil {
-		return nil, false
+// get is the object kept under ref at now: the version held; for an
+// entry of the index with no usable version held, a *objects.PendingError
+// until it has waited pendingMax, then as if it were not listed; for
+// anything else, not found.
+func (s *objectSet) get(ref objects.Ref, now time.Time) (*objects.Object, error) {
+	key := string(ref.Kind) + "/" + ref.Namespace + "/" + ref.Name
+	h := s.held[key]
+	if since, ok := s.pending[key]; ok && now.Sub(since) < s.pendingMax {
+		return nil, &objects.PendingError{Ref: ref, Since: since}
 	}
-	return h.obj, true
+	if h == nil {
+		return nil, &objects.NotFoundError{Ref: ref}
+	}
+	return h.obj, nil
+}
+
+// overdueAt reports the pending entries that have waited pendingMax at
+// now, each once per wait, and when the next one will (zero: none).
+func (s *objectSet) overdueAt(now time.Time) (refs []objects.Ref, next time.Time) {
+	for k, since := range s.pending {
+		if s.overdue[k] {
+			continue
+		}
+		at := since.Add(s.pendingMax)
+		if now.Before(at) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		s.overdue[k] = true
+		e := s.want[k]
+		refs = append(refs, objects.Ref{Kind: objects.Kind(e.Kind), Namespace: e.Namespace, Name: e.Name})
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
+	return refs, next
 }
 
 // poll says which entries to ask for now, in requests of at most

@@ -209,7 +209,7 @@ func TestObjectIndexAsksForWhatIsMissing(t *testing.T) {
 
 // An object is kept only when it is for this device, signed by the hub,
 // sealed for this device's key, intact, and an entry of the index in
-// force; the getter answers as the API server for the others.
+// force; meanwhile the getter says db is pending (listed, not received).
 func TestObjectAcceptedAndRefused(t *testing.T) {
 	h := newObjHub(t)
 	a, logs := objAgent(t, t.TempDir(), h, nil)
@@ -239,7 +239,7 @@ func TestObjectAcceptedAndRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		a.onObject(nil, c.msg)
-		if _, err := a.Objects().Get(secretRef("db")); !errors.Is(err, objects.ErrNotFound) || err.Error() != `secret "db" not found` {
+		if _, err := a.Objects().Get(secretRef("db")); !errors.Is(err, objects.ErrPending) || err.Error() != `secret "db" not yet received from the hub` {
 			t.Fatalf("%s object: db %v", c.name, err)
 		}
 		if !strings.Contains(logs.String(), c.want) {
@@ -317,8 +317,8 @@ func TestObjectDropAndRestart(t *testing.T) {
 	h2 := *h
 	h2.device, _ = seal.GenerateKey()
 	c, logs := objAgent(t, dir, &h2, nil)
-	if _, err := c.Objects().Get(secretRef("db")); !errors.Is(err, objects.ErrNotFound) {
-		t.Fatalf("db opened with another key: %v", err)
+	if _, err := c.Objects().Get(secretRef("db")); !errors.Is(err, objects.ErrPending) {
+		t.Fatalf("db opened with another key: %v (want pending: it is asked for again)", err)
 	}
 	if batches, _ := c.pollObjects(time.Now(), true); len(names(batches)) != 2 {
 		t.Fatalf("with another key, asks for %v", names(batches))

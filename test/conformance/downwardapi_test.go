@@ -35,7 +35,7 @@ func testContainerOutput(e *env, p *v1.Pod, expectations []string) {
 		return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 	})
 	if got.Status.Phase != v1.PodSucceeded {
-		e.t.Fatalf("the pod did not succeed: %s", describe(got))
+		e.t.Fatalf("the pod did not succeed: %s\nlog of %s:\n%s", describe(got), p.Spec.Containers[0].Name, e.logs(got, p.Spec.Containers[0].Name))
 	}
 	log := e.logs(got, p.Spec.Containers[0].Name)
 	for _, x := range expectations {

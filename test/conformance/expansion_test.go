@@ -39,23 +39,25 @@ func TestVariableExpansion_shouldAllowSubstitutingValuesInAContainersArgs(t *tes
 	})
 }
 
-// Containerd only below: process pods take no volumes.
+// Below, process pods' mountPaths lie in a directory of the test's own
+// (vol.p): a process pod's mountPath must exist on the host.
 
 // "should allow substituting values in a volume subpath" (Conformance)
 func TestVariableExpansion_shouldAllowSubstitutingValuesInAVolumeSubpath(t *testing.T) {
-	onContainerd(t, func(t *testing.T, e *env) {
+	onBoth(t, func(t *testing.T, e *env) {
+		v := e.vol()
 		p := expansionPod("var-expansion-subpath", []v1.EnvVar{fieldEnv("POD_NAME", "metadata.name")},
-			[]string{"sh", "-c", "test -d /testcontainer/var-expansion-subpath;echo $?"}, nil)
+			[]string{"sh", "-c", "test -d " + v.p("/testcontainer/var-expansion-subpath") + ";echo $?"}, nil)
 		p.Spec.Volumes = []v1.Volume{{Name: "workdir1", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
-		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "workdir1", MountPath: "/logscontainer", SubPathExpr: "$(POD_NAME)"},
-			{Name: "workdir1", MountPath: "/testcontainer"}}
-		testContainerOutput(e, p, []string{"0"})
+		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "workdir1", MountPath: v.p("/logscontainer"), SubPathExpr: "$(POD_NAME)"},
+			{Name: "workdir1", MountPath: v.p("/testcontainer")}}
+		v.output(p, []string{"0"})
 	})
 }
 
 // testPodFailSubpath is upstream's: the container never starts and waits
 // with CreateContainerConfigError.
-func testPodFailSubpath(e *env, p *v1.Pod) {
+func testPodFailSubpath(e *vol, p *v1.Pod) {
 	e.t.Helper()
 	p.Spec.RestartPolicy = v1.RestartPolicyNever
 	e.create(p)
@@ -65,28 +67,30 @@ func testPodFailSubpath(e *env, p *v1.Pod) {
 	})
 }
 
-func subpathPod(name, expr string) *v1.Pod {
+func subpathPod(v *vol, name, expr string) *v1.Pod {
 	p := expansionPod(name, []v1.EnvVar{fieldEnv("POD_NAME", "metadata.name")}, []string{"sh", "-c"}, []string{"sleep 100000"})
 	p.Spec.TerminationGracePeriodSeconds = ptr(int64(2))
 	p.Spec.Volumes = []v1.Volume{{Name: "workdir1", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
-	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "workdir1", MountPath: "/logscontainer", SubPathExpr: expr}}
+	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "workdir1", MountPath: v.p("/logscontainer"), SubPathExpr: expr}}
 	return p
 }
 
 // "should fail substituting values in a volume subpath with backticks [Slow]" (Conformance)
 func TestVariableExpansion_shouldFailSubstitutingValuesInAVolumeSubpathWithBackticks(t *testing.T) {
-	onContainerd(t, func(t *testing.T, e *env) {
-		p := subpathPod("var-expansion-backticks", "$(POD_NAME)")
+	onBoth(t, func(t *testing.T, e *env) {
+		v := e.vol()
+		p := subpathPod(v, "var-expansion-backticks", "$(POD_NAME)")
 		p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "POD_NAME", Value: ".."}} // upstream's value, despite the name
-		testPodFailSubpath(e, p)
+		testPodFailSubpath(v, p)
 	})
 }
 
 // "should fail substituting values in a volume subpath with absolute path [Slow]" (Conformance)
 func TestVariableExpansion_shouldFailSubstitutingValuesInAVolumeSubpathWithAbsolutePath(t *testing.T) {
-	onContainerd(t, func(t *testing.T, e *env) {
-		p := subpathPod("var-expansion-absolute", "$(POD_NAME)")
+	onBoth(t, func(t *testing.T, e *env) {
+		v := e.vol()
+		p := subpathPod(v, "var-expansion-absolute", "$(POD_NAME)")
 		p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "POD_NAME", Value: "/tmp"}}
-		testPodFailSubpath(e, p)
+		testPodFailSubpath(v, p)
 	})
 }

@@ -48,6 +48,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
+	// Process pods that run as a non-root user run agnhost from here.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
 	if err := shipped.Build(dir, "podvisor", "podvisor-shim", "podvisor-containerd"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -153,7 +157,7 @@ func (n *node) loadImage() error {
 	images := filepath.Join(n.data, "images")
 	os.MkdirAll(images, 0o755)
 	img := ociimage.Image{Name: testImage, Cmd: []string{"sh"}, Files: map[string]string{"agnhost": agnhost}}
-	for _, a := range []string{"wc", "awk", "sed", "cut", "tr", "printf", "seq", "expr", "stat", "sort", "chmod"} {
+	for _, a := range []string{"wc", "awk", "sed", "cut", "tr", "printf", "seq", "expr", "stat", "sort", "chmod", "hexdump"} {
 		found := false
 		for _, have := range ociimage.Applets {
 			found = found || have == a

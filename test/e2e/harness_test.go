@@ -191,6 +191,11 @@ func (d *daemon) stop(sig syscall.Signal) {
 // leak processes into each other.
 func (d *daemon) cleanup() {
 	d.kill()
+	// The private specs' tmpfs stays mounted as long as the device runs
+	// (a restarted daemon or keeper needs it): the test ends it.
+	for _, m := range mountsUnder(d.t, filepath.Join(d.data, "private")) {
+		unix.Unmount(m, unix.MNT_DETACH)
+	}
 	if d.t.Failed() && d.log != nil {
 		d.t.Logf("daemon log:\n%s", d.log)
 	}

@@ -48,8 +48,9 @@ import (
 //  6. A process pod on dev-a gets the Secret as a volume at its mountPath,
 //     the host not seeing it, and env from the ConfigMap.
 //
-// It takes 2 to 5 s, 10 s more when the web pod's first pull goes before
-// its pull secret reaches dev-a (the image back-off; docs/containerd.md).
+// It takes 2 to 5 s: the web pod's first pull waits for its pull secret
+// (the hub lists it before it sends the pod; docs/hub.md), so no image
+// back-off follows.
 func TestPodhubObjectsOnTwoDevices(t *testing.T) {
 	requireRoot(t)
 	began := time.Now()
@@ -147,11 +148,16 @@ spec:
 	web := waitPodWhere(t, a, "the Deployment's pod web-* Running on dev-a", 90*time.Second,
 		func(p *v1.Pod) bool { return strings.HasPrefix(p.Name, "web-") && running(p) })
 	step(fmt.Sprintf("web pod %s Running on dev-a, %.1fs after the apply", web.Name, time.Since(applied).Seconds()))
-	if desc, _, _ := a.cli("describe", "pod", web.Name); strings.Contains(desc, "FailedToRetrieveImagePullSecret") {
-		// The pod may start before regcred reaches the device (it comes
-		// a few ms after the desired document): its first pull goes
-		// without the login, and the 10 s image back-off follows.
-		t.Logf("the first pull went without the pull secret, not yet on the device:\n%s", desc)
+	// The hub lists the pod's objects before it sends the pod, and the
+	// device waits, quietly, for those on their way: the first pull has
+	// its login, and nothing is said that the kubelet (reading the API
+	// server, where the objects are) would not say.
+	desc, _, _ := a.cli("describe", "pod", web.Name)
+	for _, bad := range []string{"Warning", "FailedToRetrieveImagePullSecret", "ErrImagePull", "Back-off", "FailedMount",
+		"CreateContainerConfigError", "ObjectsNotReceived"} {
+		if strings.Contains(desc, bad) {
+			t.Fatalf("the web pod's describe says %s: its start did not wait for its objects:\n%s", bad, desc)
+		}
 	}
 	read := func(pod string, args ...string) func() string {
 		return func() string {

@@ -11,6 +11,9 @@ root=${PODVISOR_PKG_ROOT:-}
 [ -z "${DPKG_ROOT:-}" ] || exit 0
 case "${1:-}" in
 purge)
+	# The tmpfs of the process containers' private specs stays mounted
+	# until reboot: let it go first, or rm cannot remove its mount point.
+	umount -l ${root}/var/lib/podvisor/private 2>/dev/null || true
 	rm -rf ${root}/var/lib/podvisor ${root}/run/podvisor
 	command -v update-rc.d >/dev/null && update-rc.d podvisor remove >/dev/null || true
 	;;

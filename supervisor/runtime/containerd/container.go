@@ -197,7 +197,7 @@ func securityOf(pod *v1.Pod, c *v1.Container) pluginapi.Security {
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		s.RunAsUser, s.RunAsGroup = psc.RunAsUser, psc.RunAsGroup
 		s.RunAsNonRoot = psc.RunAsNonRoot != nil && *psc.RunAsNonRoot
-		s.SupplementalGroups = psc.SupplementalGroups
+		s.SupplementalGroups = runtime.SupplementalGroups(pod)
 		if psc.SeccompProfile != nil {
 			s.Seccomp, s.SeccompProfile = seccompOf(psc.SeccompProfile)
 		}

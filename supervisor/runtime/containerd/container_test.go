@@ -94,3 +94,30 @@ func TestSignalByName(t *testing.T) {
 		}
 	}
 }
+
+// A container's supplementary groups are the pod's fsGroup, then its
+// supplementalGroups, as the kubelet gives them: the fsGroup lets a
+// non-root container read its configMap and secret volumes.
+func TestSecurityGroupsIncludeFSGroup(t *testing.T) {
+	fsGroup := int64(1001)
+	pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{FSGroup: &fsGroup, SupplementalGroups: []int64{20, 44}}}}
+	if got := securityOf(pod, &v1.Container{}).SupplementalGroups; !slices.Equal(got, []int64{1001, 20, 44}) {
+		t.Fatalf("supplementalGroups = %v, want [1001 20 44]", got)
+	}
+	pod.Spec.SecurityContext.FSGroup = nil
+	if got := securityOf(pod, &v1.Container{}).SupplementalGroups; !slices.Equal(got, []int64{20, 44}) {
+		t.Fatalf("without fsGroup: supplementalGroups = %v, want [20 44]", got)
+	}
+}
+
+// A stop signal does not hold its caller (the daemon's loop) while the
+// call goes through the plugin: with no plugin up, the call itself waits
+// up to callWait and fails, but Signal has returned nil before that,
+// its failure only logged.
+func TestSignalReturnsAtOnce(t *testing.T) {
+	r := New(Config{}, t.TempDir(), runtime.Cgroups{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.client = NewClient([]string{"/nonexistent/podvisor-containerd"}, r.log)
+	if err := r.Signal("u-1_app_1", syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal waited for the plugin: %v", err)
+	}
+}

@@ -1,6 +1,8 @@
 package containerd
 
 import (
+	"errors"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/keyring"
@@ -32,6 +34,25 @@ func pullAuth(pod *v1.Pod, get objects.Getter, image string) (pluginapi.PullAuth
 		auth.Credentials = append(auth.Credentials, pluginapi.Credential{Username: c.Username, Password: c.Password})
 	}
 	return auth, events
+}
+
+// pendingPullSecret is the first of a pod's imagePullSecrets that is
+// still on its way from the hub (objects.ErrPending), or nil: its first
+// pull waits for it rather than going without its login (the kubelet,
+// reading the API server, would have it).
+func pendingPullSecret(pod *v1.Pod, get objects.Getter) error {
+	if get == nil {
+		return nil
+	}
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		if ref.Name == "" {
+			continue
+		}
+		if _, err := get.Get(objects.Ref{Kind: objects.Secret, Namespace: pod.Namespace, Name: ref.Name}); errors.Is(err, objects.ErrPending) {
+			return err
+		}
+	}
+	return nil
 }
 
 // withEvents has a start's report carry events.

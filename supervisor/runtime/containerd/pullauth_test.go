@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"encoding/base64"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,5 +82,47 @@ func TestWithEvents(t *testing.T) {
 	withEvents(func(s runtime.Started) { got = s }, []runtime.Event{e})(runtime.Started{Events: []runtime.Event{{Reason: "later"}}})
 	if len(got.Events) != 2 || got.Events[0] != e || got.Events[1].Reason != "later" {
 		t.Fatalf("events %+v", got.Events)
+	}
+}
+
+// pendingSecrets are secrets with some on their way from the hub.
+type pendingSecrets struct {
+	secrets
+	pending map[string]bool
+}
+
+func (p pendingSecrets) Get(r objects.Ref) (*objects.Object, error) {
+	if p.pending[r.Name] {
+		return nil, &objects.PendingError{Ref: r}
+	}
+	return p.secrets.Get(r)
+}
+
+// A pull secret still on its way from the hub holds the start back,
+// quietly (ObjectsPending, no FailedToRetrieveImagePullSecret, no pull
+// without its login); a missing one does not.
+func TestPullWaitsForAPendingSecret(t *testing.T) {
+	get := pendingSecrets{secrets{"reg": dockerSecret("reg", `{"auths": {}}`)}, map[string]bool{"late": true}}
+	if err := pendingPullSecret(pullPod("reg", "gone"), get); err != nil {
+		t.Fatalf("found and missing secrets: %v", err)
+	}
+	if err := pendingPullSecret(pullPod("reg", "late"), nil); err != nil {
+		t.Fatalf("no getter: %v", err)
+	}
+	err := pendingPullSecret(pullPod("reg", "gone", "late"), get)
+	if !errors.Is(err, objects.ErrPending) || err.Error() != `secret "late" not yet received from the hub` {
+		t.Fatalf("a pending secret: %v", err)
+	}
+
+	r := New(Config{}, t.TempDir(), runtime.Cgroups{}, nil)
+	pod := pullPod("late")
+	pod.UID = "uid-a"
+	pod.Spec.Containers = []v1.Container{{Name: "app", Image: "registry.example:5000/team/app:1"}}
+	var got runtime.Started
+	r.Start(&runtime.Container{Pod: pod, Spec: &pod.Spec.Containers[0], InstanceID: "uid-a_app_1",
+		Node: runtime.PodEnv{Objects: get}}, func(s runtime.Started) { got = s })
+	var ce *runtime.CreateError
+	if !errors.As(got.Err, &ce) || ce.Reason != runtime.ObjectsPending || len(got.Events) != 0 {
+		t.Fatalf("start with a pending pull secret: %+v (%v), want ObjectsPending and no event", got, got.Err)
 	}
 }

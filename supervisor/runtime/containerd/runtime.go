@@ -134,6 +134,10 @@ func (r *Runtime) Exits() <-chan runtime.Exit { return r.client.Exits() }
 // on another goroutine.
 func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 	r.awaitForgotten(c.Pod.UID)
+	if err := pendingPullSecret(c.Pod, c.Node.Objects); err != nil {
+		done(runtime.Started{Err: runtime.ConfigError(err)})
+		return
+	}
 	cfg, err := r.containerConfig(c)
 	if err != nil {
 		done(runtime.Started{Err: runtime.ConfigError(err)})
@@ -198,7 +202,12 @@ func (r *Runtime) forget(instanceID string) {
 }
 
 // Signal sends a stop signal to a container: sig, or 0 for the image's
-// STOPSIGNAL, else SIGTERM.
+// STOPSIGNAL, else SIGTERM. It returns at once, as Kill does: the call
+// takes the same way through the plugin, containerd, the shim and runc
+// (seconds on a loaded device), and the daemon's loop stops a pod's
+// containers one after another, which the kubelet stops in parallel; a
+// loop waiting on it would hold every pod's work meanwhile and start
+// each container's grace period late.
 func (r *Runtime) Signal(instanceID string, sig syscall.Signal) error {
 	if sig == 0 {
 		r.mu.Lock()
@@ -211,7 +220,12 @@ func (r *Runtime) Signal(instanceID string, sig syscall.Signal) error {
 	if sig == 0 {
 		sig = unix.SIGTERM
 	}
-	return r.client.Signal(ContainerID(instanceID), sig)
+	go func() {
+		if err := r.client.Signal(ContainerID(instanceID), sig); err != nil {
+			r.log.Warn("stop signal", "instance", instanceID, "signal", sig, "err", err)
+		}
+	}()
+	return nil
 }
 
 // signalByName reads "SIGUSR1", "USR1" or "10".

@@ -10,16 +10,19 @@ import (
 	"github.com/podvisor/podvisor/supervisor/runtime/process/shim"
 )
 
-// A process container run as a user gets its supplementalGroups and,
-// under a root daemon, none of the daemon's own groups.
+// A process container run as a user gets its fsGroup and
+// supplementalGroups, in the kubelet's order, and, under a root daemon,
+// none of the daemon's own groups.
 func TestSupplementalGroups(t *testing.T) {
 	pod := testPod()
 	pod.Spec.SecurityContext.SupplementalGroups = []int64{20, 44}
+	fsGroup := int64(1001)
+	pod.Spec.SecurityContext.FSGroup = &fsGroup
 	s, err := BuildSpec(pod, &pod.Spec.Containers[0], runtime.PodEnv{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(s.Groups, []uint32{20, 44}) {
+	if !slices.Equal(s.Groups, []uint32{1001, 20, 44}) {
 		t.Fatalf("groups = %v", s.Groups)
 	}
 	uid := uint32(1000)

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,7 +36,7 @@ func BuildSpec(pod *v1.Pod, c *v1.Container, node runtime.PodEnv) (shim.Spec, er
 
 func specOf(pod *v1.Pod, container string, p runtime.Process) shim.Spec {
 	return shim.Spec{PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, Container: container,
-		Argv: p.Argv, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID, Groups: p.Groups}
+		Argv: p.Argv, Env: p.Env, Dir: p.Dir, UID: p.UID, GID: p.GID, Groups: p.Groups, SecretEnv: p.SecretEnv}
 }
 
 // Start runs a container instance under its shim: it is placed in its
@@ -49,6 +50,14 @@ func (r *Runtime) Start(c *runtime.Container, done func(runtime.Started)) {
 		return
 	}
 	s.InstanceID, s.Attempt = c.InstanceID, c.Attempt
+	if len(s.SecretEnv) > 0 {
+		// Its command and environment go to a private spec in memory.
+		priv, _ := json.Marshal(shim.PrivateSpec{InstanceID: s.InstanceID, Argv: s.Argv, Env: s.Env})
+		if s.PrivateFile, err = r.preparePrivate(s.InstanceID, len(priv)); err != nil {
+			done(runtime.Started{Err: err})
+			return
+		}
+	}
 	if s.Mounts, err = volumeMounts(c, s.Env); err != nil {
 		done(runtime.Started{Err: err})
 		return
@@ -144,11 +153,16 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 	}
 	// A command runs in the environment the instance started with (its
 	// ConfigMaps and Secrets as they were then), as in a container.
+	// One whose environment holds a Secret's data has it in its private
+	// spec: without it (its tmpfs unmounted), exec fails rather than run
+	// in another environment.
 	var spec shim.Spec
 	if err := shim.ReadJSON(filepath.Join(r.instanceDir(instanceID), shim.SpecFile), &spec); err != nil {
 		if spec, err = BuildSpec(pod, c, node); err != nil {
 			return runtime.ExecTarget{}, err
 		}
+	} else if err := shim.ReadPrivate(&spec); err != nil {
+		return runtime.ExecTarget{}, err
 	}
 	t := runtime.ExecTarget{Runtime: Name, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID}
 	var err error
@@ -163,6 +177,17 @@ func (r *Runtime) ExecTarget(pod *v1.Pod, container, instanceID string, node run
 		}
 	}
 	return t, nil
+}
+
+// StartedProcess is the process an instance started with, from its spec
+// (and private spec): probes and hooks run their commands in its
+// environment.
+func (r *Runtime) StartedProcess(instanceID string) (runtime.Process, error) {
+	spec, err := shim.ReadSpec(r.instanceDir(instanceID))
+	if err != nil {
+		return runtime.Process{}, fmt.Errorf("instance %s: %w", instanceID, err)
+	}
+	return runtime.Process{Argv: spec.Argv, Env: spec.Env, Dir: spec.Dir, UID: spec.UID, GID: spec.GID, Groups: spec.Groups}, nil
 }
 
 // ForgetPod removes the pod's instance directories.

@@ -100,6 +100,14 @@ func (r *Runtime) TerminationFile(id string) string {
 // shim's pid (a systemd scope needs a process to exist): the shim waits,
 // with spec.Cgroup.Await set, until place has returned.
 func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (time.Time, error) {
+	at, err := r.startPlaced(spec, place)
+	if err != nil && spec.PrivateFile != "" && !errors.Is(err, fs.ErrExist) {
+		os.Remove(spec.PrivateFile) // it never ran, and will not
+	}
+	return at, err
+}
+
+func (r *Runtime) startPlaced(spec shim.Spec, place func(shimPid int) error) (time.Time, error) {
 	if (place != nil) != spec.Cgroup.Await {
 		return time.Time{}, errors.New("a placed start needs spec.cgroup.await, and only it")
 	}
@@ -107,7 +115,7 @@ func (r *Runtime) StartPlaced(spec shim.Spec, place func(shimPid int) error) (ti
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return time.Time{}, fmt.Errorf("instance directory: %w", err) // IDs are never reused
 	}
-	if err := shim.WriteJSONAtomic(filepath.Join(dir, shim.SpecFile), spec); err != nil {
+	if err := shim.WriteSpec(dir, spec); err != nil {
 		return time.Time{}, err
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR|os.O_CREATE, 0o600)
@@ -240,6 +248,7 @@ func (r *Runtime) watch(in *instance) {
 // leader, if it somehow survived, is killed so no copy outlives the record.
 func (r *Runtime) exitStatus(id string) shim.ExitStatus {
 	dir := r.instanceDir(id)
+	r.removePrivate(id) // ended: nothing runs with it any more
 	var st shim.ExitStatus
 	if err := shim.ReadJSON(filepath.Join(dir, shim.ExitFile), &st); err == nil {
 		return st
@@ -292,6 +301,7 @@ func (r *Runtime) Remove(id string) error {
 	if alive {
 		return fmt.Errorf("instance %s is still running", id)
 	}
+	r.removePrivate(id)
 	return os.RemoveAll(r.instanceDir(id))
 }
 
@@ -312,6 +322,7 @@ func (r *Runtime) Recover() ([]runtime.Found, error) {
 			out = append(out, rec)
 		}
 	}
+	r.sweepPrivate()
 	return out, nil
 }
 
@@ -321,6 +332,7 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 	if err := shim.ReadJSON(filepath.Join(dir, shim.SpecFile), &spec); err != nil {
 		// The daemon died before the shim could exist: nothing ran.
 		r.log.Warn("removing incomplete instance directory", "instance", id, "err", err)
+		r.removePrivate(id)
 		os.RemoveAll(dir)
 		return runtime.Found{}, false
 	}
@@ -328,6 +340,7 @@ func (r *Runtime) recoverOne(id string) (runtime.Found, bool) {
 		PodName: spec.PodName, Container: spec.Container, Attempt: spec.Attempt}
 	lock, err := os.OpenFile(filepath.Join(dir, shim.LockFile), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
+		r.removePrivate(id)
 		os.RemoveAll(dir)
 		return rec, false
 	}

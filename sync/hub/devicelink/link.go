@@ -74,6 +74,11 @@ type Config struct {
 
 // Objects is the object link as the device link sees it.
 type Objects interface {
+	// PrepareDesired is told of the next desired pods of devices, stored
+	// and not yet published: it publishes the index of the objects they
+	// reference first (objectlink.Link.PrepareDesired), and returns when
+	// it has.
+	PrepareDesired(next map[string][]json.RawMessage)
 	DesiredChanged(device string, pods []json.RawMessage)
 	Connected()
 	ObjectGet(device string, payload []byte)
@@ -230,6 +235,11 @@ func (h *Link) onConnect(c mqtt.Client) {
 	session := make([]byte, 8)
 	rand.Read(session)
 	c.Publish(h.topics.HubPresence(), 1, true, protocol.Encode(&protocol.Presence{Online: true, Session: hex.EncodeToString(session)}))
+	// The object indexes first, as for every update: a device that reads
+	// both again finds its pods' objects listed.
+	if h.cfg.Objects != nil {
+		h.cfg.Objects.Connected()
+	}
 	// Under the update lock: an update stored after this read but published
 	// before this loop would otherwise be overwritten at the broker by the
 	// older document read here, and the device would never see it.
@@ -245,9 +255,6 @@ func (h *Link) onConnect(c mqtt.Client) {
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
-	if h.cfg.Objects != nil {
-		h.cfg.Objects.Connected()
-	}
 	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs), "updateOrders", orders)
 }
 
@@ -605,6 +612,16 @@ func (h *Link) updateAll(devices []string, change func([]json.RawMessage) []json
 		}
 		if serr := h.fleet.SaveDesiredAll(docs); serr != nil {
 			return gens, serr
+		}
+		// The devices' object indexes go before the documents: a device
+		// knows the objects its new pods reference are on their way (it
+		// waits for them, quietly) before the pods arrive.
+		if h.cfg.Objects != nil {
+			next := make(map[string][]json.RawMessage, len(docs))
+			for _, d := range docs {
+				next[d.Device] = d.Pods
+			}
+			h.cfg.Objects.PrepareDesired(next)
 		}
 		// Stored first: a hub that dies here publishes them at its next start.
 		for _, d := range docs {

@@ -63,8 +63,11 @@ type Link struct {
 	wake    chan struct{}
 
 	// pubMu orders storing and publishing an index against publishing
-	// every stored one at a connection.
-	pubMu sync.Mutex
+	// every stored one at a connection; passMu runs one pass at a time
+	// (the indexer's, or PrepareDesired's), so two never make the same
+	// generation.
+	pubMu  sync.Mutex
+	passMu sync.Mutex
 
 	requests chan request
 	done     chan struct{}
@@ -186,10 +189,74 @@ func (l *Link) DesiredChanged(dev string, pods []json.RawMessage) {
 	l.kick()
 }
 
-// setPods takes what a device's stored pods (validated when applied)
-// reference, and marks it; l.mu held. A device whose pods reference
-// nothing and that had no index is not kept.
-func (l *Link) setPods(dev string, raw []json.RawMessage) {
+// PrepareDesired is told of devices' next desired pods after they are
+// stored and before their documents are published. Each device whose
+// next pods reference objects its index lacks gets its index computed,
+// stored and published now, before this returns, listing what its
+// current and its next pods reference: by the time the pods reach the
+// device, it knows their objects are on their way (pending, not
+// missing), and has asked for them. What only the current pods used
+// leaves at DesiredChanged, after the document: a pod being removed
+// keeps its objects until it is gone. An index that cannot be made now
+// is logged and left to the indexer (the device then meets the pods
+// first, and their objects as not found until the index comes, as the
+// kubelet would).
+func (l *Link) PrepareDesired(next map[string][]json.RawMessage) {
+	l.mu.Lock()
+	if !l.started {
+		l.mu.Unlock()
+		return
+	}
+	dirty := map[string]bool{}
+	for dev, raw := range next {
+		refs := PodRefs(decodePods(raw))
+		var cur []objects.Ref
+		if d := l.devices[dev]; d != nil {
+			cur = d.refs
+		}
+		all, grew := union(refs, cur)
+		if !grew {
+			continue
+		}
+		l.device(dev)
+		l.setRefs(dev, cur, all)
+		dirty[dev] = true
+	}
+	l.mu.Unlock()
+	if len(dirty) == 0 {
+		return
+	}
+	l.passMu.Lock()
+	failed := l.pass(dirty)
+	l.passMu.Unlock()
+	if failed {
+		l.kick() // marked again: the indexer tries, then retries
+	}
+}
+
+// union is next's refs, then those of cur that next lacks; grew says
+// whether next has any cur lacks.
+func union(next, cur []objects.Ref) (all []objects.Ref, grew bool) {
+	in := make(map[objects.Ref]bool, len(cur))
+	for _, r := range cur {
+		in[r] = true
+	}
+	seen := make(map[objects.Ref]bool, len(next))
+	for _, r := range next {
+		seen[r] = true
+		grew = grew || !in[r]
+	}
+	all = append([]objects.Ref(nil), next...)
+	for _, r := range cur {
+		if !seen[r] {
+			all = append(all, r)
+		}
+	}
+	return all, grew
+}
+
+// decodePods decodes a device's stored pods (validated when applied).
+func decodePods(raw []json.RawMessage) []*v1.Pod {
 	pods := make([]*v1.Pod, 0, len(raw))
 	for _, r := range raw {
 		var p v1.Pod
@@ -201,7 +268,14 @@ func (l *Link) setPods(dev string, raw []json.RawMessage) {
 		}
 		pods = append(pods, &p)
 	}
-	refs := PodRefs(pods)
+	return pods
+}
+
+// setPods takes what a device's stored pods (validated when applied)
+// reference, and marks it; l.mu held. A device whose pods reference
+// nothing and that had no index is not kept.
+func (l *Link) setPods(dev string, raw []json.RawMessage) {
+	refs := PodRefs(decodePods(raw))
 	d := l.devices[dev]
 	if d == nil && len(refs) == 0 {
 		return
@@ -284,11 +358,14 @@ func (l *Link) indexer() {
 		case <-retry:
 			retry = nil
 		}
+		l.passMu.Lock()
 		l.mu.Lock()
 		dirty := l.dirty
 		l.dirty = map[string]bool{}
 		l.mu.Unlock()
-		if failed := l.pass(dirty); failed && retry == nil {
+		failed := l.pass(dirty)
+		l.passMu.Unlock()
+		if failed && retry == nil {
 			retry = time.After(l.cfg.Retry)
 		}
 	}

@@ -1,11 +1,12 @@
-// Command agnhost stands in for the two Kubernetes e2e agnhost servers
+// Command agnhost stands in for the Kubernetes e2e agnhost commands
 // that busybox cannot replace in the conformance port: a gRPC health
-// server and an HTTPS request logger. It is static, so the conformance
+// server, an HTTPS request logger and mounttest. It is static, so the conformance
 // suite runs it directly for process pods and copies it into the
 // side-loaded busybox image for containerd pods.
 //
 //	agnhost grpc-health-checking [--port 5000] [--http-port 8080] [--service S] [--delay-unhealthy-sec -1]
 //	agnhost netexec [--http-port 8080] [--https]
+//	agnhost mounttest [--file_content=P] [--file_mode=P] [--file_content_in_loop=P ...]
 //
 // grpc-health-checking serves grpc.health.v1.Health (google.golang.org/grpc's
 // own health server) in plaintext, as upstream's agnhost: SERVING for the
@@ -50,7 +51,7 @@ func main() {
 	log.SetOutput(os.Stdout)
 	log.SetFlags(log.LstdFlags)
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agnhost grpc-health-checking|netexec [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agnhost grpc-health-checking|netexec|mounttest [flags]")
 		os.Exit(2)
 	}
 	// PID 1 of a container gets no default SIGTERM action: exit on it.
@@ -62,8 +63,10 @@ func main() {
 		err = grpcHealthChecking(ctx, os.Args[2:])
 	case "netexec":
 		err = netexec(ctx, os.Args[2:])
+	case "mounttest":
+		mounttest(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (grpc-health-checking, netexec)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (grpc-health-checking, netexec, mounttest)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agnhost:", err)

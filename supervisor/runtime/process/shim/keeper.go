@@ -378,7 +378,8 @@ func (k *keeper) start(id string, lock *os.File) (*State, error) {
 	}
 	k.byID[id] = in
 	k.mu.Unlock()
-	err := ReadJSON(filepath.Join(dir, SpecFile), &in.spec)
+	var err error
+	in.spec, err = ReadSpec(dir)
 	if err == nil && (in.spec.InstanceID != id || len(in.spec.Argv) == 0) {
 		err = errors.New("spec names another instance or no command")
 	}

@@ -11,8 +11,10 @@ package shim
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -90,6 +92,125 @@ type Spec struct {
 	// reaches the host) before its command is looked up and run;
 	// none: it runs in the shim's own.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// PrivateFile, set, is where the container's Argv and whole Env are
+	// (a PrivateSpec, on a memory-backed file system): its environment
+	// holds a Secret's data, which never reaches persistent storage in
+	// the clear. spec.json then has no argv (a shim or keeper that does
+	// not know this field refuses to start a spec without a command,
+	// rather than run one without its Secrets) and only the variables
+	// that hold no Secret's data in env. ReadSpec reads both.
+	PrivateFile string `json:"privateFile,omitempty"`
+	// SecretEnv names the variables of Env that hold a Secret's data:
+	// with PrivateFile set, WriteSpec keeps them out of spec.json.
+	SecretEnv map[string]bool `json:"-"`
+}
+
+// PrivateSpec is the part of a Spec kept in its PrivateFile.
+type PrivateSpec struct {
+	InstanceID string   `json:"instanceID"`
+	Argv       []string `json:"argv"`
+	Env        []string `json:"env"`
+}
+
+// WriteSpec writes spec to dir's SpecFile and, if it has a PrivateFile,
+// its command and environment there first, leaving in spec.json neither
+// the command nor a variable of SecretEnv.
+func WriteSpec(dir string, spec Spec) error {
+	if spec.PrivateFile != "" {
+		priv := PrivateSpec{InstanceID: spec.InstanceID, Argv: spec.Argv, Env: spec.Env}
+		err := memoryBacked(filepath.Dir(spec.PrivateFile))
+		if err == nil {
+			err = WriteJSONAtomic(spec.PrivateFile, priv)
+		}
+		if err != nil {
+			return fmt.Errorf("the container's private spec: %w", err)
+		}
+		public := make([]string, 0, len(spec.Env))
+		for _, e := range spec.Env {
+			name, _, _ := strings.Cut(e, "=")
+			if !spec.SecretEnv[name] {
+				public = append(public, e)
+			}
+		}
+		spec.Argv, spec.Env = nil, public
+	}
+	return WriteJSONAtomic(filepath.Join(dir, SpecFile), spec)
+}
+
+// memoryBacked says why dir is not on a memory-backed file system (tmpfs,
+// ramfs), checked as the private spec is written: a tmpfs unmounted
+// since the daemon made sure of it must not let the spec reach the disk
+// below. Tests replace it.
+var memoryBacked = func(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	const tmpfsMagic, ramfsMagic = 0x01021994, 0x858458f6
+	if t := uint32(st.Type); t != tmpfsMagic && t != ramfsMagic {
+		return fmt.Errorf("%s is not on a memory-backed file system (type %#x)", dir, t)
+	}
+	return nil
+}
+
+// ReadSpec reads dir's SpecFile and, if it names a PrivateFile, the
+// command and environment kept there: the spec the instance was started
+// with. The private file must be this user's, a regular file only it may
+// read or write, and name the same instance.
+func ReadSpec(dir string) (Spec, error) {
+	var spec Spec
+	if err := ReadJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
+		return spec, err
+	}
+	return spec, ReadPrivate(&spec)
+}
+
+// ReadPrivate fills in the command and environment of a spec read from
+// spec.json from its PrivateFile, if it names one.
+func ReadPrivate(spec *Spec) error {
+	if spec.PrivateFile == "" {
+		return nil
+	}
+	priv, err := readPrivate(spec.PrivateFile)
+	if err == nil && priv.InstanceID != spec.InstanceID {
+		err = fmt.Errorf("it names instance %q", priv.InstanceID)
+	}
+	if err != nil {
+		return fmt.Errorf("the container's private spec %s: %w", spec.PrivateFile, err)
+	}
+	spec.Argv, spec.Env = priv.Argv, priv.Env
+	return nil
+}
+
+// maxPrivateSpec bounds a private spec: an exec's arguments and
+// environment together cannot pass 2 MiB on Linux's default 8 MiB stack.
+const maxPrivateSpec = 8 << 20
+
+func readPrivate(path string) (PrivateSpec, error) {
+	var priv PrivateSpec
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return priv, err
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return priv, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		return priv, fmt.Errorf("not a file of uid %d with mode 0600 (mode %#o, uid %d)", os.Geteuid(), st.Mode&0o7777, st.Uid)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPrivateSpec+1))
+	if err != nil {
+		return priv, err
+	}
+	if len(data) > maxPrivateSpec {
+		return priv, fmt.Errorf("larger than %d bytes", maxPrivateSpec)
+	}
+	if err := json.Unmarshal(data, &priv); err != nil {
+		return priv, err
+	}
+	return priv, nil
 }
 
 // Mount binds a host path (a volume prepared by the daemon) at a path

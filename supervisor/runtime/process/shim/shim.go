@@ -38,8 +38,11 @@ func Run(dir string) int {
 	report := os.NewFile(ReportFD, "report")
 	lock := os.NewFile(LockFD, "lock")
 	defer lock.Close() // the lock lives exactly as long as the shim
-	var spec Spec
-	if err := ReadJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
+	spec, err := ReadSpec(dir)
+	if err == nil && len(spec.Argv) == 0 {
+		err = errors.New("it has no command")
+	}
+	if err != nil {
 		return shimFail(dir, report, time.Now(), fmt.Errorf("reading spec: %w", err))
 	}
 	// Orphaned descendants of the container are re-parented to us, so we
