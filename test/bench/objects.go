@@ -208,10 +208,13 @@ func objectsFleetBench(bin string, n, changes int) error {
 	}
 	wg.Wait()
 	close(errs)
-	defer func() {
+	defer func() { // each says goodbye and waits for its disconnect: all at once
+		var stopped sync.WaitGroup
 		for _, s := range sims {
-			s.Stop()
+			stopped.Add(1)
+			go func() { defer stopped.Done(); s.Stop() }()
 		}
+		stopped.Wait()
 	}()
 	for err := range errs {
 		if err != nil {
