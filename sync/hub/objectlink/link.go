@@ -69,7 +69,7 @@ type Link struct {
 	pubMu  sync.Mutex
 	passMu sync.Mutex
 
-	requests chan request
+	requests *requestQueue
 	done     chan struct{}
 	wg       sync.WaitGroup
 	started  bool
@@ -92,11 +92,6 @@ type device struct {
 	budget     *chunks.Bucket
 }
 
-type request struct {
-	device string
-	get    *protocol.ObjectGet
-}
-
 // New makes a link; Start loads the fleet's state and starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) *Link {
 	if cfg.Limits.MaxObjects <= 0 {
@@ -116,7 +111,7 @@ func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) 
 	}
 	return &Link{cfg: cfg, fleet: fleet, publish: publish, log: log, devices: map[string]*device{},
 		users: map[objects.Ref]map[string]bool{}, revoked: map[string]bool{}, dirty: map[string]bool{},
-		wake: make(chan struct{}, 1), requests: make(chan request, 64), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), requests: newRequestQueue(), done: make(chan struct{}),
 		refused: throttle.New(10, time.Minute, cfg.Now)}
 }
 

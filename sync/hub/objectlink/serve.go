@@ -51,8 +51,10 @@ func (l *Link) SealKey(dev string, payload []byte) {
 	}
 }
 
-// ObjectGet queues a device's request; a full queue drops it (the
-// device asks again).
+// ObjectGet queues a device's request. Requests wait per device, merged:
+// a fleet asking at once (a ConfigMap every device uses changed) is
+// answered device by device without dropping any, and a device asking
+// again before its turn adds nothing to the queue.
 func (l *Link) ObjectGet(dev string, payload []byte) {
 	if len(payload) == 0 || l.isRevoked(dev) {
 		return
@@ -62,21 +64,30 @@ func (l *Link) ObjectGet(dev string, payload []byte) {
 		l.refuse(dev, protocol.KindObjectGet, err)
 		return
 	}
-	select {
-	case l.requests <- request{device: dev, get: g}:
-	default:
-	}
+	l.requests.add(dev, g.Refs)
 }
 
-// answerer answers the queued requests one at a time.
+// answerer answers the queued requests, device by device in the order
+// they first asked.
 func (l *Link) answerer() {
 	defer l.wg.Done()
 	for {
 		select {
 		case <-l.done:
 			return
-		case r := <-l.requests:
-			l.answer(r.device, r.get)
+		case <-l.requests.wake:
+		}
+		for {
+			dev, refs, ok := l.requests.next()
+			if !ok {
+				break
+			}
+			l.answer(dev, &protocol.ObjectGet{Refs: refs})
+			select {
+			case <-l.done:
+				return
+			default:
+			}
 		}
 	}
 }
