@@ -43,9 +43,14 @@ systemd_root() {
   mkdir -p "$root"
   tar -C "$root" -xf "$cache/rootfs-$suite.tar"
   rm -rf "$root"/usr/share/{doc,man,locale,info,zoneinfo} "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/*
-  # The kernel runs /init from an initramfs: make it systemd. Nothing waits
-  # for a serial getty (no udev here) or runs periodic jobs.
-  ln -sf /lib/systemd/systemd "$root/init"
+  # The kernel runs /init from an initramfs: make it systemd, after giving
+  # the root (a tmpfs of half the memory by default) room for the images,
+  # binaries and update slots the tests add, so that the daemon's hard
+  # imagefs.available<15% threshold does not evict their pods. Its pages
+  # are the memory they would take anyway. Nothing waits for a serial
+  # getty (no udev here) or runs periodic jobs.
+  printf '#!/bin/sh\nmount -o remount,size=90%% / 2>/dev/null\nexec /lib/systemd/systemd "$@"\n' > "$root/init"
+  chmod 755 "$root/init"
   ln -sf /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
   for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
     dpkg-db-backup.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service; do

@@ -88,7 +88,7 @@ spec:
   hostNetwork: true
   restartPolicy: Never
   containers:
-  - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 16Mi}}}
+  - {name: app, image: podvisor.test/busybox:1, imagePullPolicy: Never, command: ["tail", "/dev/zero"], resources: {limits: {memory: 32Mi}}}
 EOF
 # Every container of the pod ready (READY n/n): its containers start side
 # by side, so one ready container says nothing of the other.
