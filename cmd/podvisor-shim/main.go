@@ -24,6 +24,9 @@ func main() {
 		runtime.GOMAXPROCS(1)
 		os.Exit(shim.RunLogger(os.Args[1:]))
 	}
+	if shim.IsExecEnv(os.Args[1:]) {
+		os.Exit(shim.RunExecEnv(os.Args[1:]))
+	}
 	if len(os.Args) == 2 && os.Args[1] == shim.PodInitFlag {
 		runtime.GOMAXPROCS(1)
 		os.Exit(shim.RunPodInit())

@@ -116,5 +116,6 @@ func containerdConfig(c *config.Config, shimCmd []string) (containerd.Config, er
 	}
 	cfg.Plugin = []string{plugin}
 	cfg.PodInit = []string{shimCmd[0], shim.PodInitFlag}
+	cfg.EnvInit = []string{shimCmd[0], shim.ExecEnvFlag}
 	return cfg, nil
 }

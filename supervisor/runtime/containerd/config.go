@@ -31,6 +31,10 @@ type Config struct {
 	// PodInit is the command of the init that holds a pod's shared PID
 	// namespace (podvisor-shim --pod-init).
 	PodInit []string
+	// EnvInit starts a container whose environment holds a Secret's data
+	// (podvisor-shim --exec-env): its first element is the host's binary,
+	// bound read-only into the container.
+	EnvInit []string
 	// CNIConfDir and CNIBinDirs locate the pod network (defaults:
 	// /etc/cni/net.d, /usr/lib/cni:/opt/cni/bin).
 	CNIConfDir string

@@ -49,6 +49,9 @@ func (r *Runtime) containerConfig(c *runtime.Container) (pluginapi.ContainerConf
 	if pod.Spec.HostNetwork {
 		cfg.Env = hostNetworkHostname(cfg.Env, spec)
 	}
+	if err := r.secretEnv(&cfg, p, c.InstanceID); err != nil {
+		return cfg, err
+	}
 	if sb, err := r.sandbox(pod); err != nil {
 		return cfg, err
 	} else if sb != nil {

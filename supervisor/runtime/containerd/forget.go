@@ -50,6 +50,10 @@ func (r *Runtime) ForgetPod(uid types.UID) {
 	for _, f := range files {
 		r.removeTerminationFile(filepath.Base(f))
 	}
+	files, _ = filepath.Glob(r.envFile(string(uid) + "_*"))
+	for _, f := range files {
+		os.Remove(f)
+	}
 	go func() {
 		if before != nil {
 			<-before

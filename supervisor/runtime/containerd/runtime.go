@@ -266,6 +266,7 @@ func (r *Runtime) Remove(instanceID string) error {
 		return err
 	}
 	r.removeTerminationFile(instanceID)
+	r.removeEnvFile(instanceID)
 	return nil
 }
 

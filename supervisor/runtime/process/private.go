@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -25,14 +24,7 @@ import (
 
 // PrivateDir is the name of the private specs' directory, beside the
 // instance directories (<data-dir>/private).
-const PrivateDir = "private"
-
-// Sizing of the private specs' tmpfs: only what is written is charged, so
-// the size only caps it; it grows when a spec needs more room.
-const (
-	privateTmpfsSize     = 1 << 20
-	privateTmpfsHeadroom = 256 << 10
-)
+const PrivateDir = runtime.PrivateDir
 
 func (r *Runtime) privateDir() string { return filepath.Join(filepath.Dir(r.dir), PrivateDir) }
 
@@ -61,37 +53,9 @@ func (r *Runtime) preparePrivate(id string, size int) (string, error) {
 	return r.privateFile(id), nil
 }
 
-// ensureMemoryFS mounts a tmpfs (0700) at dir unless dir is on one (or a
-// ramfs) already, and grows a tmpfs that has less than need bytes free.
-func ensureMemoryFS(dir string, need int64) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return err
-	}
-	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	switch uint32(st.Type) { // int32 on 32-bit ARM, where ramfs's is negative
-	case unix.RAMFS_MAGIC:
-		return nil
-	case unix.TMPFS_MAGIC:
-		free := int64(st.Bavail) * int64(st.Bsize)
-		if free >= need+privateTmpfsHeadroom {
-			return nil
-		}
-		if !isMountPoint(dir) {
-			return fmt.Errorf("%d bytes free on its tmpfs, %d needed", free, need)
-		}
-		size := int64(st.Blocks-st.Bavail)*int64(st.Bsize) + need + privateTmpfsSize
-		if err := unix.Mount("tmpfs", dir, "tmpfs", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
-			return fmt.Errorf("growing its tmpfs to %d bytes: %w", size, err)
-		}
-		return nil
-	}
-	size := max(privateTmpfsSize, need+privateTmpfsSize)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=0700,size="+strconv.FormatInt(size, 10)); err != nil {
-		return fmt.Errorf("mounting a tmpfs there: %w", err)
-	}
-	return nil
-}
+// ensureMemoryFS mounts a tmpfs at dir unless it is memory-backed, and
+// makes room for need bytes (runtime.EnsureMemoryFS).
+func ensureMemoryFS(dir string, need int64) error { return runtime.EnsureMemoryFS(dir, need) }
 
 // isMountPoint reports whether dir is the root of a mount: its device
 // differs from its parent's.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"sync"
 	"syscall"
@@ -64,6 +65,15 @@ func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout 
 	}
 	pspec := *spec.Process
 	pspec.Args = command
+	// The spec lacks a Secret's variables (secretEnvOpt): an exec gets
+	// the container's whole environment, as the CRI gives it the spec's.
+	if labels, err := c.Labels(ctx); err != nil {
+		return 0, false, err
+	} else if f := labels[pluginapi.LabelEnvFile]; f != "" {
+		if pspec.Env, err = readEnvFile(f); err != nil {
+			return 0, false, fmt.Errorf("the container's environment: %w", err)
+		}
+	}
 	pspec.Terminal = tty != nil
 	proc, err := task.Exec(ctx, execID(), &pspec, ioc)
 	if err != nil {

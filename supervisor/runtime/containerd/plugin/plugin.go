@@ -157,6 +157,9 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	if cfg.ShimGroup != "" {
 		own[labelShimGroup] = cfg.ShimGroup
 	}
+	if len(cfg.SecretEnv) > 0 {
+		own[pluginapi.LabelEnvFile] = cfg.EnvFile
+	}
 	c, err := p.client.NewContainer(ctx, cfg.ID,
 		ctrd.WithContainerLabels(cfg.Labels), ctrd.WithAdditionalContainerLabels(own),
 		p.withSnapshot(cfg.ID, snapshotter, img, info),

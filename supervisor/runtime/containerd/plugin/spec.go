@@ -74,6 +74,14 @@ func (p *Plugin) specOpts(img ctrd.Image, info *imageInfo, cfg pluginapi.Contain
 			return nil
 		})
 	}
+	if len(cfg.SecretEnv) > 0 {
+		// Last: on the final environment, user and command.
+		o, err := secretEnvOpt(cfg)
+		if err != nil {
+			return nil, "", err
+		}
+		opts = append(opts, o)
+	}
 	return opts, ic.Config.StopSignal, nil
 }
 

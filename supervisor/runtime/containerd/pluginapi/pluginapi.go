@@ -36,6 +36,17 @@ const (
 	// LabelImageRef is the container's imageID as the CRI reports it,
 	// set by the plugin.
 	LabelImageRef = "io.podvisor.image-ref"
+	// LabelEnvFile is the host path of the environment file of a
+	// container whose environment holds a Secret's data (EnvFile), set by
+	// the plugin: an exec into it reads its environment there.
+	LabelEnvFile = "io.podvisor.env-file"
+)
+
+// Where a container with a Secret's data in its environment finds its
+// environment file and the program that reads it (read-only binds).
+const (
+	EnvInitPath = "/.podvisor-exec-env"
+	EnvFilePath = "/.podvisor-env"
 )
 
 // Waiting reasons of a container that could not be started, as the
@@ -96,6 +107,16 @@ type ContainerConfig struct {
 	LogPath     string `json:"logPath"`
 	LogMaxBytes int64  `json:"logMaxBytes"`
 	LogMaxFiles int    `json:"logMaxFiles"`
+	// SecretEnv names the variables of Env that hold a Secret's data.
+	// They stay out of the spec, which containerd keeps in its database on
+	// disk: the container's whole environment, in order, goes to EnvFile
+	// (a host file on a memory-backed file system, bound at EnvFilePath)
+	// and the container starts with EnvInit (podvisor-shim --exec-env;
+	// its binary, EnvInit[0], bound at EnvInitPath), which sets that
+	// environment and execs the command in the same process.
+	SecretEnv []string `json:"secretEnv,omitempty"`
+	EnvFile   string   `json:"envFile,omitempty"`
+	EnvInit   []string `json:"envInit,omitempty"`
 }
 
 // LocalImages is what a pod from outside the device may use of the
