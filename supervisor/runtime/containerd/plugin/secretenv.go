@@ -23,21 +23,23 @@ const maxEnvFile = 2 << 20
 // secretEnvOpt keeps a Secret's data out of the spec containerd stores
 // (pluginapi.ContainerConfig.SecretEnv): the last of the spec's options,
 // it writes the environment the spec would have (the image's, then the
-// pod's, in containerd's order) to the environment file, owned by the
-// container's user and readable by it alone, drops the Secret's variables
-// from the spec and starts the command through the env init, which sets
-// them back and execs it.
+// pod's, in containerd's order) and the command (which may hold a
+// Secret's data expanded from $(VAR)) to the environment file, owned by
+// the container's user and readable by it alone, drops the Secret's
+// variables and the command from the spec and starts the env init, which
+// execs that command with that environment in the same process. The
+// file's format is podvisor-shim's (shim.FormatEnvFile).
 func secretEnvOpt(cfg pluginapi.ContainerConfig) (oci.SpecOpts, error) {
 	if len(cfg.EnvInit) == 0 || cfg.EnvFile == "" {
 		return nil, errors.New("a Secret's data in the environment needs an environment file and init")
 	}
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if err := writeEnvFile(cfg.EnvFile, s.Process.Env, int(s.Process.User.UID), int(s.Process.User.GID)); err != nil {
+		if err := writeEnvFile(cfg.EnvFile, s.Process.Env, s.Process.Args, int(s.Process.User.UID), int(s.Process.User.GID)); err != nil {
 			return err
 		}
 		s.Process.Env = withoutVars(s.Process.Env, cfg.SecretEnv)
 		args := append([]string{pluginapi.EnvInitPath}, cfg.EnvInit[1:]...)
-		s.Process.Args = append(append(args, pluginapi.EnvFilePath, "--"), s.Process.Args...)
+		s.Process.Args = append(args, pluginapi.EnvFilePath)
 		s.Mounts = append(s.Mounts,
 			specs.Mount{Source: cfg.EnvInit[0], Destination: pluginapi.EnvInitPath, Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 			specs.Mount{Source: cfg.EnvFile, Destination: pluginapi.EnvFilePath, Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
@@ -61,12 +63,18 @@ func withoutVars(env, names []string) []string {
 	return out
 }
 
-// writeEnvFile writes env, each variable ending in a NUL, to path, mode
-// 0400 and owned by uid:gid, replacing it whole.
-func writeEnvFile(path string, env []string, uid, gid int) error {
+// writeEnvFile writes env and argv to path, mode 0400 and owned by
+// uid:gid, replacing it whole: each variable then each argument ending in
+// a NUL, an empty entry between the two.
+func writeEnvFile(path string, env, argv []string, uid, gid int) error {
 	var b bytes.Buffer
 	for _, kv := range env {
 		b.WriteString(kv)
+		b.WriteByte(0)
+	}
+	b.WriteByte(0)
+	for _, a := range argv {
+		b.WriteString(a)
 		b.WriteByte(0)
 	}
 	tmp := path + ".tmp"
@@ -108,9 +116,10 @@ func readEnvFile(path string) ([]string, error) {
 	}
 	var env []string
 	for _, kv := range bytes.Split(data, []byte{0}) {
-		if len(kv) > 0 {
-			env = append(env, string(kv))
+		if len(kv) == 0 { // the environment's end
+			return env, nil
 		}
+		env = append(env, string(kv))
 	}
-	return env, nil
+	return nil, fmt.Errorf("%s: not an environment file", path)
 }

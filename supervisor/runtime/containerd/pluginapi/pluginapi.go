@@ -109,9 +109,10 @@ type ContainerConfig struct {
 	LogMaxFiles int    `json:"logMaxFiles"`
 	// SecretEnv names the variables of Env that hold a Secret's data.
 	// They stay out of the spec, which containerd keeps in its database on
-	// disk: the container's whole environment, in order, goes to EnvFile
-	// (a host file on a memory-backed file system, bound at EnvFilePath)
-	// and the container starts with EnvInit (podvisor-shim --exec-env;
+	// disk: the container's whole environment, in order, and its command
+	// (which may hold a Secret's data, expanded) go to EnvFile (a host
+	// file on a memory-backed file system, bound at EnvFilePath) and the
+	// container starts with EnvInit (podvisor-shim --exec-env;
 	// its binary, EnvInit[0], bound at EnvInitPath), which sets that
 	// environment and execs the command in the same process.
 	SecretEnv []string `json:"secretEnv,omitempty"`

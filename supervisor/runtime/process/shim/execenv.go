@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,36 +14,47 @@ import (
 
 // ExecEnvFlag makes podvisor-shim the first program of a containerd
 // container whose environment holds a Secret's data: "podvisor-shim
-// --exec-env FILE -- ARGV..." replaces its environment with FILE's (the
-// container's whole environment, in order, each variable ending in a NUL)
-// and execs ARGV in the same process, so that the Secret's values never
-// sit in the OCI spec containerd keeps on disk.
+// --exec-env FILE" execs, in the same process, the command and
+// environment FILE holds, so that the Secret's values (in its environment
+// and maybe, expanded, its command) never sit in the OCI spec containerd
+// keeps on disk. FILE (ParseEnvFile) is on a memory-backed file system.
 const ExecEnvFlag = "--exec-env"
 
-// maxEnvFile bounds the environment file read (the kernel's own bound on
-// an exec's arguments and environment is about this).
+// maxEnvFile bounds the file read (the kernel's own bound on an exec's
+// arguments and environment is about this).
 const maxEnvFile = 2 << 20
 
 // IsExecEnv reports whether args (without the program name) ask for the
 // --exec-env mode.
 func IsExecEnv(args []string) bool { return len(args) > 0 && args[0] == ExecEnvFlag }
 
-// ParseEnvFile splits an environment file into its variables.
-func ParseEnvFile(data []byte) []string {
-	var env []string
-	for _, kv := range bytes.Split(data, []byte{0}) {
-		if len(kv) > 0 {
-			env = append(env, string(kv))
-		}
+// ParseEnvFile reads an environment file: the environment's variables
+// then the command's arguments, each ending in a NUL, an empty entry
+// between the two (a variable is never empty, an argument may be).
+func ParseEnvFile(data []byte) (env, argv []string, err error) {
+	if len(data) == 0 || data[len(data)-1] != 0 {
+		return nil, nil, errors.New("not an environment file: it does not end in a NUL")
 	}
-	return env
+	entries := strings.Split(string(data[:len(data)-1]), "\x00")
+	for i, e := range entries {
+		if e == "" {
+			return env, entries[i+1:], nil
+		}
+		env = append(env, e)
+	}
+	return nil, nil, errors.New("not an environment file: no end to its environment")
 }
 
-// FormatEnvFile is the environment file of env.
-func FormatEnvFile(env []string) []byte {
+// FormatEnvFile is the environment file of env and argv.
+func FormatEnvFile(env, argv []string) []byte {
 	var b bytes.Buffer
 	for _, kv := range env {
 		b.WriteString(kv)
+		b.WriteByte(0)
+	}
+	b.WriteByte(0)
+	for _, a := range argv {
+		b.WriteString(a)
 		b.WriteByte(0)
 	}
 	return b.Bytes()
@@ -52,17 +64,22 @@ func FormatEnvFile(env []string) []byte {
 // the shell's exit codes for a command not found (127) or not runnable
 // (126).
 func RunExecEnv(args []string) int {
-	if len(args) < 4 || args[0] != ExecEnvFlag || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: podvisor-shim "+ExecEnvFlag+" FILE -- COMMAND [ARG...]")
+	if len(args) != 2 || args[0] != ExecEnvFlag {
+		fmt.Fprintln(os.Stderr, "usage: podvisor-shim "+ExecEnvFlag+" FILE")
 		return 2
 	}
-	file, argv := args[1], args[3:]
-	data, err := readBounded(file, maxEnvFile)
+	data, err := readBounded(args[1], maxEnvFile)
+	var env, argv []string
+	if err == nil {
+		env, argv, err = ParseEnvFile(data)
+	}
+	if err == nil && len(argv) == 0 {
+		err = errors.New("no command")
+	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "podvisor-shim: reading the container's environment: %v\n", err)
+		fmt.Fprintf(os.Stderr, "podvisor-shim: the container's command and environment: %v\n", err)
 		return 126
 	}
-	env := ParseEnvFile(data)
 	// As runc does: the command is looked up in the container's PATH.
 	os.Clearenv()
 	for _, kv := range env {
