@@ -80,6 +80,7 @@ func RunExecEnv(args []string) int {
 		fmt.Fprintf(os.Stderr, "podvisor-shim: the container's command and environment: %v\n", err)
 		return 126
 	}
+	env = withHome(env, os.Getenv("HOME"))
 	// As runc does: the command is looked up in the container's PATH.
 	os.Clearenv()
 	for _, kv := range env {
@@ -95,6 +96,20 @@ func RunExecEnv(args []string) int {
 	err = unix.Exec(path, argv, env)
 	fmt.Fprintf(os.Stderr, "exec %s: %v\n", argv[0], err)
 	return 126
+}
+
+// withHome adds the HOME runc gave this process (the user's home) where
+// the environment sets none, as runc does for the command it starts.
+func withHome(env []string, home string) []string {
+	if home == "" {
+		return env
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "HOME=") {
+			return env
+		}
+	}
+	return append(env, "HOME="+home)
 }
 
 func unwrapExecErr(err error) error {

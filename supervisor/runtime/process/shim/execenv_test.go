@@ -23,3 +23,13 @@ func TestEnvFileRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// HOME is runc's where the container's environment sets none.
+func TestWithHome(t *testing.T) {
+	if got := withHome([]string{"A=1"}, "/root"); !slices.Equal(got, []string{"A=1", "HOME=/root"}) {
+		t.Fatalf("%q", got)
+	}
+	if got := withHome([]string{"HOME=/h"}, "/root"); !slices.Equal(got, []string{"HOME=/h"}) {
+		t.Fatalf("%q", got)
+	}
+}
