@@ -43,26 +43,40 @@ spec:
     - {name: PW, valueFrom: {secretKeyRef: {name: db, key: pw}}}
     - {name: DSN, value: "db://$(PW)@here"}
     - {name: MODE, value: plain}
+  - name: nonroot
+    image: `+testImage+`
+    imagePullPolicy: Never
+    args: ["sleep", "1000"]
+    securityContext: {runAsUser: 1000, runAsGroup: 1000, readOnlyRootFilesystem: true}
+    env:
+    - {name: PW, valueFrom: {secretKeyRef: {name: db, key: pw}}}
 `)
 	ready := func(restarts int32) func(p *v1.Pod) bool {
 		return func(p *v1.Pod) bool {
 			cs := p.Status.ContainerStatuses
-			return len(cs) == 1 && cs[0].State.Running != nil && cs[0].RestartCount == restarts
+			return len(cs) == 2 && cs[0].State.Running != nil && cs[0].RestartCount == restarts &&
+				cs[1].State.Running != nil && cs[1].RestartCount == restarts
 		}
 	}
 	d.waitPod("sec", 30*time.Second, ready(0))
 	check := func(when string) {
 		t.Helper()
-		out, errOut, code := d.cli("exec", "sec", "--", "sh", "-c", `echo "$PW|$DB_user|$DSN|$MODE"`)
+		// A container of another user, read-only root, the image's
+		// entrypoint (none) with args: its user reads the file.
+		out, errOut, code := d.cli("exec", "sec", "-c", "nonroot", "--", "sh", "-c", `echo "$PW|$(id -u)|$(cat /proc/1/cmdline | tr '\0' ' ')"`)
+		if want := marker + "|1000|sleep 1000 \n"; code != 0 || out != want {
+			t.Fatalf("%s: exec in nonroot: exit %d, %q (%s)", when, code, redact(out, marker), errOut)
+		}
+		out, errOut, code = d.cli("exec", "sec", "-c", "main", "--", "sh", "-c", `echo "$PW|$DB_user|$DSN|$MODE"`)
 		if want := marker + "|u-" + marker + "|db://" + marker + "@here|plain\n"; code != 0 || out != want {
 			t.Fatalf("%s: exec: exit %d, %q (%s)", when, code, redact(out, marker), errOut)
 		}
 		// PID 1 is the command itself, with the whole environment.
-		cmdline, _, _ := d.cli("exec", "sec", "--", "cat", "/proc/1/cmdline")
+		cmdline, _, _ := d.cli("exec", "sec", "-c", "main", "--", "cat", "/proc/1/cmdline")
 		if cmdline != "sleep\x001000\x00" {
 			t.Fatalf("%s: PID 1 is %q, want sleep 1000", when, redact(cmdline, marker))
 		}
-		environ, _, _ := d.cli("exec", "sec", "--", "cat", "/proc/1/environ")
+		environ, _, _ := d.cli("exec", "sec", "-c", "main", "--", "cat", "/proc/1/environ")
 		pid1 := strings.Split(strings.TrimSuffix(environ, "\x00"), "\x00")
 		for _, kv := range []string{"PW=" + marker, "DB_user=u-" + marker, "DB_pw=" + marker, "DSN=db://" + marker + "@here", "MODE=plain"} {
 			if !slices.Contains(pid1, kv) {
@@ -71,7 +85,7 @@ spec:
 		}
 		// exec's environment is the container's (sh, which exec'd PID 1,
 		// keeps no order and adds its own).
-		execEnv, _, _ := d.cli("exec", "sec", "--", "env")
+		execEnv, _, _ := d.cli("exec", "sec", "-c", "main", "--", "env")
 		var want []string
 		for _, kv := range pid1 {
 			if !strings.HasPrefix(kv, "PWD=") && !strings.HasPrefix(kv, "SHLVL=") { // sh's own
@@ -90,8 +104,8 @@ spec:
 		files, _ := filepath.Glob(filepath.Join(d.data, "private", "ctrd-*.env"))
 		return files
 	}
-	if f := envFiles(); len(f) != 1 {
-		t.Fatalf("environment files %v, want one", f)
+	if f := envFiles(); len(f) != 2 {
+		t.Fatalf("environment files %v, want two", f)
 	}
 	offDisk := func(when string) {
 		t.Helper()

@@ -167,6 +167,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 		ctrd.WithNewSpec(opts...),
 	)
 	if err != nil {
+		removeEnvFile(cfg)
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.CreateContainerError, Message: err.Error()}
 		return nil
 	}
@@ -180,6 +181,7 @@ func (p *Plugin) Run(args pluginapi.RunArgs, reply *pluginapi.RunReply) error {
 	if err != nil {
 		p.logs.finish(cfg.ID)
 		c.Delete(ctx, ctrd.WithSnapshotCleanup)
+		removeEnvFile(cfg)
 		reply.Failure = &pluginapi.Failure{Reason: pluginapi.StartError, Message: err.Error()}
 		return nil
 	}

@@ -47,6 +47,15 @@ func secretEnvOpt(cfg pluginapi.ContainerConfig) (oci.SpecOpts, error) {
 	}, nil
 }
 
+// removeEnvFile removes the environment file of a container that was not
+// started (the daemon removes a started one's with it).
+func removeEnvFile(cfg pluginapi.ContainerConfig) {
+	if len(cfg.SecretEnv) > 0 && cfg.EnvFile != "" {
+		os.Remove(cfg.EnvFile)
+		os.Remove(cfg.EnvFile + ".tmp")
+	}
+}
+
 // withoutVars is env without the variables named.
 func withoutVars(env, names []string) []string {
 	drop := map[string]bool{}
