@@ -301,6 +301,12 @@ func mountBackoff(step int) time.Duration {
 	return min(d, mountBackoffMax)
 }
 
+// retryDuringStart are the waits a change during a start retries at once:
+// the objects a start reads. An image's arrival does not: the runtime may
+// have held the start until its import ended (it pulled after the image
+// was there), and a pull failing twice in a row doubles its backoff.
+var retryDuringStart = []string{FailedMount, CreateContainerConfigError, ObjectsPending}
+
 // RetryWaiting ends the backoff of containers that failed before since
 // for one of the reasons: an image that arrived since need not wait out a
 // pull backoff.
@@ -308,9 +314,16 @@ func (m *Machine) RetryWaiting(since, now time.Time, reasons ...string) {
 	for _, in := range m.instances {
 		for _, c := range in.AllContainers() {
 			if c.Phase == Starting {
-				// Its start may have read what was there before: if it
-				// fails for one of the reasons, it is tried again at once.
-				c.retryAsked = append(c.retryAsked, reasons...)
+				// A start asked for before the change may have read what
+				// was there before: if it fails for one of the reasons, it
+				// is tried again at once. One asked for after it saw it.
+				if !c.startAsked.After(since) {
+					for _, r := range reasons {
+						if slices.Contains(retryDuringStart, r) {
+							c.retryAsked = append(c.retryAsked, r)
+						}
+					}
+				}
 				continue
 			}
 			if c.Phase != Waiting || c.WaitReason == "" || !now.Before(c.NotBefore) || !c.WaitSince.Before(since) {

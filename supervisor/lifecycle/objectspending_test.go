@@ -76,3 +76,29 @@ func TestRetryWaitingDuringAStart(t *testing.T) {
 		t.Fatalf("not before %v, want the recheck", c.NotBefore)
 	}
 }
+
+// A change the daemon takes after a start was asked for does not retry
+// that start's failure at once (the start saw it), and an image's arrival
+// never retries a start in flight (the runtime may have held the pull
+// until the import ended): a pull failing twice in a row would double
+// its backoff.
+func TestRetryWaitingAfterTheStartBegan(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		late   bool
+	}{{"objects changed before the start", CreateContainerConfigError, true}, {"an image arrived during the pull", ErrImagePull, false}} {
+		h := newHarness(t)
+		h.m.SetDesired([]*v1.Pod{pod("p", "u", v1.RestartPolicyAlways, "app")})
+		changed := h.now
+		if tc.late {
+			h.now = h.now.Add(100 * time.Millisecond)
+		}
+		starts := kinds(h.step(h.now), Start)
+		h.m.RetryWaiting(changed, h.now, tc.reason)
+		h.m.StartFailed("u", "app", starts[0].InstanceID, tc.reason, "x", h.now)
+		if c := h.container("u", "app"); !c.NotBefore.After(h.now) {
+			t.Fatalf("%s: not before %v: retried at once, want the backoff", tc.name, c.NotBefore)
+		}
+	}
+}

@@ -128,7 +128,7 @@ func (m *Machine) syncContainer(in *Instance, c *Container, policy v1.RestartPol
 			m.wakeAt(c.NotBefore)
 			return nil
 		}
-		return []Action{m.start(in, c)}
+		return []Action{m.start(in, c, now)}
 	case Exited:
 		if !shouldRestart(policy, c.Current.ExitCode) {
 			return nil
@@ -144,14 +144,15 @@ func (m *Machine) syncContainer(in *Instance, c *Container, policy v1.RestartPol
 			return []Action{record(in, "Warning", "BackOff",
 				fmt.Sprintf("Back-off %s restarting failed container %s", delay, c.Name))}
 		}
-		return []Action{m.start(in, c)}
+		return []Action{m.start(in, c, now)}
 	}
 	return nil
 }
 
-func (m *Machine) start(in *Instance, c *Container) Action {
+func (m *Machine) start(in *Instance, c *Container, now time.Time) Action {
 	c.Attempt++
 	c.Phase = Starting
+	c.startAsked = now
 	c.InstanceID = InstanceID(in.UID(), c.Name, c.Attempt)
 	c.NotBefore = time.Time{}
 	c.retryAsked = nil

@@ -138,8 +138,10 @@ type Container struct {
 	WaitSince   time.Time `json:"waitSince,omitzero"`
 	FailStep    int       `json:"failStep,omitempty"`
 	// retryAsked are the reasons RetryWaiting named while the container
-	// was Starting (not kept: a daemon restarted rebuilds its starts).
+	// was Starting (not kept: a daemon restarted rebuilds its starts);
+	// startAsked is when that start was asked for.
 	retryAsked []string
+	startAsked time.Time
 }
 
 // PendingKill is a probe failure not acted on yet.
