@@ -220,7 +220,11 @@ func (d *device) install(swu string) {
 	if err := d.driver.Install(d.ctx(), swu, func(p firmware.Progress) { seen = append(seen, p.Percent) }); err != nil {
 		d.t.Fatal(err)
 	}
-	if len(seen) < 2 || seen[len(seen)-1] != 100 {
+	// SWUpdate registers a progress connection in a thread of its own and
+	// says nothing when it has: on a busy machine the steps before it are
+	// never sent to the driver (TestSWUpdateMissedProgress), and the end
+	// comes from GET_STATUS. So the steps seen may be the 100 alone.
+	if len(seen) == 0 || seen[len(seen)-1] != 100 {
 		d.t.Fatalf("progress %v: want steps ending at 100", seen)
 	}
 	for i := 1; i < len(seen); i++ {
