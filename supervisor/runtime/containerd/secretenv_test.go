@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"errors"
+	"github.com/podvisor/podvisor/test/prereq"
 	"io"
 	"log/slog"
 	"os"
@@ -20,9 +21,7 @@ import (
 // was; without an env init it waits (CreateContainerConfigError) rather
 // than put the Secret in the spec. Removal takes the file.
 func TestSecretEnvConfig(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("mounts a tmpfs: needs root")
-	}
+	prereq.Root(t, "mounts a tmpfs")
 	data := t.TempDir()
 	t.Cleanup(func() { unix.Unmount(filepath.Join(data, runtime.PrivateDir), unix.MNT_DETACH) })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

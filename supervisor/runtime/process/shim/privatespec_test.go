@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"github.com/podvisor/podvisor/test/prereq"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,15 @@ func anyDirIsMemory(t *testing.T) {
 func TestPrivateSpec(t *testing.T) {
 	anyDirIsMemory(t)
 	dir, privDir := t.TempDir(), t.TempDir()
+	if memoryBacked(privDir) == nil {
+		// /tmp is a tmpfs here: a directory beside the test, on disk.
+		d, err := os.MkdirTemp(".", "privatespec-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		privDir = d
+	}
 	spec := Spec{InstanceID: "i1", Argv: []string{"run", "--pw=s3cret"}, Env: []string{"PATH=/bin", "PW=s3cret", "MODE=prod"},
 		PrivateFile: filepath.Join(privDir, "i1.json"), SecretEnv: map[string]bool{"PW": true}}
 	if err := WriteSpec(dir, spec); err != nil {
@@ -130,10 +140,19 @@ func TestKeeperStartsPrivateSpec(t *testing.T) {
 // A private spec is written only to a memory-backed file system.
 func TestPrivateSpecOnlyInMemory(t *testing.T) {
 	dir, privDir := t.TempDir(), t.TempDir()
+	if memoryBacked(privDir) == nil {
+		// /tmp is a tmpfs here: a directory beside the test, on disk.
+		d, err := os.MkdirTemp(".", "privatespec-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		privDir = d
+	}
 	spec := Spec{InstanceID: "i1", Argv: []string{"run"}, Env: []string{"PW=s3cret"},
 		PrivateFile: filepath.Join(privDir, "i1.json"), SecretEnv: map[string]bool{"PW": true}}
 	if memoryBacked(privDir) == nil {
-		t.Skipf("%s is memory-backed here", privDir)
+		prereq.Missing(t, "no directory on a disk-backed file system for the test (%s is memory-backed)", privDir)
 	}
 	if err := WriteSpec(dir, spec); err == nil || !strings.Contains(err.Error(), "not on a memory-backed file system") {
 		t.Fatalf("a private spec written to disk: %v", err)
