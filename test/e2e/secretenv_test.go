@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,27 +84,12 @@ spec:
 		if len(specs) != instances {
 			t.Fatalf("%s: private specs %v, want %d", when, specs, instances)
 		}
-		n := 0
-		filepath.WalkDir(d.data, func(path string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			if e.IsDir() && path == private {
-				return filepath.SkipDir
-			}
-			if !e.Type().IsRegular() {
-				return nil
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return nil
-			}
-			n++
-			if bytes.Contains(data, []byte(marker)) {
-				t.Errorf("%s: the Secret's value in clear on disk in %s", when, path)
-			}
-			return nil
-		})
+		// The private tmpfs and the pods' volumes are mounts under the
+		// data directory: filesHolding leaves them out.
+		n, found := filesHolding(t, d.data, map[string]string{"the Secret's value": marker})
+		for _, f := range found {
+			t.Errorf("%s: in clear on disk: %s", when, f)
+		}
 		if n < 5 || !exists(filepath.Join(d.data, "state.db")) {
 			t.Fatalf("%s: %d files searched under %s, state.db among them: the search proves little", when, n, d.data)
 		}
