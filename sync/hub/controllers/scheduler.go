@@ -25,6 +25,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/hub/schedule"
 	"github.com/podvisor/podvisor/sync/hub/schedule/disruption"
 )
@@ -174,6 +175,8 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 	if pods, err = s.storePlan(pods, hashes, plan, rollouts, now); err != nil {
 		return time.Time{}, fmt.Errorf("storing the plan: %w", err)
 	}
+	// Readers of workloads (watches, the dashboard) look again.
+	s.fleet.Changes().Publish("", fleetwatch.Workloads)
 	if err := s.pushScheduled(pods, hashes, devices, w.PriorityClasses); err != nil {
 		return time.Time{}, err
 	}

@@ -11,11 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // SetCordon marks a device unschedulable (cordon) or not.
 func (f *Fleet) SetCordon(id string, cordoned bool) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	return f.updateDevice(id, `UPDATE devices SET unschedulable = ? WHERE id = ?`, cordoned)
 }
 
@@ -24,6 +26,7 @@ func (f *Fleet) SetCordon(id string, cordoned bool) error {
 // A NoExecute taint is stamped with at as its timeAdded: the taint
 // manager times a tolerating pod's eviction from when it saw the taint.
 func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool, at time.Time) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
 		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(errs, "; "))
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -145,6 +146,7 @@ var ErrNotFound = workloaddb.ErrNotFound
 // SetLabels merges labels into a device's; an empty value removes one.
 // Labelling is the operator's: it adds a device the fleet did not know.
 func (f *Fleet) SetLabels(id string, set map[string]string) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}
@@ -276,6 +278,7 @@ func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) 
 // AddDevice adds a device to the fleet (the operator's enrolment); it is
 // a no-op for a known one. Reports are believed only from known devices.
 func (f *Fleet) AddDevice(id string) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -56,6 +57,7 @@ func (f *Fleet) Fence(id string) (FenceState, error) {
 // stops it before anything else and the fence is not lifted while it
 // runs. NextFence adds the pods of the documents.
 func (f *Fleet) SetFenced(id string, at time.Time) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	return f.updateDevice(id, `UPDATE devices SET
 		fence = CASE WHEN fenced_at = 0 THEN (SELECT json_group_array(key) FROM (SELECT key FROM mirrors
 			WHERE device = devices.id AND (scheduled = 1 OR json_extract(CAST(pod AS TEXT), '$.metadata.annotations."`+manifest.AnnotationSource+`"') = '`+manifest.SourceHub+`')
@@ -73,6 +75,7 @@ var ErrFenceNotDelivered = errors.New("cannot lift the fence yet")
 // pods any more. Otherwise a device that never read its fence could run
 // again, next to their replacements, the pods the hub moved elsewhere.
 func (f *Fleet) Unfence(id string) error {
+	defer f.changes.Publish(id, fleetwatch.Node)
 	s, err := f.Fence(id)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -124,7 +125,14 @@ type Fleet struct {
 	// mirrors' only writer) so a batch need not count them again.
 	countsMu sync.Mutex
 	counts   map[string]int
+	// changes tells the fleet's readers what each write changed.
+	changes fleetwatch.Feed
 }
+
+// Changes is the feed of what the fleet's writes change: a device's
+// node, its mirror pods, its events; the workload writers publish
+// fleetwatch.Workloads on it themselves.
+func (f *Fleet) Changes() *fleetwatch.Feed { return &f.changes }
 
 // Retention bounds what the fleet keeps of each device.
 type Retention struct {

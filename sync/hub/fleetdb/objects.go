@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -299,6 +300,7 @@ func (f *Fleet) Revoked() (map[string]bool, error) {
 // SaveDeviceEvent stores a Warning event of the hub's about a device (a
 // known one; others are skipped), shown by podhub describe device.
 func (f *Fleet) SaveDeviceEvent(device, reason, message string, at time.Time) error {
+	defer f.changes.Publish(device, fleetwatch.Events)
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -59,6 +60,7 @@ type StatusStored struct {
 // StoreStatus is ApplyStatus, saying also whether the batch changed
 // what the scheduler reads of the hub's pods.
 func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored, error) {
+	defer f.changes.Publish(b.Device, fleetwatch.Pods|fleetwatch.Events)
 	var none StatusStored
 	tx, err := f.db.Begin()
 	if err != nil {
@@ -271,6 +273,7 @@ var ErrNotPublished = errors.New("the hub never published this generation")
 // device now observes an older generation than it did (its state was
 // reset, or an old document replayed to it): the hub should resync it.
 func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err error) {
+	defer f.changes.Publish(a.Device, fleetwatch.Node)
 	results, _ := json.Marshal(a.Pods)
 	tx, err := f.db.Begin()
 	if err != nil {
@@ -304,6 +307,7 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 // retained presence messages (or the devices' reconnections, with a
 // broker that kept none) tell again which are online.
 func (f *Fleet) ForgetPresence() error {
+	defer f.changes.Publish("", fleetwatch.Node)
 	_, err := f.db.Exec(`UPDATE devices SET online = 0`)
 	return err
 }
@@ -311,6 +315,7 @@ func (f *Fleet) ForgetPresence() error {
 // SavePresence records a known device going on or off line. duplicate
 // says its ID was just found shared by two instances.
 func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) (duplicate bool, err error) {
+	defer f.changes.Publish(device, fleetwatch.Node)
 	tx, err := f.db.Begin()
 	if err != nil {
 		return false, err
@@ -333,6 +338,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 // lets a kubelet set only some labels of its Node); dropped names the
 // others. duplicate says its ID was just found shared by two instances.
 func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []string, duplicate bool, err error) {
+	defer f.changes.Publish(h.Device, fleetwatch.Node)
 	var net []byte // NULL: the device counts nothing (validated by DecodeHeartbeat)
 	if h.Net != nil {
 		net, _ = json.Marshal(h.Net)
@@ -436,6 +442,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 // SaveRejection records a refused message as a Warning event of a known
 // device (seq 0: outside its outbox sequence).
 func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
+	defer f.changes.Publish(device, fleetwatch.Events)
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -354,6 +355,7 @@ func (f *Fleet) AllOrders() ([]Order, error) {
 // replayed); changed says whether it differs from the stored one. A
 // report that ends an order is also kept as the device's event.
 func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed bool, err error) {
+	defer f.changes.Publish(s.Device, fleetwatch.Node)
 	// NextOrderID ignores a claim this high: stored, it would make every
 	// report on the orders made next look older, and be dropped.
 	if s.Order < 1 {
