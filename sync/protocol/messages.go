@@ -95,6 +95,8 @@ type Heartbeat struct {
 	// (from a random start, so that a receipt from an earlier run never
 	// matches); the hub echoes it in its receipt (StatusAck.Beat).
 	Beat uint64 `json:"beat,omitempty"`
+	// Metrics is the summary of the device's metrics, when it keeps them.
+	Metrics *MetricsSnapshot `json:"metrics,omitempty"`
 }
 
 // DeviceLabelPrefix is the one label namespace a device may set on
@@ -206,6 +208,11 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 	}
 	if h.Net != nil {
 		if err := h.Net.Validate(); err != nil {
+			return nil, fmt.Errorf("heartbeat: %w", err)
+		}
+	}
+	if h.Metrics != nil {
+		if err := h.Metrics.Validate(); err != nil {
 			return nil, fmt.Errorf("heartbeat: %w", err)
 		}
 	}

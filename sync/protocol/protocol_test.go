@@ -279,3 +279,24 @@ func TestKeysRoundTrip(t *testing.T) {
 		t.Fatal("junk read as a private key")
 	}
 }
+
+func TestHeartbeatMetricsSnapshotBounded(t *testing.T) {
+	good := &Heartbeat{Device: "d1", Metrics: &MetricsSnapshot{RunningPods: 3, RunningContainers: 4, PodsCPUSeconds: 1.5,
+		Pressure: &PressureSnapshot{CPU: 2, Memory: 0.5}}}
+	h, err := DecodeHeartbeat(Encode(good))
+	if err != nil || h.Metrics == nil || h.Metrics.RunningPods != 3 || h.Metrics.Pressure.CPU != 2 {
+		t.Fatalf("decoding a heartbeat with a snapshot: %+v, %v; want it kept", h, err)
+	}
+	for name, m := range map[string]MetricsSnapshot{
+		"runningPods":   {RunningPods: -1},
+		"outboxDepth":   {OutboxDepth: -5},
+		"pressure.io":   {Pressure: &PressureSnapshot{IO: 101}},
+		"podsCPU":       {PodsCPUSeconds: -1},
+		"runningContai": {RunningContainers: 1 << 21},
+	} {
+		bad := &Heartbeat{Device: "d1", Metrics: &m}
+		if _, err := DecodeHeartbeat(Encode(bad)); err == nil {
+			t.Errorf("%s: a snapshot out of range was accepted", name)
+		}
+	}
+}

@@ -56,6 +56,9 @@ var layers = []layer{
 	// SQLite's schema migrations, shared by the device's and the hub's
 	// databases.
 	{"sqldb", []string{"sqldb"}},
+	// The Prometheus text exposition and its instruments, for both
+	// binaries' /metrics.
+	{"metrics", []string{"metrics"}},
 	// What a device's kernel must offer (podvisor check-kernel).
 	{"kernel", []string{"kernel"}},
 	// Operating-system updates through RAUC or SWUpdate: drivers of
@@ -69,22 +72,23 @@ var layers = []layer{
 
 // allowed lists, for each layer, the other layers it may import.
 var allowed = map[string][]string{
-	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "firmware"},
+	"cmd":        {"config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "metrics", "kernel", "firmware"},
 	"config":     {"core", "vocabulary"},
-	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb"},
-	"hub":        {"wire", "vocabulary", "sqldb"},
+	"uplink":     {"wire", "shell", "core", "vocabulary", "sqldb", "metrics"},
+	"hub":        {"wire", "vocabulary", "sqldb", "metrics"},
 	"wire":       {},
-	"shell":      {"config", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb"},
+	"shell":      {"config", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "metrics"},
 	"runtime":    {"cgroups", "vocabulary"},
 	"probes":     {"vocabulary"},
 	"cgroups":    {"vocabulary"},
 	"core":       {"vocabulary"},
 	"vocabulary": {},
 	"sqldb":      {},
+	"metrics":    {},
 	"kernel":     {},
 	"firmware":   {"wire"}, // agent: release manifests and orders
 	"packaging":  {},
-	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "kernel", "packaging", "firmware"},
+	"test":       {"cmd", "config", "uplink", "hub", "wire", "shell", "runtime", "probes", "cgroups", "core", "vocabulary", "sqldb", "metrics", "kernel", "packaging", "firmware"},
 }
 
 // layerOf is the layer of a package path relative to the module: the one
