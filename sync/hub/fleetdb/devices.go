@@ -42,6 +42,9 @@ type Device struct {
 	Node               *v1.NodeStatus `json:"node,omitempty"`
 	// Net is the pods' network traffic from the newest heartbeat.
 	Net *protocol.NetSummary `json:"net,omitempty"`
+	// Metrics is the newest heartbeat's metrics snapshot, nil when the
+	// device keeps none.
+	Metrics *protocol.MetricsSnapshot `json:"metrics,omitempty"`
 	// FencedAt is when the operator fenced the device (podhub fence
 	// device); nil when it is not fenced.
 	FencedAt *time.Time `json:"fencedAt,omitempty"`
@@ -62,7 +65,7 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 
 // devices lists one device (id) or all ("").
 func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
-	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net,
+	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net, d.metrics,
 		d.instance, d.prev_instance, d.duplicate_until, d.fenced_at,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
@@ -76,10 +79,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	var out []Device
 	for rows.Next() {
 		var d Device
-		var labels, own, node, net, update []byte
+		var labels, own, node, net, metrics, update []byte
 		var lastSeen, dupUntil, fencedAt int64
 		var instance, prev string
-		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &instance, &prev, &dupUntil, &fencedAt,
+		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &metrics, &instance, &prev, &dupUntil, &fencedAt,
 			&d.Pods, &d.Generation, &d.ObservedGeneration, &update); err != nil {
 			return nil, err
 		}
@@ -96,6 +99,10 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		if len(net) > 0 {
 			d.Net = &protocol.NetSummary{}
 			json.Unmarshal(net, d.Net)
+		}
+		if len(metrics) > 0 {
+			d.Metrics = &protocol.MetricsSnapshot{}
+			json.Unmarshal(metrics, d.Metrics)
 		}
 		if len(update) > 0 {
 			d.Update = &protocol.UpdateState{}

@@ -64,6 +64,8 @@ var fleetMigrations = []string{fleetSchema1,
 	// Distribution of ConfigMaps and Secrets (objects.go): each device's
 	// pinned sealing key, its object index, and its revocation.
 	deviceObjectsTables,
+	// The newest heartbeat's metrics snapshot (protocol.MetricsSnapshot).
+	`ALTER TABLE devices ADD COLUMN metrics BLOB;`,
 }
 
 var fleetSchema1 = `

@@ -32,7 +32,7 @@ var (
 		error = excluded.error, results = excluded.results`
 	qOnline        = `UPDATE devices SET online = ? WHERE id = ?`
 	qNode          = `SELECT node FROM devices WHERE id = ?`
-	qSaveNode      = `UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ? WHERE id = ?`
+	qSaveNode      = `UPDATE devices SET version = ?, node = ?, device_labels = ?, net = ?, metrics = ? WHERE id = ?`
 	qInstance      = `SELECT instance, prev_instance, instance_since, duplicate_until FROM devices WHERE id = ?`
 	qFirstInstance = `UPDATE devices SET instance = ?, instance_since = ? WHERE id = ?`
 	qDesired       = `SELECT generation, pods, document FROM desired WHERE device = ?`

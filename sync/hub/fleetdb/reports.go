@@ -343,6 +343,10 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 	if h.Net != nil {
 		net, _ = json.Marshal(h.Net)
 	}
+	var metrics []byte // NULL: the device keeps no metrics
+	if h.Metrics != nil {
+		metrics, _ = json.Marshal(h.Metrics)
+	}
 	own := map[string]string{}
 	for k, v := range h.Labels {
 		if !strings.HasPrefix(k, protocol.DeviceLabelPrefix) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
@@ -371,7 +375,7 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 	stampConditions(&h.Node, prevNode, at)
 	node, _ := json.Marshal(h.Node)
 	if _, err := f.stmts.Exec(tx, qSaveNode,
-		h.Version, node, labels, net, h.Device); err != nil {
+		h.Version, node, labels, net, metrics, h.Device); err != nil {
 		return dropped, false, err
 	}
 	return dropped, duplicate, tx.Commit()
