@@ -25,19 +25,22 @@ type refusal struct {
 	code  int           // 401 or 429
 	why   string        // for the log; the client is told only "Unauthorized"
 	retry time.Duration // 429: when to try again
+	// bad: credentials were presented and refused (logged, within
+	// bounds), not merely missing (a browser's first visit).
+	bad bool
 }
 
 // authenticate finds who made the request: a user's client certificate,
 // else a bearer token, else a session cookie.
 func (s *Server) authenticate(r *http.Request) (string, *refusal) {
-	why := "no credentials"
+	why, bad := "no credentials", false
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		cert := r.TLS.PeerCertificates[0]
 		user, err := s.certUser(cert)
 		if err == nil {
 			return user, nil
 		}
-		why = err.Error()
+		why, bad = err.Error(), true
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		return s.bearer(r, h)
@@ -48,7 +51,7 @@ func (s *Server) authenticate(r *http.Request) (string, *refusal) {
 		}
 		why = "session expired or logged out"
 	}
-	return "", &refusal{code: http.StatusUnauthorized, why: why}
+	return "", &refusal{code: http.StatusUnauthorized, why: why, bad: bad}
 }
 
 // certUser is the user a verified client certificate logs in as: only a
@@ -76,7 +79,7 @@ func (s *Server) certUser(cert *x509.Certificate) (string, error) {
 func (s *Server) bearer(r *http.Request, h string) (string, *refusal) {
 	scheme, token, _ := strings.Cut(h, " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", &refusal{code: http.StatusUnauthorized, why: "Authorization: only Bearer is accepted"}
+		return "", &refusal{code: http.StatusUnauthorized, why: "Authorization: only Bearer is accepted", bad: true}
 	}
 	user, _, ref := s.checkToken(remoteIP(r), strings.TrimSpace(token))
 	return user, ref
@@ -86,21 +89,21 @@ func (s *Server) bearer(r *http.Request, h string) (string, *refusal) {
 func (s *Server) checkToken(addr, token string) (string, [sha256.Size]byte, *refusal) {
 	now := s.now()
 	if ok, wait := s.failures.allowed(addr, now); !ok {
-		return "", [sha256.Size]byte{}, &refusal{code: http.StatusTooManyRequests, why: "too many failed logins from " + addr, retry: wait}
+		return "", [sha256.Size]byte{}, &refusal{code: http.StatusTooManyRequests, why: "too many failed logins from " + addr, retry: wait, bad: true}
 	}
 	if len(token) == 0 || len(token) > maxTokenBytes {
 		s.failures.failed(addr, now)
-		return "", [sha256.Size]byte{}, &refusal{code: http.StatusUnauthorized, why: "a bearer token of " + strconv.Itoa(len(token)) + " bytes"}
+		return "", [sha256.Size]byte{}, &refusal{code: http.StatusUnauthorized, why: "a bearer token of " + strconv.Itoa(len(token)) + " bytes", bad: true}
 	}
 	sum := sha256.Sum256([]byte(token))
 	user, ok, err := s.tokens.lookup(sum)
 	if err != nil {
 		s.log.Error("reading the token file: refusing every token", "err", err)
-		return "", sum, &refusal{code: http.StatusUnauthorized, why: err.Error()}
+		return "", sum, &refusal{code: http.StatusUnauthorized, why: err.Error(), bad: true}
 	}
 	if !ok {
 		s.failures.failed(addr, now)
-		return "", sum, &refusal{code: http.StatusUnauthorized, why: "unknown bearer token"}
+		return "", sum, &refusal{code: http.StatusUnauthorized, why: "unknown bearer token", bad: true}
 	}
 	return user, sum, nil
 }
@@ -122,7 +125,7 @@ func (s *Server) session(id string) (string, bool) {
 // login page; the APIs (the dashboard's included) get a Kubernetes
 // Status, 401 Unauthorized or 429.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, ref *refusal) {
-	s.log.Debug("refused", "path", r.URL.Path, "remote", r.RemoteAddr, "why", ref.why)
+	s.noteRefusal(r, ref)
 	if ref.code == http.StatusTooManyRequests {
 		tooMany(w, r, "too many failed logins; try again later", ref.retry)
 		return
@@ -132,6 +135,23 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, ref *refusal) {
 		return
 	}
 	writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+}
+
+// noteRefusal logs a refusal: missing credentials at debug, refused ones
+// as a warning, the first few of every 10 seconds one by one and the rest
+// counted in one line.
+func (s *Server) noteRefusal(r *http.Request, ref *refusal) {
+	if !ref.bad {
+		s.log.Debug("HTTPS request without a login", "path", r.URL.Path, "remote", r.RemoteAddr, "why", ref.why)
+		return
+	}
+	logIt, suppressed := s.refusals.Note()
+	if suppressed > 0 {
+		s.log.Warn("HTTPS logins refused and not logged one by one", "count", suppressed)
+	}
+	if logIt {
+		s.log.Warn("HTTPS login refused", "path", r.URL.Path, "remote", r.RemoteAddr, "code", ref.code, "why", ref.why)
+	}
 }
 
 // tooMany answers 429 with Retry-After, as the API server does.

@@ -23,6 +23,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/podvisor/podvisor/sync/throttle"
 )
 
 // Config is the listener's.
@@ -89,6 +91,7 @@ type Server struct {
 	revoked  *revocations
 	sessions *sessions
 	failures *failures
+	refusals *throttle.Counter
 	requests slots
 	long     slots
 }
@@ -119,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		revoked:  &revocations{dir: cfg.PKIDir, ca: cfg.CA},
 		sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions),
 		failures: newFailures(cfg.LoginBurst, cfg.LoginRefill, maxAddresses),
+		refusals: throttle.New(5, 10*time.Second, cfg.Now),
 		requests: newSlots(cfg.MaxRequests), long: newSlots(cfg.MaxLongRunning)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

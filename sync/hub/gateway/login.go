@@ -72,7 +72,7 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostForm.Get("next"))
 	user, sum, ref := s.checkToken(remoteIP(r), strings.TrimSpace(r.PostForm.Get("token")))
 	if ref != nil {
-		s.log.Info("dashboard login refused", "remote", r.RemoteAddr, "why", ref.why)
+		s.noteRefusal(r, ref)
 		if ref.code == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", "60")
 			s.loginForm(w, http.StatusTooManyRequests, "Too many failed logins from your address; wait a minute.", next)
