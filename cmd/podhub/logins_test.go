@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,5 +138,42 @@ func TestUserAddRevoke(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "--data-dir", dir, "user", "add", "alice", "--kubeconfig", kc+"3"); code != 0 {
 		t.Errorf("a new certificate after revocation: %s", errOut)
+	}
+}
+
+func TestServeHTTPSettingsChecked(t *testing.T) {
+	for yamlText, want := range map[string]string{
+		"http:\n  listen: \"8443\"\n":                          "http.listen",
+		"http:\n  listen: \":8443\"\n  certFile: /x.crt\n":     "give both or neither",
+		"http:\n  listen: \":8443\"\n  names: [\"a b\"]\n":     "http.names",
+		"http:\n  listen: \":8443\"\n  bogus: 1\n":             "bogus",
+		"mqttListen: \"127.0.0.1:0\"\nhttp:\n  listen: 8443\n": "listen",
+	} {
+		dir := initHub(t)
+		if err := os.WriteFile(filepath.Join(dir, "podhub.yaml"), []byte(yamlText), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := runCLI(t, "--data-dir", dir, "serve"); code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("%q: %d %q, want an error naming %q", yamlText, code, errOut, want)
+		}
+	}
+	dir := initHub(t)
+	if _, errOut, code := runCLI(t, "--data-dir", dir, "serve", "--http-listen", "nope"); code != 1 || !strings.Contains(errOut, "http.listen \"nope\"") {
+		t.Errorf("--http-listen nope: %d %q", code, errOut)
+	}
+}
+
+// A listener that cannot open stops serve with its error, nothing left
+// running.
+func TestServeFailsOnABusyHTTPSAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := initHub(t)
+	_, errOut, code := runCLI(t, "--data-dir", dir, "serve", "--mqtt-listen", "127.0.0.1:0", "--http-listen", busy.Addr().String())
+	if code != 1 || !strings.Contains(errOut, "HTTPS listener") || !strings.Contains(errOut, "address already in use") {
+		t.Errorf("serve on a busy address: %d %q", code, errOut)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/podvisor/podvisor/sync/throttle"
 )
 
@@ -57,6 +59,7 @@ type Config struct {
 	Now func() time.Time
 
 	// Bounds; zero is the default.
+	MaxConnections int           // connections open, idle ones included (1024); more wait to be accepted
 	MaxRequests    int           // requests under way (256)
 	MaxLongRunning int           // watches, event streams, followed logs under way (64)
 	LoginBurst     int           // failed logins an address may make at once (10)
@@ -67,6 +70,7 @@ type Config struct {
 
 // Defaults of Config's bounds.
 const (
+	DefaultMaxConnections = 1024
 	DefaultMaxRequests    = 256
 	DefaultMaxLongRunning = 64
 	DefaultLoginBurst     = 10
@@ -107,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 			*v = d
 		}
 	}
+	def(&cfg.MaxConnections, DefaultMaxConnections)
 	def(&cfg.MaxRequests, DefaultMaxRequests)
 	def(&cfg.MaxLongRunning, DefaultMaxLongRunning)
 	def(&cfg.LoginBurst, DefaultLoginBurst)
@@ -144,7 +149,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTPS listener: %w", err)
 	}
-	s.l = l
+	// Each connection costs a TLS handshake and buffers: past the bound,
+	// new ones wait in the kernel's backlog until one closes (idle ones
+	// close after 2 minutes, silent ones after 10 s).
+	s.l = netutil.LimitListener(l, cfg.MaxConnections)
 	s.srv = &http.Server{Handler: s, TLSConfig: tlsCfg, ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		// Handshake failures of scanners are noise, not warnings.
