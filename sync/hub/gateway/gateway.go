@@ -82,6 +82,9 @@ const (
 	readHeaderTimeout     = 10 * time.Second
 	idleTimeout           = 2 * time.Minute
 	maxAddresses          = 4096 // remote addresses whose failed logins are counted
+	// tooManyMessage is the API server's words past its in-flight bound
+	// (its Retry-After is 1 too).
+	tooManyMessage = "Too many requests, please try again later."
 )
 
 // Server is a running listener.
@@ -212,7 +215,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.requests.take() {
-		tooMany(w, r, "too many requests under way", time.Second)
+		tooMany(w, r, tooManyMessage, time.Second)
 		return
 	}
 	defer s.requests.give()
@@ -236,7 +239,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(WithUser(r.Context(), user))
 	if longRunning(r) {
 		if !s.long.take() {
-			tooMany(w, r, "too many watches and streams under way", 5*time.Second)
+			tooMany(w, r, tooManyMessage, time.Second)
 			return
 		}
 		defer s.long.give()
