@@ -88,10 +88,31 @@ func TestPodhubHTTPSListener(t *testing.T) {
 		t.Errorf("/api with a device's certificate: %d %q", code, body)
 	}
 
+	// The kubeconfig files work for kubectl (when the machine has one):
+	// the CA, the token, a user's certificate; a revoked user is refused.
+	userKC := filepath.Join(t.TempDir(), "alice.kubeconfig")
+	if out, code := h.cli("user", "add", "alice", "--kubeconfig", userKC, "--server", base); code != 0 {
+		t.Fatalf("podhub user add: %s", out)
+	}
 	if kubectl, err := exec.LookPath("kubectl"); err == nil {
-		out, err := exec.Command(kubectl, "--kubeconfig", kc, "get", "--raw", "/healthz").CombinedOutput()
-		if err != nil || string(out) != "ok" {
-			t.Errorf("kubectl get --raw /healthz through the written kubeconfig: %v %s", err, out)
+		raw := func(kubeconfig, path string) string {
+			out, _ := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", path).CombinedOutput()
+			return string(out)
+		}
+		if out := raw(kc, "/healthz"); out != "ok" {
+			t.Errorf("kubectl get --raw /healthz through the token's kubeconfig: %s", out)
+		}
+		for _, f := range []string{kc, userKC} {
+			// In: the API's answer, or NotFound while no API is mounted.
+			if out := raw(f, "/version"); strings.Contains(out, "Unauthorized") || strings.Contains(out, "certificate") {
+				t.Errorf("kubectl --kubeconfig %s get --raw /version: %s", filepath.Base(f), out)
+			}
+		}
+		if out, code := h.cli("user", "revoke", "alice"); code != 0 {
+			t.Fatalf("podhub user revoke: %s", out)
+		}
+		if out := raw(userKC, "/version"); !strings.Contains(out, "Unauthorized") {
+			t.Errorf("kubectl as the revoked user: %q, want Unauthorized", out)
 		}
 	}
 
