@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -420,4 +421,76 @@ func TestServerCertificateNames(t *testing.T) {
 	if _, err := tls.Dial("tcp", r.srv.Addr().String(), &tls.Config{ServerName: "localhost"}); err == nil {
 		t.Error("a client without podhub's CA trusted the server")
 	}
+}
+
+// Requests under way are bounded; the health endpoints answer past the
+// bound; each request is logged at debug with its user.
+func TestRequestsBoundedAndLogged(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	})
+	var logs syncBuffer
+	r := newRig(t, func(c *Config) {
+		c.Kube, c.MaxRequests = slow, 1
+		c.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	c := r.client(nil)
+	tok := r.token("ci")
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", r.url+"/api/v1/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := c.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request did not reach its handler within 10s")
+	}
+	code, body, resp := r.do(c, "GET", "/api/v1/pods", tok, nil, nil)
+	if code != 429 || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("a second request over the bound of 1: %d Retry-After %q", code, resp.Header.Get("Retry-After"))
+	}
+	wantStatus(t, body, 429, "TooManyRequests")
+	if code, _, _ := r.do(c, "GET", "/readyz", "", nil, nil); code != 200 {
+		t.Errorf("/readyz at the bound: %d, want 200", code)
+	}
+	close(release)
+	select {
+	case code := <-done:
+		if code != 200 {
+			t.Errorf("the first request: %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request did not end within 10s of its release")
+	}
+	if !strings.Contains(logs.String(), `msg="http request" method=GET path=/api/v1/nodes user=ci code=200`) {
+		t.Errorf("no debug line for the request with its user:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a log sink the server's goroutines write concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
