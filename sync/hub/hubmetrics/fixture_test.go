@@ -31,13 +31,13 @@ const testTimeout = 90 * time.Second
 // fleet is a real fleet database in a temp dir, written through the
 // hub's own write paths.
 type fleet struct {
-	t   *testing.T
+	t   testing.TB
 	db  *fleetdb.Fleet
 	wl  *workloaddb.Store
 	now time.Time
 }
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t testing.TB) *fleet {
 	t.Helper()
 	db, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
 	if err != nil {
@@ -87,7 +87,7 @@ func (f *fleet) metrics(c *Counters) *Metrics {
 }
 
 // scrape parses an exposition with Prometheus' own parser.
-func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
+func scrape(t testing.TB, m *Metrics) map[string]*dto.MetricFamily {
 	t.Helper()
 	body, err := m.Exposition(context.Background())
 	if err != nil {
@@ -96,7 +96,7 @@ func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
 	return parse(t, body)
 }
 
-func parse(t *testing.T, body []byte) map[string]*dto.MetricFamily {
+func parse(t testing.TB, body []byte) map[string]*dto.MetricFamily {
 	t.Helper()
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))

@@ -150,7 +150,7 @@ type update struct {
 func (m *Metrics) read() (state, error) {
 	s := state{now: m.cfg.Now()}
 	var err error
-	if s.devices, err = m.cfg.Fleet.Devices(s.now, m.cfg.Timeout); err != nil {
+	if s.devices, err = m.cfg.Fleet.DeviceStates(s.now, m.cfg.Timeout); err != nil {
 		return s, fmt.Errorf("reading the devices: %w", err)
 	}
 	if s.phases, err = m.cfg.Fleet.PodPhases(); err != nil {
