@@ -26,11 +26,11 @@ var (
 		metrics.Gauge, []string{"phase"}}
 	famPendingAck = &Family{"podhub_desired_pending_ack", "Devices whose observed generation is below their desired document's generation.",
 		metrics.Gauge, nil}
-	famStatusItems = &Family{"podhub_status_items_total", "Status items (pod statuses and events) stored from devices since the hub started.",
+	famStatusItems = &Family{"podhub_status_items_total", "Status items (pod statuses and events) devices sent that the hub stored, since it started.",
 		metrics.Counter, nil}
-	famHeartbeats = &Family{"podhub_heartbeats_total", "Heartbeats stored from devices since the hub started.",
+	famHeartbeats = &Family{"podhub_heartbeats_total", "Heartbeats devices sent that the hub stored, since it started.",
 		metrics.Counter, nil}
-	famRefused = &Family{"podhub_refused_messages_total", "Messages from devices refused since the hub started, by the kind of their topic.",
+	famRefused = &Family{"podhub_refused_messages_total", "Messages devices sent that the hub refused, since it started, by the kind of their topic.",
 		metrics.Counter, []string{"kind"}}
 	famWorkloadReplicas = &Family{"podhub_workload_replicas", "Replicas of each Deployment, DaemonSet and StatefulSet by state, as its controller last stored its status: desired, updated, ready, available.",
 		metrics.Gauge, []string{"kind", "namespace", "name", "state"}}
@@ -85,7 +85,8 @@ func device(name, help string, typ metrics.Type, values func(*protocol.MetricsSn
 }
 
 // snapshotFamilies are the snapshot's fields as series with a device
-// label; the device's own series they sum up are named in their help.
+// label, for Ready devices; the device's own series they sum up are
+// named in their help.
 var snapshotFamilies = []snapshotFamily{
 	device("podhub_device_start_time_seconds", "When the device's daemon started, in Unix seconds on the device's clock: its counters count from then.",
 		metrics.Gauge, one(func(s *protocol.MetricsSnapshot) float64 { return float64(s.Since) })),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,13 +68,18 @@ func (f *fleet) online(id string, ago time.Duration, version string, snap *proto
 // offline adds a device the hub knows and has no presence of.
 func (f *fleet) offline(id string) { f.t.Helper(); f.must(f.db.AddDevice(id)) }
 
-// report stores a device's mirror pods with these phases (by name).
-func (f *fleet) report(device string, phases map[string]v1.PodPhase) {
+// report stores a device's mirror pods with these phases (by name);
+// those named in scheduled are hub pods the scheduler placed there (as
+// their annotation says).
+func (f *fleet) report(device string, phases map[string]v1.PodPhase, scheduled ...string) {
 	f.t.Helper()
 	b := &protocol.StatusBatch{Device: device, Epoch: "e1"}
 	for name, phase := range phases {
-		b.Items = append(b.Items, protocol.StatusItem{Seq: int64(len(b.Items) + 1), Key: "default/" + name,
-			Pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Status: v1.PodStatus{Phase: phase}}})
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Status: v1.PodStatus{Phase: phase}}
+		if slices.Contains(scheduled, name) {
+			pod.Annotations = map[string]string{fleetdb.AnnotationScheduled: "true"}
+		}
+		b.Items = append(b.Items, protocol.StatusItem{Seq: int64(len(b.Items) + 1), Key: "default/" + name, Pod: pod})
 	}
 	r, err := f.db.StoreStatus(b, f.now)
 	f.must(err)

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/podvisor/podvisor/metrics"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
@@ -153,7 +155,7 @@ func (m *Metrics) read() (state, error) {
 	if s.devices, err = m.cfg.Fleet.DeviceStates(s.now, m.cfg.Timeout); err != nil {
 		return s, fmt.Errorf("reading the devices: %w", err)
 	}
-	if s.phases, err = m.cfg.Fleet.PodPhases(); err != nil {
+	if s.phases, err = m.podPhases(); err != nil {
 		return s, fmt.Errorf("reading the pods' phases: %w", err)
 	}
 	if m.cfg.Workloads != nil {
@@ -174,6 +176,33 @@ func (m *Metrics) read() (state, error) {
 	}
 	slices.SortFunc(s.updates, func(a, b update) int { return strings.Compare(a.name, b.name) })
 	return s, nil
+}
+
+// podPhases counts the pods the Kubernetes API at the hub lists, by
+// phase: every device's mirror pods, and the hub's pods no device
+// reports yet (unbound, or bound and not in their device's report) as
+// Pending, the only phase the hub stores for a pod. A hub pod's mirror
+// is matched as the controllers match it: its device's scheduled mirror
+// of its key.
+func (m *Metrics) podPhases() (map[string]int, error) {
+	phases, err := m.cfg.Fleet.MirrorPhases()
+	if err != nil || m.cfg.Workloads == nil {
+		return phases, err
+	}
+	hub, err := m.cfg.Workloads.HubPodPlacements()
+	if err != nil {
+		return nil, err
+	}
+	reported := make(map[[2]string]bool, len(hub))
+	if err := m.cfg.Fleet.ScheduledMirrorKeys(func(device, key string) { reported[[2]string{device, key}] = true }); err != nil {
+		return nil, err
+	}
+	for _, p := range hub {
+		if p.Device == "" || !reported[[2]string{p.Device, p.Key.String()}] {
+			phases[string(v1.PodPending)]++
+		}
+	}
+	return phases, nil
 }
 
 // Device states, as podhub_devices' state label says them.
@@ -295,8 +324,12 @@ func specReplicas(r *int32) int32 {
 	return *r
 }
 
-// writeDevices writes the per-device families, devices in ID order;
-// a device without a snapshot has no snapshot series.
+// writeDevices writes the per-device families, devices in ID order.
+// Only a Ready device's snapshot is re-exported: the newest heartbeat of
+// a device gone silent or offline says what it ran then, not now, and a
+// series the hub cannot vouch for is better absent (a graph shows the
+// gap) than frozen at its last value. A device without a snapshot has
+// no snapshot series.
 func writeDevices(w *metrics.Writer, s state) {
 	start(w, famDeviceInfo)
 	for _, d := range s.devices {
@@ -315,7 +348,7 @@ func writeDevices(w *metrics.Writer, s state) {
 	for _, f := range snapshotFamilies {
 		start(w, f.Family)
 		for _, d := range s.devices {
-			if d.Metrics == nil {
+			if d.Metrics == nil || !d.Ready {
 				continue
 			}
 			for _, v := range f.values(d.Metrics) {

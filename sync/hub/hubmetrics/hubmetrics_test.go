@@ -66,8 +66,9 @@ func fullFleet(t *testing.T) (*fleet, *Counters) {
 	f.offline("c")
 	f.online("d", 5*time.Second, "v1", nil)
 	f.must(f.db.SetFenced("d", f.now))
-	f.online("e", 5*time.Minute, "v0", nil) // silent past the timeout
-	f.report("a", map[string]v1.PodPhase{"web": v1.PodRunning, "crash": v1.PodRunning, "job": v1.PodSucceeded})
+	// Silent past the timeout: its snapshot is not re-exported.
+	f.online("e", 5*time.Minute, "v0", &protocol.MetricsSnapshot{RunningPods: 9})
+	f.report("a", map[string]v1.PodPhase{"web": v1.PodRunning, "crash": v1.PodRunning, "job": v1.PodSucceeded}, "web")
 	f.report("b", map[string]v1.PodPhase{"wait": v1.PodPending, "odd": "Exploded"})
 	f.hubPod("web", "a")    // reported by a: counted once, as its mirror
 	f.hubPod("queued", "")  // unbound: Pending
@@ -122,8 +123,9 @@ func TestKnownFleet(t *testing.T) {
 	assertSeries(t, fams, "podhub_device_last_seen_timestamp_seconds", map[string]float64{
 		"device=a": 1800000000, "device=b": 1800000000, "device=d": 1799999995, "device=e": 1799999700})
 
-	// The snapshots: one series per field and device; b's omitted
-	// fields and its missing pressure give none.
+	// The snapshots: one series per field and Ready device; b's omitted
+	// fields and its missing pressure give none, and e's, not Ready,
+	// none at all.
 	assertSeries(t, fams, "podhub_device_start_time_seconds", map[string]float64{"device=a": 1799990000, "device=b": 1799990001})
 	assertSeries(t, fams, "podhub_device_running_pods", map[string]float64{"device=a": 3, "device=b": 1})
 	assertSeries(t, fams, "podhub_device_running_containers", map[string]float64{"device=a": 4, "device=b": 0})
