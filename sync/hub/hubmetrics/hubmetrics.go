@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -333,7 +334,7 @@ func specReplicas(r *int32) int32 {
 func writeDevices(w *metrics.Writer, s state) {
 	start(w, famDeviceInfo)
 	for _, d := range s.devices {
-		sample(w, famDeviceInfo, 1, d.ID, d.Version)
+		sample(w, famDeviceInfo, 1, d.ID, bounded(d.Version))
 	}
 	start(w, famDeviceReady)
 	for _, d := range s.devices {
@@ -360,6 +361,24 @@ func writeDevices(w *metrics.Writer, s state) {
 			}
 		}
 	}
+}
+
+// maxReportedLabel bounds a label value a device reports (its version):
+// a heartbeat is bounded only as a whole, and a device must not make
+// every scrape carry kilobytes of its choosing.
+const maxReportedLabel = 128
+
+// bounded cuts s to maxReportedLabel bytes at a character's boundary,
+// marking the cut.
+func bounded(s string) string {
+	if len(s) <= maxReportedLabel {
+		return s
+	}
+	cut := maxReportedLabel
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func boolFloat(b bool) float64 {

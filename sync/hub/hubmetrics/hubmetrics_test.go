@@ -11,14 +11,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/metrics"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
+
+// The counters are what the device link is told of.
+var _ devicelink.Observer = (*Counters)(nil)
 
 func assertSeries(t *testing.T, fams map[string]*dto.MetricFamily, name string, want map[string]float64) {
 	t.Helper()
@@ -300,5 +305,24 @@ func TestRefusedKindsBounded(t *testing.T) {
 	}
 	if sum != 100 {
 		t.Fatalf("counted %d refusals of 100", sum)
+	}
+}
+
+// A device's version is cut to a bounded label, at a character's
+// boundary (Prometheus refuses a label that is not UTF-8).
+func TestReportedLabelBounded(t *testing.T) {
+	long := strings.Repeat("é", 100) // 200 bytes
+	got := bounded(long)
+	if len(got) > maxReportedLabel+len("…") || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Fatalf("bounded to %d bytes, valid UTF-8 %t: %q", len(got), utf8.ValidString(got), got)
+	}
+	if bounded("v1.2.3") != "v1.2.3" {
+		t.Fatalf("a short version changed")
+	}
+	f := newFleet(t)
+	f.online("a", time.Second, long, nil)
+	fams := scrape(t, f.metrics(nil))
+	if info := series(fams, "podhub_device_info"); info["device=a,version="+got] != 1 {
+		t.Fatalf("podhub_device_info %v", info)
 	}
 }
