@@ -70,6 +70,8 @@ type Config struct {
 	// connection, and handed the devices' object requests and sealing
 	// keys (hub.New sets it to its object link). Nil: none.
 	Objects Objects
+	// Logs takes the devices' log frames (logs.go); nil: none.
+	Logs LogFrames
 }
 
 // Objects is the object link as the device link sees it.
@@ -224,6 +226,7 @@ func (h *Link) onConnect(c mqtt.Client) {
 		protocol.KindFetch:     h.fetchHandler,
 		protocol.KindObjectGet: h.objectsHandler(func(o Objects) func(string, []byte) { return o.ObjectGet }),
 		protocol.KindSealKey:   h.objectsHandler(func(o Objects) func(string, []byte) { return o.SealKey }),
+		protocol.KindLogs:      h.logsHandler(),
 	} {
 		if handler == nil {
 			continue
