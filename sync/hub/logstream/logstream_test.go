@@ -197,7 +197,9 @@ func TestPodLogsSlowReaderCut(t *testing.T) {
 	})
 	w := &blockingWriter{writing: writing, release: release}
 	done := make(chan error, 1)
-	go func() { done <- r.s.PodLogs(context.Background(), "gw-1", "default", "web", &v1.PodLogOptions{Follow: true}, w) }()
+	go func() {
+		done <- r.s.PodLogs(context.Background(), "gw-1", "default", "web", &v1.PodLogOptions{Follow: true}, w)
+	}()
 	<-sent
 	close(release)
 	if code, msg := status(t, <-done); code != 500 || !strings.Contains(msg, "faster than it was read") {
