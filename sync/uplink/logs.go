@@ -42,6 +42,16 @@ const (
 	// logPublishWait bounds how long a frame may wait for the broker's
 	// acknowledgement before the stream gives up.
 	logPublishWait = 10 * time.Second
+	// logRefusalRate bounds the refusals answered a second (bursts of as
+	// many): past it a request over a bound goes unanswered (the hub's
+	// reader times out), so a burst of requests never makes the device
+	// publish past its broker's rate limit.
+	logRefusalRate = 10
+	// logFrameGap is the least time between two frames of a stream: a
+	// log written line by line leaves in frames of what came meanwhile,
+	// at most 10 a second, so four streams stay far under a broker's
+	// message rate.
+	logFrameGap = 100 * time.Millisecond
 )
 
 // logStreams is the agent's state of its log streams; guarded by mu.
@@ -54,6 +64,8 @@ type logStreams struct {
 	// device's clock.
 	seen    map[string]time.Time
 	refused *throttle.Counter
+	// answers paces the refusals sent (logRefusalRate).
+	answers pacer
 	wg      sync.WaitGroup
 }
 
@@ -68,7 +80,8 @@ type logStream struct {
 
 func (a *Agent) initLogs() {
 	a.logs = logStreams{on: a.cfg.PodLogs != nil && a.cfg.HubKey != nil, streams: map[string]*logStream{},
-		seen: map[string]time.Time{}, refused: throttle.New(5, time.Minute, nil)}
+		seen: map[string]time.Time{}, refused: throttle.New(5, time.Minute, nil),
+		answers: pacer{rate: logRefusalRate, tokens: logRefusalRate, last: a.now()}}
 	if a.cfg.LogStreams <= 0 {
 		a.cfg.LogStreams = defaultLogStreams
 	}
@@ -137,13 +150,19 @@ func (a *Agent) onLogsRequest(c mqtt.Client, m mqtt.Message) {
 	}
 	if len(l.seen) >= maxSeenLogRequests {
 		a.refuseLogs(m.Topic(), fmt.Errorf("logs request %s: %d requests within their validity, over the limit", r.ID, len(l.seen)))
-		a.sendLogsError(c, r.ID, &protocol.LogsError{Reason: protocol.LogsTooManyRequests, Message: "too many log requests"})
+		if l.answers.allow(now, 1) {
+			a.sendLogsError(c, r.ID, &protocol.LogsError{Reason: protocol.LogsTooManyRequests, Message: "too many log requests"})
+		}
 		return
 	}
 	l.seen[r.ID] = r.Expires.Add(r.Expires.Sub(r.Sent))
 	if len(l.streams) >= a.cfg.LogStreams {
-		a.sendLogsError(c, r.ID, &protocol.LogsError{Reason: protocol.LogsTooManyRequests,
-			Message: fmt.Sprintf("too many log streams: device %s serves at most %d at once", a.cfg.DeviceID, a.cfg.LogStreams)})
+		if l.answers.allow(now, 1) {
+			a.sendLogsError(c, r.ID, &protocol.LogsError{Reason: protocol.LogsTooManyRequests,
+				Message: fmt.Sprintf("too many log streams: device %s serves at most %d at once", a.cfg.DeviceID, a.cfg.LogStreams)})
+		} else {
+			a.refuseLogs(m.Topic(), fmt.Errorf("logs request %s: over the stream bound, and over the rate of refusals answered", r.ID))
+		}
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -246,7 +265,8 @@ type frameWriter struct {
 	limit, wrote int64
 	pace         pacer
 	now          func() time.Time
-	err          error // the first failure to send: the stream is over
+	last         time.Time // when the last frame left
+	err          error     // the first failure to send: the stream is over
 }
 
 func (w *frameWriter) Write(p []byte) (int, error) {
@@ -290,7 +310,12 @@ func (w *frameWriter) send(data []byte, end bool, le *protocol.LogsError) error 
 	if w.err != nil {
 		return w.err
 	}
-	if d := w.pace.take(w.now(), len(data)); d > 0 {
+	now := w.now()
+	d := w.pace.take(now, len(data))
+	if !w.last.IsZero() {
+		d = max(d, w.last.Add(logFrameGap).Sub(now))
+	}
+	if d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-w.ctx.Done():
@@ -310,6 +335,7 @@ func (w *frameWriter) send(data []byte, end bool, le *protocol.LogsError) error 
 		return err
 	}
 	w.seq++
+	w.last = w.now()
 	tok := w.c.Publish(w.topic, 1, false, msg)
 	if !tok.WaitTimeout(logPublishWait) {
 		w.err = fmt.Errorf("logs frame %d: not taken by the broker within %s", f.Seq, logPublishWait)
@@ -319,7 +345,8 @@ func (w *frameWriter) send(data []byte, end bool, le *protocol.LogsError) error 
 	return w.err
 }
 
-// pacer is a token bucket of bytes: rate a second, at most rate saved.
+// pacer is a token bucket (of bytes, or of messages): rate a second, at
+// most rate saved.
 type pacer struct {
 	rate, tokens float64
 	last         time.Time
@@ -337,4 +364,17 @@ func (p *pacer) take(now time.Time, n int) time.Duration {
 		return 0
 	}
 	return time.Duration(-p.tokens / p.rate * float64(time.Second))
+}
+
+// allow spends n at now if there are that many, else spends nothing.
+func (p *pacer) allow(now time.Time, n float64) bool {
+	if dt := now.Sub(p.last).Seconds(); dt > 0 {
+		p.tokens = min(p.rate, p.tokens+dt*p.rate)
+	}
+	p.last = now
+	if p.tokens < n {
+		return false
+	}
+	p.tokens -= n
+	return true
 }

@@ -26,3 +26,15 @@ func TestPacer(t *testing.T) {
 		}
 	}
 }
+
+func TestPacerAllow(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	p := pacer{rate: 10, tokens: 10, last: t0}
+	n := 0
+	for p.allow(t0, 1) {
+		n++
+	}
+	if n != 10 || p.allow(t0.Add(50*time.Millisecond), 1) || !p.allow(t0.Add(100*time.Millisecond), 1) {
+		t.Fatalf("a burst of %d, then one per 100 ms: wrong", n)
+	}
+}

@@ -157,7 +157,6 @@ func TestPodhubLogsEmbeddedBroker(t *testing.T) {
 	h := newPodhub(t)
 	evilDir, _ := h.enrol(t, "gw-evil")
 	_, cfg := h.enrol(t, "gw-logs")
-	obs := newObserver(t, h)
 	d := newDaemon(t)
 	d.withConfig(cfg + hostCommandsAsRoot)
 	d.start()
@@ -165,7 +164,8 @@ func TestPodhubLogsEmbeddedBroker(t *testing.T) {
 		out, _ := h.cli("get", "devices")
 		return deviceStatus(out, "gw-logs") == "Ready"
 	})
-	floodLogs(t, h, d, obs, evilDir)
+	floodLogs(t, h, d, evilDir)
+	chattyLogs(t, h, d)
 
 	// A device that does not answer (stopped, still Ready at the hub).
 	d.cmd.Process.Signal(syscall.SIGSTOP)
@@ -179,7 +179,7 @@ func TestPodhubLogsEmbeddedBroker(t *testing.T) {
 }
 
 // floodLogs runs the talker and throws requests at gw-logs.
-func floodLogs(t *testing.T, h *podhubServer, d *daemon, obs *observer, evilDir string) {
+func floodLogs(t *testing.T, h *podhubServer, d *daemon, evilDir string) {
 	manifest := filepath.Join(t.TempDir(), "talker.yaml")
 	os.WriteFile(manifest, []byte(talkerPod("talker", filepath.Join(t.TempDir(), "say"))), 0o644)
 	if out, code := h.cli("apply", "-f", manifest, "--device", "gw-logs"); code != 0 {
@@ -295,6 +295,52 @@ func floodLogs(t *testing.T, h *podhubServer, d *daemon, obs *observer, evilDir 
 	})
 	h.cli("delete", "pod", "talker", "--device", "gw-logs")
 	d.waitGone("talker", 30*time.Second)
+}
+
+// chattyLogs follows a pod that writes as fast as a shell can: the
+// device sends at most 10 frames a second and 64 KiB/s, and stays
+// connected (its broker disconnects a client past 100 messages a second).
+func chattyLogs(t *testing.T, h *podhubServer, d *daemon) {
+	manifest := filepath.Join(t.TempDir(), "chatty.yaml")
+	os.WriteFile(manifest, []byte(processPod("chatty", "Always", 1, `while :; do seq 1 200; sleep 0.005; done`)), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--device", "gw-logs"); code != 0 {
+		t.Fatalf("apply: %s", out)
+	}
+	d.waitPod("chatty", 20*time.Second, running)
+	c, _, err := dial(t, "mqtts://"+h.addr, h.hubCredentials().tls(t), "podhub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	frames, bytes := map[string]int{}, map[string]int{}
+	c.Subscribe(protocol.Topics{}.Device("gw-logs", protocol.KindLogs), 1, func(_ mqtt.Client, m mqtt.Message) {
+		if fr, data, err := protocol.DecodeLogsFrame(m.Payload()); err == nil {
+			mu.Lock()
+			frames[fr.Request]++
+			bytes[fr.Request] += len(data)
+			mu.Unlock()
+		}
+	}).Wait()
+	f := h.followLogs(t, "chatty", "--device", "gw-logs", "-f", "--tail", "0")
+	const window = 3 * time.Second
+	time.Sleep(window) // the stream runs for this long, then is measured
+	mu.Lock()
+	for id, n := range frames {
+		t.Logf("chatty stream %s: %d frames, %d bytes in %s", id, n, bytes[id], window)
+		if n > int(window/(100*time.Millisecond))+2 || bytes[id] > 64<<10*(int(window/time.Second)+2) {
+			t.Errorf("stream %s: %d frames and %d bytes in %s: over 10 frames or 64 KiB a second", id, n, bytes[id], window)
+		}
+	}
+	if len(frames) != 1 {
+		t.Errorf("%d streams seen, want the one followed", len(frames))
+	}
+	mu.Unlock()
+	if f.exited() || strings.Contains(d.log.String(), "hub connection lost") {
+		t.Fatalf("the follower ended or the device lost its connection: %q", f.text())
+	}
+	f.stop()
+	h.cli("delete", "pod", "chatty", "--device", "gw-logs")
+	d.waitGone("chatty", 30*time.Second)
 }
 
 // podhub logs through Debian's Mosquitto with the packaged ACL.
