@@ -132,3 +132,41 @@ func TestLogsFrames(t *testing.T) {
 		t.Error("an oversized frame decoded")
 	}
 }
+
+// The logs decoders never panic; what they accept re-encodes.
+func FuzzDecodeLogsFrame(f *testing.F) {
+	ok, _ := EncodeLogsFrame(LogsFrame{Request: "0123456789abcdef", Seq: 2}, []byte("line\n"))
+	refusal, _ := EncodeLogsFrame(LogsFrame{Request: "0123456789abcdef", End: true, Error: "pods \"x\" not found", Reason: LogsNotFound}, nil)
+	f.Add(ok)
+	f.Add(refusal)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, text, err := DecodeLogsFrame(data)
+		if err != nil {
+			return
+		}
+		again, err := EncodeLogsFrame(*fr, text)
+		if err != nil {
+			t.Fatalf("an accepted frame does not encode: %v", err)
+		}
+		if _, _, err := DecodeLogsFrame(again); err != nil {
+			t.Fatalf("a re-encoded frame does not decode: %v", err)
+		}
+	})
+}
+
+func FuzzOpenLogsRequest(f *testing.F) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	msg, _ := SignLogsRequest(openReq(t0), priv)
+	f.Add(msg)
+	f.Add([]byte(`{"schema":1,"doc":{"schema":1},"signature":"AAAA"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := OpenLogsRequest(data, "gw-1", pub, t0)
+		if err != nil {
+			return
+		}
+		if r.Device != "gw-1" || r.validate() != nil {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
+}
