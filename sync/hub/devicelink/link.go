@@ -73,6 +73,8 @@ type Config struct {
 	// Observe is told what the link stores and refuses (hubmetrics'
 	// counters); nil: nobody.
 	Observe Observer
+	// Logs takes the devices' log frames (logs.go); nil: none.
+	Logs LogFrames
 }
 
 // Objects is the object link as the device link sees it.
@@ -227,6 +229,7 @@ func (h *Link) onConnect(c mqtt.Client) {
 		protocol.KindFetch:     h.fetchHandler,
 		protocol.KindObjectGet: h.objectsHandler(func(o Objects) func(string, []byte) { return o.ObjectGet }),
 		protocol.KindSealKey:   h.objectsHandler(func(o Objects) func(string, []byte) { return o.SealKey }),
+		protocol.KindLogs:      h.logsHandler(),
 	} {
 		if handler == nil {
 			continue
