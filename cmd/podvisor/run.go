@@ -37,6 +37,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	hubURL := fs.String("hub", "", "hub broker, mqtt://HOST:PORT or mqtts://HOST:PORT (config hub.url)")
 	deviceID := fs.String("device-id", "", "this device's ID at the hub (config hub.deviceId; default the node name)")
 	hubKey := fs.String("hub-key", "", "the hub's public key, hub.pub from podhub init (config hub.key)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on HOST:PORT or unix:PATH (config metrics.listen; off by default)")
 	if pos, err := parseInterspersed(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -59,7 +60,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}
 	// Flags given on the command line win over the file.
 	for flagValue, setting := range map[*string]*string{manifests: &conf.Manifests, dataDir: &conf.DataDir, socket: &conf.Socket,
-		hubURL: &conf.Hub.URL, deviceID: &conf.Hub.DeviceID, hubKey: &conf.Hub.Key} {
+		hubURL: &conf.Hub.URL, deviceID: &conf.Hub.DeviceID, hubKey: &conf.Hub.Key, metricsListen: &conf.Metrics.Listen} {
 		if *flagValue != "" {
 			*setting = *flagValue
 		}
