@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/supervisor/logind"
 	"github.com/podvisor/podvisor/supervisor/sdnotify"
 )
@@ -178,11 +180,16 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 		return err
 	}
 	relay := &orderRelay{}
-	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, log)
+	node := devmetrics.ProcNode{MemoryCgroup: cgroups.V1MemoryMount(), FsPath: conf.DataDir}
+	summary := devmetrics.NewCollector(d.Metrics(), devmetrics.Options{Node: node})
+	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, summary.Summary, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
+	if err := serveMetrics(apiCtx, conf.Metrics, d.Metrics(), node, hub, log); err != nil {
+		return err
+	}
 	// A self-update ends the daemon's loop as a plain exit does, pods
 	// left running, and the command then executes the launcher.
 	runCtx, endRun := context.WithCancel(ctx)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
@@ -87,6 +88,9 @@ type Config struct {
 	// changed too (after this call), so the containers waiting for them
 	// go on. Same goroutine as OnObjectsChanged; nil: nobody is told.
 	OnObjectsOverdue func([]objects.Ref)
+	// MetricsSummary is the device's metrics in brief, sent with every
+	// heartbeat with the outbox's state added (metrics.go); nil: none.
+	MetricsSummary func() devmetrics.Summary
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -124,6 +128,9 @@ type Agent struct {
 	keyID       string        // names the hub for the generation floor
 	refused     *throttle.Counter
 	refusedAcks *throttle.Counter
+
+	// outboxAge tells how long the outbox has held unreceipted items.
+	outboxAge outboxAge
 
 	mu     sync.Mutex
 	client mqtt.Client // of the current connection (a new one each time)
@@ -525,6 +532,7 @@ func (a *Agent) Publish(items []store.Item) error {
 	if err := a.store.Add(items); err != nil {
 		return err
 	}
+	a.outboxAge.added(a.now())
 	a.kick()
 	return nil
 }

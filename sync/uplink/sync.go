@@ -42,6 +42,7 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 		if err := a.store.Ack(v.forget); err != nil {
 			a.log.Error("forgetting acknowledged statuses", "err", err)
 		}
+		a.outboxState() // the oldest item may have gone
 	}
 	if v.refused == nil {
 		a.kick()
@@ -250,7 +251,7 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 			continue
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance,
-			Net: a.netSummary()}
+			Net: a.netSummary(), Metrics: a.metricsSnapshot()}
 		// Numbered and timed last, on the lease clock (not the agent's
 		// settable one): the lease renews from this instant.
 		hb.Beat = a.lease.beat(lease.Now())
