@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -97,12 +98,14 @@ func ReadToken(path string) ([]byte, error) {
 		return nil, fmt.Errorf("metrics.bearerTokenFile: %w", err)
 	}
 	defer f.Close()
-	buf := make([]byte, maxTokenBytes+1)
-	n, _ := f.Read(buf)
-	if n > maxTokenBytes {
+	buf, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("metrics.bearerTokenFile: %w", err)
+	}
+	if len(buf) > maxTokenBytes {
 		return nil, fmt.Errorf("metrics.bearerTokenFile %s: longer than %d bytes", path, maxTokenBytes)
 	}
-	tok := []byte(strings.TrimSpace(string(buf[:n])))
+	tok := []byte(strings.TrimSpace(string(buf)))
 	if len(tok) == 0 {
 		return nil, fmt.Errorf("metrics.bearerTokenFile %s is empty", path)
 	}
