@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvisor/podvisor/metrics"
@@ -32,6 +33,9 @@ type Handler struct {
 	Token     []byte
 	Log       *slog.Logger
 	slots     chan struct{}
+	// lastSize is the last exposition's size, to size the next one's
+	// buffer.
+	lastSize atomic.Int64
 }
 
 // NewHandler returns a handler with its scrape bound.
@@ -71,7 +75,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mw metrics.Writer
+	mw.Grow(int(h.lastSize.Load()) * 9 / 8) // the last size and some: one buffer, not a doubling series
 	write(&mw)
+	h.lastSize.Store(int64(len(mw.Bytes())))
 	if err := mw.Err(); err != nil {
 		// A bug of ours, not the scraper's: say so, serve nothing half-made.
 		h.Log.Error("metrics exposition", "err", err)
