@@ -125,7 +125,9 @@ func TestCollectorExposition(t *testing.T) {
 	r.ProbeRan(vocab.InstanceID("uid-gone", "app", 1), vocab.Liveness, true, time.Millisecond) // never published: not counted
 
 	c := NewCollector(r, Options{Version: "v9.9.9", Node: fakeNode{},
-		Uplink: func() UplinkState { return UplinkState{Connected: true, OutboxItems: 4, OutboxOldest: 90 * time.Second} }})
+		Uplink: func() UplinkState {
+			return UplinkState{Connected: true, OutboxItems: 4, OutboxOldest: 90 * time.Second}
+		}})
 	fams := parse(t, write(t, c.All))
 	for _, tc := range []struct {
 		name   string
