@@ -30,6 +30,7 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	}
 	a.mu.Lock()
 	v := a.win.receipt(ack.Seq, ack.Resend, a.now())
+	caughtUp := a.win.acked >= a.win.assigned // everything sent is stored
 	a.mu.Unlock()
 	if v.refused != nil {
 		a.refuseReceipt(m.Topic(), v.refused)
@@ -42,7 +43,9 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 		if err := a.store.Ack(v.forget); err != nil {
 			a.log.Error("forgetting acknowledged statuses", "err", err)
 		}
-		a.outboxState() // the oldest item may have gone
+		if caughtUp {
+			a.outboxState() // the outbox may be empty: its age starts again (one query per burst, not per receipt)
+		}
 	}
 	if v.refused == nil {
 		a.kick()
