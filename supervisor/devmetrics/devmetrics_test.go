@@ -302,3 +302,31 @@ func TestProcNode(t *testing.T) {
 		t.Errorf("a bad pressure file: %v", err)
 	}
 }
+
+// Scrapes, probe workers and the loop use a recorder at once (go test
+// -race checks it).
+func TestRecorderConcurrentUse(t *testing.T) {
+	r := NewRecorder(time.Now())
+	c := NewCollector(r, Options{Node: fakeNode{}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			r.Observe([]*v1.Pod{pod("a", v1.PodRunning, int32(i), true)}, nil, fakeStats{}, time.Now())
+			r.Evicted("memory.available")
+		}
+	}()
+	go func() {
+		for i := range 200 {
+			r.ProbeRan(vocab.InstanceID("uid-a", "app", 1), vocab.Liveness, i%2 == 0, time.Millisecond)
+		}
+	}()
+	for range 50 {
+		parse(t, write(t, c.All))
+		c.Summary()
+	}
+	<-done
+	if s := c.Summary(); s.Evictions != 200 || s.ContainerRestarts != 199 {
+		t.Errorf("summary %+v: want 200 evictions, 199 restarts", s)
+	}
+}
