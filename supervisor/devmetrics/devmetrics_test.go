@@ -2,7 +2,9 @@ package devmetrics
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -328,5 +330,53 @@ func TestRecorderConcurrentUse(t *testing.T) {
 	<-done
 	if s := c.Summary(); s.Evictions != 200 || s.ContainerRestarts != 199 {
 		t.Errorf("summary %+v: want 200 evictions, 199 restarts", s)
+	}
+}
+
+// A unix socket listener replaces a stale socket, is 0660, serves until
+// its context ends and leaves no socket behind.
+func TestListenUnixAndServe(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "metrics.sock")
+	stale, err := Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close() // a daemon killed: its socket file stays
+	ln, err := Listen("unix", sock)
+	if err != nil {
+		t.Fatalf("a stale socket is not replaced: %v", err)
+	}
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode %v %v, want 0660", st.Mode(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, ln, NewHandler(NewCollector(NewRecorder(time.Now()), Options{}), nil, nil)) }()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	resp, err := client.Get("http://metrics/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return within 5s of its context ending")
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket outlives the listener: %v", err)
+	}
+	// A regular file in the socket's place is not removed.
+	os.WriteFile(sock, []byte("x"), 0o600)
+	if _, err := Listen("unix", sock); err == nil {
+		t.Error("a regular file was replaced by the socket")
 	}
 }
