@@ -352,7 +352,9 @@ func TestListenUnixAndServe(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, ln, NewHandler(NewCollector(NewRecorder(time.Now()), Options{}), nil, nil)) }()
+	go func() {
+		served <- Serve(ctx, ln, NewHandler(NewCollector(NewRecorder(time.Now()), Options{}), nil, nil))
+	}()
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
