@@ -100,23 +100,23 @@ func countPods(pods []*v1.Pod) counts {
 // kubelet writes the kubelet_ families, with the kubelet's help texts.
 func (c *Collector) kubelet(w *metrics.Writer, st *state) {
 	n := countPods(st.pods)
-	w.Family("kubelet_running_pods", "Number of pods that have a running pod sandbox", metrics.Gauge)
+	family(w, "kubelet_running_pods")
 	w.Sample(float64(n.runningPods))
-	w.Family("kubelet_running_containers", "Number of containers currently running", metrics.Gauge)
+	family(w, "kubelet_running_containers")
 	w.Sample(float64(n.waitingC), "container_state", "created")
 	w.Sample(float64(n.exited), "container_state", "exited")
 	w.Sample(float64(n.runningContainers), "container_state", "running")
-	w.Family("kubelet_pod_start_duration_seconds", "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run", metrics.Histogram)
+	family(w, "kubelet_pod_start_duration_seconds")
 	w.HistogramSample(c.rec.podStart.Value())
-	w.Family("kubelet_evictions", "Cumulative number of pod evictions by eviction signal", metrics.Counter)
+	family(w, "kubelet_evictions")
 	c.rec.evictions.Write(w)
-	w.Family("kubelet_preemptions", "Cumulative number of pod preemptions by preemption resource", metrics.Counter)
+	family(w, "kubelet_preemptions")
 	c.rec.preemptions.Write(w)
-	w.Family("kubelet_started_pods_total", "Cumulative number of pods started", metrics.Counter)
+	family(w, "kubelet_started_pods_total")
 	w.Sample(float64(c.rec.startedPods.Load()))
-	w.Family("kubelet_started_containers_total", "Cumulative number of containers started", metrics.Counter)
+	family(w, "kubelet_started_containers_total")
 	c.rec.startedContainers.Write(w)
-	w.Family("kubelet_started_containers_errors_total", "Cumulative number of errors when starting containers", metrics.Counter)
+	family(w, "kubelet_started_containers_errors_total")
 	c.rec.startedContainerErrors.Write(w)
 }
 
@@ -172,41 +172,41 @@ func (c *Collector) resource(w *metrics.Writer, st *state) {
 		node, nodeErr = c.opts.Node.Usage()
 	}
 	u := readUsage(st)
-	w.Family("node_cpu_usage_seconds_total", "Cumulative cpu time consumed by the node in core-seconds", metrics.Counter)
+	family(w, "node_cpu_usage_seconds_total")
 	if node.CPUSeconds > 0 {
 		w.Sample(node.CPUSeconds)
 	}
-	w.Family("node_memory_working_set_bytes", "Current working set of the node in bytes", metrics.Gauge)
+	family(w, "node_memory_working_set_bytes")
 	if node.MemoryWorkingSet > 0 {
 		w.Sample(float64(node.MemoryWorkingSet))
 	}
-	w.Family("container_start_time_seconds", "Start time of the container since unix epoch in seconds", metrics.Gauge)
+	family(w, "container_start_time_seconds")
 	eachContainer(u, func(p *podUsage, cu containerUsage) {
 		if !cu.t.StartedAt.IsZero() {
 			w.Sample(float64(cu.t.StartedAt.UnixNano())/1e9, "container", cu.t.Name, "pod", p.t.Name, "namespace", p.t.Namespace)
 		}
 	})
-	w.Family("container_cpu_usage_seconds_total", "Cumulative cpu time consumed by the container in core-seconds", metrics.Counter)
+	family(w, "container_cpu_usage_seconds_total")
 	eachContainer(u, func(p *podUsage, cu containerUsage) {
 		w.Sample(float64(cu.cpu)/1e9, "container", cu.t.Name, "pod", p.t.Name, "namespace", p.t.Namespace)
 	})
-	w.Family("container_memory_working_set_bytes", "Current working set of the container in bytes", metrics.Gauge)
+	family(w, "container_memory_working_set_bytes")
 	eachContainer(u, func(p *podUsage, cu containerUsage) {
 		w.Sample(float64(cu.mem), "container", cu.t.Name, "pod", p.t.Name, "namespace", p.t.Namespace)
 	})
-	w.Family("pod_cpu_usage_seconds_total", "Cumulative cpu time consumed by the pod in core-seconds", metrics.Counter)
+	family(w, "pod_cpu_usage_seconds_total")
 	for _, p := range u.pods {
 		if p.read {
 			w.Sample(float64(p.cpu)/1e9, "pod", p.t.Name, "namespace", p.t.Namespace)
 		}
 	}
-	w.Family("pod_memory_working_set_bytes", "Current working set of the pod in bytes", metrics.Gauge)
+	family(w, "pod_memory_working_set_bytes")
 	for _, p := range u.pods {
 		if p.read {
 			w.Sample(float64(p.mem), "pod", p.t.Name, "namespace", p.t.Namespace)
 		}
 	}
-	w.Family("resource_scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", metrics.Gauge)
+	family(w, "resource_scrape_error")
 	if nodeErr != nil {
 		w.Sample(1)
 	} else {
@@ -241,7 +241,7 @@ func (c *Collector) probes(w *metrics.Writer) {
 		return cmp.Or(cmp.Compare(a.c.namespace, b.c.namespace), cmp.Compare(a.c.pod, b.c.pod),
 			cmp.Compare(a.k.container, b.k.container), cmp.Compare(a.k.kind, b.k.kind), cmp.Compare(a.k.uid, b.k.uid))
 	})
-	w.Family("prober_probe_total", "Cumulative number of a liveness, readiness or startup probe for a container by result.", metrics.Counter)
+	family(w, "prober_probe_total")
 	for _, r := range rows {
 		for _, res := range []struct {
 			name string
@@ -253,7 +253,7 @@ func (c *Collector) probes(w *metrics.Writer) {
 			}
 		}
 	}
-	w.Family("prober_probe_duration_seconds", "Duration in seconds for a probe response.", metrics.Histogram)
+	family(w, "prober_probe_duration_seconds")
 	for _, r := range rows {
 		if r.c.durationInitialized {
 			w.HistogramSample(r.c.duration, "probe_type", r.k.kind, "container", r.k.container, "pod", r.c.pod, "namespace", r.c.namespace)
@@ -263,7 +263,7 @@ func (c *Collector) probes(w *metrics.Writer) {
 
 // podvisor writes podvisor's own families.
 func (c *Collector) podvisor(w *metrics.Writer, st *state) {
-	w.Family("podvisor_container_restarts_total", "Restarts of each container of the pods on the device: its status' restartCount.", metrics.Counter)
+	family(w, "podvisor_container_restarts_total")
 	for _, p := range st.pods {
 		if p.UID == "" {
 			continue
@@ -274,11 +274,11 @@ func (c *Collector) podvisor(w *metrics.Writer, st *state) {
 	}
 	if c.opts.Node != nil {
 		if psi, err := c.opts.Node.Pressure(); err == nil && len(psi) > 0 {
-			w.Family("podvisor_pressure_avg10_ratio", "The share of the last 10 seconds in which some tasks stalled on the resource (PSI some avg10, 0 to 1).", metrics.Gauge)
+			family(w, "podvisor_pressure_avg10_ratio")
 			for _, p := range psi {
 				w.Sample(p.SomeAvg10/100, "resource", p.Resource)
 			}
-			w.Family("podvisor_pressure_stalled_seconds_total", "Time in seconds some (kind=some) or all (kind=full) non-idle tasks stalled on the resource (PSI total).", metrics.Counter)
+			family(w, "podvisor_pressure_stalled_seconds_total")
 			for _, p := range psi {
 				w.Sample(p.SomeTotal.Seconds(), "resource", p.Resource, "kind", "some")
 				if p.HasFull {
@@ -289,14 +289,14 @@ func (c *Collector) podvisor(w *metrics.Writer, st *state) {
 	}
 	if c.opts.Uplink != nil {
 		u := c.opts.Uplink()
-		w.Family("podvisor_hub_connected", "1 while the device is connected to its hub's broker, else 0.", metrics.Gauge)
+		family(w, "podvisor_hub_connected")
 		w.Sample(boolValue(u.Connected))
-		w.Family("podvisor_outbox_items", "Status items and events waiting for the hub's receipt.", metrics.Gauge)
+		family(w, "podvisor_outbox_items")
 		w.Sample(float64(u.OutboxItems))
-		w.Family("podvisor_outbox_oldest_unacked_seconds", "How long the oldest item in the outbox has waited for the hub's receipt (0: empty).", metrics.Gauge)
+		family(w, "podvisor_outbox_oldest_unacked_seconds")
 		w.Sample(u.OutboxOldest.Seconds())
 	}
-	w.Family("podvisor_build_info", "podvisor's version and the Go version it was built with; always 1.", metrics.Gauge)
+	family(w, "podvisor_build_info")
 	w.Sample(1, "version", c.opts.Version, "goversion", runtime.Version())
 }
 

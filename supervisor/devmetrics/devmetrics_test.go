@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,7 @@ func TestCollectorExposition(t *testing.T) {
 			t.Errorf("%s%v = %v (found %v), want %v", tc.name, tc.labels, got, ok, tc.want)
 		}
 	}
+	checkFamilies(t, fams)
 	if _, ok := sample(fams, "prober_probe_total", "pod_uid", "uid-gone"); ok {
 		t.Error("a probe of a pod never published is counted")
 	}
@@ -381,4 +383,39 @@ func TestListenUnixAndServe(t *testing.T) {
 	if _, err := Listen("unix", sock); err == nil {
 		t.Error("a regular file was replaced by the socket")
 	}
+}
+
+// checkFamilies checks an exposition where every family has samples
+// against the Families table: the same families, types, help and label
+// names, nothing else.
+func checkFamilies(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	if len(fams) != len(Families) {
+		t.Errorf("%d families written, %d in the table", len(fams), len(Families))
+	}
+	for _, f := range Families {
+		got := fams[f.Name]
+		if got == nil {
+			t.Errorf("%s: in the table, not written", f.Name)
+			continue
+		}
+		if strings.ToLower(got.GetType().String()) != string(f.Type) || got.GetHelp() != f.Help {
+			t.Errorf("%s: written as %s %q, the table says %s %q", f.Name, got.GetType(), got.GetHelp(), f.Type, f.Help)
+		}
+		for _, m := range got.Metric {
+			var names []string
+			for _, l := range m.Label {
+				names = append(names, l.GetName())
+			}
+			if !slices.Equal(sorted(names), sorted(f.Labels)) {
+				t.Errorf("%s: a sample labelled %v, the table says %v", f.Name, names, f.Labels)
+			}
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
