@@ -43,7 +43,7 @@ func (d *Daemon) observeMetrics(now time.Time) {
 
 // containerStarting counts a start attempt of the action's container.
 func (d *Daemon) containerStarting(in *lifecycle.Instance, a lifecycle.Action) {
-	d.metrics.ContainerStarting(devmetrics.ContainerTypeOf(in.Pod, a.Container))
+	d.metrics.ContainerStarting(in.UID(), devmetrics.ContainerTypeOf(in.Pod, a.Container))
 }
 
 // startFailed counts a failed start by the kubelet's code for it.

@@ -121,7 +121,8 @@ func TestCollectorExposition(t *testing.T) {
 	r.Observe([]*v1.Pod{pod("a", v1.PodRunning, 0, true), pod("b", v1.PodRunning, 3, true)}, targets, stats, t0.Add(3*time.Second))
 	r.Evicted("memory.available")
 	r.Preempted("cpu")
-	r.ContainerStarting(ContainerType)
+	r.ContainerStarting("uid-a", ContainerType)
+	r.ContainerStarting("uid-a", ContainerType) // a restart: no new pod
 	r.ContainerStartFailed(ContainerType, "ErrImagePull")
 	r.ProbeRan(vocab.InstanceID("uid-a", "app", 1), vocab.Readiness, true, 3*time.Millisecond)
 	r.ProbeRan(vocab.InstanceID("uid-a", "app", 1), vocab.Readiness, false, time.Second)
@@ -143,7 +144,7 @@ func TestCollectorExposition(t *testing.T) {
 		{"kubelet_evictions", []string{"eviction_signal", "memory.available"}, 1},
 		{"kubelet_preemptions", []string{"preemption_signal", "cpu"}, 1},
 		{"kubelet_started_pods_total", nil, 1},
-		{"kubelet_started_containers_total", []string{"container_type", "container"}, 1},
+		{"kubelet_started_containers_total", []string{"container_type", "container"}, 2},
 		{"kubelet_started_containers_errors_total", []string{"container_type", "container", "code", "ErrImagePull"}, 1},
 		{"prober_probe_total", []string{"probe_type", "Readiness", "result", "successful", "pod", "a", "pod_uid", "uid-a"}, 1},
 		{"prober_probe_total", []string{"probe_type", "Readiness", "result", "failed", "container", "app"}, 1},

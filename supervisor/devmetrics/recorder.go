@@ -60,8 +60,8 @@ type state struct {
 }
 
 // Recorder holds the counters the loop's events feed and what it last
-// published. Its event methods are safe from any goroutine; Observe is
-// the loop's.
+// published. Its event methods are safe from any goroutine but Observe
+// and ContainerStarting, which are the loop's.
 type Recorder struct {
 	since time.Time
 
@@ -77,6 +77,9 @@ type Recorder struct {
 	state atomic.Pointer[state]
 	// tracks: per pod instance, loop-owned (Observe).
 	tracks map[types.UID]*podTrack
+	// sandboxes are the pod instances counted started (or adopted
+	// running), loop-owned (ContainerStarting, Observe).
+	sandboxes map[types.UID]bool
 }
 
 // podTrack is what Observe remembers of a pod between calls.
@@ -98,6 +101,7 @@ func NewRecorder(since time.Time) *Recorder {
 		podStart:               metrics.NewHist(metrics.PodStartBuckets),
 		probes:                 probeSeries{series: map[probeKey]*probeCounts{}},
 		tracks:                 map[types.UID]*podTrack{},
+		sandboxes:              map[types.UID]bool{},
 	}
 	r.state.Store(&state{})
 	return r
@@ -115,10 +119,18 @@ func (r *Recorder) Evicted(signal string) { r.evictions.Inc(signal) }
 // kubelet_preemptions does.
 func (r *Recorder) Preempted(resource string) { r.preemptions.Inc(resource) }
 
-// ContainerStarting counts a container start attempt
-// (kubelet_started_containers_total); typ is ContainerType or
-// InitContainerType.
-func (r *Recorder) ContainerStarting(typ string) { r.startedContainers.Inc(typ) }
+// ContainerStarting counts a container start attempt of a pod instance
+// (kubelet_started_containers_total; typ is ContainerType or
+// InitContainerType), and the instance's first as a pod started
+// (kubelet_started_pods_total: the kubelet counts sandboxes made). The
+// loop's, as Observe.
+func (r *Recorder) ContainerStarting(pod types.UID, typ string) {
+	r.startedContainers.Inc(typ)
+	if !r.sandboxes[pod] {
+		r.sandboxes[pod] = true
+		r.startedPods.Add(1)
+	}
+}
 
 // ContainerStartFailed counts a start that failed, by the kubelet's
 // reason (CreateContainerError, ErrImagePull, RunContainerError, …).
@@ -166,8 +178,8 @@ func (r *Recorder) Observe(pods []*v1.Pod, targets []PodTarget, stats StatsReade
 		t := r.tracks[p.UID]
 		if t == nil {
 			t = &podTrack{firstSeen: now, started: p.Status.Phase != v1.PodPending, restarts: map[string]int32{}}
-			if !t.started {
-				r.startedPods.Add(1)
+			if t.started {
+				r.sandboxes[p.UID] = true // adopted: started by an earlier daemon
 			}
 			r.tracks[p.UID] = t
 			for _, cs := range allStatuses(p) {
@@ -188,6 +200,11 @@ func (r *Recorder) Observe(pods []*v1.Pod, targets []PodTarget, stats StatsReade
 	for uid := range r.tracks {
 		if _, ok := names[uid]; !ok {
 			delete(r.tracks, uid)
+		}
+	}
+	for uid := range r.sandboxes {
+		if _, ok := names[uid]; !ok {
+			delete(r.sandboxes, uid)
 		}
 	}
 	r.probes.keep(names)
