@@ -19,6 +19,7 @@ import (
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/nodeprotect"
 	"github.com/podvisor/podvisor/supervisor/pressure"
+	"github.com/podvisor/podvisor/supervisor/runtime"
 )
 
 // scrape writes the daemon's /metrics and parses it with Prometheus' own
@@ -161,4 +162,44 @@ func TestMetricsCountEviction(t *testing.T) {
 	if s := devmetrics.NewCollector(d.Metrics(), devmetrics.Options{}).Summary(); s.Evictions != 1 {
 		t.Errorf("summary evictions %d, want 1", s.Evictions)
 	}
+}
+
+// A container its runtime cannot create counts as a start and a start
+// error with the kubelet's code, CreateContainerError.
+func TestMetricsCountStartErrors(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := shellDaemon(t, ctx, newFakeRuntime())
+	d.runtimes.Registry = runtime.NewRegistry("gone")
+	d.runtimes.Unavailable("gone", "runtime gone is not installed here")
+	desireWebPod(t, d, `  - {name: app, image: host}`)
+	runUntil(t, d, "the start error is counted", func() bool {
+		_, ok := sampleOf(scrape(t, d), "kubelet_started_containers_errors_total", "code", "CreateContainerError", "container_type", "container")
+		return ok
+	})
+	fams := scrape(t, d)
+	if got := value(t, fams, "kubelet_started_containers_total", "container_type", "container"); got < 1 {
+		t.Errorf("started containers %v, want the attempt counted", got)
+	}
+	if got := value(t, fams, "kubelet_running_pods"); got != 0 {
+		t.Errorf("running pods %v, want 0", got)
+	}
+}
+
+// sampleOf is value without failing: whether the sample is there.
+func sampleOf(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+next:
+	for _, m := range fams[name].GetMetric() {
+		for i := 0; i < len(labels); i += 2 {
+			found := false
+			for _, l := range m.Label {
+				found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m.GetCounter().GetValue(), true
+	}
+	return 0, false
 }
