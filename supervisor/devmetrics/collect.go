@@ -121,10 +121,7 @@ func (c *Collector) kubelet(w *metrics.Writer, st *state) {
 }
 
 // usage is one scrape's reading of the pods' cgroups.
-type usage struct {
-	pods []podUsage
-	ok   bool // every cgroup read
-}
+type usage struct{ pods []podUsage }
 
 type podUsage struct {
 	t          *PodTarget
@@ -138,14 +135,16 @@ type containerUsage struct {
 	cpu, mem uint64
 }
 
-// readUsage reads every target's cgroup; a cgroup that cannot be read
+// readUsage reads every target's cgroup (the containers' too when
+// containers is set); a cgroup that cannot be read
 // (its container just ended) is left out, and makes the scrape's
 // resource_scrape_error 1 only when nothing could be read at all.
-func readUsage(st *state) usage {
-	u := usage{ok: true}
-	if st.stats == nil {
+func readUsage(st *state, containers bool) usage {
+	var u usage
+	if st.stats == nil || len(st.targets) == 0 {
 		return u
 	}
+	u.pods = make([]podUsage, 0, len(st.targets))
 	for i := range st.targets {
 		t := &st.targets[i]
 		pu := podUsage{t: t}
@@ -153,6 +152,9 @@ func readUsage(st *state) usage {
 			pu.cpu, pu.mem, pu.read = s.CPUUsageNanos, s.MemoryWorkingSet, true
 		}
 		for j := range t.Containers {
+			if !containers {
+				break // the heartbeat's summary: pods only
+			}
 			ct := &t.Containers[j]
 			if s, err := st.stats.Stats(ct.Cgroup); err == nil {
 				pu.containers = append(pu.containers, containerUsage{t: ct, cpu: s.CPUUsageNanos, mem: s.MemoryWorkingSet})
@@ -171,7 +173,7 @@ func (c *Collector) resource(w *metrics.Writer, st *state) {
 	if c.opts.Node != nil {
 		node, nodeErr = c.opts.Node.Usage()
 	}
-	u := readUsage(st)
+	u := readUsage(st, true)
 	family(w, "node_cpu_usage_seconds_total")
 	if node.CPUSeconds > 0 {
 		w.Sample(node.CPUSeconds)

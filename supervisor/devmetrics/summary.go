@@ -36,7 +36,7 @@ func (c *Collector) Summary() Summary {
 	r.probes.mu.Lock()
 	s.ProbeFailures = r.probes.failures
 	r.probes.mu.Unlock()
-	for _, p := range readUsage(st).pods {
+	for _, p := range readUsage(st, false).pods {
 		if p.read {
 			s.PodsCPUSeconds += float64(p.cpu) / 1e9
 			s.PodsMemoryWorkingSet += p.mem
