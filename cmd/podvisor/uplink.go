@@ -17,6 +17,7 @@ import (
 	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
@@ -33,6 +34,9 @@ import (
 // The hub's update orders go to orders; the agent returned (nil without a
 // hub) is the updater's transport.
 //
+// Every heartbeat carries summary's metrics (the hub needs them for
+// devices it cannot scrape, whether or not the metrics listener is on).
+//
 // The hub's ConfigMaps and Secrets, bounded by objs and sealed for the key
 // of hub.sealKey, go to sink: the getter hub pods read, before the daemon
 // runs, and each change.
@@ -40,12 +44,12 @@ import (
 // The hub's logs requests are served from logs, as podvisor logs reads
 // them (podLogs).
 func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, sink hubObjectSink,
-	orders func(*protocol.Order), logs api.Backend, log *slog.Logger) (*uplink.Agent, func(), error) {
+	orders func(*protocol.Order), logs api.Backend, summary func() devmetrics.Summary, log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
 		return nil, func() {}, nil
 	}
 	cfg := uplink.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
-		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders, PodLogs: podLogs{logs}}
+		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders, PodLogs: podLogs{logs}, MetricsSummary: summary}
 	if cfg.DeviceID == "" {
 		cfg.DeviceID = nodeName
 	}

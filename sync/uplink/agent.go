@@ -22,6 +22,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
@@ -96,6 +97,9 @@ type Config struct {
 	LogStreams   int
 	LogRate      int
 	LogKeepAlive time.Duration
+	// MetricsSummary is the device's metrics in brief, sent with every
+	// heartbeat with the outbox's state added (metrics.go); nil: none.
+	MetricsSummary func() devmetrics.Summary
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -133,6 +137,9 @@ type Agent struct {
 	keyID       string        // names the hub for the generation floor
 	refused     *throttle.Counter
 	refusedAcks *throttle.Counter
+
+	// outboxAge tells how long the outbox has held unreceipted items.
+	outboxAge outboxAge
 
 	mu     sync.Mutex
 	client mqtt.Client // of the current connection (a new one each time)
@@ -545,6 +552,7 @@ func (a *Agent) Publish(items []store.Item) error {
 	if err := a.store.Add(items); err != nil {
 		return err
 	}
+	a.outboxAge.added(a.now())
 	a.kick()
 	return nil
 }
