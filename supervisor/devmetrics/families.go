@@ -7,12 +7,7 @@ import "github.com/podvisor/podvisor/metrics"
 // the kubelet has it. Families is the table the exposition is written
 // from, and what dashboards and the hub's tests may check their queries
 // against (docs/metrics.md lists them).
-type Family struct {
-	Name   string
-	Help   string
-	Type   metrics.Type
-	Labels []string
-}
+type Family = metrics.Family
 
 // Families are every family of /metrics, in the order written.
 var Families = []Family{

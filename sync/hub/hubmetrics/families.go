@@ -10,12 +10,7 @@ import (
 // Family is one metric family the hub writes: the table the exposition
 // is written from, and that the Grafana dashboards' test and the docs
 // read, so a name cannot drift between them.
-type Family struct {
-	Name   string
-	Help   string
-	Type   metrics.Type
-	Labels []string // in the order the samples carry them
-}
+type Family = metrics.Family
 
 // The hub's own families: the fleet as its database holds it, and what
 // the device link counted since the hub started.
