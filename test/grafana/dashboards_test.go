@@ -166,8 +166,8 @@ func checkDashboard(t *testing.T, d *dashboard) {
 // Prometheus' would be a large dependency for one test).
 type exprChecker struct {
 	samples map[string]metrics.Family // sample name → its family
-	vars    map[string]bool   // the dashboard's variables
-	used    map[string]bool   // families named so far
+	vars    map[string]bool           // the dashboard's variables
+	used    map[string]bool           // families named so far
 }
 
 func newExprChecker(fams []metrics.Family) *exprChecker {
