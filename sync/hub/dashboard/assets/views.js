@@ -1,6 +1,8 @@
 // The dashboard's pages: each renders the JSON of its /ui/api/ answer.
 import { h, table, pill, viewHref, deviceHref } from './dom.js';
 
+const plural = (n, word) => n + ' ' + word + (n === 1 ? '' : 's');
+
 const deviceLink = id => h('a', { href: deviceHref(id), class: 'device' }, id);
 
 function labelList(labels) {
@@ -45,7 +47,7 @@ export function devicesPage(data, params, go) {
   ];
   return h('section', { id: 'devices-page' },
     h('h1', null, 'Devices'),
-    h('p', { class: 'summary' }, h('span', { id: 'devices-count' }, data.devices.length + ' devices'), ' · ',
+    h('p', { class: 'summary' }, h('span', { id: 'devices-count' }, plural(data.devices.length, 'device')), ' · ',
       h('span', { class: 'ok-text' }, ready + ' ready'), ' · ',
       h('span', { class: data.devices.length - ready ? 'bad-text' : '' }, (data.devices.length - ready) + ' not ready')),
     h('div', { class: 'filters' },
@@ -56,13 +58,15 @@ export function devicesPage(data, params, go) {
       const ds = groups.get(k);
       const title = group ? (k === null ? 'no ' + group + ' label' : group + '=' + k) : 'All devices';
       return h('div', { class: 'group', 'data-group': k === null ? '' : k },
-        h('h2', null, title, h('span', { class: 'muted' }, ' — ' + ds.length + ' devices, ' + ds.filter(d => d.ready).length + ' ready')),
+        h('h2', null, title, h('span', { class: 'muted' }, ' — ' + plural(ds.length, 'device') + ', ' + ds.filter(d => d.ready).length + ' ready')),
         table(null, columns, ds, d => ({ 'data-device': d.id })));
     }));
 }
 
-function keyValues(id, obj) {
-  const keys = Object.keys(obj || {}).sort();
+// keyValues lists obj's fields in their order, or sorted.
+function keyValues(id, obj, sorted) {
+  const keys = Object.keys(obj || {});
+  if (sorted) keys.sort();
   if (!keys.length) return h('p', { class: 'muted' }, 'none');
   return h('dl', { id, class: 'kv' }, keys.map(k => [h('dt', null, k), h('dd', null, String(obj[k]))]));
 }
@@ -82,7 +86,7 @@ const podColumns = withDevice => [
 const podRowProps = p => ({ 'data-pod': p.namespace + '/' + p.name, 'data-device': p.device });
 
 function bytes(n) {
-  if (!n) return '0';
+  if (!n) return '—';
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let i = 0;
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
@@ -136,9 +140,9 @@ export function devicePage(v) {
       percent: v.updateState.percent + ' %', reason: v.updateState.reason || '', running: v.updateState.running || '',
       previous: v.updateState.previous || '' })] : null,
     h('div', { class: 'cols' },
-      h('div', null, h('h2', null, 'Capacity'), keyValues('capacity', v.capacity)),
-      h('div', null, h('h2', null, 'Allocatable'), keyValues('allocatable', v.allocatable)),
-      h('div', null, h('h2', null, 'System'), keyValues('system', v.system))),
+      h('div', null, h('h2', null, 'Capacity'), keyValues('capacity', v.capacity, true)),
+      h('div', null, h('h2', null, 'Allocatable'), keyValues('allocatable', v.allocatable, true)),
+      h('div', null, h('h2', null, 'System'), keyValues('system', v.system, true))),
     h('h2', null, 'Events'),
     v.events.length ? table('events', [
       ['Last seen', e => e.age], ['Type', e => e.type], ['Reason', e => e.reason], ['Object', e => e.pod ? 'pod/' + e.pod : 'device/' + d.id],
@@ -173,7 +177,7 @@ export function workloadsPage(v) {
     h('h1', null, 'Workloads'),
     v.workloads.length ? table('workloads', [
       ['Kind', w => w.kind], ['Namespace', w => w.namespace], ['Name', w => h('a', {
-        href: viewHref('pods', { namespace: w.namespace, q: w.kind + '/' + w.name }) }, w.name), 'name'],
+        href: viewHref('pods', { namespace: w.namespace, q: w.name }) }, w.name), 'name'],
       ['Rollout', bar], ['State', state, 'status'],
       ['Desired', w => String(w.desired), 'num'], ['Up-to-date', w => String(w.updated), 'num'],
       ['Ready', w => String(w.ready), 'num'], ['Available', w => String(w.available), 'num'],
