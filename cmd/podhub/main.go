@@ -26,9 +26,11 @@ const usage = `podhub serves podvisor devices their pods, and shows the fleet.
 
 Usage:
   podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
-  podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]
+  podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
+  podhub [--data-dir DIR] token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME
+  podhub [--data-dir DIR] user add NAME --kubeconfig FILE [--server URL] | user revoke NAME
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
   podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
   podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass|pdb|configmap|secret NAME [-n NAMESPACE]
@@ -60,9 +62,9 @@ Usage:
 stderr, prefixed "error: ", with exit code 1.
 
 --data-dir (default /var/lib/podhub) holds the keys, the broker's CA
-(pki/), the fleet database and the API socket (podhub.sock) that the
-client commands use. It must be owned by podhub's user and writable by
-no one else.
+(pki/), the HTTPS listener's tokens (hashed), the fleet database and
+the API socket (podhub.sock) that the client commands use. It must be
+owned by podhub's user and writable by no one else.
 `
 
 func main() {
@@ -136,6 +138,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.update(args[1:], "agent")
 	case "device":
 		return c.device(args[1:])
+	case "token":
+		return c.token(args[1:])
+	case "user":
+		return c.user(args[1:])
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		if pos, err := flags(fs, args[1:]); err != nil {
@@ -183,7 +189,14 @@ func globalDataDir(args []string) (string, []string, error) {
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
 	"init":            "init [--broker-name NAME[,NAME]]",
-	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]",
+	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]",
+	"token":           "token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME",
+	"token create":    "token create NAME [--kubeconfig FILE] [--server URL]",
+	"token list":      "token list",
+	"token delete":    "token delete NAME",
+	"user":            "user add NAME --kubeconfig FILE [--server URL] | user revoke NAME",
+	"user add":        "user add NAME --kubeconfig FILE [--server URL]",
+	"user revoke":     "user revoke NAME",
 	"device":          "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
 	"device add":      "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke":   "device revoke ID",
