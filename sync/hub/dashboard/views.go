@@ -69,7 +69,8 @@ type PodRow struct {
 }
 
 // PodsView is the pods page: the pods the filters chose (at most
-// MaxPodRows), how many matched, and the values each filter offers.
+// MaxPodRows), how many matched of how many (the fleet's pods, or the
+// chosen device's), and the values each filter offers.
 type PodsView struct {
 	Pods       []PodRow `json:"pods"`
 	Matched    int      `json:"matched"`
@@ -273,8 +274,15 @@ func (d *dashboard) device(r *http.Request) (any, int, error) {
 func (d *dashboard) pods(r *http.Request) (any, int, error) {
 	q := r.URL.Query()
 	ns, phase, device, text := q.Get("namespace"), q.Get("phase"), q.Get("device"), strings.ToLower(q.Get("q"))
+	if device != "" {
+		if err := protocol.ValidDeviceID(device); err != nil {
+			return nil, http.StatusBadRequest, err
+		}
+	}
 	now := d.cfg.Now()
-	pods, err := d.allPods("", now)
+	// One device's pods are read alone; the filters' choices then are
+	// that device's, with every device still offered.
+	pods, err := d.allPods(device, now)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -296,6 +304,15 @@ func (d *dashboard) pods(r *http.Request) (any, int, error) {
 		}
 	}
 	out.Truncated = out.Matched > len(out.Pods)
+	if device != "" {
+		ids, err := d.cfg.Fleet.Select(nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, id := range ids {
+			devices[id] = true
+		}
+	}
 	out.Namespaces, out.Phases, out.Devices = sortedKeys(namespaces), sortedKeys(phases), sortedKeys(devices)
 	return out, 0, nil
 }

@@ -49,15 +49,18 @@ let data = null;
 let loading = false;
 let again = false;
 let renders = 0;
+let typing = 0;
 
 // go changes the current view's parameters; quiet (typing) replaces the
-// history entry instead of adding one.
+// history entry instead of adding one, and fetches once the typing
+// pauses.
 function go(params, quiet) {
   const href = viewHref(current.view, params);
   if (quiet) {
     history.replaceState(null, '', href);
     current = route();
-    if (current.view === 'devices') render(); else load();
+    clearTimeout(typing);
+    if (current.view === 'devices') render(); else typing = setTimeout(load, 200);
   } else {
     location.hash = href;
   }
@@ -92,19 +95,27 @@ function render() {
 }
 
 // load fetches the current view's data and renders it; a load asked for
-// while one is under way runs once more after it.
+// while one is under way runs once more after it, and after a pause as
+// long as that load took: a big fleet's busy page spends at most half
+// its time loading.
 async function load() {
   if (loading) { again = true; return; }
   loading = true;
   const rt = current;
+  const started = performance.now();
   try {
     const body = await api(apiPath(rt));
     if (rt === current) { data = body; render(); }
   } catch (e) {
     if (rt === current) replace(main, h('p', { class: 'error', id: 'error' }, 'Could not load this page: ' + e.message));
   } finally {
-    loading = false;
-    if (again) { again = false; load(); }
+    const took = performance.now() - started;
+    if (again) {
+      again = false;
+      setTimeout(() => { loading = false; load(); }, took);
+    } else {
+      loading = false;
+    }
   }
 }
 
