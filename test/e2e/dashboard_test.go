@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ import (
 // --http-listen with two real podvisor devices (zones a and b) and a
 // DaemonSet. The dashboard needs a login (a token from podhub token
 // create, through its form); its pages render; a pod's crash on a
-// device shows on the open page within 2 s, without a reload; logged
-// out, it is the login form again. The screenshots are saved and their
+// device shows on the open page within 2 s, without a reload; its token
+// deleted or logged out, it is the login form again. The screenshots are saved and their
 // paths logged.
 func TestDashboardInChromium(t *testing.T) {
 	addr := freeLoopback(t)
@@ -116,12 +117,31 @@ containers:
 	t.Logf("the crash showed on the page %s after the pod was told to exit", took.Round(time.Millisecond))
 	b.Screenshot("pods-after-crash")
 
-	// Logged out, the dashboard is the login form again.
+	// The token deleted, the open page's next fetch (on the next change)
+	// is refused and the page goes to the login form.
+	if out, code := h.cli("token", "delete", "viewer"); code != 0 {
+		t.Fatalf("podhub token delete: %s", out)
+	}
+	if out, code := h.cli("label", "device", ids[1], "touched=yes"); code != 0 {
+		t.Fatalf("label: %s", out)
+	}
+	b.WaitFor(10*time.Second, "the login form once the token is deleted", `location.pathname === '/ui/login' && document.getElementById('token')`)
+
+	// Logged in again with another token, then out: the dashboard is the
+	// login form again.
+	out, code = h.cli("token", "create", "viewer2")
+	if code != 0 {
+		t.Fatalf("podhub token create: %s", out)
+	}
+	token, _, _ = strings.Cut(out, "\n")
+	b.Run(10*time.Second, "logging in again", chromedp.SetValue(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
+	b.WaitFor(30*time.Second, "the devices page", `document.body.dataset.view === 'devices' && document.querySelectorAll('tr[data-device]').length === 2`)
 	b.Run(10*time.Second, "logging out", chromedp.Click(chromedp.ID("logout")))
 	b.WaitFor(10*time.Second, "the login form after the logout", `location.pathname === '/ui/login' && document.getElementById('token')`)
 	b.Run(10*time.Second, "opening the pods page logged out", chromedp.Navigate(base+"/ui/#/pods"))
 	b.WaitFor(10*time.Second, "the login form for the pods page", `location.pathname === '/ui/login' && document.getElementById('token')`)
-	if errs := b.Errors(); len(errs) > 0 {
+	// The fetch after the token's deletion was refused, as it should be.
+	if errs := b.Errors(regexp.MustCompile(`status of 401`)); len(errs) > 0 {
 		t.Fatalf("the pages reported errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

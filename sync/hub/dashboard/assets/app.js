@@ -131,9 +131,11 @@ function affects(c) {
   return false;
 }
 
-function live() {
+// live opens the event stream; after one that was open before (again),
+// its first open fetches too.
+function live(again) {
   const es = new EventSource('api/events');
-  let opened = false;
+  let opened = !!again;
   es.addEventListener('open', () => {
     liveBadge.textContent = 'live';
     liveBadge.className = 'live on';
@@ -144,6 +146,14 @@ function live() {
   es.addEventListener('error', () => {
     liveBadge.textContent = 'reconnecting';
     liveBadge.className = 'live off';
+    // The browser reconnects by itself after a broken stream, but gives up
+    // on an answer that is no stream (a lapsed login's 401, a 503 or 429
+    // of too many streams): a fetch then tells a lapsed login (to the
+    // login page), and a new stream is tried in a few seconds.
+    if (es.readyState === EventSource.CLOSED) {
+      load();
+      setTimeout(() => live(true), 5000);
+    }
   });
   es.addEventListener('change', ev => {
     let c;
