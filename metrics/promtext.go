@@ -155,3 +155,7 @@ func validName(s string) bool {
 func validLabel(s string) bool {
 	return validName(s) && !strings.Contains(s, ":") && s != "le"
 }
+
+// Grow makes room for n more bytes of exposition at once: a writer that
+// knows its last exposition's size saves growing the buffer by doubling.
+func (w *Writer) Grow(n int) { w.buf.Grow(n) }
