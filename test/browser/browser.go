@@ -78,6 +78,9 @@ func Start(t testing.TB, o Options) *Browser {
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.Flag("mute-audio", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Its own temporary files (org.chromium.Chromium.*) in the test's
+		// directory, gone with it.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 		chromedp.WindowSize(1360, 900),
 	}
 	if len(o.TrustCerts) > 0 {
