@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -264,6 +265,42 @@ func TestWorkloads(t *testing.T) {
 	w := v.Workloads[0]
 	if w.Kind != "Deployment" || w.Namespace != "shop" || w.Name != "web" || w.Desired != 3 || !w.Paused || w.Halted != "" || w.Age != "120m" {
 		t.Fatalf("web's row %+v", w)
+	}
+
+	// A DaemonSet whose rollout the failure threshold halted, with the
+	// status its controller stored.
+	objs, err := kinds.Decode("agent.yaml", []byte(`apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: ops}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      runtimeClassName: process
+      containers: [{name: main, image: host, command: [sleep, "1000"]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := workloaddb.New(r.fleet.SQL())
+	if err := wl.ApplyObjects(objs, now); err != nil {
+		t.Fatal(err)
+	}
+	status := appsv1.DaemonSetStatus{DesiredNumberScheduled: 4, UpdatedNumberScheduled: 2, NumberReady: 3, NumberAvailable: 3,
+		Conditions: []appsv1.DaemonSetCondition{{Type: "RolloutHalted", Status: v1.ConditionTrue, Reason: reasonRolloutHalted, Message: evil}}}
+	raw, _ := json.Marshal(status)
+	if err := wl.StorePods(workloaddb.PodWrites{Statuses: []workloaddb.StatusWrite{{Kind: workloaddb.KindDaemonSet, Namespace: "ops", Name: "agent", Raw: raw}}}, now); err != nil {
+		t.Fatal(err)
+	}
+	body := r.getJSON("/ui/api/workloads", &v)
+	noRawMarkup(t, "workloads", body)
+	if len(v.Workloads) != 2 {
+		t.Fatalf("workloads %+v", v.Workloads)
+	}
+	if w := v.Workloads[1]; w.Kind != "DaemonSet" || w.Name != "agent" || w.Desired != 4 || w.Updated != 2 || w.Ready != 3 || w.Available != 3 ||
+		w.Halted != evil || w.Paused {
+		t.Fatalf("agent's row %+v, want the halted rollout", w)
 	}
 }
 
