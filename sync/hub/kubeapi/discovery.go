@@ -45,16 +45,18 @@ var (
 	resStatefulSets    = &resource{group: "apps", version: "v1", name: "statefulsets", singular: "statefulset", kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"}, categories: []string{"all"}}
 	resPriorityClasses = &resource{group: "scheduling.k8s.io", version: "v1", name: "priorityclasses", singular: "priorityclass", kind: "PriorityClass", shortNames: []string{"pc"}}
 	resPDBs            = &resource{group: "policy", version: "v1", name: "poddisruptionbudgets", singular: "poddisruptionbudget", kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}}
+	resLeases          = &resource{group: "coordination.k8s.io", version: "v1", name: "leases", singular: "lease", kind: "Lease", namespaced: true}
 	resSSAR            = &resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews", singular: "selfsubjectaccessreview", kind: "SelfSubjectAccessReview", review: true}
 	resSSRR            = &resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews", singular: "selfsubjectrulesreview", kind: "SelfSubjectRulesReview", review: true}
 )
 
 var allResources = []*resource{resNodes, resPods, resEvents, resNamespaces, resDeployments, resDaemonSets,
-	resStatefulSets, resPriorityClasses, resPDBs, resSSAR, resSSRR}
+	resStatefulSets, resPriorityClasses, resPDBs, resLeases, resSSAR, resSSRR}
 
 // groupVersions in discovery's order ("" is the core group).
 var groupVersions = []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"},
-	{Group: "scheduling.k8s.io", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "authorization.k8s.io", Version: "v1"}}
+	{Group: "scheduling.k8s.io", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
+	{Group: "authorization.k8s.io", Version: "v1"}}
 
 func (s *Server) version() version.Info {
 	v := s.cfg.Version

@@ -42,7 +42,7 @@ func TestDiscovery(t *testing.T) {
 	for _, g := range groups.Groups {
 		names = append(names, g.PreferredVersion.GroupVersion)
 	}
-	if got := strings.Join(names, " "); got != "apps/v1 scheduling.k8s.io/v1 policy/v1 authorization.k8s.io/v1" {
+	if got := strings.Join(names, " "); got != "apps/v1 scheduling.k8s.io/v1 policy/v1 coordination.k8s.io/v1 authorization.k8s.io/v1" {
 		t.Errorf("/apis groups: %s", got)
 	}
 	var core metav1.APIResourceList
@@ -162,7 +162,7 @@ func TestSelectors(t *testing.T) {
 	}
 	var nss v1.NamespaceList
 	f.getJSON("/api/v1/namespaces", "", &nss)
-	if len(nss.Items) != 1 || nss.Items[0].Name != "default" || nss.Items[0].Status.Phase != v1.NamespaceActive {
+	if len(nss.Items) != 2 || nss.Items[0].Name != "default" || nss.Items[1].Name != "kube-node-lease" || nss.Items[0].Status.Phase != v1.NamespaceActive {
 		t.Errorf("namespaces %+v", nss.Items)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -136,7 +137,7 @@ func (r *refresher) refreshDevice(id string) {
 
 // forget drops a device the fleet no longer has.
 func (r *refresher) forget(id string) {
-	for _, res := range []*resource{resNodes, resPods, resEvents} {
+	for _, res := range []*resource{resNodes, resLeases, resPods, resEvents} {
 		r.store.replace(res, id, nil)
 	}
 	delete(r.ready, id)
@@ -149,17 +150,26 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 		r.ready = map[string]bool{}
 	}
 	r.ready[d.ID] = d.Ready
-	r.store.replace(resNodes, d.ID, []*object{nodeObject(nodeOf(d, sched, r.cfg.Version, r.cfg.Timeout))})
+	r.storeNode(d, sched)
 	mirrors, err := r.cfg.Fleet.MirrorPods(d.ID, r.cfg.Now(), r.cfg.Timeout)
 	if err != nil {
 		return
 	}
 	pods := withHubPods(mirrors, hub)
+	hostIP := ""
+	if d.Node != nil {
+		for _, a := range d.Node.Addresses {
+			if a.Type == v1.NodeInternalIP && hostIP == "" {
+				hostIP = a.Address
+			}
+		}
+	}
 	objs := make([]*object, 0, len(pods))
 	names := map[string]*v1.Pod{}
 	for _, p := range pods {
 		orig := p.Namespace + "/" + p.Name
 		o := podObject(p, d.ID)
+		withIPs(o.obj.(*v1.Pod), hostIP)
 		names[orig] = o.obj.(*v1.Pod)
 		objs = append(objs, o)
 	}
@@ -169,6 +179,28 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 		return
 	}
 	r.store.replace(resEvents, d.ID, deviceEvents(d.ID, evs, names))
+}
+
+// storeNode stores a device's node and its lease in kube-node-lease.
+func (r *refresher) storeNode(d fleetdb.Device, sched fleetdb.Scheduling) {
+	r.store.replace(resNodes, d.ID, []*object{nodeObject(nodeOf(d, sched, r.cfg.Version, r.cfg.Timeout))})
+	r.store.replace(resLeases, d.ID, []*object{leaseObject(d, r.cfg.Timeout)})
+}
+
+// leaseObject is a device's node lease as the kubelet keeps it: held by
+// the node, renewed when the hub last heard from the device.
+func leaseObject(d fleetdb.Device, timeout time.Duration) *object {
+	yes := true
+	holder, seconds := d.ID, int32(timeout/time.Second)
+	l := &coordinationv1.Lease{TypeMeta: metav1.TypeMeta{Kind: "Lease", APIVersion: "coordination.k8s.io/v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: d.ID, Namespace: v1.NamespaceNodeLease, UID: uidOf("lease", d.ID),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: d.ID, UID: uidOf("node", d.ID), Controller: &yes}}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds}}
+	if !d.LastSeen.IsZero() {
+		renew := metav1.NewMicroTime(d.LastSeen)
+		l.Spec.RenewTime = &renew
+	}
+	return &object{obj: l, fields: metaFields(l)}
 }
 
 // resyncNodes re-reads every node; a device whose readiness changed is
@@ -184,7 +216,7 @@ func (r *refresher) resyncNodes() {
 	}
 	for _, d := range devices {
 		if was, ok := r.ready[d.ID]; ok && was == d.Ready {
-			r.store.replace(resNodes, d.ID, []*object{nodeObject(nodeOf(d, sched[d.ID], r.cfg.Version, r.cfg.Timeout))})
+			r.storeNode(d, sched[d.ID])
 			continue
 		}
 		r.refreshDevice(d.ID)
@@ -351,6 +383,20 @@ func withHubPods(mirrors []v1.Pod, hub []*v1.Pod) []*v1.Pod {
 	return out
 }
 
+// withIPs fills what the kubelet fills and a device may leave out: the
+// host's IP (its node's internal address) and podIPs from podIP.
+func withIPs(p *v1.Pod, hostIP string) {
+	if p.Status.HostIP == "" && hostIP != "" && p.Status.Phase != v1.PodPending {
+		p.Status.HostIP = hostIP
+	}
+	if p.Status.HostIP != "" && len(p.Status.HostIPs) == 0 {
+		p.Status.HostIPs = []v1.HostIP{{IP: p.Status.HostIP}}
+	}
+	if p.Status.PodIP != "" && len(p.Status.PodIPs) == 0 {
+		p.Status.PodIPs = []v1.PodIP{{IP: p.Status.PodIP}}
+	}
+}
+
 // hubPodOnly is a hub pod no device reports: Pending until one does.
 func hubPodOnly(p *v1.Pod) *v1.Pod {
 	cp := p.DeepCopy()
@@ -398,7 +444,7 @@ func deviceEvents(device string, evs []fleetdb.DeviceEvent, pods map[string]*v1.
 		ev := &v1.Event{TypeMeta: metav1.TypeMeta{Kind: "Event", APIVersion: "v1"},
 			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: 1,
 			FirstTimestamp: metav1.NewTime(e.Time), LastTimestamp: metav1.NewTime(e.Time),
-			Source:         v1.EventSource{Component: "kubelet", Host: device},
+			Source:              v1.EventSource{Component: "kubelet", Host: device},
 			ReportingController: "kubelet", ReportingInstance: device}
 		if ns, name, ok := strings.Cut(e.Pod, "/"); ok {
 			ref := v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name}

@@ -52,27 +52,37 @@ type event struct {
 	old *object // the object before a MODIFIED or DELETED
 }
 
-// store holds the objects served, their resourceVersions, the ring of
-// recent changes and the watches open.
+// store holds the objects served, their resourceVersions, a ring of
+// recent changes per resource and the watches open.
 type store struct {
-	mu    sync.RWMutex
-	rv    uint64
-	objs  map[*resource]map[string]*object
-	ring  []event
-	next  int    // where the ring writes next
-	full  bool   // the ring has wrapped
-	floor uint64 // every change after floor is in the ring
+	mu   sync.RWMutex
+	rv   uint64
+	base uint64 // the first resourceVersion
+	objs map[*resource]map[string]*object
+	// rings: one per resource, as the API server keeps a watch cache
+	// per resource, so that nodes' heartbeats never push a pod watch's
+	// changes out.
+	rings    map[*resource]*ring
+	ringSize int
 	// watchers receive changes as they happen; a full channel cuts one.
 	watchers map[*watcher]struct{}
+}
+
+// ring is one resource's recent changes.
+type ring struct {
+	events []event
+	next   int    // where the ring writes next
+	full   bool   // the ring has wrapped
+	floor  uint64 // every change after floor is in the ring
 }
 
 // newStore starts the resourceVersions at the start time in nanoseconds
 // (whole seconds × 1e9): a version after a hub restart is above every one
 // from before, so a client resuming with an old one gets 410 and relists.
-func newStore(ring int, start time.Time) *store {
+func newStore(ringSize int, start time.Time) *store {
 	base := uint64(start.Unix()) * 1e9
-	return &store{rv: base, floor: base, objs: map[*resource]map[string]*object{},
-		ring: make([]event, ring), watchers: map[*watcher]struct{}{}}
+	return &store{rv: base, base: base, objs: map[*resource]map[string]*object{},
+		rings: map[*resource]*ring{}, ringSize: ringSize, watchers: map[*watcher]struct{}{}}
 }
 
 // keyOf is an object's key: namespace/name ("/name" when cluster-scoped).
@@ -140,13 +150,14 @@ func (s *store) replace(res *resource, source string, objs []*object) {
 // publish records a change in the ring and tells the watches of its
 // resource; one whose buffer is full is cut (it relists), never waited on.
 func (s *store) publish(e event) {
-	if s.full {
-		s.floor = s.ring[s.next].rv
+	r := s.ringOf(e.obj.res)
+	if r.full {
+		r.floor = r.events[r.next].rv
 	}
-	s.ring[s.next] = e
-	s.next++
-	if s.next == len(s.ring) {
-		s.next, s.full = 0, true
+	r.events[r.next] = e
+	r.next++
+	if r.next == len(r.events) {
+		r.next, r.full = 0, true
 	}
 	for w := range s.watchers {
 		if w.res != e.obj.res {
@@ -163,21 +174,32 @@ func (s *store) publish(e event) {
 // since lists the changes of res after rv, or 410 Expired when the ring
 // no longer holds them all.
 func (s *store) since(res *resource, rv uint64) ([]event, error) {
-	if rv < s.floor {
-		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, s.floor+1))
+	r := s.ringOf(res)
+	if rv < r.floor {
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, r.floor+1))
 	}
 	var out []event
-	n := s.next
-	if s.full {
-		n = len(s.ring)
+	n := r.next
+	if r.full {
+		n = len(r.events)
 	}
 	for i := 0; i < n; i++ {
-		e := s.ring[(s.next-n+i+len(s.ring))%len(s.ring)]
-		if e.rv > rv && e.obj.res == res {
+		if e := r.events[(r.next-n+i+len(r.events))%len(r.events)]; e.rv > rv {
 			out = append(out, e)
 		}
 	}
 	return out, nil
+}
+
+// ringOf is res's ring, made at its first change: none of its changes
+// was dropped before, so its floor is the first version.
+func (s *store) ringOf(res *resource) *ring {
+	r := s.rings[res]
+	if r == nil {
+		r = &ring{events: make([]event, s.ringSize), floor: s.base}
+		s.rings[res] = r
+	}
+	return r
 }
 
 // list is res's objects in namespace ns ("" for all) matching the

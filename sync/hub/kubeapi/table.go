@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -93,6 +94,8 @@ var (
 		colAge,
 		{Name: "PreemptionPolicy", Type: "string", Description: schedulingv1.PriorityClass{}.SwaggerDoc()["preemptionPolicy"]},
 	}
+	leaseColumns = []metav1.TableColumnDefinition{colName,
+		{Name: "Holder", Type: "string", Description: coordinationv1.LeaseSpec{}.SwaggerDoc()["holderIdentity"]}, colAge}
 	pdbColumns = []metav1.TableColumnDefinition{colName,
 		{Name: "Min Available", Type: "string", Description: "The minimum number of pods that must be available."},
 		{Name: "Max Unavailable", Type: "string", Description: "The maximum number of pods that may be unavailable."},
@@ -122,6 +125,8 @@ func columnsOf(res *resource) []metav1.TableColumnDefinition {
 		return priorityClassColumns
 	case resPDBs:
 		return pdbColumns
+	case resLeases:
+		return leaseColumns
 	}
 	return []metav1.TableColumnDefinition{colName, colAge}
 }
@@ -162,6 +167,12 @@ func cellsOf(o kobject, now time.Time) []any {
 			policy = string(*x.PreemptionPolicy)
 		}
 		return []any{x.Name, int64(x.Value), x.GlobalDefault, age, policy}
+	case *coordinationv1.Lease:
+		holder := ""
+		if x.Spec.HolderIdentity != nil {
+			holder = *x.Spec.HolderIdentity
+		}
+		return []any{x.Name, holder, age}
 	case *policyv1.PodDisruptionBudget:
 		minA, maxU := "N/A", "N/A"
 		if x.Spec.MinAvailable != nil {

@@ -1,0 +1,302 @@
+// Package kubectl runs real kubectl binaries against the hub's
+// Kubernetes API (sync/hub/kubeapi) behind TLS with a bearer token:
+// kubectl v1.37 built from the module proxy (build.sh) and Debian's
+// kubernetes-client 1.20 (debian.sh). Without either, the tests skip
+// locally and fail under CI=true.
+package kubectl
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/pod/manifest"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/kubeapi"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/prereq"
+)
+
+// kubectls are the binaries to test, built or fetched once per run.
+var (
+	kubectlsOnce sync.Once
+	kubectlsList []kubectlBin
+	kubectlsErrs []string
+)
+
+type kubectlBin struct{ name, path string }
+
+func kubectls(t *testing.T) []kubectlBin {
+	kubectlsOnce.Do(func() {
+		for _, s := range []struct{ name, script string }{{"v1.37", "build.sh"}, {"debian-1.20", "debian.sh"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			out, err := exec.CommandContext(ctx, "sh", s.script).Output()
+			cancel()
+			path := strings.TrimSpace(string(out))
+			if err != nil || path == "" {
+				var stderr string
+				if ee, ok := err.(*exec.ExitError); ok {
+					stderr = string(ee.Stderr)
+				}
+				kubectlsErrs = append(kubectlsErrs, fmt.Sprintf("%s (test/kubectl/%s): %v %s", s.name, s.script, err, stderr))
+				continue
+			}
+			kubectlsList = append(kubectlsList, kubectlBin{s.name, path})
+		}
+	})
+	for _, e := range kubectlsErrs {
+		prereq.Missing(t, "kubectl %s", e)
+	}
+	return kubectlsList
+}
+
+const token = "test-token-0123456789"
+
+var t0 = time.Now().Add(-time.Second).Truncate(time.Second)
+
+// hub is a fleet of two devices behind the API, on TLS with a token.
+type hub struct {
+	t          *testing.T
+	fleet      *fleetdb.Fleet
+	kubeconfig string
+	cacheDir   string
+	seq        map[string]int64
+}
+
+// fakeLogs stands in for the remote logs (remotelogs) in this test only.
+type fakeLogs struct{}
+
+func (fakeLogs) PodLogs(ctx context.Context, device, namespace, pod string, opts *v1.PodLogOptions, w io.Writer) error {
+	_, err := fmt.Fprintf(w, "hello from %s/%s container %s on %s\n", namespace, pod, opts.Container, device)
+	return err
+}
+
+func newHub(t *testing.T) *hub {
+	dir := t.TempDir()
+	fleet, err := fleetdb.Open(filepath.Join(dir, "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	h := &hub{t: t, fleet: fleet, seq: map[string]int64{}, cacheDir: filepath.Join(dir, "cache")}
+	h.device("dev1", map[string]string{"zone": "a", "node-role.kubernetes.io/gateway": "true"})
+	h.device("dev2", map[string]string{"zone": "b"})
+	h.report("dev1", podItem(filePod("web", 2)), podItem(filePod("db", 0)),
+		protocol.StatusItem{Key: "default/web", Event: &protocol.Event{Time: time.Now().Add(-time.Minute), Type: "Warning",
+			Reason: "BackOff", Message: "Back-off restarting failed container main in pod web"}})
+	h.report("dev2", podItem(filePod("web", 0)))
+
+	api := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: workloaddb.New(fleet.SQL()), Logs: fakeLogs{},
+		Version: "v1.37.2-podhub", Resync: time.Hour})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); api.Close() })
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	h.kubeconfig = filepath.Join(dir, "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: podhub
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: viewer
+  user:
+    token: %s
+contexts:
+- name: podhub
+  context: {cluster: podhub, user: viewer}
+current-context: podhub
+`, srv.URL, base64.StdEncoding.EncodeToString(ca), token)
+	if err := os.WriteFile(h.kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *hub) device(id string, labels map[string]string) {
+	h.t.Helper()
+	at := time.Now()
+	must(h.t, h.fleet.AddDevice(id))
+	must(h.t, h.fleet.SetLabels(id, labels))
+	_, err := h.fleet.SavePresence(id, &protocol.Presence{Online: true, Instance: "i-" + id}, at)
+	must(h.t, err)
+	node := v1.NodeStatus{
+		Capacity:    v1.ResourceList{v1.ResourceCPU: apiresource.MustParse("4"), v1.ResourceMemory: apiresource.MustParse("2Gi"), v1.ResourcePods: apiresource.MustParse("110")},
+		Allocatable: v1.ResourceList{v1.ResourceCPU: apiresource.MustParse("4"), v1.ResourceMemory: apiresource.MustParse("1900Mi"), v1.ResourcePods: apiresource.MustParse("110")},
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+			Message: "podvisor is posting ready status", LastHeartbeatTime: metav1.NewTime(at), LastTransitionTime: metav1.NewTime(at.Add(-time.Hour))}},
+		Addresses: []v1.NodeAddress{{Type: v1.NodeHostName, Address: id}, {Type: v1.NodeInternalIP, Address: "192.0.2.10"}},
+		NodeInfo: v1.NodeSystemInfo{OSImage: "Debian GNU/Linux 12 (bookworm)", KernelVersion: "6.1.0-28-amd64",
+			ContainerRuntimeVersion: "podvisor://1.0", KubeletVersion: "v1.37.2-podvisor", OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	_, _, err = h.fleet.SaveHeartbeat(&protocol.Heartbeat{Device: id, Time: at, Version: "1.0.0", Node: node, Instance: "i-" + id}, at)
+	must(h.t, err)
+}
+
+func filePod(name string, restarts int32) *v1.Pod {
+	start := metav1.NewTime(t0.Add(-10 * time.Minute))
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-file-" + name), CreationTimestamp: start,
+			Labels: map[string]string{"app": name}, Annotations: map[string]string{manifest.AnnotationSource: manifest.SourceFile}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.5", StartTime: &start,
+			Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
+			ContainerStatuses: []v1.ContainerStatus{{Name: "main", Ready: true, RestartCount: restarts,
+				State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: start}}}}},
+	}
+}
+
+func podItem(p *v1.Pod) protocol.StatusItem {
+	return protocol.StatusItem{Key: p.Namespace + "/" + p.Name, Pod: p}
+}
+
+func (h *hub) report(device string, items ...protocol.StatusItem) {
+	h.t.Helper()
+	after := h.seq[device]
+	for i := range items {
+		h.seq[device]++
+		items[i].Seq = h.seq[device]
+	}
+	_, err := h.fleet.StoreStatus(&protocol.StatusBatch{Device: device, Epoch: "e1", After: after, Items: items}, time.Now())
+	must(h.t, err)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubectl runs one command (60 s at most) and returns its output.
+func (h *hub) kubectl(t *testing.T, bin kubectlBin, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.path, append([]string{"--kubeconfig", h.kubeconfig, "--cache-dir", h.cacheDir}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s (%s): %v\n%s", strings.Join(args, " "), bin.name, err, out)
+	}
+	t.Logf("kubectl %s (%s):\n%s", strings.Join(args, " "), bin.name, out)
+	return string(out)
+}
+
+func contains(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s: no %q in\n%s", what, w, out)
+		}
+	}
+}
+
+func TestKubectl(t *testing.T) {
+	for _, bin := range kubectls(t) {
+		t.Run(bin.name, func(t *testing.T) {
+			h := newHub(t)
+			t.Run("get nodes,pods -A -o wide", func(t *testing.T) {
+				out := h.kubectl(t, bin, "get", "nodes,pods", "-A", "-o", "wide")
+				contains(t, "get -o wide", out, "INTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME",
+					"node/dev1", "gateway", "192.0.2.10", "Debian GNU/Linux 12 (bookworm)", "podvisor://1.0",
+					"NAMESPACE", "NOMINATED NODE", "READINESS GATES", "pod/web-dev1", "pod/web-dev2", "pod/db-dev1", "10.88.0.5")
+			})
+			t.Run("describe node", func(t *testing.T) {
+				out := h.kubectl(t, bin, "describe", "node", "dev1")
+				contains(t, "describe node", out, "Name:", "dev1", "Roles:", "gateway", "zone=a", "Ready", "KubeletReady",
+					"Non-terminated Pods:", "web-dev1", "db-dev1", "InternalIP:", "192.0.2.10", "HolderIdentity:", "RenewTime:")
+			})
+			t.Run("describe pod", func(t *testing.T) {
+				out := h.kubectl(t, bin, "describe", "pod", "-n", "default", "web-dev1")
+				if strings.Contains(out, "IPs:            <none>") {
+					t.Errorf("describe pod shows no IPs")
+				}
+				contains(t, "describe pod", out, "Node:", "dev1/192.0.2.10", "IPs:", "kubernetes.io/config.source: file", "Controlled By:", "Node/dev1",
+					"Events:", "BackOff", "Back-off restarting failed container main in pod web")
+			})
+			t.Run("logs", func(t *testing.T) {
+				out := h.kubectl(t, bin, "logs", "-n", "default", "web-dev2")
+				contains(t, "logs", out, "hello from default/web container main on dev2")
+			})
+			t.Run("get pods -A -w", func(t *testing.T) { h.watch(t, bin) })
+		})
+	}
+}
+
+// watch runs kubectl get pods -A -w, waits for its listing, changes a
+// pod and waits for kubectl to print the change.
+func (h *hub) watch(t *testing.T, bin kubectlBin) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.path, "--kubeconfig", h.kubeconfig, "--cache-dir", h.cacheDir, "get", "pods", "-A", "-w")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG=")
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	cmd.Stderr = os.Stderr
+	must(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	waitLine := func(what string, match func(string) bool) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("kubectl -w ended waiting for %s", what)
+				}
+				t.Logf("kubectl -w: %s", l)
+				if match(l) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("waited 20s for kubectl -w to print %s", what)
+			}
+		}
+	}
+	waitLine("web-dev2 listed", func(l string) bool { return strings.Contains(l, "web-dev2") })
+	start := time.Now()
+	h.report("dev2", podItem(filePod("web", 7)))
+	waitLine("web-dev2 with 7 restarts", func(l string) bool {
+		f := strings.Fields(l)
+		return len(f) > 4 && f[1] == "web-dev2" && f[4] == "7"
+	})
+	t.Logf("kubectl -w (%s) printed the change %v after it was stored", bin.name, time.Since(start).Round(time.Millisecond))
+}
