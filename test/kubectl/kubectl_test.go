@@ -31,9 +31,11 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/hub/kubeapi"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/test/prereq"
+	"github.com/podvisor/podvisor/test/workloadfile"
 )
 
 // kubectls are the binaries to test, built or fetched once per run.
@@ -104,8 +106,16 @@ func newHub(t *testing.T) *hub {
 		protocol.StatusItem{Key: "default/web", Event: &protocol.Event{Time: time.Now().Add(-time.Minute), Type: "Warning",
 			Reason: "BackOff", Message: "Back-off restarting failed container main in pod web"}})
 	h.report("dev2", podItem(filePod("web", 0)))
+	pdb := "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: api}\nspec: {minAvailable: 1, selector: {matchLabels: {app: api}}}\n"
+	objs, err := kinds.Decode("workloads.yaml", []byte(workloadfile.File(
+		workloadfile.Deployment("api", 2, "containers: [{name: api, image: busybox}]"),
+		workloadfile.DaemonSet("agent", "containers: [{name: agent, image: busybox}]"),
+		workloadfile.PriorityClass("edge-critical", 1000), pdb)))
+	must(t, err)
+	workloads := workloaddb.New(fleet.SQL())
+	must(t, workloads.ApplyObjects(objs, time.Now()))
 
-	api := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: workloaddb.New(fleet.SQL()), Logs: fakeLogs{},
+	api := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: workloads, Logs: fakeLogs{},
 		Version: "v1.37.2-podhub", Resync: time.Hour})
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -247,6 +257,13 @@ func TestKubectl(t *testing.T) {
 			t.Run("logs", func(t *testing.T) {
 				out := h.kubectl(t, bin, "logs", "-n", "default", "web-dev2")
 				contains(t, "logs", out, "hello from default/web container main on dev2")
+			})
+			t.Run("get workloads", func(t *testing.T) {
+				out := h.kubectl(t, bin, "get", "deployments,daemonsets,priorityclasses,poddisruptionbudgets", "-A")
+				contains(t, "get workloads", out, "deployment.apps/api", "0/2", "daemonset.apps/agent",
+					"priorityclass.scheduling.k8s.io/edge-critical", "1000", "poddisruptionbudget.policy/api")
+				out = h.kubectl(t, bin, "describe", "deployment", "api")
+				contains(t, "describe deployment", out, "Name:", "api", "Replicas:", "2 desired")
 			})
 			t.Run("get pods -A -w", func(t *testing.T) { h.watch(t, bin) })
 		})
