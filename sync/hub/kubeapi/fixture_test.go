@@ -190,3 +190,5 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 
 // goneItem is a status item saying a pod left its device.
 func goneItem(key string) protocol.StatusItem { return protocol.StatusItem{Key: key} }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -15,6 +15,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 )
 
 // twoDevices is the common fleet: dev1 runs web (restarted twice) and
@@ -383,5 +387,38 @@ func TestPodLogs(t *testing.T) {
 	}
 	if code, _ = f.get("/api/v1/namespaces/default/pods/nope/log", ""); code != http.StatusNotFound {
 		t.Errorf("no pod: %d", code)
+	}
+}
+
+// A hub pod no device runs yet is listed Pending, with the scheduler's
+// events when described.
+func TestHubPodAndSchedulerEvents(t *testing.T) {
+	f := twoDevices(t, Config{})
+	pod := &v1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "api-x", Namespace: "default", UID: "uid-api-x", CreationTimestamp: metav1.NewTime(t0)},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "api", Image: "busybox"}}}}
+	raw, _ := json.Marshal(pod)
+	store := workloaddb.New(f.fleet.SQL())
+	err := store.StorePods(workloaddb.PodWrites{Put: []workloaddb.PodWrite{{Key: types.NamespacedName{Namespace: "default", Name: "api-x"}, Raw: raw}},
+		Events: []workloaddb.SchedEvent{{Kind: "Pod", Namespace: "default", Name: "api-x", Type: "Warning", Reason: "FailedScheduling",
+			Message: "0/2 nodes are available: 2 Insufficient cpu."}}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.fleet.Changes().Publish("", fleetwatch.Workloads) // as the scheduler does after its pass
+	f.eventually("the hub pod listed", func() bool { return strings.Contains(f.podNames("/api/v1/pods"), "default/api-x") })
+	var tbl metav1.Table
+	f.getJSON("/api/v1/namespaces/default/pods/api-x", tableAccept, &tbl)
+	if got := fmt.Sprint(tbl.Rows[0].Cells); got != "[api-x 0/1 Pending 0 <unknown> <none> <none> <none> <none>]" && !strings.Contains(got, "Pending") {
+		t.Errorf("hub pod row %s", got)
+	}
+	var evs v1.EventList
+	f.getJSON("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dapi-x%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.kind%3DPod%2CinvolvedObject.uid%3Duid-api-x", "", &evs)
+	if len(evs.Items) != 1 || evs.Items[0].Reason != "FailedScheduling" || evs.Items[0].Source.Component != "podhub" {
+		t.Errorf("scheduler events %+v", evs.Items)
+	}
+	code, b := f.get("/api/v1/namespaces/default/pods/api-x/log", "")
+	if code != http.StatusBadRequest || !strings.Contains(string(b), "pod api-x does not have a host assigned") {
+		t.Errorf("log of an unbound pod: %d %s", code, b)
 	}
 }

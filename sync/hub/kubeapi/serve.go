@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }
+
 // tableAs is the Table version a request's Accept asks for ("v1",
 // "v1beta1"), or "" for plain objects.
 func tableAs(r *http.Request) string {
@@ -154,25 +156,31 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req request) {
 		writeStatus(w, err)
 		return
 	}
-	objs, rv := s.store.list(req.res, req.namespace, ls, fs)
+	var start string
+	var fixedRV uint64
 	if c := q.Get("continue"); c != "" {
 		tok, err := decodeContinue(c)
 		if err != nil {
 			writeStatus(w, err)
 			return
 		}
-		rv = tok.RV
-		i := 0
-		for i < len(objs) && objs[i].key < tok.Start {
-			i++
-		}
-		objs = objs[i:]
+		start, fixedRV = tok.Start, tok.RV
+	}
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit < 0 {
+		limit = 0
+	}
+	objs, rv, more := s.store.list(req.res, req.namespace, ls, fs, start, limit)
+	if req.res == resEvents && start == "" {
+		objs = append(objs, s.hubEvents(fs, req.namespace)...)
+	}
+	if fixedRV != 0 {
+		rv = fixedRV // every chunk of a list says the version of its first
 	}
 	var meta metav1.ListMeta
 	meta.ResourceVersion = strconv.FormatUint(rv, 10)
-	if limit, _ := strconv.ParseInt(q.Get("limit"), 10, 64); limit > 0 && int64(len(objs)) > limit {
-		rest := int64(len(objs)) - limit
-		objs = objs[:limit]
+	if more > 0 {
+		rest := int64(more)
 		meta.Continue = encodeContinue(rv, objs[len(objs)-1].key)
 		meta.RemainingItemCount = &rest
 	}

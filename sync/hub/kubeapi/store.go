@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -59,6 +60,8 @@ type store struct {
 	rv   uint64
 	base uint64 // the first resourceVersion
 	objs map[*resource]map[string]*object
+	// keys are each resource's keys in order, for lists in chunks.
+	keys map[*resource][]string
 	// rings: one per resource, as the API server keeps a watch cache
 	// per resource, so that nodes' heartbeats never push a pod watch's
 	// changes out.
@@ -81,7 +84,7 @@ type ring struct {
 // from before, so a client resuming with an old one gets 410 and relists.
 func newStore(ringSize int, start time.Time) *store {
 	base := uint64(start.Unix()) * 1e9
-	return &store{rv: base, base: base, objs: map[*resource]map[string]*object{},
+	return &store{rv: base, base: base, objs: map[*resource]map[string]*object{}, keys: map[*resource][]string{},
 		rings: map[*resource]*ring{}, ringSize: ringSize, watchers: map[*watcher]struct{}{}}
 }
 
@@ -127,6 +130,9 @@ func (s *store) replace(res *resource, source string, objs []*object) {
 		typ := modified
 		if old == nil {
 			typ = added
+			keys := s.keys[res]
+			i := sort.SearchStrings(keys, o.key)
+			s.keys[res] = slices.Insert(keys, i, o.key)
 		}
 		s.publish(event{typ: typ, rv: o.rv, obj: o, old: old})
 	}
@@ -135,6 +141,10 @@ func (s *store) replace(res *resource, source string, objs []*object) {
 			continue
 		}
 		delete(m, key)
+		keys := s.keys[res]
+		if i := sort.SearchStrings(keys, key); i < len(keys) && keys[i] == key {
+			s.keys[res] = slices.Delete(keys, i, i+1)
+		}
 		s.rv++
 		// A deleted object carries the deletion's resourceVersion, as
 		// the API server's watch cache sends it.
@@ -203,18 +213,22 @@ func (s *store) ringOf(res *resource) *ring {
 }
 
 // list is res's objects in namespace ns ("" for all) matching the
-// selectors, sorted by namespace and name, and the current version.
-func (s *store) list(res *resource, ns string, ls labels.Selector, fs fields.Selector) ([]*object, uint64) {
+// selectors, sorted by namespace and name, from the key start on, at
+// most limit of them (0: all); more counts the matching ones left out.
+func (s *store) list(res *resource, ns string, ls labels.Selector, fs fields.Selector, start string, limit int) (out []*object, rv uint64, more int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []*object
-	for _, o := range s.objs[res] {
-		if o.matches(ns, ls, fs) {
-			out = append(out, o)
+	keys, m := s.keys[res], s.objs[res]
+	for _, k := range keys[sort.SearchStrings(keys, start):] {
+		if o := m[k]; o.matches(ns, ls, fs) {
+			if limit > 0 && len(out) == limit {
+				more++
+			} else {
+				out = append(out, o)
+			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
-	return out, s.rv
+	return out, s.rv, more
 }
 
 // get is one object, or nil.
@@ -265,10 +279,9 @@ func (s *store) watch(res *resource, rv uint64, fromList bool) (*watcher, []even
 	var replay []event
 	var initial []*object
 	if fromList {
-		for _, o := range s.objs[res] {
-			initial = append(initial, o)
+		for _, k := range s.keys[res] {
+			initial = append(initial, s.objs[res][k])
 		}
-		sort.Slice(initial, func(i, j int) bool { return initial[i].key < initial[j].key })
 	} else {
 		var err error
 		if replay, err = s.since(res, rv); err != nil {
