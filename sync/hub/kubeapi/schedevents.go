@@ -60,7 +60,7 @@ func (s *Server) hubEvents(fs fields.Selector, namespace string) []*object {
 			InvolvedObject: v1.ObjectReference{Kind: kind, APIVersion: res.apiVersion(), Namespace: ns, Name: name, UID: target.obj.GetUID()},
 			Type:           e.Type, Reason: e.Reason, Message: e.Message, Count: int32(e.Count),
 			FirstTimestamp: metav1.NewTime(e.First), LastTimestamp: metav1.NewTime(e.Last),
-			Source:         v1.EventSource{Component: "podhub"}, ReportingController: "podhub"}
+			Source: v1.EventSource{Component: "podhub"}, ReportingController: "podhub"}
 		ev.UID = uidOf("hub-event", ns+"/"+ev.Name)
 		o := &object{res: resEvents, obj: ev, fields: eventFields(ev), key: keyOf(ns, ev.Name)}
 		if fs.Matches(o.fields) {
