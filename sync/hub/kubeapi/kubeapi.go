@@ -121,7 +121,7 @@ func (s *Server) ensureStarted() {
 		s.stop = cancel
 		r := s.ref
 		sub := s.cfg.Fleet.Changes().Subscribe()
-		r.fullResync() // before serving: a list never sees an empty fleet
+		r.locked(r.fullResync) // before serving: a list never sees an empty fleet
 		go func() {
 			defer close(s.done)
 			defer sub.Close()

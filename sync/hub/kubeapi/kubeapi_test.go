@@ -127,7 +127,7 @@ func TestTableColumns(t *testing.T) {
 	}
 	// A device gone silent: NotReady, its pods Unknown.
 	f.advance(2 * fleetdb90)
-	f.api.ref.resyncNodes()
+	f.api.ref.locked(f.api.ref.resyncNodes)
 	f.getJSON("/api/v1/nodes/dev1", tableAccept, &tbl)
 	if got := tbl.Rows[0].Cells[1]; got != "NotReady" {
 		t.Errorf("silent device: %v", got)

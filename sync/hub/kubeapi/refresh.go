@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -33,6 +34,8 @@ const (
 
 // refresher keeps the store in step with the fleet database.
 type refresher struct {
+	// mu serialises the re-reads (the loop's, the first load's).
+	mu    sync.Mutex
 	cfg   Config
 	store *store
 	// ready and devices: each known device's readiness at the last read.
@@ -49,11 +52,18 @@ func (r *refresher) run(ctx context.Context, sub *fleetwatch.Sub) {
 		case <-ctx.Done():
 			return
 		case <-sub.Ready():
-			r.apply(sub.Take())
+			r.locked(func() { r.apply(sub.Take()) })
 		case <-t.C:
-			r.resyncNodes()
+			r.locked(r.resyncNodes)
 		}
 	}
+}
+
+// locked runs fn alone.
+func (r *refresher) locked(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn()
 }
 
 // apply re-reads what changed: each device named, or everything when the
