@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -38,8 +39,12 @@ type refresher struct {
 	mu    sync.Mutex
 	cfg   Config
 	store *store
-	// ready and devices: each known device's readiness at the last read.
+	// ready: each known device's readiness at the last read.
 	ready map[string]bool
+	// hubPods: a hash of the hub's pods bound to each device ("" for
+	// none) at the last read, so that a scheduling pass re-reads only
+	// the devices whose hub pods it changed.
+	hubPods map[string][32]byte
 }
 
 // run follows the fleet's changes until ctx ends, and re-reads the nodes
@@ -66,19 +71,66 @@ func (r *refresher) locked(fn func()) {
 	fn()
 }
 
-// apply re-reads what changed: each device named, or everything when the
-// hub's workloads changed (their pods move between devices).
+// apply re-reads what changed: each device named, and after a
+// scheduling pass (the hub's workloads changed) the workloads and the
+// devices whose hub pods it changed.
 func (r *refresher) apply(changes []fleetwatch.Change) {
 	for _, c := range changes {
 		if c.Device == "" || c.What&fleetwatch.Workloads != 0 {
-			r.fullResync()
-			return
+			r.workloadsChanged()
+			continue
 		}
-	}
-	for _, c := range changes {
 		r.refreshDevice(c.Device)
 	}
 	r.refreshNamespaces()
+}
+
+// workloadsChanged re-reads the hub's workloads and pods, and the devices
+// whose hub pods differ from the last read.
+func (r *refresher) workloadsChanged() {
+	if r.cfg.Workloads == nil {
+		return
+	}
+	pods, err := r.cfg.Workloads.HubPods()
+	if err != nil {
+		return
+	}
+	byDevice := map[string][]*v1.Pod{}
+	for _, p := range pods {
+		byDevice[p.Spec.NodeName] = append(byDevice[p.Spec.NodeName], p)
+	}
+	hashes := make(map[string][32]byte, len(byDevice))
+	for d, ps := range byDevice {
+		hashes[d] = hashPods(ps)
+	}
+	var unbound []*object
+	for d, ps := range byDevice {
+		if _, known := r.ready[d]; d == "" || !known {
+			for _, p := range ps {
+				unbound = append(unbound, podObject(hubPodOnly(p), ""))
+			}
+		}
+	}
+	for d := range r.ready {
+		if hashes[d] != r.hubPods[d] {
+			r.refreshDevice(d)
+		}
+	}
+	r.hubPods = hashes
+	r.store.replace(resPods, sourceHub, unbound)
+	r.storeWorkloads()
+}
+
+// hashPods is a hash of pods' JSON.
+func hashPods(pods []*v1.Pod) [32]byte {
+	h := sha256.New()
+	for _, p := range pods {
+		b, _ := json.Marshal(p)
+		h.Write(b)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // fullResync re-reads the whole fleet.
@@ -93,6 +145,7 @@ func (r *refresher) fullResync() {
 		return
 	}
 	hubPods := map[string][]*v1.Pod{}
+	r.hubPods = map[string][32]byte{}
 	if r.cfg.Workloads != nil {
 		pods, err := r.cfg.Workloads.HubPods()
 		if err != nil {
@@ -100,6 +153,9 @@ func (r *refresher) fullResync() {
 		}
 		for _, p := range pods {
 			hubPods[p.Spec.NodeName] = append(hubPods[p.Spec.NodeName], p)
+		}
+		for d, ps := range hubPods {
+			r.hubPods[d] = hashPods(ps)
 		}
 	}
 	known := map[string]bool{}
