@@ -398,8 +398,12 @@ func TestHubPodAndSchedulerEvents(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "api-x", Namespace: "default", UID: "uid-api-x", CreationTimestamp: metav1.NewTime(t0)},
 		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "api", Image: "busybox"}}}}
 	raw, _ := json.Marshal(pod)
+	bound := pod.DeepCopy()
+	bound.Name, bound.UID, bound.Spec.NodeName = "api-y", "uid-api-y", "dev1"
+	rawBound, _ := json.Marshal(bound)
 	store := workloaddb.New(f.fleet.SQL())
-	err := store.StorePods(workloaddb.PodWrites{Put: []workloaddb.PodWrite{{Key: types.NamespacedName{Namespace: "default", Name: "api-x"}, Raw: raw}},
+	err := store.StorePods(workloaddb.PodWrites{Put: []workloaddb.PodWrite{{Key: types.NamespacedName{Namespace: "default", Name: "api-x"}, Raw: raw},
+		{Key: types.NamespacedName{Namespace: "default", Name: "api-y"}, Device: "dev1", Raw: rawBound}},
 		Events: []workloaddb.SchedEvent{{Kind: "Pod", Namespace: "default", Name: "api-x", Type: "Warning", Reason: "FailedScheduling",
 			Message: "0/2 nodes are available: 2 Insufficient cpu."}}}, t0)
 	if err != nil {
@@ -407,6 +411,10 @@ func TestHubPodAndSchedulerEvents(t *testing.T) {
 	}
 	f.fleet.Changes().Publish("", fleetwatch.Workloads) // as the scheduler does after its pass
 	f.eventually("the hub pod listed", func() bool { return strings.Contains(f.podNames("/api/v1/pods"), "default/api-x") })
+	// Bound to dev1, which does not report it yet: on dev1, its name kept.
+	if got := f.podNames("/api/v1/pods?fieldSelector=spec.nodeName%3Ddev1"); got != "default/api-y default/db-dev1 default/web-dev1" {
+		t.Errorf("pods on dev1: %s", got)
+	}
 	var tbl metav1.Table
 	f.getJSON("/api/v1/namespaces/default/pods/api-x", tableAccept, &tbl)
 	if got := fmt.Sprint(tbl.Rows[0].Cells); got != "[api-x 0/1 Pending 0 <unknown> <none> <none> <none> <none>]" && !strings.Contains(got, "Pending") {
