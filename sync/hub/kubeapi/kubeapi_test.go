@@ -430,3 +430,30 @@ func TestHubPodAndSchedulerEvents(t *testing.T) {
 		t.Errorf("log of an unbound pod: %d %s", code, b)
 	}
 }
+
+// A watch list (client-go's reflector): every object ADDED, then the
+// bookmark that ends the initial events.
+func TestWatchList(t *testing.T) {
+	f := twoDevices(t, Config{})
+	ch, stop := watchLines(t, f, "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "")
+	defer stop()
+	var got []string
+	for {
+		e := next(t, ch, "the initial events and their bookmark")
+		var m metav1.PartialObjectMetadata
+		json.Unmarshal(e.Object, &m)
+		if e.Type == "BOOKMARK" {
+			if m.Annotations[metav1.InitialEventsAnnotationKey] != "true" || m.ResourceVersion == "" {
+				t.Errorf("bookmark %s", e.Object)
+			}
+			break
+		}
+		got = append(got, e.Type+" "+m.Name)
+	}
+	if fmt.Sprint(got) != "[ADDED db-dev1 ADDED web-dev1 ADDED web-dev2]" {
+		t.Errorf("initial events %v", got)
+	}
+	if code, _ := f.get("/api/v1/pods?watch=1&sendInitialEvents=true", ""); code != http.StatusBadRequest {
+		t.Errorf("watch list without bookmarks: %d", code)
+	}
+}

@@ -204,6 +204,17 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req request) {
 	w.Write(buf.Bytes())
 }
 
+// bookmarkOf is a bookmark's object: the kind with only its version, and
+// at the end of a watch list's initial events the annotation saying so.
+func bookmarkOf(res *resource, rv uint64, initialEnd bool) []byte {
+	meta := map[string]any{"resourceVersion": strconv.FormatUint(rv, 10)}
+	if initialEnd {
+		meta["annotations"] = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	b, _ := json.Marshal(map[string]any{"kind": res.kind, "apiVersion": res.apiVersion(), "metadata": meta})
+	return b
+}
+
 // watchEvent is one line of a watch stream.
 type watchEvent struct {
 	Type   string          `json:"type"`
@@ -229,7 +240,16 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, ls l
 	var from uint64
 	rvParam := q.Get("resourceVersion")
 	fromList := rvParam == "" || rvParam == "0"
-	if !fromList {
+	// A watch list (client-go's reflector with WatchListClient): the
+	// current state as ADDED, then a bookmark marking its end.
+	watchList := q.Get("sendInitialEvents") == "true"
+	if watchList {
+		if q.Get("allowWatchBookmarks") != "true" || q.Get("resourceVersionMatch") != "NotOlderThan" {
+			writeStatus(w, apierrors.NewBadRequest("sendInitialEvents: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan and allowWatchBookmarks to true"))
+			return
+		}
+		fromList = true
+	} else if !fromList {
 		if from, err = strconv.ParseUint(rvParam, 10, 64); err != nil {
 			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion: Invalid value: %q: must be a number", rvParam)))
 			return
@@ -253,7 +273,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, ls l
 		writeStatus(w, apierrors.NewTooManyRequests("too many watches open on the hub", 1))
 		return
 	}
-	wt, replay, initial, _, err := s.store.watch(req.res, from, fromList)
+	wt, replay, initial, listRV, err := s.store.watch(req.res, from, fromList)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -285,6 +305,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, ls l
 		if o.matches(req.namespace, ls, fs) && !send(added, encode(o)) {
 			return
 		}
+	}
+	if watchList && !send(bookmark, bookmarkOf(req.res, listRV, true)) {
+		return
 	}
 	deliver := func(e event) bool {
 		now := e.obj.matches(req.namespace, ls, fs)
@@ -347,9 +370,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, ls l
 			if len(wt.ch) > 0 {
 				continue
 			}
-			b, _ := json.Marshal(map[string]any{"kind": req.res.kind, "apiVersion": req.res.apiVersion(),
-				"metadata": map[string]string{"resourceVersion": strconv.FormatUint(rv, 10)}})
-			if !send(bookmark, b) {
+			if !send(bookmark, bookmarkOf(req.res, rv, false)) {
 				return
 			}
 		}
