@@ -159,7 +159,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeStatus(w, apierrors.NewMethodNotSupported(req.res.groupResource(), verbOf(r.Method)))
+		verb := verbOf(r.Method)
+		if verb == "delete" && req.name == "" {
+			verb = "deletecollection"
+		}
+		writeStatus(w, apierrors.NewMethodNotSupported(req.res.groupResource(), verb))
 		return
 	}
 	switch {

@@ -457,3 +457,50 @@ func TestWatchList(t *testing.T) {
 		t.Errorf("watch list without bookmarks: %d", code)
 	}
 }
+
+// followLogs writes one line, then streams until its reader goes.
+type followLogs struct{ ended chan error }
+
+func (l *followLogs) PodLogs(ctx context.Context, device, namespace, pod string, opts *v1.PodLogOptions, w io.Writer) error {
+	if !opts.Follow {
+		return apierrors.NewBadRequest("expected follow")
+	}
+	fmt.Fprintf(w, "first line of %s\n", pod)
+	<-ctx.Done()
+	l.ended <- ctx.Err()
+	return ctx.Err()
+}
+
+// A followed log's lines reach the client as they are written, and the
+// stream's context ends when the client goes.
+func TestPodLogsFollow(t *testing.T) {
+	logs := &followLogs{ended: make(chan error, 1)}
+	f := twoDevices(t, Config{Logs: logs})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/api/v1/namespaces/default/pods/web-dev1/log?follow=true", nil)
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		lines <- l
+	}()
+	select {
+	case l := <-lines:
+		if l != "first line of web\n" {
+			t.Errorf("first line %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for the first line of a followed log")
+	}
+	cancel()
+	select {
+	case <-logs.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for the log stream to end after its reader went")
+	}
+}
