@@ -26,9 +26,11 @@ const usage = `podhub serves podvisor devices their pods, and shows the fleet.
 
 Usage:
   podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
-  podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]
+  podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
+  podhub [--data-dir DIR] token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME
+  podhub [--data-dir DIR] user add NAME --kubeconfig FILE [--server URL] | user revoke NAME
   podhub [--data-dir DIR] apply -f FILE [--device ID | --selector k=v[,k=v]]
   podhub [--data-dir DIR] delete pod NAME [--device ID] [-n NAMESPACE]
   podhub [--data-dir DIR] delete deployment|daemonset|statefulset|priorityclass|pdb|configmap|secret NAME [-n NAMESPACE]
@@ -44,6 +46,8 @@ Usage:
   podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE]
         [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub [--data-dir DIR] fence device ID [--remove]
+  podhub [--data-dir DIR] logs POD --device ID [-n NAMESPACE] [-c CONTAINER] [--previous] [--tail N] [--since D]
+        [--since-time T] [--timestamps] [--limit-bytes N] [-f]
   podhub [--data-dir DIR] release push --version V --file PATH [--file PATH...] [--key FILE]
   podhub [--data-dir DIR] firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE]
   podhub [--data-dir DIR] update --version V (--device ID | --selector k=v) [--max-unavailable N|N%]
@@ -60,9 +64,9 @@ Usage:
 stderr, prefixed "error: ", with exit code 1.
 
 --data-dir (default /var/lib/podhub) holds the keys, the broker's CA
-(pki/), the fleet database and the API socket (podhub.sock) that the
-client commands use. It must be owned by podhub's user and writable by
-no one else.
+(pki/), the HTTPS listener's tokens (hashed), the fleet database and
+the API socket (podhub.sock) that the client commands use. It must be
+owned by podhub's user and writable by no one else.
 `
 
 func main() {
@@ -128,6 +132,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.rollout(args[1:])
 	case "fence":
 		return c.fence(args[1:])
+	case "logs":
+		return c.logs(ctx, args[1:])
 	case "release":
 		return c.release(args[1:])
 	case "firmware":
@@ -136,6 +142,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.update(args[1:], "agent")
 	case "device":
 		return c.device(args[1:])
+	case "token":
+		return c.token(args[1:])
+	case "user":
+		return c.user(args[1:])
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		if pos, err := flags(fs, args[1:]); err != nil {
@@ -183,7 +193,14 @@ func globalDataDir(args []string) (string, []string, error) {
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
 	"init":            "init [--broker-name NAME[,NAME]]",
-	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s]",
+	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]",
+	"token":           "token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME",
+	"token create":    "token create NAME [--kubeconfig FILE] [--server URL]",
+	"token list":      "token list",
+	"token delete":    "token delete NAME",
+	"user":            "user add NAME --kubeconfig FILE [--server URL] | user revoke NAME",
+	"user add":        "user add NAME --kubeconfig FILE [--server URL]",
+	"user revoke":     "user revoke NAME",
 	"device":          "device add ID [--out DIR] [--install-dir DIR] [--url URL] | device revoke ID",
 	"device add":      "device add ID [--out DIR] [--install-dir DIR] [--url URL]",
 	"device revoke":   "device revoke ID",
@@ -198,6 +215,7 @@ var synopses = map[string]string{
 	"taint":           "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"rollout":         "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"fence":           "fence device ID [--remove]",
+	"logs":            "logs POD --device ID [-n NAMESPACE] [-c CONTAINER] [--previous] [--tail N] [--since D] [--since-time T] [--timestamps] [--limit-bytes N] [-f]",
 	"release":         "release push --version V --file PATH [--file PATH...] [--key FILE]",
 	"release push":    "release push --version V --file PATH [--file PATH...] [--key FILE]",
 	"firmware":        "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE] | firmware update --name N --version V (--device ID | --selector k=v) [...]",

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -67,6 +68,9 @@ type config struct {
 		// 16Mi). Default 16Mi.
 		MaxBytes string `json:"maxBytes,omitempty"`
 	} `json:"objects"`
+	// HTTP is the HTTPS listener: dashboard, /metrics, Kubernetes API
+	// (https.go). Off unless http.listen is set.
+	HTTP httpConfig `json:"http"`
 }
 
 // objectLimits are the per-device object bounds from podhub.yaml.
@@ -160,7 +164,14 @@ func (c *cli) init(args []string) error {
 		"  chunkReads: 4         # artifact reads under way at once\n" +
 		"objects:\n" +
 		"  maxObjects: 256       # ConfigMaps and Secrets one device is given at most\n" +
-		"  maxBytes: 16Mi        # and their data at most\n"
+		"  maxBytes: 16Mi        # and their data at most\n" +
+		"# The HTTPS listener of the dashboard, /metrics and the Kubernetes API (off unless listen is set;\n" +
+		"# every path but /healthz, /livez, /readyz needs a login: podhub token create, podhub user add):\n" +
+		"# http:\n" +
+		"#   listen: \"0.0.0.0:8443\"\n" +
+		"#   names: [hub.example.com]           # more names for pki/http.crt (issued by pki/ca.pem)\n" +
+		"#   certFile: /path/tls.crt            # or the operator's certificate and key\n" +
+		"#   keyFile: /path/tls.key\n"
 	if _, err := os.Stat(c.path("podhub.yaml")); errors.Is(err, os.ErrNotExist) {
 		if err := writeFileMode(c.path("podhub.yaml"), []byte(cfg), 0o600); err != nil {
 			return err
@@ -222,6 +233,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
 		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
+	// The link's counters, for /metrics (counted whether or not it is served).
+	counters := hubmetrics.NewCounters()
+	hcfg.Observe = counters
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err
@@ -251,6 +265,18 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}
 	defer h.Close()
+	gw, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
+	if err != nil {
+		return err
+	}
+	gwErr := make(chan error, 1)
+	if gw != nil {
+		go func() { gwErr <- gw.Serve() }()
+		defer func() {
+			gw.Close()
+			<-gwErr
+		}()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
@@ -264,7 +290,24 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		replyJSON(w, out, err)
 	})
 	log.Info("podhub serving", "broker", hcfg.Broker, "api", c.path("podhub.sock"), "data", c.dataDir)
-	return serveUnix(ctx, c.path("podhub.sock"), mux)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		// The HTTPS listener failing stops serve, as the socket's would.
+		select {
+		case err := <-gwErr:
+			gwErr <- err
+			cancel(fmt.Errorf("HTTPS listener: %w", err))
+		case <-ctx.Done():
+		}
+	}()
+	if err := serveUnix(ctx, c.path("podhub.sock"), mux); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // serveConfig is podhub.yaml with serve's flags over it, and the device
@@ -278,6 +321,7 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
 	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
+	httpListen := fs.String("http-listen", "", "the HTTPS listener of the dashboard, /metrics and the Kubernetes API, HOST:PORT (default: http.listen of podhub.yaml, else none; a login is always required)")
 	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return cfg, 0, err
@@ -293,6 +337,12 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	}
 	if *memoryLimitFlag != "" {
 		cfg.MemoryLimit = *memoryLimitFlag
+	}
+	if *httpListen != "" {
+		cfg.HTTP.Listen = *httpListen
+	}
+	if err := cfg.HTTP.check(); err != nil {
+		return cfg, 0, err
 	}
 	deviceTimeout, err := time.ParseDuration(cfg.DeviceTimeout)
 	if err != nil || deviceTimeout <= 0 {

@@ -177,7 +177,7 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 		return err
 	}
 	relay := &orderRelay{}
-	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, log)
+	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, d.API(), log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}

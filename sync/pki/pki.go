@@ -176,7 +176,12 @@ func (ca *CA) IssueDevice(id string) (Issued, error) {
 			return Issued{}, fmt.Errorf("device ID %q: already has a certificate (serial %x); revoke it first (podhub device revoke %s)", id, s, id)
 		}
 	}
-	cert, key, serial, err := ca.issue(id, false, nil)
+	if users, err := ca.serialsIn(filepath.Join(usersDir, id)); err != nil {
+		return Issued{}, err
+	} else if len(users) > 0 {
+		return Issued{}, fmt.Errorf("device ID %q: a user of the hub's HTTPS listener has that name; choose another", id)
+	}
+	cert, key, serial, err := ca.issue(id, false, nil, nil)
 	if err != nil {
 		return Issued{}, err
 	}
@@ -202,6 +207,12 @@ func (ca *CA) Revoke(identity string) ([]*big.Int, error) {
 	if len(serials) == 0 {
 		return nil, fmt.Errorf("device ID %q: no certificate was issued to it here", identity)
 	}
+	return ca.revokeSerials(serials)
+}
+
+// revokeSerials adds serials to the CRL and rewrites it; it returns the
+// ones not revoked before.
+func (ca *CA) revokeSerials(serials []*big.Int) ([]*big.Int, error) {
 	list, err := readCRL(filepath.Join(ca.dir, CRLFile), ca.cert)
 	if err != nil {
 		return nil, err
@@ -228,7 +239,13 @@ func (ca *CA) Revoke(identity string) ([]*big.Int, error) {
 func (ca *CA) Revoked() (RevokedSet, error) { return LoadRevoked(ca.dir, ca.cert) }
 
 func (ca *CA) issuedSerials(identity string) ([]*big.Int, error) {
-	entries, err := os.ReadDir(filepath.Join(ca.dir, issuedDir, identity))
+	return ca.serialsIn(filepath.Join(issuedDir, identity))
+}
+
+// serialsIn reads the serials of the certificates in sub, a folder of the
+// CA's directory.
+func (ca *CA) serialsIn(sub string) ([]*big.Int, error) {
+	entries, err := os.ReadDir(filepath.Join(ca.dir, sub))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -237,7 +254,7 @@ func (ca *CA) issuedSerials(identity string) ([]*big.Int, error) {
 	}
 	var out []*big.Int
 	for _, e := range entries {
-		c, err := readCert(filepath.Join(ca.dir, issuedDir, identity, e.Name()))
+		c, err := readCert(filepath.Join(ca.dir, sub, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -262,7 +279,7 @@ func (ca *CA) writeCRL(entries []x509.RevocationListEntry) error {
 
 // writePair issues a certificate and writes it and its key.
 func (ca *CA) writePair(certPath, keyPath, cn string, server bool, names []string) error {
-	cert, key, _, err := ca.issue(cn, server, names)
+	cert, key, _, err := ca.issue(cn, server, names, nil)
 	if err != nil {
 		return err
 	}
@@ -272,16 +289,17 @@ func (ca *CA) writePair(certPath, keyPath, cn string, server bool, names []strin
 	return writeFile(certPath, cert, 0o644)
 }
 
-// issue makes a key pair and a certificate for cn: a client certificate,
-// or a server one for names (host names or IP addresses).
-func (ca *CA) issue(cn string, server bool, names []string) (certPEM, keyPEM []byte, serial *big.Int, err error) {
+// issue makes a key pair and a certificate for cn (in the organizations
+// orgs): a client certificate, or a server one for names (host names or
+// IP addresses).
+func (ca *CA) issue(cn string, server bool, names, orgs []string) (certPEM, keyPEM []byte, serial *big.Int, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	now := ca.now()
 	serial = randomSerial()
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn, Organization: orgs},
 		NotBefore: now.Add(-clockSkewSlop), NotAfter: now.Add(certLifetime),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	if tmpl.NotAfter.After(ca.cert.NotAfter) {

@@ -87,6 +87,15 @@ type Config struct {
 	// changed too (after this call), so the containers waiting for them
 	// go on. Same goroutine as OnObjectsChanged; nil: nobody is told.
 	OnObjectsOverdue func([]objects.Ref)
+	// PodLogs reads pods' logs for the hub's logs requests (logs.go),
+	// which are taken only signed with HubKey; nil: none are served.
+	// LogStreams bounds the streams at once (default 4), LogRate each
+	// one's bytes a second (default 64 KiB); a stream whose keep-alives
+	// stop for LogKeepAlive (default 30 s) ends.
+	PodLogs      PodLogs
+	LogStreams   int
+	LogRate      int
+	LogKeepAlive time.Duration
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -165,6 +174,8 @@ type Agent struct {
 
 	// objs are the hub's ConfigMaps and Secrets (objectlink.go).
 	objs hubObjects
+	// logs are the pods' log streams to the hub (logs.go).
+	logs logStreams
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -246,6 +257,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		log.Error("the newest generation seen from the hub is unreadable; replays older than the stored document are not refused", "err", err)
 	}
 	a.initObjects()
+	a.initLogs()
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
@@ -323,6 +335,7 @@ func fenceOf(d *protocol.Desired) []string {
 func (a *Agent) Run(stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // none outlives Run: the caller closes the store next
+	defer a.stopLogs()
 	wg.Go(func() { a.drain(stop) })
 	wg.Go(func() { a.heartbeats(stop) })
 	wg.Go(func() { a.applyDesired(stop) })
@@ -444,6 +457,9 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	if a.cfg.OnUpdateOrder != nil {
 		subs = append(subs, sub{a.topics.Device(id, protocol.KindUpdate), a.onUpdate})
 	}
+	if a.logs.on {
+		subs = append(subs, sub{a.topics.Device(id, protocol.KindLogsRequest), a.onLogsRequest})
+	}
 	// A new connection: the leases wait for its desired document, which
 	// comes retained with the subscription.
 	a.lease.connected()
@@ -498,6 +514,10 @@ func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
 	case a.topics.Device(id, protocol.KindObject):
 		if a.objs.on {
 			a.onObject(c, m)
+		}
+	case a.topics.Device(id, protocol.KindLogsRequest):
+		if a.logs.on {
+			a.onLogsRequest(c, m)
 		}
 	}
 }

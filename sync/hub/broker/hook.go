@@ -94,6 +94,11 @@ func (h *brokerHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) 
 		h.refuse(cl, fmt.Errorf("certificate %x of %q is revoked", cert.SerialNumber, cert.Subject.CommonName))
 		return false
 	}
+	if pki.IsUser(cert) {
+		// A person's login to the HTTPS listener, never a device or the hub.
+		h.refuse(cl, fmt.Errorf("certificate %x of %q is a user's (O=%s), not a device's", cert.SerialNumber, cert.Subject.CommonName, pki.UsersOrganization))
+		return false
+	}
 	id := cert.Subject.CommonName
 	if err := h.acl.CheckIdentity(id, cl.ID); err != nil {
 		h.refuse(cl, err)
