@@ -1,5 +1,6 @@
 // Package kubectl runs real kubectl binaries against the hub's
-// Kubernetes API (sync/hub/kubeapi) behind TLS with a bearer token:
+// Kubernetes API (sync/hub/kubeapi) behind podhub's HTTPS listener
+// (sync/hub/gateway) with a bearer token:
 // kubectl v1.37 built from the module proxy (build.sh) and Debian's
 // kubernetes-client 1.20 (debian.sh). Without either, the tests skip
 // locally and fail under CI=true.
@@ -8,13 +9,11 @@ package kubectl
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +30,10 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 	"github.com/podvisor/podvisor/sync/hub/kubeapi"
+	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/test/prereq"
 	"github.com/podvisor/podvisor/test/workloadfile"
@@ -71,8 +72,6 @@ func kubectls(t *testing.T) []kubectlBin {
 	return kubectlsList
 }
 
-const token = "test-token-0123456789"
-
 var t0 = time.Now().Add(-time.Second).Truncate(time.Second)
 
 // hub is a fleet of two devices behind the API, on TLS with a token.
@@ -80,8 +79,10 @@ type hub struct {
 	t          *testing.T
 	fleet      *fleetdb.Fleet
 	kubeconfig string
-	cacheDir   string
-	seq        map[string]int64
+	// badKubeconfig has a token the hub never made.
+	badKubeconfig string
+	cacheDir      string
+	seq           map[string]int64
 }
 
 // fakeLogs stands in for the remote logs (remotelogs) in this test only.
@@ -99,7 +100,8 @@ func newHub(t *testing.T) *hub {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fleet.Close() })
-	h := &hub{t: t, fleet: fleet, seq: map[string]int64{}, cacheDir: filepath.Join(dir, "cache")}
+	h := &hub{t: t, fleet: fleet, seq: map[string]int64{}, cacheDir: filepath.Join(dir, "cache"),
+		kubeconfig: filepath.Join(dir, "kubeconfig")}
 	h.device("dev1", map[string]string{"zone": "a", "node-role.kubernetes.io/gateway": "true"})
 	h.device("dev2", map[string]string{"zone": "b"})
 	h.report("dev1", podItem(filePod("web", 2)), podItem(filePod("db", 0)),
@@ -117,20 +119,49 @@ func newHub(t *testing.T) *hub {
 
 	api := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: workloads, Logs: fakeLogs{},
 		Version: "v1.37.2-podhub", Resync: time.Hour})
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`)
-			return
+	t.Cleanup(api.Close)
+	// podhub's HTTPS listener: its CA, a server certificate it issued, a
+	// token made as podhub token create makes it.
+	pkiDir := filepath.Join(dir, "pki")
+	_, err = pki.Init(pkiDir, nil)
+	must(t, err)
+	ca, err := pki.Load(pkiDir)
+	must(t, err)
+	certPath, keyPath := filepath.Join(pkiDir, pki.HTTPCert), filepath.Join(pkiDir, pki.HTTPKey)
+	_, err = ca.EnsureServer(certPath, keyPath, "podhub https", []string{"localhost", "127.0.0.1", "::1"})
+	must(t, err)
+	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+	must(t, err)
+	tokenFile := filepath.Join(dir, "tokens")
+	token, err := gateway.CreateToken(tokenFile, "viewer", time.Now())
+	must(t, err)
+	gw, err := gateway.New(gateway.Config{Listen: "127.0.0.1:0", Cert: pair, CA: ca.Certificate(), PKIDir: pkiDir,
+		TokenFile: tokenFile, Kube: api})
+	must(t, err)
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve() }()
+	t.Cleanup(func() {
+		gw.Close()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("gateway: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the gateway did not stop within 10s of Close")
 		}
-		api.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() { srv.Close(); api.Close() })
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	h.kubeconfig = filepath.Join(dir, "kubeconfig")
-	cfg := fmt.Sprintf(`apiVersion: v1
+	})
+	h.badKubeconfig = filepath.Join(dir, "bad-kubeconfig")
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Certificate().Raw})
+	for path, tok := range map[string]string{h.kubeconfig: token, h.badKubeconfig: "not-a-token"} {
+		must(t, os.WriteFile(path, []byte(kubeconfig("https://"+gw.Addr().String(), caPEM, tok)), 0o600))
+	}
+	return h
+}
+
+// kubeconfig is a kubeconfig for the hub with a token.
+func kubeconfig(server string, ca []byte, token string) string {
+	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: podhub
@@ -145,13 +176,8 @@ contexts:
 - name: podhub
   context: {cluster: podhub, user: viewer}
 current-context: podhub
-`, srv.URL, base64.StdEncoding.EncodeToString(ca), token)
-	if err := os.WriteFile(h.kubeconfig, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return h
+`, server, base64.StdEncoding.EncodeToString(ca), token)
 }
-
 func (h *hub) device(id string, labels map[string]string) {
 	h.t.Helper()
 	at := time.Now()
@@ -235,6 +261,16 @@ func TestKubectl(t *testing.T) {
 	for _, bin := range kubectls(t) {
 		t.Run(bin.name, func(t *testing.T) {
 			h := newHub(t)
+			t.Run("refused without a token the hub made", func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, bin.path, "--kubeconfig", h.badKubeconfig, "--cache-dir", h.cacheDir, "get", "pods", "-A")
+				cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG=")
+				out, err := cmd.CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "Unauthorized") && !strings.Contains(string(out), "You must be logged in to the server") {
+					t.Errorf("a bad token: %v\n%s", err, out)
+				}
+			})
 			t.Run("get nodes,pods -A -o wide", func(t *testing.T) {
 				out := h.kubectl(t, bin, "get", "nodes,pods", "-A", "-o", "wide")
 				contains(t, "get -o wide", out, "INTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME",
