@@ -19,6 +19,7 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/logstream"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -192,3 +193,6 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 func goneItem(key string) protocol.StatusItem { return protocol.StatusItem{Key: key} }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// The remote logs' streamer is what serve.go hands New as Logs.
+var _ Logs = (*logstream.Streamer)(nil)
