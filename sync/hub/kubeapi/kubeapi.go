@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ type Config struct {
 	// MaxWatches bounds the watches open at once (default 256); more are
 	// refused with 429.
 	MaxWatches int
+	// Log gets the fleet reads that failed (nil: none logged).
+	Log *slog.Logger
 	// RingSize is how many recent changes a watch can resume from
 	// (default 10,000).
 	RingSize int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -64,6 +65,14 @@ func (r *refresher) run(ctx context.Context, sub *fleetwatch.Sub) {
 	}
 }
 
+// failed logs a read of the fleet that failed: what it would have
+// changed waits for the next change or resync.
+func (r *refresher) failed(err error) {
+	if r.cfg.Log != nil {
+		r.cfg.Log.Warn("kubeapi: reading the fleet", "err", err)
+	}
+}
+
 // locked runs fn alone.
 func (r *refresher) locked(fn func()) {
 	r.mu.Lock()
@@ -93,6 +102,7 @@ func (r *refresher) workloadsChanged() {
 	}
 	pods, err := r.cfg.Workloads.HubPods()
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	byDevice := map[string][]*v1.Pod{}
@@ -138,10 +148,12 @@ func (r *refresher) fullResync() {
 	now := r.cfg.Now()
 	devices, err := r.cfg.Fleet.Devices(now, r.cfg.Timeout)
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	sched, err := r.cfg.Fleet.DeviceScheduling()
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	hubPods := map[string][]*v1.Pod{}
@@ -149,6 +161,7 @@ func (r *refresher) fullResync() {
 	if r.cfg.Workloads != nil {
 		pods, err := r.cfg.Workloads.HubPods()
 		if err != nil {
+			r.failed(err)
 			return
 		}
 		for _, p := range pods {
@@ -184,12 +197,17 @@ func (r *refresher) fullResync() {
 // refreshDevice re-reads one device: its node, pods and events.
 func (r *refresher) refreshDevice(id string) {
 	d, err := r.cfg.Fleet.GetDevice(id, r.cfg.Now(), r.cfg.Timeout)
-	if err != nil {
+	if errors.Is(err, fleetdb.ErrNotFound) {
 		r.forget(id)
+		return
+	}
+	if err != nil {
+		r.failed(err)
 		return
 	}
 	sched, err := r.cfg.Fleet.DeviceScheduling()
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	var hub []*v1.Pod
@@ -219,6 +237,7 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 	r.storeNode(d, sched)
 	mirrors, err := r.cfg.Fleet.MirrorPods(d.ID, r.cfg.Now(), r.cfg.Timeout)
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	pods := withHubPods(mirrors, hub)
@@ -242,6 +261,7 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 	r.store.replace(resPods, d.ID, objs)
 	evs, err := r.cfg.Fleet.Events(d.ID)
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	r.store.replace(resEvents, d.ID, deviceEvents(d.ID, evs, names))
@@ -274,10 +294,12 @@ func leaseObject(d fleetdb.Device, timeout time.Duration) *object {
 func (r *refresher) resyncNodes() {
 	devices, err := r.cfg.Fleet.Devices(r.cfg.Now(), r.cfg.Timeout)
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	sched, err := r.cfg.Fleet.DeviceScheduling()
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	for _, d := range devices {
@@ -296,6 +318,7 @@ func (r *refresher) storeWorkloads() {
 	}
 	w, err := r.cfg.Workloads.LoadWorkloads()
 	if err != nil {
+		r.failed(err)
 		return
 	}
 	var deps, dss, stss, pcs, pdbs []*object
