@@ -118,7 +118,7 @@ func newHub(t *testing.T) *hub {
 	must(t, workloads.ApplyObjects(objs, time.Now()))
 
 	api := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: workloads, Logs: fakeLogs{},
-		Version: "v1.37.2-podhub", Resync: time.Hour})
+		Version: "1.4.0-test", Resync: time.Hour})
 	t.Cleanup(api.Close)
 	// podhub's HTTPS listener: its CA, a server certificate it issued, a
 	// token made as podhub token create makes it.
@@ -270,6 +270,9 @@ func TestKubectl(t *testing.T) {
 				if err == nil || !strings.Contains(string(out), "Unauthorized") && !strings.Contains(string(out), "You must be logged in to the server") {
 					t.Errorf("a bad token: %v\n%s", err, out)
 				}
+			})
+			t.Run("version", func(t *testing.T) {
+				contains(t, "version", h.kubectl(t, bin, "version"), "v1.37.2+podhub.1.4.0-test")
 			})
 			t.Run("get nodes,pods -A -o wide", func(t *testing.T) {
 				out := h.kubectl(t, bin, "get", "nodes,pods", "-A", "-o", "wide")

@@ -58,10 +58,25 @@ var groupVersions = []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Versi
 	{Group: "scheduling.k8s.io", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
 	{Group: "authorization.k8s.io", Version: "v1"}}
 
+// kubernetesVersion is the API level served: k8s.io/api's.
+const kubernetesVersion = "v1.37.2"
+
+// version is /version: the Kubernetes version whose API is served, with
+// podhub's version as semver build metadata (clients parse gitVersion
+// as semver), unless the hub's version is itself one ("v1.…").
 func (s *Server) version() version.Info {
 	v := s.cfg.Version
-	if v == "" {
-		v = "v0.0.0-podhub"
+	if !strings.HasPrefix(v, "v1.") {
+		meta := strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' || r == '.' {
+				return r
+			}
+			return '-'
+		}, strings.Trim(v, "."))
+		v = kubernetesVersion + "+podhub"
+		if meta != "" {
+			v += "." + meta
+		}
 	}
 	return version.Info{Major: "1", Minor: "37", GitVersion: v, GoVersion: runtime.Version(),
 		Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH}

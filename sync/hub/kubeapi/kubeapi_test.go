@@ -69,6 +69,11 @@ func TestDiscovery(t *testing.T) {
 	if v.GitVersion != "v1.37.2-podhub" {
 		t.Errorf("version %q", v.GitVersion)
 	}
+	for in, want := range map[string]string{"": "v1.37.2+podhub", "1.4.0": "v1.37.2+podhub.1.4.0", "dev (dirty)": "v1.37.2+podhub.dev--dirty-"} {
+		if got := (&Server{cfg: Config{Version: in}}).version().GitVersion; got != want {
+			t.Errorf("version %q: %q, want %q", in, got, want)
+		}
+	}
 }
 
 // A manifest file's pod is presented as the kubelet's mirror pod:
