@@ -509,3 +509,18 @@ func TestPodLogsFollow(t *testing.T) {
 		t.Fatal("waited 10s for the log stream to end after its reader went")
 	}
 }
+
+// The metadata client's lists: PartialObjectMetadataList.
+func TestMetadataOnly(t *testing.T) {
+	f := twoDevices(t, Config{})
+	var list metav1.PartialObjectMetadataList
+	f.getJSON("/api/v1/pods", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json", &list)
+	if list.Kind != "PartialObjectMetadataList" || len(list.Items) != 3 || list.Items[0].Kind != "PartialObjectMetadata" || list.Items[1].Name != "web-dev1" {
+		t.Errorf("metadata list %+v", list)
+	}
+	var one metav1.PartialObjectMetadata
+	f.getJSON("/api/v1/nodes/dev1", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", &one)
+	if one.Kind != "PartialObjectMetadata" || one.Name != "dev1" || one.Labels["zone"] != "a" {
+		t.Errorf("metadata of dev1 %+v", one)
+	}
+}

@@ -35,6 +35,28 @@ func tableAs(r *http.Request) string {
 	return ""
 }
 
+// metadataAs says the Accept asks for metadata only
+// (as=PartialObjectMetadata or as=PartialObjectMetadataList, the
+// metadata client's and its informers').
+func metadataAs(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		typ, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err == nil && typ == "application/json" && params["g"] == "meta.k8s.io" && params["v"] == "v1" &&
+			(params["as"] == "PartialObjectMetadata" || params["as"] == "PartialObjectMetadataList") {
+			return true
+		}
+	}
+	return false
+}
+
+// partial is an object's metadata as a PartialObjectMetadata.
+func partial(o *object) []byte {
+	m := metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
+	m.ObjectMeta = *objectMeta(o.obj)
+	b, _ := json.Marshal(m)
+	return b
+}
+
 // tableOptions are a Table request's: which version, and what each row
 // carries of its object (includeObject: Metadata by default).
 type tableOptions struct {
@@ -69,10 +91,7 @@ func (s *Server) table(t *tableOptions, res *resource, objs []*object) *metav1.T
 		case "Object":
 			row.Object = runtime.RawExtension{Raw: o.raw}
 		case "Metadata":
-			m := metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
-			m.ObjectMeta = *objectMeta(o.obj)
-			raw, _ := json.Marshal(m)
-			row.Object = runtime.RawExtension{Raw: raw}
+			row.Object = runtime.RawExtension{Raw: partial(o)}
 		}
 		out.Rows = append(out.Rows, row)
 	}
@@ -111,6 +130,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, req request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if metadataAs(r) {
+		w.Write(partial(o))
+		return
+	}
 	w.Write(o.raw)
 }
 
@@ -192,12 +215,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req request) {
 	}
 	var buf bytes.Buffer
 	m, _ := json.Marshal(meta)
-	fmt.Fprintf(&buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, req.res.kind+"List", req.res.apiVersion(), m)
+	kind, apiVersion, item := req.res.kind+"List", req.res.apiVersion(), func(o *object) []byte { return o.raw }
+	if metadataAs(r) {
+		kind, apiVersion, item = "PartialObjectMetadataList", "meta.k8s.io/v1", partial
+	}
+	fmt.Fprintf(&buf, `{"kind":%q,"apiVersion":%q,"metadata":%s,"items":[`, kind, apiVersion, m)
 	for i, o := range objs {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(o.raw)
+		buf.Write(item(o))
 	}
 	buf.WriteString("]}")
 	w.Header().Set("Content-Type", "application/json")
@@ -287,7 +314,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req request, ls l
 		}
 		return rc.Flush() == nil
 	}
+	metadataOnly := metadataAs(r)
 	encode := func(o *object) []byte {
+		if metadataOnly {
+			return partial(o)
+		}
 		if t == nil {
 			return o.raw
 		}
