@@ -11,6 +11,11 @@ set -eu
 version=${KUBECTL_VERSION:-0.37.2}
 cache=${PODVISOR_KUBECTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/podvisor-kubectl}
 out=$cache/kubectl-v1.${version#0.}
+# One build at a time: CI starts one in the background while the tests,
+# which call this script too, may get there first.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock 9
 if [ -x "$out" ]; then
 	echo "$out"
 	exit 0
