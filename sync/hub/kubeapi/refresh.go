@@ -393,7 +393,7 @@ func uidOf(kind, name string) types.UID {
 // the node lifecycle controller marks a node whose kubelet went silent.
 func nodeOf(d fleetdb.Device, sched fleetdb.Scheduling, version string, timeout time.Duration) *v1.Node {
 	n := &v1.Node{TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: d.ID, UID: uidOf("node", d.ID), Labels: map[string]string{}},
+		ObjectMeta: metav1.ObjectMeta{Name: d.ID, UID: uidOf("node", d.ID), Labels: map[string]string{}, CreationTimestamp: metav1.NewTime(d.Created)},
 		Spec:       v1.NodeSpec{Unschedulable: sched.Unschedulable, Taints: sched.Taints}}
 	for k, v := range d.Labels {
 		n.Labels[k] = v
