@@ -97,11 +97,11 @@ func observeDaemon(bin string, pods, scrapes int) error {
 		return err
 	}
 	printFootprint("metrics off", off)
-	printFootprint("metrics on ("+addr+"), before any scrape", s.before)
+	printFootprint("metrics on, before a scrape", s.before)
 	printFootprint(fmt.Sprintf("metrics on, after %d scrapes", scrapes), on)
 	fmt.Printf("  metrics on - off, daemon + keeper PSS: %+.2f MiB before a scrape, %+.2f MiB after %d (RSS %+.2f MiB)\n",
 		s.before.pss()-off.pss(), on.pss()-off.pss(), scrapes, on.rss()-off.rss())
-	fmt.Printf("  GET /metrics with %d pods (n=%d, %d bytes, %s): %s\n", pods, scrapes, s.size, s.running, dist(s.times))
+	fmt.Printf("  GET http://%s/metrics with %d pods (n=%d, %d bytes, %s): %s\n", addr, pods, scrapes, s.size, s.running, dist(s.times))
 	return nil
 }
 

@@ -63,8 +63,9 @@ func observeChromium(site hubSite, runs int, profile string) error {
 	); err != nil {
 		return fmt.Errorf("the dashboard's login in Chromium: %w", err)
 	}
-	var times []time.Duration
+	var times, pageTimes []time.Duration
 	var first time.Duration
+	var firstInPage float64
 	var rows int
 	var count string
 	for i := 0; i <= runs; i++ {
@@ -79,12 +80,18 @@ func observeChromium(site hubSite, runs int, profile string) error {
 			return fmt.Errorf("the pods page in Chromium: %w", err)
 		}
 		took := time.Since(start)
+		// The page's own clock from its navigation's start: the table
+		// was shown by then (the read's round trip included).
+		inPage, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`performance.now()`))
+		if err != nil {
+			return err
+		}
 		if i == 0 {
-			first = took
+			first, firstInPage = took, inPage
 		} else {
 			times = append(times, took)
+			pageTimes = append(pageTimes, time.Duration(inPage*float64(time.Millisecond)))
 		}
-		var err error
 		if rows, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#pods-page tbody tr').length`)); err != nil {
 			return err
 		}
@@ -92,7 +99,9 @@ func observeChromium(site hubSite, runs int, profile string) error {
 			return err
 		}
 	}
-	fmt.Printf("    headless %s: #/pods navigated -> table shown (%d rows; %q): first %.0f ms; then n=%d %s\n",
-		strings.TrimSpace(string(version)), rows, count, float64(first)/1e6, len(times), dist(times))
+	fmt.Printf("    headless %s, the pods page (%d rows; %q):\n", strings.TrimSpace(string(version)), rows, count)
+	fmt.Printf("      navigate /ui/#/pods -> table shown, as the bench sees it: first (cold cache) %.0f ms; then n=%d %s\n",
+		float64(first)/1e6, len(times), dist(times))
+	fmt.Printf("      the page's own clock at that point (performance.now()): first %.0f ms; then %s\n", firstInPage, dist(pageTimes))
 	return nil
 }
