@@ -14,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
+	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
 	"github.com/podvisor/podvisor/sync/pki"
 )
 
@@ -87,7 +88,7 @@ func (c *cli) serverCert(h httpConfig, log *slog.Logger) (tls.Certificate, error
 
 // startGateway opens the HTTPS listener when http.listen is set (nil
 // otherwise); the caller serves and closes it.
-func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, deviceTimeout time.Duration, log *slog.Logger) (*gateway.Server, error) {
+func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counters *hubmetrics.Counters, deviceTimeout time.Duration, log *slog.Logger) (*gateway.Server, error) {
 	if cfg.HTTP.Listen == "" {
 		return nil, nil
 	}
@@ -105,7 +106,8 @@ func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, deviceT
 		TokenFile: c.path(tokenFile), Log: log,
 		// INTEGRATOR (issue 28): pass the handlers the other parts build;
 		// nil answers 404 on its paths.
-		Metrics:   nil, // hubmetrics.New(hubmetrics.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout})
+		Metrics: hubmetrics.New(hubmetrics.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
+			Counters: counters, Version: version}),
 		Dashboard: nil, // dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout})
 		Kube:      nil, // kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout, Logs: ..., Version: version})
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/chunks"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -232,6 +233,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
 		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
+	// The link's counters, for /metrics (counted whether or not it is served).
+	counters := hubmetrics.NewCounters()
+	hcfg.Observe = counters
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err
@@ -261,7 +265,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}
 	defer h.Close()
-	gw, err := c.startGateway(cfg, fleet, h, deviceTimeout, log)
+	gw, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
 	if err != nil {
 		return err
 	}

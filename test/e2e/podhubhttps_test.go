@@ -68,6 +68,15 @@ func TestPodhubHTTPSListener(t *testing.T) {
 		t.Errorf("/api with the token: %d %q", code, body)
 	}
 
+	// /metrics: the hub's exposition, for the token only.
+	if code, _, _ := get(c, "/metrics", ""); code != 401 {
+		t.Errorf("/metrics without a login: %d, want 401", code)
+	}
+	if code, body, resp := get(c, "/metrics", token); code != 200 || !strings.Contains(body, "# TYPE podhub_devices gauge") ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Errorf("/metrics with the token: %d %s, want the hub's exposition", code, resp.Header.Get("Content-Type"))
+	}
+
 	// The dashboard's login form sets the session cookie.
 	resp, err := c.PostForm(base+"/ui/login", url.Values{"token": {token}})
 	if err != nil {

@@ -70,6 +70,9 @@ type Config struct {
 	// connection, and handed the devices' object requests and sealing
 	// keys (hub.New sets it to its object link). Nil: none.
 	Objects Objects
+	// Observe is told what the link stores and refuses (hubmetrics'
+	// counters); nil: nobody.
+	Observe Observer
 }
 
 // Objects is the object link as the device link sees it.
@@ -292,6 +295,7 @@ func (h *Link) device(m mqtt.Message) (string, bool) {
 // so `podhub describe device` shows them; the rest are summed up in one
 // line and one event, so a flood costs neither the log nor fleet.db.
 func (h *Link) reject(dev string, m mqtt.Message, err error) {
+	h.observeRefused(m)
 	log, suppressed := h.refused.Note()
 	if suppressed > 0 {
 		h.log.Warn("refused more messages", "count", suppressed, "total", h.refused.Total())
@@ -341,6 +345,7 @@ func (h *Link) saveHeartbeat(dev string, hb *protocol.Heartbeat) error {
 	dropped, dup, err := h.fleet.SaveHeartbeat(hb, h.now())
 	h.duplicate(dev, dup)
 	if err == nil {
+		h.observer().HeartbeatStored()
 		// Only a heartbeat that changes what the scheduler reads asks for
 		// a pass (a stale device is found by the scheduler's timer).
 		if fp := schedFingerprint(hb); h.seenChanged(dev, fp) {
@@ -443,6 +448,7 @@ func (h *Link) saveStatus(dev string, b *protocol.StatusBatch) error {
 	if err != nil {
 		return err
 	}
+	h.observer().StatusItemsStored(r.Applied)
 	if r.HubPodsChanged {
 		// A hub pod became Ready or not, failed, or went: the controllers
 		// may decide otherwise (passes coalesce, at most one a second).

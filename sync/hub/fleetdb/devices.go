@@ -88,7 +88,7 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 		}
 		d.Labels = map[string]string{}
 		mergeLabels(d.Labels, own, labels)
-		d.DuplicateID = now.UnixMilli() < dupUntil
+		d.judge(now, timeout, lastSeen, dupUntil, fencedAt)
 		if d.DuplicateID {
 			d.Instances = []string{prev, instance}
 		}
@@ -108,14 +108,6 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 			d.Update = &protocol.UpdateState{}
 			json.Unmarshal(update, d.Update)
 		}
-		if lastSeen > 0 {
-			d.LastSeen = time.UnixMilli(lastSeen)
-		}
-		if fencedAt > 0 {
-			t := time.UnixMilli(fencedAt)
-			d.FencedAt = &t
-		}
-		d.Ready = d.Online && now.Sub(d.LastSeen) < timeout && !d.DuplicateID
 		out = append(out, d)
 	}
 	return out, rows.Err()
