@@ -35,8 +35,8 @@ func observeBench(bin string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nseeing the fleet (issue 28: metrics, dashboard, Kubernetes API) — %s, %d CPUs, Linux %s, %s\n",
-		cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("\nseeing the fleet (issue 28: metrics, dashboard, Kubernetes API) — %s, %d CPUs, Linux %s, %s, load average %s\n",
+		cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339), loadAverage())
 	if *observePods > 0 {
 		if err := observeDaemon(abs, *observePods, *observeScrapes); err != nil {
 			return err
@@ -50,6 +50,7 @@ func observeBench(bin string) error {
 			return err
 		}
 	}
+	fmt.Printf("  load average after: %s; no peer measured (no kubelet nor API server runs here)\n", loadAverage())
 	return nil
 }
 

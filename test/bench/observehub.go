@@ -86,8 +86,8 @@ func observeHub(bin string, n, podsPer int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  fleet up: %d devices Ready, %d DaemonSets, %d pods Running and Ready as the devices report them (%.0f s)\n",
-		n, podsPer, running, time.Since(start).Seconds())
+	fmt.Printf("  fleet up: %d devices Ready, %d DaemonSets, %d pods Running and Ready as the devices report them (%.0f s); load average %s\n",
+		n, podsPer, running, time.Since(start).Seconds(), loadAverage())
 	time.Sleep(5 * time.Second) // the fill's garbage collected
 	idle := rss(ph.pid())
 	idlePSS := pssOf(ph.pid())
