@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,21 +38,24 @@ func observeBench(bin string) error {
 	}
 	fmt.Printf("\nseeing the fleet (issue 28: metrics, dashboard, Kubernetes API) — %s, %d CPUs, Linux %s, %s, load average %s\n",
 		cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339), loadAverage())
+	var errs []error
 	if *observePods > 0 {
 		if err := observeDaemon(abs, *observePods, *observeScrapes); err != nil {
-			return err
+			fmt.Printf("  the daemon: FAILED: %v\n", err)
+			errs = append(errs, err)
 		}
 		if err := metricsCodeBytes(); err != nil {
-			return err
+			fmt.Printf("  the metrics code's bytes: FAILED: %v\n", err)
+			errs = append(errs, err)
 		}
 	}
 	if *observeDevices > 0 {
 		if err := observeHub(abs, *observeDevices, *observeDevicePods); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	fmt.Printf("  load average after: %s; no peer measured (no kubelet nor API server runs here)\n", loadAverage())
-	return nil
+	return errors.Join(errs...)
 }
 
 // daemonMetricsPieces says whether this tree's podvisor serves metrics:
