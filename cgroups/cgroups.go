@@ -9,12 +9,15 @@
 package cgroups
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -99,15 +102,48 @@ func removeTree(dir string) error {
 func clean(path string) string { return "/" + strings.Trim(path, "/") }
 
 // counter reads "name value" from a flat-keyed cgroup file.
-func counter(file, name string) (uint64, error) {
-	data, err := os.ReadFile(file)
+func counter(file, name string) (v uint64, err error) {
+	prefix := name + " "
+	err = readSmall(file, func(data []byte) error {
+		for line := range bytes.Lines(data) {
+			if rest, ok := bytes.CutPrefix(line, []byte(prefix)); ok {
+				v, err = strconv.ParseUint(string(bytes.TrimSpace(rest)), 10, 64)
+				return err
+			}
+		}
+		return nil
+	})
+	return v, err
+}
+
+// smallFiles are the buffers kernel files are read into: a metrics
+// scrape reads a few files of every pod's and container's cgroups, and
+// os.ReadFile would allocate (and grow) a buffer for each.
+var smallFiles = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// readSmall reads a kernel file of at most 16 KiB (a cgroup's stat
+// files) into a pooled buffer and hands it to f, which must not keep it.
+func readSmall(file string, f func([]byte) error) error {
+	fd, err := os.Open(file)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	defer fd.Close()
+	bp := smallFiles.Get().(*[]byte)
+	defer smallFiles.Put(bp)
+	buf, n := *bp, 0
+	for n < len(buf) {
+		m, err := fd.Read(buf[n:])
+		n += m
+		if err == io.EOF || m == 0 {
+			break
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return 0, nil
+	if n == len(buf) {
+		return fmt.Errorf("%s: longer than %d bytes", file, len(buf))
+	}
+	return f(buf[:n])
 }

@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -26,12 +27,12 @@ func write(dir, file, value string) error {
 	return nil
 }
 
-func readUint(dir, file string) (uint64, error) {
-	data, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+func readUint(dir, file string) (v uint64, err error) {
+	err = readSmall(filepath.Join(dir, file), func(data []byte) error {
+		v, err = strconv.ParseUint(string(bytes.TrimSpace(data)), 10, 64)
+		return err
+	})
+	return v, err
 }
 
 // procsBelow lists the processes of a cgroup directory and its children.

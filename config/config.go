@@ -93,6 +93,7 @@ type Config struct {
 	Firmware                         Firmware              `json:"firmware"`
 	Update                           Update                `json:"update"`
 	Objects                          Objects               `json:"objects"`
+	Metrics                          Metrics               `json:"metrics"`
 
 	// Set by podvisor, never by the file: StopPodsOnExit (podvisor run
 	// --stop-pods-on-exit) stops every pod gracefully before the daemon
@@ -332,6 +333,19 @@ type Hub struct {
 	AllowProcessPods     bool      `json:"allowProcessPods,omitempty"`
 	AllowRootProcessPods bool      `json:"allowRootProcessPods,omitempty"`
 	Images               HubImages `json:"images"`
+}
+
+// Metrics is the Prometheus listener (docs/metrics.md). It is off unless
+// Listen is set: a device's metrics name its pods.
+type Metrics struct {
+	// Listen is where /metrics, /metrics/resource and /metrics/probes are
+	// served: a TCP address HOST:PORT (the kubelet's read-only port is
+	// 127.0.0.1:10255) or unix:PATH; "" (the default) serves none.
+	Listen string `json:"listen,omitempty"`
+	// BearerTokenFile holds the token every request must then carry
+	// (Authorization: Bearer TOKEN). A TCP address that is not loopback
+	// is refused without it.
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
 }
 
 // Objects bound the ConfigMaps and Secrets the device keeps, per source:

@@ -116,6 +116,7 @@ func (c *Config) Validate() error {
 	c.validateHub(v)
 	c.validateObjects(v)
 	c.validateFirmware(v)
+	c.validateMetrics(v)
 	if d := c.Update.CommitTimeout.Duration; d < 10*time.Second || d > 24*time.Hour {
 		v.add("update.commitTimeout", "%s: want 10s to 24h", d)
 	}

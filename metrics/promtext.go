@@ -26,6 +26,15 @@ const (
 	Histogram Type = "histogram"
 )
 
+// Family describes one metric family: what an exposition writes under
+// its name, what dashboards and docs are checked against.
+type Family struct {
+	Name   string
+	Help   string
+	Type   Type
+	Labels []string // in the order the samples carry them
+}
+
 // Writer builds one exposition. Each family is written once, all its
 // samples after its Family line (the text format requires them
 // together); a second Family of one name is an error, kept in Err.
@@ -155,3 +164,7 @@ func validName(s string) bool {
 func validLabel(s string) bool {
 	return validName(s) && !strings.Contains(s, ":") && s != "le"
 }
+
+// Grow makes room for n more bytes of exposition at once: a writer that
+// knows its last exposition's size saves growing the buffer by doubling.
+func (w *Writer) Grow(n int) { w.buf.Grow(n) }

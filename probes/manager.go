@@ -108,9 +108,13 @@ func (r realTimer) Stop()                 { r.t.Stop() }
 type Manager struct {
 	// TimeUnit is one "second" of probe settings; tests shorten it.
 	TimeUnit time.Duration
-	results  chan Result
-	ctx      context.Context
-	clock    clock
+	// Ran, when set (before the first Start), is told of every run, on
+	// the worker's goroutine: the instance, the kind, whether it passed
+	// and how long it took (the kubelet's prober metrics).
+	Ran     func(instanceID string, kind vocab.ProbeKind, ok bool, took time.Duration)
+	results chan Result
+	ctx     context.Context
+	clock   clock
 
 	mu        sync.Mutex
 	instances map[string]*probed // by instance ID
@@ -367,9 +371,13 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 			timer.Stop()
 			poked = true
 		}
+		began := clk.Now()
 		raw, err := probe(ctx, w.target, p.ProbeHandler, timeout)
 		if ctx.Err() != nil {
 			return
+		}
+		if w.m.Ran != nil {
+			w.m.Ran(w.id, kind, err == nil, clk.Now().Sub(began))
 		}
 		warning := ""
 		if raw != "" && raw != lastWarning {

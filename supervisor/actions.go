@@ -47,6 +47,9 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			d.forget(a.Pod)
 		case lifecycle.Record:
 			d.record(in, a.EventType, a.Reason, a.Message)
+			if a.Reason == lifecycle.ReasonPreempted {
+				d.metrics.Preempted(a.Resource)
+			}
 		}
 	}
 }
@@ -67,6 +70,7 @@ func (d *Daemon) signal(in *lifecycle.Instance, a lifecycle.Action) error {
 
 func (d *Daemon) start(in *lifecycle.Instance, a lifecycle.Action) {
 	res := runtimeset.Start{Pod: a.Pod, Container: a.Container, InstanceID: a.InstanceID}
+	d.containerStarting(in, a)
 	rt, err := d.runtimes.For(in.Pod)
 	if err != nil {
 		// Nothing was created: the container waits with the reason, as
@@ -98,9 +102,13 @@ func (d *Daemon) startDone(r runtimeset.Start) {
 		} else {
 			d.log.Warn("container could not be created", "instance", r.InstanceID, "reason", o.Reason, "err", o.Message)
 		}
+		if o.Reason != runtime.ObjectsPending { // a wait, not an error
+			d.startFailed(r.Pod, r.Container, o.Reason)
+		}
 		d.execute(d.machine.StartFailed(r.Pod, r.Container, r.InstanceID, o.Reason, o.Message, d.now()))
 	case startFailed:
 		d.log.Warn("container failed to start", "instance", r.InstanceID, "err", r.Err)
+		d.startFailed(r.Pod, r.Container, "RunContainerError") // the kubelet's code for a runtime that created but could not start
 		d.execute(d.machine.Exited(r.Pod, r.Container, o.Exit))
 	}
 }

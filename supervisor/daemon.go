@@ -16,6 +16,7 @@ import (
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/priority"
 	"github.com/podvisor/podvisor/supervisor/desired"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/supervisor/eviction"
 	"github.com/podvisor/podvisor/supervisor/hooks"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
@@ -63,6 +64,9 @@ type Daemon struct {
 	retention *retention.Keeper
 	// service tells systemd the daemon's readiness, status and liveness.
 	service *serviceManager
+	// metrics counts what the loop does, for the metrics listener and
+	// the heartbeat's summary.
+	metrics *devmetrics.Recorder
 	// restarting: Run ends for a restart into another version (Restart):
 	// the pods are left running whatever StopPodsOnExit says.
 	restarting atomic.Bool
@@ -97,6 +101,7 @@ func New(c *config.Config, o Options, log *slog.Logger) (*Daemon, error) {
 			AllowUntrustedManifests: c.Security.AllowUntrustedManifests, Policy: policy, Log: log,
 			MaxObjects: c.Objects.MaxObjects, MaxObjectBytes: c.Objects.MaxBytes.Value()}),
 		objects: podobjects.New(),
+		metrics: devmetrics.NewRecorder(time.Now()),
 	}
 	d.runtimes.Choose(o.Runtimes, o.DefaultRuntime)
 	ip := hostIP()
@@ -130,7 +135,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.protector.ReadAllocatable() // downward API limits a container leaves unset
 	d.probing = podprobes.Open(ctx, podprobes.Options{Listen: string(d.cfg.Probes.ListenMode()), MaxPods: int(d.cfg.Node.MaxPods),
-		Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log}) // before the runtimes: it sets where process containers are placed
+		Cgroups: d.cgroups, RuntimeOf: d.runtimes.Of, Log: d.log, Ran: d.metrics.ProbeRan}) // before the runtimes: it sets where process containers are placed
 	defer d.probing.Close()
 	classes, errs := priority.LoadDir(filepath.Join(d.cfg.ConfigDir, "priorityclasses"))
 	for _, err := range errs {
@@ -261,6 +266,9 @@ func (d *Daemon) step() time.Time {
 		d.runtimes.FlushRemovals() // every exit they follow is saved
 	}
 	d.view.Publish(d.machine, now, rd.Changed, podview.Sources{Desired: d.desired.Wants, Invalid: d.desired.Invalid()})
+	if len(rd.Changed) > 0 {
+		d.observeMetrics(now)
+	}
 	if in, ok := d.desired.NextExpiry(); ok {
 		if e := now.Add(in); rd.NextWake.IsZero() || e.Before(rd.NextWake) {
 			return e // a lease runs out: stop its pods on time

@@ -52,6 +52,7 @@ func (d *Daemon) protectNode(dec nodeprotect.Decision) {
 	}
 	if e := dec.Evict; e != nil {
 		d.record(d.machine.Instance(e.Pod), "Warning", nodeprotect.ReasonThresholdMet, e.Event)
+		d.metrics.Evicted(string(e.Signal))
 		d.execute(d.machine.Evict(e.Pod, e.Message, e.GracePeriod, e.At))
 	}
 }

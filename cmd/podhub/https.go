@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/dashboard"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
@@ -108,7 +109,7 @@ func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counter
 		// nil answers 404 on its paths.
 		Metrics: hubmetrics.New(hubmetrics.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
 			Counters: counters, Version: version}),
-		Dashboard: nil, // dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout})
+		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout}),
 		Kube:      nil, // kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout, Logs: ..., Version: version})
 	})
 	if err != nil {

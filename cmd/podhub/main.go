@@ -46,6 +46,8 @@ Usage:
   podhub [--data-dir DIR] rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE]
         [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]
   podhub [--data-dir DIR] fence device ID [--remove]
+  podhub [--data-dir DIR] logs POD --device ID [-n NAMESPACE] [-c CONTAINER] [--previous] [--tail N] [--since D]
+        [--since-time T] [--timestamps] [--limit-bytes N] [-f]
   podhub [--data-dir DIR] release push --version V --file PATH [--file PATH...] [--key FILE]
   podhub [--data-dir DIR] firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE]
   podhub [--data-dir DIR] update --version V (--device ID | --selector k=v) [--max-unavailable N|N%]
@@ -130,6 +132,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.rollout(args[1:])
 	case "fence":
 		return c.fence(args[1:])
+	case "logs":
+		return c.logs(ctx, args[1:])
 	case "release":
 		return c.release(args[1:])
 	case "firmware":
@@ -211,6 +215,7 @@ var synopses = map[string]string{
 	"taint":           "taint device ID k=v:EFFECT|k:EFFECT-|k- ...",
 	"rollout":         "rollout status|pause|resume|undo|history|restart deployment|daemonset|statefulset/NAME [-n NAMESPACE] [--to-revision N] [--revision N] [--watch=false] [--timeout 5m]",
 	"fence":           "fence device ID [--remove]",
+	"logs":            "logs POD --device ID [-n NAMESPACE] [-c CONTAINER] [--previous] [--tail N] [--since D] [--since-time T] [--timestamps] [--limit-bytes N] [-f]",
 	"release":         "release push --version V --file PATH [--file PATH...] [--key FILE]",
 	"release push":    "release push --version V --file PATH [--file PATH...] [--key FILE]",
 	"firmware":        "firmware push --name N --version V --file BUNDLE [--compatible S] [--key FILE] | firmware update --name N --version V (--device ID | --selector k=v) [...]",

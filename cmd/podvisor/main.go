@@ -27,7 +27,7 @@ const usage = `podvisor supervises Kubernetes static pods on this device.
 
 Usage:
   podvisor run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH]
-               [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]
+               [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [--metrics-listen ADDR] [-v]
   podvisor get pods [-o wide|json|yaml] [-n NAMESPACE | -A]
   podvisor get pod NAME [-o wide|json|yaml] [-n NAMESPACE]
   podvisor get node [-o json|yaml]
@@ -48,7 +48,7 @@ flags. Errors are one line on stderr, prefixed "error: ", with exit code 1.
 
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
-	"run":          "run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH] [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [-v]",
+	"run":          "run [--config FILE] [--manifests DIR] [--data-dir DIR] [--socket PATH] [--stop-pods-on-exit] [--hub URL] [--device-id ID] [--hub-key FILE] [--metrics-listen ADDR] [-v]",
 	"get":          "get pods [NAME] [-o wide|json|yaml] [-n NAMESPACE | -A] | get node [-o json|yaml]",
 	"describe":     "describe pod NAME [-n NAMESPACE]",
 	"logs":         "logs NAME [-c CONTAINER] [-f] [--previous] [-n NAMESPACE]",

@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podvisor/podvisor/cgroups"
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/firmware/agent"
 	"github.com/podvisor/podvisor/supervisor"
 	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/supervisor/logind"
 	"github.com/podvisor/podvisor/supervisor/sdnotify"
 )
@@ -37,6 +39,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	hubURL := fs.String("hub", "", "hub broker, mqtt://HOST:PORT or mqtts://HOST:PORT (config hub.url)")
 	deviceID := fs.String("device-id", "", "this device's ID at the hub (config hub.deviceId; default the node name)")
 	hubKey := fs.String("hub-key", "", "the hub's public key, hub.pub from podhub init (config hub.key)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on HOST:PORT or unix:PATH (config metrics.listen; off by default)")
 	if pos, err := parseInterspersed(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -59,7 +62,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}
 	// Flags given on the command line win over the file.
 	for flagValue, setting := range map[*string]*string{manifests: &conf.Manifests, dataDir: &conf.DataDir, socket: &conf.Socket,
-		hubURL: &conf.Hub.URL, deviceID: &conf.Hub.DeviceID, hubKey: &conf.Hub.Key} {
+		hubURL: &conf.Hub.URL, deviceID: &conf.Hub.DeviceID, hubKey: &conf.Hub.Key, metricsListen: &conf.Metrics.Listen} {
 		if *flagValue != "" {
 			*setting = *flagValue
 		}
@@ -177,11 +180,16 @@ func runDaemon(ctx context.Context, conf *config.Config, opts supervisor.Options
 		return err
 	}
 	relay := &orderRelay{}
-	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, log)
+	node := devmetrics.ProcNode{MemoryCgroup: cgroups.V1MemoryMount(), FsPath: conf.DataDir}
+	summary := devmetrics.NewCollector(d.Metrics(), devmetrics.Options{Node: node})
+	hub, closeHub, err := attachUplink(conf.Hub, conf.Objects, conf.NodeName, conf.DataDir, d.Assignments(), d, relay.take, d.API(), summary.Summary, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	defer closeHub()
+	if err := serveMetrics(apiCtx, conf.Metrics, d.Metrics(), node, hub, log); err != nil {
+		return err
+	}
 	// A self-update ends the daemon's loop as a plain exit does, pods
 	// left running, and the command then executes the launcher.
 	runCtx, endRun := context.WithCancel(ctx)

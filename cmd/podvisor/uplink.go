@@ -1,16 +1,24 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/podvisor/podvisor/config"
 	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/supervisor"
+	"github.com/podvisor/podvisor/supervisor/api"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
+	"github.com/podvisor/podvisor/supervisor/runtime/crilog"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
@@ -26,16 +34,22 @@ import (
 // The hub's update orders go to orders; the agent returned (nil without a
 // hub) is the updater's transport.
 //
+// Every heartbeat carries summary's metrics (the hub needs them for
+// devices it cannot scrape, whether or not the metrics listener is on).
+//
 // The hub's ConfigMaps and Secrets, bounded by objs and sealed for the key
 // of hub.sealKey, go to sink: the getter hub pods read, before the daemon
 // runs, and each change.
+//
+// The hub's logs requests are served from logs, as podvisor logs reads
+// them (podLogs).
 func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, sink hubObjectSink,
-	orders func(*protocol.Order), log *slog.Logger) (*uplink.Agent, func(), error) {
+	orders func(*protocol.Order), logs api.Backend, summary func() devmetrics.Summary, log *slog.Logger) (*uplink.Agent, func(), error) {
 	if hc.URL == "" {
 		return nil, func() {}, nil
 	}
 	cfg := uplink.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
-		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders}
+		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders, PodLogs: podLogs{logs}, MetricsSummary: summary}
 	if cfg.DeviceID == "" {
 		cfg.DeviceID = nodeName
 	}
@@ -126,4 +140,31 @@ func readHubKey(path string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("hub key %s: %w", path, err)
 	}
 	return pub, nil
+}
+
+// podLogs serves the hub's logs requests from the daemon's local API
+// backend, as podvisor logs reads them (api.OpenLog).
+type podLogs struct{ b api.Backend }
+
+func (p podLogs) OpenLog(namespace, pod string, o protocol.LogsOptions) (func(context.Context, io.Writer) error, error) {
+	req := api.LogRequest{Container: o.Container, Previous: o.Previous, Follow: o.Follow,
+		Options: crilog.Options{Timestamps: o.Timestamps, TailLines: -1}}
+	if o.TailLines != nil {
+		req.TailLines = *o.TailLines
+	}
+	if o.SinceTime != nil {
+		req.Since = *o.SinceTime
+	} else if o.SinceSeconds != nil {
+		req.Since = time.Now().Add(-time.Duration(*o.SinceSeconds) * time.Second)
+	}
+	copyLog, err := api.OpenLog(p.b, namespace, pod, req)
+	var le *api.LogError
+	if errors.As(err, &le) {
+		reason := map[int]string{http.StatusNotFound: protocol.LogsNotFound, http.StatusBadRequest: protocol.LogsBadRequest}[le.Code]
+		if reason == "" {
+			reason = protocol.LogsInternalError
+		}
+		return nil, &protocol.LogsError{Reason: reason, Message: le.Message}
+	}
+	return copyLog, err
 }

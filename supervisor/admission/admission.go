@@ -59,6 +59,9 @@ type Decision struct {
 	// Victims must be preempted (terminated, reason Preempted) before the
 	// pod starts.
 	Victims []types.UID
+	// Resource is the first resource the pod lacked, which the victims
+	// free (kubelet_preemptions' preemption_signal).
+	Resource v1.ResourceName
 }
 
 // checked are the resources admission counts, in the order reasons name
@@ -90,7 +93,7 @@ func Admit(candidate Pod, running []Pod, node Node) Decision {
 		reject.Message += "; no lower-priority pods free enough"
 		return reject
 	}
-	d := Decision{Admit: true, Reason: "Preempting", Message: "preempting " + names(victims)}
+	d := Decision{Admit: true, Reason: "Preempting", Message: "preempting " + names(victims), Resource: short[0].name}
 	for _, v := range victims {
 		d.Victims = append(d.Victims, v.UID)
 	}

@@ -66,6 +66,9 @@ func TestPreemptionPrefersBestEffortAndFewest(t *testing.T) {
 	if !d.Admit || victims(d) != "besteffort-big" {
 		t.Fatalf("want only the big BestEffort pod preempted: %+v", d)
 	}
+	if d.Resource != v1.ResourceMemory {
+		t.Errorf("preempting for %q, want memory (kubelet_preemptions' signal)", d.Resource)
+	}
 	// Needing more than BestEffort frees takes the Burstable one too, not the Guaranteed one.
 	d = Admit(pod("bigger", v1.PodQOSBurstable, 1000, "100m", "600Mi"), running, node)
 	if !d.Admit || victims(d) != "besteffort-big,burstable" {

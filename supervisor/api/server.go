@@ -362,18 +362,18 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fw := flushWriter{w: w}
-	ref.Reader.FollowLog(r.Context(), fw, ref.Path, s.instanceEnded(r.Context(), p.Namespace, p.Name, container, ref.InstanceID))
+	ref.Reader.FollowLog(r.Context(), fw, ref.Path, instanceEnded(r.Context(), s.Backend, p.Namespace, p.Name, container, ref.InstanceID))
 }
 
 // instanceEnded closes the returned channel once the followed instance is
 // no longer the running one.
-func (s *Server) instanceEnded(ctx context.Context, ns, name, container, id string) <-chan struct{} {
+func instanceEnded(ctx context.Context, b Backend, ns, name, container, id string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			_, _, changed := s.Backend.Pods()
-			ref, err := s.Backend.Log(ns, name, container, false)
+			_, _, changed := b.Pods()
+			ref, err := b.Log(ns, name, container, false)
 			if err != nil || ref.InstanceID != id || !ref.Running {
 				return
 			}

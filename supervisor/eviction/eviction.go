@@ -256,7 +256,9 @@ type PodStats struct {
 
 // Victim is the pod to evict and how.
 type Victim struct {
-	Pod         PodStats
+	Pod PodStats
+	// Signal is the threshold's signal the pod is evicted for.
+	Signal      Signal
 	GracePeriod time.Duration
 	Message     string
 }
@@ -291,7 +293,7 @@ func (m *Manager) Select(met []Threshold, pods []PodStats, reclaimedNodeLevel bo
 				grace = m.MaxPodGracePeriod
 			}
 		}
-		return &Victim{Pod: p, GracePeriod: grace, Message: message(t, p)}, false
+		return &Victim{Pod: p, Signal: t.Signal, GracePeriod: grace, Message: message(t, p)}, false
 	}
 	return nil, false
 }

@@ -24,7 +24,7 @@ func slots(n int) AdmitFunc {
 		if victim == nil {
 			return Admission{Reason: "OutOfpods", Message: "Node didn't have enough resource: pods"}
 		}
-		return Admission{Admit: true, Victims: []types.UID{victim.UID}}
+		return Admission{Admit: true, Victims: []types.UID{victim.UID}, Resource: "pods"}
 	}
 }
 
@@ -64,6 +64,11 @@ func TestPreemptionEndsVictimThenAdmits(t *testing.T) {
 	acts := h.reconcile()
 	if len(kinds(acts, Signal)) != 1 || !hasRecord(acts, "Preempted") || h.m.Instance("uhigh") != nil {
 		t.Fatalf("preempting: stop the victim, start nothing yet: %+v", acts)
+	}
+	for _, a := range acts {
+		if a.Kind == Record && a.Reason == ReasonPreempted && a.Resource != "pods" {
+			t.Errorf("the Preempted event's resource is %q, want pods (kubelet_preemptions' signal)", a.Resource)
+		}
 	}
 	if p := h.m.PendingView(); len(p) != 1 || p[0].Status.Reason != "Preempting" {
 		t.Fatalf("pending = %+v", p)

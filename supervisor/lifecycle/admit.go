@@ -17,7 +17,10 @@ type Admission struct {
 	// Victims are preempted (ended Failed, reason Preempted) to make room;
 	// the pod starts once they are gone.
 	Victims []types.UID
-	Since   time.Time
+	// Resource is the first resource the pod lacked, which the victims
+	// free (the Preempted events' Action.Resource).
+	Resource string
+	Since    time.Time
 	// Recheck, for a refusal that depends on the host rather than on
 	// the other pods (a process pod's mountPath missing), asks for the
 	// decision again after it even if nothing else changes.
@@ -49,7 +52,7 @@ func (m *Machine) admitNew(create []*v1.Pod, now time.Time) []Action {
 				if len(d.Victims) > 0 {
 					d.Reason = "Preempting"
 					for _, uid := range d.Victims {
-						acts = append(acts, m.preempt(uid, key, now)...)
+						acts = append(acts, m.preempt(uid, key, d.Resource, now)...)
 					}
 				}
 				m.pending[key] = d
@@ -150,15 +153,21 @@ func (m *Machine) ReviveFrom(uid types.UID, reason string) bool {
 	return true
 }
 
+// ReasonPreempted is the status reason and event of a pod preempted to
+// admit another.
+const ReasonPreempted = "Preempted"
+
 // preempt ends an instance Failed with reason Preempted, gracefully.
-func (m *Machine) preempt(uid types.UID, by string, now time.Time) []Action {
+func (m *Machine) preempt(uid types.UID, by, resource string, now time.Time) []Action {
 	in := m.instances[uid]
 	if in == nil || in.Failed != nil {
 		return nil
 	}
-	in.Failed = &Failure{Reason: "Preempted", Message: "Preempted in order to admit pod " + by}
+	in.Failed = &Failure{Reason: ReasonPreempted, Message: "Preempted in order to admit pod " + by}
 	m.touch(uid)
-	acts := []Action{record(in, "Warning", "Preempted", in.Failed.Message)}
+	ev := record(in, "Warning", ReasonPreempted, in.Failed.Message)
+	ev.Resource = resource
+	acts := []Action{ev}
 	return append(acts, m.sync(in, now)...)
 }
 

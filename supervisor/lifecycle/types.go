@@ -344,4 +344,6 @@ type Action struct {
 	EventType string // Normal or Warning
 	Reason    string
 	Message   string
+	// Resource, of a Preempted event: the resource the preemption frees.
+	Resource string
 }

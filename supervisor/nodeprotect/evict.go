@@ -27,6 +27,9 @@ type Decision struct {
 // Eviction is one pod to evict (lifecycle.Machine.Evict).
 type Eviction struct {
 	Pod types.UID
+	// Signal is the eviction signal whose threshold was met
+	// (kubelet_evictions' eviction_signal).
+	Signal eviction.Signal
 	// Message is the pod's status message, the kubelet's.
 	Message     string
 	GracePeriod time.Duration
@@ -81,7 +84,7 @@ func (p *Protector) Look(ctx context.Context, why pressure.Wake, pods Pods) Deci
 		p.log.Warn("eviction threshold met but no pod can be evicted", "thresholds", st.Met)
 	case eviction.TurnEvict:
 		p.log.Warn("evicting pod", "pod", victim.Pod.Name, "grace", victim.GracePeriod, "why", victim.Message, "wokenBy", why.String())
-		return Decision{Evict: &Eviction{Pod: victim.Pod.UID, Message: victim.Message, GracePeriod: victim.GracePeriod,
+		return Decision{Evict: &Eviction{Pod: victim.Pod.UID, Signal: victim.Signal, Message: victim.Message, GracePeriod: victim.GracePeriod,
 			Event: thresholdsMet(st.Met, why), At: now}}
 	}
 	return Decision{}

@@ -110,7 +110,7 @@ func (p *Protector) Admitter() lifecycle.AdmitFunc {
 			running = append(running, admission.FromPod(p))
 		}
 		dec := admission.Admit(admission.FromPod(candidate), running, admission.Node{Allocatable: alloc, Pressure: p.conditions})
-		return lifecycle.Admission{Admit: dec.Admit, Reason: dec.Reason, Message: dec.Message, Victims: dec.Victims}
+		return lifecycle.Admission{Admit: dec.Admit, Reason: dec.Reason, Message: dec.Message, Victims: dec.Victims, Resource: string(dec.Resource)}
 	}
 }
 

@@ -9,6 +9,7 @@ package podprobes
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,6 +41,8 @@ type Options struct {
 	// RuntimeOf is the runtime that runs a pod (nil: none).
 	RuntimeOf func(*v1.Pod) runtime.Runtime
 	Log       *slog.Logger
+	// Ran is told of every probe run (probes.Manager.Ran); nil: nothing.
+	Ran func(instanceID string, kind vocab.ProbeKind, ok bool, took time.Duration)
 }
 
 // Report is one thing probing learnt for the loop: a probe's changed
@@ -75,7 +78,9 @@ type Prober struct {
 // may set o.Cgroups.Unified, so it runs before the runtimes are made.
 // Probes and the watcher stop when ctx ends; Close frees the rest.
 func Open(ctx context.Context, o Options) *Prober {
-	p := &Prober{manager: probes.NewManager(ctx), reports: make(chan Report, 256), closed: make(chan struct{})}
+	m := probes.NewManager(ctx)
+	m.Ran = o.Ran
+	p := &Prober{manager: m, reports: make(chan Report, 256), closed: make(chan struct{})}
 	p.listen = openListen(ctx, o, p.reports)
 	p.net = openNetCounters(o)
 	go p.forward(p.manager.Results())

@@ -15,6 +15,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/logstream"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/hub/releases"
 	"github.com/podvisor/podvisor/sync/hub/updates"
@@ -39,7 +40,9 @@ type Hub struct {
 	// ObjectLink gives devices the ConfigMaps and Secrets their pods
 	// reference; tell it of an object's change (ObjectChanged).
 	ObjectLink *objectlink.Link
-	cfg        Config
+	// Logs asks devices for pods' logs (podhub logs, pods/log).
+	Logs *logstream.Streamer
+	cfg  Config
 }
 
 // New makes a hub; Start starts it.
@@ -57,6 +60,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 		fleet, func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) }, log)
 	h.objects.OnChange(h.ObjectLink.ObjectsChanged)
 	cfg.Objects = h.ObjectLink
+	h.Logs = logstream.New(logstream.Config{Fleet: fleet, Key: cfg.Key, Topics: protocol.Topics{Prefix: cfg.Prefix},
+		Publish:       func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) },
+		DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now, Log: log})
+	cfg.Logs = h.Logs
 	h.Link = devicelink.New(cfg, fleet, log)
 	h.Updates = updates.NewDriver(fleet, h.Link, log, cfg.Now, cfg.DeviceTimeout)
 	h.Scheduler = controllers.New(controllers.Config{DeviceTimeout: cfg.DeviceTimeout, Now: cfg.Now},
@@ -102,5 +109,5 @@ func (h *Hub) API(timeout time.Duration) *api.API {
 		pub = h.cfg.Key.Public().(ed25519.PublicKey)
 	}
 	return &api.API{Link: h.Link, Scheduler: h.Scheduler, Fleet: h.fleet, Workloads: h.workloads, Objects: h.objects, Timeout: timeout,
-		HubKey: pub, Releases: releases.Store{Dir: h.cfg.ReleaseDir}, Updates: h.Updates}
+		HubKey: pub, Releases: releases.Store{Dir: h.cfg.ReleaseDir}, Updates: h.Updates, Logs: h.Logs}
 }

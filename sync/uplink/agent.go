@@ -22,6 +22,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
 	"github.com/podvisor/podvisor/sync/store"
@@ -87,6 +88,18 @@ type Config struct {
 	// changed too (after this call), so the containers waiting for them
 	// go on. Same goroutine as OnObjectsChanged; nil: nobody is told.
 	OnObjectsOverdue func([]objects.Ref)
+	// PodLogs reads pods' logs for the hub's logs requests (logs.go),
+	// which are taken only signed with HubKey; nil: none are served.
+	// LogStreams bounds the streams at once (default 4), LogRate each
+	// one's bytes a second (default 64 KiB); a stream whose keep-alives
+	// stop for LogKeepAlive (default 30 s) ends.
+	PodLogs      PodLogs
+	LogStreams   int
+	LogRate      int
+	LogKeepAlive time.Duration
+	// MetricsSummary is the device's metrics in brief, sent with every
+	// heartbeat with the outbox's state added (metrics.go); nil: none.
+	MetricsSummary func() devmetrics.Summary
 }
 
 // Pods is the daemon's desired-pods input as the agent sees it (part of
@@ -124,6 +137,9 @@ type Agent struct {
 	keyID       string        // names the hub for the generation floor
 	refused     *throttle.Counter
 	refusedAcks *throttle.Counter
+
+	// outboxAge tells how long the outbox has held unreceipted items.
+	outboxAge outboxAge
 
 	mu     sync.Mutex
 	client mqtt.Client // of the current connection (a new one each time)
@@ -165,6 +181,8 @@ type Agent struct {
 
 	// objs are the hub's ConfigMaps and Secrets (objectlink.go).
 	objs hubObjects
+	// logs are the pods' log streams to the hub (logs.go).
+	logs logStreams
 }
 
 // pendingDoc is a desired document whose signature has been checked.
@@ -246,6 +264,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		log.Error("the newest generation seen from the hub is unreadable; replays older than the stored document are not refused", "err", err)
 	}
 	a.initObjects()
+	a.initLogs()
 	st0, err := st.Stats()
 	if err != nil {
 		return nil, err
@@ -323,6 +342,7 @@ func fenceOf(d *protocol.Desired) []string {
 func (a *Agent) Run(stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // none outlives Run: the caller closes the store next
+	defer a.stopLogs()
 	wg.Go(func() { a.drain(stop) })
 	wg.Go(func() { a.heartbeats(stop) })
 	wg.Go(func() { a.applyDesired(stop) })
@@ -444,6 +464,9 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	if a.cfg.OnUpdateOrder != nil {
 		subs = append(subs, sub{a.topics.Device(id, protocol.KindUpdate), a.onUpdate})
 	}
+	if a.logs.on {
+		subs = append(subs, sub{a.topics.Device(id, protocol.KindLogsRequest), a.onLogsRequest})
+	}
 	// A new connection: the leases wait for its desired document, which
 	// comes retained with the subscription.
 	a.lease.connected()
@@ -499,6 +522,10 @@ func (a *Agent) route(c mqtt.Client, m mqtt.Message) {
 		if a.objs.on {
 			a.onObject(c, m)
 		}
+	case a.topics.Device(id, protocol.KindLogsRequest):
+		if a.logs.on {
+			a.onLogsRequest(c, m)
+		}
 	}
 }
 
@@ -525,6 +552,7 @@ func (a *Agent) Publish(items []store.Item) error {
 	if err := a.store.Add(items); err != nil {
 		return err
 	}
+	a.outboxAge.added(a.now())
 	a.kick()
 	return nil
 }

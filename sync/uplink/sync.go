@@ -30,6 +30,7 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	}
 	a.mu.Lock()
 	v := a.win.receipt(ack.Seq, ack.Resend, a.now())
+	caughtUp := a.win.acked >= a.win.assigned // everything sent is stored
 	a.mu.Unlock()
 	if v.refused != nil {
 		a.refuseReceipt(m.Topic(), v.refused)
@@ -41,6 +42,9 @@ func (a *Agent) onStatusAck(_ mqtt.Client, m mqtt.Message) {
 	if v.forget > 0 {
 		if err := a.store.Ack(v.forget); err != nil {
 			a.log.Error("forgetting acknowledged statuses", "err", err)
+		}
+		if caughtUp {
+			a.outboxState() // the outbox may be empty: its age starts again (one query per burst, not per receipt)
 		}
 	}
 	if v.refused == nil {
@@ -250,7 +254,7 @@ func (a *Agent) heartbeats(stop <-chan struct{}) {
 			continue
 		}
 		hb := &protocol.Heartbeat{Device: a.cfg.DeviceID, Time: a.now(), Version: a.cfg.Version, Labels: a.cfg.Labels, Node: node.Status, Instance: a.cfg.Instance,
-			Net: a.netSummary()}
+			Net: a.netSummary(), Metrics: a.metricsSnapshot()}
 		// Numbered and timed last, on the lease clock (not the agent's
 		// settable one): the lease renews from this instant.
 		hb.Beat = a.lease.beat(lease.Now())

@@ -40,7 +40,7 @@ var layers = []layer{
 	{"shell", []string{"supervisor", "supervisor/api", "supervisor/state", "supervisor/logind",
 		"supervisor/pressure", "supervisor/safepath", "supervisor/nodeprotect", "supervisor/podfs",
 		"supervisor/podcgroups", "supervisor/podview", "supervisor/hooks", "supervisor/retention",
-		"supervisor/podprobes", "supervisor/desired", "supervisor/podobjects"}},
+		"supervisor/podprobes", "supervisor/desired", "supervisor/podobjects", "supervisor/devmetrics"}},
 	// What runs containers, and the namespaces and process handles it uses.
 	{"runtime", []string{"supervisor/runtime", "supervisor/sandbox"}},
 	{"probes", []string{"probes"}},

@@ -36,16 +36,24 @@ func Files(path string) []string {
 }
 
 // Copy writes the text of a CRI log (all its rotated files) to out.
-func Copy(out io.Writer, path string) error {
-	for _, f := range Files(path) {
-		fh, err := openLog(f)
+func Copy(out io.Writer, path string) error { return copyFrom(out, Files(path), position{}, nil) }
+
+// copyFrom writes the text of files from start on to out.
+func copyFrom(out io.Writer, files []string, start position, f *filter) error {
+	for i := start.file; i < len(files); i++ {
+		fh, err := openLog(files[i])
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotLog) {
 			continue // gone, or something planted that is not a log
 		}
 		if err != nil {
 			return err
 		}
-		_, err = copyRecords(out, fh)
+		if i == start.file && start.offset > 0 {
+			_, err = fh.Seek(start.offset, io.SeekStart)
+		}
+		if err == nil {
+			_, err = copyRecords(out, fh, f)
+		}
 		fh.Close()
 		if err != nil {
 			return err
@@ -76,7 +84,8 @@ var errNotLog = errors.New("not a regular file")
 
 // copyRecords converts CRI records from r to plain text until EOF and
 // returns the bytes consumed; a trailing incomplete record is left unread.
-func copyRecords(out io.Writer, r io.Reader) (int64, error) {
+// A filter (nil: none) drops records and stamps lines.
+func copyRecords(out io.Writer, r io.Reader, f *filter) (int64, error) {
 	br := bufio.NewReaderSize(r, MaxLine+128)
 	var consumed int64
 	for {
@@ -88,6 +97,12 @@ func copyRecords(out io.Writer, r io.Reader) (int64, error) {
 			return consumed, err
 		}
 		consumed += int64(len(line))
+		if f != nil {
+			if err := f.record(out, line); err != nil {
+				return consumed, err
+			}
+			continue
+		}
 		text, full := parseRecord(line)
 		if full {
 			text = append(text, '\n')
@@ -113,6 +128,11 @@ func parseRecord(line []byte) ([]byte, bool) {
 // rotations, until ctx ends or done closes and everything written is read.
 // It waits on inotify, not a timer.
 func Follow(ctx context.Context, out io.Writer, path string, done <-chan struct{}) error {
+	return follow(ctx, out, path, done, position{}, nil)
+}
+
+// follow is Follow from start (in the files Files lists), through filter f.
+func follow(ctx context.Context, out io.Writer, path string, done <-chan struct{}, start position, f *filter) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -122,14 +142,15 @@ func Follow(ctx context.Context, out io.Writer, path string, done <-chan struct{
 		return err
 	}
 	files := Files(path)
-	for _, f := range files[:len(files)-1] {
-		if fh, err := openLog(f); err == nil {
-			copyRecords(out, fh)
-			fh.Close()
-		}
+	last := len(files) - 1
+	if start.file < last {
+		copyFrom(out, files[:last], start, f)
 	}
 	var cur *os.File
 	var offset int64
+	if start.file == last {
+		offset = start.offset
+	}
 	defer func() {
 		if cur != nil {
 			cur.Close()
@@ -137,16 +158,16 @@ func Follow(ctx context.Context, out io.Writer, path string, done <-chan struct{
 	}()
 	drain := func() error {
 		if cur == nil {
-			f, err := openLog(path)
+			fh, err := openLog(path)
 			if err != nil {
 				return nil // not created yet
 			}
-			cur, offset = f, 0
+			cur = fh
 		}
 		if _, err := cur.Seek(offset, io.SeekStart); err != nil {
 			return err
 		}
-		n, err := copyRecords(out, cur)
+		n, err := copyRecords(out, cur, f)
 		offset += n
 		if fl, ok := out.(interface{ Flush() }); ok {
 			fl.Flush()
@@ -179,6 +200,7 @@ func Follow(ctx context.Context, out io.Writer, path string, done <-chan struct{
 					cur.Close()
 					cur = nil
 				}
+				offset = 0
 			}
 		case err := <-w.Errors:
 			return err

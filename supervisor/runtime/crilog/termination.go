@@ -76,7 +76,7 @@ func LogTail(path string, lines, maxBytes int) string {
 		return fmt.Sprintf("Error on reading termination message from logs: %v", err)
 	}
 	var text bytes.Buffer
-	if _, err := copyRecords(&text, f); err != nil {
+	if _, err := copyRecords(&text, f, nil); err != nil {
 		return fmt.Sprintf("Error on reading termination message from logs: %v", err)
 	}
 	b := text.Bytes()

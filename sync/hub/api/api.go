@@ -52,6 +52,8 @@ type API struct {
 	HubKey   ed25519.PublicKey
 	Releases releases.Store
 	Updates  *updates.Driver
+	// Logs reads pods' logs from their devices (podhub logs); nil: none.
+	Logs Logs
 	// releasing serialises pushes with deletions, which prune the
 	// artifacts no release names.
 	releasing sync.Mutex
@@ -134,6 +136,7 @@ func (a *API) Handler() http.Handler {
 	a.objectRoutes(mux)
 	a.disruptionRoutes(mux)
 	a.releaseRoutes(mux)
+	a.logRoutes(mux)
 	return mux
 }
 

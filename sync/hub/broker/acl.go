@@ -24,6 +24,9 @@ const (
 	// its public sealing key retained (1216 bytes, base64 in JSON).
 	MaxObjectGetBytes       = 16 << 10
 	MaxRetainedSealKeyBytes = 4 << 10
+	// A device streams a pod's log in frames of a header and at most
+	// 16 KiB of text (never retained).
+	MaxLogsFrameBytes = protocol.MaxLogsFrameBytes
 )
 
 // ACL decides what each authenticated identity may do on the topic
@@ -33,11 +36,11 @@ const (
 // and the MQTT client ID must equal it.
 //
 // A device may publish only its reports (ack, status, heartbeat,
-// presence, update-state, fetch, object-get, seal-key; only ack,
+// presence, update-state, fetch, object-get, seal-key, logs; only ack,
 // presence, update-state and seal-key retained) and subscribe to, or be
 // sent, only its desired document, its status receipts, its update
-// order, its artifact chunks, its object index and objects, and the
-// hub's presence.
+// order, its artifact chunks, its object index and objects, its log
+// requests, and the hub's presence.
 // The hub may do anything under the prefix. Nobody may use wildcards
 // except the hub, nor topics outside the prefix.
 type ACL struct{ Topics protocol.Topics }
@@ -75,7 +78,7 @@ func (a ACL) CheckPublish(identity, topic string, retain bool, size int) error {
 	}
 	limit := protocol.MaxMessageBytes
 	switch kind {
-	case protocol.KindStatus, protocol.KindHeartbeat, protocol.KindFetch, protocol.KindObjectGet:
+	case protocol.KindStatus, protocol.KindHeartbeat, protocol.KindFetch, protocol.KindObjectGet, protocol.KindLogs:
 		if retain {
 			return fmt.Errorf("device %s may not retain messages on topic %q", identity, topic)
 		}
@@ -84,6 +87,8 @@ func (a ACL) CheckPublish(identity, topic string, retain bool, size int) error {
 			limit = MaxFetchBytes
 		case protocol.KindObjectGet:
 			limit = MaxObjectGetBytes
+		case protocol.KindLogs:
+			limit = MaxLogsFrameBytes
 		}
 	case protocol.KindSealKey:
 		limit = MaxRetainedSealKeyBytes
@@ -114,7 +119,8 @@ func (a ACL) CheckRead(identity, filter string) error {
 	switch filter {
 	case a.Topics.Device(identity, protocol.KindDesired), a.Topics.Device(identity, protocol.KindStatusAck), a.Topics.HubPresence(),
 		a.Topics.Device(identity, protocol.KindUpdate), a.Topics.Device(identity, protocol.KindChunk),
-		a.Topics.Device(identity, protocol.KindObjects), a.Topics.Device(identity, protocol.KindObject):
+		a.Topics.Device(identity, protocol.KindObjects), a.Topics.Device(identity, protocol.KindObject),
+		a.Topics.Device(identity, protocol.KindLogsRequest):
 		return nil
 	}
 	return fmt.Errorf("device %s may not read topic %q", identity, filter)

@@ -10,45 +10,40 @@ import (
 // Family is one metric family the hub writes: the table the exposition
 // is written from, and that the Grafana dashboards' test and the docs
 // read, so a name cannot drift between them.
-type Family struct {
-	Name   string
-	Help   string
-	Type   metrics.Type
-	Labels []string // in the order the samples carry them
-}
+type Family = metrics.Family
 
 // The hub's own families: the fleet as its database holds it, and what
 // the device link counted since the hub started.
 var (
-	famDevices = &Family{"podhub_devices", "Devices by state: ready, not_ready (online but silent past the device timeout, or sharing its ID), offline (no presence), fenced (podhub fence device; whatever else it is).",
-		metrics.Gauge, []string{"state"}}
-	famPods = &Family{"podhub_pods", "Pods by phase, as the Kubernetes API at the hub lists them: every device's mirror pods, and the hub's pods no device reports yet.",
-		metrics.Gauge, []string{"phase"}}
-	famPendingAck = &Family{"podhub_desired_pending_ack", "Devices whose observed generation is below their desired document's generation.",
-		metrics.Gauge, nil}
-	famStatusItems = &Family{"podhub_status_items_total", "Status items (pod statuses and events) devices sent that the hub stored, since it started.",
-		metrics.Counter, nil}
-	famHeartbeats = &Family{"podhub_heartbeats_total", "Heartbeats devices sent that the hub stored, since it started.",
-		metrics.Counter, nil}
-	famRefused = &Family{"podhub_refused_messages_total", "Messages devices sent that the hub refused, since it started, by the kind of their topic.",
-		metrics.Counter, []string{"kind"}}
-	famWorkloadReplicas = &Family{"podhub_workload_replicas", "Replicas of each Deployment, DaemonSet and StatefulSet by state, as its controller last stored its status: desired, updated, ready, available.",
-		metrics.Gauge, []string{"kind", "namespace", "name", "state"}}
-	famUpdateDevices = &Family{"podhub_update_devices", "Devices of each unfinished self or firmware update by their state in it (Waiting, Offline, Ordered, Done, Failed, or the phase the device reports).",
-		metrics.Gauge, []string{"update", "state"}}
-	famBuildInfo = &Family{"podhub_build_info", "The hub's version and the Go version it was built with; always 1.",
-		metrics.Gauge, []string{"version", "goversion"}}
+	famDevices = &Family{Name: "podhub_devices", Help: "Devices by state: ready, not_ready (online but silent past the device timeout, or sharing its ID), offline (no presence), fenced (podhub fence device; whatever else it is).",
+		Type: metrics.Gauge, Labels: []string{"state"}}
+	famPods = &Family{Name: "podhub_pods", Help: "Pods by phase, as the Kubernetes API at the hub lists them: every device's mirror pods, and the hub's pods no device reports yet.",
+		Type: metrics.Gauge, Labels: []string{"phase"}}
+	famPendingAck = &Family{Name: "podhub_desired_pending_ack", Help: "Devices whose observed generation is below their desired document's generation.",
+		Type: metrics.Gauge}
+	famStatusItems = &Family{Name: "podhub_status_items_total", Help: "Status items (pod statuses and events) devices sent that the hub stored, since it started.",
+		Type: metrics.Counter}
+	famHeartbeats = &Family{Name: "podhub_heartbeats_total", Help: "Heartbeats devices sent that the hub stored, since it started.",
+		Type: metrics.Counter}
+	famRefused = &Family{Name: "podhub_refused_messages_total", Help: "Messages devices sent that the hub refused, since it started, by the kind of their topic.",
+		Type: metrics.Counter, Labels: []string{"kind"}}
+	famWorkloadReplicas = &Family{Name: "podhub_workload_replicas", Help: "Replicas of each Deployment, DaemonSet and StatefulSet by state, as its controller last stored its status: desired, updated, ready, available.",
+		Type: metrics.Gauge, Labels: []string{"kind", "namespace", "name", "state"}}
+	famUpdateDevices = &Family{Name: "podhub_update_devices", Help: "Devices of each unfinished self or firmware update by their state in it (Waiting, Offline, Ordered, Done, Failed, or the phase the device reports).",
+		Type: metrics.Gauge, Labels: []string{"update", "state"}}
+	famBuildInfo = &Family{Name: "podhub_build_info", Help: "The hub's version and the Go version it was built with; always 1.",
+		Type: metrics.Gauge, Labels: []string{"version", "goversion"}}
 )
 
 // The families of each device: a few from the fleet database, the rest
 // its newest heartbeat's metrics snapshot, one family per snapshot field.
 var (
-	famDeviceInfo = &Family{"podhub_device_info", "Each device the hub knows, with the version it runs; always 1.",
-		metrics.Gauge, []string{"device", "version"}}
-	famDeviceReady = &Family{"podhub_device_ready", "Whether the device is Ready (online, heard from within the device timeout, its ID its own): 1 or 0.",
-		metrics.Gauge, []string{"device"}}
-	famDeviceLastSeen = &Family{"podhub_device_last_seen_timestamp_seconds", "When the hub last heard from the device, in Unix seconds on the hub's clock.",
-		metrics.Gauge, []string{"device"}}
+	famDeviceInfo = &Family{Name: "podhub_device_info", Help: "Each device the hub knows, with the version it runs; always 1.",
+		Type: metrics.Gauge, Labels: []string{"device", "version"}}
+	famDeviceReady = &Family{Name: "podhub_device_ready", Help: "Whether the device is Ready (online, heard from within the device timeout, its ID its own): 1 or 0.",
+		Type: metrics.Gauge, Labels: []string{"device"}}
+	famDeviceLastSeen = &Family{Name: "podhub_device_last_seen_timestamp_seconds", Help: "When the hub last heard from the device, in Unix seconds on the hub's clock.",
+		Type: metrics.Gauge, Labels: []string{"device"}}
 )
 
 // snapshotFamily is one family re-exported from the devices' metrics
@@ -81,7 +76,7 @@ func known(get func(*protocol.MetricsSnapshot) uint64) func(*protocol.MetricsSna
 }
 
 func device(name, help string, typ metrics.Type, values func(*protocol.MetricsSnapshot) []labelled, extra ...string) snapshotFamily {
-	return snapshotFamily{&Family{name, help, typ, append([]string{"device"}, extra...)}, values}
+	return snapshotFamily{&Family{Name: name, Help: help, Type: typ, Labels: append([]string{"device"}, extra...)}, values}
 }
 
 // snapshotFamilies are the snapshot's fields as series with a device

@@ -1,4 +1,6 @@
-package hubmetrics
+// Package grafana checks the Grafana dashboards of packaging/grafana
+// against the tables both binaries write their /metrics from.
+package grafana
 
 import (
 	"encoding/json"
@@ -12,18 +14,19 @@ import (
 	"testing"
 
 	"github.com/podvisor/podvisor/metrics"
+	"github.com/podvisor/podvisor/supervisor/devmetrics"
+	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
 )
 
 // The dashboards in packaging/grafana and the tables their expressions
-// are checked against: the fleet dashboard reads the hub's /metrics
-// (Families, which the exposition is written from), the device
-// dashboard a device's (deviceFamilies).
+// are checked against: the fleet dashboard reads the hub's /metrics, the
+// device dashboard a device's; each exposition is written from its table.
 var dashboards = []struct {
 	file     string
-	families []Family
+	families []metrics.Family
 }{
-	{"podvisor-fleet.json", Families()},
-	{"podvisor-device.json", deviceFamilies},
+	{"podvisor-fleet.json", hubmetrics.Families()},
+	{"podvisor-device.json", devmetrics.Families},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.
@@ -37,7 +40,7 @@ var targetLabels = []string{"instance", "job"}
 func TestGrafanaDashboards(t *testing.T) {
 	for _, d := range dashboards {
 		t.Run(d.file, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "..", "..", "packaging", "grafana", d.file))
+			raw, err := os.ReadFile(filepath.Join("..", "..", "packaging", "grafana", d.file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,13 +165,13 @@ func checkDashboard(t *testing.T, d *dashboard) {
 // by a small lexer of the PromQL the dashboards use (no PromQL parser:
 // Prometheus' would be a large dependency for one test).
 type exprChecker struct {
-	samples map[string]Family // sample name → its family
-	vars    map[string]bool   // the dashboard's variables
-	used    map[string]bool   // families named so far
+	samples map[string]metrics.Family // sample name → its family
+	vars    map[string]bool           // the dashboard's variables
+	used    map[string]bool           // families named so far
 }
 
-func newExprChecker(fams []Family) *exprChecker {
-	c := &exprChecker{samples: map[string]Family{}, vars: map[string]bool{}, used: map[string]bool{}}
+func newExprChecker(fams []metrics.Family) *exprChecker {
+	c := &exprChecker{samples: map[string]metrics.Family{}, vars: map[string]bool{}, used: map[string]bool{}}
 	for _, f := range fams {
 		if f.Type == metrics.Histogram {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
@@ -337,7 +340,7 @@ func (c *exprChecker) hasLabel(samples []string, label string) bool {
 
 // The checker itself refuses what it is there to catch.
 func TestExprCheckerRefuses(t *testing.T) {
-	c := newExprChecker(append(Families(), deviceFamilies...))
+	c := newExprChecker(append(hubmetrics.Families(), devmetrics.Families...))
 	c.vars["device"] = true
 	for expr, why := range map[string]string{
 		`podhub_devicez`:                                                    "unknown metric",
