@@ -104,8 +104,9 @@ func observeDaemon(bin string, pods, scrapes int) error {
 	printFootprint("metrics off", off)
 	printFootprint("metrics on, before a scrape", s.before)
 	printFootprint(fmt.Sprintf("metrics on, after %d scrapes", scrapes), on)
-	fmt.Printf("  metrics on - off, daemon + keeper PSS: %+.2f MiB before a scrape, %+.2f MiB after %d (RSS %+.2f MiB)\n",
-		s.before.pss()-off.pss(), on.pss()-off.pss(), scrapes, on.rss()-off.rss())
+	anon := func(f footprint) float64 { return f.daemon.anon + f.keeper.anon }
+	fmt.Printf("  metrics on - off, daemon + keeper PSS: %+.2f MiB before a scrape, %+.2f MiB after %d (anonymous %+.2f, RSS %+.2f MiB)\n",
+		s.before.pss()-off.pss(), on.pss()-off.pss(), scrapes, anon(on)-anon(off), on.rss()-off.rss())
 	fmt.Printf("  GET http://%s/metrics with %d pods (n=%d, %d bytes, %s): %s\n", addr, pods, scrapes, s.size, s.running, dist(s.times))
 	return nil
 }
