@@ -18,17 +18,19 @@ sock="$tmp/podvisor.sock"
 pv="$here/bin/podvisor"
 ph="$here/bin/podhub --data-dir $tmp/hub"
 mqtt=${PODVISOR_DEMO_MQTT:-127.0.0.1:18830}
+# The dashboard, /metrics and the Kubernetes API (HTTPS, login required).
+https=${PODVISOR_DEMO_HTTPS:-127.0.0.1:18843}
 
 $ph init >/dev/null
 # The device's certificate, key, the CA and hub.pub, with the podvisor
 # config that uses them (hub: url, deviceId, key, tls).
 $ph device add demo --out "$tmp/demo-credentials" --install-dir "$tmp/demo-credentials" --url "mqtts://$mqtt" >/dev/null
-$ph serve --mqtt-listen "$mqtt" >"$tmp/podhub.log" 2>&1 &
+$ph serve --mqtt-listen "$mqtt" --http-listen "$https" >"$tmp/podhub.log" 2>&1 &
 hub=$!
 # The device lets the hub run host commands (process pods), never as root.
 { cat "$tmp/demo-credentials/podvisor.yaml"; printf '  allowProcessPods: true\n'; } >"$tmp/podvisor.yaml"
 "$pv" run --manifests "$tmp/manifests" --data-dir "$tmp/data" --socket "$sock" --stop-pods-on-exit \
-  --config "$tmp/podvisor.yaml" >"$tmp/podvisor.log" 2>&1 &
+  --config "$tmp/podvisor.yaml" --metrics-listen "unix:$tmp/metrics.sock" >"$tmp/podvisor.log" 2>&1 &
 dev=$!
 stop() {
   # The pause below is an async command of a non-interactive shell: it
@@ -58,6 +60,8 @@ else
   sed '/runAsUser/d' "$here/examples/hub/greeter.yaml" >"$tmp/greeter.yaml"
 fi
 $ph apply -f "$tmp/greeter.yaml" --device demo
+# A login for the dashboard and kubectl: a token, and a kubeconfig with it.
+token=$($ph token create demo --kubeconfig "$tmp/demo.kubeconfig" --server "https://$https" | head -1)
 sleep 2
 cat <<MSG
 
@@ -68,6 +72,11 @@ cat <<MSG
   hub:     $here/bin/podhub --data-dir $tmp/hub get devices
            $here/bin/podhub --data-dir $tmp/hub get pods -A
            $here/bin/podhub --data-dir $tmp/hub describe device demo
+           $here/bin/podhub --data-dir $tmp/hub logs greeter --device demo -f
+           curl -s --unix-socket $tmp/metrics.sock http://podvisor/metrics
+  browser: https://$https/ui/  (podhub's own CA: $tmp/hub/pki/ca.pem; log in with the token
+           $token)
+  kubectl: kubectl --kubeconfig $tmp/demo.kubeconfig get nodes,pods -A -o wide
   logs:    $tmp/podvisor.log, $tmp/podhub.log
 
 \$ podhub get devices

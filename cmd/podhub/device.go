@@ -18,19 +18,8 @@ import (
 // device manages devices' broker credentials: add issues them, revoke
 // withdraws them.
 func (c *cli) device(args []string) error {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		return helpFor(flag.NewFlagSet("device", flag.ContinueOnError))
-	}
-	if len(args) == 0 {
-		return errors.New("usage: podhub device add ID [--out DIR] [--install-dir DIR] [--url URL] | podhub device revoke ID")
-	}
-	switch args[0] {
-	case "add":
-		return c.deviceAdd(args[1:])
-	case "revoke":
-		return c.deviceRevoke(args[1:])
-	}
-	return fmt.Errorf("device %q: want add or revoke", args[0])
+	return runVerb("device", "podhub device add ID [--out DIR] [--install-dir DIR] [--url URL] | podhub device revoke ID", args,
+		verb{"add", c.deviceAdd}, verb{"revoke", c.deviceRevoke})
 }
 
 // deviceAdd issues a device's certificate (common name = device ID) and

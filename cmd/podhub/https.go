@@ -16,6 +16,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
+	"github.com/podvisor/podvisor/sync/hub/kubeapi"
 	"github.com/podvisor/podvisor/sync/pki"
 )
 
@@ -88,33 +89,35 @@ func (c *cli) serverCert(h httpConfig, log *slog.Logger) (tls.Certificate, error
 }
 
 // startGateway opens the HTTPS listener when http.listen is set (nil
-// otherwise); the caller serves and closes it.
-func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counters *hubmetrics.Counters, deviceTimeout time.Duration, log *slog.Logger) (*gateway.Server, error) {
+// otherwise) with what it serves: /metrics, the dashboard and the
+// Kubernetes API. The caller serves it, closes it, then calls done (which
+// ends the API's watches of the fleet).
+func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counters *hubmetrics.Counters, deviceTimeout time.Duration, log *slog.Logger) (gw *gateway.Server, done func(), err error) {
 	if cfg.HTTP.Listen == "" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	cert, err := c.serverCert(cfg.HTTP, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ca, err := pki.Load(c.pkiDir())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	_, _, _ = fleet, h, deviceTimeout // for the handlers below, once they are wired
-	gw, err := gateway.New(gateway.Config{
+	kube := kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
+		Logs: h.Logs, Version: version, Log: log})
+	gw, err = gateway.New(gateway.Config{
 		Listen: cfg.HTTP.Listen, Cert: cert, CA: ca.Certificate(), PKIDir: c.pkiDir(),
 		TokenFile: c.path(tokenFile), Log: log,
-		// INTEGRATOR (issue 28): pass the handlers the other parts build;
-		// nil answers 404 on its paths.
 		Metrics: hubmetrics.New(hubmetrics.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
 			Counters: counters, Version: version}),
 		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout}),
-		Kube:      nil, // kubeapi.New(kubeapi.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout, Logs: ..., Version: version})
+		Kube:      kube,
 	})
 	if err != nil {
-		return nil, err
+		kube.Close()
+		return nil, nil, err
 	}
 	log.Info("HTTPS listener (dashboard, /metrics, Kubernetes API; login required)", "address", gw.Addr().String())
-	return gw, nil
+	return gw, kube.Close, nil
 }

@@ -23,21 +23,8 @@ const tokenFile = "tokens"
 // one once, list shows their names, delete withdraws one (a running
 // podhub serve refuses it at the next request).
 func (c *cli) token(args []string) error {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		return helpFor(flag.NewFlagSet("token", flag.ContinueOnError))
-	}
-	if len(args) == 0 {
-		return errors.New("usage: podhub token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME")
-	}
-	switch args[0] {
-	case "create":
-		return c.tokenCreate(args[1:])
-	case "list":
-		return c.tokenList(args[1:])
-	case "delete":
-		return c.tokenDelete(args[1:])
-	}
-	return fmt.Errorf("token %q: want create, list or delete", args[0])
+	return runVerb("token", "podhub token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME", args,
+		verb{"create", c.tokenCreate}, verb{"list", c.tokenList}, verb{"delete", c.tokenDelete})
 }
 
 func (c *cli) tokenCreate(args []string) error {
@@ -128,19 +115,8 @@ func (c *cli) tokenDelete(args []string) error {
 
 // user manages the HTTPS listener's users with client certificates.
 func (c *cli) user(args []string) error {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		return helpFor(flag.NewFlagSet("user", flag.ContinueOnError))
-	}
-	if len(args) == 0 {
-		return errors.New("usage: podhub user add NAME --kubeconfig FILE [--server URL] | user revoke NAME")
-	}
-	switch args[0] {
-	case "add":
-		return c.userAdd(args[1:])
-	case "revoke":
-		return c.userRevoke(args[1:])
-	}
-	return fmt.Errorf("user %q: want add or revoke", args[0])
+	return runVerb("user", "podhub user add NAME --kubeconfig FILE [--server URL] | user revoke NAME", args,
+		verb{"add", c.userAdd}, verb{"revoke", c.userRevoke})
 }
 
 // userAdd issues a user's client certificate (CN=NAME, O=podhub:users)

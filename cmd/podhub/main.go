@@ -234,6 +234,36 @@ func helpFor(fs *flag.FlagSet) helpRequest {
 	return helptext.For("podhub [--data-dir DIR]", synopses[fs.Name()], fs)
 }
 
+// verb is one verb of a command with verbs (podhub device add|revoke).
+type verb struct {
+	name string
+	run  func(args []string) error
+}
+
+// runVerb runs the verb args[0] of command with the rest of args; --help
+// prints the command's help, and no or an unknown verb is an error
+// naming the verbs there are.
+func runVerb(command, usage string, args []string, verbs ...verb) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		return helpFor(flag.NewFlagSet(command, flag.ContinueOnError))
+	}
+	if len(args) == 0 {
+		return errors.New("usage: " + usage)
+	}
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
+		if v.name == args[0] {
+			return v.run(args[1:])
+		}
+		names[i] = v.name
+	}
+	want := names[len(names)-1]
+	if len(names) > 1 {
+		want = strings.Join(names[:len(names)-1], ", ") + " or " + want
+	}
+	return fmt.Errorf("%s %q: want %s", command, args[0], want)
+}
+
 type cli struct {
 	dataDir     string
 	out, errOut io.Writer

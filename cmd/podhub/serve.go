@@ -265,7 +265,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
 	}
 	defer h.Close()
-	gw, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
+	gw, gwDone, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
 	if err != nil {
 		return err
 	}
@@ -275,6 +275,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		defer func() {
 			gw.Close()
 			<-gwErr
+			gwDone()
 		}()
 	}
 	mux := http.NewServeMux()

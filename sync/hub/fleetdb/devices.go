@@ -33,8 +33,11 @@ type Device struct {
 	DuplicateID bool      `json:"duplicateID,omitempty"`
 	Instances   []string  `json:"instances,omitempty"`
 	LastSeen    time.Time `json:"lastSeen"`
-	Version     string    `json:"version"`
-	Pods        int       `json:"pods"`
+	// Created is when the hub first knew the device (zero for a device
+	// from before the hub kept it): the age of its node.
+	Created time.Time `json:"created,omitzero"`
+	Version string    `json:"version"`
+	Pods    int       `json:"pods"`
 	// Generation is the desired document's; ObservedGeneration the one
 	// the device last reported applied.
 	Generation         int64          `json:"generation"`
@@ -65,7 +68,7 @@ func (f *Fleet) Devices(now time.Time, timeout time.Duration) ([]Device, error) 
 
 // devices lists one device (id) or all ("").
 func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Device, error) {
-	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net, d.metrics,
+	rows, err := f.db.Query(`SELECT d.id, d.labels, d.device_labels, d.online, d.last_seen, d.version, d.node, d.net, d.metrics, d.created,
 		d.instance, d.prev_instance, d.duplicate_until, d.fenced_at,
 		(SELECT COUNT(*) FROM mirrors m WHERE m.device = d.id),
 		COALESCE((SELECT generation FROM desired WHERE device = d.id), 0),
@@ -80,15 +83,18 @@ func (f *Fleet) devices(now time.Time, timeout time.Duration, id string) ([]Devi
 	for rows.Next() {
 		var d Device
 		var labels, own, node, net, metrics, update []byte
-		var lastSeen, dupUntil, fencedAt int64
+		var lastSeen, dupUntil, fencedAt, created int64
 		var instance, prev string
-		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &metrics, &instance, &prev, &dupUntil, &fencedAt,
+		if err := rows.Scan(&d.ID, &labels, &own, &d.Online, &lastSeen, &d.Version, &node, &net, &metrics, &created, &instance, &prev, &dupUntil, &fencedAt,
 			&d.Pods, &d.Generation, &d.ObservedGeneration, &update); err != nil {
 			return nil, err
 		}
 		d.Labels = map[string]string{}
 		mergeLabels(d.Labels, own, labels)
 		d.judge(now, timeout, lastSeen, dupUntil, fencedAt)
+		if created > 0 {
+			d.Created = time.UnixMilli(created)
+		}
 		if d.DuplicateID {
 			d.Instances = []string{prev, instance}
 		}
@@ -162,7 +168,7 @@ func (f *Fleet) SetLabels(id string, set map[string]string) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`, id); err != nil {
+	if _, err := tx.Exec(`INSERT INTO devices (id, created) VALUES (?, ?) ON CONFLICT(id) DO NOTHING`, id, time.Now().UnixMilli()); err != nil {
 		return err
 	}
 	var raw []byte
@@ -281,6 +287,6 @@ func (f *Fleet) AddDevice(id string) error {
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}
-	_, err := f.db.Exec(`INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`, id)
+	_, err := f.db.Exec(`INSERT INTO devices (id, created) VALUES (?, ?) ON CONFLICT(id) DO NOTHING`, id, time.Now().UnixMilli())
 	return err
 }

@@ -66,6 +66,9 @@ var fleetMigrations = []string{fleetSchema1,
 	deviceObjectsTables,
 	// The newest heartbeat's metrics snapshot (protocol.MetricsSnapshot).
 	`ALTER TABLE devices ADD COLUMN metrics BLOB;`,
+	// When the hub first knew each device (the wall clock's Unix
+	// milliseconds; 0 for devices from before it was kept): a node's age.
+	`ALTER TABLE devices ADD COLUMN created INTEGER NOT NULL DEFAULT 0;`,
 }
 
 var fleetSchema1 = `
@@ -269,7 +272,7 @@ func (f *Fleet) SaveDesiredAll(docs []DesiredDoc) error {
 		if _, err := f.stmts.Exec(tx, qUpsertDesired, d.Device, d.Generation, pods, d.Document); err != nil {
 			return err
 		}
-		if _, err := f.stmts.Exec(tx, qAddDevice, d.Device); err != nil {
+		if _, err := f.stmts.Exec(tx, qAddDevice, d.Device, time.Now().UnixMilli()); err != nil {
 			return err
 		}
 		if d.Fence != nil {

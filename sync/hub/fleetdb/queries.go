@@ -38,7 +38,7 @@ var (
 	qDesired       = `SELECT generation, pods, document FROM desired WHERE device = ?`
 	qUpsertDesired = `INSERT INTO desired (device, generation, pods, document) VALUES (?, ?, ?, ?)
 		ON CONFLICT(device) DO UPDATE SET generation = excluded.generation, pods = excluded.pods, document = excluded.document`
-	qAddDevice      = `INSERT INTO devices (id) VALUES (?) ON CONFLICT(id) DO NOTHING`
+	qAddDevice      = `INSERT INTO devices (id, created) VALUES (?, ?) ON CONFLICT(id) DO NOTHING`
 	qSwitchInstance = `UPDATE devices SET prev_instance = ?, instance = ?, instance_since = ?, duplicate_until = ? WHERE id = ?`
 )
 
