@@ -176,28 +176,57 @@ func hubLogin(podhub, data, dir, httpAddr string) (hubSite, error) {
 	return hubSite{base: base, token: strings.TrimSpace(token), client: client}, nil
 }
 
-// kubectlBinary is the kubectl to time: test/kubectl's build of the
-// module proxy's kubectl when this tree has the script, else the
-// machine's; and which it is.
-func kubectlBinary() (path, which string, err error) {
-	if _, err := os.Stat("test/kubectl/build.sh"); err == nil {
-		out, err := exec.Command("sh", "test/kubectl/build.sh").Output()
-		if err != nil {
-			return "", "", fmt.Errorf("test/kubectl/build.sh: %v", err)
-		}
-		lines := strings.Fields(string(out))
-		if len(lines) == 0 {
-			return "", "", errors.New("test/kubectl/build.sh printed no path")
-		}
-		path, which = lines[len(lines)-1], "built by test/kubectl/build.sh"
-	} else if path, err = exec.LookPath("kubectl"); err == nil {
-		which = "the machine's, test/kubectl/build.sh not in this tree"
-	} else {
-		return "", "", nil
+// kubectl is one kubectl binary the bench times, and what it is.
+type kubectl struct{ path, what string }
+
+// scriptKubectl runs one of test/kubectl's scripts, which print the
+// path of the kubectl they built or unpacked (cached).
+func scriptKubectl(script, what string) (kubectl, error) {
+	out, err := exec.Command("sh", script).Output()
+	if err != nil {
+		return kubectl{}, fmt.Errorf("%s: %v", script, err)
 	}
-	v, _ := exec.Command(path, "version", "--client").Output()
-	first, _, _ := strings.Cut(string(v), "\n")
-	return path, fmt.Sprintf("%s (%s)", path, strings.TrimSpace(first)+", "+which), nil
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return kubectl{}, fmt.Errorf("%s printed no path", script)
+	}
+	return kubectl{f[len(f)-1], what}, nil
+}
+
+// gitVersion finds the version in an old kubectl's version.Info.
+var gitVersion = regexp.MustCompile(`GitVersion:"([^"]+)"`)
+
+// kubectls are the kubectls to time: test/kubectl's build of the module
+// proxy's kubectl when this tree has the script (and Debian's 1.20, the
+// other kubectl the tests run, where its script is), else the
+// machine's.
+func kubectls() ([]kubectl, error) {
+	var out []kubectl
+	if _, err := os.Stat("test/kubectl/build.sh"); err == nil {
+		k, err := scriptKubectl("test/kubectl/build.sh", "built by test/kubectl/build.sh")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+		if _, err := os.Stat("test/kubectl/debian.sh"); err == nil {
+			if k, err := scriptKubectl("test/kubectl/debian.sh", "Debian's kubernetes-client, test/kubectl/debian.sh"); err == nil {
+				out = append(out, k)
+			} else {
+				fmt.Printf("  kubectl: Debian's not measured: %v\n", err)
+			}
+		}
+	} else if path, err := exec.LookPath("kubectl"); err == nil {
+		out = append(out, kubectl{path, "the machine's, test/kubectl/build.sh not in this tree"})
+	}
+	for i, k := range out {
+		v, _ := exec.Command(k.path, "version", "--client").Output()
+		first, _, _ := strings.Cut(string(v), "\n")
+		if m := gitVersion.FindStringSubmatch(first); m != nil { // kubectl before 1.28 prints a struct
+			first = "Client Version: " + m[1]
+		}
+		out[i].what = fmt.Sprintf("%s (%s, %s)", k.path, strings.TrimSpace(first), k.what)
+	}
+	return out, nil
 }
 
 // observeKubectl times kubectl get pods -A and get nodes through the
@@ -209,46 +238,58 @@ func observeKubectl(site hubSite, kubeconfig, dir string, nodes, pods int) error
 		fmt.Println("  kubectl: not measured: the Kubernetes API (kubeapi) not in this tree (podhub serves no /api/v1)")
 		return nil
 	}
-	kubectl, which, err := kubectlBinary()
+	ks, err := kubectls()
 	if err != nil {
 		return err
 	}
-	if kubectl == "" {
+	if len(ks) == 0 {
 		fmt.Println("  kubectl: not measured: no kubectl (test/kubectl/build.sh not in this tree, none installed)")
 		return nil
 	}
-	fmt.Printf("  kubectl: %s\n", which)
-	cache := filepath.Join(dir, "kubectl-cache") // discovery cached here, not in ~/.kube
-	for _, c := range []struct {
-		args []string
-		rows int
-	}{{[]string{"get", "pods", "-A"}, pods}, {[]string{"get", "nodes"}, nodes}} {
-		args := append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cache}, c.args...)
-		var times []time.Duration
-		var first time.Duration
-		for i := 0; i <= *observeRuns; i++ {
-			start := time.Now()
-			out, err := exec.Command(kubectl, args...).Output()
-			took := time.Since(start)
-			if err != nil {
-				var msg []byte
-				if ee, ok := err.(*exec.ExitError); ok {
-					msg = ee.Stderr
-				}
-				return fmt.Errorf("kubectl %s: %v %s", strings.Join(c.args, " "), err, msg)
+	for i, k := range ks {
+		fmt.Printf("  kubectl: %s\n", k.what)
+		// Discovery cached here, not in ~/.kube; each kubectl its own.
+		cache := filepath.Join(dir, fmt.Sprintf("kubectl-cache-%d", i))
+		for _, c := range []struct {
+			args []string
+			rows int
+		}{{[]string{"get", "pods", "-A"}, pods}, {[]string{"get", "nodes"}, nodes}} {
+			if err := timeKubectl(k.path, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", cache}, c.args...), c.rows); err != nil {
+				return err
 			}
-			if got := lineCount(out) - 1; got != c.rows {
-				return fmt.Errorf("kubectl %s listed %d rows, the fleet has %d", strings.Join(c.args, " "), got, c.rows)
-			}
-			if i == 0 {
-				first = took // discovery not cached yet
-				continue
-			}
-			times = append(times, took)
 		}
-		fmt.Printf("    kubectl %-12s %5d rows: first (discovery uncached) %.2f s; then n=%d %s\n",
-			strings.Join(c.args, " "), c.rows, first.Seconds(), len(times), dist(times))
 	}
+	return nil
+}
+
+// timeKubectl runs kubectl with args once (discovery not cached yet)
+// and -observe-runs times more, checking it lists rows rows.
+func timeKubectl(path string, args []string, rows int) error {
+	command := strings.Join(args[4:], " ")
+	var times []time.Duration
+	var first time.Duration
+	for i := 0; i <= *observeRuns; i++ {
+		start := time.Now()
+		out, err := exec.Command(path, args...).Output()
+		took := time.Since(start)
+		if err != nil {
+			var msg []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				msg = ee.Stderr
+			}
+			return fmt.Errorf("kubectl %s: %v %s", command, err, msg)
+		}
+		if got := lineCount(out) - 1; got != rows {
+			return fmt.Errorf("kubectl %s listed %d rows, the fleet has %d", command, got, rows)
+		}
+		if i == 0 {
+			first = took
+			continue
+		}
+		times = append(times, took)
+	}
+	fmt.Printf("    kubectl %-12s %5d rows: first (discovery uncached) %.2f s; then n=%d %s\n",
+		command, rows, first.Seconds(), len(times), dist(times))
 	return nil
 }
 
