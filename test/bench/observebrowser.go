@@ -63,11 +63,16 @@ func observeChromium(site hubSite, runs int, profile string) error {
 	); err != nil {
 		return fmt.Errorf("the dashboard's login in Chromium: %w", err)
 	}
-	var times, pageTimes []time.Duration
-	var first time.Duration
-	var firstInPage float64
+	// Each load, by the bench's clock and the page's own (from its
+	// navigation's start: performance.now() when the table shows, and
+	// the resource timing of the JSON's fetch).
+	type load struct {
+		wall, inPage, asked, fetch time.Duration
+	}
+	var loads []load
 	var rows int
 	var count string
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	for i := 0; i <= runs; i++ {
 		if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 			return err
@@ -79,19 +84,18 @@ func observeChromium(site hubSite, runs int, profile string) error {
 		); err != nil {
 			return fmt.Errorf("the pods page in Chromium: %w", err)
 		}
-		took := time.Since(start)
-		// The page's own clock from its navigation's start: the table
-		// was shown by then (the read's round trip included).
-		inPage, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`performance.now()`))
+		l := load{wall: time.Since(start)}
+		t, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+			const e = performance.getEntriesByType('resource').filter(r => r.name.includes('/ui/api/pods')).pop();
+			return [performance.now(), e ? e.startTime : 0, e ? e.responseEnd : 0];
+		})()`))
 		if err != nil {
 			return err
 		}
-		if i == 0 {
-			first, firstInPage = took, inPage
-		} else {
-			times = append(times, took)
-			pageTimes = append(pageTimes, time.Duration(inPage*float64(time.Millisecond)))
+		if len(t) == 3 {
+			l.inPage, l.asked, l.fetch = ms(t[0]), ms(t[1]), ms(t[2]-t[1])
 		}
+		loads = append(loads, l)
 		if rows, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#pods-page tbody tr').length`)); err != nil {
 			return err
 		}
@@ -99,9 +103,24 @@ func observeChromium(site hubSite, runs int, profile string) error {
 			return err
 		}
 	}
-	fmt.Printf("    headless %s, the pods page (%d rows; %q):\n", strings.TrimSpace(string(version)), rows, count)
-	fmt.Printf("      navigate /ui/#/pods -> table shown, as the bench sees it: first (cold cache) %.0f ms; then n=%d %s\n",
-		float64(first)/1e6, len(times), dist(times))
-	fmt.Printf("      the page's own clock at that point (performance.now()): first %.0f ms; then %s\n", firstInPage, dist(pageTimes))
+	column := func(f func(load) time.Duration) []time.Duration {
+		var out []time.Duration
+		for _, l := range loads[1:] {
+			out = append(out, f(l))
+		}
+		return out
+	}
+	first := loads[0]
+	fmt.Printf("    headless %s, the pods page (%d rows; %q), first load (cold cache) apart, then n=%d:\n",
+		strings.TrimSpace(string(version)), rows, count, len(loads)-1)
+	fmt.Printf("      navigate /ui/#/pods -> table shown (bench's clock)   first %6.0f ms; %s\n", float64(first.wall)/1e6, dist(column(func(l load) time.Duration { return l.wall })))
+	fmt.Printf("      the same by the page's clock (performance.now())    first %6.0f ms; %s\n", float64(first.inPage)/1e6, dist(column(func(l load) time.Duration { return l.inPage })))
+	fmt.Printf("        of which until the page asked for api/pods        first %6.0f ms; %s\n", float64(first.asked)/1e6, dist(column(func(l load) time.Duration { return l.asked })))
+	fmt.Printf("        of which the api/pods fetch                       first %6.0f ms; %s\n", float64(first.fetch)/1e6, dist(column(func(l load) time.Duration { return l.fetch })))
+	var each []string
+	for _, l := range loads {
+		each = append(each, fmt.Sprintf("%.2f", l.wall.Seconds()))
+	}
+	fmt.Printf("      each load, s: %s\n", strings.Join(each, " "))
 	return nil
 }
