@@ -20,8 +20,8 @@ const chromiumPath = "/usr/bin/chromium"
 // shows its table: the HTML, the modules, the JSON and the render. The
 // first load is apart (nothing cached); the later ones have the assets
 // in the browser's cache, as an operator's visits have. Chromium's
-// start is not timed.
-func observeChromium(site hubSite, runs int, profile string) error {
+// start is not timed. Then what the page left open costs podhub (hubPID).
+func observeChromium(site hubSite, runs int, profile string, hubPID int) error {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		fmt.Printf("    headless Chromium: not measured: %s not installed (Debian's chromium)\n", chromiumPath)
 		return nil
@@ -122,5 +122,40 @@ func observeChromium(site hubSite, runs int, profile string) error {
 		each = append(each, fmt.Sprintf("%.2f", l.wall.Seconds()))
 	}
 	fmt.Printf("      each load, s: %s\n", strings.Join(each, " "))
+	return openPageCost(ctx, site.base, hubPID)
+}
+
+// openPageCost measures what the pods page left open costs the hub: its
+// live updates make it fetch again whatever a change touches. podhub's
+// CPU over a window with the page open against one with none, and the
+// fetches the page made meanwhile.
+func openPageCost(ctx context.Context, base string, hubPID int) error {
+	const window = 10 * time.Second
+	fetches := `performance.getEntriesByType('resource').filter(r => r.name.includes('/ui/api/pods')).length`
+	cpuOver := func() float64 {
+		c0, _ := cpuTicks(hubPID)
+		time.Sleep(window)
+		c1, _ := cpuTicks(hubPID)
+		return float64(c1-c0) / clockTicks
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		return err
+	}
+	closed := cpuOver()
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/ui/#/pods"),
+		chromedp.WaitVisible(chromedp.CSS("#pods-page #pods-count"))); err != nil {
+		return err
+	}
+	before, err := chromedp.Run(ctx, chromedp.Evaluate[int](fetches))
+	if err != nil {
+		return err
+	}
+	open := cpuOver()
+	after, err := chromedp.Run(ctx, chromedp.Evaluate[int](fetches))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("      left open %s (the fleet idle but for heartbeats): %d fetches of api/pods; podhub CPU %.2f s, against %.2f s with no page open\n",
+		window, after-before, open, closed)
 	return nil
 }

@@ -110,7 +110,7 @@ func observeHub(bin string, n, podsPer int) error {
 	dashboard, err := observeDashboard(site, *observeRuns)
 	failure("dashboard", err)
 	if dashboard && err == nil {
-		failure("dashboard in Chromium", observeChromium(site, *observeRuns, filepath.Join(dir, "chromium")))
+		failure("dashboard in Chromium", observeChromium(site, *observeRuns, filepath.Join(dir, "chromium"), ph.pid()))
 	}
 	full := rss(ph.pid())
 	peak := procMiB(fmt.Sprintf("/proc/%d/status", ph.pid()))["VmHWM:"]
