@@ -43,6 +43,8 @@ func observeChromium(site hubSite, runs int, profile string, hubPID int) error {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-extensions", true),
 		chromedp.UserDataDir(profile),
+		// Its temporary files beside the profile, removed with it.
+		chromedp.Env("TMPDIR="+profile),
 		chromedp.WindowSize(1280, 900),
 	)
 	defer cancelAlloc()
