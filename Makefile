@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update bench-objects clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update bench-objects bench-observe clean
 
 all: build
 
@@ -242,7 +242,8 @@ demo: build
 	@examples/demo.sh
 
 bench: build
-	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000 -rollout-devices 10000
+	go run ./test/bench -bin bin/podvisor -hub-devices 3000 -hub-apply-devices 1000 -sched-devices 10000 -rollout-devices 10000 \
+		-observe-pods 50 -observe-devices 1000 -observe-device-pods 10
 
 # Only the DaemonSet rolling update over 10,000 simulated devices.
 bench-rollout: build
@@ -264,6 +265,17 @@ bench-update: build
 # bytes per device, podhub's CPU and RSS (docs/measurements.md). Root.
 bench-objects: build
 	go run ./test/bench -bin bin/podvisor -objects-only -objects-pods 50 -objects-devices 1000 -objects-changes 10
+
+# What seeing the fleet costs (issue 28): one podvisor with 50 process
+# pods, metrics off vs on (daemon + keeper PSS), 50 scrapes of its
+# /metrics, the metrics packages' bytes in podvisor arm64; podhub serve
+# --http-listen with 1,000 simulated devices running 10 pods each:
+# kubectl get pods -A and get nodes (test/kubectl's kubectl, else the
+# machine's), 50 scrapes of the hub's /metrics, the dashboard's pods page
+# (fetched, and rendered by headless Chromium where /usr/bin/chromium is),
+# podhub's RSS with the listener on (docs/measurements.md). Root.
+bench-observe: build
+	go run ./test/bench -bin bin/podvisor -observe-only -observe-pods 50 -observe-devices 1000 -observe-device-pods 10
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

@@ -62,6 +62,17 @@ func main() {
 		}
 		return
 	}
+	if *observeOnly {
+		if *observePods <= 0 && *observeDevices <= 0 {
+			fmt.Fprintln(os.Stderr, "bench: -observe-only needs -observe-pods or -observe-devices > 0")
+			os.Exit(1)
+		}
+		if err := observeBench(*bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *objectsOnly {
 		if err := objectsBench(*bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -128,6 +139,9 @@ func main() {
 	}
 	if err == nil {
 		err = updateBench(*bin, *updateDevices)
+	}
+	if err == nil && (*observePods > 0 || *observeDevices > 0) {
+		err = observeBench(*bin)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
