@@ -5,6 +5,8 @@
 package hub
 
 import (
+	"cmp"
+	"context"
 	"crypto/ed25519"
 	"log/slog"
 	"time"
@@ -43,6 +45,9 @@ type Hub struct {
 	// Logs asks devices for pods' logs (podhub logs, pods/log).
 	Logs *logstream.Streamer
 	cfg  Config
+	// stopSilence ends the watch of silent devices (Start starts it).
+	stopSilence context.CancelFunc
+	silenceDone chan struct{}
 }
 
 // New makes a hub; Start starts it.
@@ -83,6 +88,15 @@ func (h *Hub) Start(wait time.Duration) error {
 	}
 	h.Scheduler.Start()
 	h.Updates.Start()
+	// A device that goes silent writes nothing: the fleet's readers are
+	// told when it passes the timeout unheard from.
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopSilence = cancel
+	h.silenceDone = make(chan struct{})
+	go func() {
+		defer close(h.silenceDone)
+		h.fleet.Changes().WatchSilence(ctx, cmp.Or(h.cfg.DeviceTimeout, fleetdb.DefaultDeviceTimeout))
+	}()
 	return h.Link.Connect(wait)
 }
 
@@ -92,6 +106,10 @@ func (h *Hub) Close() {
 	h.ObjectLink.Close()
 	h.Scheduler.Close()
 	h.Updates.Close()
+	if h.stopSilence != nil {
+		h.stopSilence()
+		<-h.silenceDone
+	}
 }
 
 // Workloads is the scheduler's tables of the hub's fleet.

@@ -315,7 +315,13 @@ func (f *Fleet) ForgetPresence() error {
 // SavePresence records a known device going on or off line. duplicate
 // says its ID was just found shared by two instances.
 func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) (duplicate bool, err error) {
-	defer f.changes.Publish(device, fleetwatch.Node)
+	defer func() {
+		if p.Online {
+			f.changes.Heard(device, at)
+		} else {
+			f.changes.Publish(device, fleetwatch.Node)
+		}
+	}()
 	tx, err := f.db.Begin()
 	if err != nil {
 		return false, err
@@ -338,7 +344,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 // lets a kubelet set only some labels of its Node); dropped names the
 // others. duplicate says its ID was just found shared by two instances.
 func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []string, duplicate bool, err error) {
-	defer f.changes.Publish(h.Device, fleetwatch.Node)
+	defer f.changes.Heard(h.Device, at)
 	var net []byte // NULL: the device counts nothing (validated by DecodeHeartbeat)
 	if h.Net != nil {
 		net, _ = json.Marshal(h.Net)

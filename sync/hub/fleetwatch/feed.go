@@ -11,6 +11,7 @@ package fleetwatch
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // What is a set of things of a device that changed.
@@ -29,12 +30,21 @@ type Change struct {
 	What   What
 }
 
+// heard is a device's newest report time (a heartbeat's, a presence's),
+// which only the silence watch reads.
+type heard struct {
+	device string
+	at     time.Time
+}
+
 // Feed fans changes out to its subscribers. The zero Feed is ready; a nil
 // *Feed takes publications and drops them.
 type Feed struct {
 	mu   sync.Mutex
 	subs map[*Sub]struct{}
 	seq  uint64
+	// heard goes to the silence watch (WatchSilence), when it runs.
+	heard chan heard
 }
 
 // Publish tells every subscriber of a change. It never blocks.
@@ -49,6 +59,76 @@ func (f *Feed) Publish(device string, what What) {
 		s.add(device, what)
 	}
 }
+
+// Heard publishes a Node change of a device heard from at a time (its
+// heartbeat or presence), which the silence watch counts its timeout
+// from.
+func (f *Feed) Heard(device string, at time.Time) {
+	if f == nil {
+		return
+	}
+	f.Publish(device, Node)
+	f.mu.Lock()
+	ch := f.heard
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- heard{device, at}:
+		default: // a full queue: the watch's safety net re-arms it
+		}
+	}
+}
+
+// WatchSilence publishes a Node change of each device that goes silent:
+// timeout after it was last heard from (Heard) with nothing newer, when
+// the hub's readers would see it turn NotReady though nothing was
+// written. It runs until ctx ends.
+func (f *Feed) WatchSilence(ctx context.Context, timeout time.Duration) {
+	ch := make(chan heard, 1024)
+	f.mu.Lock()
+	f.heard = ch
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.heard = nil
+		f.mu.Unlock()
+	}()
+	deadlines := map[string]time.Time{}
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next := time.Time{}
+		for _, at := range deadlines {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0) + silenceMargin
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case h := <-ch:
+			if at := h.at.Add(timeout); at.After(deadlines[h.device]) {
+				deadlines[h.device] = at
+			}
+		case now := <-t.C:
+			for d, at := range deadlines {
+				if !now.Before(at) {
+					delete(deadlines, d)
+					f.Publish(d, Node)
+				}
+			}
+		}
+	}
+}
+
+// silenceMargin puts a silence's publication past its deadline, so that
+// readers judging readiness with their own clock see the device stale.
+const silenceMargin = 50 * time.Millisecond
 
 // Seq counts the publications so far: a reader that saw Seq n and sees
 // it again unchanged knows nothing was published in between.

@@ -67,3 +67,51 @@ func TestNilFeedDropsPublications(t *testing.T) {
 		t.Fatal("a nil feed counted a publication")
 	}
 }
+
+// A device heard from and then silent is published again when its
+// timeout passes, though nothing was written; a newer report moves its
+// deadline.
+func TestSilenceIsPublishedAtTheDeadline(t *testing.T) {
+	var f Feed
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.WatchSilence(ctx, 300*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	s := f.Subscribe()
+	defer s.Close()
+	// The watch takes reports once it runs: wait for its queue.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		running := f.heard != nil
+		f.mu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the silence watch did not start within 10 s")
+		}
+	}
+	start := time.Now()
+	f.Heard("quiet", start)
+	f.Heard("chatty", start)
+	s.Take() // the reports' own changes
+	time.Sleep(100 * time.Millisecond)
+	f.Heard("chatty", time.Now()) // heard again: its deadline moves
+	s.Take()
+	wait, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	got, err := s.Next(wait)
+	if err != nil || len(got) != 1 || got[0] != (Change{"quiet", Node}) {
+		t.Fatalf("first silence published %v, %v; want quiet's node", got, err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("quiet published silent after %s, before its 300ms timeout", took)
+	}
+	got, err = s.Next(wait)
+	if err != nil || len(got) != 1 || got[0] != (Change{"chatty", Node}) {
+		t.Fatalf("second silence published %v, %v; want chatty's node", got, err)
+	}
+	if took := time.Since(start); took < 400*time.Millisecond {
+		t.Fatalf("chatty published silent after %s, before 300ms after its newer report", took)
+	}
+}

@@ -55,8 +55,10 @@ type Config struct {
 	// BookmarkInterval is how often a watch that asked for bookmarks
 	// gets one (default one minute).
 	BookmarkInterval time.Duration
-	// Resync is how often nodes are re-read, so that a device that went
-	// silent turns NotReady without a change published (default 5s).
+	// Resync is how often nodes are re-read at the least (default five
+	// minutes): a safety net, since they are re-read when the first Ready
+	// device would pass the timeout unheard from (a device that goes
+	// silent publishes nothing).
 	Resync time.Duration
 	// MaxWatches bounds the watches open at once (default 256); more are
 	// refused with 429.
@@ -93,7 +95,7 @@ func New(cfg Config) *Server {
 		cfg.BookmarkInterval = time.Minute
 	}
 	if cfg.Resync <= 0 {
-		cfg.Resync = 5 * time.Second
+		cfg.Resync = 5 * time.Minute
 	}
 	if cfg.MaxWatches <= 0 {
 		cfg.MaxWatches = 256

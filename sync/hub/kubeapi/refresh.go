@@ -46,12 +46,17 @@ type refresher struct {
 	// none) at the last read, so that a scheduling pass re-reads only
 	// the devices whose hub pods it changed.
 	hubPods map[string][32]byte
+	// staleAt is when each Ready device turns NotReady if the hub hears
+	// nothing more from it.
+	staleAt map[string]time.Time
 }
 
-// run follows the fleet's changes until ctx ends, and re-reads the nodes
-// every Resync (a silent device turns NotReady with no change published).
+// run follows the fleet's changes until ctx ends. A device that goes
+// silent publishes nothing: the nodes are re-read when the first Ready
+// one would pass the timeout unheard from, and every Resync at the
+// latest (a safety net).
 func (r *refresher) run(ctx context.Context, sub *fleetwatch.Sub) {
-	t := time.NewTicker(r.cfg.Resync)
+	t := time.NewTimer(r.untilStale())
 	defer t.Stop()
 	for {
 		select {
@@ -62,7 +67,26 @@ func (r *refresher) run(ctx context.Context, sub *fleetwatch.Sub) {
 		case <-t.C:
 			r.locked(r.resyncNodes)
 		}
+		t.Reset(r.untilStale())
 	}
+}
+
+// staleMargin is how long after a device's deadline its node is re-read,
+// so that the clock is past it.
+const staleMargin = 50 * time.Millisecond
+
+// untilStale is the wait until the first Ready device passes the timeout
+// unheard from, Resync at most.
+func (r *refresher) untilStale() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wait, now := r.cfg.Resync, r.cfg.Now()
+	for _, at := range r.staleAt {
+		if d := at.Sub(now) + staleMargin; d < wait {
+			wait = max(d, staleMargin)
+		}
+	}
+	return wait
 }
 
 // failed logs a read of the fleet that failed: what it would have
@@ -225,6 +249,7 @@ func (r *refresher) forget(id string) {
 		r.store.replace(res, id, nil)
 	}
 	delete(r.ready, id)
+	delete(r.staleAt, id)
 }
 
 // storeDevice stores a device's node, pods (its mirrors and the hub's
@@ -269,6 +294,14 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 
 // storeNode stores a device's node and its lease in kube-node-lease.
 func (r *refresher) storeNode(d fleetdb.Device, sched fleetdb.Scheduling) {
+	if r.staleAt == nil {
+		r.staleAt = map[string]time.Time{}
+	}
+	if d.Ready {
+		r.staleAt[d.ID] = d.LastSeen.Add(r.cfg.Timeout)
+	} else {
+		delete(r.staleAt, d.ID)
+	}
 	r.store.replace(resNodes, d.ID, []*object{nodeObject(nodeOf(d, sched, r.cfg.Version, r.cfg.Timeout))})
 	r.store.replace(resLeases, d.ID, []*object{leaseObject(d, r.cfg.Timeout)})
 }
