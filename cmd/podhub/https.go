@@ -111,7 +111,8 @@ func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counter
 		TokenFile: c.path(tokenFile), Log: log,
 		Metrics: hubmetrics.New(hubmetrics.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
 			Counters: counters, Version: version}),
-		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout}),
+		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
+			Pods: kube.Pods}),
 		Kube:      kube,
 	})
 	if err != nil {

@@ -34,10 +34,11 @@ func kubectlBinaries(t *testing.T) map[string]string {
 }
 
 // kubectl against podhub serve's Kubernetes API, as an operator uses it:
-// a real device is a node, the pod the hub gave it is listed with kubectl's
-// wide columns, described with its events, its log read through the hub's
-// remote logs (MQTT to the device and back), and a watch sees a pod the
-// hub sends later. Both kubectls, through the kubeconfig podhub token
+// a real device is a node, the pod the hub gave it (podhub apply --device:
+// the device's own, shown as the kubelet's mirror pod talker-gw-kube) is
+// listed with kubectl's wide columns, described with its events, its log
+// read through the hub's remote logs (MQTT to the device and back), and a
+// watch sees a pod the hub sends later. Both kubectls, through the kubeconfig podhub token
 // create writes.
 func TestKubectlAgainstPodhub(t *testing.T) {
 	kubectls := kubectlBinaries(t)
@@ -80,14 +81,14 @@ func TestKubectlAgainstPodhub(t *testing.T) {
 			waitForLong(t, 20*time.Second, "kubectl get nodes,pods -A -o wide listing gw-kube Ready and talker Running on it", func() bool {
 				out, err := kubectl("get", "nodes,pods", "-A", "-o", "wide")
 				last = out
-				return err == nil && lineHas(out, "node/gw-kube", "Ready") && lineHas(out, "pod/talker", "1/1", "Running", "gw-kube")
+				return err == nil && lineHas(out, "node/gw-kube", "Ready") && lineHas(out, "pod/talker-gw-kube", "1/1", "Running", "gw-kube")
 			})
-			if out, err := kubectl("logs", "talker"); err != nil || !strings.HasPrefix(out, "hello 1\nhello 2\nhello 3\n") {
-				t.Errorf("kubectl logs talker (through the hub to the device): %v %q", err, out)
+			if out, err := kubectl("logs", "talker-gw-kube"); err != nil || !strings.HasPrefix(out, "hello 1\nhello 2\nhello 3\n") {
+				t.Errorf("kubectl logs talker-gw-kube (through the hub to the device): %v %q", err, out)
 			}
-			if out, err := kubectl("describe", "pod", "talker"); err != nil || !strings.Contains(out, "Node:") ||
+			if out, err := kubectl("describe", "pod", "talker-gw-kube"); err != nil || !strings.Contains(out, "Node:") ||
 				!strings.Contains(out, "gw-kube") || !strings.Contains(out, "Events:") || !strings.Contains(out, "Started") {
-				t.Errorf("kubectl describe pod talker: %v\n%s", err, out)
+				t.Errorf("kubectl describe pod talker-gw-kube: %v\n%s", err, out)
 			}
 			if out, err := kubectl("describe", "node", "gw-kube"); err != nil || !strings.Contains(out, "Conditions:") || !strings.Contains(out, "talker") {
 				t.Errorf("kubectl describe node gw-kube: %v\n%s", err, out)
@@ -114,7 +115,7 @@ func TestKubectlAgainstPodhub(t *testing.T) {
 			}()
 			defer func() { cancel(); w.Wait(); pw.Close() }()
 			text := func() string { mu.Lock(); defer mu.Unlock(); return seen.String() }
-			waitForLong(t, 20*time.Second, "kubectl get pods -A -w listing talker", func() bool { return strings.Contains(text(), "talker") })
+			waitForLong(t, 20*time.Second, "kubectl get pods -A -w listing talker", func() bool { return strings.Contains(text(), "talker-gw-kube") })
 			n++
 			pod := "later-" + strings.ReplaceAll(strings.ToLower(name), ".", "")
 			later := filepath.Join(t.TempDir(), pod+".yaml")
@@ -122,8 +123,8 @@ func TestKubectlAgainstPodhub(t *testing.T) {
 			if out, code := h.cli("apply", "-f", later, "--device", "gw-kube"); code != 0 {
 				t.Fatalf("apply: %s", out)
 			}
-			waitForLong(t, 30*time.Second, "kubectl get pods -A -w showing "+pod+" Running", func() bool {
-				return strings.Contains(text(), pod) && lineHas(text(), pod, "Running")
+			waitForLong(t, 30*time.Second, "kubectl get pods -A -w showing "+pod+"-gw-kube Running", func() bool {
+				return lineHas(text(), pod+"-gw-kube", "Running")
 			})
 		})
 	}

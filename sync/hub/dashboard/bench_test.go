@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -12,11 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/kubeapi"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // benchFleet is a fleet of devices with pods each, all Ready.
-func benchFleet(b *testing.B, devices, pods int) http.Handler {
+func benchFleet(b testing.TB, devices, pods int) *fleetdb.Fleet {
 	f, err := fleetdb.Open(filepath.Join(b.TempDir(), "fleet.db"))
 	if err != nil {
 		b.Fatal(err)
@@ -43,13 +43,13 @@ func benchFleet(b *testing.B, devices, pods int) http.Handler {
 			b.Fatal(err)
 		}
 	}
-	return New(Config{Fleet: f, Timeout: time.Minute, Now: func() time.Time { return now }})
+	return f
 }
 
 // The answers a page fetches for a fleet of 1,000 devices with 10 pods
 // each (10,000 pods): what one load, and one live update, costs the hub.
 func BenchmarkFleetAnswers(b *testing.B) {
-	h := benchFleet(b, 1000, 10)
+	h := New(Config{Fleet: benchFleet(b, 1000, 10), Timeout: time.Minute, Now: func() time.Time { return now }})
 	for _, path := range []string{"/ui/api/devices", "/ui/api/pods", "/ui/api/pods?q=pod-1&device=dev-0001", "/ui/api/devices/dev-0500"} {
 		b.Run(path, func(b *testing.B) {
 			var size int
@@ -64,4 +64,25 @@ func BenchmarkFleetAnswers(b *testing.B) {
 			b.ReportMetric(float64(size), "bytes/answer")
 		})
 	}
+}
+
+// The pods page's answer for the same fleet read from the Kubernetes
+// API's store in memory, as podhub serve wires it (Config.Pods), rather
+// than from the fleet database.
+func BenchmarkFleetPodsFromMemory(b *testing.B) {
+	f := benchFleet(b, 1000, 10)
+	clock := func() time.Time { return now }
+	kube := kubeapi.New(kubeapi.Config{Fleet: f, Timeout: time.Minute, Now: clock})
+	b.Cleanup(kube.Close)
+	h := New(Config{Fleet: f, Timeout: time.Minute, Now: clock, Pods: kube.Pods})
+	var size int
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/api/pods", nil))
+		if rec.Code != 200 {
+			b.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		size = rec.Body.Len()
+	}
+	b.ReportMetric(float64(size), "bytes/answer")
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 )
@@ -48,6 +50,11 @@ type Config struct {
 	// Heartbeat is how often an idle stream sends a comment so proxies
 	// keep it (DefaultHeartbeat when zero).
 	Heartbeat time.Duration
+	// Pods, when set, lists every pod of the fleet from memory (the
+	// Kubernetes API's store, kubeapi.Server.Pods) for the pods page,
+	// instead of decoding every device's pods from the fleet database at
+	// each fetch. The pods are shared: read, never changed.
+	Pods func() []*v1.Pod
 }
 
 // Defaults of Config.

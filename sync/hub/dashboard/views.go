@@ -282,14 +282,13 @@ func (d *dashboard) pods(r *http.Request) (any, int, error) {
 	now := d.cfg.Now()
 	// One device's pods are read alone; the filters' choices then are
 	// that device's, with every device still offered.
-	pods, err := d.allPods(device, now)
+	pods, err := d.podsOf(device, now)
 	if err != nil {
 		return nil, 0, err
 	}
 	out := PodsView{Pods: []PodRow{}, Total: len(pods)}
 	namespaces, phases, devices := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	for i := range pods {
-		p := &pods[i]
+	for _, p := range pods {
 		namespaces[p.Namespace], phases[string(p.Status.Phase)], devices[p.Spec.NodeName] = true, true, true
 		if (ns != "" && p.Namespace != ns) || (phase != "" && string(p.Status.Phase) != phase) || (device != "" && p.Spec.NodeName != device) {
 			continue
@@ -326,6 +325,20 @@ func matches(text string, r PodRow) bool {
 		}
 	}
 	return false
+}
+
+// podsOf is the pods of one device ("" for every device): the whole
+// fleet's from memory when the dashboard has them (Config.Pods).
+func (d *dashboard) podsOf(device string, now time.Time) ([]*v1.Pod, error) {
+	if device == "" && d.cfg.Pods != nil {
+		return d.cfg.Pods(), nil
+	}
+	pods, err := d.allPods(device, now)
+	out := make([]*v1.Pod, len(pods))
+	for i := range pods {
+		out[i] = &pods[i]
+	}
+	return out, err
 }
 
 // allPods are the mirror pods of one device ("" for every device) with

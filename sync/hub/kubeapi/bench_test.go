@@ -19,7 +19,7 @@ func benchServer(b *testing.B) *Server {
 		for i := 0; i < 10; i++ {
 			p := filePod(fmt.Sprintf("app%d", i), int32(i))
 			p.Spec.NodeName = dev
-			objs = append(objs, podObject(p, dev))
+			objs = append(objs, podObject(p, dev, false))
 		}
 		s.store.replace(resPods, dev, objs)
 	}

@@ -25,6 +25,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
@@ -239,4 +241,25 @@ func statusOf(err error) metav1.Status {
 		st.Code = http.StatusInternalServerError
 	}
 	return st
+}
+
+// Pods lists every pod the API serves, from memory, as its device names
+// it: a manifest file's pod under its own name and without the mirror
+// pod's owner (the Node), a hub pod as it is. The dashboard's pods page
+// reads it instead of the fleet database. The pods are shared with the
+// API: read them, never change them.
+func (s *Server) Pods() []*v1.Pod {
+	s.ensureStarted()
+	objs, _, _ := s.store.list(resPods, "", labels.Everything(), fields.Everything(), "", 0)
+	out := make([]*v1.Pod, 0, len(objs))
+	for _, o := range objs {
+		p := o.obj.(*v1.Pod)
+		if o.origName != "" && o.origName != p.Name {
+			cp := *p
+			cp.Name, cp.OwnerReferences = o.origName, nil
+			p = &cp
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -141,7 +141,7 @@ func (r *refresher) workloadsChanged() {
 	for d, ps := range byDevice {
 		if _, known := r.ready[d]; d == "" || !known {
 			for _, p := range ps {
-				unbound = append(unbound, podObject(hubPodOnly(p), ""))
+				unbound = append(unbound, podObject(hubPodOnly(p), "", true))
 			}
 		}
 	}
@@ -210,7 +210,7 @@ func (r *refresher) fullResync() {
 	var unbound []*object
 	for _, pods := range hubPods {
 		for _, p := range pods {
-			unbound = append(unbound, podObject(hubPodOnly(p), ""))
+			unbound = append(unbound, podObject(hubPodOnly(p), "", true))
 		}
 	}
 	r.store.replace(resPods, sourceHub, unbound)
@@ -265,7 +265,7 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 		r.failed(err)
 		return
 	}
-	pods := withHubPods(mirrors, hub)
+	pods, hubOnly := withHubPods(mirrors, hub)
 	hostIP := ""
 	if d.Node != nil {
 		for _, a := range d.Node.Addresses {
@@ -278,7 +278,9 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 	names := map[string]*v1.Pod{}
 	for _, p := range pods {
 		orig := p.Namespace + "/" + p.Name
-		o := podObject(p, d.ID)
+		// The scheduler's pods, reported (marked) or not yet, have names
+		// unique in the fleet.
+		o := podObject(p, d.ID, hubOnly[p] || p.Annotations[fleetdb.AnnotationScheduled] == "true")
 		withIPs(o.obj.(*v1.Pod), hostIP)
 		names[orig] = o.obj.(*v1.Pod)
 		objs = append(objs, o)
@@ -482,8 +484,9 @@ func setDefault(m map[string]string, k, v string) {
 // withHubPods adds to a device's mirror pods the hub's pods bound to it
 // that it does not report yet, and the hub's owner and deletion of those
 // it does (as podhub get pods shows them).
-func withHubPods(mirrors []v1.Pod, hub []*v1.Pod) []*v1.Pod {
-	out := make([]*v1.Pod, 0, len(mirrors)+len(hub))
+func withHubPods(mirrors []v1.Pod, hub []*v1.Pod) (out []*v1.Pod, hubOnly map[*v1.Pod]bool) {
+	out = make([]*v1.Pod, 0, len(mirrors)+len(hub))
+	hubOnly = map[*v1.Pod]bool{}
 	index := map[string]*v1.Pod{}
 	for i := range mirrors {
 		out = append(out, &mirrors[i])
@@ -500,9 +503,11 @@ func withHubPods(mirrors []v1.Pod, hub []*v1.Pod) []*v1.Pod {
 			}
 			continue
 		}
-		out = append(out, hubPodOnly(p))
+		only := hubPodOnly(p)
+		hubOnly[only] = true
+		out = append(out, only)
 	}
-	return out
+	return out, hubOnly
 }
 
 // withIPs fills what the kubelet fills and a device may leave out: the
@@ -537,19 +542,32 @@ func hubPodOnly(p *v1.Pod) *v1.Pod {
 // podObject presents a pod as the API server would: a device's manifest
 // file pod as the kubelet's mirror pod, named <name>-<device>, owned by
 // its node; the hub's pods keep their names.
-func podObject(p *v1.Pod, device string) *object {
+func podObject(p *v1.Pod, device string, scheduled bool) *object {
 	p = p.DeepCopy()
 	p.Kind, p.APIVersion = "Pod", "v1"
 	orig := p.Name
-	if device != "" && p.Annotations[manifest.AnnotationSource] == manifest.SourceFile {
+	// Only the hub's scheduler makes names unique across the fleet; any
+	// other pod is a device's own (its manifest files', or applied to it
+	// with podhub apply --device), and two devices may run one of the same
+	// name: it is shown as the kubelet shows a static pod, its mirror pod
+	// named after the node, its source "file" or, from the hub, "http"
+	// (the kubelet's static pods from a manifest URL).
+	if device != "" && !scheduled {
 		p.Name = orig + "-" + device
 		hash := p.Annotations[manifest.AnnotationHash]
 		if hash == "" {
 			hash = string(p.UID)
 		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		source := "file"
+		if p.Annotations[manifest.AnnotationSource] == manifest.SourceHub {
+			source = "http"
+		}
 		p.Annotations[annotationConfigMirror] = hash
 		p.Annotations[annotationConfigHash] = hash
-		p.Annotations[annotationConfigSource] = "file"
+		p.Annotations[annotationConfigSource] = source
 		yes := true
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: device, UID: uidOf("node", device), Controller: &yes}}
 	}
