@@ -113,7 +113,7 @@ func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counter
 			Counters: counters, Version: version}),
 		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
 			Pods: kube.Pods}),
-		Kube:      kube,
+		Kube: kube,
 	})
 	if err != nil {
 		kube.Close()
