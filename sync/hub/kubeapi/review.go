@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 )
 
 // maxReviewBody bounds a review's request body.
@@ -34,8 +38,8 @@ func (s *Server) review(w http.ResponseWriter, r *http.Request, req request) {
 	switch req.res {
 	case resSSAR:
 		var in authorizationv1.SelfSubjectAccessReview
-		if err := json.Unmarshal(body, &in); err != nil {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("decoding SelfSubjectAccessReview: %v", err)))
+		if err := decodeReview(r.Header.Get("Content-Type"), body, &in, req.res.kind); err != nil {
+			writeStatus(w, err)
 			return
 		}
 		in.Kind, in.APIVersion = "SelfSubjectAccessReview", "authorization.k8s.io/v1"
@@ -43,14 +47,59 @@ func (s *Server) review(w http.ResponseWriter, r *http.Request, req request) {
 		writeJSON(w, http.StatusCreated, &in)
 	case resSSRR:
 		var in authorizationv1.SelfSubjectRulesReview
-		if err := json.Unmarshal(body, &in); err != nil {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("decoding SelfSubjectRulesReview: %v", err)))
+		if err := decodeReview(r.Header.Get("Content-Type"), body, &in, req.res.kind); err != nil {
+			writeStatus(w, err)
 			return
 		}
 		in.Kind, in.APIVersion = "SelfSubjectRulesReview", "authorization.k8s.io/v1"
 		in.Status = rulesReview()
 		writeJSON(w, http.StatusCreated, &in)
 	}
+}
+
+// reviewScheme knows the two reviews, for the protobuf decoder.
+var reviewScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := authorizationv1.AddToScheme(s); err != nil {
+		panic(err) // a static registration: fails in every test or never
+	}
+	return s
+}()
+
+// decodeReview reads a review's body in the encoding its Content-Type
+// names: JSON (kubectl auth can-i), or Kubernetes protobuf, which k9s's
+// clientset sends (ContentType application/vnd.kubernetes.protobuf) and
+// the API server accepts. Another type is the API server's 415.
+func decodeReview(contentType string, body []byte, into runtime.Object, kind string) error {
+	typ := "application/json"
+	if contentType != "" {
+		t, _, err := mime.ParseMediaType(contentType)
+		if err != nil {
+			return unsupportedMediaType()
+		}
+		typ = t
+	}
+	var err error
+	switch typ {
+	case "application/json":
+		err = json.Unmarshal(body, into)
+	case runtime.ContentTypeProtobuf:
+		_, _, err = protobuf.NewSerializer(reviewScheme, reviewScheme).Decode(body, nil, into)
+	default:
+		return unsupportedMediaType()
+	}
+	if err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("decoding %s: %v", kind, err))
+	}
+	return nil
+}
+
+// unsupportedMediaType is the API server's answer to a body it cannot
+// read (k8s.io/apiserver's negotiation.NewUnsupportedMediaTypeError).
+func unsupportedMediaType() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType,
+		Reason: metav1.StatusReasonUnsupportedMediaType, Message: "the body of the request was in an unknown format - accepted media types include: " +
+			"application/json, " + runtime.ContentTypeProtobuf}}
 }
 
 // viewerVerb says a verb is one a viewer has.
