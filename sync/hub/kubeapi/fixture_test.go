@@ -106,7 +106,10 @@ func filePod(name string, restarts int32) *v1.Pod {
 	start := metav1.NewTime(t0.Add(-10 * time.Minute))
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-file-" + name), CreationTimestamp: start,
-			Labels: map[string]string{"app": name}, Annotations: map[string]string{manifest.AnnotationSource: manifest.SourceFile}},
+			Labels: map[string]string{"app": name}, Annotations: map[string]string{manifest.AnnotationSource: manifest.SourceFile,
+				// As podvisor reports a manifest file's pod: its config hash
+				// (the mirror pod's kubernetes.io/config.mirror) beside its UID.
+				manifest.AnnotationHash: "hash-file-" + name}},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox"}}},
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.5", StartTime: &start,
 			Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},

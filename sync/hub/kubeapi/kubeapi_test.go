@@ -169,11 +169,16 @@ func TestSelectors(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(string(b), "field label not supported: spec.hostname") {
 		t.Errorf("unsupported field: %d %s", code, b)
 	}
-	// kubectl describe pod's event query.
+	// kubectl describe pod's event query: a mirror pod's events are its
+	// static pod's, asked for by the UID in kubernetes.io/config.mirror.
 	var p v1.Pod
 	f.getJSON("/api/v1/namespaces/default/pods/web-dev1", "", &p)
+	mirror := p.Annotations["kubernetes.io/config.mirror"]
+	if mirror != "hash-file-web" {
+		t.Errorf("config.mirror of web-dev1: %q", mirror)
+	}
 	var evs v1.EventList
-	f.getJSON("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dweb-dev1%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.uid%3D"+string(p.UID)+"&limit=500", "", &evs)
+	f.getJSON("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dweb-dev1%2CinvolvedObject.namespace%3Ddefault%2CinvolvedObject.uid%3D"+mirror+"&limit=500", "", &evs)
 	if len(evs.Items) != 1 || evs.Items[0].Reason != "BackOff" || evs.Items[0].Source.Host != "dev1" {
 		t.Errorf("events of web-dev1: %+v", evs.Items)
 	}

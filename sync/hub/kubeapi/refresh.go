@@ -575,8 +575,9 @@ func podObject(p *v1.Pod, device string, scheduled bool) *object {
 }
 
 // deviceEvents are a device's events as core/v1 Events, from its kubelet:
-// a pod's under the pod's presented name and UID, the device's own
-// (rejections) about its node.
+// a pod's under the pod's presented name and UID (a mirror pod's: its
+// static pod's, the config hash, as the kubelet reports them), the
+// device's own (rejections) about its node.
 func deviceEvents(device string, evs []fleetdb.DeviceEvent, pods map[string]*v1.Pod) []*object {
 	out := make([]*object, 0, len(evs))
 	names := map[string]bool{}
@@ -590,6 +591,12 @@ func deviceEvents(device string, evs []fleetdb.DeviceEvent, pods map[string]*v1.
 			ref := v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name}
 			if p := pods[e.Pod]; p != nil {
 				ref.Name, ref.UID = p.Name, p.UID
+				// A mirror pod's events are about its static pod, whose UID
+				// is the config hash the mirror pod carries: kubectl describe
+				// (and k9s's) asks for involvedObject.uid=<config.mirror>.
+				if m := p.Annotations[annotationConfigMirror]; m != "" {
+					ref.UID = types.UID(m)
+				}
 			}
 			ev.InvolvedObject, ev.Namespace = ref, ns
 		} else {
