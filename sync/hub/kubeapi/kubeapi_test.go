@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -535,5 +536,18 @@ func TestMetadataOnly(t *testing.T) {
 	f.getJSON("/api/v1/nodes/dev1", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", &one)
 	if one.Kind != "PartialObjectMetadata" || one.Name != "dev1" || one.Labels["zone"] != "a" {
 		t.Errorf("metadata of dev1 %+v", one)
+	}
+}
+
+// A node's lease is made with its node: k9s's leases view shows its AGE.
+func TestLeaseAge(t *testing.T) {
+	f := twoDevices(t, Config{})
+	var node v1.Node
+	var lease coordinationv1.Lease
+	f.getJSON("/api/v1/nodes/dev1", "", &node)
+	f.getJSON("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/dev1", "", &lease)
+	if node.CreationTimestamp.IsZero() || !lease.CreationTimestamp.Equal(&node.CreationTimestamp) ||
+		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "dev1" {
+		t.Errorf("lease %+v of node made %v", lease.ObjectMeta, node.CreationTimestamp)
 	}
 }

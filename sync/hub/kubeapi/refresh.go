@@ -309,7 +309,8 @@ func (r *refresher) storeNode(d fleetdb.Device, sched fleetdb.Scheduling) {
 }
 
 // leaseObject is a device's node lease as the kubelet keeps it: held by
-// the node, renewed when the hub last heard from the device.
+// the node, made with it (k9s's and kubectl's AGE), renewed when the hub
+// last heard from the device.
 func leaseObject(d fleetdb.Device, timeout time.Duration) *object {
 	yes := true
 	holder, seconds := d.ID, int32(timeout/time.Second)
@@ -317,6 +318,9 @@ func leaseObject(d fleetdb.Device, timeout time.Duration) *object {
 		ObjectMeta: metav1.ObjectMeta{Name: d.ID, Namespace: v1.NamespaceNodeLease, UID: uidOf("lease", d.ID),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: d.ID, UID: uidOf("node", d.ID), Controller: &yes}}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds}}
+	if !d.Created.IsZero() {
+		l.CreationTimestamp = metav1.NewTime(d.Created)
+	}
 	if !d.LastSeen.IsZero() {
 		renew := metav1.NewMicroTime(d.LastSeen)
 		l.Spec.RenewTime = &renew
