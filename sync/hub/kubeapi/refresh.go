@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
@@ -360,37 +361,29 @@ func (r *refresher) storeWorkloads() {
 		r.failed(err)
 		return
 	}
-	var deps, dss, stss, pcs, pdbs []*object
-	for _, o := range w.Deployments {
-		o = o.DeepCopy()
-		o.Kind, o.APIVersion = "Deployment", "apps/v1"
-		deps = append(deps, &object{obj: o, fields: metaFields(o)})
+	r.store.replace(resDeployments, sourceHub, workloadObjects("apps/v1", "Deployment", len(w.Deployments),
+		func(i int) kobject { return w.Deployments[i].DeepCopy() }))
+	r.store.replace(resDaemonSets, sourceHub, workloadObjects("apps/v1", "DaemonSet", len(w.DaemonSets),
+		func(i int) kobject { return w.DaemonSets[i].DeepCopy() }))
+	r.store.replace(resStatefulSets, sourceHub, workloadObjects("apps/v1", "StatefulSet", len(w.StatefulSets),
+		func(i int) kobject { return w.StatefulSets[i].DeepCopy() }))
+	r.store.replace(resPriorityClasses, sourceHub, workloadObjects("scheduling.k8s.io/v1", "PriorityClass", len(w.PriorityClasses),
+		func(i int) kobject { return w.PriorityClasses[i].DeepCopy() }))
+	r.store.replace(resPDBs, sourceHub, workloadObjects("policy/v1", "PodDisruptionBudget", len(w.PDBs),
+		func(i int) kobject { return w.PDBs[i].DeepCopy() }))
+}
+
+// workloadObjects stores n objects of a kind, each the copy item(i)
+// makes (the store owns it), with its kind and version set as the API
+// server sends them.
+func workloadObjects(apiVersion, kind string, n int, item func(int) kobject) []*object {
+	out := make([]*object, 0, n)
+	for i := range n {
+		o := item(i)
+		o.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
+		out = append(out, &object{obj: o, fields: metaFields(o)})
 	}
-	for _, o := range w.DaemonSets {
-		o = o.DeepCopy()
-		o.Kind, o.APIVersion = "DaemonSet", "apps/v1"
-		dss = append(dss, &object{obj: o, fields: metaFields(o)})
-	}
-	for _, o := range w.StatefulSets {
-		o = o.DeepCopy()
-		o.Kind, o.APIVersion = "StatefulSet", "apps/v1"
-		stss = append(stss, &object{obj: o, fields: metaFields(o)})
-	}
-	for _, o := range w.PriorityClasses {
-		o = o.DeepCopy()
-		o.Kind, o.APIVersion = "PriorityClass", "scheduling.k8s.io/v1"
-		pcs = append(pcs, &object{obj: o, fields: metaFields(o)})
-	}
-	for _, o := range w.PDBs {
-		o = o.DeepCopy()
-		o.Kind, o.APIVersion = "PodDisruptionBudget", "policy/v1"
-		pdbs = append(pdbs, &object{obj: o, fields: metaFields(o)})
-	}
-	r.store.replace(resDeployments, sourceHub, deps)
-	r.store.replace(resDaemonSets, sourceHub, dss)
-	r.store.replace(resStatefulSets, sourceHub, stss)
-	r.store.replace(resPriorityClasses, sourceHub, pcs)
-	r.store.replace(resPDBs, sourceHub, pdbs)
+	return out
 }
 
 // refreshNamespaces derives the namespaces from the namespaced objects
