@@ -125,10 +125,28 @@ func (r *refresher) workloadsChanged() {
 	if r.cfg.Workloads == nil {
 		return
 	}
-	pods, err := r.cfg.Workloads.HubPods()
+	byDevice, hashes, err := r.hubPodsByDevice()
 	if err != nil {
 		r.failed(err)
 		return
+	}
+	unbound := unboundPods(byDevice, func(d string) bool { _, known := r.ready[d]; return known })
+	for d := range r.ready {
+		if hashes[d] != r.hubPods[d] {
+			r.refreshDevice(d)
+		}
+	}
+	r.hubPods = hashes
+	r.store.replace(resPods, sourceHub, unbound)
+	r.storeWorkloads()
+}
+
+// hubPodsByDevice reads the hub's pods grouped by their device ("" for
+// none yet), with a hash of each group.
+func (r *refresher) hubPodsByDevice() (map[string][]*v1.Pod, map[string][32]byte, error) {
+	pods, err := r.cfg.Workloads.HubPods()
+	if err != nil {
+		return nil, nil, err
 	}
 	byDevice := map[string][]*v1.Pod{}
 	for _, p := range pods {
@@ -138,22 +156,22 @@ func (r *refresher) workloadsChanged() {
 	for d, ps := range byDevice {
 		hashes[d] = hashPods(ps)
 	}
-	var unbound []*object
+	return byDevice, hashes, nil
+}
+
+// unboundPods are the hub's pods bound to no device, or to one the fleet
+// does not know (known), as the API lists them: on no node's behalf.
+func unboundPods(byDevice map[string][]*v1.Pod, known func(device string) bool) []*object {
+	var out []*object
 	for d, ps := range byDevice {
-		if _, known := r.ready[d]; d == "" || !known {
-			for _, p := range ps {
-				unbound = append(unbound, podObject(hubPodOnly(p), "", true))
-			}
+		if d != "" && known(d) {
+			continue
+		}
+		for _, p := range ps {
+			out = append(out, podObject(hubPodOnly(p), "", true))
 		}
 	}
-	for d := range r.ready {
-		if hashes[d] != r.hubPods[d] {
-			r.refreshDevice(d)
-		}
-	}
-	r.hubPods = hashes
-	r.store.replace(resPods, sourceHub, unbound)
-	r.storeWorkloads()
+	return out
 }
 
 // hashPods is a hash of pods' JSON.
@@ -181,40 +199,25 @@ func (r *refresher) fullResync() {
 		r.failed(err)
 		return
 	}
-	hubPods := map[string][]*v1.Pod{}
-	r.hubPods = map[string][32]byte{}
+	hubPods, hashes := map[string][]*v1.Pod{}, map[string][32]byte{}
 	if r.cfg.Workloads != nil {
-		pods, err := r.cfg.Workloads.HubPods()
-		if err != nil {
+		if hubPods, hashes, err = r.hubPodsByDevice(); err != nil {
 			r.failed(err)
 			return
 		}
-		for _, p := range pods {
-			hubPods[p.Spec.NodeName] = append(hubPods[p.Spec.NodeName], p)
-		}
-		for d, ps := range hubPods {
-			r.hubPods[d] = hashPods(ps)
-		}
 	}
+	r.hubPods = hashes
 	known := map[string]bool{}
 	for _, d := range devices {
 		known[d.ID] = true
 		r.storeDevice(d, sched[d.ID], hubPods[d.ID])
-		delete(hubPods, d.ID)
 	}
 	for id := range r.ready {
 		if !known[id] {
 			r.forget(id)
 		}
 	}
-	// Pods bound to no device the fleet knows, or to none yet.
-	var unbound []*object
-	for _, pods := range hubPods {
-		for _, p := range pods {
-			unbound = append(unbound, podObject(hubPodOnly(p), "", true))
-		}
-	}
-	r.store.replace(resPods, sourceHub, unbound)
+	r.store.replace(resPods, sourceHub, unboundPods(hubPods, func(d string) bool { return known[d] }))
 	r.storeWorkloads()
 	r.refreshNamespaces()
 }
