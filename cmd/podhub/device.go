@@ -144,34 +144,28 @@ func (c *cli) deviceURL() (string, error) {
 // running podhub serve disconnect it at once.
 func (c *cli) deviceRevoke(args []string) error {
 	fs := flag.NewFlagSet("device revoke", flag.ContinueOnError)
-	pos, err := flags(fs, args)
+	name, err := c.oneName(fs, args, "podhub device revoke ID")
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: podhub device revoke ID")
-	}
-	if err := prepareDataDir(c.dataDir, false); err != nil {
 		return err
 	}
 	ca, err := pki.Load(c.pkiDir())
 	if err != nil {
 		return err
 	}
-	serials, err := ca.Revoke(pos[0])
+	serials, err := ca.Revoke(name)
 	if err != nil {
 		return err
 	}
 	// The hub ignores a revoked device's messages and gives it no
 	// objects, whichever broker it connects through.
-	if err := revokeInFleet(c.path("fleet.db"), pos[0]); err != nil {
+	if err := revokeInFleet(c.path("fleet.db"), name); err != nil {
 		return err
 	}
 	for _, s := range serials {
-		fmt.Fprintf(c.out, "revoked certificate %x of device %s\n", s, pos[0])
+		fmt.Fprintf(c.out, "revoked certificate %x of device %s\n", s, name)
 	}
 	if len(serials) == 0 {
-		fmt.Fprintf(c.out, "device %s's certificates were already revoked\n", pos[0])
+		fmt.Fprintf(c.out, "device %s's certificates were already revoked\n", name)
 	}
 	var r Revocations
 	if err := c.client().Do("POST", "/v1/broker/revocations", nil, &r); err != nil {

@@ -31,14 +31,8 @@ func (c *cli) tokenCreate(args []string) error {
 	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "also write a kubeconfig file with the token (a new file, 0600)")
 	server := fs.String("server", "", "the listener's URL in the kubeconfig (default from http.listen: https://HOST:PORT)")
-	pos, err := flags(fs, args)
+	name, err := c.oneName(fs, args, "podhub token create NAME [--kubeconfig FILE] [--server URL]")
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: podhub token create NAME [--kubeconfig FILE] [--server URL]")
-	}
-	if err := prepareDataDir(c.dataDir, false); err != nil {
 		return err
 	}
 	var kc *kubeconfigFile
@@ -47,19 +41,19 @@ func (c *cli) tokenCreate(args []string) error {
 			return err
 		}
 	}
-	token, err := gateway.CreateToken(c.path(tokenFile), pos[0], time.Now())
+	token, err := gateway.CreateToken(c.path(tokenFile), name, time.Now())
 	if err != nil {
 		return err
 	}
 	if kc != nil {
-		kc.user(pos[0], kubeUser{Token: token})
+		kc.user(name, kubeUser{Token: token})
 		if err := kc.write(); err != nil {
-			gateway.DeleteToken(c.path(tokenFile), pos[0])
+			gateway.DeleteToken(c.path(tokenFile), name)
 			return err
 		}
 	}
 	fmt.Fprintf(c.out, "%s\n", token)
-	fmt.Fprintf(c.out, "token %q created; it is shown only this once (podhub keeps its SHA-256): use it as a bearer token or at the dashboard's login\n", pos[0])
+	fmt.Fprintf(c.out, "token %q created; it is shown only this once (podhub keeps its SHA-256): use it as a bearer token or at the dashboard's login\n", name)
 	if kc != nil {
 		fmt.Fprintf(c.out, "wrote %s (server %s): kubectl --kubeconfig %s get nodes\n", kc.path, kc.server, kc.path)
 	}
@@ -96,20 +90,14 @@ func (c *cli) tokenList(args []string) error {
 
 func (c *cli) tokenDelete(args []string) error {
 	fs := flag.NewFlagSet("token delete", flag.ContinueOnError)
-	pos, err := flags(fs, args)
+	name, err := c.oneName(fs, args, "podhub token delete NAME")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: podhub token delete NAME")
-	}
-	if err := prepareDataDir(c.dataDir, false); err != nil {
+	if err := gateway.DeleteToken(c.path(tokenFile), name); err != nil {
 		return err
 	}
-	if err := gateway.DeleteToken(c.path(tokenFile), pos[0]); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.out, "token %q deleted\n", pos[0])
+	fmt.Fprintf(c.out, "token %q deleted\n", name)
 	return nil
 }
 
@@ -159,29 +147,23 @@ func (c *cli) userAdd(args []string) error {
 
 func (c *cli) userRevoke(args []string) error {
 	fs := flag.NewFlagSet("user revoke", flag.ContinueOnError)
-	pos, err := flags(fs, args)
+	name, err := c.oneName(fs, args, "podhub user revoke NAME")
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: podhub user revoke NAME")
-	}
-	if err := prepareDataDir(c.dataDir, false); err != nil {
 		return err
 	}
 	ca, err := pki.Load(c.pkiDir())
 	if err != nil {
 		return err
 	}
-	serials, err := ca.RevokeUser(pos[0])
+	serials, err := ca.RevokeUser(name)
 	if err != nil {
 		return err
 	}
 	for _, s := range serials {
-		fmt.Fprintf(c.out, "revoked certificate %x of user %s\n", s, pos[0])
+		fmt.Fprintf(c.out, "revoked certificate %x of user %s\n", s, name)
 	}
 	if len(serials) == 0 {
-		fmt.Fprintf(c.out, "user %s's certificates were already revoked\n", pos[0])
+		fmt.Fprintf(c.out, "user %s's certificates were already revoked\n", name)
 	}
 	return nil
 }

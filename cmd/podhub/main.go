@@ -234,6 +234,19 @@ func helpFor(fs *flag.FlagSet) helpRequest {
 	return helptext.For("podhub [--data-dir DIR]", synopses[fs.Name()], fs)
 }
 
+// oneName parses a command's flags and its one positional argument (a
+// name or ID), and readies the data directory it works in.
+func (c *cli) oneName(fs *flag.FlagSet, args []string, usage string) (string, error) {
+	pos, err := flags(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New("usage: " + usage)
+	}
+	return pos[0], prepareDataDir(c.dataDir, false)
+}
+
 // verb is one verb of a command with verbs (podhub device add|revoke).
 type verb struct {
 	name string
