@@ -1,9 +1,10 @@
-// Package kubectl runs real kubectl binaries against the hub's
+// Package kubectl runs real Kubernetes clients against the hub's
 // Kubernetes API (sync/hub/kubeapi) behind podhub's HTTPS listener
-// (sync/hub/gateway) with a bearer token:
-// kubectl v1.37 built from the module proxy (build.sh) and Debian's
-// kubernetes-client 1.20 (debian.sh). Without either, the tests skip
-// locally and fail under CI=true.
+// (sync/hub/gateway) with a bearer token: kubectl v1.37 built from the
+// module proxy (build.sh), Debian's kubernetes-client 1.20 (debian.sh),
+// k9s built from the module proxy (k9s.sh) in a tmux terminal, and a
+// WebSocket watch as Headlamp's server opens one. Without a binary, its
+// test skips locally and fails under CI=true.
 package kubectl
 
 import (
@@ -83,13 +84,22 @@ type hub struct {
 	badKubeconfig string
 	cacheDir      string
 	seq           map[string]int64
+	// addr, token and ca reach the API without kubectl.
+	addr  string
+	token string
+	ca    *pki.CA
 }
 
-// fakeLogs stands in for the remote logs (remotelogs) in this test only.
+// fakeLogs stands in for the remote logs (remotelogs) in this test only,
+// with the timestamps the device writes when asked (k9s always asks).
 type fakeLogs struct{}
 
 func (fakeLogs) PodLogs(ctx context.Context, device, namespace, pod string, opts *v1.PodLogOptions, w io.Writer) error {
-	_, err := fmt.Fprintf(w, "hello from %s/%s container %s on %s\n", namespace, pod, opts.Container, device)
+	stamp := ""
+	if opts.Timestamps {
+		stamp = time.Now().UTC().Format(time.RFC3339Nano) + " "
+	}
+	_, err := fmt.Fprintf(w, "%shello from %s/%s container %s on %s\n", stamp, namespace, pod, opts.Container, device)
 	return err
 }
 
@@ -151,6 +161,7 @@ func newHub(t *testing.T) *hub {
 			t.Error("the gateway did not stop within 10s of Close")
 		}
 	})
+	h.addr, h.token, h.ca = gw.Addr().String(), token, ca
 	h.badKubeconfig = filepath.Join(dir, "bad-kubeconfig")
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Certificate().Raw})
 	for path, tok := range map[string]string{h.kubeconfig: token, h.badKubeconfig: "not-a-token"} {

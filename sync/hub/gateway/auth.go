@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/pki"
@@ -31,8 +33,12 @@ type refusal struct {
 }
 
 // authenticate finds who made the request: a user's client certificate,
-// else a bearer token, else a session cookie.
+// else a bearer token, else a session cookie. A WebSocket only by its
+// bearer token.
 func (s *Server) authenticate(r *http.Request) (string, *refusal) {
+	if isWebSocket(r) {
+		return s.websocketBearer(r)
+	}
 	why, bad := "no credentials", false
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		cert := r.TLS.PeerCertificates[0]
@@ -83,6 +89,43 @@ func (s *Server) bearer(r *http.Request, h string) (string, *refusal) {
 	}
 	user, _, ref := s.checkToken(remoteIP(r), strings.TrimSpace(token))
 	return user, ref
+}
+
+// bearerProtocolPrefix is the Kubernetes API server's WebSocket
+// subprotocol carrying a bearer token (base64url, unpadded), for clients
+// that cannot set headers: a browser's WebSocket.
+const bearerProtocolPrefix = "base64url.bearer.authorization.k8s.io."
+
+// websocketBearer lets a WebSocket in by a bearer token only, in its
+// Authorization header or its subprotocol, never by a client certificate
+// or the session cookie: a browser sends both with a WebSocket any page
+// opens, whatever its origin, so another site's page could read the fleet
+// through them. A token is something such a page does not have.
+func (s *Server) websocketBearer(r *http.Request) (string, *refusal) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return s.bearer(r, h)
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			enc, ok := strings.CutPrefix(strings.TrimSpace(p), bearerProtocolPrefix)
+			if !ok {
+				continue
+			}
+			token, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil {
+				return "", &refusal{code: http.StatusUnauthorized, why: "WebSocket bearer subprotocol: not base64url", bad: true}
+			}
+			user, _, ref := s.checkToken(remoteIP(r), string(token))
+			return user, ref
+		}
+	}
+	return "", &refusal{code: http.StatusUnauthorized, bad: true,
+		why: "a WebSocket without a bearer token (client certificates and session cookies do not open WebSockets)"}
+}
+
+// isWebSocket says the request asks to upgrade to a WebSocket.
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket") && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade")
 }
 
 // checkToken looks a token up for addr, within addr's tries.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -493,4 +494,69 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A WebSocket opens only with a bearer token (its header, or the API
+// server's subprotocol for browsers), never with a client certificate or
+// the session cookie, which a browser sends to any page's WebSocket.
+func TestWebSocketOnlyWithABearerToken(t *testing.T) {
+	r := newRig(t, nil)
+	tok := r.token("ci")
+	alice, err := r.ca.IssueUser("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// WebSockets upgrade HTTP/1.1 connections.
+	h1 := func(cert *pki.Issued) *http.Client {
+		c := r.client(cert)
+		tr := c.Transport.(*http.Transport)
+		tr.ForceAttemptHTTP2 = false
+		tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+		return c
+	}
+	ws := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+		"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range ws {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	c := h1(nil)
+	if code, body, _ := r.do(c, "GET", "/api/v1/pods?watch=1", tok, nil, ws); code != 200 || body != "kube /api/v1/pods ci" {
+		t.Errorf("a token in Authorization: %d %q", code, body)
+	}
+	proto := "base64.binary.k8s.io, " + bearerProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(tok))
+	if code, body, _ := r.do(c, "GET", "/api/v1/pods?watch=1", "", nil, with(map[string]string{"Sec-WebSocket-Protocol": proto})); code != 200 || body != "kube /api/v1/pods ci" {
+		t.Errorf("a token in the subprotocol: %d %q", code, body)
+	}
+	bad := bearerProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte(tok+"x"))
+	if code, _, _ := r.do(c, "GET", "/api/v1/pods?watch=1", "", nil, with(map[string]string{"Sec-WebSocket-Protocol": bad})); code != 401 {
+		t.Errorf("a wrong token in the subprotocol: %d, want 401", code)
+	}
+	// alice's certificate reads the API, but opens no WebSocket.
+	ac := h1(&alice)
+	if code, _, _ := r.do(ac, "GET", "/api/v1/pods", "", nil, nil); code != 200 {
+		t.Errorf("alice's certificate: %d, want 200", code)
+	}
+	code, body, _ := r.do(ac, "GET", "/api/v1/pods?watch=1", "", nil, ws)
+	if code != 401 {
+		t.Errorf("a WebSocket with only a client certificate: %d %q, want 401", code, body)
+	}
+	wantStatus(t, body, 401, "Unauthorized")
+	_, ck := r.login(c, tok)
+	if ck == nil {
+		t.Fatal("no session cookie")
+	}
+	cookie := map[string]string{"Cookie": sessionCookie + "=" + ck.Value}
+	if code, _, _ := r.do(c, "GET", "/ui/api/devices", "", nil, cookie); code != 200 {
+		t.Errorf("the cookie: %d, want 200", code)
+	}
+	if code, _, _ := r.do(c, "GET", "/api/v1/pods?watch=1", "", nil, with(cookie)); code != 401 {
+		t.Errorf("a WebSocket with only the session cookie: %d, want 401", code)
+	}
 }

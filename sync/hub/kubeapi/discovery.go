@@ -39,23 +39,36 @@ var (
 	resNodes           = &resource{version: "v1", name: "nodes", singular: "node", kind: "Node", shortNames: []string{"no"}}
 	resPods            = &resource{version: "v1", name: "pods", singular: "pod", kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: []string{"all"}}
 	resEvents          = &resource{version: "v1", name: "events", singular: "event", kind: "Event", namespaced: true, shortNames: []string{"ev"}}
+	resServices        = &resource{version: "v1", name: "services", singular: "service", kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: []string{"all"}}
 	resNamespaces      = &resource{version: "v1", name: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"}}
 	resDeployments     = &resource{group: "apps", version: "v1", name: "deployments", singular: "deployment", kind: "Deployment", namespaced: true, shortNames: []string{"deploy"}, categories: []string{"all"}}
 	resDaemonSets      = &resource{group: "apps", version: "v1", name: "daemonsets", singular: "daemonset", kind: "DaemonSet", namespaced: true, shortNames: []string{"ds"}, categories: []string{"all"}}
+	resReplicaSets     = &resource{group: "apps", version: "v1", name: "replicasets", singular: "replicaset", kind: "ReplicaSet", namespaced: true, shortNames: []string{"rs"}, categories: []string{"all"}}
 	resStatefulSets    = &resource{group: "apps", version: "v1", name: "statefulsets", singular: "statefulset", kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"}, categories: []string{"all"}}
 	resPriorityClasses = &resource{group: "scheduling.k8s.io", version: "v1", name: "priorityclasses", singular: "priorityclass", kind: "PriorityClass", shortNames: []string{"pc"}}
+	resEventsV1        = &resource{group: "events.k8s.io", version: "v1", name: "events", singular: "event", kind: "Event", namespaced: true, shortNames: []string{"ev"}}
 	resPDBs            = &resource{group: "policy", version: "v1", name: "poddisruptionbudgets", singular: "poddisruptionbudget", kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}}
 	resLeases          = &resource{group: "coordination.k8s.io", version: "v1", name: "leases", singular: "lease", kind: "Lease", namespaced: true}
+	// Kinds a fleet does not have, served empty (emptykinds.go says why).
+	resServiceAccounts = &resource{version: "v1", name: "serviceaccounts", singular: "serviceaccount", kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}}
+	resPVs             = &resource{version: "v1", name: "persistentvolumes", singular: "persistentvolume", kind: "PersistentVolume", shortNames: []string{"pv"}}
+	resPVCs            = &resource{version: "v1", name: "persistentvolumeclaims", singular: "persistentvolumeclaim", kind: "PersistentVolumeClaim", namespaced: true, shortNames: []string{"pvc"}}
+	resJobs            = &resource{group: "batch", version: "v1", name: "jobs", singular: "job", kind: "Job", namespaced: true, categories: []string{"all"}}
+	resCronJobs        = &resource{group: "batch", version: "v1", name: "cronjobs", singular: "cronjob", kind: "CronJob", namespaced: true, shortNames: []string{"cj"}, categories: []string{"all"}}
+	resHPAs            = &resource{group: "autoscaling", version: "v1", name: "horizontalpodautoscalers", singular: "horizontalpodautoscaler", kind: "HorizontalPodAutoscaler", namespaced: true, shortNames: []string{"hpa"}, categories: []string{"all"}}
+	resIngresses       = &resource{group: "networking.k8s.io", version: "v1", name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"}}
+	resNetworkPolicies = &resource{group: "networking.k8s.io", version: "v1", name: "networkpolicies", singular: "networkpolicy", kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}}
 	resSSAR            = &resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectaccessreviews", singular: "selfsubjectaccessreview", kind: "SelfSubjectAccessReview", review: true}
 	resSSRR            = &resource{group: "authorization.k8s.io", version: "v1", name: "selfsubjectrulesreviews", singular: "selfsubjectrulesreview", kind: "SelfSubjectRulesReview", review: true}
 )
 
-var allResources = []*resource{resNodes, resPods, resEvents, resNamespaces, resDeployments, resDaemonSets,
-	resStatefulSets, resPriorityClasses, resPDBs, resLeases, resSSAR, resSSRR}
+var allResources = []*resource{resNodes, resPods, resEvents, resNamespaces, resServices, resServiceAccounts, resPVs, resPVCs,
+	resDeployments, resDaemonSets, resReplicaSets, resStatefulSets, resJobs, resCronJobs, resHPAs, resIngresses, resNetworkPolicies,
+	resPriorityClasses, resEventsV1, resPDBs, resLeases, resSSAR, resSSRR}
 
 // groupVersions in discovery's order ("" is the core group).
-var groupVersions = []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"},
-	{Group: "scheduling.k8s.io", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
+var groupVersions = []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "batch", Version: "v1"},
+	{Group: "autoscaling", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"}, {Group: "events.k8s.io", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
 	{Group: "authorization.k8s.io", Version: "v1"}}
 
 // kubernetesVersion is the API level served: k8s.io/api's.

@@ -20,6 +20,8 @@ var fieldLabels = map[*resource][]string{
 	resEvents: {"metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
 		"involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
 		"reason", "reportingComponent", "source", "type"},
+	resEventsV1: {"metadata.name", "metadata.namespace", "regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+		"regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath", "reason", "reportingController", "type"},
 	resNamespaces: {"metadata.name", "status.phase"},
 }
 

@@ -47,7 +47,7 @@ func TestDiscovery(t *testing.T) {
 	for _, g := range groups.Groups {
 		names = append(names, g.PreferredVersion.GroupVersion)
 	}
-	if got := strings.Join(names, " "); got != "apps/v1 scheduling.k8s.io/v1 policy/v1 coordination.k8s.io/v1 authorization.k8s.io/v1" {
+	if got := strings.Join(names, " "); got != "apps/v1 batch/v1 autoscaling/v1 networking.k8s.io/v1 scheduling.k8s.io/v1 events.k8s.io/v1 policy/v1 coordination.k8s.io/v1 authorization.k8s.io/v1" {
 		t.Errorf("/apis groups: %s", got)
 	}
 	var core metav1.APIResourceList
@@ -56,7 +56,7 @@ func TestDiscovery(t *testing.T) {
 	for _, r := range core.APIResources {
 		served = append(served, r.Name+"="+strings.Join(r.Verbs, ","))
 	}
-	if got := strings.Join(served, " "); got != "nodes=get,list,watch pods=get,list,watch pods/log=get events=get,list,watch namespaces=get,list,watch" {
+	if got := strings.Join(served, " "); got != "nodes=get,list,watch pods=get,list,watch pods/log=get events=get,list,watch namespaces=get,list,watch services=get,list,watch serviceaccounts=get,list,watch persistentvolumes=get,list,watch persistentvolumeclaims=get,list,watch" {
 		t.Errorf("/api/v1 resources: %s", got)
 	}
 	if code, b := f.get("/api/v1/secrets", ""); code != http.StatusNotFound {

@@ -249,7 +249,7 @@ func (r *refresher) refreshDevice(id string) {
 
 // forget drops a device the fleet no longer has.
 func (r *refresher) forget(id string) {
-	for _, res := range []*resource{resNodes, resLeases, resPods, resEvents} {
+	for _, res := range []*resource{resNodes, resLeases, resPods, resEvents, resEventsV1} {
 		r.store.replace(res, id, nil)
 	}
 	delete(r.ready, id)
@@ -295,7 +295,9 @@ func (r *refresher) storeDevice(d fleetdb.Device, sched fleetdb.Scheduling, hub 
 		r.failed(err)
 		return
 	}
-	r.store.replace(resEvents, d.ID, deviceEvents(d.ID, evs, names))
+	core := deviceEvents(d.ID, evs, names)
+	r.store.replace(resEventsV1, d.ID, eventsV1Objects(core))
+	r.store.replace(resEvents, d.ID, core)
 }
 
 // storeNode stores a device's node and its lease in kube-node-lease.

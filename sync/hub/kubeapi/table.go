@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,8 +112,12 @@ func columnsOf(res *resource) []metav1.TableColumnDefinition {
 		return podColumns
 	case resNodes:
 		return nodeColumns
-	case resEvents:
+	case resEvents, resEventsV1:
 		return eventColumns
+	case resServices:
+		return serviceColumns
+	case resReplicaSets:
+		return replicaSetColumns
 	case resNamespaces:
 		return namespaceColumns
 	case resDeployments:
@@ -147,6 +152,8 @@ func cellsOf(o kobject, now time.Time) []any {
 		return nodeCells(x, age)
 	case *v1.Event:
 		return eventCells(x, now)
+	case *eventsv1.Event:
+		return eventCells(coreEventOf(x), now)
 	case *v1.Namespace:
 		return []any{x.Name, string(x.Status.Phase), age}
 	case *appsv1.Deployment:
