@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -28,7 +30,10 @@ import (
 
 // Config is how the link reaches the broker and signs.
 type Config struct {
-	Broker   string // mqtt://host:port or mqtts://host:port
+	Broker string // mqtt://host:port or mqtts://host:port
+	// Brokers are further nodes of the same broker cluster: paho tries
+	// Broker then these, in order, at every (re)connection.
+	Brokers  []string
 	ClientID string // default "podhub"
 	Prefix   string
 	Key      ed25519.PrivateKey
@@ -88,12 +93,15 @@ type Objects interface {
 // in arrival order (paho's OrderMatters), so a device's batches are
 // stored in the order it sent them.
 type Link struct {
-	cfg    Config
-	topics protocol.Topics
-	fleet  *fleetdb.Fleet
-	log    *slog.Logger
-	client mqtt.Client
-	now    func() time.Time
+	cfg Config
+	// attempt is the broker URL of the last connection attempt (the
+	// connected one after a success), for logs.
+	attempt atomic.Value
+	topics  protocol.Topics
+	fleet   *fleetdb.Fleet
+	log     *slog.Logger
+	client  mqtt.Client
+	now     func() time.Time
 	// refused counts refused messages: the first few of each minute are
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
@@ -135,7 +143,8 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	if cfg.ReleaseDir != "" {
 		h.chunks = chunks.New(cfg.Chunks, h, h.sendChunk, log)
 	}
-	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
+	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).SetProtocolVersion(4).
+		SetConnectionAttemptHandler(func(u *url.URL, tc *tls.Config) *tls.Config { h.attempt.Store(u.String()); return tc }).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(30 * time.Second).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
@@ -145,7 +154,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 		// devices' link does the same.
 		SetConnectTimeout(10 * time.Second).
 		SetOnConnectHandler(h.onConnect).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "err", err) })
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "broker", h.broker(), "err", err) })
+	for _, b := range cfg.Brokers {
+		opts.AddBroker(b)
+	}
 	if cfg.TLS != nil {
 		opts.SetTLSConfig(cfg.TLS)
 	}
@@ -165,7 +177,7 @@ func (h *Link) Connect(wait time.Duration) error {
 	go h.summarise()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
-		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
+		h.log.Warn("broker not reachable yet; still trying", "broker", h.broker(), "brokers", 1+len(h.cfg.Brokers))
 		return nil
 	}
 	return tok.Error()
@@ -182,6 +194,15 @@ func (h *Link) Close() {
 	default:
 		close(h.done)
 	}
+}
+
+// broker is the broker of the last connection attempt (the configured
+// first before any).
+func (h *Link) broker() string {
+	if u, ok := h.attempt.Load().(string); ok {
+		return u
+	}
+	return h.cfg.Broker
 }
 
 // summarise logs, once a minute, how many refused messages were only
@@ -255,7 +276,7 @@ func (h *Link) onConnect(c mqtt.Client) {
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
-	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs), "updateOrders", orders)
+	h.log.Info("connected to the broker", "broker", h.broker(), "desired", len(docs), "updateOrders", orders)
 }
 
 // objectsHandler hands a device's object message to the object link
