@@ -496,6 +496,10 @@ func (a *Agent) onConnect(c mqtt.Client) {
 			}
 			return
 		}
+		if code, refused := subackRefused(tok); refused {
+			// Reconnecting would not help: the broker's ACL decides.
+			a.log.Error("the broker refused the subscription; check its ACL for this device (docs/brokers.md)", "topic", s.topic, "suback", code)
+		}
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.announceSealKey(c)

@@ -2,6 +2,8 @@ package uplink
 
 import (
 	"fmt"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"hash/fnv"
 	"net/url"
 	"strings"
@@ -20,6 +22,21 @@ type brokerList struct {
 	mu   sync.Mutex
 	next int // where the next connection's attempts start
 	last int // the broker of the last attempt: the connected one after a success
+}
+
+// subackRefused tells whether the broker refused a subscription (SUBACK
+// 0x80, which paho's token does not report as an error), and its code.
+func subackRefused(tok mqtt.Token) (byte, bool) {
+	st, ok := tok.(*mqtt.SubscribeToken)
+	if !ok {
+		return 0, false
+	}
+	for _, code := range st.Result() {
+		if code >= 0x80 {
+			return code, true
+		}
+	}
+	return 0, false
 }
 
 // newBrokerList parses urls (at least one) for deviceID.

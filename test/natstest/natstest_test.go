@@ -55,7 +55,7 @@ func TestPermissionsAreTheACL(t *testing.T) {
 		t.Error("a device ID with a dot got NATS permissions")
 	}
 	hubPub, hubSub, _ := Permissions("fleet/v1", pki.HubIdentity)
-	if len(hubPub) != 1 || hubPub[0] != "fleet.v1.>" || len(hubSub) != 1 || hubSub[0] != "fleet.v1.>" {
+	if len(hubPub) != 1 || hubPub[0] != "fleet.v1.>" || len(hubSub) != 2 || hubSub[0] != "fleet.v1.>" || hubSub[1] != MQTTDeliverSubjects {
 		t.Errorf("hub: %v %v", hubPub, hubSub)
 	}
 }

@@ -54,7 +54,7 @@ func Permissions(prefix, identity string) (publish, subscribe []string, err erro
 	root := strings.TrimSuffix(topics.HubPresence(), "/hub/presence")
 	if identity == pki.HubIdentity {
 		all, err := Subject(root + "/#")
-		return []string{all}, []string{all}, err
+		return []string{all}, []string{all, MQTTDeliverSubjects}, err
 	}
 	if err := acl.CheckIdentity(identity, identity); err != nil {
 		return nil, nil, err

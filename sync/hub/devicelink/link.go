@@ -231,14 +231,7 @@ func (h *Link) onConnect(c mqtt.Client) {
 			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
 		protocol.KindAck:       report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device }, h.saveAck),
 		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device }, h.saveHeartbeat),
-		protocol.KindPresence: report(h, "presence", protocol.DecodePresence, func(p *protocol.Presence) string { return p.Device },
-			func(dev string, p *protocol.Presence) error {
-				dup, err := h.fleet.SavePresence(dev, p, h.now())
-				h.duplicate(dev, dup)
-				h.cfg.Changed()
-				h.cfg.UpdateChanged()
-				return err
-			}),
+		protocol.KindPresence:  h.presenceHandler(),
 		protocol.KindUpdateState: report(h, "update state", protocol.DecodeUpdateState,
 			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState),
 		protocol.KindFetch:     h.fetchHandler,
@@ -249,8 +242,13 @@ func (h *Link) onConnect(c mqtt.Client) {
 		if handler == nil {
 			continue
 		}
-		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
+		tok := c.Subscribe(h.topics.All(kind), 1, handler)
+		if tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
+		} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[h.topics.All(kind)] >= 0x80 {
+			// paho reports a refusal (SUBACK 0x80) as success.
+			h.log.Error("the broker refused the subscription; check its ACL for the hub (docs/brokers.md)", "topic", h.topics.All(kind),
+				"suback", st.Result()[h.topics.All(kind)])
 		}
 	}
 	session := make([]byte, 8)

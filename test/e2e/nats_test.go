@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/natstest"
+)
+
+// reconnectBound is how long a device may take to be back on another
+// node after its node was killed: the cluster elects new leaders for
+// the streams the node led (a few seconds), and the device's next
+// attempt comes after its reconnect backoff (1 s, doubling).
+const reconnectBound = 60 * time.Second
+
+// A fleet on a three-node NATS cluster (JetStream, MQTT over TLS with
+// podhub's certificates): podhub and a real podvisor daemon take the
+// three URLs; a pod applied runs and its status reaches the hub; the
+// node the device is on is killed with SIGKILL; the device reconnects to
+// another node within reconnectBound, a new apply reaches it, its
+// retained desired document is still served by the cluster, and the
+// first pod never restarted; the node comes back.
+func TestNATSClusterFailover(t *testing.T) {
+	h := &podhubServer{t: t, dataDir: filepath.Join(t.TempDir(), "hub")}
+	if out, code := h.cli("init"); code != 0 {
+		t.Fatalf("init: %s", out)
+	}
+	pki := filepath.Join(h.dataDir, "pki")
+	const dev = "gw-nats"
+	c := natstest.Start(t, pki, "", []string{dev})
+	urls := c.URLs()
+	dir := filepath.Join(t.TempDir(), dev)
+	out, code := h.cli("device", "add", dev, "--out", dir, "--install-dir", dir, "--url", strings.Join(urls, ","))
+	if code != 0 {
+		t.Fatalf("podhub device add: %s", out)
+	}
+	deviceConfig, err := os.ReadFile(filepath.Join(dir, "podvisor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(h.dataDir, "podhub.yaml"), []byte(fmt.Sprintf("brokers: [%s]\ntls: {ca: %s}\n",
+		strings.Join(urls, ", "), filepath.Join(pki, "ca.pem"))), 0o600)
+	h.cmd = exec.Command(podhubBinary(), "--data-dir", h.dataDir, "serve")
+	h.startCmd()
+	t.Cleanup(h.stop)
+
+	d := newDaemon(t)
+	d.withConfig(string(deviceConfig) + hostCommandsAsRoot)
+	d.start()
+	waitForLong(t, 60*time.Second, dev+" Ready", func() bool {
+		out, _ := h.cli("get", "devices")
+		return deviceStatus(out, dev) == "Ready"
+	})
+	manifest := filepath.Join(t.TempDir(), "app.yaml")
+	os.WriteFile(manifest, []byte(processPod("app", "Always", 1, "exec sleep 1006")), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--device", dev); code != 0 {
+		t.Fatalf("apply: %s", out)
+	}
+	before := d.waitPod("app", 30*time.Second, running)
+	waitForLong(t, 30*time.Second, "app mirrored", func() bool { p, ok := h.pods(t, dev)["app"]; return ok && running(&p) })
+
+	// Kill the device's node.
+	on := waitForValue(t, 10*time.Second, dev+" connected to a node", func() int { return c.NodeOf(dev) }, func(i int) bool { return i >= 0 })
+	c.Kill(on)
+	killed := time.Now()
+	to := waitForValue(t, reconnectBound, dev+" on another node", func() int { return c.NodeOf(dev) }, func(i int) bool { return i >= 0 && i != on })
+	t.Logf("%s was on %s; killed; on %s %v later", dev, c.Nodes[on].Name, c.Nodes[to].Name, time.Since(killed).Round(100*time.Millisecond))
+
+	// A new apply reaches it through the cluster.
+	os.WriteFile(manifest, []byte(processPod("app2", "Always", 1, "exec sleep 1007")), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--device", dev); code != 0 {
+		t.Fatalf("apply after the failover: %s", out)
+	}
+	d.waitPod("app2", 60*time.Second, running)
+	waitForLong(t, 60*time.Second, "app2 mirrored", func() bool { p, ok := h.pods(t, dev)["app2"]; return ok && running(&p) })
+
+	// The retained desired document, the newest generation, is served by
+	// a surviving node to a new subscriber.
+	hubTLS, err := natstest.HubTLS(pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 4)
+	reader := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(urls[to]).SetClientID("podhub-reader").SetTLSConfig(hubTLS).
+		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second))
+	if tok := reader.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Fatalf("reader: %v", tok.Error())
+	}
+	defer reader.Disconnect(0)
+	reader.Subscribe(protocol.Topics{}.Device(dev, protocol.KindDesired), 1, func(_ mqtt.Client, m mqtt.Message) { got <- m.Payload() })
+	select {
+	case doc := <-got:
+		if !strings.Contains(string(doc), `"app2"`) {
+			t.Fatalf("the retained desired document lacks app2: %.300s", doc)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no retained desired document from a surviving node within 20s")
+	}
+
+	// The first pod never restarted: the same container instance, no
+	// restart counted.
+	after := d.waitPod("app", 5*time.Second, running)
+	if a, b := after.Status.ContainerStatuses[0], before.Status.ContainerStatuses[0]; a.ContainerID != b.ContainerID || a.RestartCount != 0 {
+		t.Fatalf("app restarted across the failover: %s (%d restarts), was %s", a.ContainerID, a.RestartCount, b.ContainerID)
+	}
+
+	// The node comes back and takes connections again.
+	c.Restart(on, hubTLS)
+	if out, _ := h.cli("get", "devices"); deviceStatus(out, dev) != "Ready" {
+		t.Fatalf("%s not Ready after the node came back:\n%s", dev, out)
+	}
+	checkPod := func(p *v1.Pod) bool { return running(p) && p.Status.ContainerStatuses[0].RestartCount == 0 }
+	d.waitPod("app", 5*time.Second, checkPod)
+}
