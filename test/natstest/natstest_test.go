@@ -205,6 +205,41 @@ func TestClusterRetainedSessionAndPermissions(t *testing.T) {
 	}
 	other.Disconnect(0)
 
+	// What NATS 2.9 cannot do (docs/brokers.md): tie the client ID to the
+	// certificate. gw-2's certificate with gw-1's client ID, on another
+	// node, is let in and closes gw-1's connection; the session's
+	// subscriptions are still refused to gw-2 by its permissions.
+	lost := make(chan error, 1)
+	dev.Disconnect(0)
+	victim := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(urls[1]).SetClientID("gw-1").SetTLSConfig(gw1).
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectionLostHandler(func(_ mqtt.Client, err error) { lost <- err }))
+	if tok := victim.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	thief := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(urls[2]).SetClientID("gw-1").SetTLSConfig(gw2).
+		SetCleanSession(false).SetAutoReconnect(false))
+	if tok := thief.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Errorf("gw-2's certificate with gw-1's client ID: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", tok.Error())
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Error("gw-1 kept its connection when gw-2 took its client ID; NATS 2.9 closed it when this was written (update docs/brokers.md)")
+	}
+	thief.Disconnect(0)
+	// Nor does it read podhub's revocation list: a revoked certificate
+	// gets in while its user is listed.
+	ca, _ := pki.Load(dir)
+	if _, err := ca.Revoke("gw-2"); err != nil {
+		t.Fatal(err)
+	}
+	revoked := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(urls[2]).SetClientID("gw-2").SetTLSConfig(gw2).SetAutoReconnect(false))
+	if tok := revoked.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+		t.Errorf("a revoked certificate: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", tok.Error())
+	}
+	revoked.Disconnect(0)
+	dev, got = connectWithin(t, 60*time.Second, urls[1], gw1, "gw-1")
+
 	// The device goes away (its session stays); a QoS 1 message for it
 	// waits in its session; its node dies; on another node it gets the
 	// message.
