@@ -238,7 +238,7 @@ func TestClusterRetainedSessionAndPermissions(t *testing.T) {
 		t.Errorf("a revoked certificate: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", tok.Error())
 	}
 	revoked.Disconnect(0)
-	dev, got = connectWithin(t, 60*time.Second, urls[1], gw1, "gw-1")
+	dev, _ = connectWithin(t, 60*time.Second, urls[1], gw1, "gw-1")
 
 	// The device goes away (its session stays); a QoS 1 message for it
 	// waits in its session; its node dies; on another node it gets the
