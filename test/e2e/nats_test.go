@@ -118,6 +118,34 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	checkPod := func(p *v1.Pod) bool { return running(p) && p.Status.ContainerStatuses[0].RestartCount == 0 }
 	d.waitPod("app", 5*time.Second, checkPod)
+
+	// An apply made while the cluster elects: kill the node leading the
+	// stream of QoS 1 messages, apply at once. NATS drops what it cannot
+	// store then; the document still reaches the device: again at its
+	// reconnection (the hub's catch-up) if it was on that node, at the
+	// hub's if the hub was, else when the hub publishes again what the
+	// broker never acknowledged (30 s; docs/brokers.md).
+	leader := waitForValue(t, 20*time.Second, "the $MQTT_msgs stream's leader", func() int { return c.StreamLeader("$MQTT_msgs") },
+		func(i int) bool { return i >= 0 })
+	devOn, hubOn := c.NodeOf(dev), c.NodeOf("podhub")
+	c.Kill(leader)
+	killed = time.Now()
+	os.WriteFile(manifest, []byte(processPod("app3", "Always", 1, "exec sleep 1008")), 0o644)
+	if out, code := h.cli("apply", "-f", manifest, "--device", dev); code != 0 {
+		t.Fatalf("apply while the cluster elects: %s", out)
+	}
+	d.waitPod("app3", 120*time.Second, running)
+	t.Logf("killed %s (the $MQTT_msgs leader; device on %s, hub on %s); app3 running %v later", c.Nodes[leader].Name,
+		nodeName(c, devOn), nodeName(c, hubOn), time.Since(killed).Round(100*time.Millisecond))
+	d.waitPod("app", 5*time.Second, checkPod)
+	c.Restart(leader, hubTLS)
+}
+
+func nodeName(c *natstest.Cluster, i int) string {
+	if i < 0 {
+		return "none"
+	}
+	return c.Nodes[i].Name
 }
 
 // readRetained is the retained message on topic as url serves it to a

@@ -10,7 +10,9 @@ package natstest
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -233,6 +235,47 @@ func (c *Cluster) NodeOf(clientID string) int {
 		resp.Body.Close()
 		if strings.Contains(body.String(), `"mqtt_client": "`+clientID+`"`) {
 			return i
+		}
+	}
+	return -1
+}
+
+// StreamLeader is the index of the node leading JetStream stream
+// stream (MQTT's are $MQTT_sess, $MQTT_msgs and $MQTT_rmsgs), as a
+// running node's monitoring endpoint tells it, or -1.
+func (c *Cluster) StreamLeader(stream string) int {
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		cl := http.Client{Timeout: 2 * time.Second}
+		resp, err := cl.Get("http://" + n.Monitor + "/jsz?accounts=true&streams=true")
+		if err != nil {
+			continue
+		}
+		var jsz struct {
+			Accounts []struct {
+				Streams []struct {
+					Name    string `json:"name"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+				} `json:"stream_detail"`
+			} `json:"account_details"`
+		}
+		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&jsz)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, a := range jsz.Accounts {
+			for _, s := range a.Streams {
+				for i, m := range c.Nodes {
+					if s.Name == stream && s.Cluster.Leader == m.Name {
+						return i
+					}
+				}
+			}
 		}
 	}
 	return -1

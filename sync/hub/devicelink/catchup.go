@@ -65,5 +65,5 @@ func (h *Link) catchUp(device string) {
 	}
 	h.log.Info("a device came online without answering its desired document; publishing it again",
 		"device", device, "generation", d.Generation, "answered", answered)
-	h.client.Publish(h.topics.Device(device, protocol.KindDesired), 1, true, d.Document)
+	h.publishDesired(h.client, device, d.Document)
 }

@@ -94,6 +94,9 @@ type Objects interface {
 // stored in the order it sent them.
 type Link struct {
 	cfg Config
+	// watch holds the desired publishes the broker has not answered yet
+	// (stalled.go).
+	watch pubWatch
 	// attempt is the broker URL of the last connection attempt (the
 	// connected one after a success), for logs.
 	attempt atomic.Value
@@ -175,6 +178,7 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 // connection (it keeps trying in the background).
 func (h *Link) Connect(wait time.Duration) error {
 	go h.summarise()
+	go h.watchPublishes()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
 		h.log.Warn("broker not reachable yet; still trying", "broker", h.broker(), "brokers", 1+len(h.cfg.Brokers))
@@ -270,7 +274,7 @@ func (h *Link) onConnect(c mqtt.Client) {
 		return
 	}
 	for _, d := range docs {
-		c.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
+		h.publishDesired(c, d.Device, d.Document)
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
