@@ -68,21 +68,22 @@ func Start(t testing.TB, pkiDir, prefix string, devices []string) *Cluster {
 		prereq.Missing(t, "nats-server (Debian's nats-server): %v", err)
 	}
 	c := &Cluster{t: t, dir: t.TempDir()}
+	// Four ports a node: route, MQTT, monitoring, client.
+	ports := freeLoopback(t, 4*Nodes)
 	var routes []string
-	clusterPorts := make([]string, Nodes)
-	for i := range Nodes {
-		clusterPorts[i] = freeLoopback(t)
-		routes = append(routes, "nats-route://"+clusterPorts[i])
+	clusterPorts := ports[:Nodes]
+	for _, p := range clusterPorts {
+		routes = append(routes, "nats-route://"+p)
 	}
 	users, err := Authorization(prefix, devices)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range Nodes {
-		n := &Node{Name: fmt.Sprintf("n%d", i+1), MQTT: freeLoopback(t), Monitor: freeLoopback(t)}
+		n := &Node{Name: fmt.Sprintf("n%d", i+1), MQTT: ports[Nodes+3*i], Monitor: ports[Nodes+3*i+1]}
 		store := filepath.Join(c.dir, n.Name)
 		n.conf = filepath.Join(c.dir, n.Name+".conf")
-		conf := Config(n.Name, freeLoopback(t), n.MQTT, n.Monitor, clusterPorts[i], routes, store, pkiDir) + users
+		conf := Config(n.Name, ports[Nodes+3*i+2], n.MQTT, n.Monitor, clusterPorts[i], routes, store, pkiDir) + users
 		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -354,12 +355,17 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-// freeLoopback is a free TCP address on 127.0.0.1.
-func freeLoopback(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// freeLoopback is n distinct free TCP addresses on 127.0.0.1: all are
+// held open until all are chosen, or the kernel could hand one out twice.
+func freeLoopback(t testing.TB, n int) []string {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
