@@ -486,8 +486,9 @@ func (f *Fleet) prune(tx *sql.Tx, device string, now time.Time) error {
 		}
 	}
 	if r.Events > 0 {
+		// All but the newest r.Events: SQLite's "no limit" is -1, PostgreSQL's ALL.
 		if _, err := tx.Exec(`DELETE FROM events WHERE device = ? AND rowid IN
-			(SELECT rowid FROM events WHERE device = ? ORDER BY rowid DESC LIMIT -1 OFFSET ?)`, device, device, r.Events); err != nil {
+			(SELECT rowid FROM events WHERE device = ? ORDER BY rowid DESC LIMIT `+f.dialect.Pick("-1", "ALL")+` OFFSET ?)`, device, device, r.Events); err != nil {
 			return err
 		}
 	}

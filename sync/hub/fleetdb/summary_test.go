@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -114,7 +115,7 @@ func TestMirrorSummaryMigrationBackfills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(db, fleetMigrations[:4]); err != nil {
+	if err := migrate(db, sqldb.SQLite, fleetMigrations[:4]); err != nil {
 		t.Fatal(err)
 	}
 	crashing := statusPod("crash", false, v1.PodRunning, 3, "")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -20,7 +21,7 @@ func TestUpdateMigrationKeepsTheFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(db, fleetMigrations[:len(fleetMigrations)-1]); err != nil {
+	if err := migrate(db, sqldb.SQLite, fleetMigrations[:len(fleetMigrations)-1]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO devices (id) VALUES ('old')`); err != nil {
