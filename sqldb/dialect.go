@@ -50,9 +50,10 @@ type DB struct {
 }
 
 // Rebind rewrites SQLite's ? placeholders as PostgreSQL's $1, $2, … in
-// order, leaving those inside quoted strings, quoted identifiers and
-// comments as they are. A query that already numbers its placeholders
-// ($n) has no ? outside quotes and comes back unchanged.
+// order, and its numbered ?NNN (an argument used twice) as $NNN,
+// leaving those inside quoted strings, quoted identifiers and comments
+// as they are. A query written with $n has no ? outside quotes and comes
+// back unchanged.
 func Rebind(query string) string {
 	if strings.IndexByte(query, '?') < 0 {
 		return query
@@ -90,6 +91,22 @@ func Rebind(query string) string {
 			b.WriteString(query[i : i+j+4])
 			i += j + 3
 		case c == '?':
+			// ?NNN is SQLite's numbered placeholder, PostgreSQL's $NNN; a
+			// plain ? takes the number after the largest so far, as
+			// SQLite numbers it.
+			j := i + 1
+			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
+				j++
+			}
+			if j > i+1 {
+				if k, err := strconv.Atoi(query[i+1 : j]); err == nil && k > n {
+					n = k
+				}
+				b.WriteByte('$')
+				b.WriteString(query[i+1 : j])
+				i = j - 1
+				continue
+			}
 			n++
 			b.WriteByte('$')
 			b.WriteString(strconv.Itoa(n))

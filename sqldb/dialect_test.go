@@ -11,6 +11,8 @@ func TestRebind(t *testing.T) {
 		{`INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`},
 		{`SELECT '?`, `SELECT '?`}, // unterminated: left as it is, the server says what is wrong
 		{`SELECT ? -- end`, `SELECT $1 -- end`},
+		{`UPDATE t SET x = CASE WHEN x > ?1 THEN x ELSE ?1 END WHERE id = ?2`, `UPDATE t SET x = CASE WHEN x > $1 THEN x ELSE $1 END WHERE id = $2`},
+		{`SELECT ?2, ?, ?1, ?`, `SELECT $2, $3, $1, $4`},
 	} {
 		if got := Rebind(c.in); got != c.want {
 			t.Errorf("Rebind(%q) = %q, want %q", c.in, got, c.want)

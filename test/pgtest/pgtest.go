@@ -340,3 +340,41 @@ func runBounded(cmd *exec.Cmd, limit time.Duration) ([]byte, error) {
 		return []byte(out.String()), fmt.Errorf("%s did not finish within %s", filepath.Base(cmd.Path), limit)
 	}
 }
+
+// stores are the PostgreSQL stores of EachStore's subtests, by test name.
+var stores sync.Map
+
+// EachStore runs fn as two subtests, one per kind of fleet store:
+// "sqlite" and "postgres" (skipped, or failed under CI=true, without
+// PostgreSQL). fn opens the store Store names for its test, so the
+// same test body checks both stores:
+//
+//	func TestX(t *testing.T) { pgtest.EachStore(t, testX) }
+func EachStore(t *testing.T, fn func(t *testing.T)) {
+	t.Helper()
+	t.Run("sqlite", fn)
+	t.Run("postgres", func(t *testing.T) {
+		stores.Store(t.Name(), URL(t))
+		t.Cleanup(func() { stores.Delete(t.Name()) })
+		fn(t)
+	})
+}
+
+// Store is the fleet store t is to open (fleetdb.OpenStore): within
+// EachStore's postgres subtest (or a subtest of it) the URL of its fresh
+// PostgreSQL database, anywhere else the path of a new SQLite file in a
+// temporary directory. A test that opens its store twice keeps what the
+// first call returned.
+func Store(t testing.TB) string {
+	for name := t.Name(); ; {
+		if u, ok := stores.Load(name); ok {
+			return u.(string)
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			break
+		}
+		name = name[:i]
+	}
+	return filepath.Join(t.TempDir(), "fleet.db")
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 func statusPod(name string, ready bool, phase v1.PodPhase, restarts int32, waiting string) *v1.Pod {
@@ -50,6 +52,10 @@ func summaries(t *testing.T, f *Fleet) map[types.NamespacedName]PodSummary {
 // time of the first report that said Ready after one that did not, kept
 // while Ready stays; a batch says when it changed a hub pod's summary.
 func TestMirrorSummaryFollowsStatuses(t *testing.T) {
+	pgtest.EachStore(t, testMirrorSummaryFollowsStatuses)
+}
+
+func testMirrorSummaryFollowsStatuses(t *testing.T) {
 	f := testFleet(t, "dev")
 	t0 := time.Unix(1700000000, 0)
 	seq := int64(0)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // A database of the schema before updates gains their tables, its
@@ -43,6 +45,10 @@ func TestUpdateMigrationKeepsTheFleet(t *testing.T) {
 }
 
 func TestReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
+	pgtest.EachStore(t, testReleasesStoredAndDeletedUnlessInUse)
+}
+
+func testReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
 	f := testFleet(t, "d1")
 	t0 := time.UnixMilli(1700000000000)
 	r := StoredRelease{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.2.0", Manifest: []byte(`{"doc":{}}`), KeyID: "k1", Created: t0}
@@ -86,6 +92,10 @@ func TestReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
 }
 
 func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
+	pgtest.EachStore(t, testOrderIDsGrowAndStatesAreKept)
+}
+
+func testOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	f := testFleet(t, "d1", "d2")
 	t0 := time.UnixMilli(1700000000000)
 	id, err := f.NextOrderID("d1")
