@@ -145,7 +145,7 @@ func storeRollouts(tx *sql.Tx, statuses []StatusWrite, sets []RevisionSet) error
 			}
 			if _, err := tx.Exec(`INSERT INTO revisions (kind, namespace, name, hash, number, template, change_cause, halted)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, namespace, name, hash) DO UPDATE SET number = excluded.number,
-				template = COALESCE(excluded.template, template), change_cause = excluded.change_cause, halted = excluded.halted`,
+				template = COALESCE(excluded.template, revisions.template), change_cause = excluded.change_cause, halted = excluded.halted`,
 				set.Kind, set.Namespace, set.Name, r.Hash, r.Number, t, r.ChangeCause, r.Halted); err != nil {
 				return err
 			}
