@@ -1,6 +1,8 @@
-// Package sqldb holds what every SQLite database of podvisor and podhub
-// shares: schema migrations kept in code, each set of tables with its own
-// version, and a refusal to run on a database written by a newer release.
+// Package sqldb holds what every database of podvisor and podhub shares:
+// schema migrations kept in code, each set of tables with its own
+// version, and a refusal to run on a database written by a newer release;
+// prepared statements; the dialects (SQLite everywhere, PostgreSQL for
+// the hub's fleet store: sqldb/postgres) and what differs between them.
 package sqldb
 
 import (

@@ -1,5 +1,10 @@
 package fleetdb
 
+import (
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+)
+
 // pgMigrations are the fleet store's schema versions on PostgreSQL, a
 // history of their own (SQLite's are fleetMigrations): the first is the
 // whole schema as SQLite's fleetMigrations leave it, in PostgreSQL's
@@ -11,8 +16,9 @@ package fleetdb
 // stay 0/1 integers. The tables SQLite's rowid orders (events,
 // sched_events) have a rowid column of their own, an identity, so the
 // queries naming rowid are the same on both. json_of reads a BYTEA
-// column's JSON for the few queries that look inside it.
-var pgMigrations = []string{pgSchema1}
+// column's JSON for the few queries that look inside it. The tables of
+// workloaddb and objectdb are theirs (PGTables), as on SQLite.
+var pgMigrations = []string{pgSchema1 + workloaddb.PGTables + objectdb.PGTables}
 
 const pgSchema1 = `
 CREATE FUNCTION json_of(b BYTEA) RETURNS JSONB
@@ -83,45 +89,6 @@ CREATE TABLE cursors (
 	epoch  TEXT COLLATE "C" NOT NULL,
 	seq    BIGINT NOT NULL
 );
-CREATE TABLE workloads (
-	kind      TEXT COLLATE "C" NOT NULL,
-	namespace TEXT COLLATE "C" NOT NULL,
-	name      TEXT COLLATE "C" NOT NULL,
-	object    BYTEA NOT NULL,
-	status    BYTEA,
-	PRIMARY KEY (kind, namespace, name)
-);
-CREATE TABLE hub_pods (
-	namespace TEXT COLLATE "C" NOT NULL,
-	name      TEXT COLLATE "C" NOT NULL,
-	device    TEXT COLLATE "C" NOT NULL DEFAULT '',
-	pod       BYTEA NOT NULL,
-	PRIMARY KEY (namespace, name)
-);
-CREATE TABLE sched_events (
-	rowid     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	kind      TEXT COLLATE "C" NOT NULL,
-	namespace TEXT COLLATE "C" NOT NULL,
-	name      TEXT COLLATE "C" NOT NULL,
-	type      TEXT COLLATE "C" NOT NULL,
-	reason    TEXT COLLATE "C" NOT NULL,
-	message   TEXT COLLATE "C" NOT NULL,
-	count     BIGINT NOT NULL,
-	first     BIGINT NOT NULL,
-	last      BIGINT NOT NULL
-);
-CREATE INDEX sched_events_by_object ON sched_events(kind, namespace, name);
-CREATE TABLE revisions (
-	kind         TEXT COLLATE "C" NOT NULL,
-	namespace    TEXT COLLATE "C" NOT NULL,
-	name         TEXT COLLATE "C" NOT NULL,
-	hash         TEXT COLLATE "C" NOT NULL,
-	number       BIGINT NOT NULL,
-	template     BYTEA,
-	change_cause TEXT COLLATE "C" NOT NULL DEFAULT '',
-	halted       TEXT COLLATE "C" NOT NULL DEFAULT '',
-	PRIMARY KEY (kind, namespace, name, hash)
-);
 CREATE TABLE releases (
 	kind     TEXT COLLATE "C" NOT NULL,
 	name     TEXT COLLATE "C" NOT NULL,
@@ -152,22 +119,6 @@ CREATE TABLE update_states (
 	state  BYTEA NOT NULL,
 	at     BIGINT NOT NULL
 );
-CREATE TABLE config_objects (
-	kind      TEXT COLLATE "C" NOT NULL,
-	namespace TEXT COLLATE "C" NOT NULL,
-	name      TEXT COLLATE "C" NOT NULL,
-	uid       TEXT COLLATE "C" NOT NULL,
-	version   BIGINT NOT NULL,
-	created   BIGINT NOT NULL,
-	immutable BIGINT NOT NULL DEFAULT 0,
-	type      TEXT COLLATE "C" NOT NULL DEFAULT '',
-	keys      BIGINT NOT NULL DEFAULT 0,
-	key_id    TEXT COLLATE "C" NOT NULL DEFAULT '',
-	object    BYTEA NOT NULL,
-	PRIMARY KEY (kind, namespace, name)
-);
-CREATE TABLE config_object_version (last BIGINT NOT NULL);
-INSERT INTO config_object_version VALUES (0);
 CREATE TABLE device_objects (
 	device          TEXT COLLATE "C" PRIMARY KEY,
 	seal_key        BYTEA,
