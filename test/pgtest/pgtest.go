@@ -173,6 +173,11 @@ func start(bin string) (_ *server, err error) {
 			s.stop()
 		}
 	}()
+	if cred != nil {
+		if err := reachable(filepath.Dir(dir)); err != nil {
+			return nil, err
+		}
+	}
 	var pw [12]byte
 	rand.Read(pw[:])
 	s.password = hex.EncodeToString(pw[:])
@@ -230,7 +235,9 @@ func (s *server) run(bin string, cred *syscall.Credential, uid, gid int) error {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
 	// Its own process group, and SIGINT (fast shutdown) should the test
-	// binary die without stopping it.
+	// binary die without stopping it (Pdeathsig follows the thread that
+	// started it, which lives as long as the binary: Go keeps its
+	// threads).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -240,7 +247,7 @@ func (s *server) run(bin string, cred *syscall.Credential, uid, gid int) error {
 	go func() { exited <- cmd.Wait() }()
 	admin, err := sql.Open("pgx", fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5", s.dir, s.port, role))
 	if err != nil {
-		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 		log.Close()
 		return err
@@ -264,7 +271,7 @@ func (s *server) run(bin string, cred *syscall.Credential, uid, gid int) error {
 		}
 		if time.Now().After(deadline) {
 			admin.Close()
-			cmd.Process.Kill()
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 			log.Close()
 			out, _ := os.ReadFile(logPath)
@@ -310,6 +317,24 @@ func credential() (*syscall.Credential, int, int, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+}
+
+// reachable checks that another user (the postgres user) can pass
+// through every directory down to dir: a TMPDIR under /root would stop
+// the server at its first file, with a less clear error.
+func reachable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the postgres user cannot pass through %s (mode %v) to the data directory under %s: set TMPDIR to a directory it reaches", d, fi.Mode().Perm(), dir)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // freePort is a loopback TCP port free when asked.
