@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -235,16 +236,24 @@ func (s *server) run(bin string, cred *syscall.Credential, uid, gid int) error {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
 	// Its own process group, and SIGINT (fast shutdown) should the test
-	// binary die without stopping it (Pdeathsig follows the thread that
-	// started it, which lives as long as the binary: Go keeps its
-	// threads).
+	// binary die without stopping it. Pdeathsig follows the thread that
+	// started the server, not the process: that thread is locked to the
+	// goroutine that waits for the server, so it lives exactly as long.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
-	if err := cmd.Start(); err != nil {
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, after the server
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		log.Close()
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	admin, err := sql.Open("pgx", fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5", s.dir, s.port, role))
 	if err != nil {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
