@@ -19,10 +19,12 @@ func (c *cli) storeOf(cfg config) string {
 	switch {
 	case s == "":
 		return c.path("fleet.db")
+	case strings.HasPrefix(s, "sqlite:"):
+		s = strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "//")
 	case postgres.IsURL(s), strings.Contains(s, "://"):
-		return s
+		return s // PostgreSQL, or what OpenStore refuses with its reason
 	}
-	path := strings.TrimPrefix(s, "sqlite:")
+	path := s
 	if !filepath.IsAbs(path) {
 		path = c.path(path)
 	}

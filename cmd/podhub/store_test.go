@@ -37,6 +37,7 @@ func TestStoreOf(t *testing.T) {
 		"other.db":                 "/var/lib/podhub/other.db",
 		"sqlite:other.db":          "/var/lib/podhub/other.db",
 		"sqlite:/srv/fleet.db":     "/srv/fleet.db",
+		"sqlite:///srv/fleet.db":   "/srv/fleet.db",
 		"/srv/fleet.db":            "/srv/fleet.db",
 		"postgres://h/fleet":       "postgres://h/fleet",
 		"postgresql://u@h:5433/db": "postgresql://u@h:5433/db",
