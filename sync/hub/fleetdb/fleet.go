@@ -1,6 +1,7 @@
 // Package fleetdb is the hub's fleet database (SQLite, fleet.db, or
-// PostgreSQL: OpenStore): its schema migrations, and the tables of the devices and what they report
-// (devices, desired, acks, mirrors, events, cursors). The scheduler's
+// PostgreSQL: OpenStore): its schema migrations, and the tables of the
+// devices and what they report (devices, desired, acks, mirrors, events,
+// cursors). The scheduler's
 // tables (workloads, hub_pods, sched_events) are workloaddb's, the
 // ConfigMaps and Secrets (config_objects) objectdb's, on the same
 // database. Every query of the hub is here or there.
