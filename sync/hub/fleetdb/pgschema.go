@@ -8,7 +8,8 @@ import (
 // pgMigrations are the fleet store's schema versions on PostgreSQL, a
 // history of their own (SQLite's are fleetMigrations): the first is the
 // whole schema as SQLite's fleetMigrations leave it, in PostgreSQL's
-// types. A later change to the schema adds a migration to both lists.
+// types. A later change to the schema adds a migration to both lists
+// (TestPostgresSchemaMatchesSQLite fails on one added to one list only).
 //
 // The types keep SQLite's semantics: INTEGER is 64 bits there, so
 // BIGINT; BLOB is BYTEA; TEXT sorts by its bytes as SQLite's BINARY
