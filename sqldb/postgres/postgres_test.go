@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -75,4 +77,32 @@ func TestConnectionSpeaksTheStoreSQL(t *testing.T) {
 	if err := tx.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&held); err != nil || held != 1 {
 		t.Fatalf("the transaction holds %d advisory locks (%v), want the writer lock", held, err)
 	}
+}
+
+// The password can stay out of the URL: passfile= names a password
+// file (as PGPASSFILE or ~/.pgpass would), the way docs/hub.md says to.
+func TestPassfile(t *testing.T) {
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	passfile := filepath.Join(t.TempDir(), "pgpass")
+	line := u.Hostname() + ":" + u.Port() + ":" + strings.TrimPrefix(u.Path, "/") + ":" + u.User.Username() + ":" + password + "\n"
+	if err := os.WriteFile(passfile, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(u.User.Username())
+	if db, err := Open(u.String()); err == nil {
+		db.Close()
+		t.Fatal("the server took no password: the test proves nothing")
+	}
+	q := u.Query()
+	q.Set("passfile", passfile)
+	u.RawQuery = q.Encode()
+	db, err := Open(u.String())
+	if err != nil {
+		t.Fatalf("with passfile=: %v", err)
+	}
+	db.Close()
 }
