@@ -1,6 +1,8 @@
-// Package sqldb holds what every SQLite database of podvisor and podhub
-// shares: schema migrations kept in code, each set of tables with its own
-// version, and a refusal to run on a database written by a newer release.
+// Package sqldb holds what every database of podvisor and podhub shares:
+// schema migrations kept in code, each set of tables with its own
+// version, and a refusal to run on a database written by a newer release;
+// prepared statements; the dialects (SQLite everywhere, PostgreSQL for
+// the hub's fleet store: sqldb/postgres) and what differs between them.
 package sqldb
 
 import (
@@ -31,6 +33,9 @@ type Schema struct {
 	// schema's floor: the number of migrations a release must know to
 	// open the database at all.
 	Additive map[int]bool
+	// Dialect is the database's engine (zero: SQLite); it decides how
+	// the catalog is asked whether a table exists.
+	Dialect Dialect
 }
 
 // The floors, by schema name, live beside the schemas' own versions.
@@ -40,7 +45,8 @@ const floorTable = `CREATE TABLE IF NOT EXISTS schema_floor (name TEXT PRIMARY K
 // floors were kept) has its version as its floor.
 func (s Schema) floor(db *sql.DB, version int) (int, error) {
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_floor'`).Scan(&n); err != nil || n == 0 {
+	if err := db.QueryRow(s.Dialect.Pick(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_floor'`,
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_floor'`)).Scan(&n); err != nil || n == 0 {
 		return version, err
 	}
 	var floor int

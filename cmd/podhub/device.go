@@ -80,7 +80,11 @@ func (c *cli) deviceAdd(args []string) error {
 	}
 	// Enrolment makes the device the operator's: the hub believes reports
 	// only from devices it knows.
-	if err := enrolInFleet(c.path("fleet.db"), id, sealKey.Public().Bytes()); err != nil {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := c.enrolInFleet(cfg, id, sealKey.Public().Bytes()); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(*out, 0o700); err != nil {
@@ -167,7 +171,11 @@ func (c *cli) deviceRevoke(args []string) error {
 	}
 	// The hub ignores a revoked device's messages and gives it no
 	// objects, whichever broker it connects through.
-	if err := revokeInFleet(c.path("fleet.db"), name); err != nil {
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := c.revokeInFleet(cfg, name); err != nil {
 		return err
 	}
 	for _, s := range serials {
@@ -186,13 +194,13 @@ func (c *cli) deviceRevoke(args []string) error {
 	return nil
 }
 
-// enrolInFleet adds the device to the fleet database with its pinned
+// enrolInFleet adds the device to the fleet store with its pinned
 // sealing key (beside a running podhub serve: SQLite in WAL mode takes
-// both).
-func enrolInFleet(path, id string, sealKey []byte) error {
-	fleet, err := fleetdb.Open(path)
+// both, as PostgreSQL does).
+func (c *cli) enrolInFleet(cfg config, id string, sealKey []byte) error {
+	fleet, err := c.openFleet(cfg)
 	if err != nil {
-		return fmt.Errorf("fleet database %s: %w", path, err)
+		return err
 	}
 	defer fleet.Close()
 	if err := fleet.AddDevice(id); err != nil {
@@ -204,11 +212,11 @@ func enrolInFleet(path, id string, sealKey []byte) error {
 	return nil
 }
 
-// revokeInFleet marks a device revoked in the fleet database.
-func revokeInFleet(path, id string) error {
-	fleet, err := fleetdb.Open(path)
+// revokeInFleet marks a device revoked in the fleet store.
+func (c *cli) revokeInFleet(cfg config, id string) error {
+	fleet, err := c.openFleet(cfg)
 	if err != nil {
-		return fmt.Errorf("fleet database %s: %w", path, err)
+		return err
 	}
 	defer fleet.Close()
 	if err := fleet.SetRevoked(id, time.Now()); err != nil {

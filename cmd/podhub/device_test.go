@@ -10,16 +10,32 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/seal"
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // podhub device add writes the device's sealing key (0600) beside its
 // certificate, names it in the config (hub.sealKey) and pins its public
-// half in fleet.db; revoke marks the device revoked there, and adding it
-// again pins a new key and lifts that.
+// half in the fleet store (fleet.db, or the PostgreSQL database
+// podhub.yaml's store: names); revoke marks the device revoked there, and
+// adding it again pins a new key and lifts that.
 func TestDeviceAddMakesAPinnedSealingKey(t *testing.T) {
+	pgtest.EachStore(t, testDeviceAddMakesAPinnedSealingKey)
+}
+
+func testDeviceAddMakesAPinnedSealingKey(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "hub")
 	if _, errOut, code := runCLI(t, "--data-dir", dir, "init"); code != 0 {
 		t.Fatal(errOut)
+	}
+	store := filepath.Join(dir, "fleet.db")
+	if u := pgtest.Store(t); strings.Contains(u, "://") {
+		store = u
+		f, err := os.OpenFile(filepath.Join(dir, "podhub.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString("store: " + u + "\n")
+		f.Close()
 	}
 	add := func(out string) string {
 		t.Helper()
@@ -48,7 +64,7 @@ func TestDeviceAddMakesAPinnedSealingKey(t *testing.T) {
 		t.Fatalf("output does not name the key's fingerprint %s:\n%s", fp, out)
 	}
 	pinned := func() (string, bool) {
-		f, err := fleetdb.Open(filepath.Join(dir, "fleet.db"))
+		f, err := fleetdb.OpenStore(store)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/broker"
 	"github.com/podvisor/podvisor/sync/hub/chunks"
-	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/hubmetrics"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/pki"
@@ -45,6 +44,11 @@ type config struct {
 	// MemoryLimit is podhub's soft memory limit: auto, off or a size
 	// (gclimit.go).
 	MemoryLimit string `json:"memoryLimit,omitempty"`
+	// Store is the fleet store: a postgres:// or postgresql:// URL (a
+	// PostgreSQL database), sqlite:PATH or a path (an SQLite file; a
+	// relative path is under the data directory). Default
+	// <data-dir>/fleet.db (store.go).
+	Store string `json:"store,omitempty"`
 	// SecretsKeyFile is the key Secrets are sealed with in fleet.db
 	// (default <data-dir>/secrets.key; secretskey.go).
 	SecretsKeyFile string `json:"secretsKeyFile,omitempty"`
@@ -161,6 +165,7 @@ func (c *cli) init(args []string) error {
 		"mqttListen: \"" + defaultListen + "\"   # or broker: mqtts://HOST:PORT for an external one\n" +
 		"deviceTimeout: 90s     # a device silent this long is NotReady\n" +
 		"memoryLimit: auto      # soft memory limit: auto (16Mi + 24Ki per connected device), off, or a size (512Mi)\n" +
+		"# store: postgres://podhub@db.example.com/fleet   # the fleet store: PostgreSQL, or an SQLite file (default <data-dir>/fleet.db)\n" +
 		"# secretsKeyFile: /path/secrets.key   # the key Secrets are sealed with in fleet.db (default <data-dir>/secrets.key)\n" +
 		"updates:\n" +
 		"  chunkRate: 4Mi        # each device's artifact transfer rate, bytes a second (podhub update)\n" +
@@ -255,11 +260,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	stopLimit := make(chan struct{})
 	defer close(stopLimit)
 	applyMemoryLimit(memLimit, clients, stopLimit)
-	fleet, err := openFleet(c.path("fleet.db"))
+	fleet, err := c.openFleet(cfg)
 	if err != nil {
 		return err
 	}
 	defer fleet.Close()
+	log.Info("fleet store", "store", storeName(c.storeOf(cfg)))
 	h := hub.New(hcfg, fleet, log)
 	if err := c.loadSecretsKey(cfg, h.Objects(), log); err != nil {
 		return err
@@ -326,6 +332,7 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT (several nodes of one cluster: separated by commas), instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
 	httpListen := fs.String("http-listen", "", "the HTTPS listener of the dashboard, /metrics and the Kubernetes API, HOST:PORT (default: http.listen of podhub.yaml, else none; a login is always required)")
+	store := fs.String("store", "", "the fleet store: postgres://USER@HOST/DB (PostgreSQL; the password from PGPASSFILE or ~/.pgpass), sqlite:PATH or a path (default: store of podhub.yaml, else <data-dir>/fleet.db)")
 	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return cfg, 0, err
@@ -344,6 +351,9 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	}
 	if *memoryLimitFlag != "" {
 		cfg.MemoryLimit = *memoryLimitFlag
+	}
+	if *store != "" {
+		cfg.Store = *store
 	}
 	if *httpListen != "" {
 		cfg.HTTP.Listen = *httpListen
@@ -437,22 +447,6 @@ func (c *cli) reloadRevocations(b *broker.Broker, log *slog.Logger) (Revocations
 	out := Revocations{Revoked: len(set), Disconnected: b.SetRevoked(set)}
 	log.Info("revocation list reloaded", "revoked", out.Revoked, "disconnected", out.Disconnected)
 	return out, nil
-}
-
-// openFleet opens the fleet database, created private: it holds every
-// device's desired pods, secrets included.
-func openFleet(path string) (*fleetdb.Fleet, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("fleet database: %w", err)
-	}
-	f.Close()
-	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
-		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("fleet database: %w", err)
-		}
-	}
-	return fleetdb.Open(path)
 }
 
 // serveUnix serves the API on a socket only the owner and group reach.

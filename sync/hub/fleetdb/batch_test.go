@@ -3,7 +3,6 @@ package fleetdb
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,11 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 func testFleet(t *testing.T, devices ...string) *Fleet {
 	t.Helper()
-	f, err := Open(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := OpenStore(pgtest.Store(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +31,10 @@ func testFleet(t *testing.T, devices ...string) *Fleet {
 
 // The report paths run on statements prepared when the fleet opens.
 func TestReportPathsUsePreparedStatements(t *testing.T) {
+	pgtest.EachStore(t, testReportPathsUsePreparedStatements)
+}
+
+func testReportPathsUsePreparedStatements(t *testing.T) {
 	f := testFleet(t, "dev")
 	at := time.Unix(1700000000, 0)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}
@@ -64,7 +69,9 @@ func TestReportPathsUsePreparedStatements(t *testing.T) {
 // The bound on a device's mirrors holds across batches although the
 // count is kept between them: removals free room, a replayed batch
 // (QoS 1 redelivery) changes nothing, a new epoch starts from none.
-func TestMirrorBoundAcrossBatches(t *testing.T) {
+func TestMirrorBoundAcrossBatches(t *testing.T) { pgtest.EachStore(t, testMirrorBoundAcrossBatches) }
+
+func testMirrorBoundAcrossBatches(t *testing.T) {
 	f := testFleet(t, "dev")
 	f.SetRetention(Retention{Events: 10, Mirrors: 3})
 	at := time.Unix(1700000000, 0)
@@ -110,7 +117,9 @@ func TestMirrorBoundAcrossBatches(t *testing.T) {
 // one): new and known pods alternate in a batch, a pod reported twice
 // keeps its later status, and at the bound a known pod is still updated
 // while a new one is refused.
-func TestMirrorUpdateOrInsert(t *testing.T) {
+func TestMirrorUpdateOrInsert(t *testing.T) { pgtest.EachStore(t, testMirrorUpdateOrInsert) }
+
+func testMirrorUpdateOrInsert(t *testing.T) {
 	f := testFleet(t, "dev")
 	f.SetRetention(Retention{Events: 10, Mirrors: 3})
 	at := time.Unix(1700000000, 0)
@@ -158,6 +167,10 @@ func TestMirrorUpdateOrInsert(t *testing.T) {
 // Select matches the labels a device listing shows: the operator's, and
 // the device's own under DeviceLabelPrefix, the operator's winning.
 func TestSelectMatchesTheListedLabels(t *testing.T) {
+	pgtest.EachStore(t, testSelectMatchesTheListedLabels)
+}
+
+func testSelectMatchesTheListedLabels(t *testing.T) {
 	f := testFleet(t, "a", "b", "c")
 	at := time.Unix(1700000000, 0)
 	own := protocol.DeviceLabelPrefix + "site"

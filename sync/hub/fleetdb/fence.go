@@ -58,10 +58,15 @@ func (f *Fleet) Fence(id string) (FenceState, error) {
 // runs. NextFence adds the pods of the documents.
 func (f *Fleet) SetFenced(id string, at time.Time) error {
 	defer f.changes.Publish(id, fleetwatch.Node)
+	limit := strconv.Itoa(protocol.MaxFencedPods)
 	return f.updateDevice(id, `UPDATE devices SET
-		fence = CASE WHEN fenced_at = 0 THEN (SELECT json_group_array(key) FROM (SELECT key FROM mirrors
+		fence = CASE WHEN fenced_at = 0 THEN `+f.dialect.Pick(
+		`(SELECT json_group_array(key) FROM (SELECT key FROM mirrors
 			WHERE device = devices.id AND (scheduled = 1 OR json_extract(CAST(pod AS TEXT), '$.metadata.annotations."`+manifest.AnnotationSource+`"') = '`+manifest.SourceHub+`')
-			ORDER BY key LIMIT `+strconv.Itoa(protocol.MaxFencedPods)+`)) ELSE fence END,
+			ORDER BY key LIMIT `+limit+`))`,
+		`(SELECT convert_to(COALESCE(json_agg(key ORDER BY key)::text, '[]'), 'UTF8') FROM (SELECT key FROM mirrors
+			WHERE device = devices.id AND (scheduled = 1 OR json_of(pod)->'metadata'->'annotations'->>'`+manifest.AnnotationSource+`' = '`+manifest.SourceHub+`')
+			ORDER BY key LIMIT `+limit+`) k)`)+` ELSE fence END,
 		fenced_at = CASE WHEN fenced_at = 0 THEN ? ELSE fenced_at END
 		WHERE id = ?`, at.UnixMilli())
 }

@@ -11,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // A pod the device still reports but that the hub's documents no longer
@@ -20,6 +22,10 @@ import (
 // the fence is not lifted while the device reports it. Its file pods are
 // not named (a fence is the hub's word on its own pods).
 func TestFenceNamesTheHubPodsTheDeviceStillReports(t *testing.T) {
+	pgtest.EachStore(t, testFenceNamesTheHubPodsTheDeviceStillReports)
+}
+
+func testFenceNamesTheHubPodsTheDeviceStillReports(t *testing.T) {
 	f := testFleet(t, "dev")
 	t0 := time.Unix(1700000000, 0)
 	db := statusPod("db-1", true, v1.PodRunning, 0, "")

@@ -1,6 +1,7 @@
-// Package fleetdb is the hub's fleet database (SQLite, fleet.db): its
-// schema migrations, and the tables of the devices and what they report
-// (devices, desired, acks, mirrors, events, cursors). The scheduler's
+// Package fleetdb is the hub's fleet database (SQLite, fleet.db, or
+// PostgreSQL: OpenStore): its schema migrations, and the tables of the
+// devices and what they report (devices, desired, acks, mirrors, events,
+// cursors). The scheduler's
 // tables (workloads, hub_pods, sched_events) are workloaddb's, the
 // ConfigMaps and Secrets (config_objects) objectdb's, on the same
 // database. Every query of the hub is here or there.
@@ -13,12 +14,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver
 
 	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
@@ -121,6 +124,9 @@ CREATE TABLE IF NOT EXISTS cursors (
 // so a forged heartbeat cannot put a ghost online.
 type Fleet struct {
 	db *sql.DB
+	// dialect is the engine's: the few queries that differ (JSON, the
+	// catalog) are picked by it.
+	dialect sqldb.Dialect
 	// stmts are the report paths' statements (a status batch, an ack, a
 	// heartbeat, a desired document), prepared at Open: compiling their
 	// text at every Exec was half the hub's cost of storing a batch.
@@ -156,7 +162,44 @@ var DefaultRetention = Retention{Events: 1000, MaxAge: 30 * 24 * time.Hour, Mirr
 // ErrUnknownDevice is a report from a device the fleet has no record of.
 var ErrUnknownDevice = errors.New("no such device in the fleet (devices are added by the operator: podhub apply, label or device add)")
 
-// Open opens or creates the fleet database.
+// OpenStore opens or creates the fleet store a podhub.yaml store: names:
+// a postgres:// or postgresql:// URL is a PostgreSQL database (its
+// password never shown in an error: postgres.Mask), sqlite:PATH or a
+// plain path an SQLite file.
+func OpenStore(store string) (*Fleet, error) {
+	switch {
+	case postgres.IsURL(store):
+		return openPostgres(store)
+	case strings.HasPrefix(store, "sqlite:"):
+		return Open(strings.TrimPrefix(strings.TrimPrefix(store, "sqlite:"), "//"))
+	case strings.Contains(store, "://"):
+		return nil, fmt.Errorf("store %s: not a store URL (postgres://…, postgresql://…, sqlite:PATH or a path)", postgres.Mask(store))
+	case store == "":
+		return nil, errors.New("store: empty (postgres://…, postgresql://…, sqlite:PATH or a path)")
+	}
+	return Open(store)
+}
+
+// openPostgres opens the fleet store on PostgreSQL and brings its schema
+// to pgMigrations' last.
+func openPostgres(url string) (*Fleet, error) {
+	db, err := postgres.Open(url)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(db, sqldb.Postgres, pgMigrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("fleet store %s: %w", postgres.Mask(url), err)
+	}
+	f := &Fleet{db: db, dialect: sqldb.Postgres, stmts: sqldb.NewStmts(db), retention: DefaultRetention}
+	if _, err := f.stmts.Prepare(preparedQueries...); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fleet store %s: %w", postgres.Mask(url), err)
+	}
+	return f, nil
+}
+
+// Open opens or creates the fleet database, an SQLite file.
 func Open(path string) (*Fleet, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
@@ -166,7 +209,7 @@ func Open(path string) (*Fleet, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	err = migrate(db, fleetMigrations)
+	err = migrate(db, sqldb.SQLite, fleetMigrations)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("fleet database %s: %w", path, err)
@@ -180,9 +223,9 @@ func Open(path string) (*Fleet, error) {
 }
 
 // migrate applies the fleet database's migrations up to the last of
-// migrations.
-func migrate(db *sql.DB, migrations []string) error {
-	return sqldb.Migrate(db, sqldb.Schema{Name: "fleet", Migrations: migrations,
+// migrations (the dialect's list).
+func migrate(db *sql.DB, dialect sqldb.Dialect, migrations []string) error {
+	return sqldb.Migrate(db, sqldb.Schema{Name: "fleet", Migrations: migrations, Dialect: dialect,
 		Version: func(db *sql.DB) (v int, err error) {
 			if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS fleet_schema (version INTEGER NOT NULL)`); err != nil {
 				return 0, err
@@ -191,7 +234,10 @@ func migrate(db *sql.DB, migrations []string) error {
 			return v, err
 		},
 		SetVersion: func(tx *sql.Tx, v int) error {
-			_, err := tx.Exec(`DELETE FROM fleet_schema; INSERT INTO fleet_schema VALUES (?)`, v)
+			if _, err := tx.Exec(`DELETE FROM fleet_schema`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(`INSERT INTO fleet_schema VALUES (?)`, v)
 			return err
 		},
 	})
@@ -206,9 +252,13 @@ func (f *Fleet) Close() error {
 	return f.db.Close()
 }
 
-// SQL is the database, for the owner of the scheduler's tables
-// (workloaddb), which shares the fleet's one connection.
-func (f *Fleet) SQL() *sql.DB { return f.db }
+// SQL is the database with its dialect, for the owners of the
+// scheduler's tables (workloaddb) and of the ConfigMaps and Secrets
+// (objectdb), which share it (on SQLite, its one connection).
+func (f *Fleet) SQL() *sqldb.DB { return &sqldb.DB{DB: f.db, Dialect: f.dialect} }
+
+// Dialect is the store's SQL engine.
+func (f *Fleet) Dialect() sqldb.Dialect { return f.dialect }
 
 // touch records that a known device was heard from; ErrUnknownDevice
 // for another.

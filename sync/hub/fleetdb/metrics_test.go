@@ -6,12 +6,18 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // A heartbeat's metrics snapshot is the device's newest until the next
 // heartbeat, which may carry none; each heartbeat tells the fleet's
 // readers the device's node changed.
 func TestHeartbeatKeepsTheNewestMetricsSnapshot(t *testing.T) {
+	pgtest.EachStore(t, testHeartbeatKeepsTheNewestMetricsSnapshot)
+}
+
+func testHeartbeatKeepsTheNewestMetricsSnapshot(t *testing.T) {
 	f := testFleet(t, "a")
 	sub := f.Changes().Subscribe()
 	defer sub.Close()

@@ -2,17 +2,18 @@ package fleetdb
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 func openTestFleet(t *testing.T) *Fleet {
 	t.Helper()
-	f, err := Open(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := OpenStore(pgtest.Store(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +24,9 @@ func openTestFleet(t *testing.T) *Fleet {
 // A device's sealing key is pinned: enrolled, or first announced (trust
 // on first use); another is refused and kept by fingerprint only;
 // enrolling again replaces it and lifts a revocation.
-func TestSealKeyPinned(t *testing.T) {
+func TestSealKeyPinned(t *testing.T) { pgtest.EachStore(t, testSealKeyPinned) }
+
+func testSealKeyPinned(t *testing.T) {
 	f := openTestFleet(t)
 	at := time.UnixMilli(1_700_000_000_000)
 	k1, k2 := []byte(strings.Repeat("1", 1216)), []byte(strings.Repeat("2", 1216))
@@ -92,7 +95,9 @@ func TestSealKeyPinned(t *testing.T) {
 }
 
 // An index's generation only grows; the key survives it.
-func TestObjectIndexGenerations(t *testing.T) {
+func TestObjectIndexGenerations(t *testing.T) { pgtest.EachStore(t, testObjectIndexGenerations) }
+
+func testObjectIndexGenerations(t *testing.T) {
 	f := openTestFleet(t)
 	if err := f.AddDevice("gw"); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package fleetdb
 // The report paths' and desired documents' queries, prepared when the
 // fleet opens.
 var (
-	qTouch        = `UPDATE devices SET last_seen = MAX(last_seen, ?) WHERE id = ?`
+	qTouch        = `UPDATE devices SET last_seen = CASE WHEN last_seen > ?1 THEN last_seen ELSE ?1 END WHERE id = ?2`
 	qCursor       = `SELECT epoch, seq FROM cursors WHERE device = ?`
 	qDropMirrors  = `DELETE FROM mirrors WHERE device = ?`
 	qCountMirrors = `SELECT COUNT(*) FROM mirrors WHERE device = ?`

@@ -203,8 +203,13 @@ func (f *Fleet) storeMirror(tx *sql.Tx, m mirrorWrite, mirrors int, insertFirst 
 	}
 	update := func() (updated, changed bool, err error) {
 		args := []any{m.seq, m.pod, m.device, m.key, boolInt(s.ready), s.phase, s.restarts, s.failure, m.at}
-		for i, q := range []string{qUpdateMirror, qUpdateMirrorSummary} {
-			res, err := f.stmts.Exec(tx, q, args...)
+		// The first names the arguments but the summary's time (?9):
+		// PostgreSQL takes no argument a statement does not name.
+		for i, q := range []struct {
+			query string
+			args  []any
+		}{{qUpdateMirror, args[:8]}, {qUpdateMirrorSummary, args}} {
+			res, err := f.stmts.Exec(tx, q.query, q.args...)
 			if err != nil {
 				return false, false, err
 			}
@@ -486,8 +491,9 @@ func (f *Fleet) prune(tx *sql.Tx, device string, now time.Time) error {
 		}
 	}
 	if r.Events > 0 {
+		// All but the newest r.Events: SQLite's "no limit" is -1, PostgreSQL's ALL.
 		if _, err := tx.Exec(`DELETE FROM events WHERE device = ? AND rowid IN
-			(SELECT rowid FROM events WHERE device = ? ORDER BY rowid DESC LIMIT -1 OFFSET ?)`, device, device, r.Events); err != nil {
+			(SELECT rowid FROM events WHERE device = ? ORDER BY rowid DESC LIMIT `+f.dialect.Pick("-1", "ALL")+` OFFSET ?)`, device, device, r.Events); err != nil {
 			return err
 		}
 	}

@@ -10,14 +10,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // BenchmarkApplyStatus stores batches of 100 statuses of distinct pods,
 // each Running and Ready with one container, as devices send them: the
 // hub's side of the status path (make bench-hub times the whole of it).
 // The metric is statuses stored per second.
-func BenchmarkApplyStatus(b *testing.B) {
-	f, err := Open(filepath.Join(b.TempDir(), "fleet.db"))
+func BenchmarkApplyStatus(b *testing.B) { benchApplyStatus(b, filepath.Join(b.TempDir(), "fleet.db")) }
+
+// BenchmarkApplyStatusPostgres is BenchmarkApplyStatus on PostgreSQL
+// (test/pgtest's private server: fsync off, on the same machine).
+func BenchmarkApplyStatusPostgres(b *testing.B) { benchApplyStatus(b, pgtest.URL(b)) }
+
+func benchApplyStatus(b *testing.B, store string) {
+	f, err := OpenStore(store)
 	if err != nil {
 		b.Fatal(err)
 	}

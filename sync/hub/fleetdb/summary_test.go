@@ -11,7 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 func statusPod(name string, ready bool, phase v1.PodPhase, restarts int32, waiting string) *v1.Pod {
@@ -49,6 +52,10 @@ func summaries(t *testing.T, f *Fleet) map[types.NamespacedName]PodSummary {
 // time of the first report that said Ready after one that did not, kept
 // while Ready stays; a batch says when it changed a hub pod's summary.
 func TestMirrorSummaryFollowsStatuses(t *testing.T) {
+	pgtest.EachStore(t, testMirrorSummaryFollowsStatuses)
+}
+
+func testMirrorSummaryFollowsStatuses(t *testing.T) {
 	f := testFleet(t, "dev")
 	t0 := time.Unix(1700000000, 0)
 	seq := int64(0)
@@ -114,7 +121,7 @@ func TestMirrorSummaryMigrationBackfills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(db, fleetMigrations[:4]); err != nil {
+	if err := migrate(db, sqldb.SQLite, fleetMigrations[:4]); err != nil {
 		t.Fatal(err)
 	}
 	crashing := statusPod("crash", false, v1.PodRunning, 3, "")

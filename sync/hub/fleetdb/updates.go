@@ -285,7 +285,8 @@ type Order struct {
 func (f *Fleet) NextOrderID(device string) (int64, error) {
 	var stored, reported int64
 	if err := f.db.QueryRow(`SELECT COALESCE((SELECT id FROM update_orders WHERE device = ?), 0),
-		COALESCE((SELECT json_extract(state, '$.order') FROM update_states WHERE device = ?), 0)`, device, device).Scan(&stored, &reported); err != nil {
+		COALESCE((SELECT `+f.dialect.Pick(`json_extract(state, '$.order')`, `(json_of(state)->>'order')::bigint`)+` FROM update_states WHERE device = ?), 0)`,
+		device, device).Scan(&stored, &reported); err != nil {
 		return 0, err
 	}
 	if reported >= maxReportedOrder {
@@ -445,7 +446,8 @@ func (f *Fleet) UpdateTargets(ids []string) (map[string]UpdateTarget, error) {
 	for _, id := range ids {
 		want[id] = true
 	}
-	rows, err := f.db.Query(`SELECT d.id, d.online, d.last_seen, COALESCE(json_extract(d.node, '$.nodeInfo.architecture'), ''), d.version,
+	rows, err := f.db.Query(`SELECT d.id, d.online, d.last_seen, COALESCE(` +
+		f.dialect.Pick(`json_extract(d.node, '$.nodeInfo.architecture')`, `json_of(d.node)->'nodeInfo'->>'architecture'`) + `, ''), d.version,
 		COALESCE(o.id, 0), COALESCE(o.update_name, ''), s.state
 		FROM devices d LEFT JOIN update_orders o ON o.device = d.id LEFT JOIN update_states s ON s.device = d.id`)
 	if err != nil {

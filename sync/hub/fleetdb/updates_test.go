@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/protocol"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 // A database of the schema before updates gains their tables, its
@@ -20,7 +23,7 @@ func TestUpdateMigrationKeepsTheFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(db, fleetMigrations[:len(fleetMigrations)-1]); err != nil {
+	if err := migrate(db, sqldb.SQLite, fleetMigrations[:len(fleetMigrations)-1]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO devices (id) VALUES ('old')`); err != nil {
@@ -42,6 +45,10 @@ func TestUpdateMigrationKeepsTheFleet(t *testing.T) {
 }
 
 func TestReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
+	pgtest.EachStore(t, testReleasesStoredAndDeletedUnlessInUse)
+}
+
+func testReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
 	f := testFleet(t, "d1")
 	t0 := time.UnixMilli(1700000000000)
 	r := StoredRelease{Kind: protocol.ReleaseAgent, Name: "podvisor", Version: "v1.2.0", Manifest: []byte(`{"doc":{}}`), KeyID: "k1", Created: t0}
@@ -85,6 +92,10 @@ func TestReleasesStoredAndDeletedUnlessInUse(t *testing.T) {
 }
 
 func TestOrderIDsGrowAndStatesAreKept(t *testing.T) {
+	pgtest.EachStore(t, testOrderIDsGrowAndStatesAreKept)
+}
+
+func testOrderIDsGrowAndStatesAreKept(t *testing.T) {
 	f := testFleet(t, "d1", "d2")
 	t0 := time.UnixMilli(1700000000000)
 	id, err := f.NextOrderID("d1")

@@ -24,3 +24,25 @@ const Tables = `CREATE TABLE config_objects (
 	CREATE TABLE config_object_version (last INTEGER NOT NULL);
 	INSERT INTO config_object_version VALUES (0);
 `
+
+// PGTables are Tables on PostgreSQL, as the fleet store's first
+// PostgreSQL migration makes them (fleetdb's pgMigrations), in
+// PostgreSQL's types; the text must stay as it is once released.
+const PGTables = `
+CREATE TABLE config_objects (
+	kind      TEXT COLLATE "C" NOT NULL,
+	namespace TEXT COLLATE "C" NOT NULL,
+	name      TEXT COLLATE "C" NOT NULL,
+	uid       TEXT COLLATE "C" NOT NULL,
+	version   BIGINT NOT NULL,
+	created   BIGINT NOT NULL,
+	immutable BIGINT NOT NULL DEFAULT 0,
+	type      TEXT COLLATE "C" NOT NULL DEFAULT '',
+	keys      BIGINT NOT NULL DEFAULT 0,
+	key_id    TEXT COLLATE "C" NOT NULL DEFAULT '',
+	object    BYTEA NOT NULL,
+	PRIMARY KEY (kind, namespace, name)
+);
+CREATE TABLE config_object_version (last BIGINT NOT NULL);
+INSERT INTO config_object_version VALUES (0);
+`

@@ -24,6 +24,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/sqldb"
 )
 
 // Bounds on what the hub keeps, so an apply cannot grow the database
@@ -35,7 +36,7 @@ const (
 
 // Store is the ConfigMaps and Secrets, on the fleet's database.
 type Store struct {
-	db   *sql.DB
+	db   *sqldb.DB
 	keys atomic.Pointer[Keyring]
 
 	mu       sync.Mutex
@@ -44,7 +45,7 @@ type Store struct {
 
 // New is the objects' table in the fleet database db (fleetdb opens and
 // migrates it: Fleet.SQL). Secrets need a key: SetKeys.
-func New(db *sql.DB) *Store { return &Store{db: db} }
+func New(db *sqldb.DB) *Store { return &Store{db: db} }
 
 // SetKeys gives the store the keys that seal and open Secrets.
 func (s *Store) SetKeys(k *Keyring) { s.keys.Store(k) }

@@ -19,11 +19,14 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 type rig struct {
 	t       *testing.T
 	dir     string
+	url     string // the fleet store: fleet.db in dir, or a PostgreSQL database
 	fleet   *fleetdb.Fleet
 	store   *objectdb.Store
 	key     *objectdb.Key
@@ -38,6 +41,10 @@ func newRig(t *testing.T) *rig {
 	if r.key, err = objectdb.CreateKeyFile(filepath.Join(r.dir, "secrets.key")); err != nil {
 		t.Fatal(err)
 	}
+	r.url = filepath.Join(r.dir, "fleet.db")
+	if u := pgtest.Store(t); strings.Contains(u, "://") {
+		r.url = u
+	}
 	r.open()
 	return r
 }
@@ -45,7 +52,7 @@ func newRig(t *testing.T) *rig {
 // open opens the fleet database with the rig's key.
 func (r *rig) open() {
 	r.t.Helper()
-	f, err := fleetdb.Open(filepath.Join(r.dir, "fleet.db"))
+	f, err := fleetdb.OpenStore(r.url)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -88,6 +95,10 @@ const cmFile = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace
 // their resourceVersion; changed, the next one; watchers hear only what
 // changed.
 func TestApplyGivesServerMetadataAndVersions(t *testing.T) {
+	pgtest.EachStore(t, testApplyGivesServerMetadataAndVersions)
+}
+
+func testApplyGivesServerMetadataAndVersions(t *testing.T) {
 	r := newRig(t)
 	r.mustApply(cmFile + "---\n" + secretFile("db", "pw1", ""))
 	es, err := r.store.Entries(objects.ConfigMap, "")
@@ -160,6 +171,10 @@ func TestApplyGivesServerMetadataAndVersions(t *testing.T) {
 // The update rules of immutable objects hold, naming the file's
 // document; nothing of a refused apply is kept.
 func TestApplyRefusesChangesToImmutableObjects(t *testing.T) {
+	pgtest.EachStore(t, testApplyRefusesChangesToImmutableObjects)
+}
+
+func testApplyRefusesChangesToImmutableObjects(t *testing.T) {
 	r := newRig(t)
 	r.mustApply(secretFile("db", "pw1", "immutable: true\n") + "---\n" + strings.Replace(cmFile, "\ndata:", "\nimmutable: true\ndata:", 1))
 	for _, c := range []struct{ name, file, want string }{
@@ -226,7 +241,9 @@ func TestSecretsAreSealedAtRest(t *testing.T) {
 }
 
 // Another key opens nothing and says why; the Secrets stay deletable.
-func TestWrongKeyIsAClearError(t *testing.T) {
+func TestWrongKeyIsAClearError(t *testing.T) { pgtest.EachStore(t, testWrongKeyIsAClearError) }
+
+func testWrongKeyIsAClearError(t *testing.T) {
 	r := newRig(t)
 	r.mustApply(secretFile("db", "pw", ""))
 	other, err := objectdb.CreateKeyFile(filepath.Join(r.dir, "other.key"))
@@ -265,6 +282,10 @@ func TestWrongKeyIsAClearError(t *testing.T) {
 // A sealed row copied over another Secret's does not open: the sealing
 // binds namespace, name and uid.
 func TestSealedRowIsBoundToItsSecret(t *testing.T) {
+	pgtest.EachStore(t, testSealedRowIsBoundToItsSecret)
+}
+
+func testSealedRowIsBoundToItsSecret(t *testing.T) {
 	r := newRig(t)
 	r.mustApply(secretFile("a", "pw-a", "") + "---\n" + secretFile("b", "pw-b", ""))
 	db := r.fleet.SQL()
@@ -317,6 +338,10 @@ func TestKeyFiles(t *testing.T) {
 // object undoes what alongside wrote, and a failing alongside stores no
 // object.
 func TestApplyIsAllOrNothingWithAlongside(t *testing.T) {
+	pgtest.EachStore(t, testApplyIsAllOrNothingWithAlongside)
+}
+
+func testApplyIsAllOrNothingWithAlongside(t *testing.T) {
 	r := newRig(t)
 	db := r.fleet.SQL()
 	if _, err := db.Exec(`CREATE TABLE other_part (x TEXT)`); err != nil {

@@ -13,6 +13,7 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/kinds"
 )
 
@@ -38,7 +39,7 @@ func (f *Store) ApplyObjects(objs *kinds.Objects, now time.Time) error {
 // ApplyObjectsTx is ApplyObjects in the caller's transaction, which
 // stores the rest of the same apply (objectdb: ConfigMaps and Secrets).
 func (f *Store) ApplyObjectsTx(tx *sql.Tx, objs *kinds.Objects, now time.Time) error {
-	a := &applyTx{tx: tx, objs: objs, now: now}
+	a := &applyTx{tx: tx, dialect: f.db.Dialect, objs: objs, now: now}
 	for _, step := range []func() error{a.deployments, a.daemonSets, a.statefulSets, a.priorityClasses, a.pdbs, a.checkBounds, a.pods} {
 		if err := step(); err != nil {
 			return err
@@ -49,9 +50,10 @@ func (f *Store) ApplyObjectsTx(tx *sql.Tx, objs *kinds.Objects, now time.Time) e
 
 // applyTx is one ApplyObjects: its transaction, the objects and the time.
 type applyTx struct {
-	tx   *sql.Tx
-	objs *kinds.Objects
-	now  time.Time
+	tx      *sql.Tx
+	dialect sqldb.Dialect
+	objs    *kinds.Objects
+	now     time.Time
 }
 
 // put stores a workload or PriorityClass, replacing one of its name.
@@ -163,7 +165,7 @@ func (a *applyTx) priorityClasses() error {
 }
 
 // checkBounds refuses an apply that would make the workloads too many.
-func (a *applyTx) checkBounds() error { return checkWorkloadBounds(a.tx) }
+func (a *applyTx) checkBounds() error { return checkWorkloadBounds(a.tx, a.dialect) }
 
 // pods adds the bare pods, unbound, within the hub's bound on pods.
 func (a *applyTx) pods() error {

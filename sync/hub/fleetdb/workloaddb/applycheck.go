@@ -83,19 +83,30 @@ func checkPriorityClass(tx *sql.Tx, pc, old *schedulingv1.PriorityClass, found b
 }
 
 // defaultClass is the stored global default class (the lowest valued if
-// several claim it, as the admission plugin picks), or nil.
+// several claim it, as the admission plugin picks, then by name), or
+// nil. The classes are few: they are read and compared here, one query
+// for both SQL engines rather than one per engine's JSON functions.
 func defaultClass(tx *sql.Tx) (*schedulingv1.PriorityClass, error) {
-	var raw []byte
-	err := tx.QueryRow(`SELECT object FROM workloads WHERE kind = ? AND json_extract(object, '$.globalDefault') = 1
-		ORDER BY json_extract(object, '$.value'), name LIMIT 1`, KindPriorityClass).Scan(&raw)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
+	rows, err := tx.Query(`SELECT object FROM workloads WHERE kind = ?`, KindPriorityClass)
 	if err != nil {
 		return nil, err
 	}
-	pc := &schedulingv1.PriorityClass{}
-	return pc, json.Unmarshal(raw, pc)
+	defer rows.Close()
+	var def *schedulingv1.PriorityClass
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		pc := &schedulingv1.PriorityClass{}
+		if err := json.Unmarshal(raw, pc); err != nil {
+			return nil, err
+		}
+		if pc.GlobalDefault && (def == nil || pc.Value < def.Value || pc.Value == def.Value && pc.Name < def.Name) {
+			def = pc
+		}
+	}
+	return def, rows.Err()
 }
 
 // admitPriority is the Priority admission plugin for a bare pod: its

@@ -67,10 +67,13 @@ func (f *Store) deploymentEvents(namespace, name string) ([]SchedEvent, error) {
 		UNION ALL
 		SELECT e.rowid AS id, e.* FROM sched_events e JOIN hub_pods p ON p.namespace = e.namespace AND p.name = e.name
 		WHERE e.kind = 'Pod' AND e.namespace = ? AND e.name >= ? || '-' AND e.name < ? || '.'
-		AND EXISTS (SELECT 1 FROM json_each(p.pod, '$.metadata.ownerReferences') r
+		AND EXISTS (`+f.db.Dialect.Pick(`SELECT 1 FROM json_each(p.pod, '$.metadata.ownerReferences') r
 			WHERE json_extract(r.value, '$.kind') = 'ReplicaSet' AND json_extract(r.value, '$.name') =
-				? || COALESCE('-' || NULLIF(json_extract(p.pod, '$.metadata.labels."pod-template-hash"'), ''), ''))
-		) ORDER BY last DESC, id DESC LIMIT ?`,
+				? || COALESCE('-' || NULLIF(json_extract(p.pod, '$.metadata.labels."pod-template-hash"'), ''), '')`,
+		`SELECT 1 FROM jsonb_array_elements(json_of(p.pod)->'metadata'->'ownerReferences') r
+			WHERE r->>'kind' = 'ReplicaSet' AND r->>'name' =
+				? || COALESCE('-' || NULLIF(json_of(p.pod)->'metadata'->'labels'->>'pod-template-hash', ''), '')`)+`)
+		) e ORDER BY last DESC, id DESC LIMIT ?`,
 		KindDeployment, namespace, name, namespace, name, name, name, maxEventsPerObject)
 	if err != nil {
 		return nil, err

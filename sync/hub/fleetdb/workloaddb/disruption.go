@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/schedule/disruption"
 )
 
@@ -45,14 +46,16 @@ func (a *applyTx) pdbs() error {
 // storePDBStatus writes budgets' status, each only onto the budget it
 // was computed for (same UID): one deleted or applied anew meanwhile is
 // left as it is.
-func storePDBStatus(tx *sql.Tx, pdbs []*policyv1.PodDisruptionBudget) error {
+func storePDBStatus(tx *sql.Tx, d sqldb.Dialect, pdbs []*policyv1.PodDisruptionBudget) error {
 	for _, pdb := range pdbs {
 		raw, err := json.Marshal(pdb.Status)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(`UPDATE workloads SET object = CAST(json_set(object, '$.status', json(?)) AS BLOB)
+		if _, err := tx.Exec(d.Pick(`UPDATE workloads SET object = CAST(json_set(object, '$.status', json(?)) AS BLOB)
 			WHERE kind = ? AND namespace = ? AND name = ? AND json_extract(object, '$.metadata.uid') = ?`,
+			`UPDATE workloads SET object = convert_to(jsonb_set(json_of(object), '{status}', CAST(convert_from(?, 'UTF8') AS JSONB))::text, 'UTF8')
+			WHERE kind = ? AND namespace = ? AND name = ? AND json_of(object)->'metadata'->>'uid' = ?`),
 			raw, KindPDB, pdb.Namespace, pdb.Name, string(pdb.UID)); err != nil {
 			return err
 		}
@@ -134,7 +137,7 @@ func (f *Store) Evict(key types.NamespacedName, e Eviction, now time.Time) (*v1.
 	}
 	if charged != nil {
 		disruption.Charge(charged, p.Name, true, now)
-		if err := storePDBStatus(tx, []*policyv1.PodDisruptionBudget{charged}); err != nil {
+		if err := storePDBStatus(tx, f.db.Dialect, []*policyv1.PodDisruptionBudget{charged}); err != nil {
 			return nil, err
 		}
 	}

@@ -70,7 +70,8 @@ type WorkloadKey struct{ Kind, Namespace, Name string }
 // names it): its pods of that revision are made again from it.
 func (f *Store) Revisions() (map[WorkloadKey][]Revision, error) {
 	rows, err := f.db.Query(`SELECT r.kind, r.namespace, r.name, r.hash, r.number, r.template IS NULL, r.change_cause, r.halted,
-		CASE WHEN r.kind = 'StatefulSet' AND r.name || '-' || r.hash = json_extract(w.status, '$.currentRevision') THEN r.template END
+		CASE WHEN r.kind = 'StatefulSet' AND r.name || '-' || r.hash = ` +
+		f.db.Dialect.Pick(`json_extract(w.status, '$.currentRevision')`, `json_of(w.status)->>'currentRevision'`) + ` THEN r.template END
 		FROM revisions r LEFT JOIN workloads w ON w.kind = r.kind AND w.namespace = r.namespace AND w.name = r.name
 		ORDER BY r.kind, r.namespace, r.name, r.number`)
 	if err != nil {
@@ -144,7 +145,7 @@ func storeRollouts(tx *sql.Tx, statuses []StatusWrite, sets []RevisionSet) error
 			}
 			if _, err := tx.Exec(`INSERT INTO revisions (kind, namespace, name, hash, number, template, change_cause, halted)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, namespace, name, hash) DO UPDATE SET number = excluded.number,
-				template = COALESCE(excluded.template, template), change_cause = excluded.change_cause, halted = excluded.halted`,
+				template = COALESCE(excluded.template, revisions.template), change_cause = excluded.change_cause, halted = excluded.halted`,
 				set.Kind, set.Namespace, set.Name, r.Hash, r.Number, t, r.ChangeCause, r.Halted); err != nil {
 				return err
 			}

@@ -20,7 +20,7 @@ type PodOnDevice struct {
 // Terminating lists the pods being deleted gracefully on their device.
 func (f *Store) Terminating() ([]PodOnDevice, error) {
 	rows, err := f.db.Query(`SELECT namespace, name, device FROM hub_pods
-		WHERE device != '' AND json_extract(pod, '$.metadata.deletionTimestamp') IS NOT NULL`)
+		WHERE device != '' AND ` + f.db.Dialect.Pick(`json_extract(pod, '$.metadata.deletionTimestamp')`, `json_of(pod)->'metadata'->>'deletionTimestamp'`) + ` IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}

@@ -6,23 +6,24 @@
 package workloaddb
 
 import (
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/sqldb"
 )
 
 // Store is the scheduler's tables, on the fleet's database.
 type Store struct {
-	db *sql.DB
+	db *sqldb.DB
 }
 
 // New is the scheduler's tables in the fleet database db (fleetdb opens
 // and migrates it: Fleet.SQL).
-func New(db *sql.DB) *Store { return &Store{db: db} }
+func New(db *sqldb.DB) *Store { return &Store{db: db} }
 
 // ErrNotFound is a workload or pod the hub does not hold (the same as
 // fleetdb's, for a device: the API answers 404 to both).
@@ -90,7 +91,7 @@ func (f *Store) StorePods(w PodWrites, at time.Time) error {
 			return err
 		}
 	}
-	if err := storePDBStatus(tx, w.PDBs); err != nil {
+	if err := storePDBStatus(tx, f.db.Dialect, w.PDBs); err != nil {
 		return err
 	}
 	if err := storeRollouts(tx, w.Statuses, w.Revisions); err != nil {

@@ -2,7 +2,6 @@ package workloaddb_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,11 +9,13 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+
+	"github.com/podvisor/podvisor/test/pgtest"
 )
 
 func testStore(t *testing.T) *workloaddb.Store {
 	t.Helper()
-	f, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
+	f, err := fleetdb.OpenStore(pgtest.Store(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +25,9 @@ func testStore(t *testing.T) *workloaddb.Store {
 
 // A pass's writes land together: pods put (replacing by key, with their
 // device) and deleted, events recorded and a deleted pod's forgotten.
-func TestStorePods(t *testing.T) {
+func TestStorePods(t *testing.T) { pgtest.EachStore(t, testStorePods) }
+
+func testStorePods(t *testing.T) {
 	s := testStore(t)
 	at := time.Unix(1700000000, 0)
 	k := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "default", Name: name} }

@@ -12,6 +12,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/sqldb"
 )
 
 // Workload kinds as stored (and named in the API's paths).
@@ -44,10 +46,11 @@ const (
 
 // checkWorkloadBounds refuses an apply that would make the stored
 // workloads too many, or ask for more replicas than the hub keeps pods.
-func checkWorkloadBounds(tx *sql.Tx) error {
+func checkWorkloadBounds(tx *sql.Tx, d sqldb.Dialect) error {
 	var all, daemonSets, replicas int64
-	if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(kind = 'DaemonSet'), 0),
-		COALESCE(SUM(CASE WHEN kind IN ('Deployment', 'StatefulSet') THEN json_extract(object, '$.spec.replicas') ELSE 0 END), 0)
+	if err := tx.QueryRow(`SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 'DaemonSet' THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN kind IN ('Deployment', 'StatefulSet') THEN `+
+		d.Pick(`json_extract(object, '$.spec.replicas')`, `(json_of(object)->'spec'->>'replicas')::bigint`)+` ELSE 0 END), 0)
 		FROM workloads`).Scan(&all, &daemonSets, &replicas); err != nil {
 		return err
 	}

@@ -1,0 +1,197 @@
+// Package postgres opens a PostgreSQL database for podhub's fleet store
+// through pgx's database/sql driver, speaking the SQL the SQLite store's
+// queries are written in: the connection rewrites their ? placeholders
+// ($1, $2, …), hands booleans over as the 0/1 integers SQLite stores,
+// and makes every transaction hold the store's writer lock, so that the
+// fleet's read-modify-write transactions stay serialized as SQLite's
+// immediate transactions on one connection keep them (see Begin below).
+// Only podhub links it: the device daemon's store is SQLite alone.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/podvisor/podvisor/sqldb"
+)
+
+// IsURL reports whether s names a PostgreSQL database (postgres:// or
+// postgresql://).
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// WriterLock is the advisory lock key every transaction on the store
+// takes first (pg_advisory_xact_lock): one writer at a time, as on
+// SQLite, whichever connection (or, later, whichever podhub) it runs on.
+const WriterLock int64 = 0x706f646875620001 // "podhub", store 1
+
+// MaxConns bounds the pool: readers run side by side, writers one at a
+// time behind the writer lock.
+const MaxConns = 8
+
+// connectTimeout bounds the first connection Open makes.
+const connectTimeout = 15 * time.Second
+
+// Open connects to the database rawURL names and checks that it answers.
+// Errors never carry the URL's password (Mask).
+func Open(rawURL string) (*sql.DB, error) {
+	password := passwordOf(rawURL)
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", Mask(rawURL), scrub(err, password))
+	}
+	if password == "" {
+		password = cfg.Password // from a passfile or the environment: kept out of errors too
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = "podhub"
+	}
+	// A writer that cannot have the writer lock within a minute fails
+	// rather than waits without bound behind a stuck transaction.
+	if _, ok := cfg.RuntimeParams["lock_timeout"]; !ok {
+		cfg.RuntimeParams["lock_timeout"] = "60s"
+	}
+	db := sql.OpenDB(connector{stdlib.GetConnector(*cfg)})
+	db.SetMaxOpenConns(MaxConns)
+	db.SetMaxIdleConns(MaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: connecting (within %s): %w", Mask(rawURL), connectTimeout, scrub(err, password))
+	}
+	return db, nil
+}
+
+// Mask is rawURL with its password (in the user information or a
+// password= parameter) replaced by xxxxx: what errors and logs show.
+// A URL that does not parse is shown as its scheme only.
+func Mask(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if i := strings.Index(rawURL, "://"); i >= 0 {
+			return rawURL[:i] + "://(a URL that does not parse)"
+		}
+		return "(a URL that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// passwordOf is the password rawURL carries, if any.
+func passwordOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	if p, ok := u.User.Password(); ok {
+		return p
+	}
+	return u.Query().Get("password")
+}
+
+// scrub is err with every occurrence of password replaced.
+func scrub(err error, password string) error {
+	if err == nil || password == "" || !strings.Contains(err.Error(), password) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), password, "xxxxx"))
+}
+
+// connector makes the pool's connections: pgx's, wrapped in conn.
+type connector struct{ driver.Connector }
+
+func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc, ok := dc.(*stdlib.Conn)
+	if !ok {
+		dc.Close()
+		return nil, fmt.Errorf("pgx's database/sql driver gave a %T", dc)
+	}
+	return conn{pc}, nil
+}
+
+// conn is a pgx connection speaking the SQLite store's SQL. Everything
+// it does not override is pgx's own (embedding keeps the optional
+// interfaces database/sql looks for: sessions reset, validity, pings).
+type conn struct{ *stdlib.Conn }
+
+func (c conn) Prepare(query string) (driver.Stmt, error) {
+	return c.Conn.Prepare(sqldb.Rebind(query))
+}
+
+func (c conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	return c.Conn.PrepareContext(ctx, sqldb.Rebind(query))
+}
+
+func (c conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.Conn.ExecContext(ctx, sqldb.Rebind(query), args)
+}
+
+func (c conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.Conn.QueryContext(ctx, sqldb.Rebind(query), args)
+}
+
+// CheckNamedValue hands a bool over as SQLite stores it, 0 or 1 (the
+// store's flags are BIGINT columns on both engines); every other value
+// goes to pgx as it is.
+func (c conn) CheckNamedValue(v *driver.NamedValue) error {
+	if b, ok := v.Value.(bool); ok {
+		v.Value = int64(0)
+		if b {
+			v.Value = int64(1)
+		}
+	}
+	return nil
+}
+
+func (c conn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// BeginTx begins a transaction holding the store's writer lock.
+//
+// Why a lock and not SERIALIZABLE with retries: the fleet's transactions
+// were written for SQLite, where an immediate transaction on the one
+// connection runs alone: each reads, decides and writes (a desired
+// document's generation, a device's mirror count, a revision number, a
+// PodDisruptionBudget's allowance) trusting that nothing moved
+// meanwhile, and several do work outside the database between their
+// statements (sealing, publishing to the change feed). Taking one
+// transaction-scoped advisory lock first keeps exactly that guarantee on
+// PostgreSQL's many connections: a writer waits for the one before it
+// and then, at READ COMMITTED, sees all it wrote. Nothing needs a retry
+// loop (which would run such side effects twice), no deadlock can form
+// around one lock, and readers outside transactions never wait. Writes
+// are as serialized as they are on SQLite, no less and no more.
+func (c conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.Conn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, []driver.NamedValue{{Ordinal: 1, Value: WriterLock}}); err != nil {
+		tx.Rollback()
+		return nil, fmt.Errorf("taking the store's writer lock: %w", err)
+	}
+	return tx, nil
+}

@@ -1,0 +1,108 @@
+package postgres
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/podvisor/podvisor/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestMask(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:secret@h:5432/db?sslmode=require": "postgres://u:xxxxx@h:5432/db?sslmode=require",
+		"postgresql://u@h/db?password=secret":           "postgresql://u@h/db?password=xxxxx",
+		"postgres://h/db":                               "postgres://h/db",
+		"postgres://u:secret@h/db\x7f":                  "postgres://(a URL that does not parse)",
+	} {
+		if got := Mask(in); got != want {
+			t.Errorf("Mask(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if !IsURL("postgres://h/db") || !IsURL("postgresql://h/db") || IsURL("/var/lib/podhub/fleet.db") || IsURL("sqlite:x.db") {
+		t.Error("IsURL")
+	}
+}
+
+// A password the server refuses is not in the error; the store's URL is,
+// masked.
+func TestOpenErrorsNeverCarryThePassword(t *testing.T) {
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "Wr0ngPassw0rd")
+	_, err = Open(u.String())
+	if err == nil || strings.Contains(err.Error(), "Wr0ngPassw0rd") || !strings.Contains(err.Error(), "xxxxx") || !strings.Contains(err.Error(), "password authentication failed") {
+		t.Fatalf("wrong password: %v", err)
+	}
+	_, err = Open("postgres://podhub:Wr0ngPassw0rd@127.0.0.1:5432/db?sslmode=bogus")
+	if err == nil || strings.Contains(err.Error(), "Wr0ngPassw0rd") {
+		t.Fatalf("a URL that does not parse: %v", err)
+	}
+}
+
+// The connection speaks the SQLite store's SQL: ? placeholders, numbered
+// ones, booleans as 0/1; every transaction holds the writer lock.
+func TestConnectionSpeaksTheStoreSQL(t *testing.T) {
+	db, err := Open(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE t (id TEXT PRIMARY KEY, flag BIGINT NOT NULL, n BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO t (id, flag, n) VALUES (?, ?, ?)`, "a", true, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE t SET n = CASE WHEN n > ?1 THEN n ELSE ?1 END WHERE id = ?2`, 9, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var flag bool
+	var n int64
+	if err := db.QueryRow(`SELECT flag, n FROM t WHERE id = ? AND '?' = '?'`, "a").Scan(&flag, &n); err != nil || !flag || n != 9 {
+		t.Fatalf("read back flag %v n %d: %v", flag, n, err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var held int
+	if err := tx.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted`).Scan(&held); err != nil || held != 1 {
+		t.Fatalf("the transaction holds %d advisory locks (%v), want the writer lock", held, err)
+	}
+}
+
+// The password can stay out of the URL: passfile= names a password
+// file (as PGPASSFILE or ~/.pgpass would), the way docs/hub.md says to.
+func TestPassfile(t *testing.T) {
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	passfile := filepath.Join(t.TempDir(), "pgpass")
+	line := u.Hostname() + ":" + u.Port() + ":" + strings.TrimPrefix(u.Path, "/") + ":" + u.User.Username() + ":" + password + "\n"
+	if err := os.WriteFile(passfile, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(u.User.Username())
+	if db, err := Open(u.String()); err == nil {
+		db.Close()
+		t.Fatal("the server took no password: the test proves nothing")
+	}
+	q := u.Query()
+	q.Set("passfile", passfile)
+	u.RawQuery = q.Encode()
+	db, err := Open(u.String())
+	if err != nil {
+		t.Fatalf("with passfile=: %v", err)
+	}
+	db.Close()
+}
