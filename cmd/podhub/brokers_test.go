@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,5 +29,19 @@ func TestConfigBrokers(t *testing.T) {
 		if !strings.Contains(got, c.want) || c.want == "" && got != "" {
 			t.Errorf("%+v: %q, want %q", c.cfg, got, c.want)
 		}
+	}
+}
+
+// A device's bundle names every node of the hub's broker cluster, TLS.
+func TestDeviceURLListsEveryBroker(t *testing.T) {
+	dir := t.TempDir()
+	c := &cli{dataDir: dir}
+	os.WriteFile(filepath.Join(dir, "podhub.yaml"), []byte("brokers: [mqtt://mq1:8883, mqtt://mq2:8883]\n"), 0o600)
+	if u, err := c.deviceURL(); err != nil || u != "mqtts://mq1:8883,mqtts://mq2:8883" {
+		t.Errorf("deviceURL %q, %v", u, err)
+	}
+	os.WriteFile(filepath.Join(dir, "podhub.yaml"), []byte("broker: mqtt://mq1:8883\nbrokers: [mqtt://mq2:8883]\n"), 0o600)
+	if _, err := c.deviceURL(); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("broker and brokers: %v", err)
 	}
 }
