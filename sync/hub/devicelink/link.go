@@ -98,13 +98,14 @@ type Link struct {
 	// (stalled.go).
 	watch pubWatch
 	// attempt is the broker URL of the last connection attempt (the
-	// connected one after a success), for logs.
-	attempt atomic.Value
-	topics  protocol.Topics
-	fleet   *fleetdb.Fleet
-	log     *slog.Logger
-	client  mqtt.Client
-	now     func() time.Time
+	// connected one after a success), for logs; connectedTo is the last
+	// one connected to.
+	attempt, connectedTo atomic.Value
+	topics               protocol.Topics
+	fleet                *fleetdb.Fleet
+	log                  *slog.Logger
+	client               mqtt.Client
+	now                  func() time.Time
 	// refused counts refused messages: the first few of each minute are
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
@@ -148,6 +149,7 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	}
 	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).SetProtocolVersion(4).
 		SetConnectionAttemptHandler(func(u *url.URL, tc *tls.Config) *tls.Config { h.attempt.Store(u.String()); return tc }).
+		SetReconnectingHandler(h.reconnecting).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(30 * time.Second).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
@@ -209,6 +211,26 @@ func (h *Link) broker() string {
 	return h.cfg.Broker
 }
 
+// reconnecting orders the brokers before each reconnection: the one
+// after the broker the hub was last connected to first, so a node that
+// died is tried last (a dead host costs a connect timeout).
+func (h *Link) reconnecting(_ mqtt.Client, o *mqtt.ClientOptions) {
+	last, _ := h.connectedTo.Load().(string)
+	o.Servers = rotatePast(o.Servers, last)
+}
+
+// rotatePast is servers in their cyclic order starting after last
+// (unchanged if last is not among them).
+func rotatePast(servers []*url.URL, last string) []*url.URL {
+	for i, u := range servers {
+		if u.String() == last {
+			next := (i + 1) % len(servers)
+			return append(append([]*url.URL(nil), servers[next:]...), servers[:next]...)
+		}
+	}
+	return servers
+}
+
 // summarise logs, once a minute, how many refused messages were only
 // counted.
 func (h *Link) summarise() {
@@ -230,6 +252,7 @@ func (h *Link) summarise() {
 // desired document again (a broker that lost its retained messages gets
 // them back; devices ignore a generation they have).
 func (h *Link) onConnect(c mqtt.Client) {
+	h.connectedTo.Store(h.broker())
 	for kind, handler := range map[string]mqtt.MessageHandler{
 		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
 			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),

@@ -1,7 +1,9 @@
 package devicelink
 
 import (
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +47,29 @@ func TestPubWatchStalled(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"gw-c"}) {
 		t.Fatalf("stalled %v, want [gw-c]", got)
+	}
+}
+
+// The hub reconnects starting after the broker it was on.
+func TestRotatePast(t *testing.T) {
+	var servers []*url.URL
+	for _, s := range []string{"mqtts://a:1", "mqtts://b:1", "mqtts://c:1"} {
+		u, _ := url.Parse(s)
+		servers = append(servers, u)
+	}
+	hosts := func(us []*url.URL) string {
+		var h []string
+		for _, u := range us {
+			h = append(h, u.Host)
+		}
+		return strings.Join(h, " ")
+	}
+	for last, want := range map[string]string{"": "a:1 b:1 c:1", "mqtts://a:1": "b:1 c:1 a:1", "mqtts://c:1": "a:1 b:1 c:1", "mqtts://x:1": "a:1 b:1 c:1"} {
+		if got := hosts(rotatePast(servers, last)); got != want {
+			t.Errorf("after %q: %s, want %s", last, got, want)
+		}
+	}
+	if got := hosts(rotatePast(rotatePast(servers, "mqtts://a:1"), "mqtts://b:1")); got != "c:1 a:1 b:1" {
+		t.Errorf("twice: %s", got)
 	}
 }
