@@ -1258,10 +1258,14 @@ func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
 // processSubscribe processes a Subscribe packet.
 func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 	pk = s.hooks.OnSubscribe(cl, pk)
+	// podvisor: a client's SUBSCRIBE identifier is never "in use" because
+	// of the server's own in-flight messages to it: client and server
+	// assign identifiers independently (MQTT 3.1.1 2.3.1, 5.0 2.2.1), and a
+	// SUBSCRIBE is answered at once, never kept in flight. Checking
+	// cl.State.Inflight (the server's outbound QoS messages) refused a
+	// subscription with 0x91 whenever its identifier matched a retained
+	// message still being delivered.
 	code := packets.CodeSuccess
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-		code = packets.ErrPacketIdentifierInUse
-	}
 
 	filterExisted := make([]bool, len(pk.Filters))
 	reasonCodes := make([]byte, len(pk.Filters))
@@ -1332,10 +1336,9 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 
 // processUnsubscribe processes an unsubscribe packet.
 func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
+	// podvisor: as for SUBSCRIBE, the server's in-flight identifiers are
+	// not the client's.
 	code := packets.CodeSuccess
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-		code = packets.ErrPacketIdentifierInUse
-	}
 
 	pk = s.hooks.OnUnsubscribe(cl, pk)
 	reasonCodes := make([]byte, len(pk.Filters))
