@@ -55,7 +55,7 @@ func newReplicas(url string) *replicas {
 }
 
 // SetLog sets where the change feed across replicas logs its connection
-// losses (before the first Changes; nil: nowhere).
+// losses (before the first Changes; nil: slog's default logger).
 func (f *Fleet) SetLog(l *slog.Logger) {
 	if f.replicas != nil {
 		f.replicas.log = l
@@ -75,6 +75,9 @@ func (f *Fleet) follow() {
 		ctx, cancel := context.WithCancel(context.Background())
 		r.stop = cancel
 		f.changes.SetRelay(r.relay)
+		if r.log == nil {
+			r.log = slog.Default() // a lost connection is worth a line somewhere
+		}
 		l := &postgres.Listener{
 			URL: r.url, Channel: ChangeChannel, Log: r.log,
 			Notify:      func(p string) { r.heard(&f.changes, p) },
