@@ -20,12 +20,11 @@ type Listener struct {
 	// transactions that sent them committed. It must not block long:
 	// the server queues what waits (up to its 8 GB notification queue).
 	Notify func(payload string)
-	// Reconnected is called once LISTEN is back after a lost connection:
-	// what was sent meanwhile is lost, its callee resyncs.
-	Reconnected func()
-	// Connected, if set, is told the server process ID of each
-	// connection once it listens (tests end it with pg_terminate_backend).
-	Connected func(pid uint32)
+	// Listening is called each time LISTEN is in place, the first time
+	// and after each lost connection (reconnected): what was sent
+	// before (while disconnected, or before the first) was not heard,
+	// so its callee resyncs. pid is the connection's server process.
+	Listening func(pid uint32, reconnected bool)
 	// Log takes connection losses and reconnections (nil: none).
 	Log *slog.Logger
 }
@@ -44,9 +43,12 @@ const (
 )
 
 // Run listens until ctx ends, reconnecting with backoff after a lost
-// connection (then calling Reconnected).
+// connection (calling Listening each time it listens).
 func (l *Listener) Run(ctx context.Context) {
 	password := passwordOf(l.URL)
+	if cfg, err := pgx.ParseConfig(l.URL); err == nil && password == "" {
+		password = cfg.Password // from a passfile or the environment: kept out of logs too
+	}
 	backoff := listenBackoff
 	for lost := false; ; lost = true {
 		listening, err := l.session(ctx, lost)
@@ -94,16 +96,11 @@ func (l *Listener) session(ctx context.Context, lost bool) (listening bool, err 
 	if err != nil {
 		return false, fmt.Errorf("LISTEN %s: %w", l.Channel, err)
 	}
-	if l.Connected != nil {
-		l.Connected(conn.PgConn().PID())
+	if lost && l.Log != nil {
+		l.Log.Info("store: the change feed's connection is back; readers resync", "store", Mask(l.URL))
 	}
-	if lost {
-		if l.Log != nil {
-			l.Log.Info("store: the change feed's connection is back; readers resync", "store", Mask(l.URL))
-		}
-		if l.Reconnected != nil {
-			l.Reconnected()
-		}
+	if l.Listening != nil {
+		l.Listening(conn.PgConn().PID(), lost)
 	}
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenPing)

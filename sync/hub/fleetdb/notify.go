@@ -29,9 +29,9 @@ const ChangeChannel = "podhub_changes"
 // the store (a scheduling pass, a silence) goes through the feed's relay:
 // queued, coalesced, sent by one goroutine. Each replica LISTENs on a
 // connection of its own, skips its own notifications (tagged with its
-// instance ID) and delivers the others' to its feed; after a lost
-// connection, whose notifications are gone, it delivers an Everything
-// change so its readers re-read all.
+// instance ID) and delivers the others' to its feed; once it listens,
+// and again after a lost connection (whose notifications are gone), it
+// delivers an Everything change so its readers re-read all.
 type replicas struct {
 	url      string
 	instance string // hex, random at each open
@@ -80,9 +80,12 @@ func (f *Fleet) follow() {
 		}
 		l := &postgres.Listener{
 			URL: r.url, Channel: ChangeChannel, Log: r.log,
-			Notify:      func(p string) { r.heard(&f.changes, p) },
-			Reconnected: func() { f.changes.Deliver("", fleetwatch.Everything) },
-			Connected: func(pid uint32) {
+			Notify: func(p string) { r.heard(&f.changes, p) },
+			// Listening first, or again: the readers may have missed what
+			// was committed before (their first read came before LISTEN,
+			// or the connection was lost): they re-read all.
+			Listening: func(pid uint32, _ bool) {
+				f.changes.Deliver("", fleetwatch.Everything)
 				r.mu.Lock()
 				r.pid = pid
 				r.mu.Unlock()
