@@ -1,6 +1,7 @@
 package fleetwatch
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -114,5 +115,38 @@ func TestPublishRelaysDeliverDoesNot(t *testing.T) {
 	want := []Change{{"", Workloads}, {"a", Pods}, {"b", Node}, {"c", Events}, {"d", Node}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("subscriber took %v, want %v", got, want)
+	}
+}
+
+// A heartbeat heard by another replica (a Note with its time) arms this
+// replica's silence watch, and the silence it then publishes is relayed
+// to the others (their readers see the device go NotReady too).
+func TestReceivedHeardArmsTheSilenceWatch(t *testing.T) {
+	var f Feed
+	relayed := make(chan Note, 16)
+	f.SetRelay(func(n Note) { relayed <- n })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.WatchSilence(ctx, 200*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		running := f.heard != nil
+		f.mu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the silence watch did not start within 10 s")
+		}
+	}
+	f.Receive([]Note{{Device: "far", What: Node, Heard: time.Now()}})
+	select {
+	case n := <-relayed:
+		if n != (Note{Device: "far", What: Node}) {
+			t.Fatalf("relayed %v, want far's silence (a Node change)", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no silence of a device heard through another replica was relayed within 10 s")
 	}
 }

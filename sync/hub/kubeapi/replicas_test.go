@@ -55,6 +55,9 @@ func TestAPIOnOneReplicaServesWhatAnotherStored(t *testing.T) {
 		t.Fatalf("replica B serves node %q, want dev1", node.Name)
 	}
 
+	// B listens by now (the first read may have come from the resync B's
+	// readers do once it listens): this change can reach B only as a
+	// notification.
 	start = time.Now()
 	a.report("dev1", podItem(filePod("web", 3)))
 	b.eventually("replica B's API to serve web-dev1's restart count 3, stored through replica A", func() bool {
