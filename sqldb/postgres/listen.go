@@ -25,16 +25,19 @@ type Listener struct {
 	// before (while disconnected, or before the first) was not heard,
 	// so its callee resyncs. pid is the connection's server process.
 	Listening func(pid uint32, reconnected bool)
+	// Quiet is how long the connection may stay quiet before it is
+	// checked with a query (0: 30 s): a server gone without a word (a
+	// network cut) is found within Quiet + 10 s.
+	Quiet time.Duration
 	// Log takes connection losses and reconnections (nil: none).
 	Log *slog.Logger
 }
 
 // Bounds of the listener's connection.
 const (
-	// listenPing is how long the connection may stay quiet before it is
-	// checked with a query: a server gone without a word (a network cut)
-	// is found within listenPing + listenTimeout.
-	listenPing    = 30 * time.Second
+	// listenQuiet is Quiet's default; listenTimeout bounds a query of
+	// the listener's (LISTEN, the quiet check) and its close.
+	listenQuiet   = 30 * time.Second
 	listenTimeout = 10 * time.Second
 	// Reconnections back off from listenBackoff doubling to
 	// listenBackoffMax.
@@ -102,8 +105,12 @@ func (l *Listener) session(ctx context.Context, lost bool) (listening bool, err 
 	if l.Listening != nil {
 		l.Listening(conn.PgConn().PID(), lost)
 	}
+	quiet := l.Quiet
+	if quiet <= 0 {
+		quiet = listenQuiet
+	}
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenPing)
+		wctx, cancel := context.WithTimeout(ctx, quiet)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -115,7 +122,7 @@ func (l *Listener) session(ctx context.Context, lost bool) (listening bool, err 
 		case !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed():
 			return true, err
 		}
-		// Quiet for listenPing: is the server still there?
+		// Quiet for a while: is the server still there?
 		pctx, cancel := context.WithTimeout(ctx, listenTimeout)
 		err = conn.Ping(pctx)
 		cancel()
