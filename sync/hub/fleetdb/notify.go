@@ -29,9 +29,9 @@ const ChangeChannel = "podhub_changes"
 // the store (a scheduling pass, a silence) goes through the feed's relay:
 // queued, coalesced, sent by one goroutine. Each replica LISTENs on a
 // connection of its own, skips its own notifications (tagged with its
-// instance ID) and delivers the others' to its feed; once it listens,
-// and again after a lost connection (whose notifications are gone), it
-// delivers an Everything change so its readers re-read all.
+// instance ID) and delivers the others' to its feed; after a lost
+// connection (whose notifications are gone) it delivers an Everything
+// change so its readers re-read all.
 type replicas struct {
 	url      string
 	instance string // hex, random at each open
@@ -44,6 +44,9 @@ type replicas struct {
 	mu      sync.Mutex
 	pending fleetwatch.Notes
 	wake    chan struct{}
+	// listened: LISTEN was in place once; late: after the first Changes
+	// stopped waiting for it (firstListenWait).
+	listened, late bool
 	// pid is the listening connection's server process, for tests.
 	pid uint32
 }
@@ -62,10 +65,17 @@ func (f *Fleet) SetLog(l *slog.Logger) {
 	}
 }
 
+// firstListenWait bounds how long the first Changes waits for LISTEN.
+const firstListenWait = 5 * time.Second
+
 // follow starts, once, listening to the other replicas and relaying this
 // one's publications: on the first Changes, as only a fleet whose
 // changes are read or published (podhub serve's) needs it, not a
-// command's.
+// command's. It returns once LISTEN is in place (firstListenWait at
+// most), so that a reader subscribed after it, whose first read comes
+// after that, misses no commit; if LISTEN came later, or again after a
+// lost connection, the readers may have missed some: they are told to
+// re-read all (an Everything change).
 func (f *Fleet) follow() {
 	r := f.replicas
 	if r == nil {
@@ -75,25 +85,41 @@ func (f *Fleet) follow() {
 		ctx, cancel := context.WithCancel(context.Background())
 		r.stop = cancel
 		f.changes.SetRelay(r.relay)
+		ready := make(chan struct{})
 		if r.log == nil {
 			r.log = slog.Default() // a lost connection is worth a line somewhere
 		}
 		l := &postgres.Listener{
 			URL: r.url, Channel: ChangeChannel, Log: r.log,
 			Notify: func(p string) { r.heard(&f.changes, p) },
-			// Listening first, or again: the readers may have missed what
-			// was committed before (their first read came before LISTEN,
-			// or the connection was lost): they re-read all.
 			Listening: func(pid uint32, _ bool) {
-				f.changes.Deliver("", fleetwatch.Everything)
+				r.mu.Lock()
+				first, late := !r.listened, r.late
+				r.listened = true
+				r.mu.Unlock()
+				if !first || late {
+					f.changes.Deliver("", fleetwatch.Everything)
+				}
 				r.mu.Lock()
 				r.pid = pid
 				r.mu.Unlock()
+				if first {
+					close(ready)
+				}
 			},
 		}
 		r.done.Add(2)
 		go func() { defer r.done.Done(); l.Run(ctx) }()
 		go func() { defer r.done.Done(); r.send(ctx, f.db) }()
+		t := time.NewTimer(firstListenWait)
+		defer t.Stop()
+		select {
+		case <-ready:
+		case <-t.C:
+			r.mu.Lock()
+			r.late = !r.listened
+			r.mu.Unlock()
+		}
 	})
 }
 

@@ -32,7 +32,9 @@ func TestAPIOnOneReplicaServesWhatAnotherStored(t *testing.T) {
 	}
 	a := &fixture{t: t, fleet: fleets[0], now: t0, seq: map[string]int64{}}
 	b := newFixtureOn(t, fleets[1], Config{})
-	if names := b.podNames("/api/v1/pods"); names != "" { // B's API started: it follows the feed
+	// B's API started: it subscribed to its feed, which returned once B
+	// listened, so all that follows reaches it only as notifications.
+	if names := b.podNames("/api/v1/pods"); names != "" {
 		t.Fatalf("pods on an empty fleet: %q", names)
 	}
 
@@ -55,9 +57,6 @@ func TestAPIOnOneReplicaServesWhatAnotherStored(t *testing.T) {
 		t.Fatalf("replica B serves node %q, want dev1", node.Name)
 	}
 
-	// B listens by now (the first read may have come from the resync B's
-	// readers do once it listens): this change can reach B only as a
-	// notification.
 	start = time.Now()
 	a.report("dev1", podItem(filePod("web", 3)))
 	b.eventually("replica B's API to serve web-dev1's restart count 3, stored through replica A", func() bool {
