@@ -377,6 +377,10 @@ func TestChangeOf(t *testing.T) {
 	if c := changeOf(many); !c.All || c.Devices != nil || c.Pods {
 		t.Fatalf("a change of %d devices: %+v, want All", len(many), c)
 	}
+	// The other replicas' changes were lost for a while: everything.
+	if c := changeOf([]fleetwatch.Change{{Device: "a", What: fleetwatch.Node}, {What: fleetwatch.Everything}}); !c.All || !c.Pods || !c.Workloads || c.Devices != nil {
+		t.Fatalf("an Everything change: %+v, want All, Pods and Workloads", c)
+	}
 }
 
 // The live stream tells of a device's change at once, and streams are

@@ -36,6 +36,9 @@ const minInterval = 250 * time.Millisecond
 func changeOf(cs []fleetwatch.Change) Change {
 	var out Change
 	for _, c := range cs {
+		if c.What&fleetwatch.Everything != 0 {
+			out.Workloads, out.Pods, out.All = true, true, true
+		}
 		if c.What&fleetwatch.Workloads != 0 {
 			out.Workloads = true
 		}
@@ -46,7 +49,7 @@ func changeOf(cs []fleetwatch.Change) Change {
 			out.Devices = append(out.Devices, c.Device)
 		}
 	}
-	if len(out.Devices) > maxNamedDevices {
+	if out.All || len(out.Devices) > maxNamedDevices {
 		out.Devices, out.All = nil, true
 	}
 	sort.Strings(out.Devices)

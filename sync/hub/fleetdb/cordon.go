@@ -17,7 +17,7 @@ import (
 
 // SetCordon marks a device unschedulable (cordon) or not.
 func (f *Fleet) SetCordon(id string, cordoned bool) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	return f.updateDevice(id, `UPDATE devices SET unschedulable = ? WHERE id = ?`, cordoned)
 }
 
@@ -26,7 +26,7 @@ func (f *Fleet) SetCordon(id string, cordoned bool) error {
 // A NoExecute taint is stamped with at as its timeAdded: the taint
 // manager times a tolerating pod's eviction from when it saw the taint.
 func (f *Fleet) SetTaint(id string, t v1.Taint, remove bool, at time.Time) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
 		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(errs, "; "))
 	}
@@ -89,7 +89,7 @@ func (f *Fleet) updateDevice(id, query string, value any) error {
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}
-	res, err := f.db.Exec(query, value, id)
+	res, err := f.exec(fleetwatch.Note{Device: id, What: fleetwatch.Node}, query, value, id)
 	if err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ var ErrNotFound = workloaddb.ErrNotFound
 // SetLabels merges labels into a device's; an empty value removes one.
 // Labelling is the operator's: it adds a device the fleet did not know.
 func (f *Fleet) SetLabels(id string, set map[string]string) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (f *Fleet) SetLabels(id string, set map[string]string) error {
 	if _, err := tx.Exec(`UPDATE devices SET labels = ? WHERE id = ?`, raw, id); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return f.commit(tx, fleetwatch.Note{Device: id, What: fleetwatch.Node})
 }
 
 // Select lists the devices whose labels match every k=v of selector. A
@@ -283,10 +283,11 @@ func (f *Fleet) MirrorPods(device string, now time.Time, timeout time.Duration) 
 // AddDevice adds a device to the fleet (the operator's enrolment); it is
 // a no-op for a known one. Reports are believed only from known devices.
 func (f *Fleet) AddDevice(id string) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	if err := protocol.ValidDeviceID(id); err != nil {
 		return err
 	}
-	_, err := f.db.Exec(`INSERT INTO devices (id, created) VALUES (?, ?) ON CONFLICT(id) DO NOTHING`, id, time.Now().UnixMilli())
+	_, err := f.exec(fleetwatch.Note{Device: id, What: fleetwatch.Node},
+		`INSERT INTO devices (id, created) VALUES (?, ?) ON CONFLICT(id) DO NOTHING`, id, time.Now().UnixMilli())
 	return err
 }

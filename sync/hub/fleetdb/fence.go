@@ -57,7 +57,7 @@ func (f *Fleet) Fence(id string) (FenceState, error) {
 // stops it before anything else and the fence is not lifted while it
 // runs. NextFence adds the pods of the documents.
 func (f *Fleet) SetFenced(id string, at time.Time) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	limit := strconv.Itoa(protocol.MaxFencedPods)
 	return f.updateDevice(id, `UPDATE devices SET
 		fence = CASE WHEN fenced_at = 0 THEN `+f.dialect.Pick(
@@ -80,7 +80,7 @@ var ErrFenceNotDelivered = errors.New("cannot lift the fence yet")
 // pods any more. Otherwise a device that never read its fence could run
 // again, next to their replacements, the pods the hub moved elsewhere.
 func (f *Fleet) Unfence(id string) error {
-	defer f.changes.Publish(id, fleetwatch.Node)
+	defer f.changes.Deliver(id, fleetwatch.Node)
 	s, err := f.Fence(id)
 	if err != nil {
 		return err

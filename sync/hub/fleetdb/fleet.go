@@ -138,12 +138,20 @@ type Fleet struct {
 	counts   map[string]int
 	// changes tells the fleet's readers what each write changed.
 	changes fleetwatch.Feed
+	// replicas carries changes between the replicas on a PostgreSQL
+	// store (notify.go); nil on SQLite.
+	replicas *replicas
 }
 
 // Changes is the feed of what the fleet's writes change: a device's
 // node, its mirror pods, its events; the workload writers publish
-// fleetwatch.Workloads on it themselves.
-func (f *Fleet) Changes() *fleetwatch.Feed { return &f.changes }
+// fleetwatch.Workloads on it themselves. On PostgreSQL it carries the
+// other replicas' changes too: the first call starts listening to them
+// (and relaying what is published on it to them), until Close.
+func (f *Fleet) Changes() *fleetwatch.Feed {
+	f.follow()
+	return &f.changes
+}
 
 // Retention bounds what the fleet keeps of each device.
 type Retention struct {
@@ -191,7 +199,7 @@ func openPostgres(url string) (*Fleet, error) {
 		db.Close()
 		return nil, fmt.Errorf("fleet store %s: %w", postgres.Mask(url), err)
 	}
-	f := &Fleet{db: db, dialect: sqldb.Postgres, stmts: sqldb.NewStmts(db), retention: DefaultRetention}
+	f := &Fleet{db: db, dialect: sqldb.Postgres, stmts: sqldb.NewStmts(db), retention: DefaultRetention, replicas: newReplicas(url)}
 	if _, err := f.stmts.Prepare(preparedQueries...); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("fleet store %s: %w", postgres.Mask(url), err)
@@ -248,6 +256,7 @@ func (f *Fleet) SetRetention(r Retention) { f.retention = r }
 
 // Close closes the database.
 func (f *Fleet) Close() error {
+	f.replicas.close()
 	f.stmts.Close()
 	return f.db.Close()
 }

@@ -300,7 +300,7 @@ func (f *Fleet) Revoked() (map[string]bool, error) {
 // SaveDeviceEvent stores a Warning event of the hub's about a device (a
 // known one; others are skipped), shown by podhub describe device.
 func (f *Fleet) SaveDeviceEvent(device, reason, message string, at time.Time) error {
-	defer f.changes.Publish(device, fleetwatch.Events)
+	defer f.changes.Deliver(device, fleetwatch.Events)
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err
@@ -313,7 +313,7 @@ func (f *Fleet) SaveDeviceEvent(device, reason, message string, at time.Time) er
 	if err := f.addEvent(tx, device, protocol.Event{Time: at, Type: "Warning", Reason: reason, Message: message}, at); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return f.commit(tx, fleetwatch.Note{Device: device, What: fleetwatch.Events})
 }
 
 // SealingKey is a device's pinned sealing key (nil: none yet) and whether

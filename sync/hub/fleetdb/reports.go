@@ -60,7 +60,7 @@ type StatusStored struct {
 // StoreStatus is ApplyStatus, saying also whether the batch changed
 // what the scheduler reads of the hub's pods.
 func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored, error) {
-	defer f.changes.Publish(b.Device, fleetwatch.Pods|fleetwatch.Events)
+	defer f.changes.Deliver(b.Device, fleetwatch.Pods|fleetwatch.Events)
 	var none StatusStored
 	tx, err := f.db.Begin()
 	if err != nil {
@@ -113,7 +113,7 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 	}
 	// Kept before the commit releases the connection to the next batch.
 	f.keepMirrorCount(b.Device, mirrors)
-	if err := tx.Commit(); err != nil {
+	if err := f.commit(tx, fleetwatch.Note{Device: b.Device, What: fleetwatch.Pods | fleetwatch.Events}); err != nil {
 		f.forgetMirrorCount(b.Device)
 		return none, err
 	}
@@ -278,7 +278,7 @@ var ErrNotPublished = errors.New("the hub never published this generation")
 // device now observes an older generation than it did (its state was
 // reset, or an old document replayed to it): the hub should resync it.
 func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err error) {
-	defer f.changes.Publish(a.Device, fleetwatch.Node)
+	defer f.changes.Deliver(a.Device, fleetwatch.Node)
 	results, _ := json.Marshal(a.Pods)
 	tx, err := f.db.Begin()
 	if err != nil {
@@ -305,15 +305,15 @@ func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err erro
 	if _, err := f.stmts.Exec(tx, qUpsertAck, a.Device, a.Generation, a.ObservedGeneration, a.Error, results); err != nil {
 		return false, err
 	}
-	return regressed, tx.Commit()
+	return regressed, f.commit(tx, fleetwatch.Note{Device: a.Device, What: fleetwatch.Node})
 }
 
 // ForgetPresence marks every device offline: at the hub's start, the
 // retained presence messages (or the devices' reconnections, with a
 // broker that kept none) tell again which are online.
 func (f *Fleet) ForgetPresence() error {
-	defer f.changes.Publish("", fleetwatch.Node)
-	_, err := f.db.Exec(`UPDATE devices SET online = 0`)
+	defer f.changes.Deliver("", fleetwatch.Node)
+	_, err := f.exec(fleetwatch.Note{What: fleetwatch.Node}, `UPDATE devices SET online = 0`)
 	return err
 }
 
@@ -324,7 +324,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 		if p.Online {
 			f.changes.Heard(device, at)
 		} else {
-			f.changes.Publish(device, fleetwatch.Node)
+			f.changes.Deliver(device, fleetwatch.Node)
 		}
 	}()
 	tx, err := f.db.Begin()
@@ -341,7 +341,11 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 	if _, err := f.stmts.Exec(tx, qOnline, p.Online, device); err != nil {
 		return false, err
 	}
-	return duplicate, tx.Commit()
+	note := fleetwatch.Note{Device: device, What: fleetwatch.Node}
+	if p.Online {
+		note.Heard = at
+	}
+	return duplicate, f.commit(tx, note)
 }
 
 // SaveHeartbeat records a known device's node status and its own labels:
@@ -389,7 +393,7 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 		h.Version, node, labels, net, metrics, h.Device); err != nil {
 		return dropped, false, err
 	}
-	return dropped, duplicate, tx.Commit()
+	return dropped, duplicate, f.commit(tx, fleetwatch.Note{Device: h.Device, What: fleetwatch.Node, Heard: at})
 }
 
 // stampConditions puts the hub's own clock on a heartbeat's node
@@ -457,7 +461,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 // SaveRejection records a refused message as a Warning event of a known
 // device (seq 0: outside its outbox sequence).
 func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
-	defer f.changes.Publish(device, fleetwatch.Events)
+	defer f.changes.Deliver(device, fleetwatch.Events)
 	tx, err := f.db.Begin()
 	if err != nil {
 		return err
@@ -470,7 +474,7 @@ func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
 	if err := f.addEvent(tx, device, protocol.Event{Time: at, Type: "Warning", Reason: "MessageRejected", Message: reason}, at); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return f.commit(tx, fleetwatch.Note{Device: device, What: fleetwatch.Events})
 }
 
 // addEvent stores a hub-made event of a device and applies retention.

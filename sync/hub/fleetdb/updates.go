@@ -356,7 +356,7 @@ func (f *Fleet) AllOrders() ([]Order, error) {
 // replayed); changed says whether it differs from the stored one. A
 // report that ends an order is also kept as the device's event.
 func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed bool, err error) {
-	defer f.changes.Publish(s.Device, fleetwatch.Node)
+	defer f.changes.Deliver(s.Device, fleetwatch.Node)
 	// NextOrderID ignores a claim this high: stored, it would make every
 	// report on the orders made next look older, and be dropped.
 	if s.Order < 1 {
@@ -409,7 +409,7 @@ func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed 
 			return false, err
 		}
 	}
-	return true, tx.Commit()
+	return true, f.commit(tx, fleetwatch.Note{Device: s.Device, What: fleetwatch.Node})
 }
 
 // UpdateState is a device's newest update report, or nil.

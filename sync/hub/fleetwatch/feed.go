@@ -22,7 +22,14 @@ const (
 	Pods                       // mirror pod statuses (a status batch)
 	Events                     // the device's or its pods' events
 	Workloads                  // the hub's workloads, their pods or placements (Device "")
+	// Everything: anything of any device may have changed (Device ""),
+	// as after this replica lost the other replicas' changes for a
+	// while: readers re-read all they show.
+	Everything
 )
+
+// all is every bit a change may carry.
+const all = Node | Pods | Events | Workloads | Everything
 
 // Change is what changed of one device ("" for the fleet as a whole).
 type Change struct {
@@ -45,10 +52,32 @@ type Feed struct {
 	seq  uint64
 	// heard goes to the silence watch (WatchSilence), when it runs.
 	heard chan heard
+	// relay, when set (SetRelay), takes what Publish publishes on to the
+	// other replicas.
+	relay func(Note)
 }
 
-// Publish tells every subscriber of a change. It never blocks.
+// Publish tells every subscriber of a change, and the other replicas'
+// feeds through the relay (SetRelay), if there is one: what a writer
+// outside the fleet store publishes (a scheduling pass, a silence). It
+// never blocks.
 func (f *Feed) Publish(device string, what What) {
+	if f == nil || what == 0 {
+		return
+	}
+	f.mu.Lock()
+	relay := f.relay
+	f.mu.Unlock()
+	f.Deliver(device, what)
+	if relay != nil {
+		relay(Note{Device: device, What: what})
+	}
+}
+
+// Deliver tells this replica's subscribers of a change, and no other
+// replica: the fleet store's own writes, which told the others in their
+// transaction, and what was heard from the others. It never blocks.
+func (f *Feed) Deliver(device string, what What) {
 	if f == nil || what == 0 {
 		return
 	}
@@ -60,14 +89,24 @@ func (f *Feed) Publish(device string, what What) {
 	}
 }
 
-// Heard publishes a Node change of a device heard from at a time (its
-// heartbeat or presence), which the silence watch counts its timeout
-// from.
+// SetRelay makes Publish hand every change on to relay, which must not
+// block (it queues): how the other replicas hear of this one's writes
+// made outside the fleet store. nil turns relaying off.
+func (f *Feed) SetRelay(relay func(Note)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.relay = relay
+}
+
+// Heard delivers a Node change of a device heard from at a time (its
+// heartbeat or presence, stored here or by another replica), which the
+// silence watch counts its timeout from. Like Deliver, it tells no other
+// replica.
 func (f *Feed) Heard(device string, at time.Time) {
 	if f == nil {
 		return
 	}
-	f.Publish(device, Node)
+	f.Deliver(device, Node)
 	f.mu.Lock()
 	ch := f.heard
 	f.mu.Unlock()

@@ -45,6 +45,12 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fleet.Close() })
+	return newFixtureOn(t, fleet, cfg)
+}
+
+// newFixtureOn is newFixture on a fleet the test opened.
+func newFixtureOn(t *testing.T, fleet *fleetdb.Fleet, cfg Config) *fixture {
+	t.Helper()
 	f := &fixture{t: t, fleet: fleet, now: t0, seq: map[string]int64{}}
 	cfg.Fleet, cfg.Workloads = fleet, workloaddb.New(fleet.SQL())
 	cfg.Now = f.clock

@@ -107,8 +107,15 @@ func (r *refresher) locked(fn func()) {
 
 // apply re-reads what changed: each device named, and after a
 // scheduling pass (the hub's workloads changed) the workloads and the
-// devices whose hub pods it changed.
+// devices whose hub pods it changed; everything after the change feed
+// lost other replicas' changes (fleetwatch.Everything).
 func (r *refresher) apply(changes []fleetwatch.Change) {
+	for _, c := range changes {
+		if c.What&fleetwatch.Everything != 0 {
+			r.fullResync()
+			return
+		}
+	}
 	for _, c := range changes {
 		if c.Device == "" || c.What&fleetwatch.Workloads != 0 {
 			r.workloadsChanged()

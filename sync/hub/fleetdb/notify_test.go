@@ -1,0 +1,198 @@
+package fleetdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
+	"github.com/podvisor/podvisor/sync/protocol"
+	"github.com/podvisor/podvisor/test/pgtest"
+)
+
+// changeBound is how long a change may take from one replica's commit to
+// another's feed before a test fails (two shared cores under load; the
+// times measured are logged).
+const changeBound = 15 * time.Second
+
+// replicaPair opens two fleets on one PostgreSQL database, as two podhub
+// replicas (each its own pool and instance), with devices added; b
+// listens, and a subscription to its feed is returned.
+func replicaPair(t *testing.T, devices ...string) (a, b *Fleet, sub *fleetwatch.Sub) {
+	t.Helper()
+	url := pgtest.URL(t)
+	for _, p := range []**Fleet{&a, &b} {
+		f, err := OpenStore(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		*p = f
+	}
+	for _, d := range devices {
+		if err := a.AddDevice(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub = b.Changes().Subscribe()
+	t.Cleanup(sub.Close)
+	listenPID(t, b, 0) // Changes returned once it listened
+	return a, b, sub
+}
+
+// listenPID waits until f listens on a connection other than not, and
+// returns its server process ID.
+func listenPID(t *testing.T, f *Fleet, not uint32) uint32 {
+	t.Helper()
+	deadline := time.Now().Add(changeBound)
+	for {
+		f.replicas.mu.Lock()
+		pid := f.replicas.pid
+		f.replicas.mu.Unlock()
+		if pid != 0 && pid != not {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet did not LISTEN for the other replicas' changes within %s", changeBound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// awaitChange takes sub's changes until one of device carries what, and
+// returns the changes taken on the way (that one included).
+func awaitChange(t *testing.T, sub *fleetwatch.Sub, device string, what fleetwatch.What, waitingFor string) []fleetwatch.Change {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), changeBound)
+	defer cancel()
+	var seen []fleetwatch.Change
+	for {
+		cs, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s (a %v change of device %q) on the other replica's feed: %v; saw %v", waitingFor, what, device, err, seen)
+		}
+		seen = append(seen, cs...)
+		for _, c := range cs {
+			if c.Device == device && c.What&what == what {
+				return seen
+			}
+		}
+	}
+}
+
+// A write through one replica reaches the other's feed: measured over
+// 200 writes, each waited for before the next. A replica does not hear
+// its own writes back (its feed had them at commit).
+func TestReplicasHearEachOthersWrites(t *testing.T) {
+	a, b, sub := replicaPair(t, "dev", "dev-b")
+	const writes = 200
+	// Timed from the write's call (the write included) and from its
+	// return (the commit).
+	fromCall := make([]time.Duration, 0, writes)
+	fromCommit := make([]time.Duration, 0, writes)
+	for i := range writes {
+		called := time.Now()
+		if err := a.SetLabels("dev", map[string]string{"n": strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+		committed := time.Now()
+		awaitChange(t, sub, "dev", fleetwatch.Node, fmt.Sprintf("write %d", i))
+		fromCall = append(fromCall, time.Since(called))
+		fromCommit = append(fromCommit, time.Since(committed))
+	}
+	for _, d := range []struct {
+		from string
+		took []time.Duration
+	}{{"call", fromCall}, {"commit", fromCommit}} {
+		slices.Sort(d.took)
+		t.Logf("from the write's %s to the other replica's feed: %s median, %s 99th, %s max over %d writes",
+			d.from, d.took[writes/2], d.took[writes*99/100], d.took[writes-1], writes)
+	}
+
+	// A's feed: its own write once (at commit, not again by NOTIFY), then
+	// B's. Notifications come in commit order: A's own would be heard
+	// before B's.
+	subA := a.Changes().Subscribe()
+	defer subA.Close()
+	listenPID(t, a, 0)
+	before := a.Changes().Seq()
+	if err := a.SetCordon("dev", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetCordon("dev-b", true); err != nil {
+		t.Fatal(err)
+	}
+	awaitChange(t, subA, "dev-b", fleetwatch.Node, "B's cordon on A")
+	awaitChange(t, sub, "dev", fleetwatch.Node, "A's cordon on B")
+	if n := a.Changes().Seq() - before; n != 2 {
+		t.Fatalf("A's feed had %d publications for its own write and B's, want 2 (its own heard back?)", n)
+	}
+
+	// A publication outside the store (a scheduling pass) is relayed.
+	a.Changes().Publish("", fleetwatch.Workloads)
+	awaitChange(t, sub, "", fleetwatch.Workloads, "a scheduling pass's change relayed")
+}
+
+// A write that rolls back is never heard by the other replica: neither a
+// fleet write refused halfway (its transaction had written), nor a bare
+// pg_notify in a transaction rolled back.
+func TestReplicasNeverHearARollback(t *testing.T) {
+	a, _, sub := replicaPair(t, "dev", "acked")
+	// Refused after touching the device in its transaction.
+	if _, err := a.SaveAck(&protocol.Ack{Device: "acked", Generation: 5, ObservedGeneration: 5}, time.Now()); !errors.Is(err, ErrNotPublished) {
+		t.Fatalf("SaveAck of an unpublished generation: %v, want ErrNotPublished", err)
+	}
+	tx, err := a.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := fleetwatch.Encode(a.replicas.instance, fleetwatch.Notes{"ghost": {Device: "ghost", What: fleetwatch.Node}})
+	if _, err := tx.Exec(`SELECT pg_notify(?, ?)`, ChangeChannel, ghost[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered in commit order: what was sent before comes before this.
+	if err := a.SetLabels("dev", map[string]string{"marker": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range awaitChange(t, sub, "dev", fleetwatch.Node, "the committed write after the rollbacks") {
+		if c.Device == "acked" || c.Device == "ghost" {
+			t.Fatalf("the other replica heard %v, a write that rolled back", c)
+		}
+	}
+}
+
+// The listening connection killed (pg_terminate_backend): the replica
+// reconnects, its readers are told to resync everything (what was sent
+// meanwhile is lost), and writes are heard again.
+func TestReplicaListenerReconnectsAndResyncs(t *testing.T) {
+	a, b, sub := replicaPair(t, "dev")
+	pid := listenPID(t, b, 0)
+	var ended bool
+	killed := time.Now()
+	if err := a.db.QueryRow(`SELECT pg_terminate_backend(?)`, int64(pid)).Scan(&ended); err != nil || !ended {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ended, err)
+	}
+	awaitChange(t, sub, "", fleetwatch.Everything, "the resync after the listener's reconnection")
+	t.Logf("the killed listener was back, its readers told to resync, after %s", time.Since(killed))
+	listenPID(t, b, pid)
+	if err := a.SetCordon("dev", true); err != nil {
+		t.Fatal(err)
+	}
+	awaitChange(t, sub, "dev", fleetwatch.Node, "a write after the reconnection")
+}
+
+// On SQLite (one replica) nothing listens nor notifies.
+func TestSQLiteHasNoReplicaFeed(t *testing.T) {
+	f := testFleet(t, "dev")
+	f.Changes()
+	if f.replicas != nil {
+		t.Fatal("an SQLite fleet follows other replicas")
+	}
+}

@@ -1,0 +1,152 @@
+package fleetwatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNotesRoundTrip(t *testing.T) {
+	at := time.UnixMilli(1795000000123)
+	ns := Notes{}
+	ns.Add(Note{Device: "dev-1", What: Pods})
+	ns.Add(Note{Device: "dev-1", What: Node, Heard: at})
+	ns.Add(Note{Device: "dev-1", What: Node, Heard: at.Add(-time.Second)}) // older: the newest is kept
+	ns.Add(Note{Device: "", What: Workloads})
+	payloads := Encode("0a1b", ns)
+	if len(payloads) != 1 {
+		t.Fatalf("Encode = %q, want one payload", payloads)
+	}
+	if want := "pw1 0a1b 8: 3:dev-1@1795000000123"; payloads[0] != want {
+		t.Fatalf("payload %q, want %q", payloads[0], want)
+	}
+	instance, notes, err := Decode(payloads[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Note{{Device: "", What: Workloads}, {Device: "dev-1", What: Node | Pods, Heard: at}}
+	if instance != "0a1b" || !slices.EqualFunc(notes, want, func(a, b Note) bool {
+		return a.Device == b.Device && a.What == b.What && a.Heard.Equal(b.Heard)
+	}) {
+		t.Fatalf("Decode = %s %v, want 0a1b %v", instance, notes, want)
+	}
+}
+
+func TestEncodeBoundsPayloads(t *testing.T) {
+	ns := Notes{}
+	for i := range 300 {
+		ns.Add(Note{Device: fmt.Sprintf("device-%056d", i), What: Node, Heard: time.UnixMilli(1795000000000)})
+	}
+	payloads := Encode("ff", ns)
+	if len(payloads) < 2 || len(payloads) > MaxPayloads {
+		t.Fatalf("%d payloads for 300 long device IDs, want 2 to %d", len(payloads), MaxPayloads)
+	}
+	seen := 0
+	for _, p := range payloads {
+		if len(p) > MaxPayload {
+			t.Fatalf("a payload of %d bytes, more than %d", len(p), MaxPayload)
+		}
+		_, notes, err := Decode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen += len(notes)
+	}
+	if seen != 300 {
+		t.Fatalf("the payloads carry %d notes, want 300", seen)
+	}
+	// Past MaxPayloads, one Everything change instead of a flood.
+	for i := range 2000 {
+		ns.Add(Note{Device: fmt.Sprintf("more-%058d", i), What: Pods})
+	}
+	payloads = Encode("ff", ns)
+	if len(payloads) != 1 {
+		t.Fatalf("%d payloads for 2300 devices, want one Everything change", len(payloads))
+	}
+	if _, notes, err := Decode(payloads[0]); err != nil || len(notes) != 1 || notes[0] != (Note{What: Everything}) {
+		t.Fatalf("Decode(%q) = %v, %v; want one Everything change", payloads[0], notes, err)
+	}
+}
+
+func TestDecodeRefusesWhatEncodeNeverMakes(t *testing.T) {
+	for _, p := range []string{
+		"",
+		"pw1 ab",
+		"pw2 ab 1:dev",
+		"pw1 AB 1:dev",
+		"pw1 " + strings.Repeat("a", 33) + " 1:dev",
+		"pw1 ab 1dev",
+		"pw1 ab 0:dev",
+		"pw1 ab 20:dev",
+		"pw1 ab zz:dev",
+		"pw1 ab 1:Dev",
+		"pw1 ab 1:dev:x",
+		"pw1 ab 1:" + strings.Repeat("d", 64),
+		"pw1 ab 1:dev@",
+		"pw1 ab 1:dev@-5",
+		"pw1 ab 1:dev@12x",
+		"pw1 ab  1:dev",
+		"pw1 ab 1:dev " + strings.Repeat("x", MaxPayload),
+	} {
+		if _, _, err := Decode(p); err == nil {
+			t.Errorf("Decode(%.60q) took it, want an error", p)
+		}
+	}
+}
+
+func TestPublishRelaysDeliverDoesNot(t *testing.T) {
+	var f Feed
+	var relayed []Note
+	f.SetRelay(func(n Note) { relayed = append(relayed, n) })
+	s := f.Subscribe()
+	defer s.Close()
+	f.Publish("", Workloads)
+	f.Deliver("a", Pods)
+	f.Heard("b", time.Unix(1, 0))
+	f.Receive([]Note{{Device: "c", What: Events}, {Device: "d", What: Node, Heard: time.Unix(2, 0)}})
+	if want := []Note{{What: Workloads}}; !slices.Equal(relayed, want) {
+		t.Fatalf("relayed %v, want %v (only Publish relays)", relayed, want)
+	}
+	got := s.Take()
+	slices.SortFunc(got, func(x, y Change) int { return strings.Compare(x.Device, y.Device) })
+	want := []Change{{"", Workloads}, {"a", Pods}, {"b", Node}, {"c", Events}, {"d", Node}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("subscriber took %v, want %v", got, want)
+	}
+}
+
+// A heartbeat heard by another replica (a Note with its time) arms this
+// replica's silence watch, and the silence it then publishes is relayed
+// to the others (their readers see the device go NotReady too).
+func TestReceivedHeardArmsTheSilenceWatch(t *testing.T) {
+	var f Feed
+	relayed := make(chan Note, 16)
+	f.SetRelay(func(n Note) { relayed <- n })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.WatchSilence(ctx, 200*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		running := f.heard != nil
+		f.mu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the silence watch did not start within 10 s")
+		}
+	}
+	f.Receive([]Note{{Device: "far", What: Node, Heard: time.Now()}})
+	select {
+	case n := <-relayed:
+		if n != (Note{Device: "far", What: Node}) {
+			t.Fatalf("relayed %v, want far's silence (a Node change)", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no silence of a device heard through another replica was relayed within 10 s")
+	}
+}
