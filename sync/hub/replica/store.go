@@ -214,3 +214,53 @@ func (s *Store) Members() ([]Member, int64, error) {
 	}
 	return out, now, rows.Err()
 }
+
+// Info is one replica as podhub get replicas shows it: its times on
+// the database's clock.
+type Info struct {
+	ID        string    `json:"id"`
+	Address   string    `json:"address,omitempty"`
+	Version   string    `json:"version,omitempty"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+	// Live says it renewed its row within its TTL.
+	Live bool `json:"live"`
+	// Leader says it holds the leader lease.
+	Leader bool `json:"leader"`
+}
+
+// List is the replicas and the leader lease, read at Now (the
+// database's clock: ages are counted from it, not from the reader's).
+type List struct {
+	Now      time.Time `json:"now"`
+	Replicas []Info    `json:"replicas"`
+	// Leader is the lease's holder while it is valid ("": none).
+	Leader string `json:"leader,omitempty"`
+	// Token is the lease's fencing token.
+	Token int64 `json:"token"`
+}
+
+// List reads the replicas and the leader lease.
+func (s *Store) List() (List, error) {
+	members, _, err := s.Members()
+	if err != nil {
+		return List{}, err
+	}
+	l, now, err := s.ReadLease(LeaderLease)
+	if err != nil {
+		return List{}, err
+	}
+	out := List{Now: time.UnixMilli(now).UTC(), Replicas: []Info{}}
+	if l != nil {
+		out.Token = l.Token
+		if l.Holder != "" && now < l.Expires {
+			out.Leader = l.Holder
+		}
+	}
+	for _, m := range members {
+		out.Replicas = append(out.Replicas, Info{ID: m.ID, Address: m.Address, Version: m.Version,
+			Started: time.UnixMilli(m.Started).UTC(), Heartbeat: time.UnixMilli(m.Heartbeat).UTC(),
+			Live: m.Live(now), Leader: out.Leader == m.ID})
+	}
+	return out, nil
+}
