@@ -53,6 +53,9 @@ type Hub struct {
 	// replica is this replica's part in the election (UseReplica), nil
 	// for a hub alone.
 	replica *replica.Elector
+	// stopNudge ends the leader's periodic passes (nudgeLeader).
+	stopNudge chan struct{}
+	nudgeDone chan struct{}
 }
 
 // UseReplica makes the hub one replica of several on its store: the
@@ -128,7 +131,36 @@ func (h *Hub) Start(wait time.Duration) error {
 		defer close(h.silenceDone)
 		h.fleet.Changes().WatchSilence(ctx, cmp.Or(h.cfg.DeviceTimeout, fleetdb.DefaultDeviceTimeout))
 	}()
+	if h.replica != nil && h.fleet.Dialect() != sqldb.SQLite {
+		h.nudgeLeader(h.replica.Timing().Renew)
+	}
 	return h.Link.Connect(wait)
+}
+
+// nudgeLeader asks for a scheduling and an update pass every period
+// while this replica leads. A write through another replica (an apply,
+// a device's report it handled) kicks that replica's scheduler, not the
+// leader's: until the change feed crosses replicas, this bounds how long
+// such a write waits for its pass. Passes coalesce and are spaced
+// (controllers' minPassGap), so a busy leader runs no more of them.
+func (h *Hub) nudgeLeader(period time.Duration) {
+	h.stopNudge, h.nudgeDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(h.nudgeDone)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stopNudge:
+				return
+			case <-tick.C:
+				if h.replica.Leading() {
+					h.Scheduler.Reschedule()
+					h.Updates.Kick()
+				}
+			}
+		}
+	}()
 }
 
 // Close disconnects and stops the scheduling loop.
@@ -137,6 +169,10 @@ func (h *Hub) Close() {
 	h.ObjectLink.Close()
 	h.Scheduler.Close()
 	h.Updates.Close()
+	if h.stopNudge != nil {
+		close(h.stopNudge)
+		<-h.nudgeDone
+	}
 	if h.stopSilence != nil {
 		h.stopSilence()
 		<-h.silenceDone

@@ -76,6 +76,9 @@ func New(store *Store, cfg Config) (*Elector, error) {
 // leads), from the elector's goroutine; set before Start.
 func (e *Elector) Watch(fn func(leading bool)) { e.watch = fn }
 
+// Timing is the lease's timing.
+func (e *Elector) Timing() Timing { return e.cfg.Timing }
+
 // ID is the replica's ID.
 func (e *Elector) ID() string { return e.cfg.ID }
 
