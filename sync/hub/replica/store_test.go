@@ -8,6 +8,7 @@ import (
 
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/test/pgtest"
 )
@@ -217,4 +218,41 @@ func testElectors(t *testing.T) {
 	if b.Token() != 2 {
 		t.Fatalf("b's token %d, want 2", b.Token())
 	}
+}
+
+// A deposed leader's scheduling pass is refused in its own transaction
+// (workloaddb's StorePods fenced by the elector), and the leader learns
+// at its next renewal that it no longer leads.
+func TestDeposedLeadersPassIsFenced(t *testing.T) { pgtest.EachStore(t, testDeposedLeadersPassIsFenced) }
+
+func testDeposedLeadersPassIsFenced(t *testing.T) {
+	store := pgtest.Store(t)
+	fa, sa := openStoreAt(t, store)
+	if fa.Dialect() == sqldb.SQLite {
+		t.Skip("one replica on SQLite: nothing deposes it, and nothing is fenced")
+	}
+	a, aChanges := newElector(t, sa, "a")
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	waitLeading(t, aChanges, true, 5*time.Second, "a, the first replica")
+	ws := workloaddb.New(fa.SQL())
+	ws.SetFence(a.Fence)
+	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); err != nil {
+		t.Fatalf("the leader's pass: %v", err)
+	}
+	// b takes the lease by force (as it would past a's expiry).
+	_, sb := openStoreAt(t, store)
+	l, _, err := sb.ReadLease(replica.LeaderLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := sb.WriteLease(replica.LeaderLease, "b", l, replica.Decision{Action: replica.Take, Token: l.Token + 1}, time.Minute); err != nil || !ok {
+		t.Fatalf("b's take: %v %v", ok, err)
+	}
+	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); !errors.Is(err, replica.ErrDeposed) {
+		t.Fatalf("the deposed leader's pass: %v, want ErrDeposed", err)
+	}
+	waitLeading(t, aChanges, false, 5*time.Second, "a after b took the lease")
 }
