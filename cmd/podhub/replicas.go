@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/replica"
 )
 
@@ -115,6 +117,27 @@ func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *sl
 	}
 	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart())
 	return e, nil
+}
+
+// readinessTimeout bounds /readyz's ping of the store.
+const readinessTimeout = 2 * time.Second
+
+// readyChecks is /readyz's checks: the store answers, the broker is
+// connected, and the replica knows the leader lease's state (it read it
+// within a TTL). /livez stays ok while the process serves.
+func readyChecks(fleet *fleetdb.Fleet, h *hub.Hub, e *replica.Elector) func() []gateway.Check {
+	return func() []gateway.Check {
+		ctx, cancel := context.WithTimeout(context.Background(), readinessTimeout)
+		defer cancel()
+		checks := []gateway.Check{{Name: "store", Err: fleet.SQL().PingContext(ctx)}, {Name: "broker"}, {Name: "leader-lease"}}
+		if !h.Link.Connected() {
+			checks[1].Err = errors.New("not connected to the broker")
+		}
+		if !e.Known() {
+			checks[2].Err = errors.New("the leader lease was not read within its TTL")
+		}
+		return checks
+	}
 }
 
 // handleReplicas serves GET /v1/replicas: the store's replicas and the

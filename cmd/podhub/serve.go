@@ -291,7 +291,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	defer h.Close()
 	defer stopReplica()
-	gw, gwDone, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
+	gw, gwDone, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, readyChecks(fleet, h, rep), log)
 	if err != nil {
 		return err
 	}

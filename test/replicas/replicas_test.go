@@ -2,9 +2,13 @@ package replicas
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,11 +95,11 @@ func freeLoopback(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startReplica(t *testing.T, id, dataDir, store string) *hubReplica {
+func startReplica(t *testing.T, id, dataDir, store string, args ...string) *hubReplica {
 	t.Helper()
 	r := &hubReplica{id: id, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
-	r.cmd = exec.Command(podhub, "--data-dir", dataDir, "serve", "--mqtt-listen", freeLoopback(t),
-		"--store", store, "--replica-id", id, "--leader-lease", leaseTTL.String())
+	r.cmd = exec.Command(podhub, append([]string{"--data-dir", dataDir, "serve", "--mqtt-listen", freeLoopback(t),
+		"--store", store, "--replica-id", id, "--leader-lease", leaseTTL.String()}, args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -146,6 +150,25 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) ti
 		time.Sleep(50 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// get is an unauthenticated GET of url, trusting dataDir's CA.
+func get(t *testing.T, dataDir, url string) (int, string) {
+	t.Helper()
+	pem, err := os.ReadFile(filepath.Join(dataDir, "pki", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // replicas is podhub get replicas -o json through r.
@@ -202,8 +225,16 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 		}
 	}
 	rs := map[string]*hubReplica{}
-	for _, id := range []string{"a", "b", "c"} {
+	httpsAddr := freeLoopback(t)
+	rs["a"] = startReplica(t, "a", dirs["a"], store, "--http-listen", httpsAddr)
+	for _, id := range []string{"b", "c"} {
 		rs[id] = startReplica(t, id, dirs[id], store)
+	}
+	// a's HTTPS listener: ready (store, broker, lease known), live.
+	for _, p := range []string{"/readyz", "/livez"} {
+		if code, body := get(t, dirs["a"], "https://"+httpsAddr+p); code != 200 || body != "ok" {
+			t.Fatalf("%s: %d %q, want 200 ok", p, code, body)
+		}
 	}
 	l := replicas(t, rs["c"])
 	if l.Leader != "a" || l.Token != 1 || len(l.Replicas) != 3 {

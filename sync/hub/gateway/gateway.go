@@ -53,6 +53,10 @@ type Config struct {
 	Dashboard http.Handler // /ui/ but /ui/login and /ui/logout
 	Kube      http.Handler // /api, /apis, /version, /openapi/
 
+	// Ready are /readyz's checks (nil: always ready): the store
+	// reachable, the broker connected, the leader lease's state known.
+	Ready func() []Check
+
 	// Log gets a line per request at debug level, and refusals.
 	Log *slog.Logger
 	// Now is the clock (tests give a fake one); nil is time.Now.
@@ -208,6 +212,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/healthz", "/livez", "/readyz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if r.URL.Path == "/readyz" && s.cfg.Ready != nil {
+			checks := s.cfg.Ready()
+			if body, ok := readyz(checks); !ok {
+				// The reasons for the log: the open endpoint withholds them.
+				for _, c := range checks {
+					if c.Err != nil {
+						s.log.Warn("readyz check failed", "check", c.Name, "err", c.Err)
+					}
+				}
+				rec.code = http.StatusInternalServerError
+				http.Error(w, body, http.StatusInternalServerError)
+				return
+			}
+		}
 		w.Write([]byte("ok"))
 		return
 	case "/":
