@@ -223,7 +223,9 @@ func testElectors(t *testing.T) {
 // A deposed leader's scheduling pass is refused in its own transaction
 // (workloaddb's StorePods fenced by the elector), and the leader learns
 // at its next renewal that it no longer leads.
-func TestDeposedLeadersPassIsFenced(t *testing.T) { pgtest.EachStore(t, testDeposedLeadersPassIsFenced) }
+func TestDeposedLeadersPassIsFenced(t *testing.T) {
+	pgtest.EachStore(t, testDeposedLeadersPassIsFenced)
+}
 
 func testDeposedLeadersPassIsFenced(t *testing.T) {
 	store := pgtest.Store(t)
