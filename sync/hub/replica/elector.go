@@ -69,6 +69,9 @@ func New(store *Store, cfg Config) (*Elector, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	// A round that hangs on the store past a renewal period fails: the
+	// next is due.
+	store.SetTimeout(cfg.Timing.Renew)
 	return &Elector{store: store, cfg: cfg, static: store.Dialect() == sqldb.SQLite}, nil
 }
 

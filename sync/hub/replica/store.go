@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -55,12 +56,35 @@ var ErrDeposed = errors.New("fenced write refused: this replica no longer holds 
 type Store struct {
 	db  *sqldb.DB
 	now string // the database's clock, in milliseconds since the epoch
+	// timeout bounds each statement: a store that hangs fails the
+	// round, and the leader's term runs out on its own clock.
+	timeout time.Duration
+}
+
+// DefaultStatementTimeout bounds each of the store's statements.
+const DefaultStatementTimeout = 5 * time.Second
+
+// SetTimeout bounds each statement by d (DefaultStatementTimeout
+// unless set).
+func (s *Store) SetTimeout(d time.Duration) { s.timeout = d }
+
+func (s *Store) exec(query string, args ...any) (sql.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.db.ExecContext(ctx, query, args...)
+}
+
+// queryRow scans the one row query returns into dest.
+func (s *Store) queryRow(query string, args []any, dest ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.db.QueryRowContext(ctx, query, args...).Scan(dest...)
 }
 
 // NewStore is the replicas' tables of the fleet store db (fleetdb
 // migrates them: Fleet.SQL).
 func NewStore(db *sqldb.DB) *Store {
-	return &Store{db: db, now: db.Dialect.Pick(
+	return &Store{db: db, timeout: DefaultStatementTimeout, now: db.Dialect.Pick(
 		`CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
 		`CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)`)}
 }
@@ -71,7 +95,7 @@ func (s *Store) Dialect() sqldb.Dialect { return s.db.Dialect }
 // Now is the database's clock (milliseconds since the epoch).
 func (s *Store) Now() (int64, error) {
 	var now int64
-	err := s.db.QueryRow(`SELECT ` + s.now).Scan(&now)
+	err := s.queryRow(`SELECT `+s.now, nil, &now)
 	return now, err
 }
 
@@ -81,8 +105,8 @@ func (s *Store) ReadLease(name string) (*Lease, int64, error) {
 	var holder sql.NullString
 	var token, expires sql.NullInt64
 	var now int64
-	err := s.db.QueryRow(`SELECT l.holder, l.token, l.expires, n.now FROM (SELECT `+s.now+` AS now) n
-		LEFT JOIN leases l ON l.name = ?`, name).Scan(&holder, &token, &expires, &now)
+	err := s.queryRow(`SELECT l.holder, l.token, l.expires, n.now FROM (SELECT `+s.now+` AS now) n
+		LEFT JOIN leases l ON l.name = ?`, []any{name}, &holder, &token, &expires, &now)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the %s lease: %w", name, err)
 	}
@@ -104,13 +128,13 @@ func (s *Store) WriteLease(name, me string, read *Lease, d Decision, ttl time.Du
 	case Wait:
 		return false, nil
 	case Create:
-		res, err = s.db.Exec(`INSERT INTO leases (name, holder, token, expires) VALUES (?, ?, ?, `+s.now+` + ?)
+		res, err = s.exec(`INSERT INTO leases (name, holder, token, expires) VALUES (?, ?, ?, `+s.now+` + ?)
 			ON CONFLICT (name) DO NOTHING`, name, me, d.Token, ttl.Milliseconds())
 	default:
 		if read == nil {
 			return false, fmt.Errorf("%s the %s lease: no row read", d.Action, name)
 		}
-		res, err = s.db.Exec(`UPDATE leases SET holder = ?, token = ?, expires = `+s.now+` + ?
+		res, err = s.exec(`UPDATE leases SET holder = ?, token = ?, expires = `+s.now+` + ?
 			WHERE name = ? AND holder = ? AND token = ? AND expires = ?`,
 			me, d.Token, ttl.Milliseconds(), name, read.Holder, read.Token, read.Expires)
 	}
@@ -125,7 +149,7 @@ func (s *Store) WriteLease(name, me string, read *Lease, d Decision, ttl time.Du
 // replica takes it at its next look, without waiting for the expiry.
 // The token stays: the next holder's is one more.
 func (s *Store) Release(name, me string, token int64) (bool, error) {
-	res, err := s.db.Exec(`UPDATE leases SET holder = '', expires = `+s.now+` WHERE name = ? AND holder = ? AND token = ?`,
+	res, err := s.exec(`UPDATE leases SET holder = '', expires = `+s.now+` WHERE name = ? AND holder = ? AND token = ?`,
 		name, me, token)
 	if err != nil {
 		return false, fmt.Errorf("releasing the %s lease: %w", name, err)
@@ -158,7 +182,7 @@ func (s *Store) Fence(tx *sql.Tx, name, me string, token int64) error {
 // Join writes m's row as starting now (a replica coming up, or back up
 // under the same ID), alive for ttl.
 func (s *Store) Join(m Member, ttl time.Duration) error {
-	_, err := s.db.Exec(`INSERT INTO replicas (id, address, version, started, heartbeat, expires)
+	_, err := s.exec(`INSERT INTO replicas (id, address, version, started, heartbeat, expires)
 		VALUES (?, ?, ?, `+s.now+`, `+s.now+`, `+s.now+` + ?)
 		ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version,
 			started = excluded.started, heartbeat = excluded.heartbeat, expires = excluded.expires`,
@@ -172,7 +196,7 @@ func (s *Store) Join(m Member, ttl time.Duration) error {
 // Heartbeat says replica id is alive for ttl more; false if its row is
 // gone (pruned: it was taken for dead), for the caller to Join again.
 func (s *Store) Heartbeat(id string, ttl time.Duration) (bool, error) {
-	res, err := s.db.Exec(`UPDATE replicas SET heartbeat = `+s.now+`, expires = `+s.now+` + ? WHERE id = ?`, ttl.Milliseconds(), id)
+	res, err := s.exec(`UPDATE replicas SET heartbeat = `+s.now+`, expires = `+s.now+` + ? WHERE id = ?`, ttl.Milliseconds(), id)
 	if err != nil {
 		return false, fmt.Errorf("replica %s: heartbeat: %w", id, err)
 	}
@@ -182,13 +206,13 @@ func (s *Store) Heartbeat(id string, ttl time.Duration) (bool, error) {
 
 // Leave removes replica id's row (a graceful stop).
 func (s *Store) Leave(id string) error {
-	_, err := s.db.Exec(`DELETE FROM replicas WHERE id = ?`, id)
+	_, err := s.exec(`DELETE FROM replicas WHERE id = ?`, id)
 	return err
 }
 
 // Prune removes the rows of replicas dead for longer than after.
 func (s *Store) Prune(after time.Duration) error {
-	_, err := s.db.Exec(`DELETE FROM replicas WHERE expires < `+s.now+` - ?`, after.Milliseconds())
+	_, err := s.exec(`DELETE FROM replicas WHERE expires < `+s.now+` - ?`, after.Milliseconds())
 	return err
 }
 
@@ -199,7 +223,9 @@ func (s *Store) Members() ([]Member, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	rows, err := s.db.Query(`SELECT id, address, version, started, heartbeat, expires FROM replicas ORDER BY id`)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, address, version, started, heartbeat, expires FROM replicas ORDER BY id`)
 	if err != nil {
 		return nil, 0, err
 	}
