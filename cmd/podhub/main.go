@@ -27,7 +27,7 @@ const usage = `podhub serves podvisor devices their pods, and shows the fleet.
 Usage:
   podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
   podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]
-        [--store URL] [--replica-id ID] [--leader-lease 15s]
+        [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME
@@ -195,7 +195,7 @@ func globalDataDir(args []string) (string, []string, error) {
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
 	"init":            "init [--broker-name NAME[,NAME]]",
-	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT] [--store URL] [--replica-id ID] [--leader-lease 15s]",
+	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT] [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]",
 	"token":           "token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME",
 	"token create":    "token create NAME [--kubeconfig FILE] [--server URL]",
 	"token list":      "token list",

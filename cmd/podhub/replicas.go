@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -138,6 +139,30 @@ func readyChecks(fleet *fleetdb.Fleet, h *hub.Hub, e *replica.Elector) func() []
 		}
 		return checks
 	}
+}
+
+// serveHealth serves gateway.Health on a plain HTTP listener at addr
+// until the returned stop: probes need no certificate and no login, and
+// nothing but the health endpoints is there.
+func serveHealth(addr string, ready func() []gateway.Check, log *slog.Logger) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listener: %w", err)
+	}
+	srv := &http.Server{Handler: gateway.Health(ready, log), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health listener", "err", err)
+		}
+	}()
+	log.Info("health listener (plain HTTP: /livez, /readyz, /healthz)", "address", l.Addr().String())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
 }
 
 // handleReplicas serves GET /v1/replicas: the store's replicas and the

@@ -52,6 +52,9 @@ type config struct {
 	ReplicaID string `json:"replicaID,omitempty"`
 	// LeaderLease is the leader lease's TTL (default 15s; replicas.go).
 	LeaderLease string `json:"leaderLease,omitempty"`
+	// HealthListen is a plain HTTP listener of /livez, /readyz and
+	// /healthz only, for probes (off unless set; replicas.go).
+	HealthListen string `json:"healthListen,omitempty"`
 	// SecretsKeyFile is the key Secrets are sealed with in fleet.db
 	// (default <data-dir>/secrets.key; secretskey.go).
 	SecretsKeyFile string `json:"secretsKeyFile,omitempty"`
@@ -304,6 +307,13 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 			gwDone()
 		}()
 	}
+	if cfg.HealthListen != "" {
+		stopHealth, err := serveHealth(cfg.HealthListen, readyChecks(fleet, h, rep), log)
+		if err != nil {
+			return err
+		}
+		defer stopHealth()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
@@ -352,6 +362,7 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	httpListen := fs.String("http-listen", "", "the HTTPS listener of the dashboard, /metrics and the Kubernetes API, HOST:PORT (default: http.listen of podhub.yaml, else none; a login is always required)")
 	store := fs.String("store", "", "the fleet store: postgres://USER@HOST/DB (PostgreSQL; the password from PGPASSFILE or ~/.pgpass), sqlite:PATH or a path (default: store of podhub.yaml, else <data-dir>/fleet.db)")
 	replicaID := fs.String("replica-id", "", "this podhub's name among the replicas on its store: lowercase letters, digits, '-' and '.' (default: kept in <data-dir>/replica-id, this host's name and a random suffix)")
+	healthListen := fs.String("health-listen", "", "a plain HTTP listener of /livez, /readyz and /healthz only, HOST:PORT, for probes (default: healthListen of podhub.yaml, else none)")
 	leaderLease := fs.String("leader-lease", "", "the leader lease's TTL, renewed every third of it (default 15s; from 3s to 10m)")
 	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
@@ -377,6 +388,9 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	}
 	if *leaderLease != "" {
 		cfg.LeaderLease = *leaderLease
+	}
+	if *healthListen != "" {
+		cfg.HealthListen = *healthListen
 	}
 	if *httpListen != "" {
 		cfg.HTTP.Listen = *httpListen

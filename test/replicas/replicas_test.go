@@ -227,13 +227,24 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 	rs := map[string]*hubReplica{}
 	httpsAddr := freeLoopback(t)
 	rs["a"] = startReplica(t, "a", dirs["a"], store, "--http-listen", httpsAddr)
-	for _, id := range []string{"b", "c"} {
-		rs[id] = startReplica(t, id, dirs[id], store)
-	}
+	healthAddr := freeLoopback(t)
+	rs["b"] = startReplica(t, "b", dirs["b"], store, "--health-listen", healthAddr)
+	rs["c"] = startReplica(t, "c", dirs["c"], store)
 	// a's HTTPS listener: ready (store, broker, lease known), live.
 	for _, p := range []string{"/readyz", "/livez"} {
 		if code, body := get(t, dirs["a"], "https://"+httpsAddr+p); code != 200 || body != "ok" {
 			t.Fatalf("%s: %d %q, want 200 ok", p, code, body)
+		}
+	}
+	// b's plain health listener: the health endpoints and nothing else.
+	for p, want := range map[string]int{"/readyz": 200, "/livez": 200, "/metrics": 404, "/api/v1/pods": 404} {
+		resp, err := http.Get("http://" + healthAddr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("health listener %s: %d, want %d", p, resp.StatusCode, want)
 		}
 	}
 	l := replicas(t, rs["c"])

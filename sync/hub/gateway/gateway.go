@@ -211,22 +211,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	switch r.URL.Path {
 	case "/healthz", "/livez", "/readyz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if r.URL.Path == "/readyz" && s.cfg.Ready != nil {
-			checks := s.cfg.Ready()
-			if body, ok := readyz(checks); !ok {
-				// The reasons for the log: the open endpoint withholds them.
-				for _, c := range checks {
-					if c.Err != nil {
-						s.log.Warn("readyz check failed", "check", c.Name, "err", c.Err)
-					}
-				}
-				rec.code = http.StatusInternalServerError
-				http.Error(w, body, http.StatusInternalServerError)
-				return
-			}
-		}
-		w.Write([]byte("ok"))
+		Health(s.cfg.Ready, s.log).ServeHTTP(w, r)
 		return
 	case "/":
 		http.Redirect(w, r, "/ui/", http.StatusFound)
