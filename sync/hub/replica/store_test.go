@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
@@ -255,6 +257,9 @@ func testDeposedLeadersPassIsFenced(t *testing.T) {
 	}
 	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); !errors.Is(err, replica.ErrDeposed) {
 		t.Fatalf("the deposed leader's pass: %v, want ErrDeposed", err)
+	}
+	if err := ws.Forget([]types.NamespacedName{{Namespace: "default", Name: "web-1"}}); !errors.Is(err, replica.ErrDeposed) {
+		t.Fatalf("the deposed leader's forgetting of stopped pods: %v, want ErrDeposed", err)
 	}
 	waitLeading(t, aChanges, false, 5*time.Second, "a after b took the lease")
 }

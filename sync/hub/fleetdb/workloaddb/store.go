@@ -25,8 +25,8 @@ type Store struct {
 	fence func(tx *sql.Tx) error
 }
 
-// SetFence has StorePods check fence first in its transaction, and
-// store nothing if it fails: with several replicas, a deposed leader's
+// SetFence has StorePods and Forget (the scheduling passes' writes)
+// check fence first in their transaction, and store nothing if it fails: with several replicas, a deposed leader's
 // late pass is refused (replica.Elector.Fence). Set before the first
 // pass.
 func (f *Store) SetFence(fence func(tx *sql.Tx) error) { f.fence = fence }
