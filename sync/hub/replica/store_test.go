@@ -3,6 +3,7 @@ package replica_test
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,4 +263,58 @@ func testDeposedLeadersPassIsFenced(t *testing.T) {
 		t.Fatalf("the deposed leader's forgetting of stopped pods: %v, want ErrDeposed", err)
 	}
 	waitLeading(t, aChanges, false, 5*time.Second, "a after b took the lease")
+}
+
+// A leader cut off from the store stops leading on its own clock when
+// its TTL runs out, before another replica takes the lease (past the
+// expiry and the margin on the database's clock).
+func TestLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
+	pgtest.EachStore(t, testLeaderCutOffStopsBeforeTheTakeover)
+}
+
+func testLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
+	store := pgtest.Store(t)
+	fa, sa := openStoreAt(t, store)
+	if fa.Dialect() == sqldb.SQLite {
+		t.Skip("one replica on SQLite: it leads until it stops")
+	}
+	a, aChanges := newElector(t, sa, "a")
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	waitLeading(t, aChanges, true, 5*time.Second, "a, the first replica")
+	_, sb := openStoreAt(t, store)
+	b, bChanges := newElector(t, sb, "b")
+	// At the moment b leads, a must not (on its own clock).
+	var bothLed atomic.Bool
+	b.Watch(func(leading bool) {
+		if leading && a.Leading() {
+			bothLed.Store(true)
+		}
+		bChanges <- leading
+	})
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	cut := time.Now()
+	fa.Close() // a's store is gone: every renewal fails
+	stopped := waitLeading(t, aChanges, false, 5*time.Second, "a after losing its store")
+	if a.Leading() {
+		t.Fatal("a leads after telling it stopped")
+	}
+	waitLeading(t, bChanges, true, 10*time.Second, "b taking the lapsed lease")
+	took := time.Since(cut)
+	t.Logf("a stopped %v after its store was cut, b took over %v after (TTL %v, margin %v)",
+		stopped.Round(time.Millisecond), took.Round(time.Millisecond), fastTiming.TTL, fastTiming.Margin)
+	if bothLed.Load() {
+		t.Error("a still led when b took the lease")
+	}
+	if stopped > fastTiming.TTL+fastTiming.Renew {
+		t.Errorf("a stopped %v after the cut, later than its TTL and a round (%v)", stopped, fastTiming.TTL+fastTiming.Renew)
+	}
+	if b.Token() != a.Token()+1 {
+		t.Errorf("b's token %d, a's %d: want one more", b.Token(), a.Token())
+	}
 }
