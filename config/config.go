@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -301,8 +302,14 @@ type ImageGC struct {
 // Hub is the connection to the fleet hub and what the hub may run here
 // (the device's own manifests are trusted).
 type Hub struct {
-	// URL is mqtt://HOST:PORT or mqtts://HOST:PORT; "" runs without a hub.
+	// URL is mqtt://HOST:PORT or mqtts://HOST:PORT, or several of one
+	// broker cluster separated by commas (as --hub takes them); "" (and
+	// no URLs) runs without a hub.
 	URL string `json:"url,omitempty"`
+	// URLs is the list form of several brokers of one cluster: the
+	// device connects to one and moves to another when it fails
+	// (Brokers). Not with URL.
+	URLs []string `json:"urls,omitempty"`
 	// DeviceID defaults ("") to the node name.
 	DeviceID string `json:"deviceId,omitempty"`
 	// Key is the hub's public key (hub.pub from podhub init): desired
@@ -333,6 +340,18 @@ type Hub struct {
 	AllowProcessPods     bool      `json:"allowProcessPods,omitempty"`
 	AllowRootProcessPods bool      `json:"allowRootProcessPods,omitempty"`
 	Images               HubImages `json:"images"`
+}
+
+// Brokers are the hub's broker URLs: URL's (split at commas) then
+// URLs'; none runs without a hub.
+func (h Hub) Brokers() []string {
+	var urls []string
+	for _, u := range append(strings.Split(h.URL, ","), h.URLs...) {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
 }
 
 // Metrics is the Prometheus listener (docs/metrics.md). It is off unless

@@ -187,6 +187,23 @@ func TestLoadRefuses(t *testing.T) {
 
 // Every validation error names the file and the field, and says what is
 // wrong with the value.
+// One broker, several in url (as --hub takes them), or the list form.
+func TestHubBrokers(t *testing.T) {
+	for _, c := range []struct {
+		hub  Hub
+		want string
+	}{
+		{Hub{}, ""},
+		{Hub{URL: "mqtts://a:8883"}, "mqtts://a:8883"},
+		{Hub{URL: "mqtts://a:8883, mqtts://b:8883,"}, "mqtts://a:8883 mqtts://b:8883"},
+		{Hub{URLs: []string{"mqtts://a:8883", "mqtts://b:8883", "mqtts://c:8883"}}, "mqtts://a:8883 mqtts://b:8883 mqtts://c:8883"},
+	} {
+		if got := strings.Join(c.hub.Brokers(), " "); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.hub, got, c.want)
+		}
+	}
+}
+
 func TestValidateNamesFileAndField(t *testing.T) {
 	for _, tc := range []struct {
 		body string
@@ -217,6 +234,11 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"containerd: {shimGroup: container}\n", []string{"containerd.shimGroup", `"container"`, "device or pod"}},
 		{"hub: {url: http://hub:80}\n", []string{"hub.url", `"http://hub:80"`, "mqtts://"}},
 		{"hub: {heartbeat: -1s}\n", []string{"hub.heartbeat", "negative"}},
+		{"hub: {urls: [mqtts://a:8883, tcp://b:1883]}\n", []string{"hub.urls", `"tcp://b:1883"`, "mqtts://"}},
+		{"hub: {urls: [mqtts://a:8883, mqtt://b:1883]}\n", []string{"hub.urls", `"mqtt://b:1883"`, "every broker must be mqtts://"}},
+		{"hub: {url: 'mqtts://a:8883,mqtt://b:1883'}\n", []string{"hub.url", `"mqtt://b:1883"`, "not both"}},
+		{"hub: {url: mqtts://a:8883, urls: [mqtts://b:8883]}\n", []string{"hub.urls", "hub.url (or --hub) or hub.urls"}},
+		{"hub: {urls: [' ']}\n", []string{"hub.urls", "no broker URL"}},
 		{"hub: {outbox: {maxRows: -1}}\n", []string{"hub.outbox.maxRows", "-1"}},
 		{"update: {commitTimeout: 5s}\n", []string{"update.commitTimeout", "5s", "10s to 24h"}},
 		{"hub: {outbox: {maxBytes: -1Mi}}\n", []string{"hub.outbox.maxBytes", "-1Mi"}},

@@ -171,10 +171,38 @@ func (c *Config) validateContainerd(v *validation) {
 	}
 }
 
+// maxHubBrokers bounds a device's broker URLs: the nodes of one cluster
+// it may move between.
+const maxHubBrokers = 16
+
 func (c *Config) validateHub(v *validation) {
 	h := c.Hub
-	if h.URL != "" && !strings.HasPrefix(h.URL, "mqtt://") && !strings.HasPrefix(h.URL, "mqtts://") {
-		v.add("hub.url", "%q: want mqtt://HOST:PORT or mqtts://HOST:PORT", h.URL)
+	field := "hub.url"
+	if h.URL != "" && len(h.URLs) > 0 {
+		v.add("hub.urls", "set hub.url (or --hub) or hub.urls, not both")
+	} else if len(h.URLs) > 0 {
+		field = "hub.urls"
+	}
+	if len(h.URLs) > maxHubBrokers || len(h.Brokers()) > maxHubBrokers {
+		v.add(field, "%d brokers: at most %d", len(h.Brokers()), maxHubBrokers)
+	}
+	scheme := ""
+	for _, u := range h.Brokers() {
+		s, _, _ := strings.Cut(u, "://")
+		switch {
+		case s != "mqtt" && s != "mqtts" || !strings.Contains(u, "://"):
+			v.add(field, "%q: want mqtt://HOST:PORT or mqtts://HOST:PORT", u)
+		case scheme != "" && s != scheme:
+			// A device must not fall back to a plain connection when its
+			// TLS brokers fail, nor the other way round.
+			v.add(field, "%q: every broker must be mqtts:// or every one mqtt://, not both", u)
+		}
+		if scheme == "" {
+			scheme = s
+		}
+	}
+	if len(h.Brokers()) == 0 && (h.URL != "" || len(h.URLs) > 0) {
+		v.add(field, "no broker URL")
 	}
 	if h.AllowUnsigned && h.Key != "" {
 		// Either would decide alone: an unsigned document would pass, and

@@ -129,8 +129,17 @@ func (c *cli) deviceURL() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if cfg.Broker != "" {
-		return strings.Replace(cfg.Broker, "mqtt://", "mqtts://", 1), nil
+	urls, err := cfg.brokers()
+	if err != nil {
+		return "", err
+	}
+	if len(urls) > 0 {
+		// Every node of a cluster, comma-separated: the device's hub.url
+		// takes them so.
+		for i, u := range urls {
+			urls[i] = strings.Replace(u, "mqtt://", "mqtts://", 1)
+		}
+		return strings.Join(urls, ","), nil
 	}
 	host, port, err := net.SplitHostPort(cfg.MQTTListen)
 	if err != nil {

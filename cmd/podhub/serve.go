@@ -35,10 +35,13 @@ const defaultListen = "127.0.0.1:8883"
 
 // config is <data-dir>/podhub.yaml, written by init.
 type config struct {
-	MQTTListen    string `json:"mqttListen,omitempty"`
-	Broker        string `json:"broker,omitempty"`
-	Prefix        string `json:"prefix,omitempty"`
-	DeviceTimeout string `json:"deviceTimeout,omitempty"`
+	MQTTListen string `json:"mqttListen,omitempty"`
+	// Broker is an external broker's URL, or several nodes of one
+	// cluster separated by commas; Brokers is the list form (brokers.go).
+	Broker        string   `json:"broker,omitempty"`
+	Brokers       []string `json:"brokers,omitempty"`
+	Prefix        string   `json:"prefix,omitempty"`
+	DeviceTimeout string   `json:"deviceTimeout,omitempty"`
 	// MemoryLimit is podhub's soft memory limit: auto, off or a size
 	// (gclimit.go).
 	MemoryLimit string `json:"memoryLimit,omitempty"`
@@ -245,7 +248,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	hcfg := hub.Config{Broker: cfg.Broker, Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
+	hcfg := hub.Config{Prefix: cfg.Prefix, Key: key, Username: cfg.Username, DeviceTimeout: deviceTimeout,
 		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
 	// The link's counters, for /metrics (counted whether or not it is served).
 	counters := hubmetrics.NewCounters()
@@ -290,7 +293,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	})
 	defer stopReplica()
 	if err := h.Start(10 * time.Second); err != nil {
-		return fmt.Errorf("broker %s: %w", hcfg.Broker, err)
+		return fmt.Errorf("broker %s: %w", strings.Join(append([]string{hcfg.Broker}, hcfg.Brokers...), ","), err)
 	}
 	defer h.Close()
 	defer stopReplica()
@@ -327,7 +330,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		out, err := c.reloadRevocations(b, log)
 		replyJSON(w, out, err)
 	})
-	log.Info("podhub serving", "broker", hcfg.Broker, "api", c.path("podhub.sock"), "data", c.dataDir)
+	log.Info("podhub serving", "broker", strings.Join(append([]string{hcfg.Broker}, hcfg.Brokers...), ","), "api", c.path("podhub.sock"), "data", c.dataDir)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -357,7 +360,7 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("mqtt-listen", "", "the embedded broker's address (default "+defaultListen+"; TLS with client certificates)")
-	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT, instead of the embedded one")
+	brokerURL := fs.String("broker", "", "an external broker, mqtt://HOST:PORT or mqtts://HOST:PORT (several nodes of one cluster: separated by commas), instead of the embedded one")
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
 	httpListen := fs.String("http-listen", "", "the HTTPS listener of the dashboard, /metrics and the Kubernetes API, HOST:PORT (default: http.listen of podhub.yaml, else none; a login is always required)")
 	store := fs.String("store", "", "the fleet store: postgres://USER@HOST/DB (PostgreSQL; the password from PGPASSFILE or ~/.pgpass), sqlite:PATH or a path (default: store of podhub.yaml, else <data-dir>/fleet.db)")
@@ -369,10 +372,13 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 		return cfg, 0, err
 	}
 	if *listen != "" {
-		cfg.MQTTListen, cfg.Broker = *listen, ""
+		cfg.MQTTListen, cfg.Broker, cfg.Brokers = *listen, "", nil
 	}
 	if *brokerURL != "" {
-		cfg.Broker = *brokerURL
+		cfg.Broker, cfg.Brokers = *brokerURL, nil
+	}
+	if _, err := cfg.brokers(); err != nil {
+		return cfg, 0, err
 	}
 	if *timeout != "" {
 		cfg.DeviceTimeout = *timeout
@@ -409,7 +415,11 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 // started here (returned, for the caller to close), or the external one
 // of the config, with its password and TLS.
 func (c *cli) reachBroker(cfg config, hcfg *hub.Config, log *slog.Logger) (*broker.Broker, error) {
-	if cfg.Broker == "" {
+	urls, err := cfg.brokers()
+	if err != nil {
+		return nil, err
+	}
+	if len(urls) == 0 {
 		b, err := c.startBroker(cfg, log)
 		if err != nil {
 			return nil, err
@@ -418,6 +428,7 @@ func (c *cli) reachBroker(cfg config, hcfg *hub.Config, log *slog.Logger) (*brok
 		log.Info("embedded MQTT broker listening (TLS, client certificates)", "address", cfg.MQTTListen)
 		return b, nil
 	}
+	hcfg.Broker, hcfg.Brokers = urls[0], urls[1:]
 	if cfg.PasswordFile != "" {
 		pw, err := os.ReadFile(cfg.PasswordFile)
 		if err != nil {
@@ -425,13 +436,12 @@ func (c *cli) reachBroker(cfg config, hcfg *hub.Config, log *slog.Logger) (*brok
 		}
 		hcfg.Password = strings.TrimSpace(string(pw))
 	}
-	if strings.HasPrefix(cfg.Broker, "mqtts://") {
+	if strings.HasPrefix(hcfg.Broker, "mqtts://") {
 		certFile, keyFile, caFile := cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA
 		if certFile == "" && keyFile == "" {
 			// The hub's certificate from podhub init.
 			certFile, keyFile = filepath.Join(c.pkiDir(), pki.HubCert), filepath.Join(c.pkiDir(), pki.HubKey)
 		}
-		var err error
 		if hcfg.TLS, err = tlsconfig.Client(caFile, certFile, keyFile, ""); err != nil {
 			return nil, err
 		}

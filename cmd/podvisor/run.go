@@ -36,7 +36,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	socket := fs.String("socket", "", "API socket (default "+config.DefaultSocket+")")
 	stopPods := fs.Bool("stop-pods-on-exit", false, "stop every pod gracefully when the daemon exits")
 	verbose := fs.Bool("v", false, "log debug messages")
-	hubURL := fs.String("hub", "", "hub broker, mqtt://HOST:PORT or mqtts://HOST:PORT (config hub.url)")
+	hubURL := fs.String("hub", "", "hub broker, mqtt://HOST:PORT or mqtts://HOST:PORT, or several of one cluster separated by commas (config hub.url, hub.urls)")
 	deviceID := fs.String("device-id", "", "this device's ID at the hub (config hub.deviceId; default the node name)")
 	hubKey := fs.String("hub-key", "", "the hub's public key, hub.pub from podhub init (config hub.key)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on HOST:PORT or unix:PATH (config metrics.listen; off by default)")
@@ -66,6 +66,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		if *flagValue != "" {
 			*setting = *flagValue
 		}
+	}
+	if *hubURL != "" {
+		conf.Hub.URLs = nil // --hub replaces the file's brokers, in either form
 	}
 	recordIn = conf.DataDir
 	if err := conf.Validate(); err != nil {

@@ -45,10 +45,11 @@ import (
 // them (podLogs).
 func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, d supervisor.Assignments, sink hubObjectSink,
 	orders func(*protocol.Order), logs api.Backend, summary func() devmetrics.Summary, log *slog.Logger) (*uplink.Agent, func(), error) {
-	if hc.URL == "" {
+	brokers := hc.Brokers()
+	if len(brokers) == 0 {
 		return nil, func() {}, nil
 	}
-	cfg := uplink.Config{Broker: hc.URL, DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
+	cfg := uplink.Config{Broker: brokers[0], Brokers: brokers[1:], DeviceID: hc.DeviceID, Prefix: hc.Prefix, AllowUnsigned: hc.AllowUnsigned,
 		Username: hc.Username, Version: version, Labels: hc.Labels, OnUpdateOrder: orders, PodLogs: podLogs{logs}, MetricsSummary: summary}
 	if cfg.DeviceID == "" {
 		cfg.DeviceID = nodeName
@@ -94,7 +95,7 @@ func attachUplink(hc config.Hub, objs config.Objects, nodeName, dataDir string, 
 		return nil, nil, err
 	}
 	sink.SetHubObjects(a.Objects())
-	log.Info("hub configured", "url", cfg.Broker, "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
+	log.Info("hub configured", "url", strings.Join(brokers, ","), "device", cfg.DeviceID, "signed", cfg.HubKey != nil)
 	return a, func() { stop(); st.Close() }, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +32,12 @@ import (
 
 // Config is how a device reaches its hub.
 type Config struct {
-	Broker   string // mqtt://host:port or mqtts://host:port
+	Broker string // mqtt://host:port or mqtts://host:port
+	// Brokers are further brokers of the same cluster (brokers.go): the
+	// device connects to one of Broker and these, and moves to another
+	// when it fails. Its session and retained documents live in the
+	// cluster.
+	Brokers  []string
 	DeviceID string
 	Prefix   string // topic prefix; "" is protocol.DefaultPrefix
 	// HubKey checks desired documents; AllowUnsigned accepts documents
@@ -129,6 +135,8 @@ type Agent struct {
 	pods   Pods
 	log    *slog.Logger
 	opts   *mqtt.ClientOptions
+	// brokers are the broker URLs each connection tries (brokers.go).
+	brokers *brokerList
 
 	lost        chan struct{} // the connection dropped: reconnect
 	sendWake    chan struct{} // the outbox drain
@@ -236,7 +244,10 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		}
 	}
 	cfg.Labels = own
-	var err error
+	brokers, err := newBrokerList(append([]string{cfg.Broker}, cfg.Brokers...), cfg.DeviceID)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Instance == "" {
 		if cfg.Instance, err = loadInstance(st.Dir()); err != nil {
 			return nil, fmt.Errorf("hub: %w", err)
@@ -246,7 +257,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
 		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
 		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil),
-		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now,
+		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now, brokers: brokers,
 		connWake: make(chan struct{}), downloads: map[fetchKey]chan chunkMsg{},
 		ord: orders{wake: make(chan struct{}, 1)}, rep: reports{gate: reportGate{every: reportEvery}},
 		hubReached:    make(chan struct{}),
@@ -273,7 +284,10 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	// Messages are handled one at a time, in order, on paho's reader: a
 	// flood waits in the socket and at the broker, not in goroutines here.
 	// The client ID is the device's identity (its certificate's CN).
-	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.DeviceID).
+	// MQTT 3.1.1 only: no attempt wasted on 3.1 with a broker that
+	// refuses a CONNECT for another reason (a cluster node electing).
+	opts := mqtt.NewClientOptions().SetClientID(cfg.DeviceID).SetProtocolVersion(4).
+		SetConnectionAttemptHandler(func(u *url.URL, tc *tls.Config) *tls.Config { brokers.attempt(u); return tc }).
 		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
 		SetKeepAlive(30*time.Second).SetConnectTimeout(10*time.Second).SetWriteTimeout(10*time.Second).
 		SetBinaryWill(a.topics.Device(cfg.DeviceID, protocol.KindPresence),
@@ -283,7 +297,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 			if a.current() != c {
 				return // a connection already replaced
 			}
-			a.log.Warn("hub connection lost", "broker", cfg.Broker, "err", err)
+			a.log.Warn("hub connection lost", "broker", a.brokers.current(), "err", err)
 			a.setConnected(false)
 			poke(a.lost)
 		})
@@ -294,6 +308,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
 	a.opts = opts
+	opts.Servers = brokers.order()
 	a.client = mqtt.NewClient(opts)
 	return a, nil
 }
@@ -365,6 +380,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		// across connections, not paho's in-memory session.
 		a.mu.Lock()
 		old := a.client
+		a.opts.Servers = a.brokers.order()
 		a.client = mqtt.NewClient(a.opts)
 		c := a.client
 		ready := make(chan struct{})
@@ -377,7 +393,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		if err := tok.Error(); err != nil {
 			a.setConnected(false) // unreachable since the first failure
 			wait := jitter(delay)
-			a.log.Warn("cannot reach the hub; retrying", "broker", a.cfg.Broker, "err", err, "in", wait.Round(time.Millisecond))
+			a.log.Warn("cannot reach the hub; retrying", "broker", a.brokers.current(), "brokers", len(a.brokers.urls), "err", err, "in", wait.Round(time.Millisecond))
 			select {
 			case <-stop:
 				return
@@ -394,6 +410,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 			return
 		}
 		a.setConnected(false)
+		a.brokers.lost()
 	}
 }
 
@@ -412,7 +429,7 @@ func (a *Agent) connection(c mqtt.Client, stop <-chan struct{}) bool {
 			return true
 		case <-check.C:
 			if !c.IsConnectionOpen() {
-				a.log.Warn("hub connection closed", "broker", a.cfg.Broker)
+				a.log.Warn("hub connection closed", "broker", a.brokers.current())
 				return true
 			}
 		}
@@ -479,6 +496,10 @@ func (a *Agent) onConnect(c mqtt.Client) {
 			}
 			return
 		}
+		if code, refused := subackRefused(tok); refused {
+			// Reconnecting would not help: the broker's ACL decides.
+			a.log.Error("the broker refused the subscription; check its ACL for this device (docs/brokers.md)", "topic", s.topic, "suback", code)
+		}
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))
 	a.announceSealKey(c)
@@ -492,7 +513,7 @@ func (a *Agent) onConnect(c mqtt.Client) {
 	a.mu.Unlock()
 	a.republishReport()
 	poke(a.objs.wake) // ask for the objects still missing
-	a.log.Info("connected to the hub", "broker", a.cfg.Broker, "device", id)
+	a.log.Info("connected to the hub", "broker", a.brokers.current(), "device", id)
 	a.kick()
 	poke(a.beat)
 }

@@ -184,7 +184,7 @@ func (h *Link) updateAll(devices []string, change func([]json.RawMessage) []json
 		}
 		// Stored first: a hub that dies here publishes them at its next start.
 		for _, d := range docs {
-			h.client.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
+			h.publishDesired(h.client, d.Device, d.Document)
 			gens = append(gens, d.Generation)
 			if h.cfg.Objects != nil {
 				h.cfg.Objects.DesiredChanged(d.Device, d.Pods)

@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -28,7 +30,10 @@ import (
 
 // Config is how the link reaches the broker and signs.
 type Config struct {
-	Broker   string // mqtt://host:port or mqtts://host:port
+	Broker string // mqtt://host:port or mqtts://host:port
+	// Brokers are further nodes of the same broker cluster: paho tries
+	// Broker then these, in order, at every (re)connection.
+	Brokers  []string
 	ClientID string // default "podhub"
 	Prefix   string
 	Key      ed25519.PrivateKey
@@ -88,12 +93,19 @@ type Objects interface {
 // in arrival order (paho's OrderMatters), so a device's batches are
 // stored in the order it sent them.
 type Link struct {
-	cfg    Config
-	topics protocol.Topics
-	fleet  *fleetdb.Fleet
-	log    *slog.Logger
-	client mqtt.Client
-	now    func() time.Time
+	cfg Config
+	// watch holds the desired publishes the broker has not answered yet
+	// (stalled.go).
+	watch pubWatch
+	// attempt is the broker URL of the last connection attempt (the
+	// connected one after a success), for logs; connectedTo is the last
+	// one connected to.
+	attempt, connectedTo atomic.Value
+	topics               protocol.Topics
+	fleet                *fleetdb.Fleet
+	log                  *slog.Logger
+	client               mqtt.Client
+	now                  func() time.Time
 	// refused counts refused messages: the first few of each minute are
 	// logged and kept as the device's events, the rest summed up.
 	refused *throttle.Counter
@@ -135,7 +147,9 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	if cfg.ReleaseDir != "" {
 		h.chunks = chunks.New(cfg.Chunks, h, h.sendChunk, log)
 	}
-	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
+	opts := mqtt.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).SetProtocolVersion(4).
+		SetConnectionAttemptHandler(func(u *url.URL, tc *tls.Config) *tls.Config { h.attempt.Store(u.String()); return tc }).
+		SetReconnectingHandler(h.reconnecting).
 		SetBinaryWill(h.topics.HubPresence(), protocol.Encode(&protocol.Presence{Online: false}), 1, true).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
 		SetMaxReconnectInterval(30 * time.Second).SetOrderMatters(true).SetKeepAlive(30 * time.Second).
@@ -145,7 +159,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 		// devices' link does the same.
 		SetConnectTimeout(10 * time.Second).
 		SetOnConnectHandler(h.onConnect).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "err", err) })
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { log.Warn("broker connection lost", "broker", h.broker(), "err", err) })
+	for _, b := range cfg.Brokers {
+		opts.AddBroker(b)
+	}
 	if cfg.TLS != nil {
 		opts.SetTLSConfig(cfg.TLS)
 	}
@@ -163,9 +180,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 // connection (it keeps trying in the background).
 func (h *Link) Connect(wait time.Duration) error {
 	go h.summarise()
+	go h.watchPublishes()
 	tok := h.client.Connect()
 	if !tok.WaitTimeout(wait) {
-		h.log.Warn("broker not reachable yet; still trying", "broker", h.cfg.Broker)
+		h.log.Warn("broker not reachable yet; still trying", "broker", h.broker(), "brokers", 1+len(h.cfg.Brokers))
 		return nil
 	}
 	return tok.Error()
@@ -182,6 +200,35 @@ func (h *Link) Close() {
 	default:
 		close(h.done)
 	}
+}
+
+// broker is the broker of the last connection attempt (the configured
+// first before any).
+func (h *Link) broker() string {
+	if u, ok := h.attempt.Load().(string); ok {
+		return u
+	}
+	return h.cfg.Broker
+}
+
+// reconnecting orders the brokers before each reconnection: the one
+// after the broker the hub was last connected to first, so a node that
+// died is tried last (a dead host costs a connect timeout).
+func (h *Link) reconnecting(_ mqtt.Client, o *mqtt.ClientOptions) {
+	last, _ := h.connectedTo.Load().(string)
+	o.Servers = rotatePast(o.Servers, last)
+}
+
+// rotatePast is servers in their cyclic order starting after last
+// (unchanged if last is not among them).
+func rotatePast(servers []*url.URL, last string) []*url.URL {
+	for i, u := range servers {
+		if u.String() == last {
+			next := (i + 1) % len(servers)
+			return append(append([]*url.URL(nil), servers[next:]...), servers[:next]...)
+		}
+	}
+	return servers
 }
 
 // summarise logs, once a minute, how many refused messages were only
@@ -205,19 +252,13 @@ func (h *Link) summarise() {
 // desired document again (a broker that lost its retained messages gets
 // them back; devices ignore a generation they have).
 func (h *Link) onConnect(c mqtt.Client) {
+	h.connectedTo.Store(h.broker())
 	for kind, handler := range map[string]mqtt.MessageHandler{
 		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
 			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
 		protocol.KindAck:       report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device }, h.saveAck),
 		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device }, h.saveHeartbeat),
-		protocol.KindPresence: report(h, "presence", protocol.DecodePresence, func(p *protocol.Presence) string { return p.Device },
-			func(dev string, p *protocol.Presence) error {
-				dup, err := h.fleet.SavePresence(dev, p, h.now())
-				h.duplicate(dev, dup)
-				h.cfg.Changed()
-				h.cfg.UpdateChanged()
-				return err
-			}),
+		protocol.KindPresence:  h.presenceHandler(),
 		protocol.KindUpdateState: report(h, "update state", protocol.DecodeUpdateState,
 			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState),
 		protocol.KindFetch:     h.fetchHandler,
@@ -228,8 +269,13 @@ func (h *Link) onConnect(c mqtt.Client) {
 		if handler == nil {
 			continue
 		}
-		if tok := c.Subscribe(h.topics.All(kind), 1, handler); tok.Wait() && tok.Error() != nil {
+		tok := c.Subscribe(h.topics.All(kind), 1, handler)
+		if tok.Wait() && tok.Error() != nil {
 			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
+		} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[h.topics.All(kind)] >= 0x80 {
+			// paho reports a refusal (SUBACK 0x80) as success.
+			h.log.Error("the broker refused the subscription; check its ACL for the hub (docs/brokers.md)", "topic", h.topics.All(kind),
+				"suback", st.Result()[h.topics.All(kind)])
 		}
 	}
 	session := make([]byte, 8)
@@ -251,11 +297,11 @@ func (h *Link) onConnect(c mqtt.Client) {
 		return
 	}
 	for _, d := range docs {
-		c.Publish(h.topics.Device(d.Device, protocol.KindDesired), 1, true, d.Document)
+		h.publishDesired(c, d.Device, d.Document)
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
-	h.log.Info("connected to the broker", "broker", h.cfg.Broker, "desired", len(docs), "updateOrders", orders)
+	h.log.Info("connected to the broker", "broker", h.broker(), "desired", len(docs), "updateOrders", orders)
 }
 
 // objectsHandler hands a device's object message to the object link

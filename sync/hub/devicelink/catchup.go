@@ -1,0 +1,69 @@
+package devicelink
+
+import (
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/podvisor/podvisor/sync/protocol"
+)
+
+// presenceHandler saves devices' presence and, for a device that has
+// just connected (a presence sent now, not a retained one replayed to
+// the hub's new subscription), catches it up.
+func (h *Link) presenceHandler() mqtt.MessageHandler {
+	// Set by save for the message being handled: paho hands the hub's
+	// messages over one at a time (SetOrderMatters).
+	var cameOnline string
+	save := report(h, "presence", protocol.DecodePresence, func(p *protocol.Presence) string { return p.Device },
+		func(dev string, p *protocol.Presence) error {
+			dup, err := h.fleet.SavePresence(dev, p, h.now())
+			h.duplicate(dev, dup)
+			h.cfg.Changed()
+			h.cfg.UpdateChanged()
+			if err == nil && p.Online && !dup {
+				cameOnline = dev
+			}
+			return err
+		})
+	return func(c mqtt.Client, m mqtt.Message) {
+		cameOnline = ""
+		save(c, m)
+		if cameOnline != "" && !m.Retained() {
+			h.catchUp(cameOnline)
+		}
+	}
+}
+
+// catchUp publishes a device's desired document again when the device
+// comes online without having answered it. A clustered broker may have
+// lost both copies the device would get it from: NATS 2.9 drops a
+// retained message, and a QoS 1 message for a session, that it cannot
+// store while its JetStream cluster elects new leaders after a node's
+// loss (a few seconds), logging it and nothing more (docs/brokers.md).
+// The device ignores a generation it has, so an answer still on its way
+// costs one message.
+func (h *Link) catchUp(device string) {
+	ack, err := h.fleet.LastAck(device)
+	if err != nil {
+		h.log.Error("reading the last ack", "device", device, "err", err)
+		return
+	}
+	// Under the update lock: an update stored meanwhile is published
+	// after this one, never under it.
+	h.updating.Lock()
+	defer h.updating.Unlock()
+	d, err := h.fleet.Desired(device)
+	if err != nil {
+		h.log.Error("reading the desired document", "device", device, "err", err)
+		return
+	}
+	if d.Generation == 0 || ack != nil && ack.Generation >= d.Generation {
+		return
+	}
+	answered := int64(0)
+	if ack != nil {
+		answered = ack.Generation
+	}
+	h.log.Info("a device came online without answering its desired document; publishing it again",
+		"device", device, "generation", d.Generation, "answered", answered)
+	h.publishDesired(h.client, device, d.Document)
+}
