@@ -33,12 +33,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	if _, ok := pgtest.Available(); ok {
-		if err := shipped.Build(dir, "podhub"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	if err := shipped.Build(dir, "podhub"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	podhub = filepath.Join(dir, "podhub")
 	defer os.RemoveAll(dir)
@@ -97,9 +95,15 @@ func freeLoopback(t *testing.T) string {
 
 func startReplica(t *testing.T, id, dataDir, store string, args ...string) *hubReplica {
 	t.Helper()
-	r := &hubReplica{id: id, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
-	r.cmd = exec.Command(podhub, append([]string{"--data-dir", dataDir, "serve", "--mqtt-listen", freeLoopback(t),
+	return startReplicaCmd(t, id, dataDir, append([]string{"serve", "--mqtt-listen", freeLoopback(t),
 		"--store", store, "--replica-id", id, "--leader-lease", leaseTTL.String()}, args...)...)
+}
+
+// startReplicaCmd runs podhub with args in dataDir and waits for its API.
+func startReplicaCmd(t *testing.T, id, dataDir string, args ...string) *hubReplica {
+	t.Helper()
+	r := &hubReplica{id: id, dataDir: dataDir, log: &lockedBuffer{}, exited: make(chan struct{})}
+	r.cmd = exec.Command(podhub, append([]string{"--data-dir", dataDir}, args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -321,5 +325,53 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 	time.Sleep(2 * time.Second) // passes of the last leader
 	if now := webPods(t, rs[last]); strings.Join(now, ",") != strings.Join(pods, ",") {
 		t.Fatalf("the Deployment's pods after two takeovers: %v, before %v", now, pods)
+	}
+}
+
+// On SQLite one replica only: a second podhub serve on the same file
+// (another data directory, so another replica ID) is refused, and the
+// first, restarted under its kept ID, is not.
+func TestSecondReplicaOnSQLiteRefused(t *testing.T) {
+	base := t.TempDir()
+	a, b := filepath.Join(base, "a"), filepath.Join(base, "b")
+	if out, err := exec.Command(podhub, "--data-dir", a, "init").CombinedOutput(); err != nil {
+		t.Fatalf("podhub init: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("cp", "-a", a, b).CombinedOutput(); err != nil {
+		t.Fatalf("copying the data directory: %v\n%s", err, out)
+	}
+	store := filepath.Join(base, "fleet.db")
+	first := &hubReplica{id: "first", dataDir: a, log: &lockedBuffer{}, exited: make(chan struct{})}
+	first.cmd = exec.Command(podhub, "--data-dir", a, "serve", "--mqtt-listen", freeLoopback(t), "--store", store)
+	first.cmd.Stdout, first.cmd.Stderr = first.log, first.log
+	if err := first.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { first.cmd.Wait(); close(first.exited) }()
+	defer first.stop(t)
+	waitFor(t, 30*time.Second, "the first podhub's API", func() bool {
+		_, err := first.cli("get", "replicas")
+		return err == nil
+	})
+	second := exec.Command(podhub, "--data-dir", b, "serve", "--mqtt-listen", freeLoopback(t), "--store", store)
+	done := make(chan []byte, 1)
+	go func() { out, _ := second.CombinedOutput(); done <- out }()
+	select {
+	case out := <-done:
+		t.Logf("the second podhub: %s", bytes.TrimSpace(out))
+		if !strings.Contains(string(out), "another podhub") || !strings.Contains(string(out), "PostgreSQL") {
+			t.Fatalf("the second podhub on one SQLite file: %s", out)
+		}
+	case <-time.After(30 * time.Second):
+		second.Process.Kill()
+		<-done
+		t.Fatal("a second podhub on one SQLite file still runs after 30s")
+	}
+	// The first, killed and restarted at once, is the same replica.
+	first.cmd.Process.Kill()
+	<-first.exited
+	again := startReplicaCmd(t, "first", a, "serve", "--mqtt-listen", freeLoopback(t), "--store", store)
+	if l := replicas(t, again); l.Leader == "" || len(l.Replicas) != 1 {
+		t.Fatalf("after the restart: %+v", l)
 	}
 }
