@@ -39,8 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	podhub = filepath.Join(dir, "podhub")
-	defer os.RemoveAll(dir)
-	pgtest.Main(m) // exits
+	pgtest.MainThen(m, func() { os.RemoveAll(dir) }) // exits
 }
 
 // The lease's timing in the test: a 3 s TTL (renewed every 1 s, taken
