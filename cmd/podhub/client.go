@@ -174,8 +174,10 @@ func (c *cli) get(args []string) error {
 		return c.getReleases(*output, now)
 	case "updates", "update":
 		return c.getUpdates(*output, now)
+	case "replicas", "replica":
+		return c.getReplicas(*output)
 	}
-	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb, configmaps, secrets, releases, updates)", pos[0])
+	return fmt.Errorf("get: unknown resource %q (devices, pods, deployments, daemonsets, statefulsets, priorityclasses, pdb, configmaps, secrets, releases, updates, replicas)", pos[0])
 }
 
 func (c *cli) describe(args []string) error {

@@ -92,7 +92,7 @@ func (c *cli) serverCert(h httpConfig, log *slog.Logger) (tls.Certificate, error
 // otherwise) with what it serves: /metrics, the dashboard and the
 // Kubernetes API. The caller serves it, closes it, then calls done (which
 // ends the API's watches of the fleet).
-func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counters *hubmetrics.Counters, deviceTimeout time.Duration, log *slog.Logger) (gw *gateway.Server, done func(), err error) {
+func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counters *hubmetrics.Counters, deviceTimeout time.Duration, ready func() []gateway.Check, log *slog.Logger) (gw *gateway.Server, done func(), err error) {
 	if cfg.HTTP.Listen == "" {
 		return nil, func() {}, nil
 	}
@@ -113,7 +113,8 @@ func (c *cli) startGateway(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, counter
 			Counters: counters, Version: version}),
 		Dashboard: dashboard.New(dashboard.Config{Fleet: fleet, Workloads: h.Workloads(), Timeout: deviceTimeout,
 			Pods: kube.Pods}),
-		Kube: kube,
+		Kube:  kube,
+		Ready: ready,
 	})
 	if err != nil {
 		kube.Close()

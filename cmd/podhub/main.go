@@ -27,6 +27,7 @@ const usage = `podhub serves podvisor devices their pods, and shows the fleet.
 Usage:
   podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
   podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]
+        [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME
@@ -38,6 +39,7 @@ Usage:
   podhub [--data-dir DIR] get pods (-A | --device ID) [-o json|yaml|wide]
   podhub [--data-dir DIR] get deployments|daemonsets|statefulsets|priorityclasses|pdb [-o json|yaml]
   podhub [--data-dir DIR] get configmaps|secrets [NAME] [-n NAMESPACE | -A] [-o json|yaml]
+  podhub [--data-dir DIR] get replicas [-o json|yaml]
   podhub [--data-dir DIR] describe device ID | describe deployment|daemonset|statefulset|pdb|configmap|secret NAME [-n NAMESPACE]
   podhub [--data-dir DIR] label device ID k=v|k- ...
   podhub [--data-dir DIR] cordon|uncordon device ID
@@ -193,7 +195,7 @@ func globalDataDir(args []string) (string, []string, error) {
 // synopses are the usage lines --help prints, by flag set name.
 var synopses = map[string]string{
 	"init":            "init [--broker-name NAME[,NAME]]",
-	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]",
+	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT] [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]",
 	"token":           "token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME",
 	"token create":    "token create NAME [--kubeconfig FILE] [--server URL]",
 	"token list":      "token list",
@@ -206,7 +208,7 @@ var synopses = map[string]string{
 	"device revoke":   "device revoke ID",
 	"apply":           "apply -f FILE [--device ID | --selector k=v[,k=v]]",
 	"delete":          "delete pod NAME [--device ID] [-n NAMESPACE] | delete deployment|daemonset|statefulset|priorityclass|pdb|configmap|secret NAME [-n NAMESPACE] | delete release V [--name N]",
-	"get":             "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb|releases|updates | get configmaps|secrets [NAME] [-n NAMESPACE | -A]",
+	"get":             "get devices [-o json|yaml] | get pods (-A | --device ID) [-o json|yaml|wide] | get deployments|daemonsets|statefulsets|priorityclasses|pdb|releases|updates|replicas | get configmaps|secrets [NAME] [-n NAMESPACE | -A]",
 	"describe":        "describe device ID | describe deployment|daemonset|statefulset|pdb|configmap|secret NAME [-n NAMESPACE] | describe release V [--name N] | describe update NAME",
 	"label":           "label device ID k=v|k- ...",
 	"cordon":          "cordon device ID",

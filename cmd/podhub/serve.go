@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -49,6 +50,14 @@ type config struct {
 	// relative path is under the data directory). Default
 	// <data-dir>/fleet.db (store.go).
 	Store string `json:"store,omitempty"`
+	// ReplicaID names this podhub among the replicas on its store
+	// (default: kept in <data-dir>/replica-id; replicas.go).
+	ReplicaID string `json:"replicaID,omitempty"`
+	// LeaderLease is the leader lease's TTL (default 15s; replicas.go).
+	LeaderLease string `json:"leaderLease,omitempty"`
+	// HealthListen is a plain HTTP listener of /livez, /readyz and
+	// /healthz only, for probes (off unless set; replicas.go).
+	HealthListen string `json:"healthListen,omitempty"`
 	// SecretsKeyFile is the key Secrets are sealed with in fleet.db
 	// (default <data-dir>/secrets.key; secretskey.go).
 	SecretsKeyFile string `json:"secretsKeyFile,omitempty"`
@@ -270,11 +279,25 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err := c.loadSecretsKey(cfg, h.Objects(), log); err != nil {
 		return err
 	}
+	// One replica among those on the store: its leader work waits for
+	// the leader lease. At a stop, the lease is handed over before the
+	// hub closes, so another replica takes over at once.
+	rep, err := c.startReplica(cfg, fleet, h, log)
+	if err != nil {
+		return err
+	}
+	stopReplica := sync.OnceFunc(func() {
+		if err := rep.Stop(); err != nil {
+			log.Warn("leaving the replicas", "err", err)
+		}
+	})
+	defer stopReplica()
 	if err := h.Start(10 * time.Second); err != nil {
 		return fmt.Errorf("broker %s: %w", strings.Join(append([]string{hcfg.Broker}, hcfg.Brokers...), ","), err)
 	}
 	defer h.Close()
-	gw, gwDone, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, log)
+	defer stopReplica()
+	gw, gwDone, err := c.startGateway(cfg, fleet, h, counters, deviceTimeout, readyChecks(fleet, h, rep), log)
 	if err != nil {
 		return err
 	}
@@ -287,9 +310,17 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 			gwDone()
 		}()
 	}
+	if cfg.HealthListen != "" {
+		stopHealth, err := serveHealth(cfg.HealthListen, readyChecks(fleet, h, rep), log)
+		if err != nil {
+			return err
+		}
+		defer stopHealth()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
+	handleReplicas(mux, fleet)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		// The fleet's revocations and enrolments first: whatever the
 		// broker, a revoked device gets no objects.
@@ -333,6 +364,9 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	timeout := fs.String("device-timeout", "", "a device silent this long is NotReady (default 90s)")
 	httpListen := fs.String("http-listen", "", "the HTTPS listener of the dashboard, /metrics and the Kubernetes API, HOST:PORT (default: http.listen of podhub.yaml, else none; a login is always required)")
 	store := fs.String("store", "", "the fleet store: postgres://USER@HOST/DB (PostgreSQL; the password from PGPASSFILE or ~/.pgpass), sqlite:PATH or a path (default: store of podhub.yaml, else <data-dir>/fleet.db)")
+	replicaID := fs.String("replica-id", "", "this podhub's name among the replicas on its store: lowercase letters, digits, '-' and '.' (default: kept in <data-dir>/replica-id, this host's name and a random suffix)")
+	healthListen := fs.String("health-listen", "", "a plain HTTP listener of /livez, /readyz and /healthz only, HOST:PORT, for probes (default: healthListen of podhub.yaml, else none)")
+	leaderLease := fs.String("leader-lease", "", "the leader lease's TTL, renewed every third of it (default 15s; from 3s to 10m)")
 	memoryLimitFlag := fs.String("memory-limit", "", "podhub's soft memory limit: auto (16Mi + 24Ki per connected device, at least 9/8 of what no collection frees; 24Mi more while it allocates fast), off, or a size such as 512Mi (default auto)")
 	if _, err := flags(fs, args); err != nil {
 		return cfg, 0, err
@@ -354,6 +388,15 @@ func (c *cli) serveConfig(args []string) (config, time.Duration, error) {
 	}
 	if *store != "" {
 		cfg.Store = *store
+	}
+	if *replicaID != "" {
+		cfg.ReplicaID = *replicaID
+	}
+	if *leaderLease != "" {
+		cfg.LeaderLease = *leaderLease
+	}
+	if *healthListen != "" {
+		cfg.HealthListen = *healthListen
 	}
 	if *httpListen != "" {
 		cfg.HTTP.Listen = *httpListen

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/controllers"
 	"github.com/podvisor/podvisor/sync/hub/devicelink"
@@ -20,6 +21,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/logstream"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/hub/releases"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/sync/hub/updates"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -48,6 +50,31 @@ type Hub struct {
 	// stopSilence ends the watch of silent devices (Start starts it).
 	stopSilence context.CancelFunc
 	silenceDone chan struct{}
+	// replica is this replica's part in the election (UseReplica), nil
+	// for a hub alone.
+	replica *replica.Elector
+	// stopNudge ends the leader's periodic passes (nudgeLeader).
+	stopNudge chan struct{}
+	nudgeDone chan struct{}
+}
+
+// UseReplica makes the hub one replica of several on its store: the
+// scheduling passes and the updates' passes run only while e says this
+// replica leads, each pass's placements fenced by its token, and they
+// are asked for when it starts to lead. Call before Start and e.Start.
+func (h *Hub) UseReplica(e *replica.Elector) {
+	h.replica = e
+	h.Scheduler.SetGate(e.Leading)
+	h.Updates.SetGate(e.Leading)
+	if h.fleet.Dialect() != sqldb.SQLite {
+		h.workloads.SetFence(e.Fence) // on SQLite one replica only: nothing to fence
+	}
+	e.Watch(func(leading bool) {
+		if leading {
+			h.Scheduler.Reschedule()
+			h.Updates.Kick()
+		}
+	})
 }
 
 // New makes a hub; Start starts it.
@@ -78,10 +105,17 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 
 // Start starts the scheduling loop and connects to the broker, waiting
 // at most wait for the first connection (it keeps trying in the
-// background). Every device is offline until its presence says again.
+// background). Every device is offline until its presence says again
+// (unless other replicas were running). The silence watch runs on every
+// replica: it only tells this replica's readers, writing nothing.
 func (h *Hub) Start(wait time.Duration) error {
-	if err := h.fleet.ForgetPresence(); err != nil {
-		return err
+	// Presence is forgotten when the whole hub starts, not when a
+	// replica joins others that keep it (it would mark the fleet
+	// offline under them).
+	if h.replica == nil || h.replica.OthersAtStart() == 0 {
+		if err := h.fleet.ForgetPresence(); err != nil {
+			return err
+		}
 	}
 	if err := h.ObjectLink.Start(); err != nil {
 		return err
@@ -97,7 +131,36 @@ func (h *Hub) Start(wait time.Duration) error {
 		defer close(h.silenceDone)
 		h.fleet.Changes().WatchSilence(ctx, cmp.Or(h.cfg.DeviceTimeout, fleetdb.DefaultDeviceTimeout))
 	}()
+	if h.replica != nil && h.fleet.Dialect() != sqldb.SQLite {
+		h.nudgeLeader(h.replica.Timing().Renew)
+	}
 	return h.Link.Connect(wait)
+}
+
+// nudgeLeader asks for a scheduling and an update pass every period
+// while this replica leads. A write through another replica (an apply,
+// a device's report it handled) kicks that replica's scheduler, not the
+// leader's: until the change feed crosses replicas, this bounds how long
+// such a write waits for its pass. Passes coalesce and are spaced
+// (controllers' minPassGap), so a busy leader runs no more of them.
+func (h *Hub) nudgeLeader(period time.Duration) {
+	h.stopNudge, h.nudgeDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(h.nudgeDone)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stopNudge:
+				return
+			case <-tick.C:
+				if h.replica.Leading() {
+					h.Scheduler.Reschedule()
+					h.Updates.Kick()
+				}
+			}
+		}
+	}()
 }
 
 // Close disconnects and stops the scheduling loop.
@@ -106,6 +169,10 @@ func (h *Hub) Close() {
 	h.ObjectLink.Close()
 	h.Scheduler.Close()
 	h.Updates.Close()
+	if h.stopNudge != nil {
+		close(h.stopNudge)
+		<-h.nudgeDone
+	}
 	if h.stopSilence != nil {
 		h.stopSilence()
 		<-h.silenceDone

@@ -68,11 +68,19 @@ type server struct {
 // started: call it from TestMain.
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainThen(m, nil) }
+
+// MainThen is Main with the package's own cleanup, after (temporary
+// binaries its TestMain built), run once the tests ended, before the
+// exit (which skips TestMain's deferred calls).
+func MainThen(m *testing.M, after func()) {
 	mu.Lock()
 	inMain = true
 	mu.Unlock()
 	code := m.Run()
+	if after != nil {
+		after()
+	}
 	mu.Lock()
 	if running != nil {
 		if err := running.stop(); err != nil {

@@ -60,7 +60,15 @@ type Scheduler struct {
 	started time.Time
 	// sched is what one scheduling pass keeps for the next.
 	sched schedCache
+	// gate, when set, says whether this replica may run passes: the
+	// leader only (SetGate).
+	gate func() bool
 }
+
+// SetGate makes the loop's passes wait for leading to say true (several
+// replicas: the leader schedules, the others do not); Reschedule once it
+// does. Set before Start.
+func (s *Scheduler) SetGate(leading func() bool) { s.gate = leading }
 
 // New makes a scheduler; Start starts its loop.
 func New(cfg Config, fleet *fleetdb.Fleet, workloads *workloaddb.Store, link *devicelink.Link, log *slog.Logger) *Scheduler {
@@ -113,6 +121,10 @@ func (s *Scheduler) scheduleLoop() {
 			return
 		case <-s.kick:
 		case <-timer.C:
+		}
+		if s.gate != nil && !s.gate() {
+			timer.Stop()
+			continue // another replica leads; a kick when this one does
 		}
 		started := time.Now()
 		next, err := s.SchedulePass()

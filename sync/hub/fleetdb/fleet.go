@@ -25,6 +25,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
 	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
 
@@ -72,6 +73,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// When the hub first knew each device (the wall clock's Unix
 	// milliseconds; 0 for devices from before it was kept): a node's age.
 	`ALTER TABLE devices ADD COLUMN created INTEGER NOT NULL DEFAULT 0;`,
+	// Replicas: the podhub processes on the store and the leader lease
+	// with its fencing token (sync/hub/replica).
+	replica.Tables,
 }
 
 var fleetSchema1 = `

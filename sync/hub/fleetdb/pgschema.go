@@ -3,6 +3,7 @@ package fleetdb
 import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 )
 
 // pgMigrations are the fleet store's schema versions on PostgreSQL, a
@@ -19,7 +20,11 @@ import (
 // queries naming rowid are the same on both. json_of reads a BYTEA
 // column's JSON for the few queries that look inside it. The tables of
 // workloaddb and objectdb are theirs (PGTables), as on SQLite.
-var pgMigrations = []string{pgSchema1 + workloaddb.PGTables + objectdb.PGTables}
+var pgMigrations = []string{pgSchema1 + workloaddb.PGTables + objectdb.PGTables,
+	// Replicas: the podhub processes on the store and the leader lease
+	// with its fencing token (sync/hub/replica).
+	replica.PGTables,
+}
 
 const pgSchema1 = `
 CREATE FUNCTION json_of(b BYTEA) RETURNS JSONB

@@ -53,6 +53,10 @@ type Config struct {
 	Dashboard http.Handler // /ui/ but /ui/login and /ui/logout
 	Kube      http.Handler // /api, /apis, /version, /openapi/
 
+	// Ready are /readyz's checks (nil: always ready): the store
+	// reachable, the broker connected, the leader lease's state known.
+	Ready func() []Check
+
 	// Log gets a line per request at debug level, and refusals.
 	Log *slog.Logger
 	// Now is the clock (tests give a fake one); nil is time.Now.
@@ -207,8 +211,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	switch r.URL.Path {
 	case "/healthz", "/livez", "/readyz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok"))
+		Health(s.cfg.Ready, s.log).ServeHTTP(w, r)
 		return
 	case "/":
 		http.Redirect(w, r, "/ui/", http.StatusFound)

@@ -44,7 +44,15 @@ type Driver struct {
 	// pause waits gap after a pass, false when the driver closes (a
 	// test's hook).
 	pause func(gap time.Duration) bool
+	// gate, when set, says whether this replica may run passes: the
+	// leader only (SetGate).
+	gate func() bool
 }
+
+// SetGate makes the loop's passes wait for leading to say true (several
+// replicas: the leader drives the updates); Kick once it does. Set
+// before Start.
+func (d *Driver) SetGate(leading func() bool) { d.gate = leading }
 
 // minPassGap spaces the passes: every report that changes kicks the
 // driver (a device's percent, its version), and a pass reads every
@@ -79,6 +87,10 @@ func (d *Driver) Start() {
 				return
 			case <-d.kick:
 			case <-timer.C:
+			}
+			if d.gate != nil && !d.gate() {
+				timer.Stop()
+				continue // another replica leads; a kick when this one does
 			}
 			started := time.Now()
 			err := d.Pass()

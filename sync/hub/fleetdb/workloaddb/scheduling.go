@@ -38,13 +38,28 @@ func (f *Store) Terminating() ([]PodOnDevice, error) {
 
 // Forget drops pods the hub no longer holds, with their events.
 func (f *Store) Forget(keys []types.NamespacedName) error {
-	for _, k := range keys {
-		if _, err := f.db.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
-			return err
-		}
-		if err := forgetEvents(f.db, "Pod", k.Namespace, k.Name); err != nil {
+	if len(keys) == 0 {
+		return nil
+	}
+	// One transaction, fenced as StorePods is: a deposed leader forgets
+	// nothing.
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if f.fence != nil {
+		if err := f.fence(tx); err != nil {
 			return err
 		}
 	}
-	return nil
+	for _, k := range keys {
+		if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
+			return err
+		}
+		if err := forgetEvents(tx, "Pod", k.Namespace, k.Name); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }

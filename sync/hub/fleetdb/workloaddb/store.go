@@ -6,6 +6,7 @@
 package workloaddb
 
 import (
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"time"
@@ -19,7 +20,16 @@ import (
 // Store is the scheduler's tables, on the fleet's database.
 type Store struct {
 	db *sqldb.DB
+	// fence, when set, checks in a scheduling pass's transaction that
+	// the pass's replica still leads (SetFence).
+	fence func(tx *sql.Tx) error
 }
+
+// SetFence has StorePods and Forget (the scheduling passes' writes)
+// check fence first in their transaction, and store nothing if it fails: with several replicas, a deposed leader's
+// late pass is refused (replica.Elector.Fence). Set before the first
+// pass.
+func (f *Store) SetFence(fence func(tx *sql.Tx) error) { f.fence = fence }
 
 // New is the scheduler's tables in the fleet database db (fleetdb opens
 // and migrates it: Fleet.SQL).
@@ -79,6 +89,11 @@ func (f *Store) StorePods(w PodWrites, at time.Time) error {
 		return err
 	}
 	defer tx.Rollback()
+	if f.fence != nil {
+		if err := f.fence(tx); err != nil {
+			return err
+		}
+	}
 	for _, k := range w.Delete {
 		if _, err := tx.Exec(`DELETE FROM hub_pods WHERE namespace = ? AND name = ?`, k.Namespace, k.Name); err != nil {
 			return err

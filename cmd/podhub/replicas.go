@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/gateway"
+	"github.com/podvisor/podvisor/sync/hub/replica"
+)
+
+// replicaIDFile keeps the replica's derived ID in the data directory, so
+// that a restart is the same replica.
+const replicaIDFile = "replica-id"
+
+// replicaID is the replica's ID: --replica-id (replicaID of
+// podhub.yaml), else the one kept in the data directory, else a new
+// one, this host's name and a random suffix, kept there.
+func (c *cli) replicaID(cfg config) (string, error) {
+	if cfg.ReplicaID != "" {
+		return cfg.ReplicaID, replica.CheckID(cfg.ReplicaID)
+	}
+	path := c.path(replicaIDFile)
+	if data, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(data))
+		if err := replica.CheckID(id); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	host, _ := os.Hostname()
+	id := hostLabel(host) + "-" + randomHex(3)
+	if err := writeFileMode(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// hostLabel is host as a replica ID's first part: lowercase, characters
+// an ID may not have made '-', at most 56 characters ("podhub" if none
+// is left).
+func hostLabel(host string) string {
+	var b strings.Builder
+	for _, c := range []byte(strings.ToLower(host)) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('-')
+		}
+		if b.Len() == 56 {
+			break
+		}
+	}
+	s := strings.Trim(b.String(), "-.")
+	if s == "" {
+		return "podhub"
+	}
+	return s
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// leaseTiming is the leader lease's timing from --leader-lease (the
+// TTL): renewed every third of it, taken by another 2/15 of it after
+// it ran out (15s: every 5s, 2s).
+func leaseTiming(ttl string) (replica.Timing, error) {
+	if ttl == "" {
+		return replica.DefaultTiming, nil
+	}
+	d, err := time.ParseDuration(ttl)
+	if err != nil || d < 3*time.Second || d > 10*time.Minute {
+		return replica.Timing{}, fmt.Errorf("leader lease %q: want a duration from 3s to 10m", ttl)
+	}
+	return replica.Timing{TTL: d, Renew: d / 3, Margin: d * 2 / 15}, nil
+}
+
+// startReplica makes this podhub one replica on its store and joins:
+// the hub's leader work gated on the lease (hub.UseReplica). On an
+// SQLite store a second replica is refused.
+func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *slog.Logger) (*replica.Elector, error) {
+	id, err := c.replicaID(cfg)
+	if err != nil {
+		return nil, err
+	}
+	timing, err := leaseTiming(cfg.LeaderLease)
+	if err != nil {
+		return nil, err
+	}
+	address := cfg.HTTP.Listen
+	if address == "" {
+		address, _ = os.Hostname()
+	}
+	e, err := replica.New(replica.NewStore(fleet.SQL()), replica.Config{ID: id, Address: address, Version: version,
+		Timing: timing, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	h.UseReplica(e)
+	if err := e.Start(); err != nil {
+		return nil, err
+	}
+	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart())
+	return e, nil
+}
+
+// readinessTimeout bounds /readyz's ping of the store.
+const readinessTimeout = 2 * time.Second
+
+// readyChecks is /readyz's checks: the store answers, the broker is
+// connected, and the replica knows the leader lease's state (it read it
+// within a TTL). /livez stays ok while the process serves.
+func readyChecks(fleet *fleetdb.Fleet, h *hub.Hub, e *replica.Elector) func() []gateway.Check {
+	return func() []gateway.Check {
+		ctx, cancel := context.WithTimeout(context.Background(), readinessTimeout)
+		defer cancel()
+		checks := []gateway.Check{{Name: "store", Err: fleet.SQL().PingContext(ctx)}, {Name: "broker"}, {Name: "leader-lease"}}
+		if !h.Link.Connected() {
+			checks[1].Err = errors.New("not connected to the broker")
+		}
+		if !e.Known() {
+			checks[2].Err = errors.New("the leader lease was not read within its TTL")
+		}
+		return checks
+	}
+}
+
+// serveHealth serves gateway.Health on a plain HTTP listener at addr
+// until the returned stop: probes need no certificate and no login, and
+// nothing but the health endpoints is there.
+func serveHealth(addr string, ready func() []gateway.Check, log *slog.Logger) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listener: %w", err)
+	}
+	srv := &http.Server{Handler: gateway.Health(ready, log), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health listener", "err", err)
+		}
+	}()
+	log.Info("health listener (plain HTTP: /livez, /readyz, /healthz)", "address", l.Addr().String())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
+}
+
+// handleReplicas serves GET /v1/replicas: the store's replicas and the
+// leader lease.
+func handleReplicas(mux *http.ServeMux, fleet *fleetdb.Fleet) {
+	store := replica.NewStore(fleet.SQL())
+	mux.HandleFunc("GET /v1/replicas", func(w http.ResponseWriter, r *http.Request) {
+		l, err := store.List()
+		replyJSON(w, l, err)
+	})
+}
+
+// getReplicas prints podhub get replicas.
+func (c *cli) getReplicas(output string) error {
+	var l replica.List
+	if err := c.client().Do("GET", "/v1/replicas", nil, &l); err != nil {
+		return err
+	}
+	if output != "" && output != "wide" {
+		return printObject(c, l, output)
+	}
+	w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSTATUS\tLEADER\tADDRESS\tVERSION\tAGE\tLAST-HEARTBEAT")
+	for _, r := range l.Replicas {
+		status := "NotReady"
+		if r.Live {
+			status = "Ready"
+		}
+		// Ages on the database's clock, the one the lease is counted on.
+		fmt.Fprintf(w, "%s\t%s\t%t\t%s\t%s\t%s\t%s\n", r.ID, status, r.Leader, orNone(r.Address), orNone(r.Version),
+			ago(l.Now, r.Started), ago(l.Now, r.Heartbeat))
+	}
+	return w.Flush()
+}

@@ -1,0 +1,306 @@
+package replica
+
+import (
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/podvisor/podvisor/sqldb"
+)
+
+// Config is a replica's identity and its lease timing.
+type Config struct {
+	// ID names the replica (podhub serve --replica-id).
+	ID string
+	// Address is where its API or HTTPS listener is reached, shown by
+	// podhub get replicas.
+	Address string
+	// Version is podhub's version.
+	Version string
+	// Timing is the lease's (DefaultTiming if zero).
+	Timing Timing
+	// Poll is how often a replica that does not lead looks at the lease
+	// (a read; a write only when it may take it): a released lease is
+	// taken within Poll. Default 1s.
+	Poll time.Duration
+	// Log is where leadership changes are told.
+	Log *slog.Logger
+}
+
+// Elector runs the replica's membership and its part in the leader
+// election: Start joins and makes a first attempt, a loop renews or
+// tries to take the lease, Stop hands it over. On SQLite, where one
+// replica only may run, the replica leads from Start to Stop whatever
+// its renewals (nothing changes for a single podhub), and Start refuses
+// to run beside another live replica.
+type Elector struct {
+	store  *Store
+	cfg    Config
+	static bool
+
+	mu        sync.Mutex
+	term      Term
+	lastToken int64 // the token of the newest term, kept after it ends (Fence)
+	known     time.Time
+	others    int // other live replicas at Join
+	watch     func(leading bool)
+	leading   bool // as last told to watch
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New is an elector of the replica cfg.ID over store.
+func New(store *Store, cfg Config) (*Elector, error) {
+	if cfg.Timing == (Timing{}) {
+		cfg.Timing = DefaultTiming
+	}
+	if err := cfg.Timing.Check(); err != nil {
+		return nil, err
+	}
+	if err := CheckID(cfg.ID); err != nil {
+		return nil, err
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	// A round that hangs on the store past a renewal period fails: the
+	// next is due.
+	store.SetTimeout(cfg.Timing.Renew)
+	return &Elector{store: store, cfg: cfg, static: store.Dialect() == sqldb.SQLite}, nil
+}
+
+// Watch has fn told of each change of leadership (true: this replica
+// leads), from the elector's goroutine; set before Start.
+func (e *Elector) Watch(fn func(leading bool)) { e.watch = fn }
+
+// Timing is the lease's timing.
+func (e *Elector) Timing() Timing { return e.cfg.Timing }
+
+// ID is the replica's ID.
+func (e *Elector) ID() string { return e.cfg.ID }
+
+// Start joins the replicas (refusing, on SQLite, to run beside another
+// live one), makes a first attempt at the lease and starts the loop.
+func (e *Elector) Start() error {
+	members, now, err := e.store.Members()
+	if err != nil {
+		return fmt.Errorf("replica %s: reading the replicas: %w", e.cfg.ID, err)
+	}
+	e.others = OthersLive(e.cfg.ID, members, now)
+	if e.static && e.others > 0 {
+		var ids []string
+		for _, m := range members {
+			if m.ID != e.cfg.ID && m.Live(now) {
+				ids = append(ids, m.ID)
+			}
+		}
+		return fmt.Errorf("replica %s: another podhub (replica %v) serves this SQLite fleet store; several replicas need a PostgreSQL store (store: postgres://…)", e.cfg.ID, ids)
+	}
+	if err := e.store.Join(Member{ID: e.cfg.ID, Address: e.cfg.Address, Version: e.cfg.Version}, e.cfg.Timing.TTL); err != nil {
+		return err
+	}
+	if err := e.attempt(); err != nil {
+		if e.static {
+			return err
+		}
+		e.cfg.Log.Warn("leader lease: first attempt", "err", err)
+	}
+	e.mu.Lock()
+	e.stop, e.done = make(chan struct{}), make(chan struct{})
+	e.mu.Unlock()
+	go e.loop()
+	return nil
+}
+
+// OthersAtStart is how many other replicas were alive when this one
+// joined: with none, the fleet's presence is stale (the whole hub was
+// down) and is forgotten at start.
+func (e *Elector) OthersAtStart() int { return e.others }
+
+// Leading reports whether the replica leads now: its term has not run
+// out on its own clock (on SQLite: from Start to Stop).
+func (e *Elector) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leadingLocked(time.Now())
+}
+
+func (e *Elector) leadingLocked(now time.Time) bool {
+	if e.static {
+		return e.lastToken != 0 && e.stop != nil
+	}
+	return e.term.Leading(now)
+}
+
+// Token is the fencing token of the replica's newest term (0: it never
+// led), kept after the term ends so that a late write of a deposed
+// leader is refused by the store (Fence), not silently skipped.
+func (e *Elector) Token() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastToken
+}
+
+// Fence checks in tx that the replica's newest term is still the
+// lease's (Store.Fence): for the leader's writes.
+func (e *Elector) Fence(tx *sql.Tx) error {
+	return e.store.Fence(tx, LeaderLease, e.cfg.ID, e.Token())
+}
+
+// Known reports whether the lease's state was read within a TTL: the
+// replica knows who leads (readiness).
+func (e *Elector) Known() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.known.IsZero() && time.Since(e.known) < e.cfg.Timing.TTL
+}
+
+// attempt reads the lease, decides and writes: one round of the
+// election, and a heartbeat of the replica's row.
+func (e *Elector) attempt() error {
+	sent := time.Now()
+	if ok, err := e.store.Heartbeat(e.cfg.ID, e.cfg.Timing.TTL); err != nil {
+		return err
+	} else if !ok {
+		if err := e.store.Join(Member{ID: e.cfg.ID, Address: e.cfg.Address, Version: e.cfg.Version}, e.cfg.Timing.TTL); err != nil {
+			return err
+		}
+	}
+	l, now, err := e.store.ReadLease(LeaderLease)
+	if err != nil {
+		return err
+	}
+	d := Decide(e.cfg.ID, l, now, e.cfg.Timing)
+	if e.static && d.Action == Wait {
+		// SQLite's one replica (Start refused to run beside a live one):
+		// a lease left by a dead replica of another ID is its own at once.
+		d = Decision{Action: Take, Token: l.Token + 1}
+	}
+	written, err := e.store.WriteLease(LeaderLease, e.cfg.ID, l, d, e.cfg.Timing.TTL)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.known = time.Now()
+	prev := e.term
+	e.term = e.term.After(sent, d, written, e.cfg.Timing)
+	if e.term.Token != 0 {
+		e.lastToken = e.term.Token
+	}
+	e.mu.Unlock()
+	if e.term.Token != 0 && prev.Token != e.term.Token {
+		e.cfg.Log.Info("leader lease taken: this replica leads", "replica", e.cfg.ID, "token", e.term.Token, "action", d.Action.String())
+	}
+	if prev.Token != 0 && e.term.Token == 0 && l != nil {
+		e.cfg.Log.Warn("leader lease lost", "replica", e.cfg.ID, "holder", l.Holder, "token", l.Token)
+	}
+	return nil
+}
+
+// loop renews (leading) or looks at (not leading) the lease, and tells
+// the watcher when the leadership changes, at once when a term runs out
+// unrenewed.
+func (e *Elector) loop() {
+	defer close(e.done)
+	e.mu.Lock()
+	stop := e.stop
+	e.mu.Unlock()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	lastPrune := time.Now()
+	for {
+		e.notify()
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		e.mu.Lock()
+		leading := e.leadingLocked(time.Now())
+		e.mu.Unlock()
+		if err := e.attempt(); err != nil {
+			e.cfg.Log.Warn("leader lease", "replica", e.cfg.ID, "err", err)
+		}
+		if leading && time.Since(lastPrune) > time.Minute {
+			lastPrune = time.Now()
+			if err := e.store.Prune(time.Hour); err != nil {
+				e.cfg.Log.Warn("removing replicas dead for an hour", "err", err)
+			}
+		}
+		e.notify()
+		// The next round: a renewal period while leading, a poll while
+		// not, and no later than the term's end, to step down on time.
+		e.mu.Lock()
+		now := time.Now()
+		next := e.cfg.Poll
+		if e.leadingLocked(now) {
+			next = e.cfg.Timing.Renew
+			if !e.static {
+				next = min(next, e.term.Until.Sub(now))
+			}
+		}
+		e.mu.Unlock()
+		timer.Reset(max(next, time.Millisecond))
+	}
+}
+
+// notify tells the watcher of a change of leadership.
+func (e *Elector) notify() {
+	e.mu.Lock()
+	now := e.leadingLocked(time.Now())
+	changed := now != e.leading
+	e.leading = now
+	e.mu.Unlock()
+	if changed {
+		if !now {
+			e.cfg.Log.Warn("leader work stopped: the lease is not renewed", "replica", e.cfg.ID)
+		}
+		if e.watch != nil {
+			e.watch(now)
+		}
+	}
+}
+
+// Stop ends the loop, tells the watcher the replica no longer leads
+// (its leader work stops first), then releases the lease, so that
+// another replica takes it at its next look rather than at the expiry,
+// and removes the replica's row.
+func (e *Elector) Stop() error {
+	e.mu.Lock()
+	stop := e.stop
+	e.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	close(stop)
+	<-e.done
+	e.mu.Lock()
+	token := e.lastToken
+	wasLeading := e.leading
+	e.term = Term{}
+	e.leading = false
+	e.stop = nil
+	e.mu.Unlock()
+	if wasLeading && e.watch != nil {
+		e.watch(false)
+	}
+	var err error
+	if token != 0 {
+		released, rerr := e.store.Release(LeaderLease, e.cfg.ID, token)
+		if rerr != nil {
+			err = rerr
+		} else if released {
+			e.cfg.Log.Info("leader lease released", "replica", e.cfg.ID, "token", token)
+		}
+	}
+	if lerr := e.store.Leave(e.cfg.ID); lerr != nil && err == nil {
+		err = lerr
+	}
+	return err
+}

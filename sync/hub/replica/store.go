@@ -1,0 +1,292 @@
+package replica
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/podvisor/podvisor/sqldb"
+)
+
+// Tables are the replicas' tables on SQLite (a migration of the fleet
+// database: fleetdb lists it); PGTables the same on PostgreSQL. Times
+// are the database's clock in milliseconds since the epoch.
+const (
+	Tables = `CREATE TABLE replicas (
+	id        TEXT PRIMARY KEY,
+	address   TEXT NOT NULL DEFAULT '',
+	version   TEXT NOT NULL DEFAULT '',
+	started   INTEGER NOT NULL,
+	heartbeat INTEGER NOT NULL,
+	expires   INTEGER NOT NULL
+);
+CREATE TABLE leases (
+	name    TEXT PRIMARY KEY,
+	holder  TEXT NOT NULL,
+	token   INTEGER NOT NULL,
+	expires INTEGER NOT NULL
+);
+`
+	PGTables = `CREATE TABLE replicas (
+	id        TEXT COLLATE "C" PRIMARY KEY,
+	address   TEXT NOT NULL DEFAULT '',
+	version   TEXT NOT NULL DEFAULT '',
+	started   BIGINT NOT NULL,
+	heartbeat BIGINT NOT NULL,
+	expires   BIGINT NOT NULL
+);
+CREATE TABLE leases (
+	name    TEXT COLLATE "C" PRIMARY KEY,
+	holder  TEXT COLLATE "C" NOT NULL,
+	token   BIGINT NOT NULL,
+	expires BIGINT NOT NULL
+);
+`
+)
+
+// ErrDeposed is a fenced write refused: the lease's token moved since
+// the writer's term began (another replica leads, or has led).
+var ErrDeposed = errors.New("fenced write refused: this replica no longer holds the leader lease (another replica leads)")
+
+// Store is the replicas' tables in the fleet store. Every statement but
+// Fence's runs on its own (autocommit), outside the store's writer lock
+// (sqldb/postgres): a renewal never waits behind a long fleet write.
+type Store struct {
+	db  *sqldb.DB
+	now string // the database's clock, in milliseconds since the epoch
+	// timeout bounds each statement: a store that hangs fails the
+	// round, and the leader's term runs out on its own clock.
+	timeout time.Duration
+}
+
+// DefaultStatementTimeout bounds each of the store's statements.
+const DefaultStatementTimeout = 5 * time.Second
+
+// SetTimeout bounds each statement by d (DefaultStatementTimeout
+// unless set).
+func (s *Store) SetTimeout(d time.Duration) { s.timeout = d }
+
+func (s *Store) exec(query string, args ...any) (sql.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.db.ExecContext(ctx, query, args...)
+}
+
+// queryRow scans the one row query returns into dest.
+func (s *Store) queryRow(query string, args []any, dest ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.db.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+// NewStore is the replicas' tables of the fleet store db (fleetdb
+// migrates them: Fleet.SQL).
+func NewStore(db *sqldb.DB) *Store {
+	return &Store{db: db, timeout: DefaultStatementTimeout, now: db.Dialect.Pick(
+		`CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
+		`CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)`)}
+}
+
+// Dialect is the store's SQL engine.
+func (s *Store) Dialect() sqldb.Dialect { return s.db.Dialect }
+
+// Now is the database's clock (milliseconds since the epoch).
+func (s *Store) Now() (int64, error) {
+	var now int64
+	err := s.queryRow(`SELECT `+s.now, nil, &now)
+	return now, err
+}
+
+// ReadLease is the lease row name (nil: none) and the database's time
+// of the read.
+func (s *Store) ReadLease(name string) (*Lease, int64, error) {
+	var holder sql.NullString
+	var token, expires sql.NullInt64
+	var now int64
+	err := s.queryRow(`SELECT l.holder, l.token, l.expires, n.now FROM (SELECT `+s.now+` AS now) n
+		LEFT JOIN leases l ON l.name = ?`, []any{name}, &holder, &token, &expires, &now)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the %s lease: %w", name, err)
+	}
+	if !holder.Valid {
+		return nil, now, nil
+	}
+	return &Lease{Name: name, Holder: holder.String, Token: token.Int64, Expires: expires.Int64}, now, nil
+}
+
+// WriteLease writes d's outcome of the lease row read (nil: none) as
+// me's, valid ttl from the database's now, if the row is still as read
+// (compare-and-set on holder, token and expiry: a renewal or take by
+// another between the read and the write wins, and this one reports
+// false).
+func (s *Store) WriteLease(name, me string, read *Lease, d Decision, ttl time.Duration) (bool, error) {
+	var res sql.Result
+	var err error
+	switch d.Action {
+	case Wait:
+		return false, nil
+	case Create:
+		res, err = s.exec(`INSERT INTO leases (name, holder, token, expires) VALUES (?, ?, ?, `+s.now+` + ?)
+			ON CONFLICT (name) DO NOTHING`, name, me, d.Token, ttl.Milliseconds())
+	default:
+		if read == nil {
+			return false, fmt.Errorf("%s the %s lease: no row read", d.Action, name)
+		}
+		res, err = s.exec(`UPDATE leases SET holder = ?, token = ?, expires = `+s.now+` + ?
+			WHERE name = ? AND holder = ? AND token = ? AND expires = ?`,
+			me, d.Token, ttl.Milliseconds(), name, read.Holder, read.Token, read.Expires)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s the %s lease: %w", d.Action, name, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Release gives the lease up, if me still holds it with token: another
+// replica takes it at its next look, without waiting for the expiry.
+// The token stays: the next holder's is one more.
+func (s *Store) Release(name, me string, token int64) (bool, error) {
+	res, err := s.exec(`UPDATE leases SET holder = '', expires = `+s.now+` WHERE name = ? AND holder = ? AND token = ?`,
+		name, me, token)
+	if err != nil {
+		return false, fmt.Errorf("releasing the %s lease: %w", name, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Fence checks, in the write's own transaction tx, that me still holds
+// the lease name with token: ErrDeposed if not. On PostgreSQL the row is
+// locked (FOR SHARE) until tx ends, so a take waits for the write and
+// follows it; on SQLite the transaction runs alone anyway.
+func (s *Store) Fence(tx *sql.Tx, name, me string, token int64) error {
+	var l Lease
+	err := tx.QueryRow(s.db.Dialect.Pick(
+		`SELECT holder, token FROM leases WHERE name = ?`,
+		`SELECT holder, token FROM leases WHERE name = ? FOR SHARE`), name).Scan(&l.Holder, &l.Token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w (no %s lease)", ErrDeposed, name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the %s lease: %w", name, err)
+	}
+	if !FenceHolds(me, token, &l) {
+		return fmt.Errorf("%w (token %d, the lease's %d, held by %q)", ErrDeposed, token, l.Token, l.Holder)
+	}
+	return nil
+}
+
+// Join writes m's row as starting now (a replica coming up, or back up
+// under the same ID), alive for ttl.
+func (s *Store) Join(m Member, ttl time.Duration) error {
+	_, err := s.exec(`INSERT INTO replicas (id, address, version, started, heartbeat, expires)
+		VALUES (?, ?, ?, `+s.now+`, `+s.now+`, `+s.now+` + ?)
+		ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version,
+			started = excluded.started, heartbeat = excluded.heartbeat, expires = excluded.expires`,
+		m.ID, m.Address, m.Version, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("replica %s: joining: %w", m.ID, err)
+	}
+	return nil
+}
+
+// Heartbeat says replica id is alive for ttl more; false if its row is
+// gone (pruned: it was taken for dead), for the caller to Join again.
+func (s *Store) Heartbeat(id string, ttl time.Duration) (bool, error) {
+	res, err := s.exec(`UPDATE replicas SET heartbeat = `+s.now+`, expires = `+s.now+` + ? WHERE id = ?`, ttl.Milliseconds(), id)
+	if err != nil {
+		return false, fmt.Errorf("replica %s: heartbeat: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Leave removes replica id's row (a graceful stop).
+func (s *Store) Leave(id string) error {
+	_, err := s.exec(`DELETE FROM replicas WHERE id = ?`, id)
+	return err
+}
+
+// Prune removes the rows of replicas dead for longer than after.
+func (s *Store) Prune(after time.Duration) error {
+	_, err := s.exec(`DELETE FROM replicas WHERE expires < `+s.now+` - ?`, after.Milliseconds())
+	return err
+}
+
+// Members are the replicas' rows, by ID, and the database's time of the
+// read.
+func (s *Store) Members() ([]Member, int64, error) {
+	now, err := s.Now()
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, address, version, started, heartbeat, expires FROM replicas ORDER BY id`)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []Member
+	for rows.Next() {
+		var m Member
+		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.Started, &m.Heartbeat, &m.Expires); err != nil {
+			return nil, 0, err
+		}
+		out = append(out, m)
+	}
+	return out, now, rows.Err()
+}
+
+// Info is one replica as podhub get replicas shows it: its times on
+// the database's clock.
+type Info struct {
+	ID        string    `json:"id"`
+	Address   string    `json:"address,omitempty"`
+	Version   string    `json:"version,omitempty"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+	// Live says it renewed its row within its TTL.
+	Live bool `json:"live"`
+	// Leader says it holds the leader lease.
+	Leader bool `json:"leader"`
+}
+
+// List is the replicas and the leader lease, read at Now (the
+// database's clock: ages are counted from it, not from the reader's).
+type List struct {
+	Now      time.Time `json:"now"`
+	Replicas []Info    `json:"replicas"`
+	// Leader is the lease's holder while it is valid ("": none).
+	Leader string `json:"leader,omitempty"`
+	// Token is the lease's fencing token.
+	Token int64 `json:"token"`
+}
+
+// List reads the replicas and the leader lease.
+func (s *Store) List() (List, error) {
+	members, _, err := s.Members()
+	if err != nil {
+		return List{}, err
+	}
+	l, now, err := s.ReadLease(LeaderLease)
+	if err != nil {
+		return List{}, err
+	}
+	out := List{Now: time.UnixMilli(now).UTC(), Replicas: []Info{}}
+	if l != nil {
+		out.Token = l.Token
+		if l.Holder != "" && now < l.Expires {
+			out.Leader = l.Holder
+		}
+	}
+	for _, m := range members {
+		out.Replicas = append(out.Replicas, Info{ID: m.ID, Address: m.Address, Version: m.Version,
+			Started: time.UnixMilli(m.Started).UTC(), Heartbeat: time.UnixMilli(m.Heartbeat).UTC(),
+			Live: m.Live(now), Leader: out.Leader == m.ID})
+	}
+	return out, nil
+}
