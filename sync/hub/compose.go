@@ -79,6 +79,7 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
+	fleet.SetLog(log) // the change feed's lost and regained connections (PostgreSQL)
 	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), objects: objectdb.New(fleet.SQL()), cfg: cfg}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	cfg.UpdateChanged = func() { h.Updates.Kick() }
