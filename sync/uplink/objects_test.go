@@ -12,9 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/test/syncbuf"
 
 	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -23,23 +24,8 @@ import (
 	"github.com/podvisor/podvisor/sync/throttle"
 )
 
-// syncBuffer is a log sink tests read while the agent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log the code under test writes while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // objHub plays the hub's side of the objects: its signing key, and the
 // device's sealing key it seals for.

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/test/syncbuf"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -74,20 +75,5 @@ func TestLogsFollowCtrlCExitsQuietly(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that a command writes while a test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer is a log the code under test writes while the test reads it.
+type lockedBuffer = syncbuf.Buffer

@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/test/syncbuf"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -50,23 +51,8 @@ const (
 	poll     = time.Second
 )
 
-// lockedBuffer is a process's log, read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a log the code under test writes while the test reads it.
+type lockedBuffer = syncbuf.Buffer
 
 // hubReplica is one podhub serve, with its own data directory (a copy
 // of the first's: the same keys) and its own embedded broker.

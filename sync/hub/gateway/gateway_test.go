@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/test/syncbuf"
+
 	"github.com/podvisor/podvisor/sync/pki"
 )
 
@@ -478,23 +480,8 @@ func TestRequestsBoundedAndLogged(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the server's goroutines write concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log the code under test writes while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // A WebSocket opens only with a bearer token (its header, or the API
 // server's subprotocol for browsers), never with a client certificate or

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/test/syncbuf"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -236,22 +238,8 @@ func TestPodLogsFramesRefused(t *testing.T) {
 	r.s.Frame("gw-1", msg)
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a log the code under test writes while the test reads it.
+type lockedBuffer = syncbuf.Buffer
 
 // blockingWriter says when its first write begins, and holds it until
 // release closes.
