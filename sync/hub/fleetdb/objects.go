@@ -189,8 +189,14 @@ func (f *Fleet) SaveObjectIndex(device string, generation int64, entries []proto
 	return f.SaveObjectIndexes([]ObjectIndexDoc{{Device: device, Generation: generation, Entries: entries, Document: document, Omitted: omitted}})
 }
 
+// ErrIndexMoved is an object index not stored because its generation is
+// not the next one: another writer (another replica) stored one since
+// the caller read it.
+var ErrIndexMoved = errors.New("another writer stored the device's object index since")
+
 // SaveObjectIndexes stores devices' next object indexes in one
-// transaction: all, or none if any generation is not the next one.
+// transaction: all, or none if any generation is not the next one
+// (ErrIndexMoved).
 func (f *Fleet) SaveObjectIndexes(docs []ObjectIndexDoc) error {
 	tx, err := f.db.Begin()
 	if err != nil {
@@ -215,7 +221,7 @@ func (f *Fleet) SaveObjectIndexes(docs []ObjectIndexDoc) error {
 			return err
 		}
 		if gen != d.Generation-1 {
-			return fmt.Errorf("device %s: object index generation %d is stored, cannot store %d", d.Device, gen, d.Generation)
+			return fmt.Errorf("device %s: object index generation %d is stored, cannot store %d: %w", d.Device, gen, d.Generation, ErrIndexMoved)
 		}
 		entries, omitted := d.Entries, d.Omitted
 		if entries == nil {

@@ -60,7 +60,10 @@ type Link struct {
 	users   map[objects.Ref]map[string]bool
 	revoked map[string]bool
 	dirty   map[string]bool
-	wake    chan struct{}
+	// reload asks the indexer to read the fleet's state again first
+	// (Reload, or an index another replica stored meanwhile).
+	reload bool
+	wake   chan struct{}
 
 	// pubMu orders storing and publishing an index against publishing
 	// every stored one at a connection; passMu runs one pass at a time
@@ -119,6 +122,23 @@ func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) 
 // computing (every device once: objects may have changed while the hub
 // was down) and answering.
 func (l *Link) Start() error {
+	if err := l.load(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
+	l.kick()
+	l.wg.Add(2)
+	go l.indexer()
+	go l.answerer()
+	return nil
+}
+
+// load reads every device's pods, last index and revocation from the
+// fleet, and marks every device. A device known here with no pods
+// stored any more references nothing.
+func (l *Link) load() error {
 	stored, err := l.fleet.ObjectIndexes()
 	if err != nil {
 		return err
@@ -132,24 +152,36 @@ func (l *Link) Start() error {
 		return err
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.revoked = revoked
 	for dev, st := range stored {
 		d := l.device(dev)
 		d.generation, d.entries, d.omitted = st.Generation, st.Entries, st.Omitted
 		l.dirty[dev] = true
 	}
+	for dev := range l.devices {
+		if _, ok := pods[dev]; !ok {
+			l.setPods(dev, nil)
+		}
+	}
 	for dev, raw := range pods {
 		var list []json.RawMessage
 		json.Unmarshal(raw, &list)
 		l.setPods(dev, list)
 	}
-	l.started = true
+	return nil
+}
+
+// Reload reads every device's pods and stored index again and computes
+// every index, in the indexer's goroutine (it does not block; requests
+// coalesce): what other replicas stored since (the desired documents
+// their passes or applies wrote, their indexes, their objects) is known
+// before the next index is made.
+func (l *Link) Reload() {
+	l.mu.Lock()
+	l.reload = true
 	l.mu.Unlock()
 	l.kick()
-	l.wg.Add(2)
-	go l.indexer()
-	go l.answerer()
-	return nil
 }
 
 // Close stops the link.
@@ -355,10 +387,24 @@ func (l *Link) indexer() {
 		}
 		l.passMu.Lock()
 		l.mu.Lock()
+		reload := l.reload
+		l.reload = false
+		l.mu.Unlock()
+		failed := false
+		if reload {
+			if err := l.load(); err != nil {
+				l.log.Error("reading the devices' pods and object indexes again; trying again", "err", err)
+				l.mu.Lock()
+				l.reload = true
+				l.mu.Unlock()
+				failed = true
+			}
+		}
+		l.mu.Lock()
 		dirty := l.dirty
 		l.dirty = map[string]bool{}
 		l.mu.Unlock()
-		failed := l.pass(dirty)
+		failed = l.pass(dirty) || failed
 		l.passMu.Unlock()
 		if failed && retry == nil {
 			retry = time.After(l.cfg.Retry)
@@ -389,6 +435,9 @@ func (l *Link) pass(dirty map[string]bool) (failed bool) {
 		for _, dev := range devs {
 			l.dirty[dev] = true
 		}
+		// Another replica stored an index since: the generations known
+		// here are behind, and maybe the pods too.
+		l.reload = l.reload || errors.Is(err, fleetdb.ErrIndexMoved)
 		l.mu.Unlock()
 		failed = true
 	}
