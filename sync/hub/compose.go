@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/podvisor/podvisor/pod/objects"
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/api"
 	"github.com/podvisor/podvisor/sync/hub/controllers"
@@ -18,6 +19,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/objectdb"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb/workloaddb"
+	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/hub/logstream"
 	"github.com/podvisor/podvisor/sync/hub/objectlink"
 	"github.com/podvisor/podvisor/sync/hub/releases"
@@ -53,28 +55,52 @@ type Hub struct {
 	// replica is this replica's part in the election (UseReplica), nil
 	// for a hub alone.
 	replica *replica.Elector
-	// stopNudge ends the leader's periodic passes (nudgeLeader).
-	stopNudge chan struct{}
-	nudgeDone chan struct{}
 }
 
 // UseReplica makes the hub one replica of several on its store: the
 // scheduling passes and the updates' passes run only while e says this
 // replica leads, each pass's placements fenced by its token, and they
-// are asked for when it starts to lead. Call before Start and e.Start.
+// are asked for when it starts to lead. On PostgreSQL a pass asked for
+// through a replica that does not lead (an apply, an eviction, a
+// device's report it handled) is signalled to the leader through the
+// change feed, which runs it (signalled). Call before Start and e.Start.
 func (h *Hub) UseReplica(e *replica.Elector) {
 	h.replica = e
-	h.Scheduler.SetGate(e.Leading)
-	h.Updates.SetGate(e.Leading)
-	if h.fleet.Dialect() != sqldb.SQLite {
-		h.workloads.SetFence(e.Fence) // on SQLite one replica only: nothing to fence
+	var schedule, update func()
+	if h.fleet.Dialect() != sqldb.SQLite { // on SQLite one replica only: nothing to fence or signal
+		h.workloads.SetFence(e.Fence)
+		feed := h.fleet.Changes()
+		schedule = func() { feed.Signal(fleetwatch.SchedulePass) }
+		update = func() { feed.Signal(fleetwatch.UpdatePass) }
+		feed.OnSignal(h.signalled)
 	}
+	h.Scheduler.SetGate(e.Leading, schedule)
+	h.Updates.SetGate(e.Leading, update)
 	e.Watch(func(leading bool) {
 		if leading {
 			h.Scheduler.Reschedule()
 			h.Updates.Kick()
 		}
 	})
+}
+
+// signalled answers the signals of the other replicas: the passes they
+// ask for, run here if this replica leads (one that does not ignores
+// them: asked again, it would signal them back), and the objects they
+// changed, which every replica's object link reads again.
+func (h *Hub) signalled(w fleetwatch.What) {
+	if w&fleetwatch.Objects != 0 {
+		h.ObjectLink.Reload()
+	}
+	if !h.replica.Leading() {
+		return
+	}
+	if w&fleetwatch.SchedulePass != 0 {
+		h.Scheduler.Reschedule()
+	}
+	if w&fleetwatch.UpdatePass != 0 {
+		h.Updates.Kick()
+	}
 }
 
 // New makes a hub; Start starts it.
@@ -91,7 +117,18 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 	h.ObjectLink = objectlink.New(objectlink.Config{Topics: protocol.Topics{Prefix: cfg.Prefix}, Key: cfg.Key,
 		Source: cfg.ObjectSource, Limits: cfg.ObjectLimits, Now: cfg.Now},
 		fleet, func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) }, log)
-	h.objects.OnChange(h.ObjectLink.ObjectsChanged)
+	if fleet.Dialect() == sqldb.SQLite {
+		h.objects.OnChange(h.ObjectLink.ObjectsChanged)
+	} else {
+		// Other replicas may have stored desired documents and indexes
+		// this one's link has not seen: it reads them again before it
+		// computes, and so does every other replica's link, told by the
+		// change feed (their devices' pods use the objects too).
+		h.objects.OnChange(func([]objects.Ref) {
+			h.ObjectLink.Reload()
+			fleet.Changes().Signal(fleetwatch.Objects)
+		})
+	}
 	cfg.Objects = h.ObjectLink
 	h.Logs = logstream.New(logstream.Config{Fleet: fleet, Key: cfg.Key, Topics: protocol.Topics{Prefix: cfg.Prefix},
 		Publish:       func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) },
@@ -132,36 +169,7 @@ func (h *Hub) Start(wait time.Duration) error {
 		defer close(h.silenceDone)
 		h.fleet.Changes().WatchSilence(ctx, cmp.Or(h.cfg.DeviceTimeout, fleetdb.DefaultDeviceTimeout))
 	}()
-	if h.replica != nil && h.fleet.Dialect() != sqldb.SQLite {
-		h.nudgeLeader(h.replica.Timing().Renew)
-	}
 	return h.Link.Connect(wait)
-}
-
-// nudgeLeader asks for a scheduling and an update pass every period
-// while this replica leads. A write through another replica (an apply,
-// a device's report it handled) kicks that replica's scheduler, not the
-// leader's: until the change feed crosses replicas, this bounds how long
-// such a write waits for its pass. Passes coalesce and are spaced
-// (controllers' minPassGap), so a busy leader runs no more of them.
-func (h *Hub) nudgeLeader(period time.Duration) {
-	h.stopNudge, h.nudgeDone = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(h.nudgeDone)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-h.stopNudge:
-				return
-			case <-tick.C:
-				if h.replica.Leading() {
-					h.Scheduler.Reschedule()
-					h.Updates.Kick()
-				}
-			}
-		}
-	}()
 }
 
 // Close disconnects and stops the scheduling loop.
@@ -170,10 +178,6 @@ func (h *Hub) Close() {
 	h.ObjectLink.Close()
 	h.Scheduler.Close()
 	h.Updates.Close()
-	if h.stopNudge != nil {
-		close(h.stopNudge)
-		<-h.nudgeDone
-	}
 	if h.stopSilence != nil {
 		h.stopSilence()
 		<-h.silenceDone

@@ -61,14 +61,25 @@ type Scheduler struct {
 	// sched is what one scheduling pass keeps for the next.
 	sched schedCache
 	// gate, when set, says whether this replica may run passes: the
-	// leader only (SetGate).
-	gate func() bool
+	// leader only (SetGate); forward asks the leader for the pass the
+	// gate refused.
+	gate    func() bool
+	forward func()
 }
 
 // SetGate makes the loop's passes wait for leading to say true (several
 // replicas: the leader schedules, the others do not); Reschedule once it
-// does. Set before Start.
-func (s *Scheduler) SetGate(leading func() bool) { s.gate = leading }
+// does. A pass asked for while it says false is handed to forward, when
+// set (nil: dropped): how the leader hears of a write made through
+// another replica. Set before Start.
+func (s *Scheduler) SetGate(leading func() bool, forward func()) {
+	s.gate, s.forward = leading, forward
+}
+
+// minForwardGap spaces the passes a replica that does not lead asks the
+// leader for: requests coalesce into at most ten a second, and the
+// leader's into its passes.
+const minForwardGap = 100 * time.Millisecond
 
 // New makes a scheduler; Start starts its loop.
 func New(cfg Config, fleet *fleetdb.Fleet, workloads *workloaddb.Store, link *devicelink.Link, log *slog.Logger) *Scheduler {
@@ -122,24 +133,31 @@ func (s *Scheduler) scheduleLoop() {
 		case <-s.kick:
 		case <-timer.C:
 		}
+		started, gap := time.Now(), minPassGap
 		if s.gate != nil && !s.gate() {
+			// Another replica leads: it runs the pass (and this one a kick
+			// when it leads).
 			timer.Stop()
-			continue // another replica leads; a kick when this one does
-		}
-		started := time.Now()
-		next, err := s.SchedulePass()
-		if err != nil {
-			s.log.Error("scheduling pass", "err", err)
-			next = s.now().Add(10 * time.Second) // try again
-		}
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(max(next.Sub(s.now()), 100*time.Millisecond))
+			if s.forward == nil {
+				continue
+			}
+			s.forward()
+			gap = minForwardGap
+		} else {
+			next, err := s.SchedulePass()
+			if err != nil {
+				s.log.Error("scheduling pass", "err", err)
+				next = s.now().Add(10 * time.Second) // try again
+			}
+			timer.Stop()
+			if !next.IsZero() {
+				timer.Reset(max(next.Sub(s.now()), 100*time.Millisecond))
+			}
 		}
 		select {
 		case <-s.done:
 			return
-		case <-time.After(minPassGap - time.Since(started)):
+		case <-time.After(gap - time.Since(started)):
 		}
 	}
 }

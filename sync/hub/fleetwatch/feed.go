@@ -26,10 +26,27 @@ const (
 	// as after this replica lost the other replicas' changes for a
 	// while: readers re-read all they show.
 	Everything
+
+	// The signals: what one replica asks of the others rather than a
+	// change readers show (Signal, OnSignal). They travel between
+	// replicas only, never to a subscriber.
+
+	// SchedulePass: a replica that does not lead was asked for a
+	// scheduling pass (an apply, an eviction, a device's report); the
+	// leader runs it.
+	SchedulePass
+	// UpdatePass: the same for a pass of the updates' controllers.
+	UpdatePass
+	// Objects: the hub's ConfigMaps or Secrets changed; each replica's
+	// object link computes its devices' indexes again.
+	Objects
 )
 
-// all is every bit a change may carry.
-const all = Node | Pods | Events | Workloads | Everything
+// all is every bit a change may carry; signals those that are signals.
+const (
+	all     = Node | Pods | Events | Workloads | Everything | signals
+	signals = SchedulePass | UpdatePass | Objects
+)
 
 // Change is what changed of one device ("" for the fleet as a whole).
 type Change struct {
@@ -55,6 +72,8 @@ type Feed struct {
 	// relay, when set (SetRelay), takes what Publish publishes on to the
 	// other replicas.
 	relay func(Note)
+	// onSignal, when set (OnSignal), hears the signals of the others.
+	onSignal func(What)
 }
 
 // Publish tells every subscriber of a change, and the other replicas'
@@ -77,7 +96,9 @@ func (f *Feed) Publish(device string, what What) {
 // Deliver tells this replica's subscribers of a change, and no other
 // replica: the fleet store's own writes, which told the others in their
 // transaction, and what was heard from the others. It never blocks.
+// Signals are not changes: they are left out.
 func (f *Feed) Deliver(device string, what What) {
+	what &^= signals
 	if f == nil || what == 0 {
 		return
 	}
@@ -96,6 +117,34 @@ func (f *Feed) SetRelay(relay func(Note)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.relay = relay
+}
+
+// Signal tells the other replicas (the relay: SetRelay) of signals
+// (SchedulePass, UpdatePass, Objects), and neither this replica's
+// subscribers nor its own OnSignal: a replica never answers its own
+// signal, so a leader's pass, which publishes Workloads, asks for no
+// other. Without a relay (one replica) there is nobody to tell. It
+// never blocks.
+func (f *Feed) Signal(what What) {
+	what &= signals
+	if f == nil || what == 0 {
+		return
+	}
+	f.mu.Lock()
+	relay := f.relay
+	f.mu.Unlock()
+	if relay != nil {
+		relay(Note{What: what})
+	}
+}
+
+// OnSignal has fn told of the signals heard from other replicas
+// (Receive), coalesced per notification; fn must not block. nil stops
+// it.
+func (f *Feed) OnSignal(fn func(What)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onSignal = fn
 }
 
 // Heard delivers a Node change of a device heard from at a time (its

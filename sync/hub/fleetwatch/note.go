@@ -50,7 +50,7 @@ const (
 	MaxPayload = 7900
 	// MaxPayloads bounds the notifications one Encode makes: more notes
 	// than fit become one Everything change (coalesced: the readers
-	// re-read all, cheaper than a flood).
+	// re-read all, cheaper than a flood), with their signals.
 	MaxPayloads = 8
 	// maxInstance bounds an instance ID.
 	maxInstance = 32
@@ -96,7 +96,12 @@ func Encode(instance string, notes Notes) []string {
 		out = append(out, b.String())
 	}
 	if len(out) > MaxPayloads {
-		return []string{head + " " + strconv.FormatUint(uint64(Everything), 16) + ":"}
+		// The signals are kept: a resync of the readers runs no pass.
+		var signalled What
+		for _, n := range notes {
+			signalled |= n.What & signals
+		}
+		return []string{head + " " + strconv.FormatUint(uint64(Everything|signalled), 16) + ":"}
 	}
 	return out
 }
@@ -152,13 +157,24 @@ func decodeEntry(e string) (Note, error) {
 }
 
 // Receive hands notes heard from another replica to this one's
-// subscribers (and a heard time to the silence watch), telling no other
-// replica.
+// subscribers (and a heard time to the silence watch), and their
+// signals to OnSignal's function, telling no other replica.
 func (f *Feed) Receive(notes []Note) {
+	var signalled What
 	for _, n := range notes {
 		if !n.Heard.IsZero() {
 			f.Heard(n.Device, n.Heard)
 		}
 		f.Deliver(n.Device, n.What)
+		signalled |= n.What & signals
+	}
+	if signalled == 0 {
+		return
+	}
+	f.mu.Lock()
+	fn := f.onSignal
+	f.mu.Unlock()
+	if fn != nil {
+		fn(signalled)
 	}
 }

@@ -69,6 +69,12 @@ func TestEncodeBoundsPayloads(t *testing.T) {
 	if _, notes, err := Decode(payloads[0]); err != nil || len(notes) != 1 || notes[0] != (Note{What: Everything}) {
 		t.Fatalf("Decode(%q) = %v, %v; want one Everything change", payloads[0], notes, err)
 	}
+	// A signal among them is kept: the Everything change carries it.
+	ns.Add(Note{What: SchedulePass})
+	payloads = Encode("ff", ns)
+	if _, notes, err := Decode(payloads[0]); err != nil || len(notes) != 1 || notes[0] != (Note{What: Everything | SchedulePass}) {
+		t.Fatalf("Decode(%q) = %v, %v; want one Everything change with the signal", payloads[0], notes, err)
+	}
 }
 
 func TestDecodeRefusesWhatEncodeNeverMakes(t *testing.T) {
@@ -80,7 +86,7 @@ func TestDecodeRefusesWhatEncodeNeverMakes(t *testing.T) {
 		"pw1 " + strings.Repeat("a", 33) + " 1:dev",
 		"pw1 ab 1dev",
 		"pw1 ab 0:dev",
-		"pw1 ab 20:dev",
+		"pw1 ab 100:dev",
 		"pw1 ab zz:dev",
 		"pw1 ab 1:Dev",
 		"pw1 ab 1:dev:x",
@@ -148,5 +154,53 @@ func TestReceivedHeardArmsTheSilenceWatch(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no silence of a device heard through another replica was relayed within 10 s")
+	}
+}
+
+// A signal goes to the other replicas only: never to this replica's
+// subscribers nor its own OnSignal, so that a leader's pass (which
+// publishes Workloads) never asks for another. Heard from another
+// replica, it reaches OnSignal once per notification, and the readers
+// only the changes beside it.
+func TestSignalsTravelBetweenReplicasOnly(t *testing.T) {
+	var f Feed
+	var relayed []Note
+	f.SetRelay(func(n Note) { relayed = append(relayed, n) })
+	var signalled []What
+	f.OnSignal(func(w What) { signalled = append(signalled, w) })
+	s := f.Subscribe()
+	defer s.Close()
+
+	f.Signal(SchedulePass)
+	f.Signal(Workloads) // not a signal: nothing
+	f.Publish("", Workloads)
+	if want := []Note{{What: SchedulePass}, {What: Workloads}}; !slices.Equal(relayed, want) {
+		t.Fatalf("relayed %v, want %v", relayed, want)
+	}
+	if got := s.Take(); !slices.Equal(got, []Change{{"", Workloads}}) {
+		t.Fatalf("subscriber took %v, want only the published Workloads", got)
+	}
+	if len(signalled) != 0 {
+		t.Fatalf("this replica's own signal reached its OnSignal: %v", signalled)
+	}
+
+	f.Receive([]Note{{What: Workloads | SchedulePass}, {Device: "a", What: Node}, {What: UpdatePass}})
+	if want := []What{SchedulePass | UpdatePass}; !slices.Equal(signalled, want) {
+		t.Fatalf("OnSignal heard %v, want %v", signalled, want)
+	}
+	got := s.Take()
+	slices.SortFunc(got, func(x, y Change) int { return strings.Compare(x.Device, y.Device) })
+	if want := []Change{{"", Workloads}, {"a", Node}}; !slices.Equal(got, want) {
+		t.Fatalf("subscriber took %v, want %v (no signal)", got, want)
+	}
+	f.Receive([]Note{{What: UpdatePass}})
+	if left := s.Take(); len(left) != 0 {
+		t.Fatalf("a notification of a signal alone woke the subscriber with %v", left)
+	}
+
+	// Through the wire: a signal is its own entry's bits.
+	_, notes, err := Decode(Encode("ab", Notes{"": {What: SchedulePass | Objects}})[0])
+	if err != nil || len(notes) != 1 || notes[0].What != SchedulePass|Objects {
+		t.Fatalf("a signal through Encode and Decode = %v, %v", notes, err)
 	}
 }

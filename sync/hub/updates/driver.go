@@ -45,14 +45,24 @@ type Driver struct {
 	// test's hook).
 	pause func(gap time.Duration) bool
 	// gate, when set, says whether this replica may run passes: the
-	// leader only (SetGate).
-	gate func() bool
+	// leader only (SetGate); forward asks the leader for the pass the
+	// gate refused.
+	gate    func() bool
+	forward func()
 }
 
 // SetGate makes the loop's passes wait for leading to say true (several
-// replicas: the leader drives the updates); Kick once it does. Set
-// before Start.
-func (d *Driver) SetGate(leading func() bool) { d.gate = leading }
+// replicas: the leader drives the updates); Kick once it does. A pass
+// asked for while it says false is handed to forward, when set (nil:
+// dropped): how the leader hears of a report or a change made through
+// another replica. Set before Start.
+func (d *Driver) SetGate(leading func() bool, forward func()) {
+	d.gate, d.forward = leading, forward
+}
+
+// minForwardGap spaces the passes a replica that does not lead asks the
+// leader for (at most ten a second).
+const minForwardGap = 100 * time.Millisecond
 
 // minPassGap spaces the passes: every report that changes kicks the
 // driver (a device's percent, its version), and a pass reads every
@@ -89,8 +99,18 @@ func (d *Driver) Start() {
 			case <-timer.C:
 			}
 			if d.gate != nil && !d.gate() {
+				// Another replica leads: it runs the pass (and this one a
+				// kick when it leads).
 				timer.Stop()
-				continue // another replica leads; a kick when this one does
+				if d.forward == nil {
+					continue
+				}
+				started := time.Now()
+				d.forward()
+				if !d.pause(minForwardGap - time.Since(started)) {
+					return
+				}
+				continue
 			}
 			started := time.Now()
 			err := d.Pass()
