@@ -86,11 +86,16 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 
 // signalled answers the signals of the other replicas: the passes they
 // ask for, run here if this replica leads (one that does not ignores
-// them: asked again, it would signal them back), and the objects they
-// changed, which every replica's object link reads again.
-func (h *Hub) signalled(w fleetwatch.What) {
+// them: asked again, it would signal them back), and what they stored
+// that the object link keeps (a device's pods or index, the hub's
+// objects), which it reads again.
+func (h *Hub) signalled(device string, w fleetwatch.What) {
 	if w&fleetwatch.Objects != 0 {
-		h.ObjectLink.Reload()
+		if device == "" {
+			h.ObjectLink.Reload()
+		} else {
+			h.ObjectLink.ReloadDevice(device)
+		}
 	}
 	if !h.replica.Leading() {
 		return
@@ -117,17 +122,12 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 	h.ObjectLink = objectlink.New(objectlink.Config{Topics: protocol.Topics{Prefix: cfg.Prefix}, Key: cfg.Key,
 		Source: cfg.ObjectSource, Limits: cfg.ObjectLimits, Now: cfg.Now},
 		fleet, func(topic string, retained bool, payload []byte) { h.Link.Publish(topic, retained, payload) }, log)
-	if fleet.Dialect() == sqldb.SQLite {
-		h.objects.OnChange(h.ObjectLink.ObjectsChanged)
-	} else {
-		// Other replicas may have stored desired documents and indexes
-		// this one's link has not seen: it reads them again before it
-		// computes, and so does every other replica's link, told by the
-		// change feed (their devices' pods use the objects too).
-		h.objects.OnChange(func([]objects.Ref) {
-			h.ObjectLink.Reload()
-			fleet.Changes().Signal(fleetwatch.Objects)
-		})
+	h.objects.OnChange(h.ObjectLink.ObjectsChanged)
+	if fleet.Dialect() != sqldb.SQLite {
+		// The other replicas' links compute their devices' indexes again
+		// too (reading what is stored first): one that stored a desired
+		// document at the same time may have missed the object.
+		h.objects.OnChange(func([]objects.Ref) { fleet.Changes().Signal(fleetwatch.Objects) })
 	}
 	cfg.Objects = h.ObjectLink
 	h.Logs = logstream.New(logstream.Config{Fleet: fleet, Key: cfg.Key, Topics: protocol.Topics{Prefix: cfg.Prefix},

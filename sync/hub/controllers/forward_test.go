@@ -39,7 +39,7 @@ func newFakeReplica(t *testing.T, path string) *fakeReplica {
 	r.sched = New(Config{}, fleet, r.workloads, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	feed := fleet.Changes()
 	r.sched.SetGate(r.leading.Load, func() { feed.Signal(fleetwatch.SchedulePass) })
-	feed.OnSignal(func(w fleetwatch.What) {
+	feed.OnSignal(func(_ string, w fleetwatch.What) {
 		r.mu.Lock()
 		r.signalled = append(r.signalled, w)
 		r.mu.Unlock()

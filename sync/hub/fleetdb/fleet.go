@@ -346,7 +346,11 @@ func (f *Fleet) SaveDesiredAll(docs []DesiredDoc) error {
 			}
 		}
 	}
-	return tx.Commit()
+	devices := make([]string, len(docs))
+	for i, d := range docs {
+		devices[i] = d.Device
+	}
+	return f.commit(tx, objectsNotes(devices)...)
 }
 
 // AllDesired lists every stored desired document, to publish again.

@@ -31,7 +31,7 @@ const ChangeChannel = "podhub_changes"
 // connection of its own, skips its own notifications (tagged with its
 // instance ID) and delivers the others' to its feed; after a lost
 // connection (whose notifications are gone) it delivers an Everything
-// change so its readers re-read all.
+// change so its readers re-read all, with every signal (Missed).
 type replicas struct {
 	url      string
 	instance string // hex, random at each open
@@ -98,7 +98,9 @@ func (f *Fleet) follow() {
 				r.listened = true
 				r.mu.Unlock()
 				if !first || late {
-					f.changes.Deliver("", fleetwatch.Everything)
+					// Readers re-read all, object links too; a leader runs
+					// the passes it may not have been asked for.
+					f.changes.Receive([]fleetwatch.Note{{What: fleetwatch.Missed}})
 				}
 				r.mu.Lock()
 				r.pid = pid
@@ -225,4 +227,24 @@ func (f *Fleet) exec(note fleetwatch.Note, query string, args ...any) (sql.Resul
 		return nil, err
 	}
 	return res, f.commit(tx, note)
+}
+
+// maxObjectsNotes bounds the devices one write tells the other replicas'
+// object links of by name; past it, one note of the fleet has them read
+// all again (cheaper than a notification per device).
+const maxObjectsNotes = 256
+
+// objectsNotes tells the other replicas' object links that devices'
+// desired pods or object indexes changed (fleetwatch.Objects, a signal:
+// no reader is told). This replica's link made the change: it is not
+// told.
+func objectsNotes(devices []string) []fleetwatch.Note {
+	if len(devices) > maxObjectsNotes {
+		return []fleetwatch.Note{{What: fleetwatch.Objects}}
+	}
+	notes := make([]fleetwatch.Note, len(devices))
+	for i, d := range devices {
+		notes[i] = fleetwatch.Note{Device: d, What: fleetwatch.Objects}
+	}
+	return notes
 }

@@ -196,3 +196,57 @@ func TestSQLiteHasNoReplicaFeed(t *testing.T) {
 		t.Fatal("an SQLite fleet follows other replicas")
 	}
 }
+
+// What the object links keep, stored through one replica (a device's
+// desired document, its object index), reaches the other's links as
+// Objects signals of the device, and none of its readers; a write of
+// more devices than maxObjectsNotes is one signal of the fleet. Signals
+// of the fleet published outside the store (a pass asked for) are
+// relayed alike.
+func TestObjectLinkChangesReachTheOtherReplicasSignals(t *testing.T) {
+	a, b, sub := replicaPair(t, "dev")
+	signals := make(chan fleetwatch.Change, 64)
+	b.Changes().OnSignal(func(d string, w fleetwatch.What) { signals <- fleetwatch.Change{Device: d, What: w} })
+	await := func(want fleetwatch.Change, what string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			select {
+			case got := <-signals:
+				if got == want {
+					t.Logf("%s: heard on the other replica after %s", what, time.Since(start))
+					return
+				}
+			case <-time.After(changeBound):
+				t.Fatalf("%s: no %v signal on the other replica within %s", what, want, changeBound)
+			}
+		}
+	}
+	if err := a.SaveDesired(DesiredDoc{Device: "dev", Generation: 1, Document: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	await(fleetwatch.Change{Device: "dev", What: fleetwatch.Objects}, "a desired document")
+	if err := a.SaveObjectIndex("dev", 1, nil, []byte("{}"), nil); err != nil {
+		t.Fatal(err)
+	}
+	await(fleetwatch.Change{Device: "dev", What: fleetwatch.Objects}, "an object index")
+	var docs []DesiredDoc
+	for i := range maxObjectsNotes + 1 {
+		docs = append(docs, DesiredDoc{Device: fmt.Sprintf("many-%d", i), Generation: 1, Document: []byte("{}")})
+	}
+	if err := a.SaveDesiredAll(docs); err != nil {
+		t.Fatal(err)
+	}
+	await(fleetwatch.Change{What: fleetwatch.Objects}, fmt.Sprintf("%d desired documents at once", len(docs)))
+	a.Changes().Signal(fleetwatch.SchedulePass)
+	await(fleetwatch.Change{What: fleetwatch.SchedulePass}, "a pass asked for")
+	if err := a.SetCordon("dev", true); err != nil { // a change readers are told of, after the signals
+		t.Fatal(err)
+	}
+	seen := awaitChange(t, sub, "dev", fleetwatch.Node, "a cordon after the signals")
+	for _, c := range seen {
+		if c.What&^(fleetwatch.Node|fleetwatch.Pods|fleetwatch.Events|fleetwatch.Workloads) != 0 || c.Device != "dev" {
+			t.Fatalf("the other replica's readers were told %v, want only the cordon (no signal)", seen)
+		}
+	}
+}

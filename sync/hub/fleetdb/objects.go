@@ -236,7 +236,11 @@ func (f *Fleet) SaveObjectIndexes(docs []ObjectIndexDoc) error {
 			return err
 		}
 	}
-	return tx.Commit()
+	devices := make([]string, len(docs))
+	for i, d := range docs {
+		devices[i] = d.Device
+	}
+	return f.commit(tx, objectsNotes(devices)...)
 }
 
 // SaveOmitted stores what a device's index leaves out, when only that

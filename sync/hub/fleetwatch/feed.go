@@ -37,15 +37,22 @@ const (
 	SchedulePass
 	// UpdatePass: the same for a pass of the updates' controllers.
 	UpdatePass
-	// Objects: the hub's ConfigMaps or Secrets changed; each replica's
-	// object link computes its devices' indexes again.
+	// Objects: what the object links keep changed: a device's desired
+	// pods or object index, stored by another replica (Device: the
+	// device), or the hub's ConfigMaps or Secrets (Device ""). Each
+	// replica's link reads it again.
 	Objects
 )
 
-// all is every bit a change may carry; signals those that are signals.
 const (
-	all     = Node | Pods | Events | Workloads | Everything | signals
+	// all is every bit a change may carry.
+	all = Node | Pods | Events | Workloads | Everything | signals
+	// signals are the bits that are signals.
 	signals = SchedulePass | UpdatePass | Objects
+	// Missed is what a replica that lost the others' notes for a while
+	// (its LISTEN connection) assumes it missed: everything, the passes
+	// they asked for included.
+	Missed = Everything | signals
 )
 
 // Change is what changed of one device ("" for the fleet as a whole).
@@ -73,7 +80,7 @@ type Feed struct {
 	// other replicas.
 	relay func(Note)
 	// onSignal, when set (OnSignal), hears the signals of the others.
-	onSignal func(What)
+	onSignal func(device string, what What)
 }
 
 // Publish tells every subscriber of a change, and the other replicas'
@@ -119,8 +126,8 @@ func (f *Feed) SetRelay(relay func(Note)) {
 	f.relay = relay
 }
 
-// Signal tells the other replicas (the relay: SetRelay) of signals
-// (SchedulePass, UpdatePass, Objects), and neither this replica's
+// Signal tells the other replicas (the relay: SetRelay) of signals of
+// the fleet (SchedulePass, UpdatePass, Objects), and neither this replica's
 // subscribers nor its own OnSignal: a replica never answers its own
 // signal, so a leader's pass, which publishes Workloads, asks for no
 // other. Without a relay (one replica) there is nobody to tell. It
@@ -139,9 +146,9 @@ func (f *Feed) Signal(what What) {
 }
 
 // OnSignal has fn told of the signals heard from other replicas
-// (Receive), coalesced per notification; fn must not block. nil stops
-// it.
-func (f *Feed) OnSignal(fn func(What)) {
+// (Receive), per device ("" for the fleet) and coalesced per
+// notification; fn must not block. nil stops it.
+func (f *Feed) OnSignal(fn func(device string, what What)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.onSignal = fn

@@ -160,21 +160,16 @@ func decodeEntry(e string) (Note, error) {
 // subscribers (and a heard time to the silence watch), and their
 // signals to OnSignal's function, telling no other replica.
 func (f *Feed) Receive(notes []Note) {
-	var signalled What
+	f.mu.Lock()
+	fn := f.onSignal
+	f.mu.Unlock()
 	for _, n := range notes {
 		if !n.Heard.IsZero() {
 			f.Heard(n.Device, n.Heard)
 		}
 		f.Deliver(n.Device, n.What)
-		signalled |= n.What & signals
-	}
-	if signalled == 0 {
-		return
-	}
-	f.mu.Lock()
-	fn := f.onSignal
-	f.mu.Unlock()
-	if fn != nil {
-		fn(signalled)
+		if sig := n.What & signals; sig != 0 && fn != nil {
+			fn(n.Device, sig)
+		}
 	}
 }

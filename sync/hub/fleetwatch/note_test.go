@@ -166,8 +166,8 @@ func TestSignalsTravelBetweenReplicasOnly(t *testing.T) {
 	var f Feed
 	var relayed []Note
 	f.SetRelay(func(n Note) { relayed = append(relayed, n) })
-	var signalled []What
-	f.OnSignal(func(w What) { signalled = append(signalled, w) })
+	var signalled []Change
+	f.OnSignal(func(d string, w What) { signalled = append(signalled, Change{d, w}) })
 	s := f.Subscribe()
 	defer s.Close()
 
@@ -184,8 +184,8 @@ func TestSignalsTravelBetweenReplicasOnly(t *testing.T) {
 		t.Fatalf("this replica's own signal reached its OnSignal: %v", signalled)
 	}
 
-	f.Receive([]Note{{What: Workloads | SchedulePass}, {Device: "a", What: Node}, {What: UpdatePass}})
-	if want := []What{SchedulePass | UpdatePass}; !slices.Equal(signalled, want) {
+	f.Receive([]Note{{What: Workloads | SchedulePass}, {Device: "a", What: Node | Objects}})
+	if want := []Change{{"", SchedulePass}, {"a", Objects}}; !slices.Equal(signalled, want) {
 		t.Fatalf("OnSignal heard %v, want %v", signalled, want)
 	}
 	got := s.Take()
@@ -198,7 +198,7 @@ func TestSignalsTravelBetweenReplicasOnly(t *testing.T) {
 		t.Fatalf("a notification of a signal alone woke the subscriber with %v", left)
 	}
 
-	// Through the wire: a signal is its own entry's bits.
+	// Through the wire: a signal is its entry's bits.
 	_, notes, err := Decode(Encode("ab", Notes{"": {What: SchedulePass | Objects}})[0])
 	if err != nil || len(notes) != 1 || notes[0].What != SchedulePass|Objects {
 		t.Fatalf("a signal through Encode and Decode = %v, %v", notes, err)

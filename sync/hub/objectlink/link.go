@@ -63,7 +63,10 @@ type Link struct {
 	// reload asks the indexer to read the fleet's state again first
 	// (Reload, or an index another replica stored meanwhile).
 	reload bool
-	wake   chan struct{}
+	// reloadDevs are devices whose pods and index another replica
+	// stored (ReloadDevice).
+	reloadDevs map[string]bool
+	wake       chan struct{}
 
 	// pubMu orders storing and publishing an index against publishing
 	// every stored one at a connection; passMu runs one pass at a time
@@ -113,7 +116,7 @@ func New(cfg Config, fleet *fleetdb.Fleet, publish Publisher, log *slog.Logger) 
 		cfg.Now = time.Now
 	}
 	return &Link{cfg: cfg, fleet: fleet, publish: publish, log: log, devices: map[string]*device{},
-		users: map[objects.Ref]map[string]bool{}, revoked: map[string]bool{}, dirty: map[string]bool{},
+		users: map[objects.Ref]map[string]bool{}, revoked: map[string]bool{}, dirty: map[string]bool{}, reloadDevs: map[string]bool{},
 		wake: make(chan struct{}, 1), requests: newRequestQueue(), done: make(chan struct{}),
 		refused: throttle.New(10, time.Minute, cfg.Now)}
 }
@@ -168,6 +171,49 @@ func (l *Link) load() error {
 		var list []json.RawMessage
 		json.Unmarshal(raw, &list)
 		l.setPods(dev, list)
+	}
+	return nil
+}
+
+// ReloadDevice reads a device's pods and stored index again, in the
+// indexer's goroutine (it does not block): another replica stored its
+// desired document or its index (and computed that index: this one is
+// not computed again).
+func (l *Link) ReloadDevice(dev string) {
+	l.mu.Lock()
+	l.reloadDevs[dev] = true
+	l.mu.Unlock()
+	l.kick()
+}
+
+// loadDevice is ReloadDevice's read.
+func (l *Link) loadDevice(dev string) error {
+	raw, err := l.fleet.DesiredPods(dev)
+	if err != nil {
+		return err
+	}
+	st, err := l.fleet.DeviceObjects(dev)
+	if err != nil {
+		return err
+	}
+	var list []json.RawMessage
+	json.Unmarshal(raw, &list)
+	refs := PodRefs(decodePods(list))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.devices[dev]
+	if d == nil && len(refs) == 0 && st.Generation == 0 {
+		return nil
+	}
+	if d == nil {
+		d = l.device(dev)
+	}
+	l.setRefs(dev, d.refs, refs)
+	d.generation, d.entries, d.omitted = st.Generation, st.Entries, st.Omitted
+	if st.RevokedAt.IsZero() {
+		delete(l.revoked, dev)
+	} else {
+		l.revoked[dev] = true
 	}
 	return nil
 }
@@ -387,15 +433,25 @@ func (l *Link) indexer() {
 		}
 		l.passMu.Lock()
 		l.mu.Lock()
-		reload := l.reload
-		l.reload = false
+		reload, devs := l.reload, l.reloadDevs
+		l.reload, l.reloadDevs = false, map[string]bool{}
 		l.mu.Unlock()
 		failed := false
 		if reload {
+			devs = nil // all of them
 			if err := l.load(); err != nil {
 				l.log.Error("reading the devices' pods and object indexes again; trying again", "err", err)
 				l.mu.Lock()
 				l.reload = true
+				l.mu.Unlock()
+				failed = true
+			}
+		}
+		for dev := range devs {
+			if err := l.loadDevice(dev); err != nil {
+				l.log.Error("reading a device's pods and object index again; trying again", "device", dev, "err", err)
+				l.mu.Lock()
+				l.reloadDevs[dev] = true
 				l.mu.Unlock()
 				failed = true
 			}
@@ -430,16 +486,27 @@ const storeBatch = 256
 // (they are marked again).
 func (l *Link) pass(dirty map[string]bool) (failed bool) {
 	retry := func(devs []string, err error) {
-		l.log.Error("computing or storing object indexes; trying again", "devices", len(devs), "first", devs[0], "err", err)
+		moved := errors.Is(err, fleetdb.ErrIndexMoved)
+		if moved {
+			// Another replica stored one of these indexes since: what is
+			// known here of them is read again first, at once.
+			l.log.Info("another replica stored an object index meanwhile; reading it and computing again", "devices", len(devs), "first", devs[0])
+		} else {
+			l.log.Error("computing or storing object indexes; trying again", "devices", len(devs), "first", devs[0], "err", err)
+		}
 		l.mu.Lock()
 		for _, dev := range devs {
 			l.dirty[dev] = true
+			if moved {
+				l.reloadDevs[dev] = true
+			}
 		}
-		// Another replica stored an index since: the generations known
-		// here are behind, and maybe the pods too.
-		l.reload = l.reload || errors.Is(err, fleetdb.ErrIndexMoved)
 		l.mu.Unlock()
-		failed = true
+		if moved {
+			l.kick()
+		} else {
+			failed = true
+		}
 	}
 	// One read of each object per pass, however many devices use it.
 	reads := map[objects.Ref]read{}
