@@ -259,10 +259,16 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 		t.Fatalf("apply via c: %v\n%s", err, out)
 	}
 	var pods []string
-	waitFor(t, 20*time.Second, "the Deployment's 2 pods (get pods -A)", func() bool {
+	scheduled := waitFor(t, 20*time.Second, "the Deployment's 2 pods (get pods -A)", func() bool {
 		pods = webPods(t, rs["b"])
 		return len(pods) == 2
 	})
+	// The follower signals the pass to the leader through the change
+	// feed (no periodic pass): seconds would mean it was not heard.
+	t.Logf("a Deployment applied through a follower was listed scheduled %v after the apply returned (get pods -A polled)", scheduled.Round(time.Millisecond))
+	if scheduled > 5*time.Second {
+		t.Errorf("a Deployment applied through a follower took %v to be scheduled: the leader was not asked for a pass", scheduled)
+	}
 
 	// kill -9 the leader: another leads within TTL + margin + a poll.
 	rs["a"].cmd.Process.Kill()
