@@ -27,6 +27,7 @@ type fakeReplica struct {
 	mu        sync.Mutex
 	relayed   []fleetwatch.Note // what its feed told the other
 	signalled []fleetwatch.What // what its OnSignal heard
+	heard     chan struct{}     // poked at each signal heard
 }
 
 func newFakeReplica(t *testing.T, path string) *fakeReplica {
@@ -35,7 +36,7 @@ func newFakeReplica(t *testing.T, path string) *fakeReplica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fleet.Close() })
-	r := &fakeReplica{fleet: fleet, workloads: workloaddb.New(fleet.SQL())}
+	r := &fakeReplica{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), heard: make(chan struct{}, 1)}
 	r.sched = New(Config{}, fleet, r.workloads, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	feed := fleet.Changes()
 	r.sched.SetGate(r.leading.Load, func() { feed.Signal(fleetwatch.SchedulePass) })
@@ -43,6 +44,10 @@ func newFakeReplica(t *testing.T, path string) *fakeReplica {
 		r.mu.Lock()
 		r.signalled = append(r.signalled, w)
 		r.mu.Unlock()
+		select {
+		case r.heard <- struct{}{}:
+		default:
+		}
 		if w&fleetwatch.SchedulePass != 0 && r.leading.Load() {
 			r.sched.Reschedule()
 		}
@@ -65,6 +70,31 @@ func connect(a, b *fakeReplica) {
 	b.fleet.Changes().SetRelay(relay(b, a))
 }
 
+// waitHeard waits (10 s at most) until r heard a signal.
+func (r *fakeReplica) waitHeard(t *testing.T, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.mu.Lock()
+		n := len(r.signalled)
+		r.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-r.heard:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("waited 10s for %s", what)
+		}
+	}
+}
+
+// forget drops what r relayed and heard so far.
+func (r *fakeReplica) forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.relayed, r.signalled = nil, nil
+}
+
 func (r *fakeReplica) notes() ([]fleetwatch.Note, []fleetwatch.What) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -79,11 +109,18 @@ func TestAPassAskedOfAReplicaThatDoesNotLeadRunsOnTheLeader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fleet.db")
 	a, b := newFakeReplica(t, path), newFakeReplica(t, path)
 	connect(a, b)
-	b.leading.Store(true)
 	readers := a.fleet.Changes().Subscribe() // replica A's readers
 	defer readers.Close()
+	// Neither leads at first: each loop's first pass is handed to the
+	// other. Once both were heard, B's own first pass is behind it, so
+	// only a signal can make B pass after it leads.
 	a.sched.Start()
 	b.sched.Start()
+	a.waitHeard(t, "B's first pass handed to A")
+	b.waitHeard(t, "A's first pass handed to B")
+	a.forget()
+	b.forget()
+	b.leading.Store(true)
 
 	objs, err := kinds.Decode("web.yaml", []byte(workloadfile.Deployment("web", 2, `containers: [{name: c, image: "process:///bin/sleep"}]`)))
 	if err != nil {
