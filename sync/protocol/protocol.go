@@ -98,11 +98,15 @@ func ValidDeviceID(id string) error {
 }
 
 // decodeStrict decodes one JSON document of a kind: it refuses
-// oversized payloads, unknown and duplicate fields (naming them), wrong
-// types and another schema.
+// oversized payloads, NUL characters anywhere (the hub's store cannot
+// keep them), unknown and duplicate fields (naming them), wrong types and
+// another schema.
 func decodeStrict(what string, data []byte, limit int, v any, schema func() int) error {
 	if len(data) > limit {
 		return fmt.Errorf("%s: %d bytes, over the %d byte limit", what, len(data), limit)
+	}
+	if err := refuseNUL(what, data); err != nil {
+		return err
 	}
 	strict, err := kjson.UnmarshalStrict(data, v)
 	if err != nil {

@@ -210,12 +210,20 @@ func decodeBody(r *http.Request, v any) error {
 	return decodeBodyUpTo(r, v, 2*protocol.MaxDesiredBytes)
 }
 
-// decodeBodyUpTo decodes a JSON body of at most limit bytes, strictly.
+// decodeBodyUpTo decodes a JSON body of at most limit bytes, strictly,
+// refusing a NUL character in any string (the store cannot keep one).
 func decodeBodyUpTo(r *http.Request, v any, limit int64) error {
 	if r.ContentLength > limit {
 		return fmt.Errorf("request body: %d bytes, over the %d byte limit", r.ContentLength, limit)
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit))
+	if err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	if i := protocol.FindNUL(body); i >= 0 {
+		return fmt.Errorf("request body: a NUL character (\\u0000) at byte %d: no field may hold one", i)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %w", err)

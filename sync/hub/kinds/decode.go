@@ -23,6 +23,7 @@ import (
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/pod/objects"
+	"github.com/podvisor/podvisor/sync/protocol"
 )
 
 // MaxDocuments bounds the objects one file may hold.
@@ -127,6 +128,11 @@ func (o *Objects) decode(doc []byte) (string, error) {
 	}
 	named := fmt.Sprintf("%s %q", head.Kind, head.Metadata.Name)
 	id := ID(head.Kind, ns, head.Metadata.Name)
+	// YAML spells a NUL many ways (\0, \x00, \u0000), its JSON only one.
+	// The hub's store (PostgreSQL) cannot keep a NUL in any string.
+	if protocol.FindNUL(js) >= 0 {
+		return "", fmt.Errorf("%s: a string holds a NUL character (\\u0000): no field may hold one", named)
+	}
 	switch gvk := head.APIVersion + ", " + head.Kind; gvk {
 	case "v1, Pod":
 		pods, err := manifest.Decode(doc)
