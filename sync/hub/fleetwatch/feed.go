@@ -81,6 +81,16 @@ type Feed struct {
 	relay func(Note)
 	// onSignal, when set (OnSignal), hears the signals of the others.
 	onSignal func(device string, what What)
+	// now is this replica's clock (time.Now when nil; tests set it).
+	now func() time.Time
+}
+
+// clock is this replica's time now.
+func (f *Feed) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
 }
 
 // Publish tells every subscriber of a change, and the other replicas'

@@ -158,13 +158,19 @@ func decodeEntry(e string) (Note, error) {
 
 // Receive hands notes heard from another replica to this one's
 // subscribers (and a heard time to the silence watch), and their
-// signals to OnSignal's function, telling no other replica.
+// signals to OnSignal's function, telling no other replica. A heard
+// time is the sender's clock: one past this replica's now is taken as
+// now, since the silence watch's deadlines only grow and a far-future
+// time would hide the device's silence for as long.
 func (f *Feed) Receive(notes []Note) {
 	f.mu.Lock()
 	fn := f.onSignal
 	f.mu.Unlock()
 	for _, n := range notes {
 		if !n.Heard.IsZero() {
+			if now := f.clock(); n.Heard.After(now) {
+				n.Heard = now
+			}
 			f.Heard(n.Device, n.Heard)
 		}
 		f.Deliver(n.Device, n.What)

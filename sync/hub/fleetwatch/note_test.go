@@ -204,3 +204,28 @@ func TestSignalsTravelBetweenReplicasOnly(t *testing.T) {
 		t.Fatalf("a signal through Encode and Decode = %v, %v", notes, err)
 	}
 }
+
+// A heard time from another replica is that replica's clock: one ahead
+// of this replica's is taken as this replica's now, so that a skewed (or
+// forged) far-future time cannot put off a device's silence; one in the
+// past is kept.
+func TestReceivedHeardIsClampedToNow(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	f := Feed{now: func() time.Time { return now }}
+	ch := make(chan heard, 4)
+	f.heard = ch // the silence watch's queue, read here instead
+	f.Receive([]Note{
+		{Device: "ahead", What: Node, Heard: now.Add(24 * time.Hour)},
+		{Device: "behind", What: Node, Heard: now.Add(-time.Second)},
+	})
+	for _, want := range []heard{{"ahead", now}, {"behind", now.Add(-time.Second)}} {
+		select {
+		case got := <-ch:
+			if got.device != want.device || !got.at.Equal(want.at) {
+				t.Errorf("silence watch armed with %s at %s, want %s at %s", got.device, got.at, want.device, want.at)
+			}
+		default:
+			t.Fatalf("silence watch not armed for %s", want.device)
+		}
+	}
+}
