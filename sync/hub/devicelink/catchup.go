@@ -1,6 +1,9 @@
 package devicelink
 
 import (
+	"sync"
+	"time"
+
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/podvisor/podvisor/sync/protocol"
@@ -40,8 +43,15 @@ func (h *Link) presenceHandler() mqtt.MessageHandler {
 // store while its JetStream cluster elects new leaders after a node's
 // loss (a few seconds), logging it and nothing more (docs/brokers.md).
 // The device ignores a generation it has, so an answer still on its way
-// costs one message.
+// costs one message. A device catches up at most once per stalledAfter
+// (catchUpGate): each presence of a device that withholds its ack would
+// otherwise have the hub read the store and publish up to 1 MiB again,
+// on the one goroutine that handles every device's messages.
 func (h *Link) catchUp(device string) {
+	if !h.catchUps.allow(device, h.now(), stalledAfter) {
+		h.log.Debug("a device came online again without answering its desired document; caught up a moment ago", "device", device)
+		return
+	}
 	ack, err := h.fleet.LastAck(device)
 	if err != nil {
 		h.log.Error("reading the last ack", "device", device, "err", err)
@@ -66,4 +76,50 @@ func (h *Link) catchUp(device string) {
 	h.log.Info("a device came online without answering its desired document; publishing it again",
 		"device", device, "generation", d.Generation, "answered", answered)
 	h.publishDesired(h.client, device, d.Document)
+}
+
+// maxCatchUps bounds the devices catchUpGate remembers: past it, the
+// oldest is forgotten (it may then catch up again early, which costs one
+// message, not memory).
+const maxCatchUps = 4096
+
+// catchUpGate lets each device catch up at most once per period. The
+// zero value is ready.
+type catchUpGate struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// allow says whether device may catch up at now, and if so counts it as
+// caught up at now.
+func (g *catchUpGate) allow(device string, now time.Time, period time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if at, ok := g.last[device]; ok && now.Sub(at) < period && !now.Before(at) {
+		return false
+	}
+	if g.last == nil {
+		g.last = map[string]time.Time{}
+	}
+	if _, ok := g.last[device]; !ok && len(g.last) >= maxCatchUps {
+		g.forget(now, period)
+	}
+	g.last[device] = now
+	return true
+}
+
+// forget drops the devices whose period is over, or else the one caught
+// up longest ago.
+func (g *catchUpGate) forget(now time.Time, period time.Duration) {
+	oldest := ""
+	for d, at := range g.last {
+		if now.Sub(at) >= period || now.Before(at) {
+			delete(g.last, d)
+		} else if oldest == "" || at.Before(g.last[oldest]) {
+			oldest = d
+		}
+	}
+	if len(g.last) >= maxCatchUps {
+		delete(g.last, oldest)
+	}
 }

@@ -97,6 +97,8 @@ type Link struct {
 	// watch holds the desired publishes the broker has not answered yet
 	// (stalled.go).
 	watch pubWatch
+	// catchUps throttles each device's catch-ups (catchup.go).
+	catchUps catchUpGate
 	// attempt is the broker URL of the last connection attempt (the
 	// connected one after a success), for logs; connectedTo is the last
 	// one connected to.
