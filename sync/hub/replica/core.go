@@ -202,6 +202,18 @@ func SameID(me Self, members []Member, dbNow int64) *Member {
 	return nil
 }
 
+// Silent reports whether m, a row of another process with one's ID, has
+// not heartbeated for after at the database's time dbNow: a live
+// process heartbeats at every round (a renewal period while it leads, a
+// poll while it does not), so one silent for longer than its period and
+// the margin is taken for dead (killed and restarted at once, say) and
+// its row is replaced. Safety does not rest on this: a process wrongly
+// taken for dead holds no lease the newcomer's nonce passes for, and
+// its own heartbeats then fail.
+func Silent(m Member, dbNow int64, after time.Duration) bool {
+	return !m.Live(dbNow) || dbNow-m.Heartbeat >= after.Milliseconds()
+}
+
 // FenceHolds reports whether a write carrying token may land, given the
 // lease as the write's own transaction reads it: the same holder process
 // (ID and nonce) and token, so no other replica has led since (the

@@ -315,3 +315,18 @@ func TestSameIDFindsAnotherLiveProcess(t *testing.T) {
 		t.Fatalf("SameID of a dead row: %+v, want none", *m)
 	}
 }
+
+// A row of another process with one's ID is taken for dead once silent
+// past the period and margin (or expired), not before.
+func TestSilentRowOfTheSameID(t *testing.T) {
+	m := Member{ID: "hub", Nonce: "1111", Heartbeat: 1000, Expires: 16000}
+	after := 7 * time.Second
+	for _, c := range []struct {
+		now  int64
+		want bool
+	}{{1000, false}, {7999, false}, {8000, true}, {16000, true}} {
+		if got := Silent(m, c.now, after); got != c.want {
+			t.Errorf("Silent at %d: %v, want %v", c.now, got, c.want)
+		}
+	}
+}

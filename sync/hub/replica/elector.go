@@ -101,8 +101,9 @@ func (e *Elector) Start() error {
 	if err != nil {
 		return fmt.Errorf("replica %s: reading the replicas: %w", e.cfg.ID, err)
 	}
-	if m := SameID(e.self, members, now); m != nil {
-		return e.idInUse(m, now)
+	stale, err := e.sameID(members, now)
+	if err != nil {
+		return err
 	}
 	e.others = OthersLive(e.cfg.ID, members, now)
 	if e.static && e.others > 0 {
@@ -114,7 +115,7 @@ func (e *Elector) Start() error {
 		}
 		return fmt.Errorf("replica %s: another podhub (replica %v) serves this SQLite fleet store; several replicas need a PostgreSQL store (store: postgres://…)", e.cfg.ID, ids)
 	}
-	if err := e.store.Join(e.member(), e.cfg.Timing.TTL); err != nil {
+	if err := e.store.Join(e.member(), e.cfg.Timing.TTL, stale); err != nil {
 		if errors.Is(err, ErrIDInUse) {
 			return e.idInUse(nil, now)
 		}
@@ -133,6 +134,36 @@ func (e *Elector) Start() error {
 	return nil
 }
 
+// sameID looks for a live row of another process with the replica's ID
+// among members read at now: none (nil), one that proves alive by
+// heartbeating within its round period and the margin (ErrIDInUse), or
+// one that stays silent that long (returned: a process killed and
+// restarted at once; Join replaces its row).
+func (e *Elector) sameID(members []Member, now int64) (*Member, error) {
+	m := SameID(e.self, members, now)
+	if m == nil {
+		return nil, nil
+	}
+	after := max(e.cfg.Timing.Renew, e.cfg.Poll) + e.cfg.Timing.Margin
+	for !Silent(*m, now, after) {
+		time.Sleep(time.Duration(m.Heartbeat+after.Milliseconds()-now)*time.Millisecond + 10*time.Millisecond)
+		members, now2, err := e.store.Members()
+		if err != nil {
+			return nil, fmt.Errorf("replica %s: reading the replicas: %w", e.cfg.ID, err)
+		}
+		now = now2
+		again := SameID(e.self, members, now)
+		switch {
+		case again == nil:
+			return nil, nil // it left, or its row expired
+		case again.Nonce != m.Nonce || again.Heartbeat != m.Heartbeat:
+			return nil, e.idInUse(again, now) // alive
+		}
+	}
+	e.cfg.Log.Warn("replica: the row of a process with this ID is silent; taking it over", "replica", e.cfg.ID, "silent", time.Duration(now-m.Heartbeat)*time.Millisecond)
+	return m, nil
+}
+
 // member is the replica's row.
 func (e *Elector) member() Member {
 	return Member{ID: e.cfg.ID, Nonce: e.self.Nonce, Address: e.cfg.Address, Version: e.cfg.Version}
@@ -145,8 +176,8 @@ func (e *Elector) idInUse(m *Member, now int64) error {
 	if m != nil {
 		where = fmt.Sprintf(" (at %q, heard from %v ago)", m.Address, time.Duration(now-m.Heartbeat)*time.Millisecond)
 	}
-	return fmt.Errorf("replica %s: %w%s: give each podhub its own replica ID (--replica-id or replicaID: in podhub.yaml; by default each data directory has its own, in <data-dir>/replica-id); a process that died leaves its row live for the lease's TTL (%v)",
-		e.cfg.ID, ErrIDInUse, where, e.cfg.Timing.TTL)
+	return fmt.Errorf("replica %s: %w%s: give each podhub its own replica ID (--replica-id or replicaID: in podhub.yaml; by default each data directory has its own, in <data-dir>/replica-id)",
+		e.cfg.ID, ErrIDInUse, where)
 }
 
 // OthersAtStart is how many other replicas were alive when this one
@@ -199,7 +230,7 @@ func (e *Elector) attempt() error {
 	if ok, err := e.store.Heartbeat(e.self, e.cfg.Timing.TTL); err != nil {
 		return err
 	} else if !ok {
-		if err := e.store.Join(e.member(), e.cfg.Timing.TTL); err != nil {
+		if err := e.store.Join(e.member(), e.cfg.Timing.TTL, nil); err != nil {
 			return err
 		}
 	}

@@ -200,14 +200,21 @@ func (s *Store) Fence(tx *sql.Tx, name string, me Self, token int64) error {
 
 // Join writes m's row as starting now (a replica coming up, or back up
 // under the same ID), alive for ttl; ErrIDInUse if a live row of its ID
-// has another nonce (another process), which it leaves as it is.
-func (s *Store) Join(m Member, ttl time.Duration) error {
+// has another nonce (another process), which it leaves as it is, unless
+// it is stale: the row read, unchanged since (its nonce and heartbeat),
+// of a process taken for dead (Silent).
+func (s *Store) Join(m Member, ttl time.Duration, stale *Member) error {
+	staleNonce, staleBeat := "", int64(-1)
+	if stale != nil {
+		staleNonce, staleBeat = stale.Nonce, stale.Heartbeat
+	}
 	res, err := s.exec(`INSERT INTO replicas (id, nonce, address, version, started, heartbeat, expires)
 		VALUES (?, ?, ?, ?, `+s.now+`, `+s.now+`, `+s.now+` + ?)
 		ON CONFLICT (id) DO UPDATE SET nonce = excluded.nonce, address = excluded.address, version = excluded.version,
 			started = excluded.started, heartbeat = excluded.heartbeat, expires = excluded.expires
-		WHERE replicas.nonce = excluded.nonce OR replicas.expires <= excluded.started`,
-		m.ID, m.Nonce, m.Address, m.Version, ttl.Milliseconds())
+		WHERE replicas.nonce = excluded.nonce OR replicas.expires <= excluded.started
+			OR (replicas.nonce = ? AND replicas.heartbeat = ?)`,
+		m.ID, m.Nonce, m.Address, m.Version, ttl.Milliseconds(), staleNonce, staleBeat)
 	if err != nil {
 		return fmt.Errorf("replica %s: joining: %w", m.ID, err)
 	}

@@ -110,10 +110,10 @@ func TestMembersOnTheStore(t *testing.T) { pgtest.EachStore(t, testMembersOnTheS
 
 func testMembersOnTheStore(t *testing.T) {
 	_, s := openStore(t)
-	if err := s.Join(replica.Member{ID: "a", Nonce: self("a").Nonce, Address: "10.0.0.1:8443", Version: "v1"}, time.Minute); err != nil {
+	if err := s.Join(replica.Member{ID: "a", Nonce: self("a").Nonce, Address: "10.0.0.1:8443", Version: "v1"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Join(replica.Member{ID: "b", Nonce: self("b").Nonce}, -time.Hour-time.Minute); err != nil { // long dead
+	if err := s.Join(replica.Member{ID: "b", Nonce: self("b").Nonce}, -time.Hour-time.Minute, nil); err != nil { // long dead
 		t.Fatal(err)
 	}
 	members, now, err := s.Members()
@@ -353,10 +353,10 @@ func TestOneIDTwoNoncesOnTheStore(t *testing.T) { pgtest.EachStore(t, testOneIDT
 func testOneIDTwoNoncesOnTheStore(t *testing.T) {
 	f, s := openStore(t)
 	first, second := replica.Self{ID: "hub", Nonce: "1111"}, replica.Self{ID: "hub", Nonce: "2222"}
-	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, time.Minute); err != nil {
+	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute); !errors.Is(err, replica.ErrIDInUse) {
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, nil); !errors.Is(err, replica.ErrIDInUse) {
 		t.Fatalf("joining beside a live process of the same ID: %v, want ErrIDInUse", err)
 	}
 	if ok, err := s.Heartbeat(second, time.Minute); err != nil || ok {
@@ -401,11 +401,47 @@ func testOneIDTwoNoncesOnTheStore(t *testing.T) {
 	if ok, err := s.Release(replica.LeaderLease, second, l.Token); err != nil || ok {
 		t.Fatalf("the second process released the first's lease: %v %v", ok, err)
 	}
-	// Once the first's row is dead, the second may join.
-	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, -time.Second); err != nil {
+	// A stale row (as read, unchanged since) is replaced; one that moved
+	// is not.
+	members, _, err := s.Members()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute); err != nil {
-		t.Fatalf("joining after the first process's row expired: %v", err)
+	moved := members[0]
+	moved.Heartbeat--
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, &moved); !errors.Is(err, replica.ErrIDInUse) {
+		t.Fatalf("replacing a row that heartbeated since it was read: %v, want ErrIDInUse", err)
 	}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, &members[0]); err != nil {
+		t.Fatalf("replacing the row read as silent: %v", err)
+	}
+	// Once a process's row is dead (expired), another may join.
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, -time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, time.Minute, nil); err != nil {
+		t.Fatalf("joining after the other process's row expired: %v", err)
+	}
+}
+
+// A podhub killed and restarted at once finds its old process's row
+// live but silent: it takes it over once silent past its round period
+// and the margin, and leads.
+func TestRestartAfterAKillTakesTheSilentRowOver(t *testing.T) {
+	pgtest.EachStore(t, testRestartAfterAKillTakesTheSilentRowOver)
+}
+
+func testRestartAfterAKillTakesTheSilentRowOver(t *testing.T) {
+	_, s := openStore(t)
+	if err := s.Join(replica.Member{ID: "hub", Nonce: "killed"}, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, changes := newElector(t, s, "hub")
+	start := time.Now()
+	if err := e.Start(); err != nil {
+		t.Fatalf("restarted beside its killed process's silent row: %v", err)
+	}
+	defer e.Stop()
+	waitLeading(t, changes, true, 5*time.Second, "the restarted process")
+	t.Logf("started after %v (period %v + margin %v)", time.Since(start).Round(time.Millisecond), fastTiming.Renew, fastTiming.Margin)
 }
