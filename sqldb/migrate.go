@@ -6,6 +6,7 @@
 package sqldb
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -57,9 +58,39 @@ func (s Schema) floor(db *sql.DB, version int) (int, error) {
 	return floor, err
 }
 
+// MigrateLock is the session-level advisory lock key Migrate holds on
+// PostgreSQL (distinct from the store's writer lock, sqldb/postgres).
+const MigrateLock int64 = 0x706f646875620002 // "podhub", migrations
+
 // Migrate applies the schema's pending migrations, each in its own
 // transaction with its version, and refuses a database newer than it.
+//
+// On PostgreSQL, several replicas may start at once on one store: each
+// would read version N and apply N+1, the second failing (an object that
+// already exists; even CREATE TABLE IF NOT EXISTS races on the catalog).
+// So the whole of Migrate, from the first read of the version, runs
+// holding MigrateLock on a connection of its own (its wait bounded by
+// the connection's lock_timeout); the others wait, then find nothing
+// left to do.
 func Migrate(db *sql.DB, s Schema) error {
+	if s.Dialect == Postgres {
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, MigrateLock); err != nil {
+			return fmt.Errorf("%s schema: taking the migration lock: %w", s.Name, err)
+		}
+		// Unlocked before the connection goes back to the pool (closing
+		// the session would unlock it too).
+		defer conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, MigrateLock)
+	}
+	return migrate(db, s)
+}
+
+func migrate(db *sql.DB, s Schema) error {
 	version, err := s.Version(db)
 	if err != nil {
 		return err

@@ -280,13 +280,16 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	// One replica among those on the store: its leader work waits for
-	// the leader lease. At a stop, the lease is handed over before the
-	// hub closes, so another replica takes over at once.
+	// the leader lease. At a stop, the leader work stops (a pass running
+	// ends) and then the lease is handed over, before the rest of the
+	// hub closes, so another replica takes over at once and never beside
+	// this one's passes.
 	rep, err := c.startReplica(cfg, fleet, h, log)
 	if err != nil {
 		return err
 	}
 	stopReplica := sync.OnceFunc(func() {
+		h.StopLeading()
 		if err := rep.Stop(); err != nil {
 			log.Warn("leaving the replicas", "err", err)
 		}

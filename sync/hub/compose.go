@@ -172,12 +172,20 @@ func (h *Hub) Start(wait time.Duration) error {
 	return h.Link.Connect(wait)
 }
 
+// StopLeading stops the leader's work, the scheduling and updates'
+// loops, waiting for a pass they run: before the replica hands the
+// leader lease over, so that the next leader's passes never run beside
+// this one's. Close calls it too.
+func (h *Hub) StopLeading() {
+	h.Scheduler.Close()
+	h.Updates.Close()
+}
+
 // Close disconnects and stops the scheduling loop.
 func (h *Hub) Close() {
 	h.Link.Close()
 	h.ObjectLink.Close()
-	h.Scheduler.Close()
-	h.Updates.Close()
+	h.StopLeading()
 	if h.stopSilence != nil {
 		h.stopSilence()
 		<-h.silenceDone

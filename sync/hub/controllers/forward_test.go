@@ -203,3 +203,41 @@ func TestAGatedSchedulerWithoutForwardDropsThePass(t *testing.T) {
 		t.Fatalf("a refused pass without a forward relayed %d notes", n)
 	}
 }
+
+// Close waits for the loop's round under way (a pass): a replica that
+// hands the leader lease over stops scheduling first, so the next
+// leader's passes never run beside its last one.
+func TestCloseWaitsForThePassUnderWay(t *testing.T) {
+	fleet, err := fleetdb.Open(filepath.Join(t.TempDir(), "fleet.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := New(Config{}, fleet, workloaddb.New(fleet.SQL()), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.SetGate(func() bool {
+		once.Do(func() { close(entered); <-release })
+		return false
+	}, nil)
+	s.Start()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not start a round within 10 s of Start")
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	select {
+	case <-closed:
+		close(release)
+		t.Fatal("Close returned while the loop's round was under way")
+	case <-time.After(200 * time.Millisecond): // Close is still waiting, as it should
+	}
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10 s of the round's end")
+	}
+}

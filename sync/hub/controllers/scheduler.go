@@ -65,6 +65,8 @@ type Scheduler struct {
 	// gate refused.
 	gate    func() bool
 	forward func()
+	// stopped is closed when the loop Start started has returned.
+	stopped chan struct{}
 }
 
 // SetGate makes the loop's passes wait for leading to say true (several
@@ -97,16 +99,25 @@ func New(cfg Config, fleet *fleetdb.Fleet, workloads *workloaddb.Store, link *de
 // its devices' silence from now.
 func (s *Scheduler) Start() {
 	s.started = s.now()
-	go s.scheduleLoop()
+	s.stopped = make(chan struct{})
+	go func() {
+		defer close(s.stopped)
+		s.scheduleLoop()
+	}()
 	s.Reschedule()
 }
 
-// Close stops the scheduling loop.
+// Close stops the scheduling loop and waits for the pass it runs, if
+// any, to end: a replica that hands the leader lease over stops
+// scheduling first.
 func (s *Scheduler) Close() {
 	select {
 	case <-s.done:
 	default:
 		close(s.done)
+	}
+	if s.stopped != nil {
+		<-s.stopped
 	}
 }
 

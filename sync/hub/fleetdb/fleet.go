@@ -76,6 +76,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// Replicas: the podhub processes on the store and the leader lease
 	// with its fencing token (sync/hub/replica).
 	replica.Tables,
+	// Each replica process's nonce, on its row and the lease's: two
+	// processes given one replica ID never both lead.
+	replica.Nonces,
 }
 
 var fleetSchema1 = `

@@ -49,6 +49,12 @@ type replicas struct {
 	listened, late bool
 	// pid is the listening connection's server process, for tests.
 	pid uint32
+
+	// notify sends one payload (nil: pg_notify on the store); retryFirst
+	// and retryMax bound the backoff after a failure (zero: the
+	// defaults). For tests.
+	notify               func(ctx context.Context, payload string) error
+	retryFirst, retryMax time.Duration
 }
 
 func newReplicas(url string) *replicas {
@@ -167,29 +173,73 @@ func (r *replicas) relay(n fleetwatch.Note) {
 // relayTimeout bounds one relayed notification's send.
 const relayTimeout = 10 * time.Second
 
+// relayRetryFirst and relayRetryMax bound the wait before a failed
+// relay is sent again (doubling from the first to the max).
+const (
+	relayRetryFirst = 100 * time.Millisecond
+	relayRetryMax   = 5 * time.Second
+)
+
 // send NOTIFYs what relay queued, coalesced, until ctx ends (then what
-// is left, once).
+// is left, once). A send that fails (a lost connection, a timeout) puts
+// its notes back, to go with the next ones after a bounded backoff: a
+// leader's passes are started only by these signals, so dropping one
+// would leave a pass undone until the next change.
 func (r *replicas) send(ctx context.Context, db *sql.DB) {
+	notify := r.notify
+	if notify == nil {
+		notify = func(ctx context.Context, payload string) error {
+			_, err := db.ExecContext(ctx, `SELECT pg_notify(?, ?)`, ChangeChannel, payload)
+			return err
+		}
+	}
+	first, limit := r.retryFirst, r.retryMax
+	if first <= 0 {
+		first, limit = relayRetryFirst, relayRetryMax
+	}
+	backoff := first
+	retry := (<-chan time.Time)(nil)
 	for {
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
+		case <-retry:
 		}
 		r.mu.Lock()
 		notes := r.pending
 		r.pending = fleetwatch.Notes{}
 		r.mu.Unlock()
+		var failed error
 		for _, p := range fleetwatch.Encode(r.instance, notes) {
 			sctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
-			_, err := db.ExecContext(sctx, `SELECT pg_notify(?, ?)`, ChangeChannel, p)
+			failed = notify(sctx, p)
 			cancel()
-			if err != nil && r.log != nil {
-				r.log.Warn("store: telling the other replicas of a change", "err", err)
+			if failed != nil {
+				break
 			}
 		}
 		if ctx.Err() != nil {
+			if failed != nil && r.log != nil {
+				r.log.Warn("store: telling the other replicas of a change, at close", "err", failed)
+			}
 			return
 		}
+		if failed == nil {
+			backoff, retry = first, nil
+			continue
+		}
+		// All back (some may go twice: a note only has readers re-read),
+		// joined with what came meanwhile.
+		r.mu.Lock()
+		for _, n := range notes {
+			r.pending.Add(n)
+		}
+		r.mu.Unlock()
+		if r.log != nil {
+			r.log.Warn("store: telling the other replicas of a change; retrying", "err", failed, "in", backoff)
+		}
+		retry = time.After(backoff)
+		backoff = min(2*backoff, limit)
 	}
 }
 

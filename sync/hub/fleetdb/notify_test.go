@@ -250,3 +250,57 @@ func TestObjectLinkChangesReachTheOtherReplicasSignals(t *testing.T) {
 		}
 	}
 }
+
+// A relayed note whose pg_notify fails (a lost connection, a timeout) is
+// not dropped: it is sent again, after a bounded backoff, joined with
+// what was relayed meanwhile; Close stops the retries.
+func TestRelayRetriesAFailedNotify(t *testing.T) {
+	r := newReplicas("")
+	r.retryFirst, r.retryMax = time.Millisecond, 4*time.Millisecond
+	sent := make(chan string, 16)
+	failures := 3
+	r.notify = func(_ context.Context, payload string) error {
+		if failures > 0 { // only send's goroutine calls it
+			failures--
+			return errors.New("conn closed")
+		}
+		sent <- payload
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.done.Add(1)
+	go func() { defer r.done.Done(); r.send(ctx, nil) }()
+	defer func() { cancel(); r.done.Wait() }()
+	r.relay(fleetwatch.Note{What: fleetwatch.Workloads})
+	select {
+	case p := <-sent:
+		_, notes, err := fleetwatch.Decode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notes) != 1 || notes[0].What&fleetwatch.Workloads == 0 {
+			t.Errorf("relayed after the failures: %v, want the scheduling pass's signal", notes)
+		}
+	case <-time.After(changeBound):
+		t.Fatalf("the relayed note was not sent again within %s after its pg_notify failed", changeBound)
+	}
+}
+
+// A relay that keeps failing stops on close.
+func TestRelayRetriesStopOnClose(t *testing.T) {
+	r := newReplicas("")
+	r.retryFirst, r.retryMax = time.Millisecond, time.Millisecond
+	r.notify = func(context.Context, string) error { return errors.New("conn closed") }
+	ctx, cancel := context.WithCancel(context.Background())
+	r.done.Add(1)
+	go func() { defer r.done.Done(); r.send(ctx, nil) }()
+	r.relay(fleetwatch.Note{What: fleetwatch.Workloads})
+	cancel()
+	stopped := make(chan struct{})
+	go func() { r.done.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(changeBound):
+		t.Fatalf("the relay did not stop within %s of its close while failing", changeBound)
+	}
+}

@@ -24,6 +24,9 @@ var pgMigrations = []string{pgSchema1 + workloaddb.PGTables + objectdb.PGTables,
 	// Replicas: the podhub processes on the store and the leader lease
 	// with its fencing token (sync/hub/replica).
 	replica.PGTables,
+	// Each replica process's nonce, on its row and the lease's: two
+	// processes given one replica ID never both lead.
+	replica.PGNonces,
 }
 
 const pgSchema1 = `

@@ -70,3 +70,26 @@ func columns(t *testing.T, db *sql.DB, query string) map[string][]string {
 	}
 	return out
 }
+
+// Two replicas starting together on a fresh store both open it: one
+// migrates, the other waits for it and finds nothing left to do.
+func TestReplicasMigrateAFreshStoreTogether(t *testing.T) {
+	for round := range 3 {
+		url := pgtest.URL(t)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				f, err := OpenStore(url)
+				if err == nil {
+					err = f.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a replica opening a fresh store beside another: %v", round, err)
+			}
+		}
+	}
+}

@@ -62,14 +62,29 @@ func (t Timing) Check() error {
 // DefaultTiming is the lease timing podhub uses unless told otherwise.
 var DefaultTiming = Timing{TTL: DefaultTTL, Renew: DefaultRenew, Margin: DefaultMargin}
 
+// Self is a replica process as the lease and the replicas' rows know
+// it: its ID (shown, named by podhub get replicas) and a nonce drawn at
+// random by each process, so that two processes given one ID (a shared
+// podhub.yaml, a cloned data directory) are two holders, never one: the
+// lease's compare-and-set and the fence compare both.
+type Self struct {
+	ID    string
+	Nonce string
+}
+
 // Lease is a lease row as stored: Expires in the database's clock,
-// milliseconds since the epoch. An empty Holder is a released lease.
+// milliseconds since the epoch. An empty Holder is a released lease;
+// Nonce is the holder process's (Self).
 type Lease struct {
 	Name    string
 	Holder  string
+	Nonce   string
 	Token   int64
 	Expires int64
 }
+
+// heldBy reports whether the row names the process me as its holder.
+func (l *Lease) heldBy(me Self) bool { return l.Holder == me.ID && l.Nonce == me.Nonce }
 
 // Action is what a replica does with the lease it read.
 type Action int
@@ -99,24 +114,23 @@ type Decision struct {
 	Token int64
 }
 
-// Decide is what replica me does with the lease row it read (nil: no
-// row) at the database's time dbNow (milliseconds): renew its own, take
-// a free or expired one, wait for another's. A lease that lapsed while
-// its holder was away (expired, not taken) is taken again with a new
-// token even by the same holder: a new term, since its old term's work
-// stopped when it lapsed.
-func Decide(me string, l *Lease, dbNow int64, t Timing) Decision {
+// Decide is what replica process me does with the lease row it read
+// (nil: no row) at the database's time dbNow (milliseconds): renew its
+// own, take a free or expired one, wait for another's. Its own is the
+// one its ID AND nonce hold: another process with the same ID is
+// another holder. A lease that lapsed while its holder was away
+// (expired, not taken) is taken again with a new token even by the same
+// holder: a new term, since its old term's work stopped when it lapsed
+// (its own lease expired but within the margin: waited for, as
+// another's).
+func Decide(me Self, l *Lease, dbNow int64, t Timing) Decision {
 	switch {
 	case l == nil:
 		return Decision{Action: Create, Token: 1}
-	case l.Holder == me && dbNow < l.Expires:
+	case l.heldBy(me) && dbNow < l.Expires:
 		return Decision{Action: Renew, Token: l.Token}
 	case l.Holder == "" || dbNow > l.Expires+t.Margin.Milliseconds():
 		return Decision{Action: Take, Token: l.Token + 1}
-	case l.Holder == me:
-		// Its own lease, expired but within the margin: not taken by
-		// another yet, but its term ended; a new one after the margin.
-		return Decision{Action: Wait, Token: l.Token}
 	}
 	return Decision{Action: Wait, Token: l.Token}
 }
@@ -151,9 +165,10 @@ func (t Term) After(sent time.Time, d Decision, written bool, timing Timing) Ter
 }
 
 // Member is a replica's row as stored: its times in the database's
-// clock (milliseconds).
+// clock (milliseconds). Nonce is its process's (Self).
 type Member struct {
 	ID        string
+	Nonce     string
 	Address   string
 	Version   string
 	Started   int64
@@ -176,12 +191,35 @@ func OthersLive(me string, members []Member, dbNow int64) int {
 	return n
 }
 
+// SameID is the live row, if any, of another process that runs with
+// me's ID (another nonce) at dbNow: two podhubs given one replica ID.
+func SameID(me Self, members []Member, dbNow int64) *Member {
+	for _, m := range members {
+		if m.ID == me.ID && m.Nonce != me.Nonce && m.Live(dbNow) {
+			return &m
+		}
+	}
+	return nil
+}
+
+// Silent reports whether m, a row of another process with one's ID, has
+// not heartbeated for after at the database's time dbNow: a live
+// process heartbeats at every round (a renewal period while it leads, a
+// poll while it does not), so one silent for longer than its period and
+// the margin is taken for dead (killed and restarted at once, say) and
+// its row is replaced. Safety does not rest on this: a process wrongly
+// taken for dead holds no lease the newcomer's nonce passes for, and
+// its own heartbeats then fail.
+func Silent(m Member, dbNow int64, after time.Duration) bool {
+	return !m.Live(dbNow) || dbNow-m.Heartbeat >= after.Milliseconds()
+}
+
 // FenceHolds reports whether a write carrying token may land, given the
-// lease as the write's own transaction reads it: the same holder and
-// token, so no other replica has led since (the store's Fence is this
-// test in SQL).
-func FenceHolds(me string, token int64, l *Lease) bool {
-	return l != nil && l.Holder == me && l.Token == token && token != 0
+// lease as the write's own transaction reads it: the same holder process
+// (ID and nonce) and token, so no other replica has led since (the
+// store's Fence is this test in SQL).
+func FenceHolds(me Self, token int64, l *Lease) bool {
+	return l != nil && l.heldBy(me) && l.Token == token && token != 0
 }
 
 // MaxIDLength bounds a replica's ID (a DNS label's length).

@@ -31,23 +31,27 @@ func (w *world) advance(d time.Duration) {
 func (w *world) round(me string) Decision {
 	sent := w.local
 	read := w.lease
-	d := Decide(me, read, w.dbNow, w.timing)
+	d := Decide(self(me), read, w.dbNow, w.timing)
 	written := false
 	switch d.Action {
 	case Create:
 		if w.lease == nil {
-			w.lease = &Lease{Name: LeaderLease, Holder: me, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
+			w.lease = &Lease{Name: LeaderLease, Holder: me, Nonce: self(me).Nonce, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
 			written = true
 		}
 	case Renew, Take:
 		if w.lease != nil && *w.lease == *read {
-			w.lease = &Lease{Name: LeaderLease, Holder: me, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
+			w.lease = &Lease{Name: LeaderLease, Holder: me, Nonce: self(me).Nonce, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
 			written = true
 		}
 	}
 	w.terms[me] = w.terms[me].After(sent, d, written, w.timing)
 	return d
 }
+
+// self is replica me's process in the fake world: one per ID unless a
+// test says otherwise.
+func self(me string) Self { return Self{ID: me, Nonce: "nonce-" + me} }
 
 func (w *world) leading(me string) bool { return w.terms[me].Leading(w.local) }
 
@@ -182,7 +186,7 @@ func TestRenewalLosingTheRaceEndsTheTerm(t *testing.T) {
 	w.advance(w.timing.TTL + w.timing.Margin + time.Second)
 	readByA := *w.lease
 	w.round("b") // b takes
-	d := Decide("a", &readByA, w.dbNow, w.timing)
+	d := Decide(self("a"), &readByA, w.dbNow, w.timing)
 	written := w.lease != nil && *w.lease == readByA
 	w.terms["a"] = w.terms["a"].After(w.local, d, written, w.timing)
 	if w.leading("a") || !w.leading("b") {
@@ -195,18 +199,18 @@ func TestDeposedLeadersWriteIsFenced(t *testing.T) {
 	w := newWorld(t)
 	w.round("a")
 	aToken := w.terms["a"].Token
-	if !FenceHolds("a", aToken, w.lease) {
+	if !FenceHolds(self("a"), aToken, w.lease) {
 		t.Fatal("the leader's own write refused")
 	}
 	w.advance(w.timing.TTL + w.timing.Margin + time.Second)
 	w.round("b")
-	if FenceHolds("a", aToken, w.lease) {
+	if FenceHolds(self("a"), aToken, w.lease) {
 		t.Fatalf("a's write with token %d accepted after b took the lease (%+v)", aToken, *w.lease)
 	}
-	if !FenceHolds("b", w.terms["b"].Token, w.lease) {
+	if !FenceHolds(self("b"), w.terms["b"].Token, w.lease) {
 		t.Fatal("the new leader's write refused")
 	}
-	if FenceHolds("a", 0, &Lease{Holder: "a"}) {
+	if FenceHolds(self("a"), 0, &Lease{Holder: "a"}) {
 		t.Fatal("token 0 (never led) accepted")
 	}
 }
@@ -236,6 +240,93 @@ func TestTimingAndIDChecks(t *testing.T) {
 	for _, id := range []string{"", "-a", "a-", "A", "a b", "a/b", string(make([]byte, 64))} {
 		if err := CheckID(id); err == nil {
 			t.Errorf("%q accepted", id)
+		}
+	}
+}
+
+// Two processes given one replica ID are two holders: the second waits
+// while the first renews, its renewal of a row it read as the first's
+// is a wait, and its fenced writes are refused. Neither leads beside
+// the other.
+func TestTwoProcessesWithOneIDNeverBothLead(t *testing.T) {
+	w := newWorld(t)
+	first, second := Self{ID: "hub", Nonce: "1111"}, Self{ID: "hub", Nonce: "2222"}
+	terms := map[Self]Term{}
+	round := func(me Self) Decision {
+		sent, read := w.local, w.lease
+		d := Decide(me, read, w.dbNow, w.timing)
+		written := false
+		switch d.Action {
+		case Create:
+			if w.lease == nil {
+				w.lease = &Lease{Name: LeaderLease, Holder: me.ID, Nonce: me.Nonce, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
+				written = true
+			}
+		case Renew, Take:
+			if w.lease != nil && *w.lease == *read {
+				w.lease = &Lease{Name: LeaderLease, Holder: me.ID, Nonce: me.Nonce, Token: d.Token, Expires: w.dbNow + w.timing.TTL.Milliseconds()}
+				written = true
+			}
+		}
+		terms[me] = terms[me].After(sent, d, written, w.timing)
+		return d
+	}
+	round(first)
+	for range 10 {
+		if d := round(second); d.Action != Wait {
+			t.Fatalf("the second process with ID hub: %v, want wait while the first holds the lease", d.Action)
+		}
+		round(first)
+		w.advance(w.timing.Renew)
+		if terms[first].Leading(w.local) == terms[second].Leading(w.local) {
+			t.Fatalf("first leading=%v second leading=%v, want the first only", terms[first].Leading(w.local), terms[second].Leading(w.local))
+		}
+	}
+	token := terms[first].Token
+	if FenceHolds(second, token, w.lease) {
+		t.Fatal("the second process's write with the first's token passed the fence")
+	}
+	if !FenceHolds(first, token, w.lease) {
+		t.Fatal("the holder's own write refused")
+	}
+	// The first dies: the second takes over past the margin, a new term.
+	w.advance(w.timing.TTL + w.timing.Margin + time.Second)
+	if d := round(second); d.Action != Take || d.Token != token+1 {
+		t.Fatalf("the second after the first died: %+v, want a take of token %d", d, token+1)
+	}
+	if FenceHolds(first, token+1, w.lease) {
+		t.Fatal("the first process passes the fence of the second's term")
+	}
+}
+
+// A live row of another process with one's ID is found (Start refuses
+// it); one's own, a dead one's or another ID's are not.
+func TestSameIDFindsAnotherLiveProcess(t *testing.T) {
+	me := Self{ID: "hub", Nonce: "1111"}
+	members := []Member{{ID: "hub", Nonce: "1111", Expires: 200}, {ID: "other", Nonce: "2222", Expires: 200}}
+	if m := SameID(me, members, 100); m != nil {
+		t.Fatalf("SameID: %+v, want none", *m)
+	}
+	members[0].Nonce = "2222"
+	if m := SameID(me, members, 100); m == nil || m.ID != "hub" {
+		t.Fatalf("SameID: %v, want the other process's row", m)
+	}
+	if m := SameID(me, members, 300); m != nil {
+		t.Fatalf("SameID of a dead row: %+v, want none", *m)
+	}
+}
+
+// A row of another process with one's ID is taken for dead once silent
+// past the period and margin (or expired), not before.
+func TestSilentRowOfTheSameID(t *testing.T) {
+	m := Member{ID: "hub", Nonce: "1111", Heartbeat: 1000, Expires: 16000}
+	after := 7 * time.Second
+	for _, c := range []struct {
+		now  int64
+		want bool
+	}{{1000, false}, {7999, false}, {8000, true}, {16000, true}} {
+		if got := Silent(m, c.now, after); got != c.want {
+			t.Errorf("Silent at %d: %v, want %v", c.now, got, c.want)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package replica
 
 import (
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -39,6 +42,8 @@ type Elector struct {
 	store  *Store
 	cfg    Config
 	static bool
+	// self is this process: the ID and a nonce of its own.
+	self Self
 
 	mu        sync.Mutex
 	term      Term
@@ -72,7 +77,10 @@ func New(store *Store, cfg Config) (*Elector, error) {
 	// A round that hangs on the store past a renewal period fails: the
 	// next is due.
 	store.SetTimeout(cfg.Timing.Renew)
-	return &Elector{store: store, cfg: cfg, static: store.Dialect() == sqldb.SQLite}, nil
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	return &Elector{store: store, cfg: cfg, static: store.Dialect() == sqldb.SQLite,
+		self: Self{ID: cfg.ID, Nonce: hex.EncodeToString(nonce)}}, nil
 }
 
 // Watch has fn told of each change of leadership (true: this replica
@@ -86,11 +94,16 @@ func (e *Elector) Timing() Timing { return e.cfg.Timing }
 func (e *Elector) ID() string { return e.cfg.ID }
 
 // Start joins the replicas (refusing, on SQLite, to run beside another
-// live one), makes a first attempt at the lease and starts the loop.
+// live one, and anywhere beside a live process with its ID: ErrIDInUse),
+// makes a first attempt at the lease and starts the loop.
 func (e *Elector) Start() error {
 	members, now, err := e.store.Members()
 	if err != nil {
 		return fmt.Errorf("replica %s: reading the replicas: %w", e.cfg.ID, err)
+	}
+	stale, err := e.sameID(members, now)
+	if err != nil {
+		return err
 	}
 	e.others = OthersLive(e.cfg.ID, members, now)
 	if e.static && e.others > 0 {
@@ -102,7 +115,10 @@ func (e *Elector) Start() error {
 		}
 		return fmt.Errorf("replica %s: another podhub (replica %v) serves this SQLite fleet store; several replicas need a PostgreSQL store (store: postgres://…)", e.cfg.ID, ids)
 	}
-	if err := e.store.Join(Member{ID: e.cfg.ID, Address: e.cfg.Address, Version: e.cfg.Version}, e.cfg.Timing.TTL); err != nil {
+	if err := e.store.Join(e.member(), e.cfg.Timing.TTL, stale); err != nil {
+		if errors.Is(err, ErrIDInUse) {
+			return e.idInUse(nil, now)
+		}
 		return err
 	}
 	if err := e.attempt(); err != nil {
@@ -116,6 +132,52 @@ func (e *Elector) Start() error {
 	e.mu.Unlock()
 	go e.loop()
 	return nil
+}
+
+// sameID looks for a live row of another process with the replica's ID
+// among members read at now: none (nil), one that proves alive by
+// heartbeating within its round period and the margin (ErrIDInUse), or
+// one that stays silent that long (returned: a process killed and
+// restarted at once; Join replaces its row).
+func (e *Elector) sameID(members []Member, now int64) (*Member, error) {
+	m := SameID(e.self, members, now)
+	if m == nil {
+		return nil, nil
+	}
+	after := max(e.cfg.Timing.Renew, e.cfg.Poll) + e.cfg.Timing.Margin
+	for !Silent(*m, now, after) {
+		time.Sleep(time.Duration(m.Heartbeat+after.Milliseconds()-now)*time.Millisecond + 10*time.Millisecond)
+		members, now2, err := e.store.Members()
+		if err != nil {
+			return nil, fmt.Errorf("replica %s: reading the replicas: %w", e.cfg.ID, err)
+		}
+		now = now2
+		again := SameID(e.self, members, now)
+		switch {
+		case again == nil:
+			return nil, nil // it left, or its row expired
+		case again.Nonce != m.Nonce || again.Heartbeat != m.Heartbeat:
+			return nil, e.idInUse(again, now) // alive
+		}
+	}
+	e.cfg.Log.Warn("replica: the row of a process with this ID is silent; taking it over", "replica", e.cfg.ID, "silent", time.Duration(now-m.Heartbeat)*time.Millisecond)
+	return m, nil
+}
+
+// member is the replica's row.
+func (e *Elector) member() Member {
+	return Member{ID: e.cfg.ID, Nonce: e.self.Nonce, Address: e.cfg.Address, Version: e.cfg.Version}
+}
+
+// idInUse is Start's refusal to run beside m (nil: unknown), a live
+// process with the replica's ID.
+func (e *Elector) idInUse(m *Member, now int64) error {
+	var where string
+	if m != nil {
+		where = fmt.Sprintf(" (at %q, heard from %v ago)", m.Address, time.Duration(now-m.Heartbeat)*time.Millisecond)
+	}
+	return fmt.Errorf("replica %s: %w%s: give each podhub its own replica ID (--replica-id or replicaID: in podhub.yaml; by default each data directory has its own, in <data-dir>/replica-id)",
+		e.cfg.ID, ErrIDInUse, where)
 }
 
 // OthersAtStart is how many other replicas were alive when this one
@@ -150,7 +212,7 @@ func (e *Elector) Token() int64 {
 // Fence checks in tx that the replica's newest term is still the
 // lease's (Store.Fence): for the leader's writes.
 func (e *Elector) Fence(tx *sql.Tx) error {
-	return e.store.Fence(tx, LeaderLease, e.cfg.ID, e.Token())
+	return e.store.Fence(tx, LeaderLease, e.self, e.Token())
 }
 
 // Known reports whether the lease's state was read within a TTL: the
@@ -165,10 +227,10 @@ func (e *Elector) Known() bool {
 // election, and a heartbeat of the replica's row.
 func (e *Elector) attempt() error {
 	sent := time.Now()
-	if ok, err := e.store.Heartbeat(e.cfg.ID, e.cfg.Timing.TTL); err != nil {
+	if ok, err := e.store.Heartbeat(e.self, e.cfg.Timing.TTL); err != nil {
 		return err
 	} else if !ok {
-		if err := e.store.Join(Member{ID: e.cfg.ID, Address: e.cfg.Address, Version: e.cfg.Version}, e.cfg.Timing.TTL); err != nil {
+		if err := e.store.Join(e.member(), e.cfg.Timing.TTL, nil); err != nil {
 			return err
 		}
 	}
@@ -176,13 +238,13 @@ func (e *Elector) attempt() error {
 	if err != nil {
 		return err
 	}
-	d := Decide(e.cfg.ID, l, now, e.cfg.Timing)
+	d := Decide(e.self, l, now, e.cfg.Timing)
 	if e.static && d.Action == Wait {
 		// SQLite's one replica (Start refused to run beside a live one):
 		// a lease left by a dead replica of another ID is its own at once.
 		d = Decision{Action: Take, Token: l.Token + 1}
 	}
-	written, err := e.store.WriteLease(LeaderLease, e.cfg.ID, l, d, e.cfg.Timing.TTL)
+	written, err := e.store.WriteLease(LeaderLease, e.self, l, d, e.cfg.Timing.TTL)
 	if err != nil {
 		return err
 	}
@@ -292,14 +354,14 @@ func (e *Elector) Stop() error {
 	}
 	var err error
 	if token != 0 {
-		released, rerr := e.store.Release(LeaderLease, e.cfg.ID, token)
+		released, rerr := e.store.Release(LeaderLease, e.self, token)
 		if rerr != nil {
 			err = rerr
 		} else if released {
 			e.cfg.Log.Info("leader lease released", "replica", e.cfg.ID, "token", token)
 		}
 	}
-	if lerr := e.store.Leave(e.cfg.ID); lerr != nil && err == nil {
+	if lerr := e.store.Leave(e.self); lerr != nil && err == nil {
 		err = lerr
 	}
 	return err

@@ -46,6 +46,22 @@ CREATE TABLE leases (
 `
 )
 
+// Nonces is the migration (after Tables) that gives the replicas' rows
+// and the lease their process's nonce (Self) on SQLite; PGNonces the
+// same on PostgreSQL. Rows from before it have none (”).
+const (
+	Nonces = `ALTER TABLE replicas ADD COLUMN nonce TEXT NOT NULL DEFAULT '';
+ALTER TABLE leases ADD COLUMN nonce TEXT NOT NULL DEFAULT '';
+`
+	PGNonces = `ALTER TABLE replicas ADD COLUMN nonce TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE leases ADD COLUMN nonce TEXT COLLATE "C" NOT NULL DEFAULT '';
+`
+)
+
+// ErrIDInUse is a replica refused because another live podhub process
+// runs with its ID.
+var ErrIDInUse = errors.New("another live podhub process runs with this replica ID")
+
 // ErrDeposed is a fenced write refused: the lease's token moved since
 // the writer's term began (another replica leads, or has led).
 var ErrDeposed = errors.New("fenced write refused: this replica no longer holds the leader lease (another replica leads)")
@@ -102,41 +118,41 @@ func (s *Store) Now() (int64, error) {
 // ReadLease is the lease row name (nil: none) and the database's time
 // of the read.
 func (s *Store) ReadLease(name string) (*Lease, int64, error) {
-	var holder sql.NullString
+	var holder, nonce sql.NullString
 	var token, expires sql.NullInt64
 	var now int64
-	err := s.queryRow(`SELECT l.holder, l.token, l.expires, n.now FROM (SELECT `+s.now+` AS now) n
-		LEFT JOIN leases l ON l.name = ?`, []any{name}, &holder, &token, &expires, &now)
+	err := s.queryRow(`SELECT l.holder, l.nonce, l.token, l.expires, n.now FROM (SELECT `+s.now+` AS now) n
+		LEFT JOIN leases l ON l.name = ?`, []any{name}, &holder, &nonce, &token, &expires, &now)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the %s lease: %w", name, err)
 	}
 	if !holder.Valid {
 		return nil, now, nil
 	}
-	return &Lease{Name: name, Holder: holder.String, Token: token.Int64, Expires: expires.Int64}, now, nil
+	return &Lease{Name: name, Holder: holder.String, Nonce: nonce.String, Token: token.Int64, Expires: expires.Int64}, now, nil
 }
 
 // WriteLease writes d's outcome of the lease row read (nil: none) as
 // me's, valid ttl from the database's now, if the row is still as read
-// (compare-and-set on holder, token and expiry: a renewal or take by
-// another between the read and the write wins, and this one reports
+// (compare-and-set on holder, nonce, token and expiry: a renewal or take
+// by another between the read and the write wins, and this one reports
 // false).
-func (s *Store) WriteLease(name, me string, read *Lease, d Decision, ttl time.Duration) (bool, error) {
+func (s *Store) WriteLease(name string, me Self, read *Lease, d Decision, ttl time.Duration) (bool, error) {
 	var res sql.Result
 	var err error
 	switch d.Action {
 	case Wait:
 		return false, nil
 	case Create:
-		res, err = s.exec(`INSERT INTO leases (name, holder, token, expires) VALUES (?, ?, ?, `+s.now+` + ?)
-			ON CONFLICT (name) DO NOTHING`, name, me, d.Token, ttl.Milliseconds())
+		res, err = s.exec(`INSERT INTO leases (name, holder, nonce, token, expires) VALUES (?, ?, ?, ?, `+s.now+` + ?)
+			ON CONFLICT (name) DO NOTHING`, name, me.ID, me.Nonce, d.Token, ttl.Milliseconds())
 	default:
 		if read == nil {
 			return false, fmt.Errorf("%s the %s lease: no row read", d.Action, name)
 		}
-		res, err = s.exec(`UPDATE leases SET holder = ?, token = ?, expires = `+s.now+` + ?
-			WHERE name = ? AND holder = ? AND token = ? AND expires = ?`,
-			me, d.Token, ttl.Milliseconds(), name, read.Holder, read.Token, read.Expires)
+		res, err = s.exec(`UPDATE leases SET holder = ?, nonce = ?, token = ?, expires = `+s.now+` + ?
+			WHERE name = ? AND holder = ? AND nonce = ? AND token = ? AND expires = ?`,
+			me.ID, me.Nonce, d.Token, ttl.Milliseconds(), name, read.Holder, read.Nonce, read.Token, read.Expires)
 	}
 	if err != nil {
 		return false, fmt.Errorf("%s the %s lease: %w", d.Action, name, err)
@@ -148,9 +164,9 @@ func (s *Store) WriteLease(name, me string, read *Lease, d Decision, ttl time.Du
 // Release gives the lease up, if me still holds it with token: another
 // replica takes it at its next look, without waiting for the expiry.
 // The token stays: the next holder's is one more.
-func (s *Store) Release(name, me string, token int64) (bool, error) {
-	res, err := s.exec(`UPDATE leases SET holder = '', expires = `+s.now+` WHERE name = ? AND holder = ? AND token = ?`,
-		name, me, token)
+func (s *Store) Release(name string, me Self, token int64) (bool, error) {
+	res, err := s.exec(`UPDATE leases SET holder = '', nonce = '', expires = `+s.now+` WHERE name = ? AND holder = ? AND nonce = ? AND token = ?`,
+		name, me.ID, me.Nonce, token)
 	if err != nil {
 		return false, fmt.Errorf("releasing the %s lease: %w", name, err)
 	}
@@ -162,11 +178,11 @@ func (s *Store) Release(name, me string, token int64) (bool, error) {
 // the lease name with token: ErrDeposed if not. On PostgreSQL the row is
 // locked (FOR SHARE) until tx ends, so a take waits for the write and
 // follows it; on SQLite the transaction runs alone anyway.
-func (s *Store) Fence(tx *sql.Tx, name, me string, token int64) error {
+func (s *Store) Fence(tx *sql.Tx, name string, me Self, token int64) error {
 	var l Lease
 	err := tx.QueryRow(s.db.Dialect.Pick(
-		`SELECT holder, token FROM leases WHERE name = ?`,
-		`SELECT holder, token FROM leases WHERE name = ? FOR SHARE`), name).Scan(&l.Holder, &l.Token)
+		`SELECT holder, nonce, token FROM leases WHERE name = ?`,
+		`SELECT holder, nonce, token FROM leases WHERE name = ? FOR SHARE`), name).Scan(&l.Holder, &l.Nonce, &l.Token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (no %s lease)", ErrDeposed, name)
 	}
@@ -174,39 +190,58 @@ func (s *Store) Fence(tx *sql.Tx, name, me string, token int64) error {
 		return fmt.Errorf("reading the %s lease: %w", name, err)
 	}
 	if !FenceHolds(me, token, &l) {
+		if l.Holder == me.ID && l.Token == token {
+			return fmt.Errorf("%w (token %d held by another process with replica ID %q)", ErrDeposed, token, l.Holder)
+		}
 		return fmt.Errorf("%w (token %d, the lease's %d, held by %q)", ErrDeposed, token, l.Token, l.Holder)
 	}
 	return nil
 }
 
 // Join writes m's row as starting now (a replica coming up, or back up
-// under the same ID), alive for ttl.
-func (s *Store) Join(m Member, ttl time.Duration) error {
-	_, err := s.exec(`INSERT INTO replicas (id, address, version, started, heartbeat, expires)
-		VALUES (?, ?, ?, `+s.now+`, `+s.now+`, `+s.now+` + ?)
-		ON CONFLICT (id) DO UPDATE SET address = excluded.address, version = excluded.version,
-			started = excluded.started, heartbeat = excluded.heartbeat, expires = excluded.expires`,
-		m.ID, m.Address, m.Version, ttl.Milliseconds())
+// under the same ID), alive for ttl; ErrIDInUse if a live row of its ID
+// has another nonce (another process), which it leaves as it is, unless
+// it is stale: the row read, unchanged since (its nonce and heartbeat),
+// of a process taken for dead (Silent).
+func (s *Store) Join(m Member, ttl time.Duration, stale *Member) error {
+	staleNonce, staleBeat := "", int64(-1)
+	if stale != nil {
+		staleNonce, staleBeat = stale.Nonce, stale.Heartbeat
+	}
+	res, err := s.exec(`INSERT INTO replicas (id, nonce, address, version, started, heartbeat, expires)
+		VALUES (?, ?, ?, ?, `+s.now+`, `+s.now+`, `+s.now+` + ?)
+		ON CONFLICT (id) DO UPDATE SET nonce = excluded.nonce, address = excluded.address, version = excluded.version,
+			started = excluded.started, heartbeat = excluded.heartbeat, expires = excluded.expires
+		WHERE replicas.nonce = excluded.nonce OR replicas.expires <= excluded.started
+			OR (replicas.nonce = ? AND replicas.heartbeat = ?)`,
+		m.ID, m.Nonce, m.Address, m.Version, ttl.Milliseconds(), staleNonce, staleBeat)
 	if err != nil {
 		return fmt.Errorf("replica %s: joining: %w", m.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("replica %s: joining: %w", m.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("replica %s: %w", m.ID, ErrIDInUse)
 	}
 	return nil
 }
 
-// Heartbeat says replica id is alive for ttl more; false if its row is
-// gone (pruned: it was taken for dead), for the caller to Join again.
-func (s *Store) Heartbeat(id string, ttl time.Duration) (bool, error) {
-	res, err := s.exec(`UPDATE replicas SET heartbeat = `+s.now+`, expires = `+s.now+` + ? WHERE id = ?`, ttl.Milliseconds(), id)
+// Heartbeat says replica process me is alive for ttl more; false if its
+// row is gone (pruned: it was taken for dead) or another process's, for
+// the caller to Join again.
+func (s *Store) Heartbeat(me Self, ttl time.Duration) (bool, error) {
+	res, err := s.exec(`UPDATE replicas SET heartbeat = `+s.now+`, expires = `+s.now+` + ? WHERE id = ? AND nonce = ?`, ttl.Milliseconds(), me.ID, me.Nonce)
 	if err != nil {
-		return false, fmt.Errorf("replica %s: heartbeat: %w", id, err)
+		return false, fmt.Errorf("replica %s: heartbeat: %w", me.ID, err)
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
 
-// Leave removes replica id's row (a graceful stop).
-func (s *Store) Leave(id string) error {
-	_, err := s.exec(`DELETE FROM replicas WHERE id = ?`, id)
+// Leave removes replica process me's row (a graceful stop), not
+// another process's of the same ID.
+func (s *Store) Leave(me Self) error {
+	_, err := s.exec(`DELETE FROM replicas WHERE id = ? AND nonce = ?`, me.ID, me.Nonce)
 	return err
 }
 
@@ -225,7 +260,7 @@ func (s *Store) Members() ([]Member, int64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT id, address, version, started, heartbeat, expires FROM replicas ORDER BY id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, nonce, address, version, started, heartbeat, expires FROM replicas ORDER BY id`)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -233,7 +268,7 @@ func (s *Store) Members() ([]Member, int64, error) {
 	var out []Member
 	for rows.Next() {
 		var m Member
-		if err := rows.Scan(&m.ID, &m.Address, &m.Version, &m.Started, &m.Heartbeat, &m.Expires); err != nil {
+		if err := rows.Scan(&m.ID, &m.Nonce, &m.Address, &m.Version, &m.Started, &m.Heartbeat, &m.Expires); err != nil {
 			return nil, 0, err
 		}
 		out = append(out, m)

@@ -35,6 +35,9 @@ func openStoreAt(t *testing.T, store string) (*fleetdb.Fleet, *replica.Store) {
 	return f, replica.NewStore(f.SQL())
 }
 
+// self is replica id's process in these tests: one per ID.
+func self(id string) replica.Self { return replica.Self{ID: id, Nonce: "nonce-" + id} }
+
 // round is one attempt of the elector's, by hand.
 func round(t *testing.T, s *replica.Store, me string, ttl time.Duration) (replica.Decision, bool) {
 	t.Helper()
@@ -42,8 +45,8 @@ func round(t *testing.T, s *replica.Store, me string, ttl time.Duration) (replic
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := replica.Decide(me, l, now, replica.Timing{TTL: ttl, Renew: ttl / 3, Margin: 0})
-	ok, err := s.WriteLease(replica.LeaderLease, me, l, d, ttl)
+	d := replica.Decide(self(me), l, now, replica.Timing{TTL: ttl, Renew: ttl / 3, Margin: 0})
+	ok, err := s.WriteLease(replica.LeaderLease, self(me), l, d, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func testLeaseOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	round(t, s, "a", -time.Minute) // renewed, already expired on the database's clock
-	if ok, err := s.WriteLease(replica.LeaderLease, "b", stale, replica.Decision{Action: replica.Take, Token: 2}, time.Minute); err != nil || ok {
+	if ok, err := s.WriteLease(replica.LeaderLease, self("b"), stale, replica.Decision{Action: replica.Take, Token: 2}, time.Minute); err != nil || ok {
 		t.Fatalf("a take on a stale read: written=%v err=%v, want not written", ok, err)
 	}
 	// The expired lease is b's, with the next token; a's write is fenced.
@@ -83,7 +86,7 @@ func testLeaseOnTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		return s.Fence(tx, replica.LeaderLease, me, token)
+		return s.Fence(tx, replica.LeaderLease, self(me), token)
 	}
 	if err := fence("a", 1); !errors.Is(err, replica.ErrDeposed) {
 		t.Fatalf("a's write with token 1 after b took the lease: %v, want ErrDeposed", err)
@@ -92,13 +95,13 @@ func testLeaseOnTheStore(t *testing.T) {
 		t.Fatalf("b's own write: %v", err)
 	}
 	// Released, it is a's at once with token 3.
-	if ok, err := s.Release(replica.LeaderLease, "b", 2); err != nil || !ok {
+	if ok, err := s.Release(replica.LeaderLease, self("b"), 2); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	if d, ok := round(t, s, "a", time.Minute); d.Action != replica.Take || !ok || d.Token != 3 {
 		t.Fatalf("a after b's release: %+v written=%v, want a written take of token 3", d, ok)
 	}
-	if ok, err := s.Release(replica.LeaderLease, "b", 2); err != nil || ok {
+	if ok, err := s.Release(replica.LeaderLease, self("b"), 2); err != nil || ok {
 		t.Fatalf("b's release of a lease it no longer holds: released=%v err=%v", ok, err)
 	}
 }
@@ -107,10 +110,10 @@ func TestMembersOnTheStore(t *testing.T) { pgtest.EachStore(t, testMembersOnTheS
 
 func testMembersOnTheStore(t *testing.T) {
 	_, s := openStore(t)
-	if err := s.Join(replica.Member{ID: "a", Address: "10.0.0.1:8443", Version: "v1"}, time.Minute); err != nil {
+	if err := s.Join(replica.Member{ID: "a", Nonce: self("a").Nonce, Address: "10.0.0.1:8443", Version: "v1"}, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Join(replica.Member{ID: "b"}, -time.Hour-time.Minute); err != nil { // long dead
+	if err := s.Join(replica.Member{ID: "b", Nonce: self("b").Nonce}, -time.Hour-time.Minute, nil); err != nil { // long dead
 		t.Fatal(err)
 	}
 	members, now, err := s.Members()
@@ -123,16 +126,16 @@ func testMembersOnTheStore(t *testing.T) {
 	if !members[0].Live(now) || members[1].Live(now) || replica.OthersLive("b", members, now) != 1 {
 		t.Fatalf("liveness at %d: %+v", now, members)
 	}
-	if ok, err := s.Heartbeat("a", time.Minute); err != nil || !ok {
+	if ok, err := s.Heartbeat(self("a"), time.Minute); err != nil || !ok {
 		t.Fatalf("heartbeat: %v %v", ok, err)
 	}
-	if ok, err := s.Heartbeat("nobody", time.Minute); err != nil || ok {
+	if ok, err := s.Heartbeat(self("nobody"), time.Minute); err != nil || ok {
 		t.Fatalf("heartbeat of an unknown replica: %v %v, want false", ok, err)
 	}
 	if err := s.Prune(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Leave("a"); err != nil {
+	if err := s.Leave(self("a")); err != nil {
 		t.Fatal(err)
 	}
 	if members, _, _ := s.Members(); len(members) != 0 {
@@ -253,7 +256,7 @@ func testDeposedLeadersPassIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := sb.WriteLease(replica.LeaderLease, "b", l, replica.Decision{Action: replica.Take, Token: l.Token + 1}, time.Minute); err != nil || !ok {
+	if ok, err := sb.WriteLease(replica.LeaderLease, self("b"), l, replica.Decision{Action: replica.Take, Token: l.Token + 1}, time.Minute); err != nil || !ok {
 		t.Fatalf("b's take: %v %v", ok, err)
 	}
 	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); !errors.Is(err, replica.ErrDeposed) {
@@ -317,4 +320,128 @@ func testLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
 	if b.Token() != a.Token()+1 {
 		t.Errorf("b's token %d, a's %d: want one more", b.Token(), a.Token())
 	}
+}
+
+// Two processes given one replica ID (a shared podhub.yaml, a cloned
+// data directory): the second's Start is refused while the first lives,
+// and on the store neither's row nor lease is the other's.
+func TestOneIDTwoProcesses(t *testing.T) { pgtest.EachStore(t, testOneIDTwoProcesses) }
+
+func testOneIDTwoProcesses(t *testing.T) {
+	store := pgtest.Store(t)
+	_, sa := openStoreAt(t, store)
+	a, aChanges := newElector(t, sa, "hub")
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	waitLeading(t, aChanges, true, 5*time.Second, "the first process with ID hub")
+	_, sb := openStoreAt(t, store)
+	b, _ := newElector(t, sb, "hub")
+	if err := b.Start(); !errors.Is(err, replica.ErrIDInUse) || !strings.Contains(err.Error(), "own replica ID") {
+		b.Stop()
+		t.Fatalf("a second process with the leader's replica ID: %v, want refused (ErrIDInUse)", err)
+	}
+	if !a.Leading() {
+		t.Fatal("the first process stopped leading when the second was refused")
+	}
+}
+
+// The store's statements tell two processes of one ID apart by nonce.
+func TestOneIDTwoNoncesOnTheStore(t *testing.T) { pgtest.EachStore(t, testOneIDTwoNoncesOnTheStore) }
+
+func testOneIDTwoNoncesOnTheStore(t *testing.T) {
+	f, s := openStore(t)
+	first, second := replica.Self{ID: "hub", Nonce: "1111"}, replica.Self{ID: "hub", Nonce: "2222"}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, nil); !errors.Is(err, replica.ErrIDInUse) {
+		t.Fatalf("joining beside a live process of the same ID: %v, want ErrIDInUse", err)
+	}
+	if ok, err := s.Heartbeat(second, time.Minute); err != nil || ok {
+		t.Fatalf("the second process's heartbeat on the first's row: %v %v, want false", ok, err)
+	}
+	if err := s.Leave(second); err != nil {
+		t.Fatal(err)
+	}
+	if members, _, err := s.Members(); err != nil || len(members) != 1 || members[0].Nonce != first.Nonce {
+		t.Fatalf("after the second process's leave: %+v %v, want the first's row kept", members, err)
+	}
+	// The first's lease: the second waits, and its writes are fenced.
+	timing := replica.Timing{TTL: time.Minute, Renew: 20 * time.Second}
+	l, now, err := s.ReadLease(replica.LeaderLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := replica.Decide(first, l, now, timing)
+	if ok, err := s.WriteLease(replica.LeaderLease, first, l, d, time.Minute); err != nil || !ok {
+		t.Fatalf("the first's create: %v %v", ok, err)
+	}
+	if l, now, err = s.ReadLease(replica.LeaderLease); err != nil || l.Nonce != first.Nonce {
+		t.Fatalf("the lease: %+v %v, want the first's nonce", l, err)
+	}
+	if d := replica.Decide(second, l, now, timing); d.Action != replica.Wait {
+		t.Fatalf("the second process on the first's lease: %v, want wait", d.Action)
+	}
+	fence := func(me replica.Self) error {
+		tx, err := f.SQL().Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		return s.Fence(tx, replica.LeaderLease, me, l.Token)
+	}
+	if err := fence(second); !errors.Is(err, replica.ErrDeposed) {
+		t.Fatalf("the second process's write with the first's token: %v, want ErrDeposed", err)
+	}
+	if err := fence(first); err != nil {
+		t.Fatalf("the holder's own write: %v", err)
+	}
+	if ok, err := s.Release(replica.LeaderLease, second, l.Token); err != nil || ok {
+		t.Fatalf("the second process released the first's lease: %v %v", ok, err)
+	}
+	// A stale row (as read, unchanged since) is replaced; one that moved
+	// is not.
+	members, _, err := s.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := members[0]
+	moved.Heartbeat--
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, &moved); !errors.Is(err, replica.ErrIDInUse) {
+		t.Fatalf("replacing a row that heartbeated since it was read: %v, want ErrIDInUse", err)
+	}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, time.Minute, &members[0]); err != nil {
+		t.Fatalf("replacing the row read as silent: %v", err)
+	}
+	// Once a process's row is dead (expired), another may join.
+	if err := s.Join(replica.Member{ID: "hub", Nonce: second.Nonce}, -time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: first.Nonce}, time.Minute, nil); err != nil {
+		t.Fatalf("joining after the other process's row expired: %v", err)
+	}
+}
+
+// A podhub killed and restarted at once finds its old process's row
+// live but silent: it takes it over once silent past its round period
+// and the margin, and leads.
+func TestRestartAfterAKillTakesTheSilentRowOver(t *testing.T) {
+	pgtest.EachStore(t, testRestartAfterAKillTakesTheSilentRowOver)
+}
+
+func testRestartAfterAKillTakesTheSilentRowOver(t *testing.T) {
+	_, s := openStore(t)
+	if err := s.Join(replica.Member{ID: "hub", Nonce: "killed"}, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, changes := newElector(t, s, "hub")
+	start := time.Now()
+	if err := e.Start(); err != nil {
+		t.Fatalf("restarted beside its killed process's silent row: %v", err)
+	}
+	defer e.Stop()
+	waitLeading(t, changes, true, 5*time.Second, "the restarted process")
+	t.Logf("started after %v (period %v + margin %v)", time.Since(start).Round(time.Millisecond), fastTiming.Renew, fastTiming.Margin)
 }
