@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -94,30 +96,39 @@ func leaseTiming(ttl string) (replica.Timing, error) {
 // startReplica makes this podhub one replica on its store and joins:
 // the hub's leader work gated on the lease (hub.UseReplica). On an
 // SQLite store a second replica is refused.
-func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *slog.Logger) (*replica.Elector, error) {
+func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *slog.Logger) (*replica.Elector, func(), error) {
 	id, err := c.replicaID(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	timing, err := leaseTiming(cfg.LeaderLease)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	address := cfg.HTTP.Listen
 	if address == "" {
 		address, _ = os.Hostname()
 	}
-	e, err := replica.New(replica.NewStore(fleet.SQL()), replica.Config{ID: id, Address: address, Version: version,
-		Timing: timing, Log: log})
+	lock, err := lockDataDir(c.dataDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	e, err := replica.New(replica.NewStore(fleet.SQL()), replica.Config{ID: id, Address: address, Version: version,
+		Timing: timing, Log: log, Predecessor: lock.predecessor})
+	if err != nil {
+		lock.unlock()
+		return nil, nil, err
 	}
 	h.UseReplica(e)
 	if err := e.Start(); err != nil {
-		return nil, err
+		lock.unlock()
+		return nil, nil, err
+	}
+	if err := lock.keep(e.Nonce()); err != nil {
+		log.Warn("keeping the replica's nonce in the data directory", "err", err)
 	}
 	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart())
-	return e, nil
+	return e, lock.unlock, nil
 }
 
 // readinessTimeout bounds /readyz's ping of the store.
@@ -197,3 +208,44 @@ func (c *cli) getReplicas(output string) error {
 	}
 	return w.Flush()
 }
+
+// dirLock is the data directory's replica lock, held while the replica
+// runs: a second podhub serve on one data directory is refused at once.
+type dirLock struct {
+	file      *os.File
+	noncePath string
+	// predecessor is the nonce the previous process there kept: that
+	// process is dead, since its lock was free, so its replica row is
+	// taken over at once after a kill -9 rather than watched for a
+	// renewal period.
+	predecessor string
+}
+
+func lockDataDir(dir string) (*dirLock, error) {
+	lockPath := filepath.Join(dir, "replica.lock")
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("replica lock %s: %w", lockPath, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("replica lock %s: another podhub serve runs with this data directory (%v)", lockPath, err)
+	}
+	l := &dirLock{file: f, noncePath: filepath.Join(dir, "replica.nonce")}
+	if b, err := os.ReadFile(l.noncePath); err == nil && len(b) <= 64 {
+		l.predecessor = strings.TrimSpace(string(b))
+	}
+	return l, nil
+}
+
+// keep writes this process's nonce for the next process.
+func (l *dirLock) keep(nonce string) error {
+	tmp := l.noncePath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(nonce+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, l.noncePath)
+}
+
+// unlock releases the lock (closing the file releases the flock).
+func (l *dirLock) unlock() { l.file.Close() }

@@ -284,7 +284,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	// ends) and then the lease is handed over, before the rest of the
 	// hub closes, so another replica takes over at once and never beside
 	// this one's passes.
-	rep, err := c.startReplica(cfg, fleet, h, log)
+	rep, unlockDir, err := c.startReplica(cfg, fleet, h, log)
 	if err != nil {
 		return err
 	}
@@ -293,6 +293,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		if err := rep.Stop(); err != nil {
 			log.Warn("leaving the replicas", "err", err)
 		}
+		unlockDir()
 	})
 	defer stopReplica()
 	if err := h.Start(10 * time.Second); err != nil {

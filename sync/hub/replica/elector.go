@@ -30,6 +30,11 @@ type Config struct {
 	Poll time.Duration
 	// Log is where leadership changes are told.
 	Log *slog.Logger
+	// Predecessor is the nonce of the process that last ran with this
+	// replica's data directory, known to be dead (its lock on the
+	// directory was free): a live-looking row of its ID with that nonce
+	// is taken over at once, not after watching it stay silent.
+	Predecessor string
 }
 
 // Elector runs the replica's membership and its part in the leader
@@ -143,6 +148,9 @@ func (e *Elector) sameID(members []Member, now int64) (*Member, error) {
 	m := SameID(e.self, members, now)
 	if m == nil {
 		return nil, nil
+	}
+	if e.cfg.Predecessor != "" && m.Nonce == e.cfg.Predecessor {
+		return m, nil // this data directory's previous process, dead
 	}
 	after := max(e.cfg.Timing.Renew, e.cfg.Poll) + e.cfg.Timing.Margin
 	for !Silent(*m, now, after) {
@@ -366,3 +374,7 @@ func (e *Elector) Stop() error {
 	}
 	return err
 }
+
+// Nonce is this process's nonce (kept in the data directory, so that the
+// next process there knows its predecessor: Config.Predecessor).
+func (e *Elector) Nonce() string { return e.self.Nonce }

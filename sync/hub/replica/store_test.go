@@ -445,3 +445,37 @@ func testRestartAfterAKillTakesTheSilentRowOver(t *testing.T) {
 	waitLeading(t, changes, true, 5*time.Second, "the restarted process")
 	t.Logf("started after %v (period %v + margin %v)", time.Since(start).Round(time.Millisecond), fastTiming.Renew, fastTiming.Margin)
 }
+
+// A process restarted on its data directory after a kill -9 knows its
+// dead predecessor's nonce (cmd/podhub keeps it there under a lock) and
+// takes its live-looking row over at once, instead of watching it stay
+// silent for a renewal period and the margin.
+func TestPredecessorsRowTakenOverAtOnce(t *testing.T) {
+	pgtest.EachStore(t, testPredecessorsRowTakenOverAtOnce)
+}
+
+func testPredecessorsRowTakenOverAtOnce(t *testing.T) {
+	_, s := openStore(t)
+	slow := replica.Timing{TTL: time.Minute, Renew: 20 * time.Second, Margin: 8 * time.Second}
+	if err := s.Join(replica.Member{ID: "hub", Nonce: "dead"}, slow.TTL, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := replica.New(s, replica.Config{ID: "hub", Timing: slow, Poll: 100 * time.Millisecond, Predecessor: "dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.Start(); err != nil {
+		t.Fatalf("restarted over its predecessor's row: %v", err)
+	}
+	defer e.Stop()
+	// Without the predecessor's nonce Start would watch the row for
+	// 28 s (the renewal period and the margin) before taking it.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Start took %v over a dead predecessor's row", took)
+	}
+	members, _, err := s.Members()
+	if err != nil || len(members) != 1 || members[0].Nonce != e.Nonce() {
+		t.Fatalf("members %+v %v: want only the new process's row", members, err)
+	}
+}
