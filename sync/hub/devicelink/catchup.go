@@ -1,6 +1,7 @@
 package devicelink
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,15 +44,11 @@ func (h *Link) presenceHandler() mqtt.MessageHandler {
 // store while its JetStream cluster elects new leaders after a node's
 // loss (a few seconds), logging it and nothing more (docs/brokers.md).
 // The device ignores a generation it has, so an answer still on its way
-// costs one message. A device catches up at most once per stalledAfter
-// (catchUpGate): each presence of a device that withholds its ack would
-// otherwise have the hub read the store and publish up to 1 MiB again,
-// on the one goroutine that handles every device's messages.
+// costs one message. A device is caught up with one document at most
+// once per stalledAfter (catchUpGate): each presence of a device that withholds its ack would
+// otherwise have the hub publish up to 1 MiB again, on the one goroutine
+// that handles every device's messages.
 func (h *Link) catchUp(device string) {
-	if !h.catchUps.allow(device, h.now(), stalledAfter) {
-		h.log.Debug("a device came online again without answering its desired document; caught up a moment ago", "device", device)
-		return
-	}
 	ack, err := h.fleet.LastAck(device)
 	if err != nil {
 		h.log.Error("reading the last ack", "device", device, "err", err)
@@ -69,6 +66,13 @@ func (h *Link) catchUp(device string) {
 	if d.Generation == 0 || ack != nil && ack.Generation >= d.Generation {
 		return
 	}
+	// Only a publish counts, once per document: a device that answered
+	// comes online as often as it likes, and a newer document is caught
+	// up at once.
+	if !h.catchUps.allow(device+"@"+strconv.FormatInt(d.Generation, 10), h.now(), stalledAfter) {
+		h.log.Debug("a device came online again without answering its desired document; caught up a moment ago", "device", device)
+		return
+	}
 	answered := int64(0)
 	if ack != nil {
 		answered = ack.Generation
@@ -83,8 +87,8 @@ func (h *Link) catchUp(device string) {
 // message, not memory).
 const maxCatchUps = 4096
 
-// catchUpGate lets each device catch up at most once per period. The
-// zero value is ready.
+// catchUpGate lets each key (a device's document: device@generation)
+// through at most once per period. The zero value is ready.
 type catchUpGate struct {
 	mu   sync.Mutex
 	last map[string]time.Time

@@ -2,8 +2,6 @@ package devicelink
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 )
@@ -51,13 +49,4 @@ func TestCatchUpGateBounded(t *testing.T) {
 	if len(g.last) != 1 {
 		t.Fatalf("gate holds %d devices after their periods, want 1", len(g.last))
 	}
-}
-
-// A device caught up a moment ago is not caught up again: the link
-// reads nothing from the store (it has none here: a read would panic).
-func TestCatchUpThrottledReadsNothing(t *testing.T) {
-	now := time.Unix(1000, 0)
-	h := &Link{now: func() time.Time { return now }, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	h.catchUps.allow("gw", now.Add(-time.Second), stalledAfter)
-	h.catchUp("gw")
 }
