@@ -228,17 +228,11 @@ func testElectors(t *testing.T) {
 
 // A deposed leader's scheduling pass is refused in its own transaction
 // (workloaddb's StorePods fenced by the elector), and the leader learns
-// at its next renewal that it no longer leads.
+// at its next renewal that it no longer leads. PostgreSQL only: on
+// SQLite one replica leads until it stops, so nothing deposes it.
 func TestDeposedLeadersPassIsFenced(t *testing.T) {
-	pgtest.EachStore(t, testDeposedLeadersPassIsFenced)
-}
-
-func testDeposedLeadersPassIsFenced(t *testing.T) {
-	store := pgtest.Store(t)
+	store := pgtest.URL(t)
 	fa, sa := openStoreAt(t, store)
-	if fa.Dialect() == sqldb.SQLite {
-		t.Skip("one replica on SQLite: nothing deposes it, and nothing is fenced")
-	}
 	a, aChanges := newElector(t, sa, "a")
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
@@ -270,17 +264,11 @@ func testDeposedLeadersPassIsFenced(t *testing.T) {
 
 // A leader cut off from the store stops leading on its own clock when
 // its TTL runs out, before another replica takes the lease (past the
-// expiry and the margin on the database's clock).
+// expiry and the margin on the database's clock). PostgreSQL only: on
+// SQLite one replica leads until it stops.
 func TestLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
-	pgtest.EachStore(t, testLeaderCutOffStopsBeforeTheTakeover)
-}
-
-func testLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
-	store := pgtest.Store(t)
+	store := pgtest.URL(t)
 	fa, sa := openStoreAt(t, store)
-	if fa.Dialect() == sqldb.SQLite {
-		t.Skip("one replica on SQLite: it leads until it stops")
-	}
 	a, aChanges := newElector(t, sa, "a")
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
