@@ -288,6 +288,10 @@ type Info struct {
 	Live bool `json:"live"`
 	// Leader says it holds the leader lease.
 	Leader bool `json:"leader"`
+	// Buckets is how many device buckets it holds (owners.go); Devices
+	// how many of the fleet's devices fall in them.
+	Buckets int `json:"buckets"`
+	Devices int `json:"devices"`
 }
 
 // List is the replicas and the leader lease, read at Now (the
@@ -318,10 +322,203 @@ func (s *Store) List() (List, error) {
 			out.Leader = l.Holder
 		}
 	}
+	buckets, err := s.bucketHolders(members, now)
+	if err != nil {
+		return List{}, err
+	}
+	devices, err := s.devicesPerBucket()
+	if err != nil {
+		return List{}, err
+	}
 	for _, m := range members {
-		out.Replicas = append(out.Replicas, Info{ID: m.ID, Address: m.Address, Version: m.Version,
+		in := Info{ID: m.ID, Address: m.Address, Version: m.Version,
 			Started: time.UnixMilli(m.Started).UTC(), Heartbeat: time.UnixMilli(m.Heartbeat).UTC(),
-			Live: m.Live(now), Leader: out.Leader == m.ID})
+			Live: m.Live(now), Leader: out.Leader == m.ID}
+		for b, holder := range buckets {
+			if holder == m.ID+"\x00"+m.Nonce {
+				in.Buckets++
+				in.Devices += devices[b]
+			}
+		}
+		out.Replicas = append(out.Replicas, in)
 	}
 	return out, nil
+}
+
+// bucketHolders is each bucket's holder process (ID NUL nonce; "" for
+// none). On SQLite the one live replica holds them all (no table use).
+func (s *Store) bucketHolders(members []Member, now int64) ([Buckets]string, error) {
+	var out [Buckets]string
+	if s.db.Dialect == sqldb.SQLite {
+		for _, m := range members {
+			if m.Live(now) {
+				for b := range out {
+					out[b] = m.ID + "\x00" + m.Nonce
+				}
+			}
+		}
+		return out, nil
+	}
+	owners, _, err := s.Owners()
+	if err != nil {
+		return out, err
+	}
+	for _, o := range owners {
+		if o.Bucket >= 0 && o.Bucket < Buckets {
+			out[o.Bucket] = o.Holder + "\x00" + o.Nonce
+		}
+	}
+	return out, nil
+}
+
+// devicesPerBucket counts the fleet's devices (fleetdb's devices table)
+// in each bucket.
+func (s *Store) devicesPerBucket() ([Buckets]int, error) {
+	var out [Buckets]int
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM devices`)
+	if err != nil {
+		return out, fmt.Errorf("reading the devices: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return out, err
+		}
+		out[Bucket(id)]++
+	}
+	return out, rows.Err()
+}
+
+// OwnerTables is the device ownership table on SQLite (a migration of
+// the fleet database after Nonces: fleetdb lists it); PGOwnerTables the
+// same on PostgreSQL. One row per bucket held (owners.go); a bucket
+// without a row is free.
+const (
+	OwnerTables = `CREATE TABLE device_owners (
+	bucket INTEGER PRIMARY KEY,
+	holder TEXT NOT NULL,
+	nonce  TEXT NOT NULL,
+	since  INTEGER NOT NULL
+);
+`
+	PGOwnerTables = `CREATE TABLE device_owners (
+	bucket BIGINT PRIMARY KEY,
+	holder TEXT COLLATE "C" NOT NULL,
+	nonce  TEXT COLLATE "C" NOT NULL,
+	since  BIGINT NOT NULL
+);
+`
+)
+
+// Owners are the device_owners rows, by bucket, and the database's time
+// of the read.
+func (s *Store) Owners() ([]Owner, int64, error) {
+	now, err := s.Now()
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT bucket, holder, nonce, since FROM device_owners ORDER BY bucket`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the device owners: %w", err)
+	}
+	defer rows.Close()
+	var out []Owner
+	for rows.Next() {
+		var o Owner
+		var b int64
+		if err := rows.Scan(&b, &o.Holder, &o.Nonce, &o.Since); err != nil {
+			return nil, 0, err
+		}
+		o.Bucket = int(b)
+		out = append(out, o)
+	}
+	return out, now, rows.Err()
+}
+
+// TakeBuckets takes each of buckets for process me, guarded in its own
+// statement: a bucket read without a row only if there is still none; a
+// row read only if it is still as read (holder, nonce, since) and its
+// holder's membership row is still gone, another process's, or expired
+// past margin on the database's clock. read is the rows read (Owners)
+// the decision came from. It returns the buckets taken.
+func (s *Store) TakeBuckets(me Self, buckets []int, read []Owner, margin time.Duration) ([]int, error) {
+	rows := make(map[int]Owner, len(read))
+	for _, o := range read {
+		rows[o.Bucket] = o
+	}
+	var taken []int
+	for _, b := range buckets {
+		var res sql.Result
+		var err error
+		if o, ok := rows[b]; !ok {
+			res, err = s.exec(`INSERT INTO device_owners (bucket, holder, nonce, since) VALUES (?, ?, ?, `+s.now+`)
+				ON CONFLICT (bucket) DO NOTHING`, b, me.ID, me.Nonce)
+		} else {
+			res, err = s.exec(`UPDATE device_owners SET holder = ?, nonce = ?, since = `+s.now+`
+				WHERE bucket = ? AND holder = ? AND nonce = ? AND since = ?
+				AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = device_owners.holder AND r.nonce = device_owners.nonce
+					AND r.expires + ? >= `+s.now+`)`,
+				me.ID, me.Nonce, b, o.Holder, o.Nonce, o.Since, margin.Milliseconds())
+		}
+		if err != nil {
+			return taken, fmt.Errorf("taking device bucket %d: %w", b, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return taken, err
+		} else if n == 1 {
+			taken = append(taken, b)
+		}
+	}
+	return taken, nil
+}
+
+// ReleaseBuckets gives up buckets that process me holds (rows of
+// another process stay): the next round of another replica takes them.
+func (s *Store) ReleaseBuckets(me Self, buckets []int) error {
+	for _, b := range buckets {
+		if _, err := s.exec(`DELETE FROM device_owners WHERE bucket = ? AND holder = ? AND nonce = ?`, b, me.ID, me.Nonce); err != nil {
+			return fmt.Errorf("releasing device bucket %d: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// ReleaseAll gives up every bucket process me holds (a graceful stop).
+func (s *Store) ReleaseAll(me Self) error {
+	_, err := s.exec(`DELETE FROM device_owners WHERE holder = ? AND nonce = ?`, me.ID, me.Nonce)
+	if err != nil {
+		return fmt.Errorf("releasing the device buckets: %w", err)
+	}
+	return nil
+}
+
+// Reclaim renews the rows process me still holds after its ownership
+// lapsed on its own clock (a pause, a store unreachable for a TTL): each
+// row's since moves, so that a take decided on the row as read before
+// fails (its compare-and-set on since), and the rows returned are the
+// buckets it still holds. A take that landed first is not returned.
+func (s *Store) Reclaim(me Self) ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `UPDATE device_owners
+		SET since = CASE WHEN `+s.now+` > since THEN `+s.now+` ELSE since + 1 END
+		WHERE holder = ? AND nonce = ? RETURNING bucket`, me.ID, me.Nonce)
+	if err != nil {
+		return nil, fmt.Errorf("reclaiming the device buckets: %w", err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var b int64
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		out = append(out, int(b))
+	}
+	return out, rows.Err()
 }
