@@ -478,6 +478,7 @@ func (e *Elector) ownersRound(sent time.Time) error {
 	if len(release) > 0 {
 		// Handling of the released buckets stops before their rows go.
 		e.setOwnership(next, nil, release)
+		before = next
 		if err := e.store.ReleaseBuckets(e.self, release); err != nil {
 			return err
 		}

@@ -351,10 +351,11 @@ func (s *Store) bucketHolders(members []Member, now int64) ([Buckets]string, err
 	var out [Buckets]string
 	if s.db.Dialect == sqldb.SQLite {
 		for _, m := range members {
-			if m.Live(now) {
+			if m.Live(now) { // the one replica SQLite runs
 				for b := range out {
 					out[b] = m.ID + "\x00" + m.Nonce
 				}
+				break
 			}
 		}
 		return out, nil
