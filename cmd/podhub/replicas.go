@@ -16,10 +16,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/replica"
+	"github.com/podvisor/podvisor/sync/pki"
 )
 
 // replicaIDFile keeps the replica's derived ID in the data directory, so
@@ -113,22 +116,72 @@ func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := replica.New(replica.NewStore(fleet.SQL()), replica.Config{ID: id, Address: address, Version: version,
-		Timing: timing, Log: log, Predecessor: lock.predecessor})
+	store, closeStore, err := c.electorStore(cfg, fleet)
 	if err != nil {
 		lock.unlock()
 		return nil, nil, err
 	}
+	e, err := replica.New(store, replica.Config{ID: id, Address: address, Version: version,
+		Timing: timing, Log: log, Predecessor: lock.predecessor})
+	if err != nil {
+		closeStore()
+		lock.unlock()
+		return nil, nil, err
+	}
+	unlock := func() {
+		closeStore()
+		lock.unlock()
+	}
 	h.UseReplica(e)
 	if err := e.Start(); err != nil {
-		lock.unlock()
+		unlock()
 		return nil, nil, err
 	}
 	if err := lock.keep(e.Nonce()); err != nil {
 		log.Warn("keeping the replica's nonce in the data directory", "err", err)
 	}
-	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart())
-	return e, lock.unlock, nil
+	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart(),
+		"deviceBuckets", e.Ownership().Count())
+	return e, unlock, nil
+}
+
+// electorConns is the elector's own pool on PostgreSQL: its heartbeats
+// and lease renewals never wait behind the store's writers (every
+// writer transaction queues for one lock, sqldb/postgres).
+const electorConns = 2
+
+// electorStore is the replicas' tables as the elector reaches them: on
+// PostgreSQL over a small pool of its own, on SQLite over the fleet's
+// (one replica, one connection).
+func (c *cli) electorStore(cfg config, fleet *fleetdb.Fleet) (*replica.Store, func(), error) {
+	if fleet.Dialect() == sqldb.SQLite {
+		return replica.NewStore(fleet.SQL()), func() {}, nil
+	}
+	db, err := postgres.Open(c.storeOf(cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the replica's own connections: %w", err)
+	}
+	db.SetMaxOpenConns(electorConns)
+	db.SetMaxIdleConns(electorConns)
+	return replica.NewStore(&sqldb.DB{DB: db, Dialect: sqldb.Postgres}), func() { db.Close() }, nil
+}
+
+// replicaClient sets the hub's MQTT client ID: "podhub:<replica ID>" on
+// a PostgreSQL store, where several replicas share one broker (each its
+// own session; the broker's ACL lets the hub's certificate use it:
+// docs/brokers.md), "podhub" on SQLite (one replica, as ever). A
+// replica on an external broker ends its session when it stops.
+func (c *cli) replicaClient(cfg config, fleet *fleetdb.Fleet, hcfg *hub.Config, embedded bool) error {
+	if fleet.Dialect() == sqldb.SQLite {
+		return nil
+	}
+	id, err := c.replicaID(cfg)
+	if err != nil {
+		return err
+	}
+	hcfg.ClientID = pki.HubIdentity + ":" + id
+	hcfg.EndSession = !embedded
+	return nil
 }
 
 // readinessTimeout bounds /readyz's ping of the store.
@@ -196,14 +249,14 @@ func (c *cli) getReplicas(output string) error {
 		return printObject(c, l, output)
 	}
 	w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSTATUS\tLEADER\tADDRESS\tVERSION\tAGE\tLAST-HEARTBEAT")
+	fmt.Fprintln(w, "NAME\tSTATUS\tLEADER\tBUCKETS\tDEVICES\tADDRESS\tVERSION\tAGE\tLAST-HEARTBEAT")
 	for _, r := range l.Replicas {
 		status := "NotReady"
 		if r.Live {
 			status = "Ready"
 		}
 		// Ages on the database's clock, the one the lease is counted on.
-		fmt.Fprintf(w, "%s\t%s\t%t\t%s\t%s\t%s\t%s\n", r.ID, status, r.Leader, orNone(r.Address), orNone(r.Version),
+		fmt.Fprintf(w, "%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", r.ID, status, r.Leader, r.Buckets, r.Devices, orNone(r.Address), orNone(r.Version),
 			ago(l.Now, r.Started), ago(l.Now, r.Heartbeat))
 	}
 	return w.Flush()

@@ -275,6 +275,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	defer fleet.Close()
 	log.Info("fleet store", "store", storeName(c.storeOf(cfg)))
+	if err := c.replicaClient(cfg, fleet, &hcfg, b != nil); err != nil {
+		return err
+	}
 	h := hub.New(hcfg, fleet, log)
 	if err := c.loadSecretsKey(cfg, h.Objects(), log); err != nil {
 		return err
