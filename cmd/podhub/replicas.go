@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/replica"
@@ -302,3 +304,40 @@ func (l *dirLock) keep(nonce string) error {
 
 // unlock releases the lock (closing the file releases the flock).
 func (l *dirLock) unlock() { l.file.Close() }
+
+// linkCounts counts what this replica's device link stored (for GET
+// /v1/replicas/self), and tells next (hubmetrics' counters).
+type linkCounts struct {
+	next                    devicelink.Observer
+	statusItems, heartbeats atomic.Int64
+}
+
+func (c *linkCounts) StatusItemsStored(n int) { c.statusItems.Add(int64(n)); c.next.StatusItemsStored(n) }
+func (c *linkCounts) HeartbeatStored()        { c.heartbeats.Add(1); c.next.HeartbeatStored() }
+func (c *linkCounts) MessageRefused(k string) { c.next.MessageRefused(k) }
+
+// Self is this replica as GET /v1/replicas/self shows it: what its
+// device link handled and dropped since it started, and the device
+// buckets it holds now.
+type Self struct {
+	ID string `json:"id"`
+	// Buckets is how many device buckets it holds (valid now).
+	Buckets int `json:"buckets"`
+	// StatusItems and Heartbeats are what it stored; Dropped the
+	// devices' messages it left to the replicas owning them.
+	StatusItems int64 `json:"statusItems"`
+	Heartbeats  int64 `json:"heartbeats"`
+	Dropped     int64 `json:"dropped"`
+}
+
+// handleReplicaSelf serves GET /v1/replicas/self on the local socket.
+func handleReplicaSelf(mux *http.ServeMux, e *replica.Elector, h *hub.Hub, c *linkCounts) {
+	mux.HandleFunc("GET /v1/replicas/self", func(w http.ResponseWriter, r *http.Request) {
+		held := 0
+		if o := e.Ownership(); o != nil && time.Now().Before(o.Until) {
+			held = o.Count()
+		}
+		replyJSON(w, Self{ID: e.ID(), Buckets: held, StatusItems: c.statusItems.Load(), Heartbeats: c.heartbeats.Load(),
+			Dropped: h.Link.Dropped()}, nil)
+	})
+}

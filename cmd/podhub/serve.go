@@ -252,7 +252,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
 	// The link's counters, for /metrics (counted whether or not it is served).
 	counters := hubmetrics.NewCounters()
-	hcfg.Observe = counters
+	handled := &linkCounts{next: counters}
+	hcfg.Observe = handled
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err
@@ -328,6 +329,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
 	handleReplicas(mux, fleet)
+	handleReplicaSelf(mux, rep, h, handled)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		// The fleet's revocations and enrolments first: whatever the
 		// broker, a revoked device gets no objects.
