@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/sync/protocol"
 	"github.com/podvisor/podvisor/sync/store"
+	"github.com/podvisor/podvisor/test/natstest"
 	"github.com/podvisor/podvisor/test/pgtest"
 	"github.com/podvisor/podvisor/test/simfleet"
 )
@@ -77,7 +79,13 @@ func loadItems(n int) []store.Item {
 // (every replica handles some, drops the others'); kill -9 a replica
 // and its devices are handled by the others within TTL + margin + a
 // round; every device's newest status is stored, no event twice.
-func TestDevicesSharedAcrossReplicas(t *testing.T) {
+func TestDevicesSharedAcrossReplicas(t *testing.T) { testDevicesShared(t, false) }
+
+// The same on a three-node NATS cluster (test/natstest): the replicas
+// and the devices spread over its nodes.
+func TestDevicesSharedAcrossReplicasOnNATS(t *testing.T) { testDevicesShared(t, true) }
+
+func testDevicesShared(t *testing.T, onNATS bool) {
 	const devices = 30
 	storeURL := pgtest.URL(t)
 	base := t.TempDir()
@@ -88,19 +96,42 @@ func TestDevicesSharedAcrossReplicas(t *testing.T) {
 	if out, err := exec.Command(podhub, "--data-dir", dirs["a"], "init").CombinedOutput(); err != nil {
 		t.Fatalf("podhub init: %v\n%s", err, out)
 	}
-	brokerAddr := freeLoopback(t)
-	for _, id := range []string{"b", "c"} {
-		if out, err := exec.Command("cp", "-a", dirs["a"], dirs[id]).CombinedOutput(); err != nil {
-			t.Fatalf("copying the data directory: %v\n%s", err, out)
+	var ids []string
+	for i := range devices {
+		ids = append(ids, fmt.Sprintf("sim-%02d", i))
+	}
+	// The broker: a's embedded one, or three NATS nodes; the devices'
+	// addresses (spread over the nodes on NATS).
+	brokerAddrs := []string{freeLoopback(t)}
+	var brokers string
+	if onNATS {
+		c := natstest.Start(t, filepath.Join(dirs["a"], "pki"), "", ids)
+		brokerAddrs = nil
+		for _, n := range c.Nodes {
+			brokerAddrs = append(brokerAddrs, n.MQTT)
 		}
-		os.WriteFile(filepath.Join(dirs[id], "podhub.yaml"), []byte(fmt.Sprintf("broker: mqtts://%s\ntls: {ca: %s}\n",
-			brokerAddr, filepath.Join(dirs[id], "pki", "ca.pem"))), 0o600)
+		brokers = "[" + strings.Join(c.URLs(), ", ") + "]"
+	} else {
+		brokers = "[mqtts://" + brokerAddrs[0] + "]"
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if id != "a" {
+			if out, err := exec.Command("cp", "-a", dirs["a"], dirs[id]).CombinedOutput(); err != nil {
+				t.Fatalf("copying the data directory: %v\n%s", err, out)
+			}
+		}
+		if id != "a" || onNATS {
+			os.WriteFile(filepath.Join(dirs[id], "podhub.yaml"), []byte(fmt.Sprintf("brokers: %s\ntls: {ca: %s}\n",
+				brokers, filepath.Join(dirs[id], "pki", "ca.pem"))), 0o600)
+		}
 	}
 	rs := map[string]*hubReplica{}
-	rs["a"] = startReplicaCmd(t, "a", dirs["a"], "serve", "--mqtt-listen", brokerAddr, "--store", storeURL,
-		"--replica-id", "a", "--leader-lease", leaseTTL.String())
-	for _, id := range []string{"b", "c"} {
-		rs[id] = startReplicaCmd(t, id, dirs[id], "serve", "--store", storeURL, "--replica-id", id, "--leader-lease", leaseTTL.String())
+	for _, id := range []string{"a", "b", "c"} {
+		args := []string{"serve", "--store", storeURL, "--replica-id", id, "--leader-lease", leaseTTL.String()}
+		if id == "a" && !onNATS {
+			args = append(args, "--mqtt-listen", brokerAddrs[0])
+		}
+		rs[id] = startReplicaCmd(t, id, dirs[id], args...)
 	}
 	waitFor(t, 20*time.Second, "the three replicas sharing the 1024 buckets", func() bool {
 		sum := 0
@@ -119,9 +150,13 @@ func TestDevicesSharedAcrossReplicas(t *testing.T) {
 			t.Fatalf("label device %s: %v\n%s", id, err, out)
 		}
 	}
-	enrolled, err := simfleet.LoadEnrolment(dirs["a"], brokerAddr)
-	if err != nil {
-		t.Fatal(err)
+	var enrolments []simfleet.Enrolment
+	for _, addr := range brokerAddrs {
+		e, err := simfleet.LoadEnrolment(dirs["a"], addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enrolments = append(enrolments, e)
 	}
 	silent := slog.New(slog.DiscardHandler)
 	stop := make(chan struct{})
@@ -135,7 +170,7 @@ func TestDevicesSharedAcrossReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := enrolled.Agent(id, st, quietPods{}, time.Second, silent)
+		a, err := enrolments[i%len(enrolments)].Agent(id, st, quietPods{}, time.Second, silent)
 		if err != nil {
 			t.Fatal(err)
 		}
