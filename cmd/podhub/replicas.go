@@ -237,6 +237,12 @@ func handleReplicas(mux *http.ServeMux, fleet *fleetdb.Fleet) {
 	store := replica.NewStore(fleet.SQL())
 	mux.HandleFunc("GET /v1/replicas", func(w http.ResponseWriter, r *http.Request) {
 		l, err := store.List()
+		if err == nil {
+			var ids []string
+			if ids, err = fleet.DeviceIDs(); err == nil {
+				l.CountDevices(ids)
+			}
+		}
 		replyJSON(w, l, err)
 	})
 }

@@ -1,6 +1,7 @@
 package replica_test
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -89,13 +90,16 @@ func testOwnersOnTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A device in each of buckets 0, 1 and 2, and one in 3 (nobody's).
+	l.CountDevices([]string{inBucket(0), inBucket(1), inBucket(2), inBucket(3)})
 	for _, r := range l.Replicas {
-		want := map[string]int{"a": 1, "b": 2}[r.ID]
+		want, devices := map[string]int{"a": 1, "b": 2}[r.ID], map[string]int{"a": 1, "b": 2}[r.ID]
 		if s.Dialect() == sqldb.SQLite {
-			want = map[string]int{"a": 1024}[r.ID] // the lone replica (the first live row) owns all, no table use
+			// The lone replica (the first live row) owns all, no table use.
+			want, devices = map[string]int{"a": 1024}[r.ID], map[string]int{"a": 4}[r.ID]
 		}
-		if r.Buckets != want {
-			t.Fatalf("List: %s holds %d buckets, want %d", r.ID, r.Buckets, want)
+		if r.Buckets != want || r.Devices != devices {
+			t.Fatalf("List: %s holds %d buckets and %d devices, want %d and %d", r.ID, r.Buckets, r.Devices, want, devices)
 		}
 	}
 	if err := s.ReleaseAll(b); err != nil {
@@ -171,4 +175,13 @@ func TestElectorsShareDevices(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("b's buckets handed over to a in %v", time.Since(start))
+}
+
+// inBucket is a device ID in bucket b.
+func inBucket(b int) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprintf("dev-%d", i); replica.Bucket(id) == b {
+			return id
+		}
+	}
 }

@@ -289,9 +289,10 @@ type Info struct {
 	// Leader says it holds the leader lease.
 	Leader bool `json:"leader"`
 	// Buckets is how many device buckets it holds (owners.go); Devices
-	// how many of the fleet's devices fall in them.
+	// how many of the fleet's devices fall in them (List.CountDevices).
 	Buckets int `json:"buckets"`
 	Devices int `json:"devices"`
+	holder  string // its process (ID NUL nonce), as bucketHolders names it
 }
 
 // List is the replicas and the leader lease, read at Now (the
@@ -303,6 +304,8 @@ type List struct {
 	Leader string `json:"leader,omitempty"`
 	// Token is the lease's fencing token.
 	Token int64 `json:"token"`
+	// holders is each bucket's holder process (bucketHolders).
+	holders [Buckets]string
 }
 
 // List reads the replicas and the leader lease.
@@ -326,18 +329,14 @@ func (s *Store) List() (List, error) {
 	if err != nil {
 		return List{}, err
 	}
-	devices, err := s.devicesPerBucket()
-	if err != nil {
-		return List{}, err
-	}
+	out.holders = buckets
 	for _, m := range members {
 		in := Info{ID: m.ID, Address: m.Address, Version: m.Version,
 			Started: time.UnixMilli(m.Started).UTC(), Heartbeat: time.UnixMilli(m.Heartbeat).UTC(),
-			Live: m.Live(now), Leader: out.Leader == m.ID}
-		for b, holder := range buckets {
-			if holder == m.ID+"\x00"+m.Nonce {
+			Live: m.Live(now), Leader: out.Leader == m.ID, holder: m.ID + "\x00" + m.Nonce}
+		for _, holder := range buckets {
+			if holder == in.holder {
 				in.Buckets++
-				in.Devices += devices[b]
 			}
 		}
 		out.Replicas = append(out.Replicas, in)
@@ -372,25 +371,22 @@ func (s *Store) bucketHolders(members []Member, now int64) ([Buckets]string, err
 	return out, nil
 }
 
-// devicesPerBucket counts the fleet's devices (fleetdb's devices table)
-// in each bucket.
-func (s *Store) devicesPerBucket() ([Buckets]int, error) {
-	var out [Buckets]int
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM devices`)
-	if err != nil {
-		return out, fmt.Errorf("reading the devices: %w", err)
+// CountDevices fills each replica's Devices: how many of the fleet's
+// devices (ids) fall in the buckets it holds.
+func (l *List) CountDevices(ids []string) {
+	var per [Buckets]int
+	for _, id := range ids {
+		per[Bucket(id)]++
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return out, err
+	for i := range l.Replicas {
+		r := &l.Replicas[i]
+		r.Devices = 0
+		for b, holder := range l.holders {
+			if holder != "" && holder == r.holder {
+				r.Devices += per[b]
+			}
 		}
-		out[Bucket(id)]++
 	}
-	return out, rows.Err()
 }
 
 // OwnerTables is the device ownership table on SQLite (a migration of
