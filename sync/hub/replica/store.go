@@ -290,8 +290,8 @@ type Info struct {
 	Leader bool `json:"leader"`
 	// Buckets is how many device buckets it holds (owners.go); Devices
 	// how many of the fleet's devices fall in them (List.CountDevices).
-	Buckets int `json:"buckets"`
-	Devices int `json:"devices"`
+	Buckets int    `json:"buckets"`
+	Devices int    `json:"devices"`
 	holder  string // its process (ID NUL nonce), as bucketHolders names it
 }
 
