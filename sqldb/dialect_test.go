@@ -17,9 +17,9 @@ func TestRebind(t *testing.T) {
 		{`SELECT $$a ? b$$, ?`, `SELECT $$a ? b$$, $1`},
 		{`DO $body$ BEGIN PERFORM '?'; END $body$; SELECT ?`, `DO $body$ BEGIN PERFORM '?'; END $body$; SELECT $1`},
 		{`SELECT $a$ $$ ? $b$ ? $a$, ?`, `SELECT $a$ $$ ? $b$ ? $a$, $1`}, // only its own tag closes it
-		{`SELECT $x$ ? `, `SELECT $x$ ? `},                                   // unterminated: left as it is
-		{`SELECT a$b$c, ?`, `SELECT a$b$c, $1`},                              // $ inside an identifier opens nothing
-		{`SELECT $1, ?`, `SELECT $1, $1`},                                    // a parameter, not a tag
+		{`SELECT $x$ ? `, `SELECT $x$ ? `},                                // unterminated: left as it is
+		{`SELECT a$b$c, ?`, `SELECT a$b$c, $1`},                           // $ inside an identifier opens nothing
+		{`SELECT $1, ?`, `SELECT $1, $1`},                                 // a parameter, not a tag
 		// Escape strings: \' does not end them.
 		{`SELECT E'it\'s ?', ?`, `SELECT E'it\'s ?', $1`},
 		{`SELECT e'a\\', ?`, `SELECT e'a\\', $1`},
