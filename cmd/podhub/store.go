@@ -81,9 +81,17 @@ func (c *cli) lockStore(cfg config) (unlock func(), err error) {
 	return lockSQLiteStore(store)
 }
 
-// lockSQLiteStore takes the lock of the SQLite store at path.
+// lockSQLiteStore takes the lock of the SQLite store at path, beside
+// the file its links lead to (two paths to one file share one lock).
 func lockSQLiteStore(path string) (func(), error) {
-	lockPath := path + ".lock"
+	real := path
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		real = filepath.Join(dir, filepath.Base(path))
+	}
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		real = target
+	}
+	lockPath := real + ".lock"
 	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("fleet store lock: %w", err)

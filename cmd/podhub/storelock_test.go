@@ -63,4 +63,12 @@ func TestSecondServeOnOneSQLiteFileRefused(t *testing.T) {
 	if _, err := lockSQLiteStore(store); err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
 		t.Fatalf("a second lock: %v, want refused naming pid %d", err, os.Getpid())
 	}
+	// The same file by another path (a link to its directory): one lock.
+	link := filepath.Join(t.TempDir(), "store")
+	if err := os.Symlink(base, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockSQLiteStore(filepath.Join(link, "fleet.db")); err == nil {
+		t.Fatal("the store's lock taken again through a link to its directory")
+	}
 }
