@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/podvisor/podvisor/sqldb"
@@ -437,41 +439,93 @@ func (s *Store) Owners() ([]Owner, int64, error) {
 	return out, now, rows.Err()
 }
 
-// TakeBuckets takes each of buckets for process me, guarded in its own
-// statement: a bucket read without a row only if there is still none; a
-// row read only if it is still as read (holder, nonce, since) and its
-// holder's membership row is still gone, another process's, or expired
-// past margin on the database's clock. read is the rows read (Owners)
-// the decision came from. It returns the buckets taken.
+// TakeBuckets takes buckets for process me, each guarded: a bucket
+// read without a row only if there is still none; a row read only if it
+// is still as read (holder, nonce, since) and its holder's membership
+// row is still gone, another process's, or expired past margin on the
+// database's clock. read is the rows read (Owners) the decision came
+// from. It returns the buckets taken. The statements take up to
+// takeBatch buckets each (a replica taking a dead one's share writes a
+// few statements, not hundreds).
 func (s *Store) TakeBuckets(me Self, buckets []int, read []Owner, margin time.Duration) ([]int, error) {
 	rows := make(map[int]Owner, len(read))
 	for _, o := range read {
 		rows[o.Bucket] = o
 	}
-	var taken []int
+	var free []int
+	var held []Owner
 	for _, b := range buckets {
-		var res sql.Result
-		var err error
-		if o, ok := rows[b]; !ok {
-			res, err = s.exec(`INSERT INTO device_owners (bucket, holder, nonce, since) VALUES (?, ?, ?, `+s.now+`)
-				ON CONFLICT (bucket) DO NOTHING`, b, me.ID, me.Nonce)
+		if o, ok := rows[b]; ok {
+			held = append(held, o)
 		} else {
-			res, err = s.exec(`UPDATE device_owners SET holder = ?, nonce = ?, since = `+s.now+`
-				WHERE bucket = ? AND holder = ? AND nonce = ? AND since = ?
-				AND NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = device_owners.holder AND r.nonce = device_owners.nonce
-					AND r.expires + ? >= `+s.now+`)`,
-				me.ID, me.Nonce, b, o.Holder, o.Nonce, o.Since, margin.Milliseconds())
-		}
-		if err != nil {
-			return taken, fmt.Errorf("taking device bucket %d: %w", b, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return taken, err
-		} else if n == 1 {
-			taken = append(taken, b)
+			free = append(free, b)
 		}
 	}
+	var taken []int
+	for len(free) > 0 {
+		n := min(len(free), takeBatch)
+		args := make([]any, 0, 3*n)
+		values := make([]string, 0, n)
+		for _, b := range free[:n] {
+			values = append(values, `(?, ?, ?, `+s.now+`)`)
+			args = append(args, b, me.ID, me.Nonce)
+		}
+		got, err := s.buckets(`INSERT INTO device_owners (bucket, holder, nonce, since) VALUES `+strings.Join(values, ", ")+`
+			ON CONFLICT (bucket) DO NOTHING RETURNING bucket`, args)
+		taken = append(taken, got...)
+		if err != nil {
+			return taken, fmt.Errorf("taking free device buckets: %w", err)
+		}
+		free = free[n:]
+	}
+	for len(held) > 0 {
+		n := min(len(held), takeBatch)
+		args := []any{me.ID, me.Nonce}
+		values := make([]string, 0, n)
+		for _, o := range held[:n] {
+			values = append(values, `(CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT))`)
+			args = append(args, o.Bucket, o.Holder, o.Nonce, o.Since)
+		}
+		args = append(args, margin.Milliseconds())
+		// VALUES' columns are column1… on both SQLite and PostgreSQL.
+		got, err := s.buckets(`UPDATE device_owners SET holder = ?, nonce = ?, since = `+s.now+`
+			FROM (VALUES `+strings.Join(values, ", ")+`) AS r
+			WHERE device_owners.bucket = r.column1 AND device_owners.holder = r.column2
+				AND device_owners.nonce = r.column3 AND device_owners.since = r.column4
+				AND NOT EXISTS (SELECT 1 FROM replicas m WHERE m.id = device_owners.holder AND m.nonce = device_owners.nonce
+					AND m.expires + ? >= `+s.now+`)
+			RETURNING device_owners.bucket`, args)
+		taken = append(taken, got...)
+		if err != nil {
+			return taken, fmt.Errorf("taking expired device buckets: %w", err)
+		}
+		held = held[n:]
+	}
+	slices.Sort(taken)
 	return taken, nil
+}
+
+// takeBatch bounds the buckets one statement of TakeBuckets takes.
+const takeBatch = 256
+
+// buckets runs query, which returns bucket numbers.
+func (s *Store) buckets(query string, args []any) ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var b int64
+		if err := rows.Scan(&b); err != nil {
+			return out, err
+		}
+		out = append(out, int(b))
+	}
+	return out, rows.Err()
 }
 
 // ReleaseBuckets gives up buckets that process me holds (rows of
