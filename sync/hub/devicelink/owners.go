@@ -156,7 +156,10 @@ func (h *Link) hubPresenceHandler(c mqtt.Client, m mqtt.Message) {
 		return
 	}
 	h.log.Info("another replica's connection ended (its last will): announcing the hub online again")
-	h.announce(c)
+	// Not on this handler's goroutine: the embedded broker's in-process
+	// client delivers the announcement to this very subscription, through
+	// the queue this goroutine empties.
+	go h.announce(c)
 }
 
 // endSession ends the hub's persistent session at the broker (a
