@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/test/pgtest"
 )
@@ -183,5 +184,59 @@ func inBucket(b int) string {
 		if id := fmt.Sprintf("dev-%d", i); replica.Bucket(id) == b {
 			return id
 		}
+	}
+}
+
+// The elector renews over a pool of its own (podhub serve's
+// electorStore): with every connection of the fleet's pool taken by
+// writers (one holding the writer lock, seven waiting for it), a
+// heartbeat over the fleet's pool waits, one over its own does not.
+func TestRenewalsNeverWaitBehindWriters(t *testing.T) {
+	store := pgtest.URL(t)
+	f, shared := openStoreAt(t, store)
+	me := self("a")
+	if err := shared.Join(replica.Member{ID: "a", Nonce: me.Nonce}, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	own, err := postgres.Open(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	own.SetMaxOpenConns(2)
+	elector := replica.NewStore(&sqldb.DB{DB: own, Dialect: sqldb.Postgres})
+
+	holder, err := f.SQL().Begin() // takes the writer lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting sync.WaitGroup
+	for range postgres.MaxConns - 1 {
+		waiting.Go(func() {
+			if tx, err := f.SQL().Begin(); err == nil { // waits for the lock
+				tx.Rollback()
+			}
+		})
+	}
+	defer waiting.Wait()
+	defer holder.Rollback()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.SQL().Stats().InUse < postgres.MaxConns {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet's pool: %d connections in use within 10s, want %d", f.SQL().Stats().InUse, postgres.MaxConns)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	if ok, err := elector.Heartbeat(me, time.Minute); err != nil || !ok {
+		t.Fatalf("a heartbeat over the elector's own pool: %v %v", ok, err)
+	}
+	t.Logf("a heartbeat over the elector's own pool, every writer connection taken: %v", time.Since(start).Round(time.Millisecond))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a heartbeat over the elector's own pool took %v", d)
+	}
+	shared.SetTimeout(300 * time.Millisecond)
+	if _, err := shared.Heartbeat(me, time.Minute); err == nil {
+		t.Fatal("a heartbeat over the fleet's exhausted pool went through: the test does not hold its connections")
 	}
 }
