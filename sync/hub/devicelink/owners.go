@@ -49,7 +49,22 @@ type ownership struct {
 	pending []int     // buckets gained, not yet subscribed again for
 	last    time.Time // the last subscription again
 	timer   *time.Timer
+	// recent is the gains subscribed again for within replayFor: their
+	// retained deliveries may still be on the way when the next gain
+	// subscribes again, and stay handled.
+	recent []gained
 }
+
+// gained is one subscription again's buckets and when it was made.
+type gained struct {
+	at      time.Time
+	buckets []int
+}
+
+// replayFor is how long the retained deliveries of a gain stay handled
+// after its subscription again (they come at once; a broker's backlog
+// may hold them back a while).
+const replayFor = 30 * time.Second
 
 // SetOwners makes the link one replica's of several (Config.Owners):
 // call before Connect.
@@ -118,7 +133,21 @@ func (h *Link) OwnersChanged(gained, lost []int) {
 func (h *Link) gain() {
 	h.own.mu.Lock()
 	buckets := h.own.pending
-	h.own.pending, h.own.timer, h.own.last = nil, nil, h.now()
+	now := h.now()
+	h.own.pending, h.own.timer, h.own.last = nil, nil, now
+	// The buckets replayed: this gain's and those of the gains before it
+	// whose retained deliveries may still be coming.
+	recent := []gained{{now, buckets}}
+	for _, g := range h.own.recent {
+		if now.Sub(g.at) < replayFor {
+			recent = append(recent, g)
+		}
+	}
+	h.own.recent = recent
+	var replay []int
+	for _, g := range recent {
+		replay = append(replay, g.buckets...)
+	}
 	h.own.mu.Unlock()
 	select {
 	case <-h.done:
@@ -129,7 +158,7 @@ func (h *Link) gain() {
 		return // onConnect handles every owned device
 	}
 	set := new(replica.Ownership).With(buckets, true, time.Time{})
-	h.own.replay.Store(set)
+	h.own.replay.Store(new(replica.Ownership).With(replay, true, time.Time{}))
 	h.subscribe(h.client, retainedKinds)
 	h.announce(h.client)
 	if h.cfg.Objects != nil {

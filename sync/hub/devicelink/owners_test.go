@@ -198,3 +198,40 @@ func TestAnotherReplicasWillIsAnswered(t *testing.T) {
 		t.Fatal("an online presence was answered")
 	}
 }
+
+// Two gains in a row: the retained deliveries of the first, still on
+// their way when the second subscribes again, are handled all the same.
+func TestRetainedReportsOfAnEarlierGainStayHandled(t *testing.T) {
+	a, b, c := "dev-a", "dev-b", "dev-c"
+	if replica.Bucket(a) == replica.Bucket(b) || replica.Bucket(b) == replica.Bucket(c) || replica.Bucket(a) == replica.Bucket(c) {
+		t.Fatal("pick three devices in different buckets")
+	}
+	owners := ownersSet{a: true}
+	h, client := ownersLink(t, owners, a, b, c)
+	announced := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for client.count(h.topics.HubPresence()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for hub session announcement %d: %d within 10s", n, client.count(h.topics.HubPresence()))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	base := client.count(h.topics.HubPresence())
+	owners[b] = true
+	h.OwnersChanged([]int{replica.Bucket(b)}, nil)
+	announced(base + 1)
+	owners[c] = true
+	h.OwnersChanged([]int{replica.Bucket(c)}, nil) // coalesced: at most one every gainEvery
+	announced(base + 2)
+	presence := client.handler(h.topics.All(protocol.KindPresence))
+	dropped := h.Dropped()
+	for _, dev := range []string{b, c} {
+		presence(client, ownMessage{topic: h.topics.Device(dev, protocol.KindPresence), retained: true,
+			payload: protocol.Encode(&protocol.Presence{Device: dev, Online: true})})
+	}
+	if got := h.Dropped() - dropped; got != 0 {
+		t.Fatalf("retained presences of the two gains dropped: %d, want 0", got)
+	}
+}
