@@ -441,6 +441,27 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
 }
 
+// subscribeAgain tries a refused subscription again, 1 s doubling to
+// 30 s, while c is the agent's connection and up.
+func (a *Agent) subscribeAgain(c mqtt.Client, topic string, h mqtt.MessageHandler) {
+	gone := make(chan struct{})
+	granted := throttle.Retry(gone, time.Second, 30*time.Second, time.After, func() bool {
+		if a.current() != c || !c.IsConnected() {
+			close(gone) // the next connection subscribes again
+			return false
+		}
+		tok := c.Subscribe(topic, 1, h)
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			return false
+		}
+		_, refused := subackRefused(tok)
+		return !refused
+	})
+	if granted {
+		a.log.Info("the broker granted the subscription it refused", "topic", topic)
+	}
+}
+
 // onConnect subscribes first and then learns the desired state (the
 // retained document arrives with the subscription), announces the device
 // and resends what the hub has not acknowledged. It subscribes at every
@@ -497,8 +518,12 @@ func (a *Agent) onConnect(c mqtt.Client) {
 			return
 		}
 		if code, refused := subackRefused(tok); refused {
-			// Reconnecting would not help: the broker's ACL decides.
-			a.log.Error("the broker refused the subscription; check its ACL for this device (docs/brokers.md)", "topic", s.topic, "suback", code)
+			// Reconnecting would not help: tried again on this
+			// connection (an ACL refuses for good; NATS refuses one it
+			// could not set up in time under load).
+			a.log.Error("the broker refused the subscription; trying again (an ACL refuses for good: check it for this device, docs/brokers.md)",
+				"topic", s.topic, "suback", code)
+			go a.subscribeAgain(c, s.topic, s.h)
 		}
 	}
 	c.Publish(a.topics.Device(id, protocol.KindPresence), 1, true, protocol.Encode(&protocol.Presence{Device: id, Online: true, Instance: a.cfg.Instance}))

@@ -344,16 +344,40 @@ func (h *Link) subscribe(c mqtt.Client, kinds []string) {
 	}
 }
 
-// subscribeTo subscribes to filter, logging a failure or a refusal.
+// subscribeTo subscribes to filter, logging a failure or a refusal. A
+// refused subscription is tried again in the background (1 s doubling
+// to 30 s) while the connection is up: an ACL refuses for good, but NATS
+// refuses one it could not set up in time under load, and a hub without
+// one kind of report would never hear it.
 func (h *Link) subscribeTo(c mqtt.Client, filter string, handler mqtt.MessageHandler) {
+	switch refused, err := h.trySubscribe(c, filter, handler); {
+	case err != nil:
+		h.log.Error("subscribing", "topic", filter, "err", err)
+	case refused != 0:
+		h.log.Error("the broker refused the subscription; trying again (an ACL refuses for good: check it for the hub, docs/brokers.md)",
+			"topic", filter, "suback", refused)
+		go func() {
+			if throttle.Retry(h.done, time.Second, 30*time.Second, time.After, func() bool {
+				refused, err := h.trySubscribe(c, filter, handler)
+				return refused == 0 && err == nil || !c.IsConnected() // a reconnection subscribes again
+			}) && c.IsConnected() {
+				h.log.Info("the broker granted the subscription it refused", "topic", filter)
+			}
+		}()
+	}
+}
+
+// trySubscribe subscribes to filter once: the SUBACK's refusal code
+// (0x80 and up; paho reports a refusal as success) or an error.
+func (h *Link) trySubscribe(c mqtt.Client, filter string, handler mqtt.MessageHandler) (refused byte, err error) {
 	tok := c.Subscribe(filter, 1, handler)
 	if tok.Wait() && tok.Error() != nil {
-		h.log.Error("subscribing", "topic", filter, "err", tok.Error())
-	} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[filter] >= 0x80 {
-		// paho reports a refusal (SUBACK 0x80) as success.
-		h.log.Error("the broker refused the subscription; check its ACL for the hub (docs/brokers.md)", "topic", filter,
-			"suback", st.Result()[filter])
+		return 0, tok.Error()
 	}
+	if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[filter] >= 0x80 {
+		return st.Result()[filter], nil
+	}
+	return 0, nil
 }
 
 // objectsHandler hands a device's object message to the object link
