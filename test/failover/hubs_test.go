@@ -71,10 +71,11 @@ func newReplicas(t *testing.T, base, store string, ids []string) []*hubReplica {
 	return rs
 }
 
-// configure writes the replica's podhub.yaml: the NATS nodes, and the CA
-// their certificates chain to.
+// configure writes the replica's podhub.yaml: the store (which the CLI's
+// device add enrols in too), the NATS nodes, and the CA their
+// certificates chain to.
 func (r *hubReplica) configure(brokers []string) {
-	conf := fmt.Sprintf("brokers: [%s]\ntls: {ca: %s}\n", strings.Join(brokers, ", "), filepath.Join(r.dataDir, "pki", "ca.pem"))
+	conf := fmt.Sprintf("store: %q\nbrokers: [%s]\ntls: {ca: %s}\n", r.store, strings.Join(brokers, ", "), filepath.Join(r.dataDir, "pki", "ca.pem"))
 	if err := os.WriteFile(filepath.Join(r.dataDir, "podhub.yaml"), []byte(conf), 0o600); err != nil {
 		r.t.Fatal(err)
 	}
@@ -83,8 +84,7 @@ func (r *hubReplica) configure(brokers []string) {
 // start runs podhub serve and waits for its API.
 func (r *hubReplica) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(podhubBin(), "--data-dir", r.dataDir, "serve", "--store", r.store,
-		"--replica-id", r.id, "--leader-lease", leaseTTL.String())
+	r.cmd = exec.Command(podhubBin(), "--data-dir", r.dataDir, "serve", "--replica-id", r.id, "--leader-lease", leaseTTL.String())
 	fmt.Fprintf(r.log, "---- podhub serve started %s\n", time.Now().Format(time.StampMilli))
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
@@ -148,6 +148,24 @@ func (r *hubReplica) replicas() (replica.List, error) {
 		return replica.List{}, fmt.Errorf("get replicas -o json: %v: %s", err, out)
 	}
 	return l, nil
+}
+
+// waitUntil polls check every 200 ms for up to within, failing the test
+// with what it waited for and the state check last described; it
+// returns how long it took.
+func waitUntil(t *testing.T, within time.Duration, what string, check func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, state := check()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("waited %v for %s; last: %s", within, what, state)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitFor polls ok every 50 ms for up to within, failing the test with
