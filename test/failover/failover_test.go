@@ -172,7 +172,7 @@ func TestFailover(t *testing.T) {
 	// The devices are back on the two nodes left: those that lost their
 	// connection (about a third) each connected again.
 	var moves []time.Duration
-	reconnected := waitUntil(t, 3*time.Minute, "every simulated device connected again", func() (bool, string) {
+	waitUntil(t, 3*time.Minute, "every simulated device connected again", func() (bool, string) {
 		var down int
 		moves = moves[:0]
 		for _, d := range fleet.devices {
@@ -186,6 +186,7 @@ func TestFailover(t *testing.T) {
 		}
 		return down == 0, fmt.Sprintf("%d not connected", down)
 	})
+	reconnected := time.Since(killed)
 	realBack := map[string]time.Duration{}
 	for id, d := range daemons {
 		if onNode[id] {
