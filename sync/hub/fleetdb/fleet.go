@@ -79,6 +79,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// Each replica process's nonce, on its row and the lease's: two
 	// processes given one replica ID never both lead.
 	replica.Nonces,
+	// Device ownership: which replica handles each bucket of devices'
+	// reports (sync/hub/replica, owners.go).
+	replica.OwnerTables,
 }
 
 var fleetSchema1 = `
@@ -148,6 +151,9 @@ type Fleet struct {
 	// replicas carries changes between the replicas on a PostgreSQL
 	// store (notify.go); nil on SQLite.
 	replicas *replicas
+	// leaderFence, when set, checks in the update driver's transactions
+	// that its replica still leads (SetLeaderFence).
+	leaderFence func(tx *sql.Tx) error
 }
 
 // Changes is the feed of what the fleet's writes change: a device's
