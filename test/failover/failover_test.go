@@ -296,6 +296,25 @@ func TestFailover(t *testing.T) {
 		t.Errorf("%d devices' tick events not stored once each: %v", len(missing), head(missing, 10))
 	}
 
+	// What each replica handled (its own counts, since its last start).
+	for _, r := range rs {
+		var self struct {
+			Buckets     int   `json:"buckets"`
+			StatusItems int64 `json:"statusItems"`
+			Heartbeats  int64 `json:"heartbeats"`
+			Dropped     int64 `json:"dropped"`
+		}
+		if err := r.client.Do("GET", "/v1/replicas/self", nil, &self); err != nil {
+			t.Errorf("replica %s: GET /v1/replicas/self: %v", r.id, err)
+			continue
+		}
+		t.Logf("replica %s: %d buckets, %d status items and %d heartbeats handled, %d reports dropped (another's devices)",
+			r.id, self.Buckets, self.StatusItems, self.Heartbeats, self.Dropped)
+	}
+	if table, err := rs[0].cli("get", "replicas"); err == nil {
+		t.Logf("podhub get replicas:\n%s", table)
+	}
+
 	// (5) The real daemons' pods never restarted; they run the DaemonSet.
 	for id, d := range daemons {
 		waitFor(t, 60*time.Second, id+" runs the DaemonSet's pod", func() bool { return d.runsApp("agent") })
