@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/test/natstest"
 	"github.com/podvisor/podvisor/test/pgtest"
 	"github.com/podvisor/podvisor/test/prereq"
@@ -96,8 +98,11 @@ func TestFailover(t *testing.T) {
 	fleet := startSims(t, rs[0].dataDir, brokers, sims)
 	all := n + len(reals)
 	ready := waitUntil(t, 5*time.Minute, fmt.Sprintf("%d devices Ready (GET /v1/devices)", all), func() (bool, string) {
-		n := countReady(t, rs[1])
-		return n == all, fmt.Sprintf("%d Ready", n)
+		notReady := listNotReady(rs[1])
+		if notReady == nil {
+			return false, "the device list unreadable"
+		}
+		return len(notReady) == 0, fmt.Sprintf("%d not Ready: %s", len(notReady), describeDevices(db, fleet, head(notReady, 8)))
 	})
 	t.Logf("%d simulated devices and %d real daemons enrolled, connected and Ready in %v (Ready %v after the agents started)",
 		n, len(reals), time.Since(enrolStart).Round(time.Millisecond), ready.Round(time.Millisecond))
@@ -367,19 +372,35 @@ func enrol(t *testing.T, r *hubReplica, ids []string, labels map[string]string) 
 	}
 }
 
-// countReady is how many devices r lists Ready.
-func countReady(t *testing.T, r *hubReplica) int {
+// listNotReady are the devices r lists not Ready (nil: the list failed).
+func listNotReady(r *hubReplica) []string {
 	var ds []fleetdb.Device
 	if err := r.client.Do("GET", "/v1/devices", nil, &ds); err != nil {
-		return 0
+		return nil
 	}
-	n := 0
+	out := []string{}
 	for _, d := range ds {
-		if d.Ready {
-			n++
+		if !d.Ready {
+			out = append(out, d.ID)
 		}
 	}
-	return n
+	slices.Sort(out)
+	return out
+}
+
+// describeDevices says of each device whether its agent is connected
+// (a simulated one's) and which replica owns its bucket, for a failure.
+func describeDevices(db *fleetStore, fleet *simFleet, ids []string) string {
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, "%s (bucket %d held by %s", id, replica.Bucket(id), db.holder(replica.Bucket(id)))
+		if d := fleet.byID[id]; d != nil {
+			l, _ := d.agent.Connection()
+			fmt.Fprintf(&b, ", connected %v since %s", l.Connected, l.Since.Format(time.StampMilli))
+		}
+		b.WriteString(") ")
+	}
+	return b.String()
 }
 
 func replicaByID(t *testing.T, rs []*hubReplica, id string) *hubReplica {

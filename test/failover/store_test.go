@@ -3,6 +3,7 @@ package failover
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -137,4 +138,17 @@ func (s *fleetStore) generations() (desired, observed map[string]int64, err erro
 		}
 	}
 	return desired, observed, nil
+}
+
+// holder is the replica holding bucket ("-" for none), or the error.
+func (s *fleetStore) holder(bucket int) string {
+	var h string
+	err := s.db.QueryRow(`SELECT holder FROM device_owners WHERE bucket = $1`, bucket).Scan(&h)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "-"
+	case err != nil:
+		return err.Error()
+	}
+	return h
 }
