@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,8 +101,8 @@ func TestFailover(t *testing.T) {
 		if notReady == nil {
 			return false, "the device list unreadable"
 		}
-		return len(notReady) == 0, fmt.Sprintf("%d not Ready: %s", len(notReady), describeDevices(db, fleet, head(notReady, 8)))
-	})
+		return len(notReady) == 0, fmt.Sprintf("%d not Ready: %v", len(notReady), head(notReady, 10))
+	}, func() { explain(t, db, fleet, listNotReady(rs[1])) })
 	t.Logf("%d simulated devices and %d real daemons enrolled, connected and Ready in %v (Ready %v after the agents started)",
 		n, len(reals), time.Since(enrolStart).Round(time.Millisecond), ready.Round(time.Millisecond))
 
@@ -239,7 +238,7 @@ func TestFailover(t *testing.T) {
 		}
 		slices.Sort(behind)
 		return len(behind) == 0, fmt.Sprintf("%d devices behind (stored/published): %v", len(behind), head(behind, 10))
-	})
+	}, func() { explain(t, db, fleet, lagging(want, db)) })
 	t.Logf("every device's newest status stored %v after the stream ended (%v after the kills)",
 		newest.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 
@@ -263,7 +262,7 @@ func TestFailover(t *testing.T) {
 		}
 		slices.Sort(lagging)
 		return len(lagging) == 0, fmt.Sprintf("%d behind (observed/desired): %v", len(lagging), head(lagging, 10))
-	})
+	}, func() { explain(t, db, fleet, unacked(db, fleet)) })
 	t.Logf("every device acknowledged its final generation %v after the apply", time.Since(applyStart).Round(time.Millisecond))
 	for _, d := range fleet.devices {
 		g := d.generations()
@@ -388,19 +387,49 @@ func listNotReady(r *hubReplica) []string {
 	return out
 }
 
-// describeDevices says of each device whether its agent is connected
-// (a simulated one's) and which replica owns its bucket, for a failure.
-func describeDevices(db *fleetStore, fleet *simFleet, ids []string) string {
-	var b strings.Builder
+// explain logs, for a failure, what the first few of the devices ids
+// show: which replica owns each one's bucket, a simulated device's
+// connection, outbox and agent's log.
+func explain(t *testing.T, db *fleetStore, fleet *simFleet, ids []string) {
+	if len(ids) > 3 {
+		ids = ids[:3]
+	}
 	for _, id := range ids {
-		fmt.Fprintf(&b, "%s (bucket %d held by %s", id, replica.Bucket(id), db.holder(replica.Bucket(id)))
+		what := fmt.Sprintf("%s: bucket %d held by %s", id, replica.Bucket(id), db.holder(replica.Bucket(id)))
 		if d := fleet.byID[id]; d != nil {
 			l, _ := d.agent.Connection()
-			fmt.Fprintf(&b, ", connected %v since %s", l.Connected, l.Since.Format(time.StampMilli))
+			st, _ := d.st.Stats()
+			what += fmt.Sprintf("; connected %v since %s; outbox %d rows, sent up to %d, receipted up to %d; generations applied %v; agent's log:\n%s",
+				l.Connected, l.Since.Format(time.StampMilli), st.Rows, st.Assigned, st.Acked, d.generations(), fleet.logOf(id))
 		}
-		b.WriteString(") ")
+		t.Log(what)
 	}
-	return b.String()
+}
+
+// lagging are the simulated devices whose newest tick the store lacks.
+func lagging(want map[string]int64, db *fleetStore) []string {
+	got, _ := db.ticks()
+	var out []string
+	for id, n := range want {
+		if got[id] != n {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unacked are the simulated devices whose stored ack is not their
+// desired generation.
+func unacked(db *fleetStore, fleet *simFleet) []string {
+	desired, observed, _ := db.generations()
+	var out []string
+	for _, d := range fleet.devices {
+		if observed[d.id] != desired[d.id] || desired[d.id] == 0 {
+			out = append(out, d.id)
+		}
+	}
+	return out
 }
 
 func replicaByID(t *testing.T, rs []*hubReplica, id string) *hubReplica {

@@ -151,9 +151,9 @@ func (r *hubReplica) replicas() (replica.List, error) {
 }
 
 // waitUntil polls check every 200 ms for up to within, failing the test
-// with what it waited for and the state check last described; it
-// returns how long it took.
-func waitUntil(t *testing.T, within time.Duration, what string, check func() (bool, string)) time.Duration {
+// with what it waited for and the state check last described, after
+// explain (if any) logged more; it returns how long it took.
+func waitUntil(t *testing.T, within time.Duration, what string, check func() (bool, string), explain ...func()) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
@@ -162,6 +162,9 @@ func waitUntil(t *testing.T, within time.Duration, what string, check func() (bo
 			return time.Since(start)
 		}
 		if time.Since(start) > within {
+			for _, e := range explain {
+				e()
+			}
 			t.Fatalf("waited %v for %s; last: %s", within, what, state)
 		}
 		time.Sleep(200 * time.Millisecond)

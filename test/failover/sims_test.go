@@ -3,7 +3,6 @@ package failover
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/podvisor/podvisor/sync/store"
 	"github.com/podvisor/podvisor/sync/uplink"
 	"github.com/podvisor/podvisor/test/simfleet"
+	"github.com/podvisor/podvisor/test/syncbuf"
 )
 
 // sensorKey is the pod each simulated device reports a new status of at
@@ -152,6 +152,20 @@ type simFleet struct {
 	byID    map[string]*simDevice
 	stop    chan struct{}
 	done    sync.WaitGroup
+	// log is every agent's log (Info and above), each line naming its
+	// device (sim=ID): a failure shows the lagging devices' lines.
+	log *syncbuf.Buffer
+}
+
+// logOf is the lines of the agents' log of device id.
+func (f *simFleet) logOf(id string) string {
+	var out []string
+	for _, line := range strings.Split(f.log.String(), "\n") {
+		if strings.Contains(line, " sim="+id) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // simIDs are n simulated devices' IDs.
@@ -178,12 +192,12 @@ func startSims(t *testing.T, data string, brokers, ids []string) *simFleet {
 	if err != nil {
 		dir = t.TempDir()
 	}
-	f := &simFleet{byID: map[string]*simDevice{}, stop: make(chan struct{})}
+	f := &simFleet{byID: map[string]*simDevice{}, stop: make(chan struct{}), log: &syncbuf.Buffer{}}
 	t.Cleanup(func() {
 		f.close(t)
 		os.RemoveAll(dir)
 	})
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(f.log, nil))
 	for _, id := range ids {
 		dev, err := e.Issue(id)
 		if err != nil {
@@ -199,7 +213,7 @@ func startSims(t *testing.T, data string, brokers, ids []string) *simFleet {
 		// most 5 s apart, so a device is back soon after the cluster
 		// has elected new stream leaders.
 		cfg.Heartbeat, cfg.BackoffMax = 30*time.Second, 5*time.Second
-		if d.agent, err = uplink.New(cfg, st, d, quiet); err != nil {
+		if d.agent, err = uplink.New(cfg, st, d, log.With("sim", id)); err != nil {
 			t.Fatal(err)
 		}
 		f.devices = append(f.devices, d)
