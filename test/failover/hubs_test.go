@@ -3,6 +3,9 @@ package failover
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +42,7 @@ type hubReplica struct {
 	log     *syncbuf.Buffer // every run's output
 	exited  chan struct{}
 	client  *api.Client
+	health  string // its plain health listener, HOST:PORT
 }
 
 // newReplicas makes a data directory under base for each ID from one
@@ -84,7 +88,11 @@ func (r *hubReplica) configure(brokers []string) {
 // start runs podhub serve and waits for its API.
 func (r *hubReplica) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(podhubBin(), "--data-dir", r.dataDir, "serve", "--replica-id", r.id, "--leader-lease", leaseTTL.String())
+	if r.health == "" {
+		r.health = freeLoopback(r.t)
+	}
+	r.cmd = exec.Command(podhubBin(), "--data-dir", r.dataDir, "serve", "--replica-id", r.id, "--leader-lease", leaseTTL.String(),
+		"--health-listen", r.health)
 	fmt.Fprintf(r.log, "---- podhub serve started %s\n", time.Now().Format(time.StampMilli))
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
@@ -102,6 +110,22 @@ func (r *hubReplica) start() {
 		}
 		_, err := r.cli("get", "replicas")
 		return err == nil
+	})
+}
+
+// waitReady waits until the replica's /readyz answers 200: its store
+// reachable, its broker connection up, its lease state known.
+func (r *hubReplica) waitReady(within time.Duration) {
+	r.t.Helper()
+	cl := http.Client{Timeout: 5 * time.Second}
+	waitUntil(r.t, within, "replica "+r.id+"'s /readyz", func() (bool, string) {
+		resp, err := cl.Get("http://" + r.health + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d %s", resp.StatusCode, body)
 	})
 }
 
@@ -183,6 +207,16 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) ti
 		time.Sleep(50 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// freeLoopback is a free address on 127.0.0.1 for a listener.
+func freeLoopback(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // lastLines is the end of a log.

@@ -219,7 +219,14 @@ func startSims(t *testing.T, data string, brokers, ids []string) *simFleet {
 		f.devices = append(f.devices, d)
 		f.byID[id] = d
 	}
-	for _, d := range f.devices {
+	// Started a few at a time (50 a second), as a fleet comes online,
+	// not all in one instant: NATS 2.9 makes a JetStream consumer for
+	// each QoS 1 subscription of each session, and a storm of them on a
+	// loaded machine times out and refuses subscriptions (SUBACK 0x80).
+	for i, d := range f.devices {
+		if i > 0 && i%10 == 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
 		f.done.Add(1)
 		go func() { defer f.done.Done(); d.agent.Run(f.stop) }()
 	}
