@@ -5,7 +5,7 @@
 // leading replica are killed with SIGKILL in the middle of the stream and
 // of an apply, then restarted. Its tests only.
 //
-// Known failures (November 2026, 200 devices, five runs after the
+// Known failures (November 2026, 200 devices, seven runs after the
 // owners work was merged: one passed). The test fails because of what it
 // was written to find, not its own timing:
 //
@@ -17,9 +17,15 @@
 //     ACL's refusal and stay connected without the subscription: a device
 //     whose desired subscription was refused never gets a document (the
 //     hub's catch-up publishes it again into the void) until it
-//     reconnects and is lucky. Three of the failing runs: 1 to 62 devices
-//     never acknowledged the DaemonSet's generation. The fix is a retry of
-//     a refused subscription (or a reconnection) on both sides.
+//     reconnects and is lucky, and a replica whose +/presence (or
+//     +/status) subscription was refused leaves every device it owns
+//     NotReady (or its statuses unstored) until its next connection.
+//     Failing runs: 1 to 62 devices never acknowledged the DaemonSet's
+//     generation (their desired subscription refused, three runs); 71
+//     devices NotReady at start (their owner's +/presence refused, one
+//     run). The fix is a retry of a refused subscription (or a
+//     reconnection) on both sides: with a retry in sync/uplink (tried,
+//     not committed) no device's subscription stayed refused.
 //   - Twice (10 and 6 devices), devices stayed NotReady for 5 min after a
 //     clean start, with no refusal logged on their side: all owned by the
 //     first replica (which took the 1,024 buckets at its start, released
