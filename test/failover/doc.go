@@ -5,7 +5,7 @@
 // leading replica are killed with SIGKILL in the middle of the stream and
 // of an apply, then restarted. Its tests only.
 //
-// Known failures (November 2026, 200 devices, seven runs after the
+// Known failures (November 2026, 200 devices, eight runs after the
 // owners work was merged: one passed). The test fails because of what it
 // was written to find, not its own timing:
 //
