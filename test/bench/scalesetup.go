@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver: the store's size
+
+	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/test/natstest"
+	"github.com/podvisor/podvisor/test/pgtest"
+	"github.com/podvisor/podvisor/test/syncbuf"
+)
+
+// The three setups of make bench-scale, each started on its own and
+// stopped before the next: podhub on SQLite, podhub on PostgreSQL (both
+// with the embedded broker), and replicas on PostgreSQL behind a
+// three-node NATS cluster.
+const (
+	setupSQLite   = "sqlite"
+	setupPostgres = "postgres"
+	setupReplicas = "replicas"
+)
+
+// scaleSetup is one running setup: its podhub processes, the broker
+// processes apart from them (NATS; none with the embedded broker) and
+// the database server (PostgreSQL; nil on SQLite).
+type scaleSetup struct {
+	name    string
+	hubs    []*scaleHub
+	brokers []*natstest.Node
+	db      *pgtest.Server
+	addrs   []string // the MQTT addresses devices connect to
+	store   string   // the fleet store: its PostgreSQL URL, or its SQLite file
+	stops   []func()
+}
+
+// scaleHub is one podhub serve of a setup.
+type scaleHub struct {
+	id     string // its replica ID ("" alone on SQLite)
+	data   string
+	cmd    *exec.Cmd
+	log    *syncbuf.Buffer
+	client *api.Client
+	exited chan struct{}
+}
+
+func (h *scaleHub) pid() int { return h.cmd.Process.Pid }
+
+// stop ends podhub with SIGTERM (its hand-off), SIGKILL after 30 s.
+func (h *scaleHub) stop() {
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(30 * time.Second):
+		h.cmd.Process.Kill()
+		<-h.exited
+	}
+}
+
+func (s *scaleSetup) stop() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// startScaleSetup starts setup name in dir for the devices ids; pg is
+// the PostgreSQL server the PostgreSQL setups make their database on.
+func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) (_ *scaleSetup, err error) {
+	s := &scaleSetup{name: name}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	first := filepath.Join(dir, "podhub")
+	if out, err := exec.Command(podhub, "--data-dir", first, "init").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("podhub init: %v %s", err, out)
+	}
+	// Devices stay Ready for three of their (seldom) heartbeats.
+	common := []string{"serve", "--device-timeout", (3 * *hubHeartbeat).String()}
+	switch name {
+	case setupSQLite:
+		addr := freePort()
+		s.store = filepath.Join(first, "fleet.db")
+		h, err := startScaleHub(podhub, first, "", append(common, "--mqtt-listen", addr)...)
+		if err != nil {
+			return nil, err
+		}
+		s.hubs, s.addrs, s.stops = []*scaleHub{h}, []string{addr}, append(s.stops, h.stop)
+	case setupPostgres:
+		url, err := pg.CreateDatabase("bench_" + name)
+		if err != nil {
+			return nil, err
+		}
+		s.db, s.store = pg, url
+		addr := freePort()
+		h, err := startScaleHub(podhub, first, "", append(common, "--mqtt-listen", addr, "--store", url)...)
+		if err != nil {
+			return nil, err
+		}
+		s.hubs, s.addrs, s.stops = []*scaleHub{h}, []string{addr}, append(s.stops, h.stop)
+	case setupReplicas:
+		url, err := pg.CreateDatabase("bench_" + name)
+		if err != nil {
+			return nil, err
+		}
+		s.db, s.store = pg, url
+		natsDir := filepath.Join(dir, "nats")
+		if err := os.MkdirAll(natsDir, 0o700); err != nil {
+			return nil, err
+		}
+		c, err := natstest.StartCluster(natsDir, filepath.Join(first, "pki"), "", ids)
+		if err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, c.Stop)
+		s.brokers = c.Nodes[:]
+		for _, n := range c.Nodes {
+			s.addrs = append(s.addrs, n.MQTT)
+		}
+		for i := range *scaleReplicas {
+			id := fmt.Sprintf("r%d", i+1)
+			data := first
+			if i > 0 {
+				// The same keys and CA: a copy of the first's directory.
+				data = filepath.Join(dir, "podhub-"+id)
+				if out, err := exec.Command("cp", "-a", first, data).CombinedOutput(); err != nil {
+					return nil, fmt.Errorf("copying podhub's data directory: %v %s", err, out)
+				}
+				os.Remove(filepath.Join(data, "replica-id"))
+			}
+			h, err := startScaleHub(podhub, data, id, append(common, "--broker", strings.Join(c.URLs(), ","), "--store", url, "--replica-id", id)...)
+			if err != nil {
+				return nil, err
+			}
+			s.hubs = append(s.hubs, h)
+			s.stops = append(s.stops, h.stop)
+		}
+	default:
+		return nil, fmt.Errorf("-scale-setups: unknown setup %q (sqlite, postgres, replicas)", name)
+	}
+	return s, nil
+}
+
+// startScaleHub runs podhub with args on data and waits (1 min at most)
+// until its API answers.
+func startScaleHub(podhub, data, id string, args ...string) (*scaleHub, error) {
+	h := &scaleHub{id: id, data: data, log: &syncbuf.Buffer{}, exited: make(chan struct{})}
+	h.cmd = exec.Command(podhub, append([]string{"--data-dir", data}, args...)...)
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	if err := h.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { h.cmd.Wait(); close(h.exited) }()
+	h.client = api.NewClient(filepath.Join(data, "podhub.sock"))
+	for deadline := time.Now().Add(time.Minute); h.client.Do("GET", "/v1/devices", nil, nil) != nil; time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-h.exited:
+			return nil, fmt.Errorf("podhub %s exited:\n%s", id, h.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.stop()
+			return nil, fmt.Errorf("podhub %s's API did not answer within 1 min:\n%s", id, h.log.String())
+		}
+	}
+	return h, nil
+}
+
+// memory is the setup's processes' memory now: each podhub's RSS, each
+// broker node's RSS, and the database server's PSS (its backends
+// share its buffers: summed RSS would count them once per backend).
+func (s *scaleSetup) memory() (hubs, brokers []float64, db float64) {
+	for _, h := range s.hubs {
+		hubs = append(hubs, rss(h.pid()).total)
+	}
+	for _, n := range s.brokers {
+		brokers = append(brokers, rss(n.Pid()).total)
+	}
+	if s.db != nil {
+		pids := append([]int{s.db.Pid()}, childrenOf([]int{s.db.Pid()}, "postgres")...)
+		db = groupOf("postgres", pids).pss
+	}
+	return hubs, brokers, db
+}
+
+// cpuTicks are the setup's processes' CPU ticks so far: podhubs,
+// brokers, and the database server with its backends (their own and
+// their ended children's).
+func (s *scaleSetup) cpuTicks() (hubs, brokers, db uint64) {
+	for _, h := range s.hubs {
+		t, _ := cpuTicks(h.pid())
+		hubs += t
+	}
+	for _, n := range s.brokers {
+		t, _ := cpuTicks(n.Pid())
+		brokers += t
+	}
+	if s.db != nil {
+		self, children := cpuTicks(s.db.Pid())
+		db = self + children
+		for _, pid := range childrenOf([]int{s.db.Pid()}, "postgres") {
+			t, _ := cpuTicks(pid)
+			db += t
+		}
+	}
+	return hubs, brokers, db
+}
+
+// logs are the ends of the podhubs' logs, for a failure's report.
+func (s *scaleSetup) logs() string {
+	var b bytes.Buffer
+	for _, h := range s.hubs {
+		fmt.Fprintf(&b, "podhub %s's log ends:\n%s\n", h.id, lastLines(h.log.String(), 20))
+	}
+	return b.String()
+}
+
+// storeSize is the fleet store's size: PostgreSQL's database size, or
+// the SQLite file with its write-ahead log.
+func (s *scaleSetup) storeSize() (int64, error) {
+	if s.db == nil {
+		var total int64
+		for _, f := range []string{s.store, s.store + "-wal"} {
+			if st, err := os.Stat(f); err == nil {
+				total += st.Size()
+			} else if f == s.store {
+				return 0, err
+			}
+		}
+		return total, nil
+	}
+	db, err := sql.Open("pgx", s.store)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var size int64
+	err = db.QueryRow(`SELECT pg_database_size(current_database())`).Scan(&size)
+	return size, err
+}
