@@ -126,6 +126,9 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 // events, the device's mirrors after, and whether a hub pod's summary
 // changed or a mirror went.
 func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, changed bool, err error) {
+	if f.batched(b, cursor) {
+		return f.storeItemsBatched(tx, b, cursor, mirrors, at)
+	}
 	// insertFirst guesses whether the next pod is new here (a new epoch
 	// reports every pod again) or already mirrored (a status change).
 	insertFirst := mirrors == 0
