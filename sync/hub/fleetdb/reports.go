@@ -67,12 +67,12 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 		return none, err
 	}
 	defer tx.Rollback()
-	if err := f.touch(tx, b.Device, at); err != nil {
-		return none, err
-	}
 	var r StatusStored
 	var epoch string
-	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &r.Cursor)
+	err = f.touchCursor(tx, b.Device, at, &epoch, &r.Cursor)
+	if errors.Is(err, ErrUnknownDevice) {
+		return none, err
+	}
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return none, err

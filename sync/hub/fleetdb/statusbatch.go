@@ -3,6 +3,7 @@ package fleetdb
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -53,6 +54,36 @@ type mirrorRow struct {
 	summaryAt          int64
 	scheduled          bool
 	written, recreated bool // changed by the batch; deleted by it first (a new row)
+}
+
+// qTouchCursor is touch and qCursor in one statement, PostgreSQL's: a
+// round trip less for every status batch. SQLite runs no data-modifying
+// statement in a WITH.
+const qTouchCursor = `WITH t AS (UPDATE devices SET last_seen = CASE WHEN last_seen > ?1 THEN last_seen ELSE ?1 END WHERE id = ?2 RETURNING id)
+	SELECT (SELECT COUNT(*) FROM t), COALESCE(c.epoch, ''), COALESCE(c.seq, 0), c.device IS NOT NULL
+	FROM (SELECT 1) AS one LEFT JOIN cursors c ON c.device = ?2`
+
+// touchCursor touches the device and reads its cursor (sql.ErrNoRows:
+// none yet): in one round trip on PostgreSQL.
+func (f *Fleet) touchCursor(tx *sql.Tx, device string, at time.Time, epoch *string, seq *int64) error {
+	if f.dialect != sqldb.Postgres {
+		if err := f.touch(tx, device, at); err != nil {
+			return err
+		}
+		return f.stmts.QueryRow(tx, qCursor, []any{device}, epoch, seq)
+	}
+	var touched int64
+	var has bool
+	if err := tx.QueryRow(qTouchCursor, at.UnixMilli(), device).Scan(&touched, epoch, seq, &has); err != nil {
+		return err
+	}
+	switch {
+	case touched == 0:
+		return fmt.Errorf("device %q: %w", device, ErrUnknownDevice)
+	case !has:
+		return sql.ErrNoRows
+	}
+	return nil
 }
 
 // podItems counts a batch's items past the cursor that are pods'.
