@@ -231,6 +231,13 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer unlock()
+	// An SQLite store's own lock: one serve per file, whatever its
+	// data directory.
+	unlockStore, err := c.lockStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer unlockStore()
 	key, err := readPrivateKey(c.path("hub.key"))
 	if err != nil {
 		return err

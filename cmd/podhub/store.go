@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
@@ -57,4 +61,58 @@ func (c *cli) openFleet(cfg config) (*fleetdb.Fleet, error) {
 		}
 	}
 	return fleetdb.Open(store)
+}
+
+// lockStore takes the SQLite store's lock for podhub serve, held until
+// the returned function runs (or the process exits): an exclusive flock
+// on <fleet.db>.lock beside the file, which this process's pid is
+// written to. The data directory's lock (lockInstance) cannot see a
+// second serve with another data directory on the same file (store:
+// /path/fleet.db), and the replica rows cannot see a paused one: a
+// leader stopped (SIGSTOP, a frozen VM) long enough for its row to
+// expire would resume beside its successor. The flock is held while
+// paused, and released by the kernel when the process dies. A
+// PostgreSQL store needs none (its replicas elect a leader).
+func (c *cli) lockStore(cfg config) (unlock func(), err error) {
+	store := c.storeOf(cfg)
+	if strings.Contains(store, "://") {
+		return func() {}, nil
+	}
+	return lockSQLiteStore(store)
+}
+
+// lockSQLiteStore takes the lock of the SQLite store at path, beside
+// the file its links lead to (two paths to one file share one lock).
+func lockSQLiteStore(path string) (func(), error) {
+	real := path
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		real = filepath.Join(dir, filepath.Base(path))
+	}
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		real = target
+	}
+	lockPath := real + ".lock"
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("fleet store lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		defer f.Close()
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("fleet store lock %s: %w", lockPath, err)
+		}
+		holder := "a process that did not say its pid"
+		b := make([]byte, 32)
+		if n, _ := f.ReadAt(b, 0); n > 0 {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n]))); err == nil && pid > 0 {
+				holder = "pid " + strconv.Itoa(pid)
+			}
+		}
+		return nil, fmt.Errorf("fleet store %s: another podhub serve (%s) runs on this SQLite file (it holds %s); "+
+			"SQLite takes one podhub at a time: several replicas need PostgreSQL (store: postgres://…)", path, holder, lockPath)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { f.Close() }, nil
 }

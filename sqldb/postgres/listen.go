@@ -48,9 +48,9 @@ const (
 // Run listens until ctx ends, reconnecting with backoff after a lost
 // connection (calling Listening each time it listens).
 func (l *Listener) Run(ctx context.Context) {
-	password := passwordOf(l.URL)
-	if cfg, err := pgx.ParseConfig(l.URL); err == nil && password == "" {
-		password = cfg.Password // from a passfile or the environment: kept out of logs too
+	passwords := passwordsOf(l.URL)
+	if cfg, err := pgx.ParseConfig(l.URL); err == nil {
+		passwords = append(passwords, cfg.Password) // from a passfile or the environment: kept out of logs too
 	}
 	backoff := listenBackoff
 	for lost := false; ; lost = true {
@@ -63,7 +63,7 @@ func (l *Listener) Run(ctx context.Context) {
 		}
 		if l.Log != nil {
 			l.Log.Warn("store: the change feed's connection ended; reconnecting",
-				"store", Mask(l.URL), "err", scrub(err, password), "in", backoff)
+				"store", Mask(l.URL), "err", scrub(err, passwords...), "in", backoff)
 		}
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,14 +46,13 @@ const connectTimeout = 15 * time.Second
 // Open connects to the database rawURL names and checks that it answers.
 // Errors never carry the URL's password (Mask).
 func Open(rawURL string) (*sql.DB, error) {
-	password := passwordOf(rawURL)
+	passwords := passwordsOf(rawURL)
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %w", Mask(rawURL), scrub(err, password))
+		return nil, fmt.Errorf("store %s: %w", Mask(rawURL), scrub(err, passwords...))
 	}
-	if password == "" {
-		password = cfg.Password // from a passfile or the environment: kept out of errors too
-	}
+	// One from a passfile or the environment is kept out of errors too.
+	passwords = append(passwords, cfg.Password)
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "podhub"
 	}
@@ -69,14 +69,15 @@ func Open(rawURL string) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store %s: connecting (within %s): %w", Mask(rawURL), connectTimeout, scrub(err, password))
+		return nil, fmt.Errorf("store %s: connecting (within %s): %w", Mask(rawURL), connectTimeout, scrub(err, passwords...))
 	}
 	return db, nil
 }
 
-// Mask is rawURL with its password (in the user information or a
-// password= parameter) replaced by xxxxx: what errors and logs show.
-// A URL that does not parse is shown as its scheme only.
+// Mask is rawURL with its passwords (the user information's, and the
+// password= and sslpassword= parameters', however %-escaped) replaced by
+// xxxxx: what errors and logs show. A URL that does not parse is shown
+// as its scheme only.
 func Mask(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -88,31 +89,87 @@ func Mask(rawURL string) string {
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	// The query is masked pair by pair as written: url.Query drops a
+	// pair it cannot decode (password=a%zz), which would leave it shown.
+	if u.RawQuery != "" {
+		pairs := strings.Split(u.RawQuery, "&")
+		for i, pair := range pairs {
+			if key, _, ok := strings.Cut(pair, "="); ok && secretParam(key) {
+				pairs[i] = key + "=xxxxx"
+			}
+		}
+		u.RawQuery = strings.Join(pairs, "&")
 	}
 	return u.String()
 }
 
-// passwordOf is the password rawURL carries, if any.
-func passwordOf(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return ""
+// secretParam reports whether a URL query key (as written, maybe
+// %-escaped) names a password.
+func secretParam(key string) bool {
+	if k, err := url.QueryUnescape(key); err == nil {
+		key = k
 	}
-	if p, ok := u.User.Password(); ok {
-		return p
-	}
-	return u.Query().Get("password")
+	key = strings.ToLower(key)
+	return key == "password" || key == "sslpassword"
 }
 
-// scrub is err with every occurrence of password replaced.
-func scrub(err error, password string) error {
-	if err == nil || password == "" || !strings.Contains(err.Error(), password) {
+// passwordsOf is every form of the passwords rawURL carries, as written
+// (%-escaped) and decoded, longest first: what an error may quote.
+// It reads rawURL as written, so a URL that does not parse (a bad
+// %-escape) still gives them.
+func passwordsOf(rawURL string) []string {
+	var raw []string
+	rest := rawURL
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	authority, query := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		if _, p, ok := strings.Cut(authority[:i], ":"); ok {
+			raw = append(raw, p)
+		}
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		query, _, _ = strings.Cut(rest[i+1:], "#")
+	}
+	for _, pair := range strings.Split(query, "&") {
+		if key, v, ok := strings.Cut(pair, "="); ok && secretParam(key) {
+			raw = append(raw, v)
+		}
+	}
+	var out []string
+	for _, p := range raw {
+		out = append(out, p)
+		if d, err := url.PathUnescape(p); err == nil {
+			out = append(out, d)
+		}
+		if d, err := url.QueryUnescape(p); err == nil {
+			out = append(out, d)
+		}
+	}
+	out = slices.DeleteFunc(out, func(s string) bool { return s == "" })
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(out)
+}
+
+// scrub is err with every occurrence of each password replaced.
+func scrub(err error, passwords ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, p := range passwords {
+		if p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), password, "xxxxx"))
+	return errors.New(msg)
 }
 
 // connector makes the pool's connections: pgx's, wrapped in conn.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +24,26 @@ func TestMask(t *testing.T) {
 			t.Errorf("Mask(%q) = %q, want %q", in, got, want)
 		}
 	}
+	// %-escaped passwords, in the user information and in parameters
+	// (however the key is written, and one url.Query cannot decode).
+	for in, want := range map[string]string{
+		"postgres://u:p%40ss%3Aw%25rd@h/db":                       "postgres://u:xxxxx@h/db",
+		"postgres://u@h/db?password=se%20cr%2Bet&sslmode=require": "postgres://u@h/db?password=xxxxx&sslmode=require",
+		"postgres://u@h/db?sslmode=require&password=se%zzcret":    "postgres://u@h/db?sslmode=require&password=xxxxx",
+		"postgres://u@h/db?pass%77ord=secret":                     "postgres://u@h/db?pass%77ord=xxxxx",
+		"postgres://u@h/db?sslpassword=keysecret&sslkey=/k.pem":   "postgres://u@h/db?sslpassword=xxxxx&sslkey=/k.pem",
+		"postgres://u@h/db?PASSWORD=secret;x":                     "postgres://u@h/db?PASSWORD=xxxxx",
+	} {
+		got := Mask(in)
+		if got != want {
+			t.Errorf("Mask(%q) = %q, want %q", in, got, want)
+		}
+		for _, secret := range []string{"p%40ss", "p@ss", "se%20cr", "se cr", "se%zz", "secret", "keysecret"} {
+			if strings.Contains(got, secret) {
+				t.Errorf("Mask(%q) = %q shows %q", in, got, secret)
+			}
+		}
+	}
 	if !IsURL("postgres://h/db") || !IsURL("postgresql://h/db") || IsURL("/var/lib/podhub/fleet.db") || IsURL("sqlite:x.db") {
 		t.Error("IsURL")
 	}
@@ -43,6 +64,43 @@ func TestOpenErrorsNeverCarryThePassword(t *testing.T) {
 	_, err = Open("postgres://podhub:Wr0ngPassw0rd@127.0.0.1:5432/db?sslmode=bogus")
 	if err == nil || strings.Contains(err.Error(), "Wr0ngPassw0rd") {
 		t.Fatalf("a URL that does not parse: %v", err)
+	}
+}
+
+// An error quoting a %-escaped password, as written or decoded, shows
+// neither: for each of the URL's passwords, even when it does not parse.
+func TestScrubEscapedPasswords(t *testing.T) {
+	for _, c := range []struct {
+		url     string
+		secrets []string
+	}{
+		{"postgres://u:p%40ss%2Bw%20d@h/db", []string{"p%40ss%2Bw%20d", "p@ss+w d"}},
+		{"postgres://u@h/db?password=p%40ss+w%2Bd", []string{"p%40ss+w%2Bd", "p@ss+w+d", "p@ss w+d"}},
+		{"postgres://u@h/db?sslpassword=k%25ey", []string{"k%25ey", "k%ey"}},
+		{"postgres://u:p%zzss@h/db", []string{"p%zzss"}}, // does not parse
+	} {
+		msg := "failed: " + strings.Join(c.secrets, " and ")
+		got := scrub(errors.New(msg), passwordsOf(c.url)...).Error()
+		for _, s := range c.secrets {
+			if strings.Contains(got, s) {
+				t.Errorf("%s: scrubbed %q to %q, which shows %q", c.url, msg, got, s)
+			}
+		}
+	}
+	// Through Open: a URL pgx refuses (before any connection).
+	for _, u := range []string{
+		"postgres://podhub:Wr0ng%25Pa%24%24@127.0.0.1:1/db?sslmode=bogus",
+		"postgres://podhub@127.0.0.1:1/db?sslmode=bogus&password=Wr0ng%25Pa%24%24",
+	} {
+		_, err := Open(u)
+		if err == nil {
+			t.Fatalf("Open(%s) succeeded", u)
+		}
+		for _, s := range []string{"Wr0ng%25Pa%24%24", "Wr0ng%Pa$$"} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("Open's error %q shows %q", err, s)
+			}
+		}
 	}
 }
 

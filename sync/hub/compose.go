@@ -59,7 +59,8 @@ type Hub struct {
 
 // UseReplica makes the hub one replica of several on its store: the
 // scheduling passes and the updates' passes run only while e says this
-// replica leads, each pass's placements fenced by its token, and they
+// replica leads, each pass's placements, orders and statuses fenced by
+// its token, and they
 // are asked for when it starts to lead. On PostgreSQL a pass asked for
 // through a replica that does not lead (an apply, an eviction, a
 // device's report it handled) is signalled to the leader through the
@@ -69,6 +70,7 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 	var schedule, update func()
 	if h.fleet.Dialect() != sqldb.SQLite { // on SQLite one replica only: nothing to fence or signal
 		h.workloads.SetFence(e.Fence)
+		h.fleet.SetLeaderFence(e.Fence)
 		feed := h.fleet.Changes()
 		schedule = func() { feed.Signal(fleetwatch.SchedulePass) }
 		update = func() { feed.Signal(fleetwatch.UpdatePass) }

@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/pod/manifest"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
@@ -97,7 +98,7 @@ func (a *API) workloadRoutes(mux *http.ServeMux) {
 		a.rescheduled(w, err)
 	})
 	mux.HandleFunc("DELETE /v1/pods/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
-		a.rescheduled(w, a.Workloads.DeleteHubPod(r.PathValue("namespace"), r.PathValue("name"), time.Now()))
+		a.rescheduled(w, a.Scheduler.DeletePod(types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}, time.Now()))
 	})
 	a.rolloutRoutes(mux)
 	mux.HandleFunc("PUT /v1/devices/{id}/cordon", deviceChange(a, func(id string, req CordonRequest) error {

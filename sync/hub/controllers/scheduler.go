@@ -6,6 +6,7 @@
 package controllers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,6 +190,13 @@ func (s *Scheduler) SchedulePass() (time.Time, error) {
 		// last pods left the desired documents before they were forgotten.
 		return time.Time{}, err
 	}
+	// Across replicas too: no eviction or delete of another replica's API
+	// commits between this pass's reads and its writes.
+	unlock, err := s.workloads.LockScheduling(context.Background())
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer unlock()
 	devices, next, err := s.scheduleDevices(now)
 	if err != nil {
 		return time.Time{}, err

@@ -148,6 +148,9 @@ type Fleet struct {
 	// replicas carries changes between the replicas on a PostgreSQL
 	// store (notify.go); nil on SQLite.
 	replicas *replicas
+	// leaderFence, when set, checks in the update driver's transactions
+	// that its replica still leads (SetLeaderFence).
+	leaderFence func(tx *sql.Tx) error
 }
 
 // Changes is the feed of what the fleet's writes change: a device's

@@ -263,9 +263,39 @@ func (f *Fleet) SetUpdateSpec(name string, spec json.RawMessage) error {
 
 // SetUpdateStatus stores an update's status; a finished update (active
 // false) is no longer driven.
+// Fenced (SetLeaderFence): the update driver's pass writes it.
 func (f *Fleet) SetUpdateStatus(name string, status json.RawMessage, active bool) error {
-	_, err := f.db.Exec(`UPDATE updates SET status = ?, active = ? WHERE name = ?`, []byte(status), active, name)
-	return err
+	return f.leaderWrite(func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE updates SET status = ?, active = ? WHERE name = ?`, []byte(status), active, name)
+		return err
+	})
+}
+
+// SetLeaderFence has the update driver's writes (SaveOrder,
+// SetUpdateStatus: its waves' orders and withdrawals, its statuses and
+// halts) check fence first in their transaction, and store nothing if it
+// fails: with several replicas, a deposed leader's late pass is refused
+// (replica.Elector.Fence), as the scheduler's placements are
+// (workloaddb.Store.SetFence). Set before the driver starts.
+func (f *Fleet) SetLeaderFence(fence func(tx *sql.Tx) error) { f.leaderFence = fence }
+
+// leaderWrite runs write, the leader's, in a transaction fenced by the
+// leader fence (alone when none is set: a hub alone, SQLite).
+func (f *Fleet) leaderWrite(write func(tx *sql.Tx) error) error {
+	tx, err := f.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if f.leaderFence != nil {
+		if err := f.leaderFence(tx); err != nil {
+			return err
+		}
+	}
+	if err := write(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Order is a device's newest update order, as published.
@@ -305,18 +335,21 @@ var ErrNotOrdered = errors.New("the hub never makes an update order with this ID
 const maxReportedOrder = 1 << 53
 
 // SaveOrder stores a device's newest order, replacing the one before; it
-// fails when the ID does not grow.
+// fails when the ID does not grow. Fenced (SetLeaderFence): the update
+// driver's pass orders.
 func (f *Fleet) SaveOrder(o Order) error {
-	res, err := f.db.Exec(`INSERT INTO update_orders (device, id, update_name, document, at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(device) DO UPDATE SET id = excluded.id, update_name = excluded.update_name, document = excluded.document, at = excluded.at
-		WHERE excluded.id > update_orders.id`, o.Device, o.ID, o.Update, o.Document, o.At.UnixMilli())
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("device %s: an order newer than %d is stored", o.Device, o.ID)
-	}
-	return nil
+	return f.leaderWrite(func(tx *sql.Tx) error {
+		res, err := tx.Exec(`INSERT INTO update_orders (device, id, update_name, document, at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT(device) DO UPDATE SET id = excluded.id, update_name = excluded.update_name, document = excluded.document, at = excluded.at
+			WHERE excluded.id > update_orders.id`, o.Device, o.ID, o.Update, o.Document, o.At.UnixMilli())
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("device %s: an order newer than %d is stored", o.Device, o.ID)
+		}
+		return nil
+	})
 }
 
 // DeviceOrder is a device's newest order (ID 0: none).
