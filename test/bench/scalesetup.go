@@ -137,7 +137,12 @@ func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) 
 				}
 				os.Remove(filepath.Join(data, "replica-id"))
 			}
-			h, err := startScaleHub(podhub, data, id, append(common, "--broker", strings.Join(c.URLs(), ","), "--store", url, "--replica-id", id)...)
+			// The cluster's nodes, and the CA that signed their certificate.
+			conf := fmt.Sprintf("brokers: [%s]\ntls: {ca: %s}\n", strings.Join(c.URLs(), ", "), filepath.Join(data, "pki", "ca.pem"))
+			if err := os.WriteFile(filepath.Join(data, "podhub.yaml"), []byte(conf), 0o600); err != nil {
+				return nil, err
+			}
+			h, err := startScaleHub(podhub, data, id, append(common, "--store", url, "--replica-id", id)...)
 			if err != nil {
 				return nil, err
 			}
@@ -220,6 +225,9 @@ func (s *scaleSetup) logs() string {
 	var b bytes.Buffer
 	for _, h := range s.hubs {
 		fmt.Fprintf(&b, "podhub %s's log ends:\n%s\n", h.id, lastLines(h.log.String(), 20))
+	}
+	for _, n := range s.brokers {
+		fmt.Fprintf(&b, "nats-server %s's log ends:\n%s\n", n.Name, lastLines(n.Log(), 20))
 	}
 	return b.String()
 }
