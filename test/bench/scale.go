@@ -33,7 +33,8 @@ var (
 	scaleReplicas = flag.Int("scale-replicas", 3, "podhub replicas of the replicas setup")
 	scaleRate     = flag.Float64("scale-status-rate", 10000, "pod statuses a second the simulated devices offer together in the status window")
 	scaleWindow   = flag.Duration("scale-status-window", 30*time.Second, "how long the stored statuses are counted (after 5 s of warm-up)")
-	scaleReadyIn  = flag.Duration("scale-ready-within", 10*time.Minute, "how long a setup may take until every device is Ready")
+	scaleReadyIn  = flag.Duration("scale-ready-within", 8*time.Minute, "how long a setup may take until every device is Ready")
+	scaleApplyIn  = flag.Duration("scale-apply-within", 3*time.Minute, "how long a setup may take until every device applied the DaemonSet, and again until every ack is stored")
 	scaleChild    = flag.String("scale-child", "", "internal: simulate devices ADDR[+ADDR…],DATADIR,DIR,FROM,COUNT for the scale measurement")
 )
 
@@ -205,7 +206,7 @@ func scaleOne(name, podhub string, pg *pgtest.Server, n int) (r scaleResult) {
 	fmt.Printf("  pod statuses stored (receipts)              %8.0f /s  (offered %.0f/s; CPU per status: podhub %.0f µs, broker %.0f µs, database %.0f µs)\n",
 		r.stored, r.offered, r.cpuPerStatus[0], r.cpuPerStatus[1], r.cpuPerStatus[2])
 	// The backlog drains (what coalesced is gone) before the apply.
-	for last, quiet, deadline := acked1, 0, time.Now().Add(2*time.Minute); quiet < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
+	for last, quiet, deadline := acked1, 0, time.Now().Add(time.Minute); quiet < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
 		a, _, err := fleet.progress()
 		if err != nil {
 			r.err = err
@@ -230,12 +231,12 @@ func scaleOne(name, podhub string, pg *pgtest.Server, n int) (r scaleResult) {
 		r.err = fmt.Errorf("podhub apply -f: %v %s", err, out)
 		return r
 	}
-	if err := fleet.waitApplied(n, 5*time.Minute); err != nil {
+	if err := fleet.waitApplied(n, *scaleApplyIn); err != nil {
 		r.err = fmt.Errorf("%w\n%s", err, s.logs())
 		return r
 	}
 	r.applied = time.Since(start)
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+	for deadline := time.Now().Add(*scaleApplyIn); ; time.Sleep(time.Second) {
 		err := api.Do("GET", "/v1/devices", nil, &ds)
 		done := 0
 		if err == nil {
@@ -245,7 +246,7 @@ func scaleOne(name, podhub string, pg *pgtest.Server, n int) (r scaleResult) {
 			break
 		}
 		if time.Now().After(deadline) {
-			r.err = fmt.Errorf("after 5 min the hub stored %d of %d devices' acks of the DaemonSet's document (%v)\n%s", done, n, err, s.logs())
+			r.err = fmt.Errorf("after %v the hub stored %d of %d devices' acks of the DaemonSet's document (%v)\n%s", *scaleApplyIn, done, n, err, s.logs())
 			return r
 		}
 	}
