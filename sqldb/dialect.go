@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"database/sql"
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -168,4 +169,11 @@ func quotedEnd(query string, i int) int {
 // keyword (letters, digits, _, $ and every byte of a non-ASCII letter).
 func identChar(c byte) bool {
 	return c == '_' || c == '$' || c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}
+
+// LockTimedOut says whether err is PostgreSQL's lock_not_available
+// (SQLSTATE 55P03: a lock_timeout ran out), as the driver reports it.
+func LockTimedOut(err error) bool {
+	var coded interface{ SQLState() string }
+	return errors.As(err, &coded) && coded.SQLState() == "55P03"
 }

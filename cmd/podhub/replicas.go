@@ -12,14 +12,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/podvisor/podvisor/sqldb"
+	"github.com/podvisor/podvisor/sqldb/postgres"
 	"github.com/podvisor/podvisor/sync/hub"
+	"github.com/podvisor/podvisor/sync/hub/devicelink"
 	"github.com/podvisor/podvisor/sync/hub/fleetdb"
 	"github.com/podvisor/podvisor/sync/hub/gateway"
 	"github.com/podvisor/podvisor/sync/hub/replica"
+	"github.com/podvisor/podvisor/sync/pki"
 )
 
 // replicaIDFile keeps the replica's derived ID in the data directory, so
@@ -113,22 +118,72 @@ func (c *cli) startReplica(cfg config, fleet *fleetdb.Fleet, h *hub.Hub, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := replica.New(replica.NewStore(fleet.SQL()), replica.Config{ID: id, Address: address, Version: version,
-		Timing: timing, Log: log, Predecessor: lock.predecessor})
+	store, closeStore, err := c.electorStore(cfg, fleet)
 	if err != nil {
 		lock.unlock()
 		return nil, nil, err
 	}
+	e, err := replica.New(store, replica.Config{ID: id, Address: address, Version: version,
+		Timing: timing, Log: log, Predecessor: lock.predecessor})
+	if err != nil {
+		closeStore()
+		lock.unlock()
+		return nil, nil, err
+	}
+	unlock := func() {
+		closeStore()
+		lock.unlock()
+	}
 	h.UseReplica(e)
 	if err := e.Start(); err != nil {
-		lock.unlock()
+		unlock()
 		return nil, nil, err
 	}
 	if err := lock.keep(e.Nonce()); err != nil {
 		log.Warn("keeping the replica's nonce in the data directory", "err", err)
 	}
-	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart())
-	return e, lock.unlock, nil
+	log.Info("replica joined", "replica", id, "leading", e.Leading(), "others", e.OthersAtStart(),
+		"deviceBuckets", e.Ownership().Count())
+	return e, unlock, nil
+}
+
+// electorConns is the elector's own pool on PostgreSQL: its heartbeats
+// and lease renewals never wait behind the store's writers (every
+// writer transaction queues for one lock, sqldb/postgres).
+const electorConns = 2
+
+// electorStore is the replicas' tables as the elector reaches them: on
+// PostgreSQL over a small pool of its own, on SQLite over the fleet's
+// (one replica, one connection).
+func (c *cli) electorStore(cfg config, fleet *fleetdb.Fleet) (*replica.Store, func(), error) {
+	if fleet.Dialect() == sqldb.SQLite {
+		return replica.NewStore(fleet.SQL()), func() {}, nil
+	}
+	db, err := postgres.Open(c.storeOf(cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the replica's own connections: %w", err)
+	}
+	db.SetMaxOpenConns(electorConns)
+	db.SetMaxIdleConns(electorConns)
+	return replica.NewStore(&sqldb.DB{DB: db, Dialect: sqldb.Postgres}), func() { db.Close() }, nil
+}
+
+// replicaClient sets the hub's MQTT client ID: "podhub:<replica ID>" on
+// a PostgreSQL store, where several replicas share one broker (each its
+// own session; the broker's ACL lets the hub's certificate use it:
+// docs/brokers.md), "podhub" on SQLite (one replica, as ever). A
+// replica on an external broker ends its session when it stops.
+func (c *cli) replicaClient(cfg config, fleet *fleetdb.Fleet, hcfg *hub.Config, embedded bool) error {
+	if fleet.Dialect() == sqldb.SQLite {
+		return nil
+	}
+	id, err := c.replicaID(cfg)
+	if err != nil {
+		return err
+	}
+	hcfg.ClientID = pki.HubIdentity + ":" + id
+	hcfg.EndSession = !embedded
+	return nil
 }
 
 // readinessTimeout bounds /readyz's ping of the store.
@@ -182,6 +237,12 @@ func handleReplicas(mux *http.ServeMux, fleet *fleetdb.Fleet) {
 	store := replica.NewStore(fleet.SQL())
 	mux.HandleFunc("GET /v1/replicas", func(w http.ResponseWriter, r *http.Request) {
 		l, err := store.List()
+		if err == nil {
+			var ids []string
+			if ids, err = fleet.DeviceIDs(); err == nil {
+				l.CountDevices(ids)
+			}
+		}
 		replyJSON(w, l, err)
 	})
 }
@@ -196,14 +257,14 @@ func (c *cli) getReplicas(output string) error {
 		return printObject(c, l, output)
 	}
 	w := tabwriter.NewWriter(c.out, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSTATUS\tLEADER\tADDRESS\tVERSION\tAGE\tLAST-HEARTBEAT")
+	fmt.Fprintln(w, "NAME\tSTATUS\tLEADER\tBUCKETS\tDEVICES\tADDRESS\tVERSION\tAGE\tLAST-HEARTBEAT")
 	for _, r := range l.Replicas {
 		status := "NotReady"
 		if r.Live {
 			status = "Ready"
 		}
 		// Ages on the database's clock, the one the lease is counted on.
-		fmt.Fprintf(w, "%s\t%s\t%t\t%s\t%s\t%s\t%s\n", r.ID, status, r.Leader, orNone(r.Address), orNone(r.Version),
+		fmt.Fprintf(w, "%s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\t%s\n", r.ID, status, r.Leader, r.Buckets, r.Devices, orNone(r.Address), orNone(r.Version),
 			ago(l.Now, r.Started), ago(l.Now, r.Heartbeat))
 	}
 	return w.Flush()
@@ -249,3 +310,43 @@ func (l *dirLock) keep(nonce string) error {
 
 // unlock releases the lock (closing the file releases the flock).
 func (l *dirLock) unlock() { l.file.Close() }
+
+// linkCounts counts what this replica's device link stored (for GET
+// /v1/replicas/self), and tells next (hubmetrics' counters).
+type linkCounts struct {
+	next                    devicelink.Observer
+	statusItems, heartbeats atomic.Int64
+}
+
+func (c *linkCounts) StatusItemsStored(n int) {
+	c.statusItems.Add(int64(n))
+	c.next.StatusItemsStored(n)
+}
+func (c *linkCounts) HeartbeatStored()        { c.heartbeats.Add(1); c.next.HeartbeatStored() }
+func (c *linkCounts) MessageRefused(k string) { c.next.MessageRefused(k) }
+
+// Self is this replica as GET /v1/replicas/self shows it: what its
+// device link handled and dropped since it started, and the device
+// buckets it holds now.
+type Self struct {
+	ID string `json:"id"`
+	// Buckets is how many device buckets it holds (valid now).
+	Buckets int `json:"buckets"`
+	// StatusItems and Heartbeats are what it stored; Dropped the
+	// devices' messages it left to the replicas owning them.
+	StatusItems int64 `json:"statusItems"`
+	Heartbeats  int64 `json:"heartbeats"`
+	Dropped     int64 `json:"dropped"`
+}
+
+// handleReplicaSelf serves GET /v1/replicas/self on the local socket.
+func handleReplicaSelf(mux *http.ServeMux, e *replica.Elector, h *hub.Hub, c *linkCounts) {
+	mux.HandleFunc("GET /v1/replicas/self", func(w http.ResponseWriter, r *http.Request) {
+		held := 0
+		if o := e.Ownership(); o != nil && time.Now().Before(o.Until) {
+			held = o.Count()
+		}
+		replyJSON(w, Self{ID: e.ID(), Buckets: held, StatusItems: c.statusItems.Load(), Heartbeats: c.heartbeats.Load(),
+			Dropped: h.Link.Dropped()}, nil)
+	})
+}

@@ -259,7 +259,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		ReleaseDir: c.path("releases"), Chunks: chunkCfg, ObjectLimits: objLimits}
 	// The link's counters, for /metrics (counted whether or not it is served).
 	counters := hubmetrics.NewCounters()
-	hcfg.Observe = counters
+	handled := &linkCounts{next: counters}
+	hcfg.Observe = handled
 	b, err := c.reachBroker(cfg, &hcfg, log)
 	if err != nil {
 		return err
@@ -282,6 +283,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	defer fleet.Close()
 	log.Info("fleet store", "store", storeName(c.storeOf(cfg)))
+	if err := c.replicaClient(cfg, fleet, &hcfg, b != nil); err != nil {
+		return err
+	}
 	h := hub.New(hcfg, fleet, log)
 	if err := c.loadSecretsKey(cfg, h.Objects(), log); err != nil {
 		return err
@@ -332,6 +336,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	mux.Handle("/", h.API(deviceTimeout).Handler())
 	handleDebug(mux)
 	handleReplicas(mux, fleet)
+	handleReplicaSelf(mux, rep, h, handled)
 	mux.HandleFunc("POST /v1/broker/revocations", func(w http.ResponseWriter, r *http.Request) {
 		// The fleet's revocations and enrolments first: whatever the
 		// broker, a revoked device gets no objects.

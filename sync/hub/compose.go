@@ -64,7 +64,9 @@ type Hub struct {
 // are asked for when it starts to lead. On PostgreSQL a pass asked for
 // through a replica that does not lead (an apply, an eviction, a
 // device's report it handled) is signalled to the leader through the
-// change feed, which runs it (signalled). Call before Start and e.Start.
+// change feed, which runs it (signalled), and the devices' reports are
+// shared out: each replica handles those of the devices it owns
+// (Elector.Owns). Call before Start and e.Start.
 func (h *Hub) UseReplica(e *replica.Elector) {
 	h.replica = e
 	var schedule, update func()
@@ -75,6 +77,12 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 		schedule = func() { feed.Signal(fleetwatch.SchedulePass) }
 		update = func() { feed.Signal(fleetwatch.UpdatePass) }
 		feed.OnSignal(h.signalled)
+		// Each device's reports are handled by the replica that owns its
+		// bucket (replica.Bucket), the others drop them; a gain has the
+		// link take the gained devices up.
+		h.Link.SetOwners(e)
+		h.ObjectLink.SetOwner(e.Owns)
+		e.WatchOwners(h.Link.OwnersChanged)
 	}
 	h.Scheduler.SetGate(e.Leading, schedule)
 	h.Updates.SetGate(e.Leading, update)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -47,8 +48,18 @@ type ACL struct{ Topics protocol.Topics }
 
 // CheckIdentity refuses an identity that is neither the hub's nor a valid
 // device ID, and a client ID that is not the identity (which would take
-// over another client's session).
+// over another client's session). The hub may also be a replica, under
+// client ID "podhub:<replica ID>" (replica.CheckID): ':' is outside the
+// device IDs' alphabet, so no device can take it.
 func (a ACL) CheckIdentity(identity, clientID string) error {
+	if identity == pki.HubIdentity {
+		if id, ok := strings.CutPrefix(clientID, pki.HubIdentity+":"); ok {
+			if err := replica.CheckID(id); err != nil {
+				return fmt.Errorf("client ID %q: a replica of the hub: %w", clientID, err)
+			}
+			return nil
+		}
+	}
 	if identity != pki.HubIdentity {
 		if err := protocol.ValidDeviceID(identity); err != nil {
 			return fmt.Errorf("certificate common name: %w", err)

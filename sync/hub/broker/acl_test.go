@@ -134,6 +134,11 @@ func TestBrokerACLIdentity(t *testing.T) {
 	for _, c := range []struct{ cn, clientID, want string }{
 		{"gw-1", "gw-1", ""},
 		{"podhub", "podhub", ""},
+		{"podhub", "podhub:hub-1.example", ""},
+		{"podhub", "podhub:", "a replica of the hub"},
+		{"podhub", "podhub:Bad_ID", "a replica of the hub"},
+		{"podhub", "podhub-x", "must equal"},
+		{"gw-1", "podhub:gw-1", "must equal"},
 		{"gw-1", "gw-2", `client ID "gw-2": must equal`},
 		{"gw-1", "podhub", "must equal"},
 		{"gw-1", "podvisor-gw-1", "must equal"},

@@ -7,9 +7,7 @@ package devicelink
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net/url"
@@ -74,6 +72,12 @@ type Config struct {
 	Observe Observer
 	// Logs takes the devices' log frames (logs.go); nil: none.
 	Logs LogFrames
+	// Owners says which devices this replica handles (owners.go); nil:
+	// every device (a lone podhub).
+	Owners Owners
+	// EndSession has Close end the hub's persistent session at the
+	// broker (a replica that stops for good under its own client ID).
+	EndSession bool
 }
 
 // Objects is the object link as the device link sees it.
@@ -85,6 +89,9 @@ type Objects interface {
 	PrepareDesired(next map[string][]json.RawMessage)
 	DesiredChanged(device string, pods []json.RawMessage)
 	Connected()
+	// Gained is told of devices this replica now handles (in says
+	// which): it reads them again.
+	Gained(in func(device string) bool)
 	ObjectGet(device string, payload []byte)
 	SealKey(device string, payload []byte)
 }
@@ -125,6 +132,10 @@ type Link struct {
 	orders   orders
 	releases releases.Store
 	chunks   *chunks.Server
+	// own is the device ownership's state (owners.go).
+	own ownership
+	// opts are the client's options (Close's endSession copies them).
+	opts *mqtt.ClientOptions
 }
 
 // New makes a link; Connect connects it.
@@ -174,6 +185,8 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Link {
 	if cfg.Connect == nil {
 		cfg.Connect = mqtt.NewClient
 	}
+	h.cfg.Connect = cfg.Connect
+	h.opts = opts
 	h.client = cfg.Connect(opts)
 	return h
 }
@@ -191,9 +204,13 @@ func (h *Link) Connect(wait time.Duration) error {
 	return tok.Error()
 }
 
-// Close disconnects.
+// Close disconnects (ending the broker session if Config.EndSession).
 func (h *Link) Close() {
 	h.client.Disconnect(500)
+	if h.cfg.EndSession {
+		opts := *h.opts
+		h.endSession(&opts)
+	}
 	if h.chunks != nil {
 		h.chunks.Close()
 	}
@@ -252,37 +269,17 @@ func (h *Link) summarise() {
 
 // onConnect subscribes to every device's reports and publishes every
 // desired document again (a broker that lost its retained messages gets
-// them back; devices ignore a generation they have).
+// them back; devices ignore a generation they have). A replica handles
+// its own devices' retained reports, publishes only their documents,
+// and hears the hub's presence (owners.go).
 func (h *Link) onConnect(c mqtt.Client) {
 	h.connectedTo.Store(h.broker())
-	for kind, handler := range map[string]mqtt.MessageHandler{
-		protocol.KindStatus: report(h, "status batch", protocol.DecodeStatusBatch,
-			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus),
-		protocol.KindAck:       report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device }, h.saveAck),
-		protocol.KindHeartbeat: report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device }, h.saveHeartbeat),
-		protocol.KindPresence:  h.presenceHandler(),
-		protocol.KindUpdateState: report(h, "update state", protocol.DecodeUpdateState,
-			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState),
-		protocol.KindFetch:     h.fetchHandler,
-		protocol.KindObjectGet: h.objectsHandler(func(o Objects) func(string, []byte) { return o.ObjectGet }),
-		protocol.KindSealKey:   h.objectsHandler(func(o Objects) func(string, []byte) { return o.SealKey }),
-		protocol.KindLogs:      h.logsHandler(),
-	} {
-		if handler == nil {
-			continue
-		}
-		tok := c.Subscribe(h.topics.All(kind), 1, handler)
-		if tok.Wait() && tok.Error() != nil {
-			h.log.Error("subscribing", "topic", h.topics.All(kind), "err", tok.Error())
-		} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[h.topics.All(kind)] >= 0x80 {
-			// paho reports a refusal (SUBACK 0x80) as success.
-			h.log.Error("the broker refused the subscription; check its ACL for the hub (docs/brokers.md)", "topic", h.topics.All(kind),
-				"suback", st.Result()[h.topics.All(kind)])
-		}
+	h.own.replay.Store(nil)
+	h.subscribe(c, nil)
+	if h.cfg.Owners != nil {
+		h.subscribeTo(c, h.topics.HubPresence(), h.hubPresenceHandler)
 	}
-	session := make([]byte, 8)
-	rand.Read(session)
-	c.Publish(h.topics.HubPresence(), 1, true, protocol.Encode(&protocol.Presence{Online: true, Session: hex.EncodeToString(session)}))
+	h.announce(c)
 	// The object indexes first, as for every update: a device that reads
 	// both again finds its pods' objects listed.
 	if h.cfg.Objects != nil {
@@ -298,12 +295,65 @@ func (h *Link) onConnect(c mqtt.Client) {
 		h.log.Error("reading desired documents", "err", err)
 		return
 	}
+	published := 0
 	for _, d := range docs {
-		h.publishDesired(c, d.Device, d.Document)
+		if h.owns(d.Device) {
+			h.publishDesired(c, d.Device, d.Document)
+			published++
+		}
 	}
 	h.updating.Unlock()
 	orders := h.publishOrders(c)
-	h.log.Info("connected to the broker", "broker", h.broker(), "desired", len(docs), "updateOrders", orders)
+	h.log.Info("connected to the broker", "broker", h.broker(), "desired", published, "updateOrders", orders)
+}
+
+// handlers are the link's handlers of the devices' reports, by kind
+// (nil: not handled), the ownership filter around all but the logs (the
+// replica that opened a log stream reads its frames; the others ignore
+// stream IDs they do not know).
+func (h *Link) handlers() map[string]mqtt.MessageHandler {
+	return map[string]mqtt.MessageHandler{
+		protocol.KindStatus: h.owned(report(h, "status batch", protocol.DecodeStatusBatch,
+			func(b *protocol.StatusBatch) string { return b.Device }, h.saveStatus)),
+		protocol.KindAck:       h.owned(report(h, "ack", protocol.DecodeAck, func(a *protocol.Ack) string { return a.Device }, h.saveAck)),
+		protocol.KindHeartbeat: h.owned(report(h, "heartbeat", protocol.DecodeHeartbeat, func(hb *protocol.Heartbeat) string { return hb.Device }, h.saveHeartbeat)),
+		protocol.KindPresence:  h.owned(h.presenceHandler()),
+		protocol.KindUpdateState: h.owned(report(h, "update state", protocol.DecodeUpdateState,
+			func(s *protocol.UpdateState) string { return s.Device }, h.saveUpdateState)),
+		protocol.KindFetch:     h.owned(h.fetchHandler),
+		protocol.KindObjectGet: h.owned(h.objectsHandler(func(o Objects) func(string, []byte) { return o.ObjectGet })),
+		protocol.KindSealKey:   h.owned(h.objectsHandler(func(o Objects) func(string, []byte) { return o.SealKey })),
+		protocol.KindLogs:      h.logsHandler(),
+	}
+}
+
+// subscribe subscribes to the reports of kinds (nil: every kind the
+// link handles). A SUBSCRIBE to a filter the session has replaces it and
+// sends its retained messages again (MQTT 3.1.1 §3.8.4).
+func (h *Link) subscribe(c mqtt.Client, kinds []string) {
+	all := h.handlers()
+	if kinds == nil {
+		for kind := range all {
+			kinds = append(kinds, kind)
+		}
+	}
+	for _, kind := range kinds {
+		if handler := all[kind]; handler != nil {
+			h.subscribeTo(c, h.topics.All(kind), handler)
+		}
+	}
+}
+
+// subscribeTo subscribes to filter, logging a failure or a refusal.
+func (h *Link) subscribeTo(c mqtt.Client, filter string, handler mqtt.MessageHandler) {
+	tok := c.Subscribe(filter, 1, handler)
+	if tok.Wait() && tok.Error() != nil {
+		h.log.Error("subscribing", "topic", filter, "err", tok.Error())
+	} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[filter] >= 0x80 {
+		// paho reports a refusal (SUBACK 0x80) as success.
+		h.log.Error("the broker refused the subscription; check its ACL for the hub (docs/brokers.md)", "topic", filter,
+			"suback", st.Result()[filter])
+	}
 }
 
 // objectsHandler hands a device's object message to the object link

@@ -88,10 +88,14 @@ func (h *Link) publishOrders(c mqtt.Client) int {
 		h.log.Error("reading update orders", "err", err)
 		return 0
 	}
+	n := 0
 	for _, o := range os {
-		c.Publish(h.topics.Device(o.Device, protocol.KindUpdate), 1, true, o.Document)
+		if h.owns(o.Device) {
+			c.Publish(h.topics.Device(o.Device, protocol.KindUpdate), 1, true, o.Document)
+			n++
+		}
 	}
-	return len(os)
+	return n
 }
 
 // Resolve is the chunk server's check of a fetch: only an artifact of

@@ -79,6 +79,9 @@ var fleetMigrations = []string{fleetSchema1,
 	// Each replica process's nonce, on its row and the lease's: two
 	// processes given one replica ID never both lead.
 	replica.Nonces,
+	// Device ownership: which replica handles each bucket of devices'
+	// reports (sync/hub/replica, owners.go).
+	replica.OwnerTables,
 }
 
 var fleetSchema1 = `

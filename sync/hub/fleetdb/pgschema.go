@@ -27,6 +27,9 @@ var pgMigrations = []string{pgSchema1 + workloaddb.PGTables + objectdb.PGTables,
 	// Each replica process's nonce, on its row and the lease's: two
 	// processes given one replica ID never both lead.
 	replica.PGNonces,
+	// Device ownership: which replica handles each bucket of devices'
+	// reports (sync/hub/replica, owners.go).
+	replica.PGOwnerTables,
 }
 
 const pgSchema1 = `

@@ -85,6 +85,28 @@ type Link struct {
 	// denied counts the refs asked for that were not in the asking
 	// device's index.
 	denied atomic.Int64
+	// owns says which devices this replica handles (SetOwner; nil: all):
+	// a connection publishes only their indexes.
+	owns func(device string) bool
+}
+
+// SetOwner makes the link one replica's of several on one broker: a
+// connection publishes again only the indexes of the devices owns says
+// this replica handles. Call before Start.
+func (l *Link) SetOwner(owns func(device string) bool) { l.owns = owns }
+
+// Gained is told of devices this replica now handles (in says which):
+// their pods and indexes are read again (another replica may have
+// stored them, its signal lost).
+func (l *Link) Gained(in func(device string) bool) {
+	l.mu.Lock()
+	for dev := range l.devices {
+		if in(dev) {
+			l.reloadDevs[dev] = true
+		}
+	}
+	l.mu.Unlock()
+	l.kick()
 }
 
 // device is what the link keeps of one device.
@@ -413,7 +435,7 @@ func (l *Link) Connected() {
 		return
 	}
 	for dev, st := range stored {
-		if len(st.Document) > 0 {
+		if len(st.Document) > 0 && (l.owns == nil || l.owns(dev)) {
 			l.publish(l.cfg.Topics.Device(dev, protocol.KindObjects), true, st.Document)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvisor/podvisor/sqldb"
@@ -60,7 +61,19 @@ type Elector struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	// Device ownership (owners.go). own is the buckets held and their
+	// validity, replaced whole (Owns reads it on every device message
+	// without a lock); hold is held for reading by the handling of a
+	// device's message (WithOwned) and for writing by a release, which
+	// so waits for the message in hand before the row goes.
+	own         atomic.Pointer[Ownership]
+	hold        sync.RWMutex
+	watchOwners func(gained, lost []int)
 }
+
+// forever is the validity of a lone replica's ownership (SQLite).
+var forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // New is an elector of the replica cfg.ID over store.
 func New(store *Store, cfg Config) (*Elector, error) {
@@ -91,6 +104,37 @@ func New(store *Store, cfg Config) (*Elector, error) {
 // Watch has fn told of each change of leadership (true: this replica
 // leads), from the elector's goroutine; set before Start.
 func (e *Elector) Watch(fn func(leading bool)) { e.watch = fn }
+
+// WatchOwners has fn told of the device buckets this replica gains and
+// loses, from the elector's goroutine (the first time within Start);
+// set before Start. A bucket lost is no longer handled when fn hears
+// of it.
+func (e *Elector) WatchOwners(fn func(gained, lost []int)) { e.watchOwners = fn }
+
+// Owns reports whether this replica handles device's reports now: its
+// bucket is held and the ownership valid on this replica's clock (its
+// membership term not run out unrenewed). On SQLite: always, from Start
+// to Stop.
+func (e *Elector) Owns(device string) bool {
+	return e.own.Load().Owns(device, time.Now())
+}
+
+// WithOwned runs handle if this replica owns device, holding the owner
+// set meanwhile (a release of the device's bucket waits for it), and
+// reports whether it ran.
+func (e *Elector) WithOwned(device string, handle func()) bool {
+	e.hold.RLock()
+	defer e.hold.RUnlock()
+	if !e.Owns(device) {
+		return false
+	}
+	handle()
+	return true
+}
+
+// Ownership is the buckets this replica holds and their validity (nil
+// before Start).
+func (e *Elector) Ownership() *Ownership { return e.own.Load() }
 
 // Timing is the lease's timing.
 func (e *Elector) Timing() Timing { return e.cfg.Timing }
@@ -242,6 +286,9 @@ func (e *Elector) attempt() error {
 			return err
 		}
 	}
+	if err := e.ownersRound(sent); err != nil {
+		e.cfg.Log.Warn("device owners", "replica", e.cfg.ID, "err", err)
+	}
 	l, now, err := e.store.ReadLease(LeaderLease)
 	if err != nil {
 		return err
@@ -350,6 +397,14 @@ func (e *Elector) Stop() error {
 	}
 	close(stop)
 	<-e.done
+	// The devices first: handling stops (the message in hand finished),
+	// then the rows go, so the others take them at their next round.
+	e.setOwnership(nil, nil, e.own.Load().Held())
+	if !e.static {
+		if err := e.store.ReleaseAll(e.self); err != nil {
+			e.cfg.Log.Warn("releasing the device buckets", "err", err)
+		}
+	}
 	e.mu.Lock()
 	token := e.lastToken
 	wasLeading := e.leading
@@ -378,3 +433,91 @@ func (e *Elector) Stop() error {
 // Nonce is this process's nonce (kept in the data directory, so that the
 // next process there knows its predecessor: Config.Predecessor).
 func (e *Elector) Nonce() string { return e.self.Nonce }
+
+// ownersRound is the ownership part of a round whose heartbeat was sent
+// at sent (and written): on SQLite every bucket; elsewhere the buckets
+// the rows give this process, rebalanced (Rebalance), valid until sent
+// plus the TTL. After a lapse (the ownership ran out before sent) the
+// rows still held are reclaimed first (Store.Reclaim), so a take decided
+// on them before fails, and all of them count as gained.
+func (e *Elector) ownersRound(sent time.Time) error {
+	cur := e.own.Load()
+	until := sent.Add(e.cfg.Timing.TTL)
+	if e.static {
+		if cur == nil {
+			e.setOwnership(new(Ownership).With(AllBuckets(), true, forever), AllBuckets(), nil)
+		}
+		return nil
+	}
+	lapsed := cur == nil || !sent.Before(cur.Until)
+	if lapsed {
+		if _, err := e.store.Reclaim(e.self); err != nil {
+			return err
+		}
+	}
+	members, _, err := e.store.Members()
+	if err != nil {
+		return err
+	}
+	owners, now, err := e.store.Owners()
+	if err != nil {
+		return err
+	}
+	var held []int
+	for _, o := range owners {
+		if o.heldBy(e.self) {
+			held = append(held, o.Bucket)
+		}
+	}
+	take, release := Rebalance(e.self, members, owners, now, e.cfg.Timing)
+	next := new(Ownership).With(held, true, until).With(release, false, until)
+	var before *Ownership
+	if !lapsed {
+		before = cur
+	}
+	if len(release) > 0 {
+		// Handling of the released buckets stops before their rows go.
+		e.setOwnership(next, nil, release)
+		before = next
+		if err := e.store.ReleaseBuckets(e.self, release); err != nil {
+			return err
+		}
+		e.cfg.Log.Info("device buckets released", "replica", e.cfg.ID, "count", len(release), "held", next.Count())
+	}
+	if len(take) > 0 {
+		taken, err := e.store.TakeBuckets(e.self, take, owners, e.cfg.Timing.Margin)
+		next = next.With(taken, true, until)
+		if len(taken) > 0 {
+			e.cfg.Log.Info("device buckets taken", "replica", e.cfg.ID, "count", len(taken), "held", next.Count())
+		}
+		if err != nil {
+			e.setOwnership(next, diff(next, before), diff(before, next))
+			return err
+		}
+	}
+	e.setOwnership(next, diff(next, before), diff(before, next))
+	return nil
+}
+
+// setOwnership makes o the replica's ownership, under the hold's write
+// lock (messages in hand finish first), and tells the watcher what it
+// gained and lost, if anything.
+func (e *Elector) setOwnership(o *Ownership, gained, lost []int) {
+	e.hold.Lock()
+	e.own.Store(o)
+	e.hold.Unlock()
+	if e.watchOwners != nil && (len(gained) > 0 || len(lost) > 0) {
+		e.watchOwners(gained, lost)
+	}
+}
+
+// diff is the buckets a holds and b does not (either may be nil).
+func diff(a, b *Ownership) []int {
+	var out []int
+	for _, x := range a.Held() {
+		if !b.Has(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/podvisor/podvisor/sqldb"
@@ -288,6 +290,11 @@ type Info struct {
 	Live bool `json:"live"`
 	// Leader says it holds the leader lease.
 	Leader bool `json:"leader"`
+	// Buckets is how many device buckets it holds (owners.go); Devices
+	// how many of the fleet's devices fall in them (List.CountDevices).
+	Buckets int    `json:"buckets"`
+	Devices int    `json:"devices"`
+	holder  string // its process (ID NUL nonce), as bucketHolders names it
 }
 
 // List is the replicas and the leader lease, read at Now (the
@@ -299,6 +306,8 @@ type List struct {
 	Leader string `json:"leader,omitempty"`
 	// Token is the lease's fencing token.
 	Token int64 `json:"token"`
+	// holders is each bucket's holder process (bucketHolders).
+	holders [Buckets]string
 }
 
 // List reads the replicas and the leader lease.
@@ -318,10 +327,249 @@ func (s *Store) List() (List, error) {
 			out.Leader = l.Holder
 		}
 	}
+	buckets, err := s.bucketHolders(members, now)
+	if err != nil {
+		return List{}, err
+	}
+	out.holders = buckets
 	for _, m := range members {
-		out.Replicas = append(out.Replicas, Info{ID: m.ID, Address: m.Address, Version: m.Version,
+		in := Info{ID: m.ID, Address: m.Address, Version: m.Version,
 			Started: time.UnixMilli(m.Started).UTC(), Heartbeat: time.UnixMilli(m.Heartbeat).UTC(),
-			Live: m.Live(now), Leader: out.Leader == m.ID})
+			Live: m.Live(now), Leader: out.Leader == m.ID, holder: m.ID + "\x00" + m.Nonce}
+		for _, holder := range buckets {
+			if holder == in.holder {
+				in.Buckets++
+			}
+		}
+		out.Replicas = append(out.Replicas, in)
 	}
 	return out, nil
+}
+
+// bucketHolders is each bucket's holder process (ID NUL nonce; "" for
+// none). On SQLite the one live replica holds them all (no table use).
+func (s *Store) bucketHolders(members []Member, now int64) ([Buckets]string, error) {
+	var out [Buckets]string
+	if s.db.Dialect == sqldb.SQLite {
+		for _, m := range members {
+			if m.Live(now) { // the one replica SQLite runs
+				for b := range out {
+					out[b] = m.ID + "\x00" + m.Nonce
+				}
+				break
+			}
+		}
+		return out, nil
+	}
+	owners, _, err := s.Owners()
+	if err != nil {
+		return out, err
+	}
+	for _, o := range owners {
+		if o.Bucket >= 0 && o.Bucket < Buckets {
+			out[o.Bucket] = o.Holder + "\x00" + o.Nonce
+		}
+	}
+	return out, nil
+}
+
+// CountDevices fills each replica's Devices: how many of the fleet's
+// devices (ids) fall in the buckets it holds.
+func (l *List) CountDevices(ids []string) {
+	var per [Buckets]int
+	for _, id := range ids {
+		per[Bucket(id)]++
+	}
+	for i := range l.Replicas {
+		r := &l.Replicas[i]
+		r.Devices = 0
+		for b, holder := range l.holders {
+			if holder != "" && holder == r.holder {
+				r.Devices += per[b]
+			}
+		}
+	}
+}
+
+// OwnerTables is the device ownership table on SQLite (a migration of
+// the fleet database after Nonces: fleetdb lists it); PGOwnerTables the
+// same on PostgreSQL. One row per bucket held (owners.go); a bucket
+// without a row is free.
+const (
+	OwnerTables = `CREATE TABLE device_owners (
+	bucket INTEGER PRIMARY KEY,
+	holder TEXT NOT NULL,
+	nonce  TEXT NOT NULL,
+	since  INTEGER NOT NULL
+);
+`
+	PGOwnerTables = `CREATE TABLE device_owners (
+	bucket BIGINT PRIMARY KEY,
+	holder TEXT COLLATE "C" NOT NULL,
+	nonce  TEXT COLLATE "C" NOT NULL,
+	since  BIGINT NOT NULL
+);
+`
+)
+
+// Owners are the device_owners rows, by bucket, and the database's time
+// of the read.
+func (s *Store) Owners() ([]Owner, int64, error) {
+	now, err := s.Now()
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT bucket, holder, nonce, since FROM device_owners ORDER BY bucket`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the device owners: %w", err)
+	}
+	defer rows.Close()
+	var out []Owner
+	for rows.Next() {
+		var o Owner
+		var b int64
+		if err := rows.Scan(&b, &o.Holder, &o.Nonce, &o.Since); err != nil {
+			return nil, 0, err
+		}
+		o.Bucket = int(b)
+		out = append(out, o)
+	}
+	return out, now, rows.Err()
+}
+
+// TakeBuckets takes buckets for process me, each guarded: a bucket
+// read without a row only if there is still none; a row read only if it
+// is still as read (holder, nonce, since) and its holder's membership
+// row is still gone, another process's, or expired past margin on the
+// database's clock. read is the rows read (Owners) the decision came
+// from. It returns the buckets taken. The statements take up to
+// takeBatch buckets each (a replica taking a dead one's share writes a
+// few statements, not hundreds).
+func (s *Store) TakeBuckets(me Self, buckets []int, read []Owner, margin time.Duration) ([]int, error) {
+	rows := make(map[int]Owner, len(read))
+	for _, o := range read {
+		rows[o.Bucket] = o
+	}
+	var free []int
+	var held []Owner
+	for _, b := range buckets {
+		if o, ok := rows[b]; ok {
+			held = append(held, o)
+		} else {
+			free = append(free, b)
+		}
+	}
+	var taken []int
+	for len(free) > 0 {
+		n := min(len(free), takeBatch)
+		args := make([]any, 0, 3*n)
+		values := make([]string, 0, n)
+		for _, b := range free[:n] {
+			values = append(values, `(?, ?, ?, `+s.now+`)`)
+			args = append(args, b, me.ID, me.Nonce)
+		}
+		got, err := s.buckets(`INSERT INTO device_owners (bucket, holder, nonce, since) VALUES `+strings.Join(values, ", ")+`
+			ON CONFLICT (bucket) DO NOTHING RETURNING bucket`, args)
+		taken = append(taken, got...)
+		if err != nil {
+			return taken, fmt.Errorf("taking free device buckets: %w", err)
+		}
+		free = free[n:]
+	}
+	for len(held) > 0 {
+		n := min(len(held), takeBatch)
+		args := []any{me.ID, me.Nonce}
+		values := make([]string, 0, n)
+		for _, o := range held[:n] {
+			values = append(values, `(CAST(? AS BIGINT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT))`)
+			args = append(args, o.Bucket, o.Holder, o.Nonce, o.Since)
+		}
+		args = append(args, margin.Milliseconds())
+		// VALUES' columns are column1… on both SQLite and PostgreSQL.
+		got, err := s.buckets(`UPDATE device_owners SET holder = ?, nonce = ?, since = `+s.now+`
+			FROM (VALUES `+strings.Join(values, ", ")+`) AS r
+			WHERE device_owners.bucket = r.column1 AND device_owners.holder = r.column2
+				AND device_owners.nonce = r.column3 AND device_owners.since = r.column4
+				AND NOT EXISTS (SELECT 1 FROM replicas m WHERE m.id = device_owners.holder AND m.nonce = device_owners.nonce
+					AND m.expires + ? >= `+s.now+`)
+			RETURNING device_owners.bucket`, args)
+		taken = append(taken, got...)
+		if err != nil {
+			return taken, fmt.Errorf("taking expired device buckets: %w", err)
+		}
+		held = held[n:]
+	}
+	slices.Sort(taken)
+	return taken, nil
+}
+
+// takeBatch bounds the buckets one statement of TakeBuckets takes.
+const takeBatch = 256
+
+// buckets runs query, which returns bucket numbers.
+func (s *Store) buckets(query string, args []any) ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var b int64
+		if err := rows.Scan(&b); err != nil {
+			return out, err
+		}
+		out = append(out, int(b))
+	}
+	return out, rows.Err()
+}
+
+// ReleaseBuckets gives up buckets that process me holds (rows of
+// another process stay): the next round of another replica takes them.
+func (s *Store) ReleaseBuckets(me Self, buckets []int) error {
+	for _, b := range buckets {
+		if _, err := s.exec(`DELETE FROM device_owners WHERE bucket = ? AND holder = ? AND nonce = ?`, b, me.ID, me.Nonce); err != nil {
+			return fmt.Errorf("releasing device bucket %d: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// ReleaseAll gives up every bucket process me holds (a graceful stop).
+func (s *Store) ReleaseAll(me Self) error {
+	_, err := s.exec(`DELETE FROM device_owners WHERE holder = ? AND nonce = ?`, me.ID, me.Nonce)
+	if err != nil {
+		return fmt.Errorf("releasing the device buckets: %w", err)
+	}
+	return nil
+}
+
+// Reclaim renews the rows process me still holds after its ownership
+// lapsed on its own clock (a pause, a store unreachable for a TTL): each
+// row's since moves, so that a take decided on the row as read before
+// fails (its compare-and-set on since), and the rows returned are the
+// buckets it still holds. A take that landed first is not returned.
+func (s *Store) Reclaim(me Self) ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `UPDATE device_owners
+		SET since = CASE WHEN `+s.now+` > since THEN `+s.now+` ELSE since + 1 END
+		WHERE holder = ? AND nonce = ? RETURNING bucket`, me.ID, me.Nonce)
+	if err != nil {
+		return nil, fmt.Errorf("reclaiming the device buckets: %w", err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var b int64
+		if err := rows.Scan(&b); err != nil {
+			return nil, err
+		}
+		out = append(out, int(b))
+	}
+	return out, rows.Err()
 }
