@@ -29,7 +29,7 @@ import (
 var (
 	scaleOnly     = flag.Bool("scale-only", false, "measure only the fleet at scale (make bench-scale): -scale-devices against each of -scale-setups")
 	scaleDevices  = flag.Int("scale-devices", 10000, "simulated devices of the scale measurement")
-	scaleSetups   = flag.String("scale-setups", "sqlite,postgres,replicas", "the scale measurement's setups, in order: sqlite, postgres, replicas")
+	scaleSetups   = flag.String("scale-setups", "sqlite,postgres,replicas-embedded,replicas", "the scale measurement's setups, in order: sqlite, postgres, replicas-embedded (replicas behind the first one's embedded broker), replicas (behind NATS)")
 	scaleReplicas = flag.Int("scale-replicas", 3, "podhub replicas of the replicas setup")
 	scaleRate     = flag.Float64("scale-status-rate", 10000, "pod statuses a second the simulated devices offer together in the status window")
 	scaleWindow   = flag.Duration("scale-status-window", 30*time.Second, "how long the stored statuses are counted (after 5 s of warm-up)")
@@ -79,7 +79,7 @@ func scaleBench(bin string) error {
 	fmt.Printf("  statuses offered %.0f/s for %v; devices heartbeat every %v; setups: %s\n", *scaleRate, *scaleWindow, *hubHeartbeat, strings.Join(setups, ", "))
 	var pg *pgtest.Server
 	for _, s := range setups {
-		if s == setupPostgres || s == setupReplicas {
+		if s == setupPostgres || s == setupReplicas || s == setupReplicasEmbedded {
 			// Durable as a production server (fsync and full pages on),
 			// commits not waiting for their flush (as SQLite's WAL with
 			// synchronous=NORMAL): the tests' settings are for speed.
@@ -459,13 +459,13 @@ func printScale(rs []scaleResult, n int) {
 	fmt.Printf("\nfleet at scale, %d devices\n", n)
 	fmt.Printf("%-44s", "")
 	for _, r := range rs {
-		fmt.Printf(" %14s", r.setup)
+		fmt.Printf(" %17s", r.setup)
 	}
 	fmt.Println()
 	row := func(label string, f func(r scaleResult) string) {
 		fmt.Printf("%-44s", label)
 		for _, r := range rs {
-			fmt.Printf(" %14s", f(r))
+			fmt.Printf(" %17s", f(r))
 		}
 		fmt.Println()
 	}
@@ -519,12 +519,14 @@ func printScale(rs []scaleResult, n int) {
 		ra, oka := by[a]
 		rb, okb := by[b]
 		if oka && okb && f(rb) != 0 {
-			fmt.Printf("  %-42s %6.2fx\n", label, f(ra)/f(rb))
+			fmt.Printf("  %-54s %6.2fx\n", label, f(ra)/f(rb))
 		}
 	}
 	fmt.Println("ratios")
-	for _, p := range [][2]string{{setupPostgres, setupSQLite}, {setupReplicas, setupPostgres}} {
-		name := map[string]string{setupPostgres: "PostgreSQL/SQLite", setupReplicas: fmt.Sprintf("%d replicas/1 on PostgreSQL", *scaleReplicas)}[p[0]]
+	for _, p := range [][2]string{{setupPostgres, setupSQLite}, {setupReplicasEmbedded, setupPostgres}, {setupReplicas, setupPostgres}} {
+		name := map[string]string{setupPostgres: "PostgreSQL/SQLite",
+			setupReplicasEmbedded: fmt.Sprintf("%d replicas/1 (embedded broker)", *scaleReplicas),
+			setupReplicas:         fmt.Sprintf("%d replicas on NATS/1 embedded", *scaleReplicas)}[p[0]]
 		ratio(name+": Ready time", p[0], p[1], func(r scaleResult) float64 { return r.ready.Seconds() })
 		ratio(name+": statuses stored /s", p[0], p[1], func(r scaleResult) float64 { return r.stored })
 		ratio(name+": DaemonSet -> acks stored", p[0], p[1], func(r scaleResult) float64 { return r.acked.Seconds() })

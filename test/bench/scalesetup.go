@@ -27,6 +27,9 @@ const (
 	setupSQLite   = "sqlite"
 	setupPostgres = "postgres"
 	setupReplicas = "replicas"
+	// setupReplicasEmbedded is the replicas on PostgreSQL behind the
+	// first one's embedded broker: replicas apart from the broker.
+	setupReplicasEmbedded = "replicas-embedded"
 )
 
 // scaleSetup is one running setup: its podhub processes, the broker
@@ -107,42 +110,57 @@ func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) 
 			return nil, err
 		}
 		s.hubs, s.addrs, s.stops = []*scaleHub{h}, []string{addr}, append(s.stops, h.stop)
-	case setupReplicas:
-		url, err := pg.CreateDatabase("bench_" + name)
+	case setupReplicas, setupReplicasEmbedded:
+		url, err := pg.CreateDatabase("bench_" + strings.ReplaceAll(name, "-", "_"))
 		if err != nil {
 			return nil, err
 		}
 		s.db, s.store = pg, url
-		natsDir := filepath.Join(dir, "nats")
-		if err := os.MkdirAll(natsDir, 0o700); err != nil {
-			return nil, err
-		}
-		c, err := natstest.StartCluster(natsDir, filepath.Join(first, "pki"), "", ids)
-		if err != nil {
-			return nil, err
-		}
-		s.stops = append(s.stops, c.Stop)
-		s.brokers = c.Nodes[:]
-		for _, n := range c.Nodes {
-			s.addrs = append(s.addrs, n.MQTT)
-		}
-		for i := range *scaleReplicas {
-			id := fmt.Sprintf("r%d", i+1)
-			data := first
-			if i > 0 {
-				// The same keys and CA: a copy of the first's directory.
-				data = filepath.Join(dir, "podhub-"+id)
-				if out, err := exec.Command("cp", "-a", first, data).CombinedOutput(); err != nil {
-					return nil, fmt.Errorf("copying podhub's data directory: %v %s", err, out)
-				}
-				os.Remove(filepath.Join(data, "replica-id"))
+		// Every replica's data directory a copy of the first's (the same
+		// keys and CA), made before any runs.
+		datas := []string{first}
+		for i := 1; i < *scaleReplicas; i++ {
+			data := filepath.Join(dir, fmt.Sprintf("podhub-r%d", i+1))
+			if out, err := exec.Command("cp", "-a", first, data).CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("copying podhub's data directory: %v %s", err, out)
 			}
-			// The cluster's nodes, and the CA that signed their certificate.
-			conf := fmt.Sprintf("brokers: [%s]\ntls: {ca: %s}\n", strings.Join(c.URLs(), ", "), filepath.Join(data, "pki", "ca.pem"))
-			if err := os.WriteFile(filepath.Join(data, "podhub.yaml"), []byte(conf), 0o600); err != nil {
+			datas = append(datas, data)
+		}
+		var urls []string // the brokers the replicas reach (podhub.yaml brokers:)
+		if name == setupReplicas {
+			natsDir := filepath.Join(dir, "nats")
+			if err := os.MkdirAll(natsDir, 0o700); err != nil {
 				return nil, err
 			}
-			h, err := startScaleHub(podhub, data, id, append(common, "--store", url, "--replica-id", id)...)
+			c, err := natstest.StartCluster(natsDir, filepath.Join(first, "pki"), "", ids)
+			if err != nil {
+				return nil, err
+			}
+			s.stops = append(s.stops, c.Stop)
+			s.brokers = c.Nodes[:]
+			for _, n := range c.Nodes {
+				s.addrs = append(s.addrs, n.MQTT)
+			}
+			urls = c.URLs()
+		} else {
+			// The first replica's embedded broker: the others connect to
+			// it with the hub's certificate, as replicas of their own.
+			s.addrs = []string{freePort()}
+			urls = []string{"mqtts://" + s.addrs[0]}
+		}
+		for i, data := range datas {
+			id := fmt.Sprintf("r%d", i+1)
+			args := append(append([]string{}, common...), "--store", url, "--replica-id", id)
+			if name == setupReplicasEmbedded && i == 0 {
+				args = append(args, "--mqtt-listen", s.addrs[0])
+			} else {
+				// The brokers, and the CA that signed their certificate.
+				conf := fmt.Sprintf("brokers: [%s]\ntls: {ca: %s}\n", strings.Join(urls, ", "), filepath.Join(data, "pki", "ca.pem"))
+				if err := os.WriteFile(filepath.Join(data, "podhub.yaml"), []byte(conf), 0o600); err != nil {
+					return nil, err
+				}
+			}
+			h, err := startScaleHub(podhub, data, id, args...)
 			if err != nil {
 				return nil, err
 			}
@@ -150,7 +168,7 @@ func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) 
 			s.stops = append(s.stops, h.stop)
 		}
 	default:
-		return nil, fmt.Errorf("-scale-setups: unknown setup %q (sqlite, postgres, replicas)", name)
+		return nil, fmt.Errorf("-scale-setups: unknown setup %q (sqlite, postgres, replicas-embedded, replicas)", name)
 	}
 	return s, nil
 }
