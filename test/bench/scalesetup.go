@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver: the store's size
 
 	"github.com/podvisor/podvisor/sync/hub/api"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 	"github.com/podvisor/podvisor/test/natstest"
 	"github.com/podvisor/podvisor/test/pgtest"
 	"github.com/podvisor/podvisor/test/syncbuf"
@@ -167,6 +169,15 @@ func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) 
 			s.hubs = append(s.hubs, h)
 			s.stops = append(s.stops, h.stop)
 		}
+		// The devices come to a fleet at rest: every replica holding its
+		// share of the buckets (a report arriving while a bucket moves
+		// is dropped by both, and a device's first heartbeat lost so
+		// would leave it NotReady until its next one).
+		took, err := waitBuckets(podhub, first, len(datas), time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Printf("  %d replicas hold their shares of the device buckets %6.1f s after the last started\n", len(datas), took.Seconds())
 	default:
 		return nil, fmt.Errorf("-scale-setups: unknown setup %q (sqlite, postgres, replicas-embedded, replicas)", name)
 	}
@@ -272,4 +283,30 @@ func (s *scaleSetup) storeSize() (int64, error) {
 	var size int64
 	err = db.QueryRow(`SELECT pg_database_size(current_database())`).Scan(&size)
 	return size, err
+}
+
+// waitBuckets waits until n live replicas hold all the device buckets,
+// each its share, as podhub get replicas (through data) lists them.
+func waitBuckets(podhub, data string, n int, within time.Duration) (time.Duration, error) {
+	start := time.Now()
+	// Each takes up to its share, the last what the others left.
+	least := replica.Buckets - (n-1)*((replica.Buckets+n-1)/n)
+	var last string
+	for time.Since(start) < within {
+		out, err := exec.Command(podhub, "--data-dir", data, "get", "replicas", "-o", "json").Output()
+		var l replica.List
+		if err == nil && json.Unmarshal(out, &l) == nil {
+			total, settled := 0, len(l.Replicas) == n
+			for _, r := range l.Replicas {
+				total += r.Buckets
+				settled = settled && r.Live && r.Buckets >= least
+			}
+			if settled && total == replica.Buckets {
+				return time.Since(start), nil
+			}
+		}
+		last = string(out)
+		time.Sleep(250 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the replicas did not share the device buckets within %v; podhub get replicas:\n%s", within, last)
 }
