@@ -35,6 +35,7 @@ var (
 	scaleWindow   = flag.Duration("scale-status-window", 30*time.Second, "how long the stored statuses are counted (after 5 s of warm-up)")
 	scaleReadyIn  = flag.Duration("scale-ready-within", 8*time.Minute, "how long a setup may take until every device is Ready")
 	scaleApplyIn  = flag.Duration("scale-apply-within", 3*time.Minute, "how long a setup may take until every device applied the DaemonSet, and again until every ack is stored")
+	scaleNATSMQTT = flag.String("scale-nats-mqtt", "", "more settings of the NATS nodes' mqtt block, separated by ';' (such as \"consumer_replicas: 1; consumer_memory_storage: true\")")
 	scaleChild    = flag.String("scale-child", "", "internal: simulate devices ADDR[+ADDR…],DATADIR,DIR,FROM,COUNT for the scale measurement")
 )
 
@@ -77,6 +78,9 @@ func scaleBench(bin string) error {
 	setups := strings.Split(*scaleSetups, ",")
 	fmt.Printf("fleet at scale: %d simulated devices (%d pods each), %s, %d CPUs, kernel %s, %s\n", n, scalePods, cpuModel(), runtime.NumCPU(), kernel(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("  statuses offered %.0f/s for %v; devices heartbeat every %v; setups: %s\n", *scaleRate, *scaleWindow, *hubHeartbeat, strings.Join(setups, ", "))
+	if *scaleNATSMQTT != "" {
+		fmt.Printf("  NATS mqtt settings beside the tested ones: %s\n", *scaleNATSMQTT)
+	}
 	var pg *pgtest.Server
 	for _, s := range setups {
 		if s == setupPostgres || s == setupReplicas || s == setupReplicasEmbedded {

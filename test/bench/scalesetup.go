@@ -134,7 +134,13 @@ func startScaleSetup(name, podhub, dir string, pg *pgtest.Server, ids []string) 
 			if err := os.MkdirAll(natsDir, 0o700); err != nil {
 				return nil, err
 			}
-			c, err := natstest.StartCluster(natsDir, filepath.Join(first, "pki"), "", ids)
+			var extra []string
+			for _, m := range strings.Split(*scaleNATSMQTT, ";") {
+				if m = strings.TrimSpace(m); m != "" {
+					extra = append(extra, m)
+				}
+			}
+			c, err := natstest.StartCluster(natsDir, filepath.Join(first, "pki"), "", ids, extra...)
 			if err != nil {
 				return nil, err
 			}

@@ -91,11 +91,15 @@ func Start(t testing.TB, pkiDir, prefix string, devices []string) *Cluster {
 // nodes' files go in dir, which the caller removes after Stop; errors
 // are returned, and the nodes' output is in the error of a node that
 // did not start.
-func StartCluster(dir, pkiDir, prefix string, devices []string) (*Cluster, error) {
+//
+// mqtt are more settings of the nodes' mqtt block, one a string (such
+// as "consumer_replicas: 1"): a benchmark's variant of the tested
+// configuration.
+func StartCluster(dir, pkiDir, prefix string, devices []string, mqtt ...string) (*Cluster, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("nats-server (Debian's nats-server): %w", err)
 	}
-	c, err := configure(dir, pkiDir, prefix, devices)
+	c, err := configure(dir, pkiDir, prefix, devices, mqtt...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +118,7 @@ func (c *Cluster) Stop() {
 }
 
 // configure writes the nodes' configurations in dir.
-func configure(dir, pkiDir, prefix string, devices []string) (*Cluster, error) {
+func configure(dir, pkiDir, prefix string, devices []string, mqtt ...string) (*Cluster, error) {
 	c := &Cluster{dir: dir, pki: pkiDir}
 	// Four ports a node: route, MQTT, monitoring, client.
 	ports, err := freeLoopback(4 * Nodes)
@@ -135,6 +139,9 @@ func configure(dir, pkiDir, prefix string, devices []string) (*Cluster, error) {
 		store := filepath.Join(c.dir, n.Name)
 		n.conf = filepath.Join(c.dir, n.Name+".conf")
 		conf := Config(n.Name, ports[Nodes+3*i+2], n.MQTT, n.Monitor, clusterPorts[i], routes, store, pkiDir) + users
+		for _, m := range mqtt {
+			conf = strings.Replace(conf, "\n  stream_replicas: 3\n", "\n  stream_replicas: 3\n  "+m+"\n", 1)
+		}
 		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
 			return nil, err
 		}
