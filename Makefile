@@ -9,7 +9,7 @@ buildflags = $(shell packaging/buildflags.sh $(1))
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_ENABLED := 0
 
-.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update bench-objects bench-observe clean
+.PHONY: all build vet-cross release packages test-packages test-readonly-root test test-cgroup2 test-kernel-config test-qemu-user test-systemd test-containerd-v2 unit lint fuzz demo bench bench-hub bench-compare bench-rollout bench-update bench-objects bench-observe bench-scale clean
 
 all: build
 
@@ -276,6 +276,19 @@ bench-objects: build
 # podhub's RSS with the listener on (docs/measurements.md). Root.
 bench-observe: build
 	go run ./test/bench -bin bin/podvisor -observe-only -observe-pods 50 -observe-devices 1000 -observe-device-pods 10
+
+# The fleet at scale (issue 29, docs/scale.md): 10,000 simulated devices
+# (real agents in child processes) against podhub on SQLite, podhub on
+# PostgreSQL (a private server the bench starts from Debian's
+# postgresql) and three podhub replicas on that PostgreSQL behind three
+# NATS nodes (Debian's nats-server), in one run: every device Ready,
+# pod statuses stored per second under an offered load, a DaemonSet
+# applied -> every ack stored, the memory of every process and per
+# 1,000 devices, and the ratios. About 20 min on 2 cores; CI never runs
+# it. SCALE_DEVICES=1000 for a shorter run.
+SCALE_DEVICES ?= 10000
+bench-scale: build
+	go run ./test/bench -bin bin/podvisor -scale-only -scale-devices $(SCALE_DEVICES)
 
 # The rows a reshaping must not regress (latencies, RSS, arm64 size, hub
 # status/s and idle cost per device), for BASE and this tree in one run:

@@ -241,7 +241,22 @@ func (c conn) Begin() (driver.Tx, error) {
 // loop (which would run such side effects twice), no deadlock can form
 // around one lock, and readers outside transactions never wait. Writes
 // are as serialized as they are on SQLite, no less and no more.
+//
+// The default transaction (what the store begins) sends BEGIN and the
+// lock in one round trip (one simple-protocol query): every write on
+// PostgreSQL pays round trips, not work (docs/scale.md).
 func (c conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if opts == (driver.TxOptions{}) {
+		pc := c.Conn.Conn()
+		tx, err := pc.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginLocked})
+		if err != nil {
+			if !pc.IsClosed() && pc.PgConn().TxStatus() != 'I' {
+				pc.Exec(ctx, "rollback") // the lock failed after BEGIN
+			}
+			return nil, fmt.Errorf("beginning a transaction with the store's writer lock: %w", err)
+		}
+		return lockedTx{ctx: ctx, tx: tx}, nil
+	}
 	tx, err := c.Conn.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -252,3 +267,16 @@ func (c conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, er
 	}
 	return tx, nil
 }
+
+// beginLocked begins a transaction and takes the writer lock: two
+// statements of one simple-protocol query, a round trip.
+var beginLocked = fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d)", WriterLock)
+
+// lockedTx is a transaction BeginTx began with beginLocked.
+type lockedTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+func (t lockedTx) Commit() error   { return t.tx.Commit(t.ctx) }
+func (t lockedTx) Rollback() error { return t.tx.Rollback(t.ctx) }

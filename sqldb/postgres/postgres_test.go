@@ -164,3 +164,46 @@ func TestPassfile(t *testing.T) {
 	}
 	db.Close()
 }
+
+// A transaction that cannot have the writer lock within lock_timeout
+// fails as it begins and leaves no connection inside a transaction; a
+// transaction whose statement failed does not commit.
+func TestWriterLockTimeoutAndFailedCommit(t *testing.T) {
+	store := pgtest.URL(t)
+	holder, err := Open(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := Open(store + "&lock_timeout=200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	waiter.SetMaxOpenConns(1) // the failed begin's connection is the next one's
+	held, err := holder.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Begin(); err == nil || !strings.Contains(err.Error(), "lock timeout") {
+		t.Fatalf("a second writer while the lock is held: %v, want a lock timeout", err)
+	}
+	held.Rollback()
+	tx, err := waiter.Begin()
+	if err != nil {
+		t.Fatalf("after the lock was released: %v", err)
+	}
+	if _, err := tx.Exec(`CREATE TABLE t (id BIGINT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO t (id) VALUES (1), (1)`); err == nil {
+		t.Fatal("a duplicate key was inserted")
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("a transaction whose statement failed committed")
+	}
+	var n int
+	if err := waiter.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 't'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after the failed commit: %d tables t (%v), want none", n, err)
+	}
+}

@@ -51,6 +51,13 @@ func main() {
 	} else {
 		defer stop()
 	}
+	if *scaleOnly || *scaleChild != "" {
+		if err := scaleBench(*bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *hubOnly {
 		abs, err := filepath.Abs(*bin)
 		if err == nil {

@@ -38,8 +38,9 @@ const Bin = "/usr/sbin/nats-server"
 
 // Cluster is three nats-server processes clustered on loopback.
 type Cluster struct {
-	t     testing.TB
+	t     testing.TB // nil outside a test (StartCluster)
 	dir   string
+	pki   string
 	Nodes [Nodes]*Node
 }
 
@@ -67,28 +68,11 @@ func Start(t testing.TB, pkiDir, prefix string, devices []string) *Cluster {
 	if _, err := os.Stat(Bin); err != nil {
 		prereq.Missing(t, "nats-server (Debian's nats-server): %v", err)
 	}
-	c := &Cluster{t: t, dir: t.TempDir()}
-	// Four ports a node: route, MQTT, monitoring, client.
-	ports := freeLoopback(t, 4*Nodes)
-	var routes []string
-	clusterPorts := ports[:Nodes]
-	for _, p := range clusterPorts {
-		routes = append(routes, "nats-route://"+p)
-	}
-	users, err := Authorization(prefix, devices)
+	c, err := configure(t.TempDir(), pkiDir, prefix, devices)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range Nodes {
-		n := &Node{Name: fmt.Sprintf("n%d", i+1), MQTT: ports[Nodes+3*i], Monitor: ports[Nodes+3*i+1]}
-		store := filepath.Join(c.dir, n.Name)
-		n.conf = filepath.Join(c.dir, n.Name+".conf")
-		conf := Config(n.Name, ports[Nodes+3*i+2], n.MQTT, n.Monitor, clusterPorts[i], routes, store, pkiDir) + users
-		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.Nodes[i] = n
-	}
+	c.t = t
 	t.Cleanup(func() {
 		for _, n := range c.Nodes {
 			n.stop()
@@ -97,17 +81,93 @@ func Start(t testing.TB, pkiDir, prefix string, devices []string) *Cluster {
 			}
 		}
 	})
-	for _, n := range c.Nodes {
-		n.start(t)
-	}
-	hub, err := HubTLS(pkiDir)
-	if err != nil {
+	if err := c.run(); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range c.Nodes {
-		c.WaitReady(n, hub, 60*time.Second)
-	}
 	return c
+}
+
+// StartCluster is Start outside a test (a benchmark's cluster): the
+// nodes' files go in dir, which the caller removes after Stop; errors
+// are returned, and the nodes' output is in the error of a node that
+// did not start.
+//
+// mqtt are more settings of the nodes' mqtt block, one a string (such
+// as "consumer_replicas: 1"): a benchmark's variant of the tested
+// configuration.
+func StartCluster(dir, pkiDir, prefix string, devices []string, mqtt ...string) (*Cluster, error) {
+	if _, err := os.Stat(Bin); err != nil {
+		return nil, fmt.Errorf("nats-server (Debian's nats-server): %w", err)
+	}
+	c, err := configure(dir, pkiDir, prefix, devices, mqtt...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop kills every node (SIGKILL) and waits for them.
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		n.stop()
+	}
+}
+
+// configure writes the nodes' configurations in dir.
+func configure(dir, pkiDir, prefix string, devices []string, mqtt ...string) (*Cluster, error) {
+	c := &Cluster{dir: dir, pki: pkiDir}
+	// Four ports a node: route, MQTT, monitoring, client.
+	ports, err := freeLoopback(4 * Nodes)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	clusterPorts := ports[:Nodes]
+	for _, p := range clusterPorts {
+		routes = append(routes, "nats-route://"+p)
+	}
+	users, err := Authorization(prefix, devices)
+	if err != nil {
+		return nil, err
+	}
+	for i := range Nodes {
+		n := &Node{Name: fmt.Sprintf("n%d", i+1), MQTT: ports[Nodes+3*i], Monitor: ports[Nodes+3*i+1]}
+		store := filepath.Join(c.dir, n.Name)
+		n.conf = filepath.Join(c.dir, n.Name+".conf")
+		conf := Config(n.Name, ports[Nodes+3*i+2], n.MQTT, n.Monitor, clusterPorts[i], routes, store, pkiDir) + users
+		for _, m := range mqtt {
+			conf = strings.Replace(conf, "\n  stream_replicas: 3\n", "\n  stream_replicas: 3\n  "+m+"\n", 1)
+		}
+		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		c.Nodes[i] = n
+	}
+	return c, nil
+}
+
+// run starts the nodes and waits until each accepts the hub's MQTT
+// connection.
+func (c *Cluster) run() error {
+	for _, n := range c.Nodes {
+		if err := n.start(); err != nil {
+			return err
+		}
+	}
+	hub, err := HubTLS(c.pki)
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if err := c.waitReady(n, hub, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Config is one node's configuration without its users: its client
@@ -189,7 +249,9 @@ func (c *Cluster) Kill(i int) {
 // until it takes MQTT connections.
 func (c *Cluster) Restart(i int, hub *tls.Config) {
 	n := c.Nodes[i]
-	n.start(c.t)
+	if err := n.start(); err != nil {
+		c.t.Fatal(err)
+	}
 	c.WaitReady(n, hub, 60*time.Second)
 }
 
@@ -198,12 +260,18 @@ func (c *Cluster) Restart(i int, hub *tls.Config) {
 // streams): a fresh node answers CONNECT with an error until then.
 func (c *Cluster) WaitReady(n *Node, hub *tls.Config, within time.Duration) {
 	c.t.Helper()
+	if err := c.waitReady(n, hub, within); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *Cluster) waitReady(n *Node, hub *tls.Config, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var last error
 	for time.Now().Before(deadline) {
 		select {
 		case <-n.exitedCh():
-			c.t.Fatalf("nats-server %s exited while starting:\n%s", n.Name, n.Log())
+			return fmt.Errorf("nats-server %s exited while starting:\n%s", n.Name, n.Log())
 		default:
 		}
 		cl := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtts://" + n.MQTT).SetClientID(pki.HubIdentity + "-ready").
@@ -211,12 +279,12 @@ func (c *Cluster) WaitReady(n *Node, hub *tls.Config, within time.Duration) {
 		tok := cl.Connect()
 		if tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
 			cl.Disconnect(0)
-			return
+			return nil
 		}
 		last = tok.Error()
 		time.Sleep(200 * time.Millisecond)
 	}
-	c.t.Fatalf("nats-server %s: MQTT on %s not ready within %v (last: %v):\n%s", n.Name, n.MQTT, within, last, n.Log())
+	return fmt.Errorf("nats-server %s: MQTT on %s not ready within %v (last: %v):\n%s", n.Name, n.MQTT, within, last, n.Log())
 }
 
 // NodeOf is the index of the node the MQTT client clientID is connected
@@ -313,7 +381,7 @@ func (n *Node) exitedCh() <-chan struct{} {
 	return n.exited
 }
 
-func (n *Node) start(t testing.TB) {
+func (n *Node) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.log == nil {
@@ -323,11 +391,22 @@ func (n *Node) start(t testing.TB) {
 	w := &lockedWriter{mu: &n.mu, b: n.log}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("nats-server %s: %v", n.Name, err)
+		return fmt.Errorf("nats-server %s: %w", n.Name, err)
 	}
 	n.cmd, n.exited = cmd, make(chan struct{})
 	exited := n.exited
 	go func() { cmd.Wait(); close(exited) }()
+	return nil
+}
+
+// Pid is the node's process ID (0 before it started).
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
 }
 
 // stop kills the node (SIGKILL: no goodbye to its clients or peers) and
@@ -357,15 +436,15 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 
 // freeLoopback is n distinct free TCP addresses on 127.0.0.1: all are
 // held open until all are chosen, or the kernel could hand one out twice.
-func freeLoopback(t testing.TB, n int) []string {
+func freeLoopback(n int) ([]string, error) {
 	var addrs []string
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		defer l.Close()
 		addrs = append(addrs, l.Addr().String())
 	}
-	return addrs
+	return addrs, nil
 }

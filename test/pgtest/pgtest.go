@@ -62,6 +62,7 @@ type server struct {
 	exited   chan error // the server's exit, once
 	log      *os.File
 	admin    *sql.DB
+	settings []string // more -c settings of the server (Server's)
 }
 
 // Main runs the package's tests and then stops the server if one was
@@ -167,7 +168,7 @@ func (s *server) url(database string) string {
 // start makes a data directory, and runs the server in it until stop.
 // As root it runs as the postgres system user, since PostgreSQL refuses
 // to run as root.
-func start(bin string) (_ *server, err error) {
+func start(bin string, settings ...string) (_ *server, err error) {
 	cred, uid, gid, err := credential()
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ func start(bin string) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, data: filepath.Join(dir, "data")}
+	s := &server{dir: dir, data: filepath.Join(dir, "data"), settings: settings}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -238,9 +239,13 @@ func (s *server) run(bin string, cred *syscall.Credential, uid, gid int) error {
 	if cred != nil {
 		os.Chown(logPath, uid, gid)
 	}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", s.data, "-k", s.dir, "-p", strconv.Itoa(s.port),
+	args := []string{"-D", s.data, "-k", s.dir, "-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "shared_buffers=16MB", "-c", "max_connections=60")
+		"-c", "full_page_writes=off", "-c", "shared_buffers=16MB", "-c", "max_connections=60"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
 	// Its own process group, and SIGINT (fast shutdown) should the test

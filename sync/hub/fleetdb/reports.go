@@ -67,12 +67,12 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 		return none, err
 	}
 	defer tx.Rollback()
-	if err := f.touch(tx, b.Device, at); err != nil {
-		return none, err
-	}
 	var r StatusStored
 	var epoch string
-	err = f.stmts.QueryRow(tx, qCursor, []any{b.Device}, &epoch, &r.Cursor)
+	err = f.touchCursor(tx, b.Device, at, &epoch, &r.Cursor)
+	if errors.Is(err, ErrUnknownDevice) {
+		return none, err
+	}
 	switch {
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return none, err
@@ -126,6 +126,9 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 // events, the device's mirrors after, and whether a hub pod's summary
 // changed or a mirror went.
 func (f *Fleet) storeItems(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, changed bool, err error) {
+	if f.batched(b, cursor) {
+		return f.storeItemsBatched(tx, b, cursor, mirrors, at)
+	}
 	// insertFirst guesses whether the next pod is new here (a new epoch
 	// reports every pod again) or already mirrored (a status change).
 	insertFirst := mirrors == 0

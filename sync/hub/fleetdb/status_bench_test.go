@@ -23,6 +23,15 @@ func BenchmarkApplyStatus(b *testing.B) { benchApplyStatus(b, filepath.Join(b.Te
 // (test/pgtest's private server: fsync off, on the same machine).
 func BenchmarkApplyStatusPostgres(b *testing.B) { benchApplyStatus(b, pgtest.URL(b)) }
 
+// BenchmarkApplyStatusPostgresOneByOne is BenchmarkApplyStatusPostgres
+// with every item its own statements, as before multi-row batches
+// (statusbatch.go): the two side by side in one run.
+func BenchmarkApplyStatusPostgresOneByOne(b *testing.B) {
+	defer func(was int) { batchedFrom = was }(batchedFrom)
+	batchedFrom = 1 << 30
+	benchApplyStatus(b, pgtest.URL(b))
+}
+
 func benchApplyStatus(b *testing.B, store string) {
 	f, err := OpenStore(store)
 	if err != nil {
