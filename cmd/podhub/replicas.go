@@ -239,7 +239,7 @@ func handleReplicas(mux *http.ServeMux, fleet *fleetdb.Fleet) {
 		l, err := store.List()
 		if err == nil {
 			var ids []string
-			if ids, err = fleet.DeviceIDs(); err == nil {
+			if ids, err = fleet.Select(nil); err == nil { // every device
 				l.CountDevices(ids)
 			}
 		}
