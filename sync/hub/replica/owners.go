@@ -2,6 +2,7 @@ package replica
 
 import (
 	"hash/fnv"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -138,11 +139,12 @@ func (o *Ownership) Owns(device string, now time.Time) bool {
 
 // Count is how many buckets are held.
 func (o *Ownership) Count() int {
+	if o == nil {
+		return 0
+	}
 	n := 0
-	for b := range Buckets {
-		if o.Has(b) {
-			n++
-		}
+	for _, w := range o.bits {
+		n += bits.OnesCount64(w)
 	}
 	return n
 }
