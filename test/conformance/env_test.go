@@ -130,7 +130,11 @@ func (e *env) create(p *v1.Pod) {
 			}
 		}
 		if e.t.Failed() {
-			e.t.Logf("%s daemon log, lines about pod %s and warnings:\n%s", e.n.kind, p.Name, grepLog(e.n.log(), p.Name))
+			log := e.n.log()
+			e.t.Logf("%s daemon log, lines about pod %s and warnings:\n%s", e.n.kind, p.Name, grepLog(log, p.Name))
+			if e.n.ctrd != nil {
+				e.t.Logf("containerd's warnings and errors since:\n%s", ctrdWarnings(e.n.ctrd.Log(), log, p.Name))
+			}
 		}
 	})
 }
@@ -398,14 +402,70 @@ func stateString(s v1.ContainerState) string {
 	return "none"
 }
 
-// grepLog picks the shared daemon log's lines about one pod, and its
-// warnings and errors.
+// grepLog picks the shared daemon log's lines about one pod, and the
+// warnings and errors not about another pod logged from the pod's first
+// line on (the runtime plugin's among them): a stall of the runtime shows
+// there, not on the pod's lines.
 func grepLog(log, pod string) string {
 	var keep []string
+	var others int
+	since := ""
 	for _, l := range strings.Split(log, "\n") {
+		about := strings.Contains(l, "/"+pod+" ") || strings.Contains(l, "/"+pod+".yaml")
+		if about && since == "" {
+			since = logTime(l)
+		}
+		switch {
+		case about:
+			keep = append(keep, l)
+		case since != "" && logTime(l) >= since && !strings.Contains(l, " pod=") &&
+			(strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")):
+			if others++; others <= maxOtherLines {
+				keep = append(keep, l)
+			}
+		}
+	}
+	if others > maxOtherLines {
+		keep = append(keep, fmt.Sprintf("(%d more warnings and errors)", others-maxOtherLines))
+	}
+	return strings.Join(keep, "\n")
+}
+
+// maxOtherLines bounds the lines not about the pod a failure shows.
+const maxOtherLines = 40
+
+// logTime is a log line's time= value (RFC 3339, so it sorts as text),
+// or "" without one. containerd writes it quoted.
+func logTime(l string) string {
+	_, rest, ok := strings.Cut(l, "time=")
+	if !ok {
+		return ""
+	}
+	rest = strings.TrimPrefix(rest, `"`)
+	if i := strings.IndexAny(rest, `" `); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
+// ctrdWarnings is the test containerd's warnings and errors from the
+// pod's first daemon log line on, at most maxOtherLines of them.
+func ctrdWarnings(ctrdLog, daemonLog, pod string) string {
+	since := ""
+	for _, l := range strings.Split(daemonLog, "\n") {
 		if strings.Contains(l, "/"+pod+" ") || strings.Contains(l, "/"+pod+".yaml") {
+			since = logTime(l)
+			break
+		}
+	}
+	var keep []string
+	for _, l := range strings.Split(ctrdLog, "\n") {
+		if since != "" && logTime(l) >= since && (strings.Contains(l, "level=warning") || strings.Contains(l, "level=error")) {
 			keep = append(keep, l)
 		}
+	}
+	if len(keep) > maxOtherLines {
+		keep = append(keep[len(keep)-maxOtherLines:], fmt.Sprintf("(the last %d of %d)", maxOtherLines, len(keep)))
 	}
 	return strings.Join(keep, "\n")
 }
