@@ -323,7 +323,8 @@ func (c *linkCounts) StatusItemsStored(n int) {
 	c.next.StatusItemsStored(n)
 }
 func (c *linkCounts) HeartbeatStored()        { c.heartbeats.Add(1); c.next.HeartbeatStored() }
-func (c *linkCounts) MessageRefused(k string) { c.next.MessageRefused(k) }
+func (c *linkCounts) MessageRefused(k string)  { c.next.MessageRefused(k) }
+func (c *linkCounts) MessageNotOwned(k string) { c.next.MessageNotOwned(k) }
 
 // Self is this replica as GET /v1/replicas/self shows it: what its
 // device link handled and dropped since it started, and the device

@@ -16,14 +16,19 @@ type Observer interface {
 	// MessageRefused is told of each message refused, by the kind of
 	// its topic (one the link subscribes to, so a bounded set).
 	MessageRefused(kind string)
+	// MessageNotOwned is told of each message left to the replica
+	// that owns its device (replicas on PostgreSQL), by its topic's
+	// kind.
+	MessageNotOwned(kind string)
 }
 
 // nobody observes a link whose Config has no Observer.
 type nobody struct{}
 
-func (nobody) StatusItemsStored(int) {}
-func (nobody) HeartbeatStored()      {}
-func (nobody) MessageRefused(string) {}
+func (nobody) StatusItemsStored(int)  {}
+func (nobody) HeartbeatStored()       {}
+func (nobody) MessageRefused(string)  {}
+func (nobody) MessageNotOwned(string) {}
 
 // observer is the link's Observer, nobody for none.
 func (h *Link) observer() Observer {
@@ -33,12 +38,18 @@ func (h *Link) observer() Observer {
 	return h.cfg.Observe
 }
 
+// topicKind is a message's topic kind, "unknown" for a topic the link's
+// layout does not parse.
+func (h *Link) topicKind(m mqtt.Message) string {
+	_, kind, err := h.topics.Parse(m.Topic())
+	if err != nil {
+		return "unknown"
+	}
+	return kind
+}
+
 // observeRefused tells the observer of a refused message, by its
 // topic's kind.
 func (h *Link) observeRefused(m mqtt.Message) {
-	_, kind, err := h.topics.Parse(m.Topic())
-	if err != nil {
-		kind = "unknown"
-	}
-	h.observer().MessageRefused(kind)
+	h.observer().MessageRefused(h.topicKind(m))
 }

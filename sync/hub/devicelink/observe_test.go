@@ -17,12 +17,13 @@ import (
 // countingObserver counts what the link tells it.
 type countingObserver struct {
 	items, heartbeats int
-	refused           map[string]int
+	refused, notOwned map[string]int
 }
 
-func (o *countingObserver) StatusItemsStored(n int)    { o.items += n }
-func (o *countingObserver) HeartbeatStored()           { o.heartbeats++ }
-func (o *countingObserver) MessageRefused(kind string) { o.refused[kind]++ }
+func (o *countingObserver) StatusItemsStored(n int)     { o.items += n }
+func (o *countingObserver) HeartbeatStored()            { o.heartbeats++ }
+func (o *countingObserver) MessageRefused(kind string)  { o.refused[kind]++ }
+func (o *countingObserver) MessageNotOwned(kind string) { o.notOwned[kind]++ }
 
 // message is a received MQTT message in these tests.
 type message struct {

@@ -91,14 +91,20 @@ func (h *Link) owned(handler mqtt.MessageHandler) mqtt.MessageHandler {
 		}
 		if m.Retained() {
 			if r := h.own.replay.Load(); r != nil && !r.Has(replica.Bucket(dev)) {
-				h.own.dropped.Add(1)
+				h.notOwned(m)
 				return
 			}
 		}
 		if !h.cfg.Owners.WithOwned(dev, func() { handler(c, m) }) {
-			h.own.dropped.Add(1)
+			h.notOwned(m)
 		}
 	}
+}
+
+// notOwned counts a message left to the replica owning its device.
+func (h *Link) notOwned(m mqtt.Message) {
+	h.own.dropped.Add(1)
+	h.observer().MessageNotOwned(h.topicKind(m))
 }
 
 // Dropped is how many device messages the link dropped because another

@@ -83,10 +83,15 @@ func (m ownMessage) Retained() bool  { return m.retained }
 
 func ownersLink(t *testing.T, owners Owners, devices ...string) (*Link, *subscribingClient) {
 	t.Helper()
+	return ownersLinkObserved(t, owners, nil, devices...)
+}
+
+func ownersLinkObserved(t *testing.T, owners Owners, obs Observer, devices ...string) (*Link, *subscribingClient) {
+	t.Helper()
 	f := testFleet(t, devices...)
 	_, key, _ := ed25519.GenerateKey(nil)
 	client := &subscribingClient{handlers: map[string]mqtt.MessageHandler{}, subscribed: make(chan string, 64)}
-	h := New(Config{Broker: "test", Key: key, Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }, Owners: owners},
+	h := New(Config{Broker: "test", Key: key, Connect: func(*mqtt.ClientOptions) mqtt.Client { return client }, Owners: owners, Observe: obs},
 		f, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(h.Close)
 	h.onConnect(client)
@@ -96,7 +101,8 @@ func ownersLink(t *testing.T, owners Owners, devices ...string) (*Link, *subscri
 // A replica handles the reports of the devices it owns and drops the
 // others' (counted), logs excepted; only the owner answers a heartbeat.
 func TestReportsOfDevicesOwnedElsewhereAreDropped(t *testing.T) {
-	h, client := ownersLink(t, ownersSet{"mine": true}, "mine", "theirs")
+	obs := &countingObserver{refused: map[string]int{}, notOwned: map[string]int{}}
+	h, client := ownersLinkObserved(t, ownersSet{"mine": true}, obs, "mine", "theirs")
 	beat := client.handler(h.topics.All(protocol.KindHeartbeat))
 	for _, dev := range []string{"mine", "theirs"} {
 		beat(client, ownMessage{topic: h.topics.Device(dev, protocol.KindHeartbeat), payload: protocol.Encode(&protocol.Heartbeat{Device: dev})})
@@ -109,6 +115,10 @@ func TestReportsOfDevicesOwnedElsewhereAreDropped(t *testing.T) {
 	}
 	if h.Dropped() != 1 {
 		t.Fatalf("dropped %d, want 1", h.Dropped())
+	}
+	if obs.notOwned[protocol.KindHeartbeat] != 1 || obs.heartbeats != 1 || len(obs.refused) != 0 {
+		t.Fatalf("the observer was told of %v not owned, %d heartbeats stored, %v refused; want 1 heartbeat not owned, 1 stored, none refused",
+			obs.notOwned, obs.heartbeats, obs.refused)
 	}
 	// The replica subscribed to the hub's presence; a lone hub does not.
 	if client.handler(h.topics.HubPresence()) == nil {

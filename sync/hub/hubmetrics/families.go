@@ -27,6 +27,8 @@ var (
 		Type: metrics.Counter}
 	famRefused = &Family{Name: "podhub_refused_messages_total", Help: "Messages devices sent that the hub refused, since it started, by the kind of their topic.",
 		Type: metrics.Counter, Labels: []string{"kind"}}
+	famNotOwned = &Family{Name: "podhub_messages_not_owned_total", Help: "Messages devices sent that this replica left to the replica owning their device (replicas on PostgreSQL), since it started, by the kind of their topic.",
+		Type: metrics.Counter, Labels: []string{"kind"}}
 	famWorkloadReplicas = &Family{Name: "podhub_workload_replicas", Help: "Replicas of each Deployment, DaemonSet and StatefulSet by state, as its controller last stored its status: desired, updated, ready, available.",
 		Type: metrics.Gauge, Labels: []string{"kind", "namespace", "name", "state"}}
 	famUpdateDevices = &Family{Name: "podhub_update_devices", Help: "Devices of each unfinished self or firmware update by their state in it (Waiting, Offline, Ordered, Done, Failed, or the phase the device reports).",
@@ -127,7 +129,7 @@ var snapshotFamilies = []snapshotFamily{
 func Families() []Family {
 	out := []Family{}
 	for _, f := range []*Family{famDevices, famPods, famPendingAck, famStatusItems, famHeartbeats, famRefused,
-		famWorkloadReplicas, famUpdateDevices, famBuildInfo, famDeviceInfo, famDeviceReady, famDeviceLastSeen} {
+		famNotOwned, famWorkloadReplicas, famUpdateDevices, famBuildInfo, famDeviceInfo, famDeviceReady, famDeviceLastSeen} {
 		out = append(out, *f)
 	}
 	for _, f := range snapshotFamilies {

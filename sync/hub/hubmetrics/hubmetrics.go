@@ -271,6 +271,11 @@ func (m *Metrics) write(w *metrics.Writer, s state) {
 	for i, k := range kinds {
 		sample(w, famRefused, float64(refused[i]), k)
 	}
+	start(w, famNotOwned)
+	kinds, notOwned := c.notOwnedByKind()
+	for i, k := range kinds {
+		sample(w, famNotOwned, float64(notOwned[i]), k)
+	}
 
 	start(w, famWorkloadReplicas)
 	writeWorkloads(w, s.workloads)

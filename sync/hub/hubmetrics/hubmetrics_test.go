@@ -90,6 +90,7 @@ func fullFleet(t *testing.T) (*fleet, *Counters) {
 	c.MessageRefused(protocol.KindStatus)
 	c.MessageRefused(protocol.KindStatus)
 	c.MessageRefused(protocol.KindHeartbeat)
+	c.MessageNotOwned(protocol.KindStatus)
 	return f, c
 }
 
@@ -104,6 +105,7 @@ func TestKnownFleet(t *testing.T) {
 	assertSeries(t, fams, "podhub_status_items_total", map[string]float64{"": 3})
 	assertSeries(t, fams, "podhub_heartbeats_total", map[string]float64{"": 2})
 	assertSeries(t, fams, "podhub_refused_messages_total", map[string]float64{"kind=status": 2, "kind=heartbeat": 1})
+	assertSeries(t, fams, "podhub_messages_not_owned_total", map[string]float64{"kind=status": 1})
 	assertSeries(t, fams, "podhub_workload_replicas", map[string]float64{
 		"kind=Deployment,namespace=shop,name=web,state=desired":           3,
 		"kind=Deployment,namespace=shop,name=web,state=updated":           2,
