@@ -330,7 +330,7 @@ func fillFleet(t testing.TB, f *Fleet, devices int) {
 		must(f.SetLabels(id, map[string]string{"site": fmt.Sprintf("plant-%d", i%3)}))
 		_, _, err := f.SaveHeartbeat(&protocol.Heartbeat{Device: id, Time: at, Version: "v1.0.0", Instance: "i-" + id,
 			Labels: map[string]string{protocol.DeviceLabelPrefix + "arch": "arm64"},
-			Node: v1.NodeStatus{Capacity: v1.ResourceList{}, NodeInfo: v1.NodeSystemInfo{Architecture: "arm64"}}}, at)
+			Node:   v1.NodeStatus{Capacity: v1.ResourceList{}, NodeInfo: v1.NodeSystemInfo{Architecture: "arm64"}}}, at)
 		must(err)
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "default", UID: types.UID("uid-" + id)},
 			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
@@ -395,7 +395,7 @@ stringData: {password: s3cret}
 			Device: fmt.Sprintf("dev-%05d", i), Raw: json.RawMessage(`{"metadata":{"name":"agent"}}`)})
 	}
 	must(w.StorePods(workloaddb.PodWrites{Put: puts,
-		Events: []workloaddb.SchedEvent{{Kind: "DaemonSet", Namespace: "default", Name: "agent", Type: "Normal", Reason: "SuccessfulCreate", Message: "created", Count: 1, First: at, Last: at}},
+		Events:   []workloaddb.SchedEvent{{Kind: "DaemonSet", Namespace: "default", Name: "agent", Type: "Normal", Reason: "SuccessfulCreate", Message: "created", Count: 1, First: at, Last: at}},
 		Statuses: []workloaddb.StatusWrite{{Kind: "DaemonSet", Namespace: "default", Name: "agent", Raw: json.RawMessage(`{"desiredNumberScheduled":1}`)}},
 		Revisions: []workloaddb.RevisionSet{{Kind: "DaemonSet", Namespace: "default", Name: "agent",
 			Revisions: []workloaddb.Revision{{Number: 1, Hash: "abc", Template: json.RawMessage(`{"spec":{}}`)}}}}}, at))
