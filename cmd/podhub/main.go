@@ -28,6 +28,7 @@ Usage:
   podhub [--data-dir DIR] init [--broker-name NAME[,NAME]]
   podhub [--data-dir DIR] serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT]
         [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]
+  podhub [--data-dir DIR] store copy --to postgres://…
   podhub [--data-dir DIR] device add ID [--out DIR] [--install-dir DIR] [--url URL]
   podhub [--data-dir DIR] device revoke ID
   podhub [--data-dir DIR] token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME
@@ -114,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.init(args[1:])
 	case "serve":
 		return c.serve(ctx, args[1:])
+	case "store":
+		return c.store(ctx, args[1:])
 	case "apply":
 		return c.apply(args[1:])
 	case "delete":
@@ -196,6 +199,8 @@ func globalDataDir(args []string) (string, []string, error) {
 var synopses = map[string]string{
 	"init":            "init [--broker-name NAME[,NAME]]",
 	"serve":           "serve [--mqtt-listen HOST:PORT | --broker URL] [--device-timeout 90s] [--http-listen HOST:PORT] [--store URL] [--replica-id ID] [--leader-lease 15s] [--health-listen HOST:PORT]",
+	"store":           "store copy --to postgres://…",
+	"store copy":      "store copy --to postgres://…",
 	"token":           "token create NAME [--kubeconfig FILE] [--server URL] | token list | token delete NAME",
 	"token create":    "token create NAME [--kubeconfig FILE] [--server URL]",
 	"token list":      "token list",

@@ -108,11 +108,22 @@ func lockSQLiteStore(path string) (func(), error) {
 				holder = "pid " + strconv.Itoa(pid)
 			}
 		}
-		return nil, fmt.Errorf("fleet store %s: another podhub serve (%s) runs on this SQLite file (it holds %s); "+
-			"SQLite takes one podhub at a time: several replicas need PostgreSQL (store: postgres://…)", path, holder, lockPath)
+		return nil, &storeHeldError{path: path, holder: holder, lockPath: lockPath}
 	}
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return func() { f.Close() }, nil
+}
+
+// storeHeldError is an SQLite store whose lock another process holds.
+type storeHeldError struct {
+	path     string
+	holder   string // "pid N", or that it did not say
+	lockPath string
+}
+
+func (e *storeHeldError) Error() string {
+	return fmt.Sprintf("fleet store %s: another podhub serve (%s) runs on this SQLite file (it holds %s); "+
+		"SQLite takes one podhub at a time: several replicas need PostgreSQL (store: postgres://…)", e.path, e.holder, e.lockPath)
 }
