@@ -179,7 +179,9 @@ func TestDeviceReportsAtOnceAsSerial(t *testing.T) {
 	for i, id := range ids {
 		scripts[i] = deviceReports(rand.New(rand.NewSource(int64(29+i))), id, reports)
 	}
-	at := func(op int) time.Time { return time.Unix(1700000000, 0).Add(time.Duration(op) * 700 * time.Millisecond) }
+	at := func(op int) time.Time {
+		return time.Unix(1700000000, 0).Add(time.Duration(op) * 700 * time.Millisecond)
+	}
 	bounds := Retention{Events: 6, MaxAge: 20 * time.Second, Mirrors: 4}
 
 	serial := openPG(t, pgtest.URL(t))
