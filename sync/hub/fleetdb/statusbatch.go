@@ -22,8 +22,8 @@ import (
 // compiling a multi-row one per batch (measured: make bench-scale,
 // docs/scale.md). The transaction holds the device's lock (and the
 // store's writer lock, shared: beginDevice), so what is read of the
-// device's mirrors stays true until the writes. A batch of fewer pods keeps the one statement per item too,
-// which needs no read first.
+// device's mirrors stays true until the writes. A batch of fewer pods
+// keeps the one statement per item too, which needs no read first.
 
 // batchedFrom is the count of pods' items (statuses and removals) from
 // which a batch is stored in multi-row statements on PostgreSQL.
