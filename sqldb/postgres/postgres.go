@@ -4,7 +4,9 @@
 // ($1, $2, …), hands booleans over as the 0/1 integers SQLite stores,
 // and makes every transaction hold the store's writer lock, so that the
 // fleet's read-modify-write transactions stay serialized as SQLite's
-// immediate transactions on one connection keep them (see Begin below).
+// immediate transactions on one connection keep them: exclusively, or,
+// for a transaction that touches one device's rows only (ForDevice),
+// shared with the other devices' and exclusive per device (see BeginTx).
 // Only podhub links it: the device daemon's store is SQLite alone.
 package postgres
 
@@ -14,6 +16,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"slices"
 	"strings"
@@ -32,9 +35,43 @@ func IsURL(s string) bool {
 }
 
 // WriterLock is the advisory lock key every transaction on the store
-// takes first (pg_advisory_xact_lock): one writer at a time, as on
-// SQLite, whichever connection (or, later, whichever podhub) it runs on.
+// takes first: exclusive (pg_advisory_xact_lock), one writer at a time
+// as on SQLite, whichever connection or podhub it runs on; shared
+// (pg_advisory_xact_lock_shared) by a device's transaction (ForDevice),
+// which then takes its device's lock (DeviceLockClass).
 const WriterLock int64 = 0x706f646875620001 // "podhub", store 1
+
+// DeviceLockClass is the first key of the device locks, the two-key
+// advisory locks pg_advisory_xact_lock(DeviceLockClass, DeviceLockKey(id))
+// a device's transaction holds. Two-key advisory locks are a key space
+// of their own (pg_locks.objsubid 2), apart from the one-key locks of
+// the store (WriterLock, sqldb.MigrateLock, the scheduling lock), so a
+// device's key can never be one of those. DeviceLockKey is a 32-bit
+// hash: two devices may share a key (among a million devices some
+// hundred pairs do); theirs then run one after the other, as every
+// transaction did before, which costs time, never correctness.
+const DeviceLockClass int32 = 0x706f6401 // "pod", 1
+
+// DeviceLockKey is a device's key under DeviceLockClass: its ID's
+// FNV-1a hash.
+func DeviceLockKey(device string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(device))
+	return int32(h.Sum32())
+}
+
+// deviceScope is the context key ForDevice sets.
+type deviceScope struct{}
+
+// ForDevice is ctx for beginning a transaction that reads and writes
+// only device's rows (its reports: a status batch, a heartbeat, an ack):
+// BeginTx then takes the writer lock shared, so that other devices'
+// transactions run beside it, and device's lock exclusively, so that
+// the same device's do not. A transaction that reads or writes anything
+// another device's transaction may write must not use it.
+func ForDevice(ctx context.Context, device string) context.Context {
+	return context.WithValue(ctx, deviceScope{}, device)
+}
 
 // MaxConns bounds the pool: readers run side by side, writers one at a
 // time behind the writer lock.
@@ -226,7 +263,9 @@ func (c conn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-// BeginTx begins a transaction holding the store's writer lock.
+// BeginTx begins a transaction holding the store's writer lock:
+// exclusively, or, with a ctx of ForDevice, shared and with the device's
+// lock.
 //
 // Why a lock and not SERIALIZABLE with retries: the fleet's transactions
 // were written for SQLite, where an immediate transaction on the one
@@ -238,22 +277,39 @@ func (c conn) Begin() (driver.Tx, error) {
 // transaction-scoped advisory lock first keeps exactly that guarantee on
 // PostgreSQL's many connections: a writer waits for the one before it
 // and then, at READ COMMITTED, sees all it wrote. Nothing needs a retry
-// loop (which would run such side effects twice), no deadlock can form
-// around one lock, and readers outside transactions never wait. Writes
-// are as serialized as they are on SQLite, no less and no more.
+// loop (which would run such side effects twice), and readers outside
+// transactions never wait.
+//
+// A device's report transactions (ForDevice) read and write only that
+// device's rows, so they need the guarantee only against the fleet-wide
+// transactions and the same device's: they hold the writer lock shared
+// (many at once, none beside an exclusive holder) and the device's lock
+// exclusively. A fleet-wide transaction still runs alone, as on SQLite.
+// No deadlock can form: every transaction takes the writer lock first,
+// then at most one device lock, never another lock after (a lock order
+// of writer, then device); a device transaction waiting for its device
+// holds the writer lock shared, which only an exclusive waiter would
+// want, and that waiter waits for the device lock's holder, who waits for
+// nothing.
 //
 // The default transaction (what the store begins) sends BEGIN and the
-// lock in one round trip (one simple-protocol query): every write on
+// locks in one round trip (one simple-protocol query): every write on
 // PostgreSQL pays round trips, not work (docs/scale.md).
 func (c conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	device, scoped := ctx.Value(deviceScope{}).(string)
+	what := "the store's writer lock"
+	if scoped {
+		what = fmt.Sprintf("the store's writer lock shared and device %q's lock", device)
+	}
+	locks := lockQuery(device, scoped)
 	if opts == (driver.TxOptions{}) {
 		pc := c.Conn.Conn()
-		tx, err := pc.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginLocked})
+		tx, err := pc.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + locks})
 		if err != nil {
 			if !pc.IsClosed() && pc.PgConn().TxStatus() != 'I' {
-				pc.Exec(ctx, "rollback") // the lock failed after BEGIN
+				pc.Exec(ctx, "rollback") // a lock failed after BEGIN
 			}
-			return nil, fmt.Errorf("beginning a transaction with the store's writer lock: %w", err)
+			return nil, fmt.Errorf("beginning a transaction with %s: %w", what, err)
 		}
 		return lockedTx{ctx: ctx, tx: tx}, nil
 	}
@@ -261,18 +317,26 @@ func (c conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, er
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, []driver.NamedValue{{Ordinal: 1, Value: WriterLock}}); err != nil {
+	if _, err := c.Conn.Conn().Exec(ctx, locks); err != nil {
 		tx.Rollback()
-		return nil, fmt.Errorf("taking the store's writer lock: %w", err)
+		return nil, fmt.Errorf("taking %s: %w", what, err)
 	}
 	return tx, nil
 }
 
-// beginLocked begins a transaction and takes the writer lock: two
-// statements of one simple-protocol query, a round trip.
-var beginLocked = fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock(%d)", WriterLock)
+// lockQuery is the statements that take a transaction's locks, the
+// writer lock first (the lock order BeginTx explains): exclusive, or
+// shared and then the device's. Integers only: no text of the device's
+// is sent.
+func lockQuery(device string, scoped bool) string {
+	if !scoped {
+		return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", WriterLock)
+	}
+	return fmt.Sprintf("SELECT pg_advisory_xact_lock_shared(%d); SELECT pg_advisory_xact_lock(%d, %d)",
+		WriterLock, DeviceLockClass, DeviceLockKey(device))
+}
 
-// lockedTx is a transaction BeginTx began with beginLocked.
+// lockedTx is a transaction BeginTx began with its locks in one query.
 type lockedTx struct {
 	ctx context.Context
 	tx  pgx.Tx

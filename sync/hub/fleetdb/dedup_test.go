@@ -14,7 +14,7 @@ import (
 )
 
 // Status dedup across replicas: the (epoch, seq) cursor check runs in
-// the store under the writer lock, so two replicas (two Fleet handles,
+// the store under the device's lock (beginDevice), so two replicas (two Fleet handles,
 // two pools, on one PostgreSQL) storing one batch at once, or one after
 // the other (a device resending to a new owner what the dead one
 // stored), apply each item once and keep each event once.

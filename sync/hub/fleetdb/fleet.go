@@ -8,6 +8,7 @@
 package fleetdb
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -143,7 +144,9 @@ type Fleet struct {
 	stmts     *sqldb.Stmts
 	retention Retention
 	// counts are devices' mirror counts, kept by ApplyStatus (the
-	// mirrors' only writer) so a batch need not count them again.
+	// mirrors' only writer) so a batch need not count them again; on
+	// SQLite only (one podhub): on PostgreSQL another replica writes them
+	// too, and a batch counts them in a round trip it makes anyway.
 	countsMu sync.Mutex
 	counts   map[string]int
 	// changes tells the fleet's readers what each write changed.
@@ -281,6 +284,30 @@ func (f *Fleet) SQL() *sqldb.DB { return &sqldb.DB{DB: f.db, Dialect: f.dialect}
 
 // Dialect is the store's SQL engine.
 func (f *Fleet) Dialect() sqldb.Dialect { return f.dialect }
+
+// beginDevice begins a transaction that reads and writes only device's
+// rows: a report of the device's (a status batch, a heartbeat, an ack,
+// its presence, an update report, an event of its own). On PostgreSQL it
+// holds the writer lock shared and the device's lock (postgres.ForDevice),
+// so that many devices' reports are stored at once, each device's one at
+// a time, and none beside a fleet-wide transaction (f.db.Begin, which
+// holds the writer lock exclusively). On SQLite it is the one immediate
+// transaction, as every other.
+//
+// What such a transaction may do, checked for each of them: write the
+// device's own rows (devices, cursors, mirrors, acks, events,
+// update_states, device_objects: keyed by the device); read any row
+// only fleet-wide transactions write (desired, update_orders: the
+// writer lock keeps those out); append events (their rowid, an
+// identity, interleaves across devices but keeps each device's order,
+// which is all Events and prune read); send pg_notify (delivered in
+// commit order, and a device's commits are in order under its lock).
+// Nothing it reads may be another device's row that another device's
+// transaction writes: no shared counter, no fleet-wide prune, no
+// summary across devices (MirrorPhases and the like are readers).
+func (f *Fleet) beginDevice(device string) (*sql.Tx, error) {
+	return f.db.BeginTx(postgres.ForDevice(context.Background(), device), nil)
+}
 
 // touch records that a known device was heard from; ErrUnknownDevice
 // for another.

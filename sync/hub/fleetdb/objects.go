@@ -134,7 +134,9 @@ var ErrSealKeyMismatch = errors.New("a sealing key other than the one pinned for
 // pinned one, otherwise recorded as refused (its fingerprint) and
 // ErrSealKeyMismatch. pinned says it was newly pinned.
 func (f *Fleet) AnnounceSealKey(device string, pub []byte, at time.Time) (pinned bool, err error) {
-	tx, err := f.db.Begin()
+	// The device's own row; enrolment and the object indexes are
+	// fleet-wide transactions, SaveOmitted one statement of other columns.
+	tx, err := f.beginDevice(device)
 	if err != nil {
 		return false, err
 	}
@@ -311,7 +313,7 @@ func (f *Fleet) Revoked() (map[string]bool, error) {
 // known one; others are skipped), shown by podhub describe device.
 func (f *Fleet) SaveDeviceEvent(device, reason, message string, at time.Time) error {
 	defer f.changes.Deliver(device, fleetwatch.Events)
-	tx, err := f.db.Begin()
+	tx, err := f.beginDevice(device)
 	if err != nil {
 		return err
 	}

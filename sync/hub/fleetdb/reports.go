@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
 	"github.com/podvisor/podvisor/sync/protocol"
 )
@@ -62,14 +63,15 @@ type StatusStored struct {
 func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored, error) {
 	defer f.changes.Deliver(b.Device, fleetwatch.Pods|fleetwatch.Events)
 	var none StatusStored
-	tx, err := f.db.Begin()
+	tx, err := f.beginDevice(b.Device)
 	if err != nil {
 		return none, err
 	}
 	defer tx.Rollback()
 	var r StatusStored
 	var epoch string
-	err = f.touchCursor(tx, b.Device, at, &epoch, &r.Cursor)
+	var mirrors int // the device's mirrors: counted on PostgreSQL, -1 on SQLite
+	err = f.touchCursor(tx, b.Device, at, &epoch, &r.Cursor, &mirrors)
 	if errors.Is(err, ErrUnknownDevice) {
 		return none, err
 	}
@@ -83,18 +85,26 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 		if _, err := f.stmts.Exec(tx, qDropMirrors, b.Device); err != nil {
 			return none, err
 		}
-		f.forgetMirrorCount(b.Device) // none now: counted below
+		f.forgetMirrorCount(b.Device)
+		mirrors = 0
 		r.Cursor, r.HubPodsChanged = 0, true
 	case b.After > r.Cursor:
 		return StatusStored{Cursor: r.Cursor, Gap: true}, nil // a batch is missing before this one
 	}
-	// The device's mirrors, for the bound on made-up pods: counted once,
-	// then kept by this, their only writer, as each batch commits (read
-	// while this transaction holds the fleet's one connection).
-	mirrors, counted := f.mirrorCount(b.Device)
-	if !counted {
-		if err := f.stmts.QueryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
-			return none, err
+	// The device's mirrors, for the bound on made-up pods. On SQLite
+	// (one podhub) counted once, then kept by this, their only writer,
+	// as each batch commits (read while this transaction holds the
+	// fleet's one connection). On PostgreSQL touchCursor counted them in
+	// its round trip, under the device's lock: a count kept in memory
+	// goes stale when another replica stores the device's batches (its
+	// bucket moved there and back), and a stale 0 would skip reading the
+	// stored mirrors (storeItemsBatched) and take every pod as new.
+	if mirrors < 0 {
+		var counted bool
+		if mirrors, counted = f.mirrorCount(b.Device); !counted {
+			if err := f.stmts.QueryRow(tx, qCountMirrors, []any{b.Device}, &mirrors); err != nil {
+				return none, err
+			}
 		}
 	}
 	var events int
@@ -112,7 +122,9 @@ func (f *Fleet) StoreStatus(b *protocol.StatusBatch, at time.Time) (StatusStored
 		}
 	}
 	// Kept before the commit releases the connection to the next batch.
-	f.keepMirrorCount(b.Device, mirrors)
+	if f.dialect != sqldb.Postgres {
+		f.keepMirrorCount(b.Device, mirrors)
+	}
 	if err := f.commit(tx, fleetwatch.Note{Device: b.Device, What: fleetwatch.Pods | fleetwatch.Events}); err != nil {
 		f.forgetMirrorCount(b.Device)
 		return none, err
@@ -283,7 +295,9 @@ var ErrNotPublished = errors.New("the hub never published this generation")
 func (f *Fleet) SaveAck(a *protocol.Ack, at time.Time) (regressed bool, err error) {
 	defer f.changes.Deliver(a.Device, fleetwatch.Node)
 	results, _ := json.Marshal(a.Pods)
-	tx, err := f.db.Begin()
+	// The device's own rows; what it published (desired) only fleet-wide
+	// transactions write, which the device's transaction excludes.
+	tx, err := f.beginDevice(a.Device)
 	if err != nil {
 		return false, err
 	}
@@ -330,7 +344,7 @@ func (f *Fleet) SavePresence(device string, p *protocol.Presence, at time.Time) 
 			f.changes.Deliver(device, fleetwatch.Node)
 		}
 	}()
-	tx, err := f.db.Begin()
+	tx, err := f.beginDevice(device)
 	if err != nil {
 		return false, err
 	}
@@ -375,7 +389,7 @@ func (f *Fleet) SaveHeartbeat(h *protocol.Heartbeat, at time.Time) (dropped []st
 	}
 	sort.Strings(dropped)
 	labels, _ := json.Marshal(own)
-	tx, err := f.db.Begin()
+	tx, err := f.beginDevice(h.Device)
 	if err != nil {
 		return dropped, false, err
 	}
@@ -465,7 +479,7 @@ func (f *Fleet) seeInstance(tx *sql.Tx, device, instance string, at time.Time) (
 // device (seq 0: outside its outbox sequence).
 func (f *Fleet) SaveRejection(device, reason string, at time.Time) error {
 	defer f.changes.Deliver(device, fleetwatch.Events)
-	tx, err := f.db.Begin()
+	tx, err := f.beginDevice(device)
 	if err != nil {
 		return err
 	}

@@ -20,10 +20,10 @@ import (
 // statuses cost 9 ms. SQLite keeps one prepared statement per item: it
 // has no round trips, and its prepared single-row statements beat
 // compiling a multi-row one per batch (measured: make bench-scale,
-// docs/scale.md). The transaction holds the store's writer lock
-// (PostgreSQL's advisory lock), so what is read stays true until the
-// writes. A batch of fewer pods keeps the one statement per item too,
-// which needs no read first.
+// docs/scale.md). The transaction holds the device's lock (and the
+// store's writer lock, shared: beginDevice), so what is read of the
+// device's mirrors stays true until the writes. A batch of fewer pods
+// keeps the one statement per item too, which needs no read first.
 
 // batchedFrom is the count of pods' items (statuses and removals) from
 // which a batch is stored in multi-row statements on PostgreSQL.
@@ -56,16 +56,19 @@ type mirrorRow struct {
 	written, recreated bool // changed by the batch; deleted by it first (a new row)
 }
 
-// qTouchCursor is touch and qCursor in one statement, PostgreSQL's: a
-// round trip less for every status batch. SQLite runs no data-modifying
-// statement in a WITH.
+// qTouchCursor is touch, qCursor and qCountMirrors in one statement,
+// PostgreSQL's: two round trips less for every status batch. SQLite
+// runs no data-modifying statement in a WITH.
 const qTouchCursor = `WITH t AS (UPDATE devices SET last_seen = CASE WHEN last_seen > ?1 THEN last_seen ELSE ?1 END WHERE id = ?2 RETURNING id)
-	SELECT (SELECT COUNT(*) FROM t), COALESCE(c.epoch, ''), COALESCE(c.seq, 0), c.device IS NOT NULL
+	SELECT (SELECT COUNT(*) FROM t), COALESCE(c.epoch, ''), COALESCE(c.seq, 0), c.device IS NOT NULL,
+		(SELECT COUNT(*) FROM mirrors WHERE device = ?2)
 	FROM (SELECT 1) AS one LEFT JOIN cursors c ON c.device = ?2`
 
 // touchCursor touches the device and reads its cursor (sql.ErrNoRows:
-// none yet): in one round trip on PostgreSQL.
-func (f *Fleet) touchCursor(tx *sql.Tx, device string, at time.Time, epoch *string, seq *int64) error {
+// none yet), in one round trip on PostgreSQL, which also counts the
+// device's mirrors there (-1 on SQLite: StoreStatus keeps them).
+func (f *Fleet) touchCursor(tx *sql.Tx, device string, at time.Time, epoch *string, seq *int64, mirrors *int) error {
+	*mirrors = -1
 	if f.dialect != sqldb.Postgres {
 		if err := f.touch(tx, device, at); err != nil {
 			return err
@@ -74,7 +77,7 @@ func (f *Fleet) touchCursor(tx *sql.Tx, device string, at time.Time, epoch *stri
 	}
 	var touched int64
 	var has bool
-	if err := tx.QueryRow(qTouchCursor, at.UnixMilli(), device).Scan(&touched, epoch, seq, &has); err != nil {
+	if err := tx.QueryRow(qTouchCursor, at.UnixMilli(), device).Scan(&touched, epoch, seq, &has, mirrors); err != nil {
 		return err
 	}
 	switch {
@@ -100,7 +103,8 @@ func podItems(b *protocol.StatusBatch, cursor int64) int {
 // storeItemsBatched is storeItems in multi-row statements.
 func (f *Fleet) storeItemsBatched(tx *sql.Tx, b *protocol.StatusBatch, cursor int64, mirrors int, at time.Time) (_ int64, applied, events, _ int, changed bool, err error) {
 	// The stored mirrors of the batch's pods; none when the device has
-	// none (its count is exact: this is the mirrors' only writer).
+	// none (its count is exact: counted or kept under the device's lock
+	// by the mirrors' only writer, StoreStatus).
 	var keys []string
 	seen := map[string]bool{}
 	for _, it := range b.Items {

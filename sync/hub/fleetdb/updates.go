@@ -395,7 +395,9 @@ func (f *Fleet) SaveUpdateState(s *protocol.UpdateState, at time.Time) (changed 
 	if s.Order < 1 {
 		return false, fmt.Errorf("update state of order %d: %w", s.Order, ErrNotOrdered)
 	}
-	tx, err := f.db.Begin()
+	// The device's own rows; its order (update_orders) only the leader's
+	// fleet-wide transactions write, which this one excludes.
+	tx, err := f.beginDevice(s.Device)
 	if err != nil {
 		return false, err
 	}
