@@ -28,7 +28,7 @@ func BenchmarkCopyStore(b *testing.B) {
 			var rows int64
 			for range b.N {
 				b.StopTimer()
-				dst := openPG(b)
+				dst := openFreshPG(b)
 				b.StartTimer()
 				copied, err := CopyStore(context.Background(), dst, src, 0)
 				if err != nil {

@@ -68,7 +68,7 @@ func TestCopyStore(t *testing.T) {
 	if _, err := src.db.Exec(`UPDATE devices SET device_labels = '\x7b7d' WHERE id = 'dev-00002'`); err != nil {
 		t.Fatal(err)
 	}
-	dst := openPG(t)
+	dst := openFreshPG(t)
 	ctx := context.Background()
 	copied, err := CopyStore(ctx, dst, src, 7) // batches of 7 rows: several a table
 	if err != nil {
@@ -86,8 +86,8 @@ func TestCopyStore(t *testing.T) {
 			t.Errorf("table %s: no row to copy (fillFleet fills every table)", c.Table)
 		}
 	}
-	want := dumpStore(t, src, dst)
-	got := dumpStore(t, dst, dst)
+	want := dumpCopied(t, src, dst)
+	got := dumpCopied(t, dst, dst)
 	for _, table := range tables {
 		if !slices.Equal(got[table], want[table]) {
 			t.Errorf("table %s on PostgreSQL:\n%s\nwant (SQLite):\n%s", table, strings.Join(got[table], "\n"), strings.Join(want[table], "\n"))
@@ -162,12 +162,12 @@ func TestCopyStore(t *testing.T) {
 
 	// A second copy into the now non-empty store is refused, naming a
 	// table, and leaves the store as it was.
-	before := dumpStore(t, dst, dst)
+	before := dumpCopied(t, dst, dst)
 	_, err = CopyStore(ctx, dst, src, 0)
 	if !errors.Is(err, ErrTargetNotEmpty) || !strings.Contains(err.Error(), "table acks holds 3 rows") {
 		t.Fatalf("a second copy: %v, want refused naming the first table with rows", err)
 	}
-	if after := dumpStore(t, dst, dst); !maps.EqualFunc(before, after, slices.Equal) {
+	if after := dumpCopied(t, dst, dst); !maps.EqualFunc(before, after, slices.Equal) {
 		t.Error("the refused copy changed the target")
 	}
 }
@@ -181,7 +181,7 @@ func TestCopyRefusesAnyFleetRow(t *testing.T) {
 		{"config_object_version", `UPDATE config_object_version SET last = 5`},
 		{"sched_events", `INSERT INTO sched_events (kind, namespace, name, type, reason, message, count, first, last) VALUES ('a', 'b', 'c', 'd', 'e', 'f', 1, 2, 3)`},
 	} {
-		dst := openPG(t)
+		dst := openFreshPG(t)
 		if _, err := dst.db.Exec(c.write); err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestCopyAllOrNothing(t *testing.T) {
 	if _, err := src.db.Exec(`INSERT INTO updates (name, release, version, spec, created) VALUES ('u-bad', 'podvisor', CAST(x'ff00' AS TEXT), '{}', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	dst := openPG(t)
+	dst := openFreshPG(t)
 	_, err := CopyStore(context.Background(), dst, src, 0)
 	if err == nil || !strings.Contains(err.Error(), "copying table updates") {
 		t.Fatalf("a copy with a row PostgreSQL refuses: %v, want it to fail naming the table", err)
@@ -229,7 +229,7 @@ func TestCopyRefusesAColumnPostgresLacks(t *testing.T) {
 	if _, err := src.db.Exec(`ALTER TABLE devices ADD COLUMN newer TEXT`); err != nil {
 		t.Fatal(err)
 	}
-	dst := openPG(t)
+	dst := openFreshPG(t)
 	if _, err := CopyStore(context.Background(), dst, src, 0); err == nil || !strings.Contains(err.Error(), "column newer of table devices") {
 		t.Fatalf("a column PostgreSQL lacks: %v", err)
 	}
@@ -245,7 +245,7 @@ func openLite(t testing.TB) *Fleet {
 	return f
 }
 
-func openPG(t testing.TB) *Fleet {
+func openFreshPG(t testing.TB) *Fleet {
 	t.Helper()
 	f, err := OpenStore(pgtest.URL(t))
 	if err != nil {
@@ -255,9 +255,9 @@ func openPG(t testing.TB) *Fleet {
 	return f
 }
 
-// dumpStore is every copied table of f as TableRows has it, with the
+// dumpCopied is every copied table of f as TableRows has it, with the
 // columns of PostgreSQL's store pg (rowid too).
-func dumpStore(t *testing.T, f, pg *Fleet) map[string][]string {
+func dumpCopied(t *testing.T, f, pg *Fleet) map[string][]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string][]string{}
