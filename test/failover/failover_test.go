@@ -136,10 +136,12 @@ func TestFailover(t *testing.T) {
 		d := daemons[id]
 		waitFor(t, 60*time.Second, id+" runs steady", func() bool { p := d.pod("steady"); return p != nil && running(p) })
 		p := d.pod("steady")
-		steady[id] = steadyPod{container: p.Status.ContainerStatuses[0].ContainerID, pid: pidOf("sleep", arg), arg: arg}
-		if steady[id].pid == 0 {
-			t.Fatalf("%s's steady pod: no process sleep %s", id, arg)
-		}
+		// Running is reported once the container's process is started:
+		// its shell may exec sleep a moment later (a loaded machine).
+		var pid int
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s's steady pod's process sleep %s, the pod Running", id, arg),
+			func() bool { pid = pidOf("sleep", arg); return pid != 0 })
+		steady[id] = steadyPod{container: p.Status.ContainerStatuses[0].ContainerID, pid: pid, arg: arg}
 	}
 
 	// The stream, then the apply and the kills in its middle.
