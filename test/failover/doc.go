@@ -31,7 +31,7 @@
 //     first replica, all connected before that replica's first
 //     subscription; their online presence (retained) was never stored,
 //     their heartbeats were. Two causes found in the code, both fixed
-//     (not seen in the five runs since): replicas starting
+//     (not seen in the 4 runs since that got past the start): replicas starting
 //     together each saw no other at their join and each forgot the
 //     presence when its hub started, the later one after the first had
 //     stored it (reproduced by sync/hub's
