@@ -55,6 +55,7 @@ type Hub struct {
 	// replica is this replica's part in the election (UseReplica), nil
 	// for a hub alone.
 	replica *replica.Elector
+	log     *slog.Logger
 }
 
 // UseReplica makes the hub one replica of several on its store: the
@@ -80,6 +81,18 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 		// Each device's reports are handled by the replica that owns its
 		// bucket (replica.Bucket), the others drop them; a gain has the
 		// link take the gained devices up.
+		// Presence is forgotten when the whole hub starts, not when a
+		// replica joins others that keep it (it would mark the fleet
+		// offline under them): decided before the join, atomically
+		// with the others' joins, so that replicas starting together
+		// never forget what one of them already stored.
+		e.BeforeJoin(func() error {
+			forgot, err := h.fleet.ForgetPresenceAlone(e.ID())
+			if forgot {
+				h.log.Info("no other live replica: every device is offline until its presence says again")
+			}
+			return err
+		})
 		h.Link.SetOwners(e)
 		h.ObjectLink.SetOwner(e.Owns)
 		e.WatchOwners(h.Link.OwnersChanged)
@@ -121,7 +134,7 @@ func (h *Hub) signalled(device string, w fleetwatch.What) {
 // New makes a hub; Start starts it.
 func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 	fleet.SetLog(log) // the change feed's lost and regained connections (PostgreSQL)
-	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), objects: objectdb.New(fleet.SQL()), cfg: cfg}
+	h := &Hub{fleet: fleet, workloads: workloaddb.New(fleet.SQL()), objects: objectdb.New(fleet.SQL()), cfg: cfg, log: log}
 	cfg.Changed = func() { h.Scheduler.Reschedule() }
 	cfg.UpdateChanged = func() { h.Updates.Kick() }
 	// The devices are given the hub's objects (tests may give others),
@@ -157,10 +170,10 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 // (unless other replicas were running). The silence watch runs on every
 // replica: it only tells this replica's readers, writing nothing.
 func (h *Hub) Start(wait time.Duration) error {
-	// Presence is forgotten when the whole hub starts, not when a
-	// replica joins others that keep it (it would mark the fleet
-	// offline under them).
-	if h.replica == nil || h.replica.OthersAtStart() == 0 {
+	// Presence is forgotten when the hub starts; on PostgreSQL the
+	// replica decided it before it joined (UseReplica), on SQLite it
+	// runs alone.
+	if h.replica == nil || (h.fleet.Dialect() == sqldb.SQLite && h.replica.OthersAtStart() == 0) {
 		if err := h.fleet.ForgetPresence(); err != nil {
 			return err
 		}

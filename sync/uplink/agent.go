@@ -138,9 +138,12 @@ type Agent struct {
 	// brokers are the broker URLs each connection tries (brokers.go).
 	brokers *brokerList
 
-	lost        chan struct{} // the connection dropped: reconnect
-	sendWake    chan struct{} // the outbox drain
-	beat        chan struct{} // a heartbeat now (at connect)
+	lost     chan struct{} // the connection dropped: reconnect
+	sendWake chan struct{} // the outbox drain
+	beat     chan struct{} // a heartbeat now (at connect)
+	// sessBeat answers a hub session's announcement with a heartbeat
+	// soon after (sessionbeat.go).
+	sessBeat    *sessionBeat
 	desiredWake chan struct{} // a desired document is pending
 	keyID       string        // names the hub for the generation floor
 	refused     *throttle.Counter
@@ -255,6 +258,7 @@ func New(cfg Config, st *store.Store, pods Pods, log *slog.Logger) (*Agent, erro
 	}
 	a := &Agent{cfg: cfg, topics: protocol.Topics{Prefix: cfg.Prefix}, store: st, pods: pods, log: log,
 		lost: make(chan struct{}, 1), sendWake: make(chan struct{}, 1), beat: make(chan struct{}, 1),
+		sessBeat:    newSessionBeat(),
 		desiredWake: make(chan struct{}, 1), keyID: "unsigned",
 		refused: throttle.New(5, time.Minute, nil), refusedAcks: throttle.New(5, time.Minute, nil),
 		win: window{size: cfg.Window, resendAfter: cfg.ResendAfter}, now: time.Now, brokers: brokers,

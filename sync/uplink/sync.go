@@ -80,7 +80,11 @@ func (a *Agent) newEpoch(why string) {
 }
 
 // onHubPresence rewinds the outbox when the hub (re)connects: what was
-// sent while it was away may have been dropped by the broker.
+// sent while it was away may have been dropped by the broker. A session
+// announced while this device is connected (not the retained presence a
+// connection gets, which its own heartbeat at connect answers) is also
+// answered with a heartbeat, soon and jittered: a replica that gained
+// this device announces one and has no heartbeat of it yet.
 func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 	p, err := protocol.DecodePresence(m.Payload())
 	if err != nil {
@@ -95,6 +99,9 @@ func (a *Agent) onHubPresence(_ mqtt.Client, m mqtt.Message) {
 	a.win.rewind(a.now())
 	a.mu.Unlock()
 	a.kick()
+	if !m.Retained() {
+		a.sessBeat.announced(func() { poke(a.beat) })
+	}
 }
 
 // drain sends the outbox in order while connected, at most Window items

@@ -120,7 +120,7 @@ func TestFailover(t *testing.T) {
 			return false, "the device list unreadable"
 		}
 		return len(notReady) == 0, fmt.Sprintf("%d not Ready: %v", len(notReady), head(notReady, 10))
-	}, func() { explain(t, db, fleet, listNotReady(rs[1])) })
+	}, func() { explain(t, db, fleet, rs, listNotReady(rs[1])) })
 	t.Logf("%d simulated devices and %d real daemons enrolled, connected and Ready in %v (Ready %v after the agents started)",
 		n, len(reals), time.Since(enrolStart).Round(time.Millisecond), ready.Round(time.Millisecond))
 
@@ -136,10 +136,12 @@ func TestFailover(t *testing.T) {
 		d := daemons[id]
 		waitFor(t, 60*time.Second, id+" runs steady", func() bool { p := d.pod("steady"); return p != nil && running(p) })
 		p := d.pod("steady")
-		steady[id] = steadyPod{container: p.Status.ContainerStatuses[0].ContainerID, pid: pidOf("sleep", arg), arg: arg}
-		if steady[id].pid == 0 {
-			t.Fatalf("%s's steady pod: no process sleep %s", id, arg)
-		}
+		// Running is reported once the container's process is started:
+		// its shell may exec sleep a moment later (a loaded machine).
+		var pid int
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s's steady pod's process sleep %s, the pod Running", id, arg),
+			func() bool { pid = pidOf("sleep", arg); return pid != 0 })
+		steady[id] = steadyPod{container: p.Status.ContainerStatuses[0].ContainerID, pid: pid, arg: arg}
 	}
 
 	// The stream, then the apply and the kills in its middle.
@@ -257,7 +259,7 @@ func TestFailover(t *testing.T) {
 		}
 		slices.Sort(behind)
 		return len(behind) == 0, fmt.Sprintf("%d devices behind (stored/published): %v", len(behind), head(behind, 10))
-	}, func() { explain(t, db, fleet, lagging(want, db)) })
+	}, func() { explain(t, db, fleet, rs, lagging(want, db)) })
 	t.Logf("every device's newest status stored %v after the stream ended (%v after the kills)",
 		newest.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 
@@ -281,7 +283,7 @@ func TestFailover(t *testing.T) {
 		}
 		slices.Sort(lagging)
 		return len(lagging) == 0, fmt.Sprintf("%d behind (observed/desired): %v", len(lagging), head(lagging, 10))
-	}, func() { explain(t, db, fleet, unacked(db, fleet)) })
+	}, func() { explain(t, db, fleet, rs, unacked(db, fleet)) })
 	t.Logf("every device acknowledged its final generation %v after the apply", time.Since(applyStart).Round(time.Millisecond))
 	for _, d := range fleet.devices {
 		g := d.generations()
@@ -320,19 +322,8 @@ func TestFailover(t *testing.T) {
 	}
 
 	// What each replica handled (its own counts, since its last start).
-	for _, r := range rs {
-		var self struct {
-			Buckets     int   `json:"buckets"`
-			StatusItems int64 `json:"statusItems"`
-			Heartbeats  int64 `json:"heartbeats"`
-			Dropped     int64 `json:"dropped"`
-		}
-		if err := r.client.Do("GET", "/v1/replicas/self", nil, &self); err != nil {
-			t.Errorf("replica %s: GET /v1/replicas/self: %v", r.id, err)
-			continue
-		}
-		t.Logf("replica %s: %d buckets, %d status items and %d heartbeats handled, %d reports dropped (another's devices)",
-			r.id, self.Buckets, self.StatusItems, self.Heartbeats, self.Dropped)
+	if !logSelf(t, rs) {
+		t.Error("a replica's GET /v1/replicas/self failed")
 	}
 	if table, err := rs[0].cli("get", "replicas"); err == nil {
 		t.Logf("podhub get replicas:\n%s", table)
@@ -409,12 +400,18 @@ func listNotReady(r *hubReplica) []string {
 // explain logs, for a failure, what the first few of the devices ids
 // show: which replica owns each one's bucket, a simulated device's
 // connection, outbox and agent's log.
-func explain(t *testing.T, db *fleetStore, fleet *simFleet, ids []string) {
+func explain(t *testing.T, db *fleetStore, fleet *simFleet, rs []*hubReplica, ids []string) {
 	if len(ids) > 3 {
 		ids = ids[:3]
 	}
+	logSelf(t, rs)
 	for _, id := range ids {
-		what := fmt.Sprintf("%s: bucket %d held by %s", id, replica.Bucket(id), db.holder(replica.Bucket(id)))
+		what := fmt.Sprintf("%s: bucket %d held by %s; stored: %s", id, replica.Bucket(id), db.holder(replica.Bucket(id)), db.device(id))
+		for _, r := range rs {
+			if lines := linesOf(r.log.String(), id, 10); lines != "" {
+				what += fmt.Sprintf("\nreplica %s's log of it (last 10 lines):\n%s", r.id, lines)
+			}
+		}
 		if d := fleet.byID[id]; d != nil {
 			l, _ := d.agent.Connection()
 			st, _ := d.st.Stats()
@@ -423,6 +420,39 @@ func explain(t *testing.T, db *fleetStore, fleet *simFleet, ids []string) {
 		}
 		t.Log(what)
 	}
+}
+
+// logSelf logs what each replica handled (GET /v1/replicas/self: its
+// own counts since its last start); false if one could not be read.
+func logSelf(t *testing.T, rs []*hubReplica) bool {
+	ok := true
+	for _, r := range rs {
+		var self struct {
+			Buckets     int   `json:"buckets"`
+			StatusItems int64 `json:"statusItems"`
+			Heartbeats  int64 `json:"heartbeats"`
+			Dropped     int64 `json:"dropped"`
+		}
+		if err := r.client.Do("GET", "/v1/replicas/self", nil, &self); err != nil {
+			t.Logf("replica %s: GET /v1/replicas/self: %v", r.id, err)
+			ok = false
+			continue
+		}
+		t.Logf("replica %s: %d buckets, %d status items and %d heartbeats handled, %d reports dropped (another's devices)",
+			r.id, self.Buckets, self.StatusItems, self.Heartbeats, self.Dropped)
+	}
+	return ok
+}
+
+// linesOf are the last n lines of log that name device id.
+func linesOf(log, id string, n int) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"`+id+`"`) || strings.Contains(line, "="+id+" ") || strings.HasSuffix(line, "="+id) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
 
 // lagging are the simulated devices whose newest tick the store lacks.

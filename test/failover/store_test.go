@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx" driver: the test reads the fleet store directly
 
@@ -151,4 +152,15 @@ func (s *fleetStore) holder(bucket int) string {
 		return err.Error()
 	}
 	return h
+}
+
+// device is what the store holds of a device's presence: online, when
+// it was last heard from (the replica's clock) and its status cursor.
+func (s *fleetStore) device(id string) string {
+	var online, seen int64
+	err := s.db.QueryRow(`SELECT online, last_seen FROM devices WHERE id = $1`, id).Scan(&online, &seen)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("online %d, last seen %s", online, time.UnixMilli(seen).Format(time.StampMilli))
 }

@@ -274,6 +274,9 @@ func (h *Link) summarise() {
 // and hears the hub's presence (owners.go).
 func (h *Link) onConnect(c mqtt.Client) {
 	h.connectedTo.Store(h.broker())
+	h.own.mu.Lock()
+	h.own.connected = h.now()
+	h.own.mu.Unlock()
 	h.own.replay.Store(nil)
 	h.subscribe(c, nil)
 	if h.cfg.Owners != nil {

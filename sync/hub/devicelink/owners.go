@@ -39,8 +39,9 @@ const gainEvery = 2 * time.Second
 // ownership is the link's side of device ownership.
 type ownership struct {
 	// replay is the buckets whose retained deliveries are handled: nil
-	// for every owned device (the connection's first subscription), the
-	// buckets gained since the previous subscription after a gain.
+	// for every owned device (the connection's first subscription, and
+	// gains within replayFor of it), the buckets of the recent gains
+	// after a later gain.
 	replay atomic.Pointer[replica.Ownership]
 	// dropped counts the messages of devices another replica owns.
 	dropped atomic.Int64
@@ -53,6 +54,10 @@ type ownership struct {
 	// retained deliveries may still be on the way when the next gain
 	// subscribes again, and stay handled.
 	recent []gained
+	// connected is when the connection's first subscription (every
+	// owned bucket) was made: its retained deliveries may still be on
+	// the way when a gain subscribes again, and stay handled.
+	connected time.Time
 }
 
 // gained is one subscription again's buckets and when it was made.
@@ -154,6 +159,9 @@ func (h *Link) gain() {
 	for _, g := range recent {
 		replay = append(replay, g.buckets...)
 	}
+	// Every owned bucket's while the connection's own deliveries may
+	// still be coming.
+	sinceConnect := now.Sub(h.own.connected) < replayFor
 	h.own.mu.Unlock()
 	select {
 	case <-h.done:
@@ -164,7 +172,9 @@ func (h *Link) gain() {
 		return // onConnect handles every owned device
 	}
 	set := new(replica.Ownership).With(buckets, true, time.Time{})
-	h.own.replay.Store(new(replica.Ownership).With(replay, true, time.Time{}))
+	if !sinceConnect {
+		h.own.replay.Store(new(replica.Ownership).With(replay, true, time.Time{}))
+	}
 	h.subscribe(h.client, retainedKinds)
 	h.announce(h.client)
 	if h.cfg.Objects != nil {

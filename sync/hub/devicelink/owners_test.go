@@ -144,6 +144,7 @@ func TestGainReplaysRetainedReportsOfTheGainedBuckets(t *testing.T) {
 	for len(client.subscribed) > 0 {
 		<-client.subscribed
 	}
+	connectedLongAgo(h)
 	presences := client.count(h.topics.HubPresence())
 	owners[b] = true
 	h.OwnersChanged([]int{replica.Bucket(b)}, nil)
@@ -228,6 +229,7 @@ func TestRetainedReportsOfAnEarlierGainStayHandled(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	connectedLongAgo(h)
 	base := client.count(h.topics.HubPresence())
 	owners[b] = true
 	h.OwnersChanged([]int{replica.Bucket(b)}, nil)
@@ -243,5 +245,53 @@ func TestRetainedReportsOfAnEarlierGainStayHandled(t *testing.T) {
 	}
 	if got := h.Dropped() - dropped; got != 0 {
 		t.Fatalf("retained presences of the two gains dropped: %d, want 0", got)
+	}
+}
+
+// connectedLongAgo dates the link's connection back past replayFor: its
+// own retained deliveries are over.
+func connectedLongAgo(h *Link) {
+	h.own.mu.Lock()
+	h.own.connected = h.now().Add(-replayFor)
+	h.own.mu.Unlock()
+}
+
+// A gain soon after the connection: the connection's retained
+// deliveries of the buckets held before, which may still be on the way
+// (a broker's backlog), are handled all the same.
+func TestGainSoonAfterConnectingKeepsTheConnectionsRetainedReports(t *testing.T) {
+	a, b := "dev-a", "dev-b"
+	if replica.Bucket(a) == replica.Bucket(b) {
+		t.Fatal("pick two devices in different buckets")
+	}
+	owners := ownersSet{a: true}
+	h, client := ownersLink(t, owners, a, b)
+	base := client.count(h.topics.HubPresence())
+	owners[b] = true
+	h.OwnersChanged([]int{replica.Bucket(b)}, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for client.count(h.topics.HubPresence()) == base {
+		if time.Now().After(deadline) {
+			t.Fatal("no new hub session announced within 10s of the gain")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	presence := client.handler(h.topics.All(protocol.KindPresence))
+	dropped := h.Dropped()
+	for _, dev := range []string{a, b} {
+		presence(client, ownMessage{topic: h.topics.Device(dev, protocol.KindPresence), retained: true,
+			payload: protocol.Encode(&protocol.Presence{Device: dev, Online: true})})
+	}
+	if got := h.Dropped() - dropped; got != 0 {
+		t.Fatalf("retained presences dropped after a gain just after the connection: %d, want 0", got)
+	}
+	devs, err := h.fleet.Devices(time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if !d.Online {
+			t.Errorf("%s: retained presence not stored", d.ID)
+		}
 	}
 }

@@ -58,6 +58,8 @@ type Elector struct {
 	others    int // other live replicas at Join
 	watch     func(leading bool)
 	leading   bool // as last told to watch
+	// beforeJoin runs in Start before the replica's row is written.
+	beforeJoin func() error
 
 	stop chan struct{}
 	done chan struct{}
@@ -104,6 +106,13 @@ func New(store *Store, cfg Config) (*Elector, error) {
 // Watch has fn told of each change of leadership (true: this replica
 // leads), from the elector's goroutine; set before Start.
 func (e *Elector) Watch(fn func(leading bool)) { e.watch = fn }
+
+// BeforeJoin has fn run by Start before the replica's row is written
+// (after its own ID's row was checked): what must happen before the
+// other replicas can see this one, such as forgetting the presence of a
+// fleet no replica served (fleetdb.Fleet.ForgetPresenceAlone). An error
+// of fn fails Start. Set before Start.
+func (e *Elector) BeforeJoin(fn func() error) { e.beforeJoin = fn }
 
 // WatchOwners has fn told of the device buckets this replica gains and
 // loses, from the elector's goroutine (the first time within Start);
@@ -163,6 +172,11 @@ func (e *Elector) Start() error {
 			}
 		}
 		return fmt.Errorf("replica %s: another podhub (replica %v) serves this SQLite fleet store; several replicas need a PostgreSQL store (store: postgres://…)", e.cfg.ID, ids)
+	}
+	if e.beforeJoin != nil {
+		if err := e.beforeJoin(); err != nil {
+			return fmt.Errorf("replica %s: before joining: %w", e.cfg.ID, err)
+		}
 	}
 	if err := e.store.Join(e.member(), e.cfg.Timing.TTL, stale); err != nil {
 		if errors.Is(err, ErrIDInUse) {
@@ -233,8 +247,9 @@ func (e *Elector) idInUse(m *Member, now int64) error {
 }
 
 // OthersAtStart is how many other replicas were alive when this one
-// joined: with none, the fleet's presence is stale (the whole hub was
-// down) and is forgotten at start.
+// joined: with none on SQLite, the fleet's presence is stale (the hub
+// was down) and is forgotten at start (on PostgreSQL the hub decides it
+// atomically with the others' joins: BeforeJoin).
 func (e *Elector) OthersAtStart() int { return e.others }
 
 // Leading reports whether the replica leads now: its term has not run
