@@ -24,6 +24,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/sys/unix"
 
 	"github.com/podvisor/podvisor/sync/pki"
 	"github.com/podvisor/podvisor/test/prereq"
@@ -211,6 +212,10 @@ mqtt {
   # A QoS 1 message unacknowledged this long is sent again.
   ack_wait: "30s"
   max_ack_pending: 1024
+  # A QoS 1 subscription's JetStream consumer keeps its state in memory,
+  # on as many nodes as the streams (three): it outlives one node, and
+  # costs no files (docs/brokers.md, a fleet of thousands).
+  consumer_memory_storage: true
   stream_replicas: 3
 }
 `, name, host(client), port(client), monitor, strings.ReplaceAll(tlsBlock, "\n  ", "\n"), store, cluster, strings.Join(routes, ", "),
@@ -393,10 +398,28 @@ func (n *Node) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("nats-server %s: %w", n.Name, err)
 	}
+	if err := raiseNoFile(cmd.Process.Pid); err != nil {
+		fmt.Fprintf(n.log, "natstest: open files limit of %s left as it was: %v\n", n.Name, err)
+	}
 	n.cmd, n.exited = cmd, make(chan struct{})
 	exited := n.exited
 	go func() { cmd.Wait(); close(exited) }()
 	return nil
+}
+
+// NoFile is the open files limit (RLIMIT_NOFILE, soft and hard) each
+// node is given where the test may raise it (root with CAP_SYS_RESOURCE;
+// some containers drop it): Linux's default ceiling (fs.nr_open). A node
+// holds a descriptor for each connection and route and for JetStream's
+// open files; consumers kept on disc hold several each on every node,
+// and 2,000 devices' exhausted 20,000 (docs/brokers.md). Where the limit
+// cannot be raised the node keeps the one it inherited, and the
+// configuration's in-memory consumers keep it within that.
+const NoFile = 1 << 20
+
+// raiseNoFile sets the open files limit of the process pid to NoFile.
+func raiseNoFile(pid int) error {
+	return unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: NoFile, Max: NoFile}, nil)
 }
 
 // Pid is the node's process ID (0 before it started).

@@ -2,6 +2,9 @@ package natstest
 
 import (
 	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -238,27 +241,93 @@ func TestClusterRetainedSessionAndPermissions(t *testing.T) {
 		t.Errorf("a revoked certificate: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", tok.Error())
 	}
 	revoked.Disconnect(0)
-	dev, _ = connectWithin(t, 60*time.Second, urls[1], gw1, "gw-1")
 
 	// The device goes away (its session stays); a QoS 1 message for it
-	// waits in its session; its node dies; on another node it gets the
-	// message.
-	if on := c.NodeOf("gw-1"); on != 1 {
-		t.Fatalf("gw-1 is on node %d, want 1", on)
+	// waits in its session; the node it was on, which leads the
+	// JetStream consumer of its status-ack subscription (in memory on
+	// three nodes), dies; on another node it gets the message.
+	statusAck, _ := Subject(topics.Device("gw-1", protocol.KindStatusAck))
+	lead := c.consumerLeader(t, statusAck)
+	dev, _ = connectWithin(t, 60*time.Second, urls[lead], gw1, "gw-1")
+	if on := c.NodeOf("gw-1"); on != lead {
+		t.Fatalf("gw-1 is on node %d, want %d", on, lead)
 	}
 	dev.Disconnect(100)
 	if tok := hub.Publish(topics.Device("gw-1", protocol.KindStatusAck), 1, false, []byte("ack-7")); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish while gw-1 is away: %v", tok.Error())
 	}
-	c.Kill(1)
+	c.Kill(lead)
 	killed := time.Now()
 	// Until the cluster has elected new leaders for the streams the
 	// killed node led, CONNECT fails (the session cannot be loaded).
-	dev2, got2 := connectWithin(t, 60*time.Second, urls[2], gw1, "gw-1")
+	next := (lead + 1) % Nodes
+	dev2, got2 := connectWithin(t, 60*time.Second, urls[next], gw1, "gw-1")
 	defer dev2.Disconnect(0)
 	if m := receive(t, got2, "queued status-ack"); string(m.Payload()) != "ack-7" {
 		t.Fatalf("queued message: %q", m.Payload())
 	}
-	t.Logf("the queued message reached gw-1 on %s %v after its node was killed", c.Nodes[2].Name, time.Since(killed).Round(time.Millisecond))
-	c.Restart(1, hubTLS)
+	t.Logf("the queued message reached gw-1 on %s %v after its node, its consumer's leader, was killed",
+		c.Nodes[next].Name, time.Since(killed).Round(time.Millisecond))
+	c.Restart(lead, hubTLS)
+}
+
+// consumerLeader is the index of the node leading the JetStream consumer
+// of the QoS 1 subscription to subject (a NATS subject), as the nodes'
+// monitoring endpoints tell it, waiting up to 30 s for one to lead.
+func (c *Cluster) consumerLeader(t *testing.T, subject string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, n := range c.Nodes {
+			leader := consumerLeaderOn(n, "$MQTT.msgs."+subject)
+			for i, m := range c.Nodes {
+				if leader == m.Name {
+					return i
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no node leads the consumer of %s after 30 s", subject)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// consumerLeaderOn is the leader's name of the consumer of $MQTT_msgs
+// filtering filter, as node n reports it ("" if n reports none).
+func consumerLeaderOn(n *Node, filter string) string {
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + n.Monitor + "/jsz?accounts=true&streams=true&consumers=true&config=true")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Accounts []struct {
+			Streams []struct {
+				Name      string `json:"name"`
+				Consumers []struct {
+					Config struct {
+						Filter string `json:"filter_subject"`
+					} `json:"config"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+				} `json:"consumer_detail"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&jsz) != nil {
+		return ""
+	}
+	for _, a := range jsz.Accounts {
+		for _, s := range a.Streams {
+			for _, co := range s.Consumers {
+				if s.Name == "$MQTT_msgs" && co.Config.Filter == filter {
+					return co.Cluster.Leader
+				}
+			}
+		}
+	}
+	return ""
 }
