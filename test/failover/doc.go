@@ -23,9 +23,9 @@
 //     Failing runs: 1 to 62 devices never acknowledged the DaemonSet's
 //     generation (their desired subscription refused, three runs); 71
 //     devices NotReady at start (their owner's +/presence refused, one
-//     run). The fix is a retry of a refused subscription (or a
-//     reconnection) on both sides: with a retry in sync/uplink (tried,
-//     not committed) no device's subscription stayed refused.
+//     run). Fixed: both sides try a refused subscription again, 1 s
+//     doubling to 30 s (throttle.Retry); no subscription stayed refused
+//     in the runs since.
 //   - Twice (10 and 6 devices), devices stayed NotReady for 5 min after a
 //     clean start, with no refusal logged on their side: all owned by the
 //     first replica, all connected before that replica's first
