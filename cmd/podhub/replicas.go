@@ -322,7 +322,7 @@ func (c *linkCounts) StatusItemsStored(n int) {
 	c.statusItems.Add(int64(n))
 	c.next.StatusItemsStored(n)
 }
-func (c *linkCounts) HeartbeatStored()        { c.heartbeats.Add(1); c.next.HeartbeatStored() }
+func (c *linkCounts) HeartbeatStored()         { c.heartbeats.Add(1); c.next.HeartbeatStored() }
 func (c *linkCounts) MessageRefused(k string)  { c.next.MessageRefused(k) }
 func (c *linkCounts) MessageNotOwned(k string) { c.next.MessageNotOwned(k) }
 
