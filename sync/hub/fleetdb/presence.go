@@ -5,6 +5,7 @@ import (
 
 	"github.com/podvisor/podvisor/sqldb"
 	"github.com/podvisor/podvisor/sync/hub/fleetwatch"
+	"github.com/podvisor/podvisor/sync/hub/replica"
 )
 
 // ForgetPresenceAlone marks every device offline, as ForgetPresence,
@@ -26,13 +27,9 @@ func (f *Fleet) ForgetPresenceAlone(me string) (bool, error) {
 		return false, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`LOCK TABLE replicas IN SHARE MODE`); err != nil {
-		return false, fmt.Errorf("forgetting the presence: locking the replicas' table: %w", err)
-	}
-	var others int64
-	if err := tx.QueryRow(`SELECT count(*) FROM replicas WHERE id <> ?
-		AND expires > CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)`, me).Scan(&others); err != nil {
-		return false, fmt.Errorf("forgetting the presence: reading the live replicas: %w", err)
+	others, err := replica.OthersLiveLocked(tx, me)
+	if err != nil {
+		return false, fmt.Errorf("forgetting the presence: %w", err)
 	}
 	if others > 0 {
 		return false, nil

@@ -573,3 +573,20 @@ func (s *Store) Reclaim(me Self) ([]int, error) {
 	}
 	return out, rows.Err()
 }
+
+// OthersLiveLocked locks the replicas' table against joins (SHARE: a
+// join's INSERT waits for tx's end) and counts the replicas other than
+// me whose rows are unexpired on the database's clock: what a starting
+// replica decides from inside its own transaction (fleetdb's
+// ForgetPresenceAlone). PostgreSQL only.
+func OthersLiveLocked(tx *sql.Tx, me string) (int64, error) {
+	if _, err := tx.Exec(`LOCK TABLE replicas IN SHARE MODE`); err != nil {
+		return 0, fmt.Errorf("locking the replicas' table: %w", err)
+	}
+	var others int64
+	if err := tx.QueryRow(`SELECT count(*) FROM replicas WHERE id <> ?
+		AND expires > CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)`, me).Scan(&others); err != nil {
+		return 0, fmt.Errorf("reading the live replicas: %w", err)
+	}
+	return others, nil
+}
