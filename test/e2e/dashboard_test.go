@@ -141,7 +141,11 @@ containers:
 	b.Run(10*time.Second, "opening the pods page logged out", chromedp.Navigate(base+"/ui/#/pods"))
 	b.WaitFor(10*time.Second, "the login form for the pods page", `location.pathname === '/ui/login' && document.getElementById('token')`)
 	// The fetch after the token's deletion was refused, as it should be.
-	if errs := b.Errors(regexp.MustCompile(`status of 401`)); len(errs) > 0 {
+	// ERR_NETWORK_CHANGED is Chromium cancelling what it had in flight
+	// when the host's interfaces change: other tests' pods add and
+	// remove veths beside this one. The waits above saw the pages
+	// recover; the dashboard cannot prevent it.
+	if errs := b.Errors(regexp.MustCompile(`status of 401|net::ERR_NETWORK_CHANGED`)); len(errs) > 0 {
 		t.Fatalf("the pages reported errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
