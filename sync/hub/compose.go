@@ -78,9 +78,6 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 		schedule = func() { feed.Signal(fleetwatch.SchedulePass) }
 		update = func() { feed.Signal(fleetwatch.UpdatePass) }
 		feed.OnSignal(h.signalled)
-		// Each device's reports are handled by the replica that owns its
-		// bucket (replica.Bucket), the others drop them; a gain has the
-		// link take the gained devices up.
 		// Presence is forgotten when the whole hub starts, not when a
 		// replica joins others that keep it (it would mark the fleet
 		// offline under them): decided before the join, atomically
@@ -93,6 +90,9 @@ func (h *Hub) UseReplica(e *replica.Elector) {
 			}
 			return err
 		})
+		// Each device's reports are handled by the replica that owns its
+		// bucket (replica.Bucket), the others drop them; a gain has the
+		// link take the gained devices up.
 		h.Link.SetOwners(e)
 		h.ObjectLink.SetOwner(e.Owns)
 		e.WatchOwners(h.Link.OwnersChanged)
@@ -172,8 +172,8 @@ func New(cfg Config, fleet *fleetdb.Fleet, log *slog.Logger) *Hub {
 func (h *Hub) Start(wait time.Duration) error {
 	// Presence is forgotten when the hub starts; on PostgreSQL the
 	// replica decided it before it joined (UseReplica), on SQLite it
-	// runs alone.
-	if h.replica == nil || (h.fleet.Dialect() == sqldb.SQLite && h.replica.OthersAtStart() == 0) {
+	// runs alone (a second replica is refused).
+	if h.replica == nil || h.fleet.Dialect() == sqldb.SQLite {
 		if err := h.fleet.ForgetPresence(); err != nil {
 			return err
 		}
