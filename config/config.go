@@ -48,8 +48,9 @@ const (
 	DefaultContainerdRoot = "/var/lib/containerd"
 	// ShimGroupDevice and ShimGroupPod are the values of
 	// containerd.shimGroup.
-	ShimGroupDevice = "device"
-	ShimGroupPod    = "pod"
+	ShimGroupDevice    = "device"
+	ShimGroupPod       = "pod"
+	ShimGroupContainer = "container"
 )
 
 // DefaultMaxPods is the kubelet's default; as in the kubelet, maxPods 0
@@ -271,7 +272,9 @@ type Containerd struct {
 	// ShimGroup is which containers share one containerd shim
 	// (containerd-shim-runc-v2): ShimGroupDevice, every container of the
 	// device (one shim, ~10 MiB instead of ~2.7 MiB per container; a shim
-	// crash ends them all), or ShimGroupPod, each pod's containers.
+	// crash ends them all), ShimGroupPod, each pod's containers, or
+	// ShimGroupContainer, a shim per container (containerd's own default:
+	// on containerd 1.x no container's exec or start waits for another's).
 	ShimGroup string `json:"shimGroup,omitempty"`
 	// CNIConfDir and CNIBinDirs locate the pod network.
 	CNIConfDir string `json:"cniConfDir,omitempty"`

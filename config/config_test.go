@@ -139,6 +139,7 @@ func TestContainerdNamed(t *testing.T) {
 		"containerd: {sandboxDir: /run/sb}\n":                true,
 		"containerd: {noPivotRoot: true}\n":                  true,
 		"containerd: {shimGroup: pod}\n":                     true,
+		"containerd: {shimGroup: container}\n":               true,
 	} {
 		if c, _ := load(t, body); c.ContainerdNamed() != want {
 			t.Errorf("%q: named %v, want %v", body, !want, want)
@@ -231,7 +232,7 @@ func TestValidateNamesFileAndField(t *testing.T) {
 		{"containerd: {imageGC: {highThresholdPercent: 70}}\n", []string{"containerd.imageGC", "lowThresholdPercent (80)", "highThresholdPercent (70)"}},
 		{"containerd: {imageGC: {highThresholdPercent: 101, lowThresholdPercent: 0}}\n", []string{"containerd.imageGC", "(101)"}},
 		{"containerd: {imageGC: {minimumAge: -1m}}\n", []string{"containerd.imageGC.minimumAge", "negative"}},
-		{"containerd: {shimGroup: container}\n", []string{"containerd.shimGroup", `"container"`, "device or pod"}},
+		{"containerd: {shimGroup: node}\n", []string{"containerd.shimGroup", `"node"`, "device, pod or container"}},
 		{"hub: {url: http://hub:80}\n", []string{"hub.url", `"http://hub:80"`, "mqtts://"}},
 		{"hub: {heartbeat: -1s}\n", []string{"hub.heartbeat", "negative"}},
 		{"hub: {urls: [mqtts://a:8883, tcp://b:1883]}\n", []string{"hub.urls", `"tcp://b:1883"`, "mqtts://"}},

@@ -166,8 +166,8 @@ func (c *Config) validateContainerd(v *validation) {
 	if c.Containerd.SandboxDir == "" {
 		v.add("containerd.sandboxDir", "must be a path")
 	}
-	if g := c.Containerd.ShimGroup; g != ShimGroupDevice && g != ShimGroupPod {
-		v.add("containerd.shimGroup", "%q: want %s or %s", g, ShimGroupDevice, ShimGroupPod)
+	if g := c.Containerd.ShimGroup; g != ShimGroupDevice && g != ShimGroupPod && g != ShimGroupContainer {
+		v.add("containerd.shimGroup", "%q: want %s, %s or %s", g, ShimGroupDevice, ShimGroupPod, ShimGroupContainer)
 	}
 }
 

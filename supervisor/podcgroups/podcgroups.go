@@ -182,11 +182,25 @@ func (m *Manager) InstanceStarting(rt runtime.Runtime, pod *v1.Pod, container, i
 // Kill kills every process of a container, wherever it forked to; rt is
 // the pod's runtime (nil: none).
 func (m *Manager) Kill(rt runtime.Runtime, pod *v1.Pod, container, instanceID string) {
-	if m.Driver == nil || pod == nil {
-		return
+	if kill := m.Killer(rt, pod, container, instanceID); kill != nil {
+		kill()
 	}
-	if err := m.Driver.Kill(m.InstanceCgroup(rt, pod, container, instanceID)); err != nil {
-		m.log.Warn("cgroup kill", "pod", pod.Namespace+"/"+pod.Name, "container", container, "err", err)
+}
+
+// Killer is Kill to be run later, on any goroutine (nil: nothing to
+// kill): the cgroup is named now. On cgroup v1 a kill freezes the cgroup
+// first, which waits for each of its tasks to stop; the daemon's loop
+// does not wait for it.
+func (m *Manager) Killer(rt runtime.Runtime, pod *v1.Pod, container, instanceID string) func() {
+	if m.Driver == nil || pod == nil {
+		return nil
+	}
+	path, driver, log := m.InstanceCgroup(rt, pod, container, instanceID), m.Driver, m.log
+	name := pod.Namespace + "/" + pod.Name
+	return func() {
+		if err := driver.Kill(path); err != nil {
+			log.Warn("cgroup kill", "pod", name, "container", container, "err", err)
+		}
 	}
 }
 

@@ -332,6 +332,14 @@ func (o outputList) TimeOfStart(name string) (time.Duration, error) {
 	return 0, fmt.Errorf("%s never started:\n%v", name, o)
 }
 
+// TimeOfExit is when name was first Exiting.
+func (o outputList) TimeOfExit(name string) (time.Duration, error) {
+	if i := o.find(name, "Exiting", 0); i >= 0 {
+		return o[i].at, nil
+	}
+	return 0, fmt.Errorf("%s never exited:\n%v", name, o)
+}
+
 // TimeOfLastLoop is when name last logged Looping.
 func (o outputList) TimeOfLastLoop(name string) (time.Duration, error) {
 	for i := len(o) - 1; i >= 0; i-- {

@@ -97,7 +97,13 @@ func TestContainersLifecycle_shouldTerminateSidecarsInReverseOrderAfterAllMainCo
 // "The PreStop hooks don't exit: should terminate sidecars simultaneously
 // if prestop doesn't exit". The hooks loop every 0.2 s until killed with
 // their containers: all at the grace deadline (30 s) plus the 2 s minimum
-// grace.
+// grace, counted from the pod's termination, which begins once regular-1
+// has exited. Upstream measures each hook's life from its own first line
+// (32 s ± 1 s); that line comes after a runc exec, which takes up to 2.5
+// s on 2 busy cores, so here the kill is bounded on both sides by what
+// does not move with it: no sooner than 32 s after regular-1's last line
+// (its last loop less than 1 s before), no later than 33.5 s after the
+// hook's own first.
 func TestContainersLifecycle_shouldTerminateSidecarsSimultaneouslyIfPrestopDoesntExit(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
 		l := e.newOrderLog()
@@ -114,6 +120,8 @@ func TestContainersLifecycle_shouldTerminateSidecarsSimultaneouslyIfPrestopDoesn
 		})
 		o := l.read(p.Name, "regular-1 Exiting")
 		assertSidecarsStartedInOrder(t, o)
+		mainExit, err := o.TimeOfExit("regular-1")
+		must(t, err)
 		var lasts []time.Duration
 		for _, n := range []string{"restartable-init-1", "restartable-init-2", "restartable-init-3"} {
 			start, err := o.TimeOfStart(prefixed("PreStop", n))
@@ -121,8 +129,13 @@ func TestContainersLifecycle_shouldTerminateSidecarsSimultaneouslyIfPrestopDoesn
 			last, err := o.TimeOfLastLoop(prefixed("PreStop", n))
 			must(t, err)
 			lasts = append(lasts, last)
-			// 30 seconds + 2 second minimum grace for the SIGKILL
-			if life := last - start; life < 30500*time.Millisecond || life > 33500*time.Millisecond {
+			// 30 seconds + 2 second minimum grace for the SIGKILL; the
+			// last loop is a period (0.2 s) before the kill, 1 s allowed
+			// for a busy machine's scheduling
+			if sinceMain := last - mainExit; sinceMain < 31*time.Second {
+				t.Errorf("PreStop-%s was killed %v after regular-1 exited, want 32s or more:\n%v", n, sinceMain, o)
+			}
+			if life := last - start; life > 33500*time.Millisecond {
 				t.Errorf("PreStop-%s lived %v, want ~32s:\n%v", n, life, o)
 			}
 		}
@@ -134,7 +147,11 @@ func TestContainersLifecycle_shouldTerminateSidecarsSimultaneouslyIfPrestopDoesn
 }
 
 // "the restartable init containers have multiple PreStop hooks: should
-// call sidecar container PreStop hook simultaneously"
+// call sidecar container PreStop hook simultaneously". Upstream wants the
+// three hooks' first lines within 0.5 s; each comes after a runc exec,
+// which takes up to 2.5 s on 2 busy cores, so here each hook (1 s long)
+// must start before any hook has ended: they ran at once, none waited for
+// another. The spread of their starts is logged.
 func TestContainersLifecycle_shouldCallSidecarContainerPreStopHookSimultaneously(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
 		l := e.newOrderLog()
@@ -148,15 +165,18 @@ func TestContainersLifecycle_shouldCallSidecarContainerPreStopHookSimultaneously
 		assertSidecarsStartedInOrder(t, o)
 		assertSidecarsExitedInReverseOrder(t, o)
 		// and the pre-stop hooks should have been called simultaneously
-		var starts []time.Duration
+		var starts, exits []time.Duration
 		for _, n := range []string{"restartable-init-1", "restartable-init-2", "restartable-init-3"} {
 			start, err := o.TimeOfStart(prefixed("PreStop", n))
 			must(t, err)
-			starts = append(starts, start)
+			exit, err := o.TimeOfExit(prefixed("PreStop", n))
+			must(t, err)
+			starts, exits = append(starts, start), append(exits, exit)
 		}
-		if spread := maxDur(starts) - minDur(starts); spread > time.Second {
-			t.Errorf("the preStop hooks started %v apart, want at the same time:\n%v", spread, o)
+		if maxDur(starts) > minDur(exits) {
+			t.Errorf("a preStop hook started after another had ended, want them all at once:\n%v", o)
 		}
+		t.Logf("the preStop hooks started %v apart", maxDur(starts)-minDur(starts))
 	})
 }
 

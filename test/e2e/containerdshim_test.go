@@ -119,6 +119,33 @@ func TestContainerdShimPerPod(t *testing.T) {
 	waitFor(t, "the pods' shims to exit once the pods are gone", func() bool { return len(shimPidsOf(ctrd.Address)) == 0 })
 }
 
+// With containerd.shimGroup: container, each container has a shim of
+// its own (containerd's default), as many as the pod has containers, and
+// they exit with the pod.
+func TestContainerdShimPerContainer(t *testing.T) {
+	d, ctrd := ctrdDaemon(t, ", shimGroup: container")
+	d.write("pair.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: pair}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: one, image: `+testImage+`, imagePullPolicy: Never, command: ["sleep", "1000"]}
+  - {name: two, image: `+testImage+`, imagePullPolicy: Never, command: ["sleep", "1000"]}
+`)
+	d.waitPod("pair", 30*time.Second, func(p *v1.Pod) bool {
+		s := p.Status.ContainerStatuses
+		return len(s) == 2 && s[0].State.Running != nil && s[1].State.Running != nil
+	})
+	if shims := serving(shimPidsOf(ctrd.Address)); len(shims) != 2 {
+		t.Fatalf("shims %v for a pod of 2 running containers, want one each", shims)
+	}
+	d.remove("pair.yaml")
+	d.waitGone("pair", 30*time.Second)
+	waitFor(t, "the containers' shims to exit once the pod is gone", func() bool { return len(shimPidsOf(ctrd.Address)) == 0 })
+}
+
 const talker = `apiVersion: v1
 kind: Pod
 metadata: {name: talker}

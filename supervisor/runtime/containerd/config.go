@@ -23,8 +23,8 @@ type Config struct {
 	// device's root is an initramfs (pivot_root cannot leave it).
 	NoPivotRoot bool
 	// ShimGroup is which containers share one containerd shim: "pod", each
-	// pod's; anything else ("device", the default), every container of
-	// this daemon.
+	// pod's; "container", none (a shim each); anything else ("device",
+	// the default), every container of this daemon.
 	ShimGroup string
 	// SandboxDir holds the pods' namespaces (/run/podvisor/sandbox).
 	SandboxDir string

@@ -111,12 +111,16 @@ func localImages(l *runtime.LocalImages) *pluginapi.LocalImages {
 }
 
 // shimGroup is the containerd shim a pod's containers join: the pod's own
-// (its UID) with shimGroup "pod", else this daemon's, named by its data
-// directory so that two daemons on one containerd (tests, a second data
-// directory) never share a shim.
+// (its UID) with shimGroup "pod", none ("": a shim of its own) with
+// "container", else this daemon's, named by its data directory so that
+// two daemons on one containerd (tests, a second data directory) never
+// share a shim.
 func (r *Runtime) shimGroup(pod *v1.Pod) string {
-	if r.cfg.ShimGroup == "pod" {
+	switch r.cfg.ShimGroup {
+	case "pod":
 		return string(pod.UID)
+	case "container":
+		return ""
 	}
 	sum := sha256.Sum256([]byte(r.dataDir))
 	return "podvisor-" + hex.EncodeToString(sum[:6])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	ctrd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
 
 	"github.com/podvisor/podvisor/supervisor/runtime/containerd/pluginapi"
 )
@@ -55,9 +57,21 @@ func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout 
 	if err != nil {
 		return 0, false, err
 	}
-	spec, err := c.Spec(ctx)
+	// The record LoadContainer read has the spec and labels: a hook or
+	// probe waits for no further round trip to containerd for them.
+	info, err := c.Info(ctx, ctrd.WithoutRefreshedMetadata)
 	if err != nil {
 		return 0, false, err
+	}
+	var spec oci.Spec
+	if info.Spec == nil {
+		return 0, false, fmt.Errorf("container %s has no spec", id)
+	}
+	if err := json.Unmarshal(info.Spec.GetValue(), &spec); err != nil {
+		return 0, false, fmt.Errorf("container %s's spec: %w", id, err)
+	}
+	if spec.Process == nil {
+		return 0, false, fmt.Errorf("container %s's spec has no process", id)
 	}
 	task, err := c.Task(ctx, nil)
 	if err != nil {
@@ -67,9 +81,7 @@ func (p *Plugin) exec(ctx context.Context, id string, command []string, timeout 
 	pspec.Args = command
 	// The spec lacks a Secret's variables (secretEnvOpt): an exec gets
 	// the container's whole environment, as the CRI gives it the spec's.
-	if labels, err := c.Labels(ctx); err != nil {
-		return 0, false, err
-	} else if f := labels[pluginapi.LabelEnvFile]; f != "" {
+	if f := info.Labels[pluginapi.LabelEnvFile]; f != "" {
 		if pspec.Env, err = readEnvFile(f); err != nil {
 			return 0, false, fmt.Errorf("the container's environment: %w", err)
 		}
