@@ -34,6 +34,8 @@ type Client struct {
 	// Command starts the plugin; it serves on its stdin and stdout.
 	Command []string
 	Log     *slog.Logger
+	// OnVersion, if set, hears the version of each containerd reached.
+	OnVersion func(version string)
 
 	exits chan runtime.Exit
 
@@ -136,6 +138,9 @@ func (c *Client) launch() (*exec.Cmd, *rpcClient, error) {
 		return nil, nil, fmt.Errorf("the plugin cannot reach containerd: %w", err)
 	}
 	c.Log.Info("containerd connected", "version", v.Version)
+	if c.OnVersion != nil {
+		c.OnVersion(v.Version)
+	}
 	c.mu.Lock()
 	c.rpc = client
 	close(c.up)

@@ -274,3 +274,18 @@ func (r *Runtime) removeTerminationFile(instanceID string) {
 		r.log.Warn("removing a termination message file", "instance", instanceID, "err", err)
 	}
 }
+
+// sharedShimCost is the warning for a device-wide shim on containerd 1.x
+// ("" where there is none): its runc shim holds its lock through a
+// container's whole create and each exec's start, so every container's
+// probes, hooks and starts wait behind the others' (docs/containerd.md).
+func sharedShimCost(group, version string) string {
+	if group == "pod" || group == "container" {
+		return ""
+	}
+	v := strings.TrimPrefix(version, "v")
+	if !strings.HasPrefix(v, "1.") {
+		return ""
+	}
+	return "containerd 1.x with one shim for the device: each container's probes, hooks and start wait behind the others' creates and execs; containerd.shimGroup: pod or container avoids it (docs/containerd.md)"
+}

@@ -109,6 +109,11 @@ func (r *Runtime) Launch(stop <-chan struct{}) error {
 		args = append(args, "--no-pivot-root")
 	}
 	r.client = NewClient(args, r.log)
+	r.client.OnVersion = func(version string) {
+		if warning := sharedShimCost(cc.ShimGroup, version); warning != "" {
+			r.log.Warn(warning, "version", version, "shimGroup", cc.ShimGroup)
+		}
+	}
 	if !r.client.Start(cc.ConnectWait) {
 		r.log.Warn("containerd is not reachable yet; its pods wait until it is", "address", cc.Address)
 	}
