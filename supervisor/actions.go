@@ -35,9 +35,7 @@ func (d *Daemon) execute(acts []lifecycle.Action) {
 			// Off the loop: the kills of a pod's containers due at once
 			// (a grace period's end) happen at once, not one freeze after
 			// another.
-			if kill := d.cgroups.Killer(d.runtimes.Of(in.Pod), in.Pod, a.Container, a.InstanceID); kill != nil {
-				go kill()
-			}
+			go d.cgroups.Killer(d.runtimes.Of(in.Pod), in.Pod, a.Container, a.InstanceID)()
 		case lifecycle.RunHook:
 			d.hooks.Run(in, a)
 		case lifecycle.Probe:

@@ -179,21 +179,14 @@ func (m *Manager) InstanceStarting(rt runtime.Runtime, pod *v1.Pod, container, i
 	return path
 }
 
-// Kill kills every process of a container, wherever it forked to; rt is
-// the pod's runtime (nil: none).
-func (m *Manager) Kill(rt runtime.Runtime, pod *v1.Pod, container, instanceID string) {
-	if kill := m.Killer(rt, pod, container, instanceID); kill != nil {
-		kill()
-	}
-}
-
-// Killer is Kill to be run later, on any goroutine (nil: nothing to
-// kill): the cgroup is named now. On cgroup v1 a kill freezes the cgroup
-// first, which waits for each of its tasks to stop; the daemon's loop
-// does not wait for it.
+// Killer kills every process of a container, wherever it forked to,
+// when called; rt is the pod's runtime (nil: none). The cgroup is named
+// now, the kill may run later on any goroutine: on cgroup v1 it freezes
+// the cgroup first, which waits for each of its tasks to stop, and the
+// daemon's loop does not wait for that. Without cgroups it does nothing.
 func (m *Manager) Killer(rt runtime.Runtime, pod *v1.Pod, container, instanceID string) func() {
 	if m.Driver == nil || pod == nil {
-		return nil
+		return func() {}
 	}
 	path, driver, log := m.InstanceCgroup(rt, pod, container, instanceID), m.Driver, m.log
 	name := pod.Namespace + "/" + pod.Name

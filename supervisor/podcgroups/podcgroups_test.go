@@ -119,7 +119,7 @@ func TestWithoutCgroups(t *testing.T) {
 	if got := m.InstanceStarting(rt, pod, "app", "i1"); got != "" {
 		t.Fatalf("instance cgroup %q without cgroups", got)
 	}
-	m.Kill(rt, pod, "app", "i1")
+	m.Killer(rt, pod, "app", "i1")()
 	if m.OOMKilled(rt, pod, "app", "i1") {
 		t.Fatal("OOMKilled without cgroups")
 	}
@@ -181,10 +181,10 @@ func TestKill(t *testing.T) {
 	drv := newFakeDriver()
 	m, log := testManager(drv)
 	pod := testPod("uid-1")
-	m.Kill(fakeRuntime{m: m}, pod, "app", "i1")
+	m.Killer(fakeRuntime{m: m}, pod, "app", "i1")()
 	drv.killErr = errors.New("frozen")
-	m.Kill(nil, pod, "app", "i1")
-	m.Kill(nil, nil, "app", "i1")
+	m.Killer(nil, pod, "app", "i1")()
+	m.Killer(nil, nil, "app", "i1")()
 	want := []string{"podvisor/burstable/poduid-1/i1", "podvisor/burstable/poduid-1/app"}
 	if !slices.Equal(drv.killed, want) {
 		t.Fatalf("killed %v, want %v", drv.killed, want)

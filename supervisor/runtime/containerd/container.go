@@ -110,6 +110,12 @@ func localImages(l *runtime.LocalImages) *pluginapi.LocalImages {
 	return &pluginapi.LocalImages{Shared: l.Shared}
 }
 
+// The values of Config.ShimGroup other than the device's one shim.
+const (
+	shimPerPod       = "pod"
+	shimPerContainer = "container"
+)
+
 // shimGroup is the containerd shim a pod's containers join: the pod's own
 // (its UID) with shimGroup "pod", none ("": a shim of its own) with
 // "container", else this daemon's, named by its data directory so that
@@ -117,9 +123,9 @@ func localImages(l *runtime.LocalImages) *pluginapi.LocalImages {
 // share a shim.
 func (r *Runtime) shimGroup(pod *v1.Pod) string {
 	switch r.cfg.ShimGroup {
-	case "pod":
+	case shimPerPod:
 		return string(pod.UID)
-	case "container":
+	case shimPerContainer:
 		return ""
 	}
 	sum := sha256.Sum256([]byte(r.dataDir))
@@ -280,7 +286,7 @@ func (r *Runtime) removeTerminationFile(instanceID string) {
 // container's whole create and each exec's start, so every container's
 // probes, hooks and starts wait behind the others' (docs/containerd.md).
 func sharedShimCost(group, version string) string {
-	if group == "pod" || group == "container" {
+	if group == shimPerPod || group == shimPerContainer {
 		return ""
 	}
 	v := strings.TrimPrefix(version, "v")

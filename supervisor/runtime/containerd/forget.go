@@ -69,7 +69,7 @@ func (r *Runtime) clear(uid types.UID, rec networkRecord, attached bool) {
 	if attached {
 		r.detach(uid, rec)
 	}
-	if r.cfg.ShimGroup == "pod" {
+	if r.cfg.ShimGroup == shimPerPod {
 		if err := r.client.ForgetShimGroup(string(uid)); err != nil {
 			r.log.Warn("removing a pod's containers kept for its shim", "pod", uid, "err", err)
 		}
