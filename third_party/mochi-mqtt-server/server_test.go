@@ -326,13 +326,12 @@ func TestServerServe(t *testing.T) {
 	err = s.Serve()
 	require.NoError(t, err)
 
-	time.Sleep(time.Millisecond)
-
 	require.Equal(t, 1, s.Listeners.Len())
 	listener, ok := s.Listeners.Get("t1")
 
 	require.Equal(t, true, ok)
-	require.Equal(t, true, listener.(*listeners.MockListener).IsServing())
+	// podvisor: Serve starts the listener in a goroutine; wait for it rather than sleep 1 ms
+	require.Eventually(t, listener.(*listeners.MockListener).IsServing, 10*time.Second, 100*time.Microsecond, "listener t1 serving")
 }
 
 func TestServerServeFromConfig(t *testing.T) {
@@ -351,13 +350,12 @@ func TestServerServeFromConfig(t *testing.T) {
 	err := s.Serve()
 	require.NoError(t, err)
 
-	time.Sleep(time.Millisecond)
-
 	require.Equal(t, 1, s.Listeners.Len())
 	listener, ok := s.Listeners.Get("mock")
 
 	require.Equal(t, true, ok)
-	require.Equal(t, true, listener.(*listeners.MockListener).IsServing())
+	// podvisor: Serve starts the listener in a goroutine; wait for it rather than sleep 1 ms
+	require.Eventually(t, listener.(*listeners.MockListener).IsServing, 10*time.Second, 100*time.Microsecond, "listener mock serving")
 }
 
 func TestServerServeFromConfigListenerError(t *testing.T) {
@@ -715,12 +713,22 @@ func TestEstablishConnectionInheritExistingTrueTakeover(t *testing.T) {
 	}()
 
 	// Get the first client pointer
-	time.Sleep(time.Millisecond * 50)
-	cl1, ok := s.Clients.Get(packets.TPacketData[packets.Connect].Get(packets.TConnectUserPass).Packet.Connect.ClientIdentifier)
-	require.True(t, ok)
+	// podvisor: wait for the first connection rather than sleep 50 ms
+	var cl1 *Client
+	require.Eventually(t, func() (ok bool) {
+		cl1, ok = s.Clients.Get(packets.TPacketData[packets.Connect].Get(packets.TConnectUserPass).Packet.Connect.ClientIdentifier)
+		return ok
+	}, 10*time.Second, 100*time.Microsecond, "first client zen connected")
 	cl1.State.Subscriptions.Add("a/b/c", packets.Subscription{Filter: "a/b/c", Qos: 1})
 	cl1.State.Subscriptions.Add("d/e/f", packets.Subscription{Filter: "d/e/f", Qos: 0})
 	time.Sleep(time.Millisecond * 50)
+
+	// Capture first Client pointer
+	// podvisor: before the second connection, which replaces it
+	clp1, ok := s.Clients.Get("zen")
+	require.True(t, ok)
+	require.Empty(t, clp1.Properties.Username)
+	require.NotEmpty(t, clp1.State.Subscriptions.GetAll())
 
 	// Make the second connection
 	r2, w2 := net.Pipe()
@@ -742,12 +750,6 @@ func TestEstablishConnectionInheritExistingTrueTakeover(t *testing.T) {
 		require.NoError(t, err)
 		recv2 <- buf
 	}()
-
-	// Capture first Client pointer
-	clp1, ok := s.Clients.Get("zen")
-	require.True(t, ok)
-	require.Empty(t, clp1.Properties.Username)
-	require.NotEmpty(t, clp1.State.Subscriptions.GetAll())
 
 	err1 := <-o1
 	require.Error(t, err1)
@@ -1335,8 +1337,7 @@ func TestInjectPacketPublishAndReceive(t *testing.T) {
 		err := s.InjectPacket(sender, *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet)
 		require.NoError(t, err)
 		_ = w1.Close()
-		time.Sleep(time.Millisecond * 10)
-		_ = w2.Close()
+		closeWhenWritten(t, w2, receiver) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-receiverBuf)
@@ -1372,8 +1373,7 @@ func TestServerPublishAndReceive(t *testing.T) {
 		err := s.Publish(pkx.TopicName, pkx.Payload, pkx.FixedHeader.Retain, pkx.FixedHeader.Qos)
 		require.NoError(t, err)
 		_ = w1.Close()
-		time.Sleep(time.Millisecond * 10)
-		_ = w2.Close()
+		closeWhenWritten(t, w2, receiver) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-receiverBuf)
@@ -1436,9 +1436,8 @@ func TestServerProcessPacketPublishAndReceive(t *testing.T) {
 	go func() {
 		err := s.processPacket(sender, *packets.TPacketData[packets.Publish].Get(packets.TPublishRetain).Packet)
 		require.NoError(t, err)
-		time.Sleep(time.Millisecond * 10)
 		_ = w1.Close()
-		_ = w2.Close()
+		closeWhenWritten(t, w2, receiver) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-receiverBuf)
@@ -1865,8 +1864,7 @@ func TestPublishToSubscribersSelfNoLocal(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 		pkx.Origin = cl.ID
 		s.publishToSubscribers(pkx)
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -1917,10 +1915,9 @@ func TestPublishToSubscribers(t *testing.T) {
 
 	go func() {
 		s.publishToSubscribers(*packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet)
-		time.Sleep(time.Millisecond)
-		_ = w1.Close()
-		_ = w2.Close()
-		_ = w3.Close()
+		closeWhenWritten(t, w1, cl) // podvisor: not a sleep (see closeWhenWritten)
+		closeWhenWritten(t, w2, cl2)
+		closeWhenWritten(t, w3, cl3)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-cl1Recv)
@@ -1960,8 +1957,7 @@ func TestPublishToSubscribersMessageExpiryDelta(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 		pkx.Created = time.Now().Unix() - 30
 		s.publishToSubscribers(pkx)
-		time.Sleep(time.Millisecond)
-		_ = w1.Close()
+		closeWhenWritten(t, w1, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	b := <-cl1Recv
@@ -1984,8 +1980,7 @@ func TestPublishToSubscribersIdentifiers(t *testing.T) {
 
 	go func() {
 		s.publishToSubscribers(*packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet)
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -2009,8 +2004,7 @@ func TestPublishToSubscribersPkIgnore(t *testing.T) {
 		pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 		pk.Ignore = true
 		s.publishToSubscribers(pk)
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -2038,8 +2032,7 @@ func TestPublishToClientServerDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 2}, pkx)
-		time.Sleep(time.Microsecond * 100)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -2067,8 +2060,7 @@ func TestPublishToClientSubscriptionDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 1}, pkx)
-		time.Sleep(time.Microsecond * 100)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -2134,8 +2126,7 @@ func TestPublishToClientServerTopicAlias(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasicMqtt5).Packet
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: pkx.TopicName}, pkx)
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: pkx.TopicName}, pkx)
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	receiverBuf := make(chan []byte)
@@ -2245,9 +2236,8 @@ func TestProcessPublishWithTopicAlias(t *testing.T) {
 		pkx.TopicName = ""
 		pkx.Properties.TopicAlias = 1
 		_ = s.processPacket(cl2, pkx)
-		time.Sleep(time.Millisecond)
-		_ = w2.Close()
-		_ = w.Close()
+		closeWhenWritten(t, w2, cl2) // podvisor: not a sleep (see closeWhenWritten)
+		closeWhenWritten(t, w, cl)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2323,8 +2313,7 @@ func TestPublishRetainedToClient(t *testing.T) {
 
 	go func() {
 		s.publishRetainedToClient(cl, packets.Subscription{Filter: "a/b/c"}, false)
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2765,8 +2754,7 @@ func TestServerProcessOutboundQos2Flow(t *testing.T) {
 				require.NoError(t, err)
 			}
 
-			time.Sleep(time.Millisecond)
-			_ = w.Close()
+			closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 
 			if i != 2 {
 				require.Equal(t, tx.out.RawBytes, <-recv)
@@ -2875,8 +2863,7 @@ func TestServerProcessSubscribeWithRetain(t *testing.T) {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Subscribe].Get(packets.TSubscribe).Packet)
 		require.NoError(t, err)
 
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2896,8 +2883,7 @@ func TestServerProcessSubscribeDowngradeQos(t *testing.T) {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Subscribe].Get(packets.TSubscribeMany).Packet)
 		require.NoError(t, err)
 
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2918,8 +2904,7 @@ func TestServerProcessSubscribeWithRetainHandling1(t *testing.T) {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Subscribe].Get(packets.TSubscribeRetainHandling1).Packet)
 		require.NoError(t, err)
 
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2939,8 +2924,7 @@ func TestServerProcessSubscribeWithRetainHandling2(t *testing.T) {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Subscribe].Get(packets.TSubscribeRetainHandling2).Packet)
 		require.NoError(t, err)
 
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -2960,8 +2944,7 @@ func TestServerProcessSubscribeWithNotRetainAsPublished(t *testing.T) {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Subscribe].Get(packets.TSubscribeRetainAsPublished).Packet)
 		require.NoError(t, err)
 
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	buf, err := io.ReadAll(r)
@@ -3238,9 +3221,8 @@ func TestServerSendLWT(t *testing.T) {
 
 	go func() {
 		s.sendLWT(sender)
-		time.Sleep(time.Millisecond * 10)
 		_ = w1.Close()
-		_ = w2.Close()
+		closeWhenWritten(t, w2, receiver) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-receiverBuf)
@@ -3278,9 +3260,8 @@ func TestServerSendLWTRetain(t *testing.T) {
 
 	go func() {
 		s.sendLWT(sender)
-		time.Sleep(time.Millisecond * 10)
 		_ = w1.Close()
-		_ = w2.Close()
+		closeWhenWritten(t, w2, receiver) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	require.Equal(t, packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).RawBytes, <-receiverBuf)
@@ -3313,8 +3294,7 @@ func TestServerSendLWTDelayed(t *testing.T) {
 		require.Equal(t, 1, s.loop.willDelayed.Len())
 		s.sendDelayedLWT(time.Now().Unix())
 		require.Equal(t, 0, s.loop.willDelayed.Len())
-		time.Sleep(time.Millisecond)
-		_ = w.Close()
+		closeWhenWritten(t, w, cl2) // podvisor: not a sleep (see closeWhenWritten)
 	}()
 
 	recv := make(chan []byte)
@@ -3490,12 +3470,12 @@ func TestServerClose(t *testing.T) {
 		recv <- buf
 	}()
 
-	time.Sleep(time.Millisecond)
 	require.Equal(t, 1, s.Listeners.Len())
 
 	listener, ok := s.Listeners.Get("t1")
 	require.Equal(t, true, ok)
-	require.Equal(t, true, listener.(*listeners.MockListener).IsServing())
+	// podvisor: Serve starts the listener in a goroutine; wait for it rather than sleep 1 ms
+	require.Eventually(t, listener.(*listeners.MockListener).IsServing, 10*time.Second, 100*time.Microsecond, "listener t1 serving")
 
 	_ = s.Close()
 	time.Sleep(time.Millisecond)

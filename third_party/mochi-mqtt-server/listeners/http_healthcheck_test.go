@@ -61,7 +61,7 @@ func TestHTTPHealthCheckServeAndClose(t *testing.T) {
 		o <- true
 	}(o)
 
-	time.Sleep(time.Millisecond)
+	waitListening(t, testAddr) // podvisor: not a sleep: Serve listens in its goroutine
 
 	// call healthcheck
 	resp, err := http.Get("http://localhost" + testAddr + "/healthcheck")
@@ -97,7 +97,7 @@ func TestHTTPHealthCheckServeAndCloseMethodNotAllowed(t *testing.T) {
 		o <- true
 	}(o)
 
-	time.Sleep(time.Millisecond)
+	waitListening(t, testAddr) // podvisor: not a sleep: Serve listens in its goroutine
 
 	// make disallowed method type http request
 	resp, err := http.Post("http://localhost"+testAddr+"/healthcheck", "application/json", http.NoBody)

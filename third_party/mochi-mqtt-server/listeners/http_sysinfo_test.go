@@ -71,7 +71,7 @@ func TestHTTPStatsServeAndClose(t *testing.T) {
 		o <- true
 	}(o)
 
-	time.Sleep(time.Millisecond)
+	waitListening(t, testAddr) // podvisor: not a sleep: Serve listens in its goroutine
 
 	// get body from stats address
 	resp, err := http.Get("http://localhost" + testAddr)
