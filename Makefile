@@ -25,13 +25,13 @@ build:
 # and the fuzz seed corpus (part of go test). leakcheck fails the run when
 # the tests left a process, mount, cgroup or network namespace behind.
 # Each stage is timed (test/stage.sh) and the times are printed at the end,
-# so a CI log says where its minutes went. The Go tests run alone: their
-# e2e and conformance packages already run side by side (go test -p), and
-# a machine busier than that would test the runner's load, not podvisor.
-# go test starts packages in the order they are named: e2e, by far the
-# longest, is named first so that every other package runs beside it
-# (in ./... order it came 89th of 103, after the others had run two at a
-# time), then conformance, the next longest.
+# so a CI log says where its minutes went. The Go tests run alone, two
+# test processes at a time (a machine busier than that would test the
+# runner's load, not podvisor), in two lanes (test/golanes.sh): e2e, by
+# far the longest package (16 minutes of tests one at a time, which every
+# other package together did not fill beside it), is split in two, its
+# fleet tests then conformance in one lane, its node tests then every
+# other package one at a time in the other.
 # The VM and package stages then run two at a time (TEST_STAGE_JOBS): each
 # has its own work dir, VM and logs, and what they share is made once
 # before them (the shipped binaries, the test image, the arm64 builds) or
@@ -45,14 +45,14 @@ build:
 # test/replicas times lease takeovers of three hubs to the second, which
 # the e2e and conformance packages' load does not allow.
 REPLICA_TEST_PKGS = ./test/failover ./test/replicas
-GO_TEST_PKGS = $(filter-out %/test/failover %/test/replicas,$(shell go list ./...))
+GO_TEST_PKGS = $(filter-out %/test/e2e %/test/conformance %/test/failover %/test/replicas,$(shell go list ./...))
 TEST_STAGES := packages systemd containerd-v2 arm64-vm readonly-root qemu-user cgroup2 kernel-config size-budget
 TEST_STAGE_JOBS ?= 2
 test:
 	@test/stage.sh --reset
 	@test/stage.sh lint $(MAKE) --no-print-directory lint || { test/stage.sh --summary; exit 1; }
 	@test/stage.sh build $(MAKE) --no-print-directory build
-	@test/stage.sh go-test go run ./test/leakcheck -- go test -count=1 -timeout 20m ./test/e2e ./test/conformance $(GO_TEST_PKGS) || { test/stage.sh --summary; exit 1; }
+	@test/stage.sh go-test go run ./test/leakcheck -- test/golanes.sh $(GO_TEST_PKGS) || { test/stage.sh --summary; exit 1; }
 	@test/stage.sh mochi-test sh -c 'cd third_party/mochi-mqtt-server && go test -count=1 . ./listeners/ ./packets/' || { test/stage.sh --summary; exit 1; }
 	@test/stage.sh replicas go run ./test/leakcheck -- go test -count=1 -p 1 -timeout 20m $(REPLICA_TEST_PKGS) || { test/stage.sh --summary; exit 1; }
 	@$(MAKE) --no-print-directory -k -j$(TEST_STAGE_JOBS) --output-sync=target test-stages; rc=$$?; test/stage.sh --summary; exit $$rc

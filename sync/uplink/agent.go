@@ -406,7 +406,7 @@ func (a *Agent) Run(stop <-chan struct{}) {
 			delay = min(2*delay, a.cfg.BackoffMax)
 			continue
 		}
-		delay = a.cfg.BackoffMin
+		connectedAt := time.Now()
 		if !a.connection(c, stop) {
 			c.Publish(a.topics.Device(a.cfg.DeviceID, protocol.KindPresence), 1, true,
 				protocol.Encode(&protocol.Presence{Device: a.cfg.DeviceID, Online: false, Instance: a.cfg.Instance})).WaitTimeout(2 * time.Second)
@@ -415,7 +415,31 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		}
 		a.setConnected(false)
 		a.brokers.lost()
+		delay = delayAfterLoss(delay, time.Since(connectedAt), a.cfg.BackoffMin, a.cfg.BackoffMax)
+		wait := rand.N(delay)
+		a.log.Info("reconnecting to the hub", "after", wait.Round(time.Millisecond))
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
 	}
+}
+
+// stableConnection is how long a connection must have lasted for its
+// loss to start the reconnect delays over from BackoffMin.
+const stableConnection = 30 * time.Second
+
+// delayAfterLoss is the backoff delay once a connection that lasted
+// lasted is lost: BackoffMin after a stable connection, else the delay
+// the connection was made with, doubled. A broker that accepts a fleet
+// and drops it again (a clustered broker overwhelmed by thousands of
+// sessions at once) otherwise had every device back at once, for ever.
+func delayAfterLoss(delay, lasted, minDelay, maxDelay time.Duration) time.Duration {
+	if lasted >= stableConnection {
+		return minDelay
+	}
+	return min(2*delay, maxDelay)
 }
 
 // connection waits while c is connected: false when stop closes, true
@@ -440,7 +464,10 @@ func (a *Agent) connection(c mqtt.Client, stop <-chan struct{}) bool {
 	}
 }
 
-// jitter spreads reconnects of a fleet over ±25% of the delay.
+// jitter spreads a fleet's retries of failed connections over ±25% of
+// the delay. A lost connection is taken up again after a delay drawn
+// from [0, delay) instead ("full jitter"): the fleet a broker dropped at
+// once comes back spread over the whole delay, not in one burst.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.75 + rand.Float64()/2))
 }

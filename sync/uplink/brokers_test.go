@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 func order(b *brokerList) string {
@@ -60,5 +61,28 @@ func TestBrokerListRefuses(t *testing.T) {
 	b, err := newBrokerList([]string{"mqtts://only:8883", " "}, "gw-9")
 	if err != nil || order(b) != "only:8883" {
 		t.Errorf("one broker: %v %v", order(b), err)
+	}
+}
+
+// A lost connection starts the delays over only once it had been
+// stable; a fleet that a broker keeps accepting and dropping backs off,
+// doubling to the maximum, instead of coming back in the same burst.
+func TestDelayAfterLoss(t *testing.T) {
+	const minDelay, maxDelay = time.Second, 2 * time.Minute
+	for _, tc := range []struct {
+		name          string
+		delay, lasted time.Duration
+		want          time.Duration
+	}{
+		{"stable connection, first loss", minDelay, time.Hour, minDelay},
+		{"stable after a long backoff", 64 * time.Second, stableConnection, minDelay},
+		{"dropped soon after connecting", minDelay, 5 * time.Second, 2 * time.Second},
+		{"dropped again", 8 * time.Second, time.Second, 16 * time.Second},
+		{"just short of stable", 4 * time.Second, stableConnection - time.Millisecond, 8 * time.Second},
+		{"capped", 90 * time.Second, 0, maxDelay},
+	} {
+		if got := delayAfterLoss(tc.delay, tc.lasted, minDelay, maxDelay); got != tc.want {
+			t.Errorf("%s: delayAfterLoss(%v, lasted %v) = %v, want %v", tc.name, tc.delay, tc.lasted, got, tc.want)
+		}
 	}
 }

@@ -205,10 +205,18 @@ func TestK9s(t *testing.T) {
 
 	log, err := os.ReadFile(term.logFile)
 	must(t, err)
-	for _, bad := range []string{"Auth request failed", "Component init failed", "Pulse check failed",
-		"the server could not find the requested resource", "command not found"} {
-		if strings.Contains(string(log), bad) {
-			t.Errorf("k9s log has %q:\n%s", bad, log)
+	for _, line := range strings.Split(string(log), "\n") {
+		// k9s cancels its own pulse checks when the view changes before
+		// they end ("client rate limiter Wait returned an error: context
+		// canceled"); that says nothing of the hub.
+		if strings.Contains(line, "Pulse check failed") && strings.Contains(line, "context canceled") {
+			continue
+		}
+		for _, bad := range []string{"Auth request failed", "Component init failed", "Pulse check failed",
+			"the server could not find the requested resource", "command not found"} {
+			if strings.Contains(line, bad) {
+				t.Errorf("k9s log has %q: %s\nthe whole log:\n%s", bad, line, log)
+			}
 		}
 	}
 }
