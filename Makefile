@@ -234,8 +234,11 @@ lint:
 	go run $(STATICCHECK) ./...
 
 # Every architecture a device may have: a type that differs there (Statfs_t's
-# int32 Bsize on 32-bit ARM and 386) must not break the build again.
-CROSS_ARCHES := arm64 arm/7 arm/6 riscv64 386
+# int32 Bsize on 32-bit ARM and 386) must not break the build again. armv6
+# is left out: GOARM changes the code generated, not the types, the files
+# or the build tags vet sees (no file is built for one GOARM only), so its
+# pass repeated armv7's; make release and the packages stage build it.
+CROSS_ARCHES := arm64 arm/7 riscv64 386
 vet-cross:
 	@for t in $(CROSS_ARCHES); do arch=$${t%%/*}; arm=$${t#*/}; [ "$$arm" = "$$t" ] && arm=; \
 		echo "go vet ./... (GOARCH=$$arch$${arm:+ GOARM=$$arm})"; \
