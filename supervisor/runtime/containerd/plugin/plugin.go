@@ -451,16 +451,27 @@ func (p *Plugin) List(_ pluginapi.Empty, reply *pluginapi.ListReply) error {
 // shimStartAttempts bounds newTask's tries.
 const shimStartAttempts = 4
 
+// shimStartRaced reports whether NewTask failed because another start of
+// the group's shim raced it (newTask).
+func shimStartRaced(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "failed to start shim") ||
+		strings.Contains(msg, "failed to create shim task") && strings.Contains(msg, "ttrpc: closed")
+}
+
 // newTask creates a container's task. Containers of one shim group whose
 // shim is not running yet race to start it: containerd 1.6's runc shim
 // lets one remove the socket another is still setting up ("create new
 // shim socket: chmod …: no such file or directory"), as the containers
-// of a new pod starting together showed. The loser tries again, a little
-// later, and joins the shim the winner started.
+// of a new pod starting together showed, or hands one the connection of
+// a shim that then exits ("failed to create shim task: ttrpc: closed",
+// two pods' first containers starting together in the systemd VM test).
+// containerd has removed the failed task's bundle either way. The loser
+// tries again, a little later, and joins the shim the winner started.
 func (p *Plugin) newTask(ctx context.Context, c ctrd.Container, group string, logs logSpec) (ctrd.Task, error) {
 	for attempt := 1; ; attempt++ {
 		task, err := c.NewTask(ctx, p.logs.creator(logs))
-		if err == nil || group == "" || attempt == shimStartAttempts || !strings.Contains(err.Error(), "failed to start shim") {
+		if err == nil || group == "" || attempt == shimStartAttempts || !shimStartRaced(err) {
 			return task, err
 		}
 		p.logs.finish(c.ID())

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -285,5 +286,25 @@ func TestExitReportedAfterTheLogIsComplete(t *testing.T) {
 	}
 	if err := p.Remove(pluginapi.IDArgs{ID: "c2"}, &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The errors of a shim start another start raced (containerd 1.6's own
+// wording, as logged) are tried again; other create errors are not.
+func TestShimStartRaced(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want bool
+	}{
+		{"failed to start shim: start failed: dial unix /run/containerd/s/0f2b: connect: no such file or directory: unknown", true},
+		{"failed to start shim: create new shim socket: chmod /run/containerd/s/0f2b: no such file or directory: unknown", true},
+		{"failed to create shim task: ttrpc: closed: unknown", true},
+		{"failed to create shim task: OCI runtime create failed: exec: \"/nope\": stat /nope: no such file or directory: unknown", false},
+		{"ttrpc: closed", false},
+		{"image not found", false},
+	} {
+		if got := shimStartRaced(errors.New(tc.msg)); got != tc.want {
+			t.Errorf("shimStartRaced(%q) = %v, want %v", tc.msg, got, tc.want)
+		}
 	}
 }
