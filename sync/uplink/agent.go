@@ -398,10 +398,8 @@ func (a *Agent) Run(stop <-chan struct{}) {
 			a.setConnected(false) // unreachable since the first failure
 			wait := jitter(delay)
 			a.log.Warn("cannot reach the hub; retrying", "broker", a.brokers.current(), "brokers", len(a.brokers.urls), "err", err, "in", wait.Round(time.Millisecond))
-			select {
-			case <-stop:
+			if !sleep(stop, wait) {
 				return
-			case <-time.After(wait):
 			}
 			delay = min(2*delay, a.cfg.BackoffMax)
 			continue
@@ -418,11 +416,19 @@ func (a *Agent) Run(stop <-chan struct{}) {
 		delay = delayAfterLoss(delay, time.Since(connectedAt), a.cfg.BackoffMin, a.cfg.BackoffMax)
 		wait := rand.N(delay)
 		a.log.Info("reconnecting to the hub", "after", wait.Round(time.Millisecond))
-		select {
-		case <-stop:
+		if !sleep(stop, wait) {
 			return
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep waits d: false if stop closed first.
+func sleep(stop <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-stop:
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 
