@@ -374,15 +374,19 @@ func probeTests(t *testing.T, sidecar bool) {
 		p.Spec.TerminationGracePeriodSeconds = ptr(int64(30))
 		pe.create(p)
 		pe.waitPod(p.Name, statusTimeout, "the pod running and ready", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning && podReady(p) })
+		deleted := time.Now()
 		if err := removeManifest(pe.env, p.Name); err != nil {
 			t.Fatal(err)
 		}
 		pod := pe.waitPod(p.Name, 30*time.Second, "the terminating pod not ready", func(p *v1.Pod) bool { return !podReady(p) })
 		// Verify there are zero liveness failures since they are turned
 		// off during pod termination (while the pod still terminates).
+		// Only failures from the deletion on count: a 1s exec probe can
+		// time out on a loaded 2-core CI machine before it, which says
+		// nothing of termination.
 		for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 			for _, ev := range pe.events(pod) {
-				if strings.Contains(ev.Message, "failed liveness probe") {
+				if strings.Contains(ev.Message, "failed liveness probe") && !ev.LastTime.Before(deleted) {
 					t.Fatalf("should not see liveness probe failures: %+v", ev)
 				}
 			}

@@ -3,6 +3,7 @@ package natstest
 import (
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -221,8 +222,23 @@ func TestClusterRetainedSessionAndPermissions(t *testing.T) {
 	}
 	thief := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(urls[2]).SetClientID("gw-1").SetTLSConfig(gw2).
 		SetCleanSession(false).SetAutoReconnect(false))
-	if tok := thief.Connect(); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-		t.Errorf("gw-2's certificate with gw-1's client ID: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", tok.Error())
+	// A loaded cluster may close the first try while gw-1's session is
+	// still being handed between nodes (EOF); the question is whether
+	// the certificate is refused, so a few tries are made.
+	var thiefErr error
+	for try := 0; try < 3; try++ {
+		tok := thief.Connect()
+		if !tok.WaitTimeout(20 * time.Second) {
+			thiefErr = errors.New("no CONNACK in 20s")
+			continue
+		}
+		if thiefErr = tok.Error(); thiefErr == nil {
+			break
+		}
+		time.Sleep(time.Second) // between tries, as a device's reconnect would
+	}
+	if thiefErr != nil {
+		t.Errorf("gw-2's certificate with gw-1's client ID, 3 tries: %v; NATS 2.9 let it in when this was written (update docs/brokers.md)", thiefErr)
 	}
 	select {
 	case <-lost:

@@ -244,14 +244,26 @@ func TestDeposedLeadersPassIsFenced(t *testing.T) {
 	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); err != nil {
 		t.Fatalf("the leader's pass: %v", err)
 	}
-	// b takes the lease by force (as it would past a's expiry).
+	// b takes the lease by force (as it would past a's expiry). The
+	// take is a compare-and-set on what b read, so a renewal of a's
+	// between b's read and b's write makes it lose; b reads again.
 	_, sb := openStoreAt(t, store)
-	l, _, err := sb.ReadLease(replica.LeaderLease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := sb.WriteLease(replica.LeaderLease, self("b"), l, replica.Decision{Action: replica.Take, Token: l.Token + 1}, time.Minute); err != nil || !ok {
-		t.Fatalf("b's take: %v %v", ok, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, _, err := sb.ReadLease(replica.LeaderLease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := sb.WriteLease(replica.LeaderLease, self("b"), l, replica.Decision{Action: replica.Take, Token: l.Token + 1}, time.Minute)
+		if err != nil {
+			t.Fatalf("b's take: %v", err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's take lost every compare-and-set to a's renewals for 5s")
+		}
 	}
 	if err := ws.StorePods(workloaddb.PodWrites{}, time.Now()); !errors.Is(err, replica.ErrDeposed) {
 		t.Fatalf("the deposed leader's pass: %v, want ErrDeposed", err)
