@@ -55,16 +55,18 @@ func TestExec(t *testing.T) {
 func TestExecTimeoutLeavesNothingBehind(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	begin := time.Now()
-	err := Exec(context.Background(), target, []string{"sh", "-c", "sleep 100 & echo $! > " + pidfile + "; sleep 100"}, 300*time.Millisecond)
+	// 2 s: room for sh to fork its child and write the pid on a busy
+	// machine; still far under the command's 100 s.
+	err := Exec(context.Background(), target, []string{"sh", "-c", "sleep 100 & echo $! > " + pidfile + "; sleep 100"}, 2*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "timed out") {
 		t.Fatalf("err = %v", err)
 	}
 	// The command runs 100 s: a return long before that is the timeout's
-	// kill, not the command ending (how long after 300 ms is a figure).
+	// kill, not the command ending (how long after 2 s is a figure).
 	took := time.Since(begin)
-	t.Logf("a 300ms timeout returned after %v", took)
+	t.Logf("a 2s timeout returned after %v", took)
 	if took > 30*time.Second {
-		t.Fatalf("a 300ms timeout returned after %v: it waited for the command", took)
+		t.Fatalf("a 2s timeout returned after %v: it waited for the command", took)
 	}
 	data, _ := os.ReadFile(pidfile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))

@@ -75,15 +75,27 @@ func (s *notifySocket) until(t *testing.T, want string, wait time.Duration) []st
 	}
 }
 
-// pending returns the messages already sent and not read.
+// pending returns the messages already sent and not read: what the
+// socket holds, read without waiting (a short read deadline could pass
+// before the read began on a busy machine and leave a message queued).
 func (s *notifySocket) pending() []string {
+	s.conn.SetReadDeadline(time.Time{})
+	rc, err := s.conn.SyscallConn()
+	if err != nil {
+		panic(err)
+	}
 	var got []string
+	buf := make([]byte, 4096)
 	for {
-		msg, ok := s.next(time.Millisecond)
-		if !ok {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, _, rerr = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
+			return true // never wait for more
+		}); err != nil || rerr != nil {
 			return got
 		}
-		got = append(got, msg)
+		got = append(got, string(buf[:n]))
 	}
 }
 
@@ -298,7 +310,8 @@ func TestServiceReadyWaitsForReconnectingRuntime(t *testing.T) {
 // WATCHDOG=1 comes from the loop every half watchdog period; a loop held
 // inside a step sends none, and pings again once it is free.
 func TestServiceWatchdogFromTheLoop(t *testing.T) {
-	const period = 400 * time.Millisecond
+	// Long enough that a busy machine's scheduling is not what is timed.
+	const period = time.Second
 	sock := fakeNotifySocket(t, period)
 	cfg := shellConfig(t)
 	writePod(t, cfg)
@@ -312,7 +325,9 @@ func TestServiceWatchdogFromTheLoop(t *testing.T) {
 			pings = append(pings, time.Now())
 		}
 	}
-	if len(pings) < 7 || len(pings) > 11 {
+	// At least one a period (systemd's need; a late ping delays the
+	// ones after it), about one every half period.
+	if len(pings) < 5 || len(pings) > 11 {
 		t.Errorf("%d pings in 5 watchdog periods, want about 10 (one every half period)", len(pings))
 	}
 	// What systemd needs is no gap over the period; a ping delayed by a

@@ -309,8 +309,10 @@ func TestDownloadResumeAndLostChunk(t *testing.T) {
 	if lowest != have || progress[0] != have {
 		t.Fatalf("lowest fetch at %d, first progress %d: want the resume at %d", lowest, progress[0], have)
 	}
-	if asked != 2 {
-		t.Fatalf("the lost chunk at %d was asked for %d times, want 2 (fetches %+v)", lost.Load(), asked, log)
+	// Asked again after the timeout; a loaded machine may answer the
+	// second ask past the next timeout too, and a third ask is right.
+	if asked < 2 {
+		t.Fatalf("the lost chunk at %d was asked for %d times, want it asked again (fetches %+v)", lost.Load(), asked, log)
 	}
 	// A file longer than the artifact is no prefix of it: started over.
 	r.setAnswer(nil)
@@ -333,7 +335,9 @@ func TestDownloadRefusals(t *testing.T) {
 	file := randomBytes(2*protocol.MaxChunkBytes, 3)
 	r := newResponder(t, tb.addr, file)
 	a := startDevice(t, tb.addr, t.TempDir(), func(c *uplink.Config) {
-		c.FetchTimeout = 100 * time.Millisecond
+		// Long enough for an answered chunk on a loaded machine; the
+		// mute hub's case takes 0.5 + 1 + 2 s.
+		c.FetchTimeout = 500 * time.Millisecond
 		c.FetchTries = 3
 	})
 	dir := t.TempDir()

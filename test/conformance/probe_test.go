@@ -27,7 +27,11 @@ import (
 )
 
 const (
-	probeDelay         = 2                // upstream probeTestInitialDelaySeconds = 15
+	probeDelay = 2 // upstream probeTestInitialDelaySeconds = 15
+	// quietProbeDelay and a 5 s timeout for "*not* restarted" probes of
+	// a shell-started server: one slow start or answer on 2 busy cores
+	// would be a restart, which is not what those tests are about.
+	quietProbeDelay    = 5
 	unhealthyAfter     = 3                // upstream "sleep 10"
 	observationWindow  = 10 * time.Second // upstream defaultObservationTimeout = 4 min, for "no restart"
 	restartObservation = 60 * time.Second // upstream defaultObservationTimeout, for restarts
@@ -229,7 +233,7 @@ func probeTests(t *testing.T, sidecar bool) {
 		port := pe.port(8080)
 		pe.runLivenessTest(pe.pod("liveness-tcp", v1.Container{Name: "agnhost-container", Command: livenessServer(pe.tmp(), port),
 			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}},
-				InitialDelaySeconds: probeDelay, PeriodSeconds: 1, FailureThreshold: 1}}),
+				InitialDelaySeconds: quietProbeDelay, PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 1}}),
 			0, observationWindow)
 	})
 
@@ -286,7 +290,7 @@ func probeTests(t *testing.T, sidecar bool) {
 	run("shouldNotBeRestartedWithANonLocalRedirectHttpLivenessProbe", func(t *testing.T, pe probeEnv) {
 		port := pe.port(8080)
 		p := pe.pod("liveness-nonlocal-redirect", v1.Container{Name: "agnhost-container", Command: livenessServer(pe.tmp(), port),
-			LivenessProbe: &v1.Probe{ProbeHandler: httpProbe("/cgi-bin/redirect?loc="+url.QueryEscape("http://0.0.0.0/"), port), InitialDelaySeconds: probeDelay, PeriodSeconds: 1, FailureThreshold: 1}})
+			LivenessProbe: &v1.Probe{ProbeHandler: httpProbe("/cgi-bin/redirect?loc="+url.QueryEscape("http://0.0.0.0/"), port), InitialDelaySeconds: quietProbeDelay, PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 1}})
 		pe.runLivenessTest(p, 0, observationWindow)
 		// Expect an event of type "ProbeWarning".
 		const want = `Probe terminated redirects, Response body: <a href="http://0.0.0.0/">Found</a>.`

@@ -149,14 +149,14 @@ func TestContainersLifecycle_shouldTerminateSidecarsSimultaneouslyIfPrestopDoesn
 // "the restartable init containers have multiple PreStop hooks: should
 // call sidecar container PreStop hook simultaneously". Upstream wants the
 // three hooks' first lines within 0.5 s; each comes after a runc exec,
-// which takes up to 2.5 s on 2 busy cores, so here each hook (1 s long)
-// must start before any hook has ended: they ran at once, none waited for
-// another. The spread of their starts is logged.
+// which takes up to 2.5 s on 2 busy cores, so here each hook (5 s long,
+// past that spread) must start before any hook has ended: they ran at
+// once, none waited for another. The spread of their starts is logged.
 func TestContainersLifecycle_shouldCallSidecarContainerPreStopHookSimultaneously(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env) {
 		l := e.newOrderLog()
 		p := sidecarsThenRegular(l, "serialize-termination-simul-prestop", func(n string) *v1.Lifecycle {
-			return &v1.Lifecycle{PreStop: execHandler(l.execCommand(prefixed("PreStop", n), execCmd{Delay: 1}))}
+			return &v1.Lifecycle{PreStop: execHandler(l.execCommand(prefixed("PreStop", n), execCmd{Delay: 5}))}
 		})
 		l.create(p)
 		got := e.waitNoLongerRunning(p.Name, lifecycleTimeout)

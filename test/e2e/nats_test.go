@@ -113,9 +113,10 @@ func TestNATSClusterFailover(t *testing.T) {
 
 	// The node comes back and takes connections again.
 	c.Restart(on, hubTLS)
-	if out, _ := h.cli("get", "devices"); deviceStatus(out, dev) != "Ready" {
-		t.Fatalf("%s not Ready after the node came back:\n%s", dev, out)
-	}
+	waitForLong(t, 30*time.Second, dev+" Ready after its node came back (the rejoining node's catch-up may move a connection)", func() bool {
+		out, _ := h.cli("get", "devices")
+		return deviceStatus(out, dev) == "Ready"
+	})
 	checkPod := func(p *v1.Pod) bool { return running(p) && p.Status.ContainerStatuses[0].RestartCount == 0 }
 	d.waitPod("app", 5*time.Second, checkPod)
 

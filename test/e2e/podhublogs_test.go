@@ -21,15 +21,19 @@ import (
 
 // logFollower is a running podhub logs -f, its output collected.
 type logFollower struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  strings.Builder
-	done chan struct{}
+	cmd *exec.Cmd
+	mu  sync.Mutex
+	out strings.Builder
+	// arrived is when each distinct line was first read from the
+	// follower's output: a delivery's end, free of the test's polling.
+	arrived map[string]time.Time
+	done    chan struct{}
 }
 
 func (h *podhubServer) followLogs(t *testing.T, args ...string) *logFollower {
 	t.Helper()
-	f := &logFollower{cmd: exec.Command(podhubBinary(), append([]string{"--data-dir", h.dataDir, "logs"}, args...)...), done: make(chan struct{})}
+	f := &logFollower{cmd: exec.Command(podhubBinary(), append([]string{"--data-dir", h.dataDir, "logs"}, args...)...),
+		arrived: map[string]time.Time{}, done: make(chan struct{})}
 	r, w := io.Pipe()
 	f.cmd.Stdout, f.cmd.Stderr = w, w
 	if err := f.cmd.Start(); err != nil {
@@ -38,8 +42,12 @@ func (h *podhubServer) followLogs(t *testing.T, args ...string) *logFollower {
 	go func() {
 		s := bufio.NewScanner(r)
 		for s.Scan() {
+			at := time.Now()
 			f.mu.Lock()
 			f.out.WriteString(s.Text() + "\n")
+			if _, ok := f.arrived[s.Text()]; !ok {
+				f.arrived[s.Text()] = at
+			}
 			f.mu.Unlock()
 		}
 	}()
@@ -52,6 +60,19 @@ func (f *logFollower) text() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.out.String()
+}
+
+// lineWith is the first line of the output containing sub and when it
+// was read ("" while there is none).
+func (f *logFollower) lineWith(sub string) (string, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for line := range strings.Lines(f.out.String()) {
+		if line = strings.TrimSuffix(line, "\n"); strings.Contains(line, sub) {
+			return line, f.arrived[line]
+		}
+	}
+	return "", time.Time{}
 }
 
 // stop ends it as Ctrl-C does, and waits.
@@ -102,18 +123,31 @@ func logsScenario(t *testing.T, h *podhubServer, d *daemon, device string) {
 		t.Fatalf("logs --tail 1 --timestamps: %d %q", code, out)
 	}
 
-	// A line the pod writes reaches podhub logs -f within a second.
-	f := h.followLogs(t, "talker", "--device", device, "-f")
+	// A line the pod writes reaches podhub logs -f within a second:
+	// counted from the line's own time (--timestamps: the shim stamps a
+	// record as it writes it to the log) to when the follower's output
+	// was read, so neither the pod's polling of its trigger file nor the
+	// test's polling of the output is in it (both clocks are the host's).
+	f := h.followLogs(t, "talker", "--device", device, "-f", "--timestamps")
 	waitForLong(t, 10*time.Second, "podhub logs -f showing the first lines", func() bool { return strings.Contains(f.text(), "hello 3") })
 	for i := range 3 {
 		token := fmt.Sprintf("tok-%d-%d", i, time.Now().UnixNano())
 		start := time.Now()
 		os.WriteFile(trigger, []byte(token), 0o644)
-		waitForLong(t, 5*time.Second, "podhub logs -f showing "+token, func() bool { return strings.Contains(f.text(), "said "+token) })
-		took := time.Since(start)
-		t.Logf("%s: a line written by the pod seen by podhub logs -f in %s", device, took.Round(time.Millisecond))
-		if took > time.Second {
-			t.Errorf("the line took %s to reach podhub logs -f, over 1 s", took)
+		var line string
+		var read time.Time
+		waitForLong(t, 5*time.Second, "podhub logs -f showing "+token, func() bool { line, read = f.lineWith("said " + token); return line != "" })
+		fields := strings.Fields(line)
+		stamp, err := time.Parse(time.RFC3339Nano, fields[0])
+		if err != nil || len(fields) != 3 || fields[2] != token {
+			t.Fatalf("a followed line with --timestamps: %q, want \"<RFC 3339 time> said %s\"", line, token)
+		}
+		took := read.Sub(stamp)
+		t.Logf("%s: a line in the pod's log read from podhub logs -f %s after its time stamp (%s after the trigger was written)",
+			device, took.Round(time.Millisecond), read.Sub(start).Round(time.Millisecond))
+		if took < 0 || took > time.Second {
+			t.Errorf("a line stamped %s in the pod's log was read from podhub logs -f at %s, %s later: want within 1 s",
+				stamp.Format(time.RFC3339Nano), read.Format(time.RFC3339Nano), took)
 		}
 	}
 	f.stop()

@@ -28,6 +28,12 @@ func TestInitContainersAndSidecarsInOrder(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
 	f := filepath.Join(d.dir, "order")
+	// first waits for release, so Init:0/3 lasts until get pods saw it.
+	release := filepath.Join(d.dir, "release-first")
+	// side's startup probe passes once it logged side-up: podvisor starts
+	// second as soon as side has started, and without the probe that is
+	// when its process runs, before its shell may have logged.
+	sideUp := f + ".side-up"
 	d.write("ordered.yaml", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: ordered}
@@ -40,18 +46,21 @@ spec:
     image: host
     restartPolicy: Always
     command: %s
+    startupProbe: {exec: {command: ["test", "-e", %q]}, periodSeconds: 1, failureThreshold: 30}
   - {name: second, image: host, command: %s}
   containers:
   - {name: app, image: host, command: %s}
 `,
-		sh("sleep 0.5; echo first >> "+f),
-		sh("trap 'echo side-down >> "+f+"; exit 0' TERM; echo side-up >> "+f+"; while true; do sleep 0.05; done"),
+		sh("while [ ! -e "+release+" ]; do sleep 0.05; done; echo first >> "+f),
+		sh("trap 'echo side-down >> "+f+"; exit 0' TERM; echo side-up >> "+f+"; touch "+sideUp+"; while true; do sleep 0.05; done"),
+		sideUp,
 		sh("echo second >> "+f),
 		sh("trap 'sleep 0.3; echo app-down >> "+f+"; exit 0' TERM; echo app-up >> "+f+"; while true; do sleep 0.05; done")))
-	d.waitPod("ordered", 5*time.Second, func(p *v1.Pod) bool {
+	waitFor(t, "get pods to show ordered at Init:0/3 while its first init container waits for "+release, func() bool {
 		out, _, _ := d.cli("get", "pods")
 		return strings.Contains(out, "Init:0/3")
 	})
+	writeFile(t, release)
 	p := d.waitPod("ordered", 10*time.Second, func(p *v1.Pod) bool { return running(p) && p.Status.Phase == v1.PodRunning })
 	waitFor(t, "four start events (init, sidecar, init, app)", func() bool { return len(readLines(f)) == 4 })
 	if got := strings.Join(readLines(f), ","); got != "first,side-up,second,app-up" {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,12 +124,25 @@ collect:
 			break collect
 		}
 	}
-	if len(pings) < 5 {
+	// Each ping is stamped when this test's reader wakes, so a late
+	// wake-up moves single gaps both ways: the typical gap is judged by
+	// the median, single gaps only against a flood and against what
+	// systemd needs (none over the 1 s watchdog period).
+	if len(pings) < 4 {
 		t.Errorf("%d pings in 3 s, want one every 0.5 s", len(pings))
 	}
+	var gaps []time.Duration
 	for i := 1; i < len(pings); i++ {
-		if gap := pings[i].Sub(pings[i-1]); gap < 450*time.Millisecond || gap > 900*time.Millisecond {
-			t.Errorf("ping %d came %s after the one before, want 0.5 s", i, gap)
+		gaps = append(gaps, pings[i].Sub(pings[i-1]))
+	}
+	if len(gaps) > 0 {
+		sorted := slices.Clone(gaps)
+		slices.Sort(sorted)
+		if med := sorted[len(sorted)/2]; med < 450*time.Millisecond || med > 800*time.Millisecond {
+			t.Errorf("median ping gap %s, want 0.5 s (half the watchdog period): gaps %v", med, gaps)
+		}
+		if sorted[0] < 250*time.Millisecond || sorted[len(sorted)-1] > time.Second {
+			t.Errorf("ping gaps %v: want none under 0.25 s (a flood) nor over the 1 s watchdog period", gaps)
 		}
 	}
 

@@ -308,12 +308,27 @@ func TestStatefulSetLeaseOnSixDevices(t *testing.T) {
 	cut := time.Now()
 	relays[victim].cut()
 	waitForLong(t, lease+grace+5*time.Second, "store-1 stopped on the cut device", func() bool { return len(w.live("store-1", victim)) == 0 })
+	// The copy died between its last sample alive and the sample that
+	// found it gone (before the wait returned).
+	seenGone := time.Now()
 	stopped := w.copies("store-1", victim)[0].last
-	t.Logf("store-1 stopped on %s %v after the cut (lease %v, grace %v)", victim, stopped.Sub(cut).Round(100*time.Millisecond), lease, grace)
-	// Renewed at most a heartbeat (and a round trip) before the cut; gone
-	// at the lease's end plus the whole grace period.
-	if low, high := lease+grace-heartbeat-time.Second, lease+grace+time.Second; stopped.Sub(cut) < low || stopped.Sub(cut) > high {
-		t.Errorf("stopped %v after the cut, want within [%v, %v]", stopped.Sub(cut), low, high)
+	t.Logf("store-1 stopped on %s %v after the cut (last seen alive; seen gone %v after it; lease %v, grace %v)",
+		victim, stopped.Sub(cut).Round(100*time.Millisecond), seenGone.Sub(cut).Round(100*time.Millisecond), lease, grace)
+	// The lease renews at the send time of the newest heartbeat the hub
+	// answered (uplink's leaseLink; here every 2 s, the base period, under
+	// lease/4): the newest sent before the cut may have lost its receipt
+	// to the cut, so the renewal is at most two heartbeats before it
+	// (receipts within a period). The pod ignores SIGTERM: it runs the
+	// lease and the whole grace period from the renewal, never less —
+	// the design's bound, exact, checked on when it was seen gone (never
+	// before it died). The upper bound is liveness only (the daemon's
+	// timer, the SIGKILL, the reaping, the /proc sampling on a loaded
+	// machine), checked on when it was last seen alive.
+	if low := lease + grace - 2*heartbeat; seenGone.Sub(cut) < low {
+		t.Errorf("store-1 seen gone %v after the cut, before it could have run its lease and grace from a renewal (at least %v)", seenGone.Sub(cut), low)
+	}
+	if high := lease + grace + 3*time.Second; stopped.Sub(cut) > high {
+		t.Errorf("store-1 last seen alive %v after the cut, later than its lease and grace and 3 s of slack (%v)", stopped.Sub(cut), high)
 	}
 
 	var repl seenProc

@@ -272,6 +272,7 @@ spec:
     livenessProbe:
       httpGet: {path: "/redirect?loc=%[2]s", port: %[1]s}
       periodSeconds: 1
+      timeoutSeconds: 5
       failureThreshold: 1
     readinessProbe:
       httpGet: {path: "/redirect?loc=%%2Fhealthz", port: %[1]s}

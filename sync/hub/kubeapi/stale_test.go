@@ -36,7 +36,10 @@ func TestSilentDeviceTurnsNotReadyAtItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	timeout := 400 * time.Millisecond
+	// Any timeout far under the hour's resync shows the deadline acted;
+	// 3 s leaves the two writes and the API's first load room on a
+	// loaded machine before the node is first read.
+	timeout := 3 * time.Second
 	api := New(Config{Fleet: fleet, Timeout: timeout, Resync: time.Hour})
 	defer api.Close()
 	if err := fleet.AddDevice("quiet"); err != nil {

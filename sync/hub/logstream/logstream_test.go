@@ -113,7 +113,9 @@ func TestPodLogsInOrder(t *testing.T) {
 }
 
 func TestPodLogsRefusals(t *testing.T) {
-	r := newRig(t, Config{Answer: 100 * time.Millisecond}, func(req *protocol.LogsRequest, send func(protocol.LogsFrame, string)) {
+	// Only the silent device needs the timer; 2 s is past any stall of
+	// the scripted answers on a loaded machine.
+	r := newRig(t, Config{Answer: 2 * time.Second}, func(req *protocol.LogsRequest, send func(protocol.LogsFrame, string)) {
 		switch req.Pod {
 		case "ghost":
 			send(protocol.LogsFrame{Seq: 0, End: true, Error: `pods "ghost" not found`, Reason: protocol.LogsNotFound}, "")
@@ -134,7 +136,7 @@ func TestPodLogsRefusals(t *testing.T) {
 		{"gw-off", "web", nil, 503, `device "gw-off" is offline (last seen 2026-11-29T05:00:00Z)`},
 		{"gw-1", "ghost", nil, 404, `pods "ghost" not found`},
 		{"gw-1", "gappy", nil, 500, "lost frames 1 to 1"},
-		{"gw-1", "silent", nil, 504, `Timeout: device "gw-1" did not answer within 100ms`},
+		{"gw-1", "silent", nil, 504, `Timeout: device "gw-1" did not answer within 2s`},
 		{"gw-1", "web", &v1.PodLogOptions{Container: "Bad_Name"}, 400, "options.container"},
 	} {
 		var out bytes.Buffer

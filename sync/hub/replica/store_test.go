@@ -143,8 +143,11 @@ func testMembersOnTheStore(t *testing.T) {
 	}
 }
 
-// fastTiming keeps the elector tests short.
-var fastTiming = replica.Timing{TTL: 1500 * time.Millisecond, Renew: 300 * time.Millisecond, Margin: 200 * time.Millisecond}
+// fastTiming keeps the elector tests short, and still lets a loaded
+// 2-core machine run them: each store statement may take up to Renew
+// (the store's timeout), and a leader has a TTL of failed rounds
+// before its term lapses.
+var fastTiming = replica.Timing{TTL: 3 * time.Second, Renew: time.Second, Margin: 500 * time.Millisecond}
 
 func newElector(t *testing.T, s *replica.Store, id string) (*replica.Elector, chan bool) {
 	t.Helper()
@@ -208,6 +211,8 @@ func testElectors(t *testing.T) {
 	}
 	// b does not lead while a renews (a few TTLs' worth of rounds).
 	select {
+	case l := <-aChanges:
+		t.Fatalf("a's own term changed to leading=%v while b waited: its renewals failed for a TTL (statements over %v)", l, fastTiming.Renew)
 	case <-bChanges:
 		t.Fatal("b leads while a renews")
 	case <-time.After(2 * fastTiming.TTL):
@@ -303,7 +308,7 @@ func TestLeaderCutOffStopsBeforeTheTakeover(t *testing.T) {
 	defer b.Stop()
 	cut := time.Now()
 	fa.Close() // a's store is gone: every renewal fails
-	stopped := waitLeading(t, aChanges, false, 5*time.Second, "a after losing its store")
+	stopped := waitLeading(t, aChanges, false, 10*time.Second, "a after losing its store")
 	if a.Leading() {
 		t.Fatal("a leads after telling it stopped")
 	}

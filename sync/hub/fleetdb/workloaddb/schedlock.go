@@ -134,7 +134,10 @@ func touchWhileHeld(conn *sql.Conn, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), lockBeat)
+			// Bounded by stuckAfter, not lockBeat: a cancelled statement
+			// costs pgx its connection, and with it the session and the
+			// lock; a slow touch is no sign of a stuck holder.
+			ctx, cancel := context.WithTimeout(context.Background(), stuckAfter)
 			conn.ExecContext(ctx, `SELECT 1`)
 			cancel()
 		}
