@@ -240,12 +240,14 @@ func (e *env) waitPendingRestarts(name string, n int32) {
 // OnFailure, Always: "should continuously run Pod keeping it Pending",
 // "should have Init container restartCount greater than 0", "should be
 // running restartable init container and a failed Init container in
-// parallel".
+// parallel". The sidecar runs 15 s (upstream 5 s): on containerd, with a
+// dozen pods starting at once on 2 cores, init-1's create took 6 s once,
+// and the two never overlapped in the first run the check reads.
 func TestContainersLifecycle_anInitContainerAfterRestartableInitContainerFails(t *testing.T) {
 	onBothPolicies(t, allPolicies, func(t *testing.T, e *env, policy v1.RestartPolicy) {
 		l := e.newOrderLog()
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName("restartable-init-container-fails-before-init-container", policy)}, Spec: v1.PodSpec{RestartPolicy: policy,
-			InitContainers: []v1.Container{restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 5, ExitCode: 1})),
+			InitContainers: []v1.Container{restartable("restartable-init-1", l.execCommand("restartable-init-1", execCmd{Delay: 15, ExitCode: 1})),
 				ctr("init-1", l.execCommand("init-1", execCmd{Delay: 1, ExitCode: 1}))},
 			Containers: []v1.Container{ctr("regular-1", l.execCommand("regular-1", execCmd{Delay: 600}))}}}
 		l.create(p)
