@@ -246,7 +246,16 @@ func TestForgedDesiredRefused(t *testing.T) {
 	pods := &fakePods{}
 	r.device("gw-2", filepath.Join(r.dir, "device.db"), pods)
 	r.hub.Apply("gw-2", []json.RawMessage{podJSON("web")})
-	eventually(t, 10*time.Second, "generation 1", func() bool { g, _, _ := pods.state(); return g == 1 })
+	// The device acknowledges a generation after applying it: each step
+	// waits for that ack at the hub, or it could land after the refusal
+	// the step looks for and replace it as the device's last.
+	acked := func(gen int64) func() bool {
+		return func() bool {
+			a, _ := r.fleet.LastAck("gw-2")
+			return a != nil && a.Error == "" && a.ObservedGeneration == gen
+		}
+	}
+	eventually(t, 10*time.Second, "generation 1 applied and acknowledged at the hub", acked(1))
 
 	_, forger, _ := ed25519.GenerateKey(nil)
 	forged, _ := protocol.Sign(protocol.Desired{Device: "gw-2", Generation: 9, Pods: []json.RawMessage{podJSON("miner")}}, forger)
@@ -271,7 +280,7 @@ func TestForgedDesiredRefused(t *testing.T) {
 	// generation 2 stays in force.
 	gen1, _ := r.fleet.Desired("gw-2")
 	r.hub.Apply("gw-2", []json.RawMessage{podJSON("db")})
-	eventually(t, 10*time.Second, "generation 2", func() bool { g, _, _ := pods.state(); return g == 2 })
+	eventually(t, 10*time.Second, "generation 2 applied and acknowledged at the hub", acked(2))
 	desiredTopic := protocol.Topics{}.Device("gw-2", protocol.KindDesired)
 	for _, bad := range []struct {
 		payload []byte

@@ -57,9 +57,11 @@ func TestListenSamePortTwoNetNS(t *testing.T) {
 			started := func(p *v1.Pod) bool { return running(p) && !podReady(p) }
 			d.waitPod("a", 60*time.Second, started)
 			d.waitPod("b", 60*time.Second, started)
-			// The first periodic runs (at each start) have failed: both
-			// stay unready 30 s unless a listen triggers a probe.
-			time.Sleep(time.Second)
+			// The first periodic runs (due within 1 s of each start, on
+			// the probes' grid; 2 s more for a late timer on a busy
+			// machine) have failed: both stay unready 30 s unless a
+			// listen triggers a probe.
+			time.Sleep(3 * time.Second)
 
 			listen := func(name string) time.Time {
 				if out, errOut, code := d.cli("exec", name, "--", "touch", "/tmp/go"); code != 0 {

@@ -150,7 +150,7 @@ func nodeListenPath(t *testing.T, d *daemon) string {
 	return n.Annotations["podvisor.io/listen-path"]
 }
 
-// A pod whose server listens 3 s after it started, probed every 30 s, is
+// A pod whose server listens 6 s after it started, probed every 30 s, is
 // Ready within bound of its listen(); closing the listener makes it
 // unready long before the next period. On each listen path, each forced
 // by the config where it is a fallback, with the same outcomes.
@@ -183,7 +183,9 @@ func TestListenDrivenReadiness(t *testing.T) {
 				t.Fatalf("node's listen path = %q, want %q", got, tc.path)
 			}
 			port, stamp, closeOn := freePort(t), filepath.Join(d.dir, "listened"), filepath.Join(d.dir, "close")
-			pod := listenPod(t, "srv", port, port, 3*time.Second, stamp, closeOn)
+			// It listens 6 s after its start: the first periodic run
+			// (due within 1 s) is over by then even on a busy machine.
+			pod := listenPod(t, "srv", port, port, 6*time.Second, stamp, closeOn)
 			d.write("srv.yaml", strings.Replace(pod, "periodSeconds: 30", fmt.Sprintf("periodSeconds: %d", tc.period), 1))
 
 			var readyAt time.Time
