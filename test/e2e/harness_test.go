@@ -107,6 +107,12 @@ func newDaemon(t *testing.T) *daemon {
 // withConfig sets config file content for later starts.
 func (d *daemon) withConfig(yaml string) { d.configText = yaml }
 
+// volumeFile is a path in pod p's volume as the host holds it (podfs:
+// <data>/pods/<uid>/volumes/<name>), the directory its containers mount.
+func (d *daemon) volumeFile(p *v1.Pod, volume string, elem ...string) string {
+	return filepath.Join(append([]string{d.data, "pods", string(p.UID), "volumes", volume}, elem...)...)
+}
+
 // writeConfig writes the config file, giving the daemon a cgroup root of
 // its own unless the test chose one.
 func (d *daemon) writeConfig() {

@@ -191,9 +191,7 @@ spec:
 	}
 	is := func(want string) func(string) bool { return func(s string) bool { return s == want } }
 	waitForValue(t, 10*time.Second, "the volume's first content", read("cat", "/etc/site/greeting"), is("hello"))
-	// The volume's tmpfs on the host (podfs: <data>/pods/<uid>/volumes/<name>),
-	// which the container mounts.
-	onHost := filepath.Join(d.data, "pods", string(p.UID), "volumes", "conf", "greeting")
+	onHost := d.volumeFile(p, "conf", "greeting")
 	hostValue := func() string { b, _ := os.ReadFile(onHost); return strings.TrimSpace(string(b)) }
 	if got := hostValue(); got != "hello" {
 		t.Fatalf("%s holds %q, want hello: not the volume the container reads", onHost, got)

@@ -226,11 +226,10 @@ spec:
 
 	// 2: the ConfigMap changed reaches the running container's file in
 	// place, within 2 s of the apply (its CLI's round trip included).
-	// The bound is on dev-a's volume, read on the host (podfs:
-	// <data>/pods/<uid>/volumes/<name>): an exec into a containerd pod
-	// can take over a second on a busy machine.
+	// The bound is on dev-a's volume, read on the host: an exec into a
+	// containerd pod can take over a second on a busy machine.
 	before := web.Status.ContainerStatuses[0]
-	onHost := filepath.Join(a.data, "pods", string(web.UID), "volumes", "conf", "greeting")
+	onHost := a.volumeFile(web, "conf", "greeting")
 	hostValue := func() string { b, _ := os.ReadFile(onHost); return strings.TrimSpace(string(b)) }
 	if got := hostValue(); got != "hello" {
 		t.Fatalf("%s holds %q, want hello: not the volume the web pod reads", onHost, got)

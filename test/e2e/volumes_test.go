@@ -168,7 +168,7 @@ spec:
 		out, _, _ := d.cli("logs", "subpaths", "-c", "legit")
 		return out == "inside\nconf\nmade\n"
 	})
-	made := filepath.Join(d.data, "pods", string(p.UID), "volumes", "work", "made", "deep", "x")
+	made := d.volumeFile(p, "work", "made", "deep", "x")
 	if _, err := os.Stat(made); err != nil {
 		t.Errorf("the subPath created for the container is not in the volume: %v", err)
 	}

@@ -208,15 +208,11 @@ func TestFailover(t *testing.T) {
 		return l.Leader != "" && l.Leader != leader.id
 	})
 	after := first.Leader
-	var lastBeat time.Time
-	for _, r := range first.Replicas {
-		if r.ID == leader.id {
-			lastBeat = r.Heartbeat // read after the kill: its row no longer moves
-		}
-	}
-	if lastBeat.IsZero() {
+	killedRow, ok := first.Replica(leader.id) // read after the kill: its row no longer moves
+	if !ok {
 		t.Fatalf("the killed leader %s not listed: %+v", leader.id, first.Replicas)
 	}
+	lastBeat := killedRow.Heartbeat
 	moved := first.Now.Sub(lastBeat)
 	// The devices are back on the two nodes left: those that lost their
 	// connection (about a third) each connected again.

@@ -187,18 +187,6 @@ func replicaList(t *testing.T, r *hubReplica) replica.List {
 	return l
 }
 
-// heartbeatOf is replica id's last heartbeat in l (the database's clock).
-func heartbeatOf(t *testing.T, l replica.List, id string) time.Time {
-	t.Helper()
-	for _, r := range l.Replicas {
-		if r.ID == id {
-			return r.Heartbeat
-		}
-	}
-	t.Fatalf("replica %s not listed: %+v", id, l.Replicas)
-	return time.Time{}
-}
-
 // logTime is the time of the first line of a podhub log (slog's text:
 // time=… level=… msg=…) that contains every one of parts.
 func logTime(log string, parts ...string) (time.Time, bool) {
@@ -331,7 +319,11 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 		return first.Leader == "b" || first.Leader == "c"
 	})
 	next := first.Leader
-	aBeat := heartbeatOf(t, first, "a") // a's row no longer moves
+	aRow, ok := first.Replica("a") // a's row no longer moves
+	if !ok {
+		t.Fatalf("the killed replica a not listed: %+v", first.Replicas)
+	}
+	aBeat := aRow.Heartbeat
 	took := first.Now.Sub(aBeat)
 	t.Logf("takeover by %s %v after a's last heartbeat, on the database's clock (a killed %v after it; TTL %v + margin %v + poll %v = %v); seen %v after the kill",
 		next, took.Round(time.Millisecond), killed.Sub(aBeat).Round(time.Millisecond), leaseTTL, margin, poll, bound, time.Since(killed).Round(time.Millisecond))

@@ -310,6 +310,16 @@ type List struct {
 	holders [Buckets]string
 }
 
+// Replica is replica id's row in the list, if it is listed.
+func (l List) Replica(id string) (Info, bool) {
+	for _, r := range l.Replicas {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return Info{}, false
+}
+
 // List reads the replicas and the leader lease.
 func (s *Store) List() (List, error) {
 	members, _, err := s.Members()
