@@ -173,10 +173,13 @@ func TestManagerGatesOnStartupAndReports(t *testing.T) {
 	m := NewManager(ctx)
 	m.TimeUnit = 10 * time.Millisecond
 	tcp := v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: port}}
+	// A closed port refuses at once; the timeout (100 units: 1 s) is
+	// long so that a descheduled dial to the open port is not a failure:
+	// the test is about gating and reporting, not timeouts.
 	c := &v1.Container{Name: "app",
-		StartupProbe:   &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 100},
-		ReadinessProbe: &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1},
-		LivenessProbe:  &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 2},
+		StartupProbe:   &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 100, SuccessThreshold: 1, FailureThreshold: 100},
+		ReadinessProbe: &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 100, SuccessThreshold: 1, FailureThreshold: 1},
+		LivenessProbe:  &v1.Probe{ProbeHandler: tcp, PeriodSeconds: 1, TimeoutSeconds: 100, SuccessThreshold: 1, FailureThreshold: 2},
 	}
 	m.Start("inst", c, target)
 	select {

@@ -41,7 +41,13 @@ func TestFenceReachesTheDeviceSignedAndSurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the fence applied", func() bool { g, _, _ := pods.state(); return g == gen })
+	// Unfence (below) needs the hub to hold the device's ack of the
+	// fence, which the device sends after applying it.
+	eventually(t, 10*time.Second, "the fence applied and its ack at the hub", func() bool {
+		g, _, _ := pods.state()
+		a, _ := r.fleet.LastAck("gw-1")
+		return g == gen && a != nil && a.ObservedGeneration == gen
+	})
 	pods.mu.Lock()
 	fence, running := slices.Clone(pods.fence), len(pods.pods)
 	pods.mu.Unlock()

@@ -96,6 +96,13 @@ func TestMetricsThroughTheLink(t *testing.T) {
 	if err := a.Publish(items); err != nil {
 		t.Fatal(err)
 	}
+	// The hub subscribes after its connection is up, kind by kind: the
+	// heartbeats below are not retained, so the hub must be listening to
+	// heartbeats first (gw-m's own, stored, prove it).
+	eventually(t, 10*time.Second, "gw-m's heartbeat stored (the hub subscribed)", func() bool {
+		d, _ := r.fleet.GetDevice("gw-m", time.Now(), time.Minute)
+		return d.Ready
+	})
 	rogue := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtt://" + r.addr).SetClientID("rogue"))
 	if tok := rogue.Connect(); tok.Wait() && tok.Error() != nil {
 		t.Fatal(tok.Error())

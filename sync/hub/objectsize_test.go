@@ -20,10 +20,10 @@ func TestLargestObjectReachesTheDevice(t *testing.T) {
 	if _, err := r.hub.Apply("gw-a", []json.RawMessage{objPod("web", "db")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "A's index", func() bool { ix := a.lastIndex(); return ix != nil && len(ix.Entries) == 1 })
-	eventually(t, 5*time.Second, "A's pinned key", func() bool { pub, _, _ := r.fleet.SealingKey("gw-a"); return len(pub) > 0 })
+	eventually(t, 10*time.Second, "A's index", func() bool { ix := a.lastIndex(); return ix != nil && len(ix.Entries) == 1 })
+	eventually(t, 10*time.Second, "A's pinned key", func() bool { pub, _, _ := r.fleet.SealingKey("gw-a"); return len(pub) > 0 })
 	a.ask(a.lastIndex().Entries...)
-	eventually(t, 5*time.Second, "the 1 MiB Secret at A", func() bool { return a.object("Secret/default/db") != nil })
+	eventually(t, 10*time.Second, "the 1 MiB Secret at A", func() bool { return a.object("Secret/default/db") != nil })
 	if got := a.object("Secret/default/db").data["big"]; string(got) != value {
 		t.Fatalf("%d bytes, want %d", len(got), len(value))
 	}

@@ -265,19 +265,25 @@ func TestDuplicateDeviceIDShown(t *testing.T) {
 func TestSessionTakeoverKeepsDeviceListening(t *testing.T) {
 	r := newRig(t)
 	pods := &fakePods{}
-	r.deviceWith("gw-t", filepath.Join(r.dir, "device.db"), pods, func(c *uplink.Config) { c.Heartbeat = 300 * time.Millisecond })
+	a, _, _ := r.deviceWith("gw-t", filepath.Join(r.dir, "device.db"), pods, func(c *uplink.Config) { c.Heartbeat = 300 * time.Millisecond })
 	r.hub.Apply("gw-t", []json.RawMessage{podJSON("web")})
 	eventually(t, 10*time.Second, "generation 1", func() bool { g, _, _ := pods.state(); return g == 1 })
+	var lastTakeover time.Time
 	for i := range 3 {
-		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtt://" + r.addr).SetClientID("podvisor-gw-t").
+		// The device's own client ID: the broker hands its session over.
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("mqtt://" + r.addr).SetClientID("gw-t").
 			SetCleanSession(i%2 == 0).SetAutoReconnect(false))
 		if tok := c.Connect(); tok.Wait() && tok.Error() != nil {
 			t.Fatal(tok.Error())
 		}
-		time.Sleep(100 * time.Millisecond)
+		lastTakeover = time.Now()
+		time.Sleep(100 * time.Millisecond) // hold the session a moment
 		c.Disconnect(0)
 	}
-	time.Sleep(time.Second) // the device reconnects (backoff up to 500 ms)
+	eventually(t, 15*time.Second, "the device connected again after the last takeover", func() bool {
+		l, _ := a.Connection()
+		return l.Connected && l.Since.After(lastTakeover)
+	})
 	r.hub.Apply("gw-t", []json.RawMessage{podJSON("db")})
 	eventually(t, 15*time.Second, "generation 2 after the takeovers", func() bool { g, _, _ := pods.state(); return g == 2 })
 }
@@ -318,9 +324,14 @@ func TestReplayAfterResetRefusedAndResynced(t *testing.T) {
 		want := cur.Generation + 1
 		pods = &fakePods{}
 		_, _, halt = r.device("gw-r", db, pods)
-		eventually(t, 15*time.Second, fmt.Sprintf("round %d: the device resynced to generation %d", round, want), func() bool {
+		// The hub must hold the device's ack of the resync too: the next
+		// round's regression is judged against the generation the hub last
+		// saw the device observe, and an ack still in flight at the halt
+		// would leave it at the refusal's.
+		eventually(t, 15*time.Second, fmt.Sprintf("round %d: the device resynced to generation %d and the hub holds its ack", round, want), func() bool {
 			g, _, _ := pods.state()
-			return g >= want
+			a, _ := r.fleet.LastAck("gw-r")
+			return g >= want && a != nil && a.ObservedGeneration >= want
 		})
 		if _, names, _ := pods.state(); fmt.Sprint(names) != "[web]" {
 			t.Fatalf("round %d: the device runs %v, want [web]", round, names)

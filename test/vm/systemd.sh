@@ -126,7 +126,10 @@ for c in low:100 high:1000; do
     > "$root/etc/podvisor/priorityclasses/${c%:*}.yaml"
 done
 # low: Burstable; high: Guaranteed. Each says on the console when SIGTERM
-# reaches it.
+# reaches it: the shell waits on its sleep with `wait`, which a trapped
+# signal interrupts (a foreground sleep would hold the trap until it ends),
+# and high's CPU limit leaves it room to run in a software-emulated VM that
+# is busy shutting down.
 pod() { # name class requests limits
   cat <<EOF
 apiVersion: v1
@@ -139,12 +142,12 @@ spec:
   containers:
   - name: app
     image: host
-    command: ["sh", "-c", "trap 'echo VM: stopped $1 >/dev/console; exit 0' TERM; while :; do sleep 0.2; done"]
+    command: ["sh", "-c", "trap 'echo VM: stopped $1 >/dev/console; exit 0' TERM; while :; do sleep 1 & wait \$!; done"]
     resources: {requests: $3, limits: $4}
 EOF
 }
 pod low low '{cpu: 100m, memory: 16Mi}' '{memory: 64Mi}' > "$root/etc/podvisor/manifests/low.yaml"
-pod high high '{cpu: 100m, memory: 32Mi}' '{cpu: 100m, memory: 32Mi}' > "$root/etc/podvisor/manifests/high.yaml"
+pod high high '{cpu: 500m, memory: 32Mi}' '{cpu: 500m, memory: 32Mi}' > "$root/etc/podvisor/manifests/high.yaml"
 cat > "$root/etc/podvisor/manifests/hog.yaml" <<'EOF'
 apiVersion: v1
 kind: Pod
@@ -171,21 +174,29 @@ tr -d '\r' < "$work/console.log" | grep -E 'VM:|VMTEST|podvisor\[|Power down' | 
   awk '/podvisor\[[0-9]+\]: SIGABRT: abort/ { match($0, /podvisor\[[0-9]+\]/); dump = substr($0, RSTART, RLENGTH); print; next }
        dump != "" && index($0, dump ": ") == 1 { next } { print }' || true
 
-# The checks inside passed, then the shutdown: low stopped before high, and
-# both before podvisor released its inhibitor lock.
+# The checks inside passed, then the shutdown: the daemon stopped low before
+# high, SIGTERM reached each (its trap's line), and no pod was left running
+# when podvisor released its inhibitor lock. The order is read from the
+# daemon's own lines: the pods' lines say SIGTERM arrived, but when their
+# shells get to print depends on the emulated VM's scheduling.
 log=$(tr -d '\r' < "$work/console.log")
-line() { grep -n -m1 -F "$1" <<<"$log" | cut -d: -f1; }
+line() { grep -n -m1 -F -e "$1" <<<"$log" | cut -d: -f1; }
 status=0
 grep -q 'VMTEST-EXIT=0' <<<"$log" || { echo "FAIL: the checks inside the VM failed"; status=1; }
-low=$(line 'VM: stopped low'); high=$(line 'VM: stopped high'); released=$(line 'released the shutdown lock')
-if [ -z "$low" ] || [ -z "$high" ] || [ -z "$released" ]; then
-  echo "FAIL: shutdown: stopped low at line ${low:-none}, high at ${high:-none}, lock released at ${released:-none}"
+low=$(line 'msg="Stopping container app" pod=default/low'); high=$(line 'msg="Stopping container app" pod=default/high')
+drained=$(line 'drain complete: no pod is running'); released=$(line 'released the shutdown lock')
+termLow=$(line 'VM: stopped low'); termHigh=$(line 'VM: stopped high')
+if [ -z "$low" ] || [ -z "$high" ] || [ -z "$drained" ] || [ -z "$released" ]; then
+  echo "FAIL: shutdown: stopping low at line ${low:-none}, high at ${high:-none}, drained at ${drained:-none}, lock released at ${released:-none}"
   status=1
-elif ! [ "$low" -lt "$high" ] || ! [ "$high" -lt "$released" ]; then
-  echo "FAIL: shutdown order: low at line $low, high at $high, lock released at $released"
+elif ! [ "$low" -lt "$high" ] || ! [ "$high" -lt "$drained" ] || ! [ "$drained" -lt "$released" ]; then
+  echo "FAIL: shutdown order: stopping low at line $low, high at $high, drained at $drained, lock released at $released"
+  status=1
+elif [ -z "$termLow" ] || [ -z "$termHigh" ]; then
+  echo "FAIL: SIGTERM's trap printed for low at line ${termLow:-none}, for high at ${termHigh:-none}"
   status=1
 else
-  echo "ok: on poweroff the low-priority pod stopped first, then the high one, then the lock was released"
+  echo "ok: on poweroff the low-priority pod was stopped first, then the high one (SIGTERM reached both), then the lock was released with no pod running"
 fi
 grep -q 'Power down' <<<"$log" || { echo "FAIL: the VM did not power down"; status=1; }
 exit $status

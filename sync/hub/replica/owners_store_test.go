@@ -150,19 +150,18 @@ func TestElectorsShareDevices(t *testing.T) {
 				t.Fatalf("bucket %d owned by both", x)
 			}
 		}
-		if oa.Count() == replica.Buckets/2 && ob.Count() == replica.Buckets/2 {
+		// The ownership is stored before the watchers are told (a's of
+		// its loss, b's of its gain): wait for both.
+		mu.Lock()
+		told := map[string]int{"a": gained["a"], "b": gained["b"]}
+		mu.Unlock()
+		if oa.Count() == replica.Buckets/2 && ob.Count() == replica.Buckets/2 && told["a"] == replica.Buckets/2 && told["b"] == replica.Buckets/2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a %d, b %d buckets after 10s: want 512 each", oa.Count(), ob.Count())
+			t.Fatalf("a %d, b %d buckets after 10s, watchers told %v: want 512 each", oa.Count(), ob.Count(), told)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	mu.Lock()
-	told := map[string]int{"a": gained["a"], "b": gained["b"]}
-	mu.Unlock()
-	if told["a"] != replica.Buckets/2 || told["b"] != replica.Buckets/2 {
-		t.Fatalf("watchers told %v, want 512 each", told)
 	}
 	start := time.Now()
 	if err := b.Stop(); err != nil {
