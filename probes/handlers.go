@@ -53,6 +53,11 @@ type Target struct {
 	MountNS func() (*os.File, error)
 }
 
+// ErrUnknown marks a command the runtime could not run (unreachable, the
+// container stopping, the command not started): for a probe, the
+// kubelet's probe.Unknown, whose result its probe worker throws away.
+var ErrUnknown = errors.New("the runtime could not run the command")
+
 // maxOutput bounds how much of a failing exec handler's output is kept.
 const maxOutput = 10 << 10
 

@@ -2,6 +2,8 @@ package probes
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,6 +26,11 @@ type Result struct {
 	// every period.
 	Warning     string
 	WarningOnly bool
+	// Errored: Warning is the kubelet's Unhealthy event for a run the
+	// runtime could not make ("Liveness probe errored and resulted in
+	// unknown state: ..."), sent at the first of a streak; such a run
+	// changes no verdict and counts toward no threshold.
+	Errored bool
 	// Listen: the run was one a listener's opening or closing brought
 	// (Listening), not a periodic one.
 	Listen bool
@@ -350,6 +357,8 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 	c := newCounter(p, kind)
 	timeout := time.Duration(p.TimeoutSeconds) * unit
 	lastWarning := ""
+	// errored: the last run was one the runtime could not make.
+	errored := false
 	// delayedPoke: the timer is armed for a poke that came during the
 	// initial delay, not for a periodic run.
 	delayedPoke := false
@@ -376,6 +385,23 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, ErrUnknown) {
+			// As the kubelet's worker: the result is thrown away.
+			if !errored {
+				errored = true
+				msg := fmt.Sprintf("%s probe errored and resulted in unknown state: %v", kind, err)
+				select {
+				case w.m.results <- Result{InstanceID: w.id, Kind: kind, Warning: msg, WarningOnly: true, Errored: true}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			now := clk.Now()
+			due = nextDue(due, now, period, grid, poked)
+			timer.Reset(until(now, due, period+grid))
+			continue
+		}
+		errored = false
 		if w.m.Ran != nil {
 			w.m.Ran(w.id, kind, err == nil, clk.Now().Sub(began))
 		}

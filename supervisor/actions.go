@@ -154,7 +154,11 @@ func (d *Daemon) probed(rep podprobes.Report) {
 		return
 	}
 	if r.Warning != "" {
-		d.record(d.machine.Instance(uid), "Warning", "ProbeWarning", r.Warning)
+		reason := "ProbeWarning"
+		if r.Errored {
+			reason = "Unhealthy"
+		}
+		d.record(d.machine.Instance(uid), "Warning", reason, r.Warning)
 	}
 	if r.WarningOnly {
 		return

@@ -8,6 +8,7 @@ package hooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"time"
@@ -140,7 +141,13 @@ func (r *Runner) Target(in *lifecycle.Instance, container string) (probes.Target
 			}
 		}
 		t.ExecIn = func(_ context.Context, command []string, timeout time.Duration) (int, string, error) {
-			return ic.Exec(id, command, timeout)
+			code, out, err := ic.Exec(id, command, timeout)
+			if err != nil && !errors.Is(err, runtime.ErrExecTimedOut) {
+				// Not run at all: a probe's result is unknown (a hook
+				// still fails on it).
+				err = fmt.Errorf("%w: %w", probes.ErrUnknown, err)
+			}
+			return code, out, err
 		}
 	}
 	return t, nil

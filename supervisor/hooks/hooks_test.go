@@ -3,12 +3,14 @@ package hooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/podvisor/podvisor/probes"
 	"github.com/podvisor/podvisor/supervisor/lifecycle"
 	"github.com/podvisor/podvisor/supervisor/runtime"
 )
@@ -28,12 +31,13 @@ type inContainer struct {
 	netns  string
 	code   int
 	output string
+	err    error
 	execs  chan []string // "<instance ID>" followed by the command
 }
 
 func (f *inContainer) Exec(id string, command []string, _ time.Duration) (int, string, error) {
 	f.execs <- append([]string{id}, command...)
-	return f.code, f.output, nil
+	return f.code, f.output, f.err
 }
 
 func (f *inContainer) NetNS(*v1.Pod) string { return f.netns }
@@ -206,6 +210,19 @@ func TestTarget(t *testing.T) {
 	if tg, _ = r.Target(in, "app"); tg.DialIn == nil {
 		t.Error("a pod with its own network: want DialIn")
 	}
+
+	// A command the runtime could not run is a probe's unknown result; a
+	// timeout is not (it is a failure).
+	ic.err = errors.New("containerd: connection refused")
+	if _, _, err := tg.ExecIn(context.Background(), []string{"true"}, time.Second); !errors.Is(err, probes.ErrUnknown) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("a runtime error: %v, want probes.ErrUnknown wrapping it", err)
+	}
+	<-ic.execs
+	ic.err = fmt.Errorf("%w after 1s", runtime.ErrExecTimedOut)
+	if _, _, err := tg.ExecIn(context.Background(), []string{"true"}, time.Second); errors.Is(err, probes.ErrUnknown) || !errors.Is(err, runtime.ErrExecTimedOut) {
+		t.Errorf("a timeout: %v, want runtime.ErrExecTimedOut and not unknown", err)
+	}
+	<-ic.execs
 }
 
 // nsRuntime runs containers on the host, those with volumes in a mount

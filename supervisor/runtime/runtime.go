@@ -12,6 +12,7 @@
 package runtime
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -234,10 +235,17 @@ type Kept struct {
 	Finished   time.Time
 }
 
+// ErrExecTimedOut is an InContainer command that outlived its timeout.
+var ErrExecTimedOut = errors.New("timed out")
+
 // InContainer is a runtime whose containers have their own root and
 // network: probes and hooks run their commands inside, and connect from
 // inside the pod's network.
 type InContainer interface {
+	// Exec runs a command in the container. err is ErrExecTimedOut when
+	// the command outlived its timeout; any other error says the runtime
+	// could not run it (the runtime unreachable, the container stopping,
+	// the command not started).
 	Exec(instanceID string, command []string, timeout time.Duration) (exitCode int, output string, err error)
 	// NetNS is the pod's network namespace ("" for the host's).
 	NetNS(pod *v1.Pod) string

@@ -350,7 +350,7 @@ func (r *Runtime) ExecTarget(_ *v1.Pod, _, instanceID string, _ runtime.PodEnv) 
 func (r *Runtime) Exec(instanceID string, command []string, timeout time.Duration) (int, string, error) {
 	reply, err := r.client.Exec(ContainerID(instanceID), command, timeout)
 	if err == nil && reply.TimedOut {
-		err = fmt.Errorf("timed out after %v", timeout)
+		err = fmt.Errorf("%w after %v", runtime.ErrExecTimedOut, timeout)
 	}
 	return reply.ExitCode, reply.Output, err
 }
