@@ -41,9 +41,11 @@ func TestPods_shouldBeSubmittedAndRemoved(t *testing.T) {
 		// termination notice (deletionTimestamp, grace != 0) before the
 		// pod went away: a container that ignores SIGTERM keeps it
 		// terminating long enough to see.
-		p.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; while true; do sleep 0.2; done"}
+		// It says when its trap is set: Running is its process started.
+		p.Spec.Containers[0].Command = []string{"sh", "-c", "trap '' TERM; echo trap-set; while true; do sleep 0.2; done"}
 		e.create(p)
-		e.waitPod(p.Name, statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		got := e.waitPod(p.Name, statusTimeout, "the pod running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		e.waitLog(got, p.Spec.Containers[0].Name, statusTimeout, "its TERM trap set", func(s string) bool { return strings.Contains(s, "trap-set") })
 		if err := removeManifest(e, p.Name); err != nil {
 			t.Fatal(err)
 		}

@@ -78,10 +78,13 @@ func TestCrashLoopBackoffAndPrevious(t *testing.T) {
 	if p.Status.Phase != v1.PodRunning {
 		t.Fatalf("a crash-looping Always pod is Running, got %s", p.Status.Phase)
 	}
-	out, _, _ := d.cli("get", "pods")
-	if !strings.Contains(out, "CrashLoopBackOff") {
-		t.Fatalf("get pods:\n%s", out)
-	}
+	// The reason shows while the backoff (at most 2 s) lasts: a CLI
+	// started late reads the next run, so look until a run shows it.
+	var out string
+	waitFor(t, "get pods showing CrashLoopBackOff", func() bool {
+		out, _, _ = d.cli("get", "pods")
+		return strings.Contains(out, "CrashLoopBackOff")
+	})
 	out, _, _ = d.cli("describe", "pod", "crash")
 	if !strings.Contains(out, "BackOff") || !strings.Contains(out, "Exit Code:") {
 		t.Fatalf("describe:\n%s", out)
@@ -190,6 +193,9 @@ func TestChangedManifestReplacesInstanceOneAtATime(t *testing.T) {
 	}
 	d.write("app.yaml", processPod("app", "Always", 10, script("a")))
 	first := d.waitPod("app", 10*time.Second, running)
+	// Running is the process started, not its trap set: a SIGTERM before
+	// the trap would end it with nothing written.
+	waitFor(t, "start-a written (its TERM trap is set)", func() bool { return len(readLines(marker)) == 1 })
 	d.write("app.yaml", processPod("app", "Always", 10, script("b")))
 	second := d.waitPod("app", 10*time.Second, func(p *v1.Pod) bool { return p.UID != first.UID && running(p) })
 	if second.UID == first.UID {
