@@ -28,9 +28,13 @@
 package listen
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrNotWatched is a cgroup the watcher does not watch (unwatched since).
+var ErrNotWatched = errors.New("not watched")
 
 // Path is how listeners are learnt.
 type Path string

@@ -224,7 +224,7 @@ func (w *sockOpsWatcher) Unwatch(id uint64) error {
 	w.progsMu.Unlock()
 	w.remove(id)
 	if !ok {
-		return fmt.Errorf("cgroup %d is not watched", id)
+		return fmt.Errorf("cgroup %d is %w", id, ErrNotWatched)
 	}
 	return a.Close()
 }

@@ -94,7 +94,7 @@ func (b *base) Rescan(ids ...uint64) error {
 	for _, id := range ids {
 		dir, ok := b.dirs[id]
 		if !ok {
-			errs = append(errs, fmt.Errorf("cgroup %d is not watched", id))
+			errs = append(errs, fmt.Errorf("cgroup %d is %w", id, ErrNotWatched))
 			continue
 		}
 		scans = append(scans, scan{id, dir, b.t.scanStart()})
@@ -189,7 +189,7 @@ func (w *sockDiagWatcher) Watch(dir string) (uint64, error) {
 
 func (w *sockDiagWatcher) Unwatch(id uint64) error {
 	if !w.remove(id) {
-		return fmt.Errorf("cgroup %d is not watched", id)
+		return fmt.Errorf("cgroup %d is %w", id, ErrNotWatched)
 	}
 	return nil
 }

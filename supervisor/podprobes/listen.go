@@ -2,6 +2,7 @@ package podprobes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -257,6 +258,7 @@ func (l *listenProbes) kick(id uint64) {
 func (l *listenProbes) rescanListeners(ctx context.Context) {
 	type schedule struct{ started, last time.Time }
 	due := map[uint64]*schedule{}
+	logged := map[string]bool{} // rescan errors said already
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -287,7 +289,9 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 			}
 		}
 		if len(sweep) > 0 {
-			l.w.Rescan(sweep...) // an error means a pod was unwatched since
+			if err := l.w.Rescan(sweep...); err != nil {
+				l.rescanFailed(err, logged)
+			}
 			done := time.Now()
 			for _, id := range sweep {
 				due[id].last = done
@@ -304,5 +308,26 @@ func (l *listenProbes) rescanListeners(ctx context.Context) {
 			}
 		}
 		timer.Reset(time.Until(next))
+	}
+}
+
+// rescanFailed says what a sweep could not dump, once per distinct error
+// (a bounded memory): a pod unwatched since is expected and not said; any
+// other failure leaves that pod's listeners unseen, its probes waiting
+// for their period, which must show.
+func (l *listenProbes) rescanFailed(err error, logged map[string]bool) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		if errors.Is(e, listen.ErrNotWatched) || logged[e.Error()] {
+			continue
+		}
+		if len(logged) >= 64 {
+			clear(logged)
+		}
+		logged[e.Error()] = true
+		l.log.Warn("a pod's listeners could not be dumped; its probes wait for their period", "err", e)
 	}
 }

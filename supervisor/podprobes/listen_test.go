@@ -1,10 +1,17 @@
 package podprobes
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/podvisor/podvisor/probes/listen"
 )
 
 // Only pods with a tcpSocket, httpGet or grpc startup or readiness probe
@@ -32,5 +39,21 @@ func TestListenProbed(t *testing.T) {
 		if got := listenProbed(pod); got != tc.want {
 			t.Errorf("%s: listenProbed = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A sweep's failures are said once each; a pod unwatched since is not.
+func TestRescanFailuresSaidOnce(t *testing.T) {
+	var out bytes.Buffer
+	l := &listenProbes{log: slog.New(slog.NewTextHandler(&out, nil))}
+	logged := map[string]bool{}
+	unwatched := fmt.Errorf("cgroup 7 is %w", listen.ErrNotWatched)
+	failed := errors.New("rescan cgroup /sys/fs/cgroup/unified/pod-b: sock_diag socket in /proc/42/ns/net: invalid argument")
+	for range 3 {
+		l.rescanFailed(errors.Join(unwatched, failed), logged)
+	}
+	l.rescanFailed(unwatched, logged)
+	if n := strings.Count(out.String(), "could not be dumped"); n != 1 || !strings.Contains(out.String(), "/proc/42/ns/net") || strings.Contains(out.String(), "cgroup 7") {
+		t.Fatalf("logged %d times, want the dump failure once and nothing of the unwatched cgroup:\n%s", n, out.String())
 	}
 }

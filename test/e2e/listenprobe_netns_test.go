@@ -11,7 +11,9 @@ import (
 
 // netnsListenPod is a containerd pod (a network namespace of its own)
 // whose httpd listens on 8080 once /tmp/go exists, probed by tcpSocket
-// every 30 s.
+// every 30 s. The probe's timeout is 5 s: a listen-triggered run that
+// timed out on a loaded machine would leave the pod unready for the
+// period, and what is tested is the trigger, not the dial's speed.
 func netnsListenPod(name string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -23,7 +25,7 @@ spec:
     image: %s
     imagePullPolicy: Never
     command: ["sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.02; done; exec httpd -f -p 8080"]
-    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 30, failureThreshold: 1}
+    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 30, timeoutSeconds: 5, failureThreshold: 1}
 `, name, testImage)
 }
 
