@@ -375,9 +375,21 @@ func TestLeaderTakeoverAndHandOff(t *testing.T) {
 	if l.Token != 3 {
 		t.Fatalf("token after the hand-off: %d, want 3", l.Token)
 	}
-	// The gone replicas: a (killed) not live, the stopped one gone.
+	// The gone replicas: the stopped one gone at once (it said so), a
+	// (killed, silent) not live once its last heartbeat is a TTL old —
+	// the hand-off above can come sooner than that.
 	for _, r := range l.Replicas {
-		if r.ID == next || (r.ID == "a" && r.Live) {
+		if r.ID == next {
+			t.Fatalf("after the stop of %s: %+v", next, l.Replicas)
+		}
+	}
+	waitFor(t, leaseTTL+5*time.Second, "the killed a no longer live", func() bool {
+		l = replicas(t, rs[last])
+		a, listed := l.Replica("a")
+		return !listed || !a.Live
+	})
+	for _, r := range l.Replicas {
+		if r.ID == next {
 			t.Fatalf("after kill and stop: %+v", l.Replicas)
 		}
 	}
