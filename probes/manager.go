@@ -359,6 +359,12 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 	lastWarning := ""
 	// errored: the last run was one the runtime could not make.
 	errored := false
+	// next arms the timer for the run after the one just made.
+	next := func(poked bool) {
+		now := clk.Now()
+		due = nextDue(due, now, period, grid, poked)
+		timer.Reset(until(now, due, period+grid))
+	}
 	// delayedPoke: the timer is armed for a poke that came during the
 	// initial delay, not for a periodic run.
 	delayedPoke := false
@@ -396,9 +402,7 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 					return
 				}
 			}
-			now := clk.Now()
-			due = nextDue(due, now, period, grid, poked)
-			timer.Reset(until(now, due, period+grid))
+			next(poked)
 			continue
 		}
 		errored = false
@@ -431,9 +435,7 @@ func (w *workers) run(ctx context.Context, kind vocab.ProbeKind, p *v1.Probe, po
 				return
 			}
 		}
-		now := clk.Now()
-		due = nextDue(due, now, period, grid, poked)
-		timer.Reset(until(now, due, period+grid))
+		next(poked)
 	}
 }
 

@@ -223,7 +223,8 @@ func TestLogsRequestsBounded(t *testing.T) {
 	// for both before counting.
 	found := func() int {
 		n := 0
-		for _, f := range func() []protocol.LogsFrame { fs, _ := h.stream(firstID); return fs }() {
+		fs, _ := h.stream(firstID)
+		for _, f := range fs {
 			if f.Seq == 0 {
 				n++
 			}

@@ -251,12 +251,19 @@ func shimPattern(d *daemon) string { return "podvisor-shim (--keeper )?" + d.dat
 func (d *daemon) write(name, content string) {
 	d.t.Helper()
 	// Written whole through a rename, as configuration tools do.
-	tmp := filepath.Join(d.manifests, "."+name+".tmp")
+	writeWhole(d.t, filepath.Join(d.manifests, name), content)
+}
+
+// writeWhole writes path through a rename beside it: a reader, polling
+// or watching, never sees it created but not yet written.
+func writeWhole(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		d.t.Fatal(err)
+		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(d.manifests, name)); err != nil {
-		d.t.Fatal(err)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -137,15 +137,10 @@ func logsScenario(t *testing.T, h *podhubServer, d *daemon, device string) {
 	for i := range 3 {
 		token := fmt.Sprintf("tok-%d-%d", i, time.Now().UnixNano())
 		start := time.Now()
-		// Renamed into place: the pod, polling, must never see the file
-		// created but not yet written (it would echo nothing and remove
-		// it, and the token would be lost).
-		if err := os.WriteFile(trigger+".tmp", []byte(token), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(trigger+".tmp", trigger); err != nil {
-			t.Fatal(err)
-		}
+		// Whole: the pod, polling, must never see the file created but
+		// not yet written (it would echo nothing and remove it, and the
+		// token would be lost).
+		writeWhole(t, trigger, token)
 		var line string
 		var read time.Time
 		waitForLong(t, 10*time.Second, "podhub logs -f showing "+token, func() bool { line, read = f.lineWith("said " + token); return line != "" })
